@@ -1,0 +1,155 @@
+"""One object describes a chip; the RTL, compiler, golden model and tests all read it."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from dataclasses import dataclass, field
+
+
+class ConfigError(ValueError):
+    """A chip configuration that cannot be built."""
+
+
+#: Per-operation latencies in cycles. The scheduler takes every timing fact from here
+#: (through :mod:`systolica.timing`), so a program compiles for another revision of the
+#: chip by changing this table; the RTL is generated from the same numbers.
+DEFAULT_LATENCY = {
+    "dram_read": 1,   # external memory: address in cycle t, data in t+1
+    "cbuf_read": 1,   # convolution buffer read port
+    "acc_read": 1,    # accumulator buffer read port
+    "vpu": 3,         # vector unit stages: bias add, multiply, round/clamp
+}
+
+
+@dataclass(frozen=True)
+class ChipConfig:
+    """A tiled systolic chip.
+
+    The compute array is ``tile_rows x tile_cols`` tiles of ``tile_size x tile_size``
+    weight-stationary MAC cells. Array rows carry the reduction (K) dimension and
+    array columns the output (N) dimension. One CBUF row holds one byte per array row
+    (its partitions); one accumulator row holds one int32 per array column.
+    """
+
+    name: str
+    tile_rows: int
+    tile_cols: int
+    tile_size: int
+    cbuf_depth: int          # rows per CBUF partition
+    cbuf_banks: int          # CBUF banks (address-interleaved by high bits)
+    acc_depth: int           # rows of the accumulator buffer
+    dram_words: int          # external memory size in words of ``dram_word_bytes``
+    imem_depth: int          # program memory, instructions
+    ubuf_base: int = 0       # reserved overlap region (UBUF) inside the CBUF: first row
+    ubuf_rows: int = 0       # ... and its size; 0 = no UBUF
+    max_config_updates_per_cycle: int = 1
+    config_update_interval: int = 1
+    latency: dict = field(default_factory=lambda: dict(DEFAULT_LATENCY))
+
+    def __post_init__(self):
+        def positive(name):
+            v = getattr(self, name)
+            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+                raise ConfigError(f"{self.name}: {name} must be a positive integer, not {v!r}")
+        for n in ("tile_rows", "tile_cols", "tile_size", "cbuf_depth", "cbuf_banks",
+                  "acc_depth", "dram_words", "imem_depth"):
+            positive(n)
+        if self.tile_rows != self.tile_cols:
+            raise ConfigError(
+                f"{self.name}: the tile grid must be square (tile_rows == tile_cols, got "
+                f"{self.tile_rows}x{self.tile_cols}) because weights and activations share "
+                f"the CBUF's row partitions")
+        if self.cbuf_depth % self.cbuf_banks:
+            raise ConfigError(f"{self.name}: cbuf_depth {self.cbuf_depth} must be a multiple "
+                              f"of cbuf_banks {self.cbuf_banks}")
+        if self.acc_depth < 4:
+            raise ConfigError(f"{self.name}: acc_depth must be at least 4, not {self.acc_depth}")
+        if not 0 <= self.ubuf_base <= self.ubuf_base + self.ubuf_rows <= self.cbuf_depth:
+            raise ConfigError(f"{self.name}: UBUF region [{self.ubuf_base}, "
+                              f"{self.ubuf_base + self.ubuf_rows}) is outside the CBUF "
+                              f"(depth {self.cbuf_depth})")
+        missing = set(DEFAULT_LATENCY) - set(self.latency)
+        if missing:
+            raise ConfigError(f"{self.name}: latency table lacks {sorted(missing)}")
+        for k, v in self.latency.items():
+            if not isinstance(v, int) or v < 1:
+                raise ConfigError(f"{self.name}: latency[{k!r}] must be a positive integer, not {v!r}")
+        if self.latency["dram_read"] != 1 or self.latency["cbuf_read"] != 1 \
+                or self.latency["acc_read"] != 1:
+            raise ConfigError(f"{self.name}: this RTL revision implements memory read "
+                              f"latency 1 only")
+        from . import isa  # field widths bound the sizes
+        for what, size, bits in (("cbuf_depth", self.cbuf_depth, isa.CBUF_ADDR_BITS),
+                                 ("acc_depth", self.acc_depth, isa.ACC_ADDR_BITS),
+                                 ("dram_words", self.dram_words, isa.DRAM_ADDR_BITS)):
+            if size > 1 << bits:
+                raise ConfigError(f"{self.name}: {what} {size} exceeds the ISA's "
+                                  f"{bits}-bit address field")
+
+    # -- derived geometry -------------------------------------------------------------
+    @property
+    def rows(self) -> int:
+        """Array rows (the K dimension of one block)."""
+        return self.tile_rows * self.tile_size
+
+    @property
+    def cols(self) -> int:
+        """Array columns (the N dimension of one block)."""
+        return self.tile_cols * self.tile_size
+
+    @property
+    def macs(self) -> int:
+        return self.rows * self.cols
+
+    @property
+    def dram_word_bytes(self) -> int:
+        """One external-memory word is one CBUF row."""
+        return self.rows
+
+    @property
+    def acc_row_words(self) -> int:
+        """External-memory words in one accumulator row (cols int32 values)."""
+        return 4 * self.cols // self.dram_word_bytes
+
+    @property
+    def cbuf_bank_rows(self) -> int:
+        return self.cbuf_depth // self.cbuf_banks
+
+    @property
+    def dram_bytes(self) -> int:
+        return self.dram_words * self.dram_word_bytes
+
+    # -- identity -----------------------------------------------------------------------
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @property
+    def key(self) -> str:
+        """Stable short hash: build directories are keyed by it."""
+        blob = json.dumps(self.to_dict(), sort_keys=True).encode()
+        return f"{self.name}-{hashlib.sha256(blob).hexdigest()[:10]}"
+
+    def replace(self, **changes) -> "ChipConfig":
+        return dataclasses.replace(self, **changes)
+
+
+PRESETS = {
+    "tiny": ChipConfig(name="tiny", tile_rows=2, tile_cols=2, tile_size=4,
+                       cbuf_depth=2048, cbuf_banks=4, acc_depth=256,
+                       dram_words=16384, imem_depth=2048,
+                       ubuf_base=1920, ubuf_rows=128),
+    "base": ChipConfig(name="base", tile_rows=2, tile_cols=2, tile_size=8,
+                       cbuf_depth=8192, cbuf_banks=8, acc_depth=1024,
+                       dram_words=65536, imem_depth=4096,
+                       ubuf_base=7680, ubuf_rows=512),
+}
+
+
+def preset(name: str) -> ChipConfig:
+    try:
+        return PRESETS[name]
+    except KeyError:
+        raise ConfigError(f"unknown chip preset {name!r}; choose one of "
+                          f"{', '.join(sorted(PRESETS))}") from None

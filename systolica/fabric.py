@@ -1,0 +1,84 @@
+"""The configurable fabric: every multiplexer whose control register the compiler sets.
+
+Each multiplexer has a number (its ``SETCFG`` index), a name, and a list of sources; its
+4-bit control register holds an index into that list. Every multiplexer has a
+``"zero"`` source. All sources of one multiplexer reach it with the same latency, so
+a setting changes what flows, never when (the golden model can stay functional).
+
+Tile ``(i, j)`` is tile row ``i`` (north to south), tile column ``j`` (west to east).
+
+* ``west_feed[i]``  west edge of tile row ``i``: which CBUF partition group feeds the
+  activation lane (``cbuf.g<g>`` = partitions ``g*n .. g*n+n-1``).
+* ``north_feed[j]`` north edge of tile column ``j``: which CBUF partition group feeds
+  the weight lane.
+* ``act_in[i][j]``  tile's west port: the eastbound lane, or zero.
+* ``w_in[i][j]``    tile's north port: the southbound weight lane, or zero.
+* ``psum_in[i][j]`` tile's partial-sum input: the partial-sum line from the north, or zero
+  (zero starts a new reduction chain at this tile row).
+* ``acc_src[g]``    accumulator partition group ``g``: which tile column's partial sums.
+* ``wb_src[g]``     CBUF partition group ``g`` on vector-unit writeback: which accumulator
+  partition group's results (this mapping is what makes transposes possible).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+from .config import ChipConfig
+
+ZERO = "zero"
+
+
+@dataclass(frozen=True)
+class Mux:
+    index: int
+    name: str
+    sources: tuple[str, ...]
+    default: int  # reset value: the plain GEMM routing
+
+    def value_of(self, source: str) -> int:
+        try:
+            return self.sources.index(source)
+        except ValueError:
+            raise ValueError(f"multiplexer {self.name} has no source {source!r}; "
+                             f"it has {list(self.sources)}") from None
+
+
+@lru_cache(maxsize=None)
+def muxes(cfg: ChipConfig) -> tuple[Mux, ...]:
+    t = cfg.tile_rows
+    groups = tuple(f"cbuf.g{g}" for g in range(t)) + (ZERO,)
+    cols = tuple(f"col.g{g}" for g in range(cfg.tile_cols)) + (ZERO,)
+    out: list[Mux] = []
+
+    def add(name, sources, default):
+        out.append(Mux(len(out), name, sources, default))
+
+    for i in range(t):
+        add(f"west_feed[{i}]", groups, i)
+    for j in range(cfg.tile_cols):
+        add(f"north_feed[{j}]", groups, j)
+    for i in range(t):
+        for j in range(cfg.tile_cols):
+            add(f"act_in[{i}][{j}]", ("lane", ZERO), 0)
+    for i in range(t):
+        for j in range(cfg.tile_cols):
+            add(f"w_in[{i}][{j}]", ("lane", ZERO), 0)
+    for i in range(t):
+        for j in range(cfg.tile_cols):
+            add(f"psum_in[{i}][{j}]", ("north", ZERO), 0)
+    for g in range(cfg.tile_cols):
+        add(f"acc_src[{g}]", cols, g)
+    for g in range(t):
+        add(f"wb_src[{g}]", cols, g)
+    assert len(out) <= 256 and all(len(m.sources) <= 16 for m in out)
+    return tuple(out)
+
+
+def by_name(cfg: ChipConfig) -> dict[str, Mux]:
+    return {m.name: m for m in muxes(cfg)}
+
+
+def defaults(cfg: ChipConfig) -> list[int]:
+    return [m.default for m in muxes(cfg)]

@@ -1,0 +1,166 @@
+"""The instruction set: opcodes, formats, encoding. The RTL decoder, the compiler's
+encoder, the disassembler, the golden model and the tests all import this module.
+
+Every instruction is one 128-bit word: ``opcode`` (4 bits), ``cycle`` (32 bits, the
+absolute cycle at which the sequencer issues it) and an opcode-specific payload.
+"""
+
+from __future__ import annotations
+
+from amaranth.lib import enum
+from dataclasses import dataclass
+
+from amaranth.lib import data
+
+WORD_BITS = 128
+CYCLE_BITS = 32
+CBUF_ADDR_BITS = 16
+ACC_ADDR_BITS = 12
+DRAM_ADDR_BITS = 24
+
+
+class Opcode(enum.IntEnum, shape=4):
+    ILLEGAL = 0  # a zeroed program word faults instead of running
+    DMA = 1      # move rows between external memory and CBUF / accumulator buffer
+    WLOAD = 2    # shift a weight block from the CBUF into the array's idle weight bank
+    MATMUL = 3   # stream activation rows through the array, accumulate into ACC
+    VRUN = 4     # vector unit: ACC rows -> bias, requantise, ReLU -> CBUF or ACC
+    SETCFG = 5   # write one fabric multiplexer's configuration register
+
+
+class DmaKind(enum.IntEnum, shape=2):
+    LOAD_CBUF = 0   # DRAM -> CBUF, one word per row
+    STORE_CBUF = 1  # CBUF -> DRAM
+    LOAD_ACC = 2    # DRAM -> ACC, cfg.acc_row_words words per row (int32 little-endian)
+    STORE_ACC = 3   # ACC -> DRAM
+
+
+PAYLOAD = {
+    Opcode.ILLEGAL: data.StructLayout({}),
+    Opcode.DMA: data.StructLayout({
+        "kind": DmaKind,
+        "dram_addr": DRAM_ADDR_BITS,   # words
+        "dram_stride": 16,             # words between consecutive rows
+        "buf_addr": CBUF_ADDR_BITS,    # CBUF or ACC row
+        "rows": 16,
+    }),
+    Opcode.WLOAD: data.StructLayout({
+        "w_addr": CBUF_ADDR_BITS,      # CBUF row of weight row 0; rows follow
+        "bank": 1,
+    }),
+    Opcode.MATMUL: data.StructLayout({
+        "act_addr": CBUF_ADDR_BITS,    # first activation row in the CBUF
+        "rows": 16,
+        "acc_addr": ACC_ADDR_BITS,
+        "accumulate": 1,               # 0: overwrite ACC, 1: add to ACC
+        "bank": 1,                     # weight bank to use
+    }),
+    Opcode.VRUN: data.StructLayout({
+        "src": ACC_ADDR_BITS,
+        "rows": ACC_ADDR_BITS,
+        "dst": CBUF_ADDR_BITS,
+        "bias_addr": ACC_ADDR_BITS,
+        "use_bias": 1,
+        "to_acc": 1,                   # 1: int32 result back into ACC at dst
+        "requant": 1,                  # 1: int8 = clamp(round(x*mult >> shift) + zp)
+        "relu": 1,
+        "mult": 16,
+        "shift": 6,
+        "zp": 8,
+    }),
+    Opcode.SETCFG: data.StructLayout({
+        "index": 8,                    # multiplexer number, see systolica.fabric
+        "value": 4,
+    }),
+}
+
+HEADER = data.StructLayout({"opcode": Opcode, "cycle": CYCLE_BITS})
+PAYLOAD_BITS = WORD_BITS - HEADER.size
+for _op, _layout in PAYLOAD.items():
+    assert _layout.size <= PAYLOAD_BITS, (_op, _layout.size)
+Word = data.StructLayout({"opcode": Opcode, "cycle": CYCLE_BITS,
+                          "payload": PAYLOAD_BITS})
+
+
+class EncodingError(ValueError):
+    """An instruction field does not fit its format."""
+
+
+@dataclass(frozen=True)
+class Instr:
+    """One instruction: opcode, issue cycle, payload fields by name."""
+    op: Opcode
+    cycle: int
+    fields: dict
+
+    def __getattr__(self, name):
+        try:
+            return self.fields[name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+    def __str__(self):
+        return disassemble_one(self)
+
+
+def _pack(layout: data.StructLayout, values: dict, what: str) -> int:
+    word = 0
+    names = set()
+    for name, fld in layout:
+        names.add(name)
+        v = int(values.get(name, 0))
+        width = fld.width
+        if not 0 <= v < (1 << width):
+            raise EncodingError(f"{what}: field {name}={v} does not fit {width} unsigned bits")
+        word |= v << fld.offset
+    extra = set(values) - names
+    if extra:
+        raise EncodingError(f"{what}: unknown field(s) {sorted(extra)}")
+    return word
+
+
+def _unpack(layout: data.StructLayout, word: int) -> dict:
+    return {name: (word >> fld.offset) & ((1 << fld.width) - 1) for name, fld in layout}
+
+
+def encode(instr: Instr) -> int:
+    what = f"{instr.op.name} @ cycle {instr.cycle}"
+    payload = _pack(PAYLOAD[instr.op], instr.fields, what)
+    if not 0 <= instr.cycle < (1 << CYCLE_BITS):
+        raise EncodingError(f"{what}: cycle does not fit {CYCLE_BITS} bits")
+    return _pack(Word, {"opcode": int(instr.op), "cycle": instr.cycle,
+                        "payload": payload}, what)
+
+
+def decode(word: int) -> Instr:
+    hdr = _unpack(Word, word)
+    try:
+        op = Opcode(hdr["opcode"])
+    except ValueError:
+        return Instr(Opcode.ILLEGAL, hdr["cycle"], {"raw_opcode": hdr["opcode"]})
+    return Instr(op, hdr["cycle"], _unpack(PAYLOAD[op], hdr["payload"]))
+
+
+def to_bytes(words: list[int]) -> bytes:
+    """A program image: little-endian 16-byte words."""
+    return b"".join(w.to_bytes(WORD_BITS // 8, "little") for w in words)
+
+
+def from_bytes(image: bytes) -> list[int]:
+    n = WORD_BITS // 8
+    if len(image) % n:
+        raise EncodingError(f"program image length {len(image)} is not a multiple of {n}")
+    return [int.from_bytes(image[i:i + n], "little") for i in range(0, len(image), n)]
+
+
+def disassemble_one(instr: Instr) -> str:
+    args = ", ".join(f"{k}={v}" for k, v in instr.fields.items())
+    if instr.op is Opcode.DMA:
+        args = f"{DmaKind(instr.fields['kind']).name}, " + ", ".join(
+            f"{k}={v}" for k, v in instr.fields.items() if k != "kind")
+    return f"{instr.cycle:>8}: {instr.op.name:<7} {args}"
+
+
+def disassemble(image: bytes) -> str:
+    return "\n".join(f"{pc:5d} {disassemble_one(decode(w))}"
+                     for pc, w in enumerate(from_bytes(image)))

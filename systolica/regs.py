@@ -1,0 +1,46 @@
+"""The register interface: addresses, bit fields and error codes shared by the RTL and
+the firmware driver. Registers are 32 bits wide, addressed by word."""
+
+from __future__ import annotations
+
+import enum
+
+ADDR_BITS = 5
+
+
+class Reg(enum.IntEnum):
+    CTRL = 0           # W: bit0 START (ignored while running), bit1 IRQ_ACK
+    STATUS = 1         # R: bit0 RUNNING, bit1 DONE, bit2 ERROR
+    ERROR = 2          # R: ErrorCode of the fault that stopped the run
+    FAULT_PC = 3       # R: program index of the faulting instruction
+    PROG_LEN = 4       # RW: instructions in the program
+    IMEM_ADDR = 5      # RW: next program index written through IMEM_DATA
+    IMEM_DATA = 6      # W: four writes (low 32 bits first) store one instruction
+    CYCLES = 7         # R: cycles of the last run (frozen at done or fault)
+    MACS_LO = 8        # R: MAC operations performed by the array (cells x rows streamed)
+    MACS_HI = 9
+    DRAM_RD_BYTES = 10
+    DRAM_WR_BYTES = 11
+    HWCFG = 12         # R: tile_rows | tile_cols << 8 | tile_size << 16
+    FAULT_CYCLE = 13   # R: cycle at which the fault was raised
+
+
+CTRL_START = 1 << 0
+CTRL_IRQ_ACK = 1 << 1
+STATUS_RUNNING = 1 << 0
+STATUS_DONE = 1 << 1
+STATUS_ERROR = 1 << 2
+
+
+class ErrorCode(enum.IntEnum):
+    NONE = 0
+    ILLEGAL_OPCODE = 1   # opcode not in the ISA (a zeroed program word, too)
+    ADDR_RANGE = 2       # an instruction's buffer or DRAM range runs past the memory
+    LATE = 3             # an instruction reached issue after its scheduled cycle
+    UNIT_BUSY = 4        # its unit was still busy at its scheduled cycle
+    PROG_RANGE = 5       # PROG_LEN larger than the program memory
+    CFG_RANGE = 6        # SETCFG names no multiplexer, or a source it does not have
+
+
+def hwcfg_word(tile_rows: int, tile_cols: int, tile_size: int) -> int:
+    return tile_rows | tile_cols << 8 | tile_size << 16
