@@ -45,11 +45,14 @@ class Mux:
                              f"it has {list(self.sources)}") from None
 
 
-@lru_cache(maxsize=None)
 def muxes(cfg: ChipConfig) -> tuple[Mux, ...]:
-    t = cfg.tile_rows
+    return _muxes(cfg.tile_rows, cfg.tile_cols)
+
+
+@lru_cache(maxsize=None)
+def _muxes(t: int, tile_cols: int) -> tuple[Mux, ...]:
     groups = tuple(f"cbuf.g{g}" for g in range(t)) + (ZERO,)
-    cols = tuple(f"col.g{g}" for g in range(cfg.tile_cols)) + (ZERO,)
+    cols = tuple(f"col.g{g}" for g in range(tile_cols)) + (ZERO,)
     out: list[Mux] = []
 
     def add(name, sources, default):
@@ -57,18 +60,18 @@ def muxes(cfg: ChipConfig) -> tuple[Mux, ...]:
 
     for i in range(t):
         add(f"west_feed[{i}]", groups, i)
-    for j in range(cfg.tile_cols):
+    for j in range(tile_cols):
         add(f"north_feed[{j}]", groups, j)
     for i in range(t):
-        for j in range(cfg.tile_cols):
+        for j in range(tile_cols):
             add(f"act_in[{i}][{j}]", ("lane", ZERO), 0)
     for i in range(t):
-        for j in range(cfg.tile_cols):
+        for j in range(tile_cols):
             add(f"w_in[{i}][{j}]", ("lane", ZERO), 0)
     for i in range(t):
-        for j in range(cfg.tile_cols):
+        for j in range(tile_cols):
             add(f"psum_in[{i}][{j}]", ("north", ZERO), 0)
-    for g in range(cfg.tile_cols):
+    for g in range(tile_cols):
         add(f"acc_src[{g}]", cols, g)
     for g in range(t):
         add(f"wb_src[{g}]", cols, g)

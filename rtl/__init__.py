@@ -1,0 +1,1 @@
+"""Amaranth description of the Systolica chip. Start at :class:`chip.Chip`."""

@@ -1,0 +1,160 @@
+"""The compute fabric: weight-stationary MAC cells, tiles with conveyor lanes and
+configured port multiplexers, and the tile grid."""
+
+from amaranth.hdl import Array, Module, Signal, signed
+from amaranth.lib import wiring
+from amaranth.lib.wiring import In, Out
+
+from systolica.config import ChipConfig
+
+ACT = signed(8)
+WGT = signed(8)
+PSUM = signed(32)
+
+
+class Cell(wiring.Component):
+    """One int8 x int8 -> int32 multiply-accumulate cell with two weight banks.
+
+    Activations enter from the west with the bank they use (``sel``) and leave east one
+    cycle later; the partial sum enters from the north and leaves south one cycle later
+    with ``a * w[sel]`` added. While ``w_shift`` is high, bank ``w_bank`` takes
+    ``w_in`` (the weight chain shifts one cell south per cycle); ``w_out`` shows that
+    bank so the chain continues below. The other bank keeps computing meanwhile.
+    """
+
+    a_in: In(ACT)
+    sel_in: In(1)
+    psum_in: In(PSUM)
+    w_in: In(WGT)
+    w_shift: In(1)
+    w_bank: In(1)
+    a_out: Out(ACT)
+    sel_out: Out(1)
+    psum_out: Out(PSUM)
+    w_out: Out(WGT)
+
+    def elaborate(self, platform):
+        m = Module()
+        w = Array([Signal(WGT, name="w0"), Signal(WGT, name="w1")])
+        m.d.sync += [
+            self.a_out.eq(self.a_in),
+            self.sel_out.eq(self.sel_in),
+            self.psum_out.eq(self.psum_in + self.a_in * w[self.sel_in]),
+        ]
+        with m.If(self.w_shift):
+            m.d.sync += w[self.w_bank].eq(self.w_in)
+        m.d.comb += self.w_out.eq(w[self.w_bank])
+        return m
+
+
+class Tile(wiring.Component):
+    """An ``n x n`` block of cells with its own conveyor registers and port muxes.
+
+    Ports on the west (activations + bank select), north (weights) and north
+    (partial sums) pass through multiplexers whose control comes from the fabric's
+    configuration registers: ``act_sel``/``w_sel`` choose the lane (0) or zero (1),
+    ``psum_sel`` the partial-sum line from the north (0) or zero (1). Each outgoing lane
+    (east activations, south weights, south partial sums) has one conveyor register
+    per tile, so data moves one tile per clock between tiles.
+    """
+
+    def __init__(self, n: int):
+        if not isinstance(n, int) or n < 1:
+            raise TypeError(f"Tile size must be a positive integer, not {n!r}")
+        self.n = n
+        super().__init__({
+            "west_a": In(ACT).array(n), "west_sel": In(1).array(n),
+            "north_w": In(WGT).array(n), "north_psum": In(PSUM).array(n),
+            "w_shift": In(1), "w_bank": In(1),
+            "act_sel": In(1), "w_sel": In(1), "psum_sel": In(1),
+            "east_a": Out(ACT).array(n), "east_sel": Out(1).array(n),
+            "south_w": Out(WGT).array(n), "south_psum": Out(PSUM).array(n),
+        })
+
+    def elaborate(self, platform):
+        # Cells form a small systolic array; the tile's lane registers sit on its
+        # east and south edges and feed the neighbouring tile's port muxes.
+        m = Module()
+        n = self.n
+        cells = [[Cell() for _ in range(n)] for _ in range(n)]
+        for r in range(n):
+            for c in range(n):
+                cell = cells[r][c]
+                m.submodules[f"cell_{r}_{c}"] = cell
+                m.d.comb += [cell.w_shift.eq(self.w_shift), cell.w_bank.eq(self.w_bank)]
+                if c == 0:
+                    # Zero source: the comb default of a_in/sel_in.
+                    with m.If(self.act_sel == 0):
+                        m.d.comb += [cell.a_in.eq(self.west_a[r]),
+                                     cell.sel_in.eq(self.west_sel[r])]
+                else:
+                    m.d.comb += [cell.a_in.eq(cells[r][c - 1].a_out),
+                                 cell.sel_in.eq(cells[r][c - 1].sel_out)]
+                if r == 0:
+                    with m.If(self.w_sel == 0):
+                        m.d.comb += cell.w_in.eq(self.north_w[c])
+                    with m.If(self.psum_sel == 0):
+                        m.d.comb += cell.psum_in.eq(self.north_psum[c])
+                else:
+                    m.d.comb += [cell.w_in.eq(cells[r - 1][c].w_out),
+                                 cell.psum_in.eq(cells[r - 1][c].psum_out)]
+        for k in range(n):
+            m.d.sync += [
+                self.east_a[k].eq(cells[k][n - 1].a_out),
+                self.east_sel[k].eq(cells[k][n - 1].sel_out),
+                self.south_w[k].eq(cells[n - 1][k].w_out),
+                self.south_psum[k].eq(cells[n - 1][k].psum_out),
+            ]
+        return m
+
+
+class Grid(wiring.Component):
+    """The ``T x T`` grid of tiles: activations enter on the west edge (one lane per
+    array row, already skewed by the feeder), weights on the north edge, and column
+    partial sums leave on the south edge from the last tile row's conveyor registers.
+
+    ``act_sel``, ``w_sel``, ``psum_sel`` hold one control bit per tile, row-major
+    (tile ``(i, j)`` at ``i*T + j``).
+    """
+
+    def __init__(self, cfg: ChipConfig):
+        self.cfg = cfg
+        t, rows, cols = cfg.tile_rows, cfg.rows, cfg.cols
+        super().__init__({
+            "west_a": In(ACT).array(rows), "west_sel": In(1).array(rows),
+            "north_w": In(WGT).array(cols),
+            "w_shift": In(1), "w_bank": In(1),
+            "act_sel": In(t * t), "w_sel": In(t * t), "psum_sel": In(t * t),
+            "south_psum": Out(PSUM).array(cols),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        cfg = self.cfg
+        t, n = cfg.tile_rows, cfg.tile_size
+        tiles = [[Tile(n) for _ in range(t)] for _ in range(t)]
+        for i in range(t):
+            for j in range(t):
+                tile = tiles[i][j]
+                m.submodules[f"tile_{i}_{j}"] = tile
+                k = i * t + j
+                m.d.comb += [
+                    tile.w_shift.eq(self.w_shift), tile.w_bank.eq(self.w_bank),
+                    tile.act_sel.eq(self.act_sel[k]), tile.w_sel.eq(self.w_sel[k]),
+                    tile.psum_sel.eq(self.psum_sel[k]),
+                ]
+                for x in range(n):
+                    if j == 0:
+                        m.d.comb += [tile.west_a[x].eq(self.west_a[i * n + x]),
+                                     tile.west_sel[x].eq(self.west_sel[i * n + x])]
+                    else:
+                        m.d.comb += [tile.west_a[x].eq(tiles[i][j - 1].east_a[x]),
+                                     tile.west_sel[x].eq(tiles[i][j - 1].east_sel[x])]
+                    if i == 0:
+                        m.d.comb += tile.north_w[x].eq(self.north_w[j * n + x])
+                    else:
+                        m.d.comb += [tile.north_w[x].eq(tiles[i - 1][j].south_w[x]),
+                                     tile.north_psum[x].eq(tiles[i - 1][j].south_psum[x])]
+                    if i == t - 1:
+                        m.d.comb += self.south_psum[j * n + x].eq(tile.south_psum[x])
+        return m

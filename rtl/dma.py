@@ -1,0 +1,105 @@
+"""The DMA engine: strided row transfers between external memory and the buffers."""
+
+from amaranth.hdl import Cat, Module, Mux, Signal
+from amaranth.lib import wiring
+from amaranth.lib.wiring import In, Out
+
+from systolica import isa
+from systolica.config import ChipConfig
+from systolica.isa import DmaKind
+
+
+class Dma(wiring.Component):
+    """Executes ``DMA``: row ``i`` lives at ``dram_addr + i*dram_stride`` (an ACC row is
+    ``acc_row_words`` consecutive words). One external-memory word moves per cycle:
+    loads issue a read each cycle and write the buffer as rows complete; stores read a
+    buffer row, then write its words out. Counts the bytes moved each way.
+    """
+
+    def __init__(self, cfg: ChipConfig):
+        self.cfg = cfg
+        wbits = cfg.dram_word_bytes * 8
+        super().__init__({
+            "issue": In(1), "args": In(isa.PAYLOAD[isa.Opcode.DMA]),
+            "ready": Out(1), "drained": Out(1),
+            "mem_addr": Out(isa.DRAM_ADDR_BITS), "mem_re": Out(1),
+            "mem_rdata": In(wbits), "mem_we": Out(1), "mem_wdata": Out(wbits),
+            "cbuf_raddr": Out(isa.CBUF_ADDR_BITS), "cbuf_rdata": In(cfg.rows * 8),
+            "cbuf_waddr": Out(isa.CBUF_ADDR_BITS), "cbuf_wdata": Out(cfg.rows * 8),
+            "cbuf_we": Out(1),
+            "acc_raddr": Out(isa.ACC_ADDR_BITS), "acc_rdata": In(cfg.cols * 32),
+            "acc_waddr": Out(isa.ACC_ADDR_BITS), "acc_wdata": Out(cfg.cols * 32),
+            "acc_we": Out(1),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        cfg = self.cfg
+        words = cfg.acc_row_words
+        wbits = cfg.dram_word_bytes * 8
+        kind = Signal(2)
+        to_acc = kind[1]           # LOAD_ACC / STORE_ACC
+        is_store = kind[0]         # STORE_CBUF / STORE_ACC
+        per_row = Mux(to_acc, words, 1)
+
+        # Address generator: one word per cycle while active.
+        active = Signal()
+        rows_left = Signal(16)
+        j = Signal(range(words + 1))          # word within the row
+        row_base = Signal(isa.DRAM_ADDR_BITS)
+        stride = Signal(16)
+        buf = Signal(isa.CBUF_ADDR_BITS)
+        row_end = Signal()
+        last = Signal()
+        m.d.comb += [row_end.eq(j == per_row - 1), last.eq(active & row_end & (rows_left == 1)),
+                     self.ready.eq(~active)]
+        with m.If(self.issue):
+            m.d.sync += [active.eq(1), kind.eq(self.args.kind), rows_left.eq(self.args.rows),
+                         j.eq(0), row_base.eq(self.args.dram_addr),
+                         stride.eq(self.args.dram_stride), buf.eq(self.args.buf_addr)]
+        with m.Elif(active):
+            with m.If(row_end):
+                m.d.sync += [j.eq(0), row_base.eq(row_base + stride), buf.eq(buf + 1),
+                             rows_left.eq(rows_left - 1), active.eq(~last)]
+            with m.Else():
+                m.d.sync += j.eq(j + 1)
+
+        # Loads: read each word; the data returns the next cycle.
+        m.d.comb += [self.mem_re.eq(active & ~is_store),
+                     self.cbuf_raddr.eq(buf), self.acc_raddr.eq(buf)]
+        r_valid, r_row_end = Signal(), Signal()
+        r_buf = Signal(isa.CBUF_ADDR_BITS)
+        m.d.sync += [r_valid.eq(active & ~is_store), r_row_end.eq(row_end), r_buf.eq(buf)]
+        gather = Signal(wbits * (words - 1)) if words > 1 else None
+        if gather is not None:
+            with m.If(r_valid):
+                m.d.sync += gather.eq(Cat(gather[wbits:], self.mem_rdata))
+        m.d.comb += [
+            self.cbuf_we.eq(r_valid & r_row_end & ~to_acc), self.cbuf_waddr.eq(r_buf),
+            self.cbuf_wdata.eq(self.mem_rdata),
+            self.acc_we.eq(r_valid & r_row_end & to_acc), self.acc_waddr.eq(r_buf),
+            self.acc_wdata.eq(self.mem_rdata if gather is None
+                              else Cat(gather, self.mem_rdata)),
+        ]
+
+        # Stores: the buffer row read at the row's first word arrives the next cycle;
+        # word 0 goes out from the read data, the rest from a held copy.
+        s_valid, s_first = Signal(), Signal()
+        s_j = Signal.like(j)
+        s_addr = Signal(isa.DRAM_ADDR_BITS)
+        m.d.sync += [s_valid.eq(active & is_store), s_first.eq(j == 0), s_j.eq(j),
+                     s_addr.eq(row_base + j)]
+        row_data = Signal(cfg.cols * 32)
+        m.d.comb += row_data.eq(Mux(to_acc, self.acc_rdata, self.cbuf_rdata))
+        held = Signal(cfg.cols * 32)
+        with m.If(s_valid & s_first):
+            m.d.sync += held.eq(row_data)
+        src = Mux(s_first, row_data, held)
+        word = Signal(wbits)
+        m.d.comb += word.eq(src.word_select(s_j, wbits))
+        m.d.comb += [
+            self.mem_we.eq(s_valid), self.mem_wdata.eq(word),
+            self.mem_addr.eq(Mux(s_valid, s_addr, row_base + j)),
+            self.drained.eq(~(active | r_valid | s_valid)),
+        ]
+        return m

@@ -1,0 +1,192 @@
+"""The two units that drive the grid: the weight loader (north edge) and the matmul
+unit (west edge in, south edge out into the accumulator buffer)."""
+
+from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal
+from amaranth.lib import wiring
+from amaranth.lib.wiring import In, Out
+
+from systolica import isa, timing
+from systolica.config import ChipConfig
+
+from .array import ACT, PSUM, WGT
+
+
+def _group_select(m, sources, sel, width, n, groups):
+    """Mux of partition groups: output group = sources group ``sel``, or zero when
+    ``sel`` names no group (the multiplexer's ``zero`` source)."""
+    table = Array(Cat(*sources[g * n:(g + 1) * n]) for g in range(groups))
+    out = Signal(width * n)
+    with m.If(sel < groups):
+        m.d.comb += out.eq(table[sel])
+    return [out[k * width:(k + 1) * width] for k in range(n)]
+
+
+class WeightLoader(wiring.Component):
+    """Executes ``WLOAD``: reads one weight block row by row from the CBUF and shifts it
+    into the grid's idle weight bank through the north edge.
+
+    The weight chain of a column has one stage per cell and one conveyor stage per tile
+    boundary, so a load takes ``timing.weight_shifts`` shifts; the bottom row is read
+    first, and conveyor slots are filled with don't-care data without a read.
+    """
+
+    def __init__(self, cfg: ChipConfig):
+        self.cfg = cfg
+        super().__init__({
+            "issue": In(1), "w_addr": In(isa.CBUF_ADDR_BITS), "bank": In(1),
+            "ready": Out(1), "drained": Out(1),
+            "cbuf_raddr": Out(isa.CBUF_ADDR_BITS), "cbuf_rdata": In(cfg.rows * 8),
+            "north_feed": In(4).array(cfg.tile_cols),
+            "north_w": Out(WGT).array(cfg.cols), "w_shift": Out(1), "w_bank": Out(1),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        cfg, n = self.cfg, self.cfg.tile_size
+        shifts = timing.weight_shifts(cfg)
+        active = Signal()
+        left = Signal(range(shifts + 1))
+        off = Signal(range(n + 1))          # slot within the tile; n = conveyor slot
+        row = Signal(range(cfg.rows))
+        base = Signal(isa.CBUF_ADDR_BITS)
+        bank = Signal()
+        last = Signal()
+        m.d.comb += [last.eq(active & (left == 1)),
+                     self.ready.eq(~active | last),
+                     self.cbuf_raddr.eq(base + row)]
+        with m.If(self.issue):
+            m.d.sync += [active.eq(1), left.eq(shifts), off.eq(n - 1),
+                         row.eq(cfg.rows - 1), base.eq(self.w_addr),
+                         bank.eq(self.bank)]
+        with m.Elif(active):
+            m.d.sync += [left.eq(left - 1), active.eq(~last)]
+            with m.If(off == n):
+                m.d.sync += off.eq(n - 1)
+            with m.Else():
+                m.d.sync += [off.eq(Mux(off == 0, n, off - 1)), row.eq(row - 1)]
+        # Read data arrives one cycle later; shift it in that cycle (the bank travels
+        # with it, so a load issued meanwhile cannot redirect the last shift).
+        m.d.sync += [self.w_shift.eq(active), self.w_bank.eq(bank)]
+        m.d.comb += self.drained.eq(~active & ~self.w_shift)
+        rbytes = [self.cbuf_rdata[8 * p:8 * p + 8] for p in range(cfg.rows)]
+        for j in range(cfg.tile_cols):
+            col = _group_select(m, rbytes, self.north_feed[j], 8, n, cfg.tile_rows)
+            for k in range(n):
+                m.d.comb += self.north_w[j * n + k].eq(col[k])
+        return m
+
+
+class MatmulUnit(wiring.Component):
+    """Executes ``MATMUL``: streams activation rows from the CBUF into the grid's west
+    edge and accumulates the column sums into the accumulator buffer.
+
+    The feeder delays array row ``r`` by ``timing.skew(r)`` so each row meets its
+    partial sum; the collector delays column ``c`` by ``skew_max - skew(c)`` so one
+    accumulator row is written per cycle. A control word per activation row (ACC
+    address, accumulate flag) travels a delay line of matching length. The accumulate
+    stage forwards the previous cycle's write, so back-to-back MATMULs on the same ACC
+    rows accumulate correctly.
+    """
+
+    def __init__(self, cfg: ChipConfig):
+        self.cfg = cfg
+        t = cfg.tile_rows
+        super().__init__({
+            "issue": In(1), "act_addr": In(isa.CBUF_ADDR_BITS), "rows": In(16),
+            "acc_addr": In(isa.ACC_ADDR_BITS), "accumulate": In(1), "bank": In(1),
+            "ready": Out(1), "drained": Out(1), "row_fed": Out(1),
+            "cbuf_raddr": Out(isa.CBUF_ADDR_BITS), "cbuf_rdata": In(cfg.rows * 8),
+            "west_feed": In(4).array(t), "acc_src": In(4).array(cfg.tile_cols),
+            "west_a": Out(ACT).array(cfg.rows), "west_sel": Out(1).array(cfg.rows),
+            "south_psum": In(PSUM).array(cfg.cols),
+            "acc_raddr": Out(isa.ACC_ADDR_BITS), "acc_rdata": In(cfg.cols * 32),
+            "acc_waddr": Out(isa.ACC_ADDR_BITS), "acc_wdata": Out(cfg.cols * 32),
+            "acc_we": Out(1),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        cfg, n = self.cfg, self.cfg.tile_size
+
+        # Read stage: one activation row per cycle.
+        active = Signal()
+        left = Signal(16)
+        ptr = Signal(isa.CBUF_ADDR_BITS)
+        acc_ptr = Signal(isa.ACC_ADDR_BITS)
+        accum = Signal()
+        bank = Signal()
+        last = Signal()
+        m.d.comb += [last.eq(active & (left == 1)), self.ready.eq(~active | last),
+                     self.cbuf_raddr.eq(ptr)]
+        with m.If(self.issue):
+            m.d.sync += [active.eq(1), left.eq(self.rows), ptr.eq(self.act_addr),
+                         acc_ptr.eq(self.acc_addr), accum.eq(self.accumulate),
+                         bank.eq(self.bank)]
+        with m.Elif(active):
+            m.d.sync += [active.eq(~last), left.eq(left - 1), ptr.eq(ptr + 1),
+                         acc_ptr.eq(acc_ptr + 1)]
+
+        # Control delay line: stage k holds the row whose data arrived k cycles ago.
+        ctrl_len = timing.matmul_pipeline(cfg) - 1
+        ctrl = [Signal(1 + 1 + 1 + isa.ACC_ADDR_BITS, name=f"ctrl_{k}")
+                for k in range(ctrl_len)]
+        m.d.sync += ctrl[0].eq(Cat(active, bank, accum, acc_ptr))
+        for k in range(1, ctrl_len):
+            m.d.sync += ctrl[k].eq(ctrl[k - 1])
+        valid1, sel1 = ctrl[0][0], ctrl[0][1]
+        m.d.comb += self.row_fed.eq(valid1)
+
+        # Feeder: west-edge partition routing, then per-row skew registers.
+        rbytes = [self.cbuf_rdata[8 * p:8 * p + 8] for p in range(cfg.rows)]
+        for i in range(cfg.tile_rows):
+            grp = _group_select(m, rbytes, self.west_feed[i], 8, n, cfg.tile_rows)
+            for x in range(n):
+                r = i * n + x
+                a, s = Signal(ACT, name=f"feed_a_{r}"), Signal(name=f"feed_s_{r}")
+                m.d.comb += [a.eq(Mux(valid1, grp[x].as_signed(), 0)), s.eq(sel1)]
+                for k in range(timing.skew(cfg, r)):
+                    a2, s2 = Signal(ACT, name=f"skew_a_{r}_{k}"), Signal(name=f"skew_s_{r}_{k}")
+                    m.d.sync += [a2.eq(a), s2.eq(s)]
+                    a, s = a2, s2
+                m.d.comb += [self.west_a[r].eq(a), self.west_sel[r].eq(s)]
+
+        # Collector: column de-skew, then ACC partition routing.
+        smax = timing.skew_max(cfg)
+        aligned = []
+        for c in range(cfg.cols):
+            p = self.south_psum[c]
+            for k in range(smax - timing.skew(cfg, c)):
+                p2 = Signal(PSUM, name=f"deskew_{c}_{k}")
+                m.d.sync += p2.eq(p)
+                p = p2
+            aligned.append(p)
+        routed = []
+        for g in range(cfg.tile_cols):
+            routed += _group_select(m, aligned, self.acc_src[g], 32, n, cfg.tile_cols)
+
+        # Accumulate stage A (read ACC) then W (add, write) with forwarding.
+        ca = ctrl[-1]
+        a_valid, a_accum, a_addr = ca[0], ca[2], ca[3:]
+        m.d.comb += self.acc_raddr.eq(a_addr)
+        w_valid, w_accum = Signal(), Signal()
+        w_addr = Signal(isa.ACC_ADDR_BITS)
+        w_psum = Signal(cfg.cols * 32)
+        m.d.sync += [w_valid.eq(a_valid), w_accum.eq(a_accum), w_addr.eq(a_addr),
+                     w_psum.eq(Cat(*routed))]
+        f_valid, f_addr = Signal(), Signal(isa.ACC_ADDR_BITS)
+        f_data = Signal(cfg.cols * 32)
+        old = Mux(f_valid & (f_addr == w_addr), f_data, self.acc_rdata)
+        total = Signal(cfg.cols * 32)
+        for c in range(cfg.cols):
+            lo = 32 * c
+            m.d.comb += total[lo:lo + 32].eq(
+                Mux(w_accum, old[lo:lo + 32] + w_psum[lo:lo + 32], w_psum[lo:lo + 32]))
+        m.d.comb += [self.acc_we.eq(w_valid), self.acc_waddr.eq(w_addr),
+                     self.acc_wdata.eq(total)]
+        m.d.sync += [f_valid.eq(w_valid), f_addr.eq(w_addr), f_data.eq(total)]
+
+        busy = active | w_valid
+        for k in range(ctrl_len):
+            busy = busy | ctrl[k][0]
+        m.d.comb += self.drained.eq(~busy)
+        return m

@@ -1,0 +1,147 @@
+"""The sequencer: issues each instruction of the program at its scheduled cycle."""
+
+from amaranth.hdl import Array, Const, Module, Mux, Signal, Value
+from amaranth.lib import data, memory, wiring
+from amaranth.lib.wiring import In, Out
+
+from systolica import fabric, isa
+from systolica.config import ChipConfig
+from systolica.isa import DmaKind, Opcode
+from systolica.regs import ErrorCode
+
+PC_BITS = 16
+
+
+class Sequencer(wiring.Component):
+    """Holds the program memory and issues instruction ``pc`` when the cycle counter
+    equals its ``cycle`` field, strobing its unit's ``issue`` with the payload.
+
+    Faults (see ``docs/contract.md``) stop issue, latch the error code, the program
+    index and the cycle, and end the run; so does the end of the program once every
+    unit has drained. It never waits on a unit: an instruction whose unit is not ready
+    at its cycle is a fault, not a stall, so the schedule the compiler predicted is
+    the schedule that runs.
+    """
+
+    UNITS = ("dma", "wload", "mm", "vpu", "cfg")
+
+    def __init__(self, cfg: ChipConfig):
+        self.cfg = cfg
+        members = {
+            "start": In(1), "prog_len": In(PC_BITS),
+            "imem_we": In(1), "imem_waddr": In(PC_BITS), "imem_wdata": In(isa.WORD_BITS),
+            "all_drained": In(1),
+            "payload": Out(isa.PAYLOAD_BITS),
+            "running": Out(1), "done": Out(1), "fault": Out(1),
+            "error": Out(ErrorCode_shape()), "fault_pc": Out(PC_BITS),
+            "cycle": Out(isa.CYCLE_BITS),
+        }
+        for u in self.UNITS:
+            members[f"{u}_issue"] = Out(1)
+            if u != "cfg":
+                members[f"{u}_ready"] = In(1)
+        super().__init__(members)
+
+    def elaborate(self, platform):
+        m = Module()
+        cfg = self.cfg
+        m.submodules.imem = imem = memory.Memory(shape=isa.WORD_BITS, depth=cfg.imem_depth,
+                                                 init=[])
+        wr = imem.write_port()
+        rd = imem.read_port()
+        m.d.comb += [wr.addr.eq(self.imem_waddr), wr.data.eq(self.imem_wdata),
+                     wr.en.eq(self.imem_we & (self.imem_waddr < cfg.imem_depth))]
+
+        pc = Signal(PC_BITS)
+        ir = data.View(isa.Word, rd.data)
+        issue = Signal()
+        m.d.comb += [rd.addr.eq(Mux(self.running, pc + issue, 0)),
+                     self.payload.eq(ir.payload)]
+
+        head = self.running & (pc < self.prog_len)
+        opcode = Value.cast(ir.opcode)
+        legal = (opcode >= Opcode.DMA) & (opcode <= Opcode.SETCFG)
+        due = ir.cycle == self.cycle
+        late = ir.cycle < self.cycle
+        ready = Array([Const(1), self.dma_ready, self.wload_ready, self.mm_ready,
+                       self.vpu_ready, Const(1)] + [Const(1)] * 10)[opcode]
+        in_range, cfg_ok = self._range_checks(m, ir)
+
+        fault = Signal()
+        code = Signal.like(self.error)
+        with m.If(self.running & (self.cycle == 0) & (self.prog_len > cfg.imem_depth)):
+            m.d.comb += [fault.eq(1), code.eq(ErrorCode.PROG_RANGE)]
+        with m.Elif(head & ~legal):
+            m.d.comb += [fault.eq(1), code.eq(ErrorCode.ILLEGAL_OPCODE)]
+        with m.Elif(head & late):
+            m.d.comb += [fault.eq(1), code.eq(ErrorCode.LATE)]
+        with m.Elif(head & due & ~ready):
+            m.d.comb += [fault.eq(1), code.eq(ErrorCode.UNIT_BUSY)]
+        with m.Elif(head & due & ~in_range):
+            m.d.comb += [fault.eq(1), code.eq(ErrorCode.ADDR_RANGE)]
+        with m.Elif(head & due & ~cfg_ok):
+            m.d.comb += [fault.eq(1), code.eq(ErrorCode.CFG_RANGE)]
+        with m.Elif(head & due):
+            m.d.comb += issue.eq(1)
+        for k, u in enumerate(self.UNITS):
+            m.d.comb += getattr(self, f"{u}_issue").eq(issue & (opcode == Opcode.DMA + k))
+
+        finished = self.running & ~head & self.all_drained & ~fault
+        m.d.comb += [self.done.eq(finished), self.fault.eq(fault)]
+        with m.If(self.start & ~self.running):
+            m.d.sync += [self.running.eq(1), pc.eq(0), self.cycle.eq(0),
+                         self.error.eq(ErrorCode.NONE), self.fault_pc.eq(0)]
+        with m.Elif(fault):
+            m.d.sync += [self.running.eq(0), self.error.eq(code), self.fault_pc.eq(pc)]
+        with m.Elif(finished):
+            m.d.sync += self.running.eq(0)
+        with m.Elif(self.running):
+            m.d.sync += [self.cycle.eq(self.cycle + 1), pc.eq(pc + issue)]
+        return m
+
+    def _range_checks(self, m, ir):
+        """Whether the head instruction's memory ranges lie inside their memories,
+        and whether a SETCFG names an existing multiplexer source."""
+        cfg = self.cfg
+        op = Value.cast(ir.opcode)
+        def view(op):
+            layout = isa.PAYLOAD[op]
+            return data.View(layout, Value.cast(ir.payload)[:layout.size])
+
+        dma, wl, mm = view(Opcode.DMA), view(Opcode.WLOAD), view(Opcode.MATMUL)
+        vr, sc = view(Opcode.VRUN), view(Opcode.SETCFG)
+
+        kind = Value.cast(dma.kind)
+        acc_kind = (kind == DmaKind.LOAD_ACC) | (kind == DmaKind.STORE_ACC)
+        per_row = Mux(acc_kind, cfg.acc_row_words, 1)
+        dram_end = dma.dram_addr + (dma.rows - 1) * dma.dram_stride + per_row
+        dma_ok = ((dma.rows != 0) & (dram_end <= cfg.dram_words)
+                  & (dma.buf_addr + dma.rows <= Mux(acc_kind, cfg.acc_depth, cfg.cbuf_depth)))
+        wl_ok = wl.w_addr + cfg.rows <= cfg.cbuf_depth
+        mm_ok = ((mm.rows != 0) & (mm.act_addr + mm.rows <= cfg.cbuf_depth)
+                 & (mm.acc_addr + mm.rows <= cfg.acc_depth))
+        vr_ok = ((vr.rows != 0) & (vr.src + vr.rows <= cfg.acc_depth)
+                 & (vr.bias_addr < cfg.acc_depth)
+                 & (vr.dst + vr.rows <= Mux(vr.to_acc, cfg.acc_depth, cfg.cbuf_depth)))
+        in_range = Signal()
+        with m.Switch(op):
+            with m.Case(Opcode.DMA):
+                m.d.comb += in_range.eq(dma_ok)
+            with m.Case(Opcode.WLOAD):
+                m.d.comb += in_range.eq(wl_ok)
+            with m.Case(Opcode.MATMUL):
+                m.d.comb += in_range.eq(mm_ok)
+            with m.Case(Opcode.VRUN):
+                m.d.comb += in_range.eq(vr_ok)
+            with m.Default():
+                m.d.comb += in_range.eq(1)
+
+        muxes = fabric.muxes(cfg)
+        n_sources = Array([Const(len(x.sources), 5) for x in muxes]
+                          + [Const(0, 5)] * (256 - len(muxes)))
+        cfg_ok = (op != Opcode.SETCFG) | (sc.value < n_sources[sc.index])
+        return in_range, cfg_ok
+
+
+def ErrorCode_shape():
+    return range(max(ErrorCode) + 1)

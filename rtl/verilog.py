@@ -1,0 +1,14 @@
+"""Verilog generation: one function, so every build reads the same netlist."""
+
+from amaranth.back import verilog as _verilog
+
+from systolica.config import ChipConfig
+
+from .chip import Chip
+
+TOP = "systolica_chip"
+
+
+def generate(cfg: ChipConfig) -> str:
+    """Verilog for the chip described by ``cfg``, top module ``systolica_chip``."""
+    return _verilog.convert(Chip(cfg), name=TOP, emit_src=False)
