@@ -1,0 +1,41 @@
+# Entry points. Every target installs the project into .venv first (again only when
+# pyproject.toml changes), so a machine with Python 3.11 and pip needs nothing else.
+
+PYTHON   ?= python3.11
+VENV     := .venv
+STAMP    := $(VENV)/.installed
+WORKERS  ?= auto
+
+# cocotb reads WAVES from the environment too; waveforms are asked for through the
+# command line only, so a build made without tracing is never run with it.
+SIM_FLAGS := $(if $(filter 1 yes true,$(WAVES)),--waves)
+unexport WAVES
+
+.PHONY: venv sim test regress bench clean distclean
+
+venv: $(STAMP)
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/pip install -e '.[dev]'
+	touch $@
+
+sim: $(STAMP)
+	$(VENV)/bin/systolica sim $(SIM_FLAGS)
+
+test: $(STAMP)
+	$(VENV)/bin/python -m pytest -n $(WORKERS) -m "not regress" testbenches
+
+regress: $(STAMP)
+	$(VENV)/bin/python -m pytest -n $(WORKERS) -m regress testbenches
+
+bench: $(STAMP)
+	mkdir -p build
+	$(VENV)/bin/systolica bench --out build/bench.json
+
+clean:
+	rm -rf build sim_build .pytest_cache
+	find . -name __pycache__ -type d -not -path './$(VENV)/*' -prune -exec rm -rf {} +
+
+distclean: clean
+	rm -rf $(VENV) *.egg-info

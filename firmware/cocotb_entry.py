@@ -1,0 +1,91 @@
+"""cocotb test module run by :func:`systolica.rtlsim.run`: executes a batch of jobs on
+one simulated chip.
+
+The environment variable ``SYSTOLICA_JOBS`` names a JSON file written by the host::
+
+    {"word_bytes": R, "dram_words": N, "dram_in": path, "dram_out": path,
+     "results": path,
+     "jobs": [{"name": str, "program": path, "dram": path | null,
+               "readback": [[first_word, words], ...], "timeout_cycles": int}]}
+
+(relative paths are relative to the jobs file). For each job the chip is reset, the
+DRAM is loaded whole (zeros when ``dram`` is null), the program is loaded and started,
+and after the interrupt (done or fault) or the timeout the counters are read, the
+DRAM is dumped and the requested word ranges are saved as ``.npy`` files. The results
+file is rewritten after every job, so a crash leaves what was finished.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+import cocotb
+import numpy as np
+
+from .cocotb_bus import CocotbBus
+from .driver import ChipTimeout, Driver, describe_status, error_name
+
+
+@cocotb.test()
+async def run_jobs(dut):
+    jobs_file = Path(os.environ["SYSTOLICA_JOBS"])
+    base = jobs_file.parent
+    spec = json.loads(jobs_file.read_text())
+    word_bytes = spec["word_bytes"]
+    dram_words = spec["dram_words"]
+    results_file = base / spec["results"]
+
+    bus = CocotbBus(dut, dram_in=base / spec["dram_in"], dram_out=base / spec["dram_out"],
+                    word_bytes=word_bytes)
+    driver = Driver(bus)
+    await bus.start()
+
+    results = []
+    for index, job in enumerate(spec["jobs"]):
+        await bus.reset()
+        if job["dram"] is None:
+            image = np.zeros((dram_words, word_bytes), dtype=np.uint8)
+        else:
+            image = np.load(base / job["dram"])
+        await bus.load_dram(image)
+        program = (base / job["program"]).read_bytes()
+        await driver.load_program(program)
+
+        wall = time.perf_counter()
+        start_cycle = bus.sim_cycle()
+        await driver.start()
+        timed_out = False
+        try:
+            await driver.wait_done(job["timeout_cycles"])
+        except ChipTimeout as exc:
+            timed_out = True
+            dut._log.error("job %d (%s): %s", index, job["name"], exc)
+        end_cycle = bus.sim_cycle()
+        wall = time.perf_counter() - wall
+
+        result = await driver.counters()
+        result.update(
+            name=job["name"],
+            status_flags=describe_status(result["status"]),
+            error_name=error_name(result["error"]),
+            irq=bool(int(dut.irq.value)),
+            timed_out=timed_out,
+            sim_cycles=end_cycle - start_cycle,
+            start_time_ns=start_cycle * bus.period_ns,
+            wall_s=wall,
+            readback=[],
+        )
+        dump = await bus.dump_dram()
+        for k, (first, count) in enumerate(job["readback"]):
+            name = f"job{index}-readback{k}.npy"
+            np.save(base / name, dump[first:first + count])
+            result["readback"].append(name)
+        await driver.ack()
+
+        results.append(result)
+        results_file.write_text(json.dumps(results, indent=1))
+        dut._log.info("job %d (%s): %s error=%s cycles=%d, %.3f s", index, job["name"],
+                      result["status_flags"], result["error_name"], result["cycles"], wall)

@@ -1,0 +1,113 @@
+"""Register-level driver: load a program, start it, wait for the interrupt, read the
+counters. It knows the register map (:mod:`systolica.regs`) and nothing about how the
+registers are reached; a bus object supplies that."""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from ..isa import WORD_BITS
+from ..regs import (CTRL_IRQ_ACK, CTRL_START, STATUS_DONE, STATUS_ERROR, STATUS_RUNNING,
+                    ErrorCode, Reg)
+
+_WORD_BYTES = WORD_BITS // 8
+_WRITES_PER_WORD = WORD_BITS // 32
+
+
+class RegisterBus(Protocol):
+    """How the driver reaches the chip's 32-bit registers."""
+
+    async def write(self, reg: Reg, value: int) -> None: ...
+
+    async def read(self, reg: Reg) -> int: ...
+
+    async def wait_irq(self, timeout_cycles: int) -> bool:
+        """Return once the interrupt line is high (True) or after ``timeout_cycles``
+        clock cycles without it (False)."""
+        ...
+
+
+class ChipTimeout(RuntimeError):
+    """The chip did not raise its interrupt within the allowed cycles."""
+
+
+class Driver:
+    """Drives one chip through ``bus``.
+
+    Each run follows: :meth:`load_program`, :meth:`start`, :meth:`wait_done`,
+    :meth:`counters`, :meth:`ack`.
+    """
+
+    def __init__(self, bus: RegisterBus):
+        self.bus = bus
+
+    async def load_program(self, image: bytes) -> int:
+        """Write a program image (little-endian 128-bit words) into the instruction
+        memory from index 0 and set PROG_LEN. Returns the instruction count."""
+        if len(image) % _WORD_BYTES:
+            raise ValueError(f"program image length must be a multiple of {_WORD_BYTES} "
+                             f"bytes, not {len(image)}")
+        count = len(image) // _WORD_BYTES
+        await self.bus.write(Reg.PROG_LEN, count)
+        await self.bus.write(Reg.IMEM_ADDR, 0)
+        for offset in range(0, len(image), 4):
+            await self.bus.write(Reg.IMEM_DATA,
+                                 int.from_bytes(image[offset:offset + 4], "little"))
+        return count
+
+    async def start(self) -> None:
+        await self.bus.write(Reg.CTRL, CTRL_START)
+
+    async def wait_done(self, timeout_cycles: int) -> int:
+        """Wait for the end-of-run interrupt (done or fault); return STATUS.
+
+        Raises :class:`ChipTimeout` if the interrupt has not come after
+        ``timeout_cycles`` cycles.
+        """
+        if not await self.bus.wait_irq(timeout_cycles):
+            status = await self.bus.read(Reg.STATUS)
+            raise ChipTimeout(f"no interrupt within {timeout_cycles} cycles "
+                              f"(STATUS={describe_status(status)}, "
+                              f"CYCLES={await self.bus.read(Reg.CYCLES)})")
+        return await self.bus.read(Reg.STATUS)
+
+    async def counters(self) -> dict:
+        """Status and performance registers of the last run."""
+        read = self.bus.read
+        return {
+            "status": await read(Reg.STATUS),
+            "error": await read(Reg.ERROR),
+            "fault_pc": await read(Reg.FAULT_PC),
+            "fault_cycle": await read(Reg.FAULT_CYCLE),
+            "cycles": await read(Reg.CYCLES),
+            "macs": await read(Reg.MACS_LO) | await read(Reg.MACS_HI) << 32,
+            "dram_rd_bytes": await read(Reg.DRAM_RD_BYTES),
+            "dram_wr_bytes": await read(Reg.DRAM_WR_BYTES),
+            "hwcfg": await read(Reg.HWCFG),
+        }
+
+    async def ack(self) -> None:
+        """Lower the interrupt."""
+        await self.bus.write(Reg.CTRL, CTRL_IRQ_ACK)
+
+    async def run(self, image: bytes, timeout_cycles: int) -> dict:
+        """Load, start, wait, read the counters and acknowledge: one whole run."""
+        await self.load_program(image)
+        await self.start()
+        await self.wait_done(timeout_cycles)
+        result = await self.counters()
+        await self.ack()
+        return result
+
+
+def describe_status(status: int) -> str:
+    flags = [name for bit, name in ((STATUS_RUNNING, "RUNNING"), (STATUS_DONE, "DONE"),
+                                    (STATUS_ERROR, "ERROR")) if status & bit]
+    return "|".join(flags) or "IDLE"
+
+
+def error_name(code: int) -> str:
+    try:
+        return ErrorCode(code).name
+    except ValueError:
+        return f"UNKNOWN({code})"
