@@ -1,0 +1,145 @@
+"""The compiler's program representation: latency-insensitive micro-ops.
+
+A micro-op is an instruction without a cycle, plus the memory ranges it touches. The
+ranges are derived from the fields by one function (`accesses`), following the
+functional semantics in docs/contract.md, so lowering cannot state them wrongly and
+the scheduler's hazards are exactly the instruction's effects.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .. import fabric, isa
+from ..config import ChipConfig
+from ..isa import DmaKind, Opcode
+from .graph import CompileError
+
+READ, WRITE, ACCUMULATE = "read", "write", "accumulate"
+
+
+@dataclass(frozen=True)
+class Access:
+    """``[lo, hi)`` of a resource: "cbuf", "acc", "dram" (rows/words), "wbank0",
+    "wbank1" (one unit each) or "cfg" (multiplexer indices). ``accumulate`` is a
+    MATMUL's write through the accumulate pipeline: two of them on the same rows only
+    need to issue in order."""
+    resource: str
+    lo: int
+    hi: int
+    mode: str
+
+
+@dataclass
+class MicroOp:
+    op: Opcode
+    fields: dict
+    accesses: tuple[Access, ...] = ()
+    layer: int = 0          # index of the network layer it belongs to
+
+    def instr(self, cycle: int) -> isa.Instr:
+        return isa.Instr(self.op, cycle, dict(self.fields))
+
+    def __str__(self):
+        return isa.disassemble_one(self.instr(0)).split(":", 1)[1].strip()
+
+
+def resource_sizes(cfg: ChipConfig) -> dict[str, int]:
+    return {"cbuf": cfg.cbuf_depth, "acc": cfg.acc_depth, "dram": cfg.dram_words,
+            "wbank0": 1, "wbank1": 1, "cfg": len(fabric.muxes(cfg))}
+
+
+def accesses(cfg: ChipConfig, op: Opcode, f: dict) -> tuple[Access, ...]:
+    """What an instruction reads and writes (ranges may be conservative for strided
+    DMA: the whole span between the first and last DRAM word)."""
+    fabric_cfg = Access("cfg", 0, len(fabric.muxes(cfg)), READ)
+    if op is Opcode.DMA:
+        to_acc = f["kind"] in (DmaKind.LOAD_ACC, DmaKind.STORE_ACC)
+        w = cfg.acc_row_words if to_acc else 1
+        dram = (f["dram_addr"], f["dram_addr"] + (f["rows"] - 1) * f["dram_stride"] + w)
+        buf = ("acc" if to_acc else "cbuf", f["buf_addr"], f["buf_addr"] + f["rows"])
+        if f["kind"] in (DmaKind.LOAD_CBUF, DmaKind.LOAD_ACC):
+            return Access("dram", *dram, READ), Access(*buf, WRITE)
+        return Access(*buf, READ), Access("dram", *dram, WRITE)
+    if op is Opcode.WLOAD:
+        return (Access("cbuf", f["w_addr"], f["w_addr"] + cfg.rows, READ),
+                Access(f"wbank{f['bank']}", 0, 1, WRITE), fabric_cfg)
+    if op is Opcode.MATMUL:
+        return (Access("cbuf", f["act_addr"], f["act_addr"] + f["rows"], READ),
+                Access(f"wbank{f['bank']}", 0, 1, READ),
+                Access("acc", f["acc_addr"], f["acc_addr"] + f["rows"], ACCUMULATE),
+                fabric_cfg)
+    if op is Opcode.VRUN:
+        out = [Access("acc", f["src"], f["src"] + f["rows"], READ), fabric_cfg]
+        if f.get("use_bias"):
+            out.append(Access("acc", f["bias_addr"], f["bias_addr"] + 1, READ))
+        dst = "acc" if f.get("to_acc") else "cbuf"
+        out.append(Access(dst, f["dst"], f["dst"] + f["rows"], WRITE))
+        return tuple(out)
+    if op is Opcode.SETCFG:
+        return (Access("cfg", f["index"], f["index"] + 1, WRITE),)
+    raise CompileError(f"no access model for {op!r}")
+
+
+def make(cfg: ChipConfig, op: Opcode, layer: int = 0, **fields) -> MicroOp:
+    """A checked micro-op: fields encodable and every range inside its memory, so a
+    compiled program can never raise ADDR_RANGE or CFG_RANGE."""
+    mop = MicroOp(op, fields, (), layer)
+    try:
+        isa.encode(mop.instr(0))
+    except isa.EncodingError as e:
+        raise CompileError(f"internal: {mop}: {e}") from None
+    acc = accesses(cfg, op, fields)
+    sizes = resource_sizes(cfg)
+    for a in acc:
+        if not 0 <= a.lo < a.hi <= sizes[a.resource]:
+            raise CompileError(f"internal: {mop}: {a.resource} range [{a.lo}, {a.hi}) "
+                               f"outside [0, {sizes[a.resource]})")
+    mop.accesses = acc
+    return mop
+
+
+def conflict(a: MicroOp, b: MicroOp) -> bool:
+    """Whether the two ops' order matters (overlapping ranges, at least one writes;
+    accumulates count as writes here because their order fixes the overwrite)."""
+    for x in a.accesses:
+        for y in b.accesses:
+            if x.resource == y.resource and x.lo < y.hi and y.lo < x.hi \
+                    and (x.mode != READ or y.mode != READ):
+                return True
+    return False
+
+
+@dataclass
+class _Positions:
+    """Per-address highest position of a write and of a read seen so far."""
+    write: np.ndarray
+    read: np.ndarray = field(init=False)
+
+    def __post_init__(self):
+        self.read = self.write.copy()
+
+
+def verify_reorder(cfg: ChipConfig, before: list[MicroOp], after: list[MicroOp]) -> None:
+    """Raise unless `after` is a permutation of `before` keeping the relative order of
+    every conflicting pair, i.e. computes the same thing."""
+    pos = {id(m): i for i, m in enumerate(after)}
+    if len(pos) != len(before) or any(id(m) not in pos for m in before):
+        raise CompileError("internal: reordered program is not a permutation")
+    state = {r: _Positions(np.full(n, -1, dtype=np.int64))
+             for r, n in resource_sizes(cfg).items()}
+    for m in before:
+        p = pos[id(m)]
+        for a in m.accesses:
+            s = state[a.resource]
+            last = s.write[a.lo:a.hi].max()
+            if a.mode != READ:
+                last = max(last, s.read[a.lo:a.hi].max())
+            if p <= last:
+                raise CompileError(f"internal: reordering moved {m} before a conflicting op")
+        for a in m.accesses:
+            s = state[a.resource]
+            arr = s.read if a.mode == READ else s.write
+            np.maximum(arr[a.lo:a.hi], p, out=arr[a.lo:a.hi])

@@ -1,0 +1,95 @@
+"""DRAM layouts of activations, weights, biases and outputs (docs/contract.md,
+"DRAM layouts"). A DRAM image is a uint8 array ``(words, cfg.rows)``: one word is one
+CBUF row, and one accumulator row is ``cfg.acc_row_words`` consecutive words."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..config import ChipConfig
+
+
+def blocks(n: int, size: int) -> int:
+    return -(-n // size)
+
+
+def _pad(x: np.ndarray, rows: int, cols: int) -> np.ndarray:
+    out = np.zeros((rows, cols), dtype=x.dtype)
+    out[:x.shape[0], :x.shape[1]] = x
+    return out
+
+
+def activation_words(cfg: ChipConfig, M: int, K: int) -> int:
+    return blocks(K, cfg.rows) * M
+
+
+def weight_words(cfg: ChipConfig, K: int, N: int) -> int:
+    return blocks(N, cfg.cols) * blocks(K, cfg.rows) * cfg.rows
+
+
+def bias_words(cfg: ChipConfig, N: int) -> int:
+    return blocks(N, cfg.cols) * cfg.acc_row_words
+
+
+def output_words(cfg: ChipConfig, M: int, N: int, dtype: str) -> int:
+    per_row = cfg.acc_row_words if dtype == "int32" else 1
+    return blocks(N, cfg.cols) * M * per_row
+
+
+def pack_activations(cfg: ChipConfig, a: np.ndarray) -> np.ndarray:
+    """``A[M, K]`` int8 -> K-blocks of ``M`` words, block ``kb`` word ``m`` holding
+    ``A[m, kb*R : kb*R+R]``."""
+    M, K = a.shape
+    R = cfg.rows
+    kb = blocks(K, R)
+    padded = _pad(a.astype(np.int8), M, kb * R)
+    # [M, kb, R] -> [kb, M, R]: block-major, then rows
+    return padded.reshape(M, kb, R).transpose(1, 0, 2).reshape(kb * M, R).view(np.uint8)
+
+
+def pack_weights(cfg: ChipConfig, b: np.ndarray) -> np.ndarray:
+    """``B[K, N]`` int8 -> blocks ordered ``(nb, kb)`` of ``R`` words, word ``r`` of a
+    block holding ``B[kb*R + r, nb*C : nb*C+C]``."""
+    K, N = b.shape
+    R, C = cfg.rows, cfg.cols
+    kb, nb = blocks(K, R), blocks(N, C)
+    padded = _pad(b.astype(np.int8), kb * R, nb * C)
+    tiles = padded.reshape(kb, R, nb, C).transpose(2, 0, 1, 3)   # [nb, kb, R, C]
+    words = np.zeros((nb, kb, R, R), dtype=np.int8)
+    words[..., :C] = tiles
+    return words.reshape(nb * kb * R, R).view(np.uint8)
+
+
+def pack_acc_rows(cfg: ChipConfig, rows: np.ndarray) -> np.ndarray:
+    """int32 ``[n, C]`` accumulator rows -> ``n * acc_row_words`` words."""
+    data = np.ascontiguousarray(rows.astype("<i4")).view(np.uint8)
+    return data.reshape(rows.shape[0] * cfg.acc_row_words, cfg.rows)
+
+
+def unpack_acc_rows(cfg: ChipConfig, words: np.ndarray) -> np.ndarray:
+    """``n * acc_row_words`` words -> int32 ``[n, C]``."""
+    flat = np.ascontiguousarray(words, dtype=np.uint8).reshape(-1)
+    return flat.view("<i4").reshape(-1, cfg.cols).astype(np.int32)
+
+
+def pack_bias(cfg: ChipConfig, bias: np.ndarray) -> np.ndarray:
+    """``bias[N]`` int32 -> one accumulator row per N-block."""
+    C = cfg.cols
+    nb = blocks(bias.shape[0], C)
+    return pack_acc_rows(cfg, _pad(bias.astype(np.int32)[None, :], 1, nb * C).reshape(nb, C))
+
+
+def unpack_int8(cfg: ChipConfig, words: np.ndarray, M: int, N: int) -> np.ndarray:
+    """Per N-block ``M`` words -> int8 ``[M, N]``."""
+    C = cfg.cols
+    nb = blocks(N, C)
+    tiles = np.asarray(words, dtype=np.uint8)[:nb * M, :C].view(np.int8).reshape(nb, M, C)
+    return tiles.transpose(1, 0, 2).reshape(M, nb * C)[:, :N].copy()
+
+
+def unpack_int32(cfg: ChipConfig, words: np.ndarray, M: int, N: int) -> np.ndarray:
+    """Per N-block ``M`` accumulator rows -> int32 ``[M, N]``."""
+    C = cfg.cols
+    nb = blocks(N, C)
+    rows = unpack_acc_rows(cfg, np.asarray(words)[:nb * M * cfg.acc_row_words])
+    return rows.reshape(nb, M, C).transpose(1, 0, 2).reshape(M, nb * C)[:, :N].copy()

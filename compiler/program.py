@@ -1,0 +1,107 @@
+"""The compiler's entry point: Network -> scheduled program, program image, DRAM image,
+predicted cycles and traffic, and how to read the result back."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .. import isa, timing
+from ..config import ChipConfig
+from ..isa import DmaKind, Opcode
+from . import layout
+from .graph import CompileError, Network
+from .lower import DramMap, lower
+from .schedule import schedule
+
+
+@dataclass(frozen=True)
+class LayerRecord:
+    name: str
+    M: int
+    K: int
+    N: int
+    macs: int          # useful multiply-accumulates, M*K*N
+    first_cycle: int   # issue cycle of the layer's first instruction
+    end_cycle: int     # cycle at which the last of its instructions is done
+
+    @property
+    def cycles(self) -> int:
+        return self.end_cycle - self.first_cycle
+
+
+@dataclass(frozen=True)
+class Compiled:
+    cfg: ChipConfig
+    network: Network
+    program: list[isa.Instr]      # sorted by issue cycle
+    image: bytes                  # isa.to_bytes of the encoded program
+    dram: np.ndarray              # initial DRAM image, uint8 (dram_words, rows)
+    dram_map: DramMap
+    predicted_cycles: int         # what the CYCLES register will read
+    layers: tuple[LayerRecord, ...]
+    array_macs: int               # what the MACS counter will read (rows streamed x R x C)
+    dram_bytes_read: int
+    dram_bytes_written: int
+
+    @property
+    def macs(self) -> int:
+        return sum(layer.macs for layer in self.layers)
+
+    @property
+    def utilisation(self) -> float:
+        """Useful MACs per cycle over the array's peak."""
+        return self.macs / (self.predicted_cycles * self.cfg.macs) if self.predicted_cycles else 0.0
+
+    @property
+    def out_dtype(self) -> str:
+        return self.network.layers[-1].out_dtype
+
+    def result(self, dram_after: np.ndarray) -> np.ndarray:
+        """The network's output ``[M, N]`` read from a DRAM image after the run."""
+        M, N = self.network.out_shape
+        at = self.dram_map.output
+        words = np.asarray(dram_after)[at:at + self.dram_map.output_words]
+        if self.out_dtype == "int32":
+            return layout.unpack_int32(self.cfg, words, M, N)
+        return layout.unpack_int8(self.cfg, words, M, N)
+
+    def disassemble(self) -> str:
+        return isa.disassemble(self.image)
+
+
+def _dma_bytes(cfg: ChipConfig, program: list[isa.Instr], kinds: tuple[int, ...]) -> int:
+    return sum(timing.dma_words(cfg, i.kind, i.rows) * cfg.rows for i in program
+               if i.op is Opcode.DMA and i.kind in kinds)
+
+
+def compile_network(cfg: ChipConfig, network: Network) -> Compiled:
+    """Compile `network` for chip `cfg`; raises CompileError when it cannot run there."""
+    if not isinstance(network, Network):
+        raise CompileError(f"compile_network takes a Network, not {type(network).__name__}")
+    lowered = lower(cfg, network)
+    if len(lowered.ops) > cfg.imem_depth:
+        raise CompileError(
+            f"network {network.name!r}: the program needs {len(lowered.ops)} instructions "
+            f"but the configured imem_depth is {cfg.imem_depth} (over by "
+            f"{len(lowered.ops) - cfg.imem_depth}); split the network or the batch")
+    cycles = schedule(cfg, lowered.ops)
+    order = sorted(range(len(cycles)), key=cycles.__getitem__)
+    program = [lowered.ops[i].instr(cycles[i]) for i in order]
+    image = isa.to_bytes([isa.encode(i) for i in program])
+
+    records = []
+    for li, layer in enumerate(network.layers):
+        mine = [i for i, op in enumerate(lowered.ops) if op.layer == li]
+        first = min(cycles[i] for i in mine)
+        end = max(cycles[i] + timing.done(cfg, lowered.ops[i].instr(0)) for i in mine)
+        records.append(LayerRecord(layer.name, network.M, layer.K, layer.N,
+                                   network.M * layer.K * layer.N, first, end))
+    return Compiled(
+        cfg=cfg, network=network, program=program, image=image, dram=lowered.dram,
+        dram_map=lowered.dram_map, predicted_cycles=timing.run_cycles(cfg, program),
+        layers=tuple(records),
+        array_macs=sum(i.rows for i in program if i.op is Opcode.MATMUL) * cfg.macs,
+        dram_bytes_read=_dma_bytes(cfg, program, (DmaKind.LOAD_CBUF, DmaKind.LOAD_ACC)),
+        dram_bytes_written=_dma_bytes(cfg, program, (DmaKind.STORE_CBUF, DmaKind.STORE_ACC)))
