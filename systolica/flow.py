@@ -1,0 +1,140 @@
+"""The main job: compile a network, run it on the golden model and on the Verilated
+RTL, and check both against numpy, cycle counts included."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from . import golden, isa, rtlsim, timing
+from .compiler import Compiled, Network, compile_network
+from .compiler import reference
+from .config import ChipConfig
+
+
+@dataclass
+class LayerRun:
+    name: str
+    M: int
+    K: int
+    N: int
+    macs: int
+    predicted_end: int      # cycle at which the program up to this layer's last
+    measured_end: int       # instruction has drained: compiler vs RTL
+    dram_rd_bytes: int      # measured on the RTL, this layer's share
+    dram_wr_bytes: int
+    start: int = 0          # previous layer's end (0 for the first)
+
+    @property
+    def predicted_cycles(self) -> int:
+        return self.predicted_end - self.start
+
+    @property
+    def measured_cycles(self) -> int:
+        return self.measured_end - self.start
+
+    def utilisation(self, cfg: ChipConfig) -> float:
+        c = self.measured_cycles
+        return self.macs / (c * cfg.macs) if c > 0 else 0.0
+
+
+@dataclass
+class NetworkRun:
+    cfg: ChipConfig
+    name: str
+    compiled: Compiled
+    compile_s: float
+    predicted_cycles: int
+    measured_cycles: int
+    golden_cycles: int
+    rtl_matches_golden: bool
+    rtl_matches_numpy: bool
+    macs_counter: int
+    dram_rd_bytes: int
+    dram_wr_bytes: int
+    sim_s: float
+    error: str
+    layers: list[LayerRun] = field(default_factory=list)
+    fst: str | None = None
+
+    @property
+    def macs(self) -> int:
+        return self.compiled.macs
+
+    @property
+    def utilisation(self) -> float:
+        c = self.measured_cycles
+        return self.macs / (c * self.cfg.macs) if c else 0.0
+
+    @property
+    def sim_cycles_per_second(self) -> float:
+        return self.measured_cycles / self.sim_s if self.sim_s else 0.0
+
+    @property
+    def ok(self) -> bool:
+        return (self.error == "NONE" and self.rtl_matches_golden and self.rtl_matches_numpy
+                and self.measured_cycles == self.predicted_cycles == self.golden_cycles
+                and all(l.measured_end == l.predicted_end for l in self.layers))
+
+
+def _layer_prefixes(compiled: Compiled) -> list[int]:
+    """For each layer, how many program instructions (in issue order) it takes to
+    include that layer's last one."""
+    last = {}
+    for pc, layer in enumerate(compiled.layer_of):
+        last[layer] = pc
+    return [last[i] + 1 for i in range(len(compiled.layers))]
+
+
+def run_network(cfg: ChipConfig, network: Network, *, waves: bool = False,
+                per_layer: bool = True) -> NetworkRun:
+    began = time.perf_counter()
+    compiled = compile_network(cfg, network)
+    compile_s = time.perf_counter() - began
+
+    want = reference.run(network)
+    gold = golden.run(cfg, compiled.image, compiled.dram)
+    out_words = (compiled.dram_map.output, compiled.dram_map.output_words)
+
+    jobs = [dict(name=network.name, program=compiled.image, dram=compiled.dram,
+                 readback=[out_words])]
+    prefixes = _layer_prefixes(compiled) if per_layer and len(compiled.layers) > 1 else []
+    words = isa.from_bytes(compiled.image)
+    for layer, n in zip(compiled.layers, prefixes):
+        prefix = isa.to_bytes(words[:n])
+        jobs.append(dict(name=f"{network.name}:{layer.name}", program=prefix,
+                         dram=compiled.dram, readback=[(0, 1)]))
+    results = rtlsim.run(cfg, jobs, waves=waves)
+    full = results[0]
+
+    dram_after = np.zeros((cfg.dram_words, cfg.dram_word_bytes), np.uint8)
+    dram_after[out_words[0]:out_words[0] + out_words[1]] = full["readback"][0]
+    got = compiled.result(dram_after)
+    golden_out = compiled.result(gold.dram)
+
+    layers = []
+    if prefixes:
+        start = rd0 = wr0 = 0
+        for layer, n, res in zip(compiled.layers, prefixes, results[1:]):
+            predicted = timing.run_cycles(cfg, compiled.program[:n])
+            layers.append(LayerRun(layer.name, layer.M, layer.K, layer.N, layer.macs,
+                                   predicted, res["cycles"], res["dram_rd_bytes"] - rd0,
+                                   res["dram_wr_bytes"] - wr0, start))
+            start, rd0, wr0 = res["cycles"], res["dram_rd_bytes"], res["dram_wr_bytes"]
+    else:
+        layer = compiled.layers[0] if len(compiled.layers) == 1 else None
+        if layer is not None:
+            layers.append(LayerRun(layer.name, layer.M, layer.K, layer.N, layer.macs,
+                                   compiled.predicted_cycles, full["cycles"],
+                                   full["dram_rd_bytes"], full["dram_wr_bytes"]))
+    return NetworkRun(
+        cfg=cfg, name=network.name, compiled=compiled, compile_s=compile_s,
+        predicted_cycles=compiled.predicted_cycles, measured_cycles=full["cycles"],
+        golden_cycles=gold.cycles,
+        rtl_matches_golden=bool(np.array_equal(got, golden_out)),
+        rtl_matches_numpy=bool(np.array_equal(got, want)),
+        macs_counter=full["macs"], dram_rd_bytes=full["dram_rd_bytes"],
+        dram_wr_bytes=full["dram_wr_bytes"], sim_s=full["wall_s"],
+        error=full["error_name"], layers=layers, fst=full.get("fst"))

@@ -1,0 +1,77 @@
+"""The run report: a table per layer for people, a record per run for machines."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.table import Table
+
+from .flow import NetworkRun
+
+
+def _mark(ok: bool) -> str:
+    return "[green]yes[/]" if ok else "[bold red]NO[/]"
+
+
+def print_run(run: NetworkRun, console: Console | None = None) -> None:
+    console = console or Console()
+    cfg = run.cfg
+    console.print(f"[bold]{run.name}[/] on chip [bold]{cfg.name}[/]: {cfg.tile_rows}x"
+                  f"{cfg.tile_cols} tiles of {cfg.tile_size}x{cfg.tile_size} cells "
+                  f"({cfg.rows}x{cfg.cols} = {cfg.macs} MACs), "
+                  f"{len(run.compiled.program)} instructions")
+    table = Table(show_edge=False, header_style="bold")
+    for col in ("layer", "M", "K", "N", "cycles pred", "cycles RTL", "cycle match",
+                "MAC util", "DRAM rd B", "DRAM wr B"):
+        table.add_column(col, justify="left" if col == "layer" else "right")
+    for layer in run.layers:
+        table.add_row(layer.name, str(layer.M), str(layer.K), str(layer.N),
+                      str(layer.predicted_cycles), str(layer.measured_cycles),
+                      _mark(layer.predicted_end == layer.measured_end),
+                      f"{layer.utilisation(cfg):.3f}", str(layer.dram_rd_bytes),
+                      str(layer.dram_wr_bytes))
+    table.add_row("[bold]total", "", "", "", str(run.predicted_cycles),
+                  str(run.measured_cycles), _mark(run.predicted_cycles == run.measured_cycles),
+                  f"{run.utilisation:.3f}", str(run.dram_rd_bytes), str(run.dram_wr_bytes),
+                  style="bold")
+    console.print(table)
+    console.print(f"outputs: RTL == golden model {_mark(run.rtl_matches_golden)}, "
+                  f"RTL == numpy {_mark(run.rtl_matches_numpy)}; golden model cycles "
+                  f"{run.golden_cycles} {_mark(run.golden_cycles == run.predicted_cycles)}; "
+                  f"chip error {run.error}")
+    console.print(f"compile {run.compile_s:.2f} s; RTL simulation {run.measured_cycles} cycles "
+                  f"in {run.sim_s:.2f} s ({run.sim_cycles_per_second:,.0f} cycles/s)")
+    if run.fst:
+        console.print(f"waveform: {run.fst}")
+    console.print("[bold green]PASS[/]" if run.ok else "[bold red]FAIL[/]")
+
+
+def record(run: NetworkRun, name: str) -> dict:
+    """One machine-readable bench record."""
+    layer = run.compiled.layers
+    return {
+        "name": name,
+        "config": run.cfg.name,
+        "M": layer[0].M,
+        "K": layer[0].K,
+        "N": layer[-1].N,
+        "layers": [{"name": l.name, "M": l.M, "K": l.K, "N": l.N,
+                    "predicted_cycles": l.predicted_cycles, "cycles": l.measured_cycles,
+                    "mac_utilization": l.utilisation(run.cfg),
+                    "dram_rd_bytes": l.dram_rd_bytes, "dram_wr_bytes": l.dram_wr_bytes}
+                   for l in run.layers],
+        "cycles": run.measured_cycles,
+        "predicted_cycles": run.predicted_cycles,
+        "golden_cycles": run.golden_cycles,
+        "macs": run.macs,
+        "array_macs": run.macs_counter,
+        "mac_utilization": run.utilisation,
+        "dram_bytes": run.dram_rd_bytes + run.dram_wr_bytes,
+        "dram_rd_bytes": run.dram_rd_bytes,
+        "dram_wr_bytes": run.dram_wr_bytes,
+        "instructions": len(run.compiled.program),
+        "compile_seconds": run.compile_s,
+        "sim_seconds": run.sim_s,
+        "sim_cycles_per_second": run.sim_cycles_per_second,
+        "outputs_match": run.rtl_matches_golden and run.rtl_matches_numpy,
+        "ok": run.ok,
+    }
