@@ -86,7 +86,13 @@ def accesses(cfg: ChipConfig, op: Opcode, f: dict) -> tuple[Access, ...]:
 def make(cfg: ChipConfig, op: Opcode, layer: int = 0, **fields) -> MicroOp:
     """A checked micro-op: fields encodable and every range inside its memory, so a
     compiled program can never raise ADDR_RANGE or CFG_RANGE."""
-    mop = MicroOp(op, fields, (), layer)
+    unknown = set(fields) - {name for name, _ in isa.PAYLOAD[op]}
+    if unknown:
+        raise CompileError(f"internal: {op.name} has no field(s) {sorted(unknown)}")
+    # every field spelled out (0 by default), as isa.decode returns them
+    mop = MicroOp(op, {name: int(fields.get(name, 0)) for name, _ in isa.PAYLOAD[op]},
+                  (), layer)
+    fields = mop.fields
     try:
         isa.encode(mop.instr(0))
     except isa.EncodingError as e:

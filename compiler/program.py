@@ -58,6 +58,11 @@ class Compiled:
     def out_dtype(self) -> str:
         return self.network.layers[-1].out_dtype
 
+    @property
+    def dram_used(self) -> np.ndarray:
+        """The initial DRAM image up to the last word the program touches."""
+        return self.dram[:self.dram_map.end]
+
     def result(self, dram_after: np.ndarray) -> np.ndarray:
         """The network's output ``[M, N]`` read from a DRAM image after the run."""
         M, N = self.network.out_shape

@@ -1,0 +1,139 @@
+"""Compiled programs run on the golden model must reproduce the numpy reference, with
+the cycle count and counters the compiler predicted."""
+
+import numpy as np
+import pytest
+
+from systolica import golden, isa
+from systolica.compiler import CompileError, Dense, Network, compile_network, gemm, reference
+from systolica.compiler.lower import acc_half_rows
+from systolica.config import preset
+from systolica.regs import ErrorCode
+
+TINY, BASE = preset("tiny"), preset("base")
+
+
+def check(cfg, net):
+    """Compile, run on the golden model, compare with the reference and predictions."""
+    compiled = compile_network(cfg, net)
+    run = golden.run(cfg, compiled.image, compiled.dram)
+    assert run.error is ErrorCode.NONE
+    assert np.array_equal(compiled.result(run.dram), reference.run(net))
+    assert run.cycles == compiled.predicted_cycles
+    assert run.macs == compiled.array_macs
+    assert run.dram_bytes_read == compiled.dram_bytes_read
+    assert run.dram_bytes_written == compiled.dram_bytes_written
+    assert len(compiled.program) <= cfg.imem_depth
+    return compiled
+
+
+def data(rng, M, K, N):
+    return (rng.integers(-128, 128, (M, K)), rng.integers(-128, 128, (K, N)),
+            rng.integers(-(1 << 20), 1 << 20, N))
+
+
+@pytest.mark.parametrize("cfg, M, K, N", [
+    (TINY, 1, 1, 1),
+    (BASE, 1, 1, 1),
+    (TINY, 1, 40, 9),                              # M = 1
+    (TINY, 5, 8 * 12 + 3, 8),                      # K >> R, ragged
+    (TINY, 7, 8, 8 * 3 + 5),                       # N not a multiple of C
+    (TINY, acc_half_rows(TINY) * 2 + 9, 20, 11),   # M > Mt: three M-chunks
+    (BASE, 33, 16, 16),
+])
+@pytest.mark.parametrize("post", [
+    dict(mult=1, shift=0, zp=0),
+    dict(mult=9000, shift=21, zp=-7, relu=True),
+    dict(mult=65535, shift=63, zp=127),
+    dict(out_dtype="int32"),
+    dict(out_dtype="int32", relu=True),
+])
+def test_edge_shapes(cfg, M, K, N, post):
+    rng = np.random.default_rng(M * 1000 + K * 10 + N)
+    a, b, bias = data(rng, M, K, N)
+    check(cfg, gemm(a, b, bias, **post))
+    check(cfg, gemm(a, b, **post))
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_random_gemms(seed):
+    rng = np.random.default_rng(seed)
+    cfg = (TINY, BASE)[seed % 2]
+    M, K, N = (int(x) for x in rng.integers(1, 120, 3))
+    a, b, bias = data(rng, M, K, N)
+    check(cfg, gemm(a, b, bias, mult=int(rng.integers(1, 1 << 16)),
+                    shift=int(rng.integers(10, 30)), zp=int(rng.integers(-128, 128)),
+                    relu=bool(seed & 2)))
+
+
+def test_int32_wraps():
+    # bias + sum passes 2**31 - 1 and wraps like int32 arithmetic
+    a, b = np.full((2, 8), 127), np.full((8, 3), 127)
+    compiled = check(TINY, gemm(a, b, np.full(3, (1 << 31) - 1), out_dtype="int32"))
+    out = compiled.result(golden.run(TINY, compiled.image, compiled.dram).dram)
+    assert out[0, 0] == (1 << 31) - 1 + 8 * 127 * 127 - (1 << 32)
+
+
+@pytest.mark.parametrize("cfg, M, dims, last", [
+    (TINY, 30, [20, 9, 40, 3], dict(out_dtype="int32")),
+    (TINY, 8, [8, 8, 8], {}),
+    (BASE, 64, [64, 128, 16], dict(relu=True)),
+    (TINY, acc_half_rows(TINY), [17, 33, 5], dict(zp=-3)),  # largest chain M
+])
+def test_mlp_chains(cfg, M, dims, last):
+    rng = np.random.default_rng(len(dims) * M)
+    layers = [Dense(rng.integers(-128, 128, (dims[i], dims[i + 1])),
+                    rng.integers(-4000, 4000, dims[i + 1]),
+                    mult=int(rng.integers(1, 600)), shift=15, zp=int(rng.integers(-9, 9)),
+                    relu=True) for i in range(len(dims) - 2)]
+    post = last if last.get("out_dtype") == "int32" else {"mult": 300, "shift": 14, **last}
+    layers.append(Dense(rng.integers(-128, 128, dims[-2:]), rng.integers(-4000, 4000, dims[-1]),
+                        **post))
+    net = Network(rng.integers(-128, 128, (M, dims[0])), layers)
+    compiled = check(cfg, net)
+    # only the input is read and only the output written
+    assert compiled.dram_bytes_written == compiled.dram_map.output_words * cfg.rows
+    names = [r.name for r in compiled.layers]
+    assert names == [f"layer{i}" for i in range(len(layers))]
+    for rec in compiled.layers:
+        assert 0 <= rec.first_cycle < rec.end_cycle <= compiled.predicted_cycles
+    assert compiled.layers[-1].end_cycle == compiled.predicted_cycles
+
+
+def test_bench_gemm_is_compute_bound():
+    rng = np.random.default_rng(0)
+    a, b, _ = data(rng, 256, 256, 256)
+    compiled = check(BASE, gemm(a, b, mult=5, shift=14))
+    assert compiled.macs == 256 ** 3
+    ideal = 256 ** 3 // BASE.macs            # cycles with every MAC busy
+    assert ideal < compiled.predicted_cycles < 1.05 * ideal
+
+
+@pytest.mark.parametrize("cfg, net, words", [
+    (TINY, lambda: gemm(np.ones((1, 8 * 2000)), np.ones((8 * 2000, 2))),
+     ["'gemm'", "CBUF too small by", "cbuf_depth 2048"]),
+    (TINY.replace(dram_words=64), lambda: gemm(np.ones((40, 8)), np.ones((8, 8))),
+     ["'gemm'", "DRAM too small by", "dram_words is 64"]),
+    (TINY, lambda: Network(np.ones((acc_half_rows(TINY) + 1, 8)),
+                           [Dense(np.ones((8, 8))), Dense(np.ones((8, 8)), name="fc")]),
+     ["'fc'", f"at most {acc_half_rows(TINY)}", "acc_depth"]),
+    (TINY.replace(imem_depth=20), lambda: gemm(np.ones((4, 8)), np.ones((8, 8))),
+     ["instructions", "imem_depth is 20"]),
+])
+def test_problem_larger_than_the_chip_is_refused(cfg, net, words):
+    with pytest.raises(CompileError) as info:
+        compile_network(cfg, net())
+    for word in words:
+        assert word in str(info.value)
+
+
+def test_image_round_trips_and_disassembles():
+    rng = np.random.default_rng(3)
+    a, b, bias = data(rng, 9, 20, 12)
+    compiled = compile_network(TINY, gemm(a, b, bias, relu=True))
+    words = isa.from_bytes(compiled.image)
+    assert [isa.decode(w) for w in words] == compiled.program
+    assert [isa.encode(i) for i in compiled.program] == words
+    text = compiled.disassemble().splitlines()
+    assert len(text) == len(compiled.program)
+    assert all(f" {i.op.name} " in line + " " for i, line in zip(compiled.program, text))
