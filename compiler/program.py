@@ -36,6 +36,7 @@ class Compiled:
     cfg: ChipConfig
     network: Network
     program: list[isa.Instr]      # sorted by issue cycle
+    layer_of: tuple[int, ...]     # layer index of each program instruction
     image: bytes                  # isa.to_bytes of the encoded program
     dram: np.ndarray              # initial DRAM image, uint8 (dram_words, rows)
     dram_map: DramMap
@@ -104,7 +105,8 @@ def compile_network(cfg: ChipConfig, network: Network) -> Compiled:
         records.append(LayerRecord(layer.name, network.M, layer.K, layer.N,
                                    network.M * layer.K * layer.N, first, end))
     return Compiled(
-        cfg=cfg, network=network, program=program, image=image, dram=lowered.dram,
+        cfg=cfg, network=network, program=program,
+        layer_of=tuple(lowered.ops[i].layer for i in order), image=image, dram=lowered.dram,
         dram_map=lowered.dram_map, predicted_cycles=timing.run_cycles(cfg, program),
         layers=tuple(records),
         array_macs=sum(i.rows for i in program if i.op is Opcode.MATMUL) * cfg.macs,
