@@ -1,0 +1,147 @@
+"""Scheduler: the issue rules, unit occupancy and hazards, on hand-built micro-op lists
+and on whole compiled programs. Expected cycles come from systolica.timing."""
+
+import numpy as np
+import pytest
+
+from systolica import timing
+from systolica.compiler import CompileError, Dense, Network, gemm
+from systolica.compiler.ir import ACCUMULATE, READ, conflict, make, verify_reorder
+from systolica.compiler.lower import lower
+from systolica.compiler.schedule import schedule
+from systolica.config import preset
+from systolica.isa import DmaKind, Opcode
+
+CFG = preset("tiny")
+R = CFG.rows
+
+
+def done(op):
+    return timing.done(CFG, op.instr(0))
+
+
+def occupancy(op):
+    return timing.occupancy(CFG, op.instr(0))
+
+
+def load(buf, rows=R, dram=0):
+    return make(CFG, Opcode.DMA, kind=DmaKind.LOAD_CBUF, dram_addr=dram, dram_stride=1,
+                buf_addr=buf, rows=rows)
+
+
+def matmul(acc=0, accumulate=1, bank=0, act=100, rows=6):
+    return make(CFG, Opcode.MATMUL, act_addr=act, rows=rows, acc_addr=acc,
+                accumulate=accumulate, bank=bank)
+
+
+def test_same_unit_waits_for_occupancy():
+    ops = [load(0), load(R)]
+    assert schedule(CFG, ops) == [0, occupancy(ops[0])]
+
+
+def test_read_after_write_waits_for_done():
+    ops = [load(0), make(CFG, Opcode.WLOAD, w_addr=0, bank=0), matmul(bank=0)]
+    c = schedule(CFG, ops)
+    assert c[1] == c[0] + done(ops[0])
+    assert c[2] == c[1] + done(ops[1])
+
+
+def test_write_after_read_waits_for_done():
+    ops = [matmul(bank=1), make(CFG, Opcode.WLOAD, w_addr=0, bank=1)]
+    c = schedule(CFG, ops)
+    assert c[1] == c[0] + done(ops[0])
+
+
+def test_accumulates_into_the_same_rows_only_keep_order():
+    ops = [matmul(acc=0), matmul(acc=0)]
+    c = schedule(CFG, ops)
+    assert c[1] == c[0] + occupancy(ops[0])          # not done: the pipeline orders them
+    assert c[1] < c[0] + done(ops[0])
+
+
+def test_independent_later_op_fills_an_earlier_gap():
+    first = load(0, rows=40)
+    wait = make(CFG, Opcode.WLOAD, w_addr=0, bank=0)        # needs the load
+    free = make(CFG, Opcode.WLOAD, w_addr=200, bank=1)      # unrelated, but same unit
+    c = schedule(CFG, [first, wait, free, matmul(bank=1, act=300)])
+    assert c[2] < c[1]                                      # placed before in time
+    assert c[2] + occupancy(free) <= c[1]
+    assert c[3] == c[2] + done(free)
+
+
+def test_one_instruction_per_cycle():
+    ops = [make(CFG, Opcode.SETCFG, index=i, value=0) for i in range(3)] + [load(0)]
+    assert sorted(schedule(CFG, ops)) == [0, 1, 2, 3]
+
+
+def test_fabric_ops_wait_for_setcfg():
+    ops = [load(0), make(CFG, Opcode.SETCFG, index=0, value=1),
+           make(CFG, Opcode.WLOAD, w_addr=0, bank=0)]
+    c = schedule(CFG, ops)
+    assert c[2] >= c[1] + done(ops[1]) and c[2] >= c[0] + done(ops[0])
+
+
+def compiled_ops(net, cfg=CFG):
+    lowered = lower(cfg, net)
+    return lowered, schedule(cfg, lowered.ops)
+
+
+NETS = [
+    gemm(np.ones((40, 30)), np.ones((30, 20)), np.ones(20)),
+    gemm(np.ones((300, 9)), np.ones((9, 17)), out_dtype="int32", relu=True),
+    Network(np.ones((20, 16)), [Dense(np.ones((16, 24)), np.ones(24)),
+                                Dense(np.ones((24, 8))), Dense(np.ones((8, 5)))]),
+]
+
+
+@pytest.mark.parametrize("net", NETS)
+def test_compiled_schedule_respects_every_rule(net):
+    lowered, cycles = compiled_ops(net)
+    ops = lowered.ops
+    assert sorted(cycles) == sorted(set(cycles)), "two instructions in one cycle"
+    order = sorted(range(len(ops)), key=cycles.__getitem__)
+    last_on_unit = {}
+    for i in order:
+        unit = timing.UNIT[ops[i].op]
+        if unit in last_on_unit:
+            j = last_on_unit[unit]
+            assert cycles[i] >= cycles[j] + occupancy(ops[j])
+        last_on_unit[unit] = i
+    for j in range(len(ops)):
+        for i in range(j):
+            if not conflict(ops[i], ops[j]):
+                continue
+            both_accumulate = all(
+                a.mode == ACCUMULATE and b.mode == ACCUMULATE
+                for a in ops[i].accesses for b in ops[j].accesses
+                if a.resource == b.resource and a.lo < b.hi and b.lo < a.hi
+                and (a.mode != READ or b.mode != READ))
+            if both_accumulate:
+                assert cycles[j] > cycles[i]
+            else:
+                assert cycles[j] >= cycles[i] + done(ops[i]), (ops[i], ops[j])
+
+
+@pytest.mark.parametrize("net", NETS)
+def test_pipelined_order_computes_what_the_loop_nest_does(net):
+    lowered = lower(CFG, net)
+    verify_reorder(CFG, lowered.sequential, lowered.ops)
+    assert lowered.ops != lowered.sequential                 # something was overlapped
+    assert [op.op for op in lowered.ops[:1]] == [Opcode.DMA]
+    swapped = list(lowered.sequential)
+    k = next(i for i, op in enumerate(swapped) if op.op is Opcode.WLOAD)
+    j = max(i for i in range(k) if conflict(swapped[i], swapped[k]))
+    swapped.insert(j, swapped.pop(k))                         # WLOAD before its DMA
+    with pytest.raises(CompileError, match="reordering"):
+        verify_reorder(CFG, lowered.sequential, swapped)
+
+
+def test_program_starts_by_setting_every_multiplexer():
+    from systolica import fabric
+    lowered = lower(CFG, NETS[0])
+    sets = [op for op in lowered.ops if op.op is Opcode.SETCFG]
+    assert [(op.fields["index"], op.fields["value"]) for op in sets] == \
+        [(m.index, m.default) for m in fabric.muxes(CFG)]
+    first_fabric = next(i for i, op in enumerate(lowered.ops)
+                        if op.op in (Opcode.WLOAD, Opcode.MATMUL, Opcode.VRUN))
+    assert lowered.ops.index(sets[-1]) < first_fabric

@@ -1,0 +1,333 @@
+"""Golden model: instruction semantics on hand-built programs (including every
+multiplexer), the sequencer's faults, counters, and the ISA's encode/decode."""
+
+import numpy as np
+import pytest
+
+from systolica import fabric, golden, isa, timing
+from systolica.config import preset
+from systolica.isa import DmaKind, Instr, Opcode
+from systolica.regs import ErrorCode
+
+CFG = preset("tiny")        # 2x2 tiles of 4x4: R = C = 8
+R, C, n = CFG.rows, CFG.cols, CFG.tile_size
+MUX = fabric.by_name(CFG)
+rng = np.random.default_rng(11)
+
+
+def serial(*ops, cfg=CFG):
+    """Instructions one after another, each issued when the previous one is done."""
+    program, t = [], 0
+    for op, fields in ops:
+        ins = Instr(op, t, fields)
+        program.append(ins)
+        t += timing.done(cfg, ins)
+    return program
+
+
+def image(program):
+    return isa.to_bytes([isa.encode(i) for i in program])
+
+
+def dma(kind, dram, buf, rows, stride=None):
+    w = CFG.acc_row_words if kind in (DmaKind.LOAD_ACC, DmaKind.STORE_ACC) else 1
+    return Opcode.DMA, dict(kind=kind, dram_addr=dram, dram_stride=stride or w,
+                            buf_addr=buf, rows=rows)
+
+
+def setcfg(name, source):
+    return Opcode.SETCFG, dict(index=MUX[name].index, value=MUX[name].value_of(source))
+
+
+def fresh_dram():
+    dram = np.zeros((CFG.dram_words, R), dtype=np.uint8)
+    dram[:64] = rng.integers(0, 256, (64, R))
+    return dram
+
+
+def gemm_program(*routing, accumulate=0):
+    """Weights from DRAM words 0..7, 5 activation rows from words 8..12 -> ACC 0..4."""
+    return serial(dma(DmaKind.LOAD_CBUF, 0, 0, 8 + 5), *routing,
+                  (Opcode.WLOAD, dict(w_addr=0, bank=1)),
+                  (Opcode.MATMUL, dict(act_addr=8, rows=5, acc_addr=0,
+                                       accumulate=accumulate, bank=1)))
+
+
+def operands(dram):
+    return (dram[8:13].view(np.int8).astype(np.int64), dram[0:8].view(np.int8).astype(np.int64))
+
+
+def run(program, dram):
+    result = golden.run(CFG, image(program), dram)
+    assert result.error is ErrorCode.NONE
+    return result
+
+
+def groups(x, order):
+    """Column groups of n reordered: group g of the result is group order[g] (None: 0)."""
+    out = np.zeros_like(x)
+    for g, src in enumerate(order):
+        if src is not None:
+            out[:, g * n:(g + 1) * n] = x[:, src * n:(src + 1) * n]
+    return out
+
+
+def test_plain_gemm_and_counters():
+    dram = fresh_dram()
+    program = gemm_program()
+    result = run(program, dram)
+    act, w = operands(dram)
+    assert np.array_equal(result.acc[:5], act @ w)
+    assert result.cycles == timing.run_cycles(CFG, program)
+    assert result.macs == 5 * R * C
+    assert (result.dram_bytes_read, result.dram_bytes_written) == (13 * R, 0)
+    assert result.issued == len(program)
+
+
+@pytest.mark.parametrize("routing, expect", [
+    # activations: tile row 0 fed from CBUF group 1 and tile row 1 from group 0
+    ([setcfg("west_feed[0]", "cbuf.g1"), setcfg("west_feed[1]", "cbuf.g0")],
+     lambda a, w: groups(a, [1, 0]) @ w),
+    ([setcfg("west_feed[1]", "zero")], lambda a, w: groups(a, [0, None]) @ w),
+    # weights: tile column 1 loaded from CBUF group 0
+    ([setcfg("north_feed[1]", "cbuf.g0")], lambda a, w: a @ groups(w, [0, 0])),
+    # tile (0, 0) does not pass activations east: tile (0, 1) sees zeros
+    ([setcfg("act_in[0][1]", "zero")],
+     lambda a, w: np.hstack([a @ w[:, :n], a[:, n:] @ w[n:, n:]])),
+    ([setcfg("act_in[1][0]", "zero")], lambda a, w: a[:, :n] @ w[:n]),
+    # weight lane cut at tile (1, 0): tile rows >= 1 of column 0 get zero weights
+    ([setcfg("w_in[1][0]", "zero")],
+     lambda a, w: np.hstack([a[:, :n] @ w[:n, :n], a @ w[:, n:]])),
+    # new reduction chain at tile row 1 of column 1: only rows >= n summed there
+    ([setcfg("psum_in[1][1]", "zero")],
+     lambda a, w: np.hstack([a @ w[:, :n], a[:, n:] @ w[n:, n:]])),
+    ([setcfg("psum_in[0][0]", "zero")], lambda a, w: a @ w),
+    ([setcfg("acc_src[0]", "col.g1"), setcfg("acc_src[1]", "zero")],
+     lambda a, w: groups(a @ w, [1, None])),
+])
+def test_multiplexer_routing(routing, expect):
+    dram = fresh_dram()
+    result = run(gemm_program(*routing), dram)
+    assert np.array_equal(result.acc[:5], expect(*operands(dram)))
+
+
+def test_weight_bank_is_captured_at_wload():
+    dram = fresh_dram()
+    program = serial(dma(DmaKind.LOAD_CBUF, 0, 0, 13),
+                     (Opcode.WLOAD, dict(w_addr=0, bank=0)),
+                     dma(DmaKind.LOAD_CBUF, 20, 0, 8),          # overwrite the weights
+                     (Opcode.MATMUL, dict(act_addr=8, rows=5, acc_addr=0, accumulate=0,
+                                          bank=0)))
+    act, w = operands(dram)
+    assert np.array_equal(run(program, dram).acc[:5], act @ w)
+
+
+def test_accumulate_wraps_int32():
+    dram = fresh_dram()
+    big = np.full((1, C), (1 << 31) - 1, dtype="<i4")
+    dram[40:40 + CFG.acc_row_words] = big.view(np.uint8).reshape(-1, R)
+    dram[0:8] = 1                                                # weights 1
+    dram[8] = 1                                                  # activations 1
+    program = serial(dma(DmaKind.LOAD_ACC, 40, 0, 1), dma(DmaKind.LOAD_CBUF, 0, 0, 9),
+                     (Opcode.WLOAD, dict(w_addr=0, bank=0)),
+                     (Opcode.MATMUL, dict(act_addr=8, rows=1, acc_addr=0, accumulate=1,
+                                          bank=0)))
+    assert np.all(run(program, dram).acc[0] == (1 << 31) - 1 + R - (1 << 32))
+
+
+def vrun_program(x, bias, **f):
+    """ACC rows x (and a bias row) from DRAM, one VRUN, its result stored to DRAM 100."""
+    dram = np.zeros((CFG.dram_words, R), dtype=np.uint8)
+    rows = np.vstack([x, bias[None]]).astype("<i4")
+    dram[:len(rows) * CFG.acc_row_words] = rows.view(np.uint8).reshape(-1, R)
+    k = len(x)
+    fields = dict(src=0, rows=k, dst=10, bias_addr=k, use_bias=1, to_acc=0, requant=0,
+                  relu=0, mult=0, shift=0, zp=0) | f
+    store = (dma(DmaKind.STORE_ACC, 100, 10, k) if fields["to_acc"] else
+             dma(DmaKind.STORE_CBUF, 100, 10, k))
+    return serial(dma(DmaKind.LOAD_ACC, 0, 0, k + 1), (Opcode.VRUN, fields), store), dram
+
+
+def vrun(x, bias, **f):
+    program, dram = vrun_program(np.array(x), np.array(bias), **f)
+    out = run(program, dram).dram[100:]
+    if f.get("to_acc"):
+        return out[:len(x) * CFG.acc_row_words].reshape(-1).view("<i4").reshape(len(x), C)
+    return out[:len(x)].view(np.int8)
+
+
+def row(*vals):
+    return np.array(list(vals) + [0] * (C - len(vals)))
+
+
+@pytest.mark.parametrize("x, bias, f, want", [
+    # rounding: (x*mult + 2**(shift-1)) >> shift, arithmetic, then + zp
+    ([row(3, -3, 5, -5, 1, -1)], row(), dict(requant=1, mult=1, shift=1),
+     row(2, -1, 3, -2, 1, 0)),
+    ([row(1000, -1000, 7)], row(0, 0, 1), dict(requant=1, mult=3, shift=0, zp=0xF6),
+     row(127, -128, 14, -10, -10, -10, -10, -10)),                       # zp = -10
+    ([row(-50, 50, 0)], row(), dict(requant=1, mult=1, shift=0, zp=0xF6, relu=1),
+     row(-10, 40, -10, -10, -10, -10, -10, -10)),                        # relu at zp
+    ([row(-300, 300, -7, 7)], row(), dict(), row(-128, 127, -7, 7)),     # int8 clamp
+    ([row(-300, 300, -7, 7)], row(), dict(relu=1), row(0, 127, 0, 7)),
+])
+def test_vrun_to_cbuf(x, bias, f, want):
+    assert np.array_equal(vrun(x, bias, **f)[0], want)
+
+
+def test_vrun_to_acc_keeps_int32_and_wraps_bias():
+    x = [row((1 << 31) - 1, -5, 70000)]
+    out = vrun(x, row(1, 0, 0), to_acc=1, relu=0)
+    assert list(out[0, :3]) == [-(1 << 31), -5, 70000]
+    out = vrun(x, row(0, 0, 0), to_acc=1, relu=1)
+    assert list(out[0, :3]) == [(1 << 31) - 1, 0, 70000]
+
+
+def test_vrun_writeback_groups():
+    x = [row(*range(1, 9))]
+    out = vrun(x, row(), **{})
+    assert list(out[0]) == list(range(1, 9))
+    program, dram = vrun_program(np.array(x), row())
+    program = serial(setcfg("wb_src[0]", "col.g1"), setcfg("wb_src[1]", "zero"),
+                     *[(i.op, i.fields) for i in program])
+    swapped = run(program, dram).dram[100].view(np.int8)
+    assert list(swapped) == [5, 6, 7, 8, 0, 0, 0, 0]
+
+
+def test_strided_dma_round_trip():
+    dram = fresh_dram()
+    program = serial(dma(DmaKind.LOAD_CBUF, 0, 0, 4, stride=3),
+                     dma(DmaKind.STORE_CBUF, 200, 0, 4, stride=2))
+    out = run(program, dram).dram
+    assert np.array_equal(out[200:208:2], dram[0:12:3])
+
+
+# -- faults -------------------------------------------------------------------------
+def words_of(program):
+    return [isa.encode(i) for i in program]
+
+
+def with_opcode(word, opcode):
+    return word & ~0xF | opcode        # the opcode is the word's low 4 bits
+
+
+def faulting(program_words, cfg=CFG):
+    dram = fresh_dram()
+    return golden.run(cfg, isa.to_bytes(program_words), dram), dram
+
+
+NOP = setcfg("west_feed[0]", "cbuf.g0")
+
+
+@pytest.mark.parametrize("opcode", [0, 6, 15])
+def test_illegal_opcode_at_arrival(opcode):
+    program = serial(dma(DmaKind.LOAD_CBUF, 0, 0, 4), NOP)
+    words = words_of(program)
+    words[1] = with_opcode(words[1], opcode)
+    result, dram = faulting(words)
+    assert (result.error, result.fault_pc) == (ErrorCode.ILLEGAL_OPCODE, 1)
+    assert result.fault_cycle == result.cycles == program[0].cycle + 1
+    assert np.array_equal(result.cbuf[:4].view(np.uint8), dram[:4])   # first one ran
+    assert result.issued == 1
+
+
+def test_zero_word_is_illegal_at_cycle_zero():
+    result, _ = faulting([0])
+    assert (result.error, result.fault_pc, result.fault_cycle) == \
+        (ErrorCode.ILLEGAL_OPCODE, 0, 0)
+
+
+def test_late_instruction():
+    words = words_of([Instr(NOP[0], 5, NOP[1]), Instr(NOP[0], 5, NOP[1])])
+    result, _ = faulting(words)
+    assert (result.error, result.fault_pc, result.fault_cycle, result.cycles) == \
+        (ErrorCode.LATE, 1, 6, 6)
+
+
+def test_unit_busy():
+    first = Instr(Opcode.DMA, 0, dma(DmaKind.LOAD_CBUF, 0, 0, 4)[1])
+    busy_until = timing.occupancy(CFG, first)
+    second = Instr(Opcode.DMA, busy_until - 1, dma(DmaKind.LOAD_CBUF, 0, 8, 4)[1])
+    result, _ = faulting(words_of([first, second]))
+    assert (result.error, result.fault_pc, result.fault_cycle) == \
+        (ErrorCode.UNIT_BUSY, 1, busy_until - 1)
+    ok, _ = faulting(words_of([first, Instr(Opcode.DMA, busy_until, second.fields)]))
+    assert ok.error is ErrorCode.NONE
+
+
+@pytest.mark.parametrize("op, fields", [
+    dma(DmaKind.LOAD_CBUF, 0, 0, 0),                                    # empty
+    dma(DmaKind.LOAD_CBUF, CFG.dram_words - 1, 0, 2),                    # past DRAM
+    dma(DmaKind.LOAD_ACC, CFG.dram_words - 4, 0, 2, stride=1),
+    dma(DmaKind.STORE_CBUF, 0, CFG.cbuf_depth - 1, 2),
+    dma(DmaKind.LOAD_ACC, 0, CFG.acc_depth - 1, 2),
+    (Opcode.WLOAD, dict(w_addr=CFG.cbuf_depth - R + 1, bank=0)),
+    (Opcode.MATMUL, dict(act_addr=CFG.cbuf_depth - 1, rows=2, acc_addr=0)),
+    (Opcode.MATMUL, dict(act_addr=0, rows=2, acc_addr=CFG.acc_depth - 1)),
+    (Opcode.MATMUL, dict(act_addr=0, rows=0, acc_addr=0)),
+    (Opcode.VRUN, dict(src=CFG.acc_depth - 1, rows=2, dst=0)),
+    (Opcode.VRUN, dict(src=0, rows=1, dst=0, bias_addr=CFG.acc_depth)),
+    (Opcode.VRUN, dict(src=0, rows=2, dst=CFG.acc_depth - 1, to_acc=1)),
+    (Opcode.VRUN, dict(src=0, rows=2, dst=CFG.cbuf_depth - 1)),
+])
+def test_addr_range(op, fields):
+    program = serial(NOP, (op, fields))
+    result, _ = faulting(words_of(program))
+    assert (result.error, result.fault_pc) == (ErrorCode.ADDR_RANGE, 1)
+    assert result.fault_cycle == result.cycles == program[1].cycle
+
+
+@pytest.mark.parametrize("index, value", [(len(fabric.muxes(CFG)), 0),
+                                          (MUX["act_in[0][0]"].index, 2),
+                                          (MUX["west_feed[0]"].index, 3)])
+def test_cfg_range(index, value):
+    program = serial(NOP, (Opcode.SETCFG, dict(index=index, value=value)))
+    result, _ = faulting(words_of(program))
+    assert (result.error, result.fault_pc, result.fault_cycle) == \
+        (ErrorCode.CFG_RANGE, 1, program[1].cycle)
+
+
+def test_prog_range():
+    cfg = CFG.replace(imem_depth=2)
+    program = serial(NOP, NOP, NOP)
+    result, dram = faulting(words_of(program), cfg)
+    assert (result.error, result.fault_pc, result.fault_cycle, result.issued) == \
+        (ErrorCode.PROG_RANGE, 0, 0, 0)
+
+
+def test_fault_order_illegal_before_late():
+    words = words_of([Instr(NOP[0], 5, NOP[1]), Instr(NOP[0], 5, NOP[1])])
+    words[1] = with_opcode(words[1], 0)
+    result, _ = faulting(words)
+    assert result.error is ErrorCode.ILLEGAL_OPCODE
+
+
+def test_empty_program_takes_no_cycles():
+    result, _ = faulting([])
+    assert (result.error, result.cycles) == (ErrorCode.NONE, 0)
+
+
+# -- ISA -----------------------------------------------------------------------------
+@pytest.mark.parametrize("ins", [
+    Instr(Opcode.DMA, 12345, dict(kind=DmaKind.STORE_ACC, dram_addr=(1 << 24) - 1,
+                                  dram_stride=65535, buf_addr=7, rows=3)),
+    Instr(Opcode.WLOAD, 0, dict(w_addr=65535, bank=1)),
+    Instr(Opcode.MATMUL, (1 << 32) - 1, dict(act_addr=1, rows=2, acc_addr=4095,
+                                             accumulate=1, bank=0)),
+    Instr(Opcode.VRUN, 9, dict(src=1, rows=2, dst=3, bias_addr=4, use_bias=1, to_acc=0,
+                               requant=1, relu=1, mult=65535, shift=63, zp=255)),
+    Instr(Opcode.SETCFG, 1, dict(index=255, value=15)),
+])
+def test_encode_decode_disassemble(ins):
+    word = isa.encode(ins)
+    back = isa.decode(word)
+    assert back.op is ins.op and back.cycle == ins.cycle
+    assert {k: back.fields[k] for k in ins.fields} == ins.fields
+    assert all(v == 0 for k, v in back.fields.items() if k not in ins.fields)
+    text = isa.disassemble(isa.to_bytes([word]))
+    assert ins.op.name in text and str(ins.cycle) in text
+
+
+def test_encode_rejects_oversized_fields():
+    with pytest.raises(isa.EncodingError, match="rows"):
+        isa.encode(Instr(Opcode.MATMUL, 0, dict(rows=1 << 16)))
