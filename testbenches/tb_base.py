@@ -1,0 +1,137 @@
+"""What every block testbench shares (cocotb side): clock and reset, port access by
+Amaranth name, one clock cycle at a time, and an error list the test ends on.
+
+A cycle of a block test: :meth:`BlockTB.next_cycle` waits for the rising edge that
+begins it; the testbench then drives the inputs for this cycle; :meth:`BlockTB.settle`
+waits until the values are stable, and the outputs read then belong to this cycle
+(registers as updated by that edge, combinational outputs from this cycle's inputs).
+The next rising edge samples what was driven. A memory model with a read latency of
+one cycle answers, in cycle ``t + 1``, the address it read in cycle ``t``.
+
+Amaranth flattens an ``.array(n)`` member ``west_a`` into ports ``west_a__0`` ...;
+:meth:`BlockTB.port` hides that.
+"""
+
+from __future__ import annotations
+
+import os
+
+from cocotb.clock import Clock
+from cocotb.triggers import ReadOnly, RisingEdge
+
+CLOCK_NS = 10
+
+
+def case_name() -> str:
+    """The case the pytest side asked for (``BLOCK_CASE`` in the environment)."""
+    try:
+        return os.environ["BLOCK_CASE"]
+    except KeyError:
+        raise RuntimeError("BLOCK_CASE is not set: run block tests through pytest "
+                           "(testbenches/test_block_*.py)") from None
+
+
+def wrap32(x: int) -> int:
+    """Two's-complement wrap to int32."""
+    x &= 0xFFFF_FFFF
+    return x - (1 << 32) if x & 0x8000_0000 else x
+
+
+def to_signed(x: int, bits: int) -> int:
+    x &= (1 << bits) - 1
+    return x - (1 << bits) if x >> (bits - 1) else x
+
+
+def pack(values, bits: int) -> int:
+    """Elements (any sign) into one little-endian bit vector, element 0 lowest."""
+    out = 0
+    mask = (1 << bits) - 1
+    for k, v in enumerate(values):
+        out |= (int(v) & mask) << (k * bits)
+    return out
+
+
+def unpack(word: int, bits: int, count: int, signed: bool = True) -> list[int]:
+    out = []
+    for k in range(count):
+        v = (word >> (k * bits)) & ((1 << bits) - 1)
+        out.append(to_signed(v, bits) if signed else v)
+    return out
+
+
+def pack_fields(layout, values: dict) -> int:
+    """An Amaranth ``data.StructLayout`` value (e.g. an ISA payload) as an integer."""
+    word = 0
+    for name, field in layout:
+        v = int(values.get(name, 0))
+        width = field.width
+        if not 0 <= v < (1 << width):
+            raise ValueError(f"field {name}={v} does not fit {width} bits")
+        word |= v << field.offset
+    unknown = set(values) - {name for name, _ in layout}
+    if unknown:
+        raise ValueError(f"unknown field(s) {sorted(unknown)}")
+    return word
+
+
+class BlockTB:
+    """Base of the per-block testbench classes: clock, reset, ports, checker."""
+
+    def __init__(self, dut):
+        self.dut = dut
+        self.cycle = 0          # cycles since reset was released
+        self.errors: list[str] = []
+
+    # -- ports -----------------------------------------------------------------------
+    def port(self, name: str, index: int | None = None):
+        return getattr(self.dut, name if index is None else f"{name}__{index}")
+
+    def set(self, name: str, value: int, index: int | None = None) -> None:
+        handle = self.port(name, index)
+        handle.value = int(value) & ((1 << len(handle)) - 1)
+
+    def get(self, name: str, index: int | None = None) -> int:
+        return int(self.port(name, index).value)
+
+    def get_s(self, name: str, index: int | None = None) -> int:
+        return self.port(name, index).value.to_signed()
+
+    # -- time ------------------------------------------------------------------------
+    async def start(self, inputs: dict | None = None, reset_cycles: int = 2) -> None:
+        """Start the clock, drive ``inputs`` (name or (name, index) -> value) and
+        hold reset for ``reset_cycles``; returns at the start of cycle 0."""
+        Clock(self.dut.clk, CLOCK_NS, unit="ns").start()
+        self.dut.rst.value = 1
+        for key, value in (inputs or {}).items():
+            name, index = key if isinstance(key, tuple) else (key, None)
+            self.set(name, value, index)
+        for _ in range(reset_cycles):
+            await RisingEdge(self.dut.clk)
+        self.dut.rst.value = 0
+        self.cycle = -1
+
+    async def next_cycle(self) -> None:
+        """Wait for the rising edge that begins the next cycle (drive inputs after)."""
+        await RisingEdge(self.dut.clk)
+        self.cycle += 1
+
+    async def settle(self) -> None:
+        """Wait until this cycle's values are stable (no driving after this)."""
+        await ReadOnly()
+
+    # -- checking --------------------------------------------------------------------
+    def expect(self, what: str, got, want) -> bool:
+        if got != want:
+            self.errors.append(f"cycle {self.cycle}: {what}: got {got!r}, expected {want!r}")
+            return False
+        return True
+
+    def fail(self, message: str) -> None:
+        self.errors.append(f"cycle {self.cycle}: {message}")
+
+    def finish(self, limit: int = 25) -> None:
+        """End of a test: every check passed."""
+        if self.errors:
+            shown = "\n  ".join(self.errors[:limit])
+            more = f"\n  ... and {len(self.errors) - limit} more" if len(self.errors) > limit else ""
+            raise AssertionError(f"{len(self.errors)} mismatch(es):\n  {shown}{more}")
