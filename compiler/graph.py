@@ -46,7 +46,7 @@ def _integer_array(what: str, values, ndim: int, lo: int, hi: int, kind: str,
     return wide.astype(dtype)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # arrays inside: compare by identity
 class Dense:
     """``y = post(x @ weights + bias)`` for int8 ``x`` of shape ``[M, K]``.
 
@@ -101,7 +101,7 @@ class Dense:
         return self.weights.shape[1]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Network:
     """An int8 input ``[M, K]`` followed by a chain of dense layers.
 

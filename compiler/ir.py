@@ -8,7 +8,7 @@ the scheduler's hazards are exactly the instruction's effects.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -118,34 +118,24 @@ def conflict(a: MicroOp, b: MicroOp) -> bool:
     return False
 
 
-@dataclass
-class _Positions:
-    """Per-address highest position of a write and of a read seen so far."""
-    write: np.ndarray
-    read: np.ndarray = field(init=False)
-
-    def __post_init__(self):
-        self.read = self.write.copy()
-
-
 def verify_reorder(cfg: ChipConfig, before: list[MicroOp], after: list[MicroOp]) -> None:
     """Raise unless `after` is a permutation of `before` keeping the relative order of
     every conflicting pair, i.e. computes the same thing."""
     pos = {id(m): i for i, m in enumerate(after)}
     if len(pos) != len(before) or any(id(m) not in pos for m in before):
         raise CompileError("internal: reordered program is not a permutation")
-    state = {r: _Positions(np.full(n, -1, dtype=np.int64))
-             for r, n in resource_sizes(cfg).items()}
+    # per address: the highest position in `after` of any write / read seen so far
+    sizes = resource_sizes(cfg)
+    writes = {r: np.full(n, -1, dtype=np.int64) for r, n in sizes.items()}
+    reads = {r: np.full(n, -1, dtype=np.int64) for r, n in sizes.items()}
     for m in before:
         p = pos[id(m)]
         for a in m.accesses:
-            s = state[a.resource]
-            last = s.write[a.lo:a.hi].max()
+            last = writes[a.resource][a.lo:a.hi].max()
             if a.mode != READ:
-                last = max(last, s.read[a.lo:a.hi].max())
+                last = max(last, reads[a.resource][a.lo:a.hi].max())
             if p <= last:
                 raise CompileError(f"internal: reordering moved {m} before a conflicting op")
         for a in m.accesses:
-            s = state[a.resource]
-            arr = s.read if a.mode == READ else s.write
+            arr = (reads if a.mode == READ else writes)[a.resource]
             np.maximum(arr[a.lo:a.hi], p, out=arr[a.lo:a.hi])

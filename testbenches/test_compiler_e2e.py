@@ -39,6 +39,7 @@ def data(rng, M, K, N):
     (TINY, 5, 8 * 12 + 3, 8),                      # K >> R, ragged
     (TINY, 7, 8, 8 * 3 + 5),                       # N not a multiple of C
     (TINY, acc_half_rows(TINY) * 2 + 9, 20, 11),   # M > Mt: three M-chunks
+    (TINY, acc_half_rows(TINY) + 1, 5, 3),         # M-chunks of a single K-block
     (BASE, 33, 16, 16),
 ])
 @pytest.mark.parametrize("post", [
