@@ -31,7 +31,7 @@ class LayerRecord:
         return self.end_cycle - self.first_cycle
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Compiled:
     cfg: ChipConfig
     network: Network
