@@ -119,6 +119,23 @@ class BlockTB:
         """Wait until this cycle's values are stable (no driving after this)."""
         await ReadOnly()
 
+    async def drive_and_record(self, cycles: list[dict], watch, signed=()) -> list[dict]:
+        """Drive one input dict per cycle (keys: name or (name, index)) and return, per
+        cycle, the values of the ``watch`` keys (signed for names in ``signed``)."""
+        record = []
+        for inputs in cycles:
+            await self.next_cycle()
+            for key, value in inputs.items():
+                name, index = key if isinstance(key, tuple) else (key, None)
+                self.set(name, value, index)
+            await self.settle()
+            row = {}
+            for key in watch:
+                name, index = key if isinstance(key, tuple) else (key, None)
+                row[key] = self.get_s(name, index) if name in signed else self.get(name, index)
+            record.append(row)
+        return record
+
     # -- checking --------------------------------------------------------------------
     def expect(self, what: str, got, want) -> bool:
         if got != want:
