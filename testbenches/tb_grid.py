@@ -1,0 +1,152 @@
+"""Grid (``tiny`` preset: 2 x 2 tiles of 4 x 4): full weight loads through the north
+chains including the tile conveyor registers, and skewed matrix products, against a
+numpy model that follows the port-multiplexer semantics of ``docs/contract.md``.
+
+Timing (from :mod:`systolica.timing`): a load shifts ``weight_shifts`` cycles; the
+value driven on ``north_w[c]`` at shift ``k`` ends in the cell row ``r`` with
+``skew(r) == weight_shifts - 1 - k``, and the shift that lands in a conveyor register
+carries junk the array must not keep. Activation row ``m`` enters array row ``r`` at
+``s + m + skew(r)``; column ``c``'s sum leaves ``south_psum[c]`` at
+``s + m + skew_max + skew(c) + 2`` (the last cell's register and the psum conveyor).
+"""
+
+from __future__ import annotations
+
+import random
+
+import cocotb
+import numpy as np
+
+from systolica import timing
+from systolica.config import preset
+from tb_base import BlockTB, case_name, wrap32
+from tb_tile import Plan
+
+CFG = preset("tiny")
+T, n, R, C = CFG.tile_rows, CFG.tile_size, CFG.rows, CFG.cols
+
+
+def tile_bits(tiles) -> int:
+    """Control word of act_sel / w_sel / psum_sel: one bit per tile ``(i, j)`` at
+    ``i*T + j``."""
+    return sum(1 << (i * T + j) for i, j in tiles)
+
+
+class GridModel:
+    def __init__(self, act_zero=(), w_zero=(), psum_zero=()):
+        self.act_zero, self.w_zero, self.psum_zero = set(act_zero), set(w_zero), set(psum_zero)
+        self.banks = [np.zeros((R, C), dtype=np.int64) for _ in range(2)]
+
+    def effective_weights(self, w: np.ndarray) -> np.ndarray:
+        eff = w.astype(np.int64).copy()
+        for r in range(R):
+            for c in range(C):
+                if any((i, c // n) in self.w_zero for i in range(r // n + 1)):
+                    eff[r][c] = 0
+        return eff
+
+    def load(self, plan: Plan, start: int, bank: int, w: np.ndarray, rng) -> int:
+        shifts = timing.weight_shifts(CFG)
+        row_at = {timing.skew(CFG, r): r for r in range(R)}
+        for k in range(shifts):
+            t = start + k
+            plan.drive(t, "w_shift", 1)
+            plan.drive(t, "w_bank", bank)
+            stage = shifts - 1 - k
+            for c in range(C):
+                value = w[row_at[stage]][c] if stage in row_at else rng.randrange(-128, 128)
+                plan.drive(t, ("north_w", c), value)
+        self.banks[bank] = self.effective_weights(w)
+        return start + shifts
+
+    def product(self, a_row: np.ndarray, bank: int) -> list[int]:
+        out = []
+        for c in range(C):
+            j = c // n
+            i0 = max([i for i in range(T) if (i, j) in self.psum_zero], default=0)
+            total = 0
+            for r in range(n * i0, R):
+                seen = all((r // n, jj) not in self.act_zero for jj in range(j + 1))
+                if seen:
+                    total += int(a_row[r]) * int(self.banks[bank][r][c])
+            out.append(wrap32(total))
+        return out
+
+    def stream(self, plan: Plan, start: int, a: np.ndarray, sel: list[int]) -> int:
+        smax = timing.skew_max(CFG)
+        for m in range(a.shape[0]):
+            for r in range(R):
+                t = start + m + timing.skew(CFG, r)
+                plan.drive(t, ("west_a", r), a[m][r])
+                plan.drive(t, ("west_sel", r), sel[m])
+            for c, want in enumerate(self.product(a[m], sel[m])):
+                plan.expect(start + m + smax + timing.skew(CFG, c) + 2, ("south_psum", c), want)
+        return start + a.shape[0] + 2 * smax + 3
+
+
+def plan_gemm(rng, act_zero=(), w_zero=(), psum_zero=(), rows=12):
+    plan, model = Plan(), GridModel(act_zero, w_zero, psum_zero)
+    rand = lambda *shape: np.array(rng.choices(range(-128, 128), k=int(np.prod(shape)))).reshape(shape)
+    t = model.load(plan, 0, 0, rand(R, C), rng)
+    t = model.load(plan, t, 1, rand(R, C), rng)
+    t = model.stream(plan, t + 1, rand(rows, R), [rng.randrange(2) for _ in range(rows)])
+    # Reload bank 1 and use it: the second load replaces every cell of the bank.
+    t = model.load(plan, t, 1, rand(R, C), rng)
+    t = model.stream(plan, t, rand(rows, R), [1] * rows)
+    for key, tiles in (("act_sel", act_zero), ("w_sel", w_zero), ("psum_sel", psum_zero)):
+        plan.hold(0, t, key, tile_bits(tiles))
+    return plan
+
+
+def plan_extremes(rng):
+    """All -128 activations and weights: 8 * 16384 per column, no overflow, exact."""
+    plan, model = Plan(), GridModel()
+    w = np.full((R, C), -128)
+    t = model.load(plan, 0, 0, w, rng)
+    a = np.array([[-128] * R, [127] * R, [-128, 127] * (R // 2)])
+    model.stream(plan, t, a, [0, 0, 0])
+    return plan
+
+
+CASES = {
+    "gemm": lambda rng: plan_gemm(rng),
+    "extremes": plan_extremes,
+    "act_zero_tile00": lambda rng: plan_gemm(rng, act_zero=[(0, 0)]),
+    "act_zero_tile01": lambda rng: plan_gemm(rng, act_zero=[(0, 1)]),
+    "act_zero_tile10": lambda rng: plan_gemm(rng, act_zero=[(1, 0)]),
+    "w_zero_tile00": lambda rng: plan_gemm(rng, w_zero=[(0, 0)]),
+    "w_zero_tile11": lambda rng: plan_gemm(rng, w_zero=[(1, 1)]),
+    "psum_zero_tile10": lambda rng: plan_gemm(rng, psum_zero=[(1, 0)]),
+    "psum_zero_tile01": lambda rng: plan_gemm(rng, psum_zero=[(0, 1)]),
+    "mixed": lambda rng: plan_gemm(rng, act_zero=[(1, 1)], w_zero=[(1, 0)],
+                                   psum_zero=[(1, 1)]),
+}
+
+INPUT_KEYS = ([(p, k) for p in ("west_a", "west_sel") for k in range(R)]
+              + [("north_w", c) for c in range(C)]
+              + ["w_shift", "w_bank", "act_sel", "w_sel", "psum_sel"])
+OUTPUTS = [("south_psum", c) for c in range(C)]
+
+
+class GridTB(BlockTB):
+    async def run(self, plan: Plan) -> None:
+        horizon = max(c for c, _, _ in plan.expected) + 1
+        cycles = []
+        for t in range(horizon):
+            given = plan.inputs[t] if t < len(plan.inputs) else {}
+            cycles.append({k: given.get(k, 0) for k in INPUT_KEYS})
+        await self.start({k: 0 for k in INPUT_KEYS})
+        record = await self.drive_and_record(cycles, OUTPUTS, {"south_psum"})
+        for cycle, key, want in plan.expected:
+            self.cycle = cycle
+            self.expect(f"south_psum[{key[1]}]", record[cycle][key], want)
+
+
+@cocotb.test()
+async def run_case(dut):
+    case = case_name()
+    tb = GridTB(dut)
+    plan = CASES[case](random.Random(case))
+    assert len(plan.expected) >= 3 * C
+    await tb.run(plan)
+    tb.finish()
