@@ -1,0 +1,227 @@
+"""VectorUnit (``tiny`` preset): VRUN rows from a model of the accumulator memory
+(read latency 1) through bias, requantisation, ReLU and clamping to the CBUF (routed
+by ``wb_src``) or back to the ACC.
+
+The checker compares every write with the formula of ``docs/contract.md``
+(:func:`vrun_row`), requires the writes in instruction and row order inside
+``[t, t + timing.done)``, ``ready`` low from ``t + 1`` until ``t + timing.occupancy``
+and high then, and ``drained`` low until ``t + timing.done`` and high from the last
+instruction's ``done`` on.
+"""
+
+from __future__ import annotations
+
+import random
+
+import cocotb
+
+from systolica import isa, timing
+from systolica.config import preset
+from systolica.isa import Instr, Opcode
+from tb_base import BlockTB, case_name, pack, pack_fields, to_signed, unpack, wrap32
+
+CFG = preset("tiny")
+R, C, n, T = CFG.rows, CFG.cols, CFG.tile_size, CFG.tile_rows
+VRUN = isa.PAYLOAD[Opcode.VRUN]
+
+
+def vrun_row(x_row, bias_row, a: dict) -> list[int]:
+    """One row of VRUN, per column, exactly as ``docs/contract.md`` states it."""
+    out = []
+    zp = to_signed(a["zp"], 8)
+    for c in range(C):
+        x = wrap32(x_row[c] + bias_row[c]) if a["use_bias"] else x_row[c]
+        if a["requant"]:
+            shift = a["shift"]
+            y = (x * a["mult"] + ((1 << (shift - 1)) if shift else 0)) >> shift
+            y = max(-128, min(127, y + zp))
+            if a["relu"]:
+                y = max(y, zp)
+        else:
+            y = x
+            if a["relu"]:
+                y = max(y, 0)
+            if not a["to_acc"]:
+                y = max(-128, min(127, y))
+        out.append(y)
+    return out
+
+
+def route_writeback(y: list[int], wb_src: list[int]) -> list[int]:
+    """CBUF partition group ``g`` gets column group ``wb_src[g]`` (0 for ``zero``)."""
+    out = []
+    for g in range(T):
+        src = wb_src[g]
+        out += y[src * n:(src + 1) * n] if src < CFG.tile_cols else [0] * n
+    return out
+
+
+def _args(**kw) -> dict:
+    base = dict(src=0, rows=1, dst=0, bias_addr=0, use_bias=0, to_acc=0, requant=0,
+                relu=0, mult=1, shift=0, zp=0)
+    base.update(kw)
+    return base
+
+
+def _acc_rows(rng, kind="mixed"):
+    """Initial ACC contents: address -> C int32 values."""
+    def value():
+        pick = rng.random()
+        if kind == "extreme" or pick < 0.15:
+            return rng.choice([-(1 << 31), (1 << 31) - 1, -1, 0, 1, 127, -128, 128, -129])
+        if pick < 0.6:
+            return rng.randrange(-4096, 4096)
+        return rng.randrange(-(1 << 31), 1 << 31)
+    return {a: [value() for _ in range(C)] for a in range(CFG.acc_depth)}
+
+
+def case_requant(rng, relu):
+    return [(0, _args(src=10, rows=12, dst=100, bias_addr=3, use_bias=1, requant=1,
+                      relu=relu, mult=rng.randrange(1, 1 << 16), shift=rng.randrange(8, 30),
+                      zp=rng.randrange(256)))], [0, 1]
+
+
+def case_int8(rng):
+    return [(0, _args(src=20, rows=9, dst=7, bias_addr=200, use_bias=1, relu=0)),
+            (30, _args(src=40, rows=9, dst=30, relu=1))], [0, 1]
+
+
+def case_int32_to_acc(rng):
+    return [(0, _args(src=0, rows=10, dst=128, bias_addr=255, use_bias=1, to_acc=1)),
+            (25, _args(src=50, rows=10, dst=160, to_acc=1, relu=1)),
+            (50, _args(src=60, rows=5, dst=180, to_acc=1, requant=1, relu=1, mult=300,
+                       shift=9, zp=0xF0))], [0, 1]
+
+
+def case_shift_edges(rng):
+    return [(0, _args(src=0, rows=6, dst=0, requant=1, mult=0xFFFF, shift=0, zp=0)),
+            (20, _args(src=0, rows=6, dst=10, requant=1, mult=0xFFFF, shift=63, zp=5)),
+            (40, _args(src=0, rows=6, dst=20, requant=1, mult=0xFFFF, shift=47, zp=0x80,
+                       relu=1)),
+            (60, _args(src=6, rows=6, dst=30, requant=1, mult=1, shift=1, zp=0x7F)),
+            (80, _args(src=12, rows=6, dst=40, requant=1, mult=3, shift=2, zp=0x81,
+                       use_bias=1, bias_addr=40))], [1, 0]
+
+
+def case_routing(wb_src):
+    def make(rng):
+        return [(0, _args(src=30, rows=8, dst=300, use_bias=1, bias_addr=31, requant=1,
+                          mult=77, shift=7, zp=3))], wb_src
+    return make
+
+
+def case_back_to_back(rng):
+    """Each VRUN issues the cycle its predecessor's occupancy ends, with other
+    arguments, so rows of two instructions share the pipeline."""
+    instrs, t = [], 0
+    for k, args in enumerate([
+            _args(src=0, rows=5, dst=50, use_bias=1, bias_addr=9, requant=1, mult=900,
+                  shift=12, zp=250, relu=1),
+            _args(src=5, rows=1, dst=60, to_acc=1, use_bias=1, bias_addr=8),
+            _args(src=6, rows=4, dst=61, relu=1),
+            _args(src=10, rows=7, dst=200, to_acc=1, requant=1, mult=12345, shift=20,
+                  zp=0x10),
+            _args(src=17, rows=3, dst=70, use_bias=1, bias_addr=100, requant=1, mult=2,
+                  shift=0, zp=0)]):
+        instrs.append((t, args))
+        t += timing.occupancy(CFG, Instr(Opcode.VRUN, t, args))
+    return instrs, [0, 1]
+
+
+CASES = {
+    "requant_relu": lambda rng: case_requant(rng, 1),
+    "requant": lambda rng: case_requant(rng, 0),
+    "int8_clamp": case_int8,
+    "int32_to_acc": case_int32_to_acc,
+    "shift_edges": case_shift_edges,
+    "wb_swap": case_routing([1, 0]),
+    "wb_broadcast": case_routing([1, 1]),
+    "wb_zero": case_routing([2, 0]),
+    "back_to_back": case_back_to_back,
+}
+
+
+class VpuTB(BlockTB):
+    def __init__(self, dut, acc: dict, wb_src: list[int]):
+        super().__init__(dut)
+        self.acc = acc
+        self.wb_src = wb_src
+        self.writes: list[tuple[int, str, int, list[int]]] = []   # cycle, mem, addr, data
+
+    async def run(self, instrs) -> None:
+        idle = {"issue": 0, "args": 0, "acc_rdata": 0}
+        idle.update({("wb_src", g): v for g, v in enumerate(self.wb_src)})
+        await self.start(idle)
+        expected = self.expected_writes(instrs)
+        end = max(t + timing.done(CFG, Instr(Opcode.VRUN, t, a)) for t, a in instrs)
+        at = {t: a for t, a in instrs}
+        ready, drained = {}, {}
+        read_addr = None
+        for _ in range(end + 4):
+            await self.next_cycle()
+            t = self.cycle
+            self.set("issue", int(t in at))
+            self.set("args", pack_fields(VRUN, at[t]) if t in at else 0)
+            self.set("acc_rdata", pack(self.acc[read_addr], 32) if read_addr is not None else 0)
+            await self.settle()
+            ready[t], drained[t] = self.get("ready"), self.get("drained")
+            read_addr = self.get("acc_raddr")
+            if self.get("cbuf_we"):
+                self.writes.append((t, "cbuf", self.get("cbuf_waddr"),
+                                    unpack(self.get("cbuf_wdata"), 8, R)))
+            if self.get("acc_we"):
+                data = unpack(self.get("acc_wdata"), 32, C)
+                self.writes.append((t, "acc", self.get("acc_waddr"), data))
+                self.acc[self.get("acc_waddr")] = data
+        self.check_writes(instrs, expected)
+        self.check_handshake(instrs, ready, drained, end)
+
+    def expected_writes(self, instrs) -> list[tuple[int, str, int, list[int]]]:
+        """(instruction index, memory, address, data), from the initial ACC."""
+        out = []
+        for k, (_, a) in enumerate(instrs):
+            for i in range(a["rows"]):
+                y = vrun_row(self.acc[a["src"] + i], self.acc[a["bias_addr"]], a)
+                if a["to_acc"]:
+                    out.append((k, "acc", a["dst"] + i, y))
+                else:
+                    out.append((k, "cbuf", a["dst"] + i, route_writeback(y, self.wb_src)))
+        return out
+
+    def check_writes(self, instrs, expected) -> None:
+        self.expect("number of writes", len(self.writes), len(expected))
+        for (cycle, mem, addr, data), (k, want_mem, want_addr, want) in zip(self.writes, expected):
+            self.cycle = cycle
+            t, a = instrs[k]
+            done = timing.done(CFG, Instr(Opcode.VRUN, t, a))
+            if not t <= cycle < t + done:
+                self.fail(f"write of instruction {k} (issued {t}) outside [{t}, {t + done})")
+            self.expect(f"write target of instruction {k}", (mem, addr), (want_mem, want_addr))
+            self.expect(f"{mem}[{addr}]", data, want)
+
+    def check_handshake(self, instrs, ready, drained, end) -> None:
+        for t, a in instrs:
+            ins = Instr(Opcode.VRUN, t, a)
+            occ, done = timing.occupancy(CFG, ins), timing.done(CFG, ins)
+            for x in range(t + 1, t + occ):
+                self.cycle = x
+                self.expect(f"ready (VRUN issued {t}, occupancy {occ})", ready[x], 0)
+            self.cycle = t + occ
+            self.expect(f"ready (VRUN issued {t}, occupancy {occ})", ready[t + occ], 1)
+            for x in range(t + 1, t + done):
+                self.cycle = x
+                self.expect(f"drained (VRUN issued {t}, done {done})", drained[x], 0)
+        for x in range(end, max(drained) + 1):
+            self.cycle = x
+            self.expect(f"drained after the last done ({end})", drained[x], 1)
+
+
+@cocotb.test()
+async def run_case(dut):
+    case = case_name()
+    rng = random.Random(case)
+    instrs, wb_src = CASES[case](rng)
+    tb = VpuTB(dut, _acc_rows(rng), wb_src)
+    await tb.run(instrs)
+    assert tb.writes
+    tb.finish()
