@@ -12,7 +12,7 @@ import numpy as np
 
 def _gemm_network(M: int, K: int, N: int, seed: int, int32: bool = False):
     from .compiler import gemm
-    from .demo import _calibrated
+    from .demo import calibrate
     rng = np.random.default_rng(seed)
     a = rng.integers(-128, 128, size=(M, K), dtype=np.int8)
     b = rng.integers(-128, 128, size=(K, N), dtype=np.int8)
@@ -20,8 +20,8 @@ def _gemm_network(M: int, K: int, N: int, seed: int, int32: bool = False):
     name = f"gemm_{M}x{K}x{N}"
     if int32:
         return gemm(a, b, bias, out_dtype="int32", name=name)
-    layer = _calibrated(a, b, bias, relu=False, name=name)
-    return gemm(a, b, bias, mult=layer.mult, shift=layer.shift, zp=layer.zp, name=name)
+    mult, shift = calibrate(a, b, bias)
+    return gemm(a, b, bias, mult=mult, shift=shift, name=name)
 
 
 def _shape(text: str) -> tuple[int, int, int]:
