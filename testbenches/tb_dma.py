@@ -1,0 +1,219 @@
+"""Dma (``tiny`` preset): all four transfer kinds with strides, against Python models of
+the DRAM (read data the cycle after ``mem_re``) and of the CBUF and ACC ports (read
+latency 1, write at the clock edge).
+
+The checker compares the final DRAM, CBUF and ACC with the functional semantics of
+``docs/contract.md`` applied in instruction order; counts the words moved through
+``mem_re`` / ``mem_we`` (the chip's byte counters count exactly those); requires every
+memory access of an instruction inside ``[t, t + timing.done)``, ``ready`` low from
+``t + 1`` until ``t + timing.occupancy`` and high then, and ``drained`` low until
+``t + timing.done`` and high after the last one.
+"""
+
+from __future__ import annotations
+
+import random
+
+import cocotb
+
+from systolica import isa, timing
+from systolica.config import preset
+from systolica.isa import DmaKind, Instr, Opcode
+from tb_base import BlockTB, case_name, pack_fields
+
+CFG = preset("tiny")
+WORD_BITS = 8 * CFG.dram_word_bytes
+WORDS = CFG.acc_row_words
+DMA = isa.PAYLOAD[Opcode.DMA]
+WMASK = (1 << WORD_BITS) - 1
+
+
+def dma(kind, dram_addr, dram_stride, buf_addr, rows) -> dict:
+    return dict(kind=int(kind), dram_addr=dram_addr, dram_stride=dram_stride,
+                buf_addr=buf_addr, rows=rows)
+
+
+def reference(mems: dict, a: dict) -> None:
+    """One DMA instruction on ``mems`` (``dram``, ``cbuf``, ``acc``: address -> int)."""
+    dram, cbuf, acc = mems["dram"], mems["cbuf"], mems["acc"]
+    for i in range(a["rows"]):
+        base = a["dram_addr"] + i * a["dram_stride"]
+        buf = a["buf_addr"] + i
+        kind = DmaKind(a["kind"])
+        if kind is DmaKind.LOAD_CBUF:
+            cbuf[buf] = dram[base]
+        elif kind is DmaKind.STORE_CBUF:
+            dram[base] = cbuf[buf]
+        elif kind is DmaKind.LOAD_ACC:
+            acc[buf] = sum(dram[base + k] << (WORD_BITS * k) for k in range(WORDS))
+        else:
+            for k in range(WORDS):
+                dram[base + k] = (acc[buf] >> (WORD_BITS * k)) & WMASK
+
+
+def sequential(*instrs):
+    """Instructions issued one after another, each when the previous occupancy ends."""
+    out, t = [], 0
+    for a in instrs:
+        out.append((t, a))
+        t += timing.occupancy(CFG, Instr(Opcode.DMA, t, a))
+    return out
+
+
+TOP = CFG.dram_words
+CASES = {
+    "load_cbuf": [(0, dma(DmaKind.LOAD_CBUF, 100, 1, 5, 12))],
+    "load_cbuf_strided": [(0, dma(DmaKind.LOAD_CBUF, 7, 3, 1000, 9))],
+    "load_cbuf_stride0": [(0, dma(DmaKind.LOAD_CBUF, 42, 0, 64, 4))],
+    "store_cbuf": [(0, dma(DmaKind.STORE_CBUF, 200, 2, 30, 10))],
+    "load_acc": [(0, dma(DmaKind.LOAD_ACC, 300, WORDS, 10, 6))],
+    "load_acc_strided": [(0, dma(DmaKind.LOAD_ACC, 301, 7, 100, 5))],
+    "store_acc": [(0, dma(DmaKind.STORE_ACC, 400, WORDS, 20, 6))],
+    "store_acc_strided": [(0, dma(DmaKind.STORE_ACC, 500, 11, 200, 4))],
+    "single_rows": sequential(dma(DmaKind.LOAD_CBUF, 1, 0, 0, 1),
+                              dma(DmaKind.STORE_CBUF, 2, 0, 9, 1),
+                              dma(DmaKind.LOAD_ACC, 3, 0, 250, 1),
+                              dma(DmaKind.STORE_ACC, 10, 0, 251, 1)),
+    "memory_tops": sequential(
+        dma(DmaKind.LOAD_CBUF, TOP - 5, 1, CFG.cbuf_depth - 5, 5),
+        dma(DmaKind.STORE_ACC, TOP - 2 * WORDS - 8, WORDS + 4, CFG.acc_depth - 2, 2)),
+    "back_to_back": sequential(
+        dma(DmaKind.LOAD_CBUF, 1000, 1, 0, 5),
+        dma(DmaKind.LOAD_ACC, 2000, 5, 0, 3),
+        dma(DmaKind.STORE_CBUF, 3000, 3, 500, 4),
+        dma(DmaKind.STORE_ACC, 4000, WORDS, 100, 3),
+        dma(DmaKind.LOAD_CBUF, 5000, 2, 600, 2),
+        dma(DmaKind.STORE_ACC, 6000, 9, 110, 2),
+        dma(DmaKind.LOAD_ACC, 7000, WORDS, 120, 2),
+        dma(DmaKind.STORE_CBUF, 8000, 1, 700, 3)),
+    "with_gaps": [(0, dma(DmaKind.STORE_CBUF, 50, 1, 1, 3)),
+                  (9, dma(DmaKind.LOAD_ACC, 60, 4, 3, 2)),
+                  (25, dma(DmaKind.STORE_ACC, 80, 4, 3, 1))],
+}
+
+
+class Memories:
+    """DRAM, CBUF and ACC as sparse dicts with random initial contents."""
+
+    def __init__(self, rng):
+        self.rng = rng
+        self.mems = {"dram": {}, "cbuf": {}, "acc": {}}
+        self.initial = {"dram": {}, "cbuf": {}, "acc": {}}   # contents before the run
+        self.bits = {"dram": WORD_BITS, "cbuf": 8 * CFG.rows, "acc": 32 * CFG.cols}
+
+    def _touch(self, mem: str, addr: int) -> None:
+        if addr not in self.initial[mem]:
+            self.initial[mem][addr] = self.mems[mem][addr] = self.rng.getrandbits(self.bits[mem])
+
+    def read(self, mem: str, addr: int) -> int:
+        self._touch(mem, addr)
+        return self.mems[mem][addr]
+
+    def write(self, mem: str, addr: int, value: int) -> None:
+        self._touch(mem, addr)
+        self.mems[mem][addr] = value
+
+
+class DmaTB(BlockTB):
+    def __init__(self, dut, rng):
+        super().__init__(dut)
+        self.rng = rng
+        self.mem = Memories(rng)
+        self.accesses: list[tuple[int, str]] = []     # cycle, what
+        self.reads = self.writes = 0
+
+    async def run(self, instrs) -> None:
+        # Touch every address the reference reads so both sides start equal.
+        for _, a in instrs:
+            for i in range(a["rows"]):
+                base = a["dram_addr"] + i * a["dram_stride"]
+                for k in range(WORDS):
+                    if base + k < CFG.dram_words:
+                        self.mem.read("dram", base + k)
+                self.mem.read("cbuf", a["buf_addr"] + i)
+                self.mem.read("acc", (a["buf_addr"] + i) % CFG.acc_depth)
+
+        await self.start({"issue": 0, "args": 0, "mem_rdata": 0, "cbuf_rdata": 0,
+                          "acc_rdata": 0})
+        at = {t: a for t, a in instrs}
+        end = max(t + timing.done(CFG, Instr(Opcode.DMA, t, a)) for t, a in instrs)
+        ready, drained = {}, {}
+        mem_next = cbuf_next = acc_next = 0
+        for _ in range(end + 4):
+            await self.next_cycle()
+            t = self.cycle
+            self.set("issue", int(t in at))
+            self.set("args", pack_fields(DMA, at[t]) if t in at else 0)
+            self.set("mem_rdata", mem_next)
+            self.set("cbuf_rdata", cbuf_next)
+            self.set("acc_rdata", acc_next)
+            await self.settle()
+            ready[t], drained[t] = self.get("ready"), self.get("drained")
+            # Read ports answer next cycle; a DRAM without a read returns junk.
+            if self.get("mem_re"):
+                mem_next = self.mem.read("dram", self.get("mem_addr"))
+                self.reads += 1
+                self.accesses.append((t, f"mem_re @{self.get('mem_addr')}"))
+            else:
+                mem_next = self.rng.getrandbits(WORD_BITS)
+            cbuf_next = self.mem.read("cbuf", self.get("cbuf_raddr") % CFG.cbuf_depth)
+            acc_next = self.mem.read("acc", self.get("acc_raddr") % CFG.acc_depth)
+            for we, addr, data, mem in (("mem_we", "mem_addr", "mem_wdata", "dram"),
+                                        ("cbuf_we", "cbuf_waddr", "cbuf_wdata", "cbuf"),
+                                        ("acc_we", "acc_waddr", "acc_wdata", "acc")):
+                if self.get(we):
+                    self.mem.write(mem, self.get(addr), self.get(data))
+                    self.accesses.append((t, f"{we} @{self.get(addr)}"))
+                    self.writes += mem == "dram"
+        # The reference runs on everything the run touched, so an unexpected write
+        # anywhere shows as a difference.
+        expected = {k: dict(v) for k, v in self.mem.initial.items()}
+        for _, a in instrs:
+            reference(expected, a)
+        self.check(instrs, expected, ready, drained, end)
+
+    def check(self, instrs, expected, ready, drained, end) -> None:
+        got = self.mem.mems
+        for name in ("dram", "cbuf", "acc"):
+            for addr in sorted(set(expected[name]) | set(got[name])):
+                want = expected[name].get(addr)
+                have = got[name].get(addr)
+                if have != want:
+                    self.fail(f"{name}[{addr}]: got {have:#x}, expected {want:#x}"
+                              if have is not None and want is not None
+                              else f"{name}[{addr}]: got {have}, expected {want}")
+        loads = [a for _, a in instrs if a["kind"] in (DmaKind.LOAD_CBUF, DmaKind.LOAD_ACC)]
+        stores = [a for _, a in instrs
+                  if a["kind"] in (DmaKind.STORE_CBUF, DmaKind.STORE_ACC)]
+        words = lambda group: sum(timing.dma_words(CFG, a["kind"], a["rows"]) for a in group)
+        self.expect("DRAM words read (mem_re cycles)", self.reads, words(loads))
+        self.expect("DRAM words written (mem_we cycles)", self.writes, words(stores))
+
+        windows = []
+        for t, a in instrs:
+            ins = Instr(Opcode.DMA, t, a)
+            occ, done = timing.occupancy(CFG, ins), timing.done(CFG, ins)
+            windows.append((t, t + done))
+            for x in range(t + 1, t + occ):
+                self.cycle = x
+                self.expect(f"ready (DMA issued {t}, occupancy {occ})", ready[x], 0)
+            self.cycle = t + occ
+            self.expect(f"ready (DMA issued {t}, occupancy {occ})", ready[t + occ], 1)
+            for x in range(t + 1, t + done):
+                self.cycle = x
+                self.expect(f"drained (DMA issued {t}, done {done})", drained[x], 0)
+        for x in range(end, max(drained) + 1):
+            self.cycle = x
+            self.expect(f"drained after the last done ({end})", drained[x], 1)
+        for cycle, what in self.accesses:
+            if not any(lo <= cycle < hi for lo, hi in windows):
+                self.cycle = cycle
+                self.fail(f"{what} outside every instruction's [t, t + done)")
+
+
+@cocotb.test()
+async def run_case(dut):
+    case = case_name()
+    tb = DmaTB(dut, random.Random(case))
+    await tb.run(CASES[case])
+    tb.finish()
