@@ -163,16 +163,19 @@ def build(cfg: ChipConfig, waves: bool = False) -> Path:
     verilog_text = _generate_verilog(cfg)
     sim_top = SIM_TOP.read_text()
     parameters = {"WORDS": cfg.dram_words, "WIDTH": 8 * cfg.dram_word_bytes}
-    out = build_root() / "rtl" / (cfg.key + ("-waves" if waves else ""))
     build_args = list(BUILD_ARGS)
     if waves:
-        build_args += WAVE_ARGS + ["-CFLAGS", f"-I{LZ4_SHIM}", "-LDFLAGS", f"-L{out / 'lib'}"]
+        build_args += WAVE_ARGS + ["-CFLAGS", f"-I{LZ4_SHIM}", "-LDFLAGS", "-L../lib"]
         sim_top += (LZ4_SHIM / "lz4.h").read_text()
     digest = hashlib.sha256("\0".join([
         verilog_text, sim_top, json.dumps(parameters, sort_keys=True),
         json.dumps(build_args), _tool_versions(),
     ]).encode()).hexdigest()
 
+    # One directory per source hash: a simulator in use is never rebuilt under a
+    # running test, whatever other processes build meanwhile.
+    family = build_root() / "rtl" / (cfg.key + ("-waves" if waves else ""))
+    out = family / digest[:16]
     out.mkdir(parents=True, exist_ok=True)
     sim_build = out / "sim_build"
     stamp = out / "build.stamp"
@@ -201,13 +204,29 @@ def build(cfg: ChipConfig, waves: bool = False) -> Path:
                         waves=waves,
                         log_file=log,
                     )
-            except (RuntimeError, SystemExit) as exc:
+            except (RuntimeError, SystemExit, OSError) as exc:
                 raise RtlSimError(f"Verilator build of {cfg.key} failed ({exc}); "
                                   f"{log} ends:\n{_tail(log)}") from None
             (out / "build.time").write_text(f"{time.perf_counter() - began:.1f}\n")
             stamp.write_text(digest)
+            _prune(family, keep=out)
     _built[key] = out
     return out
+
+
+#: Builds of other sources are deleted once unused for this long.
+STALE_BUILD_SECONDS = 6 * 3600
+
+
+def _prune(family: Path, keep: Path) -> None:
+    now = time.time()
+    for other in family.iterdir():
+        stamp = other / "build.stamp"
+        if other == keep or not other.is_dir():
+            continue
+        used = max((p.stat().st_mtime for p in (stamp, other) if p.exists()), default=0)
+        if now - used > STALE_BUILD_SECONDS:
+            shutil.rmtree(other, ignore_errors=True)
 
 
 def _default_timeout(cfg: ChipConfig, image: bytes) -> int:
@@ -312,7 +331,7 @@ def run(cfg: ChipConfig, jobs: list[dict], waves: bool = False, *,
                 log_file=log,
             )
         tests, failed = get_results(results_xml)
-    except (RuntimeError, SystemExit) as exc:
+    except (RuntimeError, SystemExit, OSError) as exc:
         raise RtlSimError(f"simulation in {run_dir} failed ({exc}); {log} ends:\n"
                           f"{_tail(log)}") from None
     if failed or not tests:
@@ -320,7 +339,7 @@ def run(cfg: ChipConfig, jobs: list[dict], waves: bool = False, *,
                           f"{_tail(log)}")
 
     raw = json.loads((run_dir / "results.json").read_text())
-    fst = run_dir / "dump.fst" if waves else None
+    fst = str(run_dir / "dump.fst") if waves else None
     results = []
     problems = []
     for index, (job, spec, res) in enumerate(zip(jobs, specs, raw, strict=True)):

@@ -1,0 +1,155 @@
+"""The simulation harness itself: DRAM image files, the firmware driver's register
+sequence, and runs of small programs on the tiny chip's RTL (load/dump of the DRAM
+model, several jobs in one simulator, faults, timeouts, waveforms)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from conftest import run_many_on_rtl, run_on_rtl
+from systolica import isa, rtlsim, timing
+from systolica.firmware import dramfile
+from systolica.firmware.driver import Driver
+from systolica.isa import DmaKind, Instr, Opcode
+from systolica.regs import CTRL_IRQ_ACK, CTRL_START, ErrorCode, Reg, hwcfg_word
+
+
+# -- host side, no simulator ------------------------------------------------------------
+
+def test_dram_hex_roundtrip(tmp_path):
+    image = np.random.default_rng(0).integers(0, 256, (37, 8), dtype=np.uint8)
+    dramfile.write_hex(tmp_path / "m.hex", image)
+    lines = (tmp_path / "m.hex").read_text().split()
+    # most significant byte first: byte 7 of word 0 leads its line
+    assert lines[0] == bytes(image[0, ::-1]).hex()
+    assert np.array_equal(dramfile.read_hex(tmp_path / "m.hex", 8), image)
+
+
+class RecordingBus:
+    def __init__(self, irq_after: int | None = 0):
+        self.log = []
+        self.irq_after = irq_after
+
+    async def write(self, reg, value):
+        self.log.append(("w", Reg(reg), value))
+
+    async def read(self, reg):
+        self.log.append(("r", Reg(reg)))
+        return 0
+
+    async def wait_irq(self, timeout_cycles):
+        return self.irq_after is not None and self.irq_after <= timeout_cycles
+
+
+def _drive(coro):
+    import asyncio
+    return asyncio.run(coro)
+
+
+def test_driver_register_sequence():
+    words = [(1 << 127) | 0x0123_4567_89AB_CDEF, 5]
+    bus = RecordingBus()
+    drv = Driver(bus)
+
+    async def session():
+        await drv.load_program(isa.to_bytes(words))
+        await drv.start()
+        await drv.wait_done(100)
+        await drv.ack()
+    _drive(session())
+
+    writes = [(reg, value) for kind, reg, *value in bus.log if kind == "w"
+              for value in value]
+    assert writes[:2] == [(Reg.PROG_LEN, 2), (Reg.IMEM_ADDR, 0)]
+    assert writes[2:6] == [(Reg.IMEM_DATA, 0x89AB_CDEF), (Reg.IMEM_DATA, 0x0123_4567),
+                           (Reg.IMEM_DATA, 0), (Reg.IMEM_DATA, 0x8000_0000)]
+    assert writes[6:10] == [(Reg.IMEM_DATA, 5)] + [(Reg.IMEM_DATA, 0)] * 3
+    assert writes[10:] == [(Reg.CTRL, CTRL_START), (Reg.CTRL, CTRL_IRQ_ACK)]
+
+
+def test_driver_timeout_is_an_error():
+    from systolica.firmware.driver import ChipTimeout
+    drv = Driver(RecordingBus(irq_after=None))
+    with pytest.raises(ChipTimeout, match="no interrupt within 50 cycles"):
+        _drive(drv.wait_done(50))
+
+
+def test_driver_rejects_partial_words():
+    with pytest.raises(ValueError, match="multiple of 16"):
+        _drive(Driver(RecordingBus()).load_program(b"\0" * 20))
+
+
+# -- on the RTL -------------------------------------------------------------------------
+
+def _random_dram(cfg, seed=1):
+    rng = np.random.default_rng(seed)
+    return rng.integers(0, 256, (cfg.dram_words, cfg.dram_word_bytes), dtype=np.uint8)
+
+
+def _copy_program(cfg, src: int, dst: int, rows: int) -> list[Instr]:
+    """DRAM[src:src+rows] -> CBUF[0:rows] -> DRAM[dst:dst+rows]."""
+    load = Instr(Opcode.DMA, 0, {"kind": DmaKind.LOAD_CBUF, "dram_addr": src,
+                                 "dram_stride": 1, "buf_addr": 0, "rows": rows})
+    store = Instr(Opcode.DMA, timing.done(cfg, load),
+                  {"kind": DmaKind.STORE_CBUF, "dram_addr": dst, "dram_stride": 1,
+                   "buf_addr": 0, "rows": rows})
+    return [load, store]
+
+
+def test_empty_program_keeps_dram(tiny_cfg, tiny_build):
+    dram = _random_dram(tiny_cfg)
+    res = run_on_rtl(tiny_cfg, b"", dram)
+    assert res["status_flags"] == "DONE" and res["error_name"] == "NONE"
+    assert (res["cycles"], res["macs"], res["dram_rd_bytes"], res["dram_wr_bytes"]) \
+        == (0, 0, 0, 0)
+    assert res["hwcfg"] == hwcfg_word(tiny_cfg.tile_rows, tiny_cfg.tile_cols,
+                                      tiny_cfg.tile_size)
+    assert np.array_equal(res["dram"], dram)
+
+
+def test_jobs_share_one_simulator(tiny_cfg, tiny_build):
+    cfg = tiny_cfg
+    dram = _random_dram(cfg, seed=2)
+    copy = _copy_program(cfg, src=10, dst=300, rows=6)
+    results = run_many_on_rtl(cfg, [
+        dict(program=copy, dram=dram, readback=[(300, 6), (0, 4)], name="copy"),
+        dict(program=[Instr(Opcode.ILLEGAL, 0, {})], readback=[], expect_fault=True,
+             name="illegal"),
+        dict(program=copy, dram=dram[:20], readback=[(300, 6)], name="short image"),
+    ])
+    first, illegal, short = results
+    assert first["status_flags"] == "DONE", first
+    assert np.array_equal(first["readback"][0], dram[10:16])
+    assert np.array_equal(first["readback"][1], dram[0:4])
+    assert first["cycles"] == timing.run_cycles(cfg, copy)
+    assert first["dram_rd_bytes"] == first["dram_wr_bytes"] == 6 * cfg.dram_word_bytes
+    assert first["dram"] is None
+
+    assert illegal["faulted"] and illegal["error"] == ErrorCode.ILLEGAL_OPCODE
+    assert illegal["fault_pc"] == 0
+    assert illegal["readback"] == []
+
+    # each job starts from its own image: a short one is zero-padded
+    assert np.array_equal(short["readback"][0], dram[10:16])
+
+
+def test_unexpected_fault_is_reported(tiny_cfg, tiny_build):
+    with pytest.raises(rtlsim.RtlSimError, match="faulted with ILLEGAL_OPCODE at pc 1"):
+        run_on_rtl(tiny_cfg, [Instr(Opcode.SETCFG, 0, {"index": 0, "value": 0}), 0],
+                   readback=[])
+
+
+def test_hang_times_out(tiny_cfg, tiny_build):
+    late = Instr(Opcode.SETCFG, 1_000_000, {"index": 0, "value": 0})
+    with pytest.raises(rtlsim.RtlSimError, match="no interrupt within 500 cycles"):
+        run_on_rtl(tiny_cfg, [late], timeout_cycles=500, readback=[])
+
+
+def test_waves_write_fst(tiny_cfg):
+    res = rtlsim.run(tiny_cfg, [dict(program=b"", readback=[])], waves=True)[0]
+    fst = Path(res["fst"])
+    assert fst.name == "dump.fst" and fst.stat().st_size > 0
+    assert fst.read_bytes()[0] == 0   # FST header block
