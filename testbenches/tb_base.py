@@ -22,6 +22,12 @@ from cocotb.triggers import ReadOnly, RisingEdge
 CLOCK_NS = 10
 
 
+def case_names() -> list[str]:
+    """The cases the pytest side asked for (``BLOCK_CASE``, comma-separated), to run
+    one after another in one simulation."""
+    return [c for c in case_name().split(",") if c]
+
+
 def case_name() -> str:
     """The case the pytest side asked for (``BLOCK_CASE`` in the environment)."""
     try:
@@ -81,6 +87,7 @@ class BlockTB:
         self.dut = dut
         self.cycle = 0          # cycles since reset was released
         self.errors: list[str] = []
+        self.label = ""         # prefix of error messages (e.g. the case name)
 
     # -- ports -----------------------------------------------------------------------
     def port(self, name: str, index: int | None = None):
@@ -139,12 +146,13 @@ class BlockTB:
     # -- checking --------------------------------------------------------------------
     def expect(self, what: str, got, want) -> bool:
         if got != want:
-            self.errors.append(f"cycle {self.cycle}: {what}: got {got!r}, expected {want!r}")
+            self.errors.append(f"{self.label}cycle {self.cycle}: {what}: got {got!r}, "
+                               f"expected {want!r}")
             return False
         return True
 
     def fail(self, message: str) -> None:
-        self.errors.append(f"cycle {self.cycle}: {message}")
+        self.errors.append(f"{self.label}cycle {self.cycle}: {message}")
 
     def finish(self, limit: int = 25) -> None:
         """End of a test: every check passed."""

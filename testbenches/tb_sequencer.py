@@ -1,0 +1,304 @@
+"""Sequencer (``tiny`` preset): a program written through ``imem_we``, then run.
+
+:func:`reference` is the sequencer of ``docs/contract.md`` in Python: where each
+instruction issues, which fault stops the run (``PROG_RANGE``, ``ILLEGAL_OPCODE``,
+``LATE``, ``UNIT_BUSY``, ``ADDR_RANGE``, ``CFG_RANGE``, checked in that order) at which
+cycle, and when the run ends. The testbench's unit models hold each ``*_ready`` low
+for the instruction's ``timing.occupancy`` (plus any cycles a case forces it low) and
+raise ``all_drained`` at ``max(t + timing.done)``. The checker requires every issue
+strobe on the right unit exactly at the instruction's cycle with its payload, no
+other strobe, the ``fault`` or ``done`` pulse at the reference's cycle, and
+``error``, ``fault_pc`` and ``cycle`` (frozen) to match afterwards.
+"""
+
+from __future__ import annotations
+
+import cocotb
+
+from systolica import fabric, isa, timing
+from systolica.config import preset
+from systolica.isa import DmaKind, Instr, Opcode
+from systolica.regs import ErrorCode
+from tb_base import BlockTB, case_names
+
+CFG = preset("tiny")
+UNITS = ("dma", "wload", "mm", "vpu", "cfg")
+UNIT_OF = {Opcode.DMA: "dma", Opcode.WLOAD: "wload", Opcode.MATMUL: "mm",
+           Opcode.VRUN: "vpu", Opcode.SETCFG: "cfg"}
+HEADER_BITS = isa.WORD_BITS - isa.PAYLOAD_BITS
+
+
+def I(op, cycle, **fields):
+    return Instr(op, cycle, fields)
+
+
+def raw(opcode: int, cycle: int) -> int:
+    """A program word with an opcode outside the ISA."""
+    return opcode | cycle << 4
+
+
+def in_range(ins: Instr) -> bool:
+    """The ADDR_RANGE rule of docs/contract.md."""
+    f = ins.fields
+    if ins.op is Opcode.DMA:
+        acc = f["kind"] in (DmaKind.LOAD_ACC, DmaKind.STORE_ACC)
+        w = CFG.acc_row_words if acc else 1
+        return (f["rows"] != 0
+                and f["dram_addr"] + (f["rows"] - 1) * f["dram_stride"] + w <= CFG.dram_words
+                and f["buf_addr"] + f["rows"] <= (CFG.acc_depth if acc else CFG.cbuf_depth))
+    if ins.op is Opcode.WLOAD:
+        return f["w_addr"] + CFG.rows <= CFG.cbuf_depth
+    if ins.op is Opcode.MATMUL:
+        return (f["rows"] != 0 and f["act_addr"] + f["rows"] <= CFG.cbuf_depth
+                and f["acc_addr"] + f["rows"] <= CFG.acc_depth)
+    if ins.op is Opcode.VRUN:
+        return (f["rows"] != 0 and f["src"] + f["rows"] <= CFG.acc_depth
+                and f["bias_addr"] < CFG.acc_depth
+                and f["dst"] + f["rows"] <= (CFG.acc_depth if f["to_acc"] else CFG.cbuf_depth))
+    return True
+
+
+def cfg_ok(ins: Instr) -> bool:
+    if ins.op is not Opcode.SETCFG:
+        return True
+    muxes = fabric.muxes(CFG)
+    return ins.index < len(muxes) and ins.value < len(muxes[ins.index].sources)
+
+
+def reference(imem: dict, prog_len: int, held_low: dict) -> dict:
+    """Issue cycles, the fault (code, pc, cycle) or None, and the end cycle, for the
+    program memory ``imem`` (pc -> word; unwritten words are 0)."""
+    issues = []
+    if prog_len > CFG.imem_depth:
+        return {"issues": [], "fault": (ErrorCode.PROG_RANGE, 0, 0), "end": 0}
+    arrive, free, end = 0, dict.fromkeys(UNITS, 0), 0
+    for pc in range(prog_len):
+        word = imem.get(pc, 0)
+        ins = isa.decode(word)
+        if ins.op is Opcode.ILLEGAL:
+            return {"issues": issues, "fault": (ErrorCode.ILLEGAL_OPCODE, pc, arrive), "end": arrive}
+        if ins.cycle < arrive:
+            return {"issues": issues, "fault": (ErrorCode.LATE, pc, arrive), "end": arrive}
+        t, unit = ins.cycle, UNIT_OF[ins.op]
+        if free[unit] > t or t in held_low.get(unit, ()):
+            return {"issues": issues, "fault": (ErrorCode.UNIT_BUSY, pc, t), "end": t}
+        if not in_range(ins):
+            return {"issues": issues, "fault": (ErrorCode.ADDR_RANGE, pc, t), "end": t}
+        if not cfg_ok(ins):
+            return {"issues": issues, "fault": (ErrorCode.CFG_RANGE, pc, t), "end": t}
+        issues.append((t, unit, word >> HEADER_BITS))
+        free[unit] = t + timing.occupancy(CFG, ins)
+        end = max(end, t + timing.done(CFG, ins))
+        arrive = t + 1
+    return {"issues": issues, "fault": None, "end": max(arrive, end)}
+
+
+# -- cases: (program, prog_len or None for len(program), units held low) ---------------
+def dma(cycle, kind=DmaKind.LOAD_CBUF, dram_addr=0, stride=1, buf=0, rows=4):
+    return I(Opcode.DMA, cycle, kind=int(kind), dram_addr=dram_addr, dram_stride=stride,
+             buf_addr=buf, rows=rows)
+
+
+def wload(cycle, w_addr=0, bank=0):
+    return I(Opcode.WLOAD, cycle, w_addr=w_addr, bank=bank)
+
+
+def matmul(cycle, act=0, rows=4, acc=0, accumulate=0, bank=0):
+    return I(Opcode.MATMUL, cycle, act_addr=act, rows=rows, acc_addr=acc,
+             accumulate=accumulate, bank=bank)
+
+
+def vrun(cycle, src=0, rows=4, dst=0, bias=0, to_acc=0, **kw):
+    return I(Opcode.VRUN, cycle, src=src, rows=rows, dst=dst, bias_addr=bias,
+             to_acc=to_acc, **kw)
+
+
+def setcfg(cycle, index=0, value=0):
+    return I(Opcode.SETCFG, cycle, index=index, value=value)
+
+
+D, A, Cb, Rr = CFG.dram_words, CFG.acc_depth, CFG.cbuf_depth, CFG.rows
+W = CFG.acc_row_words
+
+CASES = {
+    # Issue timing.
+    "every_unit": ([dma(0, rows=6), wload(3, w_addr=8), setcfg(4, 5, 1),
+                    matmul(20, act=100, rows=9, acc=2), vrun(40, src=2, rows=9, dst=300,
+                                                            mult=300, shift=3, zp=9),
+                    setcfg(41, 19, 2), dma(60, DmaKind.STORE_ACC, 1000, 4, 2, 9)], None, {}),
+    "back_to_back": ([dma(0, rows=2), wload(1), matmul(2), vrun(3), setcfg(4, 1, 1),
+                      setcfg(5, 2, 0), dma(6, rows=1), wload(12)], None, {}),
+    "at_occupancy": ([dma(0, rows=5), dma(6, DmaKind.LOAD_ACC, rows=2),
+                      dma(6 + 2 * W + 1, DmaKind.STORE_CBUF, rows=1),
+                      wload(0 + 30), wload(30 + timing.weight_shifts(CFG)),
+                      matmul(60, rows=3), matmul(63, rows=1), vrun(80, rows=2), vrun(83)],
+                     None, {}),
+    "late_start": ([setcfg(1000, 3, 1)], None, {}),
+    "empty": ([], None, {}),
+    "prog_len_short": ([setcfg(2, 0, 1), raw(0, 0)], 1, {}),
+    # Faults.
+    "illegal_first": ([raw(0, 0)], None, {}),
+    "illegal_later": ([setcfg(5), dma(10), raw(9, 50)], None, {}),
+    "illegal_high": ([setcfg(1), raw(15, 2)], None, {}),
+    "late": ([dma(10), setcfg(10)], None, {}),
+    "late_by_arrival": ([setcfg(7), wload(20), setcfg(20)], None, {}),
+    "busy_occupancy": ([dma(0, rows=10), dma(5)], None, {}),
+    "busy_before_occupancy": ([dma(0, DmaKind.LOAD_ACC, rows=3), dma(3 * W)], None, {}),
+    "busy_wload": ([wload(0), wload(timing.weight_shifts(CFG) - 1)], None, {}),
+    "busy_held_mm": ([matmul(3), matmul(11)], None, {"mm": {10, 11, 12}}),
+    "busy_held_vpu": ([vrun(7)], None, {"vpu": {7}}),
+    "busy_held_dma_other_cycle": ([dma(7)], None, {"dma": {6, 8}}),
+    "busy_before_range": ([dma(0, rows=10), dma(5, rows=0)], None, {}),
+    "illegal_before_late": ([dma(10), raw(6, 3)], None, {}),
+    "prog_range": ([setcfg(0)], CFG.imem_depth + 1, {}),
+    "prog_len_max": ([setcfg(0), setcfg(1), setcfg(2)], CFG.imem_depth, {}),
+    "cfg_index": ([setcfg(2, len(fabric.muxes(CFG)), 0)], None, {}),
+    "cfg_value": ([setcfg(2, 4, 2)], None, {}),
+    "cfg_value_ok": ([setcfg(2, 0, 2), setcfg(3, 19, 2)], None, {}),
+    # ADDR_RANGE: each rule, one past the limit, and the exact fit before it.
+    "dma_rows0": ([dma(1, rows=0)], None, {}),
+    "dma_dram_fit": ([dma(1, DmaKind.LOAD_ACC, D - W - 3, 3, 0, 2)], None, {}),
+    "dma_dram_over": ([dma(1, DmaKind.LOAD_ACC, D - W - 2, 3, 0, 2)], None, {}),
+    "dma_dram_stride": ([dma(1, DmaKind.STORE_CBUF, 0, 0xFFFF, 0, 2)], None, {}),
+    "dma_cbuf_fit": ([dma(1, DmaKind.STORE_CBUF, 0, 1, Cb - 4, 4)], None, {}),
+    "dma_cbuf_over": ([dma(1, DmaKind.LOAD_CBUF, 0, 1, Cb - 3, 4)], None, {}),
+    "dma_acc_over": ([dma(1, DmaKind.STORE_ACC, 0, W, A - 3, 4)], None, {}),
+    "dma_acc_fit": ([dma(1, DmaKind.STORE_ACC, 0, W, A - 4, 4)], None, {}),
+    "wload_fit": ([wload(1, Cb - Rr)], None, {}),
+    "wload_over": ([wload(1, Cb - Rr + 1)], None, {}),
+    "matmul_rows0": ([matmul(1, rows=0)], None, {}),
+    "matmul_act_over": ([matmul(1, act=Cb - 3, rows=4)], None, {}),
+    "matmul_acc_over": ([matmul(1, acc=A - 3, rows=4)], None, {}),
+    "matmul_fit": ([matmul(1, act=Cb - 4, acc=A - 4, rows=4)], None, {}),
+    "vrun_rows0": ([vrun(1, rows=0)], None, {}),
+    "vrun_src_over": ([vrun(1, src=A - 3)], None, {}),
+    "vrun_bias_over": ([vrun(1, bias=A)], None, {}),
+    "vrun_dst_acc_over": ([vrun(1, dst=A - 3, to_acc=1)], None, {}),
+    "vrun_dst_cbuf_fit": ([vrun(1, dst=Cb - 4, bias=A - 1, src=A - 4)], None, {}),
+    "vrun_dst_cbuf_over": ([vrun(1, dst=Cb - 3)], None, {}),
+}
+
+
+class SequencerTB(BlockTB):
+    def __init__(self, dut):
+        super().__init__(dut)
+        self.held_low: dict = {}
+        self.imem: dict[int, int] = {}      # what the program memory holds
+
+    async def load(self, words: list[int]) -> None:
+        for pc, word in enumerate(words):
+            self.imem[pc] = word
+            await self.next_cycle()
+            self.set("imem_we", 1)
+            self.set("imem_waddr", pc)
+            self.set("imem_wdata", word)
+        await self.next_cycle()
+        self.set("imem_we", 0)
+
+    async def run(self, prog_len: int, extra_starts=()) -> None:
+        """One run; ``extra_starts`` are run cycles at which START is pulsed again
+        (ignored while running)."""
+        ref = reference(self.imem, prog_len, self.held_low)
+        await self.next_cycle()
+        self.set("prog_len", prog_len)
+        self.set("start", 1)
+        base = self.cycle + 1          # run cycle 0: the first with running high
+        free = dict.fromkeys(UNITS, 0)
+        drained_at = 0
+        issues, ends = [], []
+        limit = ref["end"] + 8
+        for c in range(limit + 1):
+            await self.next_cycle()
+            assert self.cycle == base + c
+            for u in UNITS[:-1]:
+                self.set(f"{u}_ready", int(c >= free[u] and c not in self.held_low.get(u, ())))
+            self.set("all_drained", int(c >= drained_at))
+            self.set("start", int(c in extra_starts))
+            await self.settle()
+            running = self.get("running")
+            if c <= ref["end"]:
+                self.expect(f"running at run cycle {c}", running, 1)
+                self.expect("cycle counter", self.get("cycle"), c)
+            strobes = [u for u in UNITS if self.get(f"{u}_issue")]
+            if len(strobes) > 1:
+                self.fail(f"several issue strobes at once: {strobes}")
+            for u in strobes:
+                issues.append((c, u, self.get("payload")))
+                ins = isa.decode(self.imem.get(len(issues) - 1, 0))
+                if ins.op is not Opcode.ILLEGAL:
+                    free[u] = c + timing.occupancy(CFG, ins)
+                    drained_at = max(drained_at, c + timing.done(CFG, ins))
+            if self.get("fault"):
+                ends.append((c, "fault"))
+            if self.get("done"):
+                ends.append((c, "done"))
+            if c > ref["end"]:
+                self.expect("running after the end", running, 0)
+                self.expect("frozen cycle counter", self.get("cycle"), ref["end"])
+        self.expect("issues (run cycle, unit, payload)", issues, ref["issues"])
+        if ref["fault"] is None:
+            self.expect("end of run", ends, [(ref["end"], "done")])
+            self.expect("error", self.get("error"), ErrorCode.NONE)
+        else:
+            code, pc, at = ref["fault"]
+            self.expect("end of run", ends, [(at, "fault")])
+            self.expect("error", ErrorCode(self.get("error")).name, code.name)
+            self.expect("fault_pc", self.get("fault_pc"), pc)
+
+
+def program_words(program) -> list[int]:
+    return [w if isinstance(w, int) else isa.encode(w) for w in program]
+
+
+IDLE = {"start": 0, "prog_len": 0, "imem_we": 0, "imem_waddr": 0, "imem_wdata": 0,
+        "all_drained": 1, "dma_ready": 1, "wload_ready": 1, "mm_ready": 1, "vpu_ready": 1}
+
+
+async def run_program(tb: SequencerTB, name: str) -> None:
+    program, prog_len, held = CASES[name]
+    words = program_words(program)
+    tb.held_low = held
+    await tb.load(words)
+    await tb.run(len(words) if prog_len is None else prog_len)
+    tb.held_low = {}
+
+
+async def restart(tb: SequencerTB) -> None:
+    """A second START after the end runs the program again from pc 0 and cycle 0; a
+    START while running is ignored; a fault's error clears on the next START."""
+    good = program_words([setcfg(2, 1, 1), dma(5, rows=3), setcfg(30, 2, 1)])
+    await tb.load(good + [raw(0, 0)])
+    await tb.run(3, extra_starts=(1, 6, 7))
+    for _ in range(3):
+        await tb.next_cycle()
+    await tb.run(4)          # ILLEGAL_OPCODE at pc 3
+    await tb.run(3)
+
+
+SPECIAL = {"restart": restart}
+
+#: Cases run in one simulation each group (the program memory is not cleared between
+#: cases; the reference reads the testbench's copy of it).
+GROUPS = {
+    "issue": ["every_unit", "back_to_back", "at_occupancy", "late_start", "empty",
+              "prog_len_short", "restart"],
+    "faults": ["illegal_first", "illegal_later", "illegal_high", "late", "late_by_arrival",
+               "illegal_before_late", "prog_range", "prog_len_max", "cfg_index",
+               "cfg_value", "cfg_value_ok"],
+    "unit_busy": [c for c in CASES if c.startswith("busy_")],
+    "addr_range": [c for c in CASES if c.split("_")[0] in ("dma", "wload", "matmul", "vrun")],
+}
+assert sorted(sum(GROUPS.values(), [])) == sorted(list(CASES) + list(SPECIAL))
+
+
+@cocotb.test()
+async def run_case(dut):
+    tb = SequencerTB(dut)
+    await tb.start(IDLE)
+    for name in case_names():
+        tb.label = f"[{name}] "
+        if name in SPECIAL:
+            await SPECIAL[name](tb)
+        else:
+            await run_program(tb, name)
+    tb.finish()
