@@ -1,0 +1,234 @@
+"""RegisterFile (``tiny`` preset): the register map of :mod:`systolica.regs`.
+
+:class:`RegsModel` is the register file as the map describes it; every cycle the
+testbench drives one bus access and the sequencer-side inputs, and compares ``start``,
+``imem_we`` (with ``imem_waddr`` / ``imem_wdata`` when it is high), ``irq`` and the
+combinational ``reg_rdata`` of the addressed register with the model. The cases
+are schedules of bus accesses and sequencer events.
+"""
+
+from __future__ import annotations
+
+import random
+
+import cocotb
+
+from systolica import regs
+from systolica.config import preset
+from systolica.regs import Reg
+from tb_base import BlockTB, case_names
+
+CFG = preset("tiny")
+SEQ_INPUTS = ("running", "done", "fault", "error", "fault_pc", "cycle", "macs",
+              "dram_rd_bytes", "dram_wr_bytes")
+M32 = 0xFFFF_FFFF
+
+
+class RegsModel:
+    def __init__(self):
+        self.done_flag = self.error_flag = 0
+        self.fault_cycle = 0
+        self.prog_len = 0
+        self.imem_addr = 0
+        self.parts: list[int] = []
+
+    def outputs(self, i: dict) -> dict:
+        """Combinational outputs for inputs ``i`` (bus: addr, wdata, we)."""
+        write = lambda reg: i["we"] and i["addr"] == reg
+        out = {
+            "start": int(write(Reg.CTRL) and i["wdata"] & regs.CTRL_START
+                         and not i["running"]),
+            "irq": int(self.done_flag or self.error_flag),
+            "imem_we": int(write(Reg.IMEM_DATA) and len(self.parts) == 3),
+        }
+        if out["imem_we"]:
+            out["imem_waddr"] = self.imem_addr
+            out["imem_wdata"] = sum(p << (32 * k) for k, p in enumerate(self.parts + [i["wdata"]]))
+        table = {
+            Reg.STATUS: (i["running"] * regs.STATUS_RUNNING | self.done_flag * regs.STATUS_DONE
+                         | self.error_flag * regs.STATUS_ERROR),
+            Reg.ERROR: i["error"],
+            Reg.FAULT_PC: i["fault_pc"],
+            Reg.PROG_LEN: self.prog_len,
+            Reg.IMEM_ADDR: self.imem_addr,
+            Reg.CYCLES: i["cycle"],
+            Reg.MACS_LO: i["macs"] & M32,
+            Reg.MACS_HI: i["macs"] >> 32,
+            Reg.DRAM_RD_BYTES: i["dram_rd_bytes"],
+            Reg.DRAM_WR_BYTES: i["dram_wr_bytes"],
+            Reg.HWCFG: regs.hwcfg_word(CFG.tile_rows, CFG.tile_cols, CFG.tile_size),
+            Reg.FAULT_CYCLE: self.fault_cycle,
+        }
+        if i["addr"] in table:        # CTRL and IMEM_DATA are write-only
+            out["reg_rdata"] = table[i["addr"]]
+        return out
+
+    def clock(self, i: dict, out: dict) -> None:
+        write = lambda reg: i["we"] and i["addr"] == reg
+        if out["start"] or (write(Reg.CTRL) and i["wdata"] & regs.CTRL_IRQ_ACK):
+            self.done_flag = self.error_flag = 0
+        if i["done"]:
+            self.done_flag = 1
+        if i["fault"]:
+            self.error_flag = 1
+            self.fault_cycle = i["cycle"]
+        if write(Reg.PROG_LEN):
+            self.prog_len = i["wdata"]
+        if write(Reg.IMEM_ADDR):
+            self.imem_addr = i["wdata"]
+            self.parts = []
+        if write(Reg.IMEM_DATA):
+            if len(self.parts) == 3:
+                self.parts = []
+                self.imem_addr += 1
+            else:
+                self.parts.append(i["wdata"])
+
+
+def idle(**over) -> dict:
+    d = {"addr": Reg.STATUS, "wdata": 0, "we": 0, "running": 0, "done": 0, "fault": 0,
+         "error": 0, "fault_pc": 0, "cycle": 0, "macs": 0, "dram_rd_bytes": 0,
+         "dram_wr_bytes": 0}
+    d.update(over)
+    return d
+
+
+def wr(reg, value, **over):
+    return idle(addr=reg, wdata=value, we=1, **over)
+
+
+def rd(reg, **over):
+    return idle(addr=reg, **over)
+
+
+def case_imem_data(rng):
+    """Four IMEM_DATA writes store one instruction and advance IMEM_ADDR; gaps and
+    other registers' writes between the parts do not disturb the assembly; a write
+    to IMEM_ADDR restarts it."""
+    s = [wr(Reg.IMEM_ADDR, 17), rd(Reg.IMEM_ADDR)]
+    for k in range(3):
+        for part in range(4):
+            s.append(wr(Reg.IMEM_DATA, rng.getrandbits(32)))
+            if part == 1 and k == 1:
+                s += [idle(), wr(Reg.PROG_LEN, 9), rd(Reg.IMEM_ADDR), idle()]
+        s.append(rd(Reg.IMEM_ADDR))
+    s += [wr(Reg.IMEM_DATA, 0xAAAA_0001), wr(Reg.IMEM_DATA, 0xAAAA_0002),
+          wr(Reg.IMEM_ADDR, 2000), rd(Reg.IMEM_ADDR)]
+    s += [wr(Reg.IMEM_DATA, 0xB000_0000 + p) for p in range(8)] + [rd(Reg.IMEM_ADDR)]
+    s += [wr(Reg.IMEM_ADDR, 0), rd(Reg.IMEM_ADDR)]
+    return s
+
+
+def case_start(rng):
+    """START pulses only while not running; IRQ_ACK alone, other registers and a
+    START while running do not."""
+    return [wr(Reg.CTRL, regs.CTRL_START), idle(running=1),
+            wr(Reg.CTRL, regs.CTRL_START, running=1), wr(Reg.CTRL, M32, running=1),
+            idle(running=1), idle(), wr(Reg.CTRL, regs.CTRL_IRQ_ACK),
+            wr(Reg.CTRL, regs.CTRL_START | regs.CTRL_IRQ_ACK), wr(Reg.PROG_LEN, 1),
+            wr(Reg.IMEM_ADDR, 1), wr(Reg.CTRL, 0xFFFF_FFFE), wr(Reg.CTRL, 0x5)]
+
+
+def case_irq(rng):
+    """irq and STATUS.DONE / STATUS.ERROR from done or fault until IRQ_ACK or START;
+    FAULT_CYCLE holds the cycle of the fault."""
+    s = [wr(Reg.CTRL, regs.CTRL_START), idle(running=1, cycle=1), idle(running=1, cycle=2),
+         rd(Reg.STATUS, running=1, cycle=3, done=1), rd(Reg.STATUS, cycle=3),
+         rd(Reg.STATUS, cycle=3), wr(Reg.CTRL, regs.CTRL_IRQ_ACK, cycle=3),
+         rd(Reg.STATUS, cycle=3)]
+    s += [wr(Reg.CTRL, regs.CTRL_START)] + [rd(Reg.CYCLES, running=1, cycle=c) for c in range(5)]
+    s += [rd(Reg.FAULT_CYCLE, running=1, cycle=5, fault=1, error=3, fault_pc=2),
+          rd(Reg.FAULT_CYCLE, cycle=5, error=3, fault_pc=2),
+          rd(Reg.STATUS, cycle=5, error=3), rd(Reg.ERROR, cycle=5, error=3),
+          rd(Reg.FAULT_PC, cycle=5, fault_pc=2), idle(), idle()]
+    # START clears the flags (and is the only thing that does apart from IRQ_ACK).
+    s += [wr(Reg.CTRL, regs.CTRL_START), rd(Reg.STATUS, running=1)]
+    s += [rd(Reg.STATUS, running=1, cycle=77, fault=1), rd(Reg.FAULT_CYCLE),
+          wr(Reg.PROG_LEN, 3), rd(Reg.STATUS), wr(Reg.CTRL, regs.CTRL_IRQ_ACK),
+          rd(Reg.STATUS), rd(Reg.FAULT_CYCLE)]
+    return s
+
+
+def case_readback(rng):
+    """Every readable register shows its source, for random values."""
+    s = [wr(Reg.PROG_LEN, 1234), wr(Reg.IMEM_ADDR, 77)]
+    for _ in range(6):
+        inputs = dict(running=rng.randrange(2), error=rng.randrange(7),
+                      fault_pc=rng.getrandbits(16), cycle=rng.getrandbits(32),
+                      macs=rng.getrandbits(64), dram_rd_bytes=rng.getrandbits(32),
+                      dram_wr_bytes=rng.getrandbits(32))
+        s += [rd(reg, **inputs) for reg in Reg]
+    s += [wr(Reg.PROG_LEN, CFG.imem_depth), rd(Reg.PROG_LEN), wr(Reg.PROG_LEN, 0xFFFF),
+          rd(Reg.PROG_LEN)]
+    return s
+
+
+def case_prog_len_wide(rng):
+    """PROG_LEN is a 32-bit RW register: it reads back what was written, and a length
+    beyond the program memory must reach the sequencer as one (PROG_RANGE)."""
+    return [wr(Reg.PROG_LEN, 0x1_0005), rd(Reg.PROG_LEN), wr(Reg.PROG_LEN, 0x8000_0000),
+            rd(Reg.PROG_LEN)]
+
+
+def case_imem_addr_wide(rng):
+    """IMEM_ADDR is a 32-bit RW register: an index beyond the program memory must not
+    turn into a write to a low program index."""
+    return [wr(Reg.IMEM_ADDR, 0x1_0003), rd(Reg.IMEM_ADDR)] + [
+        wr(Reg.IMEM_DATA, 0xC000_0000 + p) for p in range(4)] + [rd(Reg.IMEM_ADDR)]
+
+
+CASES = {
+    "imem_data": case_imem_data,
+    "start": case_start,
+    "irq": case_irq,
+    "readback": case_readback,
+    "prog_len_wide": case_prog_len_wide,
+    "imem_addr_wide": case_imem_addr_wide,
+}
+#: Cases run in one simulation per group (reset between cases).
+GROUPS = {"registers": ["imem_data", "start", "irq", "readback"],
+          "prog_len_wide": ["prog_len_wide"], "imem_addr_wide": ["imem_addr_wide"]}
+
+
+class CsrTB(BlockTB):
+    async def run(self, schedule: list[dict]) -> None:
+        model = RegsModel()
+        for i in schedule + [idle(), idle()]:
+            await self.next_cycle()
+            self.set("reg_addr", i["addr"])
+            self.set("reg_wdata", i["wdata"])
+            self.set("reg_we", i["we"])
+            for name in SEQ_INPUTS:
+                self.set(name, i[name])
+            await self.settle()
+            want = model.outputs(i)
+            op = f"{'write' if i['we'] else 'read'} {Reg(i['addr']).name}"
+            for name, value in want.items():
+                self.expect(f"{name} ({op})", self.get(name), value)
+            if model.prog_len < 1 << 16:
+                self.expect("prog_len", self.get("prog_len"), model.prog_len)
+            if model.imem_addr < 1 << 16:
+                self.expect("imem_waddr", self.get("imem_waddr"), model.imem_addr)
+            elif self.get("imem_waddr") < CFG.imem_depth:
+                self.fail(f"IMEM_ADDR {model.imem_addr:#x} reaches the program memory as "
+                          f"index {self.get('imem_waddr')}, which it writes")
+            # A length beyond the program memory must stay one on the way out.
+            if model.prog_len > CFG.imem_depth and self.get("prog_len") <= CFG.imem_depth:
+                self.fail(f"PROG_LEN {model.prog_len:#x} reaches the sequencer as "
+                          f"{self.get('prog_len')}, which does not fault PROG_RANGE")
+            model.clock(i, want)
+
+
+@cocotb.test()
+async def run_case(dut):
+    tb = CsrTB(dut)
+    await tb.start(dict.fromkeys(["reg_addr", "reg_wdata", "reg_we", *SEQ_INPUTS], 0))
+    for name in case_names():
+        tb.label = f"[{name}] "
+        await tb.run(CASES[name](random.Random(name)))
+        # Each case starts from reset, as its model does.
+        await tb.next_cycle()
+        tb.dut.rst.value = 1
+        await tb.next_cycle()
+        tb.dut.rst.value = 0
+    tb.finish()
