@@ -84,3 +84,46 @@ def done(cfg: ChipConfig, ins: Instr) -> int:
 def run_cycles(cfg: ChipConfig, program: list[Instr]) -> int:
     """The cycle count the chip reports for a scheduled program."""
     return max((i.cycle + done(cfg, i) for i in program), default=0)
+
+
+def mux_use(cfg: ChipConfig, ins: Instr, mux_name: str) -> tuple[int, int] | None:
+    """Cycles ``[lo, hi)`` after issue in which ``ins``'s data passes multiplexer
+    ``mux_name`` (a :mod:`systolica.fabric` name), or None if it does not use it.
+
+    A configuration register written by a SETCFG issued at cycle ``u`` holds its new
+    value from ``u + 1``, so the instruction sees one setting iff no SETCFG issues in
+    ``[t + lo - 1, t + hi - 1)``.
+    """
+    kind, _, rest = mux_name.partition("[")
+    idx = [int(x) for x in rest.replace("]", " ").replace("[", " ").split()]
+    n = cfg.tile_size
+    op = ins.op
+    if op is Opcode.MATMUL:
+        m = ins.rows
+        feed = cfg.latency["cbuf_read"] + 1       # cycle the first row leaves the CBUF
+        if kind == "west_feed":
+            return feed, feed + m
+        if kind == "act_in":
+            i, j = idx
+            lo = feed + skew(cfg, i * n) + skew(cfg, j * n)
+            return lo, feed + m + skew(cfg, i * n + n - 1) + skew(cfg, j * n)
+        if kind == "psum_in":
+            i, j = idx
+            if i == 0:
+                return None                       # the north edge carries zeros
+            lo = feed + skew(cfg, i * n) + skew(cfg, j * n)
+            return lo, feed + m + skew(cfg, i * n) + skew(cfg, j * n + n - 1)
+        if kind == "acc_src":
+            return matmul_pipeline(cfg), matmul_pipeline(cfg) + m
+        return None
+    if op is Opcode.WLOAD:
+        if kind in ("north_feed", "w_in"):
+            first = cfg.latency["cbuf_read"] + 1
+            return first, first + weight_shifts(cfg)
+        return None
+    if op is Opcode.VRUN:
+        if kind == "wb_src" and not ins.to_acc:
+            first = 2 * cfg.latency["acc_read"] + 1 + cfg.latency["vpu"]
+            return first, first + ins.rows
+        return None
+    return None
