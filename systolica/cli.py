@@ -90,6 +90,21 @@ def cmd_disasm(args) -> int:
     return 0
 
 
+def cmd_schedule(args) -> int:
+    from .compiler import stp, trace
+    from .config import preset
+    cfg = preset(args.config)
+    result = stp.compile_file(cfg, args.file, insert_delays=args.insert_delays)
+    if args.image:
+        if result.chip is None:
+            raise stp.CompileError(f"{args.file} has no chip statements to put in an image")
+        Path(args.image).write_bytes(result.chip.image)
+    if args.trace:
+        trace.write_trace(args.trace, result.events(cfg))
+    print(trace.listing(result.rows(cfg)))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="systolica", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -113,6 +128,14 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("disasm", help="disassemble a program image")
     p.add_argument("image")
     p.set_defaults(func=cmd_disasm)
+    p = sub.add_parser("schedule", help="schedule a .stp program; print the listing")
+    p.add_argument("file", help="program text (.stp), see docs/scheduling.md")
+    p.add_argument("--config", default="tiny")
+    p.add_argument("--insert-delays", action="store_true",
+                   help="add delay registers where two paths differ in latency")
+    p.add_argument("--trace", help="write Chrome trace / Perfetto JSON here")
+    p.add_argument("--image", help="write the chip statements' program image here")
+    p.set_defaults(func=cmd_schedule)
     args = parser.parse_args(argv)
 
     from .compiler import CompileError
