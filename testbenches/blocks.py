@@ -11,6 +11,11 @@ once, and runs a cocotb module (``testbenches/tb_<block>.py``) against it:
 * :func:`run_block` runs the cocotb module in a fresh directory under
   ``build/blocks/runs/`` and raises ``AssertionError`` naming the failed cocotb tests
   (and the end of the simulator log) if any failed.
+
+The cocotb side of every block test (clock, reset, ports, checker) is
+:mod:`tb_base`; each block has ``tb_<block>.py`` (testbench class, reference model,
+table of cases) and ``test_block_<block>.py`` (the pytest entry point, one build per
+configuration). A case is selected through ``BLOCK_CASE`` in the environment.
 """
 
 from __future__ import annotations
@@ -217,7 +222,11 @@ def run_block(build_dir: Path, name: str, test_module: str, testcase: str | None
         raise AssertionError(f"block {name}: no cocotb results from {test_module}"
                              f"{'::' + testcase if testcase else ''} ({problem or exc}); "
                              f"{log} ends:\n{_tail(log)}") from None
-    if failed or not tests or problem:
+    if not tests:
+        raise AssertionError(f"block {name}: no cocotb test ran from {test_module}"
+                             + (f" matching {testcase!r}" if testcase else "")
+                             + f"; {log} ends:\n{_tail(log)}")
+    if failed or problem:
         names = _failed_tests(results_xml)
         raise AssertionError(
             f"block {name}: {failed} of {tests} cocotb test(s) in {test_module} failed"

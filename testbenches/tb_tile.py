@@ -102,8 +102,6 @@ def plan_matmul(rng, act_zero=False, w_zero=False, psum_zero=False, rows=10):
     """Load both banks, stream rows that pick a bank each, reload bank 0 (its old
     contents leave south) and stream again."""
     plan, model = Plan(), TileModel(act_zero, w_zero, psum_zero)
-    for key, v in (("act_sel", act_zero), ("w_sel", w_zero), ("psum_sel", psum_zero)):
-        plan.hold(0, 0, key, int(v))
     model.load(plan, 0, 0, _weights(rng))
     model.load(plan, N, 1, _weights(rng))
     t = model.stream(plan, 2 * N + 1, _acts(rng, rows),
