@@ -378,20 +378,22 @@ def _fields(op: Opcode) -> list[str]:
 
 
 def _setcfg_fields(cfg: ChipConfig, st: Statement, filename: str) -> dict:
-    """``cfg set(mux=NAME, source=NAME)`` (or ``mux0/source0, mux1/source1, ...``) as
-    SETCFG fields; ISA field names given directly pass through."""
+    """``cfg set(mux=NAME, source=NAME)``, with further pairs as ``mux1=, source1=``,
+    ``mux2=, ...``, as SETCFG fields; ISA field names given directly pass through."""
     valid = _fields(Opcode.SETCFG)
     table = fabric.by_name(cfg)
-    pairs: dict[str, dict] = {}
+    by_suffix: dict[str, dict] = {}
     out: dict = {}
     for k, v in st.kwargs.items():
         m = re.fullmatch(r"(mux|source)(\d*)", k)
         if m and k not in valid:
-            pairs.setdefault(m.group(2), {})[m.group(1)] = v
+            by_suffix.setdefault(m.group(2), {})[m.group(1)] = v
         else:
             out[k] = v
-    for n, (suffix, pair) in enumerate(sorted(pairs.items())):
-        where = f"{st.where()}"
+    where = st.where()
+    pairs = []
+    for suffix in sorted(by_suffix, key=lambda x: int(x) if x else -1):
+        pair = by_suffix[suffix]
         if "mux" not in pair or "source" not in pair:
             raise ParseError(filename, st.line, st.col,
                              f"{where}: mux{suffix} and source{suffix} go together")
@@ -408,18 +410,19 @@ def _setcfg_fields(cfg: ChipConfig, st: Statement, filename: str) -> dict:
                 value = mux.value_of(src)
             except ValueError as e:
                 raise ParseError(filename, st.line, st.col, f"{where}: {e}") from None
-        # single-pair format (index, value) or numbered pairs (index0, value0, ...)
-        names = [(f"index{n}", f"value{n}"), (f"index{suffix}", f"value{suffix}")]
-        if n == 0:
-            names.insert(0, ("index", "value"))
-        for i_name, v_name in names:
-            if i_name in valid and v_name in valid:
-                out[i_name], out[v_name] = mux.index, value
-                break
-        else:
-            raise ParseError(filename, st.line, st.col,
-                             f"{where}: this instruction set's SETCFG has no room for "
-                             f"pair {n + 1} (fields {valid})")
+        pairs.append((mux.index, value))
+    if not pairs:
+        return out
+    if hasattr(isa, "setcfg_fields"):           # multi-pair SETCFG
+        try:
+            out.update(isa.setcfg_fields(pairs))
+        except isa.EncodingError as e:
+            raise ParseError(filename, st.line, st.col, f"{where}: {e}") from None
+    elif len(pairs) == 1:
+        out["index"], out["value"] = pairs[0]
+    else:
+        raise ParseError(filename, st.line, st.col,
+                         f"{where}: this instruction set's SETCFG carries one pair")
     return out
 
 

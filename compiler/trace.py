@@ -50,17 +50,21 @@ def schedule_rows(schedule: Schedule, updates: Mapping[str, int] | None = None) 
     return _sorted(rows)
 
 
+def _setcfg_pairs(ins: isa.Instr) -> list[tuple[int, int]]:
+    if hasattr(isa, "setcfg_pairs"):
+        return list(isa.setcfg_pairs(ins.fields))
+    return [(ins.fields["index"], ins.fields["value"])]
+
+
 def _setcfg_text(cfg: ChipConfig, ins: isa.Instr) -> str:
     table = fabric.muxes(cfg)
     pairs = []
-    for k in sorted(ins.fields):
-        if k.startswith("index") and "value" + k[5:] in ins.fields:
-            i, v = ins.fields[k], ins.fields["value" + k[5:]]
-            if 0 <= i < len(table) and 0 <= v < len(table[i].sources):
-                pairs.append(f"{table[i].name} <- {table[i].sources[v]}")
-            else:
-                pairs.append(f"mux {i} <- {v}")
-    return "SETCFG " + ", ".join(pairs) if pairs else str(ins).split(":", 1)[1].strip()
+    for i, v in _setcfg_pairs(ins):
+        if 0 <= i < len(table) and 0 <= v < len(table[i].sources):
+            pairs.append(f"{table[i].name} <- {table[i].sources[v]}")
+        else:
+            pairs.append(f"mux {i} <- {v}")
+    return "SETCFG " + ", ".join(pairs)
 
 
 def chip_rows(cfg: ChipConfig, program: Sequence[isa.Instr],

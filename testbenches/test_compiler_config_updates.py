@@ -1,0 +1,116 @@
+"""Configuration-update scheduling: seed 002 Fig. 4 (cycles x, y, z; two updates per
+cycle), its infeasible variant, the update interval and power-domain budgets."""
+
+import pytest
+
+from systolica.compiler import CompileError
+from systolica.compiler.config_updates import ConfigUpdateError, UpdateWindow, \
+    assign_updates, window_between
+
+X, Y, Z = 10, 20, 30
+# Fig. 4: update windows 412 (only x), 422 (x..z), 435 (only z), 443 (only x), 445 (only z);
+# cu0..cu4 are their updates
+CU = {"cu0": "uw412", "cu1": "uw422", "cu2": "uw435", "cu3": "uw443", "cu4": "uw445"}
+FIG4 = [UpdateWindow("uw412", 8, 12), UpdateWindow("uw422", 5, 35),
+        UpdateWindow("uw435", 28, 33), UpdateWindow("uw443", 9, 15),
+        UpdateWindow("uw445", 25, 31)]
+
+
+def test_seed_fig4():
+    got = assign_updates(FIG4, per_cycle=2, allowed={X, Y, Z})
+    assert {cu: got[w] for cu, w in CU.items()} == \
+        {"cu0": X, "cu3": X, "cu2": Z, "cu4": Z, "cu1": Y}
+
+
+def test_seed_fig4_with_a_predicate_for_allowed_cycles():
+    got = assign_updates(FIG4, per_cycle=2, allowed=lambda c: c in (X, Y, Z))
+    assert got == assign_updates(FIG4, per_cycle=2, allowed={X, Y, Z})
+
+
+def test_seed_fig4_window_422_equal_to_412_has_no_solution():
+    windows = [w if w.name != "uw422" else UpdateWindow("uw422", 8, 12) for w in FIG4]
+    with pytest.raises(ConfigUpdateError) as e:
+        assign_updates(windows, per_cycle=2, allowed={X, Y, Z})
+    msg = str(e.value)
+    for name in ("uw412 [8, 12]", "uw422 [8, 12]", "uw443 [9, 15]"):
+        assert name in msg
+    assert "compete for cycle(s) 10," in msg and "2 update(s) per cycle" in msg
+    assert "uw435" not in msg and "uw445" not in msg
+    assert isinstance(e.value, CompileError)
+
+
+def test_most_constrained_first_beats_earliest_first():
+    # earliest-deadline order would put wide at 0 and leave narrow nothing
+    windows = [UpdateWindow("wide", 0, 3), UpdateWindow("narrow", 0, 0)]
+    assert assign_updates(windows, per_cycle=1) == {"narrow": 0, "wide": 1}
+
+
+def test_recount_after_each_assignment():
+    # b and c both start with 2 feasible cycles; once a takes 1, b has one left
+    windows = [UpdateWindow("a", 1, 1), UpdateWindow("c", 2, 3), UpdateWindow("b", 1, 2)]
+    assert assign_updates(windows, per_cycle=1) == {"a": 1, "b": 2, "c": 3}
+
+
+def test_interval():
+    windows = [UpdateWindow("a", 1, 9), UpdateWindow("b", 3, 9), UpdateWindow("c", 4, 4)]
+    assert assign_updates(windows, per_cycle=2) == {"c": 4, "a": 1, "b": 3}
+    assert assign_updates(windows, per_cycle=2, interval=4) == {"c": 4, "a": 4, "b": 8}
+    with pytest.raises(ConfigUpdateError, match=r"b \[3, 9\] compete for cycle\(s\) 4, 8"):
+        assign_updates(windows, per_cycle=1, interval=4)
+
+
+def test_window_without_an_allowed_cycle():
+    with pytest.raises(ConfigUpdateError,
+                       match=r"window w \[5, 7\] contains no a multiple of 4"):
+        assign_updates([UpdateWindow("w", 5, 7)], per_cycle=1, interval=4)
+    with pytest.raises(ConfigUpdateError, match=r"window w \[5, 7\] contains no a cycle"):
+        assign_updates([UpdateWindow("w", 5, 7)], per_cycle=1, allowed={4, 8})
+
+
+def test_domain_budget():
+    windows = [UpdateWindow("q", 0, 0, "d1"), UpdateWindow("p1", 0, 1, "d0"),
+               UpdateWindow("p2", 0, 1, "d0")]
+    assert assign_updates(windows, per_cycle=3) == {"q": 0, "p1": 0, "p2": 0}
+    assert assign_updates(windows, per_cycle=3, domain_budget=1) == {"q": 0, "p1": 0, "p2": 1}
+    assert assign_updates(windows, per_cycle=3, domain_budget={"d0": 2}) == \
+        {"q": 0, "p1": 0, "p2": 0}
+    tight = [UpdateWindow("p1", 0, 0, "d0"), UpdateWindow("p2", 0, 0, "d0"),
+             UpdateWindow("q", 0, 0, "d1")]
+    with pytest.raises(ConfigUpdateError) as e:
+        assign_updates(tight, per_cycle=3, domain_budget=1)
+    assert "p1 [0, 0], p2 [0, 0]" in str(e.value)
+    assert "1 per cycle in power domain d0" in str(e.value)
+
+
+def test_domain_budget_recounts_only_that_domain():
+    # after a fills domain d0 at cycle 2, b (d0) has only 3 left; c (d1) keeps 2 and 3
+    windows = [UpdateWindow("a", 2, 2, "d0"), UpdateWindow("b", 2, 3, "d0"),
+               UpdateWindow("c", 2, 3, "d1"), UpdateWindow("d", 3, 3, "d1")]
+    got = assign_updates(windows, per_cycle=2, domain_budget=1)
+    assert got == {"a": 2, "d": 3, "b": 3, "c": 2}
+
+
+def test_window_between_uses():
+    # old setting used in [3, 7), new one from 12: issue from 6 (effective 7) to 11
+    assert window_between("u", (3, 7), (12, 15), "d") == UpdateWindow("u", 6, 11, "d")
+
+
+def test_duplicate_names_rejected():
+    with pytest.raises(ConfigUpdateError, match="two update windows are named 'a'"):
+        assign_updates([UpdateWindow("a", 0, 1), UpdateWindow("a", 2, 3)], per_cycle=1)
+
+
+def test_many_windows_are_fast():
+    import time
+    n = 10_000
+    windows = [UpdateWindow(f"w{i}", i, i + 40, f"d{i % 4}") for i in range(n)]
+    t = time.perf_counter()
+    got = assign_updates(windows, per_cycle=2, interval=2, domain_budget=1)
+    assert time.perf_counter() - t < 10
+    assert len(got) == n
+    assert all(c % 2 == 0 and windows[i].lo <= c <= windows[i].hi
+               for i, c in enumerate(got[w.name] for w in windows))
+    per = {}
+    for w in windows:
+        per.setdefault(got[w.name], []).append(w.domain)
+    assert all(len(d) <= 2 and len(set(d)) == len(d) for d in per.values())

@@ -1,0 +1,175 @@
+"""Listing and Chrome trace / Perfetto JSON of datapath schedules and chip programs,
+and the `systolica schedule` command on the example programs."""
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from systolica import golden, isa, timing
+from systolica.cli import main
+from systolica.compiler import stp
+from systolica.compiler.config_updates import UpdateWindow, assign_updates
+from systolica.compiler.cycles import assign_cycles
+from systolica.compiler.text import parse
+from systolica.compiler.trace import chip_events, events, listing, schedule_events, \
+    schedule_rows, write_trace
+from systolica.config import preset
+from systolica.isa import DmaKind, Opcode
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+CFG = preset("tiny")
+FIG2 = {"read": 1, "read.bigram": 2, "mul": 4, "add": 3, "write": 1, "mul.mul.occupancy": 2}
+TABLE1 = (EXAMPLES / "seed_table1.stp").read_text()
+
+
+def table1():
+    prog = parse(TABLE1)
+    return assign_cycles({**FIG2, **prog.latency, "mul.mul.occupancy": 2}, prog.statements,
+                         inputs=prog.inputs)
+
+
+def load(path):
+    doc = json.loads(Path(path).read_text())
+    evs = doc["traceEvents"]
+    names = {e["tid"]: e["args"]["name"] for e in evs if e.get("name") == "thread_name"}
+    return evs, names
+
+
+def test_datapath_trace_tracks_and_events(tmp_path):
+    sched = table1()
+    updates = assign_updates([UpdateWindow("cu0", 3, 4), UpdateWindow("cu1", 3, 3)],
+                             per_cycle=1)
+    write_trace(tmp_path / "t.json", schedule_events(sched, updates))
+    evs, tracks = load(tmp_path / "t.json")
+    assert sorted(tracks.values()) == ["add0", "bigram", "config", "mul0", "ram"]
+    ops = {e["name"]: e for e in evs if e["ph"] == "X"}
+    assert len(ops) == 6
+    mul = ops["m = mul mul0(y, z)"]
+    assert (mul["ts"], mul["dur"], tracks[mul["tid"]]) == (2, 2, "mul0")
+    assert mul["args"]["relative_cycle"] == 1 and mul["args"]["latency"] == 4
+    assert [(tracks[ops[k]["tid"]], ops[k]["ts"]) for k in
+            ("z = read bigram(addr)", "y = read ram(addr)", "x = read ram(addr)",
+             "write ram(addr, s)")] == [("bigram", 0), ("ram", 1), ("ram", 5), ("ram", 9)]
+    inst = sorted((e["name"], e["ts"], tracks[e["tid"]]) for e in evs if e["ph"] == "i")
+    assert inst == [("update cu0", 4, "config"), ("update cu1", 3, "config")]
+    assert all(e["s"] == "t" for e in evs if e["ph"] == "i")
+
+
+def test_datapath_listing():
+    text = listing(table1())
+    lines = text.splitlines()
+    assert lines[0].split() == ["cycle", "unit", "statement"]
+    assert [line.split(None, 2) for line in lines[1:]] == [
+        ["0", "bigram", "z = read bigram(addr)"], ["1", "ram", "y = read ram(addr)"],
+        ["2", "mul0", "m = mul mul0(y, z)"], ["5", "ram", "x = read ram(addr)"],
+        ["6", "add0", "s = add add0(m, x)"], ["9", "ram", "write ram(addr, s)"]]
+
+
+def chip_program():
+    return [isa.Instr(Opcode.SETCFG, 0, {"index": 0, "value": 1}),
+            isa.Instr(Opcode.DMA, 1, {"kind": DmaKind.LOAD_CBUF, "dram_addr": 0,
+                                      "dram_stride": 1, "buf_addr": 0, "rows": 8}),
+            isa.Instr(Opcode.MATMUL, 12, {"act_addr": 0, "rows": 5, "acc_addr": 0,
+                                          "accumulate": 0, "bank": 0})]
+
+
+def test_chip_trace(tmp_path):
+    program = chip_program()
+    write_trace(tmp_path / "c.json", chip_events(CFG, program))
+    evs, tracks = load(tmp_path / "c.json")
+    assert sorted(tracks.values()) == ["cfg", "dma", "mm"]
+    x = {tracks[e["tid"]]: e for e in evs if e["ph"] == "X"}
+    assert (x["dma"]["ts"], x["dma"]["dur"]) == (1, timing.occupancy(CFG, program[1]))
+    assert (x["mm"]["ts"], x["mm"]["dur"]) == (12, 5)
+    assert x["mm"]["args"]["done"] == timing.done(CFG, program[2])
+    (cfg_ev,) = [e for e in evs if e["ph"] == "i"]
+    assert (cfg_ev["ts"], tracks[cfg_ev["tid"]]) == (0, "cfg")
+    assert cfg_ev["name"] == "SETCFG west_feed[0] <- cbuf.g1"
+
+
+def test_chip_listing_needs_config_and_shows_units():
+    program = chip_program()
+    with pytest.raises(TypeError):
+        listing(program)
+    lines = listing(program, CFG).splitlines()[1:]
+    assert [line.split()[:2] for line in lines] == [["0", "cfg"], ["1", "dma"], ["12", "mm"]]
+
+
+def test_events_metadata_first_and_one_track_per_unit():
+    evs = events(schedule_rows(table1()), process="p", pid=3)
+    meta = [e for e in evs if e["ph"] == "M"]
+    assert evs[:len(meta)] == meta and all(e["pid"] == 3 for e in evs)
+    tids = {e["args"]["name"]: e["tid"] for e in meta if e["name"] == "thread_name"}
+    assert len(set(tids.values())) == len(tids) == 4
+
+
+def test_gemm_example_computes_the_product():
+    result = stp.compile_file(CFG, EXAMPLES / "gemm_tiny.stp")
+    assert result.datapath is None
+    prog = result.chip.program
+    assert [i.op for i in prog] == [Opcode.SETCFG, Opcode.DMA, Opcode.DMA, Opcode.WLOAD,
+                                    Opcode.MATMUL, Opcode.VRUN, Opcode.DMA]
+    assert [i.cycle for i in prog] == sorted(i.cycle for i in prog)
+    # each named dependency waits for its producer to be done
+    at = {s.name: i for s, i in zip(result.chip.statements, prog)}
+    for s, i in zip(result.chip.statements, prog):
+        for v in s.operands:
+            assert i.cycle >= at[v].cycle + timing.done(CFG, at[v])
+    rng = np.random.default_rng(7)
+    a = rng.integers(-128, 128, size=(8, 8), dtype=np.int8)
+    w = rng.integers(-128, 128, size=(8, 8), dtype=np.int8)
+    dram = np.zeros((CFG.dram_words, CFG.rows), dtype=np.uint8)
+    dram[0:8] = a.view(np.uint8)
+    dram[64:72] = w.view(np.uint8)
+    run = golden.run(CFG, result.chip.image, dram)
+    out = run.dram[128:160].reshape(-1).view("<i4").reshape(8, 8)
+    assert np.array_equal(out, a.astype(np.int32) @ w.astype(np.int32))
+
+
+def test_chip_dependency_without_shared_buffer_is_an_error():
+    text = ("a = dma load_cbuf(dram_addr=0, dram_stride=1, buf_addr=0, rows=8)\n"
+            "b = dma load_cbuf(a, dram_addr=8, dram_stride=1, buf_addr=8, rows=8)\n"
+            "m = mm matmul(a, act_addr=0, rows=8, acc_addr=0, accumulate=0, bank=0)\n")
+    with pytest.raises(stp.CompileError, match="share no buffer rows") as e:
+        stp.compile_program(CFG, parse(text, "d.stp"))
+    assert str(e.value).startswith("d.stp:2: ")
+
+
+# -- the command ------------------------------------------------------------------------
+def test_cli_seed_table1(tmp_path, capsys):
+    out = tmp_path / "t.json"
+    assert main(["schedule", str(EXAMPLES / "seed_table1.stp"), "--trace", str(out)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split()[0] for line in lines[1:]] == ["0", "1", "2", "5", "6", "9"]
+    _, tracks = load(out)
+    assert sorted(tracks.values()) == ["add0", "bigram", "mul0", "ram"]
+
+
+def test_cli_mismatch_error_is_one_line(capsys):
+    assert main(["schedule", str(EXAMPLES / "latency_mismatch.stp")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert err.startswith("systolica schedule: error: ") and "insert 1 delay" in err
+    assert main(["schedule", str(EXAMPLES / "latency_mismatch.stp"), "--insert-delays"]) == 0
+    assert "c_d1 = delay dreg0(c)" in capsys.readouterr().out
+
+
+def test_cli_parse_error(tmp_path, capsys):
+    bad = tmp_path / "bad.stp"
+    bad.write_text("x = read ram(\n")
+    assert main(["schedule", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert f"{bad}:1:14: expected" in err and err.count("\n") == 1
+
+
+def test_cli_gemm_image(tmp_path, capsys):
+    image = tmp_path / "g.bin"
+    assert main(["schedule", str(EXAMPLES / "gemm_tiny.stp"), "--image", str(image)]) == 0
+    words = isa.from_bytes(image.read_bytes())
+    prog = [isa.decode(w) for w in words]
+    assert [i.op for i in prog][-1] is Opcode.DMA and len(prog) == 7
+    assert "acc = mm matmul(a, wb, route" in capsys.readouterr().out
+    assert main(["schedule", str(EXAMPLES / "seed_table1.stp"), "--image", str(image)]) == 2
+    assert "no chip statements" in capsys.readouterr().err
