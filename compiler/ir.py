@@ -8,7 +8,7 @@ the scheduler's hazards are exactly the instruction's effects.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -38,6 +38,8 @@ class MicroOp:
     fields: dict
     accesses: tuple[Access, ...] = ()
     layer: int = 0          # index of the network layer it belongs to
+    needs: dict = field(default_factory=dict)   # multiplexer name -> source it needs;
+                                                # others it passes keep their default
 
     def instr(self, cycle: int) -> isa.Instr:
         return isa.Instr(self.op, cycle, dict(self.fields))
@@ -79,7 +81,7 @@ def accesses(cfg: ChipConfig, op: Opcode, f: dict) -> tuple[Access, ...]:
         out.append(Access(dst, f["dst"], f["dst"] + f["rows"], WRITE))
         return tuple(out)
     if op is Opcode.SETCFG:
-        return (Access("cfg", f["index"], f["index"] + 1, WRITE),)
+        return tuple(Access("cfg", i, i + 1, WRITE) for i, _ in isa.setcfg_pairs(f))
     raise CompileError(f"no access model for {op!r}")
 
 

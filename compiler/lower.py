@@ -273,8 +273,7 @@ def lower(cfg: ChipConfig, net: Network) -> Lowered:
                            f"not {cfg.rows}x{cfg.cols}")
     Mc = _chunk_rows(cfg, net)
     image, dmap = _dram(cfg, net)
-    setup = [make(cfg, Opcode.SETCFG, 0, index=m.index, value=m.default)
-             for m in fabric.muxes(cfg)]
+    setup: list[MicroOp] = []   # fabric settings are added after scheduling (reconfigure)
     blocks = _blocks(cfg, net, dmap, Mc)
     sequential = _sequential(setup, blocks)
     ops = _pipelined(setup, blocks)

@@ -13,6 +13,7 @@ from ..isa import DmaKind, Opcode
 from . import layout
 from .graph import CompileError, Network
 from .lower import DramMap, lower
+from .reconfigure import add_updates
 from .schedule import schedule
 
 
@@ -92,21 +93,29 @@ def compile_network(cfg: ChipConfig, network: Network) -> Compiled:
             f"network {network.name!r}: the program needs {len(lowered.ops)} instructions "
             f"but the configured imem_depth is {cfg.imem_depth} (over by "
             f"{len(lowered.ops) - cfg.imem_depth}); split the network or the batch")
-    cycles = schedule(cfg, lowered.ops)
-    order = sorted(range(len(cycles)), key=cycles.__getitem__)
-    program = [lowered.ops[i].instr(cycles[i]) for i in order]
+    cycles, updates = add_updates(cfg, lowered.ops, schedule(cfg, lowered.ops))
+    tagged = sorted([(c, lowered.ops[i].instr(c), lowered.ops[i].layer)
+                     for i, c in enumerate(cycles)]
+                    + [(ins.cycle, ins, lowered.ops[served].layer) for ins, served in updates],
+                    key=lambda x: x[0])
+    if len(tagged) > cfg.imem_depth:
+        raise CompileError(
+            f"network {network.name!r}: the program needs {len(tagged)} instructions "
+            f"but the configured imem_depth is {cfg.imem_depth} (over by "
+            f"{len(tagged) - cfg.imem_depth}); split the network or the batch")
+    program = [ins for _, ins, _ in tagged]
     image = isa.to_bytes([isa.encode(i) for i in program])
 
     records = []
     for li, layer in enumerate(network.layers):
-        mine = [i for i, op in enumerate(lowered.ops) if op.layer == li]
-        first = min(cycles[i] for i in mine)
-        end = max(cycles[i] + timing.done(cfg, lowered.ops[i].instr(0)) for i in mine)
+        mine = [ins for _, ins, owner in tagged if owner == li]
+        first = min(ins.cycle for ins in mine)
+        end = max(ins.cycle + timing.done(cfg, ins) for ins in mine)
         records.append(LayerRecord(layer.name, network.M, layer.K, layer.N,
                                    network.M * layer.K * layer.N, first, end))
     return Compiled(
         cfg=cfg, network=network, program=program,
-        layer_of=tuple(lowered.ops[i].layer for i in order), image=image, dram=lowered.dram,
+        layer_of=tuple(layer for *_, layer in tagged), image=image, dram=lowered.dram,
         dram_map=lowered.dram_map, predicted_cycles=timing.run_cycles(cfg, program),
         layers=tuple(records),
         array_macs=sum(i.rows for i in program if i.op is Opcode.MATMUL) * cfg.macs,

@@ -83,9 +83,14 @@ class Chip(wiring.Component):
             mm.acc_addr.eq(mm_args.acc_addr), mm.accumulate.eq(mm_args.accumulate),
             mm.bank.eq(mm_args.bank), seq.mm_ready.eq(mm.ready),
             vpu.issue.eq(seq.vpu_issue), vpu.args.eq(payload[:vpu.args.shape().size]), seq.vpu_ready.eq(vpu.ready),
-            fab.we.eq(seq.cfg_issue), fab.index.eq(cfg_args.index), fab.wvalue.eq(cfg_args.value),
+            fab.we.eq(seq.cfg_issue), fab.count.eq(cfg_args.more + 1),
             seq.all_drained.eq(dma.drained & wl.drained & mm.drained & vpu.drained),
         ]
+
+        for j in range(isa.SETCFG_PAIRS):
+            suffix = str(j) if j else ""
+            m.d.comb += [fab.index[j].eq(cfg_args[f"index{suffix}"]),
+                         fab.wvalue[j].eq(cfg_args[f"value{suffix}"])]
 
         # Fabric configuration.
         t = cfg.tile_rows

@@ -24,8 +24,8 @@ class RegisterFile(wiring.Component):
         super().__init__({
             "reg_addr": In(regs.ADDR_BITS), "reg_wdata": In(32), "reg_we": In(1),
             "reg_rdata": Out(32), "irq": Out(1),
-            "start": Out(1), "prog_len": Out(PC_BITS),
-            "imem_we": Out(1), "imem_waddr": Out(PC_BITS), "imem_wdata": Out(isa.WORD_BITS),
+            "start": Out(1), "prog_len": Out(32),
+            "imem_we": Out(1), "imem_waddr": Out(32), "imem_wdata": Out(isa.WORD_BITS),
             "running": In(1), "done": In(1), "fault": In(1),
             "error": In(ErrorCode_shape()), "fault_pc": In(PC_BITS),
             "cycle": In(isa.CYCLE_BITS), "macs": In(64),

@@ -1,6 +1,6 @@
 """The sequencer: issues each instruction of the program at its scheduled cycle."""
 
-from amaranth.hdl import Array, Const, Module, Mux, Signal, Value
+from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal, Value
 from amaranth.lib import data, memory, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -28,8 +28,8 @@ class Sequencer(wiring.Component):
     def __init__(self, cfg: ChipConfig):
         self.cfg = cfg
         members = {
-            "start": In(1), "prog_len": In(PC_BITS),
-            "imem_we": In(1), "imem_waddr": In(PC_BITS), "imem_wdata": In(isa.WORD_BITS),
+            "start": In(1), "prog_len": In(32),
+            "imem_we": In(1), "imem_waddr": In(32), "imem_wdata": In(isa.WORD_BITS),
             "all_drained": In(1),
             "payload": Out(isa.PAYLOAD_BITS),
             "running": Out(1), "done": Out(1), "fault": Out(1),
@@ -66,6 +66,7 @@ class Sequencer(wiring.Component):
         ready = Array([Const(1), self.dma_ready, self.wload_ready, self.mm_ready,
                        self.vpu_ready, Const(1)] + [Const(1)] * 10)[opcode]
         in_range, cfg_ok = self._range_checks(m, ir)
+        cfg_limit_ok = self._update_limits(m, ir)
 
         fault = Signal()
         code = Signal.like(self.error)
@@ -81,6 +82,8 @@ class Sequencer(wiring.Component):
             m.d.comb += [fault.eq(1), code.eq(ErrorCode.ADDR_RANGE)]
         with m.Elif(head & due & ~cfg_ok):
             m.d.comb += [fault.eq(1), code.eq(ErrorCode.CFG_RANGE)]
+        with m.Elif(head & due & ~cfg_limit_ok):
+            m.d.comb += [fault.eq(1), code.eq(ErrorCode.CFG_LIMIT)]
         with m.Elif(head & due):
             m.d.comb += issue.eq(1)
         for k, u in enumerate(self.UNITS):
@@ -98,6 +101,29 @@ class Sequencer(wiring.Component):
         with m.Elif(self.running):
             m.d.sync += [self.cycle.eq(self.cycle + 1), pc.eq(pc + issue)]
         return m
+
+    def _update_limits(self, m, ir):
+        """Whether a SETCFG keeps the chip's configuration-update limits: pairs per
+        instruction, the update interval, and the per-power-domain budget."""
+        cfg = self.cfg
+        sc = data.View(isa.PAYLOAD[Opcode.SETCFG],
+                       Value.cast(ir.payload)[:isa.PAYLOAD[Opcode.SETCFG].size])
+        pairs = sc.more + 1
+        ok = pairs <= cfg.max_config_updates_per_cycle
+        if cfg.config_update_interval > 1:
+            ok = ok & (self.cycle % cfg.config_update_interval == 0)
+        muxes = fabric.muxes(cfg)
+        domains = fabric.domains(cfg)
+        domain_of = Array([Const(domains.index(x.domain), 4) for x in muxes]
+                          + [Const(15, 4)] * (256 - len(muxes)))
+        indices = [sc.index] + [sc[f"index{k}"] for k in range(1, isa.SETCFG_PAIRS)]
+        for d in range(len(domains)):
+            hits = [(k < pairs) & (domain_of[ix] == d) for k, ix in enumerate(indices)]
+            count = sum(hit.as_unsigned() for hit in hits)
+            ok = ok & (count <= cfg.power_domain_budget)
+        limit_ok = Signal()
+        m.d.comb += limit_ok.eq((Value.cast(ir.opcode) != Opcode.SETCFG) | ok)
+        return limit_ok
 
     def _range_checks(self, m, ir):
         """Whether the head instruction's memory ranges lie inside their memories,
@@ -139,9 +165,13 @@ class Sequencer(wiring.Component):
         muxes = fabric.muxes(cfg)
         n_sources = Array([Const(len(x.sources), 5) for x in muxes]
                           + [Const(0, 5)] * (256 - len(muxes)))
-        cfg_ok = (op != Opcode.SETCFG) | (sc.value < n_sources[sc.index])
+        pair_ok = [sc.value < n_sources[sc.index]] + [
+            (k > sc.more) | (sc[f"value{k}"] < n_sources[sc[f"index{k}"]])
+            for k in range(1, isa.SETCFG_PAIRS)]
+        cfg_ok = Signal()
+        m.d.comb += cfg_ok.eq((op != Opcode.SETCFG) | Cat(*pair_ok).all())
         return in_range, cfg_ok
 
 
-def ErrorCode_shape():
+def ErrorCode_shape():  # noqa: N802 (a shape, used like a type)
     return range(max(ErrorCode) + 1)

@@ -44,8 +44,9 @@ class ChipConfig:
     imem_depth: int          # program memory, instructions
     ubuf_base: int = 0       # reserved overlap region (UBUF) inside the CBUF: first row
     ubuf_rows: int = 0       # ... and its size; 0 = no UBUF
-    max_config_updates_per_cycle: int = 1
-    config_update_interval: int = 1
+    max_config_updates_per_cycle: int = 4   # SETCFG pairs per instruction (<= isa.SETCFG_PAIRS)
+    config_update_interval: int = 1         # SETCFG only on cycles that are multiples of this
+    power_domain_budget: int = 2            # SETCFG pairs per power domain per instruction
     latency: dict = field(default_factory=lambda: dict(DEFAULT_LATENCY))
 
     def __post_init__(self):
@@ -54,7 +55,8 @@ class ChipConfig:
             if not isinstance(v, int) or isinstance(v, bool) or v < 1:
                 raise ConfigError(f"{self.name}: {name} must be a positive integer, not {v!r}")
         for n in ("tile_rows", "tile_cols", "tile_size", "cbuf_depth", "cbuf_banks",
-                  "acc_depth", "dram_words", "imem_depth"):
+                  "acc_depth", "dram_words", "imem_depth", "max_config_updates_per_cycle",
+                  "config_update_interval", "power_domain_budget"):
             positive(n)
         if self.tile_rows != self.tile_cols:
             raise ConfigError(
@@ -81,6 +83,10 @@ class ChipConfig:
             raise ConfigError(f"{self.name}: this RTL revision implements memory read "
                               f"latency 1 only")
         from . import isa  # field widths bound the sizes
+        if self.max_config_updates_per_cycle > isa.SETCFG_PAIRS:
+            raise ConfigError(f"{self.name}: max_config_updates_per_cycle "
+                              f"{self.max_config_updates_per_cycle} exceeds the "
+                              f"{isa.SETCFG_PAIRS} pairs one SETCFG can carry")
         for what, size, bits in (("cbuf_depth", self.cbuf_depth, isa.CBUF_ADDR_BITS),
                                  ("acc_depth", self.acc_depth, isa.ACC_ADDR_BITS),
                                  ("dram_words", self.dram_words, isa.DRAM_ADDR_BITS)):

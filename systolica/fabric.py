@@ -28,6 +28,7 @@ from functools import lru_cache
 from .config import ChipConfig
 
 ZERO = "zero"
+TILE_MUXES = ("act_in", "w_in", "psum_in")
 
 
 @dataclass(frozen=True)
@@ -36,6 +37,7 @@ class Mux:
     name: str
     sources: tuple[str, ...]
     default: int  # reset value: the plain GEMM routing
+    domain: str   # power domain: "edge" for the array's edges, "row<i>" for tile row i
 
     def value_of(self, source: str) -> int:
         try:
@@ -56,7 +58,9 @@ def _muxes(t: int, tile_cols: int) -> tuple[Mux, ...]:
     out: list[Mux] = []
 
     def add(name, sources, default):
-        out.append(Mux(len(out), name, sources, default))
+        tile_row = name.split("[")[1].rstrip("]") if name.split("[")[0] in TILE_MUXES else None
+        out.append(Mux(len(out), name, sources, default,
+                       "edge" if tile_row is None else f"row{tile_row}"))
 
     for i in range(t):
         add(f"west_feed[{i}]", groups, i)
@@ -81,6 +85,11 @@ def _muxes(t: int, tile_cols: int) -> tuple[Mux, ...]:
 
 def by_name(cfg: ChipConfig) -> dict[str, Mux]:
     return {m.name: m for m in muxes(cfg)}
+
+
+def domains(cfg: ChipConfig) -> tuple[str, ...]:
+    """Power domains in a fixed order (the RTL numbers them so)."""
+    return ("edge",) + tuple(f"row{i}" for i in range(cfg.tile_rows))
 
 
 def defaults(cfg: ChipConfig) -> list[int]:

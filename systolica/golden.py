@@ -1,9 +1,11 @@
 """Golden model: the instruction set's functional semantics (docs/contract.md), with the
 sequencer's fault checks and the performance counters, vectorised with numpy.
 
-Instructions take effect one after another in issue order; timing matters only for
-the fault checks and the cycle counter, both taken from systolica.timing. The RTL
-must produce the same DRAM image, counters and fault registers.
+Instructions take effect one after another in issue order. Timing matters for the
+fault checks, the cycle counter, and the fabric: an instruction sees each multiplexer
+setting in force while its data passes that multiplexer (``timing.mux_use``), which
+may come from a SETCFG issued after it. The RTL must produce the same DRAM image,
+counters and fault registers.
 """
 
 from __future__ import annotations
@@ -33,6 +35,11 @@ class GoldenResult:
     dram_bytes_written: int
 
 
+class GoldenError(ValueError):
+    """A program whose result the hardware does not define (a multiplexer setting that
+    changes while an instruction's data passes it)."""
+
+
 def _wrap32(x: np.ndarray) -> np.ndarray:
     return x.astype(np.int64).astype(np.int32)  # integer casts wrap modulo 2**32
 
@@ -42,7 +49,10 @@ class _Chip:
         self.cfg = cfg
         self.n = cfg.tile_size
         self.table = fabric.muxes(cfg)
-        self.mux = [m.default for m in self.table]
+        # Per multiplexer: (cycle from which it holds, value), oldest first.
+        self.timeline = [[(-1, m.default)] for m in self.table]
+        self.now: isa.Instr | None = None          # the instruction being executed
+        self.pc = 0
         self.dram = dram
         self.cbuf = np.zeros((cfg.cbuf_depth, cfg.rows), dtype=np.int8)
         self.acc = np.zeros((cfg.acc_depth, cfg.cols), dtype=np.int32)
@@ -51,9 +61,28 @@ class _Chip:
         self.index = {m.name: m.index for m in self.table}
 
     # -- multiplexer settings --------------------------------------------------------
+    def setting(self, index: int, cycle: int) -> int:
+        value = self.table[index].default
+        for since, v in self.timeline[index]:
+            if since > cycle:
+                break
+            value = v
+        return value
+
     def source(self, name: str) -> str:
         m = self.table[self.index[name]]
-        return m.sources[self.mux[m.index]]
+        ins = self.now
+        use = timing.mux_use(self.cfg, ins, name)
+        lo, hi = (ins.cycle, ins.cycle + 1) if use is None else \
+            (ins.cycle + use[0], ins.cycle + use[1])
+        value = self.setting(m.index, lo)
+        for since, v in self.timeline[m.index]:
+            if lo < since < hi and v != value:
+                raise GoldenError(
+                    f"multiplexer {name} changes at cycle {since} while "
+                    f"{ins.op.name} (pc {self.pc}, issued at {ins.cycle}) uses it in "
+                    f"cycles {lo}..{hi - 1}; move the SETCFG out of that window")
+        return m.sources[value]
 
     def group(self, name: str) -> int | None:
         """The group number a feed/select multiplexer picks, or None for zero."""
@@ -165,7 +194,7 @@ class _Chip:
             self.cbuf[f["dst"]:f["dst"] + rows] = self._regroup(y, picks, self.n).astype(np.int8)
 
     def setcfg(self, f: dict) -> None:
-        self.mux[f["index"]] = f["value"]
+        """SETCFGs act through the timeline built before execution."""
 
 
 def _range_ok(cfg: ChipConfig, ins: isa.Instr) -> bool:
@@ -191,7 +220,23 @@ def _range_ok(cfg: ChipConfig, ins: isa.Instr) -> bool:
 
 def _cfg_ok(cfg: ChipConfig, ins: isa.Instr) -> bool:
     table = fabric.muxes(cfg)
-    return ins.index < len(table) and ins.value < len(table[ins.index].sources)
+    return all(index < len(table) and value < len(table[index].sources)
+               for index, value in isa.setcfg_pairs(ins.fields))
+
+
+def _cfg_limits_ok(cfg: ChipConfig, ins: isa.Instr) -> bool:
+    """The CFG_LIMIT check: pairs per instruction, update interval, domain budget."""
+    pairs = isa.setcfg_pairs(ins.fields)
+    if len(pairs) > cfg.max_config_updates_per_cycle:
+        return False
+    if ins.cycle % cfg.config_update_interval:
+        return False
+    table = fabric.muxes(cfg)
+    per_domain: dict[str, int] = {}
+    for index, _ in pairs:
+        d = table[index].domain
+        per_domain[d] = per_domain.get(d, 0) + 1
+    return all(n <= cfg.power_domain_budget for n in per_domain.values())
 
 
 def run(cfg: ChipConfig, image: bytes, dram: np.ndarray) -> GoldenResult:
@@ -205,32 +250,48 @@ def run(cfg: ChipConfig, image: bytes, dram: np.ndarray) -> GoldenResult:
     execute = {Opcode.DMA: chip.dma, Opcode.WLOAD: chip.wload, Opcode.MATMUL: chip.matmul,
                Opcode.VRUN: chip.vrun, Opcode.SETCFG: chip.setcfg}
 
-    def result(cycles: int, error: ErrorCode = ErrorCode.NONE, pc: int = 0,
-               issued: int = 0) -> GoldenResult:
-        return GoldenResult(chip.dram, chip.cbuf, chip.acc, cycles, error, pc,
-                            cycles if error else 0, issued, chip.macs, chip.rd_bytes,
-                            chip.wr_bytes)
+    issued, fault = _check(cfg, program)
+    # SETCFG writes take effect the cycle after they issue, for every instruction
+    # whose data passes the multiplexer from then on.
+    for ins in issued:
+        if ins.op is Opcode.SETCFG:
+            for index, value in isa.setcfg_pairs(ins.fields):
+                chip.timeline[index].append((ins.cycle + 1, value))
+    for pc, ins in enumerate(issued):
+        chip.now, chip.pc = ins, pc
+        execute[ins.op](ins.fields)
+    if fault is not None:
+        error, pc, cycle = fault
+        return GoldenResult(chip.dram, chip.cbuf, chip.acc, cycle, error, pc, cycle,
+                            len(issued), chip.macs, chip.rd_bytes, chip.wr_bytes)
+    return GoldenResult(chip.dram, chip.cbuf, chip.acc, timing.run_cycles(cfg, issued),
+                        ErrorCode.NONE, 0, 0, len(issued), chip.macs, chip.rd_bytes,
+                        chip.wr_bytes)
 
+
+def _check(cfg: ChipConfig, program: list[isa.Instr]
+           ) -> tuple[list[isa.Instr], tuple[ErrorCode, int, int] | None]:
+    """The sequencer's checks: the instructions that issue, and the fault (code, pc,
+    cycle) that stops the run, if any."""
     if len(program) > cfg.imem_depth:
-        return result(0, ErrorCode.PROG_RANGE)
+        return [], (ErrorCode.PROG_RANGE, 0, 0)
     unit_free: dict[str, int] = {}      # unit -> cycle it accepts the next instruction
-    end = 0                             # max(issue + done) so far
     prev = None
     for pc, ins in enumerate(program):
         arrival = 0 if prev is None else prev + 1
         if ins.op is Opcode.ILLEGAL:
-            return result(arrival, ErrorCode.ILLEGAL_OPCODE, pc, pc)
+            return program[:pc], (ErrorCode.ILLEGAL_OPCODE, pc, arrival)
         if ins.cycle < arrival:
-            return result(arrival, ErrorCode.LATE, pc, pc)
+            return program[:pc], (ErrorCode.LATE, pc, arrival)
         unit = timing.UNIT[ins.op]
-        if ins.cycle < unit_free.get(unit, 0):
-            return result(ins.cycle, ErrorCode.UNIT_BUSY, pc, pc)
-        if not _range_ok(cfg, ins):
-            return result(ins.cycle, ErrorCode.ADDR_RANGE, pc, pc)
-        if ins.op is Opcode.SETCFG and not _cfg_ok(cfg, ins):
-            return result(ins.cycle, ErrorCode.CFG_RANGE, pc, pc)
-        execute[ins.op](ins.fields)
+        setcfg = ins.op is Opcode.SETCFG
+        checks = ((lambda: ins.cycle >= unit_free.get(unit, 0), ErrorCode.UNIT_BUSY),
+                  (lambda: _range_ok(cfg, ins), ErrorCode.ADDR_RANGE),
+                  (lambda: not setcfg or _cfg_ok(cfg, ins), ErrorCode.CFG_RANGE),
+                  (lambda: not setcfg or _cfg_limits_ok(cfg, ins), ErrorCode.CFG_LIMIT))
+        for ok, code in checks:      # in the sequencer's order; each assumes the last
+            if not ok():
+                return program[:pc], (code, pc, ins.cycle)
         unit_free[unit] = ins.cycle + timing.occupancy(cfg, ins)
-        end = max(end, ins.cycle + timing.done(cfg, ins))
         prev = ins.cycle
-    return result(end, issued=len(program))
+    return program, None

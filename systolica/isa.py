@@ -70,9 +70,32 @@ PAYLOAD = {
     }),
     Opcode.SETCFG: data.StructLayout({
         "index": 8,                    # multiplexer number, see systolica.fabric
-        "value": 4,
+        "value": 4,                    # index of the source it selects
+        "more": 3,                     # further (index<k>, value<k>) pairs, k = 1..more
+        **{f"{name}{k}": bits for k in range(1, 7) for name, bits in (("index", 8),
+                                                                       ("value", 4))},
     }),
 }
+SETCFG_PAIRS = 7
+
+
+def setcfg_pairs(fields: dict) -> list[tuple[int, int]]:
+    """The (multiplexer, value) pairs of a SETCFG, in the order they are applied."""
+    pairs = [(fields.get("index", 0), fields.get("value", 0))]
+    for k in range(1, fields.get("more", 0) + 1):
+        pairs.append((fields.get(f"index{k}", 0), fields.get(f"value{k}", 0)))
+    return pairs
+
+
+def setcfg_fields(pairs: list[tuple[int, int]]) -> dict:
+    """SETCFG payload fields for 1..SETCFG_PAIRS (multiplexer, value) pairs."""
+    if not 1 <= len(pairs) <= SETCFG_PAIRS:
+        raise EncodingError(f"SETCFG carries 1 to {SETCFG_PAIRS} pairs, not {len(pairs)}")
+    fields = {name: 0 for name, _ in PAYLOAD[Opcode.SETCFG]}
+    fields.update(index=pairs[0][0], value=pairs[0][1], more=len(pairs) - 1)
+    for k, (index, value) in enumerate(pairs[1:], start=1):
+        fields[f"index{k}"], fields[f"value{k}"] = index, value
+    return fields
 
 HEADER = data.StructLayout({"opcode": Opcode, "cycle": CYCLE_BITS})
 PAYLOAD_BITS = WORD_BITS - HEADER.size
@@ -155,6 +178,8 @@ def from_bytes(image: bytes) -> list[int]:
 
 def disassemble_one(instr: Instr) -> str:
     args = ", ".join(f"{k}={v}" for k, v in instr.fields.items())
+    if instr.op is Opcode.SETCFG:
+        args = ", ".join(f"mux{i}={v}" for i, v in setcfg_pairs(instr.fields))
     if instr.op is Opcode.DMA:
         args = f"{DmaKind(instr.fields['kind']).name}, " + ", ".join(
             f"{k}={v}" for k, v in instr.fields.items() if k != "kind")

@@ -40,6 +40,8 @@ class ErrorCode(enum.IntEnum):
     UNIT_BUSY = 4        # its unit was still busy at its scheduled cycle
     PROG_RANGE = 5       # PROG_LEN larger than the program memory
     CFG_RANGE = 6        # SETCFG names no multiplexer, or a source it does not have
+    CFG_LIMIT = 7        # SETCFG breaks the configuration-update limits (per instruction,
+                         # interval, power-domain budget)
 
 
 def hwcfg_word(tile_rows: int, tile_cols: int, tile_size: int) -> int:

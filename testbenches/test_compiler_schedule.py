@@ -4,8 +4,8 @@ and on whole compiled programs. Expected cycles come from systolica.timing."""
 import numpy as np
 import pytest
 
-from systolica import timing
-from systolica.compiler import CompileError, Dense, Network, gemm
+from systolica import isa, timing
+from systolica.compiler import CompileError, Dense, Network, compile_network, gemm
 from systolica.compiler.ir import ACCUMULATE, READ, conflict, make, verify_reorder
 from systolica.compiler.lower import lower
 from systolica.compiler.schedule import schedule
@@ -136,12 +136,22 @@ def test_pipelined_order_computes_what_the_loop_nest_does(net):
         verify_reorder(CFG, lowered.sequential, swapped)
 
 
-def test_program_starts_by_setting_every_multiplexer():
+def test_every_multiplexer_is_set_before_its_first_use():
+    """Programs never depend on settings an earlier program left behind."""
     from systolica import fabric
+    from systolica.compiler.reconfigure import add_updates, uses
+    compiled = compile_network(CFG, NETS[0])
+    table = fabric.muxes(CFG)
+    set_at: dict[int, list[tuple[int, int]]] = {}
+    for ins in compiled.program:
+        if ins.op is Opcode.SETCFG:
+            for index, value in isa.setcfg_pairs(ins.fields):
+                set_at.setdefault(index, []).append((ins.cycle, value))
     lowered = lower(CFG, NETS[0])
-    sets = [op for op in lowered.ops if op.op is Opcode.SETCFG]
-    assert [(op.fields["index"], op.fields["value"]) for op in sets] == \
-        [(m.index, m.default) for m in fabric.muxes(CFG)]
-    first_fabric = next(i for i, op in enumerate(lowered.ops)
-                        if op.op in (Opcode.WLOAD, Opcode.MATMUL, Opcode.VRUN))
-    assert lowered.ops.index(sets[-1]) < first_fabric
+    cycles, _ = add_updates(CFG, lowered.ops, schedule(CFG, lowered.ops))
+    used = uses(CFG, lowered.ops, cycles)
+    assert used
+    for name, lst in used.items():
+        index = fabric.by_name(CFG)[name].index
+        first = lst[0]
+        assert any(c < first.lo and v == table[index].default for c, v in set_at[index]), name
