@@ -111,7 +111,7 @@ def assign_updates(windows: Iterable[UpdateWindow], *, per_cycle: int, interval:
             continue
         if not cs:
             w = windows[k]
-            why = f"a multiple of {interval}" if interval > 1 else "a cycle"
+            why = f"multiple of {interval}" if interval > 1 else "cycle"
             raise ConfigUpdateError(
                 f"update window {w} contains no {why} where updates are allowed, so "
                 f"update {w.name} cannot be placed")

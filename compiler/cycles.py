@@ -232,8 +232,13 @@ def _mismatch(statements, preds, lat, rank, s: int, p: int, q: int, rp: int, rq:
     common = _ancestors(preds, p) & _ancestors(preds, q)
 
     def show(chain):
-        names = " -> ".join(f"{statements[j].name} (line {statements[j].line})" for j in chain)
-        parts = " + ".join(f"{statements[j].op} {lat[j]}" for j in chain[:-1])
+        def cut(items):              # long paths: both ends and how many between
+            if len(items) <= 9:
+                return items
+            return items[:4] + [f"... {len(items) - 8} more ..."] + items[-4:]
+        names = " -> ".join(cut([f"{statements[j].name} (line {statements[j].line})"
+                                 for j in chain]))
+        parts = " + ".join(cut([f"{statements[j].op} {lat[j]}" for j in chain[:-1]]))
         return names, sum(lat[j] for j in chain[:-1]), parts
 
     if common:

@@ -19,7 +19,6 @@ from .. import fabric, isa, timing
 from ..config import ChipConfig
 from ..isa import Opcode
 from .cycles import Schedule
-from .text import Statement
 
 CONFIG_TRACK = "config"
 
@@ -147,7 +146,3 @@ def listing(what: Schedule | Sequence[isa.Instr] | Sequence[Row],
     for r in rows:
         lines.append(f"{r.cycle:>7}  {r.unit:<{width}}  {r.text}")
     return "\n".join(lines)
-
-
-def statement_texts(statements: Sequence[Statement]) -> list[str]:
-    return [s.text for s in statements]

@@ -61,9 +61,9 @@ def test_interval():
 
 def test_window_without_an_allowed_cycle():
     with pytest.raises(ConfigUpdateError,
-                       match=r"window w \[5, 7\] contains no a multiple of 4"):
+                       match=r"window w \[5, 7\] contains no multiple of 4"):
         assign_updates([UpdateWindow("w", 5, 7)], per_cycle=1, interval=4)
-    with pytest.raises(ConfigUpdateError, match=r"window w \[5, 7\] contains no a cycle"):
+    with pytest.raises(ConfigUpdateError, match=r"window w \[5, 7\] contains no cycle"):
         assign_updates([UpdateWindow("w", 5, 7)], per_cycle=1, allowed={4, 8})
 
 

@@ -201,3 +201,14 @@ def test_large_program_is_fast():
     sched = run("\n".join(lines) + "\n", FIG2)
     assert sched.of(f"v{n - 1}").cycle == 1 + 3 * (n - 2)
     assert time.perf_counter() - t < 5
+
+
+def test_long_paths_are_shortened_in_the_message():
+    lines = ["a = read ram(0)"] + [f"v{i} = add add{i}({'a' if i == 0 else f'v{i - 1}'}, 1)"
+                                   for i in range(20)] + ["p = mul mul0(v19, a)"]
+    with pytest.raises(CycleError) as e:
+        run("\n".join(lines) + "\n", MISMATCH_LAT)
+    msg = str(e.value)
+    assert "takes 61 cycles" in msg and "takes 1 cycles" in msg
+    assert "... 13 more ..." in msg and "v19 (line 21) -> p (line 22)" in msg
+    assert "insert 60 delay register(s)" in msg and len(msg) < 1000
