@@ -1,6 +1,7 @@
 """FabricRegs (``tiny`` preset): one 4-bit control register per multiplexer of
 :func:`systolica.fabric.muxes`, reset to :func:`systolica.fabric.defaults`, written by
-``SETCFG index, value`` (``we``, ``index``, ``wvalue``) at the clock edge.
+a SETCFG's ``count`` pairs (``we``, ``index[j]``, ``wvalue[j]``) at the clock edge, in pair
+order.
 
 The model is a list of register values; every cycle all ``value[k]`` outputs are
 compared with it.
@@ -12,7 +13,7 @@ import random
 
 import cocotb
 
-from systolica import fabric
+from systolica import fabric, isa
 from systolica.config import preset
 from tb_base import BlockTB, case_names
 
@@ -20,9 +21,25 @@ CFG = preset("tiny")
 MUXES = fabric.muxes(CFG)
 
 
+PAIRS = isa.SETCFG_PAIRS
+
+
 def case_reset(rng):
     """Nothing written: the reset values route a plain GEMM."""
     return [(0, 0, 0)] * 3 + [(0, k, 15) for k in range(len(MUXES))]   # we low: ignored
+
+
+def case_pairs(rng):
+    """Several pairs per write, including the same multiplexer twice (the later pair
+    wins) and pairs beyond ``count`` (ignored)."""
+    writes = []
+    for _ in range(200):
+        n = rng.randrange(1, PAIRS + 1)
+        pairs = [(rng.randrange(len(MUXES) + 3), rng.randrange(16)) for _ in range(PAIRS)]
+        if rng.random() < 0.3:
+            pairs[n - 1] = (pairs[0][0], rng.randrange(16))
+        writes.append((rng.randrange(4) != 0, pairs, n))
+    return writes
 
 
 def case_each(rng):
@@ -49,28 +66,37 @@ def case_out_of_table(rng):
 
 
 CASES = {"each": case_each, "random": case_random, "reset": case_reset,
-         "out_of_table": case_out_of_table}
+         "out_of_table": case_out_of_table, "pairs": case_pairs}
 
 
 class FabricRegsTB(BlockTB):
     async def run(self, writes) -> None:
         model = fabric.defaults(CFG)
-        for we, index, value in list(writes) + [(0, 0, 0)] * 2:
+        for write in list(writes) + [(0, 0, 0)] * 2:
+            if len(write) == 3 and isinstance(write[1], int):   # one pair
+                we, index, value = write
+                pairs, count = [(index, value)] + [(0, 0)] * (PAIRS - 1), 1
+            else:
+                we, pairs, count = write
             await self.next_cycle()
-            self.set("we", we)
-            self.set("index", index)
-            self.set("wvalue", value)
+            self.set("we", int(we))
+            self.set("count", count)
+            for j, (index, value) in enumerate(pairs):
+                self.set("index", index, j)
+                self.set("wvalue", value, j)
             await self.settle()
             for k, mux in enumerate(MUXES):
                 self.expect(f"value[{k}] ({mux.name})", self.get("value", k), model[k])
-            if we and index < len(MUXES):
-                model[index] = value
+            if we:
+                for index, value in pairs[:count]:
+                    if index < len(MUXES):
+                        model[index] = value
 
 
 @cocotb.test()
 async def run_case(dut):
     tb = FabricRegsTB(dut)
-    await tb.start({"we": 0, "index": 0, "wvalue": 0})
+    await tb.start({"we": 0, "count": 1})
     for name in case_names():
         # Each case starts from reset (so every case after the first also checks that
         # reset restores the defaults over written values).

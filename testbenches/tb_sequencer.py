@@ -59,10 +59,23 @@ def in_range(ins: Instr) -> bool:
 
 
 def cfg_ok(ins: Instr) -> bool:
+    """CFG_RANGE: every pair names a multiplexer and one of its sources."""
     if ins.op is not Opcode.SETCFG:
         return True
     muxes = fabric.muxes(CFG)
-    return ins.index < len(muxes) and ins.value < len(muxes[ins.index].sources)
+    return all(i < len(muxes) and v < len(muxes[i].sources)
+               for i, v in isa.setcfg_pairs(ins.fields))
+
+
+def cfg_limits_ok(ins: Instr) -> bool:
+    """CFG_LIMIT: pairs per SETCFG, the update interval, the power-domain budget."""
+    if ins.op is not Opcode.SETCFG:
+        return True
+    pairs = isa.setcfg_pairs(ins.fields)
+    domains = [fabric.muxes(CFG)[i].domain for i, _ in pairs]
+    return (len(pairs) <= CFG.max_config_updates_per_cycle
+            and ins.cycle % CFG.config_update_interval == 0
+            and all(domains.count(d) <= CFG.power_domain_budget for d in domains))
 
 
 def reference(imem: dict, prog_len: int, held_low: dict) -> dict:
@@ -86,6 +99,8 @@ def reference(imem: dict, prog_len: int, held_low: dict) -> dict:
             return {"issues": issues, "fault": (ErrorCode.ADDR_RANGE, pc, t), "end": t}
         if not cfg_ok(ins):
             return {"issues": issues, "fault": (ErrorCode.CFG_RANGE, pc, t), "end": t}
+        if not cfg_limits_ok(ins):
+            return {"issues": issues, "fault": (ErrorCode.CFG_LIMIT, pc, t), "end": t}
         issues.append((t, unit, word >> HEADER_BITS))
         free[unit] = t + timing.occupancy(CFG, ins)
         end = max(end, t + timing.done(CFG, ins))
@@ -111,6 +126,10 @@ def matmul(cycle, act=0, rows=4, acc=0, accumulate=0, bank=0):
 def vrun(cycle, src=0, rows=4, dst=0, bias=0, to_acc=0, **kw):
     return I(Opcode.VRUN, cycle, src=src, rows=rows, dst=dst, bias_addr=bias,
              to_acc=to_acc, **kw)
+
+
+def setcfg_pairs(cycle, pairs):
+    return Instr(Opcode.SETCFG, cycle, isa.setcfg_fields(pairs))
 
 
 def setcfg(cycle, index=0, value=0):
@@ -154,6 +173,12 @@ CASES = {
     "prog_len_max": ([setcfg(0), setcfg(1), setcfg(2)], CFG.imem_depth, {}),
     "cfg_index": ([setcfg(2, len(fabric.muxes(CFG)), 0)], None, {}),
     "cfg_value": ([setcfg(2, 4, 2)], None, {}),
+    # tiny: edge muxes are 0-3 and 16-19, tile row 0 muxes 4, 5, 8, 9, 12, 13
+    "cfg_pairs_ok": ([setcfg_pairs(2, [(0, 1), (4, 1), (6, 1), (16, 0)])], None, {}),
+    "cfg_too_many_pairs": ([setcfg_pairs(2, [(0, 1), (4, 1), (6, 1), (8, 1), (10, 1)])],
+                           None, {}),
+    "cfg_domain_budget": ([setcfg_pairs(3, [(0, 1), (1, 1), (2, 0)])], None, {}),
+    "cfg_bad_later_pair": ([setcfg_pairs(3, [(0, 1), (1, 1), (4, 9)])], None, {}),
     "cfg_value_ok": ([setcfg(2, 0, 2), setcfg(3, 19, 2)], None, {}),
     # ADDR_RANGE: each rule, one past the limit, and the exact fit before it.
     "dma_rows0": ([dma(1, rows=0)], None, {}),
@@ -284,7 +309,8 @@ GROUPS = {
               "prog_len_short", "restart"],
     "faults": ["illegal_first", "illegal_later", "illegal_high", "late", "late_by_arrival",
                "illegal_before_late", "prog_range", "prog_len_max", "cfg_index",
-               "cfg_value", "cfg_value_ok"],
+               "cfg_value", "cfg_value_ok", "cfg_pairs_ok", "cfg_too_many_pairs",
+               "cfg_domain_budget", "cfg_bad_later_pair"],
     "unit_busy": [c for c in CASES if c.startswith("busy_")],
     "addr_range": [c for c in CASES if c.split("_")[0] in ("dma", "wload", "matmul", "vrun")],
 }
