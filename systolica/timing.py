@@ -91,8 +91,9 @@ def mux_use(cfg: ChipConfig, ins: Instr, mux_name: str) -> tuple[int, int] | Non
     ``mux_name`` (a :mod:`systolica.fabric` name), or None if it does not use it.
 
     A configuration register written by a SETCFG issued at cycle ``u`` holds its new
-    value from ``u + 1``, so the instruction sees one setting iff no SETCFG issues in
-    ``[t + lo - 1, t + hi - 1)``.
+    value from ``u + 1``, so the instruction sees one setting iff no SETCFG changing
+    that multiplexer issues in ``[t + lo, t + hi - 1)``; the last update it needs may
+    issue at ``t + lo - 1``.
     """
     kind, _, rest = mux_name.partition("[")
     idx = [int(x) for x in rest.replace("]", " ").replace("[", " ").split()]

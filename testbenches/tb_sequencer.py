@@ -13,6 +13,8 @@ other strobe, the ``fault`` or ``done`` pulse at the reference's cycle, and
 
 from __future__ import annotations
 
+import os
+
 import cocotb
 
 from systolica import fabric, isa, timing
@@ -21,7 +23,10 @@ from systolica.isa import DmaKind, Instr, Opcode
 from systolica.regs import ErrorCode
 from tb_base import BlockTB, case_names
 
-CFG = preset("tiny")
+#: The tiny preset; the pytest side may ask for another configuration-update interval
+#: (a separate build) to check the interval rule.
+CFG = preset("tiny").replace(
+    config_update_interval=int(os.environ.get("SEQ_UPDATE_INTERVAL", "1")))
 UNITS = ("dma", "wload", "mm", "vpu", "cfg")
 UNIT_OF = {Opcode.DMA: "dma", Opcode.WLOAD: "wload", Opcode.MATMUL: "mm",
            Opcode.VRUN: "vpu", Opcode.SETCFG: "cfg"}
@@ -179,6 +184,8 @@ CASES = {
                            None, {}),
     "cfg_domain_budget": ([setcfg_pairs(3, [(0, 1), (1, 1), (2, 0)])], None, {}),
     "cfg_bad_later_pair": ([setcfg_pairs(3, [(0, 1), (1, 1), (4, 9)])], None, {}),
+    "cfg_interval_on": ([setcfg(0, 0, 1), dma(1), setcfg(3, 1, 1), setcfg(6, 2, 0)], None, {}),
+    "cfg_interval_off": ([setcfg(3, 0, 1), setcfg(4, 1, 1)], None, {}),
     "cfg_value_ok": ([setcfg(2, 0, 2), setcfg(3, 19, 2)], None, {}),
     # ADDR_RANGE: each rule, one past the limit, and the exact fit before it.
     "dma_rows0": ([dma(1, rows=0)], None, {}),
@@ -312,6 +319,7 @@ GROUPS = {
                "cfg_value", "cfg_value_ok", "cfg_pairs_ok", "cfg_too_many_pairs",
                "cfg_domain_budget", "cfg_bad_later_pair"],
     "unit_busy": [c for c in CASES if c.startswith("busy_")],
+    "interval": ["cfg_interval_on", "cfg_interval_off"],
     "addr_range": [c for c in CASES if c.split("_")[0] in ("dma", "wload", "matmul", "vrun")],
 }
 assert sorted(sum(GROUPS.values(), [])) == sorted(list(CASES) + list(SPECIAL))
