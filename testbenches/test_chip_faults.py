@@ -53,6 +53,10 @@ FAULTS = {
                            ErrorCode.CFG_RANGE),
     "setcfg_no_such_source": ([Instr(Opcode.SETCFG, 1, dict(index=0, value=14))],
                               ErrorCode.CFG_RANGE),
+    "setcfg_too_many_pairs": ([Instr(Opcode.SETCFG, 0, isa.setcfg_fields(
+        [(i, 0) for i in (4, 6, 8, 10, 12)]))], ErrorCode.CFG_LIMIT),
+    "setcfg_power_domain_budget": ([Instr(Opcode.SETCFG, 2, isa.setcfg_fields(
+        [(0, 0), (1, 1), (16, 0)]))], ErrorCode.CFG_LIMIT),
     "program_too_long": ([Instr(Opcode.SETCFG, c, dict(index=0, value=0))
                           for c in range(CFG.imem_depth + 1)], ErrorCode.PROG_RANGE),
 }
