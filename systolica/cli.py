@@ -39,7 +39,18 @@ def cmd_sim(args) -> int:
     net = demo.mlp() if args.gemm is None else _gemm_network(*args.gemm, seed=args.seed)
     run = flow.run_network(cfg, net, waves=args.waves)
     report.print_run(run)
+    _write_trace(args.trace, run.compiled)
     return 0 if run.ok else 1
+
+
+def _write_trace(path: str | None, compiled) -> None:
+    """The compiled program's timeline as Chrome trace / Perfetto JSON."""
+    if not path:
+        return
+    from .compiler import trace
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    trace.write_trace(path, trace.chip_events(compiled.cfg, compiled.program))
+    print(f"schedule timeline: {path} (open in https://ui.perfetto.dev or chrome://tracing)")
 
 
 def cmd_bench(args) -> int:
@@ -78,6 +89,7 @@ def cmd_compile(args) -> int:
                                                   int32=args.int32))
     if args.out:
         Path(args.out).write_bytes(compiled.image)
+    _write_trace(args.trace, compiled)
     print(compiled.disassemble() if args.listing else
           f"{len(compiled.program)} instructions, {compiled.predicted_cycles} cycles predicted, "
           f"MAC utilisation {compiled.utilisation:.3f}")
@@ -113,6 +125,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--gemm", type=_shape, help="run one MxKxN int8 GEMM instead of the demo")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--waves", action="store_true", help="write an FST waveform of the run")
+    p.add_argument("--trace", default="build/schedule.json",
+                   help="write the schedule timeline (Chrome trace / Perfetto JSON) here")
     p.set_defaults(func=cmd_sim)
     p = sub.add_parser("bench", help="benchmark GEMMs and the demo; write JSON records")
     p.add_argument("--out", default="build/bench.json")
@@ -124,6 +138,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--int32", action="store_true", help="int32 output, no requantisation")
     p.add_argument("--out", help="write the program image here")
     p.add_argument("--listing", action="store_true", help="print the disassembly")
+    p.add_argument("--trace", help="write the schedule timeline (Chrome trace JSON) here")
     p.set_defaults(func=cmd_compile)
     p = sub.add_parser("disasm", help="disassemble a program image")
     p.add_argument("image")
