@@ -76,6 +76,8 @@ class RegisterFile(wiring.Component):
             Reg.DRAM_WR_BYTES: self.dram_wr_bytes,
             Reg.HWCFG: regs.hwcfg_word(cfg.tile_rows, cfg.tile_cols, cfg.tile_size),
             Reg.FAULT_CYCLE: fault_cycle,
+            Reg.UBUF_BASE: cfg.ubuf_base,
+            Reg.UBUF_ROWS: cfg.ubuf_rows,
         }
         with m.Switch(self.reg_addr):
             for reg, value in table.items():

@@ -23,6 +23,8 @@ class Reg(enum.IntEnum):
     DRAM_WR_BYTES = 11
     HWCFG = 12         # R: tile_rows | tile_cols << 8 | tile_size << 16
     FAULT_CYCLE = 13   # R: cycle at which the fault was raised
+    UBUF_BASE = 14     # R: first CBUF row of the reserved overlap region (UBUF)
+    UBUF_ROWS = 15     # R: its size in rows (0: no UBUF)
 
 
 CTRL_START = 1 << 0

@@ -58,6 +58,8 @@ class RegsModel:
             Reg.DRAM_WR_BYTES: i["dram_wr_bytes"],
             Reg.HWCFG: regs.hwcfg_word(CFG.tile_rows, CFG.tile_cols, CFG.tile_size),
             Reg.FAULT_CYCLE: self.fault_cycle,
+            Reg.UBUF_BASE: CFG.ubuf_base,
+            Reg.UBUF_ROWS: CFG.ubuf_rows,
         }
         if i["addr"] in table:        # CTRL and IMEM_DATA are write-only
             out["reg_rdata"] = table[i["addr"]]
