@@ -1,0 +1,278 @@
+"""MatmulUnit (``tiny`` preset): MATMULs against Python models of the CBUF read port,
+the accumulator buffer (read latency 1, not transparent: a read sees the contents
+before a write in the same cycle) and the grid.
+
+The grid model holds two fixed random weight banks and computes ``south_psum`` from
+what the unit put on ``west_a`` / ``west_sel``, with the cell timing of the Grid block
+test: the value on ``west_a[r]`` at cycle ``y`` meets column ``c`` in cell ``(r, c)``
+and its product leaves ``south_psum[c]`` at ``y + skew_max - skew(r) + skew(c) + 2``.
+
+For a MATMUL issued at ``t``, row ``i`` of CBUF data arrives at ``t + FEED + i``
+(``FEED`` = CBUF read latency + 1, the start of :func:`systolica.timing.mux_use`'s
+``west_feed`` window). The checker requires:
+
+* ``cbuf_raddr`` = ``act_addr + i`` in cycle ``t + 1 + i``; ``row_fed`` high exactly in
+  the cycles ``t + FEED + i``;
+* ``west_a[r]`` = ``cbuf[act_addr + i]`` partition ``g*n + r%n`` (``g`` =
+  ``west_feed[r//n]`` in that cycle, 0 for the zero source) and ``west_sel[r]`` = the
+  bank, at ``t + FEED + i + timing.skew(r)``;
+* exactly one ACC write per row, at ``t + timing.matmul_pipeline + 1 + i`` to
+  ``acc_addr + i``, of ``(accumulate ? acc : 0) + sum`` with ACC group ``g`` taking
+  column group ``acc_src[g]`` (0 for the zero source) as in force at
+  ``t + matmul_pipeline + i``; the ACC model after the run equals the contract's
+  semantics applied in instruction order (so MATMULs issued back to back into the
+  same rows accumulate, through the forwarding path when they are one cycle apart);
+* ``ready`` low from ``t + 1`` until ``t + timing.occupancy`` and high then;
+  ``drained`` low until ``t + timing.done`` and high from the last one's ``done`` on.
+
+``west_feed`` and ``acc_src`` take random values outside every instruction's window,
+and the arguments are junk without ``issue``: the unit must not use them then.
+"""
+
+from __future__ import annotations
+
+import random
+
+import cocotb
+
+from systolica import isa, timing
+from systolica.config import preset
+from systolica.isa import Instr, Opcode
+from tb_base import BlockTB, case_names, pack, unpack, wrap32
+
+CFG = preset("tiny")
+R, C, n, T = CFG.rows, CFG.cols, CFG.tile_size, CFG.tile_rows
+TC = CFG.tile_cols
+FEED = CFG.latency["cbuf_read"] + 1       # cycles from issue to row 0's CBUF data
+PIPE = timing.matmul_pipeline(CFG)        # issue to the ACC read of row 0
+SMAX = timing.skew_max(CFG)
+GRID_DELAY = [[SMAX - timing.skew(CFG, r) + timing.skew(CFG, c) + 2 for c in range(C)]
+              for r in range(R)]          # west_a[r] -> south_psum[c]
+
+
+def matmul(act_addr, rows, acc_addr, accumulate=0, bank=0, west_feed=(0, 1),
+           acc_src=(0, 1)) -> dict:
+    return dict(act_addr=act_addr, rows=rows, acc_addr=acc_addr, accumulate=accumulate,
+                bank=bank, west_feed=list(west_feed), acc_src=list(acc_src))
+
+
+def _instr(t: int, a: dict) -> Instr:
+    return Instr(Opcode.MATMUL, t, {k: a[k] for k in
+                                    ("act_addr", "rows", "acc_addr", "accumulate", "bank")})
+
+
+def activations(row: list[int], west_feed: list[int]) -> list[int]:
+    """Array row ``r`` gets partition ``g*n + r%n``, ``g`` = ``west_feed[r//n]``."""
+    out = []
+    for r in range(R):
+        g = west_feed[r // n]
+        out.append(row[g * n + r % n] if g < T else 0)
+    return out
+
+
+def acc_route(cols: list[int], acc_src: list[int]) -> list[int]:
+    """ACC group ``g`` gets column group ``acc_src[g]`` (0 for the zero source)."""
+    out = []
+    for g in range(TC):
+        src = acc_src[g]
+        out += cols[src * n:(src + 1) * n] if src < TC else [0] * n
+    return out
+
+
+def sequential(*instrs, gap: int = 0):
+    """MATMULs each issued when the previous one's occupancy ends (plus ``gap``)."""
+    out, t = [], 0
+    for a in instrs:
+        out.append((t, a))
+        t += timing.occupancy(CFG, _instr(t, a)) + gap
+    return out
+
+
+Z = TC   # the zero source of west_feed / acc_src (T == TC)
+CASES = {
+    "plain": [(0, matmul(100, 10, 20))],
+    "accumulate_bank1": [(0, matmul(40, 7, 3, accumulate=1, bank=1))],
+    "west_feed_swap": [(0, matmul(9, 6, 50, west_feed=(1, 0)))],
+    "west_feed_broadcast_zero": [(0, matmul(70, 5, 60, west_feed=(1, 1))),
+                                 (8, matmul(80, 5, 70, accumulate=1, west_feed=(Z, 0)))],
+    "acc_src_swap_zero": [(0, matmul(500, 6, 100, acc_src=(1, 0))),
+                          (9, matmul(510, 4, 110, accumulate=1, acc_src=(0, Z))),
+                          (14, matmul(520, 3, 120, bank=1, acc_src=(1, 1)))],
+    "memory_tops": [(0, matmul(CFG.cbuf_depth - 5, 5, CFG.acc_depth - 5, accumulate=1))],
+    # Back to back into the same ACC rows: overwrite, then accumulate twice with the
+    # other bank and other routings; windows of the routings are contiguous.
+    "same_rows": sequential(matmul(200, 6, 30),
+                            matmul(210, 6, 30, accumulate=1, bank=1, west_feed=(1, 0)),
+                            matmul(220, 6, 30, accumulate=1, acc_src=(1, 0))),
+    # rows=1 every cycle into one ACC row: each read misses the previous cycle's write
+    # (forwarding), then an overwrite in the middle of the chain.
+    "rows1_forward": sequential(matmul(300, 1, 7, accumulate=1),
+                                *[matmul(301 + k, 1, 7, accumulate=1, bank=k % 2)
+                                  for k in range(5)],
+                                matmul(310, 1, 7, accumulate=0),
+                                matmul(311, 1, 7, accumulate=1, west_feed=(1, 0)),
+                                matmul(312, 1, 8, accumulate=1),
+                                matmul(313, 1, 7, accumulate=1)),
+    # The next MATMUL's first row is the previous one's last row.
+    "tail_overlap": sequential(matmul(400, 3, 10), matmul(403, 4, 12, accumulate=1, bank=1),
+                               matmul(407, 2, 15, accumulate=1), matmul(409, 1, 16),
+                               matmul(410, 5, 16, accumulate=1)),
+    "gaps": sequential(matmul(600, 4, 200, accumulate=1), matmul(610, 2, 201, accumulate=1),
+                       matmul(620, 3, 199, bank=1), gap=3),
+}
+
+GROUPS = {
+    "routing": ["plain", "accumulate_bank1", "west_feed_swap", "west_feed_broadcast_zero",
+                "acc_src_swap_zero", "memory_tops"],
+    "sequences": ["same_rows", "rows1_forward", "tail_overlap", "gaps"],
+}
+assert sorted(sum(GROUPS.values(), [])) == sorted(CASES)
+
+IDLE = {"issue": 0, "act_addr": 0, "rows": 0, "acc_addr": 0, "accumulate": 0, "bank": 0,
+        "cbuf_rdata": 0, "acc_rdata": 0,
+        **{("west_feed", i): i for i in range(T)},
+        **{("acc_src", g): g for g in range(TC)},
+        **{("south_psum", c): 0 for c in range(C)}}
+
+
+class MatmulTB(BlockTB):
+    def __init__(self, dut):
+        super().__init__(dut)
+        self.west = {}          # cycle -> (west_a list, west_sel list) as seen
+        self.cbuf_next = 0      # read data for the next cycle
+        self.acc_next = 0
+
+    def grid_psum(self, z: int, weights) -> list[int]:
+        """``south_psum`` at cycle ``z`` from what entered the west edge earlier."""
+        out = []
+        for c in range(C):
+            total = 0
+            for r in range(R):
+                a, sel = self.west.get(z - GRID_DELAY[r][c], ([0] * R, [0] * R))
+                total += a[r] * weights[sel[r]][r][c]
+            out.append(wrap32(total))
+        return out
+
+    async def run(self, instrs, rng) -> None:
+        cbuf = [[rng.randrange(-128, 128) for _ in range(R)] for _ in range(CFG.cbuf_depth)]
+        acc = [[rng.randrange(-(1 << 31), 1 << 31) for _ in range(C)]
+               for _ in range(CFG.acc_depth)]
+        weights = [[[rng.randrange(-128, 128) for _ in range(C)] for _ in range(R)]
+                   for _ in range(2)]
+        base = self.cycle + 1
+        at = {base + t: a for t, a in instrs}
+        assert len(at) == len(instrs)
+
+        # Schedules and the reference, in instruction order.
+        want_acc = [list(row) for row in acc]
+        reads, fed, lanes, feeds, srcs, writes = {}, set(), {}, {}, {}, []
+        for t, a in sorted(at.items()):
+            for i in range(a["rows"]):
+                reads[t + 1 + i] = a["act_addr"] + i
+                fed.add(t + FEED + i)
+                feeds[t + FEED + i] = a["west_feed"]
+                srcs[t + PIPE + i] = a["acc_src"]
+                act = activations(cbuf[a["act_addr"] + i], a["west_feed"])
+                for r in range(R):
+                    key = (t + FEED + i + timing.skew(CFG, r), r)
+                    assert key not in lanes
+                    lanes[key] = (act[r], a["bank"])
+                cols = [wrap32(sum(act[r] * weights[a["bank"]][r][c] for r in range(R)))
+                        for c in range(C)]
+                addr = a["acc_addr"] + i
+                old = want_acc[addr] if a["accumulate"] else [0] * C
+                want_acc[addr] = [wrap32(x + y)
+                                  for x, y in zip(old, acc_route(cols, a["acc_src"]))]
+                writes.append((t + PIPE + 1 + i, addr, want_acc[addr]))
+        end = max(t + timing.done(CFG, _instr(t, a)) for t, a in at.items())
+
+        got_writes, ready, drained = [], {}, {}
+        while self.cycle < end + 3:
+            await self.next_cycle()
+            x = self.cycle
+            a = at.get(x)
+            self.set("issue", int(a is not None))
+            for name, bits in (("act_addr", isa.CBUF_ADDR_BITS), ("rows", 16),
+                               ("acc_addr", isa.ACC_ADDR_BITS), ("accumulate", 1),
+                               ("bank", 1)):
+                self.set(name, a[name] if a else rng.randrange(1 << bits))
+            feed = feeds.get(x) or [rng.randrange(T + 1) for _ in range(T)]
+            for i, g in enumerate(feed):
+                self.set("west_feed", g, i)
+            src = srcs.get(x) or [rng.randrange(TC + 1) for _ in range(TC)]
+            for g, s in enumerate(src):
+                self.set("acc_src", s, g)
+            for c, p in enumerate(self.grid_psum(x, weights)):
+                self.set("south_psum", p, c)
+            self.set("cbuf_rdata", self.cbuf_next)
+            self.set("acc_rdata", self.acc_next)
+            await self.settle()
+
+            ready[x], drained[x] = self.get("ready"), self.get("drained")
+            raddr = self.get("cbuf_raddr")
+            if x in reads:
+                self.expect("cbuf_raddr", raddr, reads[x])
+            self.cbuf_next = pack(cbuf[raddr % CFG.cbuf_depth], 8)
+            self.expect("row_fed", self.get("row_fed"), int(x in fed))
+            west_a = [self.get_s("west_a", r) for r in range(R)]
+            west_sel = [self.get("west_sel", r) for r in range(R)]
+            self.west[x] = (west_a, west_sel)
+            for r in range(R):
+                if (x, r) in lanes:
+                    self.expect(f"west_a[{r}], west_sel[{r}]", (west_a[r], west_sel[r]),
+                                lanes[(x, r)])
+            # Read port: contents before this cycle's write.
+            self.acc_next = pack(acc[self.get("acc_raddr") % CFG.acc_depth], 32)
+            if self.get("acc_we"):
+                waddr = self.get("acc_waddr")
+                data = unpack(self.get("acc_wdata"), 32, C)
+                got_writes.append((x, waddr, data))
+                if waddr < CFG.acc_depth:
+                    acc[waddr] = data
+                else:
+                    self.fail(f"ACC write to {waddr} beyond the depth {CFG.acc_depth}")
+
+        self.check_writes(got_writes, writes)
+        for addr in range(CFG.acc_depth):
+            if acc[addr] != want_acc[addr]:
+                self.fail(f"acc[{addr}] after the run: got {acc[addr]}, "
+                          f"expected {want_acc[addr]}")
+        self.check_handshake(at, ready, drained, end)
+
+    def check_writes(self, got, want) -> None:
+        last = self.cycle
+        self.expect("number of ACC writes", len(got), len(want))
+        for (cycle, addr, data), (w_cycle, w_addr, w_data) in zip(got, want):
+            self.cycle = cycle
+            self.expect("ACC write (cycle, address)", (cycle, addr), (w_cycle, w_addr))
+            self.expect(f"acc[{addr}] written", data, w_data)
+        self.cycle = last
+
+    def check_handshake(self, at, ready, drained, end) -> None:
+        for t, a in at.items():
+            ins = _instr(t, a)
+            occ, done = timing.occupancy(CFG, ins), timing.done(CFG, ins)
+            self.cycle = t
+            self.expect(f"ready when MATMUL issued {t}", ready[t], 1)
+            for x in range(t + 1, t + occ):
+                self.cycle = x
+                self.expect(f"ready (MATMUL issued {t}, occupancy {occ})", ready[x], 0)
+            self.cycle = t + occ
+            self.expect(f"ready (MATMUL issued {t}, occupancy {occ})", ready[t + occ], 1)
+            for x in range(t + 1, t + done):
+                self.cycle = x
+                self.expect(f"drained (MATMUL issued {t}, done {done})", drained[x], 0)
+        for x in range(end, max(drained) + 1):
+            self.cycle = x
+            self.expect(f"drained after the last done ({end})", drained[x], 1)
+        self.cycle = max(drained)
+
+
+@cocotb.test()
+async def run_case(dut):
+    tb = MatmulTB(dut)
+    await tb.start(IDLE)
+    for name in case_names():
+        tb.label = f"[{name}] "
+        await tb.run(CASES[name], random.Random(name))
+    tb.finish()
