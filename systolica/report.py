@@ -13,7 +13,8 @@ def _mark(ok: bool) -> str:
 
 
 def print_run(run: NetworkRun, console: Console | None = None) -> None:
-    console = console or Console()
+    # Wide enough for the table and summary lines when output goes to a file or CI log.
+    console = console or Console(width=max(Console().width, 110))
     cfg = run.cfg
     console.print(f"[bold]{run.name}[/] on chip [bold]{cfg.name}[/]: {cfg.tile_rows}x"
                   f"{cfg.tile_cols} tiles of {cfg.tile_size}x{cfg.tile_size} cells "
