@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .. import fabric, isa
+from .. import fabric, isa, timing
 from ..config import ChipConfig
 from ..isa import DmaKind, Opcode
 from .graph import CompileError
@@ -30,6 +30,8 @@ class Access:
     lo: int
     hi: int
     mode: str
+    start: int = 0            # cycles after issue the access begins ...
+    end: int | None = None    # ... and ends (exclusive; None: the op's timing.done)
 
 
 @dataclass
@@ -65,12 +67,15 @@ def accesses(cfg: ChipConfig, op: Opcode, f: dict) -> tuple[Access, ...]:
         if f["kind"] in (DmaKind.LOAD_CBUF, DmaKind.LOAD_ACC):
             return Access("dram", *dram, READ), Access(*buf, WRITE)
         return Access(*buf, READ), Access("dram", *dram, WRITE)
+    if op in (Opcode.WLOAD, Opcode.MATMUL):
+        bank = Access(f"wbank{f['bank']}", 0, 1, WRITE if op is Opcode.WLOAD else READ,
+                      *timing.bank_window(cfg, isa.Instr(op, 0, f)))
     if op is Opcode.WLOAD:
         return (Access("cbuf", f["w_addr"], f["w_addr"] + cfg.rows, READ),
-                Access(f"wbank{f['bank']}", 0, 1, WRITE), fabric_cfg)
+                bank, fabric_cfg)
     if op is Opcode.MATMUL:
         return (Access("cbuf", f["act_addr"], f["act_addr"] + f["rows"], READ),
-                Access(f"wbank{f['bank']}", 0, 1, READ),
+                bank,
                 Access("acc", f["acc_addr"], f["acc_addr"] + f["rows"], ACCUMULATE),
                 fabric_cfg)
     if op is Opcode.VRUN:
@@ -107,6 +112,26 @@ def make(cfg: ChipConfig, op: Opcode, layer: int = 0, **fields) -> MicroOp:
                                f"outside [0, {sizes[a.resource]})")
     mop.accesses = acc
     return mop
+
+
+def required_gap(cfg: ChipConfig, earlier: MicroOp, later: MicroOp) -> int | None:
+    """The fewest cycles ``later`` must issue after ``earlier`` for their accesses to
+    stay in order, or None if their order does not matter. Each access spans
+    ``[issue + start, issue + end)`` (``end`` defaults to the op's ``timing.done``);
+    two accumulates into the same rows only need to issue in order."""
+    done = timing.done(cfg, earlier.instr(0))
+    gap = None
+    for x in earlier.accesses:
+        for y in later.accesses:
+            if x.resource != y.resource or not (x.lo < y.hi and y.lo < x.hi) \
+                    or (x.mode == READ and y.mode == READ):
+                continue
+            if x.mode == ACCUMULATE and y.mode == ACCUMULATE:
+                need = 1
+            else:
+                need = (done if x.end is None else x.end) - y.start
+            gap = need if gap is None else max(gap, need)
+    return gap
 
 
 def conflict(a: MicroOp, b: MicroOp) -> bool:

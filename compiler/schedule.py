@@ -3,8 +3,10 @@
 Greedy list scheduling in program order: each op goes to the earliest cycle that
 (a) no other op issues in (the sequencer issues one instruction per cycle),
 (b) keeps its unit's occupancy interval clear of every op already on that unit,
-(c) is at or after ``done`` of every earlier op it conflicts with (an accumulate after
-an accumulate only needs to issue later).
+(c) starts each access at or after the end of every earlier conflicting access (by
+default an access spans the op's whole ``[issue, done)``; weight-bank accesses use
+their exact ``timing.bank_window``; an accumulate after an accumulate only needs to
+issue later).
 Later ops may land before earlier ones in time when they are independent, which is
 what overlaps loads, compute and stores. All latencies come from systolica.timing.
 """
@@ -82,8 +84,9 @@ def schedule(cfg: ChipConfig, ops: list[MicroOp]) -> list[int]:
         occupancy = timing.occupancy(cfg, probe)
         done = timing.done(cfg, probe)
         unit = units[timing.UNIT[op.op]]
-        t = max((resources[a.resource].earliest(a.lo, a.hi, a.mode)
+        t = max((resources[a.resource].earliest(a.lo, a.hi, a.mode) - a.start
                  for a in op.accesses), default=0)
+        t = max(t, 0)
         while True:
             end = unit.conflict_end(t, occupancy)
             if end is not None:
@@ -100,6 +103,7 @@ def schedule(cfg: ChipConfig, ops: list[MicroOp]) -> list[int]:
         unit.add(t, occupancy)
         insort(issued, t)
         for a in op.accesses:
-            resources[a.resource].place(a.lo, a.hi, a.mode, t, t + done)
+            resources[a.resource].place(a.lo, a.hi, a.mode, t,
+                                        t + (done if a.end is None else a.end))
         cycles.append(t)
     return cycles

@@ -11,6 +11,7 @@ from ..config import ChipConfig
 from . import trace
 from .cycles import CycleError, Schedule, producers, schedule_program, topological_order
 from .graph import CompileError
+from .ir import required_gap
 from .schedule import schedule
 from .text import Program, Statement, parse_file, to_micro_ops
 
@@ -69,7 +70,8 @@ def schedule_chip(cfg: ChipConfig, prog: Program) -> ChipSchedule:
     for i, ps in enumerate(preds):
         for p in ps:
             tp, op = at[p]
-            ready = tp + timing.done(cfg, op.instr(0))
+            gap = required_gap(cfg, op, at[i][1])
+            ready = tp + (timing.done(cfg, op.instr(0)) if gap is None else gap)
             if at[i][0] < ready:
                 st, sp = statements[i], statements[p]
                 raise CompileError(

@@ -42,6 +42,19 @@ def matmul_pipeline(cfg: ChipConfig) -> int:
     return cfg.latency["cbuf_read"] + 2 * skew_max(cfg) + 3
 
 
+def bank_window(cfg: ChipConfig, ins: Instr) -> tuple[int, int]:
+    """Cycles ``[lo, hi)`` after issue in which a WLOAD shifts its weight bank, or a
+    MATMUL's rows meet its bank in the cells (the last row passes the far corner cell
+    ``2 * skew_max`` cycles after it enters). A WLOAD may start shifting a bank once
+    every MATMUL using it is past the cells, long before their sums are written."""
+    first = cfg.latency["cbuf_read"] + 1
+    if ins.op is Opcode.WLOAD:
+        return first, first + weight_shifts(cfg)
+    if ins.op is Opcode.MATMUL:
+        return first, first + ins.rows + 2 * skew_max(cfg)
+    raise ValueError(f"{ins.op!r} does not use a weight bank")
+
+
 def dma_words(cfg: ChipConfig, kind: int, rows: int) -> int:
     per_row = cfg.acc_row_words if kind in (DmaKind.LOAD_ACC, DmaKind.STORE_ACC) else 1
     return per_row * rows

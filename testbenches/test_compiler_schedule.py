@@ -6,7 +6,7 @@ import pytest
 
 from systolica import isa, timing
 from systolica.compiler import CompileError, Dense, Network, compile_network, gemm
-from systolica.compiler.ir import ACCUMULATE, READ, conflict, make, verify_reorder
+from systolica.compiler.ir import conflict, make, required_gap, verify_reorder
 from systolica.compiler.lower import lower
 from systolica.compiler.schedule import schedule
 from systolica.config import preset
@@ -39,17 +39,21 @@ def test_same_unit_waits_for_occupancy():
     assert schedule(CFG, ops) == [0, occupancy(ops[0])]
 
 
-def test_read_after_write_waits_for_done():
+def test_read_after_write_waits_for_the_writer():
     ops = [load(0), make(CFG, Opcode.WLOAD, w_addr=0, bank=0), matmul(bank=0)]
     c = schedule(CFG, ops)
-    assert c[1] == c[0] + done(ops[0])
-    assert c[2] == c[1] + done(ops[1])
+    assert c[1] == c[0] + done(ops[0])                   # CBUF rows: the whole DMA
+    # the weight bank: the MATMUL's rows meet it once the last shift is in
+    assert c[2] == c[1] + timing.weight_shifts(CFG) == c[1] + required_gap(CFG, *ops[1:])
+    assert c[2] < c[1] + done(ops[1])
 
 
-def test_write_after_read_waits_for_done():
+def test_write_after_read_waits_until_the_rows_left_the_cells():
     ops = [matmul(bank=1), make(CFG, Opcode.WLOAD, w_addr=0, bank=1)]
     c = schedule(CFG, ops)
-    assert c[1] == c[0] + done(ops[0])
+    assert c[1] == c[0] + ops[0].fields["rows"] + 2 * timing.skew_max(CFG)
+    assert c[1] == c[0] + required_gap(CFG, *ops)
+    assert c[1] < c[0] + done(ops[0])                    # before the sums are written
 
 
 def test_accumulates_into_the_same_rows_only_keep_order():
@@ -63,10 +67,11 @@ def test_independent_later_op_fills_an_earlier_gap():
     first = load(0, rows=40)
     wait = make(CFG, Opcode.WLOAD, w_addr=0, bank=0)        # needs the load
     free = make(CFG, Opcode.WLOAD, w_addr=200, bank=1)      # unrelated, but same unit
-    c = schedule(CFG, [first, wait, free, matmul(bank=1, act=300)])
+    use = matmul(bank=1, act=300)
+    c = schedule(CFG, [first, wait, free, use])
     assert c[2] < c[1]                                      # placed before in time
     assert c[2] + occupancy(free) <= c[1]
-    assert c[3] == c[2] + done(free)
+    assert c[3] == c[2] + required_gap(CFG, free, use)
 
 
 def test_one_instruction_per_cycle():
@@ -109,17 +114,9 @@ def test_compiled_schedule_respects_every_rule(net):
         last_on_unit[unit] = i
     for j in range(len(ops)):
         for i in range(j):
-            if not conflict(ops[i], ops[j]):
-                continue
-            both_accumulate = all(
-                a.mode == ACCUMULATE and b.mode == ACCUMULATE
-                for a in ops[i].accesses for b in ops[j].accesses
-                if a.resource == b.resource and a.lo < b.hi and b.lo < a.hi
-                and (a.mode != READ or b.mode != READ))
-            if both_accumulate:
-                assert cycles[j] > cycles[i]
-            else:
-                assert cycles[j] >= cycles[i] + done(ops[i]), (ops[i], ops[j])
+            gap = required_gap(CFG, ops[i], ops[j])
+            if gap is not None:
+                assert cycles[j] >= cycles[i] + gap, (ops[i], ops[j])
 
 
 @pytest.mark.parametrize("net", NETS)

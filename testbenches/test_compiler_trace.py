@@ -10,6 +10,7 @@ import pytest
 from systolica import golden, isa, timing
 from systolica.cli import main
 from systolica.compiler import stp
+from systolica.compiler.ir import make, required_gap
 from systolica.compiler.config_updates import UpdateWindow, assign_updates
 from systolica.compiler.cycles import assign_cycles
 from systolica.compiler.text import parse
@@ -112,11 +113,14 @@ def test_gemm_example_computes_the_product():
     assert [i.op for i in prog] == [Opcode.SETCFG, Opcode.DMA, Opcode.DMA, Opcode.WLOAD,
                                     Opcode.MATMUL, Opcode.VRUN, Opcode.DMA]
     assert [i.cycle for i in prog] == sorted(i.cycle for i in prog)
-    # each named dependency waits for its producer to be done
+    # each named dependency waits until the buffer it shares with its producer is
+    # written (a weight bank: the load's last shift; otherwise the producer is done)
     at = {s.name: i for s, i in zip(result.chip.statements, prog)}
     for s, i in zip(result.chip.statements, prog):
         for v in s.operands:
-            assert i.cycle >= at[v].cycle + timing.done(CFG, at[v])
+            gap = required_gap(CFG, make(CFG, at[v].op, **at[v].fields),
+                               make(CFG, i.op, **i.fields))
+            assert gap is not None and i.cycle >= at[v].cycle + gap
     rng = np.random.default_rng(7)
     a = rng.integers(-128, 128, size=(8, 8), dtype=np.int8)
     w = rng.integers(-128, 128, size=(8, 8), dtype=np.int8)
