@@ -49,16 +49,10 @@ def schedule_rows(schedule: Schedule, updates: Mapping[str, int] | None = None) 
     return _sorted(rows)
 
 
-def _setcfg_pairs(ins: isa.Instr) -> list[tuple[int, int]]:
-    if hasattr(isa, "setcfg_pairs"):
-        return list(isa.setcfg_pairs(ins.fields))
-    return [(ins.fields["index"], ins.fields["value"])]
-
-
 def _setcfg_text(cfg: ChipConfig, ins: isa.Instr) -> str:
     table = fabric.muxes(cfg)
     pairs = []
-    for i, v in _setcfg_pairs(ins):
+    for i, v in isa.setcfg_pairs(ins.fields):
         if 0 <= i < len(table) and 0 <= v < len(table[i].sources):
             pairs.append(f"{table[i].name} <- {table[i].sources[v]}")
         else:
@@ -142,7 +136,12 @@ def listing(what: Schedule | Sequence[isa.Instr] | Sequence[Row],
     else:
         rows = list(what)
     width = max((len(r.unit) for r in rows), default=4)
-    lines = [f"{'cycle':>7}  {'unit':<{width}}  statement"]
+    # Datapath statements also show their relative cycle (negative allowed), the
+    # compiler's intermediate form before normalising for issue.
+    relative = any("relative_cycle" in r.args for r in rows)
+    rel = lambda r: f"{r.args.get('relative_cycle', ''):>8}  " if relative else ""
+    lines = [f"{'cycle':>7}  " + (f"{'relative':>8}  " if relative else "")
+             + f"{'unit':<{width}}  statement"]
     for r in rows:
-        lines.append(f"{r.cycle:>7}  {r.unit:<{width}}  {r.text}")
+        lines.append(f"{r.cycle:>7}  {rel(r)}{r.unit:<{width}}  {r.text}")
     return "\n".join(lines)

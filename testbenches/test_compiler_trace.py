@@ -61,11 +61,11 @@ def test_datapath_trace_tracks_and_events(tmp_path):
 def test_datapath_listing():
     text = listing(table1())
     lines = text.splitlines()
-    assert lines[0].split() == ["cycle", "unit", "statement"]
-    assert [line.split(None, 2) for line in lines[1:]] == [
-        ["0", "bigram", "z = read bigram(addr)"], ["1", "ram", "y = read ram(addr)"],
-        ["2", "mul0", "m = mul mul0(y, z)"], ["5", "ram", "x = read ram(addr)"],
-        ["6", "add0", "s = add add0(m, x)"], ["9", "ram", "write ram(addr, s)"]]
+    assert lines[0].split() == ["cycle", "relative", "unit", "statement"]
+    assert [line.split(None, 3) for line in lines[1:]] == [       # seed 002, Table 2
+        ["0", "-1", "bigram", "z = read bigram(addr)"], ["1", "0", "ram", "y = read ram(addr)"],
+        ["2", "1", "mul0", "m = mul mul0(y, z)"], ["5", "4", "ram", "x = read ram(addr)"],
+        ["6", "5", "add0", "s = add add0(m, x)"], ["9", "8", "ram", "write ram(addr, s)"]]
 
 
 def chip_program():
