@@ -32,11 +32,23 @@ def _shape(text: str) -> tuple[int, int, int]:
     return m, k, n
 
 
+def _ensure_built(cfg, waves: bool = False) -> None:
+    """Build the Verilated chip with a visible status (the first build of a
+    configuration takes a minute or more; later ones reuse it)."""
+    from rich.console import Console
+
+    from . import rtlsim
+    with Console(stderr=True).status(f"Verilating the {cfg.name} chip (once per "
+                                     f"configuration)..."):
+        rtlsim.build(cfg, waves=waves)
+
+
 def cmd_sim(args) -> int:
     from . import demo, flow, report
     from .config import preset
     cfg = preset(args.config)
     net = demo.mlp() if args.gemm is None else _gemm_network(*args.gemm, seed=args.seed)
+    _ensure_built(cfg, args.waves)
     run = flow.run_network(cfg, net, waves=args.waves)
     report.print_run(run)
     _write_trace(args.trace, run.compiled)
@@ -56,7 +68,7 @@ def _write_trace(path: str | None, compiled) -> None:
 def cmd_bench(args) -> int:
     from rich.progress import Progress
 
-    from . import demo, flow, report
+    from . import demo, flow, report, rtlsim
     from .config import preset
     cases = [("gemm_256x256x256", "base", lambda: _gemm_network(256, 256, 256, 1)),
              ("gemm_64x64x64", "base", lambda: _gemm_network(64, 64, 64, 2)),
@@ -65,7 +77,9 @@ def cmd_bench(args) -> int:
     with Progress() as progress:
         task = progress.add_task("bench", total=len(cases))
         for name, cfg_name, make in cases:
-            progress.update(task, description=f"{name} on {cfg_name}")
+            progress.update(task, description=f"{name} on {cfg_name}: building the chip")
+            rtlsim.build(preset(cfg_name))
+            progress.update(task, description=f"{name} on {cfg_name}: running")
             run = flow.run_network(preset(cfg_name), make())
             records.append(report.record(run, name))
             progress.advance(task)
