@@ -154,6 +154,30 @@ class BlockTB:
     def fail(self, message: str) -> None:
         self.errors.append(f"{self.label}cycle {self.cycle}: {message}")
 
+    def check_handshake(self, cfg, instrs, ready, drained, end: int) -> None:
+        """A unit's ``ready`` and ``drained`` (indexed by cycle) against
+        :mod:`systolica.timing`: ready when each instruction issues and again exactly
+        ``occupancy`` cycles later, not in between; not drained before ``done``; drained
+        from ``end`` (the last instruction's done) on."""
+        from systolica import timing
+        for ins in instrs:
+            t, what = ins.cycle, f"{ins.op.name} issued {ins.cycle}"
+            occ, done = timing.occupancy(cfg, ins), timing.done(cfg, ins)
+            self.cycle = t
+            self.expect(f"ready when {what}", ready[t], 1)
+            for x in range(t + 1, t + occ):
+                self.cycle = x
+                self.expect(f"ready ({what}, occupancy {occ})", ready[x], 0)
+            self.cycle = t + occ
+            self.expect(f"ready ({what}, occupancy {occ})", ready[t + occ], 1)
+            for x in range(t + 1, t + done):
+                self.cycle = x
+                self.expect(f"drained ({what}, done {done})", drained[x], 0)
+        for x in range(end, max(drained) + 1):
+            self.cycle = x
+            self.expect(f"drained after the last done ({end})", drained[x], 1)
+        self.cycle = max(drained)
+
     def finish(self, limit: int = 25) -> None:
         """End of a test: every check passed."""
         if self.errors:

@@ -189,22 +189,9 @@ class DmaTB(BlockTB):
         self.expect("DRAM words read (mem_re cycles)", self.reads, words(loads))
         self.expect("DRAM words written (mem_we cycles)", self.writes, words(stores))
 
-        windows = []
-        for t, a in instrs:
-            ins = Instr(Opcode.DMA, t, a)
-            occ, done = timing.occupancy(CFG, ins), timing.done(CFG, ins)
-            windows.append((t, t + done))
-            for x in range(t + 1, t + occ):
-                self.cycle = x
-                self.expect(f"ready (DMA issued {t}, occupancy {occ})", ready[x], 0)
-            self.cycle = t + occ
-            self.expect(f"ready (DMA issued {t}, occupancy {occ})", ready[t + occ], 1)
-            for x in range(t + 1, t + done):
-                self.cycle = x
-                self.expect(f"drained (DMA issued {t}, done {done})", drained[x], 0)
-        for x in range(end, max(drained) + 1):
-            self.cycle = x
-            self.expect(f"drained after the last done ({end})", drained[x], 1)
+        issued = [Instr(Opcode.DMA, t, a) for t, a in instrs]
+        self.check_handshake(CFG, issued, ready, drained, end)
+        windows = [(i.cycle, i.cycle + timing.done(CFG, i)) for i in issued]
         for cycle, what in self.accesses:
             if not any(lo <= cycle < hi for lo, hi in windows):
                 self.cycle = cycle

@@ -168,7 +168,8 @@ class WeightLoaderTB(BlockTB):
                     self.chain[w_bank][c] = [north[c]] + self.chain[w_bank][c][:-1]
             if x in ends:
                 self.check_bank(ends[x], cbuf)
-        self.check_handshake(at, ready, drained, end)
+        self.check_handshake(CFG, [_instr(t, a) for t, a in at.items()], ready, drained,
+                             end)
 
     def check_bank(self, a: dict, cbuf) -> None:
         """After a load's last shift: every cell of its bank holds its weight."""
@@ -178,25 +179,6 @@ class WeightLoaderTB(BlockTB):
         for r in range(R):
             self.expect(f"bank {a['bank']} row {r} after WLOAD w_addr={a['w_addr']}",
                         got[r], want[r])
-
-    def check_handshake(self, at, ready, drained, end) -> None:
-        for t, a in at.items():
-            ins = _instr(t, a)
-            occ, done = timing.occupancy(CFG, ins), timing.done(CFG, ins)
-            self.cycle = t
-            self.expect(f"ready when WLOAD issued {t}", ready[t], 1)
-            for x in range(t + 1, t + occ):
-                self.cycle = x
-                self.expect(f"ready (WLOAD issued {t}, occupancy {occ})", ready[x], 0)
-            self.cycle = t + occ
-            self.expect(f"ready (WLOAD issued {t}, occupancy {occ})", ready[t + occ], 1)
-            for x in range(t + 1, t + done):
-                self.cycle = x
-                self.expect(f"drained (WLOAD issued {t}, done {done})", drained[x], 0)
-        for x in range(end, max(drained) + 1):
-            self.cycle = x
-            self.expect(f"drained after the last done ({end})", drained[x], 1)
-        self.cycle = max(drained)
 
 
 @cocotb.test()
