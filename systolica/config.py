@@ -38,7 +38,9 @@ class ChipConfig:
     tile_cols: int
     tile_size: int
     cbuf_depth: int          # rows per CBUF partition
-    cbuf_banks: int          # CBUF banks (address-interleaved by high bits)
+    cbuf_banks: int          # CBUF banks by address range, for the bank-level allocation
+                             # of later passes; this RTL gives every client its own port
+                             # on the whole CBUF, so banks constrain nothing yet
     acc_depth: int           # rows of the accumulator buffer
     dram_words: int          # external memory size in words of ``dram_word_bytes``
     imem_depth: int          # program memory, instructions
