@@ -7,7 +7,7 @@ once, and runs a cocotb module (``testbenches/tb_<block>.py``) against it:
   name, a configuration key and a hash of the Verilog
   (``build/blocks/<name>-<key>-<hash>``), and builds there once. A stamp (a digest of
   the Verilog, the build options and the tool versions) plus a file lock lets every
-  pytest-xdist worker, and every later session, reuse that one build.
+  pytest-xdist worker, and every later run, reuse that one build.
 * :func:`run_block` runs the cocotb module in a fresh directory under
   ``build/blocks/runs/`` and raises ``AssertionError`` naming the failed cocotb tests
   (and the end of the simulator log) if any failed.
