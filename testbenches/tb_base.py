@@ -154,6 +154,26 @@ class BlockTB:
     def fail(self, message: str) -> None:
         self.errors.append(f"{self.label}cycle {self.cycle}: {message}")
 
+    async def run_plan(self, inputs: list[dict], expected, input_keys, outputs,
+                       signed=()) -> None:
+        """Drive ``inputs`` (one dict per cycle; missing keys are 0) from reset and
+        check ``expected``: ``(cycle, (port, index), value)`` triples."""
+        horizon = max(c for c, _, _ in expected) + 1
+        cycles = [{k: (inputs[t] if t < len(inputs) else {}).get(k, 0) for k in input_keys}
+                  for t in range(horizon)]
+        await self.start({k: 0 for k in input_keys})
+        record = await self.drive_and_record(cycles, outputs, signed)
+        for cycle, key, want in expected:
+            self.cycle = cycle
+            self.expect(f"{key[0]}[{key[1]}]", record[cycle][key], want)
+
+    async def reset(self) -> None:
+        """One cycle of reset between cases."""
+        await self.next_cycle()
+        self.dut.rst.value = 1
+        await self.next_cycle()
+        self.dut.rst.value = 0
+
     def check_handshake(self, cfg, instrs, ready, drained, end: int) -> None:
         """A unit's ``ready`` and ``drained`` (indexed by cycle) against
         :mod:`systolica.timing`: ready when each instruction issues and again exactly

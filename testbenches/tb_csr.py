@@ -229,8 +229,5 @@ async def run_case(dut):
         tb.label = f"[{name}] "
         await tb.run(CASES[name](random.Random(name)))
         # Each case starts from reset, as its model does.
-        await tb.next_cycle()
-        tb.dut.rst.value = 1
-        await tb.next_cycle()
-        tb.dut.rst.value = 0
+        await tb.reset()
     tb.finish()

@@ -102,8 +102,5 @@ async def run_case(dut):
         # reset restores the defaults over written values).
         tb.label = f"[{name}] "
         await tb.run(CASES[name](random.Random(name)))
-        await tb.next_cycle()
-        tb.dut.rst.value = 1
-        await tb.next_cycle()
-        tb.dut.rst.value = 0
+        await tb.reset()
     tb.finish()

@@ -130,16 +130,7 @@ OUTPUTS = [("south_psum", c) for c in range(C)]
 
 class GridTB(BlockTB):
     async def run(self, plan: Plan) -> None:
-        horizon = max(c for c, _, _ in plan.expected) + 1
-        cycles = []
-        for t in range(horizon):
-            given = plan.inputs[t] if t < len(plan.inputs) else {}
-            cycles.append({k: given.get(k, 0) for k in INPUT_KEYS})
-        await self.start({k: 0 for k in INPUT_KEYS})
-        record = await self.drive_and_record(cycles, OUTPUTS, {"south_psum"})
-        for cycle, key, want in plan.expected:
-            self.cycle = cycle
-            self.expect(f"south_psum[{key[1]}]", record[cycle][key], want)
+        await self.run_plan(plan.inputs, plan.expected, INPUT_KEYS, OUTPUTS, {"south_psum"})
 
 
 @cocotb.test()

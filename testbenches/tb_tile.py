@@ -146,16 +146,7 @@ INPUT_KEYS = ([(p, k) for p in ("west_a", "west_sel", "north_w", "north_psum")
 
 class TileTB(BlockTB):
     async def run(self, plan: Plan) -> None:
-        horizon = max(c for c, _, _ in plan.expected) + 1
-        cycles = []
-        for t in range(horizon):
-            given = plan.inputs[t] if t < len(plan.inputs) else {}
-            cycles.append({k: given.get(k, 0) for k in INPUT_KEYS})
-        await self.start({k: 0 for k in INPUT_KEYS})
-        record = await self.drive_and_record(cycles, OUTPUTS, SIGNED)
-        for cycle, key, want in plan.expected:
-            self.cycle = cycle
-            self.expect(f"{key[0]}[{key[1]}]", record[cycle][key], want)
+        await self.run_plan(plan.inputs, plan.expected, INPUT_KEYS, OUTPUTS, SIGNED)
 
 
 @cocotb.test()
