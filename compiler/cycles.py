@@ -20,7 +20,7 @@ from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from ..config import ChipConfig
+from ..arch.config import ChipConfig
 from .graph import CompileError
 from .text import Program, Statement, format_statement
 

@@ -12,9 +12,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .. import fabric, isa, timing
-from ..config import ChipConfig
-from ..isa import DmaKind, Opcode
+from ..arch import fabric, isa, timing
+from ..arch.config import ChipConfig
+from ..arch.isa import DmaKind, Opcode
 from .graph import CompileError
 
 READ, WRITE, ACCUMULATE = "read", "write", "accumulate"

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..config import ChipConfig
+from ..arch.config import ChipConfig
 
 
 def blocks(n: int, size: int) -> int:

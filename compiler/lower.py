@@ -22,9 +22,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .. import fabric
-from ..config import ChipConfig
-from ..isa import DmaKind, Opcode
+from ..arch import fabric
+from ..arch.config import ChipConfig
+from ..arch.isa import DmaKind, Opcode
 from . import layout
 from .graph import CompileError, Network
 from .ir import MicroOp, conflict, make, verify_reorder

@@ -7,9 +7,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .. import isa, timing
-from ..config import ChipConfig
-from ..isa import DmaKind, Opcode
+from ..arch import isa, timing
+from ..arch.config import ChipConfig
+from ..arch.isa import DmaKind, Opcode
 from . import layout
 from .graph import CompileError, Network
 from .lower import DramMap, lower

@@ -19,9 +19,9 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass
 
-from .. import fabric, isa, timing
-from ..config import ChipConfig
-from ..isa import Opcode
+from ..arch import fabric, isa, timing
+from ..arch.config import ChipConfig
+from ..arch.isa import Opcode
 from .config_updates import ConfigUpdateError, UpdateWindow, assign_updates, window_between
 from .graph import CompileError
 from .ir import MicroOp

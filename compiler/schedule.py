@@ -8,7 +8,7 @@ default an access spans the op's whole ``[issue, done)``; weight-bank accesses u
 their exact ``timing.bank_window``; an accumulate after an accumulate only needs to
 issue later).
 Later ops may land before earlier ones in time when they are independent, which is
-what overlaps loads, compute and stores. All latencies come from systolica.timing.
+what overlaps loads, compute and stores. All latencies come from systolica.arch.timing.
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from bisect import bisect_left, insort
 
 import numpy as np
 
-from .. import isa, timing
-from ..config import ChipConfig
+from ..arch import isa, timing
+from ..arch.config import ChipConfig
 from .graph import CompileError
 from .ir import ACCUMULATE, READ, MicroOp, resource_sizes
 

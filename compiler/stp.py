@@ -6,8 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from .. import isa, timing
-from ..config import ChipConfig
+from ..arch import isa, timing
+from ..arch.config import ChipConfig
 from . import trace
 from .cycles import CycleError, Schedule, producers, schedule_program, topological_order
 from .graph import CompileError

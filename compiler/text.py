@@ -22,9 +22,9 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .. import fabric, isa
-from ..config import ChipConfig
-from ..isa import DmaKind, Opcode
+from ..arch import fabric, isa
+from ..arch.config import ChipConfig
+from ..arch.isa import DmaKind, Opcode
 from .graph import CompileError
 from .ir import MicroOp, make
 

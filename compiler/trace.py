@@ -2,7 +2,7 @@
 
 Both take rows (cycle, unit, duration, text) built from a datapath
 :class:`~systolica.compiler.cycles.Schedule` or from a scheduled chip program (a list
-of :class:`~systolica.isa.Instr`, durations from :func:`systolica.timing.occupancy`).
+of :class:`~systolica.arch.isa.Instr`, durations from :func:`systolica.arch.timing.occupancy`).
 In the trace one cycle is one microsecond; each unit is a track (thread), each
 operation a complete ("X") event over its occupancy, each configuration update an
 instant ("i") event.
@@ -15,9 +15,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .. import fabric, isa, timing
-from ..config import ChipConfig
-from ..isa import Opcode
+from ..arch import fabric, isa, timing
+from ..arch.config import ChipConfig
+from ..arch.isa import Opcode
 from .cycles import Schedule
 
 CONFIG_TRACK = "config"

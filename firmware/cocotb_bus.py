@@ -1,4 +1,4 @@
-"""The register bus and DRAM access of ``testbenches/hdl/sim_top.v`` in cocotb.
+"""The register bus and DRAM access of ``systolica/sim/hdl/sim_top.v`` in cocotb.
 
 Register writes are set up on a falling clock edge and taken by the chip on the next
 rising edge; reads set ``reg_addr`` and sample the combinational ``reg_rdata`` shortly
@@ -16,7 +16,7 @@ from cocotb.clock import Clock
 from cocotb.simtime import get_sim_time
 from cocotb.triggers import FallingEdge, First, RisingEdge, Timer
 
-from ..regs import Reg
+from ..arch.regs import Reg
 from . import dramfile
 
 

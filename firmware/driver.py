@@ -1,13 +1,13 @@
 """Register-level driver: load a program, start it, wait for the interrupt, read the
-counters. It knows the register map (:mod:`systolica.regs`) and nothing about how the
+counters. It knows the register map (:mod:`systolica.arch.regs`) and nothing about how the
 registers are reached; a bus object supplies that."""
 
 from __future__ import annotations
 
 from typing import Protocol
 
-from ..isa import WORD_BITS
-from ..regs import (CTRL_IRQ_ACK, CTRL_START, STATUS_DONE, STATUS_ERROR, STATUS_RUNNING,
+from ..arch.isa import WORD_BITS
+from ..arch.regs import (CTRL_IRQ_ACK, CTRL_START, STATUS_DONE, STATUS_ERROR, STATUS_RUNNING,
                     ErrorCode, Reg)
 
 _WORD_BYTES = WORD_BITS // 8

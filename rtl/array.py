@@ -5,7 +5,7 @@ from amaranth.hdl import Array, Module, Signal, signed
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
-from systolica.config import ChipConfig
+from systolica.arch.config import ChipConfig
 
 ACT = signed(8)
 WGT = signed(8)

@@ -6,8 +6,8 @@ from amaranth.hdl import Module, Signal
 from amaranth.lib import memory, wiring
 from amaranth.lib.wiring import In, Out
 
-from systolica import isa, regs
-from systolica.config import ChipConfig
+from systolica.arch import isa, regs
+from systolica.arch.config import ChipConfig
 
 from .array import Grid
 from .csr import RegisterFile
@@ -19,7 +19,7 @@ from .vpu import VectorUnit
 
 
 class Chip(wiring.Component):
-    """One Systolica chip built from a :class:`~systolica.config.ChipConfig`.
+    """One Systolica chip built from a :class:`~systolica.arch.config.ChipConfig`.
 
     Ports: the register bus (``reg_*``) and ``irq`` towards the host, and the
     external-memory master (``mem_*``, one word of ``cfg.rows`` bytes per cycle,

@@ -1,12 +1,12 @@
-"""The register interface seen by the firmware (map in :mod:`systolica.regs`)."""
+"""The register interface seen by the firmware (map in :mod:`systolica.arch.regs`)."""
 
 from amaranth.hdl import Cat, Module, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
-from systolica import isa, regs
-from systolica.config import ChipConfig
-from systolica.regs import Reg
+from systolica.arch import isa, regs
+from systolica.arch.config import ChipConfig
+from systolica.arch.regs import Reg
 
 from .sequencer import PC_BITS, ErrorCode_shape
 

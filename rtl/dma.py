@@ -4,9 +4,9 @@ from amaranth.hdl import Cat, Module, Mux, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
-from systolica import isa
-from systolica.config import ChipConfig
-from systolica.isa import DmaKind
+from systolica.arch import isa
+from systolica.arch.config import ChipConfig
+from systolica.arch.isa import DmaKind
 
 
 class Dma(wiring.Component):

@@ -4,14 +4,14 @@ from amaranth.hdl import Module, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
-from systolica import fabric, isa
-from systolica.config import ChipConfig
+from systolica.arch import fabric, isa
+from systolica.arch.config import ChipConfig
 
 
 class FabricRegs(wiring.Component):
     """A ``SETCFG`` writes ``count`` (multiplexer, value) pairs at once, in pair order (a
     later pair naming the same multiplexer wins); ``value[k]`` drives multiplexer ``k``
-    of :func:`systolica.fabric.muxes`. Reset values route a plain GEMM. Names beyond the
+    of :func:`systolica.arch.fabric.muxes`. Reset values route a plain GEMM. Names beyond the
     table change nothing (the sequencer faults such instructions before they issue)."""
 
     def __init__(self, cfg: ChipConfig):

@@ -5,8 +5,8 @@ from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
-from systolica import isa, timing
-from systolica.config import ChipConfig
+from systolica.arch import isa, timing
+from systolica.arch.config import ChipConfig
 
 from .array import ACT, PSUM, WGT
 

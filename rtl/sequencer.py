@@ -4,10 +4,10 @@ from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal, Value
 from amaranth.lib import data, memory, wiring
 from amaranth.lib.wiring import In, Out
 
-from systolica import fabric, isa
-from systolica.config import ChipConfig
-from systolica.isa import DmaKind, Opcode
-from systolica.regs import ErrorCode
+from systolica.arch import fabric, isa
+from systolica.arch.config import ChipConfig
+from systolica.arch.isa import DmaKind, Opcode
+from systolica.arch.regs import ErrorCode
 
 PC_BITS = 16
 

@@ -2,7 +2,7 @@
 
 from amaranth.back import verilog as _verilog
 
-from systolica.config import ChipConfig
+from systolica.arch.config import ChipConfig
 
 from .chip import Chip
 

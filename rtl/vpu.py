@@ -4,8 +4,8 @@ from amaranth.hdl import Cat, Const, Module, Mux, Signal, signed
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
-from systolica import isa
-from systolica.config import ChipConfig, ConfigError
+from systolica.arch import isa
+from systolica.arch.config import ChipConfig, ConfigError
 
 from .matmul import _group_select
 

@@ -14,10 +14,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import fabric, isa, timing
-from .config import ChipConfig
-from .isa import DmaKind, Opcode
-from .regs import ErrorCode
+from .arch import fabric, isa, timing
+from .arch.config import ChipConfig
+from .arch.isa import DmaKind, Opcode
+from .arch.regs import ErrorCode
 
 
 @dataclass

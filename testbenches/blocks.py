@@ -30,7 +30,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Callable
 
-from systolica.rtlsim import (MAKE_VARIABLES, cocotb_environment, locked, log_tail,
+from systolica.sim.rtlsim import (MAKE_VARIABLES, cocotb_environment, locked, log_tail,
                               setup_verilator)
 
 HERE = Path(__file__).resolve().parent

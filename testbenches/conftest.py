@@ -3,7 +3,7 @@
 Tests that need the chip's RTL call :func:`run_on_rtl` (or :func:`run_many_on_rtl` to
 share one simulator start-up between several programs); the Verilator build behind
 them happens once per configuration and is reused by every test and every xdist
-worker (see :func:`systolica.rtlsim.build`).
+worker (see :func:`systolica.sim.rtlsim.build`).
 """
 
 from __future__ import annotations
@@ -11,13 +11,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from systolica import isa, rtlsim
-from systolica.config import ChipConfig, preset
+from systolica.arch import isa
+from systolica.sim import rtlsim
+from systolica.arch.config import ChipConfig, preset
 
 
 def program_image(program) -> bytes:
     """A program image from what a test has at hand: image bytes, a compiler result
-    (anything with ``.image``), a list of :class:`systolica.isa.Instr`, or a list of
+    (anything with ``.image``), a list of :class:`systolica.arch.isa.Instr`, or a list of
     encoded 128-bit words."""
     if isinstance(program, (bytes, bytearray)):
         return bytes(program)
@@ -29,7 +30,7 @@ def program_image(program) -> bytes:
 
 
 def rtl_job(program, dram=None, **options) -> dict:
-    """A job for :func:`systolica.rtlsim.run`. ``dram`` defaults to the compiler
+    """A job for :func:`systolica.sim.rtlsim.run`. ``dram`` defaults to the compiler
     result's ``.dram`` when ``program`` has one; ``options`` are the other job keys
     (``readback``, ``expect_fault``, ``timeout_cycles``, ``name``)."""
     if dram is None:
@@ -41,7 +42,7 @@ def rtl_job(program, dram=None, **options) -> dict:
 
 
 def run_on_rtl(cfg: ChipConfig, program, dram=None, **options) -> dict:
-    """Run one program on the RTL; the result dict of :func:`systolica.rtlsim.run`."""
+    """Run one program on the RTL; the result dict of :func:`systolica.sim.rtlsim.run`."""
     return rtlsim.run(cfg, [rtl_job(program, dram, **options)])[0]
 
 

@@ -176,10 +176,10 @@ class BlockTB:
 
     def check_handshake(self, cfg, instrs, ready, drained, end: int) -> None:
         """A unit's ``ready`` and ``drained`` (indexed by cycle) against
-        :mod:`systolica.timing`: ready when each instruction issues and again exactly
+        :mod:`systolica.arch.timing`: ready when each instruction issues and again exactly
         ``occupancy`` cycles later, not in between; not drained before ``done``; drained
         from ``end`` (the last instruction's done) on."""
-        from systolica import timing
+        from systolica.arch import timing
         for ins in instrs:
             t, what = ins.cycle, f"{ins.op.name} issued {ins.cycle}"
             occ, done = timing.occupancy(cfg, ins), timing.done(cfg, ins)

@@ -1,4 +1,4 @@
-"""RegisterFile (``tiny`` preset): the register map of :mod:`systolica.regs`.
+"""RegisterFile (``tiny`` preset): the register map of :mod:`systolica.arch.regs`.
 
 :class:`RegsModel` is the register file as the map describes it; every cycle the
 testbench drives one bus access and the sequencer-side inputs, and compares ``start``,
@@ -13,9 +13,9 @@ import random
 
 import cocotb
 
-from systolica import regs
-from systolica.config import preset
-from systolica.regs import Reg
+from systolica.arch import regs
+from systolica.arch.config import preset
+from systolica.arch.regs import Reg
 from tb_base import BlockTB, case_names
 
 CFG = preset("tiny")

@@ -16,9 +16,9 @@ import random
 
 import cocotb
 
-from systolica import isa, timing
-from systolica.config import preset
-from systolica.isa import DmaKind, Instr, Opcode
+from systolica.arch import isa, timing
+from systolica.arch.config import preset
+from systolica.arch.isa import DmaKind, Instr, Opcode
 from tb_base import BlockTB, case_name, pack_fields
 
 CFG = preset("tiny")

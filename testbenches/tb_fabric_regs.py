@@ -1,5 +1,5 @@
 """FabricRegs (``tiny`` preset): one 4-bit control register per multiplexer of
-:func:`systolica.fabric.muxes`, reset to :func:`systolica.fabric.defaults`, written by
+:func:`systolica.arch.fabric.muxes`, reset to :func:`systolica.arch.fabric.defaults`, written by
 a SETCFG's ``count`` pairs (``we``, ``index[j]``, ``wvalue[j]``) at the clock edge, in pair
 order.
 
@@ -13,8 +13,8 @@ import random
 
 import cocotb
 
-from systolica import fabric, isa
-from systolica.config import preset
+from systolica.arch import fabric, isa
+from systolica.arch.config import preset
 from tb_base import BlockTB, case_names
 
 CFG = preset("tiny")

@@ -2,7 +2,7 @@
 chains including the tile conveyor registers, and skewed matrix products, against a
 numpy model that follows the port-multiplexer semantics of ``docs/contract.md``.
 
-Timing (from :mod:`systolica.timing`): a load shifts ``weight_shifts`` cycles; the
+Timing (from :mod:`systolica.arch.timing`): a load shifts ``weight_shifts`` cycles; the
 value driven on ``north_w[c]`` at shift ``k`` ends in the cell row ``r`` with
 ``skew(r) == weight_shifts - 1 - k``, and the shift that lands in a conveyor register
 carries junk the array must not keep. Activation row ``m`` enters array row ``r`` at
@@ -17,8 +17,8 @@ import random
 import cocotb
 import numpy as np
 
-from systolica import timing
-from systolica.config import preset
+from systolica.arch import timing
+from systolica.arch.config import preset
 from tb_base import BlockTB, case_name, wrap32
 from tb_tile import Plan
 

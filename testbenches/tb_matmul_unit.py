@@ -8,7 +8,7 @@ test: the value on ``west_a[r]`` at cycle ``y`` meets column ``c`` in cell ``(r,
 and its product leaves ``south_psum[c]`` at ``y + skew_max - skew(r) + skew(c) + 2``.
 
 For a MATMUL issued at ``t``, row ``i`` of CBUF data arrives at ``t + FEED + i``
-(``FEED`` = CBUF read latency + 1, the start of :func:`systolica.timing.mux_use`'s
+(``FEED`` = CBUF read latency + 1, the start of :func:`systolica.arch.timing.mux_use`'s
 ``west_feed`` window). The checker requires:
 
 * ``cbuf_raddr`` = ``act_addr + i`` in cycle ``t + 1 + i``; ``row_fed`` high exactly in
@@ -35,9 +35,9 @@ import random
 
 import cocotb
 
-from systolica import isa, timing
-from systolica.config import preset
-from systolica.isa import Instr, Opcode
+from systolica.arch import isa, timing
+from systolica.arch.config import preset
+from systolica.arch.isa import Instr, Opcode
 from tb_base import BlockTB, case_names, pack, unpack, wrap32
 
 CFG = preset("tiny")

@@ -17,10 +17,10 @@ import os
 
 import cocotb
 
-from systolica import fabric, isa, timing
-from systolica.config import preset
-from systolica.isa import DmaKind, Instr, Opcode
-from systolica.regs import ErrorCode
+from systolica.arch import fabric, isa, timing
+from systolica.arch.config import preset
+from systolica.arch.isa import DmaKind, Instr, Opcode
+from systolica.arch.regs import ErrorCode
 from tb_base import BlockTB, case_names
 
 #: The tiny preset; the pytest side may ask for another configuration-update interval

@@ -15,9 +15,9 @@ import random
 
 import cocotb
 
-from systolica import isa, timing
-from systolica.config import preset
-from systolica.isa import Instr, Opcode
+from systolica.arch import isa, timing
+from systolica.arch.config import preset
+from systolica.arch.isa import Instr, Opcode
 from tb_base import BlockTB, case_name, pack, pack_fields, to_signed, unpack, wrap32
 
 CFG = preset("tiny")

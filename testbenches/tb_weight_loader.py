@@ -3,7 +3,7 @@
 
 A WLOAD issued at cycle ``t`` reads in cycles ``t + 1 .. t + weight_shifts`` and shifts
 in cycles ``t + FIRST .. t + FIRST + weight_shifts - 1`` (``FIRST`` = CBUF read latency
-+ 1, where :func:`systolica.timing.mux_use` puts the ``north_feed`` window). The value
++ 1, where :func:`systolica.arch.timing.mux_use` puts the ``north_feed`` window). The value
 shifted at shift ``k`` ends in chain stage ``weight_shifts - 1 - k`` (stage
 ``timing.skew(r)`` is cell row ``r``; the other stages are the tile conveyor
 registers), so the weight rows are read bottom row first and each conveyor slot is a
@@ -33,9 +33,9 @@ import random
 
 import cocotb
 
-from systolica import isa, timing
-from systolica.config import preset
-from systolica.isa import Instr, Opcode
+from systolica.arch import isa, timing
+from systolica.arch.config import preset
+from systolica.arch.isa import Instr, Opcode
 from tb_base import BlockTB, case_names, pack, unpack
 
 CFG = preset("tiny")

@@ -9,10 +9,11 @@ import numpy as np
 import pytest
 
 from conftest import run_many_on_rtl
-from systolica import fabric, golden, isa, timing
-from systolica.config import preset
-from systolica.isa import DmaKind, Instr, Opcode
-from systolica.regs import ErrorCode
+from systolica.arch import fabric, isa, timing
+from systolica import golden
+from systolica.arch.config import preset
+from systolica.arch.isa import DmaKind, Instr, Opcode
+from systolica.arch.regs import ErrorCode
 
 CFG = preset("tiny")
 R = CFG.rows

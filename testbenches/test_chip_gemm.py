@@ -14,8 +14,8 @@ from conftest import rtl_job, run_many_on_rtl
 from systolica import golden
 from systolica.compiler import compile_network, gemm
 from systolica.compiler import reference
-from systolica.config import preset
-from systolica.demo import calibrate, mlp
+from systolica.arch.config import preset
+from systolica.app.demo import calibrate, mlp
 
 CFG = preset("tiny")
 

@@ -9,9 +9,10 @@ from pathlib import Path
 import numpy as np
 
 from conftest import run_on_rtl
-from systolica import golden, timing
+from systolica import golden
+from systolica.arch import timing
 from systolica.compiler.stp import compile_file
-from systolica.config import preset
+from systolica.arch.config import preset
 
 CFG = preset("tiny")
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "gemm_tiny.stp"

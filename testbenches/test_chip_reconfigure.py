@@ -10,12 +10,13 @@ import numpy as np
 import pytest
 
 from conftest import run_on_rtl
-from systolica import golden, isa, timing
+from systolica import golden
+from systolica.arch import isa, timing
 from systolica.compiler.reconfigure import add_updates, windows
 from systolica.compiler.ir import make
 from systolica.compiler.schedule import schedule
-from systolica.config import preset
-from systolica.isa import DmaKind, Opcode
+from systolica.arch.config import preset
+from systolica.arch.isa import DmaKind, Opcode
 
 CFG = preset("tiny")
 R, M = CFG.rows, 16
@@ -75,7 +76,7 @@ def test_updates_sit_inside_their_windows(case):
         if ins.op is Opcode.SETCFG:
             for index, value in isa.setcfg_pairs(ins.fields):
                 placed.setdefault((index, value), []).append(ins.cycle)
-    from systolica import fabric
+    from systolica.arch import fabric
     table = fabric.by_name(CFG)
     for w, name, value, _ in windows(CFG, ops, cycles):
         assert any(w.lo <= c <= w.hi for c in placed[(table[name].index, value)]), str(w)

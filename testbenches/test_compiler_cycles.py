@@ -9,7 +9,7 @@ import pytest
 from systolica.compiler.cycles import CycleError, assign_cycles, latency_of, \
     occupancy_of, schedule_program
 from systolica.compiler.text import parse, parse_file
-from systolica.config import preset
+from systolica.arch.config import preset
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 CFG = preset("tiny")

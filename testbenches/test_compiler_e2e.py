@@ -4,11 +4,12 @@ the cycle count and counters the compiler predicted."""
 import numpy as np
 import pytest
 
-from systolica import golden, isa
+from systolica import golden
+from systolica.arch import isa
 from systolica.compiler import CompileError, Dense, Network, compile_network, gemm, reference
 from systolica.compiler.lower import acc_half_rows
-from systolica.config import preset
-from systolica.regs import ErrorCode
+from systolica.arch.config import preset
+from systolica.arch.regs import ErrorCode
 
 TINY, BASE = preset("tiny"), preset("base")
 

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from systolica.compiler import layout
-from systolica.config import preset
+from systolica.arch.config import preset
 
 CFG = preset("tiny")  # R = C = 8, acc_row_words = 4
 R, C = CFG.rows, CFG.cols

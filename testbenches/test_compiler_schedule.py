@@ -1,16 +1,16 @@
 """Scheduler: the issue rules, unit occupancy and hazards, on hand-built micro-op lists
-and on whole compiled programs. Expected cycles come from systolica.timing."""
+and on whole compiled programs. Expected cycles come from systolica.arch.timing."""
 
 import numpy as np
 import pytest
 
-from systolica import isa, timing
+from systolica.arch import isa, timing
 from systolica.compiler import CompileError, Dense, Network, compile_network, gemm
 from systolica.compiler.ir import conflict, make, required_gap, verify_reorder
 from systolica.compiler.lower import lower
 from systolica.compiler.schedule import schedule
-from systolica.config import preset
-from systolica.isa import DmaKind, Opcode
+from systolica.arch.config import preset
+from systolica.arch.isa import DmaKind, Opcode
 
 CFG = preset("tiny")
 R = CFG.rows
@@ -135,7 +135,7 @@ def test_pipelined_order_computes_what_the_loop_nest_does(net):
 
 def test_every_multiplexer_is_set_before_its_first_use():
     """Programs never depend on settings an earlier program left behind."""
-    from systolica import fabric
+    from systolica.arch import fabric
     from systolica.compiler.reconfigure import add_updates, uses
     compiled = compile_network(CFG, NETS[0])
     table = fabric.muxes(CFG)

@@ -3,12 +3,12 @@ statements turned into checked micro-ops."""
 
 import pytest
 
-from systolica import fabric, isa
+from systolica.arch import fabric, isa
 from systolica.compiler import CompileError
 from systolica.compiler.text import ParseError, Statement, format_statement, parse, \
     to_micro_op, to_micro_ops
-from systolica.config import preset
-from systolica.isa import DmaKind, Opcode
+from systolica.arch.config import preset
+from systolica.arch.isa import DmaKind, Opcode
 
 CFG = preset("tiny")
 

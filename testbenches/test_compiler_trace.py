@@ -7,8 +7,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from systolica import golden, isa, timing
-from systolica.cli import main
+from systolica import golden
+from systolica.arch import isa, timing
+from systolica.app.cli import main
 from systolica.compiler import stp
 from systolica.compiler.ir import make, required_gap
 from systolica.compiler.config_updates import UpdateWindow, assign_updates
@@ -16,8 +17,8 @@ from systolica.compiler.cycles import assign_cycles
 from systolica.compiler.text import parse
 from systolica.compiler.trace import chip_events, events, listing, schedule_events, \
     schedule_rows, write_trace
-from systolica.config import preset
-from systolica.isa import DmaKind, Opcode
+from systolica.arch.config import preset
+from systolica.arch.isa import DmaKind, Opcode
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 CFG = preset("tiny")

@@ -4,10 +4,11 @@ multiplexer), the sequencer's faults, counters, and the ISA's encode/decode."""
 import numpy as np
 import pytest
 
-from systolica import fabric, golden, isa, timing
-from systolica.config import preset
-from systolica.isa import DmaKind, Instr, Opcode
-from systolica.regs import ErrorCode
+from systolica.arch import fabric, isa, timing
+from systolica import golden
+from systolica.arch.config import preset
+from systolica.arch.isa import DmaKind, Instr, Opcode
+from systolica.arch.regs import ErrorCode
 
 CFG = preset("tiny")        # 2x2 tiles of 4x4: R = C = 8
 R, C, n = CFG.rows, CFG.cols, CFG.tile_size

@@ -10,8 +10,8 @@ import pytest
 from conftest import run_many_on_rtl
 from systolica import golden
 from systolica.compiler import compile_network, gemm, reference
-from systolica.config import preset
-from systolica.demo import calibrate, mlp
+from systolica.arch.config import preset
+from systolica.app.demo import calibrate, mlp
 
 pytestmark = pytest.mark.regress
 CFG = preset("base")

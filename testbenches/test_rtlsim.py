@@ -10,11 +10,12 @@ import numpy as np
 import pytest
 
 from conftest import run_many_on_rtl, run_on_rtl
-from systolica import isa, rtlsim, timing
+from systolica.arch import isa, timing
+from systolica.sim import rtlsim
 from systolica.firmware import dramfile
 from systolica.firmware.driver import Driver
-from systolica.isa import DmaKind, Instr, Opcode
-from systolica.regs import CTRL_IRQ_ACK, CTRL_START, ErrorCode, Reg, hwcfg_word
+from systolica.arch.isa import DmaKind, Instr, Opcode
+from systolica.arch.regs import CTRL_IRQ_ACK, CTRL_START, ErrorCode, Reg, hwcfg_word
 
 
 # -- host side, no simulator ------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""cocotb test module run by :func:`systolica.rtlsim.run`: executes a batch of jobs on
+"""cocotb test module run by :func:`systolica.sim.rtlsim.run`: executes a batch of jobs on
 one simulated chip.
 
 The environment variable ``SYSTOLICA_JOBS`` names a JSON file written by the host::
@@ -25,8 +25,8 @@ from pathlib import Path
 import cocotb
 import numpy as np
 
-from .cocotb_bus import CocotbBus
-from .driver import ChipTimeout, Driver, describe_status, error_name
+from ..firmware.cocotb_bus import CocotbBus
+from ..firmware.driver import ChipTimeout, Driver, describe_status, error_name
 
 
 @cocotb.test()

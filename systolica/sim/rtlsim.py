@@ -1,7 +1,7 @@
 """Run programs on the chip's RTL: Verilator through cocotb, driven by the firmware.
 
 :func:`build` turns a configuration into a Verilator simulator of
-``testbenches/hdl/sim_top.v`` around the generated chip, once: the build directory is
+``systolica/sim/hdl/sim_top.v`` around the generated chip, once: the build directory is
 keyed by the configuration and the waveform switch, and a stamp holding a hash of
 the sources lets every later call (from any process; a file lock orders them) reuse
 it. :func:`run` executes a batch of jobs in one simulator process, one after the
@@ -10,7 +10,7 @@ other on the same chip, and returns what each left in the registers and the DRAM
 A job is a dict:
 
 ``program`` (bytes)
-    program image, :func:`systolica.isa.to_bytes` format.
+    program image, :func:`systolica.arch.isa.to_bytes` format.
 ``dram`` (``numpy.uint8`` array ``(words, cfg.dram_word_bytes)``, optional)
     initial DRAM contents from word 0; shorter images are zero-padded, missing means
     all zeros.
@@ -48,14 +48,14 @@ from pathlib import Path
 
 import numpy as np
 
-from . import isa, timing
-from .config import ChipConfig
-from .regs import STATUS_ERROR
+from ..arch import isa, timing
+from ..arch.config import ChipConfig
+from ..arch.regs import STATUS_ERROR
 
-REPO = Path(__file__).resolve().parents[1]
-SIM_TOP = REPO / "testbenches" / "hdl" / "sim_top.v"
+HDL = Path(__file__).resolve().parent / "hdl"
+SIM_TOP = HDL / "sim_top.v"
 HDL_TOPLEVEL = "sim_top"
-TEST_MODULE = "systolica.firmware.cocotb_entry"
+TEST_MODULE = "systolica.sim.cocotb_entry"
 
 #: Verilator options. Amaranth's Verilog trips lint warnings that are fatal by
 #: default; the X options make uninitialised state cheap (Amaranth initialises every
@@ -67,9 +67,9 @@ BUILD_ARGS = [
 #: Added for waveforms: cocotb's runner asks for a trace with ``--trace`` (VCD); these
 #: switch it to FST, which cocotb's Verilator main writes to ``dump.fst`` in the
 #: test directory. Verilator's FST writer needs LZ4; a header-only stand-in is
-#: compiled in (``testbenches/hdl/lz4``) and an empty archive answers ``-llz4``.
+#: compiled in (``systolica/sim/hdl/lz4``) and an empty archive answers ``-llz4``.
 WAVE_ARGS = ["--trace-fst", "--trace-structs"]
-LZ4_SHIM = REPO / "testbenches" / "hdl" / "lz4"
+LZ4_SHIM = HDL / "lz4"
 TIMESCALE = ("1ns", "1ps")
 
 
@@ -78,8 +78,8 @@ class RtlSimError(RuntimeError):
 
 
 def build_root() -> Path:
-    """Where builds and runs go: ``$SYSTOLICA_BUILD`` or ``build/`` in the repository."""
-    return Path(os.environ.get("SYSTOLICA_BUILD", REPO / "build"))
+    """Where builds and runs go: ``$SYSTOLICA_BUILD`` or ``build/`` in the working directory."""
+    return Path(os.environ.get("SYSTOLICA_BUILD", Path.cwd() / "build"))
 
 
 def setup_verilator() -> Path:
@@ -143,7 +143,7 @@ def log_tail(path: Path, lines: int = 40) -> str:
 
 
 def _generate_verilog(cfg: ChipConfig) -> str:
-    from .rtl import verilog
+    from ..rtl import verilog
     return verilog.generate(cfg)
 
 

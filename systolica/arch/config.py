@@ -13,7 +13,7 @@ class ConfigError(ValueError):
 
 
 #: Per-operation latencies in cycles. The scheduler takes every timing fact from here
-#: (through :mod:`systolica.timing`), so a program compiles for another revision of the
+#: (through :mod:`systolica.arch.timing`), so a program compiles for another revision of the
 #: chip by changing this table; the RTL is generated from the same numbers.
 DEFAULT_LATENCY = {
     "dram_read": 1,   # external memory: address in cycle t, data in t+1

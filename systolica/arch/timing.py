@@ -101,7 +101,7 @@ def run_cycles(cfg: ChipConfig, program: list[Instr]) -> int:
 
 def mux_use(cfg: ChipConfig, ins: Instr, mux_name: str) -> tuple[int, int] | None:
     """Cycles ``[lo, hi)`` after issue in which ``ins``'s data passes multiplexer
-    ``mux_name`` (a :mod:`systolica.fabric` name), or None if it does not use it.
+    ``mux_name`` (a :mod:`systolica.arch.fabric` name), or None if it does not use it.
 
     A configuration register written by a SETCFG issued at cycle ``u`` holds its new
     value from ``u + 1``, so the instruction sees one setting iff no SETCFG changing

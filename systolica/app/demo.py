@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .compiler import Dense, Network
-from .compiler.reference import dense as reference_dense
+from ..compiler import Dense, Network
+from ..compiler.reference import dense as reference_dense
 
 
 def calibrate(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None = None,

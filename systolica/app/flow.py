@@ -8,10 +8,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from . import golden, isa, rtlsim, timing
-from .compiler import Compiled, Network, compile_network
-from .compiler import reference
-from .config import ChipConfig
+from .. import golden
+from ..arch import isa, timing
+from ..sim import rtlsim
+from ..compiler import Compiled, Network, compile_network
+from ..compiler import reference
+from ..arch.config import ChipConfig
 
 
 @dataclass

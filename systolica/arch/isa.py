@@ -69,7 +69,7 @@ PAYLOAD = {
         "zp": 8,
     }),
     Opcode.SETCFG: data.StructLayout({
-        "index": 8,                    # multiplexer number, see systolica.fabric
+        "index": 8,                    # multiplexer number, see systolica.arch.fabric
         "value": 4,                    # index of the source it selects
         "more": 3,                     # further (index<k>, value<k>) pairs, k = 1..more
         **{f"{name}{k}": bits for k in range(1, 7) for name, bits in (("index", 8),

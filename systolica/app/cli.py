@@ -11,7 +11,7 @@ import numpy as np
 
 
 def _gemm_network(M: int, K: int, N: int, seed: int, int32: bool = False):
-    from .compiler import gemm
+    from ..compiler import gemm
     from .demo import calibrate
     rng = np.random.default_rng(seed)
     a = rng.integers(-128, 128, size=(M, K), dtype=np.int8)
@@ -37,7 +37,7 @@ def _ensure_built(cfg, waves: bool = False) -> None:
     configuration takes a minute or more; later ones reuse it)."""
     from rich.console import Console
 
-    from . import rtlsim
+    from ..sim import rtlsim
     with Console(stderr=True).status(f"Verilating the {cfg.name} chip (once per "
                                      f"configuration)..."):
         rtlsim.build(cfg, waves=waves)
@@ -45,7 +45,7 @@ def _ensure_built(cfg, waves: bool = False) -> None:
 
 def cmd_sim(args) -> int:
     from . import demo, flow, report
-    from .config import preset
+    from ..arch.config import preset
     cfg = preset(args.config)
     net = demo.mlp() if args.gemm is None else _gemm_network(*args.gemm, seed=args.seed)
     _ensure_built(cfg, args.waves)
@@ -59,7 +59,7 @@ def _write_trace(path: str | None, compiled) -> None:
     """The compiled program's timeline as Chrome trace / Perfetto JSON."""
     if not path:
         return
-    from .compiler import trace
+    from ..compiler import trace
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     trace.write_trace(path, trace.chip_events(compiled.cfg, compiled.program))
     print(f"schedule timeline: {path} (open in https://ui.perfetto.dev or chrome://tracing)")
@@ -68,8 +68,9 @@ def _write_trace(path: str | None, compiled) -> None:
 def cmd_bench(args) -> int:
     from rich.progress import Progress
 
-    from . import demo, flow, report, rtlsim
-    from .config import preset
+    from . import demo, flow, report
+    from ..sim import rtlsim
+    from ..arch.config import preset
     cases = [("gemm_256x256x256", "base", lambda: _gemm_network(256, 256, 256, 1)),
              ("gemm_64x64x64", "base", lambda: _gemm_network(64, 64, 64, 2)),
              ("demo_mlp", "tiny", demo.mlp)]
@@ -96,8 +97,8 @@ def cmd_bench(args) -> int:
 
 
 def cmd_compile(args) -> int:
-    from .compiler import compile_network
-    from .config import preset
+    from ..compiler import compile_network
+    from ..arch.config import preset
     cfg = preset(args.config)
     compiled = compile_network(cfg, _gemm_network(*args.gemm, seed=args.seed,
                                                   int32=args.int32))
@@ -111,14 +112,14 @@ def cmd_compile(args) -> int:
 
 
 def cmd_disasm(args) -> int:
-    from . import isa
+    from ..arch import isa
     print(isa.disassemble(Path(args.image).read_bytes()))
     return 0
 
 
 def cmd_schedule(args) -> int:
-    from .compiler import stp, trace
-    from .config import preset
+    from ..compiler import stp, trace
+    from ..arch.config import preset
     cfg = preset(args.config)
     result = stp.compile_file(cfg, args.file, insert_delays=args.insert_delays)
     if args.image:
@@ -167,10 +168,10 @@ def main(argv: list[str] | None = None) -> int:
     p.set_defaults(func=cmd_schedule)
     args = parser.parse_args(argv)
 
-    from .compiler import CompileError
-    from .config import ConfigError
-    from .isa import EncodingError
-    from .rtlsim import RtlSimError
+    from ..compiler import CompileError
+    from ..arch.config import ConfigError
+    from ..arch.isa import EncodingError
+    from ..sim.rtlsim import RtlSimError
     try:
         return args.func(args)
     except (CompileError, ConfigError, EncodingError, RtlSimError, OSError) as exc:
