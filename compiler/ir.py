@@ -110,6 +110,19 @@ def make(cfg: ChipConfig, op: Opcode, layer: int = 0, **fields) -> MicroOp:
         if not 0 <= a.lo < a.hi <= sizes[a.resource]:
             raise CompileError(f"internal: {mop}: {a.resource} range [{a.lo}, {a.hi}) "
                                f"outside [0, {sizes[a.resource]})")
+    if op is Opcode.VRUN:
+        # The sequencer range-checks bias_addr even when the bias is unused, and a
+        # VRUN into the ACC reads row i only a few cycles before it writes row i: a
+        # destination starting inside its own source would read rows it has already
+        # overwritten (how many depends on the pipeline's depth).
+        if not fields["bias_addr"] < cfg.acc_depth:
+            raise CompileError(f"internal: {mop}: bias_addr {fields['bias_addr']} outside "
+                               f"[0, {cfg.acc_depth})")
+        if fields["to_acc"] and fields["src"] < fields["dst"] < fields["src"] + fields["rows"]:
+            raise CompileError(f"internal: {mop}: destination rows [{fields['dst']}, "
+                               f"{fields['dst'] + fields['rows']}) start inside the source "
+                               f"rows [{fields['src']}, {fields['src'] + fields['rows']}) "
+                               f"it has yet to read")
     mop.accesses = acc
     return mop
 
