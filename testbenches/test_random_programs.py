@@ -27,15 +27,20 @@ CATEGORIES = [c for c in randprog.CATEGORIES
               if c != "cfg_in_use" or hasattr(ErrorCode, "CFG_IN_USE")]
 QUICK_LEGAL = range(0, 40)
 QUICK_ILLEGAL = range(0, 5 * len(CATEGORIES))
-REGRESS_LEGAL, REGRESS_ILLEGAL, CHUNK = range(10_000, 12_000), range(20_000, 20_600), 100
+#: make regress: (chip, kind, seeds), run in chunks of CHUNK programs per simulator.
+#: ``tiny-tight`` limits configuration updates (interval 2, 2 pairs, 1 per domain).
+REGRESS = [("tiny", "legal", range(10_000, 12_000)), ("tiny", "illegal", range(20_000, 20_600)),
+           ("tiny-tight", "legal", range(30_000, 30_300)),
+           ("tiny-tight", "illegal", range(40_000, 40_200))]
+CHUNK = 100
 
 
-def legal(seeds) -> list[randprog.RandomProgram]:
-    return [randprog.legal(CFG, s) for s in seeds]
+def legal(seeds, cfg=CFG) -> list[randprog.RandomProgram]:
+    return [randprog.legal(cfg, s) for s in seeds]
 
 
-def illegal(seeds) -> list[randprog.RandomProgram]:
-    return [randprog.illegal(CFG, s, CATEGORIES[s % len(CATEGORIES)]) for s in seeds]
+def illegal(seeds, cfg=CFG) -> list[randprog.RandomProgram]:
+    return [randprog.illegal(cfg, s, CATEGORIES[s % len(CATEGORIES)]) for s in seeds]
 
 
 def check(progs: list[randprog.RandomProgram]) -> None:
@@ -100,15 +105,13 @@ def test_random_illegal_programs_fault_like_golden():
 
 
 @pytest.mark.regress
-@pytest.mark.parametrize("first", REGRESS_LEGAL[::CHUNK])
-def test_regress_random_legal_programs(first):
-    check(legal(range(first, min(first + CHUNK, REGRESS_LEGAL.stop))))
-
-
-@pytest.mark.regress
-@pytest.mark.parametrize("first", REGRESS_ILLEGAL[::CHUNK])
-def test_regress_random_illegal_programs(first):
-    check(illegal(range(first, min(first + CHUNK, REGRESS_ILLEGAL.stop))))
+@pytest.mark.parametrize("chip, kind, first", [
+    pytest.param(chip, kind, first, id=f"{chip}-{kind}-{first}")
+    for chip, kind, seeds in REGRESS for first in seeds[::CHUNK]])
+def test_regress_random_programs(chip, kind, first):
+    seeds = dict(((c, k), s) for c, k, s in REGRESS)[chip, kind]
+    chunk = range(first, min(first + CHUNK, seeds.stop))
+    check((legal if kind == "legal" else illegal)(chunk, randprog.config(chip)))
 
 
 # -- found on the way ------------------------------------------------------------------------

@@ -41,6 +41,20 @@ from ..compiler.schedule import schedule
 #: How an illegal program is broken; the seed picks one (``seed % len``).
 CATEGORIES = ("late", "unit_busy", "addr_range", "cfg_limit", "cfg_in_use")
 
+#: Chips beyond the presets: ``tiny`` with tight configuration-update limits (updates
+#: on even cycles only, two pairs per SETCFG, one per power domain), which makes the
+#: compiler's update placement work and lets a SETCFG break the update interval.
+VARIANTS = {
+    "tiny-tight": lambda: preset("tiny").replace(
+        name="tiny-tight", config_update_interval=2, max_config_updates_per_cycle=2,
+        power_domain_budget=1),
+}
+
+
+def config(name: str) -> ChipConfig:
+    """A preset or one of :data:`VARIANTS` by name."""
+    return VARIANTS[name]() if name in VARIANTS else preset(name)
+
 
 @dataclass(frozen=True)
 class RandomProgram:
@@ -338,12 +352,31 @@ class _Builder:
         weights = np.array([steps[k][0] for k in names])
         while len(self.ops) < count:
             steps[names[rng.choice(len(names), p=weights / weights.sum())]][1]()
-        # End by storing some computed results, so the DRAM shows what the run did.
+        # End by storing some computed results, so the DRAM shows what the run did,
+        # or often everything the buffers hold.
         for memory, lo, n in self.outputs[-int(rng.integers(1, 4)):]:
             self.store(memory == "acc", (lo, n))
+        if rng.random() < 0.5:
+            self.dump()
         if not self.stored:
             self.store(False) or self.store(True)
         return self.ops
+
+    def dump(self) -> None:
+        """Store every written buffer row, run by run, into one fresh DRAM area."""
+        runs = [(True, lo, hi) for lo, hi in _runs(self.acc, 1)] + \
+               [(False, lo, hi) for lo, hi in _runs(self.cbuf, 1)]
+        w = self.cfg.acc_row_words
+        words = sum((hi - lo) * (w if acc else 1) for acc, lo, hi in runs)
+        if not runs or words > self.cfg.dram_words // 2:
+            return
+        at = self.place("dram", words)
+        for acc, lo, hi in runs:
+            n = hi - lo
+            self.add(Opcode.DMA, kind=DmaKind.STORE_ACC if acc else DmaKind.STORE_CBUF,
+                     dram_addr=at, dram_stride=w if acc else 1, buf_addr=lo, rows=n)
+            self.stored.append((at, n * (w if acc else 1)))
+            at += n * (w if acc else 1)
 
 
 def _merge(spans: list[tuple[int, int]]) -> tuple[tuple[int, int], ...]:
@@ -650,7 +683,8 @@ def main(argv: list[str] | None = None) -> int:
         description="Generate the random program of a seed, print it, and run it on the "
                     "RTL against the golden model.")
     parser.add_argument("seed", type=int, nargs="+")
-    parser.add_argument("--config", default="tiny", help="chip preset (default tiny)")
+    parser.add_argument("--config", default="tiny",
+                        help=f"chip preset or variant ({', '.join(VARIANTS)}; default tiny)")
     parser.add_argument("--illegal", action="store_true",
                         help="the seed's illegal program instead of its legal one")
     parser.add_argument("--category", choices=CATEGORIES,
@@ -658,7 +692,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-rtl", action="store_true",
                         help="only print the program and the golden model's result")
     args = parser.parse_args(argv)
-    cfg = preset(args.config)
+    cfg = config(args.config)
     progs = [illegal(cfg, s, args.category) if args.illegal else legal(cfg, s)
              for s in args.seed]
     for p in progs:
