@@ -63,7 +63,7 @@ def accesses(cfg: ChipConfig, op: Opcode, f: dict) -> tuple[Access, ...]:
            for r in entry.ranges(cfg, instructions.Fields(f)) if r.touched]
     if entry.bank_mode is not None:
         out.append(Access(f"wbank{f['bank']}", 0, 1, entry.bank_mode,
-                          *entry.bank_window(cfg, f)))
+                          *timing.bank_window(cfg, isa.Instr(op, 0, f))))
     if entry.uses_fabric:
         out.append(Access("cfg", 0, len(fabric.muxes(cfg)), READ))
     if op is Opcode.SETCFG:
