@@ -32,7 +32,7 @@ import numpy as np
 from .arch import fabric, instructions, isa
 from .arch.config import ChipConfig
 from .arch.instructions import Effects, Touch
-from .arch.isa import DmaKind, Opcode
+from .arch.isa import Opcode
 from .arch.regs import ErrorCode
 
 NEVER = -(1 << 62)
@@ -313,89 +313,6 @@ class _Chip:
             if src is not None:
                 out[:, g * n:(g + 1) * n] = y[:, src * n:(src + 1) * n]
         return out
-
-    # -- the instructions' semantics (docs/contract.md) ------------------------------
-    def dma(self, f: dict) -> None:
-        cfg = self.cfg
-        to_acc = f["kind"] in (DmaKind.LOAD_ACC, DmaKind.STORE_ACC)
-        w = cfg.acc_row_words if to_acc else 1
-        rows = f["rows"]
-        words = (f["dram_addr"] + np.arange(rows)[:, None] * f["dram_stride"]
-                 + np.arange(w)[None, :])                                  # [rows, w]
-        buf = slice(f["buf_addr"], f["buf_addr"] + rows)
-        moved = rows * w * cfg.rows
-        if f["kind"] == DmaKind.LOAD_CBUF:
-            self.cbuf[buf] = self.dram[words[:, 0]].view(np.int8)
-        elif f["kind"] == DmaKind.LOAD_ACC:
-            raw = np.ascontiguousarray(self.dram[words].reshape(rows, w * cfg.rows))
-            self.acc[buf] = raw.view("<i4").reshape(rows, cfg.cols)
-        elif f["kind"] == DmaKind.STORE_CBUF:
-            self.dram[words[:, 0]] = self.cbuf[buf].view(np.uint8)
-        else:
-            raw = np.ascontiguousarray(self.acc[buf].astype("<i4")).view(np.uint8)
-            self.dram[words] = raw.reshape(rows, w, cfg.rows)
-        if f["kind"] in (DmaKind.LOAD_CBUF, DmaKind.LOAD_ACC):
-            self.rd_bytes += moved
-        else:
-            self.wr_bytes += moved
-
-    def wload(self, f: dict) -> None:
-        cfg, n = self.cfg, self.n
-        idx, live = self.feed("north_feed", cfg.tile_cols)           # per column c
-        open_ = np.logical_and.accumulate(self.lanes("w_in", "lane"), axis=0)  # [i, j]
-        rows = self.cbuf[f["w_addr"]:f["w_addr"] + cfg.rows]          # [r, partition]
-        w = rows[:, idx] * live[None, :]
-        w = w * np.repeat(np.repeat(open_, n, axis=0), n, axis=1)
-        self.banks[f["bank"]] = w.astype(np.int8)
-
-    def matmul(self, f: dict) -> None:
-        cfg, n = self.cfg, self.n
-        rows = f["rows"]
-        idx, live = self.feed("west_feed", cfg.tile_rows)            # per array row r
-        act = self.cbuf[f["act_addr"]:f["act_addr"] + rows][:, idx].astype(np.int64)
-        act *= live[None, :]
-        seen = np.logical_and.accumulate(self.lanes("act_in", "lane"), axis=1)  # [i, j]
-        mask = np.repeat(np.repeat(seen, n, axis=0), n, axis=1)       # [r, c]
-        chain = np.zeros((cfg.tile_rows, cfg.tile_cols), dtype=bool)
-        chain[1:] = self.lanes("psum_in", fabric.ZERO, first_row=1)   # reduction starts
-        for j in range(cfg.tile_cols):
-            starts = np.flatnonzero(chain[:, j])
-            i0 = int(starts[-1]) if len(starts) else 0
-            mask[:n * i0, j * n:(j + 1) * n] = False
-        weights = self.banks[f["bank"]].astype(np.int64) * mask
-        sums = act @ weights                                           # [rows, C]
-        sums = self.regroup(sums, [self.group(f"acc_src[{g}]") for g in range(cfg.tile_cols)])
-        dst = slice(f["acc_addr"], f["acc_addr"] + rows)
-        base = self.acc[dst].astype(np.int64) if f["accumulate"] else 0
-        self.acc[dst] = _wrap32(base + sums)
-        self.macs += rows * cfg.macs
-
-    def vrun(self, f: dict) -> None:
-        cfg = self.cfg
-        rows = f["rows"]
-        x = self.acc[f["src"]:f["src"] + rows].astype(np.int64)
-        if f["use_bias"]:
-            x = _wrap32(x + self.acc[f["bias_addr"]].astype(np.int64)).astype(np.int64)
-        zp = f["zp"] - 256 if f["zp"] >= 128 else f["zp"]
-        if f["requant"]:
-            shift = f["shift"]
-            y = (x * f["mult"] + ((1 << (shift - 1)) if shift else 0)) >> shift
-            y = np.clip(y + zp, -128, 127)
-            if f["relu"]:
-                y = np.maximum(y, zp)
-        else:
-            y = np.maximum(x, 0) if f["relu"] else x
-            if not f["to_acc"]:
-                y = np.clip(y, -128, 127)
-        if f["to_acc"]:
-            self.acc[f["dst"]:f["dst"] + rows] = _wrap32(y)
-        else:
-            picks = [self.group(f"wb_src[{g}]") for g in range(cfg.tile_rows)]
-            self.cbuf[f["dst"]:f["dst"] + rows] = self.regroup(y, picks).astype(np.int8)
-
-
-def _wrap32(x: np.ndarray) -> np.ndarray:
-    return x.astype(np.int64).astype(np.int32)  # integer casts wrap modulo 2**32
 
 
 def run(cfg: ChipConfig, image: bytes, dram: np.ndarray) -> GoldenResult:

@@ -102,6 +102,11 @@ class Effects:
                           if len(t.cycles)])
 
 
+def wrap32(x: np.ndarray) -> np.ndarray:
+    """int32 arithmetic: integer casts wrap modulo 2**32."""
+    return x.astype(np.int64).astype(np.int32)
+
+
 def _rows(lo: int, count: int) -> np.ndarray:
     return lo + np.arange(count, dtype=np.int64)
 
@@ -157,6 +162,10 @@ class Instruction:
         raise NotImplementedError(self.name)
 
     def execute(self, chip, f: dict) -> None:
+        """The instruction's meaning on the golden model's state ``chip``: its
+        memories (``dram``, ``cbuf``, ``acc``, ``banks``), counters (``macs``,
+        ``rd_bytes``, ``wr_bytes``) and the fabric as this instruction sees it
+        (``group``, ``lanes``, ``feed``, ``regroup``)."""
         raise NotImplementedError(self.name)
 
 
@@ -228,7 +237,28 @@ class Dma(Instruction):
                        writes=[Touch("dram", dram, step + 1)])
 
     def execute(self, chip, f):
-        chip.dma(f)
+        cfg = chip.cfg
+        to_acc = f["kind"] in (DmaKind.LOAD_ACC, DmaKind.STORE_ACC)
+        w = cfg.acc_row_words if to_acc else 1
+        rows = f["rows"]
+        words = (f["dram_addr"] + np.arange(rows)[:, None] * f["dram_stride"]
+                 + np.arange(w)[None, :])                                  # [rows, w]
+        buf = slice(f["buf_addr"], f["buf_addr"] + rows)
+        moved = rows * w * cfg.rows
+        if f["kind"] == DmaKind.LOAD_CBUF:
+            chip.cbuf[buf] = chip.dram[words[:, 0]].view(np.int8)
+        elif f["kind"] == DmaKind.LOAD_ACC:
+            raw = np.ascontiguousarray(chip.dram[words].reshape(rows, w * cfg.rows))
+            chip.acc[buf] = raw.view("<i4").reshape(rows, cfg.cols)
+        elif f["kind"] == DmaKind.STORE_CBUF:
+            chip.dram[words[:, 0]] = chip.cbuf[buf].view(np.uint8)
+        else:
+            raw = np.ascontiguousarray(chip.acc[buf].astype("<i4")).view(np.uint8)
+            chip.dram[words] = raw.reshape(rows, w, cfg.rows)
+        if f["kind"] in (DmaKind.LOAD_CBUF, DmaKind.LOAD_ACC):
+            chip.rd_bytes += moved
+        else:
+            chip.wr_bytes += moved
 
 
 # -- WLOAD ----------------------------------------------------------------------------
@@ -295,7 +325,13 @@ class Wload(Instruction):
             muxes=muxes)
 
     def execute(self, chip, f):
-        chip.wload(f)
+        cfg, n = chip.cfg, chip.n
+        idx, live = chip.feed("north_feed", cfg.tile_cols)           # per column c
+        open_ = np.logical_and.accumulate(chip.lanes("w_in", "lane"), axis=0)  # [i, j]
+        rows = chip.cbuf[f["w_addr"]:f["w_addr"] + cfg.rows]          # [r, partition]
+        w = rows[:, idx] * live[None, :]
+        w = w * np.repeat(np.repeat(open_, n, axis=0), n, axis=1)
+        chip.banks[f["bank"]] = w.astype(np.int8)
 
 
 # -- MATMUL ---------------------------------------------------------------------------
@@ -390,7 +426,26 @@ class Matmul(Instruction):
             muxes=muxes)
 
     def execute(self, chip, f):
-        chip.matmul(f)
+        cfg, n = chip.cfg, chip.n
+        rows = f["rows"]
+        idx, live = chip.feed("west_feed", cfg.tile_rows)            # per array row r
+        act = chip.cbuf[f["act_addr"]:f["act_addr"] + rows][:, idx].astype(np.int64)
+        act *= live[None, :]
+        seen = np.logical_and.accumulate(chip.lanes("act_in", "lane"), axis=1)  # [i, j]
+        mask = np.repeat(np.repeat(seen, n, axis=0), n, axis=1)       # [r, c]
+        chain = np.zeros((cfg.tile_rows, cfg.tile_cols), dtype=bool)
+        chain[1:] = chip.lanes("psum_in", fabric.ZERO, first_row=1)   # reduction starts
+        for j in range(cfg.tile_cols):
+            starts = np.flatnonzero(chain[:, j])
+            i0 = int(starts[-1]) if len(starts) else 0
+            mask[:n * i0, j * n:(j + 1) * n] = False
+        weights = chip.banks[f["bank"]].astype(np.int64) * mask
+        sums = act @ weights                                           # [rows, C]
+        sums = chip.regroup(sums, [chip.group(f"acc_src[{g}]") for g in range(cfg.tile_cols)])
+        dst = slice(f["acc_addr"], f["acc_addr"] + rows)
+        base = chip.acc[dst].astype(np.int64) if f["accumulate"] else 0
+        chip.acc[dst] = wrap32(base + sums)
+        chip.macs += rows * cfg.macs
 
 
 # -- VRUN -----------------------------------------------------------------------------
@@ -440,7 +495,27 @@ class Vrun(Instruction):
                        muxes=muxes)
 
     def execute(self, chip, f):
-        chip.vrun(f)
+        cfg = chip.cfg
+        rows = f["rows"]
+        x = chip.acc[f["src"]:f["src"] + rows].astype(np.int64)
+        if f["use_bias"]:
+            x = wrap32(x + chip.acc[f["bias_addr"]].astype(np.int64)).astype(np.int64)
+        zp = f["zp"] - 256 if f["zp"] >= 128 else f["zp"]
+        if f["requant"]:
+            shift = f["shift"]
+            y = (x * f["mult"] + ((1 << (shift - 1)) if shift else 0)) >> shift
+            y = np.clip(y + zp, -128, 127)
+            if f["relu"]:
+                y = np.maximum(y, zp)
+        else:
+            y = np.maximum(x, 0) if f["relu"] else x
+            if not f["to_acc"]:
+                y = np.clip(y, -128, 127)
+        if f["to_acc"]:
+            chip.acc[f["dst"]:f["dst"] + rows] = wrap32(y)
+        else:
+            picks = [chip.group(f"wb_src[{g}]") for g in range(cfg.tile_rows)]
+            chip.cbuf[f["dst"]:f["dst"] + rows] = chip.regroup(y, picks).astype(np.int8)
 
 
 # -- SETCFG ---------------------------------------------------------------------------
@@ -465,7 +540,7 @@ class Setcfg(Instruction):
         return Effects(accept=1)
 
     def execute(self, chip, f):
-        """SETCFGs act through the golden model's multiplexer timeline."""
+        """Its values act through the multiplexer settings the other instructions see."""
 
 
 SPEC: dict[Opcode, Instruction] = {s.opcode: s for s in (Dma(), Wload(), Matmul(), Vrun(),
