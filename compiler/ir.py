@@ -91,14 +91,15 @@ def make(cfg: ChipConfig, op: Opcode, layer: int = 0, **fields) -> MicroOp:
         if not 0 <= a.lo < a.hi <= sizes[a.resource]:
             raise CompileError(f"internal: {mop}: {a.resource} range [{a.lo}, {a.hi}) "
                                f"outside [0, {sizes[a.resource]})")
+    for r in instructions.ranges(cfg, op, fields):
+        # the sequencer checks untouched ranges too (a VRUN's unused bias row)
+        if not r.touched and not r.hi <= r.bound:
+            raise CompileError(f"internal: {mop}: {r.memory} range [{r.lo}, {r.hi}) "
+                               f"outside [0, {r.bound}) although unused")
     if op is Opcode.VRUN:
-        # The sequencer range-checks bias_addr even when the bias is unused, and a
-        # VRUN into the ACC reads row i only a few cycles before it writes row i: a
+        # A VRUN into the ACC reads row i a few cycles before it writes row i: a
         # destination starting inside its own source would read rows it has already
         # overwritten (how many depends on the pipeline's depth).
-        if not fields["bias_addr"] < cfg.acc_depth:
-            raise CompileError(f"internal: {mop}: bias_addr {fields['bias_addr']} outside "
-                               f"[0, {cfg.acc_depth})")
         if fields["to_acc"] and fields["src"] < fields["dst"] < fields["src"] + fields["rows"]:
             raise CompileError(f"internal: {mop}: destination rows [{fields['dst']}, "
                                f"{fields['dst'] + fields['rows']}) start inside the source "

@@ -107,15 +107,22 @@ class _Scoreboard:
 
     def write(self, pc: int, touch: Touch, t: int, hazards: list[Hazard]) -> None:
         a, c = touch.addrs, touch.cycles + t
-        own = self.r_pc[a] == pc
-        early = (c < self.r_cycle[a]) & ~own
+        # Any read after this write's cycle sees the new data, the instruction's own
+        # reads included (a VRUN into the ACC whose destination starts inside its own
+        # source reads rows it has already rewritten).
+        early = c < self.r_cycle[a]
         if early.any():
             k = int(np.flatnonzero(early)[0])
+            if self.r_pc[a[k]] == pc:
+                why = (f"before its own read of the old data in cycle "
+                       f"{self.r_cycle[a[k]]}; its destination must not start inside "
+                       f"a source it has yet to read")
+            else:
+                why = (f"before pc {self.r_pc[a[k]]} (issued earlier) reads the old data "
+                       f"in cycle {self.r_cycle[a[k]]}; issue pc {pc} at least "
+                       f"{int(self.r_cycle[a[k]]) - int(c[k])} cycle(s) later")
             hazards.append(Hazard(pc, "write before read", (
-                f"pc {pc} writes {self.name}[{a[k]}] in cycle {c[k]}, before pc "
-                f"{self.r_pc[a[k]]} (issued earlier) reads the old data in cycle "
-                f"{self.r_cycle[a[k]]}; issue pc {pc} at least "
-                f"{int(self.r_cycle[a[k]]) - int(c[k])} cycle(s) later")))
+                f"pc {pc} writes {self.name}[{a[k]}] in cycle {c[k]}, {why}")))
         order = (c <= self.w_cycle[a]) & (self.w_pc[a] != pc)
         if order.any():
             k = int(np.flatnonzero(order)[0])

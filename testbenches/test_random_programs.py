@@ -116,7 +116,7 @@ def test_regress_random_programs(chip, kind, first):
 
 # -- found on the way ------------------------------------------------------------------------
 @pytest.mark.parametrize("fields, rule", [
-    (dict(src=0, rows=4, dst=8, bias_addr=CFG.acc_depth, use_bias=0, to_acc=1), "bias_addr"),
+    (dict(src=0, rows=4, dst=8, bias_addr=CFG.acc_depth, use_bias=0, to_acc=1), "although unused"),
     (dict(src=0, rows=30, dst=10, to_acc=1), "start inside the source"),
 ])
 def test_compiler_rejects_vrun_the_chip_does_not_run_as_written(fields, rule):
@@ -129,3 +129,25 @@ def test_compiler_rejects_vrun_the_chip_does_not_run_as_written(fields, rule):
         make(CFG, Opcode.VRUN, **fields)
     for ok in (dict(fields, bias_addr=0, dst=0), dict(fields, bias_addr=0, dst=30)):
         make(CFG, Opcode.VRUN, **ok)      # in place, or disjoint: as lowering does
+
+
+def test_golden_model_rejects_a_vrun_reading_rows_it_rewrote():
+    """dst = src + 10: the RTL writes row 10 in the cycle it reads row 4 and later
+    reads the new row 10; the golden model's scoreboard used to exempt an
+    instruction's own reads, and computed from the old rows."""
+    from systolica import golden
+    from systolica.arch import isa, timing
+    from systolica.arch.isa import Instr
+    from systolica.compiler.verify import ScheduleError, verify
+    load = Instr(Opcode.DMA, 0, dict(kind=DmaKind.LOAD_ACC, dram_addr=0, dram_stride=4,
+                                     buf_addr=0, rows=40))
+    vrun = Instr(Opcode.VRUN, timing.done(CFG, load), dict(
+        src=0, rows=30, dst=10, bias_addr=0, use_bias=0, to_acc=1, requant=0, relu=0,
+        mult=0, shift=0, zp=0))
+    image = isa.to_bytes([isa.encode(load), isa.encode(vrun)])
+    with pytest.raises(golden.GoldenError, match="its own read"):
+        golden.run(CFG, image, np.zeros((CFG.dram_words, CFG.rows), np.uint8))
+    with pytest.raises(ScheduleError, match="pc 1 .*its own read"):
+        verify(CFG, [load, vrun])
+    in_place = Instr(vrun.op, vrun.cycle, dict(vrun.fields, dst=0))
+    assert verify(CFG, [load, in_place]) == timing.run_cycles(CFG, [load, in_place])
