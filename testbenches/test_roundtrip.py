@@ -177,6 +177,8 @@ def micro_ops(draw):
                  requant=draw(st.integers(0, 1)), relu=draw(st.integers(0, 1)),
                  mult=draw(st.integers(0, u16)), shift=draw(st.integers(0, 63)),
                  zp=draw(st.integers(0, 255)))
+        if to_acc and f["src"] < f["dst"] < f["src"] + rows:
+            f["dst"] = f["src"]        # a destination inside the source is refused
     else:
         muxes = fabric.muxes(CFG)
         pairs = draw(st.lists(st.tuples(st.integers(0, len(muxes) - 1), st.integers(0, 15)),
