@@ -324,7 +324,12 @@ def assign_cycles(latency: Mapping[str, int] | ChipConfig, statements: Sequence[
     preds = producers(statements, inputs, filename)
     order = topological_order(statements, preds)
     rank = {i: k for k, i in enumerate(order)}
-    lat = [latency_of(table, s.op, s.component) for s in statements]
+    lat = []
+    for s in statements:
+        try:
+            lat.append(latency_of(table, s.op, s.component))
+        except CycleError as e:
+            raise CycleError(f"{filename}:{s.line}:{s.col}: {e}") from None
     occ = [occupancy_of(table, s.op, s.component) for s in statements]
 
     groups = _Groups(n)

@@ -25,13 +25,22 @@ class CompileError(ValueError):
 def _integer_array(what: str, values, ndim: int, lo: int, hi: int, kind: str,
                    dtype) -> np.ndarray:
     """`values` as a `dtype` array, or a CompileError naming the first bad element."""
-    arr = np.asarray(values)
+    if values is None:
+        raise CompileError(f"{what} must be a {ndim}-D integer array, not None")
+    try:
+        arr = np.asarray(values)
+    except (ValueError, TypeError) as e:
+        raise CompileError(f"{what} is not an array ({e}); give a {ndim}-D array of "
+                           f"{kind} values") from None
+    if arr.dtype.kind == "b":
+        raise CompileError(f"{what} is a boolean array, not {kind}; convert it "
+                           f"(e.g. .astype(np.int8)) if 0/1 values are meant")
     if arr.ndim != ndim:
         raise CompileError(f"{what} must be a {ndim}-D array, not shape {arr.shape}")
     if any(d < 1 for d in arr.shape):
         raise CompileError(f"{what} has an empty dimension (shape {arr.shape}); "
                            f"every dimension must be at least 1")
-    if arr.dtype.kind not in "iub":
+    if arr.dtype.kind not in "iu":
         if arr.dtype.kind == "f" and np.all(np.isfinite(arr)) and np.all(arr == np.round(arr)):
             arr = arr.astype(np.int64)
         else:
@@ -44,6 +53,11 @@ def _integer_array(what: str, values, ndim: int, lo: int, hi: int, kind: str,
         raise CompileError(f"{what}[{', '.join(map(str, idx))}] = {int(arr[idx])} does not "
                            f"fit {kind} [{lo}, {hi}] ({len(bad)} element(s) out of range)")
     return wide.astype(dtype)
+
+
+def _check_name(what: str, name) -> None:
+    if not isinstance(name, str) or not name:
+        raise CompileError(f"a {what} name must be a non-empty string, not {name!r}")
 
 
 @dataclass(frozen=True, eq=False)  # arrays inside: compare by identity
@@ -67,6 +81,7 @@ class Dense:
     name: str = "dense"
 
     def __post_init__(self):
+        _check_name("layer", self.name)
         who = f"layer {self.name!r}"
         w = _integer_array(f"{who}: weights", self.weights, 2, *INT8, "int8", np.int8)
         object.__setattr__(self, "weights", w)
@@ -87,6 +102,11 @@ class Dense:
                 raise CompileError(f"{who}: {pname} = {value!r} is out of range; it must be "
                                    f"an integer in [{lo}, {hi}]")
             object.__setattr__(self, pname, int(value))
+        if self.mult == 0:
+            raise CompileError(f"{who}: mult = 0 makes every output equal zp; give a "
+                               f"mult in [1, {(1 << MULT_BITS) - 1}]")
+        if not isinstance(self.relu, (bool, np.bool_)):
+            raise CompileError(f"{who}: relu must be True or False, not {self.relu!r}")
         object.__setattr__(self, "relu", bool(self.relu))
         if self.out_dtype == "int32" and (self.mult, self.shift, self.zp) != (1, 0, 0):
             raise CompileError(f"{who}: int32 output is not requantised; leave mult, shift "
@@ -114,9 +134,13 @@ class Network:
     name: str = "network"
 
     def __post_init__(self):
+        _check_name("network", self.name)
         x = _integer_array(f"network {self.name!r}: input", self.input, 2, *INT8, "int8",
                            np.int8)
         object.__setattr__(self, "input", x)
+        if isinstance(self.layers, Dense) or not isinstance(self.layers, (list, tuple)):
+            raise CompileError(f"network {self.name!r}: layers must be a list or tuple of "
+                               f"Dense layers, not {type(self.layers).__name__}")
         layers = tuple(self.layers)
         if not layers:
             raise CompileError(f"network {self.name!r} has no layers; add at least one Dense")

@@ -85,8 +85,13 @@ def _dma_bytes(cfg: ChipConfig, program: list[isa.Instr], kinds: tuple[int, ...]
 
 def compile_network(cfg: ChipConfig, network: Network) -> Compiled:
     """Compile `network` for chip `cfg`; raises CompileError when it cannot run there."""
+    if not isinstance(cfg, ChipConfig):
+        raise CompileError(f"compile_network(cfg, network): cfg must be a ChipConfig "
+                           f"(e.g. preset('tiny')), not {type(cfg).__name__}")
     if not isinstance(network, Network):
-        raise CompileError(f"compile_network takes a Network, not {type(network).__name__}")
+        raise CompileError(f"compile_network(cfg, network): network must be a Network "
+                           f"(build one with gemm(...) or Network(...)), not "
+                           f"{type(network).__name__}")
     lowered = lower(cfg, network)
     if len(lowered.ops) > cfg.imem_depth:
         raise CompileError(
