@@ -107,7 +107,7 @@ def _read_bytes(path: str, what: str) -> bytes:
 def _read_text(path: str, what: str) -> str:
     data = _read_bytes(path, what)
     try:
-        return data.decode("utf-8")
+        return data.decode("utf-8-sig")     # a byte-order mark is still UTF-8
     except UnicodeDecodeError as e:
         line = data.count(b"\n", 0, e.start) + 1
         col = e.start - (data.rfind(b"\n", 0, e.start) + 1) + 1

@@ -68,25 +68,6 @@ class ChipConfig:
             self._integer(n, 1)
         for n in ("ubuf_base", "ubuf_rows"):
             self._integer(n, 0)
-        if self.tile_rows != self.tile_cols:
-            raise ConfigError(
-                f"{self.name}: the tile grid must be square (tile_rows == tile_cols, got "
-                f"{self.tile_rows}x{self.tile_cols}) because weights and activations share "
-                f"the CBUF's row partitions")
-        if self.cbuf_depth % self.cbuf_banks:
-            raise ConfigError(f"{self.name}: cbuf_depth {self.cbuf_depth} must be a multiple "
-                              f"of cbuf_banks {self.cbuf_banks}")
-        if self.cbuf_depth < self.rows:
-            raise ConfigError(f"{self.name}: cbuf_depth {self.cbuf_depth} cannot hold one "
-                              f"weight block ({self.rows} rows); make it at least {self.rows}")
-        if self.acc_depth < 4:
-            raise ConfigError(f"{self.name}: acc_depth must be at least 4, not {self.acc_depth}")
-        if self.ubuf_base + self.ubuf_rows > self.cbuf_depth:
-            raise ConfigError(f"{self.name}: UBUF region [{self.ubuf_base}, "
-                              f"{self.ubuf_base + self.ubuf_rows}) is outside the CBUF "
-                              f"(depth {self.cbuf_depth}); move ubuf_base down or shrink "
-                              f"ubuf_rows")
-        self._check_latency()
         from . import isa  # field widths bound the sizes
         if self.max_config_updates_per_cycle > isa.SETCFG_PAIRS:
             raise ConfigError(f"{self.name}: max_config_updates_per_cycle "
@@ -108,6 +89,25 @@ class ChipConfig:
             if size > limit:
                 raise ConfigError(f"{self.name}: {what} {size} exceeds {field_} "
                                   f"(at most {limit})")
+        if self.tile_rows != self.tile_cols:
+            raise ConfigError(
+                f"{self.name}: the tile grid must be square (tile_rows == tile_cols, got "
+                f"{self.tile_rows}x{self.tile_cols}) because weights and activations share "
+                f"the CBUF's row partitions")
+        if self.cbuf_depth % self.cbuf_banks:
+            raise ConfigError(f"{self.name}: cbuf_depth {self.cbuf_depth} must be a multiple "
+                              f"of cbuf_banks {self.cbuf_banks}")
+        if self.cbuf_depth < self.rows:
+            raise ConfigError(f"{self.name}: cbuf_depth {self.cbuf_depth} cannot hold one "
+                              f"weight block ({self.rows} rows); make it at least {self.rows}")
+        if self.acc_depth < 4:
+            raise ConfigError(f"{self.name}: acc_depth must be at least 4, not {self.acc_depth}")
+        if self.ubuf_base + self.ubuf_rows > self.cbuf_depth:
+            raise ConfigError(f"{self.name}: UBUF region [{self.ubuf_base}, "
+                              f"{self.ubuf_base + self.ubuf_rows}) is outside the CBUF "
+                              f"(depth {self.cbuf_depth}); move ubuf_base down or shrink "
+                              f"ubuf_rows")
+        self._check_latency()
         from . import fabric  # every multiplexer needs a SETCFG index
         try:
             fabric.muxes(self)
