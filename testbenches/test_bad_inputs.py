@@ -341,6 +341,8 @@ CLI = [
      ["--gemm 100000x64x64", "DRAM", "smaller GEMM"]),
     ("sim-over-imem", ["sim", "--gemm", "8x5000x8"], ["imem_depth", "split"]),
     ("sim-trace-is-a-directory", ["sim", "--trace", "{d}/a-dir"], ["--trace", "is a directory"]),
+    ("bench-out-is-a-directory", ["bench", "--out", "{d}/a-dir"],
+     ["--out", "a-dir is a directory", "file name"]),
     ("disasm-missing-file", ["disasm", "{d}/nope.bin"],
      ["nope.bin: no such file", "program image", "systolica compile --out"]),
     ("disasm-directory", ["disasm", "{d}/a-dir"], ["a-dir is a directory", "program image"]),
