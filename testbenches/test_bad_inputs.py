@@ -235,6 +235,15 @@ def test_chip_config_calls(build, error, words):
     assert_clear(str(info.value), words)
 
 
+@pytest.mark.parametrize("module", ["fabric", "config", "isa", "timing"])
+def test_config_checks_import_in_any_order(module):
+    """ChipConfig checks its fabric, and the fabric module reads configurations: either
+    may be imported first (the presets are checked while config is imported)."""
+    proc = subprocess.run([sys.executable, "-c", f"import systolica.arch.{module}"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+
+
 # -- the command line ----------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def files(tmp_path_factory) -> Path:
