@@ -150,11 +150,13 @@ def _program_words(path: str, image: bytes) -> list[int]:
                          f"number of {n}-byte instructions: it is truncated or not a program "
                          f"image; write it again with `systolica compile --out`")
     words = isa.from_bytes(image)
-    illegal = [pc for pc, w in enumerate(words) if isa.decode(w).op is isa.Opcode.ILLEGAL]
+    decoded = [isa.decode(w) for w in words]
+    illegal = [pc for pc, ins in enumerate(decoded) if ins.op is isa.Opcode.ILLEGAL]
     if illegal:
         pc = illegal[0]
+        opcode = decoded[pc].fields.get("raw_opcode", int(isa.Opcode.ILLEGAL))
         raise UsageError(f"{path}: instruction {pc} (byte {pc * n}) has opcode "
-                         f"{words[pc] & 0xF}, which the instruction set does not define "
+                         f"{opcode}, which the instruction set does not define "
                          f"({len(illegal)} of {len(words)} words are illegal): it is corrupt "
                          f"or not a program image; write it again with `systolica compile "
                          f"--out`")
