@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from ..arch import fabric, isa, timing
 from ..arch.config import ChipConfig
 from ..arch.isa import Opcode
+from .busy import BusyIntervals
 from .config_updates import ConfigUpdateError, UpdateWindow, assign_updates, window_between
 from .graph import CompileError
 from .ir import MicroOp
@@ -38,26 +39,83 @@ class Use:
     op: int            # index of the op in the program
 
 
+def settings(cfg: ChipConfig, op: MicroOp) -> list[tuple[str, int, int, int]]:
+    """``(mux, value, lo, hi)`` for every multiplexer the op's data passes, in cycles
+    ``[lo, hi)`` after its issue, with the setting it needs there (its ``needs``, else
+    the default). A need on a multiplexer the op does not pass is an error: it could
+    never take effect."""
+    if op.op not in FABRIC_OPS:
+        if op.needs:
+            raise CompileError(f"{op}: a {op.op.name} passes no multiplexer, so it cannot "
+                               f"need {', '.join(op.needs)}")
+        return []
+    table = fabric.by_name(cfg)
+    for name in op.needs:
+        if name not in table:
+            raise CompileError(f"{op}: no multiplexer {name!r}")
+    ins = op.instr(0)
+    out = []
+    for mux in table.values():
+        span = timing.mux_use(cfg, ins, mux.name)
+        if span is None:
+            continue
+        try:
+            value = mux.value_of(op.needs[mux.name]) if mux.name in op.needs else mux.default
+        except ValueError as e:
+            raise CompileError(f"{op}: {e}") from None
+        out.append((mux.name, value, span[0], span[1]))
+    passed = {name for name, *_ in out}
+    missed = [name for name in op.needs if name not in passed]
+    if missed:
+        raise CompileError(f"{op}: its data does not pass {', '.join(missed)}, so it "
+                           f"cannot need a setting there")
+    return out
+
+
 def uses(cfg: ChipConfig, ops: list[MicroOp], cycles: list[int]) -> dict[str, list[Use]]:
     """Per multiplexer, the uses in time order, with the setting each needs."""
-    table = fabric.by_name(cfg)
     out: dict[str, list[Use]] = defaultdict(list)
     for k, (op, t) in enumerate(zip(ops, cycles)):
-        if op.op not in FABRIC_OPS:
-            continue
-        for name in op.needs:
-            if name not in table:
-                raise CompileError(f"{op}: no multiplexer {name!r}")
-        ins = op.instr(t)
-        for mux in table.values():
-            span = timing.mux_use(cfg, ins, mux.name)
-            if span is None:
-                continue
-            value = mux.value_of(op.needs[mux.name]) if mux.name in op.needs else mux.default
-            out[mux.name].append(Use(mux.name, value, t + span[0], t + span[1], k))
+        for name, value, lo, hi in settings(cfg, op):
+            out[name].append(Use(name, value, t + lo, t + hi, k))
     for lst in out.values():
         lst.sort(key=lambda u: u.lo)
     return out
+
+
+class Routing:
+    """The scheduler's view of multiplexer settings: an op that needs a setting other
+    than the one earlier-placed ops use must pass the multiplexer after they all have,
+    leaving an update window that holds at least one cycle where an update may issue
+    (a multiple of ``cfg.config_update_interval``). Ops that all use the defaults never
+    wait, so programs without routing needs schedule as if this did not exist."""
+
+    def __init__(self, cfg: ChipConfig, ops: list[MicroOp]):
+        self.cfg = cfg
+        self.slack = cfg.config_update_interval - 1
+        table = fabric.by_name(cfg)
+        self.active = any(name not in table or src not in table[name].sources
+                          or table[name].value_of(src) != table[name].default
+                          for op in ops for name, src in op.needs.items())
+        self.ends: dict[str, dict[int, int]] = defaultdict(dict)   # mux -> value -> end
+
+    def settings(self, op: MicroOp) -> list[tuple[str, int, int, int]]:
+        return settings(self.cfg, op) if self.active else []
+
+    def earliest(self, spans: list[tuple[str, int, int, int]]) -> int:
+        """The first issue cycle at which an op with these settings leaves room to
+        update every multiplexer it needs changed."""
+        t = 0
+        for name, value, lo, _ in spans:
+            for other, end in self.ends[name].items():
+                if other != value:
+                    t = max(t, end + self.slack - lo)
+        return t
+
+    def place(self, spans: list[tuple[str, int, int, int]], t: int) -> None:
+        for name, value, _, hi in spans:
+            ends = self.ends[name]
+            ends[value] = max(ends.get(value, t + hi), t + hi)
 
 
 def windows(cfg: ChipConfig, ops: list[MicroOp], cycles: list[int]
@@ -96,11 +154,13 @@ def _place(cfg: ChipConfig, ops: list[MicroOp], cycles: list[int]
            ) -> list[tuple[isa.Instr, int]]:
     """SETCFG instructions (with the op each serves first) for a fixed schedule."""
     found = windows(cfg, ops, cycles)
-    busy = set(cycles)
+    slots = BusyIntervals()
+    for c in cycles:
+        slots.add(c, c + 1)
     at = assign_updates([w for w, *_ in found], per_cycle=cfg.max_config_updates_per_cycle,
                         interval=cfg.config_update_interval,
                         domain_budget=cfg.power_domain_budget,
-                        allowed=lambda c: c >= 0 and c not in busy)
+                        allowed=lambda c: c >= 0 and slots.is_free(c, c + 1))
     per_cycle: dict[int, list[tuple[int, int, int]]] = defaultdict(list)
     table = fabric.by_name(cfg)
     for w, name, value, served in found:
