@@ -417,10 +417,39 @@ def _insert_delays(statements, slots, delays, cycle, lat) -> list[Slot]:
     return out
 
 
+def check_latency(cfg: ChipConfig, program: Program) -> None:
+    """Every ``latency`` line of `program` must change some datapath statement's
+    latency or occupancy; a line that changes nothing cannot be meant. The chip's own
+    keys (``cfg.latency``: memory reads, the vector unit) are fixed by its RTL, so they
+    only count where a datapath statement uses them."""
+    table = {**cfg.latency, **program.latency}
+    used = set()
+    for st in program.datapath:
+        specific, general = latency_keys(st.op, st.component)
+        used.add(specific if specific in table else general)
+        used.add(f"{specific}.occupancy")
+    for key in program.latency:
+        if key in used:
+            continue
+        line, col = program.latency_at.get(key, (1, 1))
+        if key in cfg.latency:
+            why = (f"'{key}' is a latency of the chip's own units, which the {cfg.name} "
+                   f"chip's RTL fixes at {cfg.latency[key]}; latency lines set the "
+                   f"latency of datapath components only (remove the line, or give the "
+                   f"chip another configuration)")
+        else:
+            why = (f"no datapath statement uses '{key}', so the line changes nothing (a "
+                   f"statement `op comp(...)` takes `op.<comp without digits>`, else `op`, "
+                   f"and occupancy `op.<comp without digits>.occupancy`); remove it or "
+                   f"correct the key")
+        raise CycleError(f"{program.filename}:{line}:{col}: latency {key}: {why}")
+
+
 def schedule_program(cfg: ChipConfig, program: Program, *,
                      insert_delays: bool = False) -> Schedule:
     """The datapath statements of `program` with its latency directives over
-    ``cfg.latency``."""
+    ``cfg.latency`` (each of which must change something, :func:`check_latency`)."""
+    check_latency(cfg, program)
     return assign_cycles({**cfg.latency, **program.latency}, program.datapath,
                          inputs=program.inputs, insert_delays=insert_delays,
                          filename=program.filename)

@@ -17,6 +17,7 @@ later by whole update intervals until they do.
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ..arch import fabric, isa, timing
@@ -83,45 +84,90 @@ def uses(cfg: ChipConfig, ops: list[MicroOp], cycles: list[int]) -> dict[str, li
     return out
 
 
+Spans = list[tuple[str, int, int, int]]       # settings(): (mux, value, lo, hi)
+
+
 class Routing:
-    """The scheduler's view of multiplexer settings: an op that needs a setting other
-    than the one earlier-placed ops use must pass the multiplexer after they all have,
-    leaving an update window that holds at least one cycle where an update may issue
-    (a multiple of ``cfg.config_update_interval``). Ops that all use the defaults never
-    wait, so programs without routing needs schedule as if this did not exist."""
+    """The scheduler's side of configuration updates. An op that needs a setting other
+    than the one earlier-placed ops use passes that multiplexer only after they all
+    have, so one multiplexer's uses form phases of one setting each, one after another.
+    When an op opens a phase (or becomes the new first use of the last one), the
+    scheduler keeps an issue slot free in the update window before it (a multiple of
+    ``cfg.config_update_interval``, within the per-cycle and power-domain limits), so
+    the window solver always finds a place for the update. Ops that all use the
+    defaults never wait and reserve nothing, so such programs schedule as if this did
+    not exist."""
 
     def __init__(self, cfg: ChipConfig, ops: list[MicroOp]):
         self.cfg = cfg
-        self.slack = cfg.config_update_interval - 1
+        self.domain = {m.name: m.domain for m in fabric.muxes(cfg)}
         table = fabric.by_name(cfg)
         self.active = any(name not in table or src not in table[name].sources
                           or table[name].value_of(src) != table[name].default
                           for op in ops for name, src in op.needs.items())
         self.ends: dict[str, dict[int, int]] = defaultdict(dict)   # mux -> value -> end
+        self.phase: dict[str, tuple[int, int]] = {}    # mux -> (value, first use) of
+                                                       # the last phase
 
-    def settings(self, op: MicroOp) -> list[tuple[str, int, int, int]]:
+    def settings(self, op: MicroOp) -> Spans:
         return settings(self.cfg, op) if self.active else []
 
-    def earliest(self, spans: list[tuple[str, int, int, int]]) -> int:
-        """The first issue cycle at which an op with these settings leaves room to
-        update every multiplexer it needs changed."""
-        t = 0
-        for name, value, lo, _ in spans:
-            for other, end in self.ends[name].items():
-                if other != value:
-                    t = max(t, end + self.slack - lo)
-        return t
+    def _after(self, name: str, value: int) -> int | None:
+        """The last cycle another setting of `name` is in use (+1), or None."""
+        return max((end for other, end in self.ends[name].items() if other != value),
+                   default=None)
 
-    def place(self, spans: list[tuple[str, int, int, int]], t: int) -> None:
-        for name, value, _, hi in spans:
+    def earliest(self, spans: Spans) -> int:
+        """The first issue cycle at which the op passes every multiplexer it needs
+        changed after the ops using the other settings."""
+        return max((end - lo for name, value, lo, _ in spans
+                    if (end := self._after(name, value)) is not None), default=0)
+
+    def reserve(self, spans: Spans, t: int, slots: BusyIntervals) -> list[int] | None:
+        """Free issue slots (other than `t`) for the updates the op needs when it
+        issues at `t`, one or more per cycle as the limits allow; None if some update
+        window holds no free allowed cycle (issue later)."""
+        cfg = self.cfg
+        taken: dict[int, list[str]] = {}             # slot -> domains of its updates
+        for name, value, lo, _ in sorted(spans, key=lambda s: s[2]):
+            end = self._after(name, value)
+            if end is None:
+                continue                             # the first phase: from cycle 0
+            phase = self.phase[name]
+            if phase[0] == value and t + lo >= phase[1]:
+                continue                             # inside a phase that has its slot
+            first, last = max(end - 1, 0), t + lo - 1
+            domain = self.domain[name]
+            fits = next((c for c, ds in taken.items() if first <= c <= last
+                         and len(ds) < cfg.max_config_updates_per_cycle
+                         and ds.count(domain) < cfg.power_domain_budget), None)
+            if fits is None:
+                fits = next((c for c in range(last - last % cfg.config_update_interval,
+                                              first - 1, -cfg.config_update_interval)
+                             if c != t and c not in taken and slots.is_free(c, c + 1)),
+                            None)
+                if fits is None:
+                    return None
+            taken.setdefault(fits, []).append(domain)
+        return sorted(taken)
+
+    def place(self, spans: Spans, t: int) -> None:
+        for name, value, lo, hi in spans:
             ends = self.ends[name]
             ends[value] = max(ends.get(value, t + hi), t + hi)
+            phase = self.phase.get(name)
+            if phase is None or phase[0] != value:
+                self.phase[name] = (value, t + lo)
+            else:
+                self.phase[name] = (value, min(phase[1], t + lo))
 
 
-def windows(cfg: ChipConfig, ops: list[MicroOp], cycles: list[int]
-            ) -> list[tuple[UpdateWindow, str, int, int]]:
-    """The update windows: ``(window, mux, value, op index served)``."""
+def windows(cfg: ChipConfig, ops: list[MicroOp], cycles: list[int],
+            who: Sequence[str] | None = None) -> list[tuple[UpdateWindow, str, int, int]]:
+    """The update windows: ``(window, mux, value, op index served)``. `who` names each
+    op for messages (default: its disassembly)."""
     table = fabric.by_name(cfg)
+    name_of = (lambda k: who[k]) if who is not None else (lambda k: str(ops[k]))
     out = []
     for name, lst in uses(cfg, ops, cycles).items():
         domain = table[name].domain
@@ -134,15 +180,17 @@ def windows(cfg: ChipConfig, ops: list[MicroOp], cycles: list[int]
                     prev = Use(name, u.value, prev.lo, u.hi, prev.op)
                 continue
             label = f"{name}={table[name].sources[u.value]}@{u.lo}"
+            if who is not None:
+                label += f" for {who[u.op]}"
             if prev is None:
                 w = UpdateWindow(label, 0, u.lo - 1, domain)
             else:
                 w = window_between(label, (prev.lo, prev.hi), (u.lo, u.hi), domain)
                 if w.lo > w.hi:
                     raise ConfigUpdateError(
-                        f"multiplexer {name}: {ops[prev.op]} needs "
+                        f"multiplexer {name}: {name_of(prev.op)} needs "
                         f"{table[name].sources[prev.value]} until cycle {prev.hi - 1} but "
-                        f"{ops[u.op]} needs {table[name].sources[u.value]} from cycle "
+                        f"{name_of(u.op)} needs {table[name].sources[u.value]} from cycle "
                         f"{u.lo}; no cycle is left to reconfigure it — separate the two "
                         f"in time")
             out.append((w, name, u.value, u.op))
@@ -150,10 +198,20 @@ def windows(cfg: ChipConfig, ops: list[MicroOp], cycles: list[int]
     return out
 
 
-def _place(cfg: ChipConfig, ops: list[MicroOp], cycles: list[int]
-           ) -> list[tuple[isa.Instr, int]]:
-    """SETCFG instructions (with the op each serves first) for a fixed schedule."""
-    found = windows(cfg, ops, cycles)
+@dataclass(frozen=True)
+class Update:
+    """One multiplexer update placed in its window."""
+    cycle: int         # issue cycle of its SETCFG
+    mux: str
+    value: int
+    serves: int        # index of the first op that needs it
+    window: UpdateWindow
+
+
+def _place(cfg: ChipConfig, ops: list[MicroOp], cycles: list[int],
+           who: Sequence[str] | None) -> list[Update]:
+    """The updates for a fixed schedule, in cycle order."""
+    found = windows(cfg, ops, cycles, who)
     slots = BusyIntervals()
     for c in cycles:
         slots.add(c, c + 1)
@@ -161,25 +219,31 @@ def _place(cfg: ChipConfig, ops: list[MicroOp], cycles: list[int]
                         interval=cfg.config_update_interval,
                         domain_budget=cfg.power_domain_budget,
                         allowed=lambda c: c >= 0 and slots.is_free(c, c + 1))
-    per_cycle: dict[int, list[tuple[int, int, int]]] = defaultdict(list)
+    return sorted((Update(at[w.name], name, value, served, w)
+                   for w, name, value, served in found), key=lambda u: u.cycle)
+
+
+def setcfgs(cfg: ChipConfig, updates: Sequence[Update]
+            ) -> list[tuple[isa.Instr, list[Update]]]:
+    """The updates grouped into one SETCFG per cycle, with the updates each carries."""
     table = fabric.by_name(cfg)
-    for w, name, value, served in found:
-        per_cycle[at[w.name]].append((table[name].index, value, served))
-    return [(isa.Instr(Opcode.SETCFG, c, isa.setcfg_fields([(i, v) for i, v, _ in group])),
-             min(s for *_, s in group))
+    per_cycle: dict[int, list[Update]] = defaultdict(list)
+    for u in updates:
+        per_cycle[u.cycle].append(u)
+    return [(isa.Instr(Opcode.SETCFG, c, isa.setcfg_fields(
+                [(table[u.mux].index, u.value) for u in group])), group)
             for c, group in sorted(per_cycle.items())]
 
 
-def add_updates(cfg: ChipConfig, ops: list[MicroOp], cycles: list[int]
-                ) -> tuple[list[int], list[tuple[isa.Instr, int]]]:
+def plan_updates(cfg: ChipConfig, ops: list[MicroOp], cycles: list[int],
+                 who: Sequence[str] | None = None) -> tuple[list[int], list[Update]]:
     """Shift the schedule as little as needed for the configuration updates to fit;
-    returns the shifted cycles and the SETCFG instructions (each with the index of the
-    first op it configures)."""
+    returns the shifted cycles and the updates. `who` names each op in messages."""
     step = cfg.config_update_interval
 
     def attempt(shift: int):
         shifted = [c + shift for c in cycles]
-        return shifted, _place(cfg, ops, shifted)
+        return shifted, _place(cfg, ops, shifted, who)
 
     try:
         return attempt(0)
@@ -199,3 +263,12 @@ def add_updates(cfg: ChipConfig, ops: list[MicroOp], cycles: list[int]
         except ConfigUpdateError:
             lo = mid
     return best
+
+
+def add_updates(cfg: ChipConfig, ops: list[MicroOp], cycles: list[int]
+                ) -> tuple[list[int], list[tuple[isa.Instr, int]]]:
+    """:func:`plan_updates`, as SETCFG instructions (each with the index of the first
+    op it configures)."""
+    shifted, updates = plan_updates(cfg, ops, cycles)
+    return shifted, [(ins, min(u.serves for u in group))
+                     for ins, group in setcfgs(cfg, updates)]

@@ -5,7 +5,7 @@ Greedy list scheduling in program order: each op goes to the earliest cycle that
 (b) keeps its unit's occupancy interval clear of every op already on that unit
 (``busy.BusyIntervals``, as for datapath components),
 (c) passes each multiplexer after every op already placed that needs it set
-otherwise, leaving room for the update (``reconfigure.Routing``),
+otherwise, with a free issue slot kept for the update (``reconfigure.Routing``),
 (d) starts each access at or after the end of every earlier conflicting access (by
 default an access spans the op's whole ``[issue, done)``; weight-bank accesses use
 their exact ``timing.bank_window``; an accumulate after an accumulate only needs to
@@ -77,13 +77,18 @@ def schedule(cfg: ChipConfig, ops: list[MicroOp]) -> list[int]:
             if end is None:
                 end = slots.clash_end(t, t + 1)
             if end is None:
-                break
+                reserved = routing.reserve(spans, t, slots)
+                if reserved is not None:
+                    break
+                end = t + 1
             t = end
         if t + done >= 1 << isa.CYCLE_BITS:
             raise CompileError(f"cannot schedule {op}: it would issue at cycle {t}, past "
                                f"the {isa.CYCLE_BITS}-bit cycle field")
         unit.add(t, t + occupancy)
         slots.add(t, t + 1)
+        for c in reserved:                  # kept free for configuration updates
+            slots.add(c, c + 1)
         routing.place(spans, t)
         for a in op.accesses:
             resources[a.resource].place(a.lo, a.hi, a.mode, t,
