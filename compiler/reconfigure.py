@@ -11,7 +11,9 @@ program never depends on what an earlier one left behind.
 Updates are then placed by ``config_updates.assign_updates`` under the chip's limits,
 on cycles no other instruction issues in, and grouped into SETCFG instructions. When
 the initial updates do not fit before the first uses, the whole schedule is shifted
-later by whole update intervals until they do.
+later by whole update intervals until they do. Compiled networks and program text
+(``cfg set``) both come through here (``plan_updates``); ``Routing`` is the part the
+scheduler applies while it places ops, so that every later window has a place.
 """
 
 from __future__ import annotations
