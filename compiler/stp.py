@@ -19,6 +19,7 @@ from .graph import CompileError
 from .ir import MicroOp, required_gap
 from .reconfigure import Update, plan_updates, setcfgs
 from .schedule import schedule
+from .verify import verify
 from .text import ParseError, Program, Statement, cfg_settings, format_statement, \
     parse_file, to_micro_ops
 
@@ -128,9 +129,9 @@ def _needs(cfg: ChipConfig, prog: Program, st: Statement, op: MicroOp,
 
 def schedule_chip(cfg: ChipConfig, prog: Program) -> ChipSchedule:
     """Chip statements in dependency order through compiler.schedule, then their
-    multiplexer settings through the update-window solver (compiler.reconfigure), as
-    for compiled networks. A named dependency the buffer hazards do not enforce is an
-    error."""
+    multiplexer settings through the update-window solver (compiler.reconfigure), and
+    the result through the schedule verifier, as for compiled networks. A named
+    dependency the buffer hazards do not enforce is an error."""
     dp_values = {o for s in prog.datapath for o in s.outputs}
     for st in prog.chip:
         for a in st.operands:
@@ -167,7 +168,9 @@ def schedule_chip(cfg: ChipConfig, prog: Program) -> ChipSchedule:
     for ins, group in setcfgs(cfg, updates):
         placed.append((ins.cycle, ins, _update_statement(cfg, group, mine, values)))
     placed.sort(key=lambda x: x[0])
-    return ChipSchedule([ins for _, ins, _ in placed], [st for *_, st in placed])
+    program = [ins for _, ins, _ in placed]
+    verify(cfg, program, prog.filename)
+    return ChipSchedule(program, [st for *_, st in placed])
 
 
 def _update_statement(cfg: ChipConfig, group: list[Update], mine: list[Statement],
