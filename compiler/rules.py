@@ -46,18 +46,28 @@ def acc_half_rows(cfg: ChipConfig) -> int:
     return (cfg.acc_depth - 2) // 2
 
 
-def gemm_routing(cfg: ChipConfig, op: Opcode, *, to_acc: bool = False) -> dict[str, str]:
+def gemm_routing(cfg: ChipConfig, op: Opcode, *, to_acc: bool = False,
+                 tile_rows: int | None = None, tile_cols: int | None = None
+                 ) -> dict[str, str]:
     """The multiplexer settings a dense block's WLOAD, MATMUL or VRUN relies on:
     CBUF partition group ``g`` feeds tile row ``g`` (activations) and tile column
     ``g`` (weights), every tile passes its lanes on, partial sums run down each tile
     column into ACC partition group ``j``, and writeback group ``g`` takes ACC group
-    ``g``. Exactly the multiplexers the op's data passes (``timing.mux_use``)."""
+    ``g``. Exactly the multiplexers the op's data passes (``timing.mux_use``).
+
+    Tile rows from `tile_rows` on and tile columns from `tile_cols` on, which only
+    ever carry zero padding, are fed zeros at the array's edge instead: the sums are
+    the same, and those lanes stay quiet whatever the padding partitions hold."""
     t, cols = cfg.tile_rows, cfg.tile_cols
+    tr = t if tile_rows is None else tile_rows
+    tc = cols if tile_cols is None else tile_cols
     if op is Opcode.WLOAD:
-        return {**{f"north_feed[{j}]": f"cbuf.g{j}" for j in range(cols)},
+        return {**{f"north_feed[{j}]": f"cbuf.g{j}" if j < tc else fabric.ZERO
+                   for j in range(cols)},
                 **{f"w_in[{i}][{j}]": "lane" for i in range(t) for j in range(cols)}}
     if op is Opcode.MATMUL:
-        return {**{f"west_feed[{i}]": f"cbuf.g{i}" for i in range(t)},
+        return {**{f"west_feed[{i}]": f"cbuf.g{i}" if i < tr else fabric.ZERO
+                   for i in range(t)},
                 **{f"act_in[{i}][{j}]": "lane" for i in range(t) for j in range(cols)},
                 **{f"psum_in[{i}][{j}]": "north" for i in range(1, t) for j in range(cols)},
                 **{f"acc_src[{g}]": f"col.g{g}" for g in range(cols)}}
@@ -66,23 +76,32 @@ def gemm_routing(cfg: ChipConfig, op: Opcode, *, to_acc: bool = False) -> dict[s
     return {}
 
 
-def _op(cfg: ChipConfig, op: Opcode, layer: int, **fields) -> MicroOp:
-    """A checked micro-op with the routing it relies on."""
-    mop = make(cfg, op, layer, **fields)
-    mop.needs = gemm_routing(cfg, op, to_acc=bool(fields.get("to_acc")))
-    return mop
-
-
 @dataclass
 class Emitter:
-    """What the rules share while a graph is lowered: the plan, and the counters that
+    """What the rules share while a graph is lowered: the plan, the counters that
     keep the weight ring, weight banks and accumulator halves alternating across
-    layers, so one layer's first loads overlap the previous layer's last compute."""
+    layers (so one layer's first loads overlap the previous layer's last compute),
+    and the tile rows and columns any layer uses: the others are fed zeros for the
+    whole program, so the routing never changes between layers."""
     cfg: ChipConfig
     graph: Graph
     plan: "MemoryPlan"
     steps: int = 0          # weight blocks so far: ring slot and bank
     blocks: int = 0         # output blocks so far: accumulator half
+    tile_rows: int = 0
+    tile_cols: int = 0
+
+    def __post_init__(self):
+        used = [rule_for(n).tiles_used(self.cfg, self.graph, n) for n in self.graph.nodes]
+        self.tile_rows = max(r for r, _ in used)
+        self.tile_cols = max(c for _, c in used)
+
+    def op(self, op: Opcode, layer: int, **fields) -> MicroOp:
+        """A checked micro-op with the routing it relies on."""
+        mop = make(self.cfg, op, layer, **fields)
+        mop.needs = gemm_routing(self.cfg, op, to_acc=bool(fields.get("to_acc")),
+                                 tile_rows=self.tile_rows, tile_cols=self.tile_cols)
+        return mop
 
 
 class DenseRule:
@@ -101,6 +120,13 @@ class DenseRule:
 
     def macs(self, graph: Graph, node: Node) -> int:
         return graph.tensor(node.outputs[0]).shape[0] * node.op.K * node.op.N
+
+    def tiles_used(self, cfg: ChipConfig, graph: Graph, node: Node) -> tuple[int, int]:
+        """Tile rows and columns its blocks reach: the widest K-block of any input,
+        the widest N-block."""
+        n = cfg.tile_size
+        k = max(min(cfg.rows, w) for w in self._widths(graph, node))
+        return layout.blocks(k, n), layout.blocks(min(cfg.cols, node.op.N), n)
 
     def _widths(self, graph: Graph, node: Node) -> list[int]:
         return [graph.tensor(t).shape[1] for t in node.inputs]
@@ -169,9 +195,9 @@ class DenseRule:
                 em.blocks += 1
                 acc_at, bias_at = halves + half * Mt, bias_slots + half
                 if bias_dram is not None:
-                    blk.bias.append(_op(cfg, Opcode.DMA, index, kind=DmaKind.LOAD_ACC,
-                                        dram_addr=bias_dram + nb * arw, dram_stride=arw,
-                                        buf_addr=bias_at, rows=1))
+                    blk.bias.append(em.op(Opcode.DMA, index, kind=DmaKind.LOAD_ACC,
+                                          dram_addr=bias_dram + nb * arw, dram_stride=arw,
+                                          buf_addr=bias_at, rows=1))
                 first = True
                 for KB, src, w_dram, a_dram in inputs:
                     for kb in range(KB):
@@ -179,47 +205,47 @@ class DenseRule:
                         # activation load
                         slot = ring + (em.steps % WEIGHT_SLOTS) * R
                         bank = em.steps % 2
-                        loads = [_op(cfg, Opcode.DMA, index, kind=DmaKind.LOAD_CBUF,
-                                     dram_addr=w_dram + (nb * KB + kb) * R, dram_stride=1,
-                                     buf_addr=slot, rows=R)]
+                        loads = [em.op(Opcode.DMA, index, kind=DmaKind.LOAD_CBUF,
+                                       dram_addr=w_dram + (nb * KB + kb) * R, dram_stride=1,
+                                       buf_addr=slot, rows=R)]
                         if a_dram is not None and nb == 0:
-                            loads.append(_op(cfg, Opcode.DMA, index, kind=DmaKind.LOAD_CBUF,
-                                             dram_addr=a_dram + kb * M + m0, dram_stride=1,
-                                             buf_addr=src + kb * Mc, rows=rows))
-                        loads.append(_op(cfg, Opcode.WLOAD, index, w_addr=slot, bank=bank))
-                        mm = _op(cfg, Opcode.MATMUL, index, act_addr=src + kb * Mc,
-                                 rows=rows, acc_addr=acc_at, accumulate=int(not first),
-                                 bank=bank)
+                            loads.append(em.op(Opcode.DMA, index, kind=DmaKind.LOAD_CBUF,
+                                               dram_addr=a_dram + kb * M + m0, dram_stride=1,
+                                               buf_addr=src + kb * Mc, rows=rows))
+                        loads.append(em.op(Opcode.WLOAD, index, w_addr=slot, bank=bank))
+                        mm = em.op(Opcode.MATMUL, index, act_addr=src + kb * Mc,
+                                   rows=rows, acc_addr=acc_at, accumulate=int(not first),
+                                   bank=bank)
                         blk.steps.append(Step(loads, mm))
                         em.steps += 1
                         first = False
-                blk.epilogue = self._epilogue(cfg, index, layer, out.dtype, nb, m0, rows, M,
+                blk.epilogue = self._epilogue(em, index, layer, out.dtype, nb, m0, rows, M,
                                               Mc, half, acc_at, bias_at, resident, stored,
                                               staging)
                 blocks.append(blk)
         return blocks
 
-    def _epilogue(self, cfg, index, layer, dtype, nb, m0, rows, M, Mc, half, acc_at,
+    def _epilogue(self, em, index, layer, dtype, nb, m0, rows, M, Mc, half, acc_at,
                   bias_at, resident, stored, staging) -> list[MicroOp]:
-        arw = cfg.acc_row_words
+        arw = em.cfg.acc_row_words
         post = dict(src=acc_at, rows=rows, bias_addr=bias_at if layer.bias is not None
                     else 0, use_bias=int(layer.bias is not None), relu=int(layer.relu))
         if dtype == "int8":
             post.update(requant=1, mult=layer.mult, shift=layer.shift, zp=layer.zp & 0xFF)
             buf = resident + nb * Mc if resident is not None else staging + half * Mc
-            ops = [_op(cfg, Opcode.VRUN, index, to_acc=0, dst=buf, **post)]
+            ops = [em.op(Opcode.VRUN, index, to_acc=0, dst=buf, **post)]
             if stored is not None:
-                ops.append(_op(cfg, Opcode.DMA, index, kind=DmaKind.STORE_CBUF,
-                               dram_addr=stored + nb * M + m0, dram_stride=1, buf_addr=buf,
-                               rows=rows))
+                ops.append(em.op(Opcode.DMA, index, kind=DmaKind.STORE_CBUF,
+                                 dram_addr=stored + nb * M + m0, dram_stride=1,
+                                 buf_addr=buf, rows=rows))
             return ops
         ops = []
         if layer.bias is not None or layer.relu:
             # in place: each row is read before it is rewritten
-            ops.append(_op(cfg, Opcode.VRUN, index, to_acc=1, dst=acc_at, **post))
-        ops.append(_op(cfg, Opcode.DMA, index, kind=DmaKind.STORE_ACC,
-                       dram_addr=stored + (nb * M + m0) * arw, dram_stride=arw,
-                       buf_addr=acc_at, rows=rows))
+            ops.append(em.op(Opcode.VRUN, index, to_acc=1, dst=acc_at, **post))
+        ops.append(em.op(Opcode.DMA, index, kind=DmaKind.STORE_ACC,
+                         dram_addr=stored + (nb * M + m0) * arw, dram_stride=arw,
+                         buf_addr=acc_at, rows=rows))
         return ops
 
 
