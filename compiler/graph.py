@@ -267,7 +267,7 @@ def verify(graph: Graph) -> None:
             cycle = _cycle_from(node, producers)
             if cycle:
                 raise CompileError(f"layers {' -> '.join(map(repr, cycle))} form a cycle "
-                                   f"(each reads the next one's output); a network must be "
+                                   f"(each one's output feeds the next); a network must be "
                                    f"acyclic")
             raise CompileError(f"layer {node.name!r} reads {t!r} before layer "
                                f"{producers[t].name!r} produces it; list layers after the "
