@@ -17,6 +17,7 @@ from .plan import MemoryPlan
 from .rules import rule_for
 from .reconfigure import add_updates
 from .schedule import schedule
+from .verify import ScheduleError, verify
 
 
 @dataclass(frozen=True)
@@ -126,6 +127,12 @@ def compile_network(cfg: ChipConfig, network: Network | Graph) -> Compiled:
             f"but the configured imem_depth is {cfg.imem_depth} (over by "
             f"{len(tagged) - cfg.imem_depth}); split the network or the batch")
     program = [ins for _, ins, _ in tagged]
+    predicted = timing.run_cycles(cfg, program)
+    replayed = verify(cfg, program, f"network {network.name!r}")
+    if replayed != predicted:
+        raise ScheduleError(
+            f"network {network.name!r}: internal: the compiler predicts {predicted} cycles "
+            f"but the program's effects end in cycle {replayed - 1}")
     image = isa.to_bytes([isa.encode(i) for i in program])
 
     records = []
@@ -139,7 +146,7 @@ def compile_network(cfg: ChipConfig, network: Network | Graph) -> Compiled:
     return Compiled(
         cfg=cfg, network=network, program=program,
         layer_of=tuple(layer for *_, layer in tagged), image=image, dram=lowered.dram,
-        dram_map=lowered.dram_map, predicted_cycles=timing.run_cycles(cfg, program),
+        dram_map=lowered.dram_map, predicted_cycles=predicted,
         layers=tuple(records),
         array_macs=sum(i.rows for i in program if i.op is Opcode.MATMUL) * cfg.macs,
         dram_bytes_read=_dma_bytes(cfg, program, (DmaKind.LOAD_CBUF, DmaKind.LOAD_ACC)),

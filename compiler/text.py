@@ -22,26 +22,17 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..arch import fabric, isa
+from ..arch import fabric, instructions, isa
 from ..arch.config import ChipConfig
-from ..arch.isa import DmaKind, Opcode
+from ..arch.isa import Opcode
 from .graph import CompileError
 from .ir import MicroOp, make
 
 #: Components that are chip units: each statement on them is one instruction.
-CHIP_UNITS = ("dma", "wload", "mm", "vpu", "cfg")
+CHIP_UNITS = instructions.UNITS
 
-#: (unit, op) -> (opcode, fixed fields)
-CHIP_OPS = {
-    ("dma", "load_cbuf"): (Opcode.DMA, {"kind": DmaKind.LOAD_CBUF}),
-    ("dma", "store_cbuf"): (Opcode.DMA, {"kind": DmaKind.STORE_CBUF}),
-    ("dma", "load_acc"): (Opcode.DMA, {"kind": DmaKind.LOAD_ACC}),
-    ("dma", "store_acc"): (Opcode.DMA, {"kind": DmaKind.STORE_ACC}),
-    ("wload", "load"): (Opcode.WLOAD, {}),
-    ("mm", "matmul"): (Opcode.MATMUL, {}),
-    ("vpu", "vrun"): (Opcode.VRUN, {}),
-    ("cfg", "set"): (Opcode.SETCFG, {}),
-}
+#: (unit, op) -> (opcode, fixed fields), from the instruction table
+CHIP_OPS = instructions.TEXT_OPS
 
 
 class ParseError(CompileError):
