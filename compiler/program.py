@@ -128,10 +128,10 @@ def compile_network(cfg: ChipConfig, network: Network | Graph) -> Compiled:
             f"{len(tagged) - cfg.imem_depth}); split the network or the batch")
     program = [ins for _, ins, _ in tagged]
     predicted = timing.run_cycles(cfg, program)
-    replayed = verify(cfg, program, f"network {network.name!r}")
+    replayed = verify(cfg, program, f"network {graph.name!r}")
     if replayed != predicted:
         raise ScheduleError(
-            f"network {network.name!r}: internal: the compiler predicts {predicted} cycles "
+            f"network {graph.name!r}: internal: the compiler predicts {predicted} cycles "
             f"but the program's effects end in cycle {replayed - 1}")
     image = isa.to_bytes([isa.encode(i) for i in program])
 
