@@ -49,27 +49,35 @@ def _any_conflict(xs: list[MicroOp], ys: list[MicroOp]) -> bool:
 
 
 def _reorder(blocks: list[Block]) -> list[MicroOp]:
-    """The loads of step s+1 before the MATMUL of step s, an N-block's epilogue after
-    the first MATMUL of the next N-block of the same layer, the bias of N-block b+1
-    right after the epilogue that frees its slot. A move is made only when the ops
-    moved past each other are independent."""
+    """The loads of step s+1 before the MATMUL of step s (and, at a block boundary,
+    before the block's epilogue), an N-block's epilogue after the first MATMUL of the
+    next N-block of the same layer, the bias of N-block b+1 right after the epilogue
+    that frees its slot. A move is made only when the ops moved past each other are
+    independent."""
     steps = [(b, st) for b, blk in enumerate(blocks) for st in blk.steps]
     first = steps[0][1]
     out = [m for m in first.loads if m.op is Opcode.DMA]
     for blk in blocks[:2]:
         out += blk.bias
     out += [m for m in first.loads if m.op is not Opcode.DMA]
+    held: list[MicroOp] = []        # loads that must wait for the previous epilogue
     for i, (b, st) in enumerate(steps):
         pending: list[MicroOp] = []
         if b > 0 and st is blocks[b].steps[0]:
             pending = blocks[b - 1].epilogue + (blocks[b + 1].bias if b + 1 < len(blocks)
                                                 else [])
         nxt = steps[i + 1][1].loads if i + 1 < len(steps) else []
-        if pending and (blocks[b - 1].layer != blocks[b].layer
+        if pending and (held or blocks[b - 1].layer != blocks[b].layer
                         or _any_conflict(pending, [st.matmul] + nxt)):
             out += pending
             pending = []
-        if _any_conflict(nxt, [st.matmul]):
+        out += held
+        held = []
+        if i + 1 < len(steps) and steps[i + 1][0] != b \
+                and _any_conflict(nxt, blocks[b].epilogue):
+            out.append(st.matmul)
+            held = nxt
+        elif _any_conflict(nxt, [st.matmul]):
             out += [st.matmul] + nxt
         else:
             out += nxt + [st.matmul]

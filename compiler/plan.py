@@ -7,9 +7,11 @@ addresses only if their lifetimes are disjoint.
 
 * CBUF: the UBUF (the reserved overlap region at ``cfg.ubuf_base``, ``cfg.ubuf_rows``
   rows; live throughout, so nothing else is placed there); every int8 tensor a layer
-  reads, in the resident layout (``layout.resident_rows``), from its producer (for a
-  graph input: its first reader, which loads it) to its last reader; and the scratch
-  areas the layers' rules ask for (``rules.Need``: weight ring, output staging).
+  reads, in the resident layout (``layout.resident_rows``), from its producer to its
+  last reader (a graph input: from the layer before its first reader, which loads
+  it, as the pipeliner fetches a layer's first loads during the previous layer); and
+  the scratch areas the layers' rules ask for (``rules.Need``: weight ring, output
+  staging).
 * ACC: the rules' scratch (accumulator halves, bias slots).
 * DRAM: graph inputs, the layers' parameters, graph outputs, in that order. The host
   writes the first two before the run and reads the outputs after it, so all live
@@ -253,8 +255,10 @@ def _on_chip(cfg: ChipConfig, graph: Graph, rows: Mapping[str, int]
         for t in list(dict.fromkeys(node.inputs)) + list(node.outputs):
             readers = graph.consumers(t)
             producer = graph.producer(t)
-            first = index[producer.name] if producer is not None else index[readers[0].name]
-            if readers and first == i:
+            holder = index[producer.name] if producer is not None else index[readers[0].name]
+            if readers and holder == i:
+                # a graph input's load is fetched ahead, during the layer before
+                first = holder if producer is not None else max(holder - 1, 0)
                 tensor = graph.tensor(t)
                 ask("cbuf", f"tensor {t}", layout.resident_rows(cfg, tensor.shape[1],
                                                                 rows[node.name]),

@@ -194,3 +194,18 @@ def test_bench_cycle_counts_are_unchanged():
         == 66648
     assert compile_network(BASE, cli._gemm_network(64, 64, 64, 2)).predicted_cycles == 1344
     assert compile_network(TINY, demo.mlp()).predicted_cycles == 2264
+
+
+def test_an_input_first_read_by_a_later_layer_is_fetched_during_the_layer_before():
+    rng = np.random.default_rng(118)
+    g = GraphBuilder("late_input")
+    x = g.input(rng.integers(-128, 128, (16, 8)), name="x")
+    y = g.input(rng.integers(-128, 128, (16, 12)), name="y")
+    a = g.dense(x, rng.integers(-128, 128, (8, 8)), mult=99, shift=12, name="a")
+    g.dense([a, y], rng.integers(-128, 128, (20, 5)), mult=80, shift=13, name="b")
+    graph = g.build()
+    compiled = compile_network(TINY, graph)
+    assert compiled.plan.tensor("cbuf", "y").first == 0
+    run = golden.run(TINY, compiled.image, compiled.dram)
+    assert np.array_equal(compiled.result(run.dram), reference.run(graph))
+    assert run.cycles == compiled.predicted_cycles

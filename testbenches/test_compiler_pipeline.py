@@ -87,6 +87,26 @@ def test_loads_that_overwrite_what_a_matmul_reads_stay_behind_it():
         "b0.s0.w", "b0.s0.wload", "b0.s0.mm", "b0.s1.w", "b0.s1.wload", "b0.s1.mm"]
 
 
+def _block(layer, buf, bank, acc, epilogue_dst):
+    """One step reading `buf` into ACC rows `acc`, and a VRUN from there to `epilogue_dst`."""
+    load = Step([_dma(buf), make(CFG, Opcode.WLOAD, w_addr=8 * bank, bank=bank)],
+                make(CFG, Opcode.MATMUL, act_addr=buf, rows=5, acc_addr=acc, accumulate=0,
+                     bank=bank))
+    return Block(layer, steps=[load], epilogue=[
+        make(CFG, Opcode.VRUN, src=acc, rows=5, dst=epilogue_dst, to_acc=0)])
+
+
+def test_next_block_loads_wait_for_an_epilogue_that_uses_their_rows():
+    apart = [_block(0, 100, 0, 0, 300), _block(1, 400, 1, 50, 600)]
+    same = [_block(0, 100, 0, 0, 300), _block(1, 300, 1, 50, 600)]   # loads over its output
+    assert order(apart, pipeline(CFG, apart)) == [
+        "b0.s0.w", "b0.s0.wload", "b1.s0.w", "b1.s0.wload", "b0.s0.mm", "b0.vrun",
+        "b1.s0.mm", "b1.vrun"]
+    assert order(same, pipeline(CFG, same)) == [
+        "b0.s0.w", "b0.s0.wload", "b0.s0.mm", "b0.vrun", "b1.s0.w", "b1.s0.wload",
+        "b1.s0.mm", "b1.vrun"]
+
+
 def test_the_pipelined_order_is_checked_against_the_loop_order(monkeypatch):
     blocks = [Block(0, steps=[_step(100, 0, 0, 0), _step(200, 8, 1, 1)])]
     monkeypatch.setattr(pipeliner, "_reorder", lambda blks: loop_order(blks)[::-1])

@@ -117,7 +117,8 @@ def test_a_layer_reading_several_tensors_has_them_all_live_and_apart():
     assert plan.tensor("cbuf", "y").size == 2 * 6          # two K-blocks of M rows
     assert {k: n for (layer, k), (_, n) in plan.dram_map.params.items() if layer == "j"} \
         == {"weights[0]": R, "weights[1]": 2 * R, "weights[2]": R}
-    assert plan.tensor("cbuf", "y").first == 1             # loaded by its only reader
+    # y is loaded by its only reader, 'j', and fetched ahead during layer 'a'
+    assert (plan.tensor("cbuf", "y").first, plan.tensor("cbuf", "y").last) == (0, 1)
 
 
 def test_nothing_but_the_ubuf_is_placed_in_the_ubuf():
