@@ -209,3 +209,40 @@ def test_an_input_first_read_by_a_later_layer_is_fetched_during_the_layer_before
     run = golden.run(TINY, compiled.image, compiled.dram)
     assert np.array_equal(compiled.result(run.dram), reference.run(graph))
     assert run.cycles == compiled.predicted_cycles
+
+
+def random_graph(seed: int):
+    """1-2 inputs, 1-5 dense layers each reading 1-3 earlier int8 tensors (repeats
+    allowed), int8 or int32 outputs: every tensor nobody reads is an output."""
+    rng = np.random.default_rng(seed)
+    M = int(rng.integers(1, 40))
+    g = GraphBuilder(f"random{seed}")
+    tensors = [(g.input(rng.integers(-128, 128, (M, k)), name=f"in{i}"), k)
+               for i, k in enumerate(rng.integers(1, 30, int(rng.integers(1, 3))))]
+    layers = int(rng.integers(1, 6))
+    for li in range(layers):
+        picks = [tensors[int(p)] for p in rng.choice(len(tensors), int(rng.integers(1, 4)))]
+        if li == 0:
+            picks = tensors + picks[1:]               # every input is read
+        K, N = sum(int(k) for _, k in picks), int(rng.integers(1, 30))
+        post = (dict(out_dtype="int32", relu=bool(seed & 1)) if li == layers - 1 and seed % 3
+                else dict(mult=int(rng.integers(1, 2000)), shift=int(rng.integers(10, 20)),
+                          zp=int(rng.integers(-5, 5)), relu=bool(rng.integers(2))))
+        bias = rng.integers(-3000, 3000, N) if rng.integers(2) else None
+        name = g.dense([t for t, _ in picks], rng.integers(-128, 128, (K, N)), bias,
+                       name=f"l{li}", **post)
+        if post.get("out_dtype") != "int32":
+            tensors.append((name, N))
+    return g.build()
+
+
+@pytest.mark.parametrize("seed", range(16))
+def test_random_graphs_match_numpy_on_the_golden_model(seed):
+    cfg = (TINY, BASE)[seed % 2]
+    graph = random_graph(seed)
+    compiled = compile_network(cfg, graph)
+    run = golden.run(cfg, compiled.image, compiled.dram)
+    assert run.error is ErrorCode.NONE
+    got, want = compiled.results(run.dram), reference.outputs(graph)
+    assert all(np.array_equal(got[name], want[name]) for name in want)
+    assert run.cycles == compiled.predicted_cycles
