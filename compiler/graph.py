@@ -111,7 +111,10 @@ class Graph:
         return self._consumers[tensor]
 
     def node(self, name: str) -> Node:
-        return next(n for n in self.nodes if n.name == name)
+        for n in self.nodes:
+            if n.name == name:
+                return n
+        raise KeyError(f"network {self.name!r} has no layer {name!r}")
 
 
 def _source(graph: Graph, producers: Mapping[str, Node]):

@@ -38,7 +38,7 @@ from ..arch.config import ChipConfig
 from . import layout
 from .errors import CompileError
 from .graph import Graph, as_graph
-from .rules import Need, rule_for
+from .rules import rule_for
 
 MEMORIES = ("cbuf", "acc", "dram")
 UNITS = {"cbuf": "rows", "acc": "rows", "dram": "words"}
