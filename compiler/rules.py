@@ -10,6 +10,7 @@ configuration updates (``reconfigure``) follow from the rules.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -96,13 +97,6 @@ class Emitter:
         self.tile_rows = max(r for r, _ in used)
         self.tile_cols = max(c for _, c in used)
 
-    def op(self, op: Opcode, layer: int, **fields) -> MicroOp:
-        """A checked micro-op with the routing it relies on."""
-        mop = make(self.cfg, op, layer, **fields)
-        mop.needs = gemm_routing(self.cfg, op, to_acc=bool(fields.get("to_acc")),
-                                 tile_rows=self.tile_rows, tile_cols=self.tile_cols)
-        return mop
-
 
 class DenseRule:
     """A dense layer as output blocks (per M-chunk, per N-block of ``C`` columns),
@@ -117,6 +111,14 @@ class DenseRule:
 
     def max_rows(self, cfg: ChipConfig) -> int:
         return acc_half_rows(cfg)
+
+    @staticmethod
+    def _op(em: Emitter, op: Opcode, layer: int, **fields) -> MicroOp:
+        """A checked micro-op with the routing it relies on (``gemm_routing``)."""
+        mop = make(em.cfg, op, layer, **fields)
+        mop.needs = gemm_routing(em.cfg, op, to_acc=bool(fields.get("to_acc")),
+                                 tile_rows=em.tile_rows, tile_cols=em.tile_cols)
+        return mop
 
     def macs(self, graph: Graph, node: Node) -> int:
         return graph.tensor(node.outputs[0]).shape[0] * node.op.K * node.op.N
@@ -163,6 +165,7 @@ class DenseRule:
 
     def emit(self, em: Emitter, index: int, node: Node) -> list[Block]:
         cfg, graph, plan = em.cfg, em.graph, em.plan
+        op = partial(self._op, em)
         layer: Dense = node.op
         R, C, arw, Mt = cfg.rows, cfg.cols, cfg.acc_row_words, acc_half_rows(cfg)
         out = graph.tensor(node.outputs[0])
@@ -195,9 +198,9 @@ class DenseRule:
                 em.blocks += 1
                 acc_at, bias_at = halves + half * Mt, bias_slots + half
                 if bias_dram is not None:
-                    blk.bias.append(em.op(Opcode.DMA, index, kind=DmaKind.LOAD_ACC,
-                                          dram_addr=bias_dram + nb * arw, dram_stride=arw,
-                                          buf_addr=bias_at, rows=1))
+                    blk.bias.append(op(Opcode.DMA, index, kind=DmaKind.LOAD_ACC,
+                                       dram_addr=bias_dram + nb * arw, dram_stride=arw,
+                                       buf_addr=bias_at, rows=1))
                 first = True
                 for KB, src, w_dram, a_dram in inputs:
                     for kb in range(KB):
@@ -205,17 +208,17 @@ class DenseRule:
                         # activation load
                         slot = ring + (em.steps % WEIGHT_SLOTS) * R
                         bank = em.steps % 2
-                        loads = [em.op(Opcode.DMA, index, kind=DmaKind.LOAD_CBUF,
-                                       dram_addr=w_dram + (nb * KB + kb) * R, dram_stride=1,
-                                       buf_addr=slot, rows=R)]
+                        loads = [op(Opcode.DMA, index, kind=DmaKind.LOAD_CBUF,
+                                    dram_addr=w_dram + (nb * KB + kb) * R, dram_stride=1,
+                                    buf_addr=slot, rows=R)]
                         if a_dram is not None and nb == 0:
-                            loads.append(em.op(Opcode.DMA, index, kind=DmaKind.LOAD_CBUF,
-                                               dram_addr=a_dram + kb * M + m0, dram_stride=1,
-                                               buf_addr=src + kb * Mc, rows=rows))
-                        loads.append(em.op(Opcode.WLOAD, index, w_addr=slot, bank=bank))
-                        mm = em.op(Opcode.MATMUL, index, act_addr=src + kb * Mc,
-                                   rows=rows, acc_addr=acc_at, accumulate=int(not first),
-                                   bank=bank)
+                            loads.append(op(Opcode.DMA, index, kind=DmaKind.LOAD_CBUF,
+                                            dram_addr=a_dram + kb * M + m0, dram_stride=1,
+                                            buf_addr=src + kb * Mc, rows=rows))
+                        loads.append(op(Opcode.WLOAD, index, w_addr=slot, bank=bank))
+                        mm = op(Opcode.MATMUL, index, act_addr=src + kb * Mc,
+                                rows=rows, acc_addr=acc_at, accumulate=int(not first),
+                                bank=bank)
                         blk.steps.append(Step(loads, mm))
                         em.steps += 1
                         first = False
@@ -228,24 +231,25 @@ class DenseRule:
     def _epilogue(self, em, index, layer, dtype, nb, m0, rows, M, Mc, half, acc_at,
                   bias_at, resident, stored, staging) -> list[MicroOp]:
         arw = em.cfg.acc_row_words
+        op = partial(self._op, em)
         post = dict(src=acc_at, rows=rows, bias_addr=bias_at if layer.bias is not None
                     else 0, use_bias=int(layer.bias is not None), relu=int(layer.relu))
         if dtype == "int8":
             post.update(requant=1, mult=layer.mult, shift=layer.shift, zp=layer.zp & 0xFF)
             buf = resident + nb * Mc if resident is not None else staging + half * Mc
-            ops = [em.op(Opcode.VRUN, index, to_acc=0, dst=buf, **post)]
+            ops = [op(Opcode.VRUN, index, to_acc=0, dst=buf, **post)]
             if stored is not None:
-                ops.append(em.op(Opcode.DMA, index, kind=DmaKind.STORE_CBUF,
-                                 dram_addr=stored + nb * M + m0, dram_stride=1,
-                                 buf_addr=buf, rows=rows))
+                ops.append(op(Opcode.DMA, index, kind=DmaKind.STORE_CBUF,
+                              dram_addr=stored + nb * M + m0, dram_stride=1,
+                              buf_addr=buf, rows=rows))
             return ops
         ops = []
         if layer.bias is not None or layer.relu:
             # in place: each row is read before it is rewritten
-            ops.append(em.op(Opcode.VRUN, index, to_acc=1, dst=acc_at, **post))
-        ops.append(em.op(Opcode.DMA, index, kind=DmaKind.STORE_ACC,
-                         dram_addr=stored + (nb * M + m0) * arw, dram_stride=arw,
-                         buf_addr=acc_at, rows=rows))
+            ops.append(op(Opcode.VRUN, index, to_acc=1, dst=acc_at, **post))
+        ops.append(op(Opcode.DMA, index, kind=DmaKind.STORE_ACC,
+                      dram_addr=stored + (nb * M + m0) * arw, dram_stride=arw,
+                      buf_addr=acc_at, rows=rows))
         return ops
 
 
