@@ -32,6 +32,17 @@ __all__ = ["CompileError", "DTYPES", "Dense", "Graph", "GraphBuilder", "INT32", 
            "Tensor", "TensorType", "as_graph", "gemm", "verify"]
 
 
+def _sequence(what: str, value) -> tuple:
+    """`value` as a tuple (one string: a 1-tuple), or a CompileError."""
+    if isinstance(value, str):
+        return (value,)
+    try:
+        return tuple(value)
+    except TypeError:
+        raise CompileError(f"{what} must be a list or tuple, not {type(value).__name__}") \
+            from None
+
+
 @dataclass(frozen=True)
 class Tensor:
     """A named tensor: ``shape``, ``dtype`` (``"int8"`` or ``"int32"``), ``quant``."""
@@ -58,9 +69,8 @@ class Node:
 
     def __post_init__(self):
         for what in ("inputs", "outputs"):
-            value = getattr(self, what)
-            object.__setattr__(self, what, (value,) if isinstance(value, str) else
-                               tuple(value))
+            object.__setattr__(self, what, _sequence(f"layer {self.name!r}: {what}",
+                                                     getattr(self, what)))
 
     @property
     def name(self) -> str:
@@ -84,9 +94,10 @@ class Graph:
 
     def __post_init__(self):
         for what in ("tensors", "nodes", "inputs", "outputs"):
-            value = getattr(self, what)
-            object.__setattr__(self, what, (value,) if isinstance(value, str) else
-                               tuple(value))
+            object.__setattr__(self, what, _sequence(f"Graph {what}", getattr(self, what)))
+        if not isinstance(self.data, Mapping):
+            raise CompileError(f"Graph data must map input names to arrays, not "
+                               f"{type(self.data).__name__}")
         object.__setattr__(self, "data", MappingProxyType(dict(self.data)))
         verify(self)
         producer, consumers = {}, {t.name: [] for t in self.tensors}
@@ -233,6 +244,10 @@ def verify(graph: Graph) -> None:
                                    f"a name of its own")
             producers[t] = node
 
+    for what in ("inputs", "outputs"):
+        for t in getattr(graph, what):
+            if not isinstance(t, str):
+                raise CompileError(f"{net}: {what} are tensor names, not {t!r}")
     if not graph.inputs:
         raise CompileError(f"{net} has no inputs; add one with GraphBuilder.input")
     for t in graph.inputs:
@@ -353,8 +368,8 @@ class GraphBuilder:
                                f"{', '.join(o.__name__ for o in OPS)}")
         if isinstance(op, Dense) and op.name == "dense":
             op = dataclasses.replace(op, name=f"layer{len(self._nodes)}")
-        names = (inputs,) if isinstance(inputs, str) else tuple(inputs)
         who = f"layer {op.name!r}"
+        names = _sequence(f"{who}: inputs", inputs)
         if any(n.name == op.name for n in self._nodes):
             raise CompileError(f"network {self.name!r}: layer names must be unique, and "
                                f"{op.name!r} is used twice")
@@ -362,7 +377,7 @@ class GraphBuilder:
             raise CompileError(f"{who}: a tensor named {op.name!r} already exists (a "
                                f"layer's output takes the layer's name); rename the layer")
         for t in names:
-            if t not in self._tensors:
+            if not isinstance(t, str) or t not in self._tensors:
                 raise CompileError(f"{who} reads {t!r}, which is no tensor of network "
                                    f"{self.name!r} (it has {sorted(self._tensors)}); read "
                                    f"a name that input() or a layer call returned")
@@ -416,7 +431,7 @@ class Network:
         x = integer_array(f"network {self.name!r}: input", self.input, 2, *INT8, "int8",
                           np.int8)
         object.__setattr__(self, "input", x)
-        layers = tuple(self.layers)
+        layers = _sequence(f"network {self.name!r}: layers", self.layers)
         if not layers:
             raise CompileError(f"network {self.name!r} has no layers; add at least one Dense")
         for i, layer in enumerate(layers):

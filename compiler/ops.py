@@ -47,13 +47,20 @@ class TensorType:
 def integer_array(what: str, values, ndim: int, lo: int, hi: int, kind: str,
                   dtype) -> np.ndarray:
     """`values` as a `dtype` array, or a CompileError naming the first bad element."""
-    arr = np.asarray(values)
+    try:
+        arr = np.asarray(values)
+    except (TypeError, ValueError) as e:
+        raise CompileError(f"{what} must be a {ndim}-D array of integers ({kind}): {e}") \
+            from None
+    if arr.dtype.kind == "b":
+        raise CompileError(f"{what} is a boolean array; give integers ({kind}), e.g. "
+                           f"with .astype(np.{kind})")
     if arr.ndim != ndim:
         raise CompileError(f"{what} must be a {ndim}-D array, not shape {arr.shape}")
     if any(d < 1 for d in arr.shape):
         raise CompileError(f"{what} has an empty dimension (shape {arr.shape}); "
                            f"every dimension must be at least 1")
-    if arr.dtype.kind not in "iub":
+    if arr.dtype.kind not in "iu":
         if arr.dtype.kind == "f" and np.all(np.isfinite(arr)) and np.all(arr == np.round(arr)):
             arr = arr.astype(np.int64)
         else:
@@ -116,6 +123,8 @@ class Dense:
                 raise CompileError(f"{who}: {pname} = {value!r} is out of range; it must be "
                                    f"an integer in [{lo}, {hi}]")
             object.__setattr__(self, pname, int(value))
+        if not isinstance(self.relu, (bool, np.bool_)):
+            raise CompileError(f"{who}: relu must be True or False, not {self.relu!r}")
         object.__setattr__(self, "relu", bool(self.relu))
         if self.out_dtype == "int32" and (self.mult, self.shift, self.zp) != (1, 0, 0):
             raise CompileError(f"{who}: int32 output is not requantised; leave mult, shift "

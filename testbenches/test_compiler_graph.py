@@ -38,6 +38,10 @@ def with_value(shape, index, value):
      ["'fc2'", "K = 4", "layer 'fc1' has 5 columns"]),
     (lambda: Network(A, [Dense(B, name="x"), Dense(np.ones((5, 2)), name="x")]),
      ["unique"]),
+    (lambda: gemm(A, B, relu="no"), ["'gemm'", "relu must be True or False", "'no'"]),
+    (lambda: gemm(A > 0, B), ["input is a boolean array", "integers"]),
+    (lambda: gemm(A, B > 0), ["'gemm'", "weights is a boolean array"]),
+    (lambda: Network(A, Dense(B)), ["layers must be a list or tuple", "not Dense"]),
 ])
 def test_bad_network_is_refused_with_its_reason(build, words):
     with pytest.raises(CompileError) as info:
