@@ -22,7 +22,7 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ..arch import fabric, isa, timing
+from ..arch import fabric, instructions, isa, timing
 from ..arch.config import ChipConfig
 from ..arch.isa import Opcode
 from .busy import BusyIntervals
@@ -30,7 +30,7 @@ from .config_updates import ConfigUpdateError, UpdateWindow, assign_updates, win
 from .graph import CompileError
 from .ir import MicroOp
 
-FABRIC_OPS = (Opcode.WLOAD, Opcode.MATMUL, Opcode.VRUN)
+FABRIC_OPS = tuple(op for op, entry in instructions.SPEC.items() if entry.uses_fabric)
 
 
 @dataclass(frozen=True)
