@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -18,7 +19,7 @@ from systolica.app import cli
 from systolica.arch import isa
 from systolica.arch.config import DEFAULT_LATENCY, ChipConfig, ConfigError, preset
 from systolica.compiler import CompileError, Dense, Network, compile_network, gemm
-from systolica.compiler import text
+from systolica.compiler import stp, text
 
 TINY = preset("tiny")
 A = np.ones((4, 8), dtype=np.int8)
@@ -36,6 +37,13 @@ def assert_clear(message: str, words) -> None:
 # -- the Python API ----------------------------------------------------------------------
 def layers_chain(*weights, **kw):
     return Network(A, tuple(Dense(w, name=f"fc{i}", **kw) for i, w in enumerate(weights)))
+
+
+def compile_not_utf8():
+    with tempfile.TemporaryDirectory() as d:
+        path = Path(d) / "not-utf8.stp"
+        path.write_bytes(b"x \xff\n")
+        return stp.compile_file(TINY, path)
 
 
 API = [
@@ -59,7 +67,7 @@ API = [
     ("complex", lambda: gemm(A.astype(complex), B), CompileError, ["input", "complex"]),
     ("strings", lambda: gemm(np.array([["1", "2"]]), B), CompileError, ["input", "integers"]),
     ("ragged-list", lambda: gemm([[1, 2], [3]], B), CompileError,
-     ["input", "not an array", "2-D array"]),
+     ["input", "2-D array of integers", "inhomogeneous"]),
     ("none-input", lambda: gemm(None, B), CompileError, ["input", "2-D", "None"]),
     ("scalar-input", lambda: gemm(3, B), CompileError, ["input", "2-D", "shape ()"]),
     ("1d-input", lambda: gemm(np.ones(8, np.int8), B), CompileError, ["input", "2-D", "(8,)"]),
@@ -121,13 +129,13 @@ API = [
     ("layer-name-empty", lambda: Dense(B, name=""), CompileError,
      ["name must be a non-empty string"]),
     ("compile-an-array", lambda: compile_network(TINY, A), CompileError,
-     ["network must be a Network", "ndarray", "gemm("]),
+     ["compile_network takes a Network or Graph", "ndarray"]),
     ("compile-none", lambda: compile_network(TINY, None), CompileError,
-     ["network must be a Network", "NoneType"]),
+     ["compile_network takes a Network or Graph", "NoneType"]),
     ("compile-cfg-by-name", lambda: compile_network("tiny", gemm(A, B)), CompileError,
      ["cfg must be a ChipConfig", "preset('tiny')", "str"]),
     ("compile-arguments-swapped", lambda: compile_network(gemm(A, B), TINY), CompileError,
-     ["cfg must be a ChipConfig", "Network"]),
+     ["cfg must be a ChipConfig", "not Network"]),
     ("compile-dram-overflow",
      lambda: compile_network(TINY, gemm(np.ones((100000, 8), np.int8), B)), CompileError,
      ["'gemm'", "DRAM too small", "dram_words"]),
@@ -137,6 +145,8 @@ API = [
      CompileError, ["'gemm'", "imem_depth", "split the network or the batch"]),
     ("parse-syntax", lambda: text.parse("x = read ram(\n", "p.stp"), CompileError,
      ["p.stp:1:14", "expected"]),
+    ("program-file-not-utf8", compile_not_utf8, CompileError,
+     ["not-utf8.stp:1:3", "not UTF-8", "saved as UTF-8"]),
     ("parse-undefined", lambda: text.parse("x = read ram(a)\n", "p.stp"), CompileError,
      ["p.stp:1:14", "'a' is used but never defined", "proc input"]),
 ]
@@ -452,6 +462,15 @@ STP = [
      ["case.stp:2:16", "latency read must be a positive integer"]),
     ("latency-string", 'proc p(a)\nlatency read = "x"\nx = read ram(a)\n',
      ["case.stp:2:16", "expected a latency in cycles"]),
+    ("latency-for-a-chip-unit",
+     "proc p(a)\nlatency read = 1\nlatency dma = 5\nx = read ram(a)\n",
+     ["case.stp:3:1", "latency dma", "changes nothing", "remove it"]),
+    ("latency-for-the-vector-unit",
+     'latency vpu = 9\nroute = cfg set(mux="west_feed[0]", source="cbuf.g0")\n',
+     ["case.stp:1:1", "latency vpu", "chip's own units", "remove the line"]),
+    ("latency-nothing-uses",
+     "proc p(a)\nlatency read = 1\nlatency frobnicate = 5\nx = read ram(a)\n",
+     ["case.stp:3:1", "'frobnicate'", "changes nothing", "correct the key"]),
     ("latency-missing", "proc p(a)\nx = read ram(a)\n",
      ["case.stp:2:1", "no latency for operation 'read'", "latency read = 1"]),
     ("dependency-cycle", "proc p()\nlatency add = 1\nx = add a0(y)\ny = add a1(x)\n",
@@ -471,9 +490,9 @@ STP = [
     ("only-comments", "# nothing here\n\n", ["case.stp has no statements"]),
     ("header-only", "proc p(a)\n", ["case.stp has no statements"]),
     ("not-utf8", b"\xff\xfe x = read ram(a)\n",
-     ["case.stp:1:1", "byte 0xff is not UTF-8", "save the file as UTF-8"]),
+     ["case.stp:1:1", "not UTF-8 text (byte 0xff)", "saved as UTF-8"]),
     ("not-utf8-line-3", b"proc p(a)\nlatency read = 1\nx = read r\xe4m(a)\n",
-     ["case.stp:3:11", "byte 0xe4 is not UTF-8"]),
+     ["case.stp:3:11", "not UTF-8 text (byte 0xe4)"]),
 ]
 
 

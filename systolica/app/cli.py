@@ -104,17 +104,6 @@ def _read_bytes(path: str, what: str) -> bytes:
                          f"{what}") from None
 
 
-def _read_text(path: str, what: str) -> str:
-    data = _read_bytes(path, what)
-    try:
-        return data.decode("utf-8-sig")     # a byte-order mark is still UTF-8
-    except UnicodeDecodeError as e:
-        line = data.count(b"\n", 0, e.start) + 1
-        col = e.start - (data.rfind(b"\n", 0, e.start) + 1) + 1
-        raise UsageError(f"{path}:{line}:{col}: byte 0x{data[e.start]:02x} is not UTF-8; "
-                         f"save the file as UTF-8 text") from None
-
-
 def _check_output(path: str | None, option: str) -> None:
     """Refuse an output path that cannot be written before any work is done."""
     if not path:
@@ -319,7 +308,8 @@ def cmd_schedule(args) -> int:
     _check_output(args.image, "--image")
     _check_output(args.trace, "--trace")
     filename = str(Path(args.file))
-    prog = text.parse(_read_text(args.file, TEXT_HINT), filename)
+    _read_bytes(args.file, TEXT_HINT)          # a missing or unreadable file, said plainly
+    prog = text.parse_file(args.file)
     if not prog.statements:
         raise UsageError(f"{filename} has no statements, so there is nothing to schedule; "
                          f"write one statement per line (docs/scheduling.md)")
