@@ -141,7 +141,7 @@ def schedule_chip(cfg: ChipConfig, prog: Program) -> ChipSchedule:
     values, setter = _routing(cfg, prog, prog.chip)
     statements = [st for st in prog.chip if st.component != "cfg"]
     preds = producers(statements, (*prog.inputs, *values), prog.filename)
-    order = topological_order(statements, preds)
+    order = topological_order(statements, preds, prog.filename)
     ops = to_micro_ops(cfg, [statements[i] for i in order], prog.filename)
     for op, i in zip(ops, order):
         op.needs = _needs(cfg, prog, statements[i], op, values, setter)
