@@ -310,9 +310,6 @@ def cmd_schedule(args) -> int:
     filename = str(Path(args.file))
     _read_bytes(args.file, TEXT_HINT)          # a missing or unreadable file, said plainly
     prog = text.parse_file(args.file)
-    if not prog.statements:
-        raise UsageError(f"{filename} has no statements, so there is nothing to schedule; "
-                         f"write one statement per line (docs/scheduling.md)")
     result = stp.compile_program(cfg, prog, insert_delays=args.insert_delays)
     if args.image:
         if result.chip is None:
