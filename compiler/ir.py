@@ -85,27 +85,27 @@ def make(cfg: ChipConfig, op: Opcode, layer: int = 0, **fields) -> MicroOp:
         isa.encode(mop.instr(0))
     except isa.EncodingError as e:
         raise CompileError(f"internal: {mop}: {e}") from None
-    acc = accesses(cfg, op, fields)
-    sizes = resource_sizes(cfg)
-    for a in acc:
-        if not 0 <= a.lo < a.hi <= sizes[a.resource]:
-            raise CompileError(f"internal: {mop}: {a.resource} range [{a.lo}, {a.hi}) "
-                               f"outside [0, {sizes[a.resource]})")
+    # the sequencer's ADDR_RANGE and CFG_RANGE rules, from the instruction table
     for r in instructions.ranges(cfg, op, fields):
-        # the sequencer checks untouched ranges too (a VRUN's unused bias row)
-        if not r.touched and not r.hi <= r.bound:
-            raise CompileError(f"internal: {mop}: {r.memory} range [{r.lo}, {r.hi}) "
-                               f"outside [0, {r.bound}) although unused")
-    if op is Opcode.VRUN:
-        # A VRUN into the ACC reads row i a few cycles before it writes row i: a
-        # destination starting inside its own source would read rows it has already
-        # overwritten (how many depends on the pipeline's depth).
-        if fields["to_acc"] and fields["src"] < fields["dst"] < fields["src"] + fields["rows"]:
-            raise CompileError(f"internal: {mop}: destination rows [{fields['dst']}, "
-                               f"{fields['dst'] + fields['rows']}) start inside the source "
-                               f"rows [{fields['src']}, {fields['src'] + fields['rows']}) "
-                               f"it has yet to read")
-    mop.accesses = acc
+        if not r.nonempty:
+            raise CompileError(f"{mop}: rows must be at least 1 (an instruction that "
+                               f"moves no rows faults ADDR_RANGE)")
+        if r.hi > r.bound:
+            raise CompileError(f"{mop}: its {r.memory} range [{r.lo}, {r.hi}) runs past "
+                               f"the end of that memory ({r.bound} rows on chip "
+                               f"{cfg.name!r}); use addresses inside it")
+    if op is Opcode.SETCFG and not instructions.setcfg_in_table(cfg, fields):
+        raise CompileError(f"{mop}: names a multiplexer or source the fabric does not "
+                           f"have ({len(fabric.muxes(cfg))} multiplexers)")
+    if op is Opcode.VRUN and fields["to_acc"] \
+            and fields["src"] < fields["dst"] < fields["src"] + fields["rows"]:
+        # It reads row i a few cycles before it writes row i: a destination starting
+        # inside its own source would read rows it has already overwritten.
+        raise CompileError(f"{mop}: destination rows [{fields['dst']}, "
+                           f"{fields['dst'] + fields['rows']}) start inside the source rows "
+                           f"[{fields['src']}, {fields['src'] + fields['rows']}) it has yet "
+                           f"to read; write in place (dst = src) or to disjoint rows")
+    mop.accesses = accesses(cfg, op, fields)
     return mop
 
 

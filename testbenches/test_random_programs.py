@@ -116,7 +116,7 @@ def test_regress_random_programs(chip, kind, first):
 
 # -- found on the way ------------------------------------------------------------------------
 @pytest.mark.parametrize("fields, rule", [
-    (dict(src=0, rows=4, dst=8, bias_addr=CFG.acc_depth, use_bias=0, to_acc=1), "although unused"),
+    (dict(src=0, rows=4, dst=8, bias_addr=CFG.acc_depth, use_bias=0, to_acc=1), "runs past"),
     (dict(src=0, rows=30, dst=10, to_acc=1), "start inside the source"),
 ])
 def test_compiler_rejects_vrun_the_chip_does_not_run_as_written(fields, rule):
