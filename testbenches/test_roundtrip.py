@@ -9,20 +9,19 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from systolica.arch import fabric, isa
+from systolica.arch import fabric, isa, timing
 from systolica.arch.config import preset
 from systolica.arch.isa import DmaKind, Instr, Opcode
-from systolica.compiler import text
-from systolica.compiler.chip_text import format_ops
-from systolica.compiler.ir import make
+from systolica.compiler import stp, text
+from systolica.compiler.chip_text import format_ops, parse_ops
+from systolica.compiler.ir import MicroOp, make
+from systolica.sim import randprog
 
 CFG = preset("tiny")
 OPCODES = [op for op in Opcode if op is not Opcode.ILLEGAL]
 CYCLES = st.integers(0, (1 << isa.CYCLE_BITS) - 1)
-#: Reproducible in every run (no example database left in the tree).
-settings.register_profile("roundtrip", database=None, derandomize=True, deadline=None,
-                          max_examples=150)
-settings.load_profile("roundtrip")
+#: The same examples in every run, and no example database left in the tree.
+EXAMPLES = settings(database=None, derandomize=True, deadline=None, max_examples=150)
 
 
 def fields_of(op: Opcode) -> st.SearchStrategy[dict]:
@@ -59,6 +58,7 @@ def canonical(ins: Instr) -> Instr:
 
 
 # -- encode / decode -------------------------------------------------------------------
+@EXAMPLES
 @given(instrs())
 def test_decode_inverts_encode(ins):
     word = isa.encode(ins)
@@ -67,6 +67,7 @@ def test_decode_inverts_encode(ins):
     assert isa.from_bytes(isa.to_bytes([word])) == [word]
 
 
+@EXAMPLES
 @given(st.sampled_from(OPCODES), st.data())
 def test_encode_rejects_a_field_past_its_width(op, data):
     fields = data.draw(fields_of(op))
@@ -76,6 +77,7 @@ def test_encode_rejects_a_field_past_its_width(op, data):
         isa.encode(Instr(op, 0, fields))
 
 
+@EXAMPLES
 @given(st.integers(0, (1 << isa.WORD_BITS) - 1))
 def test_any_word_decodes_and_reencodes_to_its_defined_bits(word):
     ins = isa.decode(word)
@@ -114,11 +116,13 @@ def parse_disassembly(line: str) -> Instr:
     return Instr(op, int(m["cycle"]), fields)
 
 
+@EXAMPLES
 @given(instrs())
 def test_disassembly_parses_back_to_the_instruction(ins):
     assert parse_disassembly(isa.disassemble_one(ins)) == canonical(ins)
 
 
+@EXAMPLES
 @given(st.lists(instrs(), min_size=1, max_size=12))
 def test_program_listing_reassembles_to_the_image(program):
     program = [canonical(i) for i in program]
@@ -129,6 +133,7 @@ def test_program_listing_reassembles_to_the_image(program):
     assert isa.to_bytes([isa.encode(i) for i in again]) == image
 
 
+@EXAMPLES
 @given(st.integers(0, (1 << isa.WORD_BITS) - 1))
 def test_distinct_instructions_disassemble_differently(word):
     """Disassembly is injective on what an instruction means: a word and its canonical
@@ -144,10 +149,18 @@ def test_distinct_instructions_disassemble_differently(word):
 
 
 # -- chip program text -------------------------------------------------------------------
+def routing(draw, op: MicroOp) -> dict:
+    """Random settings for some of the multiplexers `op`'s data passes."""
+    passed = [m for m in fabric.muxes(CFG) if timing.mux_use(CFG, op.instr(0), m.name)]
+    chosen = draw(st.lists(st.sampled_from(passed), unique=True)) if passed else []
+    return {m.name: draw(st.sampled_from(m.sources)) for m in chosen}
+
+
 @st.composite
 def micro_ops(draw):
-    """A micro-op the compiler accepts on CFG: every range inside its memory."""
-    op = draw(st.sampled_from(OPCODES))
+    """A micro-op the compiler accepts on CFG (every range inside its memory), with
+    random multiplexer settings on its way."""
+    op = draw(st.sampled_from([o for o in OPCODES if o is not Opcode.SETCFG]))
     R, u16 = CFG.rows, (1 << 16) - 1
 
     def start(depth: int, length: int) -> int:
@@ -168,7 +181,7 @@ def micro_ops(draw):
         f = dict(rows=rows, act_addr=start(CFG.cbuf_depth, rows),
                  acc_addr=start(CFG.acc_depth, rows), accumulate=draw(st.integers(0, 1)),
                  bank=draw(st.integers(0, 1)))
-    elif op is Opcode.VRUN:
+    else:
         to_acc = draw(st.integers(0, 1))
         rows = draw(st.integers(1, CFG.acc_depth))
         f = dict(rows=rows, src=start(CFG.acc_depth, rows), to_acc=to_acc,
@@ -179,18 +192,26 @@ def micro_ops(draw):
                  zp=draw(st.integers(0, 255)))
         if to_acc and f["src"] < f["dst"] < f["src"] + rows:
             f["dst"] = f["src"]        # a destination inside the source is refused
-    else:
-        muxes = fabric.muxes(CFG)
-        pairs = draw(st.lists(st.tuples(st.integers(0, len(muxes) - 1), st.integers(0, 15)),
-                              min_size=1, max_size=isa.SETCFG_PAIRS))
-        f = isa.setcfg_fields(pairs)
-    return make(CFG, op, **f)
+    mop = make(CFG, op, **f)
+    mop.needs = routing(draw, mop)
+    return mop
 
 
+@EXAMPLES
 @given(st.lists(micro_ops(), min_size=1, max_size=10))
 def test_chip_statements_print_and_parse_back(ops):
-    source = format_ops(CFG, ops)
-    program = text.parse(source, "<printed>")
-    again = text.to_micro_ops(CFG, program.chip, "<printed>")
-    assert [(m.op, m.fields) for m in again] == [(m.op, m.fields) for m in ops], source
+    source = format_ops(ops)
+    again = parse_ops(CFG, source, "<printed>")
+    assert [(m.op, m.fields, m.needs) for m in again] == \
+        [(m.op, m.fields, m.needs) for m in ops], source
     assert [m.accesses for m in again] == [m.accesses for m in ops]
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_printed_random_program_schedules_from_text_as_from_ops(seed):
+    """A random legal program's ops printed as text and scheduled by the program-text
+    path (routes as ``cfg set`` values) give the very program the ops give directly."""
+    prog = randprog.legal(CFG, seed)
+    source = format_ops(list(prog.ops))
+    from_text = stp.schedule_chip(CFG, text.parse(source, f"<seed {seed}>")).program
+    assert from_text == list(prog.program), source

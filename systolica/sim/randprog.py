@@ -30,9 +30,10 @@ import numpy as np
 
 from .. import golden
 from ..arch import fabric, isa, timing
-from ..arch.config import ChipConfig, preset
+from ..arch.config import PRESETS, ChipConfig, preset
 from ..arch.isa import DmaKind, Instr, Opcode
 from ..arch.regs import ErrorCode
+from ..compiler.chip_text import format_ops
 from ..compiler.config_updates import ConfigUpdateError
 from ..compiler.ir import MicroOp, make
 from ..compiler.reconfigure import add_updates
@@ -66,11 +67,11 @@ class RandomProgram:
     program was made to raise, ``(code, pc, cycle)``, None for a legal one.
     """
     seed: int
-    cfg: ChipConfig
-    ops: tuple[MicroOp, ...]
-    program: tuple[Instr, ...]
-    dram: np.ndarray
-    readback: tuple[tuple[int, int], ...]
+    cfg: ChipConfig = field(repr=False)
+    ops: tuple[MicroOp, ...] = field(repr=False)
+    program: tuple[Instr, ...] = field(repr=False)
+    dram: np.ndarray = field(repr=False)
+    readback: tuple[tuple[int, int], ...] = field(repr=False)
     category: str = "legal"
     expect: tuple[ErrorCode, int, int] | None = None
     note: str = ""
@@ -102,6 +103,11 @@ class RandomProgram:
     def listing(self) -> str:
         return "\n".join(f"{pc:5d} {isa.disassemble_one(i)}"
                          for pc, i in enumerate(self.program))
+
+    def text(self) -> str:
+        """The micro-ops as program text: ``systolica schedule`` turns it into the
+        legal program again (an illegal one's mistake is in its instructions only)."""
+        return format_ops(list(self.ops))
 
 
 # -- legal programs ----------------------------------------------------------------------
@@ -683,14 +689,16 @@ def main(argv: list[str] | None = None) -> int:
         description="Generate the random program of a seed, print it, and run it on the "
                     "RTL against the golden model.")
     parser.add_argument("seed", type=int, nargs="+")
-    parser.add_argument("--config", default="tiny",
-                        help=f"chip preset or variant ({', '.join(VARIANTS)}; default tiny)")
+    parser.add_argument("--config", default="tiny", choices=[*PRESETS, *VARIANTS],
+                        help="chip preset or variant (default tiny)")
     parser.add_argument("--illegal", action="store_true",
                         help="the seed's illegal program instead of its legal one")
     parser.add_argument("--category", choices=CATEGORIES,
                         help="with --illegal: the kind of mistake (default from the seed)")
     parser.add_argument("--no-rtl", action="store_true",
                         help="only print the program and the golden model's result")
+    parser.add_argument("--stp", metavar="FILE",
+                        help="also write the (first) seed's micro-ops as program text")
     args = parser.parse_args(argv)
     cfg = config(args.config)
     progs = [illegal(cfg, s, args.category) if args.illegal else legal(cfg, s)
@@ -698,9 +706,15 @@ def main(argv: list[str] | None = None) -> int:
     for p in progs:
         print(f"# seed {p.seed}: {p.category}" + (f" ({p.note})" if p.note else ""))
         print(p.listing())
-        gold = expected(p)
-        print(f"# golden: {gold.error.name} pc {gold.fault_pc} cycle {gold.fault_cycle}, "
-              f"cycles {gold.cycles}, macs {gold.macs}")
+        try:
+            gold = expected(p)
+            print(f"# golden: {gold.error.name} pc {gold.fault_pc} cycle "
+                  f"{gold.fault_cycle}, cycles {gold.cycles}, macs {gold.macs}")
+        except golden.GoldenError as e:
+            print(f"# golden: rejects the program: {e}")
+    if args.stp:
+        with open(args.stp, "w") as f:
+            f.write(progs[0].text())
     if args.no_rtl:
         return 0
     failures = check_on_rtl(progs)
