@@ -316,16 +316,18 @@ class _Builder:
         use_bias = int(bias is not None)
         to_acc = int(rng.random() < 0.3)
         if to_acc:
-            # The destination is the source itself or disjoint from it and from the
-            # bias row: a VRUN reads row i while writing an earlier one, so a partial
-            # overlap would make the result depend on the pipeline's depth.
-            for _ in range(8):
-                dst = s if rng.random() < 0.3 else self.place("acc", n)
-                if (dst == s or dst + n <= s or s + n <= dst) \
-                        and not (use_bias and dst <= bias_addr < dst + n):
-                    break
+            # In place, below the source (overlapping or not) or above it: a VRUN
+            # reads row i a few cycles before it writes row i, so a destination that
+            # starts inside its source would read rows it has already rewritten.
+            r = rng.random()
+            if r < 0.3:
+                dst = s
+            elif r < 0.5:
+                dst = int(rng.integers(max(0, s - n), s + 1))
             else:
-                to_acc, dst = 0, self.place("cbuf", n)
+                dst = self.place("acc", n)
+            if s < dst < s + n:
+                dst = s + n if s + 2 * n <= cfg.acc_depth else s
         else:
             dst = self.place("cbuf", n)
         shift = int(rng.integers(0, 64) if rng.random() < 0.2 else rng.integers(6, 24))
