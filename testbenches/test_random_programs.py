@@ -96,15 +96,18 @@ def test_illegal_programs_fault_where_they_were_broken(category):
 
 
 # -- on the RTL ----------------------------------------------------------------------------
+@pytest.mark.rtl
 def test_random_legal_programs_match_golden():
     check(legal(QUICK_LEGAL))
 
 
+@pytest.mark.rtl
 def test_random_illegal_programs_fault_like_golden():
     check(illegal(QUICK_ILLEGAL))
 
 
 @pytest.mark.regress
+@pytest.mark.rtl
 @pytest.mark.parametrize("chip, kind, first", [
     pytest.param(chip, kind, first, id=f"{chip}-{kind}-{first}")
     for chip, kind, seeds in REGRESS for first in seeds[::CHUNK]])
