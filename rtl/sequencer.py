@@ -9,12 +9,17 @@ from systolica.arch.config import ChipConfig
 from systolica.arch.isa import DmaKind, Opcode
 from systolica.arch.regs import ErrorCode
 
-PC_BITS = 16
+from .mux_guard import MuxGuard
+from .ports import PC_BITS, Issue, RunControl, check_config
 
 
 class Sequencer(wiring.Component):
     """Holds the program memory and issues instruction ``pc`` when the cycle counter
-    equals its ``cycle`` field, strobing its unit's ``issue`` with the payload.
+    equals its ``cycle`` field, strobing its unit's issue port with the payload.
+
+    Members: ``ctrl`` (:class:`~.ports.RunControl`, from the register file) and one
+    :class:`~.ports.Issue` port per unit (:attr:`UNITS`; ``fabric``, the configuration
+    registers, without a handshake).
 
     Faults (see ``docs/contract.md``) stop issue, latch the error code, the program
     index and the cycle, and end the run; so does the end of the program once every
@@ -23,54 +28,52 @@ class Sequencer(wiring.Component):
     the schedule that runs.
     """
 
-    UNITS = ("dma", "wload", "mm", "vpu", "cfg")
+    #: Issue port -> the opcode it carries.
+    UNITS = {"dma": Opcode.DMA, "wload": Opcode.WLOAD, "mm": Opcode.MATMUL,
+             "vpu": Opcode.VRUN, "fabric": Opcode.SETCFG}
 
-    def __init__(self, cfg: ChipConfig):
-        self.cfg = cfg
-        members = {
-            "start": In(1), "prog_len": In(32),
-            "imem_we": In(1), "imem_waddr": In(32), "imem_wdata": In(isa.WORD_BITS),
-            "all_drained": In(1),
-            "payload": Out(isa.PAYLOAD_BITS),
-            "running": Out(1), "done": Out(1), "fault": Out(1),
-            "error": Out(ErrorCode_shape()), "fault_pc": Out(PC_BITS),
-            "cycle": Out(isa.CYCLE_BITS),
-        }
-        for u in self.UNITS:
-            members[f"{u}_issue"] = Out(1)
-            if u != "cfg":
-                members[f"{u}_ready"] = In(1)
+    def __init__(self, *, cfg: ChipConfig):
+        self.cfg = check_config(cfg, "Sequencer")
+        members = {"ctrl": In(RunControl())}
+        for name, op in self.UNITS.items():
+            members[name] = Out(Issue(isa.PAYLOAD[op], handshake=op is not Opcode.SETCFG))
         super().__init__(members)
 
     def elaborate(self, platform):
         m = Module()
-        cfg = self.cfg
+        cfg, ctrl = self.cfg, self.ctrl
+        running, cycle = ctrl.running, ctrl.cycle
         m.submodules.imem = imem = memory.Memory(shape=isa.WORD_BITS, depth=cfg.imem_depth,
                                                  init=[])
         wr = imem.write_port()
         rd = imem.read_port()
-        m.d.comb += [wr.addr.eq(self.imem_waddr), wr.data.eq(self.imem_wdata),
-                     wr.en.eq(self.imem_we & (self.imem_waddr < cfg.imem_depth))]
+        m.d.comb += [wr.addr.eq(ctrl.imem.addr), wr.data.eq(ctrl.imem.data),
+                     wr.en.eq(ctrl.imem.en & (ctrl.imem.addr < cfg.imem_depth))]
 
         pc = Signal(PC_BITS)
         ir = data.View(isa.Word, rd.data)
         issue = Signal()
-        m.d.comb += [rd.addr.eq(Mux(self.running, pc + issue, 0)),
-                     self.payload.eq(ir.payload)]
+        m.d.comb += rd.addr.eq(Mux(running, pc + issue, 0))
 
-        head = self.running & (pc < self.prog_len)
+        head = running & (pc < ctrl.prog_len)
         opcode = Value.cast(ir.opcode)
         legal = (opcode >= Opcode.DMA) & (opcode <= Opcode.SETCFG)
-        due = ir.cycle == self.cycle
-        late = ir.cycle < self.cycle
-        ready = Array([Const(1), self.dma_ready, self.wload_ready, self.mm_ready,
-                       self.vpu_ready, Const(1)] + [Const(1)] * 10)[opcode]
+        due = ir.cycle == cycle
+        late = ir.cycle < cycle
+        units = [getattr(self, name) for name in self.UNITS]
+        ready = Array([Const(1)] + [u.ready if u.signature.handshake else Const(1)
+                                    for u in units] + [Const(1)] * 10)[opcode]
         in_range, cfg_ok = self._range_checks(m, ir)
         cfg_limit_ok = self._update_limits(m, ir)
+        m.submodules.guard = guard = MuxGuard(cfg=cfg)
+        m.d.comb += [guard.clear.eq(ctrl.start & ~running), guard.issue.eq(issue),
+                     guard.opcode.eq(ir.opcode), guard.payload.eq(ir.payload),
+                     guard.setcfg.eq(ir.payload[:guard.setcfg.shape().size])]
+        in_use = (opcode == Opcode.SETCFG) & guard.in_use
 
         fault = Signal()
-        code = Signal.like(self.error)
-        with m.If(self.running & (self.cycle == 0) & (self.prog_len > cfg.imem_depth)):
+        code = Signal.like(ctrl.error)
+        with m.If(running & (cycle == 0) & (ctrl.prog_len > cfg.imem_depth)):
             m.d.comb += [fault.eq(1), code.eq(ErrorCode.PROG_RANGE)]
         with m.Elif(head & ~legal):
             m.d.comb += [fault.eq(1), code.eq(ErrorCode.ILLEGAL_OPCODE)]
@@ -84,22 +87,26 @@ class Sequencer(wiring.Component):
             m.d.comb += [fault.eq(1), code.eq(ErrorCode.CFG_RANGE)]
         with m.Elif(head & due & ~cfg_limit_ok):
             m.d.comb += [fault.eq(1), code.eq(ErrorCode.CFG_LIMIT)]
+        with m.Elif(head & due & in_use):
+            m.d.comb += [fault.eq(1), code.eq(ErrorCode.CFG_IN_USE)]
         with m.Elif(head & due):
             m.d.comb += issue.eq(1)
-        for k, u in enumerate(self.UNITS):
-            m.d.comb += getattr(self, f"{u}_issue").eq(issue & (opcode == Opcode.DMA + k))
+        for unit, op in zip(units, self.UNITS.values()):
+            m.d.comb += [unit.valid.eq(issue & (opcode == op)),
+                         unit.payload.eq(ir.payload[:unit.payload.shape().size])]
 
-        finished = self.running & ~head & self.all_drained & ~fault
-        m.d.comb += [self.done.eq(finished), self.fault.eq(fault)]
-        with m.If(self.start & ~self.running):
-            m.d.sync += [self.running.eq(1), pc.eq(0), self.cycle.eq(0),
-                         self.error.eq(ErrorCode.NONE), self.fault_pc.eq(0)]
+        all_drained = Cat(*(u.drained for u in units if u.signature.handshake)).all()
+        finished = running & ~head & all_drained & ~fault
+        m.d.comb += [ctrl.done.eq(finished), ctrl.fault.eq(fault)]
+        with m.If(ctrl.start & ~running):
+            m.d.sync += [running.eq(1), pc.eq(0), cycle.eq(0),
+                         ctrl.error.eq(ErrorCode.NONE), ctrl.fault_pc.eq(0)]
         with m.Elif(fault):
-            m.d.sync += [self.running.eq(0), self.error.eq(code), self.fault_pc.eq(pc)]
+            m.d.sync += [running.eq(0), ctrl.error.eq(code), ctrl.fault_pc.eq(pc)]
         with m.Elif(finished):
-            m.d.sync += self.running.eq(0)
-        with m.Elif(self.running):
-            m.d.sync += [self.cycle.eq(self.cycle + 1), pc.eq(pc + issue)]
+            m.d.sync += running.eq(0)
+        with m.Elif(running):
+            m.d.sync += [cycle.eq(cycle + 1), pc.eq(pc + issue)]
         return m
 
     def _update_limits(self, m, ir):
@@ -111,7 +118,7 @@ class Sequencer(wiring.Component):
         pairs = sc.more + 1
         ok = pairs <= cfg.max_config_updates_per_cycle
         if cfg.config_update_interval > 1:
-            ok = ok & (self.cycle % cfg.config_update_interval == 0)
+            ok = ok & (self.ctrl.cycle % cfg.config_update_interval == 0)
         muxes = fabric.muxes(cfg)
         domains = fabric.domains(cfg)
         domain_of = Array([Const(domains.index(x.domain), 4) for x in muxes]
@@ -172,6 +179,3 @@ class Sequencer(wiring.Component):
         m.d.comb += cfg_ok.eq((op != Opcode.SETCFG) | Cat(*pair_ok).all())
         return in_range, cfg_ok
 
-
-def ErrorCode_shape():  # noqa: N802 (a shape, used like a type)
-    return range(max(ErrorCode) + 1)
