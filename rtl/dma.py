@@ -6,7 +6,7 @@ from amaranth.lib.wiring import In, Out
 
 from systolica.arch import isa
 from systolica.arch.config import ChipConfig
-from systolica.arch.isa import DmaKind, Opcode
+from systolica.arch.isa import Opcode
 
 from .ports import DramMaster, Issue, buffer_read, buffer_write, check_config
 

@@ -1,7 +1,7 @@
 """The two units that drive the grid: the weight loader (north edge) and the matmul
 unit (west edge in, south edge out into the accumulator buffer)."""
 
-from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal
+from amaranth.hdl import Array, Cat, Module, Mux, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 

@@ -162,7 +162,8 @@ class VpuTB(BlockTB):
             t = self.cycle
             self.set("issue__valid", int(t in at))
             self.set("issue__payload", pack_fields(VRUN, at[t]) if t in at else 0)
-            self.set("acc_read__data", pack(self.acc[read_addr], 32) if read_addr is not None else 0)
+            self.set("acc_read__data",
+                     pack(self.acc[read_addr], 32) if read_addr is not None else 0)
             await self.settle()
             ready[t], drained[t] = self.get("issue__ready"), self.get("issue__drained")
             read_addr = self.get("acc_read__addr")
