@@ -123,15 +123,18 @@ def in_use_runs():
 @pytest.mark.parametrize("case", list(IN_USE))
 def test_setcfg_on_a_multiplexer_in_use_faults(in_use_runs, case):
     """CFG_IN_USE stops the run at the SETCFG, with its program index and cycle; the
-    cycle after the window the same SETCFG is legal."""
+    cycle after the window the same SETCFG is legal. The golden model agrees."""
     program, (code, pc, cycle) = IN_USE[case]
     res = in_use_runs[case]
+    gold = golden.run(CFG, image(program), np.zeros((CFG.dram_words, R), np.uint8))
     assert res["irq"] and not res["timed_out"]
     assert res["error_name"] == code.name
+    assert gold.error == code
     if code is ErrorCode.NONE:
-        assert res["cycles"] == timing.run_cycles(CFG, program)
+        assert res["cycles"] == gold.cycles == timing.run_cycles(CFG, program)
     else:
         assert (res["fault_pc"], res["fault_cycle"], res["cycles"]) == (pc, cycle, cycle)
+        assert (gold.fault_pc, gold.fault_cycle) == (pc, cycle)
 
 
 def _routing_program(settings: dict[str, str]) -> tuple[list[Instr], np.ndarray]:
