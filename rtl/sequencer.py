@@ -4,9 +4,9 @@ from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal, Value
 from amaranth.lib import data, memory, wiring
 from amaranth.lib.wiring import In, Out
 
-from systolica.arch import fabric, isa
+from systolica.arch import fabric, instructions, isa
 from systolica.arch.config import ChipConfig
-from systolica.arch.isa import DmaKind, Opcode
+from systolica.arch.isa import Opcode
 from systolica.arch.regs import ErrorCode
 
 from .mux_guard import MuxGuard
@@ -29,14 +29,15 @@ class Sequencer(wiring.Component):
     """
 
     #: Issue port -> the opcode it carries.
-    UNITS = {"dma": Opcode.DMA, "wload": Opcode.WLOAD, "mm": Opcode.MATMUL,
-             "vpu": Opcode.VRUN, "fabric": Opcode.SETCFG}
+    UNITS = {("fabric" if entry.unit == "cfg" else entry.unit): op   # cfg: the config
+             for op, entry in instructions.SPEC.items()}                # object's name
 
     def __init__(self, *, cfg: ChipConfig):
         self.cfg = check_config(cfg, "Sequencer")
         members = {"ctrl": In(RunControl())}
         for name, op in self.UNITS.items():
-            members[name] = Out(Issue(isa.PAYLOAD[op], handshake=op is not Opcode.SETCFG))
+            members[name] = Out(Issue(isa.PAYLOAD[op],
+                                      handshake=instructions.SPEC[op].handshake))
         super().__init__(members)
 
     def elaborate(self, platform):
@@ -57,7 +58,7 @@ class Sequencer(wiring.Component):
 
         head = running & (pc < ctrl.prog_len)
         opcode = Value.cast(ir.opcode)
-        legal = (opcode >= Opcode.DMA) & (opcode <= Opcode.SETCFG)
+        legal = Cat(*(opcode == op for op in instructions.SPEC)).any()
         due = ir.cycle == cycle
         late = ir.cycle < cycle
         units = [getattr(self, name) for name in self.UNITS]
@@ -141,34 +142,16 @@ class Sequencer(wiring.Component):
             layout = isa.PAYLOAD[op]
             return data.View(layout, Value.cast(ir.payload)[:layout.size])
 
-        dma, wl, mm = view(Opcode.DMA), view(Opcode.WLOAD), view(Opcode.MATMUL)
-        vr, sc = view(Opcode.VRUN), view(Opcode.SETCFG)
-
-        kind = Value.cast(dma.kind)
-        acc_kind = (kind == DmaKind.LOAD_ACC) | (kind == DmaKind.STORE_ACC)
-        per_row = Mux(acc_kind, cfg.acc_row_words, 1)
-        dram_end = dma.dram_addr + (dma.rows - 1) * dma.dram_stride + per_row
-        dma_ok = ((dma.rows != 0) & (dram_end <= cfg.dram_words)
-                  & (dma.buf_addr + dma.rows <= Mux(acc_kind, cfg.acc_depth, cfg.cbuf_depth)))
-        wl_ok = wl.w_addr + cfg.rows <= cfg.cbuf_depth
-        mm_ok = ((mm.rows != 0) & (mm.act_addr + mm.rows <= cfg.cbuf_depth)
-                 & (mm.acc_addr + mm.rows <= cfg.acc_depth))
-        vr_ok = ((vr.rows != 0) & (vr.src + vr.rows <= cfg.acc_depth)
-                 & (vr.bias_addr < cfg.acc_depth)
-                 & (vr.dst + vr.rows <= Mux(vr.to_acc, cfg.acc_depth, cfg.cbuf_depth)))
+        # ADDR_RANGE: each instruction's ranges and bounds from its table entry
         in_range = Signal()
         with m.Switch(op):
-            with m.Case(Opcode.DMA):
-                m.d.comb += in_range.eq(dma_ok)
-            with m.Case(Opcode.WLOAD):
-                m.d.comb += in_range.eq(wl_ok)
-            with m.Case(Opcode.MATMUL):
-                m.d.comb += in_range.eq(mm_ok)
-            with m.Case(Opcode.VRUN):
-                m.d.comb += in_range.eq(vr_ok)
+            for opcode, entry in instructions.SPEC.items():
+                with m.Case(opcode):
+                    m.d.comb += in_range.eq(entry.in_range(cfg, view(opcode), select=Mux))
             with m.Default():
                 m.d.comb += in_range.eq(1)
 
+        sc = view(Opcode.SETCFG)
         muxes = fabric.muxes(cfg)
         n_sources = Array([Const(len(x.sources), 5) for x in muxes]
                           + [Const(0, 5)] * (256 - len(muxes)))
