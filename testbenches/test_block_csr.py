@@ -11,7 +11,7 @@ NAME = "csr"
 @pytest.fixture(scope="module")
 def build():
     from systolica.rtl.csr import RegisterFile
-    return build_block(NAME, lambda: RegisterFile(tb_csr.CFG), tb_csr.CFG.key)
+    return build_block(NAME, lambda: RegisterFile(cfg=tb_csr.CFG), tb_csr.CFG.key)
 
 
 @pytest.mark.parametrize("group", list(tb_csr.GROUPS))

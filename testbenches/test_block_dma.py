@@ -11,7 +11,7 @@ NAME = "dma"
 @pytest.fixture(scope="module")
 def build():
     from systolica.rtl.dma import Dma
-    return build_block(NAME, lambda: Dma(tb_dma.CFG), tb_dma.CFG.key)
+    return build_block(NAME, lambda: Dma(cfg=tb_dma.CFG), tb_dma.CFG.key)
 
 
 @pytest.mark.parametrize("case", list(tb_dma.CASES))

@@ -12,7 +12,7 @@ NAME = "fabric_regs"
 @pytest.fixture(scope="module")
 def build():
     from systolica.rtl.fabric_regs import FabricRegs
-    return build_block(NAME, lambda: FabricRegs(tb_fabric_regs.CFG), tb_fabric_regs.CFG.key)
+    return build_block(NAME, lambda: FabricRegs(cfg=tb_fabric_regs.CFG), tb_fabric_regs.CFG.key)
 
 
 def test_fabric_regs(build):

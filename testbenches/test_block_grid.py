@@ -11,7 +11,7 @@ NAME = "grid"
 @pytest.fixture(scope="module")
 def build():
     from systolica.rtl.array import Grid
-    return build_block(NAME, lambda: Grid(tb_grid.CFG), tb_grid.CFG.key)
+    return build_block(NAME, lambda: Grid(cfg=tb_grid.CFG), tb_grid.CFG.key)
 
 
 @pytest.mark.parametrize("case", list(tb_grid.CASES))

@@ -11,7 +11,7 @@ NAME = "matmul_unit"
 @pytest.fixture(scope="module")
 def build():
     from systolica.rtl.matmul import MatmulUnit
-    return build_block(NAME, lambda: MatmulUnit(tb_matmul_unit.CFG), tb_matmul_unit.CFG.key)
+    return build_block(NAME, lambda: MatmulUnit(cfg=tb_matmul_unit.CFG), tb_matmul_unit.CFG.key)
 
 
 @pytest.mark.parametrize("group", list(tb_matmul_unit.GROUPS))

@@ -14,7 +14,7 @@ INTERVAL = 3   # the second build: SETCFG only on multiples of 3
 def _build(interval: int):
     from systolica.rtl.sequencer import Sequencer
     cfg = tb_sequencer.CFG.replace(config_update_interval=interval)
-    return build_block(NAME, lambda: Sequencer(cfg), cfg.key)
+    return build_block(NAME, lambda: Sequencer(cfg=cfg), cfg.key)
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,7 @@ NAME = "tile"
 @pytest.fixture(scope="module")
 def build():
     from systolica.rtl.array import Tile
-    return build_block(NAME, lambda: Tile(tb_tile.N), f"n{tb_tile.N}")
+    return build_block(NAME, lambda: Tile(n=tb_tile.N), f"n{tb_tile.N}")
 
 
 @pytest.mark.parametrize("case", list(tb_tile.CASES))

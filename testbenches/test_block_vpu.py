@@ -11,7 +11,7 @@ NAME = "vpu"
 @pytest.fixture(scope="module")
 def build():
     from systolica.rtl.vpu import VectorUnit
-    return build_block(NAME, lambda: VectorUnit(tb_vpu.CFG), tb_vpu.CFG.key)
+    return build_block(NAME, lambda: VectorUnit(cfg=tb_vpu.CFG), tb_vpu.CFG.key)
 
 
 @pytest.mark.parametrize("case", list(tb_vpu.CASES))

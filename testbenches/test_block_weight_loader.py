@@ -12,7 +12,7 @@ NAME = "weight_loader"
 @pytest.fixture(scope="module")
 def build():
     from systolica.rtl.matmul import WeightLoader
-    return build_block(NAME, lambda: WeightLoader(tb_weight_loader.CFG),
+    return build_block(NAME, lambda: WeightLoader(cfg=tb_weight_loader.CFG),
                        tb_weight_loader.CFG.key)
 
 
