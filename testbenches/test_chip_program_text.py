@@ -7,12 +7,15 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from conftest import run_on_rtl
 from systolica import golden
 from systolica.arch import timing
 from systolica.compiler.stp import compile_file
 from systolica.arch.config import preset
+
+pytestmark = pytest.mark.rtl
 
 CFG = preset("tiny")
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "gemm_tiny.stp"
