@@ -165,5 +165,9 @@ def test_a_failed_build_names_the_design_and_shows_the_log(tmp_path, monkeypatch
     with pytest.raises(verilated.BuildError, match=r"(?s)Verilator build of block-cell "
                                                    r"failed.*build\.log ends:.*%Error"):
         verilated.build(broken)
-    assert not (tmp_path / "verilated" / "block-cell" /
-                verilated.digest(broken)[:16] / "build.stamp").exists()
+    out = tmp_path / "verilated" / "block-cell" / verilated.digest(broken)[:16]
+    assert (out / "build.log").exists() and not (out / "build.stamp").exists()
+    (out / "build.log").unlink()
+    with pytest.raises(verilated.BuildError, match="Verilator build of block-cell failed"):
+        verilated.build(broken)     # the same error, without building again
+    assert not (out / "build.log").exists()

@@ -287,18 +287,23 @@ def digest(design: Design) -> str:
 
 # -- building ---------------------------------------------------------------------------
 
-_built: dict[str, Path] = {}
+_built: dict[tuple[str, str], Path] = {}     # (build root, digest) -> directory
+_failed: dict[tuple[str, str], str] = {}    # ... -> the error
 
 
 def build(design: Design) -> Path:
     """Build (or reuse) the simulator of ``design``; return its directory, which holds
     the generated ``design.v``, ``build.log``, ``build.time`` (seconds) and the
-    Verilator output in ``sim_build/`` (the ``build_dir`` for cocotb's runner)."""
-    key = digest(design)
-    if key in _built:
-        return _built[key]
+    Verilator output in ``sim_build/`` (the ``build_dir`` for cocotb's runner). A build
+    that failed is not tried again in the same process: every later call raises the
+    same error at once."""
+    key, root = digest(design), build_root()
+    if (str(root), key) in _built:
+        return _built[str(root), key]
+    if (str(root), key) in _failed:
+        raise BuildError(_failed[str(root), key])
     setup_verilator()
-    family = build_root() / "verilated" / (design.label + ("-waves" if design.waves else ""))
+    family = root / "verilated" / (design.label + ("-waves" if design.waves else ""))
     out = family / key[:16]
     out.mkdir(parents=True, exist_ok=True)
     sim_build, stamp = out / "sim_build", out / "build.stamp"
@@ -306,9 +311,13 @@ def build(design: Design) -> Path:
         if stamp.exists() and stamp.read_text() == key and (sim_build / design.top).exists():
             stamp.touch()   # in use: not stale for pruning
         else:
-            _verilate(design, out, key)
+            try:
+                _verilate(design, out, key)
+            except BuildError as exc:
+                _failed[str(root), key] = str(exc)
+                raise
             _prune(family, keep=out)
-    _built[key] = out
+    _built[str(root), key] = out
     return out
 
 
