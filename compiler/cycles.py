@@ -15,12 +15,12 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from bisect import bisect_left, bisect_right
-from collections import deque
+from collections import defaultdict, deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from ..arch.config import ChipConfig
+from .busy import BusyIntervals
 from .graph import CompileError
 from .text import Program, Statement, format_statement
 
@@ -261,33 +261,6 @@ def _mismatch(statements, preds, lat, rank, s: int, p: int, q: int, rp: int, rq:
         f"--insert-delays")
 
 
-class _BusyUnits:
-    """Busy cycles per component, coalesced into disjoint sorted intervals."""
-
-    def __init__(self):
-        self.starts: dict[str, list[int]] = {}
-        self.ends: dict[str, list[int]] = {}
-
-    def clash_end(self, unit: str, lo: int, hi: int) -> int | None:
-        starts = self.starts.get(unit)
-        if not starts:
-            return None
-        k = bisect_left(starts, hi) - 1
-        if k >= 0 and self.ends[unit][k] > lo:
-            return self.ends[unit][k]
-        return None
-
-    def add(self, unit: str, lo: int, hi: int) -> None:
-        starts = self.starts.setdefault(unit, [])
-        ends = self.ends.setdefault(unit, [])
-        a = bisect_left(ends, lo)                 # first interval ending at/after lo
-        b = bisect_right(starts, hi)              # intervals starting at/before hi
-        if a < b:                                 # touching or overlapping: merge
-            lo, hi = min(lo, starts[a]), max(hi, ends[b - 1])
-        starts[a:b] = [lo]
-        ends[a:b] = [hi]
-
-
 def _check_overlap(slots: list[Slot], filename: str) -> None:
     by_unit: dict[str, list[Slot]] = {}
     for s in slots:
@@ -359,7 +332,7 @@ def assign_cycles(latency: Mapping[str, int] | ChipConfig, statements: Sequence[
         root_of[i], rel[i] = groups.find(i)
         members.setdefault(root_of[i], []).append(i)
     cycle = [0] * n
-    busy = _BusyUnits()
+    busy: dict[str, BusyIntervals] = defaultdict(BusyIntervals)   # per component
     # inserted delay registers occupy their own components and run in the gaps
     for root in sorted(members, key=lambda r: min(members[r])):
         group = members[root]
@@ -374,14 +347,14 @@ def assign_cycles(latency: Mapping[str, int] | ChipConfig, statements: Sequence[
             moved = False
             for i in group:
                 lo = rel[i] + base + shift
-                end = busy.clash_end(statements[i].component, lo, lo + occ[i])
+                end = busy[statements[i].component].clash_end(lo, lo + occ[i])
                 if end is not None:
                     shift += end - lo
                     moved = True
                     break
         for i in group:
             cycle[i] = rel[i] + base + shift
-            busy.add(statements[i].component, cycle[i], cycle[i] + occ[i])
+            busy[statements[i].component].add(cycle[i], cycle[i] + occ[i])
 
     result = [Slot(st, cycle[i], 0, st.component, occ[i], lat[i])
               for i, st in enumerate(statements)]
@@ -444,10 +417,39 @@ def _insert_delays(statements, slots, delays, cycle, lat) -> list[Slot]:
     return out
 
 
+def check_latency(cfg: ChipConfig, program: Program) -> None:
+    """Every ``latency`` line of `program` must change some datapath statement's
+    latency or occupancy; a line that changes nothing cannot be meant. The chip's own
+    keys (``cfg.latency``: memory reads, the vector unit) are fixed by its RTL, so they
+    only count where a datapath statement uses them."""
+    table = {**cfg.latency, **program.latency}
+    used = set()
+    for st in program.datapath:
+        specific, general = latency_keys(st.op, st.component)
+        used.add(specific if specific in table else general)
+        used.add(f"{specific}.occupancy")
+    for key in program.latency:
+        if key in used:
+            continue
+        line, col = program.latency_at.get(key, (1, 1))
+        if key in cfg.latency:
+            why = (f"'{key}' is a latency of the chip's own units, which the {cfg.name} "
+                   f"chip's RTL fixes at {cfg.latency[key]}; latency lines set the "
+                   f"latency of datapath components only (remove the line, or give the "
+                   f"chip another configuration)")
+        else:
+            why = (f"no datapath statement uses '{key}', so the line changes nothing (a "
+                   f"statement `op comp(...)` takes `op.<comp without digits>`, else `op`, "
+                   f"and occupancy `op.<comp without digits>.occupancy`); remove it or "
+                   f"correct the key")
+        raise CycleError(f"{program.filename}:{line}:{col}: latency {key}: {why}")
+
+
 def schedule_program(cfg: ChipConfig, program: Program, *,
                      insert_delays: bool = False) -> Schedule:
     """The datapath statements of `program` with its latency directives over
-    ``cfg.latency``."""
+    ``cfg.latency`` (each of which must change something, :func:`check_latency`)."""
+    check_latency(cfg, program)
     return assign_cycles({**cfg.latency, **program.latency}, program.datapath,
                          inputs=program.inputs, insert_delays=insert_delays,
                          filename=program.filename)

@@ -12,12 +12,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..arch import fabric, isa, timing
+from ..arch import fabric, instructions, isa, timing
 from ..arch.config import ChipConfig
-from ..arch.isa import DmaKind, Opcode
+from ..arch.instructions import ACCUMULATE, READ, WRITE
+from ..arch.isa import Opcode
 from .graph import CompileError
-
-READ, WRITE, ACCUMULATE = "read", "write", "accumulate"
 
 
 @dataclass(frozen=True)
@@ -56,38 +55,20 @@ def resource_sizes(cfg: ChipConfig) -> dict[str, int]:
 
 
 def accesses(cfg: ChipConfig, op: Opcode, f: dict) -> tuple[Access, ...]:
-    """What an instruction reads and writes (ranges may be conservative for strided
-    DMA: the whole span between the first and last DRAM word)."""
-    fabric_cfg = Access("cfg", 0, len(fabric.muxes(cfg)), READ)
-    if op is Opcode.DMA:
-        to_acc = f["kind"] in (DmaKind.LOAD_ACC, DmaKind.STORE_ACC)
-        w = cfg.acc_row_words if to_acc else 1
-        dram = (f["dram_addr"], f["dram_addr"] + (f["rows"] - 1) * f["dram_stride"] + w)
-        buf = ("acc" if to_acc else "cbuf", f["buf_addr"], f["buf_addr"] + f["rows"])
-        if f["kind"] in (DmaKind.LOAD_CBUF, DmaKind.LOAD_ACC):
-            return Access("dram", *dram, READ), Access(*buf, WRITE)
-        return Access(*buf, READ), Access("dram", *dram, WRITE)
-    if op in (Opcode.WLOAD, Opcode.MATMUL):
-        bank = Access(f"wbank{f['bank']}", 0, 1, WRITE if op is Opcode.WLOAD else READ,
-                      *timing.bank_window(cfg, isa.Instr(op, 0, f)))
-    if op is Opcode.WLOAD:
-        return (Access("cbuf", f["w_addr"], f["w_addr"] + cfg.rows, READ),
-                bank, fabric_cfg)
-    if op is Opcode.MATMUL:
-        return (Access("cbuf", f["act_addr"], f["act_addr"] + f["rows"], READ),
-                bank,
-                Access("acc", f["acc_addr"], f["acc_addr"] + f["rows"], ACCUMULATE),
-                fabric_cfg)
-    if op is Opcode.VRUN:
-        out = [Access("acc", f["src"], f["src"] + f["rows"], READ), fabric_cfg]
-        if f.get("use_bias"):
-            out.append(Access("acc", f["bias_addr"], f["bias_addr"] + 1, READ))
-        dst = "acc" if f.get("to_acc") else "cbuf"
-        out.append(Access(dst, f["dst"], f["dst"] + f["rows"], WRITE))
-        return tuple(out)
+    """What an instruction reads and writes: its entry's memory ranges (conservative
+    for strided DMA: the whole span between the first and last DRAM word), the
+    weight bank it shifts or streams through, and the fabric settings it passes."""
+    entry = instructions.spec(op)
+    out = [Access(r.memory, r.lo, r.hi, r.mode)
+           for r in entry.ranges(cfg, instructions.Fields(f)) if r.touched]
+    if entry.bank_mode is not None:
+        out.append(Access(f"wbank{f['bank']}", 0, 1, entry.bank_mode,
+                          *timing.bank_window(cfg, isa.Instr(op, 0, f))))
+    if entry.uses_fabric:
+        out.append(Access("cfg", 0, len(fabric.muxes(cfg)), READ))
     if op is Opcode.SETCFG:
-        return tuple(Access("cfg", i, i + 1, WRITE) for i, _ in isa.setcfg_pairs(f))
-    raise CompileError(f"no access model for {op!r}")
+        out += [Access("cfg", i, i + 1, WRITE) for i, _ in isa.setcfg_pairs(f)]
+    return tuple(out)
 
 
 def make(cfg: ChipConfig, op: Opcode, layer: int = 0, **fields) -> MicroOp:

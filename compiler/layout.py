@@ -93,3 +93,18 @@ def unpack_int32(cfg: ChipConfig, words: np.ndarray, M: int, N: int) -> np.ndarr
     nb = blocks(N, C)
     rows = unpack_acc_rows(cfg, np.asarray(words)[:nb * M * cfg.acc_row_words])
     return rows.reshape(nb, M, C).transpose(1, 0, 2).reshape(M, nb * C)[:, :N].copy()
+
+
+def tensor_words(cfg: ChipConfig, shape: tuple[int, int], dtype: str) -> int:
+    """DRAM words of a 2-D tensor: int8 in the activation layout (blocks of ``R``
+    columns, ``M`` words each; with ``R == C`` the same as an int8 output), int32 as
+    per N-block ``M`` accumulator rows."""
+    M, N = shape
+    return output_words(cfg, M, N, dtype)
+
+
+def resident_rows(cfg: ChipConfig, K: int, rows: int) -> int:
+    """CBUF rows of ``rows`` rows of an int8 ``[M, K]`` tensor on chip: K-block ``kb``
+    at rows ``kb*rows .. kb*rows+rows-1`` (how a dense layer reads its input and writes
+    its output for the next one)."""
+    return blocks(K, cfg.rows) * rows

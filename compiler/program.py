@@ -1,5 +1,5 @@
-"""The compiler's entry point: Network -> scheduled program, program image, DRAM image,
-predicted cycles and traffic, and how to read the result back."""
+"""The compiler's entry point: network (Graph or Network) -> scheduled program, program
+image, DRAM image, predicted cycles and traffic, and how to read the results back."""
 
 from __future__ import annotations
 
@@ -11,10 +11,13 @@ from ..arch import isa, timing
 from ..arch.config import ChipConfig
 from ..arch.isa import DmaKind, Opcode
 from . import layout
-from .graph import CompileError, Network
+from .graph import CompileError, Graph, Network
 from .lower import DramMap, lower
+from .plan import MemoryPlan
+from .rules import rule_for
 from .reconfigure import add_updates
 from .schedule import schedule
+from .verify import ScheduleError, verify
 
 
 @dataclass(frozen=True)
@@ -35,7 +38,7 @@ class LayerRecord:
 @dataclass(frozen=True, eq=False)
 class Compiled:
     cfg: ChipConfig
-    network: Network
+    network: Network | Graph      # as given
     program: list[isa.Instr]      # sorted by issue cycle
     layer_of: tuple[int, ...]     # layer index of each program instruction
     image: bytes                  # isa.to_bytes of the encoded program
@@ -46,6 +49,11 @@ class Compiled:
     array_macs: int               # what the MACS counter will read (rows streamed x R x C)
     dram_bytes_read: int
     dram_bytes_written: int
+    plan: MemoryPlan
+
+    @property
+    def graph(self) -> Graph:
+        return self.plan.graph
 
     @property
     def macs(self) -> int:
@@ -58,7 +66,14 @@ class Compiled:
 
     @property
     def out_dtype(self) -> str:
-        return self.network.layers[-1].out_dtype
+        return self.graph.tensor(self._single_output()).dtype
+
+    def _single_output(self) -> str:
+        if len(self.graph.outputs) != 1:
+            raise CompileError(f"network {self.graph.name!r} has {len(self.graph.outputs)} "
+                               f"outputs {list(self.graph.outputs)}; read them with "
+                               f"results()")
+        return self.graph.outputs[0]
 
     @property
     def dram_used(self) -> np.ndarray:
@@ -66,13 +81,19 @@ class Compiled:
         return self.dram[:self.dram_map.end]
 
     def result(self, dram_after: np.ndarray) -> np.ndarray:
-        """The network's output ``[M, N]`` read from a DRAM image after the run."""
-        M, N = self.network.out_shape
-        at = self.dram_map.output
-        words = np.asarray(dram_after)[at:at + self.dram_map.output_words]
-        if self.out_dtype == "int32":
-            return layout.unpack_int32(self.cfg, words, M, N)
-        return layout.unpack_int8(self.cfg, words, M, N)
+        """The network's output ``[M, N]`` read from a DRAM image after the run (a
+        network with several outputs: :meth:`results`)."""
+        return self.results(dram_after)[self._single_output()]
+
+    def results(self, dram_after: np.ndarray) -> dict[str, np.ndarray]:
+        """Every graph output, by tensor name, read from a DRAM image after the run."""
+        out = {}
+        for name, (at, n) in self.dram_map.outputs.items():
+            t = self.graph.tensor(name)
+            words = np.asarray(dram_after)[at:at + n]
+            unpack = layout.unpack_int32 if t.dtype == "int32" else layout.unpack_int8
+            out[name] = unpack(self.cfg, words, *t.shape)
+        return out
 
     def disassemble(self) -> str:
         return isa.disassemble(self.image)
@@ -83,14 +104,16 @@ def _dma_bytes(cfg: ChipConfig, program: list[isa.Instr], kinds: tuple[int, ...]
                if i.op is Opcode.DMA and i.kind in kinds)
 
 
-def compile_network(cfg: ChipConfig, network: Network) -> Compiled:
+def compile_network(cfg: ChipConfig, network: Network | Graph) -> Compiled:
     """Compile `network` for chip `cfg`; raises CompileError when it cannot run there."""
-    if not isinstance(network, Network):
-        raise CompileError(f"compile_network takes a Network, not {type(network).__name__}")
+    if not isinstance(network, (Network, Graph)):
+        raise CompileError(f"compile_network takes a Network or Graph, not "
+                           f"{type(network).__name__}")
     lowered = lower(cfg, network)
+    graph = lowered.plan.graph
     if len(lowered.ops) > cfg.imem_depth:
         raise CompileError(
-            f"network {network.name!r}: the program needs {len(lowered.ops)} instructions "
+            f"network {graph.name!r}: the program needs {len(lowered.ops)} instructions "
             f"but the configured imem_depth is {cfg.imem_depth} (over by "
             f"{len(lowered.ops) - cfg.imem_depth}); split the network or the batch")
     cycles, updates = add_updates(cfg, lowered.ops, schedule(cfg, lowered.ops))
@@ -100,24 +123,32 @@ def compile_network(cfg: ChipConfig, network: Network) -> Compiled:
                     key=lambda x: x[0])
     if len(tagged) > cfg.imem_depth:
         raise CompileError(
-            f"network {network.name!r}: the program needs {len(tagged)} instructions "
+            f"network {graph.name!r}: the program needs {len(tagged)} instructions "
             f"but the configured imem_depth is {cfg.imem_depth} (over by "
             f"{len(tagged) - cfg.imem_depth}); split the network or the batch")
     program = [ins for _, ins, _ in tagged]
+    predicted = timing.run_cycles(cfg, program)
+    replayed = verify(cfg, program, f"network {graph.name!r}")
+    if replayed != predicted:
+        raise ScheduleError(
+            f"network {graph.name!r}: internal: the compiler predicts {predicted} cycles "
+            f"but the program's effects end in cycle {replayed - 1}")
     image = isa.to_bytes([isa.encode(i) for i in program])
 
     records = []
-    for li, layer in enumerate(network.layers):
+    for li, node in enumerate(graph.nodes):
         mine = [ins for _, ins, owner in tagged if owner == li]
         first = min(ins.cycle for ins in mine)
         end = max(ins.cycle + timing.done(cfg, ins) for ins in mine)
-        records.append(LayerRecord(layer.name, network.M, layer.K, layer.N,
-                                   network.M * layer.K * layer.N, first, end))
+        records.append(LayerRecord(node.name, graph.tensor(node.outputs[0]).shape[0],
+                                   node.op.K, node.op.N, rule_for(node).macs(graph, node),
+                                   first, end))
     return Compiled(
         cfg=cfg, network=network, program=program,
         layer_of=tuple(layer for *_, layer in tagged), image=image, dram=lowered.dram,
-        dram_map=lowered.dram_map, predicted_cycles=timing.run_cycles(cfg, program),
+        dram_map=lowered.dram_map, predicted_cycles=predicted,
         layers=tuple(records),
         array_macs=sum(i.rows for i in program if i.op is Opcode.MATMUL) * cfg.macs,
         dram_bytes_read=_dma_bytes(cfg, program, (DmaKind.LOAD_CBUF, DmaKind.LOAD_ACC)),
-        dram_bytes_written=_dma_bytes(cfg, program, (DmaKind.STORE_CBUF, DmaKind.STORE_ACC)))
+        dram_bytes_written=_dma_bytes(cfg, program, (DmaKind.STORE_CBUF, DmaKind.STORE_ACC)),
+        plan=lowered.plan)

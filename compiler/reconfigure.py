@@ -11,22 +11,26 @@ program never depends on what an earlier one left behind.
 Updates are then placed by ``config_updates.assign_updates`` under the chip's limits,
 on cycles no other instruction issues in, and grouped into SETCFG instructions. When
 the initial updates do not fit before the first uses, the whole schedule is shifted
-later by whole update intervals until they do.
+later by whole update intervals until they do. Compiled networks and program text
+(``cfg set``) both come through here (``plan_updates``); ``Routing`` is the part the
+scheduler applies while it places ops, so that every later window has a place.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ..arch import fabric, isa, timing
+from ..arch import fabric, instructions, isa, timing
 from ..arch.config import ChipConfig
 from ..arch.isa import Opcode
+from .busy import BusyIntervals
 from .config_updates import ConfigUpdateError, UpdateWindow, assign_updates, window_between
 from .graph import CompileError
 from .ir import MicroOp
 
-FABRIC_OPS = (Opcode.WLOAD, Opcode.MATMUL, Opcode.VRUN)
+FABRIC_OPS = tuple(op for op, entry in instructions.SPEC.items() if entry.uses_fabric)
 
 
 @dataclass(frozen=True)
@@ -38,32 +42,134 @@ class Use:
     op: int            # index of the op in the program
 
 
+def settings(cfg: ChipConfig, op: MicroOp) -> list[tuple[str, int, int, int]]:
+    """``(mux, value, lo, hi)`` for every multiplexer the op's data passes, in cycles
+    ``[lo, hi)`` after its issue, with the setting it needs there (its ``needs``, else
+    the default). A need on a multiplexer the op does not pass is an error: it could
+    never take effect."""
+    if op.op not in FABRIC_OPS:
+        if op.needs:
+            raise CompileError(f"{op}: a {op.op.name} passes no multiplexer, so it cannot "
+                               f"need {', '.join(op.needs)}")
+        return []
+    table = fabric.by_name(cfg)
+    for name in op.needs:
+        if name not in table:
+            raise CompileError(f"{op}: no multiplexer {name!r}")
+    ins = op.instr(0)
+    out = []
+    for mux in table.values():
+        span = timing.mux_use(cfg, ins, mux.name)
+        if span is None:
+            continue
+        try:
+            value = mux.value_of(op.needs[mux.name]) if mux.name in op.needs else mux.default
+        except ValueError as e:
+            raise CompileError(f"{op}: {e}") from None
+        out.append((mux.name, value, span[0], span[1]))
+    passed = {name for name, *_ in out}
+    missed = [name for name in op.needs if name not in passed]
+    if missed:
+        raise CompileError(f"{op}: its data does not pass {', '.join(missed)}, so it "
+                           f"cannot need a setting there")
+    return out
+
+
 def uses(cfg: ChipConfig, ops: list[MicroOp], cycles: list[int]) -> dict[str, list[Use]]:
     """Per multiplexer, the uses in time order, with the setting each needs."""
-    table = fabric.by_name(cfg)
     out: dict[str, list[Use]] = defaultdict(list)
     for k, (op, t) in enumerate(zip(ops, cycles)):
-        if op.op not in FABRIC_OPS:
-            continue
-        for name in op.needs:
-            if name not in table:
-                raise CompileError(f"{op}: no multiplexer {name!r}")
-        ins = op.instr(t)
-        for mux in table.values():
-            span = timing.mux_use(cfg, ins, mux.name)
-            if span is None:
-                continue
-            value = mux.value_of(op.needs[mux.name]) if mux.name in op.needs else mux.default
-            out[mux.name].append(Use(mux.name, value, t + span[0], t + span[1], k))
+        for name, value, lo, hi in settings(cfg, op):
+            out[name].append(Use(name, value, t + lo, t + hi, k))
     for lst in out.values():
         lst.sort(key=lambda u: u.lo)
     return out
 
 
-def windows(cfg: ChipConfig, ops: list[MicroOp], cycles: list[int]
-            ) -> list[tuple[UpdateWindow, str, int, int]]:
-    """The update windows: ``(window, mux, value, op index served)``."""
+Spans = list[tuple[str, int, int, int]]       # settings(): (mux, value, lo, hi)
+
+
+class Routing:
+    """The scheduler's side of configuration updates. An op that needs a setting other
+    than the one earlier-placed ops use passes that multiplexer only after they all
+    have, so one multiplexer's uses form phases of one setting each, one after another.
+    When an op opens a phase (or becomes the new first use of the last one), the
+    scheduler keeps an issue slot free in the update window before it (a multiple of
+    ``cfg.config_update_interval``, within the per-cycle and power-domain limits), so
+    the window solver always finds a place for the update. Ops that all use the
+    defaults never wait and reserve nothing, so such programs schedule as if this did
+    not exist."""
+
+    def __init__(self, cfg: ChipConfig, ops: list[MicroOp]):
+        self.cfg = cfg
+        self.domain = {m.name: m.domain for m in fabric.muxes(cfg)}
+        table = fabric.by_name(cfg)
+        self.active = any(name not in table or src not in table[name].sources
+                          or table[name].value_of(src) != table[name].default
+                          for op in ops for name, src in op.needs.items())
+        self.ends: dict[str, dict[int, int]] = defaultdict(dict)   # mux -> value -> end
+        self.phase: dict[str, tuple[int, int]] = {}    # mux -> (value, first use) of
+                                                       # the last phase
+
+    def settings(self, op: MicroOp) -> Spans:
+        return settings(self.cfg, op) if self.active else []
+
+    def _after(self, name: str, value: int) -> int | None:
+        """The last cycle another setting of `name` is in use (+1), or None."""
+        return max((end for other, end in self.ends[name].items() if other != value),
+                   default=None)
+
+    def earliest(self, spans: Spans) -> int:
+        """The first issue cycle at which the op passes every multiplexer it needs
+        changed after the ops using the other settings."""
+        return max((end - lo for name, value, lo, _ in spans
+                    if (end := self._after(name, value)) is not None), default=0)
+
+    def reserve(self, spans: Spans, t: int, slots: BusyIntervals) -> list[int] | None:
+        """Free issue slots (other than `t`) for the updates the op needs when it
+        issues at `t`, one or more per cycle as the limits allow; None if some update
+        window holds no free allowed cycle (issue later)."""
+        cfg = self.cfg
+        taken: dict[int, list[str]] = {}             # slot -> domains of its updates
+        for name, value, lo, _ in sorted(spans, key=lambda s: s[2]):
+            end = self._after(name, value)
+            if end is None:
+                continue                             # the first phase: from cycle 0
+            phase = self.phase[name]
+            if phase[0] == value and t + lo >= phase[1]:
+                continue                             # inside a phase that has its slot
+            first, last = max(end - 1, 0), t + lo - 1
+            domain = self.domain[name]
+            fits = next((c for c, ds in taken.items() if first <= c <= last
+                         and len(ds) < cfg.max_config_updates_per_cycle
+                         and ds.count(domain) < cfg.power_domain_budget), None)
+            if fits is None:
+                fits = next((c for c in range(last - last % cfg.config_update_interval,
+                                              first - 1, -cfg.config_update_interval)
+                             if c != t and c not in taken and slots.is_free(c, c + 1)),
+                            None)
+                if fits is None:
+                    return None
+            taken.setdefault(fits, []).append(domain)
+        return sorted(taken)
+
+    def place(self, spans: Spans, t: int) -> None:
+        for name, value, lo, hi in spans:
+            ends = self.ends[name]
+            ends[value] = max(ends.get(value, t + hi), t + hi)
+            phase = self.phase.get(name)
+            if phase is None or phase[0] != value:
+                self.phase[name] = (value, t + lo)
+            else:
+                self.phase[name] = (value, min(phase[1], t + lo))
+
+
+def windows(cfg: ChipConfig, ops: list[MicroOp], cycles: list[int],
+            who: Sequence[str] | None = None) -> list[tuple[UpdateWindow, str, int, int]]:
+    """The update windows: ``(window, mux, value, op index served)``. `who` names each
+    op for messages (default: its disassembly)."""
     table = fabric.by_name(cfg)
+    name_of = (lambda k: who[k]) if who is not None else (lambda k: str(ops[k]))
     out = []
     for name, lst in uses(cfg, ops, cycles).items():
         domain = table[name].domain
@@ -76,15 +182,17 @@ def windows(cfg: ChipConfig, ops: list[MicroOp], cycles: list[int]
                     prev = Use(name, u.value, prev.lo, u.hi, prev.op)
                 continue
             label = f"{name}={table[name].sources[u.value]}@{u.lo}"
+            if who is not None:
+                label += f" for {who[u.op]}"
             if prev is None:
                 w = UpdateWindow(label, 0, u.lo - 1, domain)
             else:
                 w = window_between(label, (prev.lo, prev.hi), (u.lo, u.hi), domain)
                 if w.lo > w.hi:
                     raise ConfigUpdateError(
-                        f"multiplexer {name}: {ops[prev.op]} needs "
+                        f"multiplexer {name}: {name_of(prev.op)} needs "
                         f"{table[name].sources[prev.value]} until cycle {prev.hi - 1} but "
-                        f"{ops[u.op]} needs {table[name].sources[u.value]} from cycle "
+                        f"{name_of(u.op)} needs {table[name].sources[u.value]} from cycle "
                         f"{u.lo}; no cycle is left to reconfigure it — separate the two "
                         f"in time")
             out.append((w, name, u.value, u.op))
@@ -92,34 +200,52 @@ def windows(cfg: ChipConfig, ops: list[MicroOp], cycles: list[int]
     return out
 
 
-def _place(cfg: ChipConfig, ops: list[MicroOp], cycles: list[int]
-           ) -> list[tuple[isa.Instr, int]]:
-    """SETCFG instructions (with the op each serves first) for a fixed schedule."""
-    found = windows(cfg, ops, cycles)
-    busy = set(cycles)
+@dataclass(frozen=True)
+class Update:
+    """One multiplexer update placed in its window."""
+    cycle: int         # issue cycle of its SETCFG
+    mux: str
+    value: int
+    serves: int        # index of the first op that needs it
+    window: UpdateWindow
+
+
+def _place(cfg: ChipConfig, ops: list[MicroOp], cycles: list[int],
+           who: Sequence[str] | None) -> list[Update]:
+    """The updates for a fixed schedule, in cycle order."""
+    found = windows(cfg, ops, cycles, who)
+    slots = BusyIntervals()
+    for c in cycles:
+        slots.add(c, c + 1)
     at = assign_updates([w for w, *_ in found], per_cycle=cfg.max_config_updates_per_cycle,
                         interval=cfg.config_update_interval,
                         domain_budget=cfg.power_domain_budget,
-                        allowed=lambda c: c >= 0 and c not in busy)
-    per_cycle: dict[int, list[tuple[int, int, int]]] = defaultdict(list)
+                        allowed=lambda c: c >= 0 and slots.is_free(c, c + 1))
+    return sorted((Update(at[w.name], name, value, served, w)
+                   for w, name, value, served in found), key=lambda u: u.cycle)
+
+
+def setcfgs(cfg: ChipConfig, updates: Sequence[Update]
+            ) -> list[tuple[isa.Instr, list[Update]]]:
+    """The updates grouped into one SETCFG per cycle, with the updates each carries."""
     table = fabric.by_name(cfg)
-    for w, name, value, served in found:
-        per_cycle[at[w.name]].append((table[name].index, value, served))
-    return [(isa.Instr(Opcode.SETCFG, c, isa.setcfg_fields([(i, v) for i, v, _ in group])),
-             min(s for *_, s in group))
+    per_cycle: dict[int, list[Update]] = defaultdict(list)
+    for u in updates:
+        per_cycle[u.cycle].append(u)
+    return [(isa.Instr(Opcode.SETCFG, c, isa.setcfg_fields(
+                [(table[u.mux].index, u.value) for u in group])), group)
             for c, group in sorted(per_cycle.items())]
 
 
-def add_updates(cfg: ChipConfig, ops: list[MicroOp], cycles: list[int]
-                ) -> tuple[list[int], list[tuple[isa.Instr, int]]]:
+def plan_updates(cfg: ChipConfig, ops: list[MicroOp], cycles: list[int],
+                 who: Sequence[str] | None = None) -> tuple[list[int], list[Update]]:
     """Shift the schedule as little as needed for the configuration updates to fit;
-    returns the shifted cycles and the SETCFG instructions (each with the index of the
-    first op it configures)."""
+    returns the shifted cycles and the updates. `who` names each op in messages."""
     step = cfg.config_update_interval
 
     def attempt(shift: int):
         shifted = [c + shift for c in cycles]
-        return shifted, _place(cfg, ops, shifted)
+        return shifted, _place(cfg, ops, shifted, who)
 
     try:
         return attempt(0)
@@ -139,3 +265,12 @@ def add_updates(cfg: ChipConfig, ops: list[MicroOp], cycles: list[int]
         except ConfigUpdateError:
             lo = mid
     return best
+
+
+def add_updates(cfg: ChipConfig, ops: list[MicroOp], cycles: list[int]
+                ) -> tuple[list[int], list[tuple[isa.Instr, int]]]:
+    """:func:`plan_updates`, as SETCFG instructions (each with the index of the first
+    op it configures)."""
+    shifted, updates = plan_updates(cfg, ops, cycles)
+    return shifted, [(ins, min(u.serves for u in group))
+                     for ins, group in setcfgs(cfg, updates)]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .graph import Dense, Network
+from .graph import Dense, Graph, Network, as_graph
 
 
 def wrap32(x: np.ndarray) -> np.ndarray:
@@ -32,9 +32,20 @@ def dense(x: np.ndarray, layer: Dense) -> np.ndarray:
     return requantise(acc, layer.mult, layer.shift, layer.zp, layer.relu)
 
 
-def run(network: Network) -> np.ndarray:
-    """The network's output: int8 or int32 ``[M, N_last]``."""
-    x = network.input
-    for layer in network.layers:
-        x = dense(x, layer)
-    return x
+def outputs(network: Graph | Network) -> dict[str, np.ndarray]:
+    """Every graph output by tensor name (a layer reading several tensors reads them
+    concatenated along K)."""
+    graph = as_graph(network)
+    values = dict(graph.data)
+    for node in graph.nodes:
+        x = np.concatenate([values[t] for t in node.inputs], axis=1)
+        values[node.outputs[0]] = dense(x, node.op)
+    return {t: values[t] for t in graph.outputs}
+
+
+def run(network: Graph | Network) -> np.ndarray:
+    """The output of a single-output network: int8 or int32 ``[M, N]``."""
+    outs = outputs(network)
+    if len(outs) != 1:
+        raise ValueError(f"the network has {len(outs)} outputs; use outputs()")
+    return next(iter(outs.values()))

@@ -2,8 +2,11 @@
 
 Greedy list scheduling in program order: each op goes to the earliest cycle that
 (a) no other op issues in (the sequencer issues one instruction per cycle),
-(b) keeps its unit's occupancy interval clear of every op already on that unit,
-(c) starts each access at or after the end of every earlier conflicting access (by
+(b) keeps its unit's occupancy interval clear of every op already on that unit
+(``busy.BusyIntervals``, as for datapath components),
+(c) passes each multiplexer after every op already placed that needs it set
+otherwise, with a free issue slot kept for the update (``reconfigure.Routing``),
+(d) starts each access at or after the end of every earlier conflicting access (by
 default an access spans the op's whole ``[issue, done)``; weight-bank accesses use
 their exact ``timing.bank_window``; an accumulate after an accumulate only needs to
 issue later).
@@ -13,14 +16,14 @@ what overlaps loads, compute and stores. All latencies come from systolica.arch.
 
 from __future__ import annotations
 
-from bisect import bisect_left, insort
-
 import numpy as np
 
 from ..arch import isa, timing
 from ..arch.config import ChipConfig
+from .busy import BusyIntervals
 from .graph import CompileError
 from .ir import ACCUMULATE, READ, MicroOp, resource_sizes
+from .reconfigure import Routing
 
 
 class _Resource:
@@ -53,55 +56,40 @@ class _Resource:
             np.maximum(arr[s], end, out=arr[s])
 
 
-class _Unit:
-    """Disjoint busy intervals of one unit, sorted by start."""
-
-    def __init__(self):
-        self.starts: list[int] = []
-        self.ends: list[int] = []
-
-    def conflict_end(self, t: int, length: int) -> int | None:
-        """End of the interval overlapping ``[t, t+length)``, or None if it is free."""
-        i = bisect_left(self.starts, t + length) - 1
-        if i >= 0 and self.ends[i] > t:
-            return self.ends[i]
-        return None
-
-    def add(self, t: int, length: int) -> None:
-        i = bisect_left(self.starts, t)
-        self.starts.insert(i, t)
-        self.ends.insert(i, t + length)
-
-
 def schedule(cfg: ChipConfig, ops: list[MicroOp]) -> list[int]:
     """Issue cycle of each op, in the order given."""
     resources = {name: _Resource(size) for name, size in resource_sizes(cfg).items()}
-    units = {name: _Unit() for name in set(timing.UNIT.values())}
-    issued: list[int] = []          # sorted issue cycles already taken
+    units = {name: BusyIntervals() for name in set(timing.UNIT.values())}
+    slots = BusyIntervals()         # issue cycles already taken
+    routing = Routing(cfg, ops)
     cycles = []
     for op in ops:
         probe = op.instr(0)
         occupancy = timing.occupancy(cfg, probe)
         done = timing.done(cfg, probe)
         unit = units[timing.UNIT[op.op]]
+        spans = routing.settings(op)
         t = max((resources[a.resource].earliest(a.lo, a.hi, a.mode) - a.start
                  for a in op.accesses), default=0)
-        t = max(t, 0)
+        t = max(t, routing.earliest(spans), 0)
         while True:
-            end = unit.conflict_end(t, occupancy)
-            if end is not None:
-                t = end
-                continue
-            i = bisect_left(issued, t)
-            if i < len(issued) and issued[i] == t:
-                t += 1
-                continue
-            break
+            end = unit.clash_end(t, t + occupancy)
+            if end is None:
+                end = slots.clash_end(t, t + 1)
+            if end is None:
+                reserved = routing.reserve(spans, t, slots)
+                if reserved is not None:
+                    break
+                end = t + 1
+            t = end
         if t + done >= 1 << isa.CYCLE_BITS:
             raise CompileError(f"cannot schedule {op}: it would issue at cycle {t}, past "
                                f"the {isa.CYCLE_BITS}-bit cycle field")
-        unit.add(t, occupancy)
-        insort(issued, t)
+        unit.add(t, t + occupancy)
+        slots.add(t, t + 1)
+        for c in reserved:                  # kept free for configuration updates
+            slots.add(c, c + 1)
+        routing.place(spans, t)
         for a in op.accesses:
             resources[a.resource].place(a.lo, a.hi, a.mode, t,
                                         t + (done if a.end is None else a.end))

@@ -11,9 +11,11 @@ Grammar (one item per line, ``#`` starts a comment)::
     arg       := NAME | INT | NAME "=" ( INT | STRING | NAME )
 
 A datapath statement is ``op component(...)`` (``read ram(addr)``); a chip statement
-names its unit first, ``unit op(...)`` (``dma load_cbuf(...)``). A statement reads the values named by its positional arguments and defines the
-values left of ``=``; nothing states when it runs (see docs/scheduling.md). Keyword
-arguments are constants: for chip units they are instruction fields.
+names its unit first, ``unit op(...)`` (``dma load_cbuf(...)``). A statement reads the
+values named by its positional arguments and defines the values left of ``=``;
+nothing states when it runs (see docs/scheduling.md). Keyword arguments are
+constants: for chip units they are instruction fields, for ``cfg set`` multiplexer
+settings (a value its readers need, not an instruction).
 """
 
 from __future__ import annotations
@@ -22,26 +24,17 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..arch import fabric, isa
+from ..arch import fabric, instructions, isa
 from ..arch.config import ChipConfig
-from ..arch.isa import DmaKind, Opcode
+from ..arch.isa import Opcode
 from .graph import CompileError
 from .ir import MicroOp, make
 
 #: Components that are chip units: each statement on them is one instruction.
-CHIP_UNITS = ("dma", "wload", "mm", "vpu", "cfg")
+CHIP_UNITS = instructions.UNITS
 
-#: (unit, op) -> (opcode, fixed fields)
-CHIP_OPS = {
-    ("dma", "load_cbuf"): (Opcode.DMA, {"kind": DmaKind.LOAD_CBUF}),
-    ("dma", "store_cbuf"): (Opcode.DMA, {"kind": DmaKind.STORE_CBUF}),
-    ("dma", "load_acc"): (Opcode.DMA, {"kind": DmaKind.LOAD_ACC}),
-    ("dma", "store_acc"): (Opcode.DMA, {"kind": DmaKind.STORE_ACC}),
-    ("wload", "load"): (Opcode.WLOAD, {}),
-    ("mm", "matmul"): (Opcode.MATMUL, {}),
-    ("vpu", "vrun"): (Opcode.VRUN, {}),
-    ("cfg", "set"): (Opcode.SETCFG, {}),
-}
+#: (unit, op) -> (opcode, fixed fields), from the instruction table
+CHIP_OPS = instructions.TEXT_OPS
 
 
 class ParseError(CompileError):
@@ -106,12 +99,7 @@ class Program:
     outputs: tuple[str, ...] = ()
     latency: dict = field(default_factory=dict)
     filename: str = "<text>"
-
-    def config(self, cfg: ChipConfig) -> ChipConfig:
-        """`cfg` with this program's latency directives added to its latency table."""
-        if not self.latency:
-            return cfg
-        return cfg.replace(latency={**cfg.latency, **self.latency})
+    latency_at: dict = field(default_factory=dict)   # latency key -> (line, col)
 
     @property
     def chip(self) -> list[Statement]:
@@ -270,6 +258,7 @@ class _Parser:
         if key in prog.latency:
             raise ParseError(self.filename, t.line, t.col, f"latency {key} is given twice")
         prog.latency[key] = v.value
+        prog.latency_at[key] = (t.line, t.col)
 
     def statement(self) -> Statement:
         start = self.tok
@@ -368,8 +357,19 @@ def parse(text: str, filename: str = "<text>") -> Program:
 
 
 def parse_file(path: str | Path) -> Program:
+    """Parse and check a program file (UTF-8 text)."""
     path = Path(path)
-    return parse(path.read_text(), str(path))
+    data = path.read_bytes()
+    try:
+        text = data.decode("utf-8-sig")     # a leading byte-order mark is fine
+    except UnicodeDecodeError as e:
+        line = data.count(b"\n", 0, e.start) + 1
+        line_start = data.rfind(b"\n", 0, e.start) + 1
+        col = len(data[line_start:e.start].decode("utf-8")) + 1
+        raise ParseError(str(path), line, col,
+                         f"not UTF-8 text (byte 0x{data[e.start]:02x}); program text "
+                         f"must be saved as UTF-8") from None
+    return parse(text, str(path))
 
 
 # -- chip statements -> micro-ops ---------------------------------------------------------
@@ -377,57 +377,52 @@ def _fields(op: Opcode) -> list[str]:
     return [name for name, _ in isa.PAYLOAD[op]]
 
 
-def _setcfg_fields(cfg: ChipConfig, st: Statement, filename: str) -> dict:
-    """``cfg set(mux=NAME, source=NAME)``, with further pairs as ``mux1=, source1=``,
-    ``mux2=, ...``, as SETCFG fields; ISA field names given directly pass through."""
-    valid = _fields(Opcode.SETCFG)
+def cfg_settings(cfg: ChipConfig, st: Statement, filename: str = "<text>") -> dict[str, str]:
+    """The multiplexer settings a ``cfg set`` statement names, ``{mux: source}``:
+    ``cfg set(mux=NAME, source=NAME)``, further pairs as ``mux1=, source1=``,
+    ``mux2=, ...``; a source may also be given by its number."""
     table = fabric.by_name(cfg)
+    where = st.where()
+
+    def fail(message: str) -> ParseError:
+        return ParseError(filename, st.line, st.col, f"{where}: {message}")
+
     by_suffix: dict[str, dict] = {}
-    out: dict = {}
     for k, v in st.kwargs.items():
         m = re.fullmatch(r"(mux|source)(\d*)", k)
-        if m and k not in valid:
-            by_suffix.setdefault(m.group(2), {})[m.group(1)] = v
-        else:
-            out[k] = v
-    where = st.where()
-    pairs = []
+        if not m:
+            raise fail(f"cfg set has no keyword {k!r}; it takes mux=NAME, source=NAME, "
+                       f"and for further multiplexers mux1=, source1=, mux2=, ...")
+        by_suffix.setdefault(m.group(2), {})[m.group(1)] = v
+    if not by_suffix:
+        raise fail("cfg set names no multiplexer; write cfg set(mux=NAME, source=NAME)")
+    out: dict[str, str] = {}
     for suffix in sorted(by_suffix, key=lambda x: int(x) if x else -1):
         pair = by_suffix[suffix]
         if "mux" not in pair or "source" not in pair:
-            raise ParseError(filename, st.line, st.col,
-                             f"{where}: mux{suffix} and source{suffix} go together")
+            raise fail(f"mux{suffix} and source{suffix} go together")
         mux = table.get(str(pair["mux"]))
         if mux is None:
-            raise ParseError(filename, st.line, st.col,
-                             f"{where}: unknown multiplexer {pair['mux']!r}; the "
-                             f"{cfg.name} chip has {', '.join(table)}")
+            raise fail(f"unknown multiplexer {pair['mux']!r}; the {cfg.name} chip has "
+                       f"{', '.join(table)}")
         src = pair["source"]
         if isinstance(src, int):
-            value = src
-        else:
-            try:
-                value = mux.value_of(src)
-            except ValueError as e:
-                raise ParseError(filename, st.line, st.col, f"{where}: {e}") from None
-        pairs.append((mux.index, value))
-    if not pairs:
-        return out
-    if hasattr(isa, "setcfg_fields"):           # multi-pair SETCFG
+            if not 0 <= src < len(mux.sources):
+                raise fail(f"multiplexer {mux.name} has no source number {src}; it has "
+                           f"{len(mux.sources)} ({', '.join(mux.sources)})")
+            src = mux.sources[src]
         try:
-            out.update(isa.setcfg_fields(pairs))
-        except isa.EncodingError as e:
-            raise ParseError(filename, st.line, st.col, f"{where}: {e}") from None
-    elif len(pairs) == 1:
-        out["index"], out["value"] = pairs[0]
-    else:
-        raise ParseError(filename, st.line, st.col,
-                         f"{where}: this instruction set's SETCFG carries one pair")
+            mux.value_of(src)
+        except ValueError as e:
+            raise fail(str(e)) from None
+        if mux.name in out:
+            raise fail(f"multiplexer {mux.name} is set twice")
+        out[mux.name] = src
     return out
 
 
 def to_micro_op(cfg: ChipConfig, st: Statement, filename: str = "<text>") -> MicroOp:
-    """One chip statement as a checked micro-op."""
+    """One chip statement (not a ``cfg set``) as a checked micro-op."""
     key = (st.component, st.op)
     if key not in CHIP_OPS:
         ops = sorted(op for unit, op in CHIP_OPS if unit == st.component)
@@ -435,20 +430,24 @@ def to_micro_op(cfg: ChipConfig, st: Statement, filename: str = "<text>") -> Mic
                          f"{st.where()}: unit {st.component} has no operation "
                          f"'{st.op}'; it has {', '.join(ops)}")
     opcode, fixed = CHIP_OPS[key]
+    if opcode is Opcode.SETCFG:
+        raise ParseError(filename, st.line, st.col,
+                         f"{st.where()}: a cfg set is not an instruction of its own; the "
+                         f"statements that read its value need the setting, and the "
+                         f"compiler places the SETCFG (docs/scheduling.md)")
     for a in st.args:
         if isinstance(a, int):
             raise ParseError(filename, st.line, st.col,
                              f"{st.where()}: chip instruction fields are given by keyword "
                              f"(e.g. rows=8), not as the positional {a}")
     valid = _fields(opcode)
-    given = _setcfg_fields(cfg, st, filename) if opcode is Opcode.SETCFG else dict(st.kwargs)
+    given = dict(st.kwargs)
     settable = [f for f in valid if f not in fixed]
     unknown = [k for k in given if k not in settable]
     if unknown:
-        extra = " (or mux=..., source=...)" if opcode is Opcode.SETCFG else ""
         raise ParseError(filename, st.line, st.col,
                          f"{st.where()}: {opcode.name} has no field(s) {', '.join(unknown)}; "
-                         f"its fields are {', '.join(settable)}{extra}")
+                         f"its fields are {', '.join(settable)}")
     for k, v in given.items():
         if not isinstance(v, int):
             raise ParseError(filename, st.line, st.col,

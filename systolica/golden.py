@@ -1,23 +1,41 @@
-"""Golden model: the instruction set's functional semantics (docs/contract.md), with the
-sequencer's fault checks and the performance counters, vectorised with numpy.
+"""Golden model: the chip's behaviour as an independent witness.
 
-Instructions take effect one after another in issue order. Timing matters for the
-fault checks, the cycle counter, and the fabric: an instruction sees each multiplexer
-setting in force while its data passes that multiplexer (``timing.mux_use``), which
-may come from a SETCFG issued after it. The RTL must produce the same DRAM image,
-counters and fault registers.
+It runs a program image in two passes, and never uses the compiler's closed-form
+timing (:mod:`systolica.arch.timing`), its scheduler or its lowering:
+
+1. :func:`check` -- the timing pass, without data. It is the sequencer (one
+   instruction reaches issue per cycle; the fault checks in their order), a clock per
+   unit (when it accepts the next instruction, from the instruction's cycle-level
+   effects), and a scoreboard per address of every memory and weight bank (the cycle
+   of its last write and last read). Each instruction's reads and writes happen at
+   the cycles its entry in :mod:`systolica.arch.instructions` says; a read of data
+   not yet written, a write that lands before an earlier instruction has read the
+   old data, or two writes out of order is a *hazard*: the hardware would compute
+   something other than the program's sequential meaning. The cycle count is the
+   cycle after the last effect. The schedule verifier (:mod:`systolica.compiler.verify`)
+   is this pass.
+2. :func:`run` -- the data pass: each issued instruction's semantics
+   (``execute`` in its entry) on numpy state, in issue order, with the multiplexer
+   settings in force when its data passes each multiplexer. Issue order equals
+   cycle order for every program without hazards, so :func:`run` raises
+   :class:`GoldenError` on a hazard instead of guessing.
+
+The RTL must produce the same DRAM image, counters and fault registers.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
-from .arch import fabric, isa, timing
+from .arch import fabric, instructions, isa
 from .arch.config import ChipConfig
-from .arch.isa import DmaKind, Opcode
+from .arch.instructions import Effects, Touch
+from .arch.isa import Opcode
 from .arch.regs import ErrorCode
+
+NEVER = -(1 << 62)
 
 
 @dataclass
@@ -36,65 +54,247 @@ class GoldenResult:
 
 
 class GoldenError(ValueError):
-    """A program whose result the hardware does not define (a multiplexer setting that
-    changes while an instruction's data passes it)."""
+    """A program whose result the hardware does not define: an instruction's data
+    is read before it is written, or overwritten before it is read."""
 
 
-def _wrap32(x: np.ndarray) -> np.ndarray:
-    return x.astype(np.int64).astype(np.int32)  # integer casts wrap modulo 2**32
+@dataclass(frozen=True)
+class Hazard:
+    pc: int
+    rule: str                 # "read before write", "write before read", "write order"
+    message: str
 
 
+@dataclass
+class Timeline:
+    """What the timing pass found."""
+    issued: list[isa.Instr]
+    effects: list[Effects]
+    fault: tuple[ErrorCode, int, int] | None      # (code, pc, cycle)
+    cycles: int                                   # what the CYCLES register reads
+    hazards: list[Hazard] = field(default_factory=list)
+    fault_reason: str = ""                        # why the fault was raised
+
+
+# -- the timing pass ------------------------------------------------------------------
+class _Scoreboard:
+    """Per address of one resource: the cycle of the last write (and whether the
+    matmul unit made it, which its accumulate read sees a cycle early) and of the
+    last read, with the instructions that made them."""
+
+    def __init__(self, name: str, size: int):
+        self.name = name
+        self.w_cycle = np.full(size, NEVER, dtype=np.int64)
+        self.w_pc = np.zeros(size, dtype=np.int64)
+        self.w_fwd = np.zeros(size, dtype=bool)
+        self.r_cycle = np.full(size, NEVER, dtype=np.int64)
+        self.r_pc = np.zeros(size, dtype=np.int64)
+
+    def read(self, pc: int, touch: Touch, t: int, hazards: list[Hazard]) -> None:
+        a, c = touch.addrs, touch.cycles + t
+        seen = c > self.w_cycle[a]
+        if touch.forward:
+            seen |= self.w_fwd[a] & (c == self.w_cycle[a])
+        if not seen.all():
+            k = int(np.flatnonzero(~seen)[0])
+            wc = int(self.w_cycle[a[k]])
+            hazards.append(Hazard(pc, "read before write", (
+                f"pc {pc} reads {self.name}[{a[k]}] in cycle {c[k]}, but pc "
+                f"{self.w_pc[a[k]]} writes it in cycle {wc}: the data is not there yet; "
+                f"issue pc {pc} at least {wc - c[k] + 1} cycle(s) later")))
+        np.maximum.at(self.r_cycle, a, c)
+        self.r_pc[a] = pc
+
+    def write(self, pc: int, touch: Touch, t: int, hazards: list[Hazard]) -> None:
+        a, c = touch.addrs, touch.cycles + t
+        own = self.r_pc[a] == pc
+        early = (c < self.r_cycle[a]) & ~own
+        if early.any():
+            k = int(np.flatnonzero(early)[0])
+            hazards.append(Hazard(pc, "write before read", (
+                f"pc {pc} writes {self.name}[{a[k]}] in cycle {c[k]}, before pc "
+                f"{self.r_pc[a[k]]} (issued earlier) reads the old data in cycle "
+                f"{self.r_cycle[a[k]]}; issue pc {pc} at least "
+                f"{int(self.r_cycle[a[k]]) - int(c[k])} cycle(s) later")))
+        order = (c <= self.w_cycle[a]) & (self.w_pc[a] != pc)
+        if order.any():
+            k = int(np.flatnonzero(order)[0])
+            hazards.append(Hazard(pc, "write order", (
+                f"pc {pc} writes {self.name}[{a[k]}] in cycle {c[k]}, not after pc "
+                f"{self.w_pc[a[k]]} (issued earlier) writes it in cycle "
+                f"{self.w_cycle[a[k]]}")))
+        np.maximum.at(self.w_cycle, a, c)
+        self.w_pc[a] = pc
+        self.w_fwd[a] = touch.forward
+
+
+def _range_fault(cfg: ChipConfig, ins: isa.Instr) -> str | None:
+    """The ADDR_RANGE rule: every range non-empty and inside its memory."""
+    for r in instructions.ranges(cfg, ins.op, ins.fields):
+        if not r.nonempty:
+            return "it moves no rows (rows = 0)"
+        if r.hi > r.bound:
+            return (f"its {r.memory} range [{r.lo}, {r.hi}) runs past the end of that "
+                    f"memory ({r.bound} rows)")
+    return None
+
+
+def _table_fault(cfg: ChipConfig, ins: isa.Instr) -> str | None:
+    """The CFG_RANGE rule: every pair names an existing multiplexer and source."""
+    table = fabric.muxes(cfg)
+    for index, value in isa.setcfg_pairs(ins.fields):
+        if index >= len(table):
+            return f"there is no multiplexer {index} (the fabric has {len(table)})"
+        if value >= len(table[index].sources):
+            return (f"multiplexer {table[index].name} has no source {value} (it has "
+                    f"{len(table[index].sources)})")
+    return None
+
+
+def _limit_fault(cfg: ChipConfig, ins: isa.Instr) -> str | None:
+    """The CFG_LIMIT rule: pairs per instruction, update interval, domain budget."""
+    pairs = isa.setcfg_pairs(ins.fields)
+    if len(pairs) > cfg.max_config_updates_per_cycle:
+        return (f"it carries {len(pairs)} updates; the chip takes at most "
+                f"{cfg.max_config_updates_per_cycle} per cycle")
+    if ins.cycle % cfg.config_update_interval:
+        return (f"cycle {ins.cycle} is not a multiple of the update interval "
+                f"{cfg.config_update_interval}")
+    table = fabric.muxes(cfg)
+    per_domain: dict[str, int] = {}
+    for index, _ in pairs:
+        per_domain[table[index].domain] = per_domain.get(table[index].domain, 0) + 1
+    for domain, count in per_domain.items():
+        if count > cfg.power_domain_budget:
+            return (f"it updates {count} multiplexers of power domain {domain}; the "
+                    f"budget is {cfg.power_domain_budget}")
+    return None
+
+
+def _in_use_fault(cfg: ChipConfig, windows: dict[int, list[tuple[int, int, int]]],
+                  ins: isa.Instr) -> str | None:
+    """The CFG_IN_USE rule: a SETCFG at cycle ``u`` names a multiplexer whose value an
+    earlier-issued instruction reads in cycles ``first .. last`` with
+    ``first <= u < last`` (the new value would hold from ``u + 1``)."""
+    u = ins.cycle
+    for index, _ in isa.setcfg_pairs(ins.fields):
+        live = [w for w in windows.get(index, []) if w[1] > u]
+        windows[index] = live
+        for first, last, pc in live:
+            if first <= u:
+                return (f"multiplexer {fabric.muxes(cfg)[index].name} carries the data "
+                        f"of pc {pc} in cycles {first}..{last}")
+    return None
+
+
+def check(cfg: ChipConfig, program: list[isa.Instr]) -> Timeline:
+    """The timing pass: which instructions issue, the fault that stops the run, the
+    cycle count, and every hazard among the issued instructions."""
+    if len(program) > cfg.imem_depth:
+        return Timeline([], [], (ErrorCode.PROG_RANGE, 0, 0), 0)
+    mux_index = {m.name: m.index for m in fabric.muxes(cfg)}
+    boards = {name: _Scoreboard(name, size) for name, size in (
+        ("dram", cfg.dram_words), ("cbuf", cfg.cbuf_depth), ("acc", cfg.acc_depth),
+        ("wbank0", 1), ("wbank1", 1))}
+    unit_free: dict[str, tuple[int, int]] = {}      # unit -> (accepts from, busy pc)
+    windows: dict[int, list[tuple[int, int, int]]] = {}
+    issued: list[isa.Instr] = []
+    effects: list[Effects] = []
+    hazards: list[Hazard] = []
+    fault, reason = None, ""
+    end = 0
+    for pc, ins in enumerate(program):
+        arrival = 0 if not issued else issued[-1].cycle + 1
+        entry = instructions.SPEC.get(ins.op)
+        if entry is None:
+            fault, reason = (ErrorCode.ILLEGAL_OPCODE, pc, arrival), "no such opcode"
+            break
+        if ins.cycle < arrival:
+            fault = (ErrorCode.LATE, pc, arrival)
+            reason = f"it reaches issue in cycle {arrival}, after its cycle {ins.cycle}"
+            break
+        free, busy_pc = unit_free.get(entry.unit, (0, 0))
+        setcfg = ins.op is Opcode.SETCFG
+        # In the sequencer's order; each check assumes the ones before it passed.
+        for code, why in ((ErrorCode.UNIT_BUSY, lambda: None if ins.cycle >= free else (
+                              f"the {entry.unit} unit takes its next instruction from "
+                              f"cycle {free} (it runs pc {busy_pc})")),
+                          (ErrorCode.ADDR_RANGE, lambda: _range_fault(cfg, ins)),
+                          (ErrorCode.CFG_RANGE, lambda: setcfg and _table_fault(cfg, ins)),
+                          (ErrorCode.CFG_LIMIT, lambda: setcfg and _limit_fault(cfg, ins)),
+                          (ErrorCode.CFG_IN_USE,
+                           lambda: setcfg and _in_use_fault(cfg, windows, ins))):
+            reason = why()
+            if reason:
+                fault = (code, pc, ins.cycle)
+                break
+        if fault:
+            break
+        fx = entry.effects(cfg, ins.fields)
+        t = ins.cycle
+        unit_free[entry.unit] = (t + fx.accept, pc)
+        for name, (first, last) in fx.muxes.items():
+            windows.setdefault(mux_index[name], []).append((t + first, t + last, pc))
+        for touch in fx.reads:
+            boards[touch.resource].read(pc, touch, t, hazards)
+        for touch in fx.writes:
+            boards[touch.resource].write(pc, touch, t, hazards)
+        issued.append(ins)
+        effects.append(fx)
+        end = max(end, t + fx.last + 1)
+    cycles = fault[2] if fault else end
+    return Timeline(issued, effects, fault, cycles, hazards, reason or "")
+
+
+# -- the data pass --------------------------------------------------------------------
 class _Chip:
-    def __init__(self, cfg: ChipConfig, dram: np.ndarray):
+    """The state the instructions' semantics act on, and the fabric as they see it."""
+
+    def __init__(self, cfg: ChipConfig, dram: np.ndarray, timeline: Timeline):
         self.cfg = cfg
         self.n = cfg.tile_size
         self.table = fabric.muxes(cfg)
-        # Per multiplexer: (cycle from which it holds, value), oldest first.
-        self.timeline = [[(-1, m.default)] for m in self.table]
-        self.now: isa.Instr | None = None          # the instruction being executed
-        self.pc = 0
+        self.index = {m.name: m.index for m in self.table}
         self.dram = dram
         self.cbuf = np.zeros((cfg.cbuf_depth, cfg.rows), dtype=np.int8)
         self.acc = np.zeros((cfg.acc_depth, cfg.cols), dtype=np.int32)
         self.banks = np.zeros((2, cfg.rows, cfg.cols), dtype=np.int8)
         self.macs = self.rd_bytes = self.wr_bytes = 0
-        self.index = {m.name: m.index for m in self.table}
+        # Per multiplexer: (cycle from which it holds, value), oldest first. A SETCFG's
+        # value holds from the cycle after it issues.
+        self.settings = [[(NEVER, m.default)] for m in self.table]
+        for ins in timeline.issued:
+            if ins.op is Opcode.SETCFG:
+                for index, value in isa.setcfg_pairs(ins.fields):
+                    self.settings[index].append((ins.cycle + 1, value))
+        self.now: tuple[isa.Instr, Effects] | None = None
 
-    # -- multiplexer settings --------------------------------------------------------
-    def setting(self, index: int, cycle: int) -> int:
-        value = self.table[index].default
-        for since, v in self.timeline[index]:
-            if since > cycle:
+    # -- the fabric as the current instruction sees it --------------------------------
+    def source(self, name: str) -> str:
+        """The source of multiplexer ``name`` while the current instruction's data
+        passes it (the timing pass made sure it does not change meanwhile)."""
+        ins, fx = self.now
+        first = ins.cycle + fx.muxes[name][0]
+        value = None
+        for since, v in self.settings[self.index[name]]:
+            if since > first:
                 break
             value = v
-        return value
-
-    def source(self, name: str) -> str:
-        m = self.table[self.index[name]]
-        ins = self.now
-        use = timing.mux_use(self.cfg, ins, name)
-        lo, hi = (ins.cycle, ins.cycle + 1) if use is None else \
-            (ins.cycle + use[0], ins.cycle + use[1])
-        value = self.setting(m.index, lo)
-        for since, v in self.timeline[m.index]:
-            if lo < since < hi and v != value:
-                raise GoldenError(
-                    f"multiplexer {name} changes at cycle {since} while "
-                    f"{ins.op.name} (pc {self.pc}, issued at {ins.cycle}) uses it in "
-                    f"cycles {lo}..{hi - 1}; move the SETCFG out of that window")
-        return m.sources[value]
+        return self.table[self.index[name]].sources[value]
 
     def group(self, name: str) -> int | None:
         """The group number a feed/select multiplexer picks, or None for zero."""
         src = self.source(name)
         return None if src == fabric.ZERO else int(src.rsplit(".g", 1)[1])
 
-    def _lanes(self, kind: str, open_: str) -> np.ndarray:
+    def lanes(self, kind: str, open_: str, first_row: int = 0) -> np.ndarray:
+        """Per tile ``[i, j]`` (tile rows from ``first_row``): whether its ``kind``
+        port takes source ``open_``."""
         t, tc = self.cfg.tile_rows, self.cfg.tile_cols
         return np.array([[self.source(f"{kind}[{i}][{j}]") == open_ for j in range(tc)]
-                         for i in range(t)])
+                         for i in range(first_row, t)], dtype=bool).reshape(-1, tc)
 
-    def _feed(self, kind: str, count: int) -> tuple[np.ndarray, np.ndarray]:
+    def feed(self, kind: str, count: int) -> tuple[np.ndarray, np.ndarray]:
         """Per array lane ``p`` (count tiles of n): the CBUF partition feeding it and
         whether it is fed at all."""
         n = self.n
@@ -106,137 +306,13 @@ class _Chip:
                 live[k * n:(k + 1) * n] = True
         return idx, live
 
-    @staticmethod
-    def _regroup(y: np.ndarray, picks: list[int | None], n: int) -> np.ndarray:
+    def regroup(self, y: np.ndarray, picks: list[int | None]) -> np.ndarray:
+        n = self.n
         out = np.zeros((y.shape[0], len(picks) * n), dtype=y.dtype)
         for g, src in enumerate(picks):
             if src is not None:
                 out[:, g * n:(g + 1) * n] = y[:, src * n:(src + 1) * n]
         return out
-
-    # -- instructions ----------------------------------------------------------------
-    def dma(self, f: dict) -> None:
-        cfg = self.cfg
-        to_acc = f["kind"] in (DmaKind.LOAD_ACC, DmaKind.STORE_ACC)
-        w = cfg.acc_row_words if to_acc else 1
-        rows = f["rows"]
-        words = (f["dram_addr"] + np.arange(rows)[:, None] * f["dram_stride"]
-                 + np.arange(w)[None, :])                                  # [rows, w]
-        buf = slice(f["buf_addr"], f["buf_addr"] + rows)
-        moved = rows * w * cfg.rows
-        if f["kind"] == DmaKind.LOAD_CBUF:
-            self.cbuf[buf] = self.dram[words[:, 0]].view(np.int8)
-        elif f["kind"] == DmaKind.LOAD_ACC:
-            raw = np.ascontiguousarray(self.dram[words].reshape(rows, w * cfg.rows))
-            self.acc[buf] = raw.view("<i4").reshape(rows, cfg.cols)
-        elif f["kind"] == DmaKind.STORE_CBUF:
-            self.dram[words[:, 0]] = self.cbuf[buf].view(np.uint8)
-        else:
-            raw = np.ascontiguousarray(self.acc[buf].astype("<i4")).view(np.uint8)
-            self.dram[words] = raw.reshape(rows, w, cfg.rows)
-        if f["kind"] in (DmaKind.LOAD_CBUF, DmaKind.LOAD_ACC):
-            self.rd_bytes += moved
-        else:
-            self.wr_bytes += moved
-
-    def wload(self, f: dict) -> None:
-        cfg, n = self.cfg, self.n
-        idx, live = self._feed("north_feed", cfg.tile_cols)          # per column c
-        open_ = np.logical_and.accumulate(self._lanes("w_in", "lane"), axis=0)  # [i, j]
-        rows = self.cbuf[f["w_addr"]:f["w_addr"] + cfg.rows]          # [r, partition]
-        w = rows[:, idx] * live[None, :]
-        w = w * np.repeat(np.repeat(open_, n, axis=0), n, axis=1)
-        self.banks[f["bank"]] = w.astype(np.int8)
-
-    def matmul(self, f: dict) -> None:
-        cfg, n = self.cfg, self.n
-        rows = f["rows"]
-        idx, live = self._feed("west_feed", cfg.tile_rows)           # per array row r
-        act = self.cbuf[f["act_addr"]:f["act_addr"] + rows][:, idx].astype(np.int64)
-        act *= live[None, :]
-        seen = np.logical_and.accumulate(self._lanes("act_in", "lane"), axis=1)  # [i, j]
-        mask = np.repeat(np.repeat(seen, n, axis=0), n, axis=1)       # [r, c]
-        chain = self._lanes("psum_in", fabric.ZERO)                   # reduction starts
-        for j in range(cfg.tile_cols):
-            starts = np.flatnonzero(chain[:, j])
-            i0 = int(starts[-1]) if len(starts) else 0
-            mask[:n * i0, j * n:(j + 1) * n] = False
-        weights = self.banks[f["bank"]].astype(np.int64) * mask
-        sums = act @ weights                                           # [rows, C]
-        picks = [self.group(f"acc_src[{g}]") for g in range(cfg.tile_cols)]
-        sums = self._regroup(sums, picks, n)
-        dst = slice(f["acc_addr"], f["acc_addr"] + rows)
-        base = self.acc[dst].astype(np.int64) if f["accumulate"] else 0
-        self.acc[dst] = _wrap32(base + sums)
-        self.macs += rows * cfg.macs
-
-    def vrun(self, f: dict) -> None:
-        cfg = self.cfg
-        rows = f["rows"]
-        x = self.acc[f["src"]:f["src"] + rows].astype(np.int64)
-        if f["use_bias"]:
-            x = _wrap32(x + self.acc[f["bias_addr"]].astype(np.int64)).astype(np.int64)
-        zp = f["zp"] - 256 if f["zp"] >= 128 else f["zp"]
-        if f["requant"]:
-            shift = f["shift"]
-            y = (x * f["mult"] + ((1 << (shift - 1)) if shift else 0)) >> shift
-            y = np.clip(y + zp, -128, 127)
-            if f["relu"]:
-                y = np.maximum(y, zp)
-        else:
-            y = np.maximum(x, 0) if f["relu"] else x
-            if not f["to_acc"]:
-                y = np.clip(y, -128, 127)
-        if f["to_acc"]:
-            self.acc[f["dst"]:f["dst"] + rows] = _wrap32(y)
-        else:
-            picks = [self.group(f"wb_src[{g}]") for g in range(cfg.tile_rows)]
-            self.cbuf[f["dst"]:f["dst"] + rows] = self._regroup(y, picks, self.n).astype(np.int8)
-
-    def setcfg(self, f: dict) -> None:
-        """SETCFGs act through the timeline built before execution."""
-
-
-def _range_ok(cfg: ChipConfig, ins: isa.Instr) -> bool:
-    """The ADDR_RANGE check: no empty range, nothing past the end of its memory."""
-    f = ins.fields
-    if ins.op is Opcode.DMA:
-        to_acc = f["kind"] in (DmaKind.LOAD_ACC, DmaKind.STORE_ACC)
-        w = cfg.acc_row_words if to_acc else 1
-        depth = cfg.acc_depth if to_acc else cfg.cbuf_depth
-        return f["rows"] > 0 and f["dram_addr"] + (f["rows"] - 1) * f["dram_stride"] + w \
-            <= cfg.dram_words and f["buf_addr"] + f["rows"] <= depth
-    if ins.op is Opcode.WLOAD:
-        return f["w_addr"] + cfg.rows <= cfg.cbuf_depth
-    if ins.op is Opcode.MATMUL:
-        return f["rows"] > 0 and f["act_addr"] + f["rows"] <= cfg.cbuf_depth \
-            and f["acc_addr"] + f["rows"] <= cfg.acc_depth
-    if ins.op is Opcode.VRUN:
-        depth = cfg.acc_depth if f["to_acc"] else cfg.cbuf_depth
-        return f["rows"] > 0 and f["src"] + f["rows"] <= cfg.acc_depth \
-            and f["bias_addr"] < cfg.acc_depth and f["dst"] + f["rows"] <= depth
-    return True
-
-
-def _cfg_ok(cfg: ChipConfig, ins: isa.Instr) -> bool:
-    table = fabric.muxes(cfg)
-    return all(index < len(table) and value < len(table[index].sources)
-               for index, value in isa.setcfg_pairs(ins.fields))
-
-
-def _cfg_limits_ok(cfg: ChipConfig, ins: isa.Instr) -> bool:
-    """The CFG_LIMIT check: pairs per instruction, update interval, domain budget."""
-    pairs = isa.setcfg_pairs(ins.fields)
-    if len(pairs) > cfg.max_config_updates_per_cycle:
-        return False
-    if ins.cycle % cfg.config_update_interval:
-        return False
-    table = fabric.muxes(cfg)
-    per_domain: dict[str, int] = {}
-    for index, _ in pairs:
-        d = table[index].domain
-        per_domain[d] = per_domain.get(d, 0) + 1
-    return all(n <= cfg.power_domain_budget for n in per_domain.values())
 
 
 def run(cfg: ChipConfig, image: bytes, dram: np.ndarray) -> GoldenResult:
@@ -246,52 +322,15 @@ def run(cfg: ChipConfig, image: bytes, dram: np.ndarray) -> GoldenResult:
         raise ValueError(f"DRAM image must have shape {(cfg.dram_words, cfg.rows)}, "
                          f"not {dram.shape}")
     program = [isa.decode(w) for w in isa.from_bytes(image)]
-    chip = _Chip(cfg, dram)
-    execute = {Opcode.DMA: chip.dma, Opcode.WLOAD: chip.wload, Opcode.MATMUL: chip.matmul,
-               Opcode.VRUN: chip.vrun, Opcode.SETCFG: chip.setcfg}
-
-    issued, fault = _check(cfg, program)
-    # SETCFG writes take effect the cycle after they issue, for every instruction
-    # whose data passes the multiplexer from then on.
-    for ins in issued:
-        if ins.op is Opcode.SETCFG:
-            for index, value in isa.setcfg_pairs(ins.fields):
-                chip.timeline[index].append((ins.cycle + 1, value))
-    for pc, ins in enumerate(issued):
-        chip.now, chip.pc = ins, pc
-        execute[ins.op](ins.fields)
-    if fault is not None:
-        error, pc, cycle = fault
-        return GoldenResult(chip.dram, chip.cbuf, chip.acc, cycle, error, pc, cycle,
-                            len(issued), chip.macs, chip.rd_bytes, chip.wr_bytes)
-    return GoldenResult(chip.dram, chip.cbuf, chip.acc, timing.run_cycles(cfg, issued),
-                        ErrorCode.NONE, 0, 0, len(issued), chip.macs, chip.rd_bytes,
-                        chip.wr_bytes)
-
-
-def _check(cfg: ChipConfig, program: list[isa.Instr]
-           ) -> tuple[list[isa.Instr], tuple[ErrorCode, int, int] | None]:
-    """The sequencer's checks: the instructions that issue, and the fault (code, pc,
-    cycle) that stops the run, if any."""
-    if len(program) > cfg.imem_depth:
-        return [], (ErrorCode.PROG_RANGE, 0, 0)
-    unit_free: dict[str, int] = {}      # unit -> cycle it accepts the next instruction
-    prev = None
-    for pc, ins in enumerate(program):
-        arrival = 0 if prev is None else prev + 1
-        if ins.op is Opcode.ILLEGAL:
-            return program[:pc], (ErrorCode.ILLEGAL_OPCODE, pc, arrival)
-        if ins.cycle < arrival:
-            return program[:pc], (ErrorCode.LATE, pc, arrival)
-        unit = timing.UNIT[ins.op]
-        setcfg = ins.op is Opcode.SETCFG
-        checks = ((lambda: ins.cycle >= unit_free.get(unit, 0), ErrorCode.UNIT_BUSY),
-                  (lambda: _range_ok(cfg, ins), ErrorCode.ADDR_RANGE),
-                  (lambda: not setcfg or _cfg_ok(cfg, ins), ErrorCode.CFG_RANGE),
-                  (lambda: not setcfg or _cfg_limits_ok(cfg, ins), ErrorCode.CFG_LIMIT))
-        for ok, code in checks:      # in the sequencer's order; each assumes the last
-            if not ok():
-                return program[:pc], (code, pc, ins.cycle)
-        unit_free[unit] = ins.cycle + timing.occupancy(cfg, ins)
-        prev = ins.cycle
-    return program, None
+    timeline = check(cfg, program)
+    if timeline.hazards:
+        h = timeline.hazards[0]
+        more = f" (and {len(timeline.hazards) - 1} more)" if len(timeline.hazards) > 1 else ""
+        raise GoldenError(f"{h.rule}: {h.message}{more}")
+    chip = _Chip(cfg, dram, timeline)
+    for ins, fx in zip(timeline.issued, timeline.effects):
+        chip.now = (ins, fx)
+        instructions.SPEC[ins.op].execute(chip, ins.fields)
+    error, pc, cycle = timeline.fault or (ErrorCode.NONE, 0, 0)
+    return GoldenResult(chip.dram, chip.cbuf, chip.acc, timeline.cycles, error, pc, cycle,
+                        len(timeline.issued), chip.macs, chip.rd_bytes, chip.wr_bytes)

@@ -212,3 +212,44 @@ def test_long_paths_are_shortened_in_the_message():
     assert "takes 61 cycles" in msg and "takes 1 cycles" in msg
     assert "... 13 more ..." in msg and "v19 (line 21) -> p (line 22)" in msg
     assert "insert 60 delay register(s)" in msg and len(msg) < 1000
+
+
+# -- latency lines must change something ---------------------------------------------------
+def test_latency_lines_that_override_are_accepted():
+    prog = parse("latency read = 2\nlatency read.bigram = 3\nlatency mul.mul.occupancy = 2\n"
+                 "x = read ram(0)\nz = read bigram(0)\nm = mul mul0(x, z)\n"
+                 "latency mul = 4\n", "ok.stp")
+    sched = schedule_program(CFG, prog)
+    assert (sched.of("x").latency, sched.of("z").latency, sched.of("m").occupancy) == (2, 3, 2)
+
+
+@pytest.mark.parametrize("key", sorted(CFG.latency))
+def test_latency_line_for_a_chip_unit_is_an_error(key):
+    prog = parse(f"proc p(addr)\nlatency read = 1\nlatency {key} = 2\nx = read ram(addr)\n",
+                 "chip.stp")
+    with pytest.raises(CycleError) as e:
+        schedule_program(CFG, prog)
+    msg = str(e.value)
+    assert msg.startswith(f"chip.stp:3:1: latency {key}: ")
+    assert "RTL fixes at" in msg and "datapath components only" in msg
+
+
+@pytest.mark.parametrize("line, why", [
+    ("latency write = 1", "no datapath statement uses 'write'"),
+    ("latency read.bigram = 2", "no datapath statement uses 'read.bigram'"),
+    ("latency mul.mul0.occupancy = 2", "uses 'mul.mul0.occupancy'"),   # class is mul
+    ("latency mul0 = 2", "no datapath statement uses 'mul0'"),
+])
+def test_latency_line_that_changes_nothing_is_an_error(line, why):
+    text = f"proc p(addr)\nlatency read.ram = 1\nlatency mul = 3\n{line}\n" \
+           f"x = read ram(addr)\nm = mul mul0(x, x)\n"
+    with pytest.raises(CycleError) as e:
+        schedule_program(CFG, parse(text, "n.stp"))
+    assert str(e.value).startswith(f"n.stp:4:1: latency {line.split()[1]}: ")
+    assert why in str(e.value) and "changes nothing" in str(e.value)
+
+
+def test_latency_line_shadowed_by_a_more_specific_one_changes_nothing():
+    text = "latency read = 1\nlatency read.ram = 2\nx = read ram(0)\n"
+    with pytest.raises(CycleError, match=r"^s.stp:1:1: latency read: no datapath statement"):
+        schedule_program(CFG, parse(text, "s.stp"))

@@ -139,3 +139,110 @@ def test_image_round_trips_and_disassembles():
     text = compiled.disassemble().splitlines()
     assert len(text) == len(compiled.program)
     assert all(f" {i.op.name} " in line + " " for i, line in zip(compiled.program, text))
+
+
+# -- graphs: fan-out, joins, several outputs --------------------------------------------
+
+from systolica.app import cli, demo  # noqa: E402
+from systolica.compiler import GraphBuilder  # noqa: E402
+
+
+def dag(rng, M, width, name="dag"):
+    """x -> trunk -> {head (int8), wide (int32, ReLU)} and join([trunk, x, head])."""
+    def w(k, n):
+        return rng.integers(-128, 128, (k, n))
+
+    def b(n):
+        return rng.integers(-4000, 4000, n)
+    g = GraphBuilder(name)
+    x = g.input(rng.integers(-128, 128, (M, width)), name="x")
+    h = g.dense(x, w(width, width + 5), b(width + 5), mult=int(rng.integers(1, 600)),
+                shift=15, zp=-2, relu=True, name="trunk")
+    a = g.dense(h, w(width + 5, 11), b(11), mult=300, shift=15, zp=3, name="head")
+    g.dense(h, w(width + 5, 6), b(6), out_dtype="int32", relu=True, name="wide")
+    j = g.dense([h, x, a], w(2 * width + 16, 9), mult=90, shift=16, name="join")
+    return g.build(a, "wide", j)          # head is an output and read by join
+
+
+@pytest.mark.parametrize("cfg, M, width", [(TINY, 12, 20), (TINY, 1, 3), (BASE, 40, 37),
+                                           (TINY, acc_half_rows(TINY), 9)])
+def test_fan_out_and_join_match_numpy_on_the_golden_model(cfg, M, width):
+    graph = dag(np.random.default_rng(M + width), M, width)
+    compiled = compile_network(cfg, graph)
+    run = golden.run(cfg, compiled.image, compiled.dram)
+    assert run.error is ErrorCode.NONE
+    got, want = compiled.results(run.dram), reference.outputs(graph)
+    assert list(got) == list(want) == ["head", "wide", "join"]
+    for name in want:
+        assert got[name].dtype == want[name].dtype and np.array_equal(got[name], want[name])
+    assert run.cycles == compiled.predicted_cycles
+    assert run.macs == compiled.array_macs
+    assert run.dram_bytes_written == compiled.dram_bytes_written == \
+        compiled.dram_map.output_words * cfg.rows         # only the outputs come back
+    assert [r.name for r in compiled.layers] == ["trunk", "head", "wide", "join"]
+    assert compiled.layers[3].K == 2 * width + 16
+
+
+def test_several_outputs_are_read_with_results_not_result():
+    compiled = compile_network(TINY, dag(np.random.default_rng(0), 4, 8))
+    with pytest.raises(CompileError, match=r"3 outputs .*results\(\)"):
+        compiled.result(compiled.dram)
+
+
+def test_bench_cycle_counts_are_unchanged():
+    assert compile_network(BASE, cli._gemm_network(256, 256, 256, 1)).predicted_cycles \
+        == 66648
+    assert compile_network(BASE, cli._gemm_network(64, 64, 64, 2)).predicted_cycles == 1344
+    assert compile_network(TINY, demo.mlp()).predicted_cycles == 2264
+
+
+def test_an_input_first_read_by_a_later_layer_is_fetched_during_the_layer_before():
+    rng = np.random.default_rng(118)
+    g = GraphBuilder("late_input")
+    x = g.input(rng.integers(-128, 128, (16, 8)), name="x")
+    y = g.input(rng.integers(-128, 128, (16, 12)), name="y")
+    a = g.dense(x, rng.integers(-128, 128, (8, 8)), mult=99, shift=12, name="a")
+    g.dense([a, y], rng.integers(-128, 128, (20, 5)), mult=80, shift=13, name="b")
+    graph = g.build()
+    compiled = compile_network(TINY, graph)
+    assert compiled.plan.tensor("cbuf", "y").first == 0
+    run = golden.run(TINY, compiled.image, compiled.dram)
+    assert np.array_equal(compiled.result(run.dram), reference.run(graph))
+    assert run.cycles == compiled.predicted_cycles
+
+
+def random_graph(seed: int):
+    """1-2 inputs, 1-5 dense layers each reading 1-3 earlier int8 tensors (repeats
+    allowed), int8 or int32 outputs: every tensor nobody reads is an output."""
+    rng = np.random.default_rng(seed)
+    M = int(rng.integers(1, 40))
+    g = GraphBuilder(f"random{seed}")
+    tensors = [(g.input(rng.integers(-128, 128, (M, k)), name=f"in{i}"), k)
+               for i, k in enumerate(rng.integers(1, 30, int(rng.integers(1, 3))))]
+    layers = int(rng.integers(1, 6))
+    for li in range(layers):
+        picks = [tensors[int(p)] for p in rng.choice(len(tensors), int(rng.integers(1, 4)))]
+        if li == 0:
+            picks = tensors + picks[1:]               # every input is read
+        K, N = sum(int(k) for _, k in picks), int(rng.integers(1, 30))
+        post = (dict(out_dtype="int32", relu=bool(seed & 1)) if li == layers - 1 and seed % 3
+                else dict(mult=int(rng.integers(1, 2000)), shift=int(rng.integers(10, 20)),
+                          zp=int(rng.integers(-5, 5)), relu=bool(rng.integers(2))))
+        bias = rng.integers(-3000, 3000, N) if rng.integers(2) else None
+        name = g.dense([t for t, _ in picks], rng.integers(-128, 128, (K, N)), bias,
+                       name=f"l{li}", **post)
+        if post.get("out_dtype") != "int32":
+            tensors.append((name, N))
+    return g.build()
+
+
+@pytest.mark.parametrize("seed", range(16))
+def test_random_graphs_match_numpy_on_the_golden_model(seed):
+    cfg = (TINY, BASE)[seed % 2]
+    graph = random_graph(seed)
+    compiled = compile_network(cfg, graph)
+    run = golden.run(cfg, compiled.image, compiled.dram)
+    assert run.error is ErrorCode.NONE
+    got, want = compiled.results(run.dram), reference.outputs(graph)
+    assert all(np.array_equal(got[name], want[name]) for name in want)
+    assert run.cycles == compiled.predicted_cycles

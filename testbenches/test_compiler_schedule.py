@@ -1,6 +1,8 @@
 """Scheduler: the issue rules, unit occupancy and hazards, on hand-built micro-op lists
 and on whole compiled programs. Expected cycles come from systolica.arch.timing."""
 
+import re
+
 import numpy as np
 import pytest
 
@@ -152,3 +154,63 @@ def test_every_multiplexer_is_set_before_its_first_use():
         index = fabric.by_name(CFG)[name].index
         first = lst[0]
         assert any(c < first.lo and v == table[index].default for c, v in set_at[index]), name
+
+
+# -- multiplexer settings ---------------------------------------------------------------------
+SWAP = {"west_feed[0]": "cbuf.g1", "west_feed[1]": "cbuf.g0"}
+
+
+def routed(needs_list, rows=8):
+    ops = [load(0), load(100), make(CFG, Opcode.WLOAD, w_addr=0, bank=0)]
+    for k, needs in enumerate(needs_list):
+        op = matmul(acc=8 * k, accumulate=0, rows=rows)
+        op.needs = dict(needs)
+        ops.append(op)
+    return ops
+
+
+def test_default_needs_schedule_as_no_needs():
+    defaults = {"west_feed[0]": "cbuf.g0", "acc_src[1]": "col.g1"}
+    assert schedule(CFG, routed([defaults, {}, defaults])) == schedule(CFG, routed([{}] * 3))
+
+
+def test_other_setting_waits_for_the_uses_and_keeps_an_update_slot():
+    from systolica.compiler.reconfigure import plan_updates
+    ops = routed([SWAP, {}, SWAP])
+    cycles = schedule(CFG, ops)
+    plain = schedule(CFG, routed([{}] * 3))
+    assert cycles[:4] == plain[:4]
+    spans = [(c + timing.mux_use(CFG, op.instr(0), "west_feed[0]")[0],
+              c + timing.mux_use(CFG, op.instr(0), "west_feed[0]")[1])
+             for op, c in zip(ops[3:], cycles[3:])]
+    assert spans[0][1] <= spans[1][0] and spans[1][1] <= spans[2][0]   # one after another
+    shifted, updates = plan_updates(CFG, ops, cycles)
+    assert shifted == cycles                                     # the first SETCFGs fit
+    changes = sorted((u.cycle, u.value) for u in updates if u.mux == "west_feed[0]")
+    assert [v for _, v in changes] == [1, 0, 1]
+    for (c, _), (lo, _), (_, hi_before) in zip(changes[1:], spans[1:], spans):
+        assert hi_before - 1 <= c <= lo - 1 and c not in cycles
+
+
+@pytest.mark.parametrize("interval", [1, 2, 5])
+def test_update_slots_respect_the_interval(interval):
+    from systolica.compiler.reconfigure import plan_updates
+    cfg = CFG.replace(config_update_interval=interval)
+    ops = routed([SWAP, {}, SWAP, {}], rows=3)
+    cycles, updates = plan_updates(cfg, ops, schedule(cfg, ops))
+    assert updates and all(u.cycle % interval == 0 for u in updates)
+    assert not {u.cycle for u in updates} & set(cycles)
+
+
+@pytest.mark.parametrize("op, needs, expected", [
+    (lambda: make(CFG, Opcode.WLOAD, w_addr=0, bank=0), {"west_feed[0]": "zero"},
+     "its data does not pass west_feed[0]"),
+    (lambda: load(0), {"west_feed[0]": "zero"}, "a DMA passes no multiplexer"),
+    (lambda: matmul(), {"west_feed[7]": "zero"}, "no multiplexer 'west_feed[7]'"),
+    (lambda: matmul(), {"west_feed[0]": "cbuf.g9"}, "has no source 'cbuf.g9'"),
+])
+def test_needs_that_could_never_take_effect_are_errors(op, needs, expected):
+    m = op()
+    m.needs = needs
+    with pytest.raises(CompileError, match=re.escape(expected)):
+        schedule(CFG, [m])

@@ -3,10 +3,10 @@ statements turned into checked micro-ops."""
 
 import pytest
 
-from systolica.arch import fabric, isa
+from systolica.arch import isa
 from systolica.compiler import CompileError
-from systolica.compiler.text import ParseError, Statement, format_statement, parse, \
-    to_micro_op, to_micro_ops
+from systolica.compiler.text import ParseError, Statement, cfg_settings, \
+    format_statement, parse, parse_file, to_micro_op, to_micro_ops
 from systolica.arch.config import preset
 from systolica.arch.isa import DmaKind, Opcode
 
@@ -139,30 +139,42 @@ v = vpu vrun(c, src=2, rows=4, dst=64, relu=1)
     assert all(isa.decode(isa.encode(m.instr(5))).fields == m.fields for m in ops)
 
 
-def pairs(m):
-    if hasattr(isa, "setcfg_pairs"):
-        return list(isa.setcfg_pairs(m.fields))
-    return [(m.fields["index"], m.fields["value"])]
+def settings(line):
+    return cfg_settings(CFG, parse(line + "\n").statements[0])
 
 
-def test_setcfg_by_names():
-    m = chip('cfg set(mux="north_feed[1]", source="zero")')
-    mux = fabric.by_name(CFG)["north_feed[1]"]
-    assert m.op is Opcode.SETCFG
-    assert pairs(m) == [(mux.index, mux.sources.index("zero"))]
+def test_cfg_set_names_multiplexers_and_sources():
+    assert settings('r = cfg set(mux="north_feed[1]", source="zero")') == \
+        {"north_feed[1]": "zero"}
 
 
-def test_setcfg_several_pairs():
-    line = ('cfg set(mux="west_feed[0]", source="cbuf.g1", mux1="acc_src[1]", '
+def test_cfg_set_several_pairs_and_source_numbers():
+    line = ('r = cfg set(mux="west_feed[0]", source="cbuf.g1", mux1="acc_src[1]", '
             'source1="col.g0", mux2="wb_src[0]", source2=1)')
-    names = fabric.by_name(CFG)
-    want = [(names["west_feed[0]"].index, 1), (names["acc_src[1]"].index, 0),
-            (names["wb_src[0]"].index, 1)]
-    if getattr(isa, "SETCFG_PAIRS", 1) >= 3:
-        assert pairs(chip(line)) == want
-    else:
-        with pytest.raises(ParseError, match="carries one pair"):
-            chip(line)
+    assert settings(line) == {"west_feed[0]": "cbuf.g1", "acc_src[1]": "col.g0",
+                              "wb_src[0]": "col.g1"}
+
+
+def test_cfg_set_is_not_an_instruction_of_its_own():
+    with pytest.raises(ParseError, match="a cfg set is not an instruction of its own"):
+        chip('r = cfg set(mux="west_feed[0]", source="zero")')
+
+
+@pytest.mark.parametrize("line, expected", [
+    ('r = cfg set(mux="west_feed[9]", source="zero")', "unknown multiplexer 'west_feed[9]'"),
+    ('r = cfg set(mux="west_feed[0]", source="cbuf.g7")', "has no source 'cbuf.g7'"),
+    ('r = cfg set(mux="west_feed[0]", source=9)', "west_feed[0] has no source number 9"),
+    ('r = cfg set(mux="west_feed[0]")', "mux and source go together"),
+    ('r = cfg set(index=3, value=1)', "cfg set has no keyword 'index'"),
+    ('r = cfg set()', "cfg set names no multiplexer"),
+    ('r = cfg set(mux="west_feed[0]", source="zero", mux1="west_feed[0]", source1="zero")',
+     "multiplexer west_feed[0] is set twice"),
+])
+def test_cfg_set_errors_name_statement_and_keyword(line, expected):
+    with pytest.raises(ParseError) as e:
+        cfg_settings(CFG, parse(line + "\n", "c.stp").statements[0], "c.stp")
+    msg = str(e.value)
+    assert msg.startswith("c.stp:1:1: 'r = cfg set(") and expected in msg
 
 
 @pytest.mark.parametrize("line, expected", [
@@ -174,9 +186,6 @@ def test_setcfg_several_pairs():
     ("a = wload load(3, w_addr=0)", "fields are given by keyword"),
     ("a = wload load(w_addr=zero)", "field w_addr must be an integer"),
     ("a = mm matmul(act_addr=0, rows=0)", "cbuf range [0, 0)"),
-    ('cfg set(mux="west_feed[9]", source="zero")', "unknown multiplexer 'west_feed[9]'"),
-    ('cfg set(mux="west_feed[0]", source="cbuf.g7")', "has no source 'cbuf.g7'"),
-    ('cfg set(mux="west_feed[0]")', "mux and source go together"),
 ])
 def test_chip_errors_name_statement_and_fields(line, expected):
     with pytest.raises(ParseError) as e:
@@ -189,3 +198,23 @@ def test_chip_errors_name_statement_and_fields(line, expected):
 def test_statement_is_a_value():
     a = Statement(("x",), "read", "ram", ("addr",), {}, 3, 1, "x = read ram(addr)")
     assert a == parse("proc p(addr)\n\nx = read ram(addr)\n").statements[0]
+
+
+@pytest.mark.parametrize("data, where", [
+    (b"x = read ram(0)\n# caf\xe9\n", "2:6"),            # Latin-1, not UTF-8
+    (b"\xff\xfex = read ram(0)\n", "1:1"),                 # UTF-16
+    ("y = read ram(0)  # \u00e9t\u00e9\nz = \xff".encode("utf-8")[:-2] + b"\x80", "2:5"),
+])
+def test_program_file_that_is_not_utf8_is_named(tmp_path, data, where):
+    path = tmp_path / "latin.stp"
+    path.write_bytes(data)
+    with pytest.raises(ParseError) as e:
+        parse_file(path)
+    assert str(e.value).startswith(f"{path}:{where}: not UTF-8 text (byte 0x")
+    assert "saved as UTF-8" in str(e.value)
+
+
+def test_program_file_with_a_byte_order_mark_parses(tmp_path):
+    path = tmp_path / "bom.stp"
+    path.write_bytes("\ufeffx = read ram(0)\n".encode("utf-8"))
+    assert parse_file(path).statements[0].outputs == ("x",)

@@ -332,3 +332,48 @@ def test_encode_decode_disassemble(ins):
 def test_encode_rejects_oversized_fields():
     with pytest.raises(isa.EncodingError, match="rows"):
         isa.encode(Instr(Opcode.MATMUL, 0, dict(rows=1 << 16)))
+
+
+# -- the golden model checks timing itself ----------------------------------------------
+def test_matmul_before_its_weights_are_in_is_a_hazard():
+    program = gemm_program()
+    wload, mm = program[-2], program[-1]
+    early = [*program[:-1], Instr(Opcode.MATMUL, wload.cycle + timing.weight_shifts(CFG) - 1,
+                                  mm.fields)]
+    with pytest.raises(golden.GoldenError, match=r"read before write: pc 2 reads wbank1"):
+        golden.run(CFG, image(early), fresh_dram())
+    on_time = [*program[:-1], Instr(Opcode.MATMUL, wload.cycle + timing.weight_shifts(CFG),
+                                    mm.fields)]
+    assert golden.run(CFG, image(on_time), fresh_dram()).error is ErrorCode.NONE
+
+
+def test_store_before_the_vector_unit_wrote_is_a_hazard():
+    vrun = Instr(Opcode.VRUN, 0, dict(src=0, rows=4, dst=16, bias_addr=0, use_bias=0,
+                                      to_acc=0, requant=0, relu=0, mult=0, shift=0, zp=0))
+    store = dma(DmaKind.STORE_CBUF, 100, 16, 4)[1]
+    # the vector unit writes CBUF row 16 in cycle 6; a store reads it in t+1
+    with pytest.raises(golden.GoldenError, match=r"cbuf\[16\] in cycle 6"):
+        golden.run(CFG, image([vrun, Instr(Opcode.DMA, 5, store)]), fresh_dram())
+    assert golden.run(CFG, image([vrun, Instr(Opcode.DMA, 6, store)]),
+                      fresh_dram()).error is ErrorCode.NONE
+
+
+def test_setcfg_inside_a_window_faults_and_before_it_routes():
+    """A MATMUL issued at t passes west_feed from t+2; a SETCFG at t+1 (after the
+    MATMUL, before its window) sets what it sees, one at t+2 is CFG_IN_USE."""
+    dram = fresh_dram()
+    program = gemm_program()
+    t = program[-1].cycle
+    swap = [(MUX["west_feed[0]"].index, MUX["west_feed[0]"].value_of("cbuf.g1")),
+            (MUX["west_feed[1]"].index, MUX["west_feed[1]"].value_of("cbuf.g0"))]
+    before = program + [Instr(Opcode.SETCFG, t + 1, isa.setcfg_fields(swap))]
+    result = run(before, dram)
+    act, w = operands(dram)
+    assert np.array_equal(result.acc[:5], groups(act, [1, 0]) @ w)
+    inside = program + [Instr(Opcode.SETCFG, t + 2, isa.setcfg_fields(swap))]
+    result = golden.run(CFG, image(inside), dram)
+    assert (result.error, result.fault_pc, result.fault_cycle, result.cycles) == \
+        (ErrorCode.CFG_IN_USE, len(program), t + 2, t + 2)
+    last_row = program[-1].cycle + 2 + 5 - 1     # the window's last cycle: u = it is legal
+    after = program + [Instr(Opcode.SETCFG, last_row, isa.setcfg_fields(swap))]
+    assert golden.run(CFG, image(after), dram).error is ErrorCode.NONE

@@ -177,12 +177,10 @@ def from_bytes(image: bytes) -> list[int]:
 
 
 def disassemble_one(instr: Instr) -> str:
-    args = ", ".join(f"{k}={v}" for k, v in instr.fields.items())
-    if instr.op is Opcode.SETCFG:
-        args = ", ".join(f"mux{i}={v}" for i, v in setcfg_pairs(instr.fields))
-    if instr.op is Opcode.DMA:
-        args = f"{DmaKind(instr.fields['kind']).name}, " + ", ".join(
-            f"{k}={v}" for k, v in instr.fields.items() if k != "kind")
+    from .instructions import SPEC   # the entries import this module
+    entry = SPEC.get(instr.op)
+    args = entry.format(instr.fields) if entry else ", ".join(
+        f"{k}={v}" for k, v in instr.fields.items())
     return f"{instr.cycle:>8}: {instr.op.name:<7} {args}"
 
 

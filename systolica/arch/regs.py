@@ -44,6 +44,7 @@ class ErrorCode(enum.IntEnum):
     CFG_RANGE = 6        # SETCFG names no multiplexer, or a source it does not have
     CFG_LIMIT = 7        # SETCFG breaks the configuration-update limits (per instruction,
                          # interval, power-domain budget)
+    CFG_IN_USE = 8       # SETCFG names a multiplexer while an earlier instruction's data passes it
 
 
 def hwcfg_word(tile_rows: int, tile_cols: int, tile_size: int) -> int:

@@ -1,0 +1,348 @@
+"""The memory planner: where every tensor, parameter and scratch area lives in CBUF,
+ACC and DRAM, and for which layers. Entry point: :func:`plan_memory`.
+
+Lifetimes count layers in graph order: a region is live from the first layer that
+writes (or loads) it to the last that reads it, inclusive, and two regions may share
+addresses only if their lifetimes are disjoint.
+
+* CBUF: the UBUF (the reserved overlap region at ``cfg.ubuf_base``, ``cfg.ubuf_rows``
+  rows; live throughout, so nothing else is placed there); every int8 tensor a layer
+  reads, in the resident layout (``layout.resident_rows``), from its producer to its
+  last reader (a graph input: from the layer before its first reader, which loads
+  it, as the pipeliner fetches a layer's first loads during the previous layer); and
+  the scratch areas the layers' rules ask for (``rules.Need``: weight ring, output
+  staging).
+* ACC: the rules' scratch (accumulator halves, bias slots).
+* DRAM: graph inputs, the layers' parameters, graph outputs, in that order. The host
+  writes the first two before the run and reads the outputs after it, so all live
+  throughout and none shares space; the outputs end up contiguous.
+
+Placement: regions live throughout are placed first, bottom up in the order asked
+for; then the others by decreasing size (greedy by size), each at the lowest address
+free for its whole lifetime.
+
+Rows per pass: a network of one layer computes M in passes of as many rows as fit
+(at most what the rule allows, half the accumulator buffer); a network of several
+layers keeps every activation on chip for the whole of M, which must fit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+
+import numpy as np
+
+from ..arch.config import ChipConfig
+from . import layout
+from .errors import CompileError
+from .graph import Graph, as_graph
+from .rules import rule_for
+
+MEMORIES = ("cbuf", "acc", "dram")
+UNITS = {"cbuf": "rows", "acc": "rows", "dram": "words"}
+
+
+@dataclass(frozen=True)
+class Region:
+    """``[lo, lo + size)`` of one memory, live in layers ``first .. last``."""
+    memory: str
+    key: str        # "tensor <name>", "<layer>.<parameter>", a scratch key, or "ubuf"
+    lo: int
+    size: int
+    first: int
+    last: int
+    what: str = ""  # for messages: "tensor 'x'", "weights of layer 'fc1'", ...
+
+    @property
+    def hi(self) -> int:
+        return self.lo + self.size
+
+    def overlaps(self, other: "Region") -> bool:
+        return (self.memory == other.memory and self.lo < other.hi and other.lo < self.hi
+                and self.first <= other.last and other.first <= self.last)
+
+
+@dataclass(frozen=True)
+class DramMap:
+    """Where the graph's inputs, parameters and outputs are, as ``(address, words)``."""
+    inputs: Mapping[str, tuple[int, int]]
+    params: Mapping[tuple[str, str], tuple[int, int]]   # (layer, parameter)
+    outputs: Mapping[str, tuple[int, int]]
+    end: int                                            # words used
+
+    @property
+    def input(self) -> int:
+        return next(iter(self.inputs.values()))[0]
+
+    @property
+    def output(self) -> int:
+        """Address of the first output; the outputs are contiguous from there."""
+        return min(at for at, _ in self.outputs.values())
+
+    @property
+    def output_words(self) -> int:
+        """Words from the first output to the end of the last (all outputs)."""
+        return max(at + n for at, n in self.outputs.values()) - self.output
+
+
+@dataclass(frozen=True, eq=False)
+class MemoryPlan:
+    cfg: ChipConfig
+    graph: Graph
+    rows: Mapping[str, int]          # per layer: M rows computed per pass
+    regions: tuple[Region, ...]
+    dram: np.ndarray                 # initial DRAM image, uint8 (dram_words, rows)
+    dram_map: DramMap
+
+    def region(self, memory: str, key: str) -> Region:
+        for r in self.regions:
+            if r.memory == memory and r.key == key:
+                return r
+        raise KeyError(f"no {memory} region {key!r}")
+
+    def tensor(self, memory: str, name: str) -> Region:
+        return self.region(memory, f"tensor {name}")
+
+    def param(self, layer: str, what: str) -> Region:
+        return self.region("dram", f"{layer}.{what}")
+
+    def scratch(self, memory: str, key: str) -> Region:
+        return self.region(memory, key)
+
+    def live(self, memory: str, layer: int) -> list[Region]:
+        """Regions of `memory` live during layer number `layer`, by address."""
+        return sorted((r for r in self.regions if r.memory == memory
+                       and r.first <= layer <= r.last), key=lambda r: r.lo)
+
+
+@dataclass
+class _Item:
+    key: str
+    size: int
+    first: int
+    last: int
+    what: str
+    order: int = 0
+
+
+def _capacity(cfg: ChipConfig, memory: str) -> int:
+    return {"cbuf": cfg.cbuf_depth, "acc": cfg.acc_depth, "dram": cfg.dram_words}[memory]
+
+
+def _place(memory: str, capacity: int, fixed: list[Region], items: list[_Item],
+           steps: int) -> tuple[list[Region], _Item | None]:
+    """Place `items` around `fixed`; returns the regions and the first item that did
+    not fit (None if all did)."""
+    placed = list(fixed)
+    whole = [it for it in items if it.first == 0 and it.last == steps - 1]
+    rest = sorted((it for it in items if not (it.first == 0 and it.last == steps - 1)),
+                  key=lambda it: (-it.size, it.first, it.order))
+    for it in whole + rest:
+        busy = sorted((r for r in placed if r.first <= it.last and it.first <= r.last),
+                      key=lambda r: r.lo)
+        at = 0
+        for r in busy:
+            if at + it.size <= r.lo:
+                break
+            at = max(at, r.hi)
+        if at + it.size > capacity:
+            return placed, it
+        placed.append(Region(memory, it.key, at, it.size, it.first, it.last, it.what))
+    return placed, None
+
+
+def _shortfall(cfg: ChipConfig, graph: Graph, memory: str, failed: _Item,
+               items: list[_Item], fixed: list[Region], note: str = "") -> CompileError:
+    """What does not fit where: the layer (in `failed`'s lifetime) with the most
+    demand, the parts live there and how far over the memory they are."""
+    def live(step):
+        return [it for it in items if it.first <= step <= it.last]
+
+    step = max(range(failed.first, failed.last + 1),
+               key=lambda s: sum(it.size for it in live(s)))
+    parts = live(step)
+    need = sum(it.size for it in parts)
+    reserved = sum(r.size for r in fixed if r.first <= step <= r.last)
+    usable = _capacity(cfg, memory) - reserved
+    unit = UNITS[memory]
+    layer = graph.nodes[step].name
+    detail = " + ".join(f"{it.what} {it.size}" for it in parts)
+    name = memory.upper()
+    outside = f" outside the UBUF ({cfg.ubuf_rows} rows)" if memory == "cbuf" else ""
+    depth = f"{memory}_depth" if memory != "dram" else "dram_words"
+    if need > usable:
+        return CompileError(
+            f"layer {layer!r}: {name} too small by {need - usable} {unit}: needs {need} "
+            f"{unit} ({detail}){note}, but the configured {depth} "
+            f"{_capacity(cfg, memory)} leaves {usable} usable{outside}; use a smaller "
+            f"problem or a chip with a larger {name}")
+    return CompileError(
+        f"layer {layer!r}: {name} has {usable} {unit} free{outside} and needs {need} "
+        f"({detail}){note}, but after placing the others no free range of {failed.size} "
+        f"{unit} is left for {failed.what}; use a smaller problem or a chip with a "
+        f"larger {name}")
+
+
+def _dram(cfg: ChipConfig, graph: Graph) -> tuple[list[Region], np.ndarray, DramMap]:
+    """Inputs, parameters, outputs in order; all live throughout."""
+    steps = len(graph.nodes)
+    cursor = 0
+    regions, pieces = [], []
+    inputs, params, outputs = {}, {}, {}
+
+    def place(key: str, words, who: str, what: str) -> tuple[int, int]:
+        nonlocal cursor
+        n = words if isinstance(words, int) else words.shape[0]
+        if cursor + n > cfg.dram_words:
+            raise CompileError(
+                f"{who}: DRAM too small by {cursor + n - cfg.dram_words} words for its "
+                f"{what} ({n} words; {cursor} already used by earlier data); the "
+                f"configured dram_words is {cfg.dram_words} words of {cfg.rows} bytes")
+        regions.append(Region("dram", key, cursor, n, 0, steps - 1, f"{who}: {what}"))
+        if not isinstance(words, int):
+            pieces.append((cursor, words))
+        cursor += n
+        return regions[-1].lo, n
+
+    for t in graph.inputs:
+        reader = graph.consumers(t)[0].name
+        who = f"layer {reader!r}" if len(graph.inputs) == 1 else \
+            f"layer {reader!r} (input {t!r})"
+        inputs[t] = place(f"tensor {t}", layout.pack_activations(cfg, graph.data[t]), who,
+                          "input activations")
+    for node in graph.nodes:
+        for what, words in rule_for(node).params(cfg, graph, node):
+            params[(node.name, what)] = place(f"{node.name}.{what}", words,
+                                              f"layer {node.name!r}", what)
+    for t in graph.outputs:
+        tensor = graph.tensor(t)
+        who = f"layer {graph.producer(t).name!r}"
+        outputs[t] = place(f"tensor {t}", layout.tensor_words(cfg, tensor.shape, tensor.dtype),
+                           who, "output" if len(graph.outputs) == 1 else f"output {t!r}")
+    image = np.zeros((cfg.dram_words, cfg.rows), dtype=np.uint8)
+    for at, words in pieces:
+        image[at:at + words.shape[0]] = words
+    dmap = DramMap(MappingProxyType(inputs), MappingProxyType(params),
+                   MappingProxyType(outputs), cursor)
+    return regions, image, dmap
+
+
+def _on_chip(cfg: ChipConfig, graph: Graph, rows: Mapping[str, int]
+             ) -> dict[str, list[_Item]]:
+    """What CBUF and ACC must hold, in the order asked for: per layer its rules'
+    shared needs, the tensors it is the first to hold, its own needs."""
+    index = {node.name: i for i, node in enumerate(graph.nodes)}
+    items: dict[str, dict[str, _Item]] = {"cbuf": {}, "acc": {}}
+    order = 0
+
+    def ask(memory: str, key: str, size: int, first: int, last: int, what: str) -> None:
+        nonlocal order
+        known = items[memory].get(key)
+        if known is None:
+            items[memory][key] = _Item(key, size, first, last, what, order)
+            order += 1
+        else:
+            known.size = max(known.size, size)
+            known.first, known.last = min(known.first, first), max(known.last, last)
+
+    for i, node in enumerate(graph.nodes):
+        needs = rule_for(node).needs(cfg, graph, node, rows[node.name])
+        for need in needs:
+            if need.shared:
+                ask(need.memory, need.key, need.size, i, i, need.what)
+        for t in list(dict.fromkeys(node.inputs)) + list(node.outputs):
+            readers = graph.consumers(t)
+            producer = graph.producer(t)
+            holder = index[producer.name] if producer is not None else index[readers[0].name]
+            if readers and holder == i:
+                # a graph input's load is fetched ahead, during the layer before
+                first = holder if producer is not None else max(holder - 1, 0)
+                tensor = graph.tensor(t)
+                ask("cbuf", f"tensor {t}", layout.resident_rows(cfg, tensor.shape[1],
+                                                                rows[node.name]),
+                    first, index[readers[-1].name], f"tensor {t!r}")
+        for need in needs:
+            if not need.shared:
+                ask(need.memory, need.key, need.size, i, i, need.what)
+    return {m: list(v.values()) for m, v in items.items()}
+
+
+def _chip(cfg: ChipConfig, graph: Graph, rows: Mapping[str, int], note: str = ""
+          ) -> list[Region]:
+    steps = len(graph.nodes)
+    fixed = {"cbuf": [Region("cbuf", "ubuf", cfg.ubuf_base, cfg.ubuf_rows, 0, steps - 1,
+                             "UBUF")] if cfg.ubuf_rows else [], "acc": []}
+    regions = []
+    for memory, items in _on_chip(cfg, graph, rows).items():
+        placed, failed = _place(memory, _capacity(cfg, memory), fixed[memory], items, steps)
+        if failed is not None:
+            raise _shortfall(cfg, graph, memory, failed, items, fixed[memory], note)
+        regions += placed
+    return regions
+
+
+def _rows(cfg: ChipConfig, graph: Graph) -> tuple[dict[str, int], list[Region]]:
+    """Rows per pass for each layer, and the on-chip regions they give."""
+    limits = {n.name: rule_for(n).max_rows(cfg) for n in graph.nodes}
+    M = {n.name: graph.tensor(n.outputs[0]).shape[0] for n in graph.nodes}
+    if len(graph.nodes) > 1:
+        over = [n for n in graph.nodes if M[n.name] > limits[n.name]]
+        if over:
+            n = next((x for x in over if x is not graph.nodes[0]), over[0])
+            Mt = limits[n.name]
+            raise CompileError(
+                f"layer {n.name!r}: a network of several layers keeps every activation "
+                f"on chip, so M = {M[n.name]} must be at most {Mt} (half the accumulator "
+                f"buffer, acc_depth {cfg.acc_depth}); split the batch into parts of at "
+                f"most {Mt} rows")
+        return M, _chip(cfg, graph, M)
+    (name,) = M
+    lo, hi = 1, min(M[name], limits[name])      # the most rows per pass that fit
+    best = None
+    while lo <= hi:
+        mid = (lo + hi) // 2
+        try:
+            best = mid, _chip(cfg, graph, {name: mid})
+            lo = mid + 1
+        except CompileError:
+            if mid == 1:
+                _chip(cfg, graph, {name: 1}, note=" even with one row of M per pass")
+            hi = mid - 1
+    return {name: best[0]}, best[1]
+
+
+def check_plan(plan: MemoryPlan) -> None:
+    """Raise CompileError (internal) unless every region lies inside its memory and no
+    two regions live at the same time share an address."""
+    cfg = plan.cfg
+    for r in plan.regions:
+        if not 0 <= r.lo <= r.hi <= _capacity(cfg, r.memory) or r.size < 0:
+            raise CompileError(f"internal: {r.memory} region {r.key!r} [{r.lo}, {r.hi}) "
+                               f"is outside the memory")
+    for memory in MEMORIES:
+        rs = sorted((r for r in plan.regions if r.memory == memory and r.size),
+                    key=lambda r: r.lo)
+        for i, a in enumerate(rs):
+            for b in rs[i + 1:]:
+                if b.lo >= a.hi:
+                    break
+                if a.overlaps(b):
+                    raise CompileError(f"internal: {memory} regions {a.key!r} and "
+                                       f"{b.key!r} overlap while both are live")
+
+
+def plan_memory(cfg: ChipConfig, network) -> MemoryPlan:
+    """Place `network` (a Graph or Network) in `cfg`'s memories; CompileError naming
+    the layer, the tensor and the shortfall when it does not fit."""
+    graph = as_graph(network)
+    if cfg.rows != cfg.cols:
+        raise CompileError(f"chip {cfg.name!r}: the DRAM layouts assume a square array, "
+                           f"not {cfg.rows}x{cfg.cols}")
+    rows, chip = _rows(cfg, graph)
+    dram_regions, image, dmap = _dram(cfg, graph)
+    plan = MemoryPlan(cfg, graph, MappingProxyType(rows), tuple(chip + dram_regions),
+                      image, dmap)
+    check_plan(plan)
+    return plan

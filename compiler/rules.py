@@ -1,0 +1,270 @@
+"""Per-op lowering rules, one per op type, looked up in ``RULES`` by the op's type.
+
+A rule says what a layer asks of the memory planner (``max_rows``, ``params``,
+``needs``) and, in ``emit`` (its entry point), what micro-ops it becomes, as the
+loop nest the pipeliner takes (``pipeline.Block``). Every micro-op states in
+``MicroOp.needs`` the multiplexer settings it relies on, so a program's
+configuration updates (``reconfigure``) follow from the rules.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import partial
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from ..arch import fabric, timing
+from ..arch.config import ChipConfig
+from ..arch.isa import DmaKind, Opcode
+from . import layout
+from .errors import CompileError
+from .graph import Graph, Node
+from .ir import MicroOp, make
+from .ops import Dense
+from .pipeline import Block, Step
+
+if TYPE_CHECKING:
+    from .plan import MemoryPlan
+
+WEIGHT_SLOTS = 4  # CBUF weight blocks in flight: DMA, WLOAD and two of slack
+
+
+@dataclass(frozen=True)
+class Need:
+    """A scratch region a layer works in. Layers asking for the same ``shared`` key
+    share one region, live from the first of them to the last."""
+    memory: str       # "cbuf" or "acc"
+    key: str
+    size: int         # rows
+    what: str         # how messages call it
+    shared: bool = False
+
+
+def acc_half_rows(cfg: ChipConfig) -> int:
+    """Mt: rows of one accumulator half (two halves plus two bias rows fill ACC)."""
+    return (cfg.acc_depth - 2) // 2
+
+
+def gemm_routing(cfg: ChipConfig, op: Opcode, *, to_acc: bool = False,
+                 tile_rows: int | None = None, tile_cols: int | None = None
+                 ) -> dict[str, str]:
+    """The multiplexer settings a dense block's WLOAD, MATMUL or VRUN relies on:
+    CBUF partition group ``g`` feeds tile row ``g`` (activations) and tile column
+    ``g`` (weights), every tile passes its lanes on, partial sums run down each tile
+    column into ACC partition group ``j``, and writeback group ``g`` takes ACC group
+    ``g``. Exactly the multiplexers the op's data passes (``timing.mux_use``).
+
+    Tile rows from `tile_rows` on and tile columns from `tile_cols` on, which only
+    ever carry zero padding, are fed zeros at the array's edge instead: the sums are
+    the same, and those lanes stay quiet whatever the padding partitions hold."""
+    t, cols = cfg.tile_rows, cfg.tile_cols
+    tr = t if tile_rows is None else tile_rows
+    tc = cols if tile_cols is None else tile_cols
+    if op is Opcode.WLOAD:
+        return {**{f"north_feed[{j}]": f"cbuf.g{j}" if j < tc else fabric.ZERO
+                   for j in range(cols)},
+                **{f"w_in[{i}][{j}]": "lane" for i in range(t) for j in range(cols)}}
+    if op is Opcode.MATMUL:
+        return {**{f"west_feed[{i}]": f"cbuf.g{i}" if i < tr else fabric.ZERO
+                   for i in range(t)},
+                **{f"act_in[{i}][{j}]": "lane" for i in range(t) for j in range(cols)},
+                **{f"psum_in[{i}][{j}]": "north" for i in range(1, t) for j in range(cols)},
+                **{f"acc_src[{g}]": f"col.g{g}" for g in range(cols)}}
+    if op is Opcode.VRUN and not to_acc:
+        return {f"wb_src[{g}]": f"col.g{g}" for g in range(t)}
+    return {}
+
+
+@dataclass
+class Emitter:
+    """What the rules share while a graph is lowered: the plan, the counters that
+    keep the weight ring, weight banks and accumulator halves alternating across
+    layers (so one layer's first loads overlap the previous layer's last compute),
+    and the tile rows and columns any layer uses: the others are fed zeros for the
+    whole program, so the routing never changes between layers."""
+    cfg: ChipConfig
+    graph: Graph
+    plan: "MemoryPlan"
+    steps: int = 0          # weight blocks so far: ring slot and bank
+    blocks: int = 0         # output blocks so far: accumulator half
+    tile_rows: int = 0
+    tile_cols: int = 0
+
+    def __post_init__(self):
+        used = [rule_for(n).tiles_used(self.cfg, self.graph, n) for n in self.graph.nodes]
+        self.tile_rows = max(r for r, _ in used)
+        self.tile_cols = max(c for _, c in used)
+
+
+class DenseRule:
+    """A dense layer as output blocks (per M-chunk, per N-block of ``C`` columns),
+    each a sum over K-blocks of ``R`` rows, the K-blocks of all its inputs in order.
+    Per K-block a weight block is DMA'd into the weight ring, WLOADed into bank
+    ``step % 2`` and streamed against the activations' K-block by one MATMUL into an
+    accumulator half (halves alternate per block). The vector unit then adds the bias,
+    requantises and writes the block to its tensor in CBUF (read by later layers),
+    to the output staging, or (int32) back to ACC, and a DMA stores graph outputs."""
+
+    op = Dense
+
+    def max_rows(self, cfg: ChipConfig) -> int:
+        return acc_half_rows(cfg)
+
+    @staticmethod
+    def _op(em: Emitter, op: Opcode, layer: int, **fields) -> MicroOp:
+        """A checked micro-op with the routing it relies on (``gemm_routing``)."""
+        mop = make(em.cfg, op, layer, **fields)
+        mop.needs = gemm_routing(em.cfg, op, to_acc=bool(fields.get("to_acc")),
+                                 tile_rows=em.tile_rows, tile_cols=em.tile_cols)
+        return mop
+
+    def macs(self, graph: Graph, node: Node) -> int:
+        return graph.tensor(node.outputs[0]).shape[0] * node.op.K * node.op.N
+
+    def tiles_used(self, cfg: ChipConfig, graph: Graph, node: Node) -> tuple[int, int]:
+        """Tile rows and columns its blocks reach: the widest K-block of any input,
+        the widest N-block."""
+        n = cfg.tile_size
+        k = max(min(cfg.rows, w) for w in self._widths(graph, node))
+        return layout.blocks(k, n), layout.blocks(min(cfg.cols, node.op.N), n)
+
+    def _widths(self, graph: Graph, node: Node) -> list[int]:
+        return [graph.tensor(t).shape[1] for t in node.inputs]
+
+    def _weight_keys(self, node: Node) -> list[str]:
+        return ["weights"] if len(node.inputs) == 1 else \
+            [f"weights[{i}]" for i in range(len(node.inputs))]
+
+    def params(self, cfg: ChipConfig, graph: Graph, node: Node
+               ) -> list[tuple[str, np.ndarray]]:
+        """Weights in the DRAM weight layout (one image per input: its rows of the
+        weights), then the bias."""
+        layer: Dense = node.op
+        out, k0 = [], 0
+        for key, k in zip(self._weight_keys(node), self._widths(graph, node)):
+            out.append((key, layout.pack_weights(cfg, layer.weights[k0:k0 + k])))
+            k0 += k
+        if layer.bias is not None:
+            out.append(("bias", layout.pack_bias(cfg, layer.bias)))
+        return out
+
+    def needs(self, cfg: ChipConfig, graph: Graph, node: Node, rows: int) -> list[Need]:
+        Mt = acc_half_rows(cfg)
+        needs = [Need("cbuf", "weight ring", WEIGHT_SLOTS * cfg.rows, "weight ring",
+                      shared=True),
+                 Need("acc", "accumulator halves", 2 * Mt, "accumulator halves",
+                      shared=True),
+                 Need("acc", "bias slots", 2, "bias slots", shared=True)]
+        out = node.outputs[0]
+        if graph.tensor(out).dtype == "int8" and not graph.consumers(out):
+            needs.append(Need("cbuf", f"{node.name}.staging", 2 * rows,
+                              f"output staging of {node.name!r}"))
+        return needs
+
+    def emit(self, em: Emitter, index: int, node: Node) -> list[Block]:
+        cfg, graph, plan = em.cfg, em.graph, em.plan
+        op = partial(self._op, em)
+        layer: Dense = node.op
+        R, C, arw, Mt = cfg.rows, cfg.cols, cfg.acc_row_words, acc_half_rows(cfg)
+        out = graph.tensor(node.outputs[0])
+        M, Mc = out.shape[0], plan.rows[node.name]
+        ring = plan.scratch("cbuf", "weight ring").lo
+        halves = plan.scratch("acc", "accumulator halves").lo
+        bias_slots = plan.scratch("acc", "bias slots").lo
+        bias_dram = plan.param(node.name, "bias").lo if layer.bias is not None else None
+        # per input: K-blocks, CBUF base, weights in DRAM, DRAM base if it loads it
+        inputs, loaded = [], set()
+        for t, key in zip(node.inputs, self._weight_keys(node)):
+            tensor = graph.tensor(t)
+            loads = (graph.producer(t) is None and graph.consumers(t)[0] is node
+                     and t not in loaded)
+            loaded.add(t)
+            inputs.append((layout.blocks(tensor.shape[1], R), plan.tensor("cbuf", t).lo,
+                           plan.param(node.name, key).lo,
+                           plan.tensor("dram", t).lo if loads else None))
+        resident = plan.tensor("cbuf", out.name).lo if graph.consumers(out.name) else None
+        stored = plan.tensor("dram", out.name).lo if out.name in graph.outputs else None
+        staging = (plan.scratch("cbuf", f"{node.name}.staging").lo
+                   if out.dtype == "int8" and resident is None else None)
+
+        blocks: list[Block] = []
+        for m0 in range(0, M, Mc):
+            rows = min(Mc, M - m0)
+            for nb in range(layout.blocks(layer.N, C)):
+                blk = Block(index)
+                half = em.blocks % 2
+                em.blocks += 1
+                acc_at, bias_at = halves + half * Mt, bias_slots + half
+                if bias_dram is not None:
+                    blk.bias.append(op(Opcode.DMA, index, kind=DmaKind.LOAD_ACC,
+                                       dram_addr=bias_dram + nb * arw, dram_stride=arw,
+                                       buf_addr=bias_at, rows=1))
+                first = True
+                for KB, src, w_dram, a_dram in inputs:
+                    for kb in range(KB):
+                        # the (short) weight block first, so its WLOAD overlaps the
+                        # activation load
+                        slot = ring + (em.steps % WEIGHT_SLOTS) * R
+                        bank = em.steps % 2
+                        loads = [op(Opcode.DMA, index, kind=DmaKind.LOAD_CBUF,
+                                    dram_addr=w_dram + (nb * KB + kb) * R, dram_stride=1,
+                                    buf_addr=slot, rows=R)]
+                        if a_dram is not None and nb == 0:
+                            loads.append(op(Opcode.DMA, index, kind=DmaKind.LOAD_CBUF,
+                                            dram_addr=a_dram + kb * M + m0, dram_stride=1,
+                                            buf_addr=src + kb * Mc, rows=rows))
+                        loads.append(op(Opcode.WLOAD, index, w_addr=slot, bank=bank))
+                        mm = op(Opcode.MATMUL, index, act_addr=src + kb * Mc,
+                                rows=rows, acc_addr=acc_at, accumulate=int(not first),
+                                bank=bank)
+                        blk.steps.append(Step(loads, mm))
+                        em.steps += 1
+                        first = False
+                blk.epilogue = self._epilogue(em, index, layer, out.dtype, nb, m0, rows, M,
+                                              Mc, half, acc_at, bias_at, resident, stored,
+                                              staging)
+                blocks.append(blk)
+        return blocks
+
+    def _epilogue(self, em, index, layer, dtype, nb, m0, rows, M, Mc, half, acc_at,
+                  bias_at, resident, stored, staging) -> list[MicroOp]:
+        arw = em.cfg.acc_row_words
+        op = partial(self._op, em)
+        post = dict(src=acc_at, rows=rows, bias_addr=bias_at if layer.bias is not None
+                    else 0, use_bias=int(layer.bias is not None), relu=int(layer.relu))
+        if dtype == "int8":
+            post.update(requant=1, mult=layer.mult, shift=layer.shift, zp=layer.zp & 0xFF)
+            buf = resident + nb * Mc if resident is not None else staging + half * Mc
+            ops = [op(Opcode.VRUN, index, to_acc=0, dst=buf, **post)]
+            if stored is not None:
+                ops.append(op(Opcode.DMA, index, kind=DmaKind.STORE_CBUF,
+                              dram_addr=stored + nb * M + m0, dram_stride=1,
+                              buf_addr=buf, rows=rows))
+            return ops
+        ops = []
+        if layer.bias is not None or layer.relu:
+            # in place: each row is read before it is rewritten
+            ops.append(op(Opcode.VRUN, index, to_acc=1, dst=acc_at, **post))
+        ops.append(op(Opcode.DMA, index, kind=DmaKind.STORE_ACC,
+                      dram_addr=stored + (nb * M + m0) * arw, dram_stride=arw,
+                      buf_addr=acc_at, rows=rows))
+        return ops
+
+
+RULES: dict[type, object] = {Dense: DenseRule()}
+
+
+def rule_for(node: Node):
+    try:
+        return RULES[type(node.op)]
+    except KeyError:
+        raise CompileError(f"internal: no lowering rule for layer {node.name!r} "
+                           f"({type(node.op).__name__})") from None
+
+
+def multiplexers_passed(cfg: ChipConfig, mop: MicroOp) -> set[str]:
+    """The multiplexers `mop`'s data passes (what its ``needs`` must name)."""
+    ins = mop.instr(0)
+    return {m.name for m in fabric.muxes(cfg) if timing.mux_use(cfg, ins, m.name) is not None}

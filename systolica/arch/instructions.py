@@ -1,0 +1,574 @@
+"""Every instruction, defined once.
+
+One entry per opcode states everything about it that is neither RTL nor lowering:
+
+* its encoding (``payload``, from :data:`systolica.arch.isa.PAYLOAD`), the unit that
+  executes it, its program-text names and its disassembly;
+* the **memory ranges** it touches with their legal bounds (``ranges``): the
+  sequencer's ``ADDR_RANGE`` check, the golden model's and the compiler's address
+  checks and the scheduler's hazards all read them;
+* the **schedule view** (``occupancy``, ``done``, ``bank_window``, ``mux_use``): the
+  closed forms the compiler schedules with (through :mod:`systolica.arch.timing`);
+* the **cycle-level effects** (``effects``): which address is read or written in
+  which cycle, when the unit accepts the next instruction, which multiplexers the
+  data passes and when. The golden model executes these, cycle by cycle, and never
+  the closed forms, so a wrong closed form shows up as a broken schedule there;
+  ``testbenches/test_arch_instructions.py`` checks the two views agree;
+* its **semantics** (``execute``) on the golden model's state.
+
+Field expressions in ``ranges`` use only ``+ - * == != < <= & |`` and the ``select``
+argument, so the same code yields Python integers for the compiler and the golden
+model and Amaranth values for the sequencer's range check.
+
+Cycle numbers in effects are relative to the issue cycle ``t``. A buffer written in
+cycle ``c`` shows the new data to reads addressed in cycle ``c + 1`` or later (the
+memories are not transparent); the matmul unit's accumulate read also sees its own
+write of the same cycle (forwarding). The RTL (``rtl/``) is the pipeline these
+numbers describe.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import numpy as np
+
+from . import fabric, geometry as geo, isa
+from .config import ChipConfig
+from .isa import DmaKind, Opcode
+
+READ, WRITE, ACCUMULATE = "read", "write", "accumulate"
+
+
+def py_select(cond, if_true, if_false):
+    """``select`` for Python values (the RTL passes ``amaranth.hdl.Mux``)."""
+    return if_true if cond else if_false
+
+
+class Fields:
+    """Attribute access to an instruction's fields held in a dict, so the entries'
+    expressions read the same on dicts and on Amaranth views."""
+
+    __slots__ = ("_f",)
+
+    def __init__(self, fields: dict):
+        self._f = fields
+
+    def __getattr__(self, name):
+        try:
+            return self._f[name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+
+@dataclass(frozen=True)
+class Range:
+    """Rows ``[lo, hi)`` of ``memory`` ("cbuf", "acc", "dram"); legal iff ``nonempty``
+    and ``hi <= bound``. ``touched`` is False for a range that is checked but not
+    accessed (a bias row the instruction does not add)."""
+    memory: Any
+    lo: Any
+    hi: Any
+    bound: Any
+    mode: str
+    nonempty: Any = True
+    touched: Any = True
+
+
+@dataclass
+class Touch:
+    """Addresses of ``resource`` and the cycle (after issue) each is read or written.
+    ``forward``: a read that also sees its unit's own write of the same cycle, or a
+    write that such a read sees."""
+    resource: str
+    addrs: np.ndarray
+    cycles: np.ndarray
+    forward: bool = False
+
+
+@dataclass
+class Effects:
+    """The cycle-level behaviour of one instruction (cycles after issue)."""
+    accept: int                                   # its unit takes the next one from here
+    reads: list[Touch] = field(default_factory=list)
+    writes: list[Touch] = field(default_factory=list)
+    muxes: dict[str, tuple[int, int]] = field(default_factory=dict)  # name -> [first, last]
+
+    @property
+    def last(self) -> int:
+        """The last cycle in which anything happens (0: only the issue itself)."""
+        return max([0] + [int(t.cycles.max()) for t in self.reads + self.writes
+                          if len(t.cycles)])
+
+
+def wrap32(x: np.ndarray) -> np.ndarray:
+    """int32 arithmetic: integer casts wrap modulo 2**32."""
+    return x.astype(np.int64).astype(np.int32)
+
+
+def _rows(lo: int, count: int) -> np.ndarray:
+    return lo + np.arange(count, dtype=np.int64)
+
+
+class Instruction:
+    """One opcode. Subclasses fill in the class attributes and the methods."""
+
+    opcode: Opcode
+    unit: str                          # the unit that executes it (sequencer port name)
+    text: dict[str, dict] = {}         # program-text operation -> fixed fields
+    uses_fabric = False                # its data passes configured multiplexers
+    bank_mode: str | None = None       # READ/WRITE of the weight bank named by ``bank``
+
+    @property
+    def name(self) -> str:
+        return self.opcode.name
+
+    @property
+    def payload(self):
+        return isa.PAYLOAD[self.opcode]
+
+    # -- disassembly ------------------------------------------------------------------
+    def format(self, f: dict) -> str:
+        return ", ".join(f"{k}={v}" for k, v in f.items())
+
+    # -- ranges -----------------------------------------------------------------------
+    def ranges(self, cfg: ChipConfig, f, select: Callable = py_select) -> list[Range]:
+        return []
+
+    def in_range(self, cfg: ChipConfig, f, select: Callable = py_select):
+        """The ADDR_RANGE rule: every range non-empty and inside its memory."""
+        ok = True
+        for r in self.ranges(cfg, f, select):
+            ok = ok & r.nonempty & (r.hi <= r.bound)
+        return ok
+
+    # -- schedule view (closed forms) -------------------------------------------------
+    def occupancy(self, cfg: ChipConfig, f: dict) -> int:
+        raise NotImplementedError(self.name)
+
+    def done(self, cfg: ChipConfig, f: dict) -> int:
+        raise NotImplementedError(self.name)
+
+    def bank_window(self, cfg: ChipConfig, f: dict) -> tuple[int, int] | None:
+        return None
+
+    def mux_use(self, cfg: ChipConfig, f: dict, kind: str, idx: list[int]
+                ) -> tuple[int, int] | None:
+        return None
+
+    # -- golden view ------------------------------------------------------------------
+    def effects(self, cfg: ChipConfig, f: dict) -> Effects:
+        raise NotImplementedError(self.name)
+
+    def execute(self, chip, f: dict) -> None:
+        """The instruction's meaning on the golden model's state ``chip``: its
+        memories (``dram``, ``cbuf``, ``acc``, ``banks``), counters (``macs``,
+        ``rd_bytes``, ``wr_bytes``) and the fabric as this instruction sees it
+        (``group``, ``lanes``, ``feed``, ``regroup``)."""
+        raise NotImplementedError(self.name)
+
+
+# -- DMA ------------------------------------------------------------------------------
+class Dma(Instruction):
+    """Rows between external memory and the CBUF or ACC. Row ``i`` lives at
+    ``dram_addr + i*dram_stride`` (an ACC row is ``acc_row_words`` consecutive words);
+    one word moves per cycle."""
+
+    opcode = Opcode.DMA
+    unit = "dma"
+    text = {"load_cbuf": {"kind": DmaKind.LOAD_CBUF},
+            "store_cbuf": {"kind": DmaKind.STORE_CBUF},
+            "load_acc": {"kind": DmaKind.LOAD_ACC},
+            "store_acc": {"kind": DmaKind.STORE_ACC}}
+
+    @staticmethod
+    def to_acc(f):
+        return (f.kind == DmaKind.LOAD_ACC) | (f.kind == DmaKind.STORE_ACC)
+
+    @staticmethod
+    def is_load(f):
+        return (f.kind == DmaKind.LOAD_CBUF) | (f.kind == DmaKind.LOAD_ACC)
+
+    def format(self, f):
+        rest = ", ".join(f"{k}={v}" for k, v in f.items() if k != "kind")
+        return f"{DmaKind(f['kind']).name}, {rest}"
+
+    def ranges(self, cfg, f, select=py_select):
+        to_acc, load = self.to_acc(f), self.is_load(f)
+        words = select(to_acc, cfg.acc_row_words, 1)
+        dram_hi = f.dram_addr + (f.rows - 1) * f.dram_stride + words
+        buf = select(to_acc, "acc", "cbuf")
+        nonempty = f.rows != 0
+        return [Range("dram", f.dram_addr, dram_hi, cfg.dram_words,
+                      select(load, READ, WRITE), nonempty),
+                Range(buf, f.buf_addr, f.buf_addr + f.rows,
+                      select(to_acc, cfg.acc_depth, cfg.cbuf_depth),
+                      select(load, WRITE, READ), nonempty)]
+
+    def words(self, cfg, f):
+        return f["rows"] * (cfg.acc_row_words if self.to_acc(Fields(f)) else 1)
+
+    def occupancy(self, cfg, f):
+        return self.words(cfg, f) + cfg.latency["dram_read"]
+
+    def done(self, cfg, f):
+        return self.words(cfg, f) + cfg.latency["dram_read"] + 1
+
+    def effects(self, cfg, f):
+        # The address generator steps one word per cycle from t+1. Loads: the data of
+        # word k returns a cycle later and a buffer row is written with its last word.
+        # Stores: a row's buffer read is addressed with its first word and its words
+        # leave one cycle behind the address generator.
+        F = Fields(f)
+        w = cfg.acc_row_words if self.to_acc(F) else 1
+        rows, n = f["rows"], f["rows"] * w
+        dram = (f["dram_addr"] + np.arange(rows, dtype=np.int64)[:, None] * f["dram_stride"]
+                + np.arange(w)[None, :]).reshape(-1)
+        step = 1 + np.arange(n, dtype=np.int64)                  # address cycles
+        buf = "acc" if self.to_acc(F) else "cbuf"
+        rows_at = _rows(f["buf_addr"], rows)
+        if self.is_load(F):
+            return Effects(accept=1 + n,
+                           reads=[Touch("dram", dram, step)],
+                           writes=[Touch(buf, rows_at, step[w - 1::w] + 1)])
+        return Effects(accept=1 + n,
+                       reads=[Touch(buf, rows_at, step[::w])],
+                       writes=[Touch("dram", dram, step + 1)])
+
+    def execute(self, chip, f):
+        cfg = chip.cfg
+        to_acc = f["kind"] in (DmaKind.LOAD_ACC, DmaKind.STORE_ACC)
+        w = cfg.acc_row_words if to_acc else 1
+        rows = f["rows"]
+        words = (f["dram_addr"] + np.arange(rows)[:, None] * f["dram_stride"]
+                 + np.arange(w)[None, :])                                  # [rows, w]
+        buf = slice(f["buf_addr"], f["buf_addr"] + rows)
+        moved = rows * w * cfg.rows
+        if f["kind"] == DmaKind.LOAD_CBUF:
+            chip.cbuf[buf] = chip.dram[words[:, 0]].view(np.int8)
+        elif f["kind"] == DmaKind.LOAD_ACC:
+            raw = np.ascontiguousarray(chip.dram[words].reshape(rows, w * cfg.rows))
+            chip.acc[buf] = raw.view("<i4").reshape(rows, cfg.cols)
+        elif f["kind"] == DmaKind.STORE_CBUF:
+            chip.dram[words[:, 0]] = chip.cbuf[buf].view(np.uint8)
+        else:
+            raw = np.ascontiguousarray(chip.acc[buf].astype("<i4")).view(np.uint8)
+            chip.dram[words] = raw.reshape(rows, w, cfg.rows)
+        if f["kind"] in (DmaKind.LOAD_CBUF, DmaKind.LOAD_ACC):
+            chip.rd_bytes += moved
+        else:
+            chip.wr_bytes += moved
+
+
+# -- WLOAD ----------------------------------------------------------------------------
+class Wload(Instruction):
+    """Shift a weight block (``R`` CBUF rows from ``w_addr``) into weight bank ``bank``
+    through the north edge; the bottom row first, one shift per cycle, one extra
+    shift per tile boundary (the conveyor)."""
+
+    opcode = Opcode.WLOAD
+    unit = "wload"
+    text = {"load": {}}
+    uses_fabric = True
+    bank_mode = WRITE
+
+    def ranges(self, cfg, f, select=py_select):
+        return [Range("cbuf", f.w_addr, f.w_addr + cfg.rows, cfg.cbuf_depth, READ)]
+
+    def occupancy(self, cfg, f):
+        return geo.weight_shifts(cfg)
+
+    def done(self, cfg, f):
+        return geo.weight_shifts(cfg) + cfg.latency["cbuf_read"] + 1
+
+    def bank_window(self, cfg, f):
+        first = cfg.latency["cbuf_read"] + 1
+        return first, first + geo.weight_shifts(cfg)
+
+    def mux_use(self, cfg, f, kind, idx):
+        if kind in ("north_feed", "w_in"):
+            return self.bank_window(cfg, f)
+        return None
+
+    @staticmethod
+    def read_order(cfg: ChipConfig) -> list[int]:
+        """The CBUF row (relative to ``w_addr``) each shift reads: rows from the
+        bottom up, a conveyor slot (re-reading the row above it) after each tile."""
+        n, out = cfg.tile_size, []
+        for r in reversed(range(cfg.rows)):
+            out.append(r)
+            if r % n == 0 and r:
+                out.append(r - 1)
+        return out
+
+    def effects(self, cfg, f):
+        # Shift s reads its row in cycle 1+s; the data arrives and shifts in the next
+        # cycle, into every cell of the bank at once. A conveyor slot reads the row
+        # above the tile boundary early and that copy is dropped, so each row's read
+        # is its last one in the order.
+        order = self.read_order(cfg)
+        shifts = len(order)
+        read_at = 1 + np.arange(shifts, dtype=np.int64)
+        kept = {r: int(c) for r, c in zip(order, read_at)}
+        rows = np.array(sorted(kept), dtype=np.int64)
+        shift_at = read_at + cfg.latency["cbuf_read"]
+        span = (int(shift_at[0]), int(shift_at[-1]))
+        muxes = {f"north_feed[{j}]": span for j in range(cfg.tile_cols)}
+        muxes.update({f"w_in[{i}][{j}]": span for i in range(cfg.tile_rows)
+                      for j in range(cfg.tile_cols)})
+        return Effects(
+            accept=shifts,
+            reads=[Touch("cbuf", f["w_addr"] + rows,
+                         np.array([kept[r] for r in rows], dtype=np.int64))],
+            writes=[Touch(f"wbank{f['bank']}", np.zeros(shifts, dtype=np.int64), shift_at)],
+            muxes=muxes)
+
+    def execute(self, chip, f):
+        cfg, n = chip.cfg, chip.n
+        idx, live = chip.feed("north_feed", cfg.tile_cols)           # per column c
+        open_ = np.logical_and.accumulate(chip.lanes("w_in", "lane"), axis=0)  # [i, j]
+        rows = chip.cbuf[f["w_addr"]:f["w_addr"] + cfg.rows]          # [r, partition]
+        w = rows[:, idx] * live[None, :]
+        w = w * np.repeat(np.repeat(open_, n, axis=0), n, axis=1)
+        chip.banks[f["bank"]] = w.astype(np.int8)
+
+
+# -- MATMUL ---------------------------------------------------------------------------
+class Matmul(Instruction):
+    """Stream ``rows`` activation rows from the CBUF through the array (weights from
+    ``bank``) and write or accumulate the column sums into ACC rows from
+    ``acc_addr``."""
+
+    opcode = Opcode.MATMUL
+    unit = "mm"
+    text = {"matmul": {}}
+    uses_fabric = True
+    bank_mode = READ
+
+    def ranges(self, cfg, f, select=py_select):
+        nonempty = f.rows != 0
+        return [Range("cbuf", f.act_addr, f.act_addr + f.rows, cfg.cbuf_depth, READ,
+                      nonempty),
+                Range("acc", f.acc_addr, f.acc_addr + f.rows, cfg.acc_depth, ACCUMULATE,
+                      nonempty)]
+
+    def occupancy(self, cfg, f):
+        return f["rows"]
+
+    def done(self, cfg, f):
+        return f["rows"] + geo.matmul_pipeline(cfg) + cfg.latency["acc_read"]
+
+    def bank_window(self, cfg, f):
+        first = cfg.latency["cbuf_read"] + 1
+        return first, first + f["rows"] + 2 * geo.skew_max(cfg)
+
+    def mux_use(self, cfg, f, kind, idx):
+        n, m = cfg.tile_size, f["rows"]
+        skew = lambda i: geo.skew(cfg, i)  # noqa: E731
+        feed = cfg.latency["cbuf_read"] + 1       # cycle the first row leaves the CBUF
+        if kind == "west_feed":
+            return feed, feed + m
+        if kind == "act_in":
+            i, j = idx
+            return (feed + skew(i * n) + skew(j * n),
+                    feed + m + skew(i * n + n - 1) + skew(j * n))
+        if kind == "psum_in":
+            i, j = idx
+            if i == 0:
+                return None                       # the north edge carries zeros
+            return (feed + skew(i * n) + skew(j * n),
+                    feed + m + skew(i * n) + skew(j * n + n - 1))
+        if kind == "acc_src":
+            p = geo.matmul_pipeline(cfg)
+            return p, p + m
+        return None
+
+    def effects(self, cfg, f):
+        # Row i is read from the CBUF in cycle 1+i and leaves it cbuf_read later. Cell
+        # (r, c) sees it skew(r) + skew(c) after that (one register per cell and per
+        # tile boundary, along the row and then down the column). De-skewed, every
+        # column's sum for row i reaches the accumulate stage together: it reads the
+        # ACC row (A), then adds and writes it a cycle later (W), forwarding its own
+        # write of the cycle before.
+        n, m, t = cfg.tile_size, f["rows"], np.arange(f["rows"], dtype=np.int64)
+        sk = lambda i: geo.skew(cfg, i)  # noqa: E731
+        read = 1 + t
+        leave = read + cfg.latency["cbuf_read"]
+        # the far corner cell, its output register, the conveyor out of the last tile
+        # row; the column de-skew brings every column to that same cycle
+        acc_read = leave + sk(cfg.rows - 1) + sk(cfg.cols - 1) + 2
+        acc_write = acc_read + cfg.latency["acc_read"]
+        muxes = {f"west_feed[{i}]": (int(leave[0]), int(leave[-1]))
+                 for i in range(cfg.tile_rows)}
+        for i in range(cfg.tile_rows):
+            for j in range(cfg.tile_cols):
+                muxes[f"act_in[{i}][{j}]"] = (int(leave[0]) + sk(i * n) + sk(j * n),
+                                             int(leave[-1]) + sk(i * n + n - 1) + sk(j * n))
+                if i:
+                    muxes[f"psum_in[{i}][{j}]"] = (
+                        int(leave[0]) + sk(i * n) + sk(j * n),
+                        int(leave[-1]) + sk(i * n) + sk(j * n + n - 1))
+        for g in range(cfg.tile_cols):
+            muxes[f"acc_src[{g}]"] = (int(acc_read[0]), int(acc_read[-1]))
+        # The weight bank is read from the first row's arrival at cell (0, 0) to the
+        # last row's at the far corner.
+        bank_last = int(leave[-1]) + sk(cfg.rows - 1) + sk(cfg.cols - 1)
+        acc_rows = _rows(f["acc_addr"], m)
+        return Effects(
+            accept=m,
+            reads=[Touch("cbuf", _rows(f["act_addr"], m), read),
+                   Touch(f"wbank{f['bank']}", np.zeros(2, dtype=np.int64),
+                         np.array([int(leave[0]), bank_last], dtype=np.int64)),
+                   *([Touch("acc", acc_rows, acc_read, forward=True)]
+                     if f["accumulate"] else [])],
+            writes=[Touch("acc", acc_rows, acc_write, forward=True)],
+            muxes=muxes)
+
+    def execute(self, chip, f):
+        cfg, n = chip.cfg, chip.n
+        rows = f["rows"]
+        idx, live = chip.feed("west_feed", cfg.tile_rows)            # per array row r
+        act = chip.cbuf[f["act_addr"]:f["act_addr"] + rows][:, idx].astype(np.int64)
+        act *= live[None, :]
+        seen = np.logical_and.accumulate(chip.lanes("act_in", "lane"), axis=1)  # [i, j]
+        mask = np.repeat(np.repeat(seen, n, axis=0), n, axis=1)       # [r, c]
+        chain = np.zeros((cfg.tile_rows, cfg.tile_cols), dtype=bool)
+        chain[1:] = chip.lanes("psum_in", fabric.ZERO, first_row=1)   # reduction starts
+        for j in range(cfg.tile_cols):
+            starts = np.flatnonzero(chain[:, j])
+            i0 = int(starts[-1]) if len(starts) else 0
+            mask[:n * i0, j * n:(j + 1) * n] = False
+        weights = chip.banks[f["bank"]].astype(np.int64) * mask
+        sums = act @ weights                                           # [rows, C]
+        sums = chip.regroup(sums, [chip.group(f"acc_src[{g}]") for g in range(cfg.tile_cols)])
+        dst = slice(f["acc_addr"], f["acc_addr"] + rows)
+        base = chip.acc[dst].astype(np.int64) if f["accumulate"] else 0
+        chip.acc[dst] = wrap32(base + sums)
+        chip.macs += rows * cfg.macs
+
+
+# -- VRUN -----------------------------------------------------------------------------
+class Vrun(Instruction):
+    """Vector unit: ACC rows from ``src`` -> (+ bias row) -> requantise -> ReLU -> CBUF
+    rows from ``dst`` (int8, through the writeback routing) or ACC rows (int32)."""
+
+    opcode = Opcode.VRUN
+    unit = "vpu"
+    text = {"vrun": {}}
+    uses_fabric = True
+
+    def ranges(self, cfg, f, select=py_select):
+        nonempty = f.rows != 0
+        return [Range("acc", f.src, f.src + f.rows, cfg.acc_depth, READ, nonempty),
+                Range("acc", f.bias_addr, f.bias_addr + 1, cfg.acc_depth, READ,
+                      touched=f.use_bias),
+                Range(select(f.to_acc, "acc", "cbuf"), f.dst, f.dst + f.rows,
+                      select(f.to_acc, cfg.acc_depth, cfg.cbuf_depth), WRITE, nonempty)]
+
+    def occupancy(self, cfg, f):
+        return f["rows"] + cfg.latency["acc_read"]
+
+    def done(self, cfg, f):
+        return f["rows"] + 2 * cfg.latency["acc_read"] + 1 + cfg.latency["vpu"]
+
+    def mux_use(self, cfg, f, kind, idx):
+        if kind == "wb_src" and not f["to_acc"]:
+            first = 2 * cfg.latency["acc_read"] + 1 + cfg.latency["vpu"]
+            return first, first + f["rows"]
+        return None
+
+    def effects(self, cfg, f):
+        # The bias row is read in cycle 1, row i in 2+i; its data arrives a cycle later
+        # and passes the vector unit's stages, then is written.
+        m = f["rows"]
+        read = 2 + np.arange(m, dtype=np.int64)
+        write = read + cfg.latency["acc_read"] + cfg.latency["vpu"]
+        reads = [Touch("acc", _rows(f["src"], m), read)]
+        if f["use_bias"]:
+            reads.append(Touch("acc", np.array([f["bias_addr"]]), np.array([1])))
+        muxes = {} if f["to_acc"] else {
+            f"wb_src[{g}]": (int(write[0]), int(write[-1])) for g in range(cfg.tile_rows)}
+        return Effects(accept=1 + m, reads=reads,
+                       writes=[Touch("acc" if f["to_acc"] else "cbuf",
+                                     _rows(f["dst"], m), write)],
+                       muxes=muxes)
+
+    def execute(self, chip, f):
+        cfg = chip.cfg
+        rows = f["rows"]
+        x = chip.acc[f["src"]:f["src"] + rows].astype(np.int64)
+        if f["use_bias"]:
+            x = wrap32(x + chip.acc[f["bias_addr"]].astype(np.int64)).astype(np.int64)
+        zp = f["zp"] - 256 if f["zp"] >= 128 else f["zp"]
+        if f["requant"]:
+            shift = f["shift"]
+            y = (x * f["mult"] + ((1 << (shift - 1)) if shift else 0)) >> shift
+            y = np.clip(y + zp, -128, 127)
+            if f["relu"]:
+                y = np.maximum(y, zp)
+        else:
+            y = np.maximum(x, 0) if f["relu"] else x
+            if not f["to_acc"]:
+                y = np.clip(y, -128, 127)
+        if f["to_acc"]:
+            chip.acc[f["dst"]:f["dst"] + rows] = wrap32(y)
+        else:
+            picks = [chip.group(f"wb_src[{g}]") for g in range(cfg.tile_rows)]
+            chip.cbuf[f["dst"]:f["dst"] + rows] = chip.regroup(y, picks).astype(np.int8)
+
+
+# -- SETCFG ---------------------------------------------------------------------------
+class Setcfg(Instruction):
+    """Write up to ``isa.SETCFG_PAIRS`` multiplexer control registers; each new value
+    holds from the next cycle."""
+
+    opcode = Opcode.SETCFG
+    unit = "cfg"
+    text = {"set": {}}
+
+    def format(self, f):
+        return ", ".join(f"mux{i}={v}" for i, v in isa.setcfg_pairs(f))
+
+    def occupancy(self, cfg, f):
+        return 1
+
+    def done(self, cfg, f):
+        return 1
+
+    def effects(self, cfg, f):
+        return Effects(accept=1)
+
+    def execute(self, chip, f):
+        """Its values act through the multiplexer settings the other instructions see."""
+
+
+SPEC: dict[Opcode, Instruction] = {s.opcode: s for s in (Dma(), Wload(), Matmul(), Vrun(),
+                                                          Setcfg())}
+UNITS: tuple[str, ...] = tuple(dict.fromkeys(s.unit for s in SPEC.values()))
+#: program text (unit, operation) -> (opcode, fixed fields)
+TEXT_OPS: dict[tuple[str, str], tuple[Opcode, dict]] = {
+    (s.unit, op): (s.opcode, fixed) for s in SPEC.values() for op, fixed in s.text.items()}
+
+
+def spec(op: Opcode) -> Instruction:
+    try:
+        return SPEC[op]
+    except KeyError:
+        raise ValueError(f"no instruction is defined for opcode {op!r}") from None
+
+
+def ranges(cfg: ChipConfig, op: Opcode, fields: dict) -> list[Range]:
+    """The memory ranges of an instruction given as a field dict (Python values)."""
+    return spec(op).ranges(cfg, Fields(fields))
+
+
+def in_range(cfg: ChipConfig, op: Opcode, fields: dict) -> bool:
+    return bool(spec(op).in_range(cfg, Fields(fields)))
+
+
+def setcfg_in_table(cfg: ChipConfig, fields: dict) -> bool:
+    """The CFG_RANGE rule: every pair names an existing multiplexer and source."""
+    table = fabric.muxes(cfg)
+    return all(index < len(table) and value < len(table[index].sources)
+               for index, value in isa.setcfg_pairs(fields))

@@ -1,0 +1,105 @@
+"""The instruction table: the closed forms the compiler schedules with agree with the
+cycle-level effects the golden model executes, for random instructions on every
+preset; ranges cover exactly what the effects touch; text names and disassembly come
+from the table."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from systolica.arch import fabric, instructions, isa, timing
+from systolica.arch.config import PRESETS
+from systolica.arch.isa import DmaKind, Instr, Opcode
+
+CONFIGS = [PRESETS[name] for name in sorted(PRESETS)]
+
+
+def _random_fields(cfg, op, rng):
+    rows = int(rng.integers(1, 40))
+    if op is Opcode.DMA:
+        kind = int(rng.integers(0, 4))
+        return dict(kind=kind, dram_addr=int(rng.integers(0, 1000)),
+                    dram_stride=int(rng.integers(0, 9)), buf_addr=int(rng.integers(0, 100)),
+                    rows=rows)
+    if op is Opcode.WLOAD:
+        return dict(w_addr=int(rng.integers(0, 100)), bank=int(rng.integers(0, 2)))
+    if op is Opcode.MATMUL:
+        return dict(act_addr=int(rng.integers(0, 100)), rows=rows,
+                    acc_addr=int(rng.integers(0, 100)), accumulate=int(rng.integers(0, 2)),
+                    bank=int(rng.integers(0, 2)))
+    if op is Opcode.VRUN:
+        return dict(src=int(rng.integers(0, 100)), rows=rows, dst=int(rng.integers(0, 100)),
+                    bias_addr=int(rng.integers(0, 100)), use_bias=int(rng.integers(0, 2)),
+                    to_acc=int(rng.integers(0, 2)), requant=1, relu=0, mult=1, shift=0, zp=0)
+    return isa.setcfg_fields([(0, 0)])
+
+
+CASES = [(cfg, op, seed) for cfg in CONFIGS for op in instructions.SPEC for seed in range(6)]
+
+
+@pytest.mark.parametrize("cfg, op, seed", CASES,
+                         ids=[f"{c.name}-{o.name}-{s}" for c, o, s in CASES])
+def test_closed_forms_agree_with_effects(cfg, op, seed):
+    rng = np.random.default_rng(seed)
+    f = _random_fields(cfg, op, rng)
+    ins = Instr(op, 0, f)
+    fx = instructions.SPEC[op].effects(cfg, f)
+    assert timing.occupancy(cfg, ins) == fx.accept
+    assert timing.done(cfg, ins) == fx.last + 1
+    banks = [t for t in fx.reads + fx.writes if t.resource.startswith("wbank")]
+    if banks:
+        span = (min(int(t.cycles.min()) for t in banks),
+                max(int(t.cycles.max()) for t in banks) + 1)
+        assert timing.bank_window(cfg, ins) == span
+    for mux in fabric.muxes(cfg):
+        want = fx.muxes.get(mux.name)
+        got = timing.mux_use(cfg, ins, mux.name)
+        assert got == (None if want is None else (want[0], want[1] + 1)), mux.name
+
+
+@pytest.mark.parametrize("cfg, op, seed", CASES,
+                         ids=[f"{c.name}-{o.name}-{s}" for c, o, s in CASES])
+def test_ranges_cover_exactly_what_is_touched(cfg, op, seed):
+    rng = np.random.default_rng(100 + seed)
+    f = _random_fields(cfg, op, rng)
+    fx = instructions.SPEC[op].effects(cfg, f)
+    touched: dict[str, set] = {}
+    for t in fx.reads + fx.writes:
+        if not t.resource.startswith("wbank"):
+            touched.setdefault(t.resource, set()).update(int(a) for a in t.addrs)
+    ranges: dict[str, set] = {}
+    for r in instructions.ranges(cfg, op, f):
+        if r.touched:
+            ranges.setdefault(r.memory, set()).update(range(r.lo, r.hi))
+    for memory, addrs in touched.items():
+        assert addrs <= ranges[memory], memory
+        if not (op is Opcode.DMA and memory == "dram"):   # a strided span has gaps
+            assert addrs == ranges[memory], memory
+
+
+def test_range_rule_matches_the_contract():
+    cfg = PRESETS["tiny"]
+    ok = dict(kind=DmaKind.LOAD_ACC, dram_addr=cfg.dram_words - 2 * cfg.acc_row_words,
+              dram_stride=cfg.acc_row_words, buf_addr=cfg.acc_depth - 2, rows=2)
+    assert instructions.in_range(cfg, Opcode.DMA, ok)
+    assert not instructions.in_range(cfg, Opcode.DMA, {**ok, "rows": 3})
+    assert not instructions.in_range(cfg, Opcode.DMA, {**ok, "rows": 0})
+    assert not instructions.in_range(cfg, Opcode.DMA, {**ok, "kind": DmaKind.LOAD_CBUF,
+                                                       "dram_addr": cfg.dram_words})
+    vrun = dict(src=0, rows=1, dst=cfg.cbuf_depth - 1, bias_addr=cfg.acc_depth - 1,
+                use_bias=0, to_acc=0)
+    assert instructions.in_range(cfg, Opcode.VRUN, vrun)
+    assert not instructions.in_range(cfg, Opcode.VRUN, {**vrun, "to_acc": 1})
+    assert not instructions.in_range(cfg, Opcode.VRUN, {**vrun, "bias_addr": cfg.acc_depth})
+
+
+def test_text_names_and_units_come_from_the_table():
+    assert instructions.TEXT_OPS[("dma", "store_acc")] == (Opcode.DMA,
+                                                           {"kind": DmaKind.STORE_ACC})
+    assert instructions.UNITS == ("dma", "wload", "mm", "vpu", "cfg")
+    assert {timing.UNIT[op] for op in instructions.SPEC} == set(instructions.UNITS)
+    dis = isa.disassemble_one(Instr(Opcode.DMA, 5, dict(kind=DmaKind.STORE_CBUF, dram_addr=1,
+                                                        dram_stride=1, buf_addr=2, rows=3)))
+    assert dis.split() == ["5:", "DMA", "STORE_CBUF,", "dram_addr=1,", "dram_stride=1,",
+                           "buf_addr=2,", "rows=3"]

@@ -1,0 +1,187 @@
+"""The memory planner, without lowering: where tensors, parameters and scratch areas
+go in CBUF, ACC and DRAM, lifetime reuse, the UBUF it keeps free, and the shortfall
+errors that name the layer and the tensor."""
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from systolica.arch.config import preset
+from systolica.compiler import CompileError, Dense, GraphBuilder, Network, gemm, plan_memory
+from systolica.compiler import layout
+from systolica.compiler.plan import Region, check_plan
+from systolica.compiler.rules import WEIGHT_SLOTS, acc_half_rows
+
+TINY = preset("tiny")
+R = TINY.rows
+RING = WEIGHT_SLOTS * R
+Mt = acc_half_rows(TINY)
+
+
+def table(plan, memory):
+    """``{key: (lo, size, first, last)}`` of one memory."""
+    return {r.key: (r.lo, r.size, r.first, r.last) for r in plan.regions if r.memory == memory}
+
+
+def chain(M, widths, name="chain", **last):
+    layers = [Dense(np.ones((k, n))) for k, n in zip(widths, widths[1:])]
+    if last:
+        layers[-1] = Dense(np.ones(widths[-2:]), **last)
+    return Network(np.ones((M, widths[0])), layers, name=name)
+
+
+def test_one_layer_sits_in_order_below_the_ubuf():
+    net = gemm(np.ones((10, 20)), np.ones((20, 9)), np.ones(9))
+    plan = plan_memory(TINY, net)
+    assert plan.rows == {"gemm": 10}
+    assert table(plan, "cbuf") == {
+        "ubuf": (TINY.ubuf_base, TINY.ubuf_rows, 0, 0),
+        "weight ring": (0, RING, 0, 0),
+        "tensor input": (RING, 3 * 10, 0, 0),          # three K-blocks of 10 rows
+        "gemm.staging": (RING + 30, 2 * 10, 0, 0),     # output ping-pong
+    }
+    assert table(plan, "acc") == {"accumulator halves": (0, 2 * Mt, 0, 0),
+                                  "bias slots": (2 * Mt, 2, 0, 0)}
+    arw = TINY.acc_row_words
+    assert table(plan, "dram") == {
+        "tensor input": (0, 30, 0, 0),
+        "gemm.weights": (30, 2 * 3 * R, 0, 0),          # (N-block, K-block) blocks of R
+        "gemm.bias": (78, 2 * arw, 0, 0),
+        "tensor gemm": (78 + 2 * arw, 2 * 10, 0, 0),
+    }
+    assert plan.dram_map.end == 78 + 2 * arw + 20
+
+
+def test_dram_image_holds_the_packed_input_and_parameters():
+    rng = np.random.default_rng(1)
+    a, b, bias = rng.integers(-128, 128, (5, 11)), rng.integers(-128, 128, (11, 3)), \
+        rng.integers(-99, 99, 3)
+    plan = plan_memory(TINY, gemm(a, b, bias))
+    for key, words in [("tensor input", layout.pack_activations(TINY, a.astype(np.int8))),
+                       ("gemm.weights", layout.pack_weights(TINY, b.astype(np.int8))),
+                       ("gemm.bias", layout.pack_bias(TINY, bias))]:
+        r = plan.region("dram", key)
+        assert np.array_equal(plan.dram[r.lo:r.hi], words), key
+    assert not plan.dram[plan.dram_map.end:].any()
+
+
+@pytest.mark.parametrize("M, K, rows", [
+    (300, 12, Mt),                                               # ACC-bound passes
+    (50, 8 * 200, (TINY.ubuf_base - RING) // (200 + 2)),         # CBUF-bound passes
+    (7, 8, 7),
+])
+def test_one_layer_computes_as_many_rows_per_pass_as_fit(M, K, rows):
+    plan = plan_memory(TINY, gemm(np.ones((M, K)), np.ones((K, 3))))
+    assert plan.rows == {"gemm": rows}
+
+
+def test_tensors_share_rows_when_their_lifetimes_do_not_overlap():
+    plan = plan_memory(TINY, chain(10, [16, 16, 8, 8]))
+    # lifetimes in layers: input [0,0], layer0 [0,1], layer1 [1,2], staging [2,2]
+    assert table(plan, "cbuf") == {
+        "ubuf": (TINY.ubuf_base, TINY.ubuf_rows, 0, 2),
+        "weight ring": (0, RING, 0, 2),                   # live throughout: placed first
+        "tensor input": (RING, 20, 0, 0),                 # then by size
+        "tensor layer0": (RING + 20, 20, 0, 1),
+        "layer2.staging": (RING, 20, 2, 2),               # where the input was
+        "tensor layer1": (RING + 40, 10, 1, 2),
+    }
+
+
+def test_a_tensor_read_by_two_layers_lives_until_the_last():
+    g = GraphBuilder("fan")
+    x = g.input(np.ones((6, 8)), name="x")
+    h = g.dense(x, np.ones((8, 8)), name="a")
+    g.dense(h, np.ones((8, 8)), name="b")
+    g.dense(x, np.ones((8, 8)), name="c")
+    plan = plan_memory(TINY, g.build())
+    x_cbuf = plan.tensor("cbuf", "x")
+    assert (x_cbuf.first, x_cbuf.last) == (0, 2)
+    assert all(not x_cbuf.overlaps(r) for r in plan.regions if r is not x_cbuf)
+    assert list(plan.dram_map.outputs) == ["b", "c"]            # both come back
+    (b_at, b_n), (c_at, c_n) = plan.dram_map.outputs.values()
+    assert c_at == b_at + b_n and plan.dram_map.output_words == b_n + c_n
+
+
+def test_a_layer_reading_several_tensors_has_them_all_live_and_apart():
+    g = GraphBuilder("join")
+    x = g.input(np.ones((6, 8)), name="x")
+    y = g.input(np.ones((6, 12)), name="y")
+    h = g.dense(x, np.ones((8, 8)), name="a")
+    g.dense([h, y, x], np.ones((28, 5)), name="j")
+    plan = plan_memory(TINY, g.build())
+    live = [plan.tensor("cbuf", t) for t in ("a", "y", "x")]
+    assert all(r.first <= 1 <= r.last for r in live)
+    assert all(not p.overlaps(q) for i, p in enumerate(live) for q in live[i + 1:])
+    assert plan.tensor("cbuf", "y").size == 2 * 6          # two K-blocks of M rows
+    assert {k: n for (layer, k), (_, n) in plan.dram_map.params.items() if layer == "j"} \
+        == {"weights[0]": R, "weights[1]": 2 * R, "weights[2]": R}
+    # y is loaded by its only reader, 'j', and fetched ahead during layer 'a'
+    assert (plan.tensor("cbuf", "y").first, plan.tensor("cbuf", "y").last) == (0, 1)
+
+
+def test_nothing_but_the_ubuf_is_placed_in_the_ubuf():
+    cfg = TINY.replace(ubuf_base=64, ubuf_rows=64)
+    plan = plan_memory(cfg, chain(20, [24, 16, 16, 8]))
+    ubuf = plan.region("cbuf", "ubuf")
+    assert (ubuf.lo, ubuf.size) == (64, 64)
+    others = [r for r in plan.regions if r.memory == "cbuf" and r is not ubuf]
+    assert all(r.hi <= 64 or r.lo >= 128 for r in others)
+    assert any(r.lo >= 128 for r in others)               # some went above it
+
+
+def test_check_plan_refuses_regions_that_share_rows_while_live():
+    plan = plan_memory(TINY, chain(10, [16, 16, 8, 8]))
+    check_plan(plan)
+    a = plan.tensor("cbuf", "layer0")
+    clash = Region("cbuf", "clash", a.lo + 1, 4, a.last, a.last, "clash")
+    with pytest.raises(CompileError, match="'clash' overlap while both are live"):
+        check_plan(replace(plan, regions=plan.regions + (clash,)))
+    outside = Region("acc", "past", TINY.acc_depth - 1, 2, 0, 0, "past")
+    with pytest.raises(CompileError, match="outside the memory"):
+        check_plan(replace(plan, regions=plan.regions + (outside,)))
+
+
+def test_cbuf_shortfall_names_the_layer_the_parts_and_the_amount():
+    with pytest.raises(CompileError) as info:
+        plan_memory(TINY, gemm(np.ones((1, 8 * 2000)), np.ones((8 * 2000, 2))))
+    assert str(info.value).startswith(
+        "layer 'gemm': CBUF too small by 114 rows: needs 2034 rows (weight ring 32 + "
+        "tensor 'input' 2000 + output staging of 'gemm' 2) even with one row of M per "
+        "pass, but the configured cbuf_depth 2048 leaves 1920 usable outside the UBUF "
+        "(128 rows)")
+
+
+def test_cbuf_shortfall_in_a_chain_names_the_busiest_layer():
+    with pytest.raises(CompileError) as info:
+        plan_memory(TINY, chain(100, [8 * 10, 8 * 12, 8 * 3, 8]))
+    # layer0 holds its input (10 K-blocks) and its output (12) at once
+    assert str(info.value).startswith(
+        "layer 'layer0': CBUF too small by 312 rows: needs 2232 rows (weight ring 32 + "
+        "tensor 'input' 1000 + tensor 'layer0' 1200)")
+
+
+def test_fragmented_cbuf_says_which_tensor_found_no_range():
+    cfg = TINY.replace(ubuf_base=1000, ubuf_rows=48)
+    with pytest.raises(CompileError) as info:
+        plan_memory(cfg, chain(100, [8 * 11, 8, 8]))
+    text = str(info.value)
+    assert "layer 'layer0'" in text and "no free range of 1100 rows" in text
+    assert "tensor 'input'" in text
+
+
+def test_dram_shortfall_names_the_layer_and_the_words():
+    with pytest.raises(CompileError) as info:
+        plan_memory(TINY.replace(dram_words=64), gemm(np.ones((40, 8)), np.ones((8, 8))))
+    assert str(info.value) == (
+        "layer 'gemm': DRAM too small by 24 words for its output (40 words; 48 already "
+        "used by earlier data); the configured dram_words is 64 words of 8 bytes")
+
+
+def test_several_layers_need_all_of_m_in_one_accumulator_half():
+    with pytest.raises(CompileError) as info:
+        plan_memory(TINY, chain(Mt + 1, [8, 8, 8]))
+    assert str(info.value).startswith(f"layer 'layer1': a network of several layers keeps "
+                                      f"every activation on chip, so M = {Mt + 1} must be "
+                                      f"at most {Mt}")
