@@ -144,10 +144,9 @@ def _leaves_shared_state_alone(request):
 def pytest_terminal_summary(terminalreporter, config):
     """Name the order's seed even under ``-q`` (which hides the plugin's header), so
     that a failure found in a shuffled run can be repeated."""
-    try:
-        from random_order.config import Config
-    except ImportError:
+    if not config.pluginmanager.hasplugin("random_order"):
         return
+    from random_order.config import Config
     order = Config(config)
     if order.is_enabled:
         terminalreporter.write_line(f"test order: shuffled by --random-order-bucket="
