@@ -133,7 +133,8 @@ def producers(statements: Sequence[Statement], inputs: Sequence[str] = (),
     return preds
 
 
-def topological_order(statements: Sequence[Statement], preds: list[list[int]]) -> list[int]:
+def topological_order(statements: Sequence[Statement], preds: list[list[int]],
+                      filename: str = "<program>") -> list[int]:
     """Statement indices, producers first (text order among ready statements); raises
     CycleError naming the statements of a dependency cycle."""
     n = len(statements)
@@ -165,7 +166,9 @@ def topological_order(statements: Sequence[Statement], preds: list[list[int]]) -
     loop = walk[seen[i]:][::-1]
     names = " -> ".join(f"{statements[j].name} (line {statements[j].line})"
                         for j in loop + [loop[0]])
-    raise CycleError(f"dependency cycle: {names}; a value cannot depend on itself "
+    first = statements[loop[0]]
+    raise CycleError(f"{filename}:{first.line}:{first.col}: dependency cycle: {names}; a "
+                     f"value cannot depend on itself "
                      f"(break the loop with a memory such as ram)")
 
 
@@ -295,9 +298,14 @@ def assign_cycles(latency: Mapping[str, int] | ChipConfig, statements: Sequence[
     statements = list(statements)
     n = len(statements)
     preds = producers(statements, inputs, filename)
-    order = topological_order(statements, preds)
+    order = topological_order(statements, preds, filename)
     rank = {i: k for k, i in enumerate(order)}
-    lat = [latency_of(table, s.op, s.component) for s in statements]
+    lat = []
+    for s in statements:
+        try:
+            lat.append(latency_of(table, s.op, s.component))
+        except CycleError as e:
+            raise CycleError(f"{filename}:{s.line}:{s.col}: {e}") from None
     occ = [occupancy_of(table, s.op, s.component) for s in statements]
 
     groups = _Groups(n)

@@ -85,13 +85,19 @@ def make(cfg: ChipConfig, op: Opcode, layer: int = 0, **fields) -> MicroOp:
         isa.encode(mop.instr(0))
     except isa.EncodingError as e:
         raise CompileError(f"internal: {mop}: {e}") from None
-    acc = accesses(cfg, op, fields)
-    sizes = resource_sizes(cfg)
-    for a in acc:
-        if not 0 <= a.lo < a.hi <= sizes[a.resource]:
-            raise CompileError(f"internal: {mop}: {a.resource} range [{a.lo}, {a.hi}) "
-                               f"outside [0, {sizes[a.resource]})")
-    mop.accesses = acc
+    # the sequencer's ADDR_RANGE and CFG_RANGE rules, from the instruction table
+    for r in instructions.ranges(cfg, op, fields):
+        if not r.nonempty:
+            raise CompileError(f"{mop}: rows must be at least 1 (an instruction that "
+                               f"moves no rows faults ADDR_RANGE)")
+        if r.hi > r.bound:
+            raise CompileError(f"{mop}: its {r.memory} range [{r.lo}, {r.hi}) runs past "
+                               f"the end of that memory ({r.bound} rows on chip "
+                               f"{cfg.name!r}); use addresses inside it")
+    if op is Opcode.SETCFG and not instructions.setcfg_in_table(cfg, fields):
+        raise CompileError(f"{mop}: names a multiplexer or source the fabric does not "
+                           f"have ({len(fabric.muxes(cfg))} multiplexers)")
+    mop.accesses = accesses(cfg, op, fields)
     return mop
 
 

@@ -47,6 +47,8 @@ class TensorType:
 def integer_array(what: str, values, ndim: int, lo: int, hi: int, kind: str,
                   dtype) -> np.ndarray:
     """`values` as a `dtype` array, or a CompileError naming the first bad element."""
+    if values is None:
+        raise CompileError(f"{what} must be a {ndim}-D array of integers ({kind}), not None")
     try:
         arr = np.asarray(values)
     except (TypeError, ValueError) as e:
@@ -123,6 +125,9 @@ class Dense:
                 raise CompileError(f"{who}: {pname} = {value!r} is out of range; it must be "
                                    f"an integer in [{lo}, {hi}]")
             object.__setattr__(self, pname, int(value))
+        if self.mult == 0:
+            raise CompileError(f"{who}: mult = 0 makes every output equal zp; give a "
+                               f"mult in [1, {(1 << MULT_BITS) - 1}]")
         if not isinstance(self.relu, (bool, np.bool_)):
             raise CompileError(f"{who}: relu must be True or False, not {self.relu!r}")
         object.__setattr__(self, "relu", bool(self.relu))

@@ -106,6 +106,9 @@ def _dma_bytes(cfg: ChipConfig, program: list[isa.Instr], kinds: tuple[int, ...]
 
 def compile_network(cfg: ChipConfig, network: Network | Graph) -> Compiled:
     """Compile `network` for chip `cfg`; raises CompileError when it cannot run there."""
+    if not isinstance(cfg, ChipConfig):
+        raise CompileError(f"compile_network(cfg, network): cfg must be a ChipConfig "
+                           f"(e.g. preset('tiny')), not {type(cfg).__name__}")
     if not isinstance(network, (Network, Graph)):
         raise CompileError(f"compile_network takes a Network or Graph, not "
                            f"{type(network).__name__}")

@@ -141,7 +141,7 @@ def schedule_chip(cfg: ChipConfig, prog: Program) -> ChipSchedule:
     values, setter = _routing(cfg, prog, prog.chip)
     statements = [st for st in prog.chip if st.component != "cfg"]
     preds = producers(statements, (*prog.inputs, *values), prog.filename)
-    order = topological_order(statements, preds)
+    order = topological_order(statements, preds, prog.filename)
     ops = to_micro_ops(cfg, [statements[i] for i in order], prog.filename)
     for op, i in zip(ops, order):
         op.needs = _needs(cfg, prog, statements[i], op, values, setter)
@@ -196,6 +196,9 @@ def _update_statement(cfg: ChipConfig, group: list[Update], mine: list[Statement
 def compile_program(cfg: ChipConfig, prog: Program, *, insert_delays: bool = False) -> Result:
     """Schedule a parsed program: its datapath statements (exact timing) and its chip
     statements (buffer hazards, then configuration updates)."""
+    if not prog.statements:
+        raise CompileError(f"{prog.filename} has no statements, so there is nothing to "
+                           f"schedule; write one statement per line (docs/scheduling.md)")
     check_latency(cfg, prog)
     dp = schedule_program(cfg, prog, insert_delays=insert_delays) if prog.datapath else None
     chip = schedule_chip(cfg, prog) if prog.chip else None

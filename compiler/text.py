@@ -143,7 +143,12 @@ def tokenize(text: str, filename: str = "<text>") -> list[Token]:
         m = _TOKEN.match(text, pos)
         col = pos - line_start + 1
         if not m:
-            raise ParseError(filename, line, col, f"unexpected character {text[pos]!r}")
+            if text[pos] in "\"'":
+                raise ParseError(filename, line, col, f"string starting {text[pos]} is not "
+                                 f"closed on this line; add the closing {text[pos]}")
+            raise ParseError(filename, line, col, f"unexpected character {text[pos]!r}; "
+                             f"program text holds ASCII names, numbers, quoted strings, "
+                             f"'#' comments and = , ( ) . ->")
         kind = m.lastgroup
         s = m.group()
         if kind == "nl":
@@ -151,7 +156,8 @@ def tokenize(text: str, filename: str = "<text>") -> list[Token]:
             line, line_start = line + 1, m.end()
         elif kind == "int":
             if m.end() < len(text) and (text[m.end()].isalnum() or text[m.end()] == "_"):
-                raise ParseError(filename, line, col, f"malformed number starting {s!r}")
+                raise ParseError(filename, line, col, f"malformed number starting {s!r}; "
+                                 f"names start with a letter or '_'")
             out.append(Token("int", int(s, 0), line, col))
         elif kind == "str":
             out.append(Token("str", s[1:-1], line, col))

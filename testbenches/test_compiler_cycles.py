@@ -144,7 +144,7 @@ def test_dependency_cycle_names_statements():
     with pytest.raises(CycleError) as e:
         run(text, MISMATCH_LAT)
     msg = str(e.value)
-    assert msg.startswith("dependency cycle: ")
+    assert msg.startswith("p.stp:2:1: dependency cycle: ")
     assert "a (line 1)" in msg and "b (line 2)" in msg and "c (line 3)" in msg
     assert "d (line 4)" not in msg
 

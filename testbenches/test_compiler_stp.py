@@ -164,3 +164,8 @@ def test_latency_line_in_a_chip_only_program_is_an_error():
     text = "latency cbuf_read = 2\n" + LOADS
     with pytest.raises(CompileError, match=r"^lat.stp:1:1: latency cbuf_read: .*RTL fixes"):
         compile_program(CFG, parse(text, "lat.stp"))
+
+
+def test_a_program_without_statements_is_refused():
+    with pytest.raises(CompileError, match=r"empty\.stp has no statements"):
+        compile_program(preset("tiny"), parse("# only a comment\n", "empty.stp"))

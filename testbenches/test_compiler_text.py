@@ -185,7 +185,7 @@ def test_cfg_set_errors_name_statement_and_keyword(line, expected):
                               "load_cbuf, store_acc, store_cbuf"),
     ("a = wload load(3, w_addr=0)", "fields are given by keyword"),
     ("a = wload load(w_addr=zero)", "field w_addr must be an integer"),
-    ("a = mm matmul(act_addr=0, rows=0)", "cbuf range [0, 0)"),
+    ("a = mm matmul(act_addr=0, rows=0)", "rows must be at least 1"),
 ])
 def test_chip_errors_name_statement_and_fields(line, expected):
     with pytest.raises(ParseError) as e:

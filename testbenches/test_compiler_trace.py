@@ -160,7 +160,7 @@ def test_cli_mismatch_error_is_one_line(capsys):
     assert main(["schedule", str(EXAMPLES / "latency_mismatch.stp")]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "Traceback" not in err
-    assert err.startswith("systolica schedule: error: ") and "insert 1 delay" in err
+    assert err.startswith("systolica: error: ") and "insert 1 delay" in err
     assert main(["schedule", str(EXAMPLES / "latency_mismatch.stp"), "--insert-delays"]) == 0
     assert "c_d1 = delay dreg0(c)" in capsys.readouterr().out
 

@@ -1,15 +1,188 @@
-"""``systolica``: compile networks, run them on the RTL, benchmark, disassemble."""
+"""``systolica``: compile networks, run them on the RTL, benchmark, disassemble.
+
+Whatever is wrong with what it was given (an argument, a file, a program) ends in one
+line ``systolica: error: ...`` on stderr and exit status 2, before any long work starts.
+"""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
 import sys
+import threading
 from pathlib import Path
 
 import numpy as np
 
+from ..arch.config import PRESETS
 
+#: Exit status for anything wrong with the input (argparse uses it too).
+EXIT_USAGE = 2
+#: Exit status when the reader of our output went away (as for a process killed by SIGPIPE).
+EXIT_BROKEN_PIPE = 128 + 13
+#: A step that may run this long without a word says what it is doing (seconds).
+BUILD_NOTICE_SECONDS = 3.0
+
+IMAGE_HINT = "a program image (16-byte words, as `systolica compile --out FILE` writes)"
+TEXT_HINT = "program text (.stp, see docs/scheduling.md)"
+
+
+class UsageError(Exception):
+    """Something the user gave cannot be used; the message says what and what to do."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with the one error format of this command."""
+
+    def error(self, message: str):
+        self.print_usage(sys.stderr)
+        self.exit(EXIT_USAGE, f"systolica: error: {message}\n")
+
+
+def _version() -> str:
+    from importlib import metadata
+    try:
+        return metadata.version("systolica")
+    except metadata.PackageNotFoundError:
+        return "(not installed)"
+
+
+# -- argument types ------------------------------------------------------------------------
+def _shape(text: str) -> tuple[int, int, int]:
+    try:
+        dims = [int(x) for x in text.lower().split("x")]
+    except ValueError:
+        dims = []
+    if len(dims) != 3:
+        raise argparse.ArgumentTypeError(
+            f"expected MxKxN, three sizes joined by 'x' (e.g. 64x64x64), not {text!r}")
+    bad = [f"{n} = {d}" for n, d in zip("MKN", dims) if d < 1]
+    if bad:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} has {', '.join(bad)}; every size must be a positive integer "
+            f"(e.g. 64x64x64)")
+    return dims[0], dims[1], dims[2]
+
+
+def _seed(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected a non-negative integer, not {text!r}")
+    return value
+
+
+def _join_negative_values(argv: list[str]) -> list[str]:
+    """``--gemm -1x2x3`` as ``--gemm=-1x2x3``: argparse would take the value for an
+    option and say only 'expected one argument'; this way its check names the size."""
+    out: list[str] = []
+    for arg in argv:
+        if out and out[-1] in ("--gemm", "--seed") and arg[:1] == "-" and arg[1:2].isdigit():
+            out[-1] = f"{out[-1]}={arg}"
+        else:
+            out.append(arg)
+    return out
+
+
+# -- files -------------------------------------------------------------------------------
+def _read_bytes(path: str, what: str) -> bytes:
+    try:
+        return Path(path).read_bytes()
+    except FileNotFoundError:
+        raise UsageError(f"{path}: no such file; give the path of {what}") from None
+    except IsADirectoryError:
+        raise UsageError(f"{path} is a directory; give the path of {what}") from None
+    except PermissionError:
+        raise UsageError(f"{path}: permission denied; make it readable or give the path "
+                         f"of another file") from None
+    except OSError as e:
+        raise UsageError(f"{path}: cannot read it ({e.strerror or e}); give the path of "
+                         f"{what}") from None
+
+
+def _check_output(path: str | None, option: str) -> None:
+    """Refuse an output path that cannot be written before any work is done."""
+    if not path:
+        return
+    p = Path(path)
+    if p.is_dir():
+        raise UsageError(f"{option} {path} is a directory; give a file name")
+    for parent in p.parents:
+        if parent.exists():
+            if not parent.is_dir():
+                raise UsageError(f"{option} {path}: {parent} is a file, not a directory; "
+                                 f"give another path")
+            if not os.access(parent, os.W_OK):
+                raise UsageError(f"{option} {path}: cannot write in {parent}; give "
+                                 f"another path")
+            break
+
+
+def _write_bytes(path: str, data: bytes) -> None:
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    Path(path).write_bytes(data)
+
+
+def _program_words(path: str, image: bytes) -> list[int]:
+    """The words of a program image, or a UsageError saying why it is not one."""
+    from ..arch import isa
+    n = isa.WORD_BITS // 8
+    if not image:
+        raise UsageError(f"{path} is empty (0 bytes); {IMAGE_HINT} holds at least one "
+                         f"instruction")
+    if len(image) % n:
+        raise UsageError(f"{path} is {len(image)} bytes, {len(image) % n} more than a whole "
+                         f"number of {n}-byte instructions: it is truncated or not a program "
+                         f"image; write it again with `systolica compile --out`")
+    words = isa.from_bytes(image)
+    decoded = [isa.decode(w) for w in words]
+    illegal = [pc for pc, ins in enumerate(decoded) if ins.op is isa.Opcode.ILLEGAL]
+    if illegal:
+        pc = illegal[0]
+        opcode = decoded[pc].fields.get("raw_opcode", int(isa.Opcode.ILLEGAL))
+        raise UsageError(f"{path}: instruction {pc} (byte {pc * n}) has opcode "
+                         f"{opcode}, which the instruction set does not define "
+                         f"({len(illegal)} of {len(words)} words are illegal): it is corrupt "
+                         f"or not a program image; write it again with `systolica compile "
+                         f"--out`")
+    return words
+
+
+# -- long steps --------------------------------------------------------------------------
+@contextlib.contextmanager
+def _notice(text: str):
+    """Say `text` on stderr: a spinner on a terminal, else one plain line once the step
+    has taken more than BUILD_NOTICE_SECONDS (a log should show why it waited)."""
+    from rich.console import Console
+    console = Console(stderr=True)
+    if console.is_terminal:
+        with console.status(text):
+            yield
+        return
+    timer = threading.Timer(BUILD_NOTICE_SECONDS,
+                            lambda: print(f"systolica: {text}", file=sys.stderr, flush=True))
+    timer.daemon = True
+    timer.start()
+    try:
+        yield
+    finally:
+        timer.cancel()
+
+
+def _ensure_built(cfg, waves: bool = False) -> None:
+    """Build (or find) the Verilated chip, saying so: the first build of a configuration
+    takes minutes, and even finding a cached one takes seconds."""
+    from ..sim import rtlsim
+    with _notice(f"building the Verilated {cfg.name} chip (minutes the first time for a "
+                 f"configuration; later runs reuse it)..."):
+        rtlsim.build(cfg, waves=waves)
+
+
+# -- commands ----------------------------------------------------------------------------
 def _gemm_network(M: int, K: int, N: int, seed: int, int32: bool = False):
     from ..compiler import gemm
     from .demo import calibrate
@@ -24,31 +197,36 @@ def _gemm_network(M: int, K: int, N: int, seed: int, int32: bool = False):
     return gemm(a, b, bias, mult=mult, shift=shift, name=name)
 
 
-def _shape(text: str) -> tuple[int, int, int]:
-    try:
-        m, k, n = (int(x) for x in text.lower().split("x"))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected MxKxN (e.g. 64x64x64), not {text!r}")
-    return m, k, n
+def _check_gemm_fits(cfg, shape: tuple[int, int, int]) -> None:
+    """Refuse a GEMM whose operands alone overflow the chip's DRAM before making them
+    (a huge --gemm would otherwise allocate gigabytes first)."""
+    M, K, N = shape
+    need = M * K + K * N + M * N
+    if need > cfg.dram_bytes:
+        bigger = [n for n, c in sorted(PRESETS.items()) if c.dram_bytes >= need]
+        hint = f" or --config {bigger[0]}" if bigger else ""
+        raise UsageError(f"--gemm {M}x{K}x{N}: its operands and result need at least "
+                         f"{need} bytes of DRAM but the {cfg.name} chip has "
+                         f"{cfg.dram_bytes}; choose a smaller GEMM{hint}")
 
 
-def _ensure_built(cfg, waves: bool = False) -> None:
-    """Build the Verilated chip with a visible status (the first build of a
-    configuration takes a minute or more; later ones reuse it)."""
-    from rich.console import Console
-
-    from ..sim import rtlsim
-    with Console(stderr=True).status(f"Verilating the {cfg.name} chip (once per "
-                                     f"configuration)..."):
-        rtlsim.build(cfg, waves=waves)
+def _network(args, cfg):
+    from . import demo
+    if args.gemm is None:
+        return demo.mlp()
+    _check_gemm_fits(cfg, args.gemm)
+    return _gemm_network(*args.gemm, seed=args.seed, int32=getattr(args, "int32", False))
 
 
 def cmd_sim(args) -> int:
-    from . import demo, flow, report
+    from . import flow, report
     from ..arch.config import preset
+    from ..compiler import compile_network
     cfg = preset(args.config)
-    net = demo.mlp() if args.gemm is None else _gemm_network(*args.gemm, seed=args.seed)
-    _ensure_built(cfg, args.waves)
+    _check_output(args.trace, "--trace")
+    net = _network(args, cfg)
+    compile_network(cfg, net)              # a network that cannot compile fails now,
+    _ensure_built(cfg, args.waves)         # not after minutes of building
     run = flow.run_network(cfg, net, waves=args.waves)
     report.print_run(run)
     _write_trace(args.trace, run.compiled)
@@ -71,6 +249,7 @@ def cmd_bench(args) -> int:
     from . import demo, flow, report
     from ..sim import rtlsim
     from ..arch.config import preset
+    _check_output(args.out, "--out")
     cases = [("gemm_256x256x256", "base", lambda: _gemm_network(256, 256, 256, 1)),
              ("gemm_64x64x64", "base", lambda: _gemm_network(64, 64, 64, 2)),
              ("demo_mlp", "tiny", demo.mlp)]
@@ -79,14 +258,16 @@ def cmd_bench(args) -> int:
         task = progress.add_task("bench", total=len(cases))
         for name, cfg_name, make in cases:
             progress.update(task, description=f"{name} on {cfg_name}: building the chip")
-            rtlsim.build(preset(cfg_name))
+            if progress.console.is_terminal:
+                rtlsim.build(preset(cfg_name))
+            else:
+                _ensure_built(preset(cfg_name))
             progress.update(task, description=f"{name} on {cfg_name}: running")
             run = flow.run_network(preset(cfg_name), make())
             records.append(report.record(run, name))
             progress.advance(task)
     out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(records, indent=2) + "\n")
+    _write_bytes(args.out, (json.dumps(records, indent=2) + "\n").encode())
     for r in records:
         print(f"{r['name']:>18} on {r['config']:<5} cycles {r['cycles']:>7} "
               f"(predicted {r['predicted_cycles']}) util {r['mac_utilization']:.3f} "
@@ -100,10 +281,11 @@ def cmd_compile(args) -> int:
     from ..compiler import compile_network
     from ..arch.config import preset
     cfg = preset(args.config)
-    compiled = compile_network(cfg, _gemm_network(*args.gemm, seed=args.seed,
-                                                  int32=args.int32))
+    _check_output(args.out, "--out")
+    _check_output(args.trace, "--trace")
+    compiled = compile_network(cfg, _network(args, cfg))
     if args.out:
-        Path(args.out).write_bytes(compiled.image)
+        _write_bytes(args.out, compiled.image)
     _write_trace(args.trace, compiled)
     print(compiled.disassemble() if args.listing else
           f"{len(compiled.program)} instructions, {compiled.predicted_cycles} cycles predicted, "
@@ -113,70 +295,117 @@ def cmd_compile(args) -> int:
 
 def cmd_disasm(args) -> int:
     from ..arch import isa
-    print(isa.disassemble(Path(args.image).read_bytes()))
+    words = _program_words(args.image, _read_bytes(args.image, IMAGE_HINT))
+    for pc, word in enumerate(words):
+        print(f"{pc:5d} {isa.disassemble_one(isa.decode(word))}")
     return 0
 
 
 def cmd_schedule(args) -> int:
-    from ..compiler import stp, trace
+    from ..compiler import stp, text, trace
     from ..arch.config import preset
     cfg = preset(args.config)
-    result = stp.compile_file(cfg, args.file, insert_delays=args.insert_delays)
+    _check_output(args.image, "--image")
+    _check_output(args.trace, "--trace")
+    filename = str(Path(args.file))
+    _read_bytes(args.file, TEXT_HINT)          # a missing or unreadable file, said plainly
+    prog = text.parse_file(args.file)
+    result = stp.compile_program(cfg, prog, insert_delays=args.insert_delays)
     if args.image:
         if result.chip is None:
-            raise stp.CompileError(f"{args.file} has no chip statements to put in an image")
-        Path(args.image).write_bytes(result.chip.image)
+            raise UsageError(f"{filename} has no chip statements (dma, wload, mm, vpu, cfg) "
+                             f"to put in an image; drop --image")
+        _write_bytes(args.image, result.chip.image)
     if args.trace:
+        Path(args.trace).parent.mkdir(parents=True, exist_ok=True)
         trace.write_trace(args.trace, result.events(cfg))
     print(trace.listing(result.rows(cfg)))
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="systolica", description=__doc__)
-    sub = parser.add_subparsers(dest="command", required=True)
+def parser() -> argparse.ArgumentParser:
+    configs = sorted(PRESETS)
+    top = _Parser(prog="systolica", description=__doc__.split("\n\n")[0],
+                  formatter_class=argparse.RawDescriptionHelpFormatter)
+    top.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
+    sub = top.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def config(p, default="tiny"):
+        p.add_argument("--config", default=default, choices=configs,
+                       help=f"chip preset (default {default})")
+
     p = sub.add_parser("sim", help="compile the demo network, run it on the RTL, report")
-    p.add_argument("--config", default="tiny")
-    p.add_argument("--gemm", type=_shape, help="run one MxKxN int8 GEMM instead of the demo")
-    p.add_argument("--seed", type=int, default=0)
+    config(p)
+    p.add_argument("--gemm", type=_shape, metavar="MxKxN",
+                   help="run one MxKxN int8 GEMM instead of the demo")
+    p.add_argument("--seed", type=_seed, default=0, help="random data for --gemm")
     p.add_argument("--waves", action="store_true", help="write an FST waveform of the run")
-    p.add_argument("--trace", default="build/schedule.json",
+    p.add_argument("--trace", default="build/schedule.json", metavar="FILE",
                    help="write the schedule timeline (Chrome trace / Perfetto JSON) here")
     p.set_defaults(func=cmd_sim)
     p = sub.add_parser("bench", help="benchmark GEMMs and the demo; write JSON records")
-    p.add_argument("--out", default="build/bench.json")
+    p.add_argument("--out", default="build/bench.json", metavar="FILE")
     p.set_defaults(func=cmd_bench)
     p = sub.add_parser("compile", help="compile a random MxKxN GEMM; print or save it")
-    p.add_argument("--gemm", type=_shape, required=True)
-    p.add_argument("--config", default="tiny")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--gemm", type=_shape, required=True, metavar="MxKxN")
+    config(p)
+    p.add_argument("--seed", type=_seed, default=0, help="random data")
     p.add_argument("--int32", action="store_true", help="int32 output, no requantisation")
-    p.add_argument("--out", help="write the program image here")
+    p.add_argument("--out", metavar="FILE", help="write the program image here")
     p.add_argument("--listing", action="store_true", help="print the disassembly")
-    p.add_argument("--trace", help="write the schedule timeline (Chrome trace JSON) here")
+    p.add_argument("--trace", metavar="FILE",
+                   help="write the schedule timeline (Chrome trace JSON) here")
     p.set_defaults(func=cmd_compile)
     p = sub.add_parser("disasm", help="disassemble a program image")
-    p.add_argument("image")
+    p.add_argument("image", help="program image, e.g. from `systolica compile --out`")
     p.set_defaults(func=cmd_disasm)
     p = sub.add_parser("schedule", help="schedule a .stp program; print the listing")
     p.add_argument("file", help="program text (.stp), see docs/scheduling.md")
-    p.add_argument("--config", default="tiny")
+    config(p)
     p.add_argument("--insert-delays", action="store_true",
                    help="add delay registers where two paths differ in latency")
-    p.add_argument("--trace", help="write Chrome trace / Perfetto JSON here")
-    p.add_argument("--image", help="write the chip statements' program image here")
+    p.add_argument("--trace", metavar="FILE", help="write Chrome trace / Perfetto JSON here")
+    p.add_argument("--image", metavar="FILE",
+                   help="write the chip statements' program image here")
     p.set_defaults(func=cmd_schedule)
-    args = parser.parse_args(argv)
+    return top
+
+
+def _fail(message: str) -> int:
+    print(f"systolica: error: {message}", file=sys.stderr)
+    return EXIT_USAGE
+
+
+def _quiet_stdout() -> None:
+    """The reader went away (``| head``): send the rest, and the final flush, nowhere."""
+    with contextlib.suppress(OSError, ValueError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = _join_negative_values(sys.argv[1:] if argv is None else list(argv))
+    args = parser().parse_args(argv)
 
     from ..compiler import CompileError
     from ..arch.config import ConfigError
     from ..arch.isa import EncodingError
     from ..sim.rtlsim import RtlSimError
     try:
-        return args.func(args)
-    except (CompileError, ConfigError, EncodingError, RtlSimError, OSError) as exc:
-        print(f"systolica {args.command}: error: {exc}", file=sys.stderr)
-        return 2
+        status = args.func(args)
+        sys.stdout.flush()
+        return status
+    except BrokenPipeError:
+        _quiet_stdout()
+        return EXIT_BROKEN_PIPE
+    except (UsageError, CompileError, ConfigError, EncodingError, RtlSimError) as exc:
+        return _fail(str(exc))
+    except OSError as exc:
+        where = f"{exc.filename}: " if exc.filename else ""
+        return _fail(f"{where}{exc.strerror or exc}; check the path and its permissions")
+    except KeyboardInterrupt:
+        print("systolica: interrupted", file=sys.stderr)
+        return 128 + 2
 
 
 if __name__ == "__main__":

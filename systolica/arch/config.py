@@ -5,11 +5,17 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import numbers
+import re
 from dataclasses import dataclass, field
 
 
 class ConfigError(ValueError):
     """A chip configuration that cannot be built."""
+
+
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
+_LATENCY_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
 
 
 #: Per-operation latencies in cycles. The scheduler takes every timing fact from here
@@ -23,7 +29,7 @@ DEFAULT_LATENCY = {
 }
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ChipConfig:
     """A tiled systolic chip.
 
@@ -52,14 +58,37 @@ class ChipConfig:
     latency: dict = field(default_factory=lambda: dict(DEFAULT_LATENCY))
 
     def __post_init__(self):
-        def positive(name):
-            v = getattr(self, name)
-            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
-                raise ConfigError(f"{self.name}: {name} must be a positive integer, not {v!r}")
+        if not isinstance(self.name, str) or not _NAME.fullmatch(self.name):
+            raise ConfigError(f"ChipConfig name must be a non-empty string of letters, "
+                              f"digits, '_', '.' or '-' (it names build directories), "
+                              f"not {self.name!r}")
         for n in ("tile_rows", "tile_cols", "tile_size", "cbuf_depth", "cbuf_banks",
                   "acc_depth", "dram_words", "imem_depth", "max_config_updates_per_cycle",
                   "config_update_interval", "power_domain_budget"):
-            positive(n)
+            self._integer(n, 1)
+        for n in ("ubuf_base", "ubuf_rows"):
+            self._integer(n, 0)
+        from . import isa  # field widths bound the sizes
+        if self.max_config_updates_per_cycle > isa.SETCFG_PAIRS:
+            raise ConfigError(f"{self.name}: max_config_updates_per_cycle "
+                              f"{self.max_config_updates_per_cycle} exceeds the "
+                              f"{isa.SETCFG_PAIRS} pairs one SETCFG can carry")
+        for what, size, limit, field_ in (
+                ("cbuf_depth", self.cbuf_depth, 1 << isa.CBUF_ADDR_BITS,
+                 f"the ISA's {isa.CBUF_ADDR_BITS}-bit address field"),
+                ("acc_depth", self.acc_depth, 1 << isa.ACC_ADDR_BITS,
+                 f"the ISA's {isa.ACC_ADDR_BITS}-bit address field"),
+                ("dram_words", self.dram_words, 1 << isa.DRAM_ADDR_BITS,
+                 f"the ISA's {isa.DRAM_ADDR_BITS}-bit address field"),
+                ("config_update_interval", self.config_update_interval,
+                 (1 << isa.CYCLE_BITS) - 1, f"the ISA's {isa.CYCLE_BITS}-bit cycle field"),
+                ("imem_depth", self.imem_depth, (1 << 32) - 1,
+                 "the 32-bit PROG_LEN register"),
+                ("tile_size", self.tile_size, (1 << 16) - 1,
+                 "its 16-bit field in the HWCFG register")):
+            if size > limit:
+                raise ConfigError(f"{self.name}: {what} {size} exceeds {field_} "
+                                  f"(at most {limit})")
         if self.tile_rows != self.tile_cols:
             raise ConfigError(
                 f"{self.name}: the tile grid must be square (tile_rows == tile_cols, got "
@@ -68,33 +97,50 @@ class ChipConfig:
         if self.cbuf_depth % self.cbuf_banks:
             raise ConfigError(f"{self.name}: cbuf_depth {self.cbuf_depth} must be a multiple "
                               f"of cbuf_banks {self.cbuf_banks}")
+        if self.cbuf_depth < self.rows:
+            raise ConfigError(f"{self.name}: cbuf_depth {self.cbuf_depth} cannot hold one "
+                              f"weight block ({self.rows} rows); make it at least {self.rows}")
         if self.acc_depth < 4:
             raise ConfigError(f"{self.name}: acc_depth must be at least 4, not {self.acc_depth}")
-        if not 0 <= self.ubuf_base <= self.ubuf_base + self.ubuf_rows <= self.cbuf_depth:
+        if self.ubuf_base + self.ubuf_rows > self.cbuf_depth:
             raise ConfigError(f"{self.name}: UBUF region [{self.ubuf_base}, "
                               f"{self.ubuf_base + self.ubuf_rows}) is outside the CBUF "
-                              f"(depth {self.cbuf_depth})")
+                              f"(depth {self.cbuf_depth}); move ubuf_base down or shrink "
+                              f"ubuf_rows")
+        self._check_latency()
+        from . import fabric  # every multiplexer needs a SETCFG index
+        try:
+            fabric.muxes(self)
+        except ConfigError as e:
+            raise ConfigError(f"{self.name}: {e}") from None
+
+    def _integer(self, name: str, lo: int) -> None:
+        """A size field: an integer (numpy integers become ints) of at least `lo`."""
+        v = getattr(self, name)
+        if not isinstance(v, numbers.Integral) or isinstance(v, bool) or v < lo:
+            kind = "a positive" if lo == 1 else "a non-negative"
+            raise ConfigError(f"{self.name}: {name} must be {kind} integer, not {v!r}")
+        object.__setattr__(self, name, int(v))
+
+    def _check_latency(self) -> None:
+        if not isinstance(self.latency, dict):
+            raise ConfigError(f"{self.name}: latency must be a dict of operation -> cycles "
+                              f"(start from DEFAULT_LATENCY), not {self.latency!r}")
         missing = set(DEFAULT_LATENCY) - set(self.latency)
         if missing:
-            raise ConfigError(f"{self.name}: latency table lacks {sorted(missing)}")
+            raise ConfigError(f"{self.name}: latency table lacks {sorted(missing)}; start "
+                              f"from DEFAULT_LATENCY")
         for k, v in self.latency.items():
-            if not isinstance(v, int) or v < 1:
-                raise ConfigError(f"{self.name}: latency[{k!r}] must be a positive integer, not {v!r}")
-        if self.latency["dram_read"] != 1 or self.latency["cbuf_read"] != 1 \
-                or self.latency["acc_read"] != 1:
+            if not isinstance(k, str) or not _LATENCY_KEY.fullmatch(k):
+                raise ConfigError(f"{self.name}: latency key {k!r} must be an operation "
+                                  f"name like 'vpu' or 'read.bigram'")
+            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+                raise ConfigError(f"{self.name}: latency[{k!r}] must be a positive "
+                                  f"integer, not {v!r}")
+        slow = [k for k in ("dram_read", "cbuf_read", "acc_read") if self.latency[k] != 1]
+        if slow:
             raise ConfigError(f"{self.name}: this RTL revision implements memory read "
-                              f"latency 1 only")
-        from . import isa  # field widths bound the sizes
-        if self.max_config_updates_per_cycle > isa.SETCFG_PAIRS:
-            raise ConfigError(f"{self.name}: max_config_updates_per_cycle "
-                              f"{self.max_config_updates_per_cycle} exceeds the "
-                              f"{isa.SETCFG_PAIRS} pairs one SETCFG can carry")
-        for what, size, bits in (("cbuf_depth", self.cbuf_depth, isa.CBUF_ADDR_BITS),
-                                 ("acc_depth", self.acc_depth, isa.ACC_ADDR_BITS),
-                                 ("dram_words", self.dram_words, isa.DRAM_ADDR_BITS)):
-            if size > 1 << bits:
-                raise ConfigError(f"{self.name}: {what} {size} exceeds the ISA's "
-                                  f"{bits}-bit address field")
+                              f"latency 1 only; set latency {', '.join(slow)} to 1")
 
     # -- derived geometry -------------------------------------------------------------
     @property
@@ -140,6 +186,11 @@ class ChipConfig:
         return f"{self.name}-{hashlib.sha256(blob).hexdigest()[:10]}"
 
     def replace(self, **changes) -> "ChipConfig":
+        unknown = sorted(set(changes) - {f.name for f in dataclasses.fields(self)})
+        if unknown:
+            raise ConfigError(f"{self.name}: ChipConfig has no field(s) "
+                              f"{', '.join(unknown)}; its fields are "
+                              f"{', '.join(f.name for f in dataclasses.fields(self))}")
         return dataclasses.replace(self, **changes)
 
 
@@ -156,8 +207,8 @@ PRESETS = {
 
 
 def preset(name: str) -> ChipConfig:
-    try:
+    """The preset called `name` (see PRESETS)."""
+    if isinstance(name, str) and name in PRESETS:
         return PRESETS[name]
-    except KeyError:
-        raise ConfigError(f"unknown chip preset {name!r}; choose one of "
-                          f"{', '.join(sorted(PRESETS))}") from None
+    raise ConfigError(f"unknown chip preset {name!r}; choose one of "
+                      f"{', '.join(sorted(PRESETS))}")

@@ -24,8 +24,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import TYPE_CHECKING
 
-from .config import ChipConfig
+if TYPE_CHECKING:       # config checks a chip's fabric through this module
+    from .config import ChipConfig
 
 ZERO = "zero"
 TILE_MUXES = ("act_in", "w_in", "psum_in")
@@ -79,7 +81,12 @@ def _muxes(t: int, tile_cols: int) -> tuple[Mux, ...]:
         add(f"acc_src[{g}]", cols, g)
     for g in range(t):
         add(f"wb_src[{g}]", cols, g)
-    assert len(out) <= 256 and all(len(m.sources) <= 16 for m in out)
+    if len(out) > 256 or any(len(m.sources) > 16 for m in out):
+        from .config import ConfigError
+        raise ConfigError(f"a {t}x{tile_cols} tile grid has {len(out)} multiplexers with up "
+                          f"to {max(len(m.sources) for m in out)} sources, more than "
+                          f"SETCFG's 8-bit index and 4-bit value can name (256, 16); "
+                          f"use fewer tiles")
     return tuple(out)
 
 
