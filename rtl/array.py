@@ -7,6 +7,8 @@ from amaranth.lib.wiring import In, Out
 
 from systolica.arch.config import ChipConfig
 
+from .ports import check_config
+
 ACT = signed(8)
 WGT = signed(8)
 PSUM = signed(32)
@@ -58,9 +60,9 @@ class Tile(wiring.Component):
     per tile, so data moves one tile per clock between tiles.
     """
 
-    def __init__(self, n: int):
-        if not isinstance(n, int) or n < 1:
-            raise TypeError(f"Tile size must be a positive integer, not {n!r}")
+    def __init__(self, *, n: int):
+        if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+            raise TypeError(f"Tile size n must be a positive integer, not {n!r}")
         self.n = n
         super().__init__({
             "west_a": In(ACT).array(n), "west_sel": In(1).array(n),
@@ -117,8 +119,8 @@ class Grid(wiring.Component):
     (tile ``(i, j)`` at ``i*T + j``).
     """
 
-    def __init__(self, cfg: ChipConfig):
-        self.cfg = cfg
+    def __init__(self, *, cfg: ChipConfig):
+        self.cfg = check_config(cfg, "Grid")
         t, rows, cols = cfg.tile_rows, cfg.rows, cfg.cols
         super().__init__({
             "west_a": In(ACT).array(rows), "west_sel": In(1).array(rows),
@@ -132,7 +134,7 @@ class Grid(wiring.Component):
         m = Module()
         cfg = self.cfg
         t, n = cfg.tile_rows, cfg.tile_size
-        tiles = [[Tile(n) for _ in range(t)] for _ in range(t)]
+        tiles = [[Tile(n=n) for _ in range(t)] for _ in range(t)]
         for i in range(t):
             for j in range(t):
                 tile = tiles[i][j]

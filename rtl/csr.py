@@ -8,7 +8,7 @@ from systolica.arch import isa, regs
 from systolica.arch.config import ChipConfig
 from systolica.arch.regs import Reg
 
-from .sequencer import PC_BITS, ErrorCode_shape
+from .ports import RunControl, check_config
 
 
 class RegisterFile(wiring.Component):
@@ -17,59 +17,64 @@ class RegisterFile(wiring.Component):
     Program words are written 32 bits at a time through ``IMEM_DATA``; the fourth write
     stores the instruction and advances ``IMEM_ADDR``. ``irq`` stays high from the end of
     a run (done or fault) until ``CTRL.IRQ_ACK`` or the next ``START``.
+
+    Members: the bus (``reg_*``) and ``irq``; ``seq`` (:class:`~.ports.RunControl`,
+    to the sequencer); the performance counters ``macs``, ``dram_rd_bytes``,
+    ``dram_wr_bytes``.
     """
 
-    def __init__(self, cfg: ChipConfig):
-        self.cfg = cfg
-        super().__init__({
-            "reg_addr": In(regs.ADDR_BITS), "reg_wdata": In(32), "reg_we": In(1),
-            "reg_rdata": Out(32), "irq": Out(1),
-            "start": Out(1), "prog_len": Out(32),
-            "imem_we": Out(1), "imem_waddr": Out(32), "imem_wdata": Out(isa.WORD_BITS),
-            "running": In(1), "done": In(1), "fault": In(1),
-            "error": In(ErrorCode_shape()), "fault_pc": In(PC_BITS),
-            "cycle": In(isa.CYCLE_BITS), "macs": In(64),
-            "dram_rd_bytes": In(32), "dram_wr_bytes": In(32),
-        })
+    reg_addr: In(regs.ADDR_BITS)
+    reg_wdata: In(32)
+    reg_we: In(1)
+    reg_rdata: Out(32)
+    irq: Out(1)
+    seq: Out(RunControl())
+    macs: In(64)
+    dram_rd_bytes: In(32)
+    dram_wr_bytes: In(32)
+
+    def __init__(self, *, cfg: ChipConfig):
+        self.cfg = check_config(cfg, "RegisterFile")
+        super().__init__()
 
     def elaborate(self, platform):
         m = Module()
-        cfg = self.cfg
+        cfg, seq = self.cfg, self.seq
         done_flag, error_flag = Signal(), Signal()
         fault_cycle = Signal(isa.CYCLE_BITS)
         part = Signal(2)
         staged = Signal(96)
         write = lambda reg: self.reg_we & (self.reg_addr == reg)
 
-        m.d.comb += self.start.eq(write(Reg.CTRL) & self.reg_wdata[0] & ~self.running)
-        with m.If(self.start | (write(Reg.CTRL) & self.reg_wdata[1])):
+        m.d.comb += seq.start.eq(write(Reg.CTRL) & self.reg_wdata[0] & ~seq.running)
+        with m.If(seq.start | (write(Reg.CTRL) & self.reg_wdata[1])):
             m.d.sync += [done_flag.eq(0), error_flag.eq(0)]
-        with m.If(self.done):
+        with m.If(seq.done):
             m.d.sync += done_flag.eq(1)
-        with m.If(self.fault):
-            m.d.sync += [error_flag.eq(1), fault_cycle.eq(self.cycle)]
+        with m.If(seq.fault):
+            m.d.sync += [error_flag.eq(1), fault_cycle.eq(seq.cycle)]
         m.d.comb += self.irq.eq(done_flag | error_flag)
 
         with m.If(write(Reg.PROG_LEN)):
-            m.d.sync += self.prog_len.eq(self.reg_wdata)
+            m.d.sync += seq.prog_len.eq(self.reg_wdata)
         with m.If(write(Reg.IMEM_ADDR)):
-            m.d.sync += [self.imem_waddr.eq(self.reg_wdata), part.eq(0)]
+            m.d.sync += [seq.imem.addr.eq(self.reg_wdata), part.eq(0)]
         with m.If(write(Reg.IMEM_DATA)):
             m.d.sync += part.eq(part + 1)
             with m.If(part == 3):
-                m.d.comb += [self.imem_we.eq(1),
-                             self.imem_wdata.eq(Cat(staged, self.reg_wdata))]
-                m.d.sync += self.imem_waddr.eq(self.imem_waddr + 1)
+                m.d.comb += [seq.imem.en.eq(1),
+                             seq.imem.data.eq(Cat(staged, self.reg_wdata))]
+                m.d.sync += seq.imem.addr.eq(seq.imem.addr + 1)
             with m.Else():
                 m.d.sync += staged.eq(Cat(staged[32:], self.reg_wdata))
 
         table = {
-            Reg.STATUS: Cat(self.running, done_flag, error_flag),
-            Reg.ERROR: self.error,
-            Reg.FAULT_PC: self.fault_pc,
-            Reg.PROG_LEN: self.prog_len,
-            Reg.IMEM_ADDR: self.imem_waddr,
-            Reg.CYCLES: self.cycle,
+            Reg.STATUS: Cat(seq.running, done_flag, error_flag),
+            Reg.ERROR: seq.error,
+            Reg.FAULT_PC: seq.fault_pc,
+            Reg.PROG_LEN: seq.prog_len,
+            Reg.IMEM_ADDR: seq.imem.addr,
+            Reg.CYCLES: seq.cycle,
             Reg.MACS_LO: self.macs[:32],
             Reg.MACS_HI: self.macs[32:],
             Reg.DRAM_RD_BYTES: self.dram_rd_bytes,

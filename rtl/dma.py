@@ -6,30 +6,31 @@ from amaranth.lib.wiring import In, Out
 
 from systolica.arch import isa
 from systolica.arch.config import ChipConfig
-from systolica.arch.isa import DmaKind
+from systolica.arch.isa import Opcode
+
+from .ports import DramMaster, Issue, buffer_read, buffer_write, check_config
 
 
 class Dma(wiring.Component):
     """Executes ``DMA``: row ``i`` lives at ``dram_addr + i*dram_stride`` (an ACC row is
     ``acc_row_words`` consecutive words). One external-memory word moves per cycle:
     loads issue a read each cycle and write the buffer as rows complete; stores read a
-    buffer row, then write its words out. Counts the bytes moved each way.
+    buffer row, then write its words out.
+
+    Members: ``issue`` (:class:`~.ports.Issue` of ``DMA``), ``mem``
+    (:class:`~.ports.DramMaster`), and a read and a write port on each buffer
+    (``cbuf_read``, ``cbuf_write``, ``acc_read``, ``acc_write``).
     """
 
-    def __init__(self, cfg: ChipConfig):
-        self.cfg = cfg
-        wbits = cfg.dram_word_bytes * 8
+    def __init__(self, *, cfg: ChipConfig):
+        self.cfg = check_config(cfg, "Dma")
         super().__init__({
-            "issue": In(1), "args": In(isa.PAYLOAD[isa.Opcode.DMA]),
-            "ready": Out(1), "drained": Out(1),
-            "mem_addr": Out(isa.DRAM_ADDR_BITS), "mem_re": Out(1),
-            "mem_rdata": In(wbits), "mem_we": Out(1), "mem_wdata": Out(wbits),
-            "cbuf_raddr": Out(isa.CBUF_ADDR_BITS), "cbuf_rdata": In(cfg.rows * 8),
-            "cbuf_waddr": Out(isa.CBUF_ADDR_BITS), "cbuf_wdata": Out(cfg.rows * 8),
-            "cbuf_we": Out(1),
-            "acc_raddr": Out(isa.ACC_ADDR_BITS), "acc_rdata": In(cfg.cols * 32),
-            "acc_waddr": Out(isa.ACC_ADDR_BITS), "acc_wdata": Out(cfg.cols * 32),
-            "acc_we": Out(1),
+            "issue": In(Issue(isa.PAYLOAD[Opcode.DMA])),
+            "mem": Out(DramMaster.of(cfg)),
+            "cbuf_read": In(buffer_read(cfg, "cbuf")),
+            "cbuf_write": In(buffer_write(cfg, "cbuf")),
+            "acc_read": In(buffer_read(cfg, "acc")),
+            "acc_write": In(buffer_write(cfg, "acc")),
         })
 
     def elaborate(self, platform):
@@ -52,11 +53,12 @@ class Dma(wiring.Component):
         row_end = Signal()
         last = Signal()
         m.d.comb += [row_end.eq(j == per_row - 1), last.eq(active & row_end & (rows_left == 1)),
-                     self.ready.eq(~active)]
-        with m.If(self.issue):
-            m.d.sync += [active.eq(1), kind.eq(self.args.kind), rows_left.eq(self.args.rows),
-                         j.eq(0), row_base.eq(self.args.dram_addr),
-                         stride.eq(self.args.dram_stride), buf.eq(self.args.buf_addr)]
+                     self.issue.ready.eq(~active)]
+        args = self.issue.payload
+        with m.If(self.issue.valid):
+            m.d.sync += [active.eq(1), kind.eq(args.kind), rows_left.eq(args.rows),
+                         j.eq(0), row_base.eq(args.dram_addr),
+                         stride.eq(args.dram_stride), buf.eq(args.buf_addr)]
         with m.Elif(active):
             with m.If(row_end):
                 m.d.sync += [j.eq(0), row_base.eq(row_base + stride), buf.eq(buf + 1),
@@ -65,21 +67,22 @@ class Dma(wiring.Component):
                 m.d.sync += j.eq(j + 1)
 
         # Loads: read each word; the data returns the next cycle.
-        m.d.comb += [self.mem_re.eq(active & ~is_store),
-                     self.cbuf_raddr.eq(buf), self.acc_raddr.eq(buf)]
+        m.d.comb += [self.mem.re.eq(active & ~is_store),
+                     self.cbuf_read.addr.eq(buf), self.acc_read.addr.eq(buf)]
         r_valid, r_row_end = Signal(), Signal()
         r_buf = Signal(isa.CBUF_ADDR_BITS)
         m.d.sync += [r_valid.eq(active & ~is_store), r_row_end.eq(row_end), r_buf.eq(buf)]
         gather = Signal(wbits * (words - 1)) if words > 1 else None
         if gather is not None:
             with m.If(r_valid):
-                m.d.sync += gather.eq(Cat(gather[wbits:], self.mem_rdata))
+                m.d.sync += gather.eq(Cat(gather[wbits:], self.mem.rdata))
         m.d.comb += [
-            self.cbuf_we.eq(r_valid & r_row_end & ~to_acc), self.cbuf_waddr.eq(r_buf),
-            self.cbuf_wdata.eq(self.mem_rdata),
-            self.acc_we.eq(r_valid & r_row_end & to_acc), self.acc_waddr.eq(r_buf),
-            self.acc_wdata.eq(self.mem_rdata if gather is None
-                              else Cat(gather, self.mem_rdata)),
+            self.cbuf_write.en.eq(r_valid & r_row_end & ~to_acc),
+            self.cbuf_write.addr.eq(r_buf), self.cbuf_write.data.eq(self.mem.rdata),
+            self.acc_write.en.eq(r_valid & r_row_end & to_acc),
+            self.acc_write.addr.eq(r_buf),
+            self.acc_write.data.eq(self.mem.rdata if gather is None
+                                   else Cat(gather, self.mem.rdata)),
         ]
 
         # Stores: the buffer row read at the row's first word arrives the next cycle;
@@ -90,7 +93,7 @@ class Dma(wiring.Component):
         m.d.sync += [s_valid.eq(active & is_store), s_first.eq(j == 0), s_j.eq(j),
                      s_addr.eq(row_base + j)]
         row_data = Signal(cfg.cols * 32)
-        m.d.comb += row_data.eq(Mux(to_acc, self.acc_rdata, self.cbuf_rdata))
+        m.d.comb += row_data.eq(Mux(to_acc, self.acc_read.data, self.cbuf_read.data))
         held = Signal(cfg.cols * 32)
         with m.If(s_valid & s_first):
             m.d.sync += held.eq(row_data)
@@ -98,8 +101,8 @@ class Dma(wiring.Component):
         word = Signal(wbits)
         m.d.comb += word.eq(src.word_select(s_j, wbits))
         m.d.comb += [
-            self.mem_we.eq(s_valid), self.mem_wdata.eq(word),
-            self.mem_addr.eq(Mux(s_valid, s_addr, row_base + j)),
-            self.drained.eq(~(active | r_valid | s_valid)),
+            self.mem.we.eq(s_valid), self.mem.wdata.eq(word),
+            self.mem.addr.eq(Mux(s_valid, s_addr, row_base + j)),
+            self.issue.drained.eq(~(active | r_valid | s_valid)),
         ]
         return m

@@ -6,32 +6,37 @@ from amaranth.lib.wiring import In, Out
 
 from systolica.arch import fabric, isa
 from systolica.arch.config import ChipConfig
+from systolica.arch.isa import Opcode
+
+from .ports import Issue, check_config
 
 
 class FabricRegs(wiring.Component):
-    """A ``SETCFG`` writes ``count`` (multiplexer, value) pairs at once, in pair order (a
-    later pair naming the same multiplexer wins); ``value[k]`` drives multiplexer ``k``
-    of :func:`systolica.arch.fabric.muxes`. Reset values route a plain GEMM. Names beyond the
-    table change nothing (the sequencer faults such instructions before they issue)."""
+    """A ``SETCFG`` issued on ``issue`` writes its ``more + 1`` (multiplexer, value) pairs
+    at once, in pair order (a later pair naming the same multiplexer wins);
+    ``value[k]`` drives multiplexer ``k`` of :func:`systolica.arch.fabric.muxes`. Reset
+    values route a plain GEMM. Names beyond the table change nothing (the sequencer
+    faults such instructions before they issue)."""
 
-    def __init__(self, cfg: ChipConfig):
-        self.cfg = cfg
+    def __init__(self, *, cfg: ChipConfig):
+        self.cfg = check_config(cfg, "FabricRegs")
         self.muxes = fabric.muxes(cfg)
-        p = isa.SETCFG_PAIRS
         super().__init__({
-            "we": In(1), "count": In(range(p + 1)),
-            "index": In(8).array(p), "wvalue": In(4).array(p),
+            "issue": In(Issue(isa.PAYLOAD[Opcode.SETCFG], handshake=False)),
             "value": Out(4).array(len(self.muxes)),
         })
 
     def elaborate(self, platform):
         m = Module()
+        args = self.issue.payload
+        pairs = [(args.index, args.value)] + [(args[f"index{j}"], args[f"value{j}"])
+                                              for j in range(1, isa.SETCFG_PAIRS)]
         for k, mux in enumerate(self.muxes):
             reg = Signal(4, init=mux.default, name=f"mux_{k}")
             m.d.comb += self.value[k].eq(reg)
-            for j in range(isa.SETCFG_PAIRS):
-                with m.If(self.we & (j < self.count) & (self.index[j] == k)):
-                    m.d.sync += reg.eq(self.wvalue[j])
+            for j, (index, value) in enumerate(pairs):
+                with m.If(self.issue.valid & (j <= args.more) & (index == k)):
+                    m.d.sync += reg.eq(value)
         return m
 
     def __getitem__(self, name):

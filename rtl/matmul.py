@@ -1,14 +1,16 @@
 """The two units that drive the grid: the weight loader (north edge) and the matmul
 unit (west edge in, south edge out into the accumulator buffer)."""
 
-from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal
+from amaranth.hdl import Array, Cat, Module, Mux, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
 from systolica.arch import isa, timing
 from systolica.arch.config import ChipConfig
+from systolica.arch.isa import Opcode
 
 from .array import ACT, PSUM, WGT
+from .ports import Issue, buffer_read, buffer_write, check_config
 
 
 def _group_select(m, sources, sel, width, n, groups):
@@ -28,14 +30,17 @@ class WeightLoader(wiring.Component):
     The weight chain of a column has one stage per cell and one conveyor stage per tile
     boundary, so a load takes ``timing.weight_shifts`` shifts; the bottom row is read
     first, and conveyor slots are filled with don't-care data without a read.
+
+    Members: ``issue`` (:class:`~.ports.Issue` of ``WLOAD``), ``cbuf_read``, the
+    ``north_feed`` multiplexer settings, and the grid's weight inputs (``north_w``,
+    ``w_shift``, ``w_bank``).
     """
 
-    def __init__(self, cfg: ChipConfig):
-        self.cfg = cfg
+    def __init__(self, *, cfg: ChipConfig):
+        self.cfg = check_config(cfg, "WeightLoader")
         super().__init__({
-            "issue": In(1), "w_addr": In(isa.CBUF_ADDR_BITS), "bank": In(1),
-            "ready": Out(1), "drained": Out(1),
-            "cbuf_raddr": Out(isa.CBUF_ADDR_BITS), "cbuf_rdata": In(cfg.rows * 8),
+            "issue": In(Issue(isa.PAYLOAD[Opcode.WLOAD])),
+            "cbuf_read": In(buffer_read(cfg, "cbuf")),
             "north_feed": In(4).array(cfg.tile_cols),
             "north_w": Out(WGT).array(cfg.cols), "w_shift": Out(1), "w_bank": Out(1),
         })
@@ -52,12 +57,12 @@ class WeightLoader(wiring.Component):
         bank = Signal()
         last = Signal()
         m.d.comb += [last.eq(active & (left == 1)),
-                     self.ready.eq(~active | last),
-                     self.cbuf_raddr.eq(base + row)]
-        with m.If(self.issue):
+                     self.issue.ready.eq(~active | last),
+                     self.cbuf_read.addr.eq(base + row)]
+        with m.If(self.issue.valid):
             m.d.sync += [active.eq(1), left.eq(shifts), off.eq(n - 1),
-                         row.eq(cfg.rows - 1), base.eq(self.w_addr),
-                         bank.eq(self.bank)]
+                         row.eq(cfg.rows - 1), base.eq(self.issue.payload.w_addr),
+                         bank.eq(self.issue.payload.bank)]
         with m.Elif(active):
             m.d.sync += [left.eq(left - 1), active.eq(~last)]
             with m.If(off == n):
@@ -67,8 +72,8 @@ class WeightLoader(wiring.Component):
         # Read data arrives one cycle later; shift it in that cycle (the bank travels
         # with it, so a load issued meanwhile cannot redirect the last shift).
         m.d.sync += [self.w_shift.eq(active), self.w_bank.eq(bank)]
-        m.d.comb += self.drained.eq(~active & ~self.w_shift)
-        rbytes = [self.cbuf_rdata[8 * p:8 * p + 8] for p in range(cfg.rows)]
+        m.d.comb += self.issue.drained.eq(~active & ~self.w_shift)
+        rbytes = [self.cbuf_read.data[8 * p:8 * p + 8] for p in range(cfg.rows)]
         for j in range(cfg.tile_cols):
             col = _group_select(m, rbytes, self.north_feed[j], 8, n, cfg.tile_rows)
             for k in range(n):
@@ -86,22 +91,24 @@ class MatmulUnit(wiring.Component):
     address, accumulate flag) travels a delay line of matching length. The accumulate
     stage forwards the previous cycle's write, so back-to-back MATMULs on the same ACC
     rows accumulate correctly.
+
+    Members: ``issue`` (:class:`~.ports.Issue` of ``MATMUL``), ``row_fed`` (an
+    activation row enters the array: the MAC counter), ``cbuf_read``, ``acc_read``,
+    ``acc_write``, the ``west_feed`` and ``acc_src`` multiplexer settings, and the
+    grid's west inputs (``west_a``, ``west_sel``) and south outputs (``south_psum``).
     """
 
-    def __init__(self, cfg: ChipConfig):
-        self.cfg = cfg
+    def __init__(self, *, cfg: ChipConfig):
+        self.cfg = check_config(cfg, "MatmulUnit")
         t = cfg.tile_rows
         super().__init__({
-            "issue": In(1), "act_addr": In(isa.CBUF_ADDR_BITS), "rows": In(16),
-            "acc_addr": In(isa.ACC_ADDR_BITS), "accumulate": In(1), "bank": In(1),
-            "ready": Out(1), "drained": Out(1), "row_fed": Out(1),
-            "cbuf_raddr": Out(isa.CBUF_ADDR_BITS), "cbuf_rdata": In(cfg.rows * 8),
+            "issue": In(Issue(isa.PAYLOAD[Opcode.MATMUL])), "row_fed": Out(1),
+            "cbuf_read": In(buffer_read(cfg, "cbuf")),
+            "acc_read": In(buffer_read(cfg, "acc")),
+            "acc_write": In(buffer_write(cfg, "acc")),
             "west_feed": In(4).array(t), "acc_src": In(4).array(cfg.tile_cols),
             "west_a": Out(ACT).array(cfg.rows), "west_sel": Out(1).array(cfg.rows),
             "south_psum": In(PSUM).array(cfg.cols),
-            "acc_raddr": Out(isa.ACC_ADDR_BITS), "acc_rdata": In(cfg.cols * 32),
-            "acc_waddr": Out(isa.ACC_ADDR_BITS), "acc_wdata": Out(cfg.cols * 32),
-            "acc_we": Out(1),
         })
 
     def elaborate(self, platform):
@@ -116,12 +123,13 @@ class MatmulUnit(wiring.Component):
         accum = Signal()
         bank = Signal()
         last = Signal()
-        m.d.comb += [last.eq(active & (left == 1)), self.ready.eq(~active | last),
-                     self.cbuf_raddr.eq(ptr)]
-        with m.If(self.issue):
-            m.d.sync += [active.eq(1), left.eq(self.rows), ptr.eq(self.act_addr),
-                         acc_ptr.eq(self.acc_addr), accum.eq(self.accumulate),
-                         bank.eq(self.bank)]
+        m.d.comb += [last.eq(active & (left == 1)), self.issue.ready.eq(~active | last),
+                     self.cbuf_read.addr.eq(ptr)]
+        args = self.issue.payload
+        with m.If(self.issue.valid):
+            m.d.sync += [active.eq(1), left.eq(args.rows), ptr.eq(args.act_addr),
+                         acc_ptr.eq(args.acc_addr), accum.eq(args.accumulate),
+                         bank.eq(args.bank)]
         with m.Elif(active):
             m.d.sync += [active.eq(~last), left.eq(left - 1), ptr.eq(ptr + 1),
                          acc_ptr.eq(acc_ptr + 1)]
@@ -137,7 +145,7 @@ class MatmulUnit(wiring.Component):
         m.d.comb += self.row_fed.eq(valid1)
 
         # Feeder: west-edge partition routing, then per-row skew registers.
-        rbytes = [self.cbuf_rdata[8 * p:8 * p + 8] for p in range(cfg.rows)]
+        rbytes = [self.cbuf_read.data[8 * p:8 * p + 8] for p in range(cfg.rows)]
         for i in range(cfg.tile_rows):
             grp = _group_select(m, rbytes, self.west_feed[i], 8, n, cfg.tile_rows)
             for x in range(n):
@@ -167,7 +175,7 @@ class MatmulUnit(wiring.Component):
         # Accumulate stage A (read ACC) then W (add, write) with forwarding.
         ca = ctrl[-1]
         a_valid, a_accum, a_addr = ca[0], ca[2], ca[3:]
-        m.d.comb += self.acc_raddr.eq(a_addr)
+        m.d.comb += self.acc_read.addr.eq(a_addr)
         w_valid, w_accum = Signal(), Signal()
         w_addr = Signal(isa.ACC_ADDR_BITS)
         w_psum = Signal(cfg.cols * 32)
@@ -175,18 +183,18 @@ class MatmulUnit(wiring.Component):
                      w_psum.eq(Cat(*routed))]
         f_valid, f_addr = Signal(), Signal(isa.ACC_ADDR_BITS)
         f_data = Signal(cfg.cols * 32)
-        old = Mux(f_valid & (f_addr == w_addr), f_data, self.acc_rdata)
+        old = Mux(f_valid & (f_addr == w_addr), f_data, self.acc_read.data)
         total = Signal(cfg.cols * 32)
         for c in range(cfg.cols):
             lo = 32 * c
             m.d.comb += total[lo:lo + 32].eq(
                 Mux(w_accum, old[lo:lo + 32] + w_psum[lo:lo + 32], w_psum[lo:lo + 32]))
-        m.d.comb += [self.acc_we.eq(w_valid), self.acc_waddr.eq(w_addr),
-                     self.acc_wdata.eq(total)]
+        m.d.comb += [self.acc_write.en.eq(w_valid), self.acc_write.addr.eq(w_addr),
+                     self.acc_write.data.eq(total)]
         m.d.sync += [f_valid.eq(w_valid), f_addr.eq(w_addr), f_data.eq(total)]
 
         busy = active | w_valid
         for k in range(ctrl_len):
             busy = busy | ctrl[k][0]
-        m.d.comb += self.drained.eq(~busy)
+        m.d.comb += self.issue.drained.eq(~busy)
         return m

@@ -4,17 +4,22 @@ from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal, Value
 from amaranth.lib import data, memory, wiring
 from amaranth.lib.wiring import In, Out
 
-from systolica.arch import fabric, isa
+from systolica.arch import fabric, instructions, isa
 from systolica.arch.config import ChipConfig
-from systolica.arch.isa import DmaKind, Opcode
+from systolica.arch.isa import Opcode
 from systolica.arch.regs import ErrorCode
 
-PC_BITS = 16
+from .mux_guard import MuxGuard
+from .ports import PC_BITS, Issue, RunControl, check_config
 
 
 class Sequencer(wiring.Component):
     """Holds the program memory and issues instruction ``pc`` when the cycle counter
-    equals its ``cycle`` field, strobing its unit's ``issue`` with the payload.
+    equals its ``cycle`` field, strobing its unit's issue port with the payload.
+
+    Members: ``ctrl`` (:class:`~.ports.RunControl`, from the register file) and one
+    :class:`~.ports.Issue` port per unit (:attr:`UNITS`; ``fabric``, the configuration
+    registers, without a handshake).
 
     Faults (see ``docs/contract.md``) stop issue, latch the error code, the program
     index and the cycle, and end the run; so does the end of the program once every
@@ -23,54 +28,53 @@ class Sequencer(wiring.Component):
     the schedule that runs.
     """
 
-    UNITS = ("dma", "wload", "mm", "vpu", "cfg")
+    #: Issue port -> the opcode it carries.
+    UNITS = {("fabric" if entry.unit == "cfg" else entry.unit): op   # cfg: the config
+             for op, entry in instructions.SPEC.items()}                # object's name
 
-    def __init__(self, cfg: ChipConfig):
-        self.cfg = cfg
-        members = {
-            "start": In(1), "prog_len": In(32),
-            "imem_we": In(1), "imem_waddr": In(32), "imem_wdata": In(isa.WORD_BITS),
-            "all_drained": In(1),
-            "payload": Out(isa.PAYLOAD_BITS),
-            "running": Out(1), "done": Out(1), "fault": Out(1),
-            "error": Out(ErrorCode_shape()), "fault_pc": Out(PC_BITS),
-            "cycle": Out(isa.CYCLE_BITS),
-        }
-        for u in self.UNITS:
-            members[f"{u}_issue"] = Out(1)
-            if u != "cfg":
-                members[f"{u}_ready"] = In(1)
+    def __init__(self, *, cfg: ChipConfig):
+        self.cfg = check_config(cfg, "Sequencer")
+        members = {"ctrl": In(RunControl())}
+        for name, op in self.UNITS.items():
+            members[name] = Out(Issue(isa.PAYLOAD[op],
+                                      handshake=instructions.SPEC[op].handshake))
         super().__init__(members)
 
     def elaborate(self, platform):
         m = Module()
-        cfg = self.cfg
+        cfg, ctrl = self.cfg, self.ctrl
+        running, cycle = ctrl.running, ctrl.cycle
         m.submodules.imem = imem = memory.Memory(shape=isa.WORD_BITS, depth=cfg.imem_depth,
                                                  init=[])
         wr = imem.write_port()
         rd = imem.read_port()
-        m.d.comb += [wr.addr.eq(self.imem_waddr), wr.data.eq(self.imem_wdata),
-                     wr.en.eq(self.imem_we & (self.imem_waddr < cfg.imem_depth))]
+        m.d.comb += [wr.addr.eq(ctrl.imem.addr), wr.data.eq(ctrl.imem.data),
+                     wr.en.eq(ctrl.imem.en & (ctrl.imem.addr < cfg.imem_depth))]
 
         pc = Signal(PC_BITS)
         ir = data.View(isa.Word, rd.data)
         issue = Signal()
-        m.d.comb += [rd.addr.eq(Mux(self.running, pc + issue, 0)),
-                     self.payload.eq(ir.payload)]
+        m.d.comb += rd.addr.eq(Mux(running, pc + issue, 0))
 
-        head = self.running & (pc < self.prog_len)
+        head = running & (pc < ctrl.prog_len)
         opcode = Value.cast(ir.opcode)
-        legal = (opcode >= Opcode.DMA) & (opcode <= Opcode.SETCFG)
-        due = ir.cycle == self.cycle
-        late = ir.cycle < self.cycle
-        ready = Array([Const(1), self.dma_ready, self.wload_ready, self.mm_ready,
-                       self.vpu_ready, Const(1)] + [Const(1)] * 10)[opcode]
+        legal = Cat(*(opcode == op for op in instructions.SPEC)).any()
+        due = ir.cycle == cycle
+        late = ir.cycle < cycle
+        units = [getattr(self, name) for name in self.UNITS]
+        ready = Array([Const(1)] + [u.ready if u.signature.handshake else Const(1)
+                                    for u in units] + [Const(1)] * 10)[opcode]
         in_range, cfg_ok = self._range_checks(m, ir)
         cfg_limit_ok = self._update_limits(m, ir)
+        m.submodules.guard = guard = MuxGuard(cfg=cfg)
+        m.d.comb += [guard.clear.eq(ctrl.start & ~running), guard.issue.eq(issue),
+                     guard.opcode.eq(ir.opcode), guard.payload.eq(ir.payload),
+                     guard.setcfg.eq(ir.payload[:guard.setcfg.shape().size])]
+        in_use = (opcode == Opcode.SETCFG) & guard.in_use
 
         fault = Signal()
-        code = Signal.like(self.error)
-        with m.If(self.running & (self.cycle == 0) & (self.prog_len > cfg.imem_depth)):
+        code = Signal.like(ctrl.error)
+        with m.If(running & (cycle == 0) & (ctrl.prog_len > cfg.imem_depth)):
             m.d.comb += [fault.eq(1), code.eq(ErrorCode.PROG_RANGE)]
         with m.Elif(head & ~legal):
             m.d.comb += [fault.eq(1), code.eq(ErrorCode.ILLEGAL_OPCODE)]
@@ -84,22 +88,26 @@ class Sequencer(wiring.Component):
             m.d.comb += [fault.eq(1), code.eq(ErrorCode.CFG_RANGE)]
         with m.Elif(head & due & ~cfg_limit_ok):
             m.d.comb += [fault.eq(1), code.eq(ErrorCode.CFG_LIMIT)]
+        with m.Elif(head & due & in_use):
+            m.d.comb += [fault.eq(1), code.eq(ErrorCode.CFG_IN_USE)]
         with m.Elif(head & due):
             m.d.comb += issue.eq(1)
-        for k, u in enumerate(self.UNITS):
-            m.d.comb += getattr(self, f"{u}_issue").eq(issue & (opcode == Opcode.DMA + k))
+        for unit, op in zip(units, self.UNITS.values()):
+            m.d.comb += [unit.valid.eq(issue & (opcode == op)),
+                         unit.payload.eq(ir.payload[:unit.payload.shape().size])]
 
-        finished = self.running & ~head & self.all_drained & ~fault
-        m.d.comb += [self.done.eq(finished), self.fault.eq(fault)]
-        with m.If(self.start & ~self.running):
-            m.d.sync += [self.running.eq(1), pc.eq(0), self.cycle.eq(0),
-                         self.error.eq(ErrorCode.NONE), self.fault_pc.eq(0)]
+        all_drained = Cat(*(u.drained for u in units if u.signature.handshake)).all()
+        finished = running & ~head & all_drained & ~fault
+        m.d.comb += [ctrl.done.eq(finished), ctrl.fault.eq(fault)]
+        with m.If(ctrl.start & ~running):
+            m.d.sync += [running.eq(1), pc.eq(0), cycle.eq(0),
+                         ctrl.error.eq(ErrorCode.NONE), ctrl.fault_pc.eq(0)]
         with m.Elif(fault):
-            m.d.sync += [self.running.eq(0), self.error.eq(code), self.fault_pc.eq(pc)]
+            m.d.sync += [running.eq(0), ctrl.error.eq(code), ctrl.fault_pc.eq(pc)]
         with m.Elif(finished):
-            m.d.sync += self.running.eq(0)
-        with m.Elif(self.running):
-            m.d.sync += [self.cycle.eq(self.cycle + 1), pc.eq(pc + issue)]
+            m.d.sync += running.eq(0)
+        with m.Elif(running):
+            m.d.sync += [cycle.eq(cycle + 1), pc.eq(pc + issue)]
         return m
 
     def _update_limits(self, m, ir):
@@ -111,7 +119,7 @@ class Sequencer(wiring.Component):
         pairs = sc.more + 1
         ok = pairs <= cfg.max_config_updates_per_cycle
         if cfg.config_update_interval > 1:
-            ok = ok & (self.cycle % cfg.config_update_interval == 0)
+            ok = ok & (self.ctrl.cycle % cfg.config_update_interval == 0)
         muxes = fabric.muxes(cfg)
         domains = fabric.domains(cfg)
         domain_of = Array([Const(domains.index(x.domain), 4) for x in muxes]
@@ -134,34 +142,16 @@ class Sequencer(wiring.Component):
             layout = isa.PAYLOAD[op]
             return data.View(layout, Value.cast(ir.payload)[:layout.size])
 
-        dma, wl, mm = view(Opcode.DMA), view(Opcode.WLOAD), view(Opcode.MATMUL)
-        vr, sc = view(Opcode.VRUN), view(Opcode.SETCFG)
-
-        kind = Value.cast(dma.kind)
-        acc_kind = (kind == DmaKind.LOAD_ACC) | (kind == DmaKind.STORE_ACC)
-        per_row = Mux(acc_kind, cfg.acc_row_words, 1)
-        dram_end = dma.dram_addr + (dma.rows - 1) * dma.dram_stride + per_row
-        dma_ok = ((dma.rows != 0) & (dram_end <= cfg.dram_words)
-                  & (dma.buf_addr + dma.rows <= Mux(acc_kind, cfg.acc_depth, cfg.cbuf_depth)))
-        wl_ok = wl.w_addr + cfg.rows <= cfg.cbuf_depth
-        mm_ok = ((mm.rows != 0) & (mm.act_addr + mm.rows <= cfg.cbuf_depth)
-                 & (mm.acc_addr + mm.rows <= cfg.acc_depth))
-        vr_ok = ((vr.rows != 0) & (vr.src + vr.rows <= cfg.acc_depth)
-                 & (vr.bias_addr < cfg.acc_depth)
-                 & (vr.dst + vr.rows <= Mux(vr.to_acc, cfg.acc_depth, cfg.cbuf_depth)))
+        # ADDR_RANGE: each instruction's ranges and bounds from its table entry
         in_range = Signal()
         with m.Switch(op):
-            with m.Case(Opcode.DMA):
-                m.d.comb += in_range.eq(dma_ok)
-            with m.Case(Opcode.WLOAD):
-                m.d.comb += in_range.eq(wl_ok)
-            with m.Case(Opcode.MATMUL):
-                m.d.comb += in_range.eq(mm_ok)
-            with m.Case(Opcode.VRUN):
-                m.d.comb += in_range.eq(vr_ok)
+            for opcode, entry in instructions.SPEC.items():
+                with m.Case(opcode):
+                    m.d.comb += in_range.eq(entry.in_range(cfg, view(opcode), select=Mux))
             with m.Default():
                 m.d.comb += in_range.eq(1)
 
+        sc = view(Opcode.SETCFG)
         muxes = fabric.muxes(cfg)
         n_sources = Array([Const(len(x.sources), 5) for x in muxes]
                           + [Const(0, 5)] * (256 - len(muxes)))
@@ -172,6 +162,3 @@ class Sequencer(wiring.Component):
         m.d.comb += cfg_ok.eq((op != Opcode.SETCFG) | Cat(*pair_ok).all())
         return in_range, cfg_ok
 
-
-def ErrorCode_shape():  # noqa: N802 (a shape, used like a type)
-    return range(max(ErrorCode) + 1)

@@ -11,4 +11,4 @@ TOP = "systolica_chip"
 
 def generate(cfg: ChipConfig) -> str:
     """Verilog for the chip described by ``cfg``, top module ``systolica_chip``."""
-    return _verilog.convert(Chip(cfg), name=TOP, emit_src=False)
+    return _verilog.convert(Chip(cfg=cfg), name=TOP, emit_src=False)

@@ -2,12 +2,14 @@
 
 from amaranth.hdl import Cat, Const, Module, Mux, Signal, signed
 from amaranth.lib import wiring
-from amaranth.lib.wiring import In, Out
+from amaranth.lib.wiring import In
 
 from systolica.arch import isa
 from systolica.arch.config import ChipConfig, ConfigError
+from systolica.arch.isa import Opcode
 
 from .matmul import _group_select
+from .ports import Issue, buffer_read, buffer_write, check_config
 
 STAGES = 3  # bias add; multiply (+ rounding constant); shift, zero point, clamp, ReLU
 
@@ -18,39 +20,39 @@ class VectorUnit(wiring.Component):
     It reads the bias row first, then ``rows`` accumulator rows; each row passes three
     register stages and is written to the CBUF (int8, through the ``wb_src`` partition
     routing) or back to the ACC (int32).
+
+    Members: ``issue`` (:class:`~.ports.Issue` of ``VRUN``), ``acc_read``,
+    ``cbuf_write``, ``acc_write``, and the ``wb_src`` multiplexer settings.
     """
 
-    def __init__(self, cfg: ChipConfig):
+    def __init__(self, *, cfg: ChipConfig):
+        check_config(cfg, "VectorUnit")
         if cfg.latency["vpu"] != STAGES:
             raise ConfigError(f"{cfg.name}: this vector unit has {STAGES} stages; the "
                               f"latency table says {cfg.latency['vpu']}")
         self.cfg = cfg
-        f = isa.PAYLOAD[isa.Opcode.VRUN]
         super().__init__({
-            "issue": In(1), "args": In(f),
-            "ready": Out(1), "drained": Out(1),
-            "acc_raddr": Out(isa.ACC_ADDR_BITS), "acc_rdata": In(cfg.cols * 32),
+            "issue": In(Issue(isa.PAYLOAD[Opcode.VRUN])),
+            "acc_read": In(buffer_read(cfg, "acc")),
             "wb_src": In(4).array(cfg.tile_rows),
-            "cbuf_waddr": Out(isa.CBUF_ADDR_BITS), "cbuf_wdata": Out(cfg.rows * 8),
-            "cbuf_we": Out(1),
-            "acc_waddr": Out(isa.ACC_ADDR_BITS), "acc_wdata": Out(cfg.cols * 32),
-            "acc_we": Out(1),
+            "cbuf_write": In(buffer_write(cfg, "cbuf")),
+            "acc_write": In(buffer_write(cfg, "acc")),
         })
 
     def elaborate(self, platform):
         m = Module()
         cfg, cols = self.cfg, self.cfg.cols
-        args = Signal.like(self.args)
+        args = Signal.like(self.issue.payload)
         active, bias_phase = Signal(), Signal()
         left = Signal(isa.ACC_ADDR_BITS)
         ptr = Signal(isa.ACC_ADDR_BITS)
         last = Signal()
         m.d.comb += [last.eq(active & ~bias_phase & (left == 1)),
-                     self.ready.eq(~active | last),
-                     self.acc_raddr.eq(Mux(bias_phase, args.bias_addr, ptr))]
-        with m.If(self.issue):
-            m.d.sync += [args.eq(self.args), active.eq(1), bias_phase.eq(1),
-                         left.eq(self.args.rows), ptr.eq(self.args.src)]
+                     self.issue.ready.eq(~active | last),
+                     self.acc_read.addr.eq(Mux(bias_phase, args.bias_addr, ptr))]
+        with m.If(self.issue.valid):
+            m.d.sync += [args.eq(self.issue.payload), active.eq(1), bias_phase.eq(1),
+                         left.eq(self.issue.payload.rows), ptr.eq(self.issue.payload.src)]
         with m.Elif(active):
             m.d.sync += bias_phase.eq(0)
             with m.If(~bias_phase):
@@ -61,19 +63,19 @@ class VectorUnit(wiring.Component):
         m.d.sync += [got_bias.eq(active & bias_phase), got_row.eq(active & ~bias_phase)]
         bias = Signal(cols * 32)
         with m.If(got_bias):
-            m.d.sync += bias.eq(self.acc_rdata)
+            m.d.sync += bias.eq(self.acc_read.data)
 
         # Each row carries its instruction's arguments and destination down the
         # pipeline, so the next VRUN may issue while this one's rows are in flight.
         row_dst = Signal(isa.CBUF_ADDR_BITS)
-        with m.If(self.issue):
-            m.d.sync += row_dst.eq(self.args.dst)
+        with m.If(self.issue.valid):
+            m.d.sync += row_dst.eq(self.issue.payload.dst)
         with m.Elif(active & ~bias_phase):
             m.d.sync += row_dst.eq(row_dst + 1)
         stage = []
         prev_args, prev_dst = args, row_dst
         for k in (1, 2, 3, 4):
-            a_k = Signal.like(self.args, name=f"args_{k}")
+            a_k = Signal.like(self.issue.payload, name=f"args_{k}")
             d_k = Signal(isa.CBUF_ADDR_BITS, name=f"dst_{k}")
             m.d.sync += [a_k.eq(prev_args), d_k.eq(prev_dst)]
             stage.append((a_k, d_k))
@@ -87,7 +89,7 @@ class VectorUnit(wiring.Component):
         # (multiply) with a2, s3 (shift, zero point, clamp, ReLU) with a3.
         out8, out32 = [], []
         for c in range(cols):
-            x = self.acc_rdata[32 * c:32 * c + 32].as_signed()
+            x = self.acc_read.data[32 * c:32 * c + 32].as_signed()
             b = bias[32 * c:32 * c + 32].as_signed()
             s1 = Signal(signed(32), name=f"s1_{c}")
             m.d.sync += s1.eq(Mux(a1.use_bias, x + b, x))
@@ -113,10 +115,10 @@ class VectorUnit(wiring.Component):
         for g in range(cfg.tile_rows):
             routed += _group_select(m, out8, self.wb_src[g], 8, n, cfg.tile_cols)
         m.d.comb += [
-            self.cbuf_we.eq(v3 & ~to_acc), self.cbuf_waddr.eq(dst),
-            self.cbuf_wdata.eq(Cat(*routed)),
-            self.acc_we.eq(v3 & to_acc), self.acc_waddr.eq(dst),
-            self.acc_wdata.eq(Cat(*out32)),
-            self.drained.eq(~(active | got_row | got_bias | v1 | v2 | v3)),
+            self.cbuf_write.en.eq(v3 & ~to_acc), self.cbuf_write.addr.eq(dst),
+            self.cbuf_write.data.eq(Cat(*routed)),
+            self.acc_write.en.eq(v3 & to_acc), self.acc_write.addr.eq(dst),
+            self.acc_write.data.eq(Cat(*out32)),
+            self.issue.drained.eq(~(active | got_row | got_bias | v1 | v2 | v3)),
         ]
         return m

@@ -21,6 +21,12 @@ from tb_base import BlockTB, case_names
 CFG = preset("tiny")
 SEQ_INPUTS = ("running", "done", "fault", "error", "fault_pc", "cycle", "macs",
               "dram_rd_bytes", "dram_wr_bytes")
+#: Ports of the ``seq`` interface (:class:`systolica.rtl.ports.RunControl`) by the
+#: names the model uses; the others are named as in the model.
+PORT = {**{name: f"seq__{name}" for name in ("start", "prog_len", "running", "done",
+                                              "fault", "error", "fault_pc", "cycle")},
+        "imem_we": "seq__imem__en", "imem_waddr": "seq__imem__addr",
+        "imem_wdata": "seq__imem__data"}
 M32 = 0xFFFF_FFFF
 
 
@@ -201,30 +207,32 @@ class CsrTB(BlockTB):
             self.set("reg_wdata", i["wdata"])
             self.set("reg_we", i["we"])
             for name in SEQ_INPUTS:
-                self.set(name, i[name])
+                self.set(PORT.get(name, name), i[name])
             await self.settle()
             want = model.outputs(i)
             op = f"{'write' if i['we'] else 'read'} {Reg(i['addr']).name}"
             for name, value in want.items():
-                self.expect(f"{name} ({op})", self.get(name), value)
+                self.expect(f"{name} ({op})", self.get(PORT.get(name, name)), value)
+            prog_len, imem_addr = self.get(PORT["prog_len"]), self.get(PORT["imem_waddr"])
             if model.prog_len < 1 << 16:
-                self.expect("prog_len", self.get("prog_len"), model.prog_len)
+                self.expect("prog_len", prog_len, model.prog_len)
             if model.imem_addr < 1 << 16:
-                self.expect("imem_waddr", self.get("imem_waddr"), model.imem_addr)
-            elif self.get("imem_waddr") < CFG.imem_depth:
+                self.expect("imem_waddr", imem_addr, model.imem_addr)
+            elif imem_addr < CFG.imem_depth:
                 self.fail(f"IMEM_ADDR {model.imem_addr:#x} reaches the program memory as "
-                          f"index {self.get('imem_waddr')}, which it writes")
+                          f"index {imem_addr}, which it writes")
             # A length beyond the program memory must stay one on the way out.
-            if model.prog_len > CFG.imem_depth and self.get("prog_len") <= CFG.imem_depth:
+            if model.prog_len > CFG.imem_depth and prog_len <= CFG.imem_depth:
                 self.fail(f"PROG_LEN {model.prog_len:#x} reaches the sequencer as "
-                          f"{self.get('prog_len')}, which does not fault PROG_RANGE")
+                          f"{prog_len}, which does not fault PROG_RANGE")
             model.clock(i, want)
 
 
 @cocotb.test()
 async def run_case(dut):
     tb = CsrTB(dut)
-    await tb.start(dict.fromkeys(["reg_addr", "reg_wdata", "reg_we", *SEQ_INPUTS], 0))
+    await tb.start(dict.fromkeys(["reg_addr", "reg_wdata", "reg_we",
+                                  *(PORT.get(name, name) for name in SEQ_INPUTS)], 0))
     for name in case_names():
         tb.label = f"[{name}] "
         await tb.run(CASES[name](random.Random(name)))

@@ -1,13 +1,13 @@
 """Dma (``tiny`` preset): all four transfer kinds with strides, against Python models of
-the DRAM (read data the cycle after ``mem_re``) and of the CBUF and ACC ports (read
-latency 1, write at the clock edge).
+the DRAM (``mem``: read data the cycle after ``re``) and of the CBUF and ACC ports
+(``cbuf_read`` ...: read latency 1, write at the clock edge).
 
 The checker compares the final DRAM, CBUF and ACC with the functional semantics of
 ``docs/contract.md`` applied in instruction order; counts the words moved through
-``mem_re`` / ``mem_we`` (the chip's byte counters count exactly those); requires every
-memory access of an instruction inside ``[t, t + timing.done)``, ``ready`` low from
-``t + 1`` until ``t + timing.occupancy`` and high then, and ``drained`` low until
-``t + timing.done`` and high after the last one.
+``mem.re`` / ``mem.we`` (the chip's byte counters count exactly those); requires every
+memory access of an instruction inside ``[t, t + timing.done)``, ``issue.ready`` low
+from ``t + 1`` until ``t + timing.occupancy`` and high then, and ``issue.drained`` low
+until ``t + timing.done`` and high after the last one.
 """
 
 from __future__ import annotations
@@ -133,8 +133,8 @@ class DmaTB(BlockTB):
                 self.mem.read("cbuf", a["buf_addr"] + i)
                 self.mem.read("acc", (a["buf_addr"] + i) % CFG.acc_depth)
 
-        await self.start({"issue": 0, "args": 0, "mem_rdata": 0, "cbuf_rdata": 0,
-                          "acc_rdata": 0})
+        await self.start({"issue__valid": 0, "issue__payload": 0, "mem__rdata": 0,
+                          "cbuf_read__data": 0, "acc_read__data": 0})
         at = {t: a for t, a in instrs}
         end = max(t + timing.done(CFG, Instr(Opcode.DMA, t, a)) for t, a in instrs)
         ready, drained = {}, {}
@@ -142,25 +142,25 @@ class DmaTB(BlockTB):
         for _ in range(end + 4):
             await self.next_cycle()
             t = self.cycle
-            self.set("issue", int(t in at))
-            self.set("args", pack_fields(DMA, at[t]) if t in at else 0)
-            self.set("mem_rdata", mem_next)
-            self.set("cbuf_rdata", cbuf_next)
-            self.set("acc_rdata", acc_next)
+            self.set("issue__valid", int(t in at))
+            self.set("issue__payload", pack_fields(DMA, at[t]) if t in at else 0)
+            self.set("mem__rdata", mem_next)
+            self.set("cbuf_read__data", cbuf_next)
+            self.set("acc_read__data", acc_next)
             await self.settle()
-            ready[t], drained[t] = self.get("ready"), self.get("drained")
+            ready[t], drained[t] = self.get("issue__ready"), self.get("issue__drained")
             # Read ports answer next cycle; a DRAM without a read returns junk.
-            if self.get("mem_re"):
-                mem_next = self.mem.read("dram", self.get("mem_addr"))
+            if self.get("mem__re"):
+                mem_next = self.mem.read("dram", self.get("mem__addr"))
                 self.reads += 1
-                self.accesses.append((t, f"mem_re @{self.get('mem_addr')}"))
+                self.accesses.append((t, f"mem_re @{self.get('mem__addr')}"))
             else:
                 mem_next = self.rng.getrandbits(WORD_BITS)
-            cbuf_next = self.mem.read("cbuf", self.get("cbuf_raddr") % CFG.cbuf_depth)
-            acc_next = self.mem.read("acc", self.get("acc_raddr") % CFG.acc_depth)
-            for we, addr, data, mem in (("mem_we", "mem_addr", "mem_wdata", "dram"),
-                                        ("cbuf_we", "cbuf_waddr", "cbuf_wdata", "cbuf"),
-                                        ("acc_we", "acc_waddr", "acc_wdata", "acc")):
+            cbuf_next = self.mem.read("cbuf", self.get("cbuf_read__addr") % CFG.cbuf_depth)
+            acc_next = self.mem.read("acc", self.get("acc_read__addr") % CFG.acc_depth)
+            for we, addr, data, mem in (("mem__we", "mem__addr", "mem__wdata", "dram"),
+                                        *((f"{b}_write__en", f"{b}_write__addr",
+                                           f"{b}_write__data", b) for b in ("cbuf", "acc"))):
                 if self.get(we):
                     self.mem.write(mem, self.get(addr), self.get(data))
                     self.accesses.append((t, f"{we} @{self.get(addr)}"))

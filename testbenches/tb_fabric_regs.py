@@ -1,7 +1,7 @@
 """FabricRegs (``tiny`` preset): one 4-bit control register per multiplexer of
 :func:`systolica.arch.fabric.muxes`, reset to :func:`systolica.arch.fabric.defaults`, written by
-a SETCFG's ``count`` pairs (``we``, ``index[j]``, ``wvalue[j]``) at the clock edge, in pair
-order.
+the ``more + 1`` pairs of a SETCFG payload on the issue port (``issue.valid``,
+``issue.payload``) at the clock edge, in pair order.
 
 The model is a list of register values; every cycle all ``value[k]`` outputs are
 compared with it.
@@ -15,13 +15,24 @@ import cocotb
 
 from systolica.arch import fabric, isa
 from systolica.arch.config import preset
-from tb_base import BlockTB, case_names
+from systolica.arch.isa import Opcode
+from tb_base import BlockTB, case_names, pack_fields
 
 CFG = preset("tiny")
 MUXES = fabric.muxes(CFG)
 
 
 PAIRS = isa.SETCFG_PAIRS
+SETCFG = isa.PAYLOAD[Opcode.SETCFG]
+
+
+def payload(pairs, count: int) -> int:
+    """A SETCFG payload with ``pairs`` in its fields and ``count`` of them in force."""
+    fields = {"more": count - 1}
+    for j, (index, value) in enumerate(pairs):
+        suffix = str(j) if j else ""
+        fields[f"index{suffix}"], fields[f"value{suffix}"] = index, value
+    return pack_fields(SETCFG, fields)
 
 
 def case_reset(rng):
@@ -79,11 +90,8 @@ class FabricRegsTB(BlockTB):
             else:
                 we, pairs, count = write
             await self.next_cycle()
-            self.set("we", int(we))
-            self.set("count", count)
-            for j, (index, value) in enumerate(pairs):
-                self.set("index", index, j)
-                self.set("wvalue", value, j)
+            self.set("issue__valid", int(we))
+            self.set("issue__payload", payload(pairs, count))
             await self.settle()
             for k, mux in enumerate(MUXES):
                 self.expect(f"value[{k}] ({mux.name})", self.get("value", k), model[k])
@@ -96,7 +104,7 @@ class FabricRegsTB(BlockTB):
 @cocotb.test()
 async def run_case(dut):
     tb = FabricRegsTB(dut)
-    await tb.start({"we": 0, "count": 1})
+    await tb.start({"issue__valid": 0, "issue__payload": 0})
     for name in case_names():
         # Each case starts from reset (so every case after the first also checks that
         # reset restores the defaults over written values).

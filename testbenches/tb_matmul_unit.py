@@ -11,7 +11,7 @@ For a MATMUL issued at ``t``, row ``i`` of CBUF data arrives at ``t + FEED + i``
 (``FEED`` = CBUF read latency + 1, the start of :func:`systolica.arch.timing.mux_use`'s
 ``west_feed`` window). The checker requires:
 
-* ``cbuf_raddr`` = ``act_addr + i`` in cycle ``t + 1 + i``; ``row_fed`` high exactly in
+* ``cbuf_read.addr`` = ``act_addr + i`` in cycle ``t + 1 + i``; ``row_fed`` high exactly in
   the cycles ``t + FEED + i``;
 * ``west_a[r]`` = ``cbuf[act_addr + i]`` partition ``g*n + r%n`` (``g`` =
   ``west_feed[r//n]`` in that cycle, 0 for the zero source) and ``west_sel[r]`` = the
@@ -38,11 +38,12 @@ import cocotb
 from systolica.arch import isa, timing
 from systolica.arch.config import preset
 from systolica.arch.isa import Instr, Opcode
-from tb_base import BlockTB, case_names, pack, unpack, wrap32
+from tb_base import BlockTB, case_names, pack, pack_fields, unpack, wrap32
 
 CFG = preset("tiny")
 R, C, n, T = CFG.rows, CFG.cols, CFG.tile_size, CFG.tile_rows
 TC = CFG.tile_cols
+MATMUL = isa.PAYLOAD[Opcode.MATMUL]
 FEED = CFG.latency["cbuf_read"] + 1       # cycles from issue to row 0's CBUF data
 PIPE = timing.matmul_pipeline(CFG)        # issue to the ACC read of row 0
 SMAX = timing.skew_max(CFG)
@@ -128,8 +129,7 @@ GROUPS = {
 }
 assert sorted(sum(GROUPS.values(), [])) == sorted(CASES)
 
-IDLE = {"issue": 0, "act_addr": 0, "rows": 0, "acc_addr": 0, "accumulate": 0, "bank": 0,
-        "cbuf_rdata": 0, "acc_rdata": 0,
+IDLE = {"issue__valid": 0, "issue__payload": 0, "cbuf_read__data": 0, "acc_read__data": 0,
         **{("west_feed", i): i for i in range(T)},
         **{("acc_src", g): g for g in range(TC)},
         **{("south_psum", c): 0 for c in range(C)}}
@@ -191,11 +191,9 @@ class MatmulTB(BlockTB):
             await self.next_cycle()
             x = self.cycle
             a = at.get(x)
-            self.set("issue", int(a is not None))
-            for name, bits in (("act_addr", isa.CBUF_ADDR_BITS), ("rows", 16),
-                               ("acc_addr", isa.ACC_ADDR_BITS), ("accumulate", 1),
-                               ("bank", 1)):
-                self.set(name, a[name] if a else rng.randrange(1 << bits))
+            self.set("issue__valid", int(a is not None))
+            self.set("issue__payload", pack_fields(MATMUL, {
+                name: a[name] if a else rng.randrange(1 << fld.width) for name, fld in MATMUL}))
             feed = feeds.get(x) or [rng.randrange(T + 1) for _ in range(T)]
             for i, g in enumerate(feed):
                 self.set("west_feed", g, i)
@@ -204,14 +202,14 @@ class MatmulTB(BlockTB):
                 self.set("acc_src", s, g)
             for c, p in enumerate(self.grid_psum(x, weights)):
                 self.set("south_psum", p, c)
-            self.set("cbuf_rdata", self.cbuf_next)
-            self.set("acc_rdata", self.acc_next)
+            self.set("cbuf_read__data", self.cbuf_next)
+            self.set("acc_read__data", self.acc_next)
             await self.settle()
 
-            ready[x], drained[x] = self.get("ready"), self.get("drained")
-            raddr = self.get("cbuf_raddr")
+            ready[x], drained[x] = self.get("issue__ready"), self.get("issue__drained")
+            raddr = self.get("cbuf_read__addr")
             if x in reads:
-                self.expect("cbuf_raddr", raddr, reads[x])
+                self.expect("cbuf_read__addr", raddr, reads[x])
             self.cbuf_next = pack(cbuf[raddr % CFG.cbuf_depth], 8)
             self.expect("row_fed", self.get("row_fed"), int(x in fed))
             west_a = [self.get_s("west_a", r) for r in range(R)]
@@ -222,10 +220,10 @@ class MatmulTB(BlockTB):
                     self.expect(f"west_a[{r}], west_sel[{r}]", (west_a[r], west_sel[r]),
                                 lanes[(x, r)])
             # Read port: contents before this cycle's write.
-            self.acc_next = pack(acc[self.get("acc_raddr") % CFG.acc_depth], 32)
-            if self.get("acc_we"):
-                waddr = self.get("acc_waddr")
-                data = unpack(self.get("acc_wdata"), 32, C)
+            self.acc_next = pack(acc[self.get("acc_read__addr") % CFG.acc_depth], 32)
+            if self.get("acc_write__en"):
+                waddr = self.get("acc_write__addr")
+                data = unpack(self.get("acc_write__data"), 32, C)
                 got_writes.append((x, waddr, data))
                 if waddr < CFG.acc_depth:
                     acc[waddr] = data

@@ -1,14 +1,15 @@
-"""Sequencer (``tiny`` preset): a program written through ``imem_we``, then run.
+"""Sequencer (``tiny`` preset): a program written through ``ctrl.imem``, then run.
 
 :func:`reference` is the sequencer of ``docs/contract.md`` in Python: where each
 instruction issues, which fault stops the run (``PROG_RANGE``, ``ILLEGAL_OPCODE``,
-``LATE``, ``UNIT_BUSY``, ``ADDR_RANGE``, ``CFG_RANGE``, checked in that order) at which
-cycle, and when the run ends. The testbench's unit models hold each ``*_ready`` low
-for the instruction's ``timing.occupancy`` (plus any cycles a case forces it low) and
-raise ``all_drained`` at ``max(t + timing.done)``. The checker requires every issue
-strobe on the right unit exactly at the instruction's cycle with its payload, no
-other strobe, the ``fault`` or ``done`` pulse at the reference's cycle, and
-``error``, ``fault_pc`` and ``cycle`` (frozen) to match afterwards.
+``LATE``, ``UNIT_BUSY``, ``ADDR_RANGE``, ``CFG_RANGE``, ``CFG_LIMIT``, ``CFG_IN_USE``,
+checked in that order) at which cycle, and when the run ends. The testbench's unit
+models hold each issue port's ``ready`` low for the instruction's ``timing.occupancy``
+(plus any cycles a case forces it low) and its ``drained`` low until
+``t + timing.done``. The checker requires every ``valid`` strobe on the right unit
+exactly at the instruction's cycle with its payload, no other strobe, the ``fault``
+or ``done`` pulse at the reference's cycle, and ``error``, ``fault_pc`` and ``cycle``
+(frozen) to match afterwards.
 """
 
 from __future__ import annotations
@@ -27,9 +28,12 @@ from tb_base import BlockTB, case_names
 #: (a separate build) to check the interval rule.
 CFG = preset("tiny").replace(
     config_update_interval=int(os.environ.get("SEQ_UPDATE_INTERVAL", "1")))
-UNITS = ("dma", "wload", "mm", "vpu", "cfg")
+#: The sequencer's issue ports (``<unit>__valid``, ``__payload``, ``__ready``,
+#: ``__drained``); ``fabric`` has no handshake.
 UNIT_OF = {Opcode.DMA: "dma", Opcode.WLOAD: "wload", Opcode.MATMUL: "mm",
-           Opcode.VRUN: "vpu", Opcode.SETCFG: "cfg"}
+           Opcode.VRUN: "vpu", Opcode.SETCFG: "fabric"}
+UNITS = tuple(UNIT_OF.values())
+BUSY_UNITS = UNITS[:-1]
 HEADER_BITS = isa.WORD_BITS - isa.PAYLOAD_BITS
 
 
@@ -83,6 +87,26 @@ def cfg_limits_ok(ins: Instr) -> bool:
             and all(domains.count(d) <= CFG.power_domain_budget for d in domains))
 
 
+def in_use(ins: Instr, issued: list[Instr]) -> bool:
+    """CFG_IN_USE: a pair of a SETCFG issued at ``u`` names a multiplexer that an
+    earlier instruction issued at ``t`` uses, ``t + lo <= u < t + hi - 1`` with
+    ``(lo, hi) = timing.mux_use``."""
+    if ins.op is not Opcode.SETCFG:
+        return False
+    muxes = fabric.muxes(CFG)
+    for index, _ in isa.setcfg_pairs(ins.fields):
+        for prev in issued:
+            use = timing.mux_use(CFG, prev, muxes[index].name)
+            if use and prev.cycle + use[0] <= ins.cycle < prev.cycle + use[1] - 1:
+                return True
+    return False
+
+
+def payload_bits(word: int, op: Opcode) -> int:
+    """What the issue port of ``op``'s unit carries: the payload, cut to its layout."""
+    return (word >> HEADER_BITS) & ((1 << isa.PAYLOAD[op].size) - 1)
+
+
 def reference(imem: dict, prog_len: int, held_low: dict) -> dict:
     """Issue cycles, the fault (code, pc, cycle) or None, and the end cycle, for the
     program memory ``imem`` (pc -> word; unwritten words are 0)."""
@@ -90,6 +114,7 @@ def reference(imem: dict, prog_len: int, held_low: dict) -> dict:
     if prog_len > CFG.imem_depth:
         return {"issues": [], "fault": (ErrorCode.PROG_RANGE, 0, 0), "end": 0}
     arrive, free, end = 0, dict.fromkeys(UNITS, 0), 0
+    issued: list[Instr] = []
     for pc in range(prog_len):
         word = imem.get(pc, 0)
         ins = isa.decode(word)
@@ -106,7 +131,10 @@ def reference(imem: dict, prog_len: int, held_low: dict) -> dict:
             return {"issues": issues, "fault": (ErrorCode.CFG_RANGE, pc, t), "end": t}
         if not cfg_limits_ok(ins):
             return {"issues": issues, "fault": (ErrorCode.CFG_LIMIT, pc, t), "end": t}
-        issues.append((t, unit, word >> HEADER_BITS))
+        if in_use(ins, issued):
+            return {"issues": issues, "fault": (ErrorCode.CFG_IN_USE, pc, t), "end": t}
+        issues.append((t, unit, payload_bits(word, ins.op)))
+        issued.append(ins)
         free[unit] = t + timing.occupancy(CFG, ins)
         end = max(end, t + timing.done(CFG, ins))
         arrive = t + 1
@@ -143,6 +171,35 @@ def setcfg(cycle, index=0, value=0):
 
 D, A, Cb, Rr = CFG.dram_words, CFG.acc_depth, CFG.cbuf_depth, CFG.rows
 W = CFG.acc_row_words
+MUX = fabric.by_name(CFG)
+
+
+def touch(cycle, *names):
+    """A SETCFG naming the multiplexers ``names``, each set to its reset value: naming
+    one in use faults whatever the value."""
+    return setcfg_pairs(cycle, [(MUX[n].index, MUX[n].default) for n in names])
+
+
+#: An instruction of each opcode whose data passes multiplexers, and some of those.
+USERS = {
+    "mm": (matmul(3, rows=5), ("west_feed[1]", "act_in[1][1]", "psum_in[1][0]", "acc_src[0]")),
+    "wload": (wload(3), ("north_feed[0]", "w_in[1][1]")),
+    "vrun": (vrun(3, rows=4), ("wb_src[1]",)),
+}
+
+
+def in_use_cases() -> dict:
+    """A SETCFG just before, at the first and the last cycle of, and just after the
+    window (``timing.mux_use``) in which each user holds each of its multiplexers."""
+    cases = {}
+    for ins, names in USERS.values():
+        for name in names:
+            lo, hi = timing.mux_use(CFG, ins, name)
+            t = ins.cycle
+            for where, u in (("before", t + lo - 1), ("first", t + lo),
+                             ("last", t + hi - 2), ("after", t + hi - 1)):
+                cases[f"in_use_{name}_{where}"] = ([ins, touch(u, name)], None, {})
+    return cases
 
 CASES = {
     # Issue timing.
@@ -208,6 +265,25 @@ CASES = {
     "vrun_dst_acc_over": ([vrun(1, dst=A - 3, to_acc=1)], None, {}),
     "vrun_dst_cbuf_fit": ([vrun(1, dst=Cb - 4, bias=A - 1, src=A - 4)], None, {}),
     "vrun_dst_cbuf_over": ([vrun(1, dst=Cb - 3)], None, {}),
+    # CFG_IN_USE.
+    **in_use_cases(),
+    # A later pair names the multiplexer in use (acc_src[1] at its window's first cycle).
+    "in_use_later_pair": ([matmul(3, rows=5),
+                           touch(3 + timing.mux_use(CFG, matmul(3), "acc_src[1]")[0],
+                                 "psum_in[0][0]", "acc_src[1]")], None, {}),
+    # Back-to-back MATMULs: west_feed is free for one cycle between their windows.
+    "in_use_between_windows": ([matmul(3, rows=3), matmul(6, rows=3),
+                                touch(7, "west_feed[0]"), touch(8, "west_feed[0]")], None, {}),
+    # A VRUN into the ACC passes no wb_src multiplexer, and does not end the window of
+    # an earlier VRUN into the CBUF.
+    "in_use_vrun_to_acc": ([vrun(3, rows=4, to_acc=1), touch(9, "wb_src[0]"),
+                            touch(10, "wb_src[1]")], None, {}),
+    "in_use_vrun_to_acc_later": ([vrun(3, rows=6), vrun(10, src=8, rows=2, dst=8, to_acc=1),
+                                  touch(12, "wb_src[0]")], None, {}),
+    # CFG_LIMIT comes first.
+    "in_use_after_limit": ([matmul(3, rows=5),
+                            touch(5, "west_feed[0]", "west_feed[1]", "act_in[0][0]",
+                                  "act_in[1][0]", "w_in[0][0]")], None, {}),
 }
 
 
@@ -221,69 +297,71 @@ class SequencerTB(BlockTB):
         for pc, word in enumerate(words):
             self.imem[pc] = word
             await self.next_cycle()
-            self.set("imem_we", 1)
-            self.set("imem_waddr", pc)
-            self.set("imem_wdata", word)
+            self.set("ctrl__imem__en", 1)
+            self.set("ctrl__imem__addr", pc)
+            self.set("ctrl__imem__data", word)
         await self.next_cycle()
-        self.set("imem_we", 0)
+        self.set("ctrl__imem__en", 0)
 
     async def run(self, prog_len: int, extra_starts=()) -> None:
         """One run; ``extra_starts`` are run cycles at which START is pulsed again
         (ignored while running)."""
         ref = reference(self.imem, prog_len, self.held_low)
         await self.next_cycle()
-        self.set("prog_len", prog_len)
-        self.set("start", 1)
+        self.set("ctrl__prog_len", prog_len)
+        self.set("ctrl__start", 1)
         base = self.cycle + 1          # run cycle 0: the first with running high
-        free = dict.fromkeys(UNITS, 0)
-        drained_at = 0
+        free = dict.fromkeys(BUSY_UNITS, 0)
+        drained_at = dict.fromkeys(BUSY_UNITS, 0)
         issues, ends = [], []
         limit = ref["end"] + 8
         for c in range(limit + 1):
             await self.next_cycle()
             assert self.cycle == base + c
-            for u in UNITS[:-1]:
-                self.set(f"{u}_ready", int(c >= free[u] and c not in self.held_low.get(u, ())))
-            self.set("all_drained", int(c >= drained_at))
-            self.set("start", int(c in extra_starts))
+            for u in BUSY_UNITS:
+                self.set(f"{u}__ready",
+                         int(c >= free[u] and c not in self.held_low.get(u, ())))
+                self.set(f"{u}__drained", int(c >= drained_at[u]))
+            self.set("ctrl__start", int(c in extra_starts))
             await self.settle()
-            running = self.get("running")
+            running = self.get("ctrl__running")
             if c <= ref["end"]:
                 self.expect(f"running at run cycle {c}", running, 1)
-                self.expect("cycle counter", self.get("cycle"), c)
-            strobes = [u for u in UNITS if self.get(f"{u}_issue")]
+                self.expect("cycle counter", self.get("ctrl__cycle"), c)
+            strobes = [u for u in UNITS if self.get(f"{u}__valid")]
             if len(strobes) > 1:
                 self.fail(f"several issue strobes at once: {strobes}")
             for u in strobes:
-                issues.append((c, u, self.get("payload")))
+                issues.append((c, u, self.get(f"{u}__payload")))
                 ins = isa.decode(self.imem.get(len(issues) - 1, 0))
-                if ins.op is not Opcode.ILLEGAL:
+                if ins.op is not Opcode.ILLEGAL and u in BUSY_UNITS:
                     free[u] = c + timing.occupancy(CFG, ins)
-                    drained_at = max(drained_at, c + timing.done(CFG, ins))
-            if self.get("fault"):
+                    drained_at[u] = max(drained_at[u], c + timing.done(CFG, ins))
+            if self.get("ctrl__fault"):
                 ends.append((c, "fault"))
-            if self.get("done"):
+            if self.get("ctrl__done"):
                 ends.append((c, "done"))
             if c > ref["end"]:
                 self.expect("running after the end", running, 0)
-                self.expect("frozen cycle counter", self.get("cycle"), ref["end"])
+                self.expect("frozen cycle counter", self.get("ctrl__cycle"), ref["end"])
         self.expect("issues (run cycle, unit, payload)", issues, ref["issues"])
         if ref["fault"] is None:
             self.expect("end of run", ends, [(ref["end"], "done")])
-            self.expect("error", self.get("error"), ErrorCode.NONE)
+            self.expect("error", self.get("ctrl__error"), ErrorCode.NONE)
         else:
             code, pc, at = ref["fault"]
             self.expect("end of run", ends, [(at, "fault")])
-            self.expect("error", ErrorCode(self.get("error")).name, code.name)
-            self.expect("fault_pc", self.get("fault_pc"), pc)
+            self.expect("error", ErrorCode(self.get("ctrl__error")).name, code.name)
+            self.expect("fault_pc", self.get("ctrl__fault_pc"), pc)
 
 
 def program_words(program) -> list[int]:
     return [w if isinstance(w, int) else isa.encode(w) for w in program]
 
 
-IDLE = {"start": 0, "prog_len": 0, "imem_we": 0, "imem_waddr": 0, "imem_wdata": 0,
-        "all_drained": 1, "dma_ready": 1, "wload_ready": 1, "mm_ready": 1, "vpu_ready": 1}
+IDLE = {"ctrl__start": 0, "ctrl__prog_len": 0, "ctrl__imem__en": 0, "ctrl__imem__addr": 0,
+        "ctrl__imem__data": 0,
+        **{f"{u}__{what}": 1 for u in BUSY_UNITS for what in ("ready", "drained")}}
 
 
 async def run_program(tb: SequencerTB, name: str) -> None:
@@ -307,7 +385,17 @@ async def restart(tb: SequencerTB) -> None:
     await tb.run(3)
 
 
-SPECIAL = {"restart": restart}
+async def start_clears_guard(tb: SequencerTB) -> None:
+    """A run that faults inside a long MATMUL's windows leaves nothing behind: the
+    next run may set those multiplexers at once (acc_src[0] before any window of the
+    new run could have started, west_feed[0] later)."""
+    await tb.load(program_words([matmul(3, rows=200), setcfg(5, len(MUX), 0)]))
+    await tb.run(2)          # CFG_RANGE at cycle 5
+    await tb.load(program_words([touch(2, "acc_src[0]"), touch(6, "west_feed[0]")]))
+    await tb.run(2)
+
+
+SPECIAL = {"restart": restart, "in_use_start_clears": start_clears_guard}
 
 #: Cases run in one simulation each group (the program memory is not cleared between
 #: cases; the reference reads the testbench's copy of it).
@@ -320,6 +408,7 @@ GROUPS = {
                "cfg_domain_budget", "cfg_bad_later_pair"],
     "unit_busy": [c for c in CASES if c.startswith("busy_")],
     "interval": ["cfg_interval_on", "cfg_interval_off"],
+    "in_use": [c for c in [*CASES, *SPECIAL] if c.startswith("in_use_")],
     "addr_range": [c for c in CASES if c.split("_")[0] in ("dma", "wload", "matmul", "vrun")],
 }
 assert sorted(sum(GROUPS.values(), [])) == sorted(list(CASES) + list(SPECIAL))

@@ -149,7 +149,7 @@ class VpuTB(BlockTB):
         self.writes: list[tuple[int, str, int, list[int]]] = []   # cycle, mem, addr, data
 
     async def run(self, instrs) -> None:
-        idle = {"issue": 0, "args": 0, "acc_rdata": 0}
+        idle = {"issue__valid": 0, "issue__payload": 0, "acc_read__data": 0}
         idle.update({("wb_src", g): v for g, v in enumerate(self.wb_src)})
         await self.start(idle)
         expected = self.expected_writes(instrs)
@@ -160,19 +160,20 @@ class VpuTB(BlockTB):
         for _ in range(end + 4):
             await self.next_cycle()
             t = self.cycle
-            self.set("issue", int(t in at))
-            self.set("args", pack_fields(VRUN, at[t]) if t in at else 0)
-            self.set("acc_rdata", pack(self.acc[read_addr], 32) if read_addr is not None else 0)
+            self.set("issue__valid", int(t in at))
+            self.set("issue__payload", pack_fields(VRUN, at[t]) if t in at else 0)
+            self.set("acc_read__data",
+                     pack(self.acc[read_addr], 32) if read_addr is not None else 0)
             await self.settle()
-            ready[t], drained[t] = self.get("ready"), self.get("drained")
-            read_addr = self.get("acc_raddr")
-            if self.get("cbuf_we"):
-                self.writes.append((t, "cbuf", self.get("cbuf_waddr"),
-                                    unpack(self.get("cbuf_wdata"), 8, R)))
-            if self.get("acc_we"):
-                data = unpack(self.get("acc_wdata"), 32, C)
-                self.writes.append((t, "acc", self.get("acc_waddr"), data))
-                self.acc[self.get("acc_waddr")] = data
+            ready[t], drained[t] = self.get("issue__ready"), self.get("issue__drained")
+            read_addr = self.get("acc_read__addr")
+            if self.get("cbuf_write__en"):
+                self.writes.append((t, "cbuf", self.get("cbuf_write__addr"),
+                                    unpack(self.get("cbuf_write__data"), 8, R)))
+            if self.get("acc_write__en"):
+                data = unpack(self.get("acc_write__data"), 32, C)
+                self.writes.append((t, "acc", self.get("acc_write__addr"), data))
+                self.acc[self.get("acc_write__addr")] = data
         self.check_writes(instrs, expected)
         self.check_handshake(CFG, [Instr(Opcode.VRUN, t, a) for t, a in instrs], ready,
                              drained, end)

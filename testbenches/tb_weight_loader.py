@@ -11,7 +11,7 @@ read whose data is not kept.
 
 The checker requires, every cycle:
 
-* ``cbuf_raddr`` = ``w_addr + row`` of the row the slot schedule (:func:`read_slots`)
+* ``cbuf_read.addr`` = ``w_addr + row`` of the row the slot schedule (:func:`read_slots`)
   puts in that read cycle (conveyor slots: any address);
 * ``w_shift`` high exactly in the shift windows, with ``w_bank`` = that load's bank,
   also when the next WLOAD issues at the occupancy boundary;
@@ -36,11 +36,12 @@ import cocotb
 from systolica.arch import isa, timing
 from systolica.arch.config import preset
 from systolica.arch.isa import Instr, Opcode
-from tb_base import BlockTB, case_names, pack, unpack
+from tb_base import BlockTB, case_names, pack, pack_fields, unpack
 
 CFG = preset("tiny")
 R, C, n, T = CFG.rows, CFG.cols, CFG.tile_size, CFG.tile_rows
 SHIFTS = timing.weight_shifts(CFG)
+WLOAD = isa.PAYLOAD[Opcode.WLOAD]
 FIRST = CFG.latency["cbuf_read"] + 1      # cycles from issue to the first shift
 STAGES = timing.skew_max(CFG) + 1         # chain stages per column
 ZERO = T                                  # north_feed value of the zero source
@@ -110,7 +111,7 @@ GROUPS = {
 }
 assert sorted(sum(GROUPS.values(), [])) == sorted(CASES)
 
-IDLE = {"issue": 0, "w_addr": 0, "bank": 0, "cbuf_rdata": 0,
+IDLE = {"issue__valid": 0, "issue__payload": 0, "cbuf_read__data": 0,
         **{("north_feed", j): j for j in range(CFG.tile_cols)}}
 
 
@@ -141,20 +142,20 @@ class WeightLoaderTB(BlockTB):
             await self.next_cycle()
             x = self.cycle
             a = at.get(x)
-            self.set("issue", int(a is not None))
+            self.set("issue__valid", int(a is not None))
             # Arguments are don't-care without issue: drive junk.
-            self.set("w_addr", a["w_addr"] if a else rng.randrange(1 << isa.CBUF_ADDR_BITS))
-            self.set("bank", a["bank"] if a else rng.randrange(2))
+            self.set("issue__payload", pack_fields(WLOAD, {
+                name: a[name] if a else rng.randrange(1 << fld.width) for name, fld in WLOAD}))
             feed = feeds.get(x) or [rng.randrange(T + 1) for _ in range(CFG.tile_cols)]
             for j, g in enumerate(feed):
                 self.set("north_feed", g, j)
             rdata = self.rdata
-            self.set("cbuf_rdata", rdata)
+            self.set("cbuf_read__data", rdata)
             await self.settle()
-            ready[x], drained[x] = self.get("ready"), self.get("drained")
-            raddr = self.get("cbuf_raddr")
+            ready[x], drained[x] = self.get("issue__ready"), self.get("issue__drained")
+            raddr = self.get("cbuf_read__addr")
             if x in reads:
-                self.expect("cbuf_raddr", raddr, reads[x])
+                self.expect("cbuf_read__addr", raddr, reads[x])
             self.rdata = pack(cbuf[raddr % CFG.cbuf_depth], 8)
             north = [self.get_s("north_w", c) for c in range(C)]
             self.expect("north_w", north, route(unpack(rdata, 8, R), feed))

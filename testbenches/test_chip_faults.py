@@ -83,6 +83,62 @@ def test_fault_is_reported_like_the_golden_model(fault_runs, case):
     assert (res["fault_pc"], res["fault_cycle"]) == (gold.fault_pc, gold.fault_cycle)
 
 
+def touch(cycle, *names):
+    """A SETCFG naming the multiplexers ``names`` (each set to its reset value)."""
+    muxes = fabric.by_name(CFG)
+    return Instr(Opcode.SETCFG, cycle,
+                 isa.setcfg_fields([(muxes[n].index, muxes[n].default) for n in names]))
+
+
+#: Each instruction issued once the previous one is done: load activations and
+#: weights, WLOAD at 16, MATMUL (4 rows) at 27, VRUN at 52. On ``tiny`` the MATMUL
+#: holds west_feed[0] for SETCFGs at 29..31 and act_in[1][1] at 39..44, the WLOAD
+#: w_in[1][0] at 18..25, the VRUN wb_src[1] at 58..60 (docs/contract.md, CFG_IN_USE).
+USES = [dma(0, rows=4), dma(6, dram_addr=64, buf_addr=64, rows=R),
+        Instr(Opcode.WLOAD, 16, dict(w_addr=64, bank=0)), mm(27, rows=4),
+        Instr(Opcode.VRUN, 52, dict(src=0, rows=4, dst=100, bias_addr=0, use_bias=0,
+                                     to_acc=0, requant=0, relu=0, mult=0, shift=0, zp=0))]
+
+#: program, then (ERROR, FAULT_PC, FAULT_CYCLE) as the chip must report them.
+IN_USE = {
+    "west_feed_first_cycle": (USES[:4] + [touch(29, "west_feed[0]")],
+                              (ErrorCode.CFG_IN_USE, 4, 29)),
+    "act_in_last_cycle": (USES[:4] + [touch(44, "act_in[1][1]")],
+                          (ErrorCode.CFG_IN_USE, 4, 44)),
+    "w_in_in_a_later_pair": (USES[:3] + [touch(25, "psum_in[0][0]", "w_in[1][0]")],
+                             (ErrorCode.CFG_IN_USE, 3, 25)),
+    "wb_src_last_cycle": (USES + [touch(60, "wb_src[1]")],
+                                 (ErrorCode.CFG_IN_USE, 5, 60)),
+    "just_after_the_window": (USES[:4] + [touch(31, "act_in[1][0]"), touch(45, "act_in[1][1]")],
+                              (ErrorCode.NONE, 0, 0)),
+}
+
+
+@pytest.fixture(scope="module")
+def in_use_runs():
+    jobs = [dict(program=image(p), name=name, readback=[(0, 1)],
+                 expect_fault=want[0] is not ErrorCode.NONE)
+            for name, (p, want) in IN_USE.items()]
+    return dict(zip(IN_USE, run_many_on_rtl(CFG, jobs)))
+
+
+@pytest.mark.parametrize("case", list(IN_USE))
+def test_setcfg_on_a_multiplexer_in_use_faults(in_use_runs, case):
+    """CFG_IN_USE stops the run at the SETCFG, with its program index and cycle; the
+    cycle after the window the same SETCFG is legal. The golden model agrees."""
+    program, (code, pc, cycle) = IN_USE[case]
+    res = in_use_runs[case]
+    gold = golden.run(CFG, image(program), np.zeros((CFG.dram_words, R), np.uint8))
+    assert res["irq"] and not res["timed_out"]
+    assert res["error_name"] == code.name
+    assert gold.error == code
+    if code is ErrorCode.NONE:
+        assert res["cycles"] == gold.cycles == timing.run_cycles(CFG, program)
+    else:
+        assert (res["fault_pc"], res["fault_cycle"], res["cycles"]) == (pc, cycle, cycle)
+        assert (gold.fault_pc, gold.fault_cycle) == (pc, cycle)
+
+
 def _routing_program(settings: dict[str, str]) -> tuple[list[Instr], np.ndarray]:
     """Load A and W, apply multiplexer `settings`, one MATMUL, store int32 results."""
     rng = np.random.default_rng(7)

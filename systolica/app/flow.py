@@ -11,7 +11,7 @@ import numpy as np
 from .. import golden
 from ..arch import isa, timing
 from ..sim import rtlsim
-from ..compiler import Compiled, Network, compile_network
+from ..compiler import Compiled, Graph, Network, compile_network
 from ..compiler import reference
 from ..arch.config import ChipConfig
 
@@ -90,13 +90,13 @@ def _layer_prefixes(compiled: Compiled) -> list[int]:
     return [last[i] + 1 for i in range(len(compiled.layers))]
 
 
-def run_network(cfg: ChipConfig, network: Network, *, waves: bool = False,
+def run_network(cfg: ChipConfig, network: Network | Graph, *, waves: bool = False,
                 per_layer: bool = True) -> NetworkRun:
     began = time.perf_counter()
     compiled = compile_network(cfg, network)
     compile_s = time.perf_counter() - began
 
-    want = reference.run(network)
+    want = reference.outputs(network)
     gold = golden.run(cfg, compiled.image, compiled.dram)
     out_words = (compiled.dram_map.output, compiled.dram_map.output_words)
 
@@ -113,8 +113,8 @@ def run_network(cfg: ChipConfig, network: Network, *, waves: bool = False,
 
     dram_after = np.zeros((cfg.dram_words, cfg.dram_word_bytes), np.uint8)
     dram_after[out_words[0]:out_words[0] + out_words[1]] = full["readback"][0]
-    got = compiled.result(dram_after)
-    golden_out = compiled.result(gold.dram)
+    got = compiled.results(dram_after)
+    golden_out = compiled.results(gold.dram)
 
     layers = []
     if prefixes:
@@ -135,8 +135,9 @@ def run_network(cfg: ChipConfig, network: Network, *, waves: bool = False,
         cfg=cfg, name=network.name, compiled=compiled, compile_s=compile_s,
         predicted_cycles=compiled.predicted_cycles, measured_cycles=full["cycles"],
         golden_cycles=gold.cycles,
-        rtl_matches_golden=bool(np.array_equal(got, golden_out)),
-        rtl_matches_numpy=bool(np.array_equal(got, want)),
+        rtl_matches_golden=all(np.array_equal(got[k], golden_out[k]) for k in got),
+        rtl_matches_numpy=set(got) == set(want)
+        and all(np.array_equal(got[k], want[k]) for k in got),
         macs_counter=full["macs"], dram_rd_bytes=full["dram_rd_bytes"],
         dram_wr_bytes=full["dram_wr_bytes"], sim_s=full["wall_s"],
         error=full["error_name"], layers=layers, fst=full.get("fst"))

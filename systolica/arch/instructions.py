@@ -46,6 +46,12 @@ def py_select(cond, if_true, if_false):
     return if_true if cond else if_false
 
 
+def _label(select, cond, if_true: str, if_false: str) -> str:
+    """A name chosen by a field: both names where the field is a hardware value."""
+    return py_select(cond, if_true, if_false) if select is py_select else \
+        f"{if_true}|{if_false}"
+
+
 class Fields:
     """Attribute access to an instruction's fields held in a dict, so the entries'
     expressions read the same on dicts and on Amaranth views."""
@@ -118,6 +124,7 @@ class Instruction:
     unit: str                          # the unit that executes it (sequencer port name)
     text: dict[str, dict] = {}         # program-text operation -> fixed fields
     uses_fabric = False                # its data passes configured multiplexers
+    handshake = True                   # its unit says when it takes the next one
     bank_mode: str | None = None       # READ/WRITE of the weight bank named by ``bank``
 
     @property
@@ -198,13 +205,13 @@ class Dma(Instruction):
         to_acc, load = self.to_acc(f), self.is_load(f)
         words = select(to_acc, cfg.acc_row_words, 1)
         dram_hi = f.dram_addr + (f.rows - 1) * f.dram_stride + words
-        buf = select(to_acc, "acc", "cbuf")
+        buf = _label(select, to_acc, "acc", "cbuf")
         nonempty = f.rows != 0
         return [Range("dram", f.dram_addr, dram_hi, cfg.dram_words,
-                      select(load, READ, WRITE), nonempty),
+                      _label(select, load, READ, WRITE), nonempty),
                 Range(buf, f.buf_addr, f.buf_addr + f.rows,
                       select(to_acc, cfg.acc_depth, cfg.cbuf_depth),
-                      select(load, WRITE, READ), nonempty)]
+                      _label(select, load, WRITE, READ), nonempty)]
 
     def words(self, cfg, f):
         return f["rows"] * (cfg.acc_row_words if self.to_acc(Fields(f)) else 1)
@@ -463,7 +470,7 @@ class Vrun(Instruction):
         return [Range("acc", f.src, f.src + f.rows, cfg.acc_depth, READ, nonempty),
                 Range("acc", f.bias_addr, f.bias_addr + 1, cfg.acc_depth, READ,
                       touched=f.use_bias),
-                Range(select(f.to_acc, "acc", "cbuf"), f.dst, f.dst + f.rows,
+                Range(_label(select, f.to_acc, "acc", "cbuf"), f.dst, f.dst + f.rows,
                       select(f.to_acc, cfg.acc_depth, cfg.cbuf_depth), WRITE, nonempty)]
 
     def occupancy(self, cfg, f):
@@ -526,6 +533,7 @@ class Setcfg(Instruction):
     opcode = Opcode.SETCFG
     unit = "cfg"
     text = {"set": {}}
+    handshake = False                  # the registers take a write every cycle
 
     def format(self, f):
         return ", ".join(f"mux{i}={v}" for i, v in isa.setcfg_pairs(f))

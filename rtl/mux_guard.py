@@ -1,0 +1,159 @@
+"""The multiplexer guard: which multiplexers issued instructions' data is passing now,
+so that a SETCFG naming one of them faults ``CFG_IN_USE`` (``docs/contract.md``)."""
+
+from dataclasses import dataclass
+
+from amaranth.hdl import Cat, Const, Module, Mux, Signal
+from amaranth.lib import data, wiring
+from amaranth.lib.wiring import In, Out
+
+from systolica.arch import fabric, isa, timing
+from systolica.arch.config import ChipConfig
+from systolica.arch.isa import Instr, Opcode
+
+from .ports import check_config
+
+
+@dataclass(frozen=True)
+class Window:
+    """Multiplexer ``mux`` is in use by an instruction of ``op`` issued at ``t`` for the
+    SETCFG issue cycles ``t + lo <= u < t + lo + length``, ``length = base + per_row *
+    rows`` (none if not positive), unless one of the 1-bit fields ``closed_by`` is set.
+    This restates :func:`systolica.arch.timing.mux_use` (``length = hi - 1 - lo``)."""
+
+    mux: int
+    op: Opcode
+    lo: int
+    base: int
+    per_row: int
+    closed_by: tuple[str, ...]
+
+    def length(self, fields: dict) -> int:
+        if any(fields.get(f, 0) for f in self.closed_by):
+            return 0
+        return max(0, self.base + self.per_row * fields.get("rows", 0))
+
+
+class GuardError(ValueError):
+    """``timing.mux_use`` describes a window the guard cannot hold."""
+
+
+def windows(cfg: ChipConfig) -> tuple[Window, ...]:
+    """Every (multiplexer, opcode) window, found by asking :func:`timing.mux_use` about
+    sample instructions: all fields zero but ``rows`` (1, 2 and 3) and one 1-bit flag
+    at a time. Raises :class:`GuardError` if a window's start depends on the rows, its
+    length is not linear in them, or a flag changes it other than by closing it."""
+    out = []
+    for mux in fabric.muxes(cfg):
+        for op in Opcode:
+            if op is not Opcode.ILLEGAL:
+                w = _window(cfg, op, mux)
+                if w is not None:
+                    out.append(w)
+    return tuple(out)
+
+
+def _window(cfg: ChipConfig, op: Opcode, mux: fabric.Mux) -> Window | None:
+    layout = isa.PAYLOAD[op]
+    names = [name for name, _ in layout]
+    flags = [name for name, fld in layout if fld.width == 1 and name != "rows"]
+    has_rows = "rows" in names
+
+    def probe(rows=1, **fields):
+        values = dict.fromkeys(names, 0)
+        if has_rows:
+            values["rows"] = rows
+        values.update(fields)
+        return timing.mux_use(cfg, Instr(op, 0, values), mux.name)
+
+    what = f"{op.name} on {mux.name}"
+    plain = probe()
+    for f in flags:
+        flagged = probe(**{f: 1})
+        if flagged is not None and flagged != plain:
+            raise GuardError(f"{what}: setting {f} changes the window to {flagged}")
+    if plain is None:
+        return None
+    closed_by = tuple(f for f in flags if probe(**{f: 1}) is None)
+    lo = plain[0]
+    if lo < 0:
+        raise GuardError(f"{what}: the window starts before the issue ({plain})")
+    lengths = []
+    for rows in (1, 2, 3) if has_rows else (1,):
+        use = probe(rows)
+        if use is None or use[0] != lo:
+            raise GuardError(f"{what}: the window's start depends on rows ({plain}, {use})")
+        lengths.append(use[1] - 1 - lo)
+    per_row = lengths[1] - lengths[0] if has_rows else 0
+    if has_rows and lengths[2] - lengths[1] != per_row:
+        raise GuardError(f"{what}: the window's length is not linear in rows ({lengths})")
+    return Window(mux.index, op, lo, lengths[0] - per_row, per_row, closed_by)
+
+
+class MuxGuard(wiring.Component):
+    """Watches the instructions the sequencer issues and answers, for the SETCFG at
+    the head, whether any of its pairs names a multiplexer in use this cycle.
+
+    Members: ``clear`` (a run starts: forget everything); ``issue`` with ``opcode`` and
+    ``payload`` (the instruction issuing this cycle); ``setcfg`` (the head's payload as a
+    SETCFG) and ``in_use``. ``in_use`` depends on registers only, never on this
+    cycle's ``issue``: a SETCFG is the only instruction issuing in its cycle.
+    """
+
+    clear: In(1)
+    issue: In(1)
+    opcode: In(Opcode)
+    payload: In(isa.PAYLOAD_BITS)
+    setcfg: In(isa.PAYLOAD[Opcode.SETCFG])
+    in_use: Out(1)
+
+    def __init__(self, *, cfg: ChipConfig):
+        self.cfg = check_config(cfg, "MuxGuard")
+        self.windows = windows(cfg)
+        super().__init__()
+
+    def elaborate(self, platform):
+        # Windows of one opcode with the same length rule form a group. A counter
+        # holds how many more cycles the group's latest window runs (``busy(c)``: some
+        # window, moved to start at issue, covers cycle ``c``); a shift register
+        # remembers ``busy`` of the past cycles, and multiplexer ``x`` is in use at
+        # ``u`` iff ``busy(u - lo_x)``: one tap per multiplexer.
+        m = Module()
+        groups: dict[tuple, list[Window]] = {}
+        for w in self.windows:
+            groups.setdefault((w.op, w.base, w.per_row, w.closed_by), []).append(w)
+        in_use = [Const(0)] * len(fabric.muxes(self.cfg))
+        for k, ((op, base, per_row, closed_by), members) in enumerate(groups.items()):
+            layout = isa.PAYLOAD[op]
+            args = data.View(layout, self.payload[:layout.size])
+            opens = self.issue & (self.opcode == op)
+            for f in closed_by:
+                opens = opens & ~args[f]
+            rows_max = (1 << layout["rows"].width) - 1 if per_row else 0
+            length = Signal(range(max(1, base + per_row * rows_max) + 1), name=f"g{k}_len")
+            if per_row:
+                total = (args.rows if per_row == 1 else args.rows * per_row) + base
+            else:
+                total = Const(base)
+            m.d.comb += length.eq(Mux(total > 0, total, 0))
+            left = Signal.like(length, name=f"g{k}_left")
+            cur = Mux(opens & (length > left), length, left)
+            busy = Signal(name=f"g{k}_busy")
+            m.d.comb += busy.eq(cur != 0)
+            past = [Signal(name=f"g{k}_past{d + 1}") for d in range(max(w.lo for w in members))]
+            with m.If(self.clear):
+                m.d.sync += [left.eq(0), *(p.eq(0) for p in past)]
+            with m.Else():
+                m.d.sync += left.eq(Mux(busy, cur - 1, 0))
+                m.d.sync += [p.eq(q) for p, q in zip(past, [busy] + past[:-1])]
+            for w in members:
+                in_use[w.mux] = in_use[w.mux] | (past[w.lo - 1] if w.lo else left != 0)
+
+        busy_vec = Cat(*in_use, Const(0, 256 - len(in_use)))
+        sc = self.setcfg
+        pairs = sc.more + 1
+        hits = [busy_vec.bit_select(sc.index, 1)] + [
+            (k < pairs) & busy_vec.bit_select(sc[f"index{k}"], 1)
+            for k in range(1, isa.SETCFG_PAIRS)]
+        m.d.comb += self.in_use.eq(Cat(*hits).any())
+        return m

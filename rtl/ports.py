@@ -1,0 +1,152 @@
+"""The interfaces blocks connect through, declared once as ``wiring.Signature`` s.
+
+* :class:`Issue`: sequencer -> execution unit, one instruction at its cycle;
+* :class:`RunControl`: register file -> sequencer (start, program length, program
+  memory writes) and the run's status back;
+* :class:`DramMaster`: the DMA's external-memory port;
+* :func:`buffer_read` / :func:`buffer_write`: a unit's port on the CBUF or the ACC,
+  the signatures of :mod:`amaranth.lib.memory` ports, so a unit connects straight to a
+  port of the buffer built by :func:`buffer`.
+
+Each signature is written from the side that starts the transfer (sequencer,
+register file, DMA as master, memory port as in Amaranth); the other side takes it
+with ``In(...)`` and the chip joins them with ``connect``.
+"""
+
+from __future__ import annotations
+
+from amaranth.hdl import Shape
+from amaranth.lib import data, memory, wiring
+from amaranth.lib.wiring import In, Out
+from amaranth.utils import ceil_log2
+
+from systolica.arch import isa
+from systolica.arch.config import ChipConfig
+from systolica.arch.regs import ErrorCode
+
+PC_BITS = 16
+#: Shape of an error code (:class:`systolica.arch.regs.ErrorCode`) on a port.
+ERROR_SHAPE = range(max(ErrorCode) + 1)
+BUFFERS = ("cbuf", "acc")
+
+
+def check_config(cfg, block: str) -> ChipConfig:
+    """``cfg`` if it is a :class:`ChipConfig`; else a ``TypeError`` naming ``block``."""
+    if not isinstance(cfg, ChipConfig):
+        raise TypeError(f"{block} needs cfg=ChipConfig (e.g. systolica.arch.config."
+                        f"preset('tiny')), not {cfg!r}")
+    return cfg
+
+
+class Issue(wiring.Signature):
+    """One instruction from the sequencer to its unit.
+
+    Members (sequencer side): ``valid`` is high for the one cycle the instruction
+    issues, with its ``payload`` (the opcode's :data:`systolica.arch.isa.PAYLOAD`
+    layout). With ``handshake``, the unit answers ``ready`` (it accepts an instruction
+    this cycle; the sequencer faults ``UNIT_BUSY`` instead of waiting) and ``drained``
+    (every effect of the instructions it accepted is done).
+    """
+
+    def __init__(self, payload: data.Layout, *, handshake: bool = True):
+        if not isinstance(payload, data.Layout):
+            raise TypeError(f"Issue payload must be an amaranth data layout (an entry of "
+                            f"isa.PAYLOAD), not {payload!r}")
+        if not isinstance(handshake, bool):
+            raise TypeError(f"Issue handshake must be True or False, not {handshake!r}")
+        self._payload, self._handshake = payload, handshake
+        members = {"valid": Out(1), "payload": Out(payload)}
+        if handshake:
+            members.update(ready=In(1), drained=In(1))
+        super().__init__(members)
+
+    @property
+    def payload_layout(self) -> data.Layout:
+        return self._payload
+
+    @property
+    def handshake(self) -> bool:
+        return self._handshake
+
+    def __eq__(self, other):
+        return (type(other) is Issue and self._payload == other._payload
+                and self._handshake == other._handshake)
+
+    def __repr__(self):
+        return f"Issue({self._payload!r}, handshake={self._handshake})"
+
+
+class RunControl(wiring.Signature):
+    """The register file's hold on the sequencer.
+
+    Members (register-file side): ``start`` (one cycle, ignored while running),
+    ``prog_len``, ``imem`` (a write port on the program memory; addresses past its
+    depth are dropped), and the run's status: ``running``, ``done`` / ``fault`` (one
+    cycle at the end), ``error``, ``fault_pc``, ``cycle``.
+    """
+
+    def __init__(self):
+        super().__init__({
+            "start": Out(1), "prog_len": Out(32),
+            "imem": In(memory.WritePort.Signature(addr_width=32, shape=isa.WORD_BITS)),
+            "running": In(1), "done": In(1), "fault": In(1), "error": In(ERROR_SHAPE),
+            "fault_pc": In(PC_BITS), "cycle": In(isa.CYCLE_BITS),
+        })
+
+    def __eq__(self, other):
+        return type(other) is RunControl
+
+    def __repr__(self):
+        return "RunControl()"
+
+
+class DramMaster(wiring.Signature):
+    """The external-memory port, master side: one word of ``word_bits`` per cycle;
+    read data arrives the cycle after ``re``."""
+
+    def __init__(self, *, word_bits: int):
+        if not isinstance(word_bits, int) or word_bits < 1:
+            raise TypeError(f"DRAM word width must be a positive integer, not {word_bits!r}")
+        self._word_bits = word_bits
+        super().__init__({
+            "addr": Out(isa.DRAM_ADDR_BITS), "re": Out(1), "rdata": In(word_bits),
+            "we": Out(1), "wdata": Out(word_bits),
+        })
+
+    @classmethod
+    def of(cls, cfg: ChipConfig) -> "DramMaster":
+        return cls(word_bits=8 * cfg.dram_word_bytes)
+
+    def __eq__(self, other):
+        return type(other) is DramMaster and self._word_bits == other._word_bits
+
+    def __repr__(self):
+        return f"DramMaster(word_bits={self._word_bits})"
+
+
+def _geometry(cfg: ChipConfig, name: str) -> tuple[int, Shape]:
+    if name not in BUFFERS:
+        raise ValueError(f"buffer must be one of {BUFFERS}, not {name!r}")
+    if name == "cbuf":
+        return cfg.cbuf_depth, Shape.cast(8 * cfg.rows)       # one int8 per partition
+    return cfg.acc_depth, Shape.cast(32 * cfg.cols)           # one int32 per column
+
+
+def buffer(cfg: ChipConfig, name: str) -> memory.Memory:
+    """The buffer ``name`` (``"cbuf"`` or ``"acc"``), initially zero."""
+    depth, shape = _geometry(cfg, name)
+    return memory.Memory(shape=shape, depth=depth, init=[])
+
+
+def buffer_read(cfg: ChipConfig, name: str) -> memory.ReadPort.Signature:
+    """A read port of buffer ``name`` (data the cycle after the address); a reading
+    unit declares ``In(buffer_read(...))``."""
+    depth, shape = _geometry(cfg, name)
+    return memory.ReadPort.Signature(addr_width=ceil_log2(depth), shape=shape)
+
+
+def buffer_write(cfg: ChipConfig, name: str) -> memory.WritePort.Signature:
+    """A write port of buffer ``name`` (written at the clock edge while ``en``); a
+    writing unit declares ``In(buffer_write(...))``."""
+    depth, shape = _geometry(cfg, name)
+    return memory.WritePort.Signature(addr_width=ceil_log2(depth), shape=shape)

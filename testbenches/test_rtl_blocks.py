@@ -1,0 +1,160 @@
+# amaranth: UnusedElaboratable=no
+"""RTL blocks without Verilator: parameters are keyword-only and validated, the
+interfaces connect, and the multiplexer guard of the sequencer (``CFG_IN_USE``)
+matches the contract, in Amaranth's own simulator."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+from amaranth.sim import Simulator
+
+from systolica.arch import fabric, isa, timing
+from systolica.arch.config import preset
+from systolica.arch.isa import Instr, Opcode
+from systolica.rtl.array import Grid, Tile
+from systolica.rtl.chip import Chip
+from systolica.rtl.csr import RegisterFile
+from systolica.rtl.dma import Dma
+from systolica.rtl.fabric_regs import FabricRegs
+from systolica.rtl.matmul import MatmulUnit, WeightLoader
+from systolica.rtl.mux_guard import MuxGuard, Window, windows
+from systolica.rtl.ports import DramMaster, Issue
+from systolica.rtl.sequencer import Sequencer
+from systolica.rtl.vpu import VectorUnit
+
+TINY = preset("tiny")
+BLOCKS = [Chip, Sequencer, RegisterFile, FabricRegs, Dma, WeightLoader, MatmulUnit, Grid,
+          VectorUnit, MuxGuard]
+
+
+@pytest.mark.parametrize("block", BLOCKS, ids=lambda b: b.__name__)
+def test_config_is_keyword_only_and_checked(block):
+    with pytest.raises(TypeError):
+        block(TINY)
+    with pytest.raises(TypeError, match=rf"{block.__name__} needs cfg=ChipConfig .*not 'tiny'"):
+        block(cfg="tiny")
+    block(cfg=TINY)
+
+
+def test_tile_size_checked():
+    with pytest.raises(TypeError):
+        Tile(4)
+    for bad in (0, 2.0, True, "4"):
+        with pytest.raises(TypeError, match=r"Tile size n must be a positive integer, not"):
+            Tile(n=bad)
+
+
+def test_signature_parameters_checked():
+    with pytest.raises(TypeError, match=r"Issue payload must be an amaranth data layout"):
+        Issue(12)
+    with pytest.raises(TypeError, match=r"Issue handshake must be True or False"):
+        Issue(isa.PAYLOAD[Opcode.DMA], handshake=1)
+    with pytest.raises(TypeError, match=r"DRAM word width must be a positive integer"):
+        DramMaster(word_bits=0)
+
+
+def test_issue_ports_match_their_units():
+    """Each sequencer issue port carries its opcode's payload, with a handshake for
+    every unit but the configuration registers."""
+    seq = Sequencer(cfg=TINY)
+    units = {"dma": Dma, "wload": WeightLoader, "mm": MatmulUnit, "vpu": VectorUnit,
+             "fabric": FabricRegs}
+    assert set(Sequencer.UNITS) == set(units)
+    for name, op in Sequencer.UNITS.items():
+        port = getattr(seq, name).signature
+        assert port == Issue(isa.PAYLOAD[op], handshake=op is not Opcode.SETCFG)
+        assert units[name](cfg=TINY).issue.signature.flip() == port
+
+
+def _sample(rng, op: Opcode) -> Instr:
+    fields = {name: rng.randrange(1 << fld.width) for name, fld in isa.PAYLOAD[op]}
+    if "rows" in fields:
+        fields["rows"] = rng.choice([1, 2, 3, rng.randrange(1, 1 << 12)])
+    return Instr(op, rng.randrange(1000), fields)
+
+
+@pytest.mark.parametrize("name", ["tiny", "base"])
+def test_windows_restate_mux_use(name):
+    """For random instructions of every opcode, the guard's windows are exactly
+    ``timing.mux_use``'s (as SETCFG cycles ``[t + lo, t + hi - 1)``)."""
+    cfg = preset(name)
+    table = {(w.mux, w.op): w for w in windows(cfg)}
+    rng = random.Random(name)
+    for op in Opcode:
+        if op is Opcode.ILLEGAL:
+            continue
+        for _ in range(40):
+            ins = _sample(rng, op)
+            for mux in fabric.muxes(cfg):
+                use = timing.mux_use(cfg, ins, mux.name)
+                want = (set() if use is None
+                        else set(range(ins.cycle + use[0], ins.cycle + use[1] - 1)))
+                w: Window | None = table.get((mux.index, op))
+                got = (set() if w is None
+                       else set(range(ins.cycle + w.lo, ins.cycle + w.lo + w.length(ins.fields))))
+                assert got == want, (mux.name, ins)
+
+
+def _in_use(cfg, issued: list[Instr], u: int, indices) -> bool:
+    """The contract's CFG_IN_USE rule (docs/contract.md)."""
+    muxes = fabric.muxes(cfg)
+    for prev in issued:
+        for index in indices:
+            use = timing.mux_use(cfg, prev, muxes[index].name)
+            if use and prev.cycle + use[0] <= u < prev.cycle + use[1] - 1:
+                return True
+    return False
+
+
+def test_guard_matches_the_contract():
+    """A random legal issue stream (each unit fed no faster than its occupancy, rows
+    1..12, VRUNs to the CBUF and to the ACC) with random SETCFGs between, and a
+    run restart now and then: ``in_use`` equals the contract's rule every cycle."""
+    cfg, rng = TINY, random.Random(7)
+    dut = MuxGuard(cfg=cfg)
+    n_mux = len(fabric.muxes(cfg))
+    units = {Opcode.DMA: "dma", Opcode.WLOAD: "wload", Opcode.MATMUL: "mm",
+             Opcode.VRUN: "vpu"}
+    checked = {True: 0, False: 0}
+
+    async def bench(ctx):
+        issued, free, t0 = [], dict.fromkeys(units.values(), 0), 0
+        for c in range(4000):
+            u = c - t0
+            ctx.set(dut.clear, 0)
+            ctx.set(dut.issue, 0)
+            if rng.random() < 0.01:                       # a new run starts
+                ctx.set(dut.clear, 1)
+                issued, free, t0 = [], dict.fromkeys(units.values(), 0), c + 1
+            elif rng.random() < 0.35:
+                op = rng.choice(list(units))
+                if free[units[op]] <= u:
+                    ins = _sample(rng, op)
+                    if "rows" in ins.fields:
+                        ins.fields["rows"] = rng.randrange(1, 13)
+                    ins = Instr(op, u, ins.fields)
+                    word = isa.encode(ins)
+                    ctx.set(dut.issue, 1)
+                    ctx.set(dut.opcode, op)
+                    ctx.set(dut.payload, word >> (isa.WORD_BITS - isa.PAYLOAD_BITS))
+                    issued.append(ins)
+                    free[units[op]] = u + timing.occupancy(cfg, ins)
+            if not ctx.get(dut.issue) and not ctx.get(dut.clear):
+                pairs = [(rng.randrange(n_mux), 0) for _ in range(rng.randrange(1, 8))]
+                extra = [(rng.randrange(n_mux), 0) for _ in range(isa.SETCFG_PAIRS)]
+                fields = isa.setcfg_fields(pairs + extra[len(pairs):])
+                fields["more"] = len(pairs) - 1           # the rest must be ignored
+                layout = isa.PAYLOAD[Opcode.SETCFG]
+                ctx.set(dut.setcfg, layout.const(fields))
+                want = _in_use(cfg, issued, u, [i for i, _ in pairs])
+                assert ctx.get(dut.in_use) == want, (u, pairs, issued[-3:])
+                checked[want] += 1
+            await ctx.tick()
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-6)
+    sim.add_testbench(bench)
+    sim.run()
+    assert min(checked.values()) > 100, checked
