@@ -11,7 +11,7 @@ WORKERS  ?= auto
 SIM_FLAGS := $(if $(filter 1 yes true,$(WAVES)),--waves)
 unexport WAVES
 
-.PHONY: venv sim test regress bench clean distclean
+.PHONY: venv sim test test-fast regress bench clean distclean
 
 venv: $(STAMP)
 
@@ -25,6 +25,13 @@ sim: $(STAMP)
 
 test: $(STAMP)
 	$(VENV)/bin/python -m pytest -n $(WORKERS) -m "not regress" testbenches
+
+# The pure-Python tests (no Verilator build or run), shuffled across modules on every
+# run so that no test can lean on another having run first; the seed is printed, and
+# `make test-fast SEED=n` repeats that order.
+test-fast: $(STAMP)
+	$(VENV)/bin/python -m pytest -q -n 0 -m "not rtl and not regress" \
+		--random-order-bucket=global $(if $(SEED),--random-order-seed=$(SEED)) testbenches
 
 regress: $(STAMP)
 	$(VENV)/bin/python -m pytest -n $(WORKERS) -m regress testbenches

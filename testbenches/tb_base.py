@@ -34,7 +34,7 @@ def case_name() -> str:
         return os.environ["BLOCK_CASE"]
     except KeyError:
         raise RuntimeError("BLOCK_CASE is not set: run block tests through pytest "
-                           "(testbenches/test_block_*.py)") from None
+                           "(testbenches/test_blocks.py)") from None
 
 
 def wrap32(x: int) -> int:

@@ -15,6 +15,8 @@ from systolica.arch.config import preset
 from systolica.arch.isa import DmaKind, Instr, Opcode
 from systolica.arch.regs import ErrorCode
 
+pytestmark = pytest.mark.rtl
+
 CFG = preset("tiny")
 R = CFG.rows
 

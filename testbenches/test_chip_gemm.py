@@ -17,6 +17,8 @@ from systolica.compiler import reference
 from systolica.arch.config import preset
 from systolica.app.demo import calibrate, mlp
 
+pytestmark = pytest.mark.rtl
+
 CFG = preset("tiny")
 
 

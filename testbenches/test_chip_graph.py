@@ -13,6 +13,8 @@ from systolica import golden
 from systolica.arch.config import preset
 from systolica.compiler import GraphBuilder, compile_network, reference
 
+pytestmark = pytest.mark.rtl
+
 CFG = preset("tiny")
 
 

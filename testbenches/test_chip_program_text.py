@@ -18,6 +18,8 @@ from systolica.arch.config import preset
 from systolica.arch.regs import ErrorCode
 from systolica.compiler.stp import compile_file
 
+pytestmark = pytest.mark.rtl
+
 CFG = preset("tiny")
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 PERM = np.r_[4:8, 0:4]          # west_feed swapped: tile row 0 gets partitions 4..7

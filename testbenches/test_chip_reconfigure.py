@@ -18,6 +18,8 @@ from systolica.compiler.schedule import schedule
 from systolica.arch.config import preset
 from systolica.arch.isa import DmaKind, Opcode
 
+pytestmark = pytest.mark.rtl
+
 CFG = preset("tiny")
 R, M = CFG.rows, 16
 SWAP_ROWS = {"west_feed[0]": "cbuf.g1", "west_feed[1]": "cbuf.g0"}

@@ -13,7 +13,7 @@ from systolica.compiler import compile_network, gemm, reference
 from systolica.arch.config import preset
 from systolica.app.demo import calibrate, mlp
 
-pytestmark = pytest.mark.regress
+pytestmark = [pytest.mark.regress, pytest.mark.rtl]
 CFG = preset("base")
 
 

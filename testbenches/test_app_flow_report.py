@@ -1,0 +1,172 @@
+"""The main flow (systolica.app.flow) and its reports (systolica.app.report): the
+per-layer table people read and the bench record machines read.
+
+The report tests take a real compiled network with the golden model's results in the
+RTL's place (no simulator); one run of the flow on the tiny chip's RTL then checks
+that the flow measures what the golden model says, layer by layer.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import json
+
+import numpy as np
+import pytest
+from rich.console import Console
+
+from systolica import golden
+from systolica.app import demo, flow, report
+from systolica.arch import isa
+from systolica.arch.config import preset
+from systolica.compiler import compile_network, reference
+
+#: The bench record's fields (``build/bench.json``); a change here is a change of format.
+RECORD_KEYS = {
+    "name", "config", "M", "K", "N", "layers", "cycles", "predicted_cycles",
+    "golden_cycles", "macs", "array_macs", "mac_utilization", "dram_bytes",
+    "dram_rd_bytes", "dram_wr_bytes", "instructions", "compile_seconds", "sim_seconds",
+    "sim_cycles_per_second", "outputs_match", "ok",
+}
+LAYER_KEYS = {"name", "M", "K", "N", "predicted_cycles", "cycles", "mac_utilization",
+              "dram_rd_bytes", "dram_wr_bytes"}
+#: Host timings and where the waveform went: all that may differ between two runs.
+TIMING = {"compile_s", "sim_s", "fst"}
+#: The demo MLP on the tiny chip (``make bench``): a figure the README quotes.
+DEMO_CYCLES = 2264
+
+
+def golden_run(cfg, network) -> flow.NetworkRun:
+    """What :func:`flow.run_network` reports, with the golden model standing in for the
+    RTL: the whole program, and for each layer the program up to that layer's last
+    instruction (the chip's counters then give the layer's end and DRAM traffic)."""
+    compiled = compile_network(cfg, network)
+    words = isa.from_bytes(compiled.image)
+    full = golden.run(cfg, compiled.image, compiled.dram)
+    layers, start, rd, wr = [], 0, 0, 0
+    for index, layer in enumerate(compiled.layers):
+        upto = 1 + max(pc for pc, of in enumerate(compiled.layer_of) if of == index)
+        part = golden.run(cfg, isa.to_bytes(words[:upto]), compiled.dram)
+        layers.append(flow.LayerRun(layer.name, layer.M, layer.K, layer.N, layer.macs,
+                                    part.cycles, part.cycles, part.dram_bytes_read - rd,
+                                    part.dram_bytes_written - wr, start))
+        start, rd, wr = part.cycles, part.dram_bytes_read, part.dram_bytes_written
+    got, want = compiled.results(full.dram), reference.outputs(network)
+    return flow.NetworkRun(
+        cfg=cfg, name=network.name, compiled=compiled, compile_s=0.5,
+        predicted_cycles=compiled.predicted_cycles, measured_cycles=full.cycles,
+        golden_cycles=full.cycles, rtl_matches_golden=True,
+        rtl_matches_numpy=set(got) == set(want)
+        and all(np.array_equal(got[k], want[k]) for k in want),
+        macs_counter=full.macs, dram_rd_bytes=full.dram_bytes_read,
+        dram_wr_bytes=full.dram_bytes_written, sim_s=0.25, error=full.error.name,
+        layers=layers)
+
+
+@pytest.fixture(scope="module")
+def demo_run() -> flow.NetworkRun:
+    return golden_run(preset("tiny"), demo.mlp())
+
+
+def printed(run: flow.NetworkRun) -> list[str]:
+    out = io.StringIO()
+    report.print_run(run, Console(file=out, width=160, color_system=None))
+    return [" ".join(line.replace("│", " ").replace("┃", " ").split())
+            for line in out.getvalue().splitlines()]
+
+
+def test_golden_stand_in_is_a_passing_run(demo_run):
+    """The fixture the report tests read is itself right: the demo's cycles, layers
+    that tile the run, and outputs equal to numpy's."""
+    assert demo_run.ok
+    assert demo_run.measured_cycles == demo_run.predicted_cycles == DEMO_CYCLES
+    assert [l.name for l in demo_run.layers] == ["fc1", "fc2", "fc3"]
+    assert demo_run.layers[0].start == 0
+    assert demo_run.layers[-1].measured_end == demo_run.measured_cycles
+    assert all(a.measured_end == b.start for a, b in zip(demo_run.layers, demo_run.layers[1:]))
+    assert sum(l.dram_rd_bytes for l in demo_run.layers) == demo_run.dram_rd_bytes
+    assert sum(l.dram_wr_bytes for l in demo_run.layers) == demo_run.dram_wr_bytes
+
+
+def test_table_has_a_row_per_layer_and_a_total(demo_run):
+    lines = printed(demo_run)
+    cfg = demo_run.cfg
+    assert lines[0] == (f"demo_mlp on chip tiny: 2x2 tiles of 4x4 cells (8x8 = 64 MACs), "
+                        f"{len(demo_run.compiled.program)} instructions")
+    rows = {line.split()[0]: line.split()[1:] for line in lines[1:] if line}
+    for layer in demo_run.layers:
+        assert rows[layer.name] == [
+            str(layer.M), str(layer.K), str(layer.N), str(layer.predicted_cycles),
+            str(layer.measured_cycles), "yes", f"{layer.utilisation(cfg):.3f}",
+            str(layer.dram_rd_bytes), str(layer.dram_wr_bytes)]
+    assert rows["total"] == [str(DEMO_CYCLES), str(DEMO_CYCLES), "yes",
+                             f"{demo_run.utilisation:.3f}", str(demo_run.dram_rd_bytes),
+                             str(demo_run.dram_wr_bytes)]
+    assert (f"outputs: RTL == golden model yes, RTL == numpy yes; golden model cycles "
+            f"{DEMO_CYCLES} yes; chip error NONE") in lines
+    assert lines[-1] == "PASS"
+
+
+def test_a_layer_off_by_one_cycle_fails_the_run(demo_run):
+    late = dataclasses.replace(demo_run.layers[1],
+                               measured_end=demo_run.layers[1].measured_end + 1)
+    run = dataclasses.replace(demo_run, layers=[demo_run.layers[0], late,
+                                                *demo_run.layers[2:]])
+    assert not run.ok
+    lines = printed(run)
+    assert next(l for l in lines if l.startswith("fc2 ")).split()[6] == "NO"
+    assert next(l for l in lines if l.startswith("fc1 ")).split()[6] == "yes"
+    assert lines[-1] == "FAIL"
+
+
+@pytest.mark.parametrize("change", [
+    dict(measured_cycles=DEMO_CYCLES + 1), dict(golden_cycles=DEMO_CYCLES - 1),
+    dict(rtl_matches_numpy=False), dict(rtl_matches_golden=False), dict(error="RANGE"),
+], ids=lambda change: next(iter(change)))
+def test_any_mismatch_fails_the_run(demo_run, change):
+    run = dataclasses.replace(demo_run, **change)
+    assert not run.ok
+    assert printed(run)[-1] == "FAIL"
+
+
+def test_bench_record(demo_run):
+    rec = report.record(demo_run, "demo_mlp")
+    assert set(rec) == RECORD_KEYS
+    assert json.loads(json.dumps(rec)) == rec     # plain JSON types only
+    assert (rec["name"], rec["config"], rec["M"], rec["K"], rec["N"]) \
+        == ("demo_mlp", "tiny", 16, 64, 10)
+    assert rec["cycles"] == rec["predicted_cycles"] == rec["golden_cycles"] == DEMO_CYCLES
+    assert rec["macs"] == sum(16 * l.K * l.N for l in demo_run.layers)
+    assert rec["mac_utilization"] == pytest.approx(rec["macs"] / (DEMO_CYCLES * 64))
+    assert rec["dram_bytes"] == rec["dram_rd_bytes"] + rec["dram_wr_bytes"] > 0
+    assert rec["instructions"] == len(demo_run.compiled.program)
+    assert rec["sim_cycles_per_second"] == DEMO_CYCLES / 0.25
+    assert rec["outputs_match"] is True and rec["ok"] is True
+    assert [set(layer) for layer in rec["layers"]] == [LAYER_KEYS] * 3
+    assert [layer["cycles"] for layer in rec["layers"]] \
+        == [l.measured_cycles for l in demo_run.layers]
+    assert sum(layer["cycles"] for layer in rec["layers"]) == DEMO_CYCLES
+
+
+def test_bench_record_of_a_failed_run(demo_run):
+    rec = report.record(dataclasses.replace(demo_run, rtl_matches_numpy=False), "x")
+    assert rec["outputs_match"] is False and rec["ok"] is False
+
+
+@pytest.mark.rtl
+def test_flow_on_rtl_measures_what_the_golden_model_says(demo_run):
+    """One run of the demo on the tiny chip's RTL: every figure of the run and of each
+    layer (cycles, DRAM traffic, MAC counter) equals the golden model's."""
+    run = flow.run_network(preset("tiny"), demo.mlp())
+    assert run.ok, printed(run)
+    assert run.sim_s > 0 and run.compile_s > 0 and run.fst is None
+    for field in dataclasses.fields(flow.NetworkRun):
+        if field.name not in TIMING | {"compiled"}:
+            assert getattr(run, field.name) == getattr(demo_run, field.name), field.name
+    assert run.compiled.image == demo_run.compiled.image
+    ours = report.record(run, "demo_mlp")
+    theirs = report.record(demo_run, "demo_mlp")
+    host = {"compile_seconds", "sim_seconds", "sim_cycles_per_second"}
+    assert {k: v for k, v in ours.items() if k not in host} \
+        == {k: v for k, v in theirs.items() if k not in host}
