@@ -14,6 +14,26 @@ _WORD_BYTES = WORD_BITS // 8
 _WRITES_PER_WORD = WORD_BITS // 32
 
 
+#: The registers read after a run, in the order read.
+COUNTER_REGS = (Reg.STATUS, Reg.ERROR, Reg.FAULT_PC, Reg.FAULT_CYCLE, Reg.CYCLES,
+                Reg.MACS_LO, Reg.MACS_HI, Reg.DRAM_RD_BYTES, Reg.DRAM_WR_BYTES, Reg.HWCFG)
+
+
+def counters_from(values: dict) -> dict:
+    """The counters of a run from the values of :data:`COUNTER_REGS` (by register)."""
+    return {
+        "status": values[Reg.STATUS],
+        "error": values[Reg.ERROR],
+        "fault_pc": values[Reg.FAULT_PC],
+        "fault_cycle": values[Reg.FAULT_CYCLE],
+        "cycles": values[Reg.CYCLES],
+        "macs": values[Reg.MACS_LO] | values[Reg.MACS_HI] << 32,
+        "dram_rd_bytes": values[Reg.DRAM_RD_BYTES],
+        "dram_wr_bytes": values[Reg.DRAM_WR_BYTES],
+        "hwcfg": values[Reg.HWCFG],
+    }
+
+
 class RegisterBus(Protocol):
     """How the driver reaches the chip's 32-bit registers."""
 
@@ -73,18 +93,7 @@ class Driver:
 
     async def counters(self) -> dict:
         """Status and performance registers of the last run."""
-        read = self.bus.read
-        return {
-            "status": await read(Reg.STATUS),
-            "error": await read(Reg.ERROR),
-            "fault_pc": await read(Reg.FAULT_PC),
-            "fault_cycle": await read(Reg.FAULT_CYCLE),
-            "cycles": await read(Reg.CYCLES),
-            "macs": await read(Reg.MACS_LO) | await read(Reg.MACS_HI) << 32,
-            "dram_rd_bytes": await read(Reg.DRAM_RD_BYTES),
-            "dram_wr_bytes": await read(Reg.DRAM_WR_BYTES),
-            "hwcfg": await read(Reg.HWCFG),
-        }
+        return counters_from({reg: await self.bus.read(reg) for reg in COUNTER_REGS})
 
     async def ack(self) -> None:
         """Lower the interrupt."""

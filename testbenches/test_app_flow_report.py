@@ -27,7 +27,7 @@ RECORD_KEYS = {
     "name", "config", "M", "K", "N", "layers", "cycles", "predicted_cycles",
     "golden_cycles", "macs", "array_macs", "mac_utilization", "dram_bytes",
     "dram_rd_bytes", "dram_wr_bytes", "instructions", "compile_seconds", "sim_seconds",
-    "sim_cycles_per_second", "outputs_match", "ok",
+    "sim_cycles_per_second", "harness", "outputs_match", "ok",
 }
 LAYER_KEYS = {"name", "M", "K", "N", "predicted_cycles", "cycles", "mac_utilization",
               "dram_rd_bytes", "dram_wr_bytes"}
@@ -142,6 +142,7 @@ def test_bench_record(demo_run):
     assert rec["dram_bytes"] == rec["dram_rd_bytes"] + rec["dram_wr_bytes"] > 0
     assert rec["instructions"] == len(demo_run.compiled.program)
     assert rec["sim_cycles_per_second"] == DEMO_CYCLES / 0.25
+    assert rec["harness"] == "cocotb"
     assert rec["outputs_match"] is True and rec["ok"] is True
     assert [set(layer) for layer in rec["layers"]] == [LAYER_KEYS] * 3
     assert [layer["cycles"] for layer in rec["layers"]] \

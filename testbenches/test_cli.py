@@ -96,7 +96,8 @@ def test_console_script_reports_an_error_in_one_line():
 
 def test_a_slow_build_says_so_without_a_terminal(monkeypatch, capsys):
     monkeypatch.setattr(cli, "BUILD_NOTICE_SECONDS", 0.05)
-    monkeypatch.setattr(rtlsim, "build", lambda cfg, waves=False: time.sleep(0.5))
+    monkeypatch.setattr(rtlsim, "build",
+                        lambda cfg, waves=False, harness="cocotb": time.sleep(0.5))
     cli._ensure_built(preset("tiny"))
     err = capsys.readouterr().err
     assert err.startswith("systolica: building the Verilated tiny chip")
@@ -104,7 +105,7 @@ def test_a_slow_build_says_so_without_a_terminal(monkeypatch, capsys):
 
 
 def test_a_quick_build_says_nothing(monkeypatch, capsys):
-    monkeypatch.setattr(rtlsim, "build", lambda cfg, waves=False: None)
+    monkeypatch.setattr(rtlsim, "build", lambda cfg, waves=False, harness="cocotb": None)
     cli._ensure_built(preset("tiny"))
     time.sleep(0.1)
     assert capsys.readouterr().err == ""
@@ -113,7 +114,8 @@ def test_a_quick_build_says_nothing(monkeypatch, capsys):
 def test_sim_checks_the_network_before_building(monkeypatch, capsys):
     """An argument error in `sim` comes before the minutes-long build, not after."""
     built = []
-    monkeypatch.setattr(rtlsim, "build", lambda cfg, waves=False: built.append(cfg))
+    monkeypatch.setattr(rtlsim, "build",
+                        lambda cfg, waves=False, harness="cocotb": built.append(cfg))
     status, _, err = run(["sim", "--gemm", "8x5000x8"], capsys)
     assert status == 2 and built == [] and "imem_depth" in err
 

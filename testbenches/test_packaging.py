@@ -19,7 +19,7 @@ REPO = Path(__file__).resolve().parent.parent
 SOURCE_DIRS = {"systolica": "systolica", "systolica/rtl": "rtl",
                "systolica/compiler": "compiler", "systolica/firmware": "firmware"}
 HARNESS_FILES = {"systolica/sim/hdl/sim_top.v", "systolica/sim/hdl/lz4/lz4.h",
-                 "systolica/sim/cocotb_entry.py"}
+                 "systolica/sim/hdl/harness.cpp", "systolica/sim/cocotb_entry.py"}
 NOT_SOURCE = shutil.ignore_patterns(".git", ".venv", "build", "*.egg-info", "__pycache__",
                                     ".pytest_cache", "sim_build")
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import run_many_on_rtl, run_on_rtl
+from conftest import rtl_job, run_many_on_rtl, run_on_rtl
 from systolica.arch import isa, timing
 from systolica.sim import rtlsim
 from systolica.firmware import dramfile
@@ -81,6 +81,30 @@ def test_driver_timeout_is_an_error():
 def test_driver_rejects_partial_words():
     with pytest.raises(ValueError, match="multiple of 16"):
         _drive(Driver(RecordingBus()).load_program(b"\0" * 20))
+
+
+def test_cxx_script_follows_the_driver():
+    """The C++ harness's commands are the driver's register sequence: reset, load the
+    DRAM, the program, the measured window opening at the start write, the wait, the
+    counters, the dump, the acknowledge."""
+    from systolica.firmware.driver import COUNTER_REGS
+    from systolica.sim import cxxsim
+    lines = cxxsim.script(isa.to_bytes([5]), 77).splitlines()
+    assert lines[:5] == ["reset 2", "load", f"write {int(Reg.PROG_LEN)} 1",
+                         f"write {int(Reg.IMEM_ADDR)} 0", f"write {int(Reg.IMEM_DATA)} 5"]
+    assert lines[5:8] == [f"write {int(Reg.IMEM_DATA)} 0"] * 3
+    assert lines[8:11] == ["mark", f"write {int(Reg.CTRL)} {CTRL_START}", "wait 77"]
+    assert lines[11:-2] == [f"read {r.name} {int(r)}" for r in COUNTER_REGS]
+    assert lines[-2:] == ["dump", f"write {int(Reg.CTRL)} {CTRL_IRQ_ACK}"]
+
+
+@pytest.mark.parametrize("harness, waves, message", [
+    ("verilog", False, "harness must be one of cocotb, cxx, not 'verilog'"),
+    ("cxx", True, "waveforms are written by the cocotb harness only"),
+])
+def test_bad_harness_is_refused(tiny_cfg, harness, waves, message):
+    with pytest.raises(rtlsim.RtlSimError, match=message):
+        rtlsim.run(tiny_cfg, [dict(program=b"")], waves=waves, harness=harness)
 
 
 # -- on the RTL -------------------------------------------------------------------------
@@ -159,3 +183,33 @@ def test_waves_write_fst(tiny_cfg):
     fst = Path(res["fst"])
     assert fst.name == "dump.fst" and fst.stat().st_size > 0
     assert fst.read_bytes()[0] == 0   # FST header block
+
+
+@pytest.mark.rtl
+def test_cxx_harness_agrees_with_cocotb(tiny_cfg, tiny_build):
+    """The plain C++ harness and cocotb, on the same Verilog and the same jobs, leave
+    the same registers and the same DRAM: a GEMM (whole DRAM read back), a copy with
+    ranges, and a fault."""
+    from systolica.app.cli import _gemm_network
+    from systolica.compiler import compile_network
+    cfg = tiny_cfg
+    gemm = compile_network(cfg, _gemm_network(24, 40, 20, 3))
+    jobs = [rtl_job(gemm, name="gemm"),
+            rtl_job(_copy_program(cfg, src=10, dst=300, rows=6), _random_dram(cfg, 4),
+                    readback=[(300, 6), (0, 4)], name="copy"),
+            rtl_job([Instr(Opcode.ILLEGAL, 0, {})], readback=[], expect_fault=True,
+                    name="illegal")]
+    cocotb, cxx = (rtlsim.run(cfg, jobs, harness=h) for h in ("cocotb", "cxx"))
+    registers = ("status", "error", "fault_pc", "fault_cycle", "cycles", "macs",
+                 "dram_rd_bytes", "dram_wr_bytes", "hwcfg", "irq", "faulted",
+                 "timed_out", "status_flags", "error_name", "name")
+    for a, b in zip(cocotb, cxx, strict=True):
+        assert (a["harness"], b["harness"]) == ("cocotb", "cxx")
+        assert {k: a[k] for k in registers} == {k: b[k] for k in registers}, a["name"]
+        assert len(a["readback"]) == len(b["readback"])
+        assert all(np.array_equal(x, y) for x, y in zip(a["readback"], b["readback"]))
+        assert (a["dram"] is None) == (b["dram"] is None)
+    assert cxx[0]["cycles"] == gemm.predicted_cycles and cxx[0]["macs"] > 0
+    assert np.array_equal(cxx[0]["dram"], cocotb[0]["dram"])
+    assert not np.array_equal(cxx[0]["dram"][:len(gemm.dram)], gemm.dram)  # it wrote
+    assert cxx[2]["error"] == ErrorCode.ILLEGAL_OPCODE

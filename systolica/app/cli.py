@@ -173,13 +173,13 @@ def _notice(text: str):
         timer.cancel()
 
 
-def _ensure_built(cfg, waves: bool = False) -> None:
+def _ensure_built(cfg, waves: bool = False, harness: str = "cocotb") -> None:
     """Build (or find) the Verilated chip, saying so: the first build of a configuration
     takes minutes, and even finding a cached one takes seconds."""
     from ..sim import rtlsim
     with _notice(f"building the Verilated {cfg.name} chip (minutes the first time for a "
                  f"configuration; later runs reuse it)..."):
-        rtlsim.build(cfg, waves=waves)
+        rtlsim.build(cfg, waves=waves, harness=harness)
 
 
 # -- commands ----------------------------------------------------------------------------
@@ -250,20 +250,25 @@ def cmd_bench(args) -> int:
     from ..sim import rtlsim
     from ..arch.config import preset
     _check_output(args.out, "--out")
-    cases = [("gemm_256x256x256", "base", lambda: _gemm_network(256, 256, 256, 1)),
-             ("gemm_64x64x64", "base", lambda: _gemm_network(64, 64, 64, 2)),
-             ("demo_mlp", "tiny", demo.mlp)]
+    gemm256 = ("gemm_256x256x256", "base", lambda: _gemm_network(256, 256, 256, 1))
+    # Each case as cocotb drives it (as the tests do), then the long GEMM again with
+    # the plain C++ harness: the simulation speed of both, on the same Verilog.
+    cases = [(*gemm256, "cocotb"),
+             ("gemm_64x64x64", "base", lambda: _gemm_network(64, 64, 64, 2), "cocotb"),
+             ("demo_mlp", "tiny", demo.mlp, "cocotb"),
+             (*gemm256, "cxx")]
     records = []
     with Progress() as progress:
         task = progress.add_task("bench", total=len(cases))
-        for name, cfg_name, make in cases:
-            progress.update(task, description=f"{name} on {cfg_name}: building the chip")
+        for name, cfg_name, make, harness in cases:
+            progress.update(task, description=f"{name} on {cfg_name} ({harness}): "
+                                              f"building the chip")
             if progress.console.is_terminal:
-                rtlsim.build(preset(cfg_name))
+                rtlsim.build(preset(cfg_name), harness=harness)
             else:
-                _ensure_built(preset(cfg_name))
-            progress.update(task, description=f"{name} on {cfg_name}: running")
-            run = flow.run_network(preset(cfg_name), make())
+                _ensure_built(preset(cfg_name), harness=harness)
+            progress.update(task, description=f"{name} on {cfg_name} ({harness}): running")
+            run = flow.run_network(preset(cfg_name), make(), harness=harness)
             records.append(report.record(run, name))
             progress.advance(task)
     out = Path(args.out)
@@ -271,7 +276,8 @@ def cmd_bench(args) -> int:
     for r in records:
         print(f"{r['name']:>18} on {r['config']:<5} cycles {r['cycles']:>7} "
               f"(predicted {r['predicted_cycles']}) util {r['mac_utilization']:.3f} "
-              f"DRAM {r['dram_bytes']} B  sim {r['sim_cycles_per_second']:,.0f} cycles/s  "
+              f"DRAM {r['dram_bytes']} B  sim {r['sim_cycles_per_second']:,.0f} cycles/s "
+              f"({r['harness']})  "
               f"{'ok' if r['ok'] else 'MISMATCH'}")
     print(f"wrote {out}")
     return 0 if all(r["ok"] for r in records) else 1

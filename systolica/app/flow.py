@@ -60,6 +60,7 @@ class NetworkRun:
     error: str
     layers: list[LayerRun] = field(default_factory=list)
     fst: str | None = None
+    harness: str = "cocotb"     # what drove the simulation (systolica.sim.rtlsim.HARNESSES)
 
     @property
     def macs(self) -> int:
@@ -91,7 +92,7 @@ def _layer_prefixes(compiled: Compiled) -> list[int]:
 
 
 def run_network(cfg: ChipConfig, network: Network | Graph, *, waves: bool = False,
-                per_layer: bool = True) -> NetworkRun:
+                per_layer: bool = True, harness: str = "cocotb") -> NetworkRun:
     began = time.perf_counter()
     compiled = compile_network(cfg, network)
     compile_s = time.perf_counter() - began
@@ -108,7 +109,7 @@ def run_network(cfg: ChipConfig, network: Network | Graph, *, waves: bool = Fals
         prefix = isa.to_bytes(words[:n])
         jobs.append(dict(name=f"{network.name}:{layer.name}", program=prefix,
                          dram=compiled.dram, readback=[(0, 1)]))
-    results = rtlsim.run(cfg, jobs, waves=waves)
+    results = rtlsim.run(cfg, jobs, waves=waves, harness=harness)
     full = results[0]
 
     dram_after = np.zeros((cfg.dram_words, cfg.dram_word_bytes), np.uint8)
@@ -140,4 +141,4 @@ def run_network(cfg: ChipConfig, network: Network | Graph, *, waves: bool = Fals
         and all(np.array_equal(got[k], want[k]) for k in got),
         macs_counter=full["macs"], dram_rd_bytes=full["dram_rd_bytes"],
         dram_wr_bytes=full["dram_wr_bytes"], sim_s=full["wall_s"],
-        error=full["error_name"], layers=layers, fst=full.get("fst"))
+        error=full["error_name"], layers=layers, fst=full.get("fst"), harness=harness)

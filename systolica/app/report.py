@@ -73,6 +73,7 @@ def record(run: NetworkRun, name: str) -> dict:
         "compile_seconds": run.compile_s,
         "sim_seconds": run.sim_s,
         "sim_cycles_per_second": run.sim_cycles_per_second,
+        "harness": run.harness,
         "outputs_match": run.rtl_matches_golden and run.rtl_matches_numpy,
         "ok": run.ok,
     }

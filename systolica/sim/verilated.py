@@ -52,6 +52,8 @@ TIMESCALE = ("1ns", "1ps")
 #: so the split (parallel) build passes the header's name as an input file and fails;
 #: ``-include`` is that option for GCC and Clang alike.
 MAKE_VARIABLES = {"CFG_CXXFLAGS_PCH_I": "-include"}
+#: What replaces cocotb's ``--public-flat-rw`` for each :attr:`Design.public`.
+PUBLIC = {"flat": ("--public-flat-rw",), "top": ("--public-depth", "1")}
 #: Builds of other inputs in the same family are deleted once unused for this long.
 STALE_BUILD_SECONDS = 6 * 3600
 
@@ -70,6 +72,12 @@ class Design:
     never computed from the Verilog itself. ``top`` is the simulated top module, in the
     generated Verilog or in ``sources`` (hand-written Verilog compiled alongside);
     ``parameters`` are its Verilog parameters. ``label`` names the build directory.
+
+    ``public`` says what a cocotb testbench may reach through VPI: ``"flat"`` every
+    signal (what cocotb's runner builds; block testbenches look inside), ``"top"`` only
+    the top module's (a testbench that drives the ports and moves memories through
+    files; every signal made public costs speed). ``main`` is a C++ source with its
+    own ``main()`` instead of cocotb's: a plain Verilator executable, no VPI, no waves.
     """
 
     top: str
@@ -82,6 +90,8 @@ class Design:
     build_args: tuple[str, ...] = LINT_ARGS
     make_variables: Mapping[str, str] = field(default_factory=dict)
     waves: bool = False
+    public: str = "flat"
+    main: Path | None = None
 
     def __post_init__(self):
         for name in ("top", "label", "params"):
@@ -95,6 +105,12 @@ class Design:
                 or not all(isinstance(m, str) for m in self.generator):
             raise TypeError(f"Design generator must be a non-empty tuple of module names, "
                             f"not {self.generator!r}")
+        if self.public not in PUBLIC:
+            raise TypeError(f"Design public must be one of {sorted(PUBLIC)}, "
+                            f"not {self.public!r}")
+        if self.main is not None and (not isinstance(self.main, Path) or self.waves):
+            raise TypeError(f"Design main must be the Path of a C++ source, without "
+                            f"waves, not {self.main!r} (waves={self.waves})")
 
 
 def component(top: str, factory: functools.partial, *, label: str | None = None,
@@ -280,6 +296,9 @@ def digest(design: Design) -> str:
         json.dumps({**MAKE_VARIABLES, **design.make_variables}, sort_keys=True),
         (LZ4_SHIM / "lz4.h").read_text() if design.waves else "",
         _tool_versions(),
+        # (only when not the default, so that earlier builds keep their keys)
+        *((design.public,) if design.public != "flat" else ()),
+        *((design.main.name, design.main.read_text()) if design.main else ()),
     ):
         h.update(part.encode() + b"\0\1")
     return h.hexdigest()
@@ -334,21 +353,61 @@ def _verilate(design: Design, out: Path, key: str) -> None:
     if design.waves:
         (out / "lib").mkdir(exist_ok=True)
         (out / "lib" / "liblz4.a").write_bytes(b"!<arch>\n")
-    from cocotb_tools.runner import get_runner
     log = out / "build.log"
     began = time.perf_counter()
     try:
-        with cocotb_environment(building=True, make_variables=design.make_variables):
-            get_runner("verilator").build(
-                sources=[generated, *design.sources], hdl_toplevel=design.top,
-                build_dir=sim_build, build_args=_build_args(design),
-                parameters=dict(design.parameters), timescale=TIMESCALE,
-                waves=design.waves, log_file=log)
+        if design.main is not None:
+            _verilate_plain(design, generated, sim_build, log)
+        else:
+            with cocotb_environment(building=True, make_variables=design.make_variables):
+                _runner(design.public).build(
+                    sources=[generated, *design.sources], hdl_toplevel=design.top,
+                    build_dir=sim_build, build_args=_build_args(design),
+                    parameters=dict(design.parameters), timescale=TIMESCALE,
+                    waves=design.waves, log_file=log)
     except (RuntimeError, SystemExit, OSError) as exc:
         raise BuildError(f"Verilator build of {design.label} failed ({exc}); "
                          f"{log} ends:\n{log_tail(log, 60)}") from None
     (out / "build.time").write_text(f"{time.perf_counter() - began:.1f}\n")
     stamp.write_text(key)
+
+
+def _runner(public: str):
+    """cocotb's Verilator runner, with the signals made public that ``public`` says
+    (the runner itself always asks for every signal)."""
+    from cocotb_tools.runner import Verilator
+
+    class Runner(Verilator):
+        def _build_command(self):
+            cmds = super()._build_command()
+            verilate = cmds[0]
+            at = verilate.index("--public-flat-rw")
+            cmds[0] = [*verilate[:at], *PUBLIC[public], *verilate[at + 1:]]
+            return cmds
+
+    return Runner()
+
+
+def _verilate_plain(design: Design, generated: Path, sim_build: Path, log: Path) -> None:
+    """Verilate ``design`` with its own C++ ``main`` into ``sim_build/<top>``."""
+    import subprocess
+    verilate = [
+        "verilator", "--cc", "--exe", "-Mdir", str(sim_build), "--top-module", design.top,
+        "--prefix", "Vtop", "-o", design.top, *_build_args(design),
+        "--timescale", "/".join(TIMESCALE),
+        *(f"-G{k}={v}" for k, v in design.parameters.items()),
+        str(design.main), str(generated), *map(str, design.sources)]
+    make = ["make", "-j", str(os.cpu_count() or 1), "-C", str(sim_build), "-f", "Vtop.mk",
+            *(f"{k}={v}" for k, v in {**MAKE_VARIABLES, **design.make_variables}.items())]
+    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS",
+                                                            "MAKELEVEL")}
+    with open(log, "w") as f:
+        for cmd in (verilate, make):
+            f.write(" ".join(cmd) + "\n")
+            f.flush()
+            done = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, env=env)
+            if done.returncode:
+                raise RuntimeError(f"{cmd[0]} exited with {done.returncode}")
 
 
 def _prune(family: Path, keep: Path) -> None:

@@ -1,0 +1,132 @@
+// A plain C++ harness for sim_top.v: the same Verilog as the cocotb testbench, driven
+// without Python, to measure what the Verilated model alone costs and to run long jobs.
+//
+//   sim_top_cxx +DRAM_IN=<hex> +DRAM_OUT=<hex> <script>
+//
+// The script (written by systolica.sim.cxxsim) is one command a line; the register map
+// stays in Python, the harness only moves the top's ports:
+//
+//   reset <cycles>          hold rst for that many rising edges
+//   load | dump             pulse dram_load / dram_dump (the DRAM image files)
+//   write <reg> <value>     one register write (set on a falling edge, taken on the rise)
+//   mark                    start the measured window: cycle count and wall clock
+//   wait <cycles>           clock until irq is high or the cycles have passed
+//   read <name> <reg>       print "<name> <value>"
+//
+// `wait` prints "irq <0|1>", "sim_cycles <n>" (rising edges since `mark`),
+// "start_cycle <n>" and "wall_s <seconds>". Any other line is an error (exit 2).
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <memory>
+#include <sstream>
+#include <string>
+
+#include "Vtop.h"
+#include "verilated.h"
+
+namespace {
+
+struct Chip {
+    VerilatedContext* ctx;
+    Vtop* top;
+    unsigned long long cycle = 0;
+
+    // One full clock period: rising edge (registers take the inputs), falling edge.
+    void tick() {
+        top->clk = 1;
+        ctx->timeInc(5000);
+        top->eval();
+        top->clk = 0;
+        ctx->timeInc(5000);
+        top->eval();
+        ++cycle;
+    }
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    const std::unique_ptr<VerilatedContext> ctx{new VerilatedContext};
+    ctx->commandArgs(argc, argv);
+    const char* script_path = nullptr;
+    for (int i = 1; i < argc; ++i)
+        if (argv[i][0] != '+') script_path = argv[i];
+    if (!script_path) {
+        std::fprintf(stderr, "usage: %s +DRAM_IN=<hex> +DRAM_OUT=<hex> <script>\n", argv[0]);
+        return 2;
+    }
+    std::ifstream script(script_path);
+    if (!script) {
+        std::fprintf(stderr, "%s: cannot read %s\n", argv[0], script_path);
+        return 2;
+    }
+
+    const std::unique_ptr<Vtop> top{new Vtop{ctx.get(), "TOP"}};
+    Chip chip{ctx.get(), top.get()};
+    top->clk = 0;
+    top->rst = 1;
+    top->reg_addr = 0;
+    top->reg_wdata = 0;
+    top->reg_we = 0;
+    top->dram_load = 0;
+    top->dram_dump = 0;
+    top->eval();
+
+    unsigned long long mark_cycle = 0;
+    auto mark_wall = std::chrono::steady_clock::now();
+    std::string line;
+    int number = 0;
+    while (std::getline(script, line)) {
+        ++number;
+        std::istringstream in(line);
+        std::string cmd;
+        if (!(in >> cmd)) continue;
+        if (cmd == "reset") {
+            unsigned cycles = 0;
+            in >> cycles;
+            top->rst = 1;
+            for (unsigned i = 0; i < cycles; ++i) chip.tick();
+            top->rst = 0;
+        } else if (cmd == "load" || cmd == "dump") {
+            (cmd == "load" ? top->dram_load : top->dram_dump) = 1;
+            chip.tick();
+            (cmd == "load" ? top->dram_load : top->dram_dump) = 0;
+        } else if (cmd == "write") {
+            unsigned long reg = 0, value = 0;
+            in >> reg >> value;
+            top->reg_addr = reg;
+            top->reg_wdata = value;
+            top->reg_we = 1;
+            chip.tick();
+            top->reg_we = 0;
+        } else if (cmd == "mark") {
+            mark_cycle = chip.cycle;
+            mark_wall = std::chrono::steady_clock::now();
+        } else if (cmd == "wait") {
+            unsigned long long limit = 0;
+            in >> limit;
+            for (unsigned long long i = 0; i < limit && !top->irq; ++i) chip.tick();
+            const std::chrono::duration<double> wall =
+                std::chrono::steady_clock::now() - mark_wall;
+            std::printf("irq %d\nsim_cycles %llu\nstart_cycle %llu\nwall_s %.6f\n",
+                        top->irq ? 1 : 0, chip.cycle - mark_cycle, mark_cycle,
+                        wall.count());
+        } else if (cmd == "read") {
+            std::string name;
+            unsigned long reg = 0;
+            in >> name >> reg;
+            top->reg_addr = reg;
+            top->eval();
+            std::printf("%s %lu\n", name.c_str(), (unsigned long)top->reg_rdata);
+        } else {
+            std::fprintf(stderr, "%s:%d: unknown command %s\n", script_path, number,
+                         cmd.c_str());
+            return 2;
+        }
+    }
+    top->final();
+    return 0;
+}
