@@ -4,16 +4,19 @@ model, several jobs in one simulator, faults, timeouts, waveforms)."""
 
 from __future__ import annotations
 
+import shutil
+import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from conftest import run_many_on_rtl, run_on_rtl
+from conftest import rtl_job, run_many_on_rtl, run_on_rtl
 from systolica.arch import isa, timing
 from systolica.sim import rtlsim
 from systolica.firmware import dramfile
 from systolica.firmware.driver import Driver
+from systolica.arch.config import preset
 from systolica.arch.isa import DmaKind, Instr, Opcode
 from systolica.arch.regs import CTRL_IRQ_ACK, CTRL_START, ErrorCode, Reg, hwcfg_word
 
@@ -27,6 +30,27 @@ def test_dram_hex_roundtrip(tmp_path):
     # most significant byte first: byte 7 of word 0 leads its line
     assert lines[0] == bytes(image[0, ::-1]).hex()
     assert np.array_equal(dramfile.read_hex(tmp_path / "m.hex", 8), image)
+
+
+def test_dram_load_file_holds_only_nonzero_runs(tmp_path):
+    image = np.zeros((10, 2), np.uint8)
+    image[1], image[2], image[7] = [1, 2], [3, 0], [0, 255]
+    dramfile.write_segments(tmp_path / "m.hex", [
+        (0x100, image), (5, np.zeros((3, 2), np.uint8)), (0, image[1:2])])
+    assert (tmp_path / "m.hex").read_text().split() == [
+        "@101", "0201", "0003", "@107", "ff00", "@0", "0201"]
+
+
+@pytest.mark.parametrize("dram, why", [
+    ([(3, np.zeros((4, 7), np.uint8))], "shape \\(4, 7\\) must be \\(words, 8\\)"),
+    ([(16383, np.zeros((2, 8), np.uint8))], "inside the 16384-word DRAM"),
+    ([(-1, np.zeros((1, 8), np.uint8))], "at word -1"),
+    ([np.zeros((1, 8), np.uint8)], "segment 0 must be a \\(first_word, array\\) pair"),
+    (np.zeros((2, 8), np.float32), "must be uint8"),
+])
+def test_bad_dram_segments_are_refused_before_building(tiny_cfg, dram, why):
+    with pytest.raises(rtlsim.RtlSimError, match=why):
+        rtlsim.run(tiny_cfg, [dict(program=b"", dram=dram)])
 
 
 class RecordingBus:
@@ -121,7 +145,8 @@ def test_jobs_share_one_simulator(tiny_cfg, tiny_build):
         dict(program=copy, dram=dram, readback=[(300, 6), (0, 4)], name="copy"),
         dict(program=[Instr(Opcode.ILLEGAL, 0, {})], readback=[], expect_fault=True,
              name="illegal"),
-        dict(program=copy, dram=dram[:20], readback=[(300, 6)], name="short image"),
+        dict(program=copy, dram=dram[:20], readback=[(300, 6), (20, 30)],
+             name="short image"),
     ])
     first, illegal, short = results
     assert first["status_flags"] == "DONE", first
@@ -135,8 +160,47 @@ def test_jobs_share_one_simulator(tiny_cfg, tiny_build):
     assert illegal["fault_pc"] == 0
     assert illegal["readback"] == []
 
-    # each job starts from its own image: a short one is zero-padded
+    # each job starts from its own image: a short one is zero-padded, whatever the
+    # jobs before it left in the memory
     assert np.array_equal(short["readback"][0], dram[10:16])
+    assert not short["readback"][1].any() and short["readback"][1].shape == (30, 8)
+
+
+#: ``tiny`` with a 64 MiB external memory, as large as ``base``'s.
+TINY_64MIB = preset("tiny").replace(name="tiny-64mib", dram_words=1 << 23)
+
+
+@pytest.mark.rtl
+def test_large_dram_loads_and_reads_back_only_the_regions_used():
+    cfg, top = TINY_64MIB, TINY_64MIB.dram_words
+    rng = np.random.default_rng(3)
+    low = rng.integers(0, 256, (6, 8), dtype=np.uint8)
+    high = rng.integers(1, 256, (20, 8), dtype=np.uint8)
+    copy = _copy_program(cfg, src=top - 40, dst=100, rows=6)
+    began = time.perf_counter()
+    results = rtlsim.run(cfg, [
+        rtl_job(copy, [(3, low), (top - 40, high)], name="far apart",
+                readback=[(100, 6), (3, 6), (top - 40, 20), (top - 20, 20), (0, 0)]),
+        rtl_job(b"", readback=[(3, 6), (100, 6), (top - 40, 20)], name="after"),
+    ], keep=True)
+    wall = time.perf_counter() - began
+    far, after = results
+    assert far["status_flags"] == "DONE" and far["cycles"] == timing.run_cycles(cfg, copy)
+    moved, got_low, got_high, past_high, empty = far["readback"]
+    assert np.array_equal(moved, high[:6])
+    assert np.array_equal(got_low, low) and np.array_equal(got_high, high)
+    assert not past_high.any() and empty.shape == (0, 8)
+    # the next job starts from zeros: the first one's data and writes are gone
+    assert not any(r.any() for r in after["readback"])
+    # what travels between host and simulator follows the data, not the memory
+    run_dir = max(Path(rtlsim.build_root(), "runs").glob(f"{cfg.key}-*"),
+                  key=lambda d: d.stat().st_mtime)
+    sizes = {f.name: f.stat().st_size for f in run_dir.iterdir() if f.suffix == ".hex"}
+    shutil.rmtree(run_dir)
+    assert sizes["job0-dram.hex"] < 1000, sizes
+    assert all(n < 1000 for n in sizes.values()), sizes
+    # a 64 MiB image written and read back as hex took about 14 s per job
+    assert wall < 10, f"two jobs on a 64 MiB DRAM took {wall:.1f} s"
 
 
 @pytest.mark.rtl

@@ -11,11 +11,16 @@ A job is a dict:
 
 ``program`` (bytes)
     program image, :func:`systolica.arch.isa.to_bytes` format.
-``dram`` (``numpy.uint8`` array ``(words, cfg.dram_word_bytes)``, optional)
-    initial DRAM contents from word 0; shorter images are zero-padded, missing means
-    all zeros.
+``dram`` (``numpy.uint8`` array ``(words, cfg.dram_word_bytes)``, or a list of
+``(first_word, array)`` segments; optional)
+    initial DRAM contents: an array from word 0, or each segment's array from its
+    first word; every other word is zero, and missing means all zeros. Only the
+    non-zero words given travel to the simulator, so give the part a run uses (e.g.
+    ``compiled.dram``), not a full-size image.
 ``readback`` (list of ``(first_word, words)``, optional)
-    DRAM word ranges to return after the run; missing means the whole DRAM.
+    DRAM word ranges to return after the run; only these are dumped. Missing means
+    the whole DRAM, which on a large memory (``base`` has 64 MiB) costs seconds:
+    name the ranges instead.
 ``expect_fault`` (bool or None, default False)
     whether the run must end in a fault; None accepts either.
 ``timeout_cycles`` (int, optional)
@@ -46,6 +51,7 @@ import numpy as np
 from ..arch import isa, timing
 from ..arch.config import ChipConfig
 from ..arch.regs import STATUS_ERROR
+from ..firmware import dramfile
 from . import verilated
 from .verilated import build_root, cocotb_environment, log_tail
 
@@ -102,20 +108,33 @@ def _default_timeout(cfg: ChipConfig, image: bytes) -> int:
     return 2 * end + 10_000
 
 
-def _dram_image(cfg: ChipConfig, dram) -> np.ndarray:
-    image = np.zeros((cfg.dram_words, cfg.dram_word_bytes), dtype=np.uint8)
-    data = np.asarray(dram)
-    if data.dtype != np.uint8:
+def _dram_segments(cfg: ChipConfig, dram) -> list[tuple[int, np.ndarray]]:
+    """A job's ``dram``, an array from word 0 or ``(first_word, array)`` segments, as
+    checked segments."""
+    if isinstance(dram, (list, tuple)):
+        pairs = []
+        for k, seg in enumerate(dram):
+            if not (isinstance(seg, (list, tuple)) and len(seg) == 2):
+                raise RtlSimError(f"DRAM segment {k} must be a (first_word, array) pair, "
+                                  f"not {type(seg).__name__}")
+            pairs.append((seg[0], seg[1]))
+    else:
+        pairs = [(0, dram)]
+    out = []
+    for first, data in pairs:
+        data = np.asarray(data)
         if data.dtype == np.int8:
             data = data.view(np.uint8)
-        else:
+        elif data.dtype != np.uint8:
             raise RtlSimError(f"DRAM image must be uint8 (or int8), not {data.dtype}")
-    if data.ndim != 2 or data.shape[1] != cfg.dram_word_bytes \
-            or data.shape[0] > cfg.dram_words:
-        raise RtlSimError(f"DRAM image must have shape (<= {cfg.dram_words}, "
-                          f"{cfg.dram_word_bytes}), not {data.shape}")
-    image[:data.shape[0]] = data
-    return image
+        if isinstance(first, bool) or not isinstance(first, (int, np.integer)) \
+                or first < 0 or data.ndim != 2 or data.shape[1] != cfg.dram_word_bytes \
+                or first + data.shape[0] > cfg.dram_words:
+            raise RtlSimError(f"DRAM segment at word {first!r} of shape {data.shape} must "
+                              f"be (words, {cfg.dram_word_bytes}) and lie inside the "
+                              f"{cfg.dram_words}-word DRAM")
+        out.append((int(first), data))
+    return out
 
 
 def _check_ranges(cfg: ChipConfig, ranges) -> list[list[int]]:
@@ -129,18 +148,9 @@ def _check_ranges(cfg: ChipConfig, ranges) -> list[list[int]]:
     return out
 
 
-def run(cfg: ChipConfig, jobs: list[dict], waves: bool = False, *,
-        keep: bool = False) -> list[dict]:
-    """Run ``jobs`` one after another in one simulator process; return one result per
-    job (see the module docstring). The run directory under ``build/runs/`` is deleted
-    afterwards unless ``keep``, ``waves`` or a failure."""
-    if not jobs:
-        return []
-    out = build(cfg, waves)
-    runs = build_root() / "runs"
-    runs.mkdir(parents=True, exist_ok=True)
-    run_dir = Path(tempfile.mkdtemp(prefix=f"{cfg.key}-", dir=runs))
-
+def _write_jobs(cfg: ChipConfig, jobs: list[dict], run_dir: Path) -> list[dict]:
+    """Check ``jobs`` and write their programs and DRAM load files into ``run_dir``;
+    return their entries of the jobs file (before any simulator is built)."""
     specs = []
     for index, job in enumerate(jobs):
         unknown = set(job) - {"program", "dram", "readback", "expect_fault",
@@ -152,8 +162,8 @@ def run(cfg: ChipConfig, jobs: list[dict], waves: bool = False, *,
         (run_dir / prog).write_bytes(image)
         dram = None
         if job.get("dram") is not None:
-            dram = f"job{index}-dram.npy"
-            np.save(run_dir / dram, _dram_image(cfg, job["dram"]))
+            dram = f"job{index}-dram.hex"
+            dramfile.write_segments(run_dir / dram, _dram_segments(cfg, job["dram"]))
         readback = job.get("readback")
         specs.append({
             "name": job.get("name", f"job{index}"),
@@ -164,6 +174,26 @@ def run(cfg: ChipConfig, jobs: list[dict], waves: bool = False, *,
             "timeout_cycles": int(job.get("timeout_cycles")
                                   or _default_timeout(cfg, image)),
         })
+    return specs
+
+
+def run(cfg: ChipConfig, jobs: list[dict], waves: bool = False, *,
+        keep: bool = False) -> list[dict]:
+    """Run ``jobs`` one after another in one simulator process; return one result per
+    job (see the module docstring). The run directory under ``build/runs/`` is deleted
+    afterwards unless ``keep``, ``waves`` or a failure."""
+    if not jobs:
+        return []
+    runs = build_root() / "runs"
+    runs.mkdir(parents=True, exist_ok=True)
+    run_dir = Path(tempfile.mkdtemp(prefix=f"{cfg.key}-", dir=runs))
+
+    try:
+        specs = _write_jobs(cfg, jobs, run_dir)
+    except RtlSimError:
+        shutil.rmtree(run_dir, ignore_errors=True)
+        raise
+    out = build(cfg, waves)
     jobs_file = run_dir / "jobs.json"
     jobs_file.write_text(json.dumps({
         "word_bytes": cfg.dram_word_bytes, "dram_words": cfg.dram_words,
