@@ -93,7 +93,8 @@ class MemoryPlan:
     graph: Graph
     rows: Mapping[str, int]          # per layer: M rows computed per pass
     regions: tuple[Region, ...]
-    dram: np.ndarray                 # initial DRAM image, uint8 (dram_words, rows)
+    dram: np.ndarray                 # initial DRAM image from word 0, uint8
+                                     # (dram_map.end, rows); the rest is zeros
     dram_map: DramMap
 
     def region(self, memory: str, key: str) -> Region:
@@ -221,7 +222,7 @@ def _dram(cfg: ChipConfig, graph: Graph) -> tuple[list[Region], np.ndarray, Dram
         who = f"layer {graph.producer(t).name!r}"
         outputs[t] = place(f"tensor {t}", layout.tensor_words(cfg, tensor.shape, tensor.dtype),
                            who, "output" if len(graph.outputs) == 1 else f"output {t!r}")
-    image = np.zeros((cfg.dram_words, cfg.rows), dtype=np.uint8)
+    image = np.zeros((cursor, cfg.rows), dtype=np.uint8)
     for at, words in pieces:
         image[at:at + words.shape[0]] = words
     dmap = DramMap(MappingProxyType(inputs), MappingProxyType(params),

@@ -42,7 +42,8 @@ class Compiled:
     program: list[isa.Instr]      # sorted by issue cycle
     layer_of: tuple[int, ...]     # layer index of each program instruction
     image: bytes                  # isa.to_bytes of the encoded program
-    dram: np.ndarray              # initial DRAM image, uint8 (dram_words, rows)
+    dram: np.ndarray              # initial DRAM image from word 0, uint8
+                                  # (dram_map.end, rows); the rest is zeros
     dram_map: DramMap
     predicted_cycles: int         # what the CYCLES register will read
     layers: tuple[LayerRecord, ...]
@@ -77,8 +78,9 @@ class Compiled:
 
     @property
     def dram_used(self) -> np.ndarray:
-        """The initial DRAM image up to the last word the program touches."""
-        return self.dram[:self.dram_map.end]
+        """The initial DRAM image up to the last word the program touches: ``dram``
+        itself, which holds no more (a 64 MiB memory is not carried around)."""
+        return self.dram
 
     def result(self, dram_after: np.ndarray) -> np.ndarray:
         """The network's output ``[M, N]`` read from a DRAM image after the run (a

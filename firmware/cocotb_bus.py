@@ -3,12 +3,14 @@
 Register writes are set up on a falling clock edge and taken by the chip on the next
 rising edge; reads set ``reg_addr`` and sample the combinational ``reg_rdata`` shortly
 after. Waiting for the interrupt is a single edge trigger raced against a timer, so
-a long run costs no Python work per cycle. The DRAM model is loaded and dumped whole
-through files (``+DRAM_IN=`` / ``+DRAM_OUT=`` plusargs of the simulator).
+a long run costs no Python work per cycle. The DRAM model is loaded and dumped
+through files (``+DRAM_IN=`` / ``+DRAM_OUT=`` plusargs of the simulator), only the
+regions asked for: a large memory costs nothing that a run does not use.
 """
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -38,7 +40,8 @@ class CocotbBus:
     async def start(self) -> None:
         """Start the clock, drive every input idle and reset the chip."""
         dut = self.dut
-        for sig in (dut.reg_addr, dut.reg_wdata, dut.reg_we, dut.dram_load, dut.dram_dump):
+        for sig in (dut.reg_addr, dut.reg_wdata, dut.reg_we, dut.dram_load, dut.dram_dump,
+                    dut.dram_first, dut.dram_count):
             sig.value = 0
         dut.rst.value = 1
         Clock(dut.clk, self.period_ns, unit="ns").start()
@@ -83,14 +86,24 @@ class CocotbBus:
         return fired is edge or bool(int(dut.irq.value))
 
     # -- DRAM model ---------------------------------------------------------------------
-    async def load_dram(self, image: np.ndarray) -> None:
-        """Replace the whole DRAM contents with ``image`` (uint8, words x word_bytes)."""
-        dramfile.write_hex(self.dram_in, image)
+    async def load_dram(self, segments) -> None:
+        """Zero the DRAM and load ``segments``, ``(first_word, image)`` pairs (uint8
+        images, words x word_bytes)."""
+        dramfile.write_segments(self.dram_in, segments)
         await self._pulse(self.dut.dram_load)
 
-    async def dump_dram(self) -> np.ndarray:
-        """The whole DRAM contents (uint8, words x word_bytes)."""
+    async def load_dram_file(self, path: Path) -> None:
+        """Zero the DRAM and load a file made by :func:`dramfile.write_segments`."""
+        shutil.copyfile(path, self.dram_in)
+        await self._pulse(self.dut.dram_load)
+
+    async def dump_dram(self, first: int, count: int) -> np.ndarray:
+        """DRAM words ``[first, first + count)`` (uint8, count x word_bytes)."""
+        if count == 0:
+            return np.zeros((0, self.word_bytes), dtype=np.uint8)
         self.dram_out.unlink(missing_ok=True)
+        self.dut.dram_first.value = first
+        self.dut.dram_count.value = count
         await self._pulse(self.dut.dram_dump)
         return dramfile.read_hex(self.dram_out, self.word_bytes)
 

@@ -40,7 +40,7 @@ NEVER = -(1 << 62)
 
 @dataclass
 class GoldenResult:
-    dram: np.ndarray          # uint8 (dram_words, rows) after the run
+    dram: np.ndarray          # uint8 (dram_words, rows) after the run (lazily zero)
     cbuf: np.ndarray          # int8 (cbuf_depth, rows)
     acc: np.ndarray           # int32 (acc_depth, cols)
     cycles: int               # what the CYCLES register reads
@@ -83,54 +83,65 @@ class _Scoreboard:
     last read, with the instructions that made them."""
 
     def __init__(self, name: str, size: int):
+        # Cycles are kept as ``cycle - NEVER``, so that a zero means "never": the
+        # arrays are then plain zeros, which the OS hands out lazily, and a run pays
+        # only for the addresses it touches (the DRAM has millions of words).
         self.name = name
-        self.w_cycle = np.full(size, NEVER, dtype=np.int64)
+        self.w_since = np.zeros(size, dtype=np.int64)
         self.w_pc = np.zeros(size, dtype=np.int64)
         self.w_fwd = np.zeros(size, dtype=bool)
-        self.r_cycle = np.full(size, NEVER, dtype=np.int64)
+        self.r_since = np.zeros(size, dtype=np.int64)
         self.r_pc = np.zeros(size, dtype=np.int64)
+
+    def w_cycle(self, a):
+        return self.w_since[a] + NEVER
+
+    def r_cycle(self, a):
+        return self.r_since[a] + NEVER
 
     def read(self, pc: int, touch: Touch, t: int, hazards: list[Hazard]) -> None:
         a, c = touch.addrs, touch.cycles + t
-        seen = c > self.w_cycle[a]
+        w_cycle = self.w_cycle(a)
+        seen = c > w_cycle
         if touch.forward:
-            seen |= self.w_fwd[a] & (c == self.w_cycle[a])
+            seen |= self.w_fwd[a] & (c == w_cycle)
         if not seen.all():
             k = int(np.flatnonzero(~seen)[0])
-            wc = int(self.w_cycle[a[k]])
+            wc = int(w_cycle[k])
             hazards.append(Hazard(pc, "read before write", (
                 f"pc {pc} reads {self.name}[{a[k]}] in cycle {c[k]}, but pc "
                 f"{self.w_pc[a[k]]} writes it in cycle {wc}: the data is not there yet; "
                 f"issue pc {pc} at least {wc - c[k] + 1} cycle(s) later")))
-        np.maximum.at(self.r_cycle, a, c)
+        np.maximum.at(self.r_since, a, c - NEVER)
         self.r_pc[a] = pc
 
     def write(self, pc: int, touch: Touch, t: int, hazards: list[Hazard]) -> None:
         a, c = touch.addrs, touch.cycles + t
+        r_cycle, w_cycle = self.r_cycle(a), self.w_cycle(a)
         # Any read after this write's cycle sees the new data, the instruction's own
         # reads included (a VRUN into the ACC whose destination starts inside its own
         # source reads rows it has already rewritten).
-        early = c < self.r_cycle[a]
+        early = c < r_cycle
         if early.any():
             k = int(np.flatnonzero(early)[0])
             if self.r_pc[a[k]] == pc:
                 why = (f"before its own read of the old data in cycle "
-                       f"{self.r_cycle[a[k]]}; its destination must not start inside "
+                       f"{r_cycle[k]}; its destination must not start inside "
                        f"a source it has yet to read")
             else:
                 why = (f"before pc {self.r_pc[a[k]]} (issued earlier) reads the old data "
-                       f"in cycle {self.r_cycle[a[k]]}; issue pc {pc} at least "
-                       f"{int(self.r_cycle[a[k]]) - int(c[k])} cycle(s) later")
+                       f"in cycle {r_cycle[k]}; issue pc {pc} at least "
+                       f"{int(r_cycle[k]) - int(c[k])} cycle(s) later")
             hazards.append(Hazard(pc, "write before read", (
                 f"pc {pc} writes {self.name}[{a[k]}] in cycle {c[k]}, {why}")))
-        order = (c <= self.w_cycle[a]) & (self.w_pc[a] != pc)
+        order = (c <= w_cycle) & (self.w_pc[a] != pc)
         if order.any():
             k = int(np.flatnonzero(order)[0])
             hazards.append(Hazard(pc, "write order", (
                 f"pc {pc} writes {self.name}[{a[k]}] in cycle {c[k]}, not after pc "
                 f"{self.w_pc[a[k]]} (issued earlier) writes it in cycle "
-                f"{self.w_cycle[a[k]]}")))
-        np.maximum.at(self.w_cycle, a, c)
+                f"{w_cycle[k]}")))
+        np.maximum.at(self.w_since, a, c - NEVER)
         self.w_pc[a] = pc
         self.w_fwd[a] = touch.forward
 
@@ -323,11 +334,18 @@ class _Chip:
 
 
 def run(cfg: ChipConfig, image: bytes, dram: np.ndarray) -> GoldenResult:
-    """Run a program image on a copy of `dram` (uint8 ``(cfg.dram_words, cfg.rows)``)."""
-    dram = np.array(dram, dtype=np.uint8, copy=True)
-    if dram.shape != (cfg.dram_words, cfg.rows):
-        raise ValueError(f"DRAM image must have shape {(cfg.dram_words, cfg.rows)}, "
-                         f"not {dram.shape}")
+    """Run a program image on a copy of `dram`, the initial DRAM from word 0 (uint8
+    ``(words, cfg.rows)`` with ``words <= cfg.dram_words``; the rest is zeros).
+
+    The result's ``dram`` has all ``cfg.dram_words`` words, but only those the image
+    or the program touch take memory or time: give the used part (e.g.
+    ``compiled.dram``), not a full-size copy, and a large DRAM costs nothing."""
+    given = np.asarray(dram, dtype=np.uint8)
+    if given.ndim != 2 or given.shape[1] != cfg.rows or given.shape[0] > cfg.dram_words:
+        raise ValueError(f"DRAM image must have shape (<= {cfg.dram_words}, {cfg.rows}), "
+                         f"not {given.shape}")
+    dram = np.zeros((cfg.dram_words, cfg.rows), dtype=np.uint8)   # untouched pages are free
+    dram[:given.shape[0]] = given
     program = [isa.decode(w) for w in isa.from_bytes(image)]
     timeline = check(cfg, program)
     if timeline.hazards:

@@ -47,14 +47,15 @@ def program_image(program) -> bytes:
 
 
 def rtl_job(program, dram=None, **options) -> dict:
-    """A job for :func:`systolica.sim.rtlsim.run`. ``dram`` defaults to the compiler
-    result's ``.dram`` when ``program`` has one; ``options`` are the other job keys
+    """A job for :func:`systolica.sim.rtlsim.run`. ``dram`` (an image from word 0 or
+    ``(first_word, image)`` segments) defaults to the compiler result's ``.dram`` when
+    ``program`` has one; ``options`` are the other job keys
     (``readback``, ``expect_fault``, ``timeout_cycles``, ``name``)."""
     if dram is None:
         dram = getattr(program, "dram", None)
     job = {"program": program_image(program), **options}
     if dram is not None:
-        job["dram"] = np.asarray(dram)
+        job["dram"] = dram if isinstance(dram, (list, tuple)) else np.asarray(dram)
     return job
 
 

@@ -4,6 +4,8 @@ model, several jobs in one simulator, faults, timeouts, waveforms)."""
 
 from __future__ import annotations
 
+import shutil
+import time
 from pathlib import Path
 
 import numpy as np
@@ -14,6 +16,7 @@ from systolica.arch import isa, timing
 from systolica.sim import rtlsim
 from systolica.firmware import dramfile
 from systolica.firmware.driver import Driver
+from systolica.arch.config import preset
 from systolica.arch.isa import DmaKind, Instr, Opcode
 from systolica.arch.regs import CTRL_IRQ_ACK, CTRL_START, ErrorCode, Reg, hwcfg_word
 
@@ -27,6 +30,27 @@ def test_dram_hex_roundtrip(tmp_path):
     # most significant byte first: byte 7 of word 0 leads its line
     assert lines[0] == bytes(image[0, ::-1]).hex()
     assert np.array_equal(dramfile.read_hex(tmp_path / "m.hex", 8), image)
+
+
+def test_dram_load_file_holds_only_nonzero_runs(tmp_path):
+    image = np.zeros((10, 2), np.uint8)
+    image[1], image[2], image[7] = [1, 2], [3, 0], [0, 255]
+    dramfile.write_segments(tmp_path / "m.hex", [
+        (0x100, image), (5, np.zeros((3, 2), np.uint8)), (0, image[1:2])])
+    assert (tmp_path / "m.hex").read_text().split() == [
+        "@101", "0201", "0003", "@107", "ff00", "@0", "0201"]
+
+
+@pytest.mark.parametrize("dram, why", [
+    ([(3, np.zeros((4, 7), np.uint8))], "shape \\(4, 7\\) must be \\(words, 8\\)"),
+    ([(16383, np.zeros((2, 8), np.uint8))], "inside the 16384-word DRAM"),
+    ([(-1, np.zeros((1, 8), np.uint8))], "at word -1"),
+    ([np.zeros((1, 8), np.uint8)], "segment 0 must be a \\(first_word, array\\) pair"),
+    (np.zeros((2, 8), np.float32), "must be uint8"),
+])
+def test_bad_dram_segments_are_refused_before_building(tiny_cfg, dram, why):
+    with pytest.raises(rtlsim.RtlSimError, match=why):
+        rtlsim.run(tiny_cfg, [dict(program=b"", dram=dram)])
 
 
 class RecordingBus:
@@ -86,16 +110,18 @@ def test_driver_rejects_partial_words():
 def test_cxx_script_follows_the_driver():
     """The C++ harness's commands are the driver's register sequence: reset, load the
     DRAM, the program, the measured window opening at the start write, the wait, the
-    counters, the dump, the acknowledge."""
+    counters, a dump of each non-empty readback range, the acknowledge."""
     from systolica.firmware.driver import COUNTER_REGS
     from systolica.sim import cxxsim
-    lines = cxxsim.script(isa.to_bytes([5]), 77).splitlines()
+    lines = cxxsim.script(isa.to_bytes([5]), 77, [(300, 6, "/r/a b.hex"), (9, 0, "/r/e"),
+                                                  (1 << 22, 2, "/r/c.hex")]).splitlines()
     assert lines[:5] == ["reset 2", "load", f"write {int(Reg.PROG_LEN)} 1",
                          f"write {int(Reg.IMEM_ADDR)} 0", f"write {int(Reg.IMEM_DATA)} 5"]
     assert lines[5:8] == [f"write {int(Reg.IMEM_DATA)} 0"] * 3
     assert lines[8:11] == ["mark", f"write {int(Reg.CTRL)} {CTRL_START}", "wait 77"]
-    assert lines[11:-2] == [f"read {r.name} {int(r)}" for r in COUNTER_REGS]
-    assert lines[-2:] == ["dump", f"write {int(Reg.CTRL)} {CTRL_IRQ_ACK}"]
+    assert lines[11:-3] == [f"read {r.name} {int(r)}" for r in COUNTER_REGS]
+    assert lines[-3:] == ["dump 300 6 /r/a b.hex", f"dump {1 << 22} 2 /r/c.hex",
+                          f"write {int(Reg.CTRL)} {CTRL_IRQ_ACK}"]
 
 
 @pytest.mark.parametrize("harness, waves, message", [
@@ -145,7 +171,8 @@ def test_jobs_share_one_simulator(tiny_cfg, tiny_build):
         dict(program=copy, dram=dram, readback=[(300, 6), (0, 4)], name="copy"),
         dict(program=[Instr(Opcode.ILLEGAL, 0, {})], readback=[], expect_fault=True,
              name="illegal"),
-        dict(program=copy, dram=dram[:20], readback=[(300, 6)], name="short image"),
+        dict(program=copy, dram=dram[:20], readback=[(300, 6), (20, 30)],
+             name="short image"),
     ])
     first, illegal, short = results
     assert first["status_flags"] == "DONE", first
@@ -159,8 +186,47 @@ def test_jobs_share_one_simulator(tiny_cfg, tiny_build):
     assert illegal["fault_pc"] == 0
     assert illegal["readback"] == []
 
-    # each job starts from its own image: a short one is zero-padded
+    # each job starts from its own image: a short one is zero-padded, whatever the
+    # jobs before it left in the memory
     assert np.array_equal(short["readback"][0], dram[10:16])
+    assert not short["readback"][1].any() and short["readback"][1].shape == (30, 8)
+
+
+#: ``tiny`` with a 64 MiB external memory, as large as ``base``'s.
+TINY_64MIB = preset("tiny").replace(name="tiny-64mib", dram_words=1 << 23)
+
+
+@pytest.mark.rtl
+def test_large_dram_loads_and_reads_back_only_the_regions_used():
+    cfg, top = TINY_64MIB, TINY_64MIB.dram_words
+    rng = np.random.default_rng(3)
+    low = rng.integers(0, 256, (6, 8), dtype=np.uint8)
+    high = rng.integers(1, 256, (20, 8), dtype=np.uint8)
+    copy = _copy_program(cfg, src=top - 40, dst=100, rows=6)
+    began = time.perf_counter()
+    results = rtlsim.run(cfg, [
+        rtl_job(copy, [(3, low), (top - 40, high)], name="far apart",
+                readback=[(100, 6), (3, 6), (top - 40, 20), (top - 20, 20), (0, 0)]),
+        rtl_job(b"", readback=[(3, 6), (100, 6), (top - 40, 20)], name="after"),
+    ], keep=True)
+    wall = time.perf_counter() - began
+    far, after = results
+    assert far["status_flags"] == "DONE" and far["cycles"] == timing.run_cycles(cfg, copy)
+    moved, got_low, got_high, past_high, empty = far["readback"]
+    assert np.array_equal(moved, high[:6])
+    assert np.array_equal(got_low, low) and np.array_equal(got_high, high)
+    assert not past_high.any() and empty.shape == (0, 8)
+    # the next job starts from zeros: the first one's data and writes are gone
+    assert not any(r.any() for r in after["readback"])
+    # what travels between host and simulator follows the data, not the memory
+    run_dir = max(Path(rtlsim.build_root(), "runs").glob(f"{cfg.key}-*"),
+                  key=lambda d: d.stat().st_mtime)
+    sizes = {f.name: f.stat().st_size for f in run_dir.iterdir() if f.suffix == ".hex"}
+    shutil.rmtree(run_dir)
+    assert sizes["job0-dram.hex"] < 1000, sizes
+    assert all(n < 1000 for n in sizes.values()), sizes
+    # a 64 MiB image written and read back as hex took about 14 s per job
+    assert wall < 10, f"two jobs on a 64 MiB DRAM took {wall:.1f} s"
 
 
 @pytest.mark.rtl
@@ -189,7 +255,7 @@ def test_waves_write_fst(tiny_cfg):
 def test_cxx_harness_agrees_with_cocotb(tiny_cfg, tiny_build):
     """The plain C++ harness and cocotb, on the same Verilog and the same jobs, leave
     the same registers and the same DRAM: a GEMM (whole DRAM read back), a copy with
-    ranges, and a fault."""
+    ranges, a fault, and a job after them that finds the memory zeroed."""
     from systolica.app.cli import _gemm_network
     from systolica.compiler import compile_network
     cfg = tiny_cfg
@@ -198,7 +264,8 @@ def test_cxx_harness_agrees_with_cocotb(tiny_cfg, tiny_build):
             rtl_job(_copy_program(cfg, src=10, dst=300, rows=6), _random_dram(cfg, 4),
                     readback=[(300, 6), (0, 4)], name="copy"),
             rtl_job([Instr(Opcode.ILLEGAL, 0, {})], readback=[], expect_fault=True,
-                    name="illegal")]
+                    name="illegal"),
+            rtl_job(b"", readback=[(300, 6), (10, 4), (5, 0)], name="after")]
     cocotb, cxx = (rtlsim.run(cfg, jobs, harness=h) for h in ("cocotb", "cxx"))
     registers = ("status", "error", "fault_pc", "fault_cycle", "cycles", "macs",
                  "dram_rd_bytes", "dram_wr_bytes", "hwcfg", "irq", "faulted",
@@ -213,3 +280,6 @@ def test_cxx_harness_agrees_with_cocotb(tiny_cfg, tiny_build):
     assert np.array_equal(cxx[0]["dram"], cocotb[0]["dram"])
     assert not np.array_equal(cxx[0]["dram"][:len(gemm.dram)], gemm.dram)  # it wrote
     assert cxx[2]["error"] == ErrorCode.ILLEGAL_OPCODE
+    # each job starts from a zeroed memory, and an empty range is an empty array
+    assert not any(r.any() for r in cxx[3]["readback"])
+    assert cxx[3]["readback"][2].shape == (0, cfg.dram_word_bytes)

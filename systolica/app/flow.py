@@ -112,7 +112,7 @@ def run_network(cfg: ChipConfig, network: Network | Graph, *, waves: bool = Fals
     results = rtlsim.run(cfg, jobs, waves=waves, harness=harness)
     full = results[0]
 
-    dram_after = np.zeros((cfg.dram_words, cfg.dram_word_bytes), np.uint8)
+    dram_after = np.zeros((compiled.dram_map.end, cfg.dram_word_bytes), np.uint8)
     dram_after[out_words[0]:out_words[0] + out_words[1]] = full["readback"][0]
     got = compiled.results(dram_after)
     golden_out = compiled.results(gold.dram)

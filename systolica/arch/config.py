@@ -48,7 +48,9 @@ class ChipConfig:
                              # of later passes; this RTL gives every client its own port
                              # on the whole CBUF, so banks constrain nothing yet
     acc_depth: int           # rows of the accumulator buffer
-    dram_words: int          # external memory size in words of ``dram_word_bytes``
+    dram_words: int          # external memory size in words of ``dram_word_bytes``; the
+                             # simulators and the golden model touch only what a run uses,
+                             # so a large one costs nothing
     imem_depth: int          # program memory, instructions
     ubuf_base: int = 0       # reserved overlap region (UBUF) inside the CBUF: first row
     ubuf_rows: int = 0       # ... and its size; 0 = no UBUF
@@ -197,11 +199,11 @@ class ChipConfig:
 PRESETS = {
     "tiny": ChipConfig(name="tiny", tile_rows=2, tile_cols=2, tile_size=4,
                        cbuf_depth=2048, cbuf_banks=4, acc_depth=256,
-                       dram_words=16384, imem_depth=2048,
+                       dram_words=16384, imem_depth=2048,       # 128 KiB: small for tests
                        ubuf_base=1920, ubuf_rows=128),
     "base": ChipConfig(name="base", tile_rows=2, tile_cols=2, tile_size=8,
                        cbuf_depth=8192, cbuf_banks=8, acc_depth=1024,
-                       dram_words=65536, imem_depth=4096,
+                       dram_words=1 << 22, imem_depth=4096,     # 64 MiB
                        ubuf_base=7680, ubuf_rows=512),
 }
 

@@ -9,10 +9,11 @@ The environment variable ``SYSTOLICA_JOBS`` names a JSON file written by the hos
                "readback": [[first_word, words], ...], "timeout_cycles": int}]}
 
 (relative paths are relative to the jobs file). For each job the chip is reset, the
-DRAM is loaded whole (zeros when ``dram`` is null), the program is loaded and started,
-and after the interrupt (done or fault) or the timeout the counters are read, the
-DRAM is dumped and the requested word ranges are saved as ``.npy`` files. The results
-file is rewritten after every job, so a crash leaves what was finished.
+DRAM is zeroed and loaded from the job's load file (:func:`dramfile.write_segments`
+format; nothing more when ``dram`` is null), the program is loaded and started, and
+after the interrupt (done or fault) or the timeout the counters are read and each
+requested word range is dumped and saved as a ``.npy`` file. The results file is
+rewritten after every job, so a crash leaves what was finished.
 """
 
 from __future__ import annotations
@@ -35,7 +36,6 @@ async def run_jobs(dut):
     base = jobs_file.parent
     spec = json.loads(jobs_file.read_text())
     word_bytes = spec["word_bytes"]
-    dram_words = spec["dram_words"]
     results_file = base / spec["results"]
 
     bus = CocotbBus(dut, dram_in=base / spec["dram_in"], dram_out=base / spec["dram_out"],
@@ -47,10 +47,9 @@ async def run_jobs(dut):
     for index, job in enumerate(spec["jobs"]):
         await bus.reset()
         if job["dram"] is None:
-            image = np.zeros((dram_words, word_bytes), dtype=np.uint8)
+            await bus.load_dram([])
         else:
-            image = np.load(base / job["dram"])
-        await bus.load_dram(image)
+            await bus.load_dram_file(base / job["dram"])
         program = (base / job["program"]).read_bytes()
         await driver.load_program(program)
 
@@ -78,10 +77,9 @@ async def run_jobs(dut):
             wall_s=wall,
             readback=[],
         )
-        dump = await bus.dump_dram()
         for k, (first, count) in enumerate(job["readback"]):
             name = f"job{index}-readback{k}.npy"
-            np.save(base / name, dump[first:first + count])
+            np.save(base / name, await bus.dump_dram(first, count))
             result["readback"].append(name)
         await driver.ack()
 

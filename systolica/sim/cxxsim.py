@@ -41,9 +41,11 @@ class ScriptBus:
         return True
 
 
-def script(program: bytes, timeout_cycles: int) -> str:
-    """The harness commands of one job: reset, load the DRAM image, load the program,
-    start, wait for the interrupt, read the counters, dump the DRAM, acknowledge."""
+def script(program: bytes, timeout_cycles: int, dumps=()) -> str:
+    """The harness commands of one job: reset, zero the DRAM and load its file, load
+    the program, start, wait for the interrupt, read the counters, dump each
+    ``(first_word, words, path)`` of ``dumps`` (empty ranges are skipped),
+    acknowledge."""
     bus = ScriptBus()
     driver = Driver(bus)
     bus.lines += ["reset 2", "load"]
@@ -54,21 +56,26 @@ def script(program: bytes, timeout_cycles: int) -> str:
         await bus.wait_irq(timeout_cycles)
         for reg in COUNTER_REGS:
             await bus.read(reg)
-        bus.lines.append("dump")
+        for first, count, path in dumps:
+            if count:
+                bus.lines.append(f"dump {int(first)} {int(count)} {path}")
         await driver.ack()
     asyncio.run(session())
     return "\n".join(bus.lines) + "\n"
 
 
 def run_job(executable: Path, run_dir: Path, index: int, *, program: bytes,
-            image: np.ndarray, timeout_cycles: int, period_ns: int = 10) -> dict:
-    """Run one job; the raw result (the registers by name, the measured window and
-    the whole DRAM after the run as ``dump``). Raises RuntimeError if the harness
-    fails."""
-    dram_in, dram_out = run_dir / f"job{index}-in.hex", run_dir / f"job{index}-out.hex"
+            dram_in: Path, readback: list, word_bytes: int, timeout_cycles: int,
+            period_ns: int = 10) -> dict:
+    """Run one job from the DRAM load file ``dram_in``
+    (:func:`systolica.firmware.dramfile.write_segments` format); the raw result (the
+    registers by name, the measured window and one array per ``readback`` range, only
+    those words dumped). Raises RuntimeError if the harness fails."""
+    dram_out = run_dir / f"job{index}-out.hex"
+    dumps = [(first, count, run_dir / f"job{index}-readback{k}.hex")
+             for k, (first, count) in enumerate(readback)]
     commands = run_dir / f"job{index}.script"
-    dramfile.write_hex(dram_in, image)
-    commands.write_text(script(program, timeout_cycles))
+    commands.write_text(script(program, timeout_cycles, dumps))
     log = run_dir / f"job{index}.log"
     with open(log, "w") as err:
         done = subprocess.run([str(executable), f"+DRAM_IN={dram_in}",
@@ -84,5 +91,7 @@ def run_job(executable: Path, run_dir: Path, index: int, *, program: bytes,
     result.update(irq=bool(values["irq"]), timed_out=not values["irq"],
                   sim_cycles=values["sim_cycles"],
                   start_time_ns=values["start_cycle"] * period_ns, wall_s=values["wall_s"],
-                  dump=dramfile.read_hex(dram_out, image.shape[1]))
+                  readback=[dramfile.read_hex(path, word_bytes) if count
+                            else np.zeros((0, word_bytes), np.uint8)
+                            for _, count, path in dumps])
     return result

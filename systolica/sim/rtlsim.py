@@ -13,11 +13,16 @@ A job is a dict:
 
 ``program`` (bytes)
     program image, :func:`systolica.arch.isa.to_bytes` format.
-``dram`` (``numpy.uint8`` array ``(words, cfg.dram_word_bytes)``, optional)
-    initial DRAM contents from word 0; shorter images are zero-padded, missing means
-    all zeros.
+``dram`` (``numpy.uint8`` array ``(words, cfg.dram_word_bytes)``, or a list of
+``(first_word, array)`` segments; optional)
+    initial DRAM contents: an array from word 0, or each segment's array from its
+    first word; every other word is zero, and missing means all zeros. Only the
+    non-zero words given travel to the simulator, so give the part a run uses (e.g.
+    ``compiled.dram``), not a full-size image.
 ``readback`` (list of ``(first_word, words)``, optional)
-    DRAM word ranges to return after the run; missing means the whole DRAM.
+    DRAM word ranges to return after the run; only these are dumped. Missing means
+    the whole DRAM, which on a large memory (``base`` has 64 MiB) costs seconds:
+    name the ranges instead.
 ``expect_fault`` (bool or None, default False)
     whether the run must end in a fault; None accepts either.
 ``timeout_cycles`` (int, optional)
@@ -48,6 +53,7 @@ import numpy as np
 from ..arch import isa, timing
 from ..arch.config import ChipConfig
 from ..arch.regs import STATUS_ERROR
+from ..firmware import dramfile
 from ..firmware.driver import describe_status, error_name
 from . import verilated
 from .verilated import build_root, cocotb_environment, log_tail
@@ -127,20 +133,33 @@ def _default_timeout(cfg: ChipConfig, image: bytes) -> int:
     return 2 * end + 10_000
 
 
-def _dram_image(cfg: ChipConfig, dram) -> np.ndarray:
-    image = np.zeros((cfg.dram_words, cfg.dram_word_bytes), dtype=np.uint8)
-    data = np.asarray(dram)
-    if data.dtype != np.uint8:
+def _dram_segments(cfg: ChipConfig, dram) -> list[tuple[int, np.ndarray]]:
+    """A job's ``dram``, an array from word 0 or ``(first_word, array)`` segments, as
+    checked segments."""
+    if isinstance(dram, (list, tuple)):
+        pairs = []
+        for k, seg in enumerate(dram):
+            if not (isinstance(seg, (list, tuple)) and len(seg) == 2):
+                raise RtlSimError(f"DRAM segment {k} must be a (first_word, array) pair, "
+                                  f"not {type(seg).__name__}")
+            pairs.append((seg[0], seg[1]))
+    else:
+        pairs = [(0, dram)]
+    out = []
+    for first, data in pairs:
+        data = np.asarray(data)
         if data.dtype == np.int8:
             data = data.view(np.uint8)
-        else:
+        elif data.dtype != np.uint8:
             raise RtlSimError(f"DRAM image must be uint8 (or int8), not {data.dtype}")
-    if data.ndim != 2 or data.shape[1] != cfg.dram_word_bytes \
-            or data.shape[0] > cfg.dram_words:
-        raise RtlSimError(f"DRAM image must have shape (<= {cfg.dram_words}, "
-                          f"{cfg.dram_word_bytes}), not {data.shape}")
-    image[:data.shape[0]] = data
-    return image
+        if isinstance(first, bool) or not isinstance(first, (int, np.integer)) \
+                or first < 0 or data.ndim != 2 or data.shape[1] != cfg.dram_word_bytes \
+                or first + data.shape[0] > cfg.dram_words:
+            raise RtlSimError(f"DRAM segment at word {first!r} of shape {data.shape} must "
+                              f"be (words, {cfg.dram_word_bytes}) and lie inside the "
+                              f"{cfg.dram_words}-word DRAM")
+        out.append((int(first), data))
+    return out
 
 
 def _check_ranges(cfg: ChipConfig, ranges) -> list[list[int]]:
@@ -154,20 +173,9 @@ def _check_ranges(cfg: ChipConfig, ranges) -> list[list[int]]:
     return out
 
 
-def run(cfg: ChipConfig, jobs: list[dict], waves: bool = False, *,
-        keep: bool = False, harness: str = "cocotb") -> list[dict]:
-    """Run ``jobs`` one after another in one simulator process (cocotb) or one
-    process each (``harness="cxx"``, no waveforms); return one result per job (see
-    the module docstring). The run directory under ``build/runs/`` is deleted
-    afterwards unless ``keep``, ``waves`` or a failure."""
-    _check_harness(harness, waves)
-    if not jobs:
-        return []
-    out = build(cfg, waves, harness)
-    runs = build_root() / "runs"
-    runs.mkdir(parents=True, exist_ok=True)
-    run_dir = Path(tempfile.mkdtemp(prefix=f"{cfg.key}-", dir=runs))
-
+def _write_jobs(cfg: ChipConfig, jobs: list[dict], run_dir: Path) -> list[dict]:
+    """Check ``jobs`` and write their programs and DRAM load files into ``run_dir``;
+    return their entries of the jobs file (before any simulator is built)."""
     specs = []
     for index, job in enumerate(jobs):
         unknown = set(job) - {"program", "dram", "readback", "expect_fault",
@@ -179,8 +187,8 @@ def run(cfg: ChipConfig, jobs: list[dict], waves: bool = False, *,
         (run_dir / prog).write_bytes(image)
         dram = None
         if job.get("dram") is not None:
-            dram = f"job{index}-dram.npy"
-            np.save(run_dir / dram, _dram_image(cfg, job["dram"]))
+            dram = f"job{index}-dram.hex"
+            dramfile.write_segments(run_dir / dram, _dram_segments(cfg, job["dram"]))
         readback = job.get("readback")
         specs.append({
             "name": job.get("name", f"job{index}"),
@@ -191,8 +199,31 @@ def run(cfg: ChipConfig, jobs: list[dict], waves: bool = False, *,
             "timeout_cycles": int(job.get("timeout_cycles")
                                   or _default_timeout(cfg, image)),
         })
+    return specs
+
+
+def run(cfg: ChipConfig, jobs: list[dict], waves: bool = False, *,
+        keep: bool = False, harness: str = "cocotb") -> list[dict]:
+    """Run ``jobs`` one after another in one simulator process (cocotb) or one
+    process each (``harness="cxx"``, no waveforms); return one result per job (see
+    the module docstring). The jobs are checked before any simulator is built. The run
+    directory under ``build/runs/`` is deleted afterwards unless ``keep``, ``waves``
+    or a failure."""
+    _check_harness(harness, waves)
+    if not jobs:
+        return []
+    runs = build_root() / "runs"
+    runs.mkdir(parents=True, exist_ok=True)
+    run_dir = Path(tempfile.mkdtemp(prefix=f"{cfg.key}-", dir=runs))
+
+    try:
+        specs = _write_jobs(cfg, jobs, run_dir)
+    except RtlSimError:
+        shutil.rmtree(run_dir, ignore_errors=True)
+        raise
+    out = build(cfg, waves, harness)
     if harness == "cxx":
-        raw = _run_cxx(cfg, out, run_dir, jobs, specs)
+        raw = _run_cxx(cfg, out, run_dir, specs)
     else:
         raw = _run_cocotb(cfg, out, run_dir, specs, waves)
     fst = str(run_dir / "dump.fst") if waves else None
@@ -221,24 +252,25 @@ def run(cfg: ChipConfig, jobs: list[dict], waves: bool = False, *,
     return results
 
 
-def _run_cxx(cfg: ChipConfig, out: Path, run_dir: Path, jobs: list[dict],
-             specs: list[dict]) -> list[dict]:
+def _run_cxx(cfg: ChipConfig, out: Path, run_dir: Path, specs: list[dict]) -> list[dict]:
+    """Each job in its own harness process, from its DRAM load file (an empty one
+    when it has none: the load zeroes the memory), dumping only its readback ranges."""
     from . import cxxsim
     raw = []
-    for index, (job, spec) in enumerate(zip(jobs, specs)):
-        image = (np.load(run_dir / spec["dram"]) if spec["dram"] is not None
-                 else np.zeros((cfg.dram_words, cfg.dram_word_bytes), np.uint8))
+    for index, spec in enumerate(specs):
+        dram_in = run_dir / (spec["dram"] or f"job{index}-dram.hex")
+        if spec["dram"] is None:
+            dramfile.write_segments(dram_in, [])
         try:
             res = cxxsim.run_job(out / "sim_build" / HDL_TOPLEVEL, run_dir, index,
                                  program=(run_dir / spec["program"]).read_bytes(),
-                                 image=image, timeout_cycles=spec["timeout_cycles"])
+                                 dram_in=dram_in, readback=spec["readback"],
+                                 word_bytes=cfg.dram_word_bytes,
+                                 timeout_cycles=spec["timeout_cycles"])
         except (RuntimeError, OSError) as exc:
             raise RtlSimError(f"simulation in {run_dir} failed: {exc}") from None
-        dump = res.pop("dump")
         res.update(name=spec["name"], status_flags=describe_status(res["status"]),
-                   error_name=error_name(res["error"]),
-                   readback=[dump[first:first + count].copy()
-                             for first, count in spec["readback"]])
+                   error_name=error_name(res["error"]))
         raw.append(res)
     return raw
 

@@ -7,7 +7,11 @@
 // stays in Python, the harness only moves the top's ports:
 //
 //   reset <cycles>          hold rst for that many rising edges
-//   load | dump             pulse dram_load / dram_dump (the DRAM image files)
+//   load                    pulse dram_load: zero the DRAM, read the +DRAM_IN file
+//                           (only the regions a job uses, `@address` records)
+//   dump <first> <count> <path>
+//                           pulse dram_dump for words [first, first + count) and
+//                           move the +DRAM_OUT file they were written to to <path>
 //   write <reg> <value>     one register write (set on a falling edge, taken on the rise)
 //   mark                    start the measured window: cycle count and wall clock
 //   wait <cycles>           clock until irq is high or the cycles have passed
@@ -18,6 +22,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <cstdlib>
 #include <fstream>
 #include <memory>
@@ -73,7 +78,12 @@ int main(int argc, char** argv) {
     top->reg_we = 0;
     top->dram_load = 0;
     top->dram_dump = 0;
+    top->dram_first = 0;
+    top->dram_count = 0;
     top->eval();
+    const char* dram_out = ctx->commandArgsPlusMatch("DRAM_OUT=");
+    const std::string dram_out_path =
+        *dram_out ? std::string(dram_out + std::strlen("+DRAM_OUT=")) : std::string();
 
     unsigned long long mark_cycle = 0;
     auto mark_wall = std::chrono::steady_clock::now();
@@ -90,10 +100,30 @@ int main(int argc, char** argv) {
             top->rst = 1;
             for (unsigned i = 0; i < cycles; ++i) chip.tick();
             top->rst = 0;
-        } else if (cmd == "load" || cmd == "dump") {
-            (cmd == "load" ? top->dram_load : top->dram_dump) = 1;
+        } else if (cmd == "load") {
+            top->dram_load = 1;
             chip.tick();
-            (cmd == "load" ? top->dram_load : top->dram_dump) = 0;
+            top->dram_load = 0;
+        } else if (cmd == "dump") {
+            unsigned long first = 0, count = 0;
+            std::string path;
+            in >> first >> count >> std::ws;
+            std::getline(in, path);     // the rest of the line: a path may hold spaces
+            if (path.empty() || dram_out_path.empty()) {
+                std::fprintf(stderr, "%s:%d: dump needs <first> <count> <path> and "
+                             "+DRAM_OUT=<file>\n", script_path, number);
+                return 2;
+            }
+            top->dram_first = first;
+            top->dram_count = count;
+            top->dram_dump = 1;
+            chip.tick();
+            top->dram_dump = 0;
+            if (std::rename(dram_out_path.c_str(), path.c_str()) != 0) {
+                std::fprintf(stderr, "%s:%d: cannot move %s to %s\n", script_path, number,
+                             dram_out_path.c_str(), path.c_str());
+                return 2;
+            }
         } else if (cmd == "write") {
             unsigned long reg = 0, value = 0;
             in >> reg >> value;

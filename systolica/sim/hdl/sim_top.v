@@ -1,10 +1,12 @@
 // Simulation top: the chip plus a behavioural model of its external memory (DRAM).
 //
 // The register bus is driven from cocotb through this module's ports. The DRAM is
-// never accessed word by word from Python: a pulse on `dram_load` reads the whole
-// memory from the file named by the +DRAM_IN=<path> plusarg ($readmemh), a pulse on
-// `dram_dump` writes it to +DRAM_OUT=<path> ($writememh). Both act at a rising clock
-// edge. File format: one word per line in hex; byte p of a word is bits [8p+7:8p].
+// never accessed word by word from Python, and never whole: a pulse on `dram_load`
+// zeroes the memory and reads the file named by the +DRAM_IN=<path> plusarg
+// ($readmemh), which holds only the regions a run uses, each after an `@<hex word
+// address>` line; a pulse on `dram_dump` writes the `dram_count` words from
+// `dram_first` to +DRAM_OUT=<path> ($writememh). Both act at a rising clock edge.
+// File format: one word per line in hex; byte p of a word is bits [8p+7:8p].
 //
 // The memory reads synchronously (data the cycle after `mem_re`, as the chip expects)
 // and ignores addresses at or beyond WORDS: the chip reports such accesses as faults,
@@ -25,7 +27,9 @@ module sim_top #(
     output wire [31:0] reg_rdata,
     output wire        irq,
     input  wire        dram_load,
-    input  wire        dram_dump
+    input  wire        dram_dump,
+    input  wire [31:0] dram_first,   // words dumped by `dram_dump`
+    input  wire [31:0] dram_count
 );
 
     wire [ADDR_BITS-1:0] mem_addr;
@@ -53,18 +57,12 @@ module sim_top #(
 
     wire in_range = {{(32-ADDR_BITS){1'b0}}, mem_addr} < WORDS;
 
-    always @(posedge clk) begin
-        if (mem_re)
-            mem_rdata <= in_range ? mem[mem_addr] : {WIDTH{1'b0}};
-        if (mem_we && in_range)
-            mem[mem_addr] <= mem_wdata;
-    end
-
     // Bulk load and dump. The file names are fixed for the simulator's lifetime; the
     // host rewrites the input file before each load pulse.
     reg [1023:0] dram_in_file;
     reg [1023:0] dram_out_file;
     reg          have_in, have_out;
+    integer      i;
 
     initial begin
         have_in  = $value$plusargs("DRAM_IN=%s", dram_in_file) != 0;
@@ -72,16 +70,25 @@ module sim_top #(
         mem_rdata = {WIDTH{1'b0}};
     end
 
+    // Every access to `mem` is in this one block, in this order (the chip's read sees
+    // the word before its write of the same cycle), so blocking writes are safe and
+    // the bulk operations need no second process on the array.
     always @(posedge clk) begin
+        if (mem_re)
+            mem_rdata <= in_range ? mem[mem_addr] : {WIDTH{1'b0}};
+        if (mem_we && in_range)
+            mem[mem_addr] = mem_wdata;
         if (dram_load) begin
+            for (i = 0; i < WORDS; i = i + 1)
+                mem[i] = {WIDTH{1'b0}};
             if (have_in)
                 $readmemh(dram_in_file, mem);
             else
                 $display("sim_top: dram_load without +DRAM_IN=<file>");
         end
-        if (dram_dump) begin
+        if (dram_dump && dram_count != 0) begin
             if (have_out)
-                $writememh(dram_out_file, mem);
+                $writememh(dram_out_file, mem, dram_first, dram_first + dram_count - 1);
             else
                 $display("sim_top: dram_dump without +DRAM_OUT=<file>");
         end
