@@ -71,16 +71,18 @@ def run_job(executable: Path, run_dir: Path, index: int, *, program: bytes,
     (:func:`systolica.firmware.dramfile.write_segments` format); the raw result (the
     registers by name, the measured window and one array per ``readback`` range, only
     those words dumped). Raises RuntimeError if the harness fails."""
-    dram_out = run_dir / f"job{index}-out.hex"
+    dram_out = f"job{index}-out.hex"   # in run_dir, the working directory: sim_top.v
+                                       # holds a file name in 128 characters
     dumps = [(first, count, run_dir / f"job{index}-readback{k}.hex")
              for k, (first, count) in enumerate(readback)]
     commands = run_dir / f"job{index}.script"
     commands.write_text(script(program, timeout_cycles, dumps))
     log = run_dir / f"job{index}.log"
     with open(log, "w") as err:
-        done = subprocess.run([str(executable), f"+DRAM_IN={dram_in}",
+        done = subprocess.run([str(executable),
+                               f"+DRAM_IN={Path(dram_in).relative_to(run_dir)}",
                                f"+DRAM_OUT={dram_out}", str(commands)],
-                              stdout=subprocess.PIPE, stderr=err, text=True)
+                              cwd=run_dir, stdout=subprocess.PIPE, stderr=err, text=True)
     if done.returncode:
         raise RuntimeError(f"{executable.name} exited with {done.returncode}; see {log}")
     values = {}

@@ -277,6 +277,8 @@ def _run_cxx(cfg: ChipConfig, out: Path, run_dir: Path, specs: list[dict]) -> li
 
 def _run_cocotb(cfg: ChipConfig, out: Path, run_dir: Path, specs: list[dict],
                 waves: bool) -> list[dict]:
+    # The DRAM file names are relative to the run directory, the simulator's working
+    # directory: sim_top.v holds a name in 128 characters, less than a deep path.
     jobs_file = run_dir / "jobs.json"
     jobs_file.write_text(json.dumps({
         "word_bytes": cfg.dram_word_bytes, "dram_words": cfg.dram_words,
@@ -299,8 +301,7 @@ def _run_cocotb(cfg: ChipConfig, out: Path, run_dir: Path, specs: list[dict],
                 test_dir=run_dir,
                 results_xml=str(results_xml),
                 extra_env={"SYSTOLICA_JOBS": str(jobs_file)},
-                plusargs=[f"+DRAM_IN={run_dir / 'dram_in.hex'}",
-                          f"+DRAM_OUT={run_dir / 'dram_out.hex'}"],
+                plusargs=["+DRAM_IN=dram_in.hex", "+DRAM_OUT=dram_out.hex"],
                 waves=waves,
                 log_file=log,
             )
