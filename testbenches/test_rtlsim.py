@@ -5,7 +5,6 @@ model, several jobs in one simulator, faults, timeouts, waveforms)."""
 from __future__ import annotations
 
 import shutil
-import time
 from pathlib import Path
 
 import numpy as np
@@ -203,14 +202,11 @@ def test_large_dram_loads_and_reads_back_only_the_regions_used():
     low = rng.integers(0, 256, (6, 8), dtype=np.uint8)
     high = rng.integers(1, 256, (20, 8), dtype=np.uint8)
     copy = _copy_program(cfg, src=top - 40, dst=100, rows=6)
-    rtlsim.build(cfg)     # the first build takes minutes; the runs are what is timed
-    began = time.perf_counter()
     results = rtlsim.run(cfg, [
         rtl_job(copy, [(3, low), (top - 40, high)], name="far apart",
                 readback=[(100, 6), (3, 6), (top - 40, 20), (top - 20, 20), (0, 0)]),
         rtl_job(b"", readback=[(3, 6), (100, 6), (top - 40, 20)], name="after"),
     ], keep=True)
-    wall = time.perf_counter() - began
     far, after = results
     assert far["status_flags"] == "DONE" and far["cycles"] == timing.run_cycles(cfg, copy)
     moved, got_low, got_high, past_high, empty = far["readback"]
@@ -225,9 +221,9 @@ def test_large_dram_loads_and_reads_back_only_the_regions_used():
     sizes = {f.name: f.stat().st_size for f in run_dir.iterdir() if f.suffix == ".hex"}
     shutil.rmtree(run_dir)
     assert sizes["job0-dram.hex"] < 1000, sizes
+    # (a 64 MiB image written and read back as hex took about 14 s per job; the
+    # time itself is the benchmark's to measure, the file sizes are this test's)
     assert all(n < 1000 for n in sizes.values()), sizes
-    # a 64 MiB image written and read back as hex took about 14 s per job
-    assert wall < 10, f"two jobs on a 64 MiB DRAM took {wall:.1f} s"
 
 
 @pytest.mark.rtl
