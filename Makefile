@@ -30,7 +30,7 @@ test: $(STAMP)
 # run so that no test can lean on another having run first; the seed is printed, and
 # `make test-fast SEED=n` repeats that order.
 test-fast: $(STAMP)
-	$(VENV)/bin/python -m pytest -q -n 0 -m "not rtl and not regress" \
+	$(VENV)/bin/python -m pytest -q -n 2 -m "not rtl and not regress" \
 		--random-order-bucket=global $(if $(SEED),--random-order-seed=$(SEED)) testbenches
 
 regress: $(STAMP)
