@@ -29,6 +29,7 @@ numbers describe.
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -117,7 +118,7 @@ def _rows(lo: int, count: int) -> np.ndarray:
     return lo + np.arange(count, dtype=np.int64)
 
 
-class Instruction:
+class Instruction(ABC):
     """One opcode. Subclasses fill in the class attributes and the methods."""
 
     opcode: Opcode
@@ -151,11 +152,13 @@ class Instruction:
         return ok
 
     # -- schedule view (closed forms) -------------------------------------------------
+    @abstractmethod
     def occupancy(self, cfg: ChipConfig, f: dict) -> int:
-        raise NotImplementedError(self.name)
+        """Cycles after issue from which its unit takes the next instruction."""
 
+    @abstractmethod
     def done(self, cfg: ChipConfig, f: dict) -> int:
-        raise NotImplementedError(self.name)
+        """Cycles after issue from which all its effects are visible."""
 
     def bank_window(self, cfg: ChipConfig, f: dict) -> tuple[int, int] | None:
         return None
@@ -165,15 +168,16 @@ class Instruction:
         return None
 
     # -- golden view ------------------------------------------------------------------
+    @abstractmethod
     def effects(self, cfg: ChipConfig, f: dict) -> Effects:
-        raise NotImplementedError(self.name)
+        """Its cycle-level behaviour (see :class:`Effects`)."""
 
+    @abstractmethod
     def execute(self, chip, f: dict) -> None:
         """The instruction's meaning on the golden model's state ``chip``: its
         memories (``dram``, ``cbuf``, ``acc``, ``banks``), counters (``macs``,
         ``rd_bytes``, ``wr_bytes``) and the fabric as this instruction sees it
         (``group``, ``lanes``, ``feed``, ``regroup``)."""
-        raise NotImplementedError(self.name)
 
 
 # -- DMA ------------------------------------------------------------------------------
