@@ -70,6 +70,15 @@ def run_many_on_rtl(cfg: ChipConfig, jobs: list[dict]) -> list[dict]:
     return rtlsim.run(cfg, [rtl_job(**job) for job in jobs])
 
 
+def compile_and_run_on_rtl(cfg: ChipConfig, cases: dict) -> dict:
+    """Compile every network of ``cases`` (name -> builder) and run them all in one
+    simulator start; name -> (compiled program, RTL result)."""
+    from systolica.compiler import compile_network
+    compiled = {name: compile_network(cfg, make()) for name, make in cases.items()}
+    results = run_many_on_rtl(cfg, [dict(program=c, name=n) for n, c in compiled.items()])
+    return {name: (compiled[name], res) for name, res in zip(compiled, results)}
+
+
 @pytest.fixture
 def tiny_cfg() -> ChipConfig:
     return preset("tiny")

@@ -10,9 +10,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from conftest import rtl_job, run_many_on_rtl
+from conftest import compile_and_run_on_rtl
 from systolica import golden
-from systolica.compiler import compile_network, gemm
+from systolica.compiler import gemm
 from systolica.compiler import reference
 from systolica.arch.config import preset
 from systolica.app.demo import calibrate, mlp
@@ -56,10 +56,7 @@ CASES = {
 
 @pytest.fixture(scope="module")
 def runs():
-    compiled = {name: compile_network(CFG, make()) for name, make in CASES.items()}
-    jobs = [dict(program=c, name=name) for name, c in compiled.items()]
-    results = run_many_on_rtl(CFG, jobs)
-    return {name: (compiled[name], res) for name, res in zip(compiled, results)}
+    return compile_and_run_on_rtl(CFG, CASES)
 
 
 @pytest.mark.parametrize("case", list(CASES))

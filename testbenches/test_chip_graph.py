@@ -8,10 +8,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from conftest import run_many_on_rtl
+from conftest import compile_and_run_on_rtl
 from systolica import golden
 from systolica.arch.config import preset
-from systolica.compiler import GraphBuilder, compile_network, reference
+from systolica.compiler import GraphBuilder, reference
 
 pytestmark = pytest.mark.rtl
 
@@ -56,9 +56,7 @@ CASES = {
 
 @pytest.fixture(scope="module")
 def runs():
-    compiled = {name: compile_network(CFG, make()) for name, make in CASES.items()}
-    results = run_many_on_rtl(CFG, [dict(program=c, name=n) for n, c in compiled.items()])
-    return {name: (compiled[name], res) for name, res in zip(compiled, results)}
+    return compile_and_run_on_rtl(CFG, CASES)
 
 
 @pytest.mark.parametrize("case", list(CASES))
