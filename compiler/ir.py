@@ -51,7 +51,8 @@ class MicroOp:
 
 def resource_sizes(cfg: ChipConfig) -> dict[str, int]:
     return {"cbuf": cfg.cbuf_depth, "acc": cfg.acc_depth, "dram": cfg.dram_words,
-            "wbank0": 1, "wbank1": 1, "cfg": len(fabric.muxes(cfg))}
+            "wbank0": 1, "wbank1": 1, "cfg": len(fabric.muxes(cfg)),
+            "geom": 1, "taps": isa.TAP_TABLES}
 
 
 def accesses(cfg: ChipConfig, op: Opcode, f: dict) -> tuple[Access, ...]:
@@ -59,7 +60,7 @@ def accesses(cfg: ChipConfig, op: Opcode, f: dict) -> tuple[Access, ...]:
     for strided DMA: the whole span between the first and last DRAM word), the
     weight bank it shifts or streams through, and the fabric settings it passes."""
     entry = instructions.spec(op)
-    out = [Access(r.memory, r.lo, r.hi, r.mode)
+    out = [Access(r.memory, r.lo, r.hi, r.mode, *(r.window or ()))
            for r in entry.ranges(cfg, instructions.Fields(f)) if r.touched]
     if entry.bank_mode is not None:
         out.append(Access(f"wbank{f['bank']}", 0, 1, entry.bank_mode,

@@ -59,13 +59,18 @@ def test_issue_ports_match_their_units():
     """Each sequencer issue port carries its opcode's payload, with a handshake for
     every unit but the configuration registers."""
     seq = Sequencer(cfg=TINY)
-    units = {"dma": Dma, "wload": WeightLoader, "mm": MatmulUnit, "vpu": VectorUnit,
-             "fabric": FabricRegs}
+    # unit port -> (block, its member taking the port)
+    units = {"dma": (Dma, "issue"), "wload": (WeightLoader, "issue"),
+             "mm": (MatmulUnit, "issue"), "vpu": (VectorUnit, "issue"),
+             "fabric": (FabricRegs, "issue"), "convcfg": (MatmulUnit, "convcfg"),
+             "taps": (MatmulUnit, "taps")}
     assert set(Sequencer.UNITS) == set(units)
     for name, op in Sequencer.UNITS.items():
         port = getattr(seq, name).signature
-        assert port == Issue(isa.PAYLOAD[op], handshake=op is not Opcode.SETCFG)
-        assert units[name](cfg=TINY).issue.signature.flip() == port
+        assert port == Issue(isa.PAYLOAD[op], handshake=op not in (
+            Opcode.SETCFG, Opcode.CONVCFG, Opcode.TAPS))
+        block, member = units[name]
+        assert getattr(block(cfg=TINY), member).signature.flip() == port
 
 
 def _sample(rng, op: Opcode) -> Instr:

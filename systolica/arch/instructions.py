@@ -63,10 +63,7 @@ class Fields:
         self._f = fields
 
     def __getattr__(self, name):
-        try:
-            return self._f[name]
-        except KeyError:
-            raise AttributeError(name) from None
+        return self._f.get(name, 0)      # an omitted field encodes as 0
 
 
 @dataclass(frozen=True)
@@ -81,6 +78,8 @@ class Range:
     mode: str
     nonempty: Any = True
     touched: Any = True
+    window: tuple[int, int] | None = None   # cycles after issue it is accessed in, when
+                                            # shorter than the instruction's ``done``
 
 
 @dataclass
@@ -348,8 +347,15 @@ class Wload(Instruction):
 # -- MATMUL ---------------------------------------------------------------------------
 class Matmul(Instruction):
     """Stream ``rows`` activation rows from the CBUF through the array (weights from
-    ``bank``) and write or accumulate the column sums into ACC rows from
-    ``acc_addr``."""
+    ``bank``) and write, accumulate or max the column sums into ACC rows from
+    ``acc_addr``.
+
+    With ``conv = 1`` the rows are the output pixels of a tile, ``oh, ow`` in order
+    (``ow`` wrapping at the geometry's ``out_w``), and array row ``p`` reads input
+    pixel ``(oh*sh + dh + th[p] - top, ow*sw + dw + tw[p] - left)`` of the tile of
+    ``in_h`` rows of ``in_w`` pixels held from ``act_addr``, or the geometry's ``pad``
+    byte where that pixel lies outside the tile (docs/cnn.md). The geometry and the
+    tap table are latched when it issues."""
 
     opcode = Opcode.MATMUL
     unit = "mm"
@@ -358,11 +364,28 @@ class Matmul(Instruction):
     bank_mode = READ
 
     def ranges(self, cfg, f, select=py_select):
-        nonempty = f.rows != 0
-        return [Range("cbuf", f.act_addr, f.act_addr + f.rows, cfg.cbuf_depth, READ,
+        nonempty = (f.rows != 0) & ((f.conv == 0) | ((f.in_w != 0) & (f.in_h != 0)))
+        span = select(f.conv, f.in_h * f.in_w, f.rows)
+        return [Range("cbuf", f.act_addr, f.act_addr + span, cfg.cbuf_depth, READ,
                       nonempty),
                 Range("acc", f.acc_addr, f.acc_addr + f.rows, cfg.acc_depth, ACCUMULATE,
-                      nonempty)]
+                      nonempty),
+                # the latched state: read at issue only
+                Range("geom", 0, 1, 1, READ, touched=f.conv, window=(0, 1)),
+                Range("taps", f.taps, f.taps + 1, isa.TAP_TABLES, READ, touched=f.conv,
+                      window=(0, 1))]
+
+    @staticmethod
+    def window_pixels(cfg: ChipConfig, f: dict, geom: dict, table: np.ndarray
+                      ) -> tuple[np.ndarray, np.ndarray]:
+        """Per row ``i`` and array row ``p`` of a conv MATMUL: the CBUF row read
+        (``[rows, R]``) and whether it lies inside the tile (else ``pad`` is read)."""
+        i = np.arange(f["rows"], dtype=np.int64)
+        oh, ow = i // geom["out_w"], i % geom["out_w"]
+        ih = (oh * geom["sh"] - geom["top"] + f["dh"])[:, None] + table[None, :, 0]
+        iw = (ow * geom["sw"] - geom["left"] + f["dw"])[:, None] + table[None, :, 1]
+        inside = (ih >= 0) & (ih < f["in_h"]) & (iw >= 0) & (iw < f["in_w"])
+        return f["act_addr"] + np.where(inside, ih * f["in_w"] + iw, 0), inside
 
     def occupancy(self, cfg, f):
         return f["rows"]
@@ -426,9 +449,17 @@ class Matmul(Instruction):
         # last row's at the far corner.
         bank_last = int(leave[-1]) + sk(cfg.rows - 1) + sk(cfg.cols - 1)
         acc_rows = _rows(f["acc_addr"], m)
+        if f.get("conv"):
+            # which tile pixel a row reads depends on the latched geometry: the whole
+            # tile counts as read from the first row's cycle to the last one's
+            tile = _rows(f["act_addr"], f["in_h"] * f["in_w"])
+            act = [Touch("cbuf", tile, np.full(len(tile), read[0])),
+                   Touch("cbuf", tile, np.full(len(tile), read[-1]))]
+        else:
+            act = [Touch("cbuf", _rows(f["act_addr"], m), read)]
         return Effects(
             accept=m,
-            reads=[Touch("cbuf", _rows(f["act_addr"], m), read),
+            reads=[*act,
                    Touch(f"wbank{f['bank']}", np.zeros(2, dtype=np.int64),
                          np.array([int(leave[0]), bank_last], dtype=np.int64)),
                    *([Touch("acc", acc_rows, acc_read, forward=True)]
@@ -440,7 +471,14 @@ class Matmul(Instruction):
         cfg, n = chip.cfg, chip.n
         rows = f["rows"]
         idx, live = chip.feed("west_feed", cfg.tile_rows)            # per array row r
-        act = chip.cbuf[f["act_addr"]:f["act_addr"] + rows][:, idx].astype(np.int64)
+        if f.get("conv"):
+            addr, inside = self.window_pixels(cfg, f, chip.geom, chip.tap_tables[f["taps"]])
+            part = np.arange(cfg.rows)
+            pad = np.int8(np.uint8(chip.geom["pad"]).view(np.int8))
+            data = np.where(inside, chip.cbuf[addr, part[None, :]], pad)   # [rows, R]
+            act = data[:, idx].astype(np.int64)
+        else:
+            act = chip.cbuf[f["act_addr"]:f["act_addr"] + rows][:, idx].astype(np.int64)
         act *= live[None, :]
         seen = np.logical_and.accumulate(chip.lanes("act_in", "lane"), axis=1)  # [i, j]
         mask = np.repeat(np.repeat(seen, n, axis=0), n, axis=1)       # [r, c]
@@ -454,8 +492,11 @@ class Matmul(Instruction):
         sums = act @ weights                                           # [rows, C]
         sums = chip.regroup(sums, [chip.group(f"acc_src[{g}]") for g in range(cfg.tile_cols)])
         dst = slice(f["acc_addr"], f["acc_addr"] + rows)
-        base = chip.acc[dst].astype(np.int64) if f["accumulate"] else 0
-        chip.acc[dst] = wrap32(base + sums)
+        if f["accumulate"] and f.get("max"):
+            chip.acc[dst] = np.maximum(chip.acc[dst], wrap32(sums))
+        else:
+            base = chip.acc[dst].astype(np.int64) if f["accumulate"] else 0
+            chip.acc[dst] = wrap32(base + sums)
         chip.macs += rows * cfg.macs
 
 
@@ -555,8 +596,62 @@ class Setcfg(Instruction):
         """Its values act through the multiplexer settings the other instructions see."""
 
 
+# -- CONVCFG and TAPS -----------------------------------------------------------------
+class Convcfg(Instruction):
+    """Set the window geometry the MATMULs issued after it walk (docs/cnn.md)."""
+
+    opcode = Opcode.CONVCFG
+    unit = "convcfg"
+    text = {"convcfg": {}}
+    handshake = False                  # a register write: taken every cycle
+
+    def ranges(self, cfg, f, select=py_select):
+        return [Range("geom", 0, 1, 1, WRITE, nonempty=(f.out_w != 0) & (f.sh != 0)
+                      & (f.sw != 0), window=(0, 1))]
+
+    def occupancy(self, cfg, f):
+        return 1
+
+    def done(self, cfg, f):
+        return 1
+
+    def effects(self, cfg, f):
+        return Effects(accept=1)
+
+    def execute(self, chip, f):
+        chip.geom = {k: f[k] for k in ("out_w", "sh", "sw", "top", "left", "pad")}
+
+
+class Taps(Instruction):
+    """Write ``count`` entries of tap table ``table``: partition ``first + k - 1``
+    reads tap ``(dh + th<k>, dw + tw<k>)`` in a conv MATMUL naming the table."""
+
+    opcode = Opcode.TAPS
+    unit = "taps"
+    text = {"taps": {}}
+    handshake = False
+
+    def ranges(self, cfg, f, select=py_select):
+        return [Range("taps", f.table, f.table + 1, isa.TAP_TABLES, WRITE,
+                      nonempty=(f.count != 0) & (f.count <= isa.TAPS_PER_WORD)
+                      & (f.first + f.count <= cfg.rows), window=(0, 1))]
+
+    def occupancy(self, cfg, f):
+        return 1
+
+    def done(self, cfg, f):
+        return 1
+
+    def effects(self, cfg, f):
+        return Effects(accept=1)
+
+    def execute(self, chip, f):
+        for p, th, tw in isa.taps_entries(f):
+            chip.tap_tables[f["table"], p] = (th, tw)
+
+
 SPEC: dict[Opcode, Instruction] = {s.opcode: s for s in (Dma(), Wload(), Matmul(), Vrun(),
-                                                          Setcfg())}
+                                                          Setcfg(), Convcfg(), Taps())}
 UNITS: tuple[str, ...] = tuple(dict.fromkeys(s.unit for s in SPEC.values()))
 #: program text (unit, operation) -> (opcode, fixed fields)
 TEXT_OPS: dict[tuple[str, str], tuple[Opcode, dict]] = {
