@@ -74,7 +74,7 @@ def accesses(cfg: ChipConfig, op: Opcode, f: dict) -> tuple[Access, ...]:
 
 def make(cfg: ChipConfig, op: Opcode, layer: int = 0, **fields) -> MicroOp:
     """A checked micro-op: fields encodable and every range inside its memory, so a
-    compiled program can never raise ADDR_RANGE or CFG_RANGE."""
+    compiled program can never raise ILLEGAL_OPCODE, ADDR_RANGE or CFG_RANGE."""
     unknown = set(fields) - {name for name, _ in isa.PAYLOAD[op]}
     if unknown:
         raise CompileError(f"internal: {op.name} has no field(s) {sorted(unknown)}")
@@ -86,7 +86,10 @@ def make(cfg: ChipConfig, op: Opcode, layer: int = 0, **fields) -> MicroOp:
         isa.encode(mop.instr(0))
     except isa.EncodingError as e:
         raise CompileError(f"internal: {mop}: {e}") from None
-    # the sequencer's ADDR_RANGE and CFG_RANGE rules, from the instruction table
+    # the sequencer's ILLEGAL_OPCODE, ADDR_RANGE and CFG_RANGE rules, from the table
+    if not instructions.legal(cfg, op, fields):
+        raise CompileError(f"internal: {mop}: {instructions.spec(op).legal_rule} (else "
+                           f"the chip faults ILLEGAL_OPCODE)")
     for r in instructions.ranges(cfg, op, fields):
         if not r.nonempty:
             raise CompileError(f"{mop}: rows must be at least 1 (an instruction that "

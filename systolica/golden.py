@@ -226,8 +226,9 @@ def check(cfg: ChipConfig, program: list[isa.Instr]) -> Timeline:
     for pc, ins in enumerate(program):
         arrival = 0 if not issued else issued[-1].cycle + 1
         entry = instructions.SPEC.get(ins.op)
-        if entry is None:
-            fault, reason = (ErrorCode.ILLEGAL_OPCODE, pc, arrival), "no such opcode"
+        if entry is None or not instructions.legal(cfg, ins.op, ins.fields):
+            fault = (ErrorCode.ILLEGAL_OPCODE, pc, arrival)
+            reason = "no such opcode" if entry is None else entry.legal_rule
             break
         if ins.cycle < arrival:
             fault = (ErrorCode.LATE, pc, arrival)

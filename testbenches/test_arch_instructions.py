@@ -46,7 +46,8 @@ def _random_fields(cfg, op, rng):
     if op is Opcode.VRUN:
         return dict(src=int(rng.integers(0, 100)), rows=rows, dst=int(rng.integers(0, 100)),
                     bias_addr=int(rng.integers(0, 100)), use_bias=int(rng.integers(0, 2)),
-                    to_acc=int(rng.integers(0, 2)), requant=1, relu=0, mult=1, shift=0, zp=0)
+                    to_acc=int(rng.integers(0, 2)), requant=1, relu=0, mult=1, shift=0, zp=0,
+                    params=int(rng.integers(0, 2)))
     return isa.setcfg_fields([(0, 0)])
 
 
@@ -107,6 +108,22 @@ def test_range_rule_matches_the_contract():
     assert instructions.in_range(cfg, Opcode.VRUN, vrun)
     assert not instructions.in_range(cfg, Opcode.VRUN, {**vrun, "to_acc": 1})
     assert not instructions.in_range(cfg, Opcode.VRUN, {**vrun, "bias_addr": cfg.acc_depth})
+    # with params the four parameter rows from bias_addr must fit
+    par = {**vrun, "params": 1, "bias_addr": cfg.acc_depth - 4}
+    assert instructions.in_range(cfg, Opcode.VRUN, par)
+    assert not instructions.in_range(cfg, Opcode.VRUN, {**par, "bias_addr": cfg.acc_depth - 3})
+
+
+def test_vrun_params_legal_combinations():
+    cfg = PRESETS["tiny"]
+    base = dict(src=0, rows=1, dst=0, bias_addr=0, use_bias=0, to_acc=0, requant=0, relu=0)
+    for to_acc in (0, 1):
+        for requant in (0, 1):
+            for relu in (0, 1):
+                f = {**base, "to_acc": to_acc, "requant": requant, "relu": relu}
+                assert instructions.legal(cfg, Opcode.VRUN, {**f, "params": 0})
+                assert instructions.legal(cfg, Opcode.VRUN, {**f, "params": 1}) == (
+                    requant == 1 and to_acc == 0 and relu == 0)
 
 
 def test_text_names_and_units_come_from_the_table():

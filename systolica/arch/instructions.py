@@ -143,6 +143,14 @@ class Instruction(ABC):
     def ranges(self, cfg: ChipConfig, f, select: Callable = py_select) -> list[Range]:
         return []
 
+    #: the field combinations the opcode defines, in words (for fault messages)
+    legal_rule = ""
+
+    def legal(self, cfg: ChipConfig, f, select: Callable = py_select):
+        """Whether the opcode defines this combination of fields; the sequencer
+        faults ``ILLEGAL_OPCODE`` on one it does not (rule: :attr:`legal_rule`)."""
+        return True
+
     def in_range(self, cfg: ChipConfig, f, select: Callable = py_select):
         """The ADDR_RANGE rule: every range non-empty and inside its memory."""
         ok = True
@@ -501,47 +509,89 @@ class Matmul(Instruction):
 
 
 # -- VRUN -----------------------------------------------------------------------------
+#: ACC rows a VRUN with ``params = 1`` reads from ``bias_addr``: bias, multiplier,
+#: shift, clamp bounds.
+PARAM_ROWS = 4
+
+
+def _field(f, name: str, default=0):
+    """A field a hand-written field dict may leave out (``isa.encode`` packs it as 0)."""
+    return f.get(name, default) if isinstance(f, dict) else getattr(f, name, default)
+
+
+def vrun_params(rows: np.ndarray):
+    """The per-column parameters of a ``params = 1`` VRUN from its :data:`PARAM_ROWS`
+    ACC rows ``[4, C]``: bias (int32), multiplier (the low 16 bits, unsigned), shift
+    (the low 6 bits) and the int8 clamp bounds ``lo`` (bits 0-7) and ``hi`` (bits
+    8-15); the other bits are ignored."""
+    p = rows.astype(np.int64)
+    to_s8 = lambda v: ((v & 0xFF) ^ 0x80) - 0x80  # noqa: E731
+    return p[0], p[1] & 0xFFFF, p[2] & 63, to_s8(p[3]), to_s8(p[3] >> 8)
+
+
 class Vrun(Instruction):
     """Vector unit: ACC rows from ``src`` -> (+ bias row) -> requantise -> ReLU -> CBUF
-    rows from ``dst`` (int8, through the writeback routing) or ACC rows (int32)."""
+    rows from ``dst`` (int8, through the writeback routing) or ACC rows (int32).
+
+    With ``params = 1`` it first reads :data:`PARAM_ROWS` ACC rows from ``bias_addr``
+    (:func:`vrun_params`), one per cycle, and requantises column ``c`` with its own
+    parameters: with ``b = x + bias[c]`` (wrapping int32) and ``rnd = 1 << (shift[c] -
+    1)`` (0 for shift 0), ``y = min(max(((b*mult[c] + rnd) >> shift[c]) + zp, lo[c]),
+    hi[c])`` (exact, arithmetic shift; ``hi`` wins if ``lo > hi``). The bias is always
+    added; ``use_bias``, ``mult`` and ``shift`` are unused. It needs ``requant = 1``, ``to_acc = 0`` and ``relu = 0`` (a ReLU is a
+    clamp bound), else the sequencer faults ``ILLEGAL_OPCODE``."""
 
     opcode = Opcode.VRUN
     unit = "vpu"
     text = {"vrun": {}}
     uses_fabric = True
+    legal_rule = "params = 1 needs requant = 1, to_acc = 0 and relu = 0"
+
+    def legal(self, cfg, f, select=py_select):
+        return (_field(f, "params") == 0) | (
+            (_field(f, "requant") == 1) & (f.to_acc == 0) & (_field(f, "relu") == 0))
+
+    @staticmethod
+    def extra(f) -> int:
+        """Cycles the parameter rows after the bias row add: 0 or PARAM_ROWS - 1."""
+        return (PARAM_ROWS - 1) * _field(f, "params")
 
     def ranges(self, cfg, f, select=py_select):
         nonempty = f.rows != 0
+        params = _field(f, "params")
         return [Range("acc", f.src, f.src + f.rows, cfg.acc_depth, READ, nonempty),
-                Range("acc", f.bias_addr, f.bias_addr + 1, cfg.acc_depth, READ,
-                      touched=f.use_bias),
+                Range("acc", f.bias_addr, f.bias_addr + select(params, PARAM_ROWS, 1),
+                      cfg.acc_depth, READ, touched=f.use_bias | params),
                 Range(_label(select, f.to_acc, "acc", "cbuf"), f.dst, f.dst + f.rows,
                       select(f.to_acc, cfg.acc_depth, cfg.cbuf_depth), WRITE, nonempty)]
 
     def occupancy(self, cfg, f):
-        return f["rows"] + cfg.latency["acc_read"]
+        return f["rows"] + cfg.latency["acc_read"] + self.extra(f)
 
     def done(self, cfg, f):
-        return f["rows"] + 2 * cfg.latency["acc_read"] + 1 + cfg.latency["vpu"]
+        return (f["rows"] + 2 * cfg.latency["acc_read"] + 1 + cfg.latency["vpu"]
+                + self.extra(f))
 
     def mux_use(self, cfg, f, kind, idx):
         if kind == "wb_src" and not f["to_acc"]:
-            first = 2 * cfg.latency["acc_read"] + 1 + cfg.latency["vpu"]
+            first = 2 * cfg.latency["acc_read"] + 1 + cfg.latency["vpu"] + self.extra(f)
             return first, first + f["rows"]
         return None
 
     def effects(self, cfg, f):
-        # The bias row is read in cycle 1, row i in 2+i; its data arrives a cycle later
-        # and passes the vector unit's stages, then is written.
-        m = f["rows"]
-        read = 2 + np.arange(m, dtype=np.int64)
+        # The bias row is read in cycle 1 (with params, the parameter rows in cycles
+        # 1..PARAM_ROWS), row i in the cycle after; its data arrives a cycle later and
+        # passes the vector unit's stages, then is written.
+        m, head = f["rows"], 1 + self.extra(f)
+        read = 1 + head + np.arange(m, dtype=np.int64)
         write = read + cfg.latency["acc_read"] + cfg.latency["vpu"]
         reads = [Touch("acc", _rows(f["src"], m), read)]
-        if f["use_bias"]:
-            reads.append(Touch("acc", np.array([f["bias_addr"]]), np.array([1])))
+        if f["use_bias"] or _field(f, "params"):
+            reads.append(Touch("acc", _rows(f["bias_addr"], head),
+                               1 + np.arange(head, dtype=np.int64)))
         muxes = {} if f["to_acc"] else {
             f"wb_src[{g}]": (int(write[0]), int(write[-1])) for g in range(cfg.tile_rows)}
-        return Effects(accept=1 + m, reads=reads,
+        return Effects(accept=head + m, reads=reads,
                        writes=[Touch("acc" if f["to_acc"] else "cbuf",
                                      _rows(f["dst"], m), write)],
                        muxes=muxes)
@@ -550,19 +600,26 @@ class Vrun(Instruction):
         cfg = chip.cfg
         rows = f["rows"]
         x = chip.acc[f["src"]:f["src"] + rows].astype(np.int64)
-        if f["use_bias"]:
-            x = wrap32(x + chip.acc[f["bias_addr"]].astype(np.int64)).astype(np.int64)
         zp = f["zp"] - 256 if f["zp"] >= 128 else f["zp"]
-        if f["requant"]:
-            shift = f["shift"]
-            y = (x * f["mult"] + ((1 << (shift - 1)) if shift else 0)) >> shift
-            y = np.clip(y + zp, -128, 127)
-            if f["relu"]:
-                y = np.maximum(y, zp)
+        if _field(f, "params"):
+            bias, mult, shift, lo, hi = vrun_params(
+                chip.acc[f["bias_addr"]:f["bias_addr"] + PARAM_ROWS])
+            x = wrap32(x + bias).astype(np.int64)
+            rnd = np.where(shift > 0, np.left_shift(1, np.maximum(shift - 1, 0)), 0)
+            y = np.minimum(np.maximum(((x * mult + rnd) >> shift) + zp, lo), hi)
         else:
-            y = np.maximum(x, 0) if f["relu"] else x
-            if not f["to_acc"]:
-                y = np.clip(y, -128, 127)
+            if f["use_bias"]:
+                x = wrap32(x + chip.acc[f["bias_addr"]].astype(np.int64)).astype(np.int64)
+            if f["requant"]:
+                shift = f["shift"]
+                y = (x * f["mult"] + ((1 << (shift - 1)) if shift else 0)) >> shift
+                y = np.clip(y + zp, -128, 127)
+                if f["relu"]:
+                    y = np.maximum(y, zp)
+            else:
+                y = np.maximum(x, 0) if f["relu"] else x
+                if not f["to_acc"]:
+                    y = np.clip(y, -128, 127)
         if f["to_acc"]:
             chip.acc[f["dst"]:f["dst"] + rows] = wrap32(y)
         else:
@@ -672,6 +729,11 @@ def ranges(cfg: ChipConfig, op: Opcode, fields: dict) -> list[Range]:
 
 def in_range(cfg: ChipConfig, op: Opcode, fields: dict) -> bool:
     return bool(spec(op).in_range(cfg, Fields(fields)))
+
+
+def legal(cfg: ChipConfig, op: Opcode, fields: dict) -> bool:
+    """Whether the opcode defines this combination of fields (else ILLEGAL_OPCODE)."""
+    return bool(spec(op).legal(cfg, Fields(fields)))
 
 
 def setcfg_in_table(cfg: ChipConfig, fields: dict) -> bool:

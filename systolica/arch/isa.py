@@ -82,7 +82,8 @@ PAYLOAD = {
         "mult": 16,
         "shift": 6,
         "zp": 8,
-    }),
+        "params": 1,                   # 1: per-column bias, mult, shift, clamp rows
+    }),                                #    from bias_addr (see instructions.Vrun)
     Opcode.SETCFG: data.StructLayout({
         "index": 8,                    # multiplexer number, see systolica.arch.fabric
         "value": 4,                    # index of the source it selects
