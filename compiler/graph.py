@@ -378,6 +378,20 @@ class GraphBuilder:
         self._data[name] = x
         return name
 
+    def tensor(self, name: str) -> Tensor:
+        """The tensor `name` made so far (its shape, dtype and quantisation)."""
+        if name not in self._tensors:
+            raise CompileError(f"network {self.name!r} has no tensor {name!r} (it has "
+                               f"{sorted(self._tensors)})")
+        return self._tensors[name]
+
+    def layer_op(self, name: str):
+        """The op of layer `name` added so far."""
+        for n in self._nodes:
+            if n.name == name:
+                return n.op
+        raise CompileError(f"network {self.name!r} has no layer {name!r}")
+
     def layer(self, op, inputs: str | Sequence[str]) -> str:
         """Layer `op` (one of ``OPS``, e.g. a :class:`Dense`) reading `inputs`; returns
         its output tensor's name. An unnamed Dense is called ``layer<i>``, another

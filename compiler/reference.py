@@ -81,6 +81,17 @@ def clamp8(y: np.ndarray) -> np.ndarray:
 
 
 def conv2d(x: np.ndarray, x_zp: int, layer: Conv2d) -> np.ndarray:
+    acc = conv2d_acc(x, x_zp, layer)
+    y = clamp8(scale_down(acc, layer.mult, layer.shift) + layer.zp)
+    if layer.relu:
+        y = np.maximum(y, layer.zp)
+    if layer.relu6 is not None:
+        y = np.minimum(y, layer.relu6)
+    return y.astype(np.int8)
+
+
+def conv2d_acc(x: np.ndarray, x_zp: int, layer: Conv2d) -> np.ndarray:
+    """The int32 accumulator ``bias + sum over taps of (x_pad - x_zp) * w`` (as int64)."""
     w = layer.weights.astype(np.int64)
     kernel = w.shape[:2]
     hw = out_hw(x, kernel, layer.stride, layer.pads, layer.dilation)
@@ -91,12 +102,7 @@ def conv2d(x: np.ndarray, x_zp: int, layer: Conv2d) -> np.ndarray:
     acc = wrap32(acc)
     if layer.bias is not None:
         acc = wrap32(acc + layer.bias.astype(np.int64))
-    y = clamp8(scale_down(acc, layer.mult, layer.shift) + layer.zp)
-    if layer.relu:
-        y = np.maximum(y, layer.zp)
-    if layer.relu6 is not None:
-        y = np.minimum(y, layer.relu6)
-    return y.astype(np.int8)
+    return acc
 
 
 def max_pool2d(x: np.ndarray, layer: MaxPool2d) -> np.ndarray:
