@@ -81,7 +81,11 @@ def clamp8(y: np.ndarray) -> np.ndarray:
 
 
 def conv2d(x: np.ndarray, x_zp: int, layer: Conv2d) -> np.ndarray:
-    acc = conv2d_acc(x, x_zp, layer)
+    return conv2d_output(conv2d_acc(x, x_zp, layer), layer)
+
+
+def conv2d_output(acc: np.ndarray, layer: Conv2d) -> np.ndarray:
+    """The int8 output of `layer` from its accumulator (bias included)."""
     y = clamp8(scale_down(acc, layer.mult, layer.shift) + layer.zp)
     if layer.relu:
         y = np.maximum(y, layer.zp)
