@@ -128,7 +128,8 @@ class _Builder:
         bias, (mult, shift) = self._centre(acc, self.per_channel)
         t = self.g.conv2d(x, w, bias, mult=mult, shift=shift, zp=RELU_ZP if relu else 0,
                           relu=relu, name=name, **geometry)
-        self.calib[t] = reference.conv2d_output(reference.wrap32(acc + bias), self.g.layer_op(t))
+        self.calib[t] = reference.conv2d_output(reference.wrap32(acc + bias),
+                                                self.g.layer_op(t))
         return t
 
     def add(self, a: str, b: str, *, name: str) -> str:

@@ -394,7 +394,8 @@ def _pool_geometry(op, who: str) -> None:
     object.__setattr__(op, "kernel", _ints(who, "kernel", op.kernel, 2, 1, KERNEL_MAX,
                                            "(kh, kw)"))
     stride = op.kernel if op.stride is None else op.stride
-    object.__setattr__(op, "stride", _ints(who, "stride", stride, 2, 1, STRIDE_MAX, "(sh, sw)"))
+    object.__setattr__(op, "stride",
+                       _ints(who, "stride", stride, 2, 1, STRIDE_MAX, "(sh, sw)"))
     object.__setattr__(op, "pads", _ints(who, "pads", op.pads, 4, 0, None,
                                          "(top, left, bottom, right)"))
     _check_pads(who, op.pads, op.kernel)
