@@ -29,6 +29,7 @@ class LayerRecord:
     macs: int          # useful multiply-accumulates, M*K*N
     first_cycle: int   # issue cycle of the layer's first instruction
     end_cycle: int     # cycle at which the last of its instructions is done
+    index: int = 0     # its position in the graph (views such as Flatten have none)
 
     @property
     def cycles(self) -> int:
@@ -161,7 +162,7 @@ def compile_network(cfg: ChipConfig, network: Network | Graph) -> Compiled:
             continue
         first = min(ins.cycle for ins in mine)
         end = max(ins.cycle + timing.done(cfg, ins) for ins in mine)
-        records.append(LayerRecord(node.name, *_mkn(lowered, graph, node), first, end))
+        records.append(LayerRecord(node.name, *_mkn(lowered, graph, node), first, end, li))
     return Compiled(
         cfg=cfg, network=network, program=program,
         layer_of=tuple(layer for *_, layer in tagged), image=image, dram=lowered.dram,
