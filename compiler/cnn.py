@@ -343,8 +343,17 @@ def _tile_words(job: Job, cfg: ChipConfig, rows: int) -> int:
     return worst
 
 
+def _picks_rows(job: Job) -> bool:
+    """A one-row kernel with a row stride reads only every ``sh``-th input row: a tile
+    then loads just those rows, one DMA each, and walks them with row stride 1."""
+    return job.kernel[0] == 1 and job.stride[0] > 1 and job.pads[0] == job.pads[2] == 0
+
+
 def _input_rows(job: Job, oh0: int, oh1: int) -> tuple[int, int]:
-    """Input rows ``[lo, hi)`` output rows ``[oh0, oh1)`` read (inside the map)."""
+    """Input rows ``[lo, hi)`` output rows ``[oh0, oh1)`` read (inside the map); for a
+    row-picking layer (:func:`_picks_rows`) ``hi - lo`` is the number it loads."""
+    if _picks_rows(job):
+        return oh0, oh1
     H = job.sources[0].shape[1]
     sh, pt = job.stride[0], job.pads[0]
     ext = (job.kernel[0] - 1) * job.dilation[0] + 1
@@ -369,12 +378,20 @@ class _Emit:
         self.cfg, self.em, self.lay = cfg, em, lay
         self.tile_no = 0
         self.tables: dict[tuple, int] = {}     # tap deltas -> table, per layer
+        self.made: dict[tuple, MicroOp] = {}
 
     def op(self, opcode: Opcode, layer: int, **fields) -> MicroOp:
-        mop = make(self.cfg, opcode, layer, **fields)
-        mop.needs = gemm_routing(self.cfg, opcode, to_acc=bool(fields.get("to_acc")),
-                                 tile_rows=self.em.tile_rows, tile_cols=self.em.tile_cols)
-        return mop
+        """A checked micro-op; one with the fields of an earlier one shares its checked
+        parts (a network repeats most of its instructions, tile after tile)."""
+        key = (opcode, layer, tuple(sorted(fields.items())))
+        known = self.made.get(key)
+        if known is None:
+            known = make(self.cfg, opcode, layer, **fields)
+            known.needs = gemm_routing(self.cfg, opcode, to_acc=bool(fields.get("to_acc")),
+                                       tile_rows=self.em.tile_rows,
+                                       tile_cols=self.em.tile_cols)
+            self.made[key] = known
+        return MicroOp(known.op, known.fields, known.accesses, known.layer, known.needs)
 
     def job(self, job: Job, w_dram: int, post_dram: int | None, out_dram: int
             ) -> list[Block]:
@@ -390,26 +407,56 @@ class _Emit:
         blocks: list[Block] = []
         work = [(n, t) for n in range(N) for t in tiles]
         whole = len(work) == 1      # one tile: it may take both buffers
-        for wi, (n, (oh0, oh1)) in enumerate(work):
-            buf = lay.tiles[0] + (0 if whole else (self.tile_no % 2) * (area // 2))
-            self.tile_no += 1
+
+        def tile_loads(wi: int) -> tuple[list[MicroOp], list[int], int]:
+            """Tile `wi`'s input loads, where each source starts, its input rows."""
+            n, (oh0, oh1) = work[wi]
+            buf = lay.tiles[0] + (0 if whole else ((self.tile_no + wi) % 2) * (area // 2))
             lo, hi = _input_rows(job, oh0, oh1)
-            in_h = hi - lo
-            src_base, loads, at = [], [], buf
+            picks = _picks_rows(job)
+            loads, bases, at = [], [], buf
             for s in job.sources:
-                W = s.shape[2]
-                H = s.shape[1]
-                src_base.append(at)
+                H, W = s.shape[1], s.shape[2]
+                bases.append(at)
                 for cb in range(s.blocks(R)):
+                    plane = s.dram + (cb * N + n) * H * W
+                    if picks:
+                        for oh in range(oh0, oh1):
+                            loads.append(self.op(
+                                Opcode.DMA, i, kind=DmaKind.LOAD_CBUF,
+                                dram_addr=plane + oh * job.stride[0] * W, dram_stride=1,
+                                buf_addr=at, rows=W))
+                            at += W
+                        continue
                     loads.append(self.op(
                         Opcode.DMA, i, kind=DmaKind.LOAD_CBUF,
-                        dram_addr=s.dram + (cb * N + n) * H * W + lo * W, dram_stride=1,
-                        buf_addr=at, rows=in_h * W))
-                    at += in_h * W
-            geom = self.op(Opcode.CONVCFG, i, out_w=Wo, sh=job.stride[0], sw=job.stride[1],
-                           top=lo + job.pads[0] - oh0 * job.stride[0], left=job.pads[1],
-                           pad=job.pad_byte)
+                        dram_addr=plane + lo * W, dram_stride=1,
+                        buf_addr=at, rows=(hi - lo) * W))
+                    at += (hi - lo) * W
+            return loads, bases, hi - lo
+
+        # Tile wi + 1's input loads fill the other buffer while tile wi computes, in
+        # pieces, one per step, that fit beside the step's weight load in the DMA's time
+        # (the DMA is in order: one long load would hold up the weights).
+        steps_per_tile = sum(len(st) for st in job.steps)
+        prepared = tile_loads(0)
+        for wi, (n, (oh0, oh1)) in enumerate(work):
+            loads, src_base, in_h = prepared
+            ahead: list[MicroOp] = []
             rows = (oh1 - oh0) * Wo
+            if wi + 1 < len(work):
+                prepared = tile_loads(wi + 1)
+                ahead = self._pieces(prepared[0], max(R, rows - R - 4))
+            if wi > 0:
+                loads = []                  # loaded ahead, with the previous tile
+            lo, _ = _input_rows(job, oh0, oh1)
+            ts = 0
+            if _picks_rows(job):
+                sh, top = 1, 0
+            else:
+                sh, top = job.stride[0], lo + job.pads[0] - oh0 * job.stride[0]
+            geom = self.op(Opcode.CONVCFG, i, out_w=Wo, sh=sh, sw=job.stride[1], top=top,
+                           left=job.pads[1], pad=job.pad_byte)
             for nb in range(nb_count):
                 blk = Block(i)
                 half = em.blocks % 2
@@ -431,6 +478,11 @@ class _Emit:
                                    buf_addr=ring, rows=R)]
                     if nb == 0 and k == 0:
                         pre += loads + [geom] + (table_ops if wi == 0 else [])
+                    ts += 1
+                    if ts == steps_per_tile:
+                        pre += ahead
+                    elif ahead:
+                        pre.append(ahead.pop(0))
                     pre.append(self.op(Opcode.WLOAD, i, w_addr=ring, bank=bank))
                     s = job.sources[st.src]
                     base = src_base[st.src] + st.cb * in_h * s.shape[2]
@@ -444,7 +496,19 @@ class _Emit:
                 blk.epilogue = self._epilogue(job, i, acc_at, slot, rows, half,
                                               out_dram + (nb * N + n) * Ho * Wo + oh0 * Wo)
                 blocks.append(blk)
+        self.tile_no += len(work)
         return blocks
+
+    def _pieces(self, loads: list[MicroOp], size: int) -> list[MicroOp]:
+        """`loads` (contiguous CBUF loads) cut into loads of at most `size` rows."""
+        out = []
+        for mop in loads:
+            f = mop.fields
+            for k in range(0, f["rows"], size):
+                out.append(self.op(mop.op, mop.layer, kind=f["kind"],
+                                   dram_addr=f["dram_addr"] + k, dram_stride=1,
+                                   buf_addr=f["buf_addr"] + k, rows=min(size, f["rows"] - k)))
+        return out
 
     @staticmethod
     def _deltas(st: WStep) -> tuple:

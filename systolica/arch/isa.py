@@ -176,24 +176,35 @@ class Instr:
         return disassemble_one(self)
 
 
+_FIELDS: dict[int, tuple[tuple[str, int, int], ...]] = {}
+
+
+def _fields(layout: data.StructLayout) -> tuple[tuple[str, int, int], ...]:
+    """``(name, offset, width)`` of every field (cached: a compile encodes millions)."""
+    got = _FIELDS.get(id(layout))
+    if got is None:
+        got = _FIELDS[id(layout)] = tuple((name, fld.offset, fld.width)
+                                          for name, fld in layout)
+    return got
+
+
 def _pack(layout: data.StructLayout, values: dict, what: str) -> int:
     word = 0
-    names = set()
-    for name, fld in layout:
-        names.add(name)
+    fields = _fields(layout)
+    for name, offset, width in fields:
         v = int(values.get(name, 0))
-        width = fld.width
         if not 0 <= v < (1 << width):
             raise EncodingError(f"{what}: field {name}={v} does not fit {width} unsigned bits")
-        word |= v << fld.offset
-    extra = set(values) - names
+        word |= v << offset
+    extra = set(values).difference(name for name, _, _ in fields)
     if extra:
         raise EncodingError(f"{what}: unknown field(s) {sorted(extra)}")
     return word
 
 
 def _unpack(layout: data.StructLayout, word: int) -> dict:
-    return {name: (word >> fld.offset) & ((1 << fld.width) - 1) for name, fld in layout}
+    return {name: (word >> offset) & ((1 << width) - 1)
+            for name, offset, width in _fields(layout)}
 
 
 def encode(instr: Instr) -> int:
