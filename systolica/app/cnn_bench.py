@@ -1,0 +1,100 @@
+"""The CNN figures of ``make bench``: ResNet-50 compiled for ``base`` (per-layer
+predicted cycles, MAC utilisation, DRAM traffic against the minimum, compile time)
+and representative ResNet-50 layers run on the RTL."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from ..arch.config import ChipConfig
+from ..arch.isa import DmaKind, Opcode
+from ..compiler import compile_network
+from ..compiler.graph import Graph, GraphBuilder
+from ..compiler.models import requant_for, resnet50
+from ..compiler.ops import Conv2d
+
+#: The layers run on the RTL: (name, input size, Cin, Cout, kernel, stride, pads).
+RTL_LAYERS = (("resnet50_stem_7x7s2", 224, 3, 64, 7, 2, 3),
+              ("resnet50_3x3_56x56x64", 56, 64, 64, 3, 1, 1),
+              ("resnet50_1x1_7x7x2048", 7, 2048, 512, 1, 1, 0))
+
+
+def conv_layer(name: str, size: int, cin: int, cout: int, kernel: int, stride: int,
+               pads: int, seed: int = 0) -> Graph:
+    """One ResNet-50-shaped convolution with random int8 data and a requantisation
+    that keeps the outputs spread."""
+    rng = np.random.default_rng(seed)
+    g = GraphBuilder(name)
+    x = g.input(rng.integers(-128, 128, size=(1, size, size, cin), dtype=np.int8),
+                zero_point=int(rng.integers(-8, 9)))
+    w = rng.integers(-64, 65, size=(kernel, kernel, cin, cout), dtype=np.int8)
+    mult, shift = requant_for(40.0 / (74.0 * 37.0 * np.sqrt(kernel * kernel * cin)),
+                              per_channel=False)
+    t = g.conv2d(x, w, rng.integers(-2000, 2000, size=cout, dtype=np.int32),
+                 stride=stride, pads=pads, mult=mult, shift=shift, relu=True, name=name)
+    return g.build(t)
+
+
+def _min_bytes(graph: Graph, node) -> int:
+    """Input(s) + weights + output, once each, in bytes."""
+    total = sum(int(np.prod(graph.tensor(t).shape)) for t in node.inputs)
+    if isinstance(node.op, Conv2d):
+        total += node.op.weights.size
+    elif hasattr(node.op, "weights"):
+        total += node.op.weights.size
+    out = graph.tensor(node.outputs[0])
+    return total + int(np.prod(out.shape)) * (4 if out.dtype == "int32" else 1)
+
+
+def network_record(cfg: ChipConfig, graph: Graph, name: str) -> dict:
+    """Compile `graph` (no RTL run): per layer the predicted cycles, utilisation and
+    DRAM traffic from the program itself."""
+    began = time.perf_counter()
+    compiled = compile_network(cfg, graph)
+    compile_s = time.perf_counter() - began
+    rd = {}
+    wr = {}
+    for ins, layer in zip(compiled.program, compiled.layer_of):
+        if ins.op is Opcode.DMA:
+            words = ins.fields["rows"] * (cfg.acc_row_words if ins.fields["kind"] in (
+                DmaKind.LOAD_ACC, DmaKind.STORE_ACC) else 1)
+            into = rd if ins.fields["kind"] in (DmaKind.LOAD_CBUF, DmaKind.LOAD_ACC) else wr
+            into[layer] = into.get(layer, 0) + words * cfg.rows
+    layers = []
+    for rec in compiled.layers:
+        node = graph.nodes[rec.index]
+        minimum = _min_bytes(graph, node)
+        moved = rd.get(rec.index, 0) + wr.get(rec.index, 0)
+        layers.append({
+            "name": rec.name, "op": type(node.op).__name__, "M": rec.M, "K": rec.K,
+            "N": rec.N, "macs": rec.macs, "predicted_cycles": rec.cycles,
+            "mac_utilization": rec.macs / (rec.cycles * cfg.macs) if rec.cycles else 0.0,
+            "dram_rd_bytes": rd.get(rec.index, 0), "dram_wr_bytes": wr.get(rec.index, 0),
+            "min_bytes": minimum, "traffic_ratio": moved / minimum if minimum else 0.0})
+    convs = [l for l in layers if l["op"] == "Conv2d"]
+    conv_macs = sum(l["macs"] for l in convs)
+    weighted = sum(l["mac_utilization"] * l["macs"] for l in convs) / conv_macs
+    return {
+        "name": name, "config": cfg.name, "kind": "compile",
+        "instructions": len(compiled.program),
+        "predicted_cycles": compiled.predicted_cycles,
+        "macs": compiled.macs, "mac_utilization": compiled.utilisation,
+        "conv_layers": len(convs), "conv_macs": conv_macs,
+        "conv_mac_weighted_utilization": weighted,
+        "min_conv_utilization_except_stem": min(l["mac_utilization"] for l in convs[1:]),
+        "stem_utilization": convs[0]["mac_utilization"],
+        "dram_rd_bytes": compiled.dram_bytes_read, "dram_wr_bytes": compiled.dram_bytes_written,
+        "dram_bytes": compiled.dram_bytes_read + compiled.dram_bytes_written,
+        "min_bytes": sum(l["min_bytes"] for l in layers),
+        "compile_seconds": compile_s,
+        "targets": {"conv_mac_weighted_utilization": 0.95,
+                    "min_conv_utilization_except_stem": 0.80, "stem_utilization": 0.6,
+                    "compile_seconds": 30.0},
+        "layers": layers,
+    }
+
+
+def resnet50_record(cfg: ChipConfig) -> dict:
+    return network_record(cfg, resnet50(), "resnet50_224")
