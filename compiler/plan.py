@@ -328,9 +328,10 @@ def program_region(cfg: ChipConfig, plan: MemoryPlan, instructions: int) -> int:
             raise CompileError(
                 f"network {plan.graph.name!r}: DRAM too small by "
                 f"{at + need - cfg.dram_words} words for the program image ({instructions} "
-                f"instructions, {need} words, longer than imem_depth {cfg.imem_depth} so "
+                f"instructions, {need} words: longer than imem_depth {cfg.imem_depth}, so "
                 f"fetched from DRAM; {at} words already used by the data); the "
-                f"configured dram_words is {cfg.dram_words} words of {cfg.rows} bytes")
+                f"configured dram_words is {cfg.dram_words} words of {cfg.rows} bytes: "
+                f"split the network or the batch, or use a chip with a larger DRAM")
     return at
 
 

@@ -199,11 +199,12 @@ def _write_jobs(cfg: ChipConfig, jobs: list[dict], run_dir: Path) -> list[dict]:
                     f"imem_depth {cfg.imem_depth}, so the chip fetches it from DRAM: give "
                     f"the job a 'prog_addr' (e.g. the compiled program's .prog_addr)")
             region = fetch.program_words(cfg, image)
-            if not 0 <= prog_addr <= cfg.dram_words - len(region):
-                raise RtlSimError(f"job {index}: the program region ({len(region)} words "
-                                  f"at prog_addr {prog_addr}) is outside the "
-                                  f"{cfg.dram_words}-word DRAM")
-            segments.append((int(prog_addr), region))
+            if isinstance(prog_addr, bool) or not isinstance(prog_addr, (int, np.integer)) \
+                    or not 0 <= prog_addr < 1 << 32:
+                raise RtlSimError(f"job {index}: prog_addr must be a 32-bit word address, "
+                                  f"not {prog_addr!r}")
+            if prog_addr + len(region) <= cfg.dram_words:   # else the chip faults
+                segments.append((int(prog_addr), region))   # PROG_RANGE at start
         dram = None
         if segments:
             dram = f"job{index}-dram.hex"
