@@ -24,12 +24,17 @@ from types import MappingProxyType
 import numpy as np
 
 from .errors import CompileError
-from .ops import (DTYPES, INT8, INT32, MULT_BITS, OPS, OUT_DTYPES, SHIFT_MAX, Dense, Quant,
-                  TensorType, integer_array)
+from .ops import (DTYPES, INT8, INT32, MULT_BITS, OPS, OUT_DTYPES, SHIFT_MAX, Add, AvgPool2d,
+                  Conv2d, Dense, Flatten, GlobalAvgPool, MaxPool2d, Quant, TensorType,
+                  average_params, integer_array)
 
-__all__ = ["CompileError", "DTYPES", "Dense", "Graph", "GraphBuilder", "INT32", "INT8",
-           "MULT_BITS", "Network", "Node", "OPS", "OUT_DTYPES", "Quant", "SHIFT_MAX",
+__all__ = ["Add", "AvgPool2d", "CompileError", "Conv2d", "DTYPES", "Dense", "Flatten",
+           "GlobalAvgPool", "Graph", "GraphBuilder", "INT32", "INT8", "MULT_BITS",
+           "MaxPool2d", "Network", "Node", "OPS", "OUT_DTYPES", "Quant", "SHIFT_MAX",
            "Tensor", "TensorType", "as_graph", "gemm", "verify"]
+
+#: The shapes a graph input may have: dense activations and NHWC feature maps.
+INPUT_RANKS = {2: "[M, K] activations", 4: "(N, H, W, C) feature map"}
 
 
 def _sequence(what: str, value) -> tuple:
@@ -134,6 +139,14 @@ def _source(graph: Graph, producers: Mapping[str, Node]):
             return f"layer {producers[tensor].name!r}"
         return "the input" if len(graph.inputs) == 1 else f"input {tensor!r}"
     return source
+
+
+def _rank(data) -> int:
+    """The number of dimensions of array-like `data` (0 if it has none or is ragged)."""
+    try:
+        return np.ndim(data)
+    except (TypeError, ValueError):
+        return 0
 
 
 def _is_int(v) -> bool:
@@ -256,9 +269,10 @@ def verify(graph: Graph) -> None:
         if t in producers:
             raise CompileError(f"tensor {t!r} is both a graph input and the output of layer "
                                f"{producers[t].name!r}; give the layer's output another name")
-        if tensors[t].dtype != "int8" or len(tensors[t].shape) != 2:
+        if tensors[t].dtype != "int8" or len(tensors[t].shape) not in INPUT_RANKS:
             raise CompileError(f"input {t!r} is {tensors[t].dtype} of shape "
-                               f"{tensors[t].shape}; inputs are int8 [M, K] activations")
+                               f"{tensors[t].shape}; inputs are int8 "
+                               f"{' or '.join(INPUT_RANKS.values())}")
         if t not in graph.data:
             raise CompileError(f"input {t!r} has no data; give its values in Graph.data")
         d = graph.data[t]
@@ -344,14 +358,19 @@ class GraphBuilder:
 
     def input(self, data, *, name: str = "input", zero_point: int = 0,
               scale: float | None = None) -> str:
-        """A graph input: int8 ``[M, K]`` values. Returns its tensor name."""
+        """A graph input: int8 ``[M, K]`` activations or an int8 ``(N, H, W, C)``
+        feature map. Returns its tensor name."""
         if not isinstance(name, str) or not name:
             raise CompileError(f"an input's name must be a non-empty string, not {name!r}")
         if name in self._tensors:
             raise CompileError(f"network {self.name!r}: a tensor named {name!r} already "
                                f"exists; give the input another name")
-        x = integer_array(f"network {self.name!r}: input" if name == "input" else
-                          f"input {name!r}", data, 2, *INT8, "int8", np.int8)
+        what = f"network {self.name!r}: input" if name == "input" else f"input {name!r}"
+        ndim = _rank(data)
+        if ndim and ndim not in INPUT_RANKS:
+            raise CompileError(f"{what} must be int8 {' or '.join(INPUT_RANKS.values())}, "
+                               f"not a {ndim}-D array")
+        x = integer_array(what, data, ndim or 2, *INT8, "int8", np.int8)
         t = Tensor(name, x.shape, "int8", Quant(zero_point, scale))
         _check_tensor(t)
         self._tensors[name] = t
@@ -359,15 +378,32 @@ class GraphBuilder:
         self._data[name] = x
         return name
 
-    def add(self, op, inputs: str | Sequence[str]) -> str:
+    def tensor(self, name: str) -> Tensor:
+        """The tensor `name` made so far (its shape, dtype and quantisation)."""
+        if name not in self._tensors:
+            raise CompileError(f"network {self.name!r} has no tensor {name!r} (it has "
+                               f"{sorted(self._tensors)})")
+        return self._tensors[name]
+
+    def layer_op(self, name: str):
+        """The op of layer `name` added so far."""
+        for n in self._nodes:
+            if n.name == name:
+                return n.op
+        raise CompileError(f"network {self.name!r} has no layer {name!r}")
+
+    def layer(self, op, inputs: str | Sequence[str]) -> str:
         """Layer `op` (one of ``OPS``, e.g. a :class:`Dense`) reading `inputs`; returns
-        its output tensor's name. An unnamed Dense is called ``layer<i>``."""
+        its output tensor's name. An unnamed Dense is called ``layer<i>``, another
+        unnamed op its default name and ``<i>`` (``conv3``, ``add7``)."""
         if not isinstance(op, OPS):
             raise CompileError(f"network {self.name!r}: layer {len(self._nodes)} is a "
                                f"{type(op).__name__}; the op types are "
                                f"{', '.join(o.__name__ for o in OPS)}")
-        if isinstance(op, Dense) and op.name == "dense":
-            op = dataclasses.replace(op, name=f"layer{len(self._nodes)}")
+        default = type(op).__dataclass_fields__["name"].default
+        if op.name == default:
+            op = dataclasses.replace(op, name=f"layer{len(self._nodes)}" if
+                                     isinstance(op, Dense) else f"{default}{len(self._nodes)}")
         who = f"layer {op.name!r}"
         names = _sequence(f"{who}: inputs", inputs)
         if any(n.name == op.name for n in self._nodes):
@@ -398,14 +434,59 @@ class GraphBuilder:
               shift: int = 0, zp: int = 0, relu: bool = False, out_dtype: str = "int8",
               name: str = "dense") -> str:
         """A :class:`Dense` layer reading `inputs` (several: concatenated along K)."""
-        return self.add(Dense(weights, bias, mult=mult, shift=shift, zp=zp, relu=relu,
-                              out_dtype=out_dtype, name=name), inputs)
+        return self.layer(Dense(weights, bias, mult=mult, shift=shift, zp=zp, relu=relu,
+                                out_dtype=out_dtype, name=name), inputs)
+
+    def conv2d(self, x: str, weights, bias=None, *, stride=1, pads=0, dilation=1,
+               groups: int = 1, mult=1, shift=0, zp: int = 0, relu: bool = False,
+               relu6: int | None = None, name: str = "conv") -> str:
+        """A :class:`Conv2d` reading feature map `x` (``weights[KH, KW, Cin, Cout]``)."""
+        return self.layer(Conv2d(weights, bias, stride=stride, pads=pads, dilation=dilation,
+                                 groups=groups, mult=mult, shift=shift, zp=zp, relu=relu,
+                                 relu6=relu6, name=name), x)
+
+    def max_pool2d(self, x: str, kernel=2, stride=None, pads=0, *,
+                   name: str = "max_pool") -> str:
+        """A :class:`MaxPool2d` (stride defaults to the kernel)."""
+        return self.layer(MaxPool2d(kernel, stride, pads, name=name), x)
+
+    def avg_pool2d(self, x: str, kernel=2, stride=None, pads=0, *, mult: int | None = None,
+                   shift: int | None = None, name: str = "avg_pool") -> str:
+        """An :class:`AvgPool2d` (without mult/shift: ``average_params(kh * kw)``)."""
+        return self.layer(AvgPool2d(kernel, stride, pads, mult, shift, name=name), x)
+
+    def global_avg_pool(self, x: str, *, mult: int | None = None, shift: int | None = None,
+                        name: str = "global_avg_pool") -> str:
+        """A :class:`GlobalAvgPool` over `x`'s ``H x W`` (without mult/shift:
+        ``average_params(H * W)``)."""
+        if mult is None and shift is None and x in self._tensors \
+                and len(self._tensors[x].shape) == 4:
+            _, h, w, _ = self._tensors[x].shape
+            mult, shift = average_params(h * w)
+        return self.layer(GlobalAvgPool(mult, shift, name=name), x)
+
+    def add(self, a, b, *, mult_a: int = 1, mult_b: int = 1, shift: int = 0, zp: int = 0,
+            relu: bool = False, name: str = "add") -> str:
+        """An :class:`Add` of tensors `a` and `b` (a residual join).
+
+        ``add(op, inputs)`` with an op object is :meth:`layer`, as before."""
+        if not isinstance(a, str):
+            if (mult_a, mult_b, shift, zp, relu, name) != (1, 1, 0, 0, False, "add"):
+                raise CompileError(f"network {self.name!r}: add(a, b, ...) adds two tensors "
+                                   f"named by strings, but a is a {type(a).__name__}; to "
+                                   f"add a layer op use layer(op, inputs)")
+            return self.layer(a, b)
+        return self.layer(Add(mult_a, mult_b, shift, zp, relu, name=name), (a, b))
+
+    def flatten(self, x: str, *, name: str = "flatten") -> str:
+        """A :class:`Flatten`: ``(N, H, W, C) -> (N, H*W*C)``."""
+        return self.layer(Flatten(name=name), x)
 
     def build(self, *outputs: str) -> Graph:
         """The verified graph. `outputs` default to the tensors no layer reads."""
         if not self._nodes:
             raise CompileError(f"network {self.name!r} has no layers; add at least one "
-                               f"Dense")
+                               f"(e.g. a Dense)")
         if not outputs:
             read = {t for n in self._nodes for t in n.inputs}
             outputs = tuple(n.outputs[0] for n in self._nodes if n.outputs[0] not in read)
@@ -441,7 +522,7 @@ class Network:
         g = GraphBuilder(self.name)
         t = g.input(x)
         for layer in layers:
-            t = g.add(layer, t)
+            t = g.layer(layer, t)
         graph = g.build(t)
         object.__setattr__(self, "layers", tuple(n.op for n in graph.nodes))
         object.__setattr__(self, "graph", graph)

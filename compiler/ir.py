@@ -51,7 +51,8 @@ class MicroOp:
 
 def resource_sizes(cfg: ChipConfig) -> dict[str, int]:
     return {"cbuf": cfg.cbuf_depth, "acc": cfg.acc_depth, "dram": cfg.dram_words,
-            "wbank0": 1, "wbank1": 1, "cfg": len(fabric.muxes(cfg))}
+            "wbank0": 1, "wbank1": 1, "cfg": len(fabric.muxes(cfg)),
+            "geom": 1, "taps": isa.TAP_TABLES}
 
 
 def accesses(cfg: ChipConfig, op: Opcode, f: dict) -> tuple[Access, ...]:
@@ -59,7 +60,7 @@ def accesses(cfg: ChipConfig, op: Opcode, f: dict) -> tuple[Access, ...]:
     for strided DMA: the whole span between the first and last DRAM word), the
     weight bank it shifts or streams through, and the fabric settings it passes."""
     entry = instructions.spec(op)
-    out = [Access(r.memory, r.lo, r.hi, r.mode)
+    out = [Access(r.memory, r.lo, r.hi, r.mode, *(r.window or ()))
            for r in entry.ranges(cfg, instructions.Fields(f)) if r.touched]
     if entry.bank_mode is not None:
         out.append(Access(f"wbank{f['bank']}", 0, 1, entry.bank_mode,
@@ -73,7 +74,7 @@ def accesses(cfg: ChipConfig, op: Opcode, f: dict) -> tuple[Access, ...]:
 
 def make(cfg: ChipConfig, op: Opcode, layer: int = 0, **fields) -> MicroOp:
     """A checked micro-op: fields encodable and every range inside its memory, so a
-    compiled program can never raise ADDR_RANGE or CFG_RANGE."""
+    compiled program can never raise ILLEGAL_OPCODE, ADDR_RANGE or CFG_RANGE."""
     unknown = set(fields) - {name for name, _ in isa.PAYLOAD[op]}
     if unknown:
         raise CompileError(f"internal: {op.name} has no field(s) {sorted(unknown)}")
@@ -85,7 +86,10 @@ def make(cfg: ChipConfig, op: Opcode, layer: int = 0, **fields) -> MicroOp:
         isa.encode(mop.instr(0))
     except isa.EncodingError as e:
         raise CompileError(f"internal: {mop}: {e}") from None
-    # the sequencer's ADDR_RANGE and CFG_RANGE rules, from the instruction table
+    # the sequencer's ILLEGAL_OPCODE, ADDR_RANGE and CFG_RANGE rules, from the table
+    if not instructions.legal(cfg, op, fields):
+        raise CompileError(f"internal: {mop}: {instructions.spec(op).legal_rule} (else "
+                           f"the chip faults ILLEGAL_OPCODE)")
     for r in instructions.ranges(cfg, op, fields):
         if not r.nonempty:
             raise CompileError(f"{mop}: rows must be at least 1 (an instruction that "

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..arch.config import ChipConfig
+from .cnn import is_cnn, lower_cnn
 from .graph import as_graph
 from .ir import MicroOp
 from .pipeline import loop_order, pipeline
@@ -43,6 +44,8 @@ class Lowered:
 def lower(cfg: ChipConfig, network, plan: MemoryPlan | None = None) -> Lowered:
     """Lower `network` (Graph or Network), with `plan` or the planner's own."""
     graph = as_graph(network)
+    if is_cnn(graph):
+        return lower_cnn(cfg, graph)
     plan = plan_memory(cfg, graph) if plan is None else plan
     emitter = Emitter(cfg, graph, plan)
     blocks = [blk for i, node in enumerate(graph.nodes)

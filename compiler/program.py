@@ -30,6 +30,7 @@ class LayerRecord:
     macs: int          # useful multiply-accumulates, M*K*N
     first_cycle: int   # issue cycle of the layer's first instruction
     end_cycle: int     # cycle at which the last of its instructions is done
+    index: int = 0     # its position in the graph (views such as Flatten have none)
 
     @property
     def cycles(self) -> int:
@@ -97,7 +98,8 @@ class Compiled:
             t = self.graph.tensor(name)
             words = np.asarray(dram_after)[at:at + n]
             unpack = layout.unpack_int32 if t.dtype == "int32" else layout.unpack_int8
-            out[name] = unpack(self.cfg, words, *t.shape)
+            rows = int(np.prod(t.shape[:-1]))     # a map's pixels are its rows
+            out[name] = unpack(self.cfg, words, rows, t.shape[-1]).reshape(t.shape)
         return out
 
     def disassemble(self) -> str:
@@ -107,6 +109,19 @@ class Compiled:
 def _dma_bytes(cfg: ChipConfig, program: list[isa.Instr], kinds: tuple[int, ...]) -> int:
     return sum(timing.dma_words(cfg, i.kind, i.rows) * cfg.rows for i in program
                if i.op is Opcode.DMA and i.kind in kinds)
+
+
+def _mkn(lowered, graph: Graph, node) -> tuple[int, int, int, int]:
+    """A layer as a matrix product ``M x K x N`` and its useful MACs: a convolution's
+    M is its output pixels, K its kernel taps times input channels."""
+    jobs = getattr(lowered, "jobs", None)
+    if jobs is None:
+        return (graph.tensor(node.outputs[0]).shape[0], node.op.K, node.op.N,
+                rule_for(node).macs(graph, node))
+    job = jobs[node.name]
+    N, Ho, Wo, C = job.out_shape
+    M = N * Ho * Wo
+    return M, job.macs // max(M * C, 1), C, job.macs
 
 
 def compile_network(cfg: ChipConfig, network: Network | Graph) -> Compiled:
@@ -139,11 +154,11 @@ def compile_network(cfg: ChipConfig, network: Network | Graph) -> Compiled:
     records = []
     for li, node in enumerate(graph.nodes):
         mine = [ins for ins, owner in zip(program, layer_of) if owner == li]
+        if not mine:            # a view (Flatten): no instructions of its own
+            continue
         first = min(ins.cycle for ins in mine)
         end = max(ins.cycle + timing.done(cfg, ins) for ins in mine)
-        records.append(LayerRecord(node.name, graph.tensor(node.outputs[0]).shape[0],
-                                   node.op.K, node.op.N, rule_for(node).macs(graph, node),
-                                   first, end))
+        records.append(LayerRecord(node.name, *_mkn(lowered, graph, node), first, end, li))
     return Compiled(
         cfg=cfg, network=network, program=program,
         layer_of=layer_of, image=image, dram=lowered.dram,

@@ -10,6 +10,7 @@ from systolica.arch import regs
 from systolica.arch.config import ChipConfig
 
 from .array import Grid
+from .cbuf import build_cbuf
 from .csr import RegisterFile
 from .dma import Dma
 from .fabric_regs import FabricRegs
@@ -51,7 +52,6 @@ class Chip(wiring.Component):
         m.submodules.mm = mm = MatmulUnit(cfg=cfg)
         m.submodules.grid = grid = Grid(cfg=cfg)
         m.submodules.vpu = vpu = VectorUnit(cfg=cfg)
-        m.submodules.cbuf = cbuf = buffer(cfg, "cbuf")
         m.submodules.acc = acc = buffer(cfg, "acc")
 
         # Host side.
@@ -66,6 +66,8 @@ class Chip(wiring.Component):
         connect(m, seq.dma, dma.issue)
         connect(m, seq.wload, wl.issue)
         connect(m, seq.mm, mm.issue)
+        connect(m, seq.convcfg, mm.convcfg)
+        connect(m, seq.taps, mm.taps)
         connect(m, seq.vpu, vpu.issue)
         connect(m, seq.fabric, fab.issue)
 
@@ -92,10 +94,9 @@ class Chip(wiring.Component):
             m.d.comb += [grid.north_w[c].eq(wl.north_w[c]), mm.south_psum[c].eq(grid.south_psum[c])]
 
         # Memory ports: each reader and writer has its own.
-        for port in (mm.cbuf_read, wl.cbuf_read, dma.cbuf_read):
-            connect(m, port, cbuf.read_port())
-        for port in (dma.cbuf_write, vpu.cbuf_write):
-            connect(m, port, cbuf.write_port())
+        build_cbuf(m, cfg, row_reads=(wl.cbuf_read, dma.cbuf_read),
+                   partition_reads=(mm.cbuf_read,),
+                   row_writes=(dma.cbuf_write, vpu.cbuf_write))
         for port in (mm.acc_read, vpu.acc_read, dma.acc_read):
             connect(m, port, acc.read_port())
         for port in (mm.acc_write, vpu.acc_write, dma.acc_write):

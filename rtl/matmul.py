@@ -1,7 +1,7 @@
 """The two units that drive the grid: the weight loader (north edge) and the matmul
 unit (west edge in, south edge out into the accumulator buffer)."""
 
-from amaranth.hdl import Array, Cat, Module, Mux, Signal
+from amaranth.hdl import Array, Cat, Module, Mux, Signal, signed
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
@@ -10,7 +10,7 @@ from systolica.arch.config import ChipConfig
 from systolica.arch.isa import Opcode
 
 from .array import ACT, PSUM, WGT
-from .ports import Issue, buffer_read, buffer_write, check_config
+from .ports import Issue, buffer_read, buffer_write, check_config, partitioned_read
 
 
 def _group_select(m, sources, sel, width, n, groups):
@@ -92,8 +92,16 @@ class MatmulUnit(wiring.Component):
     stage forwards the previous cycle's write, so back-to-back MATMULs on the same ACC
     rows accumulate correctly.
 
-    Members: ``issue`` (:class:`~.ports.Issue` of ``MATMUL``), ``row_fed`` (an
-    activation row enters the array: the MAC counter), ``cbuf_read``, ``acc_read``,
+    With ``conv = 1`` the read stage walks a window instead of consecutive rows
+    (docs/cnn.md): each CBUF partition has its own read address, the sum of the
+    output pixel's position and that partition's tap, and a pixel outside the tile
+    reads the geometry's ``pad`` byte. The geometry (``CONVCFG``) and the tap tables
+    (``TAPS``) are registers here; a MATMUL latches what it needs when it issues.
+
+    Members: ``issue`` (:class:`~.ports.Issue` of ``MATMUL``), ``convcfg`` and ``taps``
+    (their issue ports), ``row_fed`` (an
+    activation row enters the array: the MAC counter), ``cbuf_read`` (one address per
+    partition), ``acc_read``,
     ``acc_write``, the ``west_feed`` and ``acc_src`` multiplexer settings, and the
     grid's west inputs (``west_a``, ``west_sel``) and south outputs (``south_psum``).
     """
@@ -103,7 +111,9 @@ class MatmulUnit(wiring.Component):
         t = cfg.tile_rows
         super().__init__({
             "issue": In(Issue(isa.PAYLOAD[Opcode.MATMUL])), "row_fed": Out(1),
-            "cbuf_read": In(buffer_read(cfg, "cbuf")),
+            "convcfg": In(Issue(isa.PAYLOAD[Opcode.CONVCFG], handshake=False)),
+            "taps": In(Issue(isa.PAYLOAD[Opcode.TAPS], handshake=False)),
+            "cbuf_read": In(partitioned_read(cfg)),
             "acc_read": In(buffer_read(cfg, "acc")),
             "acc_write": In(buffer_write(cfg, "acc")),
             "west_feed": In(4).array(t), "acc_src": In(4).array(cfg.tile_cols),
@@ -120,32 +130,36 @@ class MatmulUnit(wiring.Component):
         left = Signal(16)
         ptr = Signal(isa.CBUF_ADDR_BITS)
         acc_ptr = Signal(isa.ACC_ADDR_BITS)
-        accum = Signal()
+        accum, use_max = Signal(), Signal()
         bank = Signal()
         last = Signal()
-        m.d.comb += [last.eq(active & (left == 1)), self.issue.ready.eq(~active | last),
-                     self.cbuf_read.addr.eq(ptr)]
+        m.d.comb += [last.eq(active & (left == 1)), self.issue.ready.eq(~active | last)]
         args = self.issue.payload
         with m.If(self.issue.valid):
             m.d.sync += [active.eq(1), left.eq(args.rows), ptr.eq(args.act_addr),
                          acc_ptr.eq(args.acc_addr), accum.eq(args.accumulate),
-                         bank.eq(args.bank)]
+                         use_max.eq(args.max), bank.eq(args.bank)]
         with m.Elif(active):
             m.d.sync += [active.eq(~last), left.eq(left - 1), ptr.eq(ptr + 1),
                          acc_ptr.eq(acc_ptr + 1)]
+        addrs, inside, pad = self._window(m, args, active, ptr)
+        for p in range(cfg.rows):
+            m.d.comb += self.cbuf_read.addr[p].eq(addrs[p])
 
         # Control delay line: stage k holds the row whose data arrived k cycles ago.
         ctrl_len = timing.matmul_pipeline(cfg) - 1
-        ctrl = [Signal(1 + 1 + 1 + isa.ACC_ADDR_BITS, name=f"ctrl_{k}")
+        ctrl = [Signal(1 + 1 + 1 + 1 + isa.ACC_ADDR_BITS, name=f"ctrl_{k}")
                 for k in range(ctrl_len)]
-        m.d.sync += ctrl[0].eq(Cat(active, bank, accum, acc_ptr))
+        m.d.sync += ctrl[0].eq(Cat(active, bank, accum, use_max, acc_ptr))
         for k in range(1, ctrl_len):
             m.d.sync += ctrl[k].eq(ctrl[k - 1])
         valid1, sel1 = ctrl[0][0], ctrl[0][1]
         m.d.comb += self.row_fed.eq(valid1)
 
-        # Feeder: west-edge partition routing, then per-row skew registers.
-        rbytes = [self.cbuf_read.data[8 * p:8 * p + 8] for p in range(cfg.rows)]
+        # Feeder: the pad byte where the pixel lies outside the tile, west-edge
+        # partition routing, then per-row skew registers.
+        rbytes = [Mux(inside[p], self.cbuf_read.data[8 * p:8 * p + 8], pad)
+                  for p in range(cfg.rows)]
         for i in range(cfg.tile_rows):
             grp = _group_select(m, rbytes, self.west_feed[i], 8, n, cfg.tile_rows)
             for x in range(n):
@@ -174,21 +188,22 @@ class MatmulUnit(wiring.Component):
 
         # Accumulate stage A (read ACC) then W (add, write) with forwarding.
         ca = ctrl[-1]
-        a_valid, a_accum, a_addr = ca[0], ca[2], ca[3:]
+        a_valid, a_accum, a_max, a_addr = ca[0], ca[2], ca[3], ca[4:]
         m.d.comb += self.acc_read.addr.eq(a_addr)
-        w_valid, w_accum = Signal(), Signal()
+        w_valid, w_accum, w_max = Signal(), Signal(), Signal()
         w_addr = Signal(isa.ACC_ADDR_BITS)
         w_psum = Signal(cfg.cols * 32)
-        m.d.sync += [w_valid.eq(a_valid), w_accum.eq(a_accum), w_addr.eq(a_addr),
-                     w_psum.eq(Cat(*routed))]
+        m.d.sync += [w_valid.eq(a_valid), w_accum.eq(a_accum), w_max.eq(a_max),
+                     w_addr.eq(a_addr), w_psum.eq(Cat(*routed))]
         f_valid, f_addr = Signal(), Signal(isa.ACC_ADDR_BITS)
         f_data = Signal(cfg.cols * 32)
         old = Mux(f_valid & (f_addr == w_addr), f_data, self.acc_read.data)
         total = Signal(cfg.cols * 32)
         for c in range(cfg.cols):
             lo = 32 * c
+            o, ps = old[lo:lo + 32].as_signed(), w_psum[lo:lo + 32].as_signed()
             m.d.comb += total[lo:lo + 32].eq(
-                Mux(w_accum, old[lo:lo + 32] + w_psum[lo:lo + 32], w_psum[lo:lo + 32]))
+                Mux(w_accum, Mux(w_max, Mux(o > ps, o, ps), o + ps), ps))
         m.d.comb += [self.acc_write.en.eq(w_valid), self.acc_write.addr.eq(w_addr),
                      self.acc_write.data.eq(total)]
         m.d.sync += [f_valid.eq(w_valid), f_addr.eq(w_addr), f_data.eq(total)]
@@ -198,3 +213,79 @@ class MatmulUnit(wiring.Component):
             busy = busy | ctrl[k][0]
         m.d.comb += self.issue.drained.eq(~busy)
         return m
+
+    def _window(self, m, args, active, ptr):
+        """The window walk: per partition, the CBUF address read this cycle, and
+        (a cycle later, with the data) whether it lies inside the tile and the pad
+        byte that replaces it otherwise."""
+        cfg = self.cfg
+        gb, tb = isa.GEOM_BITS, isa.TAP_DELTA_BITS
+        # CONVCFG: the geometry registers
+        g = self.convcfg.payload
+        out_w = Signal(gb, init=1)
+        sh, sw = Signal(3, init=1), Signal(3, init=1)
+        top, left_, pad = Signal(isa.TAP_BITS), Signal(isa.TAP_BITS), Signal(8)
+        with m.If(self.convcfg.valid):
+            m.d.sync += [out_w.eq(g.out_w), sh.eq(g.sh), sw.eq(g.sw), top.eq(g.top),
+                         left_.eq(g.left), pad.eq(g.pad)]
+        # TAPS: per table and partition, the signed tap offsets
+        t = self.taps.payload
+        th = [[Signal(signed(tb), name=f"th_{k}_{p}") for p in range(cfg.rows)]
+              for k in range(isa.TAP_TABLES)]
+        tw = [[Signal(signed(tb), name=f"tw_{k}_{p}") for p in range(cfg.rows)]
+              for k in range(isa.TAP_TABLES)]
+        for e in range(1, isa.TAPS_PER_WORD + 1):
+            part = t.first + (e - 1)
+            with m.If(self.taps.valid & (t.count >= e)):
+                for k in range(isa.TAP_TABLES):
+                    for p in range(cfg.rows):
+                        with m.If((t.table == k) & (part == p)):
+                            m.d.sync += [th[k][p].eq(t[f"th{e}"]), tw[k][p].eq(t[f"tw{e}"])]
+
+        # MATMUL issue: latch the walk
+        conv = Signal()
+        in_w, in_h = Signal(gb), Signal(gb)
+        w_out = Signal(gb)
+        w_sh, w_sw = Signal(3), Signal(3)
+        w_pad = Signal(8)
+        ow = Signal(gb)
+        ihb, iwb = Signal(signed(18)), Signal(signed(18))     # output pixel's tap 0
+        w_left = Signal(signed(18))
+        pix, rowpix = Signal(18), Signal(18)                  # its CBUF address
+        row_step = Signal(18)
+        kh = [Signal(signed(tb + 1), name=f"kh_{p}") for p in range(cfg.rows)]
+        kw = [Signal(signed(tb + 1), name=f"kw_{p}") for p in range(cfg.rows)]
+        off = [Signal(18, name=f"off_{p}") for p in range(cfg.rows)]
+        th_sel = [Array(th[k][p] for k in range(isa.TAP_TABLES))[args.taps]
+                  for p in range(cfg.rows)]
+        tw_sel = [Array(tw[k][p] for k in range(isa.TAP_TABLES))[args.taps]
+                  for p in range(cfg.rows)]
+        with m.If(self.issue.valid):
+            start = args.act_addr - top * args.in_w - left_
+            m.d.sync += [conv.eq(args.conv), in_w.eq(args.in_w), in_h.eq(args.in_h),
+                         w_out.eq(out_w), w_sh.eq(sh), w_sw.eq(sw), w_pad.eq(pad),
+                         ow.eq(0), ihb.eq(-top), iwb.eq(-left_), w_left.eq(-left_),
+                         pix.eq(start), rowpix.eq(start), row_step.eq(sh * args.in_w)]
+            for p in range(cfg.rows):
+                khp, kwp = args.dh + th_sel[p], args.dw + tw_sel[p]
+                m.d.sync += [kh[p].eq(khp), kw[p].eq(kwp),
+                             off[p].eq(khp * args.in_w.as_signed() + kwp)]
+        with m.Elif(active):
+            with m.If(ow == w_out - 1):
+                m.d.sync += [ow.eq(0), iwb.eq(w_left), ihb.eq(ihb + w_sh),
+                             rowpix.eq(rowpix + row_step), pix.eq(rowpix + row_step)]
+            with m.Else():
+                m.d.sync += [ow.eq(ow + 1), iwb.eq(iwb + w_sw), pix.eq(pix + w_sw)]
+
+        addrs, inside = [], []
+        for p in range(cfg.rows):
+            ih, iw = ihb + kh[p], iwb + kw[p]
+            ok = Signal(name=f"inside_{p}")
+            m.d.sync += ok.eq(~conv | ((ih >= 0) & (ih < in_h) & (iw >= 0) & (iw < in_w)))
+            a = Signal(isa.CBUF_ADDR_BITS, name=f"rd_addr_{p}")
+            m.d.comb += a.eq(Mux(conv, (pix + off[p])[:isa.CBUF_ADDR_BITS], ptr))
+            addrs.append(a)
+            inside.append(ok)
+        pad_d = Signal(8)
+        m.d.sync += pad_d.eq(w_pad)
+        return addrs, inside, pad_d

@@ -18,8 +18,10 @@ from .ports import check_config
 class Window:
     """Multiplexer ``mux`` is in use by an instruction of ``op`` issued at ``t`` for the
     SETCFG issue cycles ``t + lo <= u < t + lo + length``, ``length = base + per_row *
-    rows`` (none if not positive), unless one of the 1-bit fields ``closed_by`` is set.
-    This restates :func:`systolica.arch.timing.mux_use` (``length = hi - 1 - lo``)."""
+    rows`` (none if not positive), unless one of the 1-bit fields ``closed_by`` is set
+    or a field of ``when`` has another value (a flag that moves the window gives one
+    window per value). This restates :func:`systolica.arch.timing.mux_use`
+    (``length = hi - 1 - lo``)."""
 
     mux: int
     op: Opcode
@@ -27,9 +29,12 @@ class Window:
     base: int
     per_row: int
     closed_by: tuple[str, ...]
+    when: tuple[tuple[str, int], ...] = ()
 
     def length(self, fields: dict) -> int:
         if any(fields.get(f, 0) for f in self.closed_by):
+            return 0
+        if any(fields.get(f, 0) != v for f, v in self.when):
             return 0
         return max(0, self.base + self.per_row * fields.get("rows", 0))
 
@@ -41,19 +46,19 @@ class GuardError(ValueError):
 def windows(cfg: ChipConfig) -> tuple[Window, ...]:
     """Every (multiplexer, opcode) window, found by asking :func:`timing.mux_use` about
     sample instructions: all fields zero but ``rows`` (1, 2 and 3) and one 1-bit flag
-    at a time. Raises :class:`GuardError` if a window's start depends on the rows, its
-    length is not linear in them, or a flag changes it other than by closing it."""
+    at a time. A flag may close the window; at most one flag per opcode may move or
+    resize it (then there is a window for each of its values). Raises
+    :class:`GuardError` if a window's start depends on the rows, its length is not
+    linear in them, or the flags change it in another way."""
     out = []
     for mux in fabric.muxes(cfg):
         for op in Opcode:
             if op is not Opcode.ILLEGAL:
-                w = _window(cfg, op, mux)
-                if w is not None:
-                    out.append(w)
+                out += _windows(cfg, op, mux)
     return tuple(out)
 
 
-def _window(cfg: ChipConfig, op: Opcode, mux: fabric.Mux) -> Window | None:
+def _windows(cfg: ChipConfig, op: Opcode, mux: fabric.Mux) -> list[Window]:
     layout = isa.PAYLOAD[op]
     names = [name for name, _ in layout]
     flags = [name for name, fld in layout if fld.width == 1 and name != "rows"]
@@ -68,26 +73,41 @@ def _window(cfg: ChipConfig, op: Opcode, mux: fabric.Mux) -> Window | None:
 
     what = f"{op.name} on {mux.name}"
     plain = probe()
-    for f in flags:
-        flagged = probe(**{f: 1})
-        if flagged is not None and flagged != plain:
-            raise GuardError(f"{what}: setting {f} changes the window to {flagged}")
+    moving = [f for f in flags if probe(**{f: 1}) not in (None, plain)]
+    if plain is None and moving:
+        raise GuardError(f"{what}: setting {moving[0]} opens a window "
+                         f"({probe(**{moving[0]: 1})})")
+    if len(moving) > 1:
+        raise GuardError(f"{what}: more than one flag moves the window ({moving})")
     if plain is None:
-        return None
-    closed_by = tuple(f for f in flags if probe(**{f: 1}) is None)
-    lo = plain[0]
-    if lo < 0:
-        raise GuardError(f"{what}: the window starts before the issue ({plain})")
-    lengths = []
-    for rows in (1, 2, 3) if has_rows else (1,):
-        use = probe(rows)
-        if use is None or use[0] != lo:
-            raise GuardError(f"{what}: the window's start depends on rows ({plain}, {use})")
-        lengths.append(use[1] - 1 - lo)
-    per_row = lengths[1] - lengths[0] if has_rows else 0
-    if has_rows and lengths[2] - lengths[1] != per_row:
-        raise GuardError(f"{what}: the window's length is not linear in rows ({lengths})")
-    return Window(mux.index, op, lo, lengths[0] - per_row, per_row, closed_by)
+        return []
+    out = []
+    for when in ([((moving[0], 0),), ((moving[0], 1),)] if moving else [()]):
+        fixed = dict(when)
+        mode = probe(**fixed)
+        others = [f for f in flags if f not in fixed]
+        for f in others:
+            flagged = probe(**fixed, **{f: 1})
+            if flagged is not None and flagged != mode:
+                raise GuardError(f"{what}: setting {f} changes the window to {flagged}")
+        closed_by = tuple(f for f in others if probe(**fixed, **{f: 1}) is None)
+        lo = mode[0]
+        if lo < 0:
+            raise GuardError(f"{what}: the window starts before the issue ({mode})")
+        lengths = []
+        for rows in (1, 2, 3) if has_rows else (1,):
+            use = probe(rows, **fixed)
+            if use is None or use[0] != lo:
+                raise GuardError(f"{what}: the window's start depends on rows "
+                                 f"({mode}, {use})")
+            lengths.append(use[1] - 1 - lo)
+        per_row = lengths[1] - lengths[0] if has_rows else 0
+        if has_rows and lengths[2] - lengths[1] != per_row:
+            raise GuardError(f"{what}: the window's length is not linear in rows "
+                             f"({lengths})")
+        out.append(Window(mux.index, op, lo, lengths[0] - per_row, per_row, closed_by,
+                          when))
+    return out
 
 
 class MuxGuard(wiring.Component):
@@ -121,14 +141,17 @@ class MuxGuard(wiring.Component):
         m = Module()
         groups: dict[tuple, list[Window]] = {}
         for w in self.windows:
-            groups.setdefault((w.op, w.base, w.per_row, w.closed_by), []).append(w)
+            groups.setdefault((w.op, w.base, w.per_row, w.closed_by, w.when),
+                              []).append(w)
         in_use = [Const(0)] * len(fabric.muxes(self.cfg))
-        for k, ((op, base, per_row, closed_by), members) in enumerate(groups.items()):
+        for k, ((op, base, per_row, closed_by, when), members) in enumerate(groups.items()):
             layout = isa.PAYLOAD[op]
             args = data.View(layout, self.payload[:layout.size])
             opens = self.issue & (self.opcode == op)
             for f in closed_by:
                 opens = opens & ~args[f]
+            for f, v in when:
+                opens = opens & (args[f] == v)
             rows_max = (1 << layout["rows"].width) - 1 if per_row else 0
             length = Signal(range(max(1, base + per_row * rows_max) + 1), name=f"g{k}_len")
             if per_row:

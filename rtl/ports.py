@@ -146,6 +146,15 @@ def buffer_read(cfg: ChipConfig, name: str) -> memory.ReadPort.Signature:
     return memory.ReadPort.Signature(addr_width=ceil_log2(depth), shape=shape)
 
 
+def partitioned_read(cfg: ChipConfig) -> wiring.Signature:
+    """A CBUF read port with one address per partition (the matmul unit's window
+    walk): ``addr`` is an array of ``cfg.rows`` addresses, ``data`` the row of bytes,
+    byte ``p`` from address ``p``, the cycle after."""
+    depth, shape = _geometry(cfg, "cbuf")
+    return wiring.Signature({"addr": In(ceil_log2(depth)).array(cfg.rows),
+                             "data": Out(shape)})   # the buffer's side, as buffer_read
+
+
 def buffer_write(cfg: ChipConfig, name: str) -> memory.WritePort.Signature:
     """A write port of buffer ``name`` (written at the clock edge while ``en``); a
     writing unit declares ``In(buffer_write(...))``."""

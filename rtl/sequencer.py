@@ -79,7 +79,9 @@ class Sequencer(wiring.Component):
         head = running & (pc < ctrl.prog_len)
         ready_head = head & present
         opcode = Value.cast(ir.opcode)
-        legal = Cat(*(opcode == op for op in instructions.SPEC)).any()
+        # an opcode of the ISA, with a field combination its entry defines
+        legal = Cat(*((opcode == op) & entry.legal(cfg, self._view(ir, op), select=Mux)
+                      for op, entry in instructions.SPEC.items())).any()
         due = ir.cycle == cycle
         late = ir.cycle < cycle
         units = [getattr(self, name) for name in self.UNITS]
@@ -176,6 +178,12 @@ class Sequencer(wiring.Component):
             with m.If(back & back_last):
                 m.d.sync += [filled.eq(filled + 1), fetch_slot.eq(wrap(fetch_slot))]
         return m
+
+    @staticmethod
+    def _view(ir, op):
+        """The head's payload as ``op``'s fields."""
+        layout = isa.PAYLOAD[op]
+        return data.View(layout, Value.cast(ir.payload)[:layout.size])
 
     def _update_limits(self, m, ir):
         """Whether a SETCFG keeps the chip's configuration-update limits: pairs per

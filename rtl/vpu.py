@@ -1,4 +1,5 @@
-"""The vector unit: accumulator rows -> bias, requantise, ReLU -> CBUF or ACC."""
+"""The vector unit: accumulator rows -> bias, requantise, ReLU (or per-column
+requantise and clamp) -> CBUF or ACC."""
 
 from amaranth.hdl import Cat, Const, Module, Mux, Signal, signed
 from amaranth.lib import wiring
@@ -6,6 +7,7 @@ from amaranth.lib.wiring import In
 
 from systolica.arch import isa
 from systolica.arch.config import ChipConfig, ConfigError
+from systolica.arch.instructions import PARAM_ROWS
 from systolica.arch.isa import Opcode
 
 from .matmul import _group_select
@@ -17,9 +19,10 @@ STAGES = 3  # bias add; multiply (+ rounding constant); shift, zero point, clamp
 class VectorUnit(wiring.Component):
     """Executes ``VRUN``. One segment per array column; one row per cycle.
 
-    It reads the bias row first, then ``rows`` accumulator rows; each row passes three
-    register stages and is written to the CBUF (int8, through the ``wb_src`` partition
-    routing) or back to the ACC (int32).
+    It reads the bias row first (with ``params = 1`` the four parameter rows, one per
+    cycle), then ``rows`` accumulator rows; each row passes three register stages and
+    is written to the CBUF (int8, through the ``wb_src`` partition routing) or back to
+    the ACC (int32).
 
     Members: ``issue`` (:class:`~.ports.Issue` of ``VRUN``), ``acc_read``,
     ``cbuf_write``, ``acc_write``, and the ``wb_src`` multiplexer settings.
@@ -40,37 +43,65 @@ class VectorUnit(wiring.Component):
         })
 
     def elaborate(self, platform):
+        # A VRUN first reads its parameter rows (the bias row, or with ``params`` the
+        # bias, multiplier, shift and clamp rows) from ``bias_addr`` into per-column
+        # registers, then streams its rows through three stages. Each row carries its
+        # instruction's arguments down the pipeline. The parameter registers need no
+        # copy per row: the next VRUN reads its parameter row k (bias, multiplier,
+        # shift, clamp) k+1 cycles after this one's last row read, and the register
+        # shows it k+3 cycles after, once that row has passed every stage using it
+        # (bias: stage 1; multiplier: 2; shift: 2 and 3; clamp: 3).
         m = Module()
         cfg, cols = self.cfg, self.cfg.cols
         args = Signal.like(self.issue.payload)
-        active, bias_phase = Signal(), Signal()
+        active, par_phase = Signal(), Signal()
+        par_idx = Signal(range(PARAM_ROWS))
         left = Signal(isa.ACC_ADDR_BITS)
         ptr = Signal(isa.ACC_ADDR_BITS)
         last = Signal()
-        m.d.comb += [last.eq(active & ~bias_phase & (left == 1)),
+        par_last = par_idx == Mux(args.params, PARAM_ROWS - 1, 0)
+        m.d.comb += [last.eq(active & ~par_phase & (left == 1)),
                      self.issue.ready.eq(~active | last),
-                     self.acc_read.addr.eq(Mux(bias_phase, args.bias_addr, ptr))]
+                     self.acc_read.addr.eq(Mux(par_phase, args.bias_addr + par_idx, ptr))]
         with m.If(self.issue.valid):
-            m.d.sync += [args.eq(self.issue.payload), active.eq(1), bias_phase.eq(1),
-                         left.eq(self.issue.payload.rows), ptr.eq(self.issue.payload.src)]
+            m.d.sync += [args.eq(self.issue.payload), active.eq(1), par_phase.eq(1),
+                         par_idx.eq(0), left.eq(self.issue.payload.rows),
+                         ptr.eq(self.issue.payload.src)]
         with m.Elif(active):
-            m.d.sync += bias_phase.eq(0)
-            with m.If(~bias_phase):
+            with m.If(par_phase):
+                m.d.sync += [par_idx.eq(par_idx + 1), par_phase.eq(~par_last)]
+            with m.Else():
                 m.d.sync += [left.eq(left - 1), ptr.eq(ptr + 1), active.eq(~last)]
 
         # The cycle after a read its data is on acc_rdata.
-        got_bias, got_row = Signal(), Signal()
-        m.d.sync += [got_bias.eq(active & bias_phase), got_row.eq(active & ~bias_phase)]
-        bias = Signal(cols * 32)
-        with m.If(got_bias):
-            m.d.sync += bias.eq(self.acc_read.data)
+        got_par, got_row = Signal(), Signal()
+        got_idx = Signal.like(par_idx)
+        m.d.sync += [got_par.eq(active & par_phase), got_idx.eq(par_idx),
+                     got_row.eq(active & ~par_phase)]
+        rdata = [self.acc_read.data[32 * c:32 * c + 32] for c in range(cols)]
+        bias = [Signal(signed(32), name=f"bias_{c}") for c in range(cols)]
+        p_mult = [Signal(16, name=f"mult_{c}") for c in range(cols)]
+        p_shift = [Signal(6, name=f"shift_{c}") for c in range(cols)]
+        p_lo = [Signal(signed(8), name=f"lo_{c}") for c in range(cols)]
+        p_hi = [Signal(signed(8), name=f"hi_{c}") for c in range(cols)]
+        with m.If(got_par):
+            with m.Switch(got_idx):
+                with m.Case(0):
+                    m.d.sync += [b.eq(d) for b, d in zip(bias, rdata)]
+                with m.Case(1):
+                    m.d.sync += [p.eq(d[:16]) for p, d in zip(p_mult, rdata)]
+                with m.Case(2):
+                    m.d.sync += [p.eq(d[:6]) for p, d in zip(p_shift, rdata)]
+                with m.Case(3):
+                    m.d.sync += [p.eq(d[:8]) for p, d in zip(p_lo, rdata)]
+                    m.d.sync += [p.eq(d[8:16]) for p, d in zip(p_hi, rdata)]
 
         # Each row carries its instruction's arguments and destination down the
         # pipeline, so the next VRUN may issue while this one's rows are in flight.
         row_dst = Signal(isa.CBUF_ADDR_BITS)
         with m.If(self.issue.valid):
             m.d.sync += row_dst.eq(self.issue.payload.dst)
-        with m.Elif(active & ~bias_phase):
+        with m.Elif(active & ~par_phase):
             m.d.sync += row_dst.eq(row_dst + 1)
         stage = []
         prev_args, prev_dst = args, row_dst
@@ -86,26 +117,33 @@ class VectorUnit(wiring.Component):
         m.d.sync += [v1.eq(got_row), v2.eq(v1), v3.eq(v2)]
 
         # Stage k uses the arguments of the row it holds: s1 (bias) with a1, s2
-        # (multiply) with a2, s3 (shift, zero point, clamp, ReLU) with a3.
+        # (multiply) with a2, s3 (shift, zero point, clamp, ReLU) with a3. With
+        # ``params`` the multiplier, shift and clamp bounds are the column's own.
         out8, out32 = [], []
         for c in range(cols):
-            x = self.acc_read.data[32 * c:32 * c + 32].as_signed()
-            b = bias[32 * c:32 * c + 32].as_signed()
+            x = rdata[c].as_signed()
             s1 = Signal(signed(32), name=f"s1_{c}")
-            m.d.sync += s1.eq(Mux(a1.use_bias, x + b, x))
+            m.d.sync += s1.eq(Mux(a1.use_bias | a1.params, x + bias[c], x))
             # Round half up: add 2**(shift-1) (nothing for shift 0) before the shift.
-            rnd = (Const(1, 1) << a2.shift)[1:]
+            mult2 = Mux(a2.params, p_mult[c], a2.mult)
+            shift2 = Mux(a2.params, p_shift[c], a2.shift)
+            rnd = (Const(1, 1) << shift2)[1:]
             s2 = Signal(signed(66), name=f"s2_{c}")
-            m.d.sync += s2.eq(Mux(a2.requant, s1 * a2.mult + rnd, s1))
+            m.d.sync += s2.eq(Mux(a2.requant, s1 * mult2 + rnd, s1))
             zp = a3.zp.as_signed()
+            shift3 = Mux(a3.params, p_shift[c], a3.shift)
             q = Signal(signed(66), name=f"q_{c}")
-            m.d.comb += q.eq(Mux(a3.requant, (s2 >> a3.shift) + zp, s2))
+            m.d.comb += q.eq(Mux(a3.requant, (s2 >> shift3) + zp, s2))
             floor = Mux(a3.requant, zp, 0)
             y = Signal(signed(66), name=f"y_{c}")
             m.d.comb += y.eq(Mux(a3.relu & (q < floor), floor, q))
             sat = Mux(y > 127, 127, Mux(y < -128, -128, y))
+            # params: max with lo, then min with hi (hi wins if lo > hi)
+            above = Mux(q < p_lo[c], p_lo[c], q)
+            clamped = Mux(above > p_hi[c], p_hi[c], above)
             s3 = Signal(signed(32), name=f"s3_{c}")
-            m.d.sync += s3.eq(Mux(a3.requant | ~a3.to_acc, sat, y))
+            m.d.sync += s3.eq(Mux(a3.params, clamped,
+                                  Mux(a3.requant | ~a3.to_acc, sat, y)))
             out32.append(s3)
             out8.append(s3[:8])
         to_acc = a4.to_acc
@@ -119,6 +157,6 @@ class VectorUnit(wiring.Component):
             self.cbuf_write.data.eq(Cat(*routed)),
             self.acc_write.en.eq(v3 & to_acc), self.acc_write.addr.eq(dst),
             self.acc_write.data.eq(Cat(*out32)),
-            self.issue.drained.eq(~(active | got_row | got_bias | v1 | v2 | v3)),
+            self.issue.drained.eq(~(active | got_row | got_par | v1 | v2 | v3)),
         ]
         return m

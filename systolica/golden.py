@@ -153,7 +153,9 @@ def _range_fault(cfg: ChipConfig, ins: isa.Instr) -> str | None:
     """The ADDR_RANGE rule: every range non-empty and inside its memory."""
     for r in instructions.ranges(cfg, ins.op, ins.fields):
         if not r.nonempty:
-            return "it moves no rows (rows = 0)"
+            return (f"its {r.memory} range is empty (rows = 0)" if r.memory in
+                    ("cbuf", "acc", "dram") else f"its {r.memory} fields name nothing "
+                    f"(a count, size or stride of 0, or entries past the last partition)")
         if r.hi > r.bound:
             return (f"its {r.memory} range [{r.lo}, {r.hi}) runs past the end of that "
                     f"memory ({r.bound} rows)")
@@ -284,8 +286,9 @@ def check(cfg: ChipConfig, program: list[isa.Instr], prog_addr: int | None = Non
         ready = fetcher.ready(pc, issued)
         reach = max(arrival, ready)
         entry = instructions.SPEC.get(ins.op)
-        if entry is None:
-            fault, reason = (ErrorCode.ILLEGAL_OPCODE, pc, reach), "no such opcode"
+        if entry is None or not instructions.legal(cfg, ins.op, ins.fields):
+            fault = (ErrorCode.ILLEGAL_OPCODE, pc, reach)
+            reason = "no such opcode" if entry is None else entry.legal_rule
             break
         if ins.cycle < reach:
             if ready > arrival:
@@ -355,6 +358,9 @@ class _Chip:
         self.acc = np.zeros((cfg.acc_depth, cfg.cols), dtype=np.int32)
         self.banks = np.zeros((2, cfg.rows, cfg.cols), dtype=np.int8)
         self.macs = self.rd_bytes = self.wr_bytes = 0
+        # the matmul unit's window geometry (CONVCFG) and tap tables (TAPS), at reset
+        self.geom = {"out_w": 1, "sh": 1, "sw": 1, "top": 0, "left": 0, "pad": 0}
+        self.tap_tables = np.zeros((isa.TAP_TABLES, cfg.rows, 2), dtype=np.int64)
         # Per multiplexer: (cycle from which it holds, value), oldest first. A SETCFG's
         # value holds from the cycle after it issues.
         self.settings = [[(NEVER, m.default)] for m in self.table]

@@ -62,9 +62,17 @@ def in_range(ins: Instr) -> bool:
                 and f["acc_addr"] + f["rows"] <= CFG.acc_depth)
     if ins.op is Opcode.VRUN:
         return (f["rows"] != 0 and f["src"] + f["rows"] <= CFG.acc_depth
-                and f["bias_addr"] < CFG.acc_depth
+                and f["bias_addr"] + (4 if f.get("params") else 1) <= CFG.acc_depth
                 and f["dst"] + f["rows"] <= (CFG.acc_depth if f["to_acc"] else CFG.cbuf_depth))
     return True
+
+
+def defined(ins: Instr) -> bool:
+    """ILLEGAL_OPCODE also for fields the opcode does not define: a VRUN with
+    ``params`` needs ``requant`` and neither ``to_acc`` nor ``relu``."""
+    f = ins.fields
+    return not (ins.op is Opcode.VRUN and f.get("params")
+                and (not f.get("requant") or f.get("to_acc") or f.get("relu")))
 
 
 def cfg_ok(ins: Instr) -> bool:
@@ -121,7 +129,7 @@ def reference(imem: dict, prog_len: int, held_low: dict) -> dict:
     for pc in range(prog_len):
         word = imem.get(pc, 0)
         ins = isa.decode(word)
-        if ins.op is Opcode.ILLEGAL:
+        if ins.op is Opcode.ILLEGAL or not defined(ins):
             return {"issues": issues, "fault": (ErrorCode.ILLEGAL_OPCODE, pc, arrive), "end": arrive}
         if ins.cycle < arrive:
             return {"issues": issues, "fault": (ErrorCode.LATE, pc, arrive), "end": arrive}
@@ -268,6 +276,12 @@ CASES = {
     "vrun_dst_acc_over": ([vrun(1, dst=A - 3, to_acc=1)], None, {}),
     "vrun_dst_cbuf_fit": ([vrun(1, dst=Cb - 4, bias=A - 1, src=A - 4)], None, {}),
     "vrun_dst_cbuf_over": ([vrun(1, dst=Cb - 3)], None, {}),
+    "vrun_params_fit": ([vrun(1, bias=A - 4, params=1, requant=1)], None, {}),
+    "vrun_params_over": ([vrun(1, bias=A - 3, params=1, requant=1)], None, {}),
+    # ILLEGAL_OPCODE, at arrival (before its cycle), for what VRUN does not define
+    "vrun_params_relu": ([setcfg(0), vrun(9, params=1, requant=1, relu=1)], None, {}),
+    "vrun_params_to_acc": ([vrun(4, params=1, requant=1, to_acc=1)], None, {}),
+    "vrun_params_no_requant": ([vrun(2, params=1)], None, {}),
     # CFG_IN_USE.
     **in_use_cases(),
     # A later pair names the multiplexer in use (acc_src[1] at its window's first cycle).

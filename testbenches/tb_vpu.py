@@ -1,5 +1,6 @@
 """VectorUnit (``tiny`` preset): VRUN rows from a model of the accumulator memory
-(read latency 1) through bias, requantisation, ReLU and clamping to the CBUF (routed
+(read latency 1) through bias, requantisation, ReLU and clamping (or, with
+``params``, per-column bias, multiplier, shift and clamp bounds) to the CBUF (routed
 by ``wb_src``) or back to the ACC.
 
 The checker compares every write with the formula of ``docs/contract.md``
@@ -25,11 +26,22 @@ R, C, n, T = CFG.rows, CFG.cols, CFG.tile_size, CFG.tile_rows
 VRUN = isa.PAYLOAD[Opcode.VRUN]
 
 
-def vrun_row(x_row, bias_row, a: dict) -> list[int]:
-    """One row of VRUN, per column, exactly as ``docs/contract.md`` states it."""
+def vrun_row(x_row, par_rows, a: dict) -> list[int]:
+    """One row of VRUN, per column, exactly as ``docs/contract.md`` states it;
+    ``par_rows`` are the four ACC rows from ``bias_addr`` (only the first is used
+    without ``params``)."""
     out = []
     zp = to_signed(a["zp"], 8)
     for c in range(C):
+        if a.get("params"):
+            x = wrap32(x_row[c] + par_rows[0][c])
+            mult, shift = par_rows[1][c] & 0xFFFF, par_rows[2][c] & 63
+            lo = to_signed(par_rows[3][c] & 0xFF, 8)
+            hi = to_signed((par_rows[3][c] >> 8) & 0xFF, 8)
+            y = (x * mult + ((1 << (shift - 1)) if shift else 0)) >> shift
+            out.append(min(max(y + zp, lo), hi))
+            continue
+        bias_row = par_rows[0]
         x = wrap32(x_row[c] + bias_row[c]) if a["use_bias"] else x_row[c]
         if a["requant"]:
             shift = a["shift"]
@@ -58,7 +70,7 @@ def route_writeback(y: list[int], wb_src: list[int]) -> list[int]:
 
 def _args(**kw) -> dict:
     base = dict(src=0, rows=1, dst=0, bias_addr=0, use_bias=0, to_acc=0, requant=0,
-                relu=0, mult=1, shift=0, zp=0)
+                relu=0, mult=1, shift=0, zp=0, params=0)
     base.update(kw)
     return base
 
@@ -128,6 +140,51 @@ def case_back_to_back(rng):
     return instrs, [0, 1]
 
 
+def _param_rows(rng, at: int) -> dict:
+    """Random per-column parameters for the four ACC rows from ``at``: bias, multiplier
+    (sometimes with high bits set, which the unit ignores), shift, clamp bounds (some
+    columns with ``lo > hi`` or ``lo == hi``), edge values included."""
+    junk = lambda: rng.choice([0, 0, 0, rng.randrange(1, 1 << 15) << 16])  # noqa: E731
+    acc = {}
+    acc[at] = [rng.randrange(-(1 << 31), 1 << 31) if rng.random() < 0.3
+               else rng.randrange(-5000, 5000) for _ in range(C)]
+    acc[at + 1] = [to_signed(junk() | rng.choice([0, 1, 0xFFFF, rng.randrange(1 << 16)]), 32)
+                   for _ in range(C)]
+    acc[at + 2] = [rng.choice([0, 1, 63, rng.randrange(64)]) | junk() for _ in range(C)]
+    clamp = []
+    for _ in range(C):
+        lo, hi = sorted(rng.randrange(-128, 128) for _ in range(2))
+        lo, hi = rng.choice([(lo, hi), (lo, hi), (-128, 127), (0, 127), (hi, lo), (lo, lo)])
+        clamp.append(to_signed(junk() | (lo & 0xFF) | (hi & 0xFF) << 8, 32))
+    acc[at + 3] = clamp
+    return acc
+
+
+def case_params(rng):
+    """Per-column parameters; then back to back: a plain VRUN, a second params VRUN
+    with other rows, a plain one into the ACC, each issued at its predecessor's
+    occupancy, so both kinds share the pipeline and the parameter registers are
+    rewritten while rows of the one before are in flight."""
+    instrs, t = [], 0
+    for args in [
+            _args(src=0, rows=9, dst=50, bias_addr=40, requant=1, params=1, zp=rng.randrange(256)),
+            _args(src=9, rows=3, dst=60, bias_addr=41, use_bias=1, requant=1, mult=900,
+                  shift=12, zp=250, relu=1),
+            _args(src=12, rows=1, dst=70, bias_addr=200, requant=1, params=1, zp=0x80),
+            _args(src=13, rows=5, dst=71, bias_addr=200, requant=1, params=1, use_bias=1,
+                  mult=7, shift=3, zp=3),     # use_bias, mult, shift unused with params
+            _args(src=18, rows=4, dst=220, to_acc=1, use_bias=1, bias_addr=201),
+            _args(src=22, rows=2, dst=80, bias_addr=40, requant=1, params=1)]:
+        instrs.append((t, args))
+        t += timing.occupancy(CFG, Instr(Opcode.VRUN, t, args))
+    return instrs, [0, 1], {**_param_rows(rng, 40), **_param_rows(rng, 200)}
+
+
+def case_params_routed(rng):
+    return ([(0, _args(src=100, rows=12, dst=10, bias_addr=7, requant=1, params=1,
+                       zp=0x7F))], [1, 1], _param_rows(rng, 7))
+
+
 CASES = {
     "requant_relu": lambda rng: case_requant(rng, 1),
     "requant": lambda rng: case_requant(rng, 0),
@@ -138,6 +195,8 @@ CASES = {
     "wb_broadcast": case_routing([1, 1]),
     "wb_zero": case_routing([2, 0]),
     "back_to_back": case_back_to_back,
+    "params": case_params,
+    "params_routed": case_params_routed,
 }
 
 
@@ -183,7 +242,9 @@ class VpuTB(BlockTB):
         out = []
         for k, (_, a) in enumerate(instrs):
             for i in range(a["rows"]):
-                y = vrun_row(self.acc[a["src"] + i], self.acc[a["bias_addr"]], a)
+                y = vrun_row(self.acc[a["src"] + i],
+                             [self.acc[(a["bias_addr"] + k) % CFG.acc_depth]
+                              for k in range(4)], a)
                 if a["to_acc"]:
                     out.append((k, "acc", a["dst"] + i, y))
                 else:
@@ -206,8 +267,11 @@ class VpuTB(BlockTB):
 async def run_case(dut):
     case = case_name()
     rng = random.Random(case)
-    instrs, wb_src = CASES[case](rng)
-    tb = VpuTB(dut, _acc_rows(rng), wb_src)
+    acc = _acc_rows(rng)
+    instrs, wb_src, *rows = CASES[case](rng)     # rows: ACC rows a case sets itself
+    for r in rows:
+        acc.update(r)
+    tb = VpuTB(dut, acc, wb_src)
     await tb.run(instrs)
     assert tb.writes
     tb.finish()

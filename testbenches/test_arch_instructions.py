@@ -25,13 +25,29 @@ def _random_fields(cfg, op, rng):
     if op is Opcode.WLOAD:
         return dict(w_addr=int(rng.integers(0, 100)), bank=int(rng.integers(0, 2)))
     if op is Opcode.MATMUL:
+        conv = int(rng.integers(0, 2))
         return dict(act_addr=int(rng.integers(0, 100)), rows=rows,
                     acc_addr=int(rng.integers(0, 100)), accumulate=int(rng.integers(0, 2)),
-                    bank=int(rng.integers(0, 2)))
+                    bank=int(rng.integers(0, 2)), conv=conv, max=int(rng.integers(0, 2)),
+                    dh=int(rng.integers(0, 4)), dw=int(rng.integers(0, 4)),
+                    taps=int(rng.integers(0, isa.TAP_TABLES)),
+                    in_w=int(rng.integers(1, 20)) * conv, in_h=int(rng.integers(1, 9)) * conv)
+    if op is Opcode.CONVCFG:
+        return dict(out_w=int(rng.integers(1, 20)), sh=int(rng.integers(1, 5)),
+                    sw=int(rng.integers(1, 5)), top=int(rng.integers(0, 4)),
+                    left=int(rng.integers(0, 4)), pad=int(rng.integers(0, 256)))
+    if op is Opcode.TAPS:
+        count = int(rng.integers(1, isa.TAPS_PER_WORD + 1))
+        return dict(table=int(rng.integers(0, isa.TAP_TABLES)),
+                    first=int(rng.integers(0, cfg.rows - count + 1)), count=count,
+                    **{f"t{a}{k}": isa.signed_field(int(rng.integers(-9, 9)),
+                                                    isa.TAP_DELTA_BITS)
+                       for k in range(1, count + 1) for a in "hw"})
     if op is Opcode.VRUN:
         return dict(src=int(rng.integers(0, 100)), rows=rows, dst=int(rng.integers(0, 100)),
                     bias_addr=int(rng.integers(0, 100)), use_bias=int(rng.integers(0, 2)),
-                    to_acc=int(rng.integers(0, 2)), requant=1, relu=0, mult=1, shift=0, zp=0)
+                    to_acc=int(rng.integers(0, 2)), requant=1, relu=0, mult=1, shift=0, zp=0,
+                    params=int(rng.integers(0, 2)))
     return isa.setcfg_fields([(0, 0)])
 
 
@@ -92,12 +108,28 @@ def test_range_rule_matches_the_contract():
     assert instructions.in_range(cfg, Opcode.VRUN, vrun)
     assert not instructions.in_range(cfg, Opcode.VRUN, {**vrun, "to_acc": 1})
     assert not instructions.in_range(cfg, Opcode.VRUN, {**vrun, "bias_addr": cfg.acc_depth})
+    # with params the four parameter rows from bias_addr must fit
+    par = {**vrun, "params": 1, "bias_addr": cfg.acc_depth - 4}
+    assert instructions.in_range(cfg, Opcode.VRUN, par)
+    assert not instructions.in_range(cfg, Opcode.VRUN, {**par, "bias_addr": cfg.acc_depth - 3})
+
+
+def test_vrun_params_legal_combinations():
+    cfg = PRESETS["tiny"]
+    base = dict(src=0, rows=1, dst=0, bias_addr=0, use_bias=0, to_acc=0, requant=0, relu=0)
+    for to_acc in (0, 1):
+        for requant in (0, 1):
+            for relu in (0, 1):
+                f = {**base, "to_acc": to_acc, "requant": requant, "relu": relu}
+                assert instructions.legal(cfg, Opcode.VRUN, {**f, "params": 0})
+                assert instructions.legal(cfg, Opcode.VRUN, {**f, "params": 1}) == (
+                    requant == 1 and to_acc == 0 and relu == 0)
 
 
 def test_text_names_and_units_come_from_the_table():
     assert instructions.TEXT_OPS[("dma", "store_acc")] == (Opcode.DMA,
                                                            {"kind": DmaKind.STORE_ACC})
-    assert instructions.UNITS == ("dma", "wload", "mm", "vpu", "cfg")
+    assert instructions.UNITS == ("dma", "wload", "mm", "vpu", "cfg", "convcfg", "taps")
     assert {timing.UNIT[op] for op in instructions.SPEC} == set(instructions.UNITS)
     dis = isa.disassemble_one(Instr(Opcode.DMA, 5, dict(kind=DmaKind.STORE_CBUF, dram_addr=1,
                                                         dram_stride=1, buf_addr=2, rows=3)))

@@ -18,7 +18,9 @@ import pytest
 from systolica.app import cli
 from systolica.arch import isa
 from systolica.arch.config import DEFAULT_LATENCY, ChipConfig, ConfigError, preset
-from systolica.compiler import CompileError, Dense, Network, compile_network, gemm
+from systolica.compiler import (CompileError, Dense, GraphBuilder, Network, compile_network,
+                                gemm)
+from systolica.compiler.ops import Conv2d
 from systolica.compiler import stp, text
 
 TINY = preset("tiny")
@@ -37,6 +39,13 @@ def assert_clear(message: str, words) -> None:
 # -- the Python API ----------------------------------------------------------------------
 def layers_chain(*weights, **kw):
     return Network(A, tuple(Dense(w, name=f"fc{i}", **kw) for i, w in enumerate(weights)))
+
+
+def conv_graph(layer):
+    """A graph whose input is a (1, 4, 4, 3) map, with `layer(builder, input)` added."""
+    g = GraphBuilder("cnn")
+    layer(g, g.input(np.ones((1, 4, 4, 3), np.int8)))
+    return g.build()
 
 
 def compile_not_utf8():
@@ -128,6 +137,30 @@ API = [
      ["name must be a non-empty string", "3"]),
     ("layer-name-empty", lambda: Dense(B, name=""), CompileError,
      ["name must be a non-empty string"]),
+    ("conv-grouped", lambda: Conv2d(np.ones((3, 3, 4, 8)), groups=4, name="dw"),
+     CompileError, ["'dw'", "groups = 4", "depthwise", "not supported"]),
+    ("conv-pads-past-kernel", lambda: Conv2d(np.ones((3, 3, 4, 8)), pads=(0, 3, 0, 0),
+                                             name="c"),
+     CompileError, ["'c'", "pads left = 3", "kernel extent 3"]),
+    ("conv-stride-5", lambda: Conv2d(np.ones((3, 3, 4, 8)), stride=5, name="c"),
+     CompileError, ["'c'", "stride sh = 5", "[1, 4]"]),
+    ("conv-per-channel-mult-length",
+     lambda: Conv2d(np.ones((1, 1, 4, 8)), mult=[1, 2], name="c"), CompileError,
+     ["'c'", "mult has 2 elements", "Cout = 8", "one per channel"]),
+    ("conv-channels-mismatch",
+     lambda: conv_graph(lambda g, x: g.conv2d(x, np.ones((3, 3, 4, 8)), name="c")),
+     CompileError, ["'c'", "Cin = 4", "C = 3", "make them equal"]),
+    ("conv-kernel-over-input",
+     lambda: conv_graph(lambda g, x: g.conv2d(x, np.ones((7, 7, 3, 8)), name="c")),
+     CompileError, ["'c'", "spans 7 pixels", "H = 4", "smaller kernel or more padding"]),
+    ("add-shapes-differ",
+     lambda: conv_graph(lambda g, x: g.add(x, g.max_pool2d(x, 2), name="s")),
+     CompileError, ["'s'", "(1, 4, 4, 3)", "(1, 2, 2, 3)", "equal shapes"]),
+    ("dense-reads-feature-map",
+     lambda: conv_graph(lambda g, x: g.dense(x, np.ones((3, 2)), name="fc")),
+     CompileError, ["'fc'", "(1, 4, 4, 3)", "2-D [M, K]"]),
+    ("input-3d", lambda: GraphBuilder("n").input(np.ones((4, 4, 3), np.int8)), CompileError,
+     ["input", "3-D", "(N, H, W, C)"]),
     ("compile-an-array", lambda: compile_network(TINY, A), CompileError,
      ["compile_network takes a Network or Graph", "ndarray"]),
     ("compile-none", lambda: compile_network(TINY, None), CompileError,

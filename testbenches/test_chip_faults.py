@@ -52,6 +52,9 @@ FAULTS = {
     "empty_range": ([mm(0, rows=0)], ErrorCode.ADDR_RANGE),
     "wload_out_of_range": ([Instr(Opcode.WLOAD, 0, dict(w_addr=CFG.cbuf_depth - 2, bank=0))],
                            ErrorCode.ADDR_RANGE),
+    "vrun_params_with_relu": ([dma(0), Instr(Opcode.VRUN, 9, dict(
+        src=0, rows=2, dst=0, bias_addr=0, requant=1, relu=1, params=1))],
+        ErrorCode.ILLEGAL_OPCODE),
     "setcfg_no_such_mux": ([Instr(Opcode.SETCFG, 0, dict(index=200, value=0))],
                            ErrorCode.CFG_RANGE),
     "setcfg_no_such_source": ([Instr(Opcode.SETCFG, 1, dict(index=0, value=14))],

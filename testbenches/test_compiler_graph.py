@@ -124,7 +124,8 @@ def test_network_is_a_chain_graph():
                        name="t"),
      ["layer 's'", "only the last layer may produce int32", "layer 't'"]),
     (lambda g: g.dense([], B), ["reads 0 tensors", "at least 1"]),
-    (lambda g: g.add("relu", "x"), ["is a str", "Dense"]),
+    (lambda g: g.layer("relu", "x"), ["is a str", "Dense"]),
+    (lambda g: g.add(Dense(B), "x", mult_a=2), ["a is a Dense", "add(a, b", "layer(op"]),
 ])
 def test_builder_refuses_a_bad_layer_at_the_call(build, words):
     g = GraphBuilder("net")

@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+import test_vrun_params
 from systolica import golden
 from systolica.app import demo
 from systolica.arch import isa, timing
@@ -56,6 +57,13 @@ MUTATIONS = {
     "occupancy shorter": ("occupancy", _shift("occupancy", -1)),
     "bank window later": ("bank_window", _shift("bank_window", +3, (Opcode.MATMUL,))),
     "multiplexer use earlier": ("mux_use", _shift("mux_use", -3)),
+    # VRUN with params: its timing without the three extra parameter rows
+    "VRUN params done without the parameter rows": (
+        "done", lambda cfg, ins: _ORIGINAL["done"](cfg, ins)
+        - (3 if ins.op is Opcode.VRUN and ins.fields.get("params") else 0)),
+    "VRUN params occupancy without the parameter rows": (
+        "occupancy", lambda cfg, ins: _ORIGINAL["occupancy"](cfg, ins)
+        - (3 if ins.op is Opcode.VRUN and ins.fields.get("params") else 0)),
 }
 
 
@@ -101,6 +109,22 @@ def _rerouted():
     return program, dram, want, result
 
 
+def _params_vrun():
+    """A MATMUL of two rows, then two VRUNs with per-column parameters back to back,
+    each stored (test_vrun_params builds it with the compiler's scheduler): two rows,
+    so that a store three cycles early reads a row in the cycle it is written."""
+    try:
+        image, dram, want, predicted = test_vrun_params.case(
+            21, 2, [dict(params=1, zp=3), dict(params=1, set=1, zp=0x80)], True)
+    except CompileError:
+        return None          # the mutation broke the compiler itself: nothing to witness
+    program = [isa.decode(w) for w in isa.from_bytes(image)]
+
+    def result(dram_after):
+        return np.stack(test_vrun_params.outputs(dram_after, want))
+    return program, image, dram, predicted, np.stack(want), result
+
+
 def _golden_disagrees(cfg, image, dram, predicted, want, result) -> str | None:
     """Why the golden model's run shows the program is wrong, or None if it does not."""
     try:
@@ -126,6 +150,9 @@ def test_unmutated_programs_pass():
     image = isa.to_bytes([isa.encode(i) for i in program])
     assert _golden_disagrees(CFG, image, dram, timing.run_cycles(CFG, program), want,
                              result) is None
+    program, image, dram, predicted, want, result = _params_vrun()
+    assert verify(CFG, program) == predicted
+    assert _golden_disagrees(CFG, image, dram, predicted, want, result) is None
 
 
 @pytest.mark.parametrize("mutation", list(MUTATIONS))
@@ -141,6 +168,12 @@ def test_verifier_rejects_mutated_timing(mutation, monkeypatch):
     rerouted = _rerouted()
     try:
         if rerouted and verify(CFG, rerouted[0]) != timing.run_cycles(CFG, rerouted[0]):
+            caught.append("cycle count")
+    except ScheduleError as e:
+        caught.append(str(e))
+    params = _params_vrun()
+    try:
+        if params and verify(CFG, params[0]) != params[3]:
             caught.append("cycle count")
     except ScheduleError as e:
         caught.append(str(e))
@@ -169,4 +202,9 @@ def test_golden_model_alone_catches_mutated_timing(mutation, monkeypatch):
                                 result)
         if why:
             found.append(f"rerouted: {why}")
+    params = _params_vrun()
+    if params:
+        why = _golden_disagrees(CFG, *params[1:])
+        if why:
+            found.append(f"params VRUN: {why}")
     assert found, f"the golden model agreed with every program compiled with '{mutation}'"

@@ -69,6 +69,9 @@ def test_legal_programs_cover_every_instruction_mode_and_multiplexer():
                 seen["dma stride " + ("0" if f["dram_stride"] == 0 else "other")] += 1
             elif ins.op is Opcode.MATMUL:
                 seen[f"matmul accumulate={f['accumulate']}"] += 1
+                seen[f"matmul conv={f['conv']}"] += 1
+                if f["accumulate"] and f["max"]:
+                    seen["matmul max"] += 1
             elif ins.op is Opcode.VRUN:
                 for k in ("to_acc", "requant", "relu", "use_bias"):
                     seen[f"vrun {k}={f[k]}"] += 1
@@ -80,6 +83,7 @@ def test_legal_programs_cover_every_instruction_mode_and_multiplexer():
                 seen[ins.op.name] += 1
     want = {k.name for k in DmaKind} | {"WLOAD", "dma stride 0", "dma stride other"} \
         | {f"matmul accumulate={v}" for v in (0, 1)} \
+        | {f"matmul conv={v}" for v in (0, 1)} | {"matmul max", "CONVCFG", "TAPS"} \
         | {f"vrun {k}={v}" for k in ("to_acc", "requant", "relu", "use_bias") for v in (0, 1)} \
         | {"routed " + m.name.split("[")[0] for m in table if m.name[:7] != "psum_in"} \
         | {"routed psum_in"}

@@ -181,6 +181,22 @@ def micro_ops(draw):
         f = dict(rows=rows, act_addr=start(CFG.cbuf_depth, rows),
                  acc_addr=start(CFG.acc_depth, rows), accumulate=draw(st.integers(0, 1)),
                  bank=draw(st.integers(0, 1)))
+        if draw(st.booleans()):         # a window walk instead
+            in_w = draw(st.integers(1, 64))
+            in_h = draw(st.integers(1, CFG.cbuf_depth // in_w))
+            f.update(conv=1, max=draw(st.integers(0, 1)), dh=draw(st.integers(0, 63)),
+                     dw=draw(st.integers(0, 63)), taps=draw(st.integers(0, 7)),
+                     in_w=in_w, in_h=in_h, act_addr=start(CFG.cbuf_depth, in_w * in_h))
+    elif op is Opcode.CONVCFG:
+        f = dict(out_w=draw(st.integers(1, 4095)), sh=draw(st.integers(1, 7)),
+                 sw=draw(st.integers(1, 7)), top=draw(st.integers(0, 63)),
+                 left=draw(st.integers(0, 63)), pad=draw(st.integers(0, 255)))
+    elif op is Opcode.TAPS:
+        count = draw(st.integers(1, isa.TAPS_PER_WORD))
+        f = dict(table=draw(st.integers(0, 7)), count=count,
+                 first=draw(st.integers(0, R - count)),
+                 **{f"t{a}{k}": draw(st.integers(0, 127)) for k in range(1, count + 1)
+                    for a in "hw"})
     else:
         to_acc = draw(st.integers(0, 1))
         rows = draw(st.integers(1, CFG.acc_depth))

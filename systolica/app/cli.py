@@ -213,7 +213,7 @@ def _check_gemm_fits(cfg, shape: tuple[int, int, int]) -> None:
 def _network(args, cfg):
     from . import demo
     if args.gemm is None:
-        return demo.mlp()
+        return demo.mlp() if getattr(args, "demo", "cnn") == "mlp" else demo.cnn()
     _check_gemm_fits(cfg, args.gemm)
     return _gemm_network(*args.gemm, seed=args.seed, int32=getattr(args, "int32", False))
 
@@ -344,6 +344,8 @@ def parser() -> argparse.ArgumentParser:
     config(p)
     p.add_argument("--gemm", type=_shape, metavar="MxKxN",
                    help="run one MxKxN int8 GEMM instead of the demo")
+    p.add_argument("--demo", choices=("cnn", "mlp"), default="cnn",
+                   help="the demo network: the small CNN (default) or the MLP")
     p.add_argument("--seed", type=_seed, default=0, help="random data for --gemm")
     p.add_argument("--waves", action="store_true", help="write an FST waveform of the run")
     p.add_argument("--trace", default="build/schedule.json", metavar="FILE",

@@ -1,4 +1,5 @@
-"""The default demo network: a small int8 MLP (a chain of GEMMs with ReLU)."""
+"""The demo networks: the default small CNN (conv, ReLU, max pool, a residual block,
+global average pool, dense) and a small int8 MLP (a chain of GEMMs with ReLU)."""
 
 from __future__ import annotations
 
@@ -35,3 +36,11 @@ def mlp(batch: int = 16, widths: tuple[int, ...] = (64, 64, 32, 10), seed: int =
         layers.append(layer)
         act = reference_dense(act, layer)
     return Network(x, tuple(layers), name=name)
+
+
+def cnn(seed: int = 0):
+    """The default demo: :func:`systolica.compiler.models.small_cnn` on a 16x16x3
+    image (a 3x3 convolution with ReLU, 2x2 max pool, a residual block of two 3x3
+    convolutions and an add with ReLU, global average pool, flatten, dense to 10)."""
+    from ..compiler.models import small_cnn
+    return small_cnn(seed)

@@ -88,7 +88,7 @@ def _layer_prefixes(compiled: Compiled) -> list[int]:
     last = {}
     for pc, layer in enumerate(compiled.layer_of):
         last[layer] = pc
-    return [last[i] + 1 for i in range(len(compiled.layers))]
+    return [last[layer.index] + 1 for layer in compiled.layers]
 
 
 def run_network(cfg: ChipConfig, network: Network | Graph, *, waves: bool = False,

@@ -63,10 +63,7 @@ class Fields:
         self._f = fields
 
     def __getattr__(self, name):
-        try:
-            return self._f[name]
-        except KeyError:
-            raise AttributeError(name) from None
+        return self._f.get(name, 0)      # an omitted field encodes as 0
 
 
 @dataclass(frozen=True)
@@ -81,6 +78,8 @@ class Range:
     mode: str
     nonempty: Any = True
     touched: Any = True
+    window: tuple[int, int] | None = None   # cycles after issue it is accessed in, when
+                                            # shorter than the instruction's ``done``
 
 
 @dataclass
@@ -143,6 +142,14 @@ class Instruction(ABC):
     # -- ranges -----------------------------------------------------------------------
     def ranges(self, cfg: ChipConfig, f, select: Callable = py_select) -> list[Range]:
         return []
+
+    #: the field combinations the opcode defines, in words (for fault messages)
+    legal_rule = ""
+
+    def legal(self, cfg: ChipConfig, f, select: Callable = py_select):
+        """Whether the opcode defines this combination of fields; the sequencer
+        faults ``ILLEGAL_OPCODE`` on one it does not (rule: :attr:`legal_rule`)."""
+        return True
 
     def in_range(self, cfg: ChipConfig, f, select: Callable = py_select):
         """The ADDR_RANGE rule: every range non-empty and inside its memory."""
@@ -348,8 +355,15 @@ class Wload(Instruction):
 # -- MATMUL ---------------------------------------------------------------------------
 class Matmul(Instruction):
     """Stream ``rows`` activation rows from the CBUF through the array (weights from
-    ``bank``) and write or accumulate the column sums into ACC rows from
-    ``acc_addr``."""
+    ``bank``) and write, accumulate or max the column sums into ACC rows from
+    ``acc_addr``.
+
+    With ``conv = 1`` the rows are the output pixels of a tile, ``oh, ow`` in order
+    (``ow`` wrapping at the geometry's ``out_w``), and array row ``p`` reads input
+    pixel ``(oh*sh + dh + th[p] - top, ow*sw + dw + tw[p] - left)`` of the tile of
+    ``in_h`` rows of ``in_w`` pixels held from ``act_addr``, or the geometry's ``pad``
+    byte where that pixel lies outside the tile (docs/cnn.md). The geometry and the
+    tap table are latched when it issues."""
 
     opcode = Opcode.MATMUL
     unit = "mm"
@@ -358,11 +372,28 @@ class Matmul(Instruction):
     bank_mode = READ
 
     def ranges(self, cfg, f, select=py_select):
-        nonempty = f.rows != 0
-        return [Range("cbuf", f.act_addr, f.act_addr + f.rows, cfg.cbuf_depth, READ,
+        nonempty = (f.rows != 0) & ((f.conv == 0) | ((f.in_w != 0) & (f.in_h != 0)))
+        span = select(f.conv, f.in_h * f.in_w, f.rows)
+        return [Range("cbuf", f.act_addr, f.act_addr + span, cfg.cbuf_depth, READ,
                       nonempty),
                 Range("acc", f.acc_addr, f.acc_addr + f.rows, cfg.acc_depth, ACCUMULATE,
-                      nonempty)]
+                      nonempty),
+                # the latched state: read at issue only
+                Range("geom", 0, 1, 1, READ, touched=f.conv, window=(0, 1)),
+                Range("taps", f.taps, f.taps + 1, isa.TAP_TABLES, READ, touched=f.conv,
+                      window=(0, 1))]
+
+    @staticmethod
+    def window_pixels(cfg: ChipConfig, f: dict, geom: dict, table: np.ndarray
+                      ) -> tuple[np.ndarray, np.ndarray]:
+        """Per row ``i`` and array row ``p`` of a conv MATMUL: the CBUF row read
+        (``[rows, R]``) and whether it lies inside the tile (else ``pad`` is read)."""
+        i = np.arange(f["rows"], dtype=np.int64)
+        oh, ow = i // geom["out_w"], i % geom["out_w"]
+        ih = (oh * geom["sh"] - geom["top"] + f["dh"])[:, None] + table[None, :, 0]
+        iw = (ow * geom["sw"] - geom["left"] + f["dw"])[:, None] + table[None, :, 1]
+        inside = (ih >= 0) & (ih < f["in_h"]) & (iw >= 0) & (iw < f["in_w"])
+        return f["act_addr"] + np.where(inside, ih * f["in_w"] + iw, 0), inside
 
     def occupancy(self, cfg, f):
         return f["rows"]
@@ -426,9 +457,17 @@ class Matmul(Instruction):
         # last row's at the far corner.
         bank_last = int(leave[-1]) + sk(cfg.rows - 1) + sk(cfg.cols - 1)
         acc_rows = _rows(f["acc_addr"], m)
+        if f.get("conv"):
+            # which tile pixel a row reads depends on the latched geometry: the whole
+            # tile counts as read from the first row's cycle to the last one's
+            tile = _rows(f["act_addr"], f["in_h"] * f["in_w"])
+            act = [Touch("cbuf", tile, np.full(len(tile), read[0])),
+                   Touch("cbuf", tile, np.full(len(tile), read[-1]))]
+        else:
+            act = [Touch("cbuf", _rows(f["act_addr"], m), read)]
         return Effects(
             accept=m,
-            reads=[Touch("cbuf", _rows(f["act_addr"], m), read),
+            reads=[*act,
                    Touch(f"wbank{f['bank']}", np.zeros(2, dtype=np.int64),
                          np.array([int(leave[0]), bank_last], dtype=np.int64)),
                    *([Touch("acc", acc_rows, acc_read, forward=True)]
@@ -440,7 +479,14 @@ class Matmul(Instruction):
         cfg, n = chip.cfg, chip.n
         rows = f["rows"]
         idx, live = chip.feed("west_feed", cfg.tile_rows)            # per array row r
-        act = chip.cbuf[f["act_addr"]:f["act_addr"] + rows][:, idx].astype(np.int64)
+        if f.get("conv"):
+            addr, inside = self.window_pixels(cfg, f, chip.geom, chip.tap_tables[f["taps"]])
+            part = np.arange(cfg.rows)
+            pad = np.int8(np.uint8(chip.geom["pad"]).view(np.int8))
+            data = np.where(inside, chip.cbuf[addr, part[None, :]], pad)   # [rows, R]
+            act = data[:, idx].astype(np.int64)
+        else:
+            act = chip.cbuf[f["act_addr"]:f["act_addr"] + rows][:, idx].astype(np.int64)
         act *= live[None, :]
         seen = np.logical_and.accumulate(chip.lanes("act_in", "lane"), axis=1)  # [i, j]
         mask = np.repeat(np.repeat(seen, n, axis=0), n, axis=1)       # [r, c]
@@ -454,53 +500,98 @@ class Matmul(Instruction):
         sums = act @ weights                                           # [rows, C]
         sums = chip.regroup(sums, [chip.group(f"acc_src[{g}]") for g in range(cfg.tile_cols)])
         dst = slice(f["acc_addr"], f["acc_addr"] + rows)
-        base = chip.acc[dst].astype(np.int64) if f["accumulate"] else 0
-        chip.acc[dst] = wrap32(base + sums)
+        if f["accumulate"] and f.get("max"):
+            chip.acc[dst] = np.maximum(chip.acc[dst], wrap32(sums))
+        else:
+            base = chip.acc[dst].astype(np.int64) if f["accumulate"] else 0
+            chip.acc[dst] = wrap32(base + sums)
         chip.macs += rows * cfg.macs
 
 
 # -- VRUN -----------------------------------------------------------------------------
+#: ACC rows a VRUN with ``params = 1`` reads from ``bias_addr``: bias, multiplier,
+#: shift, clamp bounds.
+PARAM_ROWS = 4
+
+
+def _field(f, name: str, default=0):
+    """A field a hand-written field dict may leave out (``isa.encode`` packs it as 0)."""
+    return f.get(name, default) if isinstance(f, dict) else getattr(f, name, default)
+
+
+def vrun_params(rows: np.ndarray):
+    """The per-column parameters of a ``params = 1`` VRUN from its :data:`PARAM_ROWS`
+    ACC rows ``[4, C]``: bias (int32), multiplier (the low 16 bits, unsigned), shift
+    (the low 6 bits) and the int8 clamp bounds ``lo`` (bits 0-7) and ``hi`` (bits
+    8-15); the other bits are ignored."""
+    p = rows.astype(np.int64)
+    to_s8 = lambda v: ((v & 0xFF) ^ 0x80) - 0x80  # noqa: E731
+    return p[0], p[1] & 0xFFFF, p[2] & 63, to_s8(p[3]), to_s8(p[3] >> 8)
+
+
 class Vrun(Instruction):
     """Vector unit: ACC rows from ``src`` -> (+ bias row) -> requantise -> ReLU -> CBUF
-    rows from ``dst`` (int8, through the writeback routing) or ACC rows (int32)."""
+    rows from ``dst`` (int8, through the writeback routing) or ACC rows (int32).
+
+    With ``params = 1`` it first reads :data:`PARAM_ROWS` ACC rows from ``bias_addr``
+    (:func:`vrun_params`), one per cycle, and requantises column ``c`` with its own
+    parameters: with ``b = x + bias[c]`` (wrapping int32) and ``rnd = 1 << (shift[c] -
+    1)`` (0 for shift 0), ``y = min(max(((b*mult[c] + rnd) >> shift[c]) + zp, lo[c]),
+    hi[c])`` (exact, arithmetic shift; ``hi`` wins if ``lo > hi``). The bias is always
+    added; ``use_bias``, ``mult`` and ``shift`` are unused. It needs ``requant = 1``, ``to_acc = 0`` and ``relu = 0`` (a ReLU is a
+    clamp bound), else the sequencer faults ``ILLEGAL_OPCODE``."""
 
     opcode = Opcode.VRUN
     unit = "vpu"
     text = {"vrun": {}}
     uses_fabric = True
+    legal_rule = "params = 1 needs requant = 1, to_acc = 0 and relu = 0"
+
+    def legal(self, cfg, f, select=py_select):
+        return (_field(f, "params") == 0) | (
+            (_field(f, "requant") == 1) & (f.to_acc == 0) & (_field(f, "relu") == 0))
+
+    @staticmethod
+    def extra(f) -> int:
+        """Cycles the parameter rows after the bias row add: 0 or PARAM_ROWS - 1."""
+        return (PARAM_ROWS - 1) * _field(f, "params")
 
     def ranges(self, cfg, f, select=py_select):
         nonempty = f.rows != 0
+        params = _field(f, "params")
         return [Range("acc", f.src, f.src + f.rows, cfg.acc_depth, READ, nonempty),
-                Range("acc", f.bias_addr, f.bias_addr + 1, cfg.acc_depth, READ,
-                      touched=f.use_bias),
+                Range("acc", f.bias_addr, f.bias_addr + select(params, PARAM_ROWS, 1),
+                      cfg.acc_depth, READ, touched=f.use_bias | params),
                 Range(_label(select, f.to_acc, "acc", "cbuf"), f.dst, f.dst + f.rows,
                       select(f.to_acc, cfg.acc_depth, cfg.cbuf_depth), WRITE, nonempty)]
 
     def occupancy(self, cfg, f):
-        return f["rows"] + cfg.latency["acc_read"]
+        return f["rows"] + cfg.latency["acc_read"] + self.extra(f)
 
     def done(self, cfg, f):
-        return f["rows"] + 2 * cfg.latency["acc_read"] + 1 + cfg.latency["vpu"]
+        return (f["rows"] + 2 * cfg.latency["acc_read"] + 1 + cfg.latency["vpu"]
+                + self.extra(f))
 
     def mux_use(self, cfg, f, kind, idx):
         if kind == "wb_src" and not f["to_acc"]:
-            first = 2 * cfg.latency["acc_read"] + 1 + cfg.latency["vpu"]
+            first = 2 * cfg.latency["acc_read"] + 1 + cfg.latency["vpu"] + self.extra(f)
             return first, first + f["rows"]
         return None
 
     def effects(self, cfg, f):
-        # The bias row is read in cycle 1, row i in 2+i; its data arrives a cycle later
-        # and passes the vector unit's stages, then is written.
-        m = f["rows"]
-        read = 2 + np.arange(m, dtype=np.int64)
+        # The bias row is read in cycle 1 (with params, the parameter rows in cycles
+        # 1..PARAM_ROWS), row i in the cycle after; its data arrives a cycle later and
+        # passes the vector unit's stages, then is written.
+        m, head = f["rows"], 1 + self.extra(f)
+        read = 1 + head + np.arange(m, dtype=np.int64)
         write = read + cfg.latency["acc_read"] + cfg.latency["vpu"]
         reads = [Touch("acc", _rows(f["src"], m), read)]
-        if f["use_bias"]:
-            reads.append(Touch("acc", np.array([f["bias_addr"]]), np.array([1])))
+        if f["use_bias"] or _field(f, "params"):
+            reads.append(Touch("acc", _rows(f["bias_addr"], head),
+                               1 + np.arange(head, dtype=np.int64)))
         muxes = {} if f["to_acc"] else {
             f"wb_src[{g}]": (int(write[0]), int(write[-1])) for g in range(cfg.tile_rows)}
-        return Effects(accept=1 + m, reads=reads,
+        return Effects(accept=head + m, reads=reads,
                        writes=[Touch("acc" if f["to_acc"] else "cbuf",
                                      _rows(f["dst"], m), write)],
                        muxes=muxes)
@@ -509,19 +600,26 @@ class Vrun(Instruction):
         cfg = chip.cfg
         rows = f["rows"]
         x = chip.acc[f["src"]:f["src"] + rows].astype(np.int64)
-        if f["use_bias"]:
-            x = wrap32(x + chip.acc[f["bias_addr"]].astype(np.int64)).astype(np.int64)
         zp = f["zp"] - 256 if f["zp"] >= 128 else f["zp"]
-        if f["requant"]:
-            shift = f["shift"]
-            y = (x * f["mult"] + ((1 << (shift - 1)) if shift else 0)) >> shift
-            y = np.clip(y + zp, -128, 127)
-            if f["relu"]:
-                y = np.maximum(y, zp)
+        if _field(f, "params"):
+            bias, mult, shift, lo, hi = vrun_params(
+                chip.acc[f["bias_addr"]:f["bias_addr"] + PARAM_ROWS])
+            x = wrap32(x + bias).astype(np.int64)
+            rnd = np.where(shift > 0, np.left_shift(1, np.maximum(shift - 1, 0)), 0)
+            y = np.minimum(np.maximum(((x * mult + rnd) >> shift) + zp, lo), hi)
         else:
-            y = np.maximum(x, 0) if f["relu"] else x
-            if not f["to_acc"]:
-                y = np.clip(y, -128, 127)
+            if f["use_bias"]:
+                x = wrap32(x + chip.acc[f["bias_addr"]].astype(np.int64)).astype(np.int64)
+            if f["requant"]:
+                shift = f["shift"]
+                y = (x * f["mult"] + ((1 << (shift - 1)) if shift else 0)) >> shift
+                y = np.clip(y + zp, -128, 127)
+                if f["relu"]:
+                    y = np.maximum(y, zp)
+            else:
+                y = np.maximum(x, 0) if f["relu"] else x
+                if not f["to_acc"]:
+                    y = np.clip(y, -128, 127)
         if f["to_acc"]:
             chip.acc[f["dst"]:f["dst"] + rows] = wrap32(y)
         else:
@@ -555,8 +653,62 @@ class Setcfg(Instruction):
         """Its values act through the multiplexer settings the other instructions see."""
 
 
+# -- CONVCFG and TAPS -----------------------------------------------------------------
+class Convcfg(Instruction):
+    """Set the window geometry the MATMULs issued after it walk (docs/cnn.md)."""
+
+    opcode = Opcode.CONVCFG
+    unit = "convcfg"
+    text = {"convcfg": {}}
+    handshake = False                  # a register write: taken every cycle
+
+    def ranges(self, cfg, f, select=py_select):
+        return [Range("geom", 0, 1, 1, WRITE, nonempty=(f.out_w != 0) & (f.sh != 0)
+                      & (f.sw != 0), window=(0, 1))]
+
+    def occupancy(self, cfg, f):
+        return 1
+
+    def done(self, cfg, f):
+        return 1
+
+    def effects(self, cfg, f):
+        return Effects(accept=1)
+
+    def execute(self, chip, f):
+        chip.geom = {k: f[k] for k in ("out_w", "sh", "sw", "top", "left", "pad")}
+
+
+class Taps(Instruction):
+    """Write ``count`` entries of tap table ``table``: partition ``first + k - 1``
+    reads tap ``(dh + th<k>, dw + tw<k>)`` in a conv MATMUL naming the table."""
+
+    opcode = Opcode.TAPS
+    unit = "taps"
+    text = {"taps": {}}
+    handshake = False
+
+    def ranges(self, cfg, f, select=py_select):
+        return [Range("taps", f.table, f.table + 1, isa.TAP_TABLES, WRITE,
+                      nonempty=(f.count != 0) & (f.count <= isa.TAPS_PER_WORD)
+                      & (f.first + f.count <= cfg.rows), window=(0, 1))]
+
+    def occupancy(self, cfg, f):
+        return 1
+
+    def done(self, cfg, f):
+        return 1
+
+    def effects(self, cfg, f):
+        return Effects(accept=1)
+
+    def execute(self, chip, f):
+        for p, th, tw in isa.taps_entries(f):
+            chip.tap_tables[f["table"], p] = (th, tw)
+
+
 SPEC: dict[Opcode, Instruction] = {s.opcode: s for s in (Dma(), Wload(), Matmul(), Vrun(),
-                                                          Setcfg())}
+                                                          Setcfg(), Convcfg(), Taps())}
 UNITS: tuple[str, ...] = tuple(dict.fromkeys(s.unit for s in SPEC.values()))
 #: program text (unit, operation) -> (opcode, fixed fields)
 TEXT_OPS: dict[tuple[str, str], tuple[Opcode, dict]] = {
@@ -577,6 +729,11 @@ def ranges(cfg: ChipConfig, op: Opcode, fields: dict) -> list[Range]:
 
 def in_range(cfg: ChipConfig, op: Opcode, fields: dict) -> bool:
     return bool(spec(op).in_range(cfg, Fields(fields)))
+
+
+def legal(cfg: ChipConfig, op: Opcode, fields: dict) -> bool:
+    """Whether the opcode defines this combination of fields (else ILLEGAL_OPCODE)."""
+    return bool(spec(op).legal(cfg, Fields(fields)))
 
 
 def setcfg_in_table(cfg: ChipConfig, fields: dict) -> bool:

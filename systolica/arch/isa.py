@@ -17,6 +17,12 @@ CYCLE_BITS = 32
 CBUF_ADDR_BITS = 16
 ACC_ADDR_BITS = 12
 DRAM_ADDR_BITS = 24
+TAP_BITS = 6          # a tap's offset within the window (kernel index * dilation)
+TAP_DELTA_BITS = 7    # a tap table entry: signed offset from the instruction's tap
+TAP_TABLES = 8
+TAP_TABLE_BITS = 3
+TAPS_PER_WORD = 5     # tap table entries one TAPS writes
+GEOM_BITS = 12        # window geometry: pixels per row, rows
 
 
 class Opcode(enum.IntEnum, shape=4):
@@ -26,6 +32,8 @@ class Opcode(enum.IntEnum, shape=4):
     MATMUL = 3   # stream activation rows through the array, accumulate into ACC
     VRUN = 4     # vector unit: ACC rows -> bias, requantise, ReLU -> CBUF or ACC
     SETCFG = 5   # write one fabric multiplexer's configuration register
+    CONVCFG = 6  # set the window geometry later MATMULs walk (conv = 1)
+    TAPS = 7     # write per-partition tap offsets of one tap table
 
 
 class DmaKind(enum.IntEnum, shape=2):
@@ -49,11 +57,18 @@ PAYLOAD = {
         "bank": 1,
     }),
     Opcode.MATMUL: data.StructLayout({
-        "act_addr": CBUF_ADDR_BITS,    # first activation row in the CBUF
-        "rows": 16,
+        "act_addr": CBUF_ADDR_BITS,    # first activation row (conv: the tile's pixel 0)
+        "rows": 16,                    # rows streamed (conv: output pixels)
         "acc_addr": ACC_ADDR_BITS,
-        "accumulate": 1,               # 0: overwrite ACC, 1: add to ACC
+        "accumulate": 1,               # 0: overwrite ACC, 1: add to (or max with) ACC
         "bank": 1,                     # weight bank to use
+        "conv": 1,                     # 1: walk a window (geometry from CONVCFG)
+        "max": 1,                      # with accumulate: ACC = max(ACC, sum)
+        "dh": TAP_BITS,                # conv: the tap's row offset (kernel row * dilation)
+        "dw": TAP_BITS,                # ... and column offset
+        "taps": TAP_TABLE_BITS,        # conv: per-partition tap table
+        "in_w": GEOM_BITS,             # conv: the tile's input pixels per row
+        "in_h": GEOM_BITS,             # conv: the tile's input rows
     }),
     Opcode.VRUN: data.StructLayout({
         "src": ACC_ADDR_BITS,
@@ -67,13 +82,28 @@ PAYLOAD = {
         "mult": 16,
         "shift": 6,
         "zp": 8,
-    }),
+        "params": 1,                   # 1: per-column bias, mult, shift, clamp rows
+    }),                                #    from bias_addr (see instructions.Vrun)
     Opcode.SETCFG: data.StructLayout({
         "index": 8,                    # multiplexer number, see systolica.arch.fabric
         "value": 4,                    # index of the source it selects
         "more": 3,                     # further (index<k>, value<k>) pairs, k = 1..more
         **{f"{name}{k}": bits for k in range(1, 7) for name, bits in (("index", 8),
                                                                        ("value", 4))},
+    }),
+    Opcode.CONVCFG: data.StructLayout({
+        "out_w": GEOM_BITS,            # output pixels per row: ow wraps here
+        "sh": 3, "sw": 3,              # stride (rows, columns)
+        "top": TAP_BITS,               # input rows above the tile's first (padding)
+        "left": TAP_BITS,              # input columns left of the tile's first
+        "pad": 8,                      # the byte a pixel outside the tile reads
+    }),
+    Opcode.TAPS: data.StructLayout({
+        "table": TAP_TABLE_BITS,
+        "first": 5,                    # partition of entry 1; entries follow
+        "count": 3,                    # entries written, 1..TAPS_PER_WORD
+        **{f"{name}{k}": TAP_DELTA_BITS for k in range(1, TAPS_PER_WORD + 1)
+           for name in ("th", "tw")},
     }),
 }
 SETCFG_PAIRS = 7
@@ -96,6 +126,26 @@ def setcfg_fields(pairs: list[tuple[int, int]]) -> dict:
     for k, (index, value) in enumerate(pairs[1:], start=1):
         fields[f"index{k}"], fields[f"value{k}"] = index, value
     return fields
+
+
+def signed_field(value: int, bits: int) -> int:
+    """A signed value as the unsigned field that holds it (two's complement)."""
+    if not -(1 << (bits - 1)) <= value < (1 << (bits - 1)):
+        raise EncodingError(f"{value} does not fit {bits} signed bits")
+    return value & ((1 << bits) - 1)
+
+
+def field_signed(raw: int, bits: int) -> int:
+    return raw - (1 << bits) if raw >> (bits - 1) else raw
+
+
+def taps_entries(fields: dict) -> list[tuple[int, int, int]]:
+    """The (partition, row offset, column offset) entries a TAPS writes."""
+    return [(fields.get("first", 0) + k - 1,
+             field_signed(fields.get(f"th{k}", 0), TAP_DELTA_BITS),
+             field_signed(fields.get(f"tw{k}", 0), TAP_DELTA_BITS))
+            for k in range(1, fields.get("count", 0) + 1)]
+
 
 HEADER = data.StructLayout({"opcode": Opcode, "cycle": CYCLE_BITS})
 PAYLOAD_BITS = WORD_BITS - HEADER.size

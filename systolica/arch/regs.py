@@ -38,7 +38,9 @@ STATUS_ERROR = 1 << 2
 
 class ErrorCode(enum.IntEnum):
     NONE = 0
-    ILLEGAL_OPCODE = 1   # opcode not in the ISA (a zeroed program word, too)
+    ILLEGAL_OPCODE = 1   # opcode not in the ISA (a zeroed program word, too), or fields
+                         # its opcode does not define (VRUN params with relu, to_acc or
+                         # without requant)
     ADDR_RANGE = 2       # an instruction's buffer or DRAM range runs past the memory
     LATE = 3             # an instruction reached issue after its scheduled cycle
     UNIT_BUSY = 4        # its unit was still busy at its scheduled cycle

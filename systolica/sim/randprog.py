@@ -131,6 +131,7 @@ class _Builder:
     stored: list = field(default_factory=list)     # DRAM spans written
     outputs: list = field(default_factory=list)    # ("cbuf"|"acc", lo, rows) computed
     needs: dict = field(default_factory=dict)      # last routing drawn
+    geometry: dict = field(default_factory=dict)   # last CONVCFG drawn
 
     def __post_init__(self):
         cfg, rng = self.cfg, self.rng
@@ -304,6 +305,53 @@ class _Builder:
         self.outputs.append(("acc", acc, n))
         return True
 
+    def window(self) -> bool:
+        """A window-walking MATMUL over a tile of written CBUF rows, often after a
+        fresh geometry and tap table; pads, strides and taps reaching past the tile
+        on every side."""
+        cfg, rng = self.cfg, self.rng
+        if not any(self.banks):
+            self.wload()
+        tile = self.pick("cbuf", min_len=2)
+        if tile is None:
+            return False
+        lo, size = tile
+        in_w = int(rng.integers(1, min(size, 24) + 1))
+        in_h = size // in_w
+        if rng.random() < 0.7 or not self.geometry:
+            self.geometry = dict(out_w=int(rng.integers(1, 2 * in_w + 2)),
+                                 sh=int(rng.integers(1, 5)), sw=int(rng.integers(1, 5)),
+                                 top=int(rng.integers(0, 4)), left=int(rng.integers(0, 4)),
+                                 pad=int(rng.integers(256)))
+            self.add(Opcode.CONVCFG, **self.geometry)
+        table = int(rng.integers(isa.TAP_TABLES))
+        if rng.random() < 0.6:
+            first = int(rng.integers(cfg.rows))
+            count = int(rng.integers(1, min(isa.TAPS_PER_WORD, cfg.rows - first) + 1))
+            self.add(Opcode.TAPS, table=table, first=first, count=count,
+                     **{f"t{a}{k}": isa.signed_field(int(rng.integers(-4, 5)),
+                                                     isa.TAP_DELTA_BITS)
+                        for k in range(1, count + 1) for a in "hw"})
+        accumulate = int(self.acc.any() and rng.random() < 0.5)
+        if accumulate:
+            acc, n = self.pick("acc")
+        else:
+            n = self.rows()
+            acc = self.place("acc", n)
+        bank = int(rng.choice([b for b in (0, 1) if self.banks[b]]))
+        t, tc = cfg.tile_rows, cfg.tile_cols
+        names = [f"west_feed[{i}]" for i in range(t)] + \
+                [f"act_in[{i}][{j}]" for i in range(t) for j in range(tc)] + \
+                [f"psum_in[{i}][{j}]" for i in range(1, t) for j in range(tc)] + \
+                [f"acc_src[{g}]" for g in range(tc)]
+        self.add(Opcode.MATMUL, self.routing(names), act_addr=lo, rows=n, acc_addr=acc,
+                 accumulate=accumulate, bank=bank, conv=1, max=int(rng.random() < 0.4),
+                 dh=int(rng.integers(0, 5)), dw=int(rng.integers(0, 5)), taps=table,
+                 in_w=in_w, in_h=in_h)
+        self.acc[acc:acc + n] = True
+        self.outputs.append(("acc", acc, n))
+        return True
+
     def vrun(self) -> bool:
         cfg, rng = self.cfg, self.rng
         src = self.pick("acc")
@@ -354,6 +402,7 @@ class _Builder:
             "store_acc": (0.8, lambda: self.store(True)),
             "wload": (1.5, self.wload),
             "matmul": (3.0, self.matmul),
+            "window": (1.5, self.window),
             "vrun": (1.8, self.vrun),
         }
         names = list(steps)
@@ -498,9 +547,18 @@ def _out_of_range(cfg: ChipConfig, ins: Instr, rng) -> dict:
     elif ins.op is Opcode.WLOAD:
         choices.append(("w_addr", past(cfg.cbuf_depth, R, isa.CBUF_ADDR_BITS)))
     elif ins.op is Opcode.MATMUL:
+        span = f["in_w"] * f["in_h"] if f["conv"] else f["rows"]
         choices += [("rows", 0),
-                    ("act_addr", past(cfg.cbuf_depth, f["rows"], isa.CBUF_ADDR_BITS)),
+                    ("act_addr", past(cfg.cbuf_depth, span, isa.CBUF_ADDR_BITS)),
                     ("acc_addr", past(cfg.acc_depth, f["rows"], isa.ACC_ADDR_BITS))]
+        if f["conv"]:
+            choices += [("in_w", 0), ("in_h", 0),
+                        ("in_h", (cfg.cbuf_depth - f["act_addr"]) // f["in_w"] + 1)]
+    elif ins.op is Opcode.CONVCFG:
+        choices += [("out_w", 0), ("sh", 0), ("sw", 0)]
+    elif ins.op is Opcode.TAPS:
+        choices += [("count", 0), ("count", isa.TAPS_PER_WORD + 1),
+                    ("first", cfg.rows - f["count"] + 1)]
     elif ins.op is Opcode.VRUN:
         depth = cfg.acc_depth if f["to_acc"] else cfg.cbuf_depth
         choices += [("rows", 0),

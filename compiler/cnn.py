@@ -1,0 +1,657 @@
+"""Lowering of convolutional networks (docs/cnn.md). Entry point: :func:`lower_cnn`.
+
+Every feature map lives in DRAM in the channel-block layout; each layer streams its
+input(s) through the CBUF in tiles of output rows and writes its output back:
+
+* a tile loads the input rows its output rows need (``tiling.input_rows``), every
+  channel block, into one of two tile buffers (the next tile's load overlaps this
+  tile's compute);
+* per output block (``R`` output channels) and per weight block (a kernel tap, or
+  ``R // C`` taps packed into one block for a replicated input, times a channel
+  block) one window-walking MATMUL accumulates into an accumulator half;
+* the vector unit requantises the half into the output staging, and a DMA stores it.
+
+Pooling and the residual add are the same loop with fixed weights: an identity block
+(max pool with max-accumulation, average pool) or a diagonal of the add's
+multiplier. A dense layer in such a network is a 1x1 convolution over its ``M`` rows.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+import numpy as np
+
+from ..arch.config import ChipConfig
+from ..arch import isa
+from ..arch.isa import DmaKind, Opcode
+from . import layout
+from .errors import CompileError
+from .graph import Graph
+from .ir import MicroOp
+from .ops import (Add, AvgPool2d, Conv2d, Dense, Flatten, GlobalAvgPool, MaxPool2d,
+                  average_params)
+from .pipeline import Block, Step, loop_order, pipeline
+from .plan import DramMap, MemoryPlan, Region, check_plan
+from .rules import WEIGHT_SLOTS, gemm_routing
+from .ir import make
+
+CNN_OPS = (Conv2d, MaxPool2d, AvgPool2d, GlobalAvgPool, Add, Flatten)
+PARAM_ROWS = 4            # VRUN params: bias, multiplier, shift, clamp
+
+
+def is_cnn(graph: Graph) -> bool:
+    """Whether `graph` takes the streaming lowering (it holds a feature-map op)."""
+    return any(isinstance(n.op, CNN_OPS) for n in graph.nodes)
+
+
+# -- layouts ------------------------------------------------------------------------
+def replicas(cfg: ChipConfig, channels: int) -> int:
+    """Copies of a ``channels``-channel pixel one word holds in the replicated layout
+    (1: not worth it)."""
+    return cfg.rows // channels if 2 * channels <= cfg.rows else 1
+
+
+def pack_map(cfg: ChipConfig, x: np.ndarray, copies: int = 1) -> np.ndarray:
+    """``(N, H, W, C)`` int8 -> words: channel block ``cb`` holds ``N*H*W`` words;
+    with ``copies > 1`` (``C*copies <= R``) one block whose word holds the pixel's
+    channels ``copies`` times (docs/cnn.md, replicated channels)."""
+    R = cfg.rows
+    flat = np.asarray(x, dtype=np.int8).reshape(-1, x.shape[-1])
+    if copies > 1:
+        words = np.zeros((flat.shape[0], R), dtype=np.int8)
+        words[:, :copies * flat.shape[1]] = np.tile(flat, (1, copies))
+        return words.view(np.uint8)
+    return layout.pack_activations(cfg, flat)
+
+
+def map_words(cfg: ChipConfig, shape: tuple[int, ...], copies: int = 1) -> int:
+    pixels = int(np.prod(shape[:-1]))
+    return pixels if copies > 1 else layout.blocks(shape[-1], cfg.rows) * pixels
+
+
+def as_map(shape: tuple[int, ...]) -> tuple[int, int, int, int]:
+    """A tensor shape as ``(N, H, W, C)``: a dense ``[M, K]`` is ``(1, M, 1, K)``."""
+    return tuple(shape) if len(shape) == 4 else (1, shape[0], 1, shape[1])
+
+
+def acc_param_rows(cfg: ChipConfig, rows: np.ndarray) -> np.ndarray:
+    """int32 ``[n, C]`` (n accumulator rows) -> DRAM words."""
+    return layout.pack_acc_rows(cfg, rows)
+
+
+# -- what a layer is, for the tile loop ----------------------------------------------
+@dataclass
+class Source:
+    tensor: str
+    shape: tuple[int, int, int, int]
+    copies: int                      # > 1: replicated layout, one channel block
+    dram: int = 0
+
+    def blocks(self, R: int) -> int:
+        return 1 if self.copies > 1 else layout.blocks(self.shape[3], R)
+
+
+@dataclass
+class WStep:
+    """One weight block of an output block: source, channel block, taps (one per
+    replica), and the block's position in the layer's weight image."""
+    src: int
+    cb: int
+    taps: tuple[tuple[int, int], ...]
+    block: int                       # index of the R x R block in the weight image
+
+
+@dataclass
+class Job:
+    name: str
+    index: int
+    sources: list[Source]
+    kernel: tuple[int, int]
+    stride: tuple[int, int]
+    pads: tuple[int, int, int, int]
+    dilation: tuple[int, int]
+    pad_byte: int
+    out_shape: tuple[int, int, int, int]
+    out_dtype: str
+    steps: list[list[WStep]]         # per output block
+    weights: np.ndarray              # [blocks, R, R] int8
+    use_max: bool = False
+    # epilogue: "params" (4 rows per output block), "bias" (1 row) or None
+    post: str | None = None
+    post_rows: np.ndarray | None = None   # int32 [nb * rows, C]
+    vrun: dict = field(default_factory=dict)
+    macs: int = 0
+
+
+def _tap_list(kernel, dilation) -> list[tuple[int, int]]:
+    return [(kh * dilation[0], kw * dilation[1]) for kh in range(kernel[0])
+            for kw in range(kernel[1])]
+
+
+def _conv_job(cfg, graph, index, node, src: Source) -> Job:
+    op: Conv2d = node.op
+    R = cfg.rows
+    KH, KW, Cin, Cout = op.weights.shape
+    out = graph.tensor(node.outputs[0])
+    nb = layout.blocks(Cout, R)
+    w = op.weights.astype(np.int64)
+    taps = [(kh, kw) for kh in range(KH) for kw in range(KW)]
+    dil = op.dilation
+    blocks, steps = [], []
+    for n in range(nb):
+        cols = slice(n * R, min((n + 1) * R, Cout))
+        mine = []
+        if src.copies > 1:
+            g = src.copies
+            for j in range(0, len(taps), g):
+                group = taps[j:j + g]
+                blk = np.zeros((R, R), dtype=np.int64)
+                for r, (kh, kw) in enumerate(group):
+                    blk[r * Cin:(r + 1) * Cin, :cols.stop - cols.start] = w[kh, kw, :, cols]
+                mine.append(WStep(0, 0, tuple((kh * dil[0], kw * dil[1]) for kh, kw in group),
+                                  len(blocks)))
+                blocks.append(blk)
+        else:
+            for cb in range(layout.blocks(Cin, R)):
+                rows = slice(cb * R, min((cb + 1) * R, Cin))
+                for kh, kw in taps:
+                    blk = np.zeros((R, R), dtype=np.int64)
+                    blk[:rows.stop - rows.start, :cols.stop - cols.start] = w[kh, kw, rows, cols]
+                    mine.append(WStep(0, cb, ((kh * dil[0], kw * dil[1]),), len(blocks)))
+                    blocks.append(blk)
+        steps.append(mine)
+    # docs/cnn.md: acc = bias + sum (x - x_zp) * w; the array sums x * w over the
+    # input padded with x_zp, so the bias absorbs - x_zp * sum(w)
+    x_zp = graph.tensor(node.inputs[0]).quant.zero_point
+    bias = np.zeros(Cout, dtype=np.int64) if op.bias is None else op.bias.astype(np.int64)
+    bias = bias - x_zp * w.sum(axis=(0, 1, 2))
+    _fits_int32(node.name, bias)
+    mult = np.broadcast_to(np.asarray(op.mult, dtype=np.int64), (Cout,))
+    shift = np.broadcast_to(np.asarray(op.shift, dtype=np.int64), (Cout,))
+    lo = op.zp if op.relu or op.relu6 is not None else -128
+    hi = op.relu6 if op.relu6 is not None else 127
+    clamp = (lo & 0xFF) | ((hi & 0xFF) << 8)
+    params = np.zeros((nb, PARAM_ROWS, R), dtype=np.int64)
+    for n in range(nb):
+        k = min(R, Cout - n * R)
+        params[n, 0, :k] = bias[n * R:n * R + k]
+        params[n, 1, :k] = mult[n * R:n * R + k]
+        params[n, 2, :k] = shift[n * R:n * R + k]
+        params[n, 3, :] = clamp
+    Ho, Wo = out.shape[1], out.shape[2]
+    return Job(node.name, index, [src], (KH, KW), op.stride, op.pads, dil,
+               x_zp & 0xFF, out.shape, "int8", steps, np.stack(blocks).astype(np.int8),
+               post="params", post_rows=params.reshape(-1, R).astype(np.int32),
+               vrun=dict(requant=1, params=1, zp=op.zp & 0xFF),
+               macs=out.shape[0] * Ho * Wo * KH * KW * Cin * Cout)
+
+
+def _fits_int32(name: str, values: np.ndarray) -> None:
+    if values.size and (values.min() < -(1 << 31) or values.max() >= 1 << 31):
+        raise CompileError(f"layer {name!r}: the bias with the input zero point folded "
+                           f"in does not fit int32; use smaller weights or zero point")
+
+
+def _identity_steps(cfg, C, taps, scale_per_src: list[int]) -> tuple[list, np.ndarray]:
+    """Per output block = channel block: one step per source and tap with a diagonal
+    block of that source's scale."""
+    R = cfg.rows
+    blocks = [np.diag(np.full(R, s, dtype=np.int64)) for s in scale_per_src]
+    steps = [[WStep(s, cb, (tap,), s) for s in range(len(scale_per_src)) for tap in taps]
+             for cb in range(layout.blocks(C, R))]
+    return steps, np.stack(blocks).astype(np.int8)
+
+
+def _pool_job(cfg, graph, index, node, src: Source) -> Job:
+    op = node.op
+    out = graph.tensor(node.outputs[0])
+    N, H, W, C = src.shape
+    if isinstance(op, GlobalAvgPool):
+        kernel, stride, pads = (H, W), (1, 1), (0, 0, 0, 0)
+        mult, shift = (op.mult, op.shift) if getattr(op, "mult", None) is not None \
+            else average_params(H * W)
+    else:
+        kernel, stride, pads = op.kernel, op.stride, op.pads
+        mult, shift = (getattr(op, "mult", 1), getattr(op, "shift", 0))
+    taps = _tap_list(kernel, (1, 1))
+    steps, weights = _identity_steps(cfg, C, taps, [1])
+    x_zp = graph.tensor(node.inputs[0]).quant.zero_point
+    Ho, Wo = out.shape[1], out.shape[2]
+    job = Job(node.name, index, [src], kernel, stride, pads, (1, 1), 0, out.shape, "int8",
+              steps, weights, macs=N * Ho * Wo * kernel[0] * kernel[1] * C)
+    if isinstance(op, MaxPool2d):
+        job.use_max, job.pad_byte = True, 0x80          # padding never wins
+        job.vrun = dict(requant=1, mult=1, shift=0, zp=0)
+    else:
+        job.pad_byte = x_zp & 0xFF
+        nbk = layout.blocks(C, cfg.rows)
+        job.post = "bias"
+        job.post_rows = np.full((nbk, cfg.rows), -x_zp * kernel[0] * kernel[1], dtype=np.int32)
+        job.vrun = dict(requant=1, mult=mult, shift=shift, zp=x_zp & 0xFF, use_bias=1)
+    return job
+
+
+def _add_job(cfg, graph, index, node, srcs: list[Source]) -> Job:
+    op: Add = node.op
+    out = graph.tensor(node.outputs[0])
+    N, H, W, C = srcs[0].shape
+    steps, weights = _identity_steps(cfg, C, [(0, 0)], [op.mult_a, op.mult_b])
+    za, zb = (graph.tensor(t).quant.zero_point for t in node.inputs)
+    nbk = layout.blocks(C, cfg.rows)
+    job = Job(node.name, index, srcs, (1, 1), (1, 1), (0, 0, 0, 0), (1, 1), 0, out.shape,
+              "int8", steps, weights, macs=2 * N * H * W * C)
+    job.post = "bias"
+    job.post_rows = np.full((nbk, cfg.rows), -(op.mult_a * za + op.mult_b * zb),
+                            dtype=np.int32)
+    job.vrun = dict(requant=1, mult=1, shift=op.shift, zp=op.zp & 0xFF, use_bias=1,
+                    relu=int(op.relu))
+    return job
+
+
+def _dense_job(cfg, graph, index, node, src: Source) -> Job:
+    op: Dense = node.op
+    R = cfg.rows
+    out = graph.tensor(node.outputs[0])
+    K, Nn = op.weights.shape
+    w = op.weights.astype(np.int64)
+    nb, kb = layout.blocks(Nn, R), layout.blocks(K, R)
+    blocks, steps = [], []
+    for n in range(nb):
+        mine = []
+        for k in range(kb):
+            blk = np.zeros((R, R), dtype=np.int64)
+            part = w[k * R:(k + 1) * R, n * R:(n + 1) * R]
+            blk[:part.shape[0], :part.shape[1]] = part
+            mine.append(WStep(0, k, ((0, 0),), len(blocks)))
+            blocks.append(blk)
+        steps.append(mine)
+    M = out.shape[0]
+    job = Job(node.name, index, [src], (1, 1), (1, 1), (0, 0, 0, 0), (1, 1), 0,
+              (1, M, 1, Nn), out.dtype, steps, np.stack(blocks).astype(np.int8),
+              macs=M * K * Nn)
+    if op.bias is not None:
+        job.post = "bias"
+        job.post_rows = np.zeros((nb, R), dtype=np.int32)
+        job.post_rows.reshape(-1)[:Nn] = op.bias
+    post = dict(use_bias=int(op.bias is not None), relu=int(op.relu))
+    if out.dtype == "int8":
+        post.update(requant=1, mult=op.mult, shift=op.shift, zp=op.zp & 0xFF)
+    job.vrun = post
+    return job
+
+
+# -- the plan -------------------------------------------------------------------------
+@dataclass
+class Layout:
+    """Where the streaming program keeps things (CBUF rows, ACC rows)."""
+    ring: int
+    staging: int
+    tiles: tuple[int, int]           # [lo, hi) of the tile buffers
+    halves: int
+    half_rows: int
+    slots: int                       # ACC rows of the epilogue parameters, 2 x 4
+
+
+def _layout(cfg: ChipConfig) -> Layout:
+    R = cfg.rows
+    half = (cfg.acc_depth - 2 * PARAM_ROWS) // 2
+    top = cfg.ubuf_base if cfg.ubuf_rows else cfg.cbuf_depth
+    if cfg.ubuf_rows and cfg.ubuf_base + cfg.ubuf_rows != cfg.cbuf_depth:
+        raise CompileError(f"chip {cfg.name!r}: the streaming lowering keeps the UBUF at "
+                           f"the top of the CBUF (ubuf_base + ubuf_rows == cbuf_depth)")
+    ring, staging = 0, WEIGHT_SLOTS * R
+    tiles = (staging + 2 * half, top)
+    if tiles[1] - tiles[0] < 4 * R:
+        raise CompileError(f"chip {cfg.name!r}: CBUF too small for convolution tiles")
+    return Layout(ring, staging, tiles, 0, half, 2 * half)
+
+
+def _tiles(cfg: ChipConfig, lay: Layout, job: Job) -> list[tuple[int, int]]:
+    """Output-row tiles ``[oh0, oh1)`` of one image: as many rows as fit the
+    accumulator half and (with the sources' input rows) a tile buffer; one tile for
+    the whole map if it fits both buffers together."""
+    N, Ho, Wo, _ = job.out_shape
+    area = lay.tiles[1] - lay.tiles[0]
+
+    def words(rows: int) -> int:
+        lo, hi = _input_rows(job, 0, rows)
+        return sum((hi - lo) * s.shape[2] * s.blocks(cfg.rows) for s in job.sources)
+
+    if Ho * Wo <= lay.half_rows and words(Ho) <= (area if N == 1 else area // 2):
+        return [(0, Ho)]
+    per = min(Ho, max(1, lay.half_rows // Wo))
+    while per > 1 and _tile_words(job, cfg, per) > area // 2:
+        per -= 1
+    if Wo > lay.half_rows or _tile_words(job, cfg, per) > area // 2:
+        raise CompileError(
+            f"layer {job.name!r}: one output row ({Wo} pixels) needs "
+            f"{_tile_words(job, cfg, 1)} CBUF rows of input, more than the "
+            f"{area // 2} a tile buffer has (or more pixels than the {lay.half_rows} "
+            f"rows of an accumulator half); use a smaller input width or a chip with a "
+            f"larger CBUF/ACC")
+    return [(o, min(o + per, Ho)) for o in range(0, Ho, per)]
+
+
+def _tile_words(job: Job, cfg: ChipConfig, rows: int) -> int:
+    worst = 0
+    for oh0 in range(0, job.out_shape[1], rows):
+        lo, hi = _input_rows(job, oh0, min(oh0 + rows, job.out_shape[1]))
+        worst = max(worst, sum((hi - lo) * s.shape[2] * s.blocks(cfg.rows)
+                               for s in job.sources))
+    return worst
+
+
+def _input_rows(job: Job, oh0: int, oh1: int) -> tuple[int, int]:
+    """Input rows ``[lo, hi)`` output rows ``[oh0, oh1)`` read (inside the map)."""
+    H = job.sources[0].shape[1]
+    sh, pt = job.stride[0], job.pads[0]
+    ext = (job.kernel[0] - 1) * job.dilation[0] + 1
+    lo = oh0 * sh - pt
+    hi = (oh1 - 1) * sh - pt + ext
+    return max(lo, 0), min(hi, H)
+
+
+# -- emission -------------------------------------------------------------------------
+@dataclass
+class _Counters:
+    """Weight blocks and output blocks so far (ring slot and bank, accumulator half)
+    and the tile rows and columns fed (all: every layer may use the whole array)."""
+    tile_rows: int
+    tile_cols: int
+    steps: int = 0
+    blocks: int = 0
+
+
+class _Emit:
+    def __init__(self, cfg: ChipConfig, em: _Counters, lay: Layout):
+        self.cfg, self.em, self.lay = cfg, em, lay
+        self.tile_no = 0
+        self.tables: dict[tuple, int] = {}     # tap deltas -> table, per layer
+
+    def op(self, opcode: Opcode, layer: int, **fields) -> MicroOp:
+        mop = make(self.cfg, opcode, layer, **fields)
+        mop.needs = gemm_routing(self.cfg, opcode, to_acc=bool(fields.get("to_acc")),
+                                 tile_rows=self.em.tile_rows, tile_cols=self.em.tile_cols)
+        return mop
+
+    def job(self, job: Job, w_dram: int, post_dram: int | None, out_dram: int
+            ) -> list[Block]:
+        cfg, lay, em = self.cfg, self.lay, self.em
+        R, arw = cfg.rows, cfg.acc_row_words
+        i = job.index
+        N, Ho, Wo, Cout = job.out_shape
+        tiles = _tiles(cfg, lay, job)
+        nb_count = len(job.steps)
+        self.tables = {}
+        table_ops = self._tables(job)
+        area = lay.tiles[1] - lay.tiles[0]
+        blocks: list[Block] = []
+        work = [(n, t) for n in range(N) for t in tiles]
+        whole = len(work) == 1      # one tile: it may take both buffers
+        for wi, (n, (oh0, oh1)) in enumerate(work):
+            buf = lay.tiles[0] + (0 if whole else (self.tile_no % 2) * (area // 2))
+            self.tile_no += 1
+            lo, hi = _input_rows(job, oh0, oh1)
+            in_h = hi - lo
+            src_base, loads, at = [], [], buf
+            for s in job.sources:
+                W = s.shape[2]
+                H = s.shape[1]
+                src_base.append(at)
+                for cb in range(s.blocks(R)):
+                    loads.append(self.op(
+                        Opcode.DMA, i, kind=DmaKind.LOAD_CBUF,
+                        dram_addr=s.dram + (cb * N + n) * H * W + lo * W, dram_stride=1,
+                        buf_addr=at, rows=in_h * W))
+                    at += in_h * W
+            geom = self.op(Opcode.CONVCFG, i, out_w=Wo, sh=job.stride[0], sw=job.stride[1],
+                           top=lo + job.pads[0] - oh0 * job.stride[0], left=job.pads[1],
+                           pad=job.pad_byte)
+            rows = (oh1 - oh0) * Wo
+            for nb in range(nb_count):
+                blk = Block(i)
+                half = em.blocks % 2
+                em.blocks += 1
+                acc_at = lay.halves + half * lay.half_rows
+                slot = lay.slots + half * PARAM_ROWS
+                if job.post is not None:
+                    per = PARAM_ROWS if job.post == "params" else 1
+                    blk.bias.append(self.op(
+                        Opcode.DMA, i, kind=DmaKind.LOAD_ACC,
+                        dram_addr=post_dram + nb * per * arw, dram_stride=arw,
+                        buf_addr=slot, rows=per))
+                for k, st in enumerate(job.steps[nb]):
+                    ring = lay.ring + (em.steps % WEIGHT_SLOTS) * R
+                    bank = em.steps % 2
+                    em.steps += 1
+                    pre = [self.op(Opcode.DMA, i, kind=DmaKind.LOAD_CBUF,
+                                   dram_addr=w_dram + st.block * R, dram_stride=1,
+                                   buf_addr=ring, rows=R)]
+                    if nb == 0 and k == 0:
+                        pre += loads + [geom] + (table_ops if wi == 0 else [])
+                    pre.append(self.op(Opcode.WLOAD, i, w_addr=ring, bank=bank))
+                    s = job.sources[st.src]
+                    base = src_base[st.src] + st.cb * in_h * s.shape[2]
+                    dh, dw = st.taps[0]
+                    mm = self.op(Opcode.MATMUL, i, act_addr=base, rows=rows, acc_addr=acc_at,
+                                 accumulate=int(k > 0), max=int(job.use_max and k > 0),
+                                 bank=bank, conv=1, dh=dh, dw=dw,
+                                 taps=self.tables.get(self._deltas(st), 0),
+                                 in_w=s.shape[2], in_h=in_h)
+                    blk.steps.append(Step(pre, mm))
+                blk.epilogue = self._epilogue(job, i, acc_at, slot, rows, half,
+                                              out_dram + (nb * N + n) * Ho * Wo + oh0 * Wo)
+                blocks.append(blk)
+        return blocks
+
+    @staticmethod
+    def _deltas(st: WStep) -> tuple:
+        dh, dw = st.taps[0]
+        return tuple((h - dh, w - dw) for h, w in st.taps)
+
+    def _tables(self, job: Job) -> list[MicroOp]:
+        """TAPS for every distinct packing pattern of the layer (table 0: no packing)."""
+        cfg, ops = self.cfg, []
+        patterns = []
+        for steps in job.steps:
+            for st in steps:
+                d = self._deltas(st)
+                if len(d) > 1 and d not in patterns:
+                    patterns.append(d)
+        if len(patterns) > isa.TAP_TABLES - 1:
+            raise CompileError(f"layer {job.name!r}: needs {len(patterns)} tap tables, "
+                               f"the chip has {isa.TAP_TABLES - 1}")
+        C = job.sources[0].shape[3]
+        for t, d in enumerate(patterns, start=1):
+            self.tables[d] = t
+            entries = [(0, 0)] * cfg.rows
+            for p in range(cfg.rows):
+                r = p // C
+                entries[p] = d[r] if r < len(d) else (0, 0)
+            for first in range(0, cfg.rows, isa.TAPS_PER_WORD):
+                chunk = entries[first:first + isa.TAPS_PER_WORD]
+                ops.append(self.op(Opcode.TAPS, job.index, table=t, first=first,
+                                   count=len(chunk),
+                                   **{f"t{a}{k}": isa.signed_field(v[j], isa.TAP_DELTA_BITS)
+                                      for k, v in enumerate(chunk, start=1)
+                                      for j, a in enumerate("hw")}))
+        return ops
+
+    def _epilogue(self, job, i, acc_at, slot, rows, half, out_at) -> list[MicroOp]:
+        cfg, lay = self.cfg, self.lay
+        arw = cfg.acc_row_words
+        v = dict(job.vrun)
+        if job.out_dtype == "int32":
+            ops = []
+            if v.get("use_bias") or v.get("relu"):
+                ops.append(self.op(Opcode.VRUN, i, src=acc_at, rows=rows, to_acc=1,
+                                   dst=acc_at, bias_addr=slot, **v))
+            ops.append(self.op(Opcode.DMA, i, kind=DmaKind.STORE_ACC,
+                               dram_addr=out_at * arw, dram_stride=arw, buf_addr=acc_at,
+                               rows=rows))
+            return ops
+        staging = lay.staging + half * lay.half_rows
+        return [self.op(Opcode.VRUN, i, src=acc_at, rows=rows, to_acc=0, dst=staging,
+                        bias_addr=slot, **v),
+                self.op(Opcode.DMA, i, kind=DmaKind.STORE_CBUF, dram_addr=out_at,
+                        dram_stride=1, buf_addr=staging, rows=rows)]
+
+
+# -- entry point ------------------------------------------------------------------------
+@dataclass
+class CnnLowered:
+    ops: list[MicroOp]
+    sequential: list[MicroOp]
+    plan: MemoryPlan
+    copies: dict                      # graph input -> replicas in its DRAM layout
+    jobs: dict                        # layer -> its Job (shapes, MACs, for reports)
+
+    @property
+    def dram(self) -> np.ndarray:
+        return self.plan.dram
+
+    @property
+    def dram_map(self) -> DramMap:
+        return self.plan.dram_map
+
+
+def lower_cnn(cfg: ChipConfig, graph: Graph) -> CnnLowered:
+    """Lower a graph with feature-map ops: plan DRAM, emit every layer's tile loops,
+    software-pipeline them."""
+    if cfg.rows != cfg.cols:
+        raise CompileError(f"chip {cfg.name!r}: the layouts assume a square array")
+    lay = _layout(cfg)
+    R = cfg.rows
+    # replicated layout for a graph input read only by convolutions with few channels
+    copies = {}
+    for t in graph.inputs:
+        shape = graph.tensor(t).shape
+        readers = graph.consumers(t)
+        if len(shape) == 4 and all(isinstance(r.op, Conv2d) for r in readers) \
+                and replicas(cfg, shape[3]) > 1:
+            copies[t] = replicas(cfg, shape[3])
+    # jobs
+    jobs: list[Job | None] = []
+    alias: dict[str, str] = {}
+    for i, node in enumerate(graph.nodes):
+        op = node.op
+        srcs = [Source(t, as_map(graph.tensor(t if isinstance(op, Dense)
+                                              else alias.get(t, t)).shape),
+                       copies.get(t, 1)) for t in node.inputs]
+        if isinstance(op, Flatten):
+            shp = graph.tensor(node.inputs[0]).shape
+            if shp[1] * shp[2] != 1:
+                raise CompileError(
+                    f"layer {node.name!r}: Flatten of a {shp[1]}x{shp[2]} map is not "
+                    f"lowered yet (only 1x1 maps, e.g. after GlobalAvgPool); put a "
+                    f"GlobalAvgPool before it")
+            alias[node.outputs[0]] = alias.get(node.inputs[0], node.inputs[0])
+            jobs.append(None)
+            continue
+        if isinstance(op, Conv2d):
+            jobs.append(_conv_job(cfg, graph, i, node, srcs[0]))
+        elif isinstance(op, (MaxPool2d, AvgPool2d, GlobalAvgPool)):
+            jobs.append(_pool_job(cfg, graph, i, node, srcs[0]))
+        elif isinstance(op, Add):
+            jobs.append(_add_job(cfg, graph, i, node, srcs))
+        elif isinstance(op, Dense):
+            if len(node.inputs) != 1:
+                raise CompileError(f"layer {node.name!r}: a dense layer in a convolutional "
+                                   f"network reads one tensor")
+            jobs.append(_dense_job(cfg, graph, i, node, srcs[0]))
+        else:
+            raise CompileError(f"layer {node.name!r}: no lowering rule for "
+                               f"{type(op).__name__}")
+    # DRAM: inputs, parameters, intermediate maps, outputs
+    steps = len(graph.nodes)
+    cursor, regions, pieces = 0, [], []
+    inputs, params, outputs = {}, {}, {}
+    where: dict[str, int] = {}
+
+    def place(key, words, what) -> int:
+        nonlocal cursor
+        n = words if isinstance(words, int) else words.shape[0]
+        if cursor + n > cfg.dram_words:
+            raise CompileError(f"{what}: DRAM too small by {cursor + n - cfg.dram_words} "
+                               f"words ({n} words; {cursor} already used); the configured "
+                               f"dram_words is {cfg.dram_words}")
+        regions.append(Region("dram", key, cursor, n, 0, steps - 1, what))
+        if not isinstance(words, int):
+            pieces.append((cursor, words))
+        at, cursor = cursor, cursor + n
+        return at
+
+    for t in graph.inputs:
+        x = np.asarray(graph.data[t])
+        words = pack_map(cfg, x.reshape(as_map(x.shape)), copies.get(t, 1))
+        where[t] = place(f"tensor {t}", words, f"input {t!r}")
+        inputs[t] = (where[t], words.shape[0])
+    job_dram = {}
+    for job in jobs:
+        if job is None:
+            continue
+        w = place(f"{job.name}.weights", job.weights.reshape(-1, R).view(np.uint8),
+                  f"weights of layer {job.name!r}")
+        params[(job.name, "weights")] = (w, job.weights.shape[0] * R)
+        p = None
+        if job.post is not None:
+            rows = acc_param_rows(cfg, job.post_rows)
+            p = place(f"{job.name}.post", rows, f"epilogue parameters of layer {job.name!r}")
+            params[(job.name, "post")] = (p, rows.shape[0])
+        job_dram[job.name] = (w, p)
+    for node in graph.nodes:
+        for t in node.outputs:
+            if t in alias or t in graph.outputs:
+                continue
+            tt = graph.tensor(t)
+            where[t] = place(f"tensor {t}", _out_words(cfg, tt), f"tensor {t!r}")
+    for t in graph.outputs:
+        tt = graph.tensor(t)
+        if t in alias:
+            raise CompileError(f"tensor {t!r}: a graph output cannot be a Flatten's")
+        where[t] = place(f"tensor {t}", _out_words(cfg, tt), f"output {t!r}")
+        outputs[t] = (where[t], _out_words(cfg, tt))
+    image = np.zeros((cursor, R), dtype=np.uint8)
+    for at, words in pieces:
+        image[at:at + words.shape[0]] = words
+
+    emit = _Emit(cfg, _Counters(tile_rows=cfg.tile_rows, tile_cols=cfg.tile_cols), lay)
+    blocks: list[Block] = []
+    for job in jobs:
+        if job is None:
+            continue
+        for s in job.sources:
+            s.dram = where[alias.get(s.tensor, s.tensor)]
+        out_t = graph.nodes[job.index].outputs[0]
+        w, p = job_dram[job.name]
+        blocks += emit.job(job, w, p, where[out_t])
+    chip_regions = [
+        Region("cbuf", "weight ring", lay.ring, WEIGHT_SLOTS * R, 0, steps - 1, "weight ring"),
+        Region("cbuf", "output staging", lay.staging, 2 * lay.half_rows, 0, steps - 1,
+               "output staging"),
+        Region("cbuf", "tile buffers", lay.tiles[0], lay.tiles[1] - lay.tiles[0], 0,
+               steps - 1, "input tile buffers"),
+        Region("acc", "accumulator halves", lay.halves, 2 * lay.half_rows, 0, steps - 1,
+               "accumulator halves"),
+        Region("acc", "epilogue slots", lay.slots, 2 * PARAM_ROWS, 0, steps - 1,
+               "epilogue parameter slots")]
+    if cfg.ubuf_rows:
+        chip_regions.append(Region("cbuf", "ubuf", cfg.ubuf_base, cfg.ubuf_rows, 0,
+                                   steps - 1, "UBUF"))
+    dmap = DramMap(MappingProxyType(inputs), MappingProxyType(params),
+                   MappingProxyType(outputs), cursor)
+    plan = MemoryPlan(cfg, graph, MappingProxyType({}), tuple(chip_regions + regions),
+                      image, dmap)
+    check_plan(plan)
+    return CnnLowered(pipeline(cfg, blocks), loop_order(blocks), plan, copies,
+                      {j.name: j for j in jobs if j is not None})
+
+
+def _out_words(cfg: ChipConfig, t) -> int:
+    shape = as_map(t.shape)
+    pixels = shape[0] * shape[1] * shape[2]
+    if t.dtype == "int32":
+        return layout.blocks(shape[3], cfg.cols) * pixels * cfg.acc_row_words
+    return layout.blocks(shape[3], cfg.rows) * pixels

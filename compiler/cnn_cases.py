@@ -1,0 +1,91 @@
+"""Randomised convolution, pooling and add layers (docs/cnn.md) for the tests: each
+case is a small graph whose shapes, strides, pads, dilations, channel counts and zero
+points are drawn from a seed, with requantisation scaled so outputs do not saturate.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .graph import Graph, GraphBuilder
+from .models import requant_for
+
+
+def _scaled(acc_std: float) -> tuple[int, int]:
+    """(mult, shift) taking an accumulator of spread `acc_std` to about 32 levels."""
+    return requant_for(32.0 / max(acc_std, 1.0), per_channel=False)
+
+
+def conv_case(seed: int, *, channels: int | None = None, size: tuple[int, int] | None
+              = None, kernel: tuple[int, int] | None = None) -> Graph:
+    """One random conv2d (any kernel 1..5, stride 1..3, asymmetric pads, dilation 1..2,
+    per-tensor or per-channel requantisation, ReLU / ReLU6 / none, input zero point)."""
+    rng = np.random.default_rng(seed)
+    cin = channels or int(rng.choice([1, 2, 3, 5, 8, 11, 17]))
+    cout = int(rng.choice([1, 3, 8, 9, 16, 20]))
+    kh, kw = kernel or (int(rng.integers(1, 6)), int(rng.integers(1, 6)))
+    dil = (int(rng.integers(1, 3)), int(rng.integers(1, 3)))
+    ext = ((kh - 1) * dil[0] + 1, (kw - 1) * dil[1] + 1)
+    H, W = size or (int(rng.integers(ext[0], ext[0] + 10)), int(rng.integers(ext[1], ext[1] + 10)))
+    stride = (int(rng.integers(1, 4)), int(rng.integers(1, 4)))
+    pads = tuple(int(rng.integers(0, e)) for e in (ext[0], ext[1], ext[0], ext[1]))
+    x_zp = int(rng.integers(-20, 21))
+    x = rng.integers(-128, 128, size=(1, H, W, cin), dtype=np.int8)
+    w = rng.integers(-60, 61, size=(kh, kw, cin, cout), dtype=np.int8)
+    bias = rng.integers(-3000, 3000, size=cout, dtype=np.int32) if rng.random() < 0.7 \
+        else None
+    std = 70.0 * 35.0 * np.sqrt(kh * kw * cin)
+    if rng.random() < 0.5:
+        mult, shift = _scaled(std)
+    else:
+        mult, shift = requant_for(32.0 / std * rng.uniform(0.5, 2.0, size=cout))
+    act = rng.integers(0, 3)
+    zp = int(rng.integers(-10, 11))
+    g = GraphBuilder(f"conv{seed}")
+    t = g.input(x, zero_point=x_zp)
+    t = g.conv2d(t, w, bias, stride=stride, pads=pads, dilation=dil, mult=mult, shift=shift,
+                 zp=zp, relu=act == 1, relu6=zp + 40 if act == 2 else None, name="conv")
+    return g.build(t)
+
+
+def pool_case(seed: int) -> Graph:
+    """A conv (so the pool reads a map the chip wrote) then a random max or average
+    pool, or a global average pool."""
+    rng = np.random.default_rng(seed)
+    C = int(rng.choice([3, 8, 12]))
+    H, W = int(rng.integers(4, 12)), int(rng.integers(4, 12))
+    x = rng.integers(-128, 128, size=(1, H, W, C), dtype=np.int8)
+    g = GraphBuilder(f"pool{seed}")
+    t = g.input(x, zero_point=int(rng.integers(-10, 11)))
+    kind = rng.integers(0, 3)
+    if kind == 2:
+        t = g.global_avg_pool(t, name="pool")
+    else:
+        k = (int(rng.integers(1, min(H, 4) + 1)), int(rng.integers(1, min(W, 4) + 1)))
+        s = (int(rng.integers(1, 3)), int(rng.integers(1, 3)))
+        pads = tuple(int(rng.integers(0, e)) for e in (k[0], k[1], k[0], k[1]))
+        t = (g.max_pool2d if kind == 0 else g.avg_pool2d)(t, k, s, pads, name="pool")
+    return g.build(t)
+
+
+def add_case(seed: int) -> Graph:
+    """Two inputs with their own zero points added with random multipliers, then
+    optionally ReLU."""
+    rng = np.random.default_rng(seed)
+    C = int(rng.choice([1, 8, 13]))
+    H, W = int(rng.integers(1, 9)), int(rng.integers(1, 9))
+    g = GraphBuilder(f"add{seed}")
+    a = g.input(rng.integers(-128, 128, size=(1, H, W, C), dtype=np.int8), name="a",
+                zero_point=int(rng.integers(-20, 21)))
+    b = g.input(rng.integers(-128, 128, size=(1, H, W, C), dtype=np.int8), name="b",
+                zero_point=int(rng.integers(-20, 21)))
+    t = g.add(a, b, mult_a=int(rng.integers(-100, 101)), mult_b=int(rng.integers(-100, 101)),
+              shift=int(rng.integers(5, 9)), zp=int(rng.integers(-10, 11)),
+              relu=bool(rng.random() < 0.5), name="add")
+    return g.build(t)
+
+
+def large_conv_case(seed: int) -> Graph:
+    """A convolution whose input is larger than the CBUF of ``tiny`` (cut into tiles
+    with halos)."""
+    return conv_case(seed, channels=16, size=(40, 30), kernel=(3, 3))
