@@ -15,7 +15,9 @@ addresses only if their lifetimes are disjoint.
 * ACC: the rules' scratch (accumulator halves, bias slots).
 * DRAM: graph inputs, the layers' parameters, graph outputs, in that order. The host
   writes the first two before the run and reads the outputs after it, so all live
-  throughout and none shares space; the outputs end up contiguous.
+  throughout and none shares space; the outputs end up contiguous. The program image
+  follows them (:func:`program_region`, placed once the program's length is known);
+  the fetcher reads it when the program is longer than the instruction memory.
 
 Placement: regions live throughout are placed first, bottom up in the order asked
 for; then the others by decreasing size (greedy by size), each at the lowest address
@@ -34,6 +36,7 @@ from types import MappingProxyType
 
 import numpy as np
 
+from ..arch import fetch
 from ..arch.config import ChipConfig
 from . import layout
 from .errors import CompileError
@@ -312,6 +315,24 @@ def _rows(cfg: ChipConfig, graph: Graph) -> tuple[dict[str, int], list[Region]]:
                 _chip(cfg, graph, {name: 1}, note=" even with one row of M per pass")
             hi = mid - 1
     return {name: best[0]}, best[1]
+
+
+def program_region(cfg: ChipConfig, plan: MemoryPlan, instructions: int) -> int:
+    """The DRAM word address of the program image (PROG_ADDR): right after the data.
+    A program longer than the instruction memory is read from there, so its region
+    must fit the DRAM; CompileError saying by how much it does not."""
+    at = plan.dram_map.end
+    if fetch.fetches(cfg, instructions):
+        need = fetch.region_words(cfg, instructions)
+        if at + need > cfg.dram_words:
+            raise CompileError(
+                f"network {plan.graph.name!r}: DRAM too small by "
+                f"{at + need - cfg.dram_words} words for the program image ({instructions} "
+                f"instructions, {need} words: longer than imem_depth {cfg.imem_depth}, so "
+                f"fetched from DRAM; {at} words already used by the data); the "
+                f"configured dram_words is {cfg.dram_words} words of {cfg.rows} bytes: "
+                f"split the network or the batch, or use a chip with a larger DRAM")
+    return at
 
 
 def check_plan(plan: MemoryPlan) -> None:

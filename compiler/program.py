@@ -13,7 +13,8 @@ from ..arch.isa import DmaKind, Opcode
 from . import layout
 from .graph import CompileError, Graph, Network
 from .lower import DramMap, lower
-from .plan import MemoryPlan
+from .fetch_delay import delay_for_fetch
+from .plan import MemoryPlan, program_region
 from .rules import rule_for
 from .reconfigure import add_updates
 from .schedule import schedule
@@ -47,6 +48,8 @@ class Compiled:
                                   # (dram_map.end, rows); the rest is zeros
     dram_map: DramMap
     predicted_cycles: int         # what the CYCLES register will read
+    prog_addr: int                # DRAM word address of the program image (PROG_ADDR)
+    fetch_delay: int              # cycles added so that fetched instructions are on time
     layers: tuple[LayerRecord, ...]
     array_macs: int               # what the MACS counter will read (rows streamed x R x C)
     dram_bytes_read: int
@@ -131,24 +134,17 @@ def compile_network(cfg: ChipConfig, network: Network | Graph) -> Compiled:
                            f"{type(network).__name__}")
     lowered = lower(cfg, network)
     graph = lowered.plan.graph
-    if len(lowered.ops) > cfg.imem_depth:
-        raise CompileError(
-            f"network {graph.name!r}: the program needs {len(lowered.ops)} instructions "
-            f"but the configured imem_depth is {cfg.imem_depth} (over by "
-            f"{len(lowered.ops) - cfg.imem_depth}); split the network or the batch")
     cycles, updates = add_updates(cfg, lowered.ops, schedule(cfg, lowered.ops))
     tagged = sorted([(c, lowered.ops[i].instr(c), lowered.ops[i].layer)
                      for i, c in enumerate(cycles)]
                     + [(ins.cycle, ins, lowered.ops[served].layer) for ins, served in updates],
                     key=lambda x: x[0])
-    if len(tagged) > cfg.imem_depth:
-        raise CompileError(
-            f"network {graph.name!r}: the program needs {len(tagged)} instructions "
-            f"but the configured imem_depth is {cfg.imem_depth} (over by "
-            f"{len(tagged) - cfg.imem_depth}); split the network or the batch")
-    program = [ins for _, ins, _ in tagged]
+    layer_of = tuple(layer for *_, layer in tagged)
+    prog_addr = program_region(cfg, lowered.plan, len(tagged))
+    scheduled = [ins for _, ins, _ in tagged]
+    program = delay_for_fetch(cfg, scheduled)
     predicted = timing.run_cycles(cfg, program)
-    replayed = verify(cfg, program, f"network {graph.name!r}")
+    replayed = verify(cfg, program, f"network {graph.name!r}", prog_addr=prog_addr)
     if replayed != predicted:
         raise ScheduleError(
             f"network {graph.name!r}: internal: the compiler predicts {predicted} cycles "
@@ -157,7 +153,7 @@ def compile_network(cfg: ChipConfig, network: Network | Graph) -> Compiled:
 
     records = []
     for li, node in enumerate(graph.nodes):
-        mine = [ins for _, ins, owner in tagged if owner == li]
+        mine = [ins for ins, owner in zip(program, layer_of) if owner == li]
         if not mine:            # a view (Flatten): no instructions of its own
             continue
         first = min(ins.cycle for ins in mine)
@@ -165,8 +161,10 @@ def compile_network(cfg: ChipConfig, network: Network | Graph) -> Compiled:
         records.append(LayerRecord(node.name, *_mkn(lowered, graph, node), first, end, li))
     return Compiled(
         cfg=cfg, network=network, program=program,
-        layer_of=tuple(layer for *_, layer in tagged), image=image, dram=lowered.dram,
+        layer_of=layer_of, image=image, dram=lowered.dram,
         dram_map=lowered.dram_map, predicted_cycles=predicted,
+        prog_addr=prog_addr,
+        fetch_delay=predicted - timing.run_cycles(cfg, scheduled),
         layers=tuple(records),
         array_macs=sum(i.rows for i in program if i.op is Opcode.MATMUL) * cfg.macs,
         dram_bytes_read=_dma_bytes(cfg, program, (DmaKind.LOAD_CBUF, DmaKind.LOAD_ACC)),

@@ -21,11 +21,12 @@ class ScheduleError(CompileError):
     """A scheduled program the chip would not run as meant."""
 
 
-def verify(cfg: ChipConfig, program: list[isa.Instr], what: str = "program") -> int:
-    """Check a scheduled program (sorted by issue cycle); return the cycle count the
-    chip will report, or raise :class:`ScheduleError` naming the instruction at fault
-    and the rule it breaks."""
-    timeline = golden.check(cfg, program)
+def verify(cfg: ChipConfig, program: list[isa.Instr], what: str = "program",
+           prog_addr: int | None = None) -> int:
+    """Check a scheduled program (sorted by issue cycle), with its image at DRAM word
+    ``prog_addr`` if given; return the cycle count the chip will report, or raise
+    :class:`ScheduleError` naming the instruction at fault and the rule it breaks."""
+    timeline = golden.check(cfg, program, prog_addr)
     if timeline.fault is not None:
         code, pc, cycle = timeline.fault
         raise ScheduleError(

@@ -61,16 +61,24 @@ class Driver:
     def __init__(self, bus: RegisterBus):
         self.bus = bus
 
-    async def load_program(self, image: bytes) -> int:
-        """Write a program image (little-endian 128-bit words) into the instruction
-        memory from index 0 and set PROG_LEN. Returns the instruction count."""
+    async def load_program(self, image: bytes, *, prog_addr: int = 0,
+                           imem_depth: int | None = None) -> int:
+        """Set PROG_LEN and PROG_ADDR and write a program image (little-endian 128-bit
+        words) into the instruction memory from index 0: its first ``imem_depth``
+        instructions (all when None), the chip fetching the rest from the copy at DRAM
+        word ``prog_addr``, which the caller has written. Returns the instruction
+        count."""
         if len(image) % _WORD_BYTES:
             raise ValueError(f"program image length must be a multiple of {_WORD_BYTES} "
                              f"bytes, not {len(image)}")
+        if imem_depth is not None and (not isinstance(imem_depth, int) or imem_depth < 1):
+            raise ValueError(f"imem_depth must be a positive integer, not {imem_depth!r}")
         count = len(image) // _WORD_BYTES
         await self.bus.write(Reg.PROG_LEN, count)
+        await self.bus.write(Reg.PROG_ADDR, prog_addr)
         await self.bus.write(Reg.IMEM_ADDR, 0)
-        for offset in range(0, len(image), 4):
+        preload = count if imem_depth is None else min(count, imem_depth)
+        for offset in range(0, preload * _WORD_BYTES, 4):
             await self.bus.write(Reg.IMEM_DATA,
                                  int.from_bytes(image[offset:offset + 4], "little"))
         return count
@@ -99,9 +107,10 @@ class Driver:
         """Lower the interrupt."""
         await self.bus.write(Reg.CTRL, CTRL_IRQ_ACK)
 
-    async def run(self, image: bytes, timeout_cycles: int) -> dict:
+    async def run(self, image: bytes, timeout_cycles: int, *, prog_addr: int = 0,
+                  imem_depth: int | None = None) -> dict:
         """Load, start, wait, read the counters and acknowledge: one whole run."""
-        await self.load_program(image)
+        await self.load_program(image, prog_addr=prog_addr, imem_depth=imem_depth)
         await self.start()
         await self.wait_done(timeout_cycles)
         result = await self.counters()

@@ -2,7 +2,7 @@
 vector unit, and the two buffers, behind a register interface and one
 external-memory port."""
 
-from amaranth.hdl import Module, Signal
+from amaranth.hdl import Module, Mux, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out, connect
 
@@ -102,10 +102,15 @@ class Chip(wiring.Component):
         for port in (mm.acc_write, vpu.acc_write, dma.acc_write):
             connect(m, port, acc.write_port())
 
-        # External memory: the DMA's master port onto the flat top-level ``mem_*``.
-        for name, member in DramMaster.of(cfg).members.items():
-            outer, inner = getattr(self, f"mem_{name}"), getattr(dma.mem, name)
-            m.d.comb += outer.eq(inner) if member.flow is wiring.Out else inner.eq(outer)
+        # External memory: the DMA's master port and the instruction fetcher's share
+        # the flat top-level ``mem_*``; the DMA has priority (the fetcher reads only in
+        # cycles the DMA leaves idle, which it learns from ``mem_busy``).
+        dma_busy = dma.mem.re | dma.mem.we
+        m.d.comb += [seq.mem_busy.eq(dma_busy), dma.mem.rdata.eq(self.mem_rdata),
+                     seq.mem.rdata.eq(self.mem_rdata),
+                     self.mem_addr.eq(Mux(dma_busy, dma.mem.addr, seq.mem.addr)),
+                     self.mem_re.eq(dma.mem.re | seq.mem.re),
+                     self.mem_we.eq(dma.mem.we), self.mem_wdata.eq(dma.mem.wdata)]
 
         # Performance counters, cleared by START.
         macs = Signal(64)

@@ -57,6 +57,8 @@ class RegisterFile(wiring.Component):
 
         with m.If(write(Reg.PROG_LEN)):
             m.d.sync += seq.prog_len.eq(self.reg_wdata)
+        with m.If(write(Reg.PROG_ADDR)):
+            m.d.sync += seq.prog_addr.eq(self.reg_wdata)
         with m.If(write(Reg.IMEM_ADDR)):
             m.d.sync += [seq.imem.addr.eq(self.reg_wdata), part.eq(0)]
         with m.If(write(Reg.IMEM_DATA)):
@@ -83,6 +85,7 @@ class RegisterFile(wiring.Component):
             Reg.FAULT_CYCLE: fault_cycle,
             Reg.UBUF_BASE: cfg.ubuf_base,
             Reg.UBUF_ROWS: cfg.ubuf_rows,
+            Reg.PROG_ADDR: seq.prog_addr,
         }
         with m.Switch(self.reg_addr):
             for reg, value in table.items():

@@ -24,7 +24,7 @@ from systolica.arch import isa
 from systolica.arch.config import ChipConfig
 from systolica.arch.regs import ErrorCode
 
-PC_BITS = 16
+PC_BITS = 32        # program index: PROG_LEN is a 32-bit register
 #: Shape of an error code (:class:`systolica.arch.regs.ErrorCode`) on a port.
 ERROR_SHAPE = range(max(ErrorCode) + 1)
 BUFFERS = ("cbuf", "acc")
@@ -80,14 +80,14 @@ class RunControl(wiring.Signature):
     """The register file's hold on the sequencer.
 
     Members (register-file side): ``start`` (one cycle, ignored while running),
-    ``prog_len``, ``imem`` (a write port on the program memory; addresses past its
+    ``prog_len``, ``prog_addr`` (DRAM word address of the program image), ``imem`` (a write port on the program memory; addresses past its
     depth are dropped), and the run's status: ``running``, ``done`` / ``fault`` (one
     cycle at the end), ``error``, ``fault_pc``, ``cycle``.
     """
 
     def __init__(self):
         super().__init__({
-            "start": Out(1), "prog_len": Out(32),
+            "start": Out(1), "prog_len": Out(32), "prog_addr": Out(32),
             "imem": In(memory.WritePort.Signature(addr_width=32, shape=isa.WORD_BITS)),
             "running": In(1), "done": In(1), "fault": In(1), "error": In(ERROR_SHAPE),
             "fault_pc": In(PC_BITS), "cycle": In(isa.CYCLE_BITS),
@@ -102,7 +102,8 @@ class RunControl(wiring.Signature):
 
 class DramMaster(wiring.Signature):
     """The external-memory port, master side: one word of ``word_bits`` per cycle;
-    read data arrives the cycle after ``re``."""
+    read data arrives the cycle after ``re``. The DMA and the sequencer's instruction
+    fetcher each have one; the chip gives the DMA priority."""
 
     def __init__(self, *, word_bits: int):
         if not isinstance(word_bits, int) or word_bits < 1:

@@ -4,28 +4,31 @@ from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal, Value
 from amaranth.lib import data, memory, wiring
 from amaranth.lib.wiring import In, Out
 
-from systolica.arch import fabric, instructions, isa
+from systolica.arch import fabric, fetch, instructions, isa
 from systolica.arch.config import ChipConfig
 from systolica.arch.isa import Opcode
 from systolica.arch.regs import ErrorCode
 
 from .mux_guard import MuxGuard
-from .ports import PC_BITS, Issue, RunControl, check_config
+from .ports import PC_BITS, DramMaster, Issue, RunControl, check_config
 
 
 class Sequencer(wiring.Component):
     """Holds the program memory and issues instruction ``pc`` when the cycle counter
     equals its ``cycle`` field, strobing its unit's issue port with the payload.
 
-    Members: ``ctrl`` (:class:`~.ports.RunControl`, from the register file) and one
+    Members: ``ctrl`` (:class:`~.ports.RunControl`, from the register file), one
     :class:`~.ports.Issue` port per unit (:attr:`UNITS`; ``fabric``, the configuration
-    registers, without a handshake).
+    registers, without a handshake), and the instruction fetcher's DRAM port ``mem``
+    (:class:`~.ports.DramMaster`, reads only) with ``mem_busy`` (the DMA uses the
+    port this cycle: the fetcher keeps off it).
 
     Faults (see ``docs/contract.md``) stop issue, latch the error code, the program
     index and the cycle, and end the run; so does the end of the program once every
     unit has drained. It never waits on a unit: an instruction whose unit is not ready
     at its cycle is a fault, not a stall, so the schedule the compiler predicted is
-    the schedule that runs.
+    the schedule that runs. Programs longer than the memory are fetched from DRAM
+    (:mod:`systolica.arch.fetch` states the cycle rule).
     """
 
     #: Issue port -> the opcode it carries.
@@ -34,29 +37,47 @@ class Sequencer(wiring.Component):
 
     def __init__(self, *, cfg: ChipConfig):
         self.cfg = check_config(cfg, "Sequencer")
-        members = {"ctrl": In(RunControl())}
+        members = {"ctrl": In(RunControl()), "mem": Out(DramMaster.of(cfg)),
+                   "mem_busy": In(1)}
         for name, op in self.UNITS.items():
             members[name] = Out(Issue(isa.PAYLOAD[op],
                                       handshake=instructions.SPEC[op].handshake))
         super().__init__(members)
 
     def elaborate(self, platform):
+        # The program memory is a ring of D slots; instruction p lives in slot p % D.
+        # The head (pc) is read one cycle ahead: the address in cycle c is the head of
+        # cycle c + 1, and ``present`` says the slot held that instruction when read
+        # (``filled`` counts the instructions written into the ring). The fetcher
+        # reads the words of instruction ``fetch_pc`` once its slot is free
+        # (``fetch_pc - D`` has issued) in the cycles the DMA leaves the port idle.
         m = Module()
         cfg, ctrl = self.cfg, self.ctrl
+        depth = cfg.imem_depth
         running, cycle = ctrl.running, ctrl.cycle
-        m.submodules.imem = imem = memory.Memory(shape=isa.WORD_BITS, depth=cfg.imem_depth,
+        m.submodules.imem = imem = memory.Memory(shape=isa.WORD_BITS, depth=depth,
                                                  init=[])
         wr = imem.write_port()
+        fetch_wr = imem.write_port()
         rd = imem.read_port()
         m.d.comb += [wr.addr.eq(ctrl.imem.addr), wr.data.eq(ctrl.imem.data),
-                     wr.en.eq(ctrl.imem.en & (ctrl.imem.addr < cfg.imem_depth))]
+                     wr.en.eq(ctrl.imem.en & (ctrl.imem.addr < depth))]
 
+        def wrap(slot):
+            return Mux(slot == depth - 1, 0, slot + 1)
+
+        start = ctrl.start & ~running
         pc = Signal(PC_BITS)
+        slot = Signal(range(depth))               # pc % depth
+        filled = Signal(32)                       # instructions in the ring so far
+        present = Signal()                        # ir holds instruction pc
+        waited = Signal()                         # the head waited for its word
         ir = data.View(isa.Word, rd.data)
         issue = Signal()
-        m.d.comb += rd.addr.eq(Mux(running, pc + issue, 0))
+        m.d.comb += rd.addr.eq(Mux(running, Mux(issue, wrap(slot), slot), 0))
 
         head = running & (pc < ctrl.prog_len)
+        ready_head = head & present
         opcode = Value.cast(ir.opcode)
         # an opcode of the ISA, with a field combination its entry defines
         legal = Cat(*((opcode == op) & entry.legal(cfg, self._view(ir, op), select=Mux)
@@ -69,30 +90,34 @@ class Sequencer(wiring.Component):
         in_range, cfg_ok = self._range_checks(m, ir)
         cfg_limit_ok = self._update_limits(m, ir)
         m.submodules.guard = guard = MuxGuard(cfg=cfg)
-        m.d.comb += [guard.clear.eq(ctrl.start & ~running), guard.issue.eq(issue),
+        m.d.comb += [guard.clear.eq(start), guard.issue.eq(issue),
                      guard.opcode.eq(ir.opcode), guard.payload.eq(ir.payload),
                      guard.setcfg.eq(ir.payload[:guard.setcfg.shape().size])]
         in_use = (opcode == Opcode.SETCFG) & guard.in_use
 
+        words = fetch.words_per_instruction(cfg)
+        long_program = ctrl.prog_len > depth
+        region_end = ctrl.prog_addr + ctrl.prog_len * words
         fault = Signal()
         code = Signal.like(ctrl.error)
-        with m.If(running & (cycle == 0) & (ctrl.prog_len > cfg.imem_depth)):
+        with m.If(running & (cycle == 0) & long_program & (region_end > cfg.dram_words)):
             m.d.comb += [fault.eq(1), code.eq(ErrorCode.PROG_RANGE)]
-        with m.Elif(head & ~legal):
+        with m.Elif(ready_head & ~legal):
             m.d.comb += [fault.eq(1), code.eq(ErrorCode.ILLEGAL_OPCODE)]
-        with m.Elif(head & late):
-            m.d.comb += [fault.eq(1), code.eq(ErrorCode.LATE)]
-        with m.Elif(head & due & ~ready):
+        with m.Elif(ready_head & late):
+            m.d.comb += [fault.eq(1),
+                         code.eq(Mux(waited, ErrorCode.FETCH_LATE, ErrorCode.LATE))]
+        with m.Elif(ready_head & due & ~ready):
             m.d.comb += [fault.eq(1), code.eq(ErrorCode.UNIT_BUSY)]
-        with m.Elif(head & due & ~in_range):
+        with m.Elif(ready_head & due & ~in_range):
             m.d.comb += [fault.eq(1), code.eq(ErrorCode.ADDR_RANGE)]
-        with m.Elif(head & due & ~cfg_ok):
+        with m.Elif(ready_head & due & ~cfg_ok):
             m.d.comb += [fault.eq(1), code.eq(ErrorCode.CFG_RANGE)]
-        with m.Elif(head & due & ~cfg_limit_ok):
+        with m.Elif(ready_head & due & ~cfg_limit_ok):
             m.d.comb += [fault.eq(1), code.eq(ErrorCode.CFG_LIMIT)]
-        with m.Elif(head & due & in_use):
+        with m.Elif(ready_head & due & in_use):
             m.d.comb += [fault.eq(1), code.eq(ErrorCode.CFG_IN_USE)]
-        with m.Elif(head & due):
+        with m.Elif(ready_head & due):
             m.d.comb += issue.eq(1)
         for unit, op in zip(units, self.UNITS.values()):
             m.d.comb += [unit.valid.eq(issue & (opcode == op)),
@@ -101,15 +126,57 @@ class Sequencer(wiring.Component):
         all_drained = Cat(*(u.drained for u in units if u.signature.handshake)).all()
         finished = running & ~head & all_drained & ~fault
         m.d.comb += [ctrl.done.eq(finished), ctrl.fault.eq(fault)]
-        with m.If(ctrl.start & ~running):
-            m.d.sync += [running.eq(1), pc.eq(0), cycle.eq(0),
+        with m.If(start):
+            m.d.sync += [running.eq(1), pc.eq(0), slot.eq(0), cycle.eq(0),
+                         present.eq(1), waited.eq(0),
                          ctrl.error.eq(ErrorCode.NONE), ctrl.fault_pc.eq(0)]
         with m.Elif(fault):
             m.d.sync += [running.eq(0), ctrl.error.eq(code), ctrl.fault_pc.eq(pc)]
         with m.Elif(finished):
             m.d.sync += running.eq(0)
         with m.Elif(running):
-            m.d.sync += [cycle.eq(cycle + 1), pc.eq(pc + issue)]
+            m.d.sync += [cycle.eq(cycle + 1), pc.eq(pc + issue),
+                         present.eq(pc + issue < filled),
+                         waited.eq(~issue & (waited | (head & ~present)))]
+            with m.If(issue):
+                m.d.sync += slot.eq(wrap(slot))
+
+        # The fetcher: the words of instruction fetch_pc from fetch_addr, one per
+        # cycle it may use the port; each returns the next cycle and the last one
+        # writes the instruction into its slot.
+        fetch_pc = Signal(32)
+        fetch_addr = Signal(isa.DRAM_ADDR_BITS)
+        fetch_slot = Signal(range(depth))
+        part = Signal(range(words))
+        wbits = 8 * cfg.dram_word_bytes
+        go = Signal()
+        m.d.comb += [go.eq(running & (fetch_pc < ctrl.prog_len) & (fetch_pc < pc + depth)
+                           & ~self.mem_busy),
+                     self.mem.re.eq(go), self.mem.addr.eq(fetch_addr),
+                     self.mem.we.eq(0), self.mem.wdata.eq(0)]
+        back, back_last = Signal(), Signal()
+        m.d.sync += [back.eq(go), back_last.eq(go & (part == words - 1))]
+        gathered = self.mem.rdata
+        if words > 1:
+            held = Signal(wbits * (words - 1))
+            with m.If(back):
+                m.d.sync += held.eq(Cat(held[wbits:], self.mem.rdata))
+            gathered = Cat(held, self.mem.rdata)
+        m.d.comb += [fetch_wr.addr.eq(fetch_slot), fetch_wr.data.eq(gathered[:isa.WORD_BITS]),
+                     fetch_wr.en.eq(back & back_last)]
+        with m.If(start):
+            m.d.sync += [fetch_pc.eq(Mux(long_program, depth, ctrl.prog_len)),
+                         fetch_addr.eq(ctrl.prog_addr + depth * words), fetch_slot.eq(0),
+                         part.eq(0), filled.eq(Mux(long_program, depth, ctrl.prog_len))]
+        with m.Else():
+            with m.If(go):
+                m.d.sync += fetch_addr.eq(fetch_addr + 1)
+                with m.If(part == words - 1):
+                    m.d.sync += [part.eq(0), fetch_pc.eq(fetch_pc + 1)]
+                with m.Else():
+                    m.d.sync += part.eq(part + 1)
+            with m.If(back & back_last):
+                m.d.sync += [filled.eq(filled + 1), fetch_slot.eq(wrap(fetch_slot))]
         return m
 
     @staticmethod

@@ -4,7 +4,10 @@ It runs a program image in two passes, and never uses the compiler's closed-form
 timing (:mod:`systolica.arch.timing`), its scheduler or its lowering:
 
 1. :func:`check` -- the timing pass, without data. It is the sequencer (one
-   instruction reaches issue per cycle; the fault checks in their order), a clock per
+   instruction reaches issue per cycle; the fault checks in their order), the
+   instruction fetcher of a program longer than the instruction memory (its own
+   model of the rule in :mod:`systolica.arch.fetch`: the DRAM port cycles the DMAs'
+   effects leave free, taken in order), a clock per
    unit (when it accepts the next instruction, from the instruction's cycle-level
    effects), and a scoreboard per address of every memory and weight bank (the cycle
    of its last write and last read). Each instruction's reads and writes happen at
@@ -29,7 +32,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .arch import fabric, instructions, isa
+from .arch import fabric, fetch, instructions, isa
 from .arch.config import ChipConfig
 from .arch.instructions import Effects, Touch
 from .arch.isa import Opcode
@@ -207,11 +210,66 @@ def _in_use_fault(cfg: ChipConfig, windows: dict[int, list[tuple[int, int, int]]
     return None
 
 
-def check(cfg: ChipConfig, program: list[isa.Instr]) -> Timeline:
+class _Fetcher:
+    """The instruction fetcher: which cycle each fetched instruction can reach issue
+    from. It reads the words of instructions ``D ..`` in order, one per DRAM port
+    cycle that no DMA uses, each instruction once the one ``D`` before it has issued;
+    the DMAs' port cycles are their ``dram`` touches, told as they issue."""
+
+    def __init__(self, cfg: ChipConfig):
+        self.depth = cfg.imem_depth
+        self.words = fetch.words_per_instruction(cfg)
+        self.lands = cfg.latency["dram_read"] + 2   # ring write, one-ahead read
+        self.busy: list[tuple[int, int]] = []       # DMA port runs [first, last], in time
+        self.next = 0                               # index of the first run still ahead
+        self.free_from = 0                          # the next word's earliest cycle
+
+    def dma(self, cycles: np.ndarray) -> None:
+        if not len(cycles):
+            return
+        c = np.unique(cycles)
+        cut = np.flatnonzero(np.diff(c) > 1)
+        for lo, hi in zip(np.concatenate(([0], cut + 1)), np.concatenate((cut, [len(c) - 1]))):
+            self.busy.append((int(c[lo]), int(c[hi])))
+
+    def ready(self, pc: int, issued: list[isa.Instr]) -> int:
+        """The first cycle instruction ``pc`` can reach issue (0 if preloaded)."""
+        if pc < self.depth:
+            return 0
+        c = max(self.free_from, issued[pc - self.depth].cycle + 1)
+        for _ in range(self.words):
+            while self.next < len(self.busy):
+                first, last = self.busy[self.next]
+                if last < c:
+                    self.next += 1
+                elif first <= c:
+                    c = last + 1
+                    self.next += 1
+                else:
+                    break
+            word_at = c
+            c += 1
+        self.free_from = c
+        return word_at + self.lands
+
+
+def check(cfg: ChipConfig, program: list[isa.Instr], prog_addr: int | None = None
+          ) -> Timeline:
     """The timing pass: which instructions issue, the fault that stops the run, the
-    cycle count, and every hazard among the issued instructions."""
-    if len(program) > cfg.imem_depth:
-        return Timeline([], [], (ErrorCode.PROG_RANGE, 0, 0), 0)
+    cycle count, and every hazard among the issued instructions. ``prog_addr`` is
+    the PROG_ADDR register (None: the program region is taken to fit); a DMA that
+    writes into the fetched part of the program region is a hazard."""
+    words = fetch.words_per_instruction(cfg)
+    long_program = len(program) > cfg.imem_depth
+    if long_program and prog_addr is not None and \
+            prog_addr + len(program) * words > cfg.dram_words:
+        return Timeline([], [], (ErrorCode.PROG_RANGE, 0, 0), 0, [],
+                        f"the program region [{prog_addr}, "
+                        f"{prog_addr + len(program) * words}) runs past the end of the "
+                        f"DRAM ({cfg.dram_words} words)")
+    fetched = (prog_addr + cfg.imem_depth * words, prog_addr + len(program) * words) \
+        if long_program and prog_addr is not None else None
+    fetcher = _Fetcher(cfg)
     mux_index = {m.name: m.index for m in fabric.muxes(cfg)}
     boards = {name: _Scoreboard(name, size) for name, size in (
         ("dram", cfg.dram_words), ("cbuf", cfg.cbuf_depth), ("acc", cfg.acc_depth),
@@ -225,14 +283,21 @@ def check(cfg: ChipConfig, program: list[isa.Instr]) -> Timeline:
     end = 0
     for pc, ins in enumerate(program):
         arrival = 0 if not issued else issued[-1].cycle + 1
+        ready = fetcher.ready(pc, issued)
+        reach = max(arrival, ready)
         entry = instructions.SPEC.get(ins.op)
         if entry is None or not instructions.legal(cfg, ins.op, ins.fields):
-            fault = (ErrorCode.ILLEGAL_OPCODE, pc, arrival)
+            fault = (ErrorCode.ILLEGAL_OPCODE, pc, reach)
             reason = "no such opcode" if entry is None else entry.legal_rule
             break
-        if ins.cycle < arrival:
-            fault = (ErrorCode.LATE, pc, arrival)
-            reason = f"it reaches issue in cycle {arrival}, after its cycle {ins.cycle}"
+        if ins.cycle < reach:
+            if ready > arrival:
+                fault = (ErrorCode.FETCH_LATE, pc, reach)
+                reason = (f"its word is fetched into the instruction memory in time to "
+                          f"issue from cycle {ready}, after its cycle {ins.cycle}")
+            else:
+                fault = (ErrorCode.LATE, pc, reach)
+                reason = f"it reaches issue in cycle {reach}, after its cycle {ins.cycle}"
             break
         free, busy_pc = unit_free.get(entry.unit, (0, 0))
         setcfg = ins.op is Opcode.SETCFG
@@ -260,6 +325,18 @@ def check(cfg: ChipConfig, program: list[isa.Instr]) -> Timeline:
             boards[touch.resource].read(pc, touch, t, hazards)
         for touch in fx.writes:
             boards[touch.resource].write(pc, touch, t, hazards)
+        for touch in fx.reads + fx.writes:
+            if touch.resource == "dram":
+                fetcher.dma(t + touch.cycles)
+        if fetched is not None:
+            for touch in fx.writes:
+                hit = (touch.resource == "dram") & (touch.addrs >= fetched[0]) \
+                    & (touch.addrs < fetched[1])
+                if np.any(hit):
+                    a = int(touch.addrs[np.flatnonzero(hit)[0]])
+                    hazards.append(Hazard(pc, "program overwrite", (
+                        f"pc {pc} writes DRAM word {a}, inside the program region "
+                        f"[{fetched[0]}, {fetched[1]}) the fetcher reads")))
         issued.append(ins)
         effects.append(fx)
         end = max(end, t + fx.last + 1)
@@ -339,9 +416,12 @@ class _Chip:
         return out
 
 
-def run(cfg: ChipConfig, image: bytes, dram: np.ndarray) -> GoldenResult:
+def run(cfg: ChipConfig, image: bytes, dram: np.ndarray, prog_addr: int | None = None
+        ) -> GoldenResult:
     """Run a program image on a copy of `dram`, the initial DRAM from word 0 (uint8
     ``(words, cfg.rows)`` with ``words <= cfg.dram_words``; the rest is zeros).
+    ``prog_addr`` (the PROG_ADDR register): a program longer than the instruction
+    memory is also written there, as the host does before the run.
 
     The result's ``dram`` has all ``cfg.dram_words`` words, but only those the image
     or the program touch take memory or time: give the used part (e.g.
@@ -353,7 +433,11 @@ def run(cfg: ChipConfig, image: bytes, dram: np.ndarray) -> GoldenResult:
     dram = np.zeros((cfg.dram_words, cfg.rows), dtype=np.uint8)   # untouched pages are free
     dram[:given.shape[0]] = given
     program = [isa.decode(w) for w in isa.from_bytes(image)]
-    timeline = check(cfg, program)
+    if prog_addr is not None and fetch.fetches(cfg, len(program)):
+        region = fetch.program_words(cfg, image)
+        if prog_addr + len(region) <= cfg.dram_words:
+            dram[prog_addr:prog_addr + len(region)] = region
+    timeline = check(cfg, program, prog_addr)
     if timeline.hazards:
         h = timeline.hazards[0]
         more = f" (and {len(timeline.hazards) - 1} more)" if len(timeline.hazards) > 1 else ""

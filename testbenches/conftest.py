@@ -49,11 +49,13 @@ def program_image(program) -> bytes:
 def rtl_job(program, dram=None, **options) -> dict:
     """A job for :func:`systolica.sim.rtlsim.run`. ``dram`` (an image from word 0 or
     ``(first_word, image)`` segments) defaults to the compiler result's ``.dram`` when
-    ``program`` has one; ``options`` are the other job keys
-    (``readback``, ``expect_fault``, ``timeout_cycles``, ``name``)."""
+    ``program`` has one, and so does ``prog_addr``; ``options`` are the other job keys
+    (``readback``, ``expect_fault``, ``timeout_cycles``, ``name``, ``prog_addr``)."""
     if dram is None:
         dram = getattr(program, "dram", None)
     job = {"program": program_image(program), **options}
+    if getattr(program, "prog_addr", None) is not None:
+        job.setdefault("prog_addr", program.prog_addr)
     if dram is not None:
         job["dram"] = dram if isinstance(dram, (list, tuple)) else np.asarray(dram)
     return job

@@ -18,7 +18,7 @@ import os
 
 import cocotb
 
-from systolica.arch import fabric, isa, timing
+from systolica.arch import fabric, fetch, isa, timing
 from systolica.arch.config import preset
 from systolica.arch.isa import DmaKind, Instr, Opcode
 from systolica.arch.regs import ErrorCode
@@ -119,7 +119,10 @@ def reference(imem: dict, prog_len: int, held_low: dict) -> dict:
     """Issue cycles, the fault (code, pc, cycle) or None, and the end cycle, for the
     program memory ``imem`` (pc -> word; unwritten words are 0)."""
     issues = []
-    if prog_len > CFG.imem_depth:
+    # PROG_ADDR stays 0: a program longer than the memory is fetched from DRAM word
+    # 0 on, and PROG_RANGE says its region runs past the end of the DRAM
+    if prog_len > CFG.imem_depth and \
+            prog_len * fetch.words_per_instruction(CFG) > CFG.dram_words:
         return {"issues": [], "fault": (ErrorCode.PROG_RANGE, 0, 0), "end": 0}
     arrive, free, end = 0, dict.fromkeys(UNITS, 0), 0
     issued: list[Instr] = []
@@ -239,7 +242,7 @@ CASES = {
     "busy_held_dma_other_cycle": ([dma(7)], None, {"dma": {6, 8}}),
     "busy_before_range": ([dma(0, rows=10), dma(5, rows=0)], None, {}),
     "illegal_before_late": ([dma(10), raw(6, 3)], None, {}),
-    "prog_range": ([setcfg(0)], CFG.imem_depth + 1, {}),
+    "prog_range": ([setcfg(0)], CFG.dram_words // fetch.words_per_instruction(CFG) + 1, {}),
     "prog_len_max": ([setcfg(0), setcfg(1), setcfg(2)], CFG.imem_depth, {}),
     "cfg_index": ([setcfg(2, len(fabric.muxes(CFG)), 0)], None, {}),
     "cfg_value": ([setcfg(2, 4, 2)], None, {}),
@@ -374,7 +377,7 @@ def program_words(program) -> list[int]:
 
 
 IDLE = {"ctrl__start": 0, "ctrl__prog_len": 0, "ctrl__imem__en": 0, "ctrl__imem__addr": 0,
-        "ctrl__imem__data": 0,
+        "ctrl__imem__data": 0, "ctrl__prog_addr": 0, "mem_busy": 0, "mem__rdata": 0,
         **{f"{u}__{what}": 1 for u in BUSY_UNITS for what in ("ready", "drained")}}
 
 

@@ -119,8 +119,8 @@ def test_bench_gemm_is_compute_bound():
     (TINY, lambda: Network(np.ones((acc_half_rows(TINY) + 1, 8)),
                            [Dense(np.ones((8, 8))), Dense(np.ones((8, 8)), name="fc")]),
      ["'fc'", f"at most {acc_half_rows(TINY)}", "acc_depth"]),
-    (TINY.replace(imem_depth=8), lambda: gemm(np.ones((4, 8)), np.ones((8, 8))),
-     ["instructions", "imem_depth is 8"]),
+    (TINY, lambda: gemm(np.ones((128, 256)), np.ones((256, 128))),
+     ["'gemm'", "DRAM too small by", "program image", "imem_depth 2048"]),
 ])
 def test_problem_larger_than_the_chip_is_refused(cfg, net, words):
     with pytest.raises(CompileError) as info:

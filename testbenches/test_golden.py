@@ -288,12 +288,17 @@ def test_cfg_range(index, value):
         (ErrorCode.CFG_RANGE, 1, program[1].cycle)
 
 
-def test_prog_range():
+@pytest.mark.parametrize("prog_addr, error", [(CFG.dram_words - 6, ErrorCode.PROG_RANGE),
+                                              (CFG.dram_words - 7, ErrorCode.PROG_RANGE),
+                                              (CFG.dram_words - 8, ErrorCode.NONE)])
+def test_prog_range(prog_addr, error):
+    """A program longer than the instruction memory is fetched from DRAM: PROG_RANGE
+    at cycle 0 if its region (two words an instruction on tiny) runs past the end."""
     cfg = CFG.replace(imem_depth=2)
-    program = serial(NOP, NOP, NOP)
-    result, dram = faulting(words_of(program), cfg)
-    assert (result.error, result.fault_pc, result.fault_cycle, result.issued) == \
-        (ErrorCode.PROG_RANGE, 0, 0, 0)
+    program = [Instr(NOP[0], 10 * k, NOP[1]) for k in range(4)]   # fetched in time
+    result = golden.run(cfg, isa.to_bytes(words_of(program)), fresh_dram(), prog_addr)
+    expected = (error, 0, 0, 0) if error else (error, 0, 0, 4)
+    assert (result.error, result.fault_pc, result.fault_cycle, result.issued) == expected
 
 
 def test_fault_order_illegal_before_late():

@@ -34,6 +34,9 @@ CASES = {
     "gemm_1000x40x33": lambda: _gemm(1000, 40, 33, 3),
     "gemm_77x300x129_int32": lambda: _gemm(77, 300, 129, 4, int32=True),
     "mlp_base": lambda: mlp(batch=64, widths=(256, 128, 64, 10)),
+    # longer than the instruction memory (fetched from DRAM), and 2 MiB of weights
+    "gemm_128x768x768": lambda: _gemm(128, 768, 768, 5),
+    "gemm_16x2048x1000": lambda: _gemm(16, 2048, 1000, 6),
 }
 
 
@@ -52,6 +55,6 @@ def test_base_preset(runs, case):
     assert res["error_name"] == "NONE"
     got = compiled.result(res["readback"][0])
     np.testing.assert_array_equal(got, reference.run(compiled.network))
-    gold = golden.run(CFG, compiled.image, compiled.dram)
+    gold = golden.run(CFG, compiled.image, compiled.dram, compiled.prog_addr)
     np.testing.assert_array_equal(got, compiled.result(gold.dram))
     assert res["cycles"] == compiled.predicted_cycles == gold.cycles

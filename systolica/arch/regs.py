@@ -25,6 +25,8 @@ class Reg(enum.IntEnum):
     FAULT_CYCLE = 13   # R: cycle at which the fault was raised
     UBUF_BASE = 14     # R: first CBUF row of the reserved overlap region (UBUF)
     UBUF_ROWS = 15     # R: its size in rows (0: no UBUF)
+    PROG_ADDR = 16     # RW: DRAM word address of the program image (fetched from
+                       # there when PROG_LEN exceeds the instruction memory)
 
 
 CTRL_START = 1 << 0
@@ -42,11 +44,14 @@ class ErrorCode(enum.IntEnum):
     ADDR_RANGE = 2       # an instruction's buffer or DRAM range runs past the memory
     LATE = 3             # an instruction reached issue after its scheduled cycle
     UNIT_BUSY = 4        # its unit was still busy at its scheduled cycle
-    PROG_RANGE = 5       # PROG_LEN larger than the program memory
+    PROG_RANGE = 5       # PROG_LEN larger than the program memory and the program
+                         # region (PROG_ADDR, PROG_LEN) runs past the end of DRAM
     CFG_RANGE = 6        # SETCFG names no multiplexer, or a source it does not have
     CFG_LIMIT = 7        # SETCFG breaks the configuration-update limits (per instruction,
                          # interval, power-domain budget)
     CFG_IN_USE = 8       # SETCFG names a multiplexer while an earlier instruction's data passes it
+    FETCH_LATE = 9       # an instruction's word reached the instruction memory after its
+                         # cycle (systolica.arch.fetch)
 
 
 def hwcfg_word(tile_rows: int, tile_cols: int, tile_size: int) -> int:

@@ -3,9 +3,9 @@ one simulated chip.
 
 The environment variable ``SYSTOLICA_JOBS`` names a JSON file written by the host::
 
-    {"word_bytes": R, "dram_words": N, "dram_in": path, "dram_out": path,
-     "results": path,
-     "jobs": [{"name": str, "program": path, "dram": path | null,
+    {"word_bytes": R, "dram_words": N, "imem_depth": D, "dram_in": path,
+     "dram_out": path, "results": path,
+     "jobs": [{"name": str, "program": path, "prog_addr": int, "dram": path | null,
                "readback": [[first_word, words], ...], "timeout_cycles": int}]}
 
 (relative paths are relative to the jobs file). For each job the chip is reset, the
@@ -51,7 +51,8 @@ async def run_jobs(dut):
         else:
             await bus.load_dram_file(base / job["dram"])
         program = (base / job["program"]).read_bytes()
-        await driver.load_program(program)
+        await driver.load_program(program, prog_addr=job["prog_addr"],
+                                  imem_depth=spec["imem_depth"])
 
         wall = time.perf_counter()
         start_cycle = bus.sim_cycle()

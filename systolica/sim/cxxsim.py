@@ -41,7 +41,8 @@ class ScriptBus:
         return True
 
 
-def script(program: bytes, timeout_cycles: int, dumps=()) -> str:
+def script(program: bytes, timeout_cycles: int, dumps=(), *, prog_addr: int = 0,
+           imem_depth: int | None = None) -> str:
     """The harness commands of one job: reset, zero the DRAM and load its file, load
     the program, start, wait for the interrupt, read the counters, dump each
     ``(first_word, words, path)`` of ``dumps`` (empty ranges are skipped),
@@ -51,7 +52,7 @@ def script(program: bytes, timeout_cycles: int, dumps=()) -> str:
     bus.lines += ["reset 2", "load"]
 
     async def session():
-        await driver.load_program(program)
+        await driver.load_program(program, prog_addr=prog_addr, imem_depth=imem_depth)
         await driver.start()
         await bus.wait_irq(timeout_cycles)
         for reg in COUNTER_REGS:
@@ -66,7 +67,7 @@ def script(program: bytes, timeout_cycles: int, dumps=()) -> str:
 
 def run_job(executable: Path, run_dir: Path, index: int, *, program: bytes,
             dram_in: Path, readback: list, word_bytes: int, timeout_cycles: int,
-            period_ns: int = 10) -> dict:
+            prog_addr: int = 0, imem_depth: int | None = None, period_ns: int = 10) -> dict:
     """Run one job from the DRAM load file ``dram_in``
     (:func:`systolica.firmware.dramfile.write_segments` format); the raw result (the
     registers by name, the measured window and one array per ``readback`` range, only
@@ -76,7 +77,8 @@ def run_job(executable: Path, run_dir: Path, index: int, *, program: bytes,
     dumps = [(first, count, run_dir / f"job{index}-readback{k}.hex")
              for k, (first, count) in enumerate(readback)]
     commands = run_dir / f"job{index}.script"
-    commands.write_text(script(program, timeout_cycles, dumps))
+    commands.write_text(script(program, timeout_cycles, dumps, prog_addr=prog_addr,
+                               imem_depth=imem_depth))
     log = run_dir / f"job{index}.log"
     with open(log, "w") as err:
         done = subprocess.run([str(executable),

@@ -19,6 +19,10 @@ A job is a dict:
     first word; every other word is zero, and missing means all zeros. Only the
     non-zero words given travel to the simulator, so give the part a run uses (e.g.
     ``compiled.dram``), not a full-size image.
+``prog_addr`` (int, optional)
+    DRAM word address of the program region (the PROG_ADDR register; default 0). A
+    program longer than ``cfg.imem_depth`` needs it: its image is written there, with
+    the DRAM data, and the chip fetches from it (:mod:`systolica.arch.fetch`).
 ``readback`` (list of ``(first_word, words)``, optional)
     DRAM word ranges to return after the run; only these are dumped. Missing means
     the whole DRAM, which on a large memory (``base`` has 64 MiB) costs seconds:
@@ -50,7 +54,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..arch import isa, timing
+from ..arch import fetch, isa, timing
 from ..arch.config import ChipConfig
 from ..arch.regs import STATUS_ERROR
 from ..firmware import dramfile
@@ -179,20 +183,37 @@ def _write_jobs(cfg: ChipConfig, jobs: list[dict], run_dir: Path) -> list[dict]:
     specs = []
     for index, job in enumerate(jobs):
         unknown = set(job) - {"program", "dram", "readback", "expect_fault",
-                              "timeout_cycles", "name"}
+                              "timeout_cycles", "name", "prog_addr"}
         if unknown:
             raise RtlSimError(f"job {index}: unknown key(s) {sorted(unknown)}")
         image = bytes(job["program"])
         prog = f"job{index}.bin"
         (run_dir / prog).write_bytes(image)
+        segments = [] if job.get("dram") is None else _dram_segments(cfg, job["dram"])
+        prog_addr = job.get("prog_addr")
+        count = len(image) // (isa.WORD_BITS // 8)
+        if fetch.fetches(cfg, count):
+            if prog_addr is None:
+                raise RtlSimError(
+                    f"job {index}: the program has {count} instructions, more than "
+                    f"imem_depth {cfg.imem_depth}, so the chip fetches it from DRAM: give "
+                    f"the job a 'prog_addr' (e.g. the compiled program's .prog_addr)")
+            region = fetch.program_words(cfg, image)
+            if isinstance(prog_addr, bool) or not isinstance(prog_addr, (int, np.integer)) \
+                    or not 0 <= prog_addr < 1 << 32:
+                raise RtlSimError(f"job {index}: prog_addr must be a 32-bit word address, "
+                                  f"not {prog_addr!r}")
+            if prog_addr + len(region) <= cfg.dram_words:   # else the chip faults
+                segments.append((int(prog_addr), region))   # PROG_RANGE at start
         dram = None
-        if job.get("dram") is not None:
+        if segments:
             dram = f"job{index}-dram.hex"
-            dramfile.write_segments(run_dir / dram, _dram_segments(cfg, job["dram"]))
+            dramfile.write_segments(run_dir / dram, segments)
         readback = job.get("readback")
         specs.append({
             "name": job.get("name", f"job{index}"),
             "program": prog,
+            "prog_addr": int(prog_addr or 0),
             "dram": dram,
             "readback": _check_ranges(cfg, [(0, cfg.dram_words)] if readback is None
                                       else readback),
@@ -264,6 +285,7 @@ def _run_cxx(cfg: ChipConfig, out: Path, run_dir: Path, specs: list[dict]) -> li
         try:
             res = cxxsim.run_job(out / "sim_build" / HDL_TOPLEVEL, run_dir, index,
                                  program=(run_dir / spec["program"]).read_bytes(),
+                                 prog_addr=spec["prog_addr"], imem_depth=cfg.imem_depth,
                                  dram_in=dram_in, readback=spec["readback"],
                                  word_bytes=cfg.dram_word_bytes,
                                  timeout_cycles=spec["timeout_cycles"])
@@ -282,6 +304,7 @@ def _run_cocotb(cfg: ChipConfig, out: Path, run_dir: Path, specs: list[dict],
     jobs_file = run_dir / "jobs.json"
     jobs_file.write_text(json.dumps({
         "word_bytes": cfg.dram_word_bytes, "dram_words": cfg.dram_words,
+        "imem_depth": cfg.imem_depth,
         "dram_in": "dram_in.hex", "dram_out": "dram_out.hex",
         "results": "results.json", "jobs": specs,
     }, indent=1))

@@ -1,0 +1,171 @@
+"""Delay instructions whose word the fetcher would bring in too late.
+
+A program longer than the instruction memory is fetched from DRAM while it runs, in
+the DRAM port cycles the DMAs leave free (the rule: :mod:`systolica.arch.fetch`).
+Entry point: :func:`delay_for_fetch`, run on the scheduled program (sorted by issue
+cycle). It replays the fetcher instruction by instruction; where an instruction's
+last word would be addressed later than ``ready_after`` cycles before its issue
+cycle, it delays that instruction and every later-issued one by the deficit (rounded
+up to whole configuration-update intervals, so SETCFGs keep their cycle grid).
+
+Delaying a whole suffix keeps every dependence: each later instruction moves away
+from the earlier ones it waits for, never towards them. The one relation it could
+break is a SETCFG issued after an instruction whose multiplexer window it sets (legal
+while the window has not opened): the cut is moved back before any instruction whose
+windows open after the cut's cycle. The schedule verifier (the golden model's own
+fetcher) checks the result.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+
+from ..arch import fabric, fetch, instructions, isa, timing
+from ..arch.config import ChipConfig
+from ..arch.isa import Opcode
+from .errors import CompileError
+
+#: Delays of one instruction after which the pass gives up (it cannot happen when the
+#: instruction memory is deeper than the few instructions a multiplexer window spans).
+MAX_ROUNDS = 64
+
+
+def _window_opens(cfg: ChipConfig, program: list[isa.Instr]) -> list[int]:
+    """Per instruction, the cycle after issue at which its last multiplexer window
+    opens (-1: it passes none)."""
+    names = [m.name for m in fabric.muxes(cfg)]
+    cache: dict = {}
+    out = []
+    for ins in program:
+        if not instructions.SPEC[ins.op].uses_fabric:
+            out.append(-1)
+            continue
+        key = (ins.op, tuple(sorted(ins.fields.items())))
+        lo = cache.get(key)
+        if lo is None:
+            spans = [timing.mux_use(cfg, ins, n) for n in names]
+            lo = cache[key] = max((s[0] for s in spans if s is not None), default=-1)
+        out.append(lo)
+    return out
+
+
+def _port_cycles(cfg: ChipConfig, program: list[isa.Instr]) -> list:
+    """Per instruction, the cycles ``(first, last)`` after issue a DMA uses the DRAM
+    port (None: not a DMA)."""
+    cache: dict = {}
+    out = []
+    dma = Opcode.DMA
+    for ins in program:
+        if ins.op is not dma:
+            out.append(None)
+            continue
+        key = (ins.fields["kind"], ins.fields["rows"])
+        span = cache.get(key)
+        if span is None:
+            span = cache[key] = fetch.dma_port_cycles(cfg, ins)
+        out.append(span)
+    return out
+
+
+def _late(t: np.ndarray, port: list, depth: int, words: int, lands: int) -> np.ndarray:
+    """Whether each fetched instruction (``depth ..``) would be late in schedule ``t``
+    as it stands: the fetcher in closed form. The ``k``-th free port cycle is found
+    through ranks (free cycles before a cycle); word ``h`` takes rank
+    ``max over h' <= h of rank(gate[h']) + h - h'``, a running maximum."""
+    is_dma = np.array([p is not None and p[0] <= p[1] for p in port], dtype=bool)
+    idx = np.flatnonzero(is_dma)
+    first = t[idx] + np.array([port[i][0] for i in idx], dtype=np.int64)
+    last = t[idx] + np.array([port[i][1] for i in idx], dtype=np.int64)
+    length = last - first + 1
+    before = np.concatenate(([0], np.cumsum(length)))      # busy cycles before run j
+    count = len(t) - depth
+    gate = np.repeat(t[:count] + 1, words)                   # per word
+    k = np.searchsorted(first, gate, side="left")            # runs starting before gate
+    tail = np.where(k > 0, np.maximum(last[np.maximum(k - 1, 0)] - gate + 1, 0), 0)
+    rank = gate - (before[k] - tail)
+    h = np.arange(len(gate), dtype=np.int64)
+    q = np.maximum.accumulate(rank - h) + h
+    runs = np.searchsorted(first - before[:-1], q, side="right")
+    cycle = q + before[runs]
+    ready = cycle[words - 1::words] + lands
+    return ready > t[depth:]
+
+
+def delay_for_fetch(cfg: ChipConfig, program: list[isa.Instr]) -> list[isa.Instr]:
+    """``program`` (sorted by issue cycle) with the fetch-late instructions and all
+    after them delayed; the program itself when it fits the instruction memory."""
+    depth, count = cfg.imem_depth, len(program)
+    if not fetch.fetches(cfg, count):
+        return program
+    words = fetch.words_per_instruction(cfg)
+    lands = fetch.ready_after(cfg)
+    step = cfg.config_update_interval
+    base = [ins.cycle for ins in program]
+    port = _port_cycles(cfg, program)
+    if not _late(np.array(base, dtype=np.int64), port, depth, words, lands).any():
+        return program
+    opens = _window_opens(cfg, program)
+
+    t = [0] * count                  # issue cycles as placed
+    shift = 0                        # delay of every instruction not placed yet ...
+    redo: dict[int, int] = {}        # ... but those placed again after a cut back
+    busy: list[tuple[int, int]] = []  # DMA port runs [first, last] of placed instructions
+    # the fetcher's state before each instruction: (next run, free from, runs so far)
+    state = [(0, 0, 0)] * count
+    reach = [0] * count              # max(issue + last window opening) of those before
+    late = [0] * count               # times each instruction was found late
+    nxt, free_from, latest = 0, 0, -1
+    i = 0
+    while i < count:
+        state[i] = (nxt, free_from, len(busy))
+        reach[i] = latest
+        ti = base[i] + redo.pop(i, shift)
+        if i >= depth:
+            c = max(free_from, t[i - depth] + 1)
+            for _ in range(words):
+                while nxt < len(busy):
+                    first, last = busy[nxt]
+                    if last < c:
+                        nxt += 1
+                    elif first <= c:
+                        c, nxt = last + 1, nxt + 1
+                    else:
+                        break
+                c += 1
+            ready = c - 1 + lands
+            if ready > ti:
+                late[i] += 1
+                if late[i] > MAX_ROUNDS:
+                    raise CompileError(
+                        f"internal: instruction {i} "
+                        f"({isa.disassemble_one(program[i]).strip()}) stays late for the "
+                        f"fetcher after {MAX_ROUNDS} delays; the instruction memory "
+                        f"(imem_depth {depth}) is too shallow for this schedule")
+                deficit = -(-(ready - ti) // step) * step
+                # cut where no earlier instruction's window opens after the cut's cycle
+                cut, at = i, ti
+                while reach[cut] > at:
+                    cut -= 1
+                    at = t[cut]
+                for j in list(redo):            # not placed yet, already delayed
+                    redo[j] += deficit
+                for j in range(cut, i + 1):     # placed (or about to be): again
+                    redo[j] = (t[j] if j < i else ti) - base[j] + deficit
+                shift += deficit
+                nxt, free_from, runs = state[cut]
+                del busy[runs:]
+                latest = reach[cut]
+                i = cut
+                continue
+            free_from = c
+        t[i] = ti
+        if port[i] is not None and port[i][0] <= port[i][1]:
+            busy.append((ti + port[i][0], ti + port[i][1]))
+        if opens[i] >= 0:
+            latest = max(latest, ti + opens[i])
+        i += 1
+    if t == base:
+        return program
+    return [ins if ins.cycle == c else replace(ins, cycle=c) for ins, c in zip(program, t)]
