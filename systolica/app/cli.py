@@ -253,9 +253,13 @@ def cmd_bench(args) -> int:
     gemm256 = ("gemm_256x256x256", "base", lambda: _gemm_network(256, 256, 256, 1))
     # Each case as cocotb drives it (as the tests do), then the long GEMM again with
     # the plain C++ harness: the simulation speed of both, on the same Verilog.
+    from . import cnn_bench
     cases = [(*gemm256, "cocotb"),
              ("gemm_64x64x64", "base", lambda: _gemm_network(64, 64, 64, 2), "cocotb"),
              ("demo_mlp", "tiny", demo.mlp, "cocotb"),
+             ("demo_cnn", "tiny", demo.cnn, "cocotb"),
+             *[(layer[0], "base", lambda layer=layer: cnn_bench.conv_layer(*layer), "cocotb")
+               for layer in cnn_bench.RTL_LAYERS],
              (*gemm256, "cxx")]
     records = []
     with Progress() as progress:
@@ -271,14 +275,18 @@ def cmd_bench(args) -> int:
             run = flow.run_network(preset(cfg_name), make(), harness=harness)
             records.append(report.record(run, name))
             progress.advance(task)
+        task = progress.add_task("ResNet-50 on base: compiling the whole network", total=1)
+        resnet = cnn_bench.resnet50_record(preset("base"))
+        progress.advance(task)
     out = Path(args.out)
-    _write_bytes(args.out, (json.dumps(records, indent=2) + "\n").encode())
+    _write_bytes(args.out, (json.dumps(records + [resnet], indent=2) + "\n").encode())
     for r in records:
         print(f"{r['name']:>18} on {r['config']:<5} cycles {r['cycles']:>7} "
               f"(predicted {r['predicted_cycles']}) util {r['mac_utilization']:.3f} "
               f"DRAM {r['dram_bytes']} B  sim {r['sim_cycles_per_second']:,.0f} cycles/s "
               f"({r['harness']})  "
               f"{'ok' if r['ok'] else 'MISMATCH'}")
+    report.print_network_record(resnet)
     print(f"wrote {out}")
     return 0 if all(r["ok"] for r in records) else 1
 

@@ -77,3 +77,32 @@ def record(run: NetworkRun, name: str) -> dict:
         "outputs_match": run.rtl_matches_golden and run.rtl_matches_numpy,
         "ok": run.ok,
     }
+
+
+def print_network_record(rec: dict) -> None:
+    """A compiled network's figures (cnn_bench.network_record), per stage of layers
+    named ``<stage>_...``, then the totals against their targets."""
+    stages: dict[str, list[dict]] = {}
+    for layer in rec["layers"]:
+        stages.setdefault(layer["name"].split("_")[0], []).append(layer)
+    print(f"{rec['name']} on {rec['config']}: {rec['instructions']} instructions, "
+          f"{rec['predicted_cycles']} cycles predicted, compiled in "
+          f"{rec['compile_seconds']:.1f} s")
+    print(f"{'stage':>10} {'layers':>6} {'GMACs':>7} {'cycles':>10} {'util':>6} "
+          f"{'DRAM MB':>8} {'/min':>5}")
+    for name, layers in stages.items():
+        macs = sum(l["macs"] for l in layers)
+        cycles = sum(l["predicted_cycles"] for l in layers)
+        moved = sum(l["dram_rd_bytes"] + l["dram_wr_bytes"] for l in layers)
+        least = sum(l["min_bytes"] for l in layers)
+        print(f"{name:>10} {len(layers):>6} {macs / 1e9:>7.3f} {cycles:>10} "
+              f"{macs / max(cycles, 1) / (rec['macs'] / rec['mac_utilization'] / rec['predicted_cycles']):>6.3f} "
+              f"{moved / 1e6:>8.2f} {moved / max(least, 1):>5.2f}")
+    t = rec["targets"]
+    print(f"conv MAC-weighted utilisation {rec['conv_mac_weighted_utilization']:.3f} "
+          f"(target {t['conv_mac_weighted_utilization']}), lowest but the stem "
+          f"{rec['min_conv_utilization_except_stem']:.3f} (target "
+          f"{t['min_conv_utilization_except_stem']}), stem {rec['stem_utilization']:.3f} "
+          f"(target {t['stem_utilization']}); DRAM {rec['dram_bytes'] / 1e6:.1f} MB, "
+          f"{rec['dram_bytes'] / rec['min_bytes']:.2f}x the minimum; compile "
+          f"{rec['compile_seconds']:.1f} s (target {t['compile_seconds']:.0f} s)")
