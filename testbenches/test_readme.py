@@ -56,5 +56,7 @@ def test_command_line_synopsis_matches_the_parser(words):
     known = {s for action in parser._actions for s in action.option_strings}
     shown = set(re.findall(r"--[a-z][a-z0-9-]*", " ".join(words)))
     assert shown <= known, shown - known
-    for choice in re.findall(r"\{([a-z,]+)\}", " ".join(words)):
-        assert choice.split(",") == sorted(cli.PRESETS)
+    choices = {action.option_strings[0]: sorted(action.choices) for action in parser._actions
+               if action.option_strings and action.choices}
+    for option, choice in re.findall(r"(--[a-z][a-z0-9-]*) \{([a-z,]+)\}", " ".join(words)):
+        assert choice.split(",") == choices[option], option

@@ -96,7 +96,7 @@ def print_network_record(rec: dict) -> None:
         moved = sum(l["dram_rd_bytes"] + l["dram_wr_bytes"] for l in layers)
         least = sum(l["min_bytes"] for l in layers)
         print(f"{name:>10} {len(layers):>6} {macs / 1e9:>7.3f} {cycles:>10} "
-              f"{macs / max(cycles, 1) / (rec['macs'] / rec['mac_utilization'] / rec['predicted_cycles']):>6.3f} "
+              f"{macs / max(cycles, 1) / rec['array_macs_per_cycle']:>6.3f} "
               f"{moved / 1e6:>8.2f} {moved / max(least, 1):>5.2f}")
     t = rec["targets"]
     print(f"conv MAC-weighted utilisation {rec['conv_mac_weighted_utilization']:.3f} "
