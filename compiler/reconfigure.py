@@ -22,6 +22,8 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy as np
+
 from ..arch import fabric, instructions, isa, timing
 from ..arch.config import ChipConfig
 from ..arch.isa import Opcode
@@ -76,13 +78,40 @@ def settings(cfg: ChipConfig, op: MicroOp) -> list[tuple[str, int, int, int]]:
 
 
 def uses(cfg: ChipConfig, ops: list[MicroOp], cycles: list[int]) -> dict[str, list[Use]]:
-    """Per multiplexer, the uses in time order, with the setting each needs."""
-    out: dict[str, list[Use]] = defaultdict(list)
-    for k, (op, t) in enumerate(zip(ops, cycles)):
-        for name, value, lo, hi in settings(cfg, op):
-            out[name].append(Use(name, value, t + lo, t + hi, k))
-    for lst in out.values():
-        lst.sort(key=lambda u: u.lo)
+    """Per multiplexer, the uses in time order, with the setting each needs. A
+    multiplexer every op needs at the same setting gets one use spanning them all
+    (what :func:`windows` would merge them into): a network's hundreds of thousands
+    of ops then cost a pass over the distinct ops, not one object per op and
+    multiplexer."""
+    groups: dict[tuple, list[int]] = defaultdict(list)
+    for k, op in enumerate(ops):
+        if op.op in FABRIC_OPS or op.needs:
+            groups[(op.op, tuple(op.fields.items()), tuple(op.needs.items()))].append(k)
+    at = np.asarray(cycles, dtype=np.int64)
+    per_mux: dict[str, list[tuple[int, int, int, np.ndarray]]] = defaultdict(list)
+    for idx in groups.values():
+        spans = settings(cfg, ops[idx[0]])
+        if spans:
+            idx_arr = np.asarray(idx, dtype=np.int64)
+            for name, value, lo, hi in spans:
+                per_mux[name].append((value, lo, hi, idx_arr))
+    out: dict[str, list[Use]] = {}
+    for name, lst in per_mux.items():
+        if len({value for value, *_ in lst}) == 1:
+            first, last, first_op = None, None, 0
+            for value, lo, hi, idx in lst:
+                cy = at[idx]
+                k = int(np.argmin(cy))
+                if first is None or cy[k] + lo < first:
+                    first, first_op = int(cy[k]) + lo, int(idx[k])
+                end = int(cy.max()) + hi
+                last = end if last is None else max(last, end)
+            out[name] = [Use(name, lst[0][0], first, last, first_op)]
+            continue
+        expanded = [Use(name, value, int(at[k]) + lo, int(at[k]) + hi, int(k))
+                    for value, lo, hi, idx in lst for k in idx]
+        expanded.sort(key=lambda u: (u.lo, u.op))
+        out[name] = expanded
     return out
 
 
