@@ -446,7 +446,11 @@ class _Emit:
             rows = (oh1 - oh0) * Wo
             if wi + 1 < len(work):
                 prepared = tile_loads(wi + 1)
-                ahead = self._pieces(prepared[0], max(R, rows - R - 4))
+                total = sum(m.fields["rows"] for m in prepared[0])
+                # spread evenly over the tile's steps, within each step's spare time
+                size = min(max(R // 2, -(-total // max(steps_per_tile - 1, 1))),
+                           max(R, rows - R - 4))
+                ahead = self._pieces(prepared[0], size)
             if wi > 0:
                 loads = []                  # loaded ahead, with the previous tile
             lo, _ = _input_rows(job, oh0, oh1)

@@ -31,10 +31,14 @@ class LayerRecord:
     first_cycle: int   # issue cycle of the layer's first instruction
     end_cycle: int     # cycle at which the last of its instructions is done
     index: int = 0     # its position in the graph (views such as Flatten have none)
+    start_cycle: int = 0   # the latest end of the layers before it
 
     @property
     def cycles(self) -> int:
-        return self.end_cycle - self.first_cycle
+        """Its share of the run: from the end of the layers before it to its own end
+        (its first loads may be hoisted into earlier layers' time; the shares of all
+        layers add up to the run)."""
+        return max(self.end_cycle - self.start_cycle, 0)
 
 
 @dataclass(frozen=True, eq=False)
@@ -152,13 +156,16 @@ def compile_network(cfg: ChipConfig, network: Network | Graph) -> Compiled:
     image = isa.to_bytes([isa.encode(i) for i in program])
 
     records = []
+    running_end = 0
     for li, node in enumerate(graph.nodes):
         mine = [ins for ins, owner in zip(program, layer_of) if owner == li]
         if not mine:            # a view (Flatten): no instructions of its own
             continue
         first = min(ins.cycle for ins in mine)
         end = max(ins.cycle + timing.done(cfg, ins) for ins in mine)
-        records.append(LayerRecord(node.name, *_mkn(lowered, graph, node), first, end, li))
+        records.append(LayerRecord(node.name, *_mkn(lowered, graph, node), first, end, li,
+                                   min(running_end, end)))
+        running_end = max(running_end, end)
     return Compiled(
         cfg=cfg, network=network, program=program,
         layer_of=layer_of, image=image, dram=lowered.dram,

@@ -281,12 +281,28 @@ def check(cfg: ChipConfig, program: list[isa.Instr], prog_addr: int | None = Non
     hazards: list[Hazard] = []
     fault, reason = None, ""
     end = 0
+    # What an instruction's fields alone decide (its legality, range fault, effects
+    # relative to issue), once per distinct instruction: a network repeats most.
+    known: dict[tuple, tuple[bool, str | None, Effects | None]] = {}
+
+    def decided(ins: isa.Instr):
+        key = (ins.op, tuple(ins.fields.items()))
+        got = known.get(key)
+        if got is None:
+            entry = instructions.SPEC.get(ins.op)
+            legal = entry is not None and instructions.legal(cfg, ins.op, ins.fields)
+            fault_ = _range_fault(cfg, ins) if legal else None
+            got = known[key] = (legal, fault_, entry.effects(cfg, ins.fields)
+                                if legal and not fault_ else None)
+        return got
+
     for pc, ins in enumerate(program):
         arrival = 0 if not issued else issued[-1].cycle + 1
         ready = fetcher.ready(pc, issued)
         reach = max(arrival, ready)
         entry = instructions.SPEC.get(ins.op)
-        if entry is None or not instructions.legal(cfg, ins.op, ins.fields):
+        legal, range_fault, fx = decided(ins)
+        if not legal:
             fault = (ErrorCode.ILLEGAL_OPCODE, pc, reach)
             reason = "no such opcode" if entry is None else entry.legal_rule
             break
@@ -305,7 +321,7 @@ def check(cfg: ChipConfig, program: list[isa.Instr], prog_addr: int | None = Non
         for code, why in ((ErrorCode.UNIT_BUSY, lambda: None if ins.cycle >= free else (
                               f"the {entry.unit} unit takes its next instruction from "
                               f"cycle {free} (it runs pc {busy_pc})")),
-                          (ErrorCode.ADDR_RANGE, lambda: _range_fault(cfg, ins)),
+                          (ErrorCode.ADDR_RANGE, lambda: range_fault),
                           (ErrorCode.CFG_RANGE, lambda: setcfg and _table_fault(cfg, ins)),
                           (ErrorCode.CFG_LIMIT, lambda: setcfg and _limit_fault(cfg, ins)),
                           (ErrorCode.CFG_IN_USE,
@@ -316,7 +332,6 @@ def check(cfg: ChipConfig, program: list[isa.Instr], prog_addr: int | None = Non
                 break
         if fault:
             break
-        fx = entry.effects(cfg, ins.fields)
         t = ins.cycle
         unit_free[entry.unit] = (t + fx.accept, pc)
         for name, (first, last) in fx.muxes.items():
