@@ -34,11 +34,13 @@ from .ops import (Add, AvgPool2d, Conv2d, Dense, Flatten, GlobalAvgPool, MaxPool
                   average_params)
 from .pipeline import Block, Step, loop_order, pipeline
 from .plan import DramMap, MemoryPlan, Region, check_plan
-from .rules import WEIGHT_SLOTS, gemm_routing
+from .rules import gemm_routing
 from .ir import make
 
 CNN_OPS = (Conv2d, MaxPool2d, AvgPool2d, GlobalAvgPool, Add, Flatten)
 PARAM_ROWS = 4            # VRUN params: bias, multiplier, shift, clamp
+WEIGHT_GROUP = 8          # weight blocks one DMA loads (consecutive in DRAM)
+WEIGHT_SLOTS = 2 * WEIGHT_GROUP   # the CBUF weight ring: a group loads while one is used
 
 
 def is_cnn(graph: Graph) -> bool:
@@ -285,10 +287,12 @@ def _dense_job(cfg, graph, index, node, src: Source) -> Job:
 # -- the plan -------------------------------------------------------------------------
 @dataclass
 class Layout:
-    """Where the streaming program keeps things (CBUF rows, ACC rows)."""
+    """Where the streaming program keeps things (CBUF rows, ACC rows). From
+    ``staging`` to ``top`` each layer puts its two output staging halves, then its
+    two tile buffers (sized per layer: :func:`_tiles`)."""
     ring: int
     staging: int
-    tiles: tuple[int, int]           # [lo, hi) of the tile buffers
+    top: int
     halves: int
     half_rows: int
     slots: int                       # ACC rows of the epilogue parameters, 2 x 4
@@ -302,36 +306,40 @@ def _layout(cfg: ChipConfig) -> Layout:
         raise CompileError(f"chip {cfg.name!r}: the streaming lowering keeps the UBUF at "
                            f"the top of the CBUF (ubuf_base + ubuf_rows == cbuf_depth)")
     ring, staging = 0, WEIGHT_SLOTS * R
-    tiles = (staging + 2 * half, top)
-    if tiles[1] - tiles[0] < 4 * R:
+    if top - staging < 8 * R:
         raise CompileError(f"chip {cfg.name!r}: CBUF too small for convolution tiles")
-    return Layout(ring, staging, tiles, 0, half, 2 * half)
+    return Layout(ring, staging, top, 0, half, 2 * half)
 
 
-def _tiles(cfg: ChipConfig, lay: Layout, job: Job) -> list[tuple[int, int]]:
-    """Output-row tiles ``[oh0, oh1)`` of one image: as many rows as fit the
-    accumulator half and (with the sources' input rows) a tile buffer; one tile for
-    the whole map if it fits both buffers together."""
+def _tiles(cfg: ChipConfig, lay: Layout, job: Job) -> tuple[list[tuple[int, int]], int]:
+    """Output-row tiles ``[oh0, oh1)`` of one image, and the rows of each of the two
+    output staging halves: as many output rows as fit an accumulator half while
+    their input rows fit one of the two tile buffers that share the CBUF left after
+    the staging; one tile for the whole map if it fits both buffers together."""
     N, Ho, Wo, _ = job.out_shape
-    area = lay.tiles[1] - lay.tiles[0]
+
+    def area(pixels: int) -> int:
+        """CBUF rows for the tile buffers beside staging halves of `pixels` rows."""
+        return lay.top - lay.staging - 2 * pixels
 
     def words(rows: int) -> int:
         lo, hi = _input_rows(job, 0, rows)
         return sum((hi - lo) * s.shape[2] * s.blocks(cfg.rows) for s in job.sources)
 
-    if Ho * Wo <= lay.half_rows and words(Ho) <= (area if N == 1 else area // 2):
-        return [(0, Ho)]
+    if Ho * Wo <= lay.half_rows and \
+            words(Ho) <= (area(Ho * Wo) if N == 1 else area(Ho * Wo) // 2):
+        return [(0, Ho)], Ho * Wo
     per = min(Ho, max(1, lay.half_rows // Wo))
-    while per > 1 and _tile_words(job, cfg, per) > area // 2:
+    while per > 1 and _tile_words(job, cfg, per) > area(per * Wo) // 2:
         per -= 1
-    if Wo > lay.half_rows or _tile_words(job, cfg, per) > area // 2:
+    if Wo > lay.half_rows or _tile_words(job, cfg, per) > area(per * Wo) // 2:
         raise CompileError(
             f"layer {job.name!r}: one output row ({Wo} pixels) needs "
             f"{_tile_words(job, cfg, 1)} CBUF rows of input, more than the "
-            f"{area // 2} a tile buffer has (or more pixels than the {lay.half_rows} "
+            f"{area(Wo) // 2} a tile buffer has (or more pixels than the {lay.half_rows} "
             f"rows of an accumulator half); use a smaller input width or a chip with a "
             f"larger CBUF/ACC")
-    return [(o, min(o + per, Ho)) for o in range(0, Ho, per)]
+    return [(o, min(o + per, Ho)) for o in range(0, Ho, per)], per * Wo
 
 
 def _tile_words(job: Job, cfg: ChipConfig, rows: int) -> int:
@@ -399,11 +407,12 @@ class _Emit:
         R, arw = cfg.rows, cfg.acc_row_words
         i = job.index
         N, Ho, Wo, Cout = job.out_shape
-        tiles = _tiles(cfg, lay, job)
+        tiles, stage_half = _tiles(cfg, lay, job)
         nb_count = len(job.steps)
         self.tables = {}
         table_ops = self._tables(job)
-        area = lay.tiles[1] - lay.tiles[0]
+        tiles_lo = lay.staging + 2 * stage_half
+        area = lay.top - tiles_lo
         blocks: list[Block] = []
         work = [(n, t) for n in range(N) for t in tiles]
         whole = len(work) == 1      # one tile: it may take both buffers
@@ -411,7 +420,7 @@ class _Emit:
         def tile_loads(wi: int) -> tuple[list[MicroOp], list[int], int]:
             """Tile `wi`'s input loads, where each source starts, its input rows."""
             n, (oh0, oh1) = work[wi]
-            buf = lay.tiles[0] + (0 if whole else ((self.tile_no + wi) % 2) * (area // 2))
+            buf = tiles_lo + (0 if whole else ((self.tile_no + wi) % 2) * (area // 2))
             lo, hi = _input_rows(job, oh0, oh1)
             picks = _picks_rows(job)
             loads, bases, at = [], [], buf
@@ -439,6 +448,8 @@ class _Emit:
         # pieces, one per step, that fit beside the step's weight load in the DMA's time
         # (the DMA is in order: one long load would hold up the weights).
         steps_per_tile = sum(len(st) for st in job.steps)
+        weights_at = self._weight_groups(job, len(work), w_dram)
+        f = 0                                   # the job's step number
         prepared = tile_loads(0)
         for wi, (n, (oh0, oh1)) in enumerate(work):
             loads, src_base, in_h = prepared
@@ -477,9 +488,8 @@ class _Emit:
                     ring = lay.ring + (em.steps % WEIGHT_SLOTS) * R
                     bank = em.steps % 2
                     em.steps += 1
-                    pre = [self.op(Opcode.DMA, i, kind=DmaKind.LOAD_CBUF,
-                                   dram_addr=w_dram + st.block * R, dram_stride=1,
-                                   buf_addr=ring, rows=R)]
+                    pre = weights_at.get(f, [])
+                    f += 1
                     if nb == 0 and k == 0:
                         pre += loads + [geom] + (table_ops if wi == 0 else [])
                     ts += 1
@@ -497,11 +507,33 @@ class _Emit:
                                  taps=self.tables.get(self._deltas(st), 0),
                                  in_w=s.shape[2], in_h=in_h)
                     blk.steps.append(Step(pre, mm))
-                blk.epilogue = self._epilogue(job, i, acc_at, slot, rows, half,
+                blk.epilogue = self._epilogue(job, i, acc_at, slot, rows, half, stage_half,
                                               out_dram + (nb * N + n) * Ho * Wo + oh0 * Wo)
                 blocks.append(blk)
         self.tile_no += len(work)
         return blocks
+
+    def _weight_groups(self, job: Job, tiles: int, w_dram: int) -> dict[int, list[MicroOp]]:
+        """The weight loads of a job's steps (all its tiles, in order), one DMA per group
+        of up to WEIGHT_GROUP blocks consecutive in DRAM and in the ring, each attached
+        to the step half a group before the first that uses it (its slots were last
+        read a group earlier still)."""
+        R, i = self.cfg.rows, job.index
+        blocks = [st.block for _ in range(tiles) for steps in job.steps for st in steps]
+        e0 = self.em.steps
+        out: dict[int, list[MicroOp]] = {}
+        f = 0
+        while f < len(blocks):
+            n = 1
+            while f + n < len(blocks) and (e0 + f + n) % WEIGHT_GROUP \
+                    and blocks[f + n] == blocks[f] + n:
+                n += 1
+            slot = self.lay.ring + ((e0 + f) % WEIGHT_SLOTS) * R
+            out.setdefault(max(0, f - WEIGHT_GROUP // 2), []).append(self.op(
+                Opcode.DMA, i, kind=DmaKind.LOAD_CBUF, dram_addr=w_dram + blocks[f] * R,
+                dram_stride=1, buf_addr=slot, rows=n * R))
+            f += n
+        return out
 
     def _pieces(self, loads: list[MicroOp], size: int) -> list[MicroOp]:
         """`loads` (contiguous CBUF loads) cut into loads of at most `size` rows."""
@@ -547,7 +579,8 @@ class _Emit:
                                       for j, a in enumerate("hw")}))
         return ops
 
-    def _epilogue(self, job, i, acc_at, slot, rows, half, out_at) -> list[MicroOp]:
+    def _epilogue(self, job, i, acc_at, slot, rows, half, stage_half, out_at
+                  ) -> list[MicroOp]:
         cfg, lay = self.cfg, self.lay
         arw = cfg.acc_row_words
         v = dict(job.vrun)
@@ -560,7 +593,7 @@ class _Emit:
                                dram_addr=out_at * arw, dram_stride=arw, buf_addr=acc_at,
                                rows=rows))
             return ops
-        staging = lay.staging + half * lay.half_rows
+        staging = lay.staging + half * stage_half
         return [self.op(Opcode.VRUN, i, src=acc_at, rows=rows, to_acc=0, dst=staging,
                         bias_addr=slot, **v),
                 self.op(Opcode.DMA, i, kind=DmaKind.STORE_CBUF, dram_addr=out_at,
@@ -697,10 +730,8 @@ def lower_cnn(cfg: ChipConfig, graph: Graph) -> CnnLowered:
         blocks += emit.job(job, w, p, where[out_t])
     chip_regions = [
         Region("cbuf", "weight ring", lay.ring, WEIGHT_SLOTS * R, 0, steps - 1, "weight ring"),
-        Region("cbuf", "output staging", lay.staging, 2 * lay.half_rows, 0, steps - 1,
-               "output staging"),
-        Region("cbuf", "tile buffers", lay.tiles[0], lay.tiles[1] - lay.tiles[0], 0,
-               steps - 1, "input tile buffers"),
+        Region("cbuf", "staging and tiles", lay.staging, lay.top - lay.staging, 0,
+               steps - 1, "output staging and input tile buffers"),
         Region("acc", "accumulator halves", lay.halves, 2 * lay.half_rows, 0, steps - 1,
                "accumulator halves"),
         Region("acc", "epilogue slots", lay.slots, 2 * PARAM_ROWS, 0, steps - 1,
