@@ -18,7 +18,8 @@ from ..compiler.ops import Conv2d
 #: The layers run on the RTL: (name, input size, Cin, Cout, kernel, stride, pads).
 RTL_LAYERS = (("resnet50_stem_7x7s2", 224, 3, 64, 7, 2, 3),
               ("resnet50_3x3_56x56x64", 56, 64, 64, 3, 1, 1),
-              ("resnet50_1x1_7x7x2048", 7, 2048, 512, 1, 1, 0))
+              ("resnet50_1x1_7x7x2048", 7, 2048, 512, 1, 1, 0),
+              ("resnet50_3x3_7x7x512", 7, 512, 512, 3, 1, 1))
 
 
 def conv_layer(name: str, size: int, cin: int, cout: int, kernel: int, stride: int,
