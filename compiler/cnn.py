@@ -370,6 +370,23 @@ def _input_rows(job: Job, oh0: int, oh1: int) -> tuple[int, int]:
     return max(lo, 0), min(hi, H)
 
 
+def _check_window(job: Job) -> None:
+    """The window walk's field widths, as limits on the layer (docs/cnn.md)."""
+    tap_max = (1 << isa.TAP_BITS) - 1
+    geom_max = (1 << isa.GEOM_BITS) - 1
+    ext = [(k - 1) * d for k, d in zip(job.kernel, job.dilation)]
+    for what, value, limit, fix in (
+            ("(kernel height - 1) x dilation", ext[0], tap_max, "a smaller kernel or dilation"),
+            ("(kernel width - 1) x dilation", ext[1], tap_max, "a smaller kernel or dilation"),
+            ("top padding", job.pads[0], tap_max, "less padding"),
+            ("left padding", job.pads[1], tap_max, "less padding"),
+            ("input width", job.sources[0].shape[2], geom_max, "a narrower input"),
+            ("output width", job.out_shape[2], geom_max, "a narrower output")):
+        if value > limit:
+            raise CompileError(f"layer {job.name!r}: {what} is {value}, but the matmul "
+                               f"unit's window walk takes at most {limit}; use {fix}")
+
+
 # -- emission -------------------------------------------------------------------------
 @dataclass
 class _Counters:
@@ -407,6 +424,7 @@ class _Emit:
         R, arw = cfg.rows, cfg.acc_row_words
         i = job.index
         N, Ho, Wo, Cout = job.out_shape
+        _check_window(job)
         tiles, stage_half = _tiles(cfg, lay, job)
         nb_count = len(job.steps)
         self.tables = {}

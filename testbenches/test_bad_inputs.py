@@ -48,6 +48,11 @@ def conv_graph(layer):
     return g.build()
 
 
+def _one_conv(x, w, **options):
+    g = GraphBuilder("cnn")
+    return g.build(g.conv2d(g.input(x), w, name="c", **options))
+
+
 def compile_not_utf8():
     with tempfile.TemporaryDirectory() as d:
         path = Path(d) / "not-utf8.stp"
@@ -159,6 +164,14 @@ API = [
     ("dense-reads-feature-map",
      lambda: conv_graph(lambda g, x: g.dense(x, np.ones((3, 2)), name="fc")),
      CompileError, ["'fc'", "(1, 4, 4, 3)", "2-D [M, K]"]),
+    ("flatten-of-a-map-compiles",
+     lambda: compile_network(TINY, conv_graph(lambda g, x: g.dense(
+         g.flatten(x, name="flat"), np.ones((48, 2)), name="fc"))),
+     CompileError, ["'flat'", "Flatten of a 4x4 map", "GlobalAvgPool"]),
+    ("conv-dilated-past-the-window-walk",
+     lambda: compile_network(TINY, _one_conv(np.ones((1, 80, 80, 3), np.int8),
+                                             np.ones((11, 11, 3, 8)), dilation=7)),
+     CompileError, ["'c'", "dilation is 70", "at most 63", "smaller kernel or dilation"]),
     ("input-3d", lambda: GraphBuilder("n").input(np.ones((4, 4, 3), np.int8)), CompileError,
      ["input", "3-D", "(N, H, W, C)"]),
     ("compile-an-array", lambda: compile_network(TINY, A), CompileError,
