@@ -11,7 +11,7 @@ For a MATMUL issued at ``t``, row ``i`` of CBUF data arrives at ``t + FEED + i``
 (``FEED`` = CBUF read latency + 1, the start of :func:`systolica.arch.timing.mux_use`'s
 ``west_feed`` window). The checker requires:
 
-* ``cbuf_read.addr`` = ``act_addr + i`` in cycle ``t + 1 + i``; ``row_fed`` high exactly in
+* ``cbuf_read.addr`` = ``act_addr + i`` (every partition's) in cycle ``t + 1 + i``; ``row_fed`` high exactly in
   the cycles ``t + FEED + i``;
 * ``west_a[r]`` = ``cbuf[act_addr + i]`` partition ``g*n + r%n`` (``g`` =
   ``west_feed[r//n]`` in that cycle, 0 for the zero source) and ``west_sel[r]`` = the
@@ -130,6 +130,7 @@ GROUPS = {
 assert sorted(sum(GROUPS.values(), [])) == sorted(CASES)
 
 IDLE = {"issue__valid": 0, "issue__payload": 0, "cbuf_read__data": 0, "acc_read__data": 0,
+        "convcfg__valid": 0, "convcfg__payload": 0, "taps__valid": 0, "taps__payload": 0,
         **{("west_feed", i): i for i in range(T)},
         **{("acc_src", g): g for g in range(TC)},
         **{("south_psum", c): 0 for c in range(C)}}
@@ -193,7 +194,8 @@ class MatmulTB(BlockTB):
             a = at.get(x)
             self.set("issue__valid", int(a is not None))
             self.set("issue__payload", pack_fields(MATMUL, {
-                name: a[name] if a else rng.randrange(1 << fld.width) for name, fld in MATMUL}))
+                name: a.get(name, 0) if a else rng.randrange(1 << fld.width)
+                for name, fld in MATMUL}))
             feed = feeds.get(x) or [rng.randrange(T + 1) for _ in range(T)]
             for i, g in enumerate(feed):
                 self.set("west_feed", g, i)
@@ -207,10 +209,12 @@ class MatmulTB(BlockTB):
             await self.settle()
 
             ready[x], drained[x] = self.get("issue__ready"), self.get("issue__drained")
-            raddr = self.get("cbuf_read__addr")
+            # one read address per partition: all equal in a plain (conv = 0) walk
+            raddr = [self.get("cbuf_read__addr", p) for p in range(R)]
             if x in reads:
-                self.expect("cbuf_read__addr", raddr, reads[x])
-            self.cbuf_next = pack(cbuf[raddr % CFG.cbuf_depth], 8)
+                self.expect("cbuf_read__addr", raddr, [reads[x]] * R)
+            self.cbuf_next = pack([cbuf[a % CFG.cbuf_depth][p] for p, a in enumerate(raddr)],
+                                  8)
             self.expect("row_fed", self.get("row_fed"), int(x in fed))
             west_a = [self.get_s("west_a", r) for r in range(R)]
             west_sel = [self.get("west_sel", r) for r in range(R)]
