@@ -155,14 +155,16 @@ def compile_network(cfg: ChipConfig, network: Network | Graph) -> Compiled:
             f"but the program's effects end in cycle {replayed - 1}")
     image = isa.to_bytes([isa.encode(i) for i in program])
 
+    spans: dict[int, tuple[int, int]] = {}     # layer -> (first issue, last done)
+    for ins, owner in zip(program, layer_of):
+        first, end = spans.get(owner, (ins.cycle, 0))
+        spans[owner] = (min(first, ins.cycle), max(end, ins.cycle + timing.done(cfg, ins)))
     records = []
     running_end = 0
     for li, node in enumerate(graph.nodes):
-        mine = [ins for ins, owner in zip(program, layer_of) if owner == li]
-        if not mine:            # a view (Flatten): no instructions of its own
+        if li not in spans:     # a view (Flatten): no instructions of its own
             continue
-        first = min(ins.cycle for ins in mine)
-        end = max(ins.cycle + timing.done(cfg, ins) for ins in mine)
+        first, end = spans[li]
         records.append(LayerRecord(node.name, *_mkn(lowered, graph, node), first, end, li,
                                    min(running_end, end)))
         running_end = max(running_end, end)
