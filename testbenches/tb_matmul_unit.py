@@ -52,14 +52,48 @@ GRID_DELAY = [[SMAX - timing.skew(CFG, r) + timing.skew(CFG, c) + 2 for c in ran
 
 
 def matmul(act_addr, rows, acc_addr, accumulate=0, bank=0, west_feed=(0, 1),
-           acc_src=(0, 1)) -> dict:
+           acc_src=(0, 1), **window) -> dict:
+    """A MATMUL; ``window`` (conv=1, dh, dw, taps, in_w, in_h, max) makes it walk a
+    window with the geometry and tap tables in force when it issues."""
     return dict(act_addr=act_addr, rows=rows, acc_addr=acc_addr, accumulate=accumulate,
-                bank=bank, west_feed=list(west_feed), acc_src=list(acc_src))
+                bank=bank, west_feed=list(west_feed), acc_src=list(acc_src), **window)
+
+
+def convcfg(**geometry) -> dict:
+    return dict(kind="convcfg", **geometry)
+
+
+def taps(table, first, entries) -> dict:
+    """Tap table ``table`` entries ``(th, tw)`` for partitions from ``first``."""
+    fields = dict(table=table, first=first, count=len(entries))
+    for k, (th, tw) in enumerate(entries, start=1):
+        fields[f"th{k}"] = isa.signed_field(th, isa.TAP_DELTA_BITS)
+        fields[f"tw{k}"] = isa.signed_field(tw, isa.TAP_DELTA_BITS)
+    return dict(kind="taps", **fields)
+
+
+def window_reads(a: dict, geom: dict, table: list) -> list[list[int | None]]:
+    """Per row and partition, the CBUF address a window walk reads, or None where the
+    pixel lies outside the tile (the pad byte is fed): the contract's formula, walked
+    pixel by pixel."""
+    out = []
+    for i in range(a["rows"]):
+        oh, ow = divmod(i, geom["out_w"])
+        row = []
+        for p in range(R):
+            th, tw = table[p]
+            ih = oh * geom["sh"] - geom["top"] + a["dh"] + th
+            iw = ow * geom["sw"] - geom["left"] + a["dw"] + tw
+            inside = 0 <= ih < a["in_h"] and 0 <= iw < a["in_w"]
+            row.append(a["act_addr"] + ih * a["in_w"] + iw if inside else None)
+        out.append(row)
+    return out
 
 
 def _instr(t: int, a: dict) -> Instr:
-    return Instr(Opcode.MATMUL, t, {k: a[k] for k in
-                                    ("act_addr", "rows", "acc_addr", "accumulate", "bank")})
+    return Instr(Opcode.MATMUL, t, {k: a.get(k, 0) for k in
+                                    ("act_addr", "rows", "acc_addr", "accumulate", "bank",
+                                     "conv", "max", "in_w", "in_h")})
 
 
 def activations(row: list[int], west_feed: list[int]) -> list[int]:
@@ -120,12 +154,25 @@ CASES = {
                                matmul(410, 5, 16, accumulate=1)),
     "gaps": sequential(matmul(600, 4, 200, accumulate=1), matmul(610, 2, 201, accumulate=1),
                        matmul(620, 3, 199, bank=1), gap=3),
+    # Window walks: pads on every side, strides, a tap table with negative offsets, a
+    # geometry and a table rewritten while a walk streams (it latched the old ones),
+    # max-accumulation.
+    "window": [(0, convcfg(out_w=4, sh=2, sw=1, top=1, left=2, pad=0x85)),
+               (1, taps(3, 2, [(0, 1), (1, -1), (-1, 2), (2, 0), (0, -2)])),
+               (2, matmul(100, 12, 20, conv=1, dh=1, dw=2, taps=3, in_w=5, in_h=6)),
+               (5, convcfg(out_w=3, sh=1, sw=3, top=0, left=0, pad=0x10)),
+               (6, taps(3, 0, [(1, 1)])),
+               (14, matmul(100, 6, 20, accumulate=1, max=1, conv=1, dh=0, dw=1, taps=3,
+                           in_w=5, in_h=6, bank=1)),
+               (20, matmul(130, 5, 40, accumulate=1, conv=1, dh=2, dw=0, taps=0,
+                           in_w=7, in_h=3, west_feed=(1, 0)))],
 }
 
 GROUPS = {
     "routing": ["plain", "accumulate_bank1", "west_feed_swap", "west_feed_broadcast_zero",
                 "acc_src_swap_zero", "memory_tops"],
     "sequences": ["same_rows", "rows1_forward", "tail_overlap", "gaps"],
+    "windows": ["window"],
 }
 assert sorted(sum(GROUPS.values(), [])) == sorted(CASES)
 
@@ -161,19 +208,39 @@ class MatmulTB(BlockTB):
         weights = [[[rng.randrange(-128, 128) for _ in range(C)] for _ in range(R)]
                    for _ in range(2)]
         base = self.cycle + 1
-        at = {base + t: a for t, a in instrs}
-        assert len(at) == len(instrs)
+        side = {base + t: a for t, a in instrs if "kind" in a}     # CONVCFG, TAPS
+        at = {base + t: a for t, a in instrs if "kind" not in a}
+        assert len(at) + len(side) == len(instrs)
 
         # Schedules and the reference, in instruction order.
         want_acc = [list(row) for row in acc]
         reads, fed, lanes, feeds, srcs, writes = {}, set(), {}, {}, {}, []
-        for t, a in sorted(at.items()):
+        geom = dict(out_w=1, sh=1, sw=1, top=0, left=0, pad=0)
+        tables = [[(0, 0)] * R for _ in range(isa.TAP_TABLES)]
+        for t, a in sorted({**at, **side}.items()):
+            if a.get("kind") == "convcfg":
+                geom = {k: v for k, v in a.items() if k != "kind"}
+                continue
+            if a.get("kind") == "taps":
+                for k in range(1, a["count"] + 1):
+                    tables[a["table"]][a["first"] + k - 1] = (
+                        isa.field_signed(a[f"th{k}"], isa.TAP_DELTA_BITS),
+                        isa.field_signed(a[f"tw{k}"], isa.TAP_DELTA_BITS))
+                continue
+            walk = window_reads(a, geom, tables[a["taps"]]) if a.get("conv") else None
+            pad = geom["pad"] - 256 if geom["pad"] >= 128 else geom["pad"]
             for i in range(a["rows"]):
-                reads[t + 1 + i] = a["act_addr"] + i
+                if walk is None:
+                    reads[t + 1 + i] = [a["act_addr"] + i] * R
+                    row = cbuf[a["act_addr"] + i]
+                else:
+                    reads[t + 1 + i] = walk[i]
+                    row = [cbuf[addr][p] if addr is not None else pad
+                           for p, addr in enumerate(walk[i])]
                 fed.add(t + FEED + i)
                 feeds[t + FEED + i] = a["west_feed"]
                 srcs[t + PIPE + i] = a["acc_src"]
-                act = activations(cbuf[a["act_addr"] + i], a["west_feed"])
+                act = activations(row, a["west_feed"])
                 for r in range(R):
                     key = (t + FEED + i + timing.skew(CFG, r), r)
                     assert key not in lanes
@@ -181,9 +248,12 @@ class MatmulTB(BlockTB):
                 cols = [wrap32(sum(act[r] * weights[a["bank"]][r][c] for r in range(R)))
                         for c in range(C)]
                 addr = a["acc_addr"] + i
-                old = want_acc[addr] if a["accumulate"] else [0] * C
-                want_acc[addr] = [wrap32(x + y)
-                                  for x, y in zip(old, acc_route(cols, a["acc_src"]))]
+                new = acc_route(cols, a["acc_src"])
+                if a["accumulate"] and a.get("max"):
+                    want_acc[addr] = [max(x, y) for x, y in zip(want_acc[addr], new)]
+                else:
+                    old = want_acc[addr] if a["accumulate"] else [0] * C
+                    want_acc[addr] = [wrap32(x + y) for x, y in zip(old, new)]
                 writes.append((t + PIPE + 1 + i, addr, want_acc[addr]))
         end = max(t + timing.done(CFG, _instr(t, a)) for t, a in at.items())
 
@@ -196,6 +266,14 @@ class MatmulTB(BlockTB):
             self.set("issue__payload", pack_fields(MATMUL, {
                 name: a.get(name, 0) if a else rng.randrange(1 << fld.width)
                 for name, fld in MATMUL}))
+            for port in ("convcfg", "taps"):
+                b = side.get(x)
+                mine = b is not None and b["kind"] == port
+                layout = isa.PAYLOAD[Opcode.CONVCFG if port == "convcfg" else Opcode.TAPS]
+                self.set(f"{port}__valid", int(mine))
+                self.set(f"{port}__payload", pack_fields(layout, {
+                    name: b.get(name, 0) if mine else rng.randrange(1 << fld.width)
+                    for name, fld in layout}))
             feed = feeds.get(x) or [rng.randrange(T + 1) for _ in range(T)]
             for i, g in enumerate(feed):
                 self.set("west_feed", g, i)
@@ -212,7 +290,9 @@ class MatmulTB(BlockTB):
             # one read address per partition: all equal in a plain (conv = 0) walk
             raddr = [self.get("cbuf_read__addr", p) for p in range(R)]
             if x in reads:
-                self.expect("cbuf_read__addr", raddr, [reads[x]] * R)
+                want = reads[x]      # None: outside the tile, any address (pad is fed)
+                self.expect("cbuf_read__addr", [a if w is not None else None
+                                                for a, w in zip(raddr, want)], want)
             self.cbuf_next = pack([cbuf[a % CFG.cbuf_depth][p] for p, a in enumerate(raddr)],
                                   8)
             self.expect("row_fed", self.get("row_fed"), int(x in fed))
