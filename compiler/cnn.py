@@ -404,6 +404,7 @@ class _Emit:
         self.tile_no = 0
         self.tables: dict[tuple, int] = {}     # tap deltas -> table, per layer
         self.made: dict[tuple, MicroOp] = {}
+        self.bank_holds: list[int | None] = [None, None]   # DRAM block in each bank
 
     def op(self, opcode: Opcode, layer: int, **fields) -> MicroOp:
         """A checked micro-op; one with the fields of an earlier one shares its checked
@@ -515,7 +516,10 @@ class _Emit:
                         pre += ahead
                     elif ahead:
                         pre.append(ahead.pop(0))
-                    pre.append(self.op(Opcode.WLOAD, i, w_addr=ring, bank=bank))
+                    block = w_dram + st.block * R
+                    if self.bank_holds[bank] != block:   # else the bank has it already
+                        pre.append(self.op(Opcode.WLOAD, i, w_addr=ring, bank=bank))
+                        self.bank_holds[bank] = block
                     s = job.sources[st.src]
                     base = src_base[st.src] + st.cb * in_h * s.shape[2]
                     dh, dw = st.taps[0]
@@ -539,12 +543,21 @@ class _Emit:
         R, i = self.cfg.rows, job.index
         blocks = [st.block for _ in range(tiles) for steps in job.steps for st in steps]
         e0 = self.em.steps
+        # a step whose bank already holds its block loads nothing (as job() decides)
+        holds, need = list(self.bank_holds), []
+        for f, b in enumerate(blocks):
+            bank = (e0 + f) % 2
+            need.append(holds[bank] != w_dram + b * R)
+            holds[bank] = w_dram + b * R
         out: dict[int, list[MicroOp]] = {}
         f = 0
         while f < len(blocks):
+            if not need[f]:
+                f += 1
+                continue
             n = 1
             while f + n < len(blocks) and (e0 + f + n) % WEIGHT_GROUP \
-                    and blocks[f + n] == blocks[f] + n:
+                    and need[f + n] and blocks[f + n] == blocks[f] + n:
                 n += 1
             slot = self.lay.ring + ((e0 + f) % WEIGHT_SLOTS) * R
             out.setdefault(max(0, f - WEIGHT_GROUP // 2), []).append(self.op(
