@@ -90,6 +90,9 @@ class Source:
     shape: tuple[int, int, int, int]
     copies: int                      # > 1: replicated layout, one channel block
     dram: int = 0
+    gather: tuple[int, int] | None = None   # a Flatten of a map of (pixels, channel
+                                            # blocks): K-block kb is channel block
+                                            # kb % CB of pixel kb // CB
 
     def blocks(self, R: int) -> int:
         return 1 if self.copies > 1 else layout.blocks(self.shape[3], R)
@@ -447,6 +450,16 @@ class _Emit:
                 H, W = s.shape[1], s.shape[2]
                 bases.append(at)
                 for cb in range(s.blocks(R)):
+                    if s.gather is not None:
+                        # row m of K-block cb is word m of pixel p in channel block c
+                        hw, cbs = s.gather
+                        c, p = cb % cbs, cb // cbs
+                        loads.append(self.op(
+                            Opcode.DMA, i, kind=DmaKind.LOAD_CBUF,
+                            dram_addr=s.dram + c * H * hw + lo * hw + p, dram_stride=hw,
+                            buf_addr=at, rows=hi - lo))
+                        at += hi - lo
+                        continue
                     plane = s.dram + (cb * N + n) * H * W
                     if picks:
                         for oh in range(oh0, oh1):
@@ -573,7 +586,8 @@ class _Emit:
             f = mop.fields
             for k in range(0, f["rows"], size):
                 out.append(self.op(mop.op, mop.layer, kind=f["kind"],
-                                   dram_addr=f["dram_addr"] + k, dram_stride=1,
+                                   dram_addr=f["dram_addr"] + k * f["dram_stride"],
+                                   dram_stride=f["dram_stride"],
                                    buf_addr=f["buf_addr"] + k, rows=min(size, f["rows"] - k)))
         return out
 
@@ -667,18 +681,23 @@ def lower_cnn(cfg: ChipConfig, graph: Graph) -> CnnLowered:
     # jobs
     jobs: list[Job | None] = []
     alias: dict[str, str] = {}
+    gathered: dict[str, tuple[int, int]] = {}   # Flatten of a map: (pixels, blocks)
     for i, node in enumerate(graph.nodes):
         op = node.op
         srcs = [Source(t, as_map(graph.tensor(t if isinstance(op, Dense)
                                               else alias.get(t, t)).shape),
-                       copies.get(t, 1)) for t in node.inputs]
+                       copies.get(t, 1), gather=gathered.get(t)) for t in node.inputs]
         if isinstance(op, Flatten):
             shp = graph.tensor(node.inputs[0]).shape
             if shp[1] * shp[2] != 1:
-                raise CompileError(
-                    f"layer {node.name!r}: Flatten of a {shp[1]}x{shp[2]} map is not "
-                    f"lowered yet (only 1x1 maps, e.g. after GlobalAvgPool); put a "
-                    f"GlobalAvgPool before it")
+                if shp[3] % R:
+                    raise CompileError(
+                        f"layer {node.name!r}: Flatten of a {shp[1]}x{shp[2]} map needs "
+                        f"a channel count that is a multiple of {R} on chip "
+                        f"{cfg.name!r} (it has {shp[3]}), so that each K-block of the "
+                        f"dense layer is one pixel's channels; use such channels or put "
+                        f"a GlobalAvgPool before it")
+                gathered[node.outputs[0]] = (shp[1] * shp[2], shp[3] // R)
             alias[node.outputs[0]] = alias.get(node.inputs[0], node.inputs[0])
             jobs.append(None)
             continue

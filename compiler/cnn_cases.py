@@ -89,3 +89,23 @@ def large_conv_case(seed: int) -> Graph:
     """A convolution whose input is larger than the CBUF of ``tiny`` (cut into tiles
     with halos)."""
     return conv_case(seed, channels=16, size=(40, 30), kernel=(3, 3))
+
+
+def flatten_case(seed: int, channels: int = 16) -> Graph:
+    """A convolution, a Flatten of its whole map and a dense layer over it (the
+    dense layer gathers each K-block, one pixel's channel block, with a strided
+    load), for a batch of two."""
+    rng = np.random.default_rng(seed)
+    H, W = int(rng.integers(2, 6)), int(rng.integers(2, 6))
+    g = GraphBuilder(f"flatten{seed}")
+    x = g.input(rng.integers(-128, 128, size=(2, H, W, 5), dtype=np.int8),
+                zero_point=int(rng.integers(-10, 11)))
+    m, s = _scaled(70.0 * 35.0 * np.sqrt(9 * 5))
+    t = g.conv2d(x, rng.integers(-60, 61, size=(3, 3, 5, channels), dtype=np.int8),
+                 pads=1, mult=m, shift=s, relu=True, name="conv")
+    t = g.flatten(t, name="flat")
+    K = H * W * channels
+    m, s = _scaled(70.0 * 35.0 * np.sqrt(K))
+    t = g.dense(t, rng.integers(-60, 61, size=(K, 7), dtype=np.int8),
+                rng.integers(-500, 500, size=7, dtype=np.int32), mult=m, shift=s, name="fc")
+    return g.build(t)

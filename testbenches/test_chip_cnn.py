@@ -25,6 +25,7 @@ CASES = {
     **{f"pool{s}": (lambda s=s: cnn_cases.pool_case(s)) for s in (0, 1, 2, 3, 4)},
     **{f"add{s}": (lambda s=s: cnn_cases.add_case(s)) for s in (0, 1, 2)},
     "larger_than_cbuf": lambda: cnn_cases.large_conv_case(1),
+    "flatten_of_a_map": lambda: cnn_cases.flatten_case(0),
     "small_cnn": lambda: models.small_cnn(),
 }
 

@@ -13,7 +13,8 @@ from systolica.arch.config import preset
 from systolica.compiler import cnn_cases, compile_network, reference
 from systolica.compiler.errors import CompileError
 
-CASES = [(kind, seed) for kind in ("conv", "pool", "add") for seed in range(100, 124)]
+CASES = [(kind, seed) for kind in ("conv", "pool", "add") for seed in range(100, 124)] \
+    + [("flatten", seed) for seed in range(4)]
 
 
 def _golden_outputs(cfg, graph):
