@@ -283,7 +283,7 @@ def check(cfg: ChipConfig, program: list[isa.Instr], prog_addr: int | None = Non
     end = 0
     # What an instruction's fields alone decide (its legality, range fault, effects
     # relative to issue), once per distinct instruction: a network repeats most.
-    known: dict[tuple, tuple[bool, str | None, Effects | None]] = {}
+    known: dict[tuple, tuple[bool, str | None, Effects | None, int]] = {}
 
     def decided(ins: isa.Instr):
         key = (ins.op, tuple(ins.fields.items()))
@@ -292,8 +292,8 @@ def check(cfg: ChipConfig, program: list[isa.Instr], prog_addr: int | None = Non
             entry = instructions.SPEC.get(ins.op)
             legal = entry is not None and instructions.legal(cfg, ins.op, ins.fields)
             fault_ = _range_fault(cfg, ins) if legal else None
-            got = known[key] = (legal, fault_, entry.effects(cfg, ins.fields)
-                                if legal and not fault_ else None)
+            fx_ = entry.effects(cfg, ins.fields) if legal and not fault_ else None
+            got = known[key] = (legal, fault_, fx_, fx_.last if fx_ is not None else 0)
         return got
 
     for pc, ins in enumerate(program):
@@ -301,7 +301,7 @@ def check(cfg: ChipConfig, program: list[isa.Instr], prog_addr: int | None = Non
         ready = fetcher.ready(pc, issued)
         reach = max(arrival, ready)
         entry = instructions.SPEC.get(ins.op)
-        legal, range_fault, fx = decided(ins)
+        legal, range_fault, fx, fx_last = decided(ins)
         if not legal:
             fault = (ErrorCode.ILLEGAL_OPCODE, pc, reach)
             reason = "no such opcode" if entry is None else entry.legal_rule
@@ -316,26 +316,31 @@ def check(cfg: ChipConfig, program: list[isa.Instr], prog_addr: int | None = Non
                 reason = f"it reaches issue in cycle {reach}, after its cycle {ins.cycle}"
             break
         free, busy_pc = unit_free.get(entry.unit, (0, 0))
-        setcfg = ins.op is Opcode.SETCFG
         # In the sequencer's order; each check assumes the ones before it passed.
-        for code, why in ((ErrorCode.UNIT_BUSY, lambda: None if ins.cycle >= free else (
-                              f"the {entry.unit} unit takes its next instruction from "
-                              f"cycle {free} (it runs pc {busy_pc})")),
-                          (ErrorCode.ADDR_RANGE, lambda: range_fault),
-                          (ErrorCode.CFG_RANGE, lambda: setcfg and _table_fault(cfg, ins)),
-                          (ErrorCode.CFG_LIMIT, lambda: setcfg and _limit_fault(cfg, ins)),
-                          (ErrorCode.CFG_IN_USE,
-                           lambda: setcfg and _in_use_fault(cfg, windows, ins))):
-            reason = why()
-            if reason:
-                fault = (code, pc, ins.cycle)
-                break
+        if ins.cycle < free:
+            fault, reason = (ErrorCode.UNIT_BUSY, pc, ins.cycle), (
+                f"the {entry.unit} unit takes its next instruction from cycle {free} "
+                f"(it runs pc {busy_pc})")
+        elif range_fault:
+            fault, reason = (ErrorCode.ADDR_RANGE, pc, ins.cycle), range_fault
+        elif ins.op is Opcode.SETCFG:
+            for code, why in ((ErrorCode.CFG_RANGE, lambda: _table_fault(cfg, ins)),
+                              (ErrorCode.CFG_LIMIT, lambda: _limit_fault(cfg, ins)),
+                              (ErrorCode.CFG_IN_USE,
+                               lambda: _in_use_fault(cfg, windows, ins))):
+                reason = why()
+                if reason:
+                    fault = (code, pc, ins.cycle)
+                    break
         if fault:
             break
         t = ins.cycle
         unit_free[entry.unit] = (t + fx.accept, pc)
         for name, (first, last) in fx.muxes.items():
-            windows.setdefault(mux_index[name], []).append((t + first, t + last, pc))
+            spans = windows.setdefault(mux_index[name], [])
+            spans.append((t + first, t + last, pc))
+            if len(spans) > 256:    # a window over by now matters to no later SETCFG
+                spans[:] = [w for w in spans if w[1] > t]
         for touch in fx.reads:
             boards[touch.resource].read(pc, touch, t, hazards)
         for touch in fx.writes:
@@ -345,8 +350,9 @@ def check(cfg: ChipConfig, program: list[isa.Instr], prog_addr: int | None = Non
                 fetcher.dma(t + touch.cycles)
         if fetched is not None:
             for touch in fx.writes:
-                hit = (touch.resource == "dram") & (touch.addrs >= fetched[0]) \
-                    & (touch.addrs < fetched[1])
+                if touch.resource != "dram":
+                    continue
+                hit = (touch.addrs >= fetched[0]) & (touch.addrs < fetched[1])
                 if np.any(hit):
                     a = int(touch.addrs[np.flatnonzero(hit)[0]])
                     hazards.append(Hazard(pc, "program overwrite", (
@@ -354,7 +360,7 @@ def check(cfg: ChipConfig, program: list[isa.Instr], prog_addr: int | None = Non
                         f"[{fetched[0]}, {fetched[1]}) the fetcher reads")))
         issued.append(ins)
         effects.append(fx)
-        end = max(end, t + fx.last + 1)
+        end = max(end, t + fx_last + 1)
     cycles = fault[2] if fault else end
     return Timeline(issued, effects, fault, cycles, hazards, reason or "")
 
