@@ -36,6 +36,7 @@ from .pipeline import Block, Step, loop_order, pipeline
 from .plan import DramMap, MemoryPlan, Region, check_plan
 from .rules import gemm_routing
 from .ir import make
+from .lowered import Lowered
 
 CNN_OPS = (Conv2d, MaxPool2d, AvgPool2d, GlobalAvgPool, Add, Flatten)
 PARAM_ROWS = 4            # VRUN params: bias, multiplier, shift, clamp
@@ -647,20 +648,9 @@ class _Emit:
 
 # -- entry point ------------------------------------------------------------------------
 @dataclass
-class CnnLowered:
-    ops: list[MicroOp]
-    sequential: list[MicroOp]
-    plan: MemoryPlan
-    copies: dict                      # graph input -> replicas in its DRAM layout
-    jobs: dict                        # layer -> its Job (shapes, MACs, for reports)
-
-    @property
-    def dram(self) -> np.ndarray:
-        return self.plan.dram
-
-    @property
-    def dram_map(self) -> DramMap:
-        return self.plan.dram_map
+class CnnLowered(Lowered):
+    copies: dict = field(default_factory=dict)   # graph input -> replicas in its layout
+    jobs: dict = field(default_factory=dict)     # layer -> its Job (shapes, MACs)
 
 
 def lower_cnn(cfg: ChipConfig, graph: Graph) -> CnnLowered:

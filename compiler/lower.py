@@ -11,34 +11,15 @@ three parts with one entry point each:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-import numpy as np
-
 from ..arch.config import ChipConfig
 from .cnn import is_cnn, lower_cnn
 from .graph import as_graph
-from .ir import MicroOp
+from .lowered import Lowered
 from .pipeline import loop_order, pipeline
 from .plan import DramMap, MemoryPlan, plan_memory
 from .rules import WEIGHT_SLOTS, Emitter, acc_half_rows, rule_for
 
 __all__ = ["DramMap", "Lowered", "WEIGHT_SLOTS", "acc_half_rows", "lower"]
-
-
-@dataclass
-class Lowered:
-    ops: list[MicroOp]          # software-pipelined program order
-    sequential: list[MicroOp]   # the same ops in plain loop order (for verification)
-    plan: MemoryPlan
-
-    @property
-    def dram(self) -> np.ndarray:
-        return self.plan.dram
-
-    @property
-    def dram_map(self) -> DramMap:
-        return self.plan.dram_map
 
 
 def lower(cfg: ChipConfig, network, plan: MemoryPlan | None = None) -> Lowered:

@@ -81,6 +81,35 @@ def compile_and_run_on_rtl(cfg: ChipConfig, cases: dict) -> dict:
     return {name: (compiled[name], res) for name, res in zip(compiled, results)}
 
 
+def assert_outputs_match(cfg: ChipConfig, compiled, res: dict) -> None:
+    """Every graph output read back from the RTL run equals numpy and the golden model."""
+    import numpy as np
+    from systolica import golden
+    from systolica.compiler import reference
+    assert res["error_name"] == "NONE", f"chip fault {res['error_name']} at pc {res['fault_pc']}"
+    got = compiled.results(res["dram"])
+    want = reference.outputs(compiled.graph)
+    gold = compiled.results(golden.run(cfg, compiled.image, compiled.dram,
+                                       compiled.prog_addr).dram)
+    assert list(got) == list(want) == list(compiled.graph.outputs)
+    for name in want:
+        assert got[name].dtype == want[name].dtype and got[name].shape == want[name].shape
+        np.testing.assert_array_equal(got[name], want[name], err_msg=f"{name}: RTL vs numpy")
+        np.testing.assert_array_equal(got[name], gold[name], err_msg=f"{name}: RTL vs golden")
+
+
+def assert_matches_prediction(cfg: ChipConfig, compiled, res: dict) -> None:
+    """The RTL run's cycle and performance counters equal the compiler's prediction and
+    the golden model's, and the run ended with the interrupt."""
+    from systolica import golden
+    gold = golden.run(cfg, compiled.image, compiled.dram, compiled.prog_addr)
+    assert res["cycles"] == compiled.predicted_cycles == gold.cycles
+    assert res["macs"] == compiled.array_macs == gold.macs
+    assert res["dram_rd_bytes"] == compiled.dram_bytes_read == gold.dram_bytes_read
+    assert res["dram_wr_bytes"] == compiled.dram_bytes_written == gold.dram_bytes_written
+    assert res["irq"] and not res["timed_out"]
+
+
 @pytest.fixture
 def tiny_cfg() -> ChipConfig:
     return preset("tiny")

@@ -6,13 +6,11 @@ the golden model bit for bit; cycles and counters equal the prediction."""
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 
-from conftest import compile_and_run_on_rtl
-from systolica import golden
+from conftest import assert_matches_prediction, assert_outputs_match, compile_and_run_on_rtl
 from systolica.arch.config import preset
-from systolica.compiler import cnn_cases, models, reference
+from systolica.compiler import cnn_cases, models
 
 pytestmark = pytest.mark.rtl
 
@@ -38,20 +36,10 @@ def runs():
 @pytest.mark.parametrize("case", list(CASES))
 def test_outputs_match_numpy_and_golden(runs, case):
     compiled, res = runs[case]
-    assert res["error_name"] == "NONE", f"chip fault {res['error_name']} at pc {res['fault_pc']}"
-    want = reference.outputs(compiled.network)
-    got = compiled.results(res["dram"])
-    gold = compiled.results(golden.run(CFG, compiled.image, compiled.dram).dram)
-    for name in want:
-        np.testing.assert_array_equal(got[name], want[name], err_msg=f"{name}: RTL vs numpy")
-        np.testing.assert_array_equal(got[name], gold[name], err_msg=f"{name}: RTL vs golden")
+    assert_outputs_match(CFG, compiled, res)
 
 
 @pytest.mark.parametrize("case", list(CASES))
 def test_cycles_and_counters_match_prediction(runs, case):
     compiled, res = runs[case]
-    gold = golden.run(CFG, compiled.image, compiled.dram)
-    assert res["cycles"] == compiled.predicted_cycles == gold.cycles
-    assert res["macs"] == compiled.array_macs == gold.macs
-    assert res["dram_rd_bytes"] == compiled.dram_bytes_read == gold.dram_bytes_read
-    assert res["dram_wr_bytes"] == compiled.dram_bytes_written == gold.dram_bytes_written
+    assert_matches_prediction(CFG, compiled, res)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from conftest import compile_and_run_on_rtl
+from conftest import assert_matches_prediction, compile_and_run_on_rtl
 from systolica import golden
 from systolica.compiler import gemm
 from systolica.compiler import reference
@@ -74,9 +74,4 @@ def test_outputs_match_numpy_and_golden(runs, case):
 @pytest.mark.parametrize("case", list(CASES))
 def test_cycles_and_counters_match_prediction(runs, case):
     compiled, res = runs[case]
-    gold = golden.run(CFG, compiled.image, compiled.dram)
-    assert res["cycles"] == compiled.predicted_cycles == gold.cycles
-    assert res["macs"] == compiled.array_macs == gold.macs
-    assert res["dram_rd_bytes"] == compiled.dram_bytes_read == gold.dram_bytes_read
-    assert res["dram_wr_bytes"] == compiled.dram_bytes_written == gold.dram_bytes_written
-    assert res["irq"] and not res["timed_out"]
+    assert_matches_prediction(CFG, compiled, res)

@@ -627,80 +627,65 @@ class Vrun(Instruction):
             chip.cbuf[f["dst"]:f["dst"] + rows] = chip.regroup(y, picks).astype(np.int8)
 
 
-# -- SETCFG ---------------------------------------------------------------------------
-class Setcfg(Instruction):
+# -- register writes: SETCFG, CONVCFG, TAPS -------------------------------------------
+class RegisterWrite(Instruction):
+    """An instruction that writes registers: taken every cycle (no handshake), done
+    the cycle after it issues, touching no memory."""
+
+    handshake = False
+
+    def occupancy(self, cfg, f):
+        return 1
+
+    def done(self, cfg, f):
+        return 1
+
+    def effects(self, cfg, f):
+        return Effects(accept=1)
+
+
+class Setcfg(RegisterWrite):
     """Write up to ``isa.SETCFG_PAIRS`` multiplexer control registers; each new value
     holds from the next cycle."""
 
     opcode = Opcode.SETCFG
     unit = "cfg"
     text = {"set": {}}
-    handshake = False                  # the registers take a write every cycle
 
     def format(self, f):
         return ", ".join(f"mux{i}={v}" for i, v in isa.setcfg_pairs(f))
-
-    def occupancy(self, cfg, f):
-        return 1
-
-    def done(self, cfg, f):
-        return 1
-
-    def effects(self, cfg, f):
-        return Effects(accept=1)
 
     def execute(self, chip, f):
         """Its values act through the multiplexer settings the other instructions see."""
 
 
-# -- CONVCFG and TAPS -----------------------------------------------------------------
-class Convcfg(Instruction):
+class Convcfg(RegisterWrite):
     """Set the window geometry the MATMULs issued after it walk (docs/cnn.md)."""
 
     opcode = Opcode.CONVCFG
     unit = "convcfg"
     text = {"convcfg": {}}
-    handshake = False                  # a register write: taken every cycle
 
     def ranges(self, cfg, f, select=py_select):
         return [Range("geom", 0, 1, 1, WRITE, nonempty=(f.out_w != 0) & (f.sh != 0)
                       & (f.sw != 0), window=(0, 1))]
 
-    def occupancy(self, cfg, f):
-        return 1
-
-    def done(self, cfg, f):
-        return 1
-
-    def effects(self, cfg, f):
-        return Effects(accept=1)
-
     def execute(self, chip, f):
         chip.geom = {k: f[k] for k in ("out_w", "sh", "sw", "top", "left", "pad")}
 
 
-class Taps(Instruction):
+class Taps(RegisterWrite):
     """Write ``count`` entries of tap table ``table``: partition ``first + k - 1``
     reads tap ``(dh + th<k>, dw + tw<k>)`` in a conv MATMUL naming the table."""
 
     opcode = Opcode.TAPS
     unit = "taps"
     text = {"taps": {}}
-    handshake = False
 
     def ranges(self, cfg, f, select=py_select):
         return [Range("taps", f.table, f.table + 1, isa.TAP_TABLES, WRITE,
                       nonempty=(f.count != 0) & (f.count <= isa.TAPS_PER_WORD)
                       & (f.first + f.count <= cfg.rows), window=(0, 1))]
-
-    def occupancy(self, cfg, f):
-        return 1
-
-    def done(self, cfg, f):
-        return 1
-
-    def effects(self, cfg, f):
-        return Effects(accept=1)
 
     def execute(self, chip, f):
         for p, th, tw in isa.taps_entries(f):
