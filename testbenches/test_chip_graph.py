@@ -8,10 +8,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from conftest import assert_matches_prediction, compile_and_run_on_rtl
-from systolica import golden
+from conftest import assert_matches_prediction, assert_outputs_match, compile_and_run_on_rtl
 from systolica.arch.config import preset
-from systolica.compiler import GraphBuilder, reference
+from systolica.compiler import GraphBuilder
 
 pytestmark = pytest.mark.rtl
 
@@ -62,15 +61,7 @@ def runs():
 @pytest.mark.parametrize("case", list(CASES))
 def test_every_output_matches_numpy_and_golden(runs, case):
     compiled, res = runs[case]
-    assert res["error_name"] == "NONE", f"chip fault {res['error_name']} at pc {res['fault_pc']}"
-    got = compiled.results(res["dram"])
-    want = reference.outputs(compiled.graph)
-    gold = compiled.results(golden.run(CFG, compiled.image, compiled.dram).dram)
-    assert list(got) == list(want) == list(compiled.graph.outputs)
-    for name in want:
-        assert got[name].dtype == want[name].dtype and got[name].shape == want[name].shape
-        np.testing.assert_array_equal(got[name], want[name], err_msg=f"{name}: RTL vs numpy")
-        np.testing.assert_array_equal(got[name], gold[name], err_msg=f"{name}: RTL vs golden")
+    assert_outputs_match(CFG, compiled, res)
 
 
 @pytest.mark.parametrize("case", list(CASES))
