@@ -150,18 +150,36 @@ def verify_reorder(cfg: ChipConfig, before: list[MicroOp], after: list[MicroOp])
     pos = {id(m): i for i, m in enumerate(after)}
     if len(pos) != len(before) or any(id(m) not in pos for m in before):
         raise CompileError("internal: reordered program is not a permutation")
-    # per address: the highest position in `after` of any write / read seen so far
+    # per address: the highest position in `after` of any write / read seen so far;
+    # small resources (weight banks, multiplexers) in lists, where numpy costs more
     sizes = resource_sizes(cfg)
-    writes = {r: np.full(n, -1, dtype=np.int64) for r, n in sizes.items()}
-    reads = {r: np.full(n, -1, dtype=np.int64) for r, n in sizes.items()}
+
+    def table(n: int):
+        return [-1] * n if n <= 64 else np.full(n, -1, dtype=np.int64)
+
+    writes = {r: table(n) for r, n in sizes.items()}
+    reads = {r: table(n) for r, n in sizes.items()}
     for m in before:
         p = pos[id(m)]
         for a in m.accesses:
-            last = writes[a.resource][a.lo:a.hi].max()
-            if a.mode != READ:
-                last = max(last, reads[a.resource][a.lo:a.hi].max())
+            w, r = writes[a.resource], reads[a.resource]
+            if isinstance(w, list):
+                last = max(w[a.lo:a.hi])
+                if a.mode != READ:
+                    last = max(last, max(r[a.lo:a.hi]))
+            elif a.hi - a.lo == 1:
+                last = w[a.lo] if a.mode == READ else max(w[a.lo], r[a.lo])
+            else:
+                last = w[a.lo:a.hi].max()
+                if a.mode != READ:
+                    last = max(last, r[a.lo:a.hi].max())
             if p <= last:
                 raise CompileError(f"internal: reordering moved {m} before a conflicting op")
         for a in m.accesses:
             arr = (reads if a.mode == READ else writes)[a.resource]
-            np.maximum(arr[a.lo:a.hi], p, out=arr[a.lo:a.hi])
+            if a.hi - a.lo == 1 or isinstance(arr, list):
+                for k in range(a.lo, a.hi):
+                    if arr[k] < p:
+                        arr[k] = p
+            else:
+                np.maximum(arr[a.lo:a.hi], p, out=arr[a.lo:a.hi])

@@ -22,38 +22,62 @@ from ..arch import isa, timing
 from ..arch.config import ChipConfig
 from .busy import BusyIntervals
 from .graph import CompileError
-from .ir import ACCUMULATE, READ, MicroOp, resource_sizes
+from .ir import ACCUMULATE, READ, WRITE, MicroOp, resource_sizes
 from .reconfigure import Routing
 
 
 class _Resource:
-    """Per address: latest ``done`` of reads, writes and accumulates placed so far,
-    and the latest accumulate issue cycle (+1)."""
+    """Per address, the first cycle each kind of access may start from: a read after
+    every write and accumulate placed so far has ended, a write after every access
+    has ended, an accumulate after every write and read has ended and every earlier
+    accumulate has issued. Each kind is one array, so a query is one maximum over the
+    access's rows. An access to every address (an op passing the whole fabric, a
+    weight bank) only raises a floor, and the array's peak is kept, so such accesses
+    cost no pass over the addresses; small resources are lists, where a numpy call
+    would cost more than the work."""
 
     def __init__(self, size: int):
-        self.read_end = np.zeros(size, dtype=np.int64)
-        self.write_end = np.zeros(size, dtype=np.int64)
-        self.acc_end = np.zeros(size, dtype=np.int64)
-        self.acc_after = np.zeros(size, dtype=np.int64)
+        self.size = size
+        self.small = size <= 64
+        self.at = {kind: [0] * size if self.small else np.zeros(size, dtype=np.int64)
+                   for kind in _KINDS}
+        self.floor = dict.fromkeys(_KINDS, 0)    # holds for every address
+        self.peak = dict.fromkeys(_KINDS, 0)     # the largest entry of ``at``
 
     def earliest(self, lo: int, hi: int, mode: str) -> int:
-        s = slice(lo, hi)
-        if mode == READ:
-            return int(max(self.write_end[s].max(), self.acc_end[s].max()))
-        if mode == ACCUMULATE:
-            return int(max(self.write_end[s].max(), self.read_end[s].max(),
-                           self.acc_after[s].max()))
-        return int(max(self.write_end[s].max(), self.read_end[s].max(),
-                       self.acc_end[s].max()))
+        if lo == 0 and hi == self.size:
+            return max(self.floor[mode], self.peak[mode])
+        arr = self.at[mode]
+        if self.small:
+            most = max(arr[lo:hi])
+        elif hi - lo == 1:
+            most = int(arr[lo])
+        else:
+            most = int(arr[lo:hi].max())
+        return max(self.floor[mode], most)
 
     def place(self, lo: int, hi: int, mode: str, issue: int, end: int) -> None:
-        s = slice(lo, hi)
-        if mode == ACCUMULATE:
-            np.maximum(self.acc_end[s], end, out=self.acc_end[s])
-            np.maximum(self.acc_after[s], issue + 1, out=self.acc_after[s])
-        else:
-            arr = self.read_end if mode == READ else self.write_end
-            np.maximum(arr[s], end, out=arr[s])
+        whole = lo == 0 and hi == self.size
+        for kind, t in ((READ, end if mode != READ else None), (WRITE, end),
+                        (ACCUMULATE, issue + 1 if mode == ACCUMULATE else end)):
+            if t is None:
+                continue
+            if whole:
+                if t > self.floor[kind]:
+                    self.floor[kind] = t
+                continue
+            arr = self.at[kind]
+            if self.small or hi - lo == 1:
+                for a in range(lo, hi):
+                    if arr[a] < t:
+                        arr[a] = t
+            else:
+                np.maximum(arr[lo:hi], t, out=arr[lo:hi])
+            if t > self.peak[kind]:
+                self.peak[kind] = t
+
+
+_KINDS = (READ, WRITE, ACCUMULATE)
 
 
 def schedule(cfg: ChipConfig, ops: list[MicroOp]) -> list[int]:
@@ -63,12 +87,18 @@ def schedule(cfg: ChipConfig, ops: list[MicroOp]) -> list[int]:
     slots = BusyIntervals()         # issue cycles already taken
     routing = Routing(cfg, ops)
     cycles = []
+    # What an op's fields decide, once per distinct op: lowering shares one fields
+    # dict (and one needs dict) among the copies of a repeated instruction.
+    known: dict[tuple[int, int], tuple[int, int, list]] = {}
     for op in ops:
-        probe = op.instr(0)
-        occupancy = timing.occupancy(cfg, probe)
-        done = timing.done(cfg, probe)
+        key = (id(op.fields), id(op.needs))
+        got = known.get(key)
+        if got is None:
+            probe = op.instr(0)
+            got = known[key] = (timing.occupancy(cfg, probe), timing.done(cfg, probe),
+                                routing.settings(op))
+        occupancy, done, spans = got
         unit = units[timing.UNIT[op.op]]
-        spans = routing.settings(op)
         t = max((resources[a.resource].earliest(a.lo, a.hi, a.mode) - a.start
                  for a in op.accesses), default=0)
         t = max(t, routing.earliest(spans), 0)

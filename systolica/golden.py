@@ -102,7 +102,16 @@ class _Scoreboard:
     def r_cycle(self, a):
         return self.r_since[a] + NEVER
 
-    def read(self, pc: int, touch: Touch, t: int, hazards: list[Hazard]) -> None:
+    def read(self, pc: int, touch: Touch, t: int, hazards: list[Hazard],
+             span: tuple[int, int, int] | None = None) -> None:
+        if span is not None:
+            # ``span`` = the rows' bounds and the earliest cycle: when even the
+            # earliest read comes after the latest write, every read sees its data.
+            lo, hi, first = span
+            if first + t - NEVER > self.w_since[lo:hi].max():
+                np.maximum.at(self.r_since, touch.addrs, touch.cycles + (t - NEVER))
+                self.r_pc[touch.addrs] = pc
+                return
         a, c = touch.addrs, touch.cycles + t
         w_cycle = self.w_cycle(a)
         seen = c > w_cycle
@@ -118,7 +127,18 @@ class _Scoreboard:
         np.maximum.at(self.r_since, a, c - NEVER)
         self.r_pc[a] = pc
 
-    def write(self, pc: int, touch: Touch, t: int, hazards: list[Hazard]) -> None:
+    def write(self, pc: int, touch: Touch, t: int, hazards: list[Hazard],
+              span: tuple[int, int, int] | None = None) -> None:
+        if span is not None:
+            # When the earliest write comes after every earlier read and write of
+            # the rows, it is neither early nor out of order.
+            lo, hi, first = span
+            since = first + t - NEVER
+            if since >= self.r_since[lo:hi].max() and since > self.w_since[lo:hi].max():
+                np.maximum.at(self.w_since, touch.addrs, touch.cycles + (t - NEVER))
+                self.w_pc[touch.addrs] = pc
+                self.w_fwd[touch.addrs] = touch.forward
+                return
         a, c = touch.addrs, touch.cycles + t
         r_cycle, w_cycle = self.r_cycle(a), self.w_cycle(a)
         # Any read after this write's cycle sees the new data, the instruction's own
@@ -147,6 +167,25 @@ class _Scoreboard:
         np.maximum.at(self.w_since, a, c - NEVER)
         self.w_pc[a] = pc
         self.w_fwd[a] = touch.forward
+
+
+def _span(touch: Touch) -> tuple[int, int, int] | None:
+    """``(lowest row, highest row + 1, earliest cycle)`` of a touch, None if empty."""
+    if not len(touch.addrs):
+        return None
+    return int(touch.addrs.min()), int(touch.addrs.max()) + 1, int(touch.cycles.min())
+
+
+def _port_runs(cycles: np.ndarray) -> list[tuple[int, int]]:
+    """The runs ``[first, last]`` of consecutive cycles among `cycles`."""
+    if not len(cycles):
+        return []
+    if len(cycles) == 1 or (np.diff(cycles) == 1).all():
+        return [(int(cycles[0]), int(cycles[-1]))]
+    c = np.unique(cycles)
+    cut = np.flatnonzero(np.diff(c) > 1)
+    return [(int(c[lo]), int(c[hi])) for lo, hi in
+            zip(np.concatenate(([0], cut + 1)), np.concatenate((cut, [len(c) - 1])))]
 
 
 def _range_fault(cfg: ChipConfig, ins: isa.Instr) -> str | None:
@@ -224,13 +263,10 @@ class _Fetcher:
         self.next = 0                               # index of the first run still ahead
         self.free_from = 0                          # the next word's earliest cycle
 
-    def dma(self, cycles: np.ndarray) -> None:
-        if not len(cycles):
-            return
-        c = np.unique(cycles)
-        cut = np.flatnonzero(np.diff(c) > 1)
-        for lo, hi in zip(np.concatenate(([0], cut + 1)), np.concatenate((cut, [len(c) - 1]))):
-            self.busy.append((int(c[lo]), int(c[hi])))
+    def dma(self, runs: list[tuple[int, int]], t: int) -> None:
+        """A DMA issued at `t` uses the port in `runs` (:func:`_port_runs`, relative
+        to its issue)."""
+        self.busy.extend((t + first, t + last) for first, last in runs)
 
     def ready(self, pc: int, issued: list[isa.Instr]) -> int:
         """The first cycle instruction ``pc`` can reach issue (0 if preloaded)."""
@@ -283,7 +319,9 @@ def check(cfg: ChipConfig, program: list[isa.Instr], prog_addr: int | None = Non
     end = 0
     # What an instruction's fields alone decide (its legality, range fault, effects
     # relative to issue), once per distinct instruction: a network repeats most.
-    known: dict[tuple, tuple[bool, str | None, Effects | None, int]] = {}
+    # With the effects: each touch with its board and its contiguous span, and the
+    # runs of DRAM port cycles, relative to issue.
+    known: dict[tuple, tuple] = {}
 
     def decided(ins: isa.Instr):
         key = (ins.op, tuple(ins.fields.items()))
@@ -293,7 +331,16 @@ def check(cfg: ChipConfig, program: list[isa.Instr], prog_addr: int | None = Non
             legal = entry is not None and instructions.legal(cfg, ins.op, ins.fields)
             fault_ = _range_fault(cfg, ins) if legal else None
             fx_ = entry.effects(cfg, ins.fields) if legal and not fault_ else None
-            got = known[key] = (legal, fault_, fx_, fx_.last if fx_ is not None else 0)
+            if fx_ is None:
+                got = known[key] = (legal, fault_, None, 0, (), (), [], ())
+            else:
+                dram = [tc for tc in fx_.reads + fx_.writes if tc.resource == "dram"]
+                got = known[key] = (
+                    legal, fault_, fx_, fx_.last,
+                    tuple((boards[tc.resource], tc, _span(tc)) for tc in fx_.reads),
+                    tuple((boards[tc.resource], tc, _span(tc)) for tc in fx_.writes),
+                    [run for tc in dram for run in _port_runs(tc.cycles)],
+                    tuple(tc for tc in fx_.writes if tc.resource == "dram"))
         return got
 
     for pc, ins in enumerate(program):
@@ -301,7 +348,8 @@ def check(cfg: ChipConfig, program: list[isa.Instr], prog_addr: int | None = Non
         ready = fetcher.ready(pc, issued)
         reach = max(arrival, ready)
         entry = instructions.SPEC.get(ins.op)
-        legal, range_fault, fx, fx_last = decided(ins)
+        legal, range_fault, fx, fx_last, reads, writes, port_runs, dram_writes = \
+            decided(ins)
         if not legal:
             fault = (ErrorCode.ILLEGAL_OPCODE, pc, reach)
             reason = "no such opcode" if entry is None else entry.legal_rule
@@ -341,17 +389,14 @@ def check(cfg: ChipConfig, program: list[isa.Instr], prog_addr: int | None = Non
             spans.append((t + first, t + last, pc))
             if len(spans) > 256:    # a window over by now matters to no later SETCFG
                 spans[:] = [w for w in spans if w[1] > t]
-        for touch in fx.reads:
-            boards[touch.resource].read(pc, touch, t, hazards)
-        for touch in fx.writes:
-            boards[touch.resource].write(pc, touch, t, hazards)
-        for touch in fx.reads + fx.writes:
-            if touch.resource == "dram":
-                fetcher.dma(t + touch.cycles)
+        for board, touch, span in reads:
+            board.read(pc, touch, t, hazards, span)
+        for board, touch, span in writes:
+            board.write(pc, touch, t, hazards, span)
+        if port_runs:
+            fetcher.dma(port_runs, t)
         if fetched is not None:
-            for touch in fx.writes:
-                if touch.resource != "dram":
-                    continue
+            for touch in dram_writes:
                 hit = (touch.addrs >= fetched[0]) & (touch.addrs < fetched[1])
                 if np.any(hit):
                     a = int(touch.addrs[np.flatnonzero(hit)[0]])
