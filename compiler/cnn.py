@@ -413,7 +413,7 @@ class _Emit:
     def op(self, opcode: Opcode, layer: int, **fields) -> MicroOp:
         """A checked micro-op; one with the fields of an earlier one shares its checked
         parts (a network repeats most of its instructions, tile after tile)."""
-        key = (opcode, layer, tuple(sorted(fields.items())))
+        key = (opcode, layer, tuple(fields.items()))   # one call site, one field order
         known = self.made.get(key)
         if known is None:
             known = make(self.cfg, opcode, layer, **fields)
@@ -434,6 +434,8 @@ class _Emit:
         nb_count = len(job.steps)
         self.tables = {}
         table_ops = self._tables(job)
+        step_table = [[self.tables.get(self._deltas(st), 0) for st in steps]
+                      for steps in job.steps]
         tiles_lo = lay.staging + 2 * stage_half
         area = lay.top - tiles_lo
         blocks: list[Block] = []
@@ -540,7 +542,7 @@ class _Emit:
                     mm = self.op(Opcode.MATMUL, i, act_addr=base, rows=rows, acc_addr=acc_at,
                                  accumulate=int(k > 0), max=int(job.use_max and k > 0),
                                  bank=bank, conv=1, dh=dh, dw=dw,
-                                 taps=self.tables.get(self._deltas(st), 0),
+                                 taps=step_table[nb][k],
                                  in_w=s.shape[2], in_h=in_h)
                     blk.steps.append(Step(pre, mm))
                 blk.epilogue = self._epilogue(job, i, acc_at, slot, rows, half, stage_half,

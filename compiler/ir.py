@@ -10,13 +10,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-import numpy as np
-
 from ..arch import fabric, instructions, isa, timing
 from ..arch.config import ChipConfig
 from ..arch.instructions import ACCUMULATE, READ, WRITE
 from ..arch.isa import Opcode
 from .graph import CompileError
+from .running_max import RunningMax
 
 
 @dataclass(frozen=True)
@@ -55,13 +54,17 @@ def resource_sizes(cfg: ChipConfig) -> dict[str, int]:
             "geom": 1, "taps": isa.TAP_TABLES}
 
 
-def accesses(cfg: ChipConfig, op: Opcode, f: dict) -> tuple[Access, ...]:
+def accesses(cfg: ChipConfig, op: Opcode, f: dict,
+             ranges: list[instructions.Range] | None = None) -> tuple[Access, ...]:
     """What an instruction reads and writes: its entry's memory ranges (conservative
-    for strided DMA: the whole span between the first and last DRAM word), the
-    weight bank it shifts or streams through, and the fabric settings it passes."""
+    for strided DMA: the whole span between the first and last DRAM word; `ranges`
+    if the caller has them already), the weight bank it shifts or streams through,
+    and the fabric settings it passes."""
     entry = instructions.spec(op)
+    if ranges is None:
+        ranges = entry.ranges(cfg, instructions.Fields(f))
     out = [Access(r.memory, r.lo, r.hi, r.mode, *(r.window or ()))
-           for r in entry.ranges(cfg, instructions.Fields(f)) if r.touched]
+           for r in ranges if r.touched]
     if entry.bank_mode is not None:
         out.append(Access(f"wbank{f['bank']}", 0, 1, entry.bank_mode,
                           *timing.bank_window(cfg, isa.Instr(op, 0, f))))
@@ -75,11 +78,12 @@ def accesses(cfg: ChipConfig, op: Opcode, f: dict) -> tuple[Access, ...]:
 def make(cfg: ChipConfig, op: Opcode, layer: int = 0, **fields) -> MicroOp:
     """A checked micro-op: fields encodable and every range inside its memory, so a
     compiled program can never raise ILLEGAL_OPCODE, ADDR_RANGE or CFG_RANGE."""
-    unknown = set(fields) - {name for name, _ in isa.PAYLOAD[op]}
+    names = isa.payload_fields(op)
+    unknown = fields.keys() - set(names)
     if unknown:
         raise CompileError(f"internal: {op.name} has no field(s) {sorted(unknown)}")
     # every field spelled out (0 by default), as isa.decode returns them
-    mop = MicroOp(op, {name: int(fields.get(name, 0)) for name, _ in isa.PAYLOAD[op]},
+    mop = MicroOp(op, {name: int(fields.get(name, 0)) for name in names},
                   (), layer)
     fields = mop.fields
     try:
@@ -90,7 +94,8 @@ def make(cfg: ChipConfig, op: Opcode, layer: int = 0, **fields) -> MicroOp:
     if not instructions.legal(cfg, op, fields):
         raise CompileError(f"internal: {mop}: {instructions.spec(op).legal_rule} (else "
                            f"the chip faults ILLEGAL_OPCODE)")
-    for r in instructions.ranges(cfg, op, fields):
+    ranges = instructions.ranges(cfg, op, fields)
+    for r in ranges:
         if not r.nonempty:
             raise CompileError(f"{mop}: rows must be at least 1 (an instruction that "
                                f"moves no rows faults ADDR_RANGE)")
@@ -109,7 +114,7 @@ def make(cfg: ChipConfig, op: Opcode, layer: int = 0, **fields) -> MicroOp:
                            f"{fields['dst'] + fields['rows']}) start inside the source rows "
                            f"[{fields['src']}, {fields['src'] + fields['rows']}) it has yet "
                            f"to read; write in place (dst = src) or to disjoint rows")
-    mop.accesses = accesses(cfg, op, fields)
+    mop.accesses = accesses(cfg, op, fields, ranges)
     return mop
 
 
@@ -150,36 +155,17 @@ def verify_reorder(cfg: ChipConfig, before: list[MicroOp], after: list[MicroOp])
     pos = {id(m): i for i, m in enumerate(after)}
     if len(pos) != len(before) or any(id(m) not in pos for m in before):
         raise CompileError("internal: reordered program is not a permutation")
-    # per address: the highest position in `after` of any write / read seen so far;
-    # small resources (weight banks, multiplexers) in lists, where numpy costs more
+    # per address: the highest position in `after` of any write / read seen so far
     sizes = resource_sizes(cfg)
-
-    def table(n: int):
-        return [-1] * n if n <= 64 else np.full(n, -1, dtype=np.int64)
-
-    writes = {r: table(n) for r, n in sizes.items()}
-    reads = {r: table(n) for r, n in sizes.items()}
+    writes = {r: RunningMax(n, -1) for r, n in sizes.items()}
+    reads = {r: RunningMax(n, -1) for r, n in sizes.items()}
     for m in before:
         p = pos[id(m)]
         for a in m.accesses:
-            w, r = writes[a.resource], reads[a.resource]
-            if isinstance(w, list):
-                last = max(w[a.lo:a.hi])
-                if a.mode != READ:
-                    last = max(last, max(r[a.lo:a.hi]))
-            elif a.hi - a.lo == 1:
-                last = w[a.lo] if a.mode == READ else max(w[a.lo], r[a.lo])
-            else:
-                last = w[a.lo:a.hi].max()
-                if a.mode != READ:
-                    last = max(last, r[a.lo:a.hi].max())
+            last = writes[a.resource].max(a.lo, a.hi)
+            if a.mode != READ:
+                last = max(last, reads[a.resource].max(a.lo, a.hi))
             if p <= last:
                 raise CompileError(f"internal: reordering moved {m} before a conflicting op")
         for a in m.accesses:
-            arr = (reads if a.mode == READ else writes)[a.resource]
-            if a.hi - a.lo == 1 or isinstance(arr, list):
-                for k in range(a.lo, a.hi):
-                    if arr[k] < p:
-                        arr[k] = p
-            else:
-                np.maximum(arr[a.lo:a.hi], p, out=arr[a.lo:a.hi])
+            (reads if a.mode == READ else writes)[a.resource].raise_to(a.lo, a.hi, p)

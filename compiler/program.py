@@ -146,8 +146,9 @@ def compile_network(cfg: ChipConfig, network: Network | Graph) -> Compiled:
     layer_of = tuple(layer for *_, layer in tagged)
     prog_addr = program_region(cfg, lowered.plan, len(tagged))
     scheduled = [ins for _, ins, _ in tagged]
-    program = delay_for_fetch(cfg, scheduled)
-    predicted = timing.run_cycles(cfg, program)
+    program = delay_for_fetch(cfg, scheduled)   # the same instructions, some later
+    dones = [timing.done(cfg, ins) for ins in scheduled]
+    predicted = max((ins.cycle + d for ins, d in zip(program, dones)), default=0)
     replayed = verify(cfg, program, f"network {graph.name!r}", prog_addr=prog_addr)
     if replayed != predicted:
         raise ScheduleError(
@@ -156,9 +157,9 @@ def compile_network(cfg: ChipConfig, network: Network | Graph) -> Compiled:
     image = isa.to_bytes([isa.encode(i) for i in program])
 
     spans: dict[int, tuple[int, int]] = {}     # layer -> (first issue, last done)
-    for ins, owner in zip(program, layer_of):
+    for ins, owner, d in zip(program, layer_of, dones):
         first, end = spans.get(owner, (ins.cycle, 0))
-        spans[owner] = (min(first, ins.cycle), max(end, ins.cycle + timing.done(cfg, ins)))
+        spans[owner] = (min(first, ins.cycle), max(end, ins.cycle + d))
     records = []
     running_end = 0
     for li, node in enumerate(graph.nodes):
@@ -173,7 +174,8 @@ def compile_network(cfg: ChipConfig, network: Network | Graph) -> Compiled:
         layer_of=layer_of, image=image, dram=lowered.dram,
         dram_map=lowered.dram_map, predicted_cycles=predicted,
         prog_addr=prog_addr,
-        fetch_delay=predicted - timing.run_cycles(cfg, scheduled),
+        fetch_delay=predicted - max((ins.cycle + d for ins, d in zip(scheduled, dones)),
+                                    default=0),
         layers=tuple(records),
         array_macs=sum(i.rows for i in program if i.op is Opcode.MATMUL) * cfg.macs,
         dram_bytes_read=_dma_bytes(cfg, program, (DmaKind.LOAD_CBUF, DmaKind.LOAD_ACC)),

@@ -16,68 +16,32 @@ what overlaps loads, compute and stores. All latencies come from systolica.arch.
 
 from __future__ import annotations
 
-import numpy as np
-
 from ..arch import isa, timing
 from ..arch.config import ChipConfig
 from .busy import BusyIntervals
 from .graph import CompileError
 from .ir import ACCUMULATE, READ, WRITE, MicroOp, resource_sizes
 from .reconfigure import Routing
+from .running_max import RunningMax
 
 
 class _Resource:
     """Per address, the first cycle each kind of access may start from: a read after
     every write and accumulate placed so far has ended, a write after every access
     has ended, an accumulate after every write and read has ended and every earlier
-    accumulate has issued. Each kind is one array, so a query is one maximum over the
-    access's rows. An access to every address (an op passing the whole fabric, a
-    weight bank) only raises a floor, and the array's peak is kept, so such accesses
-    cost no pass over the addresses; small resources are lists, where a numpy call
-    would cost more than the work."""
+    accumulate has issued."""
 
     def __init__(self, size: int):
-        self.size = size
-        self.small = size <= 64
-        self.at = {kind: [0] * size if self.small else np.zeros(size, dtype=np.int64)
-                   for kind in _KINDS}
-        self.floor = dict.fromkeys(_KINDS, 0)    # holds for every address
-        self.peak = dict.fromkeys(_KINDS, 0)     # the largest entry of ``at``
+        self.for_mode = {mode: RunningMax(size) for mode in (READ, WRITE, ACCUMULATE)}
 
     def earliest(self, lo: int, hi: int, mode: str) -> int:
-        if lo == 0 and hi == self.size:
-            return max(self.floor[mode], self.peak[mode])
-        arr = self.at[mode]
-        if self.small:
-            most = max(arr[lo:hi])
-        elif hi - lo == 1:
-            most = int(arr[lo])
-        else:
-            most = int(arr[lo:hi].max())
-        return max(self.floor[mode], most)
+        return self.for_mode[mode].max(lo, hi)
 
     def place(self, lo: int, hi: int, mode: str, issue: int, end: int) -> None:
-        whole = lo == 0 and hi == self.size
-        for kind, t in ((READ, end if mode != READ else None), (WRITE, end),
-                        (ACCUMULATE, issue + 1 if mode == ACCUMULATE else end)):
-            if t is None:
-                continue
-            if whole:
-                if t > self.floor[kind]:
-                    self.floor[kind] = t
-                continue
-            arr = self.at[kind]
-            if self.small or hi - lo == 1:
-                for a in range(lo, hi):
-                    if arr[a] < t:
-                        arr[a] = t
-            else:
-                np.maximum(arr[lo:hi], t, out=arr[lo:hi])
-            if t > self.peak[kind]:
-                self.peak[kind] = t
-
-
-_KINDS = (READ, WRITE, ACCUMULATE)
+        if mode != READ:
+            self.for_mode[READ].raise_to(lo, hi, end)
+        self.for_mode[WRITE].raise_to(lo, hi, end)
+        self.for_mode[ACCUMULATE].raise_to(lo, hi, issue + 1 if mode == ACCUMULATE else end)
 
 
 def schedule(cfg: ChipConfig, ops: list[MicroOp]) -> list[int]:

@@ -188,18 +188,39 @@ def _fields(layout: data.StructLayout) -> tuple[tuple[str, int, int], ...]:
     return got
 
 
-def _pack(layout: data.StructLayout, values: dict, what: str) -> int:
+def _names(layout: data.StructLayout) -> frozenset[str]:
+    got = _NAMES.get(id(layout))
+    if got is None:
+        got = _NAMES[id(layout)] = frozenset(name for name, _, _ in _fields(layout))
+    return got
+
+
+_NAMES: dict[int, frozenset[str]] = {}
+
+
+def payload_fields(op: Opcode) -> tuple[str, ...]:
+    """The names of `op`'s payload fields, in layout order."""
+    return tuple(name for name, _, _ in _fields(PAYLOAD[op]))
+
+
+def _pack(layout: data.StructLayout, values: dict, instr: "Instr") -> int:
     word = 0
     fields = _fields(layout)
     for name, offset, width in fields:
         v = int(values.get(name, 0))
         if not 0 <= v < (1 << width):
-            raise EncodingError(f"{what}: field {name}={v} does not fit {width} unsigned bits")
+            raise EncodingError(f"{_what(instr)}: field {name}={v} does not fit {width} "
+                                f"unsigned bits")
         word |= v << offset
-    extra = set(values).difference(name for name, _, _ in fields)
+    extra = values.keys() - _names(layout)
     if extra:
-        raise EncodingError(f"{what}: unknown field(s) {sorted(extra)}")
+        raise EncodingError(f"{_what(instr)}: unknown field(s) {sorted(extra)}")
     return word
+
+
+def _what(instr: "Instr") -> str:
+    """An instruction as encoding errors name it (built only for the message)."""
+    return f"{instr.op.name} @ cycle {instr.cycle}"
 
 
 def _unpack(layout: data.StructLayout, word: int) -> dict:
@@ -208,12 +229,11 @@ def _unpack(layout: data.StructLayout, word: int) -> dict:
 
 
 def encode(instr: Instr) -> int:
-    what = f"{instr.op.name} @ cycle {instr.cycle}"
-    payload = _pack(PAYLOAD[instr.op], instr.fields, what)
+    payload = _pack(PAYLOAD[instr.op], instr.fields, instr)
     if not 0 <= instr.cycle < (1 << CYCLE_BITS):
-        raise EncodingError(f"{what}: cycle does not fit {CYCLE_BITS} bits")
+        raise EncodingError(f"{_what(instr)}: cycle does not fit {CYCLE_BITS} bits")
     return _pack(Word, {"opcode": int(instr.op), "cycle": instr.cycle,
-                        "payload": payload}, what)
+                        "payload": payload}, instr)
 
 
 def decode(word: int) -> Instr:
