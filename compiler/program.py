@@ -3,7 +3,9 @@ image, DRAM image, predicted cycles and traffic, and how to read the results bac
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import gc
+import time
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -59,6 +61,7 @@ class Compiled:
     dram_bytes_read: int
     dram_bytes_written: int
     plan: MemoryPlan
+    phase_seconds: dict = field(default_factory=dict)   # compile time per phase
 
     @property
     def graph(self) -> Graph:
@@ -128,17 +131,48 @@ def _mkn(lowered, graph: Graph, node) -> tuple[int, int, int, int]:
     return M, job.macs // max(M * C, 1), C, job.macs
 
 
+class _PhaseClock:
+    """Seconds spent in each phase of a compile, in order."""
+
+    def __init__(self):
+        self.laps: dict[str, float] = {}
+        self._last = time.perf_counter()
+
+    def lap(self, phase: str) -> None:
+        now = time.perf_counter()
+        self.laps[phase] = round(now - self._last, 3)
+        self._last = now
+
+
 def compile_network(cfg: ChipConfig, network: Network | Graph) -> Compiled:
     """Compile `network` for chip `cfg`; raises CompileError when it cannot run there."""
+    # A network's compile makes millions of small objects that live until it ends and
+    # hold no reference cycles; the cyclic collector would only walk them over and
+    # over (a fifth of ResNet-50's compile time), so it waits until the end.
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return _compile(cfg, network)
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _compile(cfg: ChipConfig, network: Network | Graph) -> Compiled:
     if not isinstance(cfg, ChipConfig):
         raise CompileError(f"compile_network(cfg, network): cfg must be a ChipConfig "
                            f"(e.g. preset('tiny')), not {type(cfg).__name__}")
     if not isinstance(network, (Network, Graph)):
         raise CompileError(f"compile_network takes a Network or Graph, not "
                            f"{type(network).__name__}")
+    clock = _PhaseClock()
     lowered = lower(cfg, network)
+    clock.lap("lower")
     graph = lowered.plan.graph
-    cycles, updates = add_updates(cfg, lowered.ops, schedule(cfg, lowered.ops))
+    cycles = schedule(cfg, lowered.ops)
+    clock.lap("schedule")
+    cycles, updates = add_updates(cfg, lowered.ops, cycles)
+    clock.lap("config_updates")
     tagged = sorted([(c, lowered.ops[i].instr(c), lowered.ops[i].layer)
                      for i, c in enumerate(cycles)]
                     + [(ins.cycle, ins, lowered.ops[served].layer) for ins, served in updates],
@@ -147,14 +181,17 @@ def compile_network(cfg: ChipConfig, network: Network | Graph) -> Compiled:
     prog_addr = program_region(cfg, lowered.plan, len(tagged))
     scheduled = [ins for _, ins, _ in tagged]
     program = delay_for_fetch(cfg, scheduled)   # the same instructions, some later
+    clock.lap("order")
     dones = [timing.done(cfg, ins) for ins in scheduled]
     predicted = max((ins.cycle + d for ins, d in zip(program, dones)), default=0)
     replayed = verify(cfg, program, f"network {graph.name!r}", prog_addr=prog_addr)
+    clock.lap("verify")
     if replayed != predicted:
         raise ScheduleError(
             f"network {graph.name!r}: internal: the compiler predicts {predicted} cycles "
             f"but the program's effects end in cycle {replayed - 1}")
     image = isa.to_bytes([isa.encode(i) for i in program])
+    clock.lap("encode")
 
     spans: dict[int, tuple[int, int]] = {}     # layer -> (first issue, last done)
     for ins, owner, d in zip(program, layer_of, dones):
@@ -180,4 +217,4 @@ def compile_network(cfg: ChipConfig, network: Network | Graph) -> Compiled:
         array_macs=sum(i.rows for i in program if i.op is Opcode.MATMUL) * cfg.macs,
         dram_bytes_read=_dma_bytes(cfg, program, (DmaKind.LOAD_CBUF, DmaKind.LOAD_ACC)),
         dram_bytes_written=_dma_bytes(cfg, program, (DmaKind.STORE_CBUF, DmaKind.STORE_ACC)),
-        plan=lowered.plan)
+        plan=lowered.plan, phase_seconds=clock.laps)

@@ -91,6 +91,7 @@ def network_record(cfg: ChipConfig, graph: Graph, name: str) -> dict:
         "dram_bytes": compiled.dram_bytes_read + compiled.dram_bytes_written,
         "min_bytes": sum(l["min_bytes"] for l in layers),
         "compile_seconds": compile_s,
+        "compile_phase_seconds": compiled.phase_seconds,   # where the compile time goes
         "targets": {"conv_mac_weighted_utilization": 0.95,
                     "min_conv_utilization_except_stem": 0.80, "stem_utilization": 0.6,
                     "compile_seconds": 30.0},
