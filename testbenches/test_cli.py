@@ -54,6 +54,18 @@ def test_compile_then_disasm_round_trip(tmp_path, capsys):
     assert status == 0 and listed == listing
 
 
+def test_compile_of_a_long_program_names_its_dram_address(capsys):
+    """A program longer than the instruction memory is fetched from DRAM: the user is
+    told where to load it and what to write to PROG_ADDR."""
+    from systolica.compiler import compile_network
+    status, out, _ = run(["compile", "--gemm", "96x256x96", "--seed", "3"], capsys)
+    compiled = compile_network(preset("tiny"), cli._gemm_network(96, 256, 96, seed=3))
+    assert status == 0 and len(compiled.program) > preset("tiny").imem_depth
+    assert f"set PROG_ADDR to {compiled.prog_addr}" in out
+    status, out, _ = run(["compile", "--gemm", "8x16x8"], capsys)
+    assert status == 0 and "PROG_ADDR" not in out
+
+
 def test_schedule_writes_the_chip_image(tmp_path, capsys):
     image = tmp_path / "g.bin"
     status, out, _ = run(["schedule", str(EXAMPLES / "gemm_tiny.stp"), "--image", str(image)],

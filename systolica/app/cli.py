@@ -292,6 +292,7 @@ def cmd_bench(args) -> int:
 
 
 def cmd_compile(args) -> int:
+    from ..arch import fetch
     from ..compiler import compile_network
     from ..arch.config import preset
     cfg = preset(args.config)
@@ -304,6 +305,11 @@ def cmd_compile(args) -> int:
     print(compiled.disassemble() if args.listing else
           f"{len(compiled.program)} instructions, {compiled.predicted_cycles} cycles predicted, "
           f"MAC utilisation {compiled.utilisation:.3f}")
+    if fetch.fetches(cfg, len(compiled.program)):
+        # The chip reads the rest of a long program from DRAM while it runs.
+        print(f"the program is longer than the instruction memory ({cfg.imem_depth}): "
+              f"load the image at DRAM word {compiled.prog_addr} and set PROG_ADDR to "
+              f"{compiled.prog_addr}")
     return 0
 
 
