@@ -133,9 +133,10 @@ class Routing:
         self.cfg = cfg
         self.domain = {m.name: m.domain for m in fabric.muxes(cfg)}
         table = fabric.by_name(cfg)
+        distinct = {id(op.needs): op.needs for op in ops}   # copies share their needs
         self.active = any(name not in table or src not in table[name].sources
                           or table[name].value_of(src) != table[name].default
-                          for op in ops for name, src in op.needs.items())
+                          for needs in distinct.values() for name, src in needs.items())
         self.ends: dict[str, dict[int, int]] = defaultdict(dict)   # mux -> value -> end
         self.phase: dict[str, tuple[int, int]] = {}    # mux -> (value, first use) of
                                                        # the last phase
