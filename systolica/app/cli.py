@@ -253,7 +253,7 @@ def cmd_bench(args) -> int:
     gemm256 = ("gemm_256x256x256", "base", lambda: _gemm_network(256, 256, 256, 1))
     # Each case as cocotb drives it (as the tests do), then the long GEMM again with
     # the plain C++ harness: the simulation speed of both, on the same Verilog.
-    from . import cnn_bench
+    from . import chain_bench, cnn_bench
     cases = [(*gemm256, "cocotb"),
              ("gemm_64x64x64", "base", lambda: _gemm_network(64, 64, 64, 2), "cocotb"),
              ("demo_mlp", "tiny", demo.mlp, "cocotb"),
@@ -278,8 +278,10 @@ def cmd_bench(args) -> int:
         task = progress.add_task("ResNet-50 on base: compiling the whole network", total=1)
         resnet = cnn_bench.resnet50_record(preset("base"))
         progress.advance(task)
+    chains = [r for c in chain_bench.CHAINS for r in chain_bench.chain_records(c)]
     out = Path(args.out)
-    _write_bytes(args.out, (json.dumps(records + [resnet], indent=2) + "\n").encode())
+    _write_bytes(args.out, (json.dumps(records + [resnet] + chains, indent=2) + "\n")
+                 .encode())
     for r in records:
         print(f"{r['name']:>18} on {r['config']:<5} cycles {r['cycles']:>7} "
               f"(predicted {r['predicted_cycles']}) util {r['mac_utilization']:.3f} "
@@ -287,6 +289,12 @@ def cmd_bench(args) -> int:
               f"({r['harness']})  "
               f"{'ok' if r['ok'] else 'MISMATCH'}")
     report.print_network_record(resnet)
+    print("chains (planned; the RTL has no overlap buffer path yet):")
+    for r in chains:
+        print(f"{r['name']:>20} {r['strategy']:<16} DRAM {r['dram_bytes']:>8} B "
+              f"({r['dram_ratio_to_min']:.2f}x min)"
+              + (f"  MACs {r['macs']:>10}  UBUF {r['ubuf_bytes_written']:>6} B"
+                 if "macs" in r else ""))
     print(f"wrote {out}")
     return 0 if all(r["ok"] for r in records) else 1
 
