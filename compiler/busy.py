@@ -18,6 +18,18 @@ class BusyIntervals:
         self._starts: list[int] = []
         self._ends: list[int] = []
 
+    @classmethod
+    def of_cycles(cls, cycles) -> "BusyIntervals":
+        """Single busy cycles (an interval ``[c, c + 1)`` each), booked at once."""
+        out = cls()
+        for c in sorted(set(cycles)):
+            if out._ends and out._ends[-1] == c:
+                out._ends[-1] = c + 1
+            else:
+                out._starts.append(c)
+                out._ends.append(c + 1)
+        return out
+
     @staticmethod
     def _check(lo: int, hi: int) -> None:
         if not (isinstance(lo, int) and isinstance(hi, int)) or hi <= lo:

@@ -83,10 +83,13 @@ def uses(cfg: ChipConfig, ops: list[MicroOp], cycles: list[int]) -> dict[str, li
     (what :func:`windows` would merge them into): a network's hundreds of thousands
     of ops then cost a pass over the distinct ops, not one object per op and
     multiplexer."""
+    # Copies of one op share their fields and needs dicts (lowering makes them so), so
+    # the dicts' identities group them; equal ops from separate dicts are merely
+    # grouped apart.
     groups: dict[tuple, list[int]] = defaultdict(list)
     for k, op in enumerate(ops):
         if op.op in FABRIC_OPS or op.needs:
-            groups[(op.op, tuple(op.fields.items()), tuple(op.needs.items()))].append(k)
+            groups[(op.op, id(op.fields), id(op.needs))].append(k)
     at = np.asarray(cycles, dtype=np.int64)
     per_mux: dict[str, list[tuple[int, int, int, np.ndarray]]] = defaultdict(list)
     for idx in groups.values():
@@ -244,9 +247,7 @@ def _place(cfg: ChipConfig, ops: list[MicroOp], cycles: list[int],
            who: Sequence[str] | None) -> list[Update]:
     """The updates for a fixed schedule, in cycle order."""
     found = windows(cfg, ops, cycles, who)
-    slots = BusyIntervals()
-    for c in cycles:
-        slots.add(c, c + 1)
+    slots = BusyIntervals.of_cycles(cycles)
     at = assign_updates([w for w, *_ in found], per_cycle=cfg.max_config_updates_per_cycle,
                         interval=cfg.config_update_interval,
                         domain_budget=cfg.power_domain_budget,

@@ -72,3 +72,13 @@ def test_agrees_with_a_set_of_busy_cycles(seed):
         assert b.is_free(t, t + n) == cycles.isdisjoint(range(t, t + n))
         want = next(s for s in range(t, 300) if cycles.isdisjoint(range(s, s + n)))
         assert b.first_free(t, n) == want
+
+
+def test_of_cycles_books_what_adding_each_cycle_books():
+    rng = random.Random(5)
+    for _ in range(50):
+        cycles = [rng.randrange(60) for _ in range(rng.randrange(40))]
+        one_by_one = BusyIntervals()
+        for c in cycles:
+            one_by_one.add(c, c + 1)
+        assert list(BusyIntervals.of_cycles(cycles)) == list(one_by_one)
