@@ -319,7 +319,7 @@ def check(cfg: ChipConfig, program: list[isa.Instr], prog_addr: int | None = Non
     end = 0
     # What an instruction's fields alone decide (its legality, range fault, effects
     # relative to issue), once per distinct instruction: a network repeats most.
-    # With the effects: each touch with its board and its contiguous span, and the
+    # With the effects: each touch with its board and the bounds of its rows, and the
     # runs of DRAM port cycles, relative to issue.
     known: dict[tuple, tuple] = {}
 
