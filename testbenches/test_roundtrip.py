@@ -60,6 +60,16 @@ def canonical(ins: Instr) -> Instr:
 # -- encode / decode -------------------------------------------------------------------
 @EXAMPLES
 @given(instrs())
+def test_instructions_survive_pickle_and_copy(ins):
+    """Programs can go to another process (and be copied) whole."""
+    import copy
+    import pickle
+    assert pickle.loads(pickle.dumps(ins)) == ins
+    assert copy.deepcopy(ins) == ins
+
+
+@EXAMPLES
+@given(instrs())
 def test_decode_inverts_encode(ins):
     word = isa.encode(ins)
     assert 0 <= word < 1 << isa.WORD_BITS

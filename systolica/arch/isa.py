@@ -167,8 +167,10 @@ class Instr:
     fields: dict
 
     def __getattr__(self, name):
+        # Only reached for names that are not attributes. Before ``fields`` is set (an
+        # instance being unpickled or copied) there is nothing to look in.
         try:
-            return self.fields[name]
+            return self.__dict__["fields"][name]
         except KeyError:
             raise AttributeError(name) from None
 
