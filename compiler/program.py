@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..arch import isa, timing
+from ..arch import fetch, isa, timing
 from ..arch.config import ChipConfig
 from ..arch.isa import DmaKind, Opcode
 from . import layout
@@ -70,6 +70,13 @@ class Compiled:
     @property
     def macs(self) -> int:
         return sum(layer.macs for layer in self.layers)
+
+    @property
+    def fetch_bytes_read(self) -> int:
+        """What the FETCH_RD_BYTES counter will read: every word of the instructions
+        past the instruction memory, each fetched once."""
+        beyond = max(0, len(self.program) - self.cfg.imem_depth)
+        return beyond * fetch.words_per_instruction(self.cfg) * self.cfg.dram_word_bytes
 
     @property
     def utilisation(self) -> float:

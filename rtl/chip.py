@@ -114,9 +114,9 @@ class Chip(wiring.Component):
 
         # Performance counters, cleared by START.
         macs = Signal(64)
-        rd_bytes, wr_bytes = Signal(32), Signal(32)
+        rd_bytes, wr_bytes, fetch_bytes = Signal(32), Signal(32), Signal(32)
         with m.If(csr.seq.start):
-            m.d.sync += [macs.eq(0), rd_bytes.eq(0), wr_bytes.eq(0)]
+            m.d.sync += [macs.eq(0), rd_bytes.eq(0), wr_bytes.eq(0), fetch_bytes.eq(0)]
         with m.Else():
             with m.If(mm.row_fed):
                 m.d.sync += macs.eq(macs + cfg.macs)
@@ -124,6 +124,8 @@ class Chip(wiring.Component):
                 m.d.sync += rd_bytes.eq(rd_bytes + cfg.dram_word_bytes)
             with m.If(dma.mem.we):
                 m.d.sync += wr_bytes.eq(wr_bytes + cfg.dram_word_bytes)
+            with m.If(seq.mem.re & ~dma_busy):      # a word the fetcher gets
+                m.d.sync += fetch_bytes.eq(fetch_bytes + cfg.dram_word_bytes)
         m.d.comb += [csr.macs.eq(macs), csr.dram_rd_bytes.eq(rd_bytes),
-                     csr.dram_wr_bytes.eq(wr_bytes)]
+                     csr.dram_wr_bytes.eq(wr_bytes), csr.fetch_rd_bytes.eq(fetch_bytes)]
         return m

@@ -54,6 +54,9 @@ class GoldenResult:
     macs: int                 # MACS counter: rows streamed x R x C
     dram_bytes_read: int
     dram_bytes_written: int
+    fetch_bytes_read: int     # FETCH_RD_BYTES of a run that completes (after a fault it
+                              # counts the words up to the faulting instruction; the
+                              # chip's fetcher may have read further ahead)
 
 
 class GoldenError(ValueError):
@@ -77,6 +80,7 @@ class Timeline:
     cycles: int                                   # what the CYCLES register reads
     hazards: list[Hazard] = field(default_factory=list)
     fault_reason: str = ""                        # why the fault was raised
+    fetched_words: int = 0                        # words the fetcher read
 
 
 # -- the timing pass ------------------------------------------------------------------
@@ -262,6 +266,7 @@ class _Fetcher:
         self.busy: list[tuple[int, int]] = []       # DMA port runs [first, last], in time
         self.next = 0                               # index of the first run still ahead
         self.free_from = 0                          # the next word's earliest cycle
+        self.words_read = 0
 
     def dma(self, runs: list[tuple[int, int]], t: int) -> None:
         """A DMA issued at `t` uses the port in `runs` (:func:`_port_runs`, relative
@@ -273,6 +278,7 @@ class _Fetcher:
         if pc < self.depth:
             return 0
         c = max(self.free_from, issued[pc - self.depth].cycle + 1)
+        self.words_read += self.words
         for _ in range(self.words):
             while self.next < len(self.busy):
                 first, last = self.busy[self.next]
@@ -407,7 +413,8 @@ def check(cfg: ChipConfig, program: list[isa.Instr], prog_addr: int | None = Non
         effects.append(fx)
         end = max(end, t + fx_last + 1)
     cycles = fault[2] if fault else end
-    return Timeline(issued, effects, fault, cycles, hazards, reason or "")
+    return Timeline(issued, effects, fault, cycles, hazards, reason or "",
+                    fetcher.words_read)
 
 
 # -- the data pass --------------------------------------------------------------------
@@ -514,4 +521,5 @@ def run(cfg: ChipConfig, image: bytes, dram: np.ndarray, prog_addr: int | None =
         instructions.SPEC[ins.op].execute(chip, ins.fields)
     error, pc, cycle = timeline.fault or (ErrorCode.NONE, 0, 0)
     return GoldenResult(chip.dram, chip.cbuf, chip.acc, timeline.cycles, error, pc, cycle,
-                        len(timeline.issued), chip.macs, chip.rd_bytes, chip.wr_bytes)
+                        len(timeline.issued), chip.macs, chip.rd_bytes, chip.wr_bytes,
+                        timeline.fetched_words * cfg.dram_word_bytes)

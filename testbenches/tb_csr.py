@@ -20,7 +20,7 @@ from tb_base import BlockTB, case_names
 
 CFG = preset("tiny")
 SEQ_INPUTS = ("running", "done", "fault", "error", "fault_pc", "cycle", "macs",
-              "dram_rd_bytes", "dram_wr_bytes")
+              "dram_rd_bytes", "dram_wr_bytes", "fetch_rd_bytes")
 #: Ports of the ``seq`` interface (:class:`systolica.rtl.ports.RunControl`) by the
 #: names the model uses; the others are named as in the model.
 PORT = {**{name: f"seq__{name}" for name in ("start", "prog_len", "running", "done",
@@ -62,6 +62,7 @@ class RegsModel:
             Reg.MACS_HI: i["macs"] >> 32,
             Reg.DRAM_RD_BYTES: i["dram_rd_bytes"],
             Reg.DRAM_WR_BYTES: i["dram_wr_bytes"],
+            Reg.FETCH_RD_BYTES: i["fetch_rd_bytes"],
             Reg.HWCFG: regs.hwcfg_word(CFG.tile_rows, CFG.tile_cols, CFG.tile_size),
             Reg.FAULT_CYCLE: self.fault_cycle,
             Reg.UBUF_BASE: CFG.ubuf_base,
@@ -96,7 +97,7 @@ class RegsModel:
 def idle(**over) -> dict:
     d = {"addr": Reg.STATUS, "wdata": 0, "we": 0, "running": 0, "done": 0, "fault": 0,
          "error": 0, "fault_pc": 0, "cycle": 0, "macs": 0, "dram_rd_bytes": 0,
-         "dram_wr_bytes": 0}
+         "dram_wr_bytes": 0, "fetch_rd_bytes": 0}
     d.update(over)
     return d
 
@@ -164,7 +165,8 @@ def case_readback(rng):
         inputs = dict(running=rng.randrange(2), error=rng.randrange(7),
                       fault_pc=rng.getrandbits(16), cycle=rng.getrandbits(32),
                       macs=rng.getrandbits(64), dram_rd_bytes=rng.getrandbits(32),
-                      dram_wr_bytes=rng.getrandbits(32))
+                      dram_wr_bytes=rng.getrandbits(32),
+                      fetch_rd_bytes=rng.getrandbits(32))
         s += [rd(reg, **inputs) for reg in Reg]
     s += [wr(Reg.PROG_LEN, CFG.imem_depth), rd(Reg.PROG_LEN), wr(Reg.PROG_LEN, 0xFFFF),
           rd(Reg.PROG_LEN)]

@@ -26,7 +26,8 @@ from systolica.compiler import compile_network, reference
 RECORD_KEYS = {
     "name", "config", "M", "K", "N", "layers", "cycles", "predicted_cycles",
     "golden_cycles", "macs", "array_macs", "mac_utilization", "dram_bytes",
-    "dram_rd_bytes", "dram_wr_bytes", "instructions", "compile_seconds", "sim_seconds",
+    "dram_rd_bytes", "dram_wr_bytes", "fetch_rd_bytes", "instructions", "compile_seconds",
+    "sim_seconds",
     "sim_cycles_per_second", "harness", "outputs_match", "ok",
 }
 LAYER_KEYS = {"name", "M", "K", "N", "predicted_cycles", "cycles", "mac_utilization",
@@ -61,7 +62,7 @@ def golden_run(cfg, network) -> flow.NetworkRun:
         and all(np.array_equal(got[k], want[k]) for k in want),
         macs_counter=full.macs, dram_rd_bytes=full.dram_bytes_read,
         dram_wr_bytes=full.dram_bytes_written, sim_s=0.25, error=full.error.name,
-        layers=layers)
+        layers=layers, fetch_rd_bytes=full.fetch_bytes_read)
 
 
 @pytest.fixture(scope="module")
@@ -123,6 +124,7 @@ def test_a_layer_off_by_one_cycle_fails_the_run(demo_run):
 @pytest.mark.parametrize("change", [
     dict(measured_cycles=DEMO_CYCLES + 1), dict(golden_cycles=DEMO_CYCLES - 1),
     dict(rtl_matches_numpy=False), dict(rtl_matches_golden=False), dict(error="RANGE"),
+    dict(fetch_rd_bytes=8),
 ], ids=lambda change: next(iter(change)))
 def test_any_mismatch_fails_the_run(demo_run, change):
     run = dataclasses.replace(demo_run, **change)
@@ -153,6 +155,14 @@ def test_bench_record(demo_run):
 def test_bench_record_of_a_failed_run(demo_run):
     rec = report.record(dataclasses.replace(demo_run, rtl_matches_numpy=False), "x")
     assert rec["outputs_match"] is False and rec["ok"] is False
+
+
+def test_a_fetch_count_off_the_prediction_is_shown_and_fails(demo_run):
+    """The demo fits the instruction memory: no fetch line; a fetch counter other than
+    the prediction (0 bytes) is printed with NO."""
+    assert not any(l.startswith("instruction fetch") for l in printed(demo_run))
+    lines = printed(dataclasses.replace(demo_run, fetch_rd_bytes=8))
+    assert "instruction fetch from DRAM: 8 B read, 0 B predicted NO" in lines
 
 
 @pytest.mark.rtl

@@ -61,6 +61,10 @@ def test_long_programs_on_a_small_instruction_memory():
     np.testing.assert_array_equal(got, reference.run(compiled.network))
     assert res["gemm"]["cycles"] == compiled.predicted_cycles == golds[0].cycles
     assert res["gemm"]["error_name"] == "NONE"
+    # the FETCH_RD_BYTES counter: every fetched word once, as predicted
+    assert res["gemm"]["fetch_rd_bytes"] == compiled.fetch_bytes_read \
+        == golds[0].fetch_bytes_read > 0
+    assert res["delayed"]["fetch_rd_bytes"] == golds[2].fetch_bytes_read > 0
     for name, gold in zip(["late", "delayed", "prog_range"], golds[1:]):
         r = res[name]
         assert (r["error_name"], r["fault_pc"], r["fault_cycle"], r["cycles"]) == \
@@ -79,3 +83,4 @@ def test_program_longer_than_the_tiny_instruction_memory():
     np.testing.assert_array_equal(compiled.result(res["readback"][0]),
                                   reference.run(compiled.network))
     assert res["cycles"] == compiled.predicted_cycles == gold.cycles
+    assert res["fetch_rd_bytes"] == compiled.fetch_bytes_read == gold.fetch_bytes_read > 0

@@ -89,6 +89,7 @@ def network_record(cfg: ChipConfig, graph: Graph, name: str) -> dict:
         "stem_utilization": convs[0]["mac_utilization"],
         "dram_rd_bytes": compiled.dram_bytes_read, "dram_wr_bytes": compiled.dram_bytes_written,
         "dram_bytes": compiled.dram_bytes_read + compiled.dram_bytes_written,
+        "fetch_rd_bytes": compiled.fetch_bytes_read,     # the program, read as it runs
         "min_bytes": sum(l["min_bytes"] for l in layers),
         "compile_seconds": compile_s,
         "compile_phase_seconds": compiled.phase_seconds,   # where the compile time goes

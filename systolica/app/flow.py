@@ -61,6 +61,7 @@ class NetworkRun:
     layers: list[LayerRun] = field(default_factory=list)
     fst: str | None = None
     harness: str = "cocotb"     # what drove the simulation (systolica.sim.rtlsim.HARNESSES)
+    fetch_rd_bytes: int = 0     # the instruction fetcher's DRAM reads (FETCH_RD_BYTES)
 
     @property
     def macs(self) -> int:
@@ -79,6 +80,7 @@ class NetworkRun:
     def ok(self) -> bool:
         return (self.error == "NONE" and self.rtl_matches_golden and self.rtl_matches_numpy
                 and self.measured_cycles == self.predicted_cycles == self.golden_cycles
+                and self.fetch_rd_bytes == self.compiled.fetch_bytes_read
                 and all(l.measured_end == l.predicted_end for l in self.layers))
 
 
@@ -142,4 +144,5 @@ def run_network(cfg: ChipConfig, network: Network | Graph, *, waves: bool = Fals
         and all(np.array_equal(got[k], want[k]) for k in got),
         macs_counter=full["macs"], dram_rd_bytes=full["dram_rd_bytes"],
         dram_wr_bytes=full["dram_wr_bytes"], sim_s=full["wall_s"],
-        error=full["error_name"], layers=layers, fst=full.get("fst"), harness=harness)
+        error=full["error_name"], layers=layers, fst=full.get("fst"), harness=harness,
+        fetch_rd_bytes=full["fetch_rd_bytes"])

@@ -39,6 +39,10 @@ def print_run(run: NetworkRun, console: Console | None = None) -> None:
                   f"RTL == numpy {_mark(run.rtl_matches_numpy)}; golden model cycles "
                   f"{run.golden_cycles} {_mark(run.golden_cycles == run.predicted_cycles)}; "
                   f"chip error {run.error}")
+    if run.compiled.fetch_bytes_read or run.fetch_rd_bytes:
+        console.print(f"instruction fetch from DRAM: {run.fetch_rd_bytes} B read, "
+                      f"{run.compiled.fetch_bytes_read} B predicted "
+                      f"{_mark(run.fetch_rd_bytes == run.compiled.fetch_bytes_read)}")
     console.print(f"compile {run.compile_s:.2f} s; RTL simulation {run.measured_cycles} cycles "
                   f"in {run.sim_s:.2f} s ({run.sim_cycles_per_second:,.0f} cycles/s)")
     if run.fst:
@@ -69,6 +73,7 @@ def record(run: NetworkRun, name: str) -> dict:
         "dram_bytes": run.dram_rd_bytes + run.dram_wr_bytes,
         "dram_rd_bytes": run.dram_rd_bytes,
         "dram_wr_bytes": run.dram_wr_bytes,
+        "fetch_rd_bytes": run.fetch_rd_bytes,
         "instructions": len(run.compiled.program),
         "compile_seconds": run.compile_s,
         "sim_seconds": run.sim_s,

@@ -27,6 +27,8 @@ class Reg(enum.IntEnum):
     UBUF_ROWS = 15     # R: its size in rows (0: no UBUF)
     PROG_ADDR = 16     # RW: DRAM word address of the program image (fetched from
                        # there when PROG_LEN exceeds the instruction memory)
+    FETCH_RD_BYTES = 17  # R: bytes the instruction fetcher read from DRAM (the DMA's
+                         # traffic is DRAM_RD_BYTES / DRAM_WR_BYTES)
 
 
 CTRL_START = 1 << 0

@@ -696,7 +696,8 @@ def compare(prog: RandomProgram, rtl: dict) -> list[str]:
             problems.append(f"golden cycles {gold.cycles} != predicted {predicted}")
         regs += [("macs", gold.macs, rtl["macs"]),
                  ("dram_rd_bytes", gold.dram_bytes_read, rtl["dram_rd_bytes"]),
-                 ("dram_wr_bytes", gold.dram_bytes_written, rtl["dram_wr_bytes"])]
+                 ("dram_wr_bytes", gold.dram_bytes_written, rtl["dram_wr_bytes"]),
+                 ("fetch_rd_bytes", gold.fetch_bytes_read, rtl["fetch_rd_bytes"])]
     else:
         code, pc, cycle = prog.expect
         if (gold.error, gold.fault_pc, gold.fault_cycle) != (code, pc, cycle):
