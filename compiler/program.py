@@ -153,9 +153,9 @@ class _PhaseClock:
 
 def compile_network(cfg: ChipConfig, network: Network | Graph) -> Compiled:
     """Compile `network` for chip `cfg`; raises CompileError when it cannot run there."""
-    # A network's compile makes millions of small objects that live until it ends and
-    # hold no reference cycles; the cyclic collector would only walk them over and
-    # over (a fifth of ResNet-50's compile time), so it waits until the end.
+    # A network's compile makes millions of small objects, nearly all alive until it
+    # ends; the cyclic collector would only walk them over and over (a fifth of
+    # ResNet-50's compile time), so it waits until the end.
     enabled = gc.isenabled()
     gc.disable()
     try:
