@@ -17,7 +17,9 @@ Tile ``(i, j)`` is tile row ``i`` (north to south), tile column ``j`` (west to e
   (zero starts a new reduction chain at this tile row).
 * ``acc_src[g]``    accumulator partition group ``g``: which tile column's partial sums.
 * ``wb_src[g]``     CBUF partition group ``g`` on vector-unit writeback: which accumulator
-  partition group's results (this mapping is what makes transposes possible).
+  partition group's results. It moves whole groups of ``n`` columns; every byte keeps
+  its lane within the group, so it permutes blocks and does not transpose elements
+  (an element transpose needs weights loaded along the array's rows, seed 004).
 """
 
 from __future__ import annotations
