@@ -44,9 +44,8 @@ class ChipConfig:
     tile_cols: int
     tile_size: int
     cbuf_depth: int          # rows per CBUF partition
-    cbuf_banks: int          # CBUF banks by address range, for the bank-level allocation
-                             # of later passes; this RTL gives every client its own port
-                             # on the whole CBUF, so banks constrain nothing yet
+    cbuf_banks: int          # CBUF banks by address range, each one read and one write
+                             # port (docs/contract.md, "CBUF banks")
     acc_depth: int           # rows of the accumulator buffer
     dram_words: int          # external memory size in words of ``dram_word_bytes``; the
                              # simulators and the golden model touch only what a run uses,
@@ -99,6 +98,10 @@ class ChipConfig:
         if self.cbuf_depth % self.cbuf_banks:
             raise ConfigError(f"{self.name}: cbuf_depth {self.cbuf_depth} must be a multiple "
                               f"of cbuf_banks {self.cbuf_banks}")
+        if self.cbuf_bank_rows & (self.cbuf_bank_rows - 1):
+            raise ConfigError(f"{self.name}: a CBUF bank must hold a power of two rows, "
+                              f"not {self.cbuf_bank_rows} (cbuf_depth {self.cbuf_depth} / "
+                              f"cbuf_banks {self.cbuf_banks}); change either")
         if self.cbuf_depth < self.rows:
             raise ConfigError(f"{self.name}: cbuf_depth {self.cbuf_depth} cannot hold one "
                               f"weight block ({self.rows} rows); make it at least {self.rows}")
@@ -174,6 +177,11 @@ class ChipConfig:
         return self.cbuf_depth // self.cbuf_banks
 
     @property
+    def cbuf_bank_shift(self) -> int:
+        """Row ``a`` is in CBUF bank ``a >> cbuf_bank_shift``."""
+        return self.cbuf_bank_rows.bit_length() - 1
+
+    @property
     def dram_bytes(self) -> int:
         return self.dram_words * self.dram_word_bytes
 
@@ -198,11 +206,11 @@ class ChipConfig:
 
 PRESETS = {
     "tiny": ChipConfig(name="tiny", tile_rows=2, tile_cols=2, tile_size=4,
-                       cbuf_depth=2048, cbuf_banks=4, acc_depth=256,
+                       cbuf_depth=2048, cbuf_banks=8, acc_depth=256,
                        dram_words=16384, imem_depth=2048,       # 128 KiB: small for tests
                        ubuf_base=1920, ubuf_rows=128),
     "base": ChipConfig(name="base", tile_rows=2, tile_cols=2, tile_size=8,
-                       cbuf_depth=8192, cbuf_banks=8, acc_depth=1024,
+                       cbuf_depth=8192, cbuf_banks=16, acc_depth=1024,
                        dram_words=1 << 22, imem_depth=4096,     # 64 MiB
                        ubuf_base=7680, ubuf_rows=512),
 }

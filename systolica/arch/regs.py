@@ -54,6 +54,8 @@ class ErrorCode(enum.IntEnum):
     CFG_IN_USE = 8       # SETCFG names a multiplexer while an earlier instruction's data passes it
     FETCH_LATE = 9       # an instruction's word reached the instruction memory after its
                          # cycle (systolica.arch.fetch)
+    BANK_CONFLICT = 10   # two units used the same port of one CBUF bank in one cycle
+                         # (docs/contract.md, "CBUF banks")
 
 
 def hwcfg_word(tile_rows: int, tile_cols: int, tile_size: int) -> int:
