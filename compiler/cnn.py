@@ -309,10 +309,23 @@ def _layout(cfg: ChipConfig) -> Layout:
     if cfg.ubuf_rows and cfg.ubuf_base + cfg.ubuf_rows != cfg.cbuf_depth:
         raise CompileError(f"chip {cfg.name!r}: the streaming lowering keeps the UBUF at "
                            f"the top of the CBUF (ubuf_base + ubuf_rows == cbuf_depth)")
-    ring, staging = 0, WEIGHT_SLOTS * R
+    # The weight ring (read by the weight loader), the staging (read by the DMA's
+    # stores) and the tile buffers (read by the feeder) start at bank boundaries: a
+    # CBUF bank has one read port (docs/contract.md, "CBUF banks").
+    ring, staging = 0, _bank_up(cfg, WEIGHT_SLOTS * R)
     if top - staging < 8 * R:
         raise CompileError(f"chip {cfg.name!r}: CBUF too small for convolution tiles")
     return Layout(ring, staging, top, 0, half, 2 * half)
+
+
+def _bank_up(cfg: ChipConfig, row: int) -> int:
+    """The first CBUF bank boundary at or above `row`."""
+    return -(-row // cfg.cbuf_bank_rows) * cfg.cbuf_bank_rows
+
+
+def _tiles_lo(cfg: ChipConfig, lay: Layout, stage_half: int) -> int:
+    """Where the tile buffers start, beside staging halves of `stage_half` rows."""
+    return _bank_up(cfg, lay.staging + 2 * stage_half)
 
 
 def _tiles(cfg: ChipConfig, lay: Layout, job: Job) -> tuple[list[tuple[int, int]], int]:
@@ -324,7 +337,7 @@ def _tiles(cfg: ChipConfig, lay: Layout, job: Job) -> tuple[list[tuple[int, int]
 
     def area(pixels: int) -> int:
         """CBUF rows for the tile buffers beside staging halves of `pixels` rows."""
-        return lay.top - lay.staging - 2 * pixels
+        return lay.top - _tiles_lo(cfg, lay, pixels)
 
     def words(rows: int) -> int:
         lo, hi = _input_rows(job, 0, rows)
@@ -436,7 +449,7 @@ class _Emit:
         table_ops = self._tables(job)
         step_table = [[self.tables.get(self._deltas(st), 0) for st in steps]
                       for steps in job.steps]
-        tiles_lo = lay.staging + 2 * stage_half
+        tiles_lo = _tiles_lo(cfg, lay, stage_half)
         area = lay.top - tiles_lo
         blocks: list[Block] = []
         work = [(n, t) for n in range(N) for t in tiles]

@@ -21,7 +21,8 @@ addresses only if their lifetimes are disjoint.
 
 Placement: regions live throughout are placed first, bottom up in the order asked
 for; then the others by decreasing size (greedy by size), each at the lowest address
-free for its whole lifetime.
+free for its whole lifetime. In the CBUF every region starts at a bank boundary and
+shares no bank with another live region (a bank has one read and one write port).
 
 Rows per pass: a network of one layer computes M in passes of as many rows as fit
 (at most what the rule allows, half the accumulator buffer); a network of several
@@ -136,9 +137,13 @@ def _capacity(cfg: ChipConfig, memory: str) -> int:
 
 
 def _place(memory: str, capacity: int, fixed: list[Region], items: list[_Item],
-           steps: int) -> tuple[list[Region], _Item | None]:
-    """Place `items` around `fixed`; returns the regions and the first item that did
-    not fit (None if all did)."""
+           steps: int, align: int = 1) -> tuple[list[Region], _Item | None]:
+    """Place `items` around `fixed`, each starting at a multiple of `align` and
+    sharing no `align`-row unit with another live one; returns the regions and the
+    first item that did not fit (None if all did)."""
+    def up(row: int) -> int:
+        return -(-row // align) * align
+
     placed = list(fixed)
     whole = [it for it in items if it.first == 0 and it.last == steps - 1]
     rest = sorted((it for it in items if not (it.first == 0 and it.last == steps - 1)),
@@ -150,7 +155,7 @@ def _place(memory: str, capacity: int, fixed: list[Region], items: list[_Item],
         for r in busy:
             if at + it.size <= r.lo:
                 break
-            at = max(at, r.hi)
+            at = max(at, up(r.hi))
         if at + it.size > capacity:
             return placed, it
         placed.append(Region(memory, it.key, at, it.size, it.first, it.last, it.what))
@@ -280,7 +285,12 @@ def _chip(cfg: ChipConfig, graph: Graph, rows: Mapping[str, int], note: str = ""
                              "UBUF")] if cfg.ubuf_rows else [], "acc": []}
     regions = []
     for memory, items in _on_chip(cfg, graph, rows).items():
-        placed, failed = _place(memory, _capacity(cfg, memory), fixed[memory], items, steps)
+        # A CBUF bank has one read and one write port (docs/contract.md, "CBUF
+        # banks"): tensors, weights and staging each get banks of their own, so the
+        # units streaming them never take turns at a port.
+        align = cfg.cbuf_bank_rows if memory == "cbuf" else 1
+        placed, failed = _place(memory, _capacity(cfg, memory), fixed[memory], items, steps,
+                                align)
         if failed is not None:
             raise _shortfall(cfg, graph, memory, failed, items, fixed[memory], note)
         regions += placed

@@ -9,7 +9,10 @@ otherwise, with a free issue slot kept for the update (``reconfigure.Routing``),
 (d) starts each access at or after the end of every earlier conflicting access (by
 default an access spans the op's whole ``[issue, done)``; weight-bank accesses use
 their exact ``timing.bank_window``; an accumulate after an accumulate only needs to
-issue later).
+issue later),
+(e) keeps each CBUF bank port it uses (the read or write port of every bank its
+CBUF range meets, over that access's span) clear of every other unit's use
+(docs/contract.md, "CBUF banks": a bank has one read and one write port).
 Later ops may land before earlier ones in time when they are independent, which is
 what overlaps loads, compute and stores. All latencies come from systolica.arch.timing.
 """
@@ -44,12 +47,43 @@ class _Resource:
         self.for_mode[ACCUMULATE].raise_to(lo, hi, issue + 1 if mode == ACCUMULATE else end)
 
 
+class _BankPorts:
+    """Per CBUF bank port, the cycles each unit uses it."""
+
+    def __init__(self):
+        self.ports: dict[tuple[str, int], dict[str, BusyIntervals]] = {}
+
+    @staticmethod
+    def claims(cfg: ChipConfig, op: MicroOp) -> list[tuple[tuple, int, int]]:
+        """``((mode, bank), lo, hi)``: the bank ports the op's CBUF accesses use in
+        cycles ``[issue + lo, issue + hi)`` (``timing.cbuf_window``)."""
+        window = timing.cbuf_window(cfg, op.instr(0))
+        if window is None:
+            return []
+        shift = cfg.cbuf_bank_shift
+        return [((a.mode, b), *window)
+                for a in op.accesses if a.resource == "cbuf"
+                for b in range(a.lo >> shift, ((a.hi - 1) >> shift) + 1)]
+
+    def clash_end(self, unit: str, claims, t: int) -> int | None:
+        for key, lo, hi in claims:
+            for other, busy in self.ports.get(key, {}).items():
+                if other != unit and (end := busy.clash_end(t + lo, t + hi)) is not None:
+                    return end - lo
+        return None
+
+    def add(self, unit: str, claims, t: int) -> None:
+        for key, lo, hi in claims:
+            self.ports.setdefault(key, {}).setdefault(unit, BusyIntervals()).add(t + lo, t + hi)
+
+
 def schedule(cfg: ChipConfig, ops: list[MicroOp]) -> list[int]:
     """Issue cycle of each op, in the order given."""
     resources = {name: _Resource(size) for name, size in resource_sizes(cfg).items()}
     units = {name: BusyIntervals() for name in set(timing.UNIT.values())}
     slots = BusyIntervals()         # issue cycles already taken
     routing = Routing(cfg, ops)
+    banks = _BankPorts()
     cycles = []
     # What an op's fields decide, once per distinct op: lowering shares one fields
     # dict (and one needs dict) among the copies of a repeated instruction.
@@ -59,10 +93,12 @@ def schedule(cfg: ChipConfig, ops: list[MicroOp]) -> list[int]:
         got = known.get(key)
         if got is None:
             probe = op.instr(0)
-            got = known[key] = (timing.occupancy(cfg, probe), timing.done(cfg, probe),
-                                routing.settings(op))
-        occupancy, done, spans = got
-        unit = units[timing.UNIT[op.op]]
+            done = timing.done(cfg, probe)
+            got = known[key] = (timing.occupancy(cfg, probe), done, routing.settings(op),
+                                _BankPorts.claims(cfg, op))
+        occupancy, done, spans, claims = got
+        unit_name = timing.UNIT[op.op]
+        unit = units[unit_name]
         t = max((resources[a.resource].earliest(a.lo, a.hi, a.mode) - a.start
                  for a in op.accesses), default=0)
         t = max(t, routing.earliest(spans), 0)
@@ -70,6 +106,8 @@ def schedule(cfg: ChipConfig, ops: list[MicroOp]) -> list[int]:
             end = unit.clash_end(t, t + occupancy)
             if end is None:
                 end = slots.clash_end(t, t + 1)
+            if end is None and claims:
+                end = banks.clash_end(unit_name, claims, t)
             if end is None:
                 reserved = routing.reserve(spans, t, slots)
                 if reserved is not None:
@@ -81,6 +119,8 @@ def schedule(cfg: ChipConfig, ops: list[MicroOp]) -> list[int]:
                                f"the {isa.CYCLE_BITS}-bit cycle field")
         unit.add(t, t + occupancy)
         slots.add(t, t + 1)
+        if claims:
+            banks.add(unit_name, claims, t)
         for c in reserved:                  # kept free for configuration updates
             slots.add(c, c + 1)
         routing.place(spans, t)

@@ -14,6 +14,7 @@ from __future__ import annotations
 from .. import golden
 from ..arch import isa
 from ..arch.config import ChipConfig
+from ..arch.regs import ErrorCode
 from .graph import CompileError
 
 
@@ -29,6 +30,9 @@ def verify(cfg: ChipConfig, program: list[isa.Instr], what: str = "program",
     timeline = golden.check(cfg, program, prog_addr)
     if timeline.fault is not None:
         code, pc, cycle = timeline.fault
+        if code is ErrorCode.BANK_CONFLICT:     # between two issued instructions
+            raise ScheduleError(f"{what}: the chip would stop with {code.name} in cycle "
+                                f"{cycle}: {timeline.fault_reason}")
         raise ScheduleError(
             f"{what}: pc {pc} ({_show(program, pc)}) would stop the chip with "
             f"{code.name} in cycle {cycle}: {timeline.fault_reason}")

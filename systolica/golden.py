@@ -253,6 +253,40 @@ def _in_use_fault(cfg: ChipConfig, windows: dict[int, list[tuple[int, int, int]]
     return None
 
 
+class _BankPorts:
+    """Who uses each CBUF bank port when (docs/contract.md, "CBUF banks"), and the
+    first cycle two units use the same one: the chip faults BANK_CONFLICT there."""
+
+    def __init__(self, cfg: ChipConfig):
+        self.cfg = cfg
+        self.live: dict[tuple[str, int], list[tuple[int, int, str, int]]] = {}
+        self.conflict: int | None = None            # the first conflicting cycle
+        self.reason = ""
+
+    def use(self, unit: str, pc: int, uses, t: int) -> None:
+        """Instruction `pc` on `unit`, issued at `t`, uses ports ``uses`` (``(mode,
+        bank), first, last`` after issue); instructions arrive in issue order."""
+        for key, first, last in uses:
+            lo, hi = t + first, t + last
+            runs = self.live.setdefault(key, [])
+            if len(runs) > 64:      # a run over by now meets no later one
+                runs[:] = [r for r in runs if r[1] >= t]
+            for r_lo, r_hi, r_unit, r_pc in runs:
+                if r_unit != unit and r_lo <= hi and lo <= r_hi:
+                    c = max(lo, r_lo)
+                    if self.conflict is None or c < self.conflict:
+                        self.conflict = c
+                        mode, bank = key
+                        self.reason = (
+                            f"in cycle {c} the {unit} unit (pc {pc}) and the {r_unit} "
+                            f"unit (pc {r_pc}) both use the {mode} port of CBUF bank "
+                            f"{bank} (rows {bank * self.cfg.cbuf_bank_rows}.."
+                            f"{(bank + 1) * self.cfg.cbuf_bank_rows - 1}); a bank has one "
+                            f"read and one write port: place their rows in different "
+                            f"banks or their accesses in different cycles")
+            runs.append((lo, hi, unit, pc))
+
+
 class _Fetcher:
     """The instruction fetcher: which cycle each fetched instruction can reach issue
     from. It reads the words of instructions ``D ..`` in order, one per DRAM port
@@ -317,6 +351,7 @@ def check(cfg: ChipConfig, program: list[isa.Instr], prog_addr: int | None = Non
         ("dram", cfg.dram_words), ("cbuf", cfg.cbuf_depth), ("acc", cfg.acc_depth),
         ("wbank0", 1), ("wbank1", 1))}
     unit_free: dict[str, tuple[int, int]] = {}      # unit -> (accepts from, busy pc)
+    ports = _BankPorts(cfg)
     windows: dict[int, list[tuple[int, int, int]]] = {}
     issued: list[isa.Instr] = []
     effects: list[Effects] = []
@@ -338,7 +373,7 @@ def check(cfg: ChipConfig, program: list[isa.Instr], prog_addr: int | None = Non
             fault_ = _range_fault(cfg, ins) if legal else None
             fx_ = entry.effects(cfg, ins.fields) if legal and not fault_ else None
             if fx_ is None:
-                got = known[key] = (legal, fault_, None, 0, (), (), [], ())
+                got = known[key] = (legal, fault_, None, 0, (), (), [], (), ())
             else:
                 dram = [tc for tc in fx_.reads + fx_.writes if tc.resource == "dram"]
                 got = known[key] = (
@@ -346,16 +381,20 @@ def check(cfg: ChipConfig, program: list[isa.Instr], prog_addr: int | None = Non
                     tuple((boards[tc.resource], tc, _span(tc)) for tc in fx_.reads),
                     tuple((boards[tc.resource], tc, _span(tc)) for tc in fx_.writes),
                     [run for tc in dram for run in _port_runs(tc.cycles)],
-                    tuple(tc for tc in fx_.writes if tc.resource == "dram"))
+                    tuple(tc for tc in fx_.writes if tc.resource == "dram"),
+                    tuple(((u.mode, u.bank), u.first, u.last)
+                          for u in entry.bank_ports(cfg, ins.fields, fx_)))
         return got
 
     for pc, ins in enumerate(program):
         arrival = 0 if not issued else issued[-1].cycle + 1
         ready = fetcher.ready(pc, issued)
         reach = max(arrival, ready)
+        if ports.conflict is not None and max(ins.cycle, reach) >= ports.conflict:
+            break           # the chip stops at the conflict before this one issues
         entry = instructions.SPEC.get(ins.op)
-        legal, range_fault, fx, fx_last, reads, writes, port_runs, dram_writes = \
-            decided(ins)
+        legal, range_fault, fx, fx_last, reads, writes, port_runs, dram_writes, \
+            bank_uses = decided(ins)
         if not legal:
             fault = (ErrorCode.ILLEGAL_OPCODE, pc, reach)
             reason = "no such opcode" if entry is None else entry.legal_rule
@@ -390,6 +429,7 @@ def check(cfg: ChipConfig, program: list[isa.Instr], prog_addr: int | None = Non
             break
         t = ins.cycle
         unit_free[entry.unit] = (t + fx.accept, pc)
+        ports.use(entry.unit, pc, bank_uses, t)
         for name, (first, last) in fx.muxes.items():
             spans = windows.setdefault(mux_index[name], [])
             spans.append((t + first, t + last, pc))
@@ -412,6 +452,9 @@ def check(cfg: ChipConfig, program: list[isa.Instr], prog_addr: int | None = Non
         issued.append(ins)
         effects.append(fx)
         end = max(end, t + fx_last + 1)
+    if fault is None and ports.conflict is not None:
+        fault = (ErrorCode.BANK_CONFLICT, len(issued), ports.conflict)
+        reason = ports.reason
     cycles = fault[2] if fault else end
     return Timeline(issued, effects, fault, cycles, hazards, reason or "",
                     fetcher.words_read)

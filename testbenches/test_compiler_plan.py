@@ -17,6 +17,7 @@ TINY = preset("tiny")
 R = TINY.rows
 RING = WEIGHT_SLOTS * R
 Mt = acc_half_rows(TINY)
+BANK = TINY.cbuf_bank_rows
 
 
 def table(plan, memory):
@@ -37,9 +38,9 @@ def test_one_layer_sits_in_order_below_the_ubuf():
     assert plan.rows == {"gemm": 10}
     assert table(plan, "cbuf") == {
         "ubuf": (TINY.ubuf_base, TINY.ubuf_rows, 0, 0),
-        "weight ring": (0, RING, 0, 0),
-        "tensor input": (RING, 3 * 10, 0, 0),          # three K-blocks of 10 rows
-        "gemm.staging": (RING + 30, 2 * 10, 0, 0),     # output ping-pong
+        "weight ring": (0, RING, 0, 0),                # each in banks of its own
+        "tensor input": (BANK, 3 * 10, 0, 0),          # three K-blocks of 10 rows
+        "gemm.staging": (2 * BANK, 2 * 10, 0, 0),      # output ping-pong
     }
     assert table(plan, "acc") == {"accumulator halves": (0, 2 * Mt, 0, 0),
                                   "bias slots": (2 * Mt, 2, 0, 0)}
@@ -68,7 +69,9 @@ def test_dram_image_holds_the_packed_input_and_parameters():
 
 @pytest.mark.parametrize("M, K, rows", [
     (300, 12, Mt),                                               # ACC-bound passes
-    (50, 8 * 200, (TINY.ubuf_base - RING) // (200 + 2)),         # CBUF-bound passes
+    # CBUF-bound passes: 200 K-blocks of 7 rows from bank 1 end in bank 6, and the
+    # staging's bank 7 holds 14 of the 128 rows below the UBUF
+    (50, 8 * 200, 7),
     (7, 8, 7),
 ])
 def test_one_layer_computes_as_many_rows_per_pass_as_fit(M, K, rows):
@@ -82,10 +85,10 @@ def test_tensors_share_rows_when_their_lifetimes_do_not_overlap():
     assert table(plan, "cbuf") == {
         "ubuf": (TINY.ubuf_base, TINY.ubuf_rows, 0, 2),
         "weight ring": (0, RING, 0, 2),                   # live throughout: placed first
-        "tensor input": (RING, 20, 0, 0),                 # then by size
-        "tensor layer0": (RING + 20, 20, 0, 1),
-        "layer2.staging": (RING, 20, 2, 2),               # where the input was
-        "tensor layer1": (RING + 40, 10, 1, 2),
+        "tensor input": (BANK, 20, 0, 0),                 # then by size, a bank each
+        "tensor layer0": (2 * BANK, 20, 0, 1),
+        "layer2.staging": (BANK, 20, 2, 2),               # where the input was
+        "tensor layer1": (3 * BANK, 10, 1, 2),
     }
 
 

@@ -16,6 +16,7 @@ from systolica.compiler.verify import ScheduleError, verify
 
 CFG = preset("tiny")
 R, M = CFG.rows, 8
+ACT = CFG.cbuf_bank_rows + 8        # activations in the bank after the weights'
 MUX = fabric.by_name(CFG)
 
 
@@ -32,8 +33,8 @@ def _good():
     return [
         at(0, Opcode.DMA, dram_addr=0, buf_addr=0, rows=R, **load),       # weights
         at(9, Opcode.WLOAD, w_addr=0, bank=0),                            # row 7 in at 9
-        at(10, Opcode.DMA, dram_addr=8, buf_addr=8, rows=M, **load),      # activations
-        at(18, Opcode.MATMUL, act_addr=8, rows=M, acc_addr=0, accumulate=0, bank=0),
+        at(10, Opcode.DMA, dram_addr=8, buf_addr=ACT, rows=M, **load),    # activations
+        at(18, Opcode.MATMUL, act_addr=ACT, rows=M, acc_addr=0, accumulate=0, bank=0),
         at(38, Opcode.VRUN, src=0, rows=M, dst=32, requant=1, mult=1),
         at(44, Opcode.DMA, kind=DmaKind.STORE_CBUF, dram_addr=64, buf_addr=32, rows=M,
            dram_stride=1),
@@ -85,9 +86,16 @@ BROKEN = {
                    *p[4:]], ["pc 3", "ADDR_RANGE", "rows = 0"]),
     "overwrite rows a MATMUL still reads": (
         lambda p: sorted(p + [Instr(Opcode.DMA, 19, dict(kind=DmaKind.LOAD_CBUF, dram_addr=0,
-                                                          dram_stride=1, buf_addr=14, rows=2))],
+                                                          dram_stride=1, buf_addr=ACT + 6,
+                                                          rows=2))],
                          key=lambda i: i.cycle),
-        ["pc 4", "write before read", "cbuf[14]", "pc 3 (issued earlier)"]),
+        ["pc 4", "write before read", f"cbuf[{ACT + 6}]", "pc 3 (issued earlier)"]),
+    "weight loader and feeder on one bank's read port": (
+        lambda p: [*p[:2], dataclasses.replace(p[2], fields={**p[2].fields, "buf_addr": 8}),
+                   dataclasses.replace(p[3], fields={**p[3].fields, "act_addr": 8},
+                                       cycle=p[3].cycle - 1), *p[4:]],
+        ["BANK_CONFLICT in cycle 18", "mm unit (pc 3)", "wload unit (pc 1)",
+         "read port of CBUF bank 0"]),
     "SETCFG inside a MATMUL's window": (
         lambda p: sorted(p + [Instr(Opcode.SETCFG, 22, isa.setcfg_fields(
             [(MUX["west_feed[0]"].index, 0)]))], key=lambda i: i.cycle),

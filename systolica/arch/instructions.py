@@ -108,6 +108,28 @@ class Effects:
                           if len(t.cycles)])
 
 
+@dataclass(frozen=True)
+class BankUse:
+    """One CBUF bank port (``mode`` READ or WRITE of bank ``bank``) used by an
+    instruction in every cycle ``first .. last`` (after issue)."""
+    mode: str
+    bank: int
+    first: int
+    last: int
+
+
+def bank_runs(mode: str, banks: np.ndarray, cycles: np.ndarray) -> list[BankUse]:
+    """The runs of consecutive cycles in which each bank of ``banks[i]`` (used in
+    ``cycles[i]``) is used."""
+    out = []
+    for b in np.unique(banks):
+        c = np.unique(cycles[banks == b])
+        cut = np.flatnonzero(np.diff(c) > 1)
+        for lo, hi in zip(np.concatenate(([0], cut + 1)), np.concatenate((cut, [len(c) - 1]))):
+            out.append(BankUse(mode, int(b), int(c[lo]), int(c[hi])))
+    return out
+
+
 def wrap32(x: np.ndarray) -> np.ndarray:
     """int32 arithmetic: integer casts wrap modulo 2**32."""
     return x.astype(np.int64).astype(np.int32)
@@ -170,6 +192,11 @@ class Instruction(ABC):
     def bank_window(self, cfg: ChipConfig, f: dict) -> tuple[int, int] | None:
         return None
 
+    def cbuf_window(self, cfg: ChipConfig, f: dict) -> tuple[int, int] | None:
+        """Cycles ``[lo, hi)`` after issue in which it uses a CBUF bank port (None:
+        it touches no CBUF row)."""
+        return None
+
     def mux_use(self, cfg: ChipConfig, f: dict, kind: str, idx: list[int]
                 ) -> tuple[int, int] | None:
         return None
@@ -178,6 +205,17 @@ class Instruction(ABC):
     @abstractmethod
     def effects(self, cfg: ChipConfig, f: dict) -> Effects:
         """Its cycle-level behaviour (see :class:`Effects`)."""
+
+    def bank_ports(self, cfg: ChipConfig, f: dict, fx: Effects) -> list[BankUse]:
+        """Which CBUF bank port it uses in which cycles (docs/contract.md, "CBUF
+        banks"): every CBUF touch of row ``a`` in cycle ``c`` uses bank
+        ``a >> cfg.cbuf_bank_shift``'s read or write port in cycle ``c``."""
+        out = []
+        for mode, touches in ((READ, fx.reads), (WRITE, fx.writes)):
+            for tc in touches:
+                if tc.resource == "cbuf":
+                    out += bank_runs(mode, tc.addrs >> cfg.cbuf_bank_shift, tc.cycles)
+        return out
 
     @abstractmethod
     def execute(self, chip, f: dict) -> None:
@@ -232,6 +270,12 @@ class Dma(Instruction):
 
     def done(self, cfg, f):
         return self.words(cfg, f) + cfg.latency["dram_read"] + 1
+
+    def cbuf_window(self, cfg, f):
+        if self.to_acc(Fields(f)):
+            return None
+        first = 1 + cfg.latency["dram_read"] if self.is_load(Fields(f)) else 1
+        return first, first + f["rows"]
 
     def effects(self, cfg, f):
         # The address generator steps one word per cycle from t+1. Loads: the data of
@@ -304,6 +348,9 @@ class Wload(Instruction):
         first = cfg.latency["cbuf_read"] + 1
         return first, first + geo.weight_shifts(cfg)
 
+    def cbuf_window(self, cfg, f):
+        return 1, 1 + geo.weight_shifts(cfg)
+
     def mux_use(self, cfg, f, kind, idx):
         if kind in ("north_feed", "w_in"):
             return self.bank_window(cfg, f)
@@ -341,6 +388,13 @@ class Wload(Instruction):
                          np.array([kept[r] for r in rows], dtype=np.int64))],
             writes=[Touch(f"wbank{f['bank']}", np.zeros(shifts, dtype=np.int64), shift_at)],
             muxes=muxes)
+
+    def bank_ports(self, cfg, f, fx):
+        # Every shift reads a row, the conveyor slots' dropped copies too: the port is
+        # busy in each of them.
+        order = f["w_addr"] + np.array(self.read_order(cfg), dtype=np.int64)
+        return bank_runs(READ, order >> cfg.cbuf_bank_shift,
+                         1 + np.arange(len(order), dtype=np.int64))
 
     def execute(self, chip, f):
         cfg, n = chip.cfg, chip.n
@@ -404,6 +458,9 @@ class Matmul(Instruction):
     def bank_window(self, cfg, f):
         first = cfg.latency["cbuf_read"] + 1
         return first, first + f["rows"] + 2 * geo.skew_max(cfg)
+
+    def cbuf_window(self, cfg, f):
+        return 1, 1 + f["rows"]
 
     def mux_use(self, cfg, f, kind, idx):
         n, m = cfg.tile_size, f["rows"]
@@ -474,6 +531,15 @@ class Matmul(Instruction):
                      if f["accumulate"] else [])],
             writes=[Touch("acc", acc_rows, acc_write, forward=True)],
             muxes=muxes)
+
+    def bank_ports(self, cfg, f, fx):
+        if not f.get("conv"):
+            return super().bank_ports(cfg, f, fx)
+        # A window walk reads another tile pixel in every partition: each read cycle
+        # uses every bank its tile meets.
+        shift = cfg.cbuf_bank_shift
+        lo, hi = f["act_addr"] >> shift, (f["act_addr"] + f["in_h"] * f["in_w"] - 1) >> shift
+        return [BankUse(READ, b, 1, f["rows"]) for b in range(lo, hi + 1)]
 
     def execute(self, chip, f):
         cfg, n = chip.cfg, chip.n
@@ -577,6 +643,9 @@ class Vrun(Instruction):
             first = 2 * cfg.latency["acc_read"] + 1 + cfg.latency["vpu"] + self.extra(f)
             return first, first + f["rows"]
         return None
+
+    def cbuf_window(self, cfg, f):
+        return self.mux_use(cfg, f, "wb_src", [])
 
     def effects(self, cfg, f):
         # The bias row is read in cycle 1 (with params, the parameter rows in cycles

@@ -40,6 +40,12 @@ def done(cfg: ChipConfig, ins: Instr) -> int:
     return SPEC[ins.op].done(cfg, ins.fields)
 
 
+def cbuf_window(cfg: ChipConfig, ins: Instr) -> tuple[int, int] | None:
+    """Cycles ``[lo, hi)`` after issue in which it uses a CBUF bank port (the read or
+    write port of each bank its CBUF range meets); None if it touches no CBUF row."""
+    return SPEC[ins.op].cbuf_window(cfg, ins.fields)
+
+
 def bank_window(cfg: ChipConfig, ins: Instr) -> tuple[int, int]:
     """Cycles ``[lo, hi)`` after issue in which a WLOAD shifts its weight bank, or a
     MATMUL's rows meet its bank in the cells (the last row passes the far corner cell
