@@ -9,8 +9,9 @@ timing (:mod:`systolica.arch.timing`), its scheduler or its lowering:
    model of the rule in :mod:`systolica.arch.fetch`: the DRAM port cycles the DMAs'
    effects leave free, taken in order), a clock per
    unit (when it accepts the next instruction, from the instruction's cycle-level
-   effects), and a scoreboard per address of every memory and weight bank (the cycle
-   of its last write and last read). Each instruction's reads and writes happen at
+   effects), a scoreboard per address of every memory and weight bank (the cycle
+   of its last write and last read), and who uses each CBUF bank's read and write
+   port in which cycles (two units on one port in one cycle: ``BANK_CONFLICT``). Each instruction's reads and writes happen at
    the cycles its entry in :mod:`systolica.arch.instructions` says; a read of data
    not yet written, a write that lands before an earlier instruction has read the
    old data, or two writes out of order is a *hazard*: the hardware would compute

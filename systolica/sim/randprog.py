@@ -9,7 +9,8 @@ program is legal by construction; it only ever reads buffer rows and weight bank
 has written before, since the chip's memories keep what the previous run left.
 An illegal program breaks one rule of the sequencer (late issue, a unit still busy,
 an address range, a configuration limit, a multiplexer changed while in use) at one
-instruction, whose fault code, pc and cycle are known in advance.
+instruction, or adds one that uses a CBUF bank port another unit is using (a bank
+conflict); the fault code, pc and cycle are known in advance.
 
 Everything derives from one integer seed. The module lives with the simulation
 harness because it is stimulus for the RTL-against-golden comparison, and it ships in
@@ -29,8 +30,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .. import golden
-from ..arch import fabric, isa, timing
+from ..arch import fabric, instructions, isa, timing
 from ..arch.config import PRESETS, ChipConfig, preset
+from ..arch.instructions import READ
 from ..arch.isa import DmaKind, Instr, Opcode
 from ..arch.regs import ErrorCode
 from ..compiler.chip_text import format_ops
@@ -40,7 +42,7 @@ from ..compiler.reconfigure import add_updates
 from ..compiler.schedule import schedule
 
 #: How an illegal program is broken; the seed picks one (``seed % len``).
-CATEGORIES = ("late", "unit_busy", "addr_range", "cfg_limit", "cfg_in_use")
+CATEGORIES = ("late", "unit_busy", "addr_range", "cfg_limit", "cfg_in_use", "bank_conflict")
 
 #: Chips beyond the presets: ``tiny`` with tight configuration-update limits (updates
 #: on even cycles only, two pairs per SETCFG, one per power domain), which makes the
@@ -639,8 +641,84 @@ def _cfg_in_use(cfg, program, rng):
     return out, (code, pc, ins.cycle), f"SETCFG of {m.name} at cycle {ins.cycle}"
 
 
+def _bank_uses(cfg: ChipConfig, ins: Instr) -> list[tuple[tuple[str, int], int, int]]:
+    """``((mode, bank), first, last)`` absolute: the CBUF bank ports `ins` uses, from
+    the closed forms (``timing.cbuf_window`` over its CBUF range's banks)."""
+    window = timing.cbuf_window(cfg, ins)
+    if window is None:
+        return []
+    (r,) = [r for r in instructions.ranges(cfg, ins.op, ins.fields)
+            if r.memory == "cbuf" and r.touched]
+    shift = cfg.cbuf_bank_shift
+    return [((r.mode, b), ins.cycle + window[0], ins.cycle + window[1] - 1)
+            for b in range((r.lo >> shift), ((r.hi - 1) >> shift) + 1)]
+
+
+def _first_conflict(cfg: ChipConfig, program: list[Instr]) -> int | None:
+    """The first cycle two units use one CBUF bank port."""
+    uses = [(timing.UNIT[i.op], key, lo, hi) for i in program for key, lo, hi in _bank_uses(cfg, i)]
+    first = None
+    for k, (u, key, lo, hi) in enumerate(uses):
+        for v, key2, lo2, hi2 in uses[k + 1:]:
+            if u != v and key == key2 and lo <= hi2 and lo2 <= hi:
+                c = max(lo, lo2)
+                first = c if first is None else min(first, c)
+    return first
+
+
+def _bank_conflict(cfg, program, rng):
+    """A DMA added at a free issue cycle, while its unit is free, that uses the port of
+    a CBUF bank another unit's instruction is using then: a store (read port) or a
+    load (write port) of rows no instruction touches, to or from the top of the DRAM,
+    so it adds no hazard of its own."""
+    shift = cfg.cbuf_bank_shift
+    touched = set()
+    for i in program:
+        for r in instructions.ranges(cfg, i.op, i.fields):
+            if r.memory == "cbuf" and r.touched:
+                touched.update(range(r.lo, r.hi))
+    sites = []
+    for x in program:
+        if timing.UNIT[x.op] == "dma":
+            continue
+        for (mode, bank), lo, hi in _bank_uses(cfg, x):
+            free = [a for a in range(bank << shift, (bank + 1) << shift) if a not in touched]
+            if not free:
+                continue
+            kind = DmaKind.STORE_CBUF if mode == READ else DmaKind.LOAD_CBUF
+            f = dict(kind=kind, dram_addr=cfg.dram_words - 1, dram_stride=0,
+                     buf_addr=int(rng.choice(free)), rows=1)
+            probe = Instr(Opcode.DMA, 0, {n: f.get(n, 0) for n, _ in isa.PAYLOAD[Opcode.DMA]})
+            w = timing.cbuf_window(cfg, probe)
+            for c in _free_cycles(program, lo - w[1] + 1, hi - w[0]):
+                y = Instr(Opcode.DMA, c, probe.fields)
+                if _unit_free(cfg, program, y):
+                    sites.append(y)
+    if not sites:
+        raise _NoSite
+    y = sites[int(rng.integers(len(sites)))]
+    out, _ = _insert(program, y)
+    cycle = _first_conflict(cfg, out)
+    pc = sum(1 for i in out if i.cycle < cycle)
+    return out, (ErrorCode.BANK_CONFLICT, pc, cycle), \
+        f"{isa.disassemble_one(y).strip()} added"
+
+
+def _unit_free(cfg: ChipConfig, program: list[Instr], y: Instr) -> bool:
+    """Whether `y` at its cycle keeps clear of its unit's other instructions."""
+    unit = timing.UNIT[y.op]
+    for i in program:
+        if timing.UNIT[i.op] != unit:
+            continue
+        a, b = (i, y) if i.cycle < y.cycle else (y, i)
+        if b.cycle < a.cycle + timing.occupancy(cfg, a):
+            return False
+    return True
+
+
 BREAK = {"late": _late, "unit_busy": _unit_busy, "addr_range": _addr_range,
-         "cfg_limit": _cfg_limit, "cfg_in_use": _cfg_in_use}
+         "cfg_limit": _cfg_limit, "cfg_in_use": _cfg_in_use,
+         "bank_conflict": _bank_conflict}
 
 
 def illegal(cfg: ChipConfig, seed: int, category: str | None = None) -> RandomProgram:
