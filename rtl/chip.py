@@ -10,7 +10,7 @@ from systolica.arch import regs
 from systolica.arch.config import ChipConfig
 
 from .array import Grid
-from .cbuf import build_cbuf
+from .cbuf import Cbuf
 from .csr import RegisterFile
 from .dma import Dma
 from .fabric_regs import FabricRegs
@@ -39,9 +39,12 @@ class Chip(wiring.Component):
         })
 
     def elaborate(self, platform):
-        # Every unit owns its memory ports (the CBUF has three read and two write
-        # ports, the ACC three of each); the scheduler keeps their address ranges
-        # apart in time, so no arbitration is needed.
+        # Every unit owns its memory ports. The CBUF is banked (one read and one
+        # write port per bank) behind a crossbar; two units on one port of one bank in
+        # one cycle are a conflict, on which the sequencer faults (the compiler books
+        # every bank port, so a correct program has none). The ACC has three read and
+        # three write ports; the scheduler keeps their address ranges apart in time, so
+        # no arbitration is needed.
         m = Module()
         cfg = self.cfg
         m.submodules.csr = csr = RegisterFile(cfg=cfg)
@@ -53,6 +56,7 @@ class Chip(wiring.Component):
         m.submodules.grid = grid = Grid(cfg=cfg)
         m.submodules.vpu = vpu = VectorUnit(cfg=cfg)
         m.submodules.acc = acc = buffer(cfg, "acc")
+        m.submodules.cbuf = cbuf = Cbuf(cfg=cfg, row_reads=2, part_reads=1, row_writes=2)
 
         # Host side.
         m.d.comb += [
@@ -94,9 +98,12 @@ class Chip(wiring.Component):
             m.d.comb += [grid.north_w[c].eq(wl.north_w[c]), mm.south_psum[c].eq(grid.south_psum[c])]
 
         # Memory ports: each reader and writer has its own.
-        build_cbuf(m, cfg, row_reads=(wl.cbuf_read, dma.cbuf_read),
-                   partition_reads=(mm.cbuf_read,),
-                   row_writes=(dma.cbuf_write, vpu.cbuf_write))
+        connect(m, wl.cbuf_read, cbuf.row_read[0])
+        connect(m, dma.cbuf_read, cbuf.row_read[1])
+        connect(m, mm.cbuf_read, cbuf.part_read[0])
+        connect(m, dma.cbuf_write, cbuf.row_write[0])
+        connect(m, vpu.cbuf_write, cbuf.row_write[1])
+        m.d.comb += seq.bank_conflict.eq(cbuf.conflict)
         for port in (mm.acc_read, vpu.acc_read, dma.acc_read):
             connect(m, port, acc.read_port())
         for port in (mm.acc_write, vpu.acc_write, dma.acc_write):

@@ -4,6 +4,7 @@ unit (west edge in, south edge out into the accumulator buffer)."""
 from amaranth.hdl import Array, Cat, Module, Mux, Signal, signed
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
+from amaranth.utils import ceil_log2
 
 from systolica.arch import isa, timing
 from systolica.arch.config import ChipConfig
@@ -58,7 +59,10 @@ class WeightLoader(wiring.Component):
         last = Signal()
         m.d.comb += [last.eq(active & (left == 1)),
                      self.issue.ready.eq(~active | last),
-                     self.cbuf_read.addr.eq(base + row)]
+                     self.cbuf_read.addr.eq(base + row),
+                     # every shift reads, conveyor slots too (the CBUF bank port is
+                     # busy in each of them: docs/contract.md)
+                     self.cbuf_read.en.eq(active)]
         with m.If(self.issue.valid):
             m.d.sync += [active.eq(1), left.eq(shifts), off.eq(n - 1),
                          row.eq(cfg.rows - 1), base.eq(self.issue.payload.w_addr),
@@ -142,9 +146,23 @@ class MatmulUnit(wiring.Component):
         with m.Elif(active):
             m.d.sync += [active.eq(~last), left.eq(left - 1), ptr.eq(ptr + 1),
                          acc_ptr.eq(acc_ptr + 1)]
-        addrs, inside, pad = self._window(m, args, active, ptr)
+        addrs, inside, pad, conv = self._window(m, args, active, ptr)
         for p in range(cfg.rows):
             m.d.comb += self.cbuf_read.addr[p].eq(addrs[p])
+        # The CBUF banks claimed: a row walk, the bank of its row; a window walk, every
+        # bank meeting its tile (each partition reads its own pixel of it), latched at
+        # issue.
+        shift, nbanks = cfg.cbuf_bank_shift, cfg.cbuf_banks
+        tile_banks = Signal(nbanks)
+        with m.If(self.issue.valid):
+            first = args.act_addr >> shift
+            last = (args.act_addr + args.in_h * args.in_w - 1) >> shift
+            m.d.sync += tile_banks.eq(Cat(*((first <= b) & (b <= last)
+                                            for b in range(nbanks))))
+        row_bank = Signal(nbanks)
+        m.d.comb += row_bank.eq(1 << ptr[shift:ceil_log2(cfg.cbuf_depth)])
+        m.d.comb += [self.cbuf_read.en.eq(active),
+                     self.cbuf_read.banks.eq(Mux(conv, tile_banks, row_bank))]
 
         # Control delay line: stage k holds the row whose data arrived k cycles ago.
         ctrl_len = timing.matmul_pipeline(cfg) - 1
@@ -288,4 +306,4 @@ class MatmulUnit(wiring.Component):
             inside.append(ok)
         pad_d = Signal(8)
         m.d.sync += pad_d.eq(w_pad)
-        return addrs, inside, pad_d
+        return addrs, inside, pad_d, conv

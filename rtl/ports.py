@@ -149,9 +149,12 @@ def buffer_read(cfg: ChipConfig, name: str) -> memory.ReadPort.Signature:
 def partitioned_read(cfg: ChipConfig) -> wiring.Signature:
     """A CBUF read port with one address per partition (the matmul unit's window
     walk): ``addr`` is an array of ``cfg.rows`` addresses, ``data`` the row of bytes,
-    byte ``p`` from address ``p``, the cycle after."""
+    byte ``p`` from address ``p``, the cycle after. ``en`` says the unit reads this
+    cycle and ``banks`` (one bit per CBUF bank) which banks' read ports it claims:
+    every bank its addresses may fall in (docs/contract.md, "CBUF banks")."""
     depth, shape = _geometry(cfg, "cbuf")
     return wiring.Signature({"addr": In(ceil_log2(depth)).array(cfg.rows),
+                             "en": In(1), "banks": In(cfg.cbuf_banks),
                              "data": Out(shape)})   # the buffer's side, as buffer_read
 
 

@@ -21,7 +21,8 @@ class Sequencer(wiring.Component):
     :class:`~.ports.Issue` port per unit (:attr:`UNITS`; ``fabric``, the configuration
     registers, without a handshake), and the instruction fetcher's DRAM port ``mem``
     (:class:`~.ports.DramMaster`, reads only) with ``mem_busy`` (the DMA uses the
-    port this cycle: the fetcher keeps off it).
+    port this cycle: the fetcher keeps off it), and ``bank_conflict`` (two units use
+    one port of a CBUF bank this cycle: a ``BANK_CONFLICT`` fault).
 
     Faults (see ``docs/contract.md``) stop issue, latch the error code, the program
     index and the cycle, and end the run; so does the end of the program once every
@@ -38,7 +39,7 @@ class Sequencer(wiring.Component):
     def __init__(self, *, cfg: ChipConfig):
         self.cfg = check_config(cfg, "Sequencer")
         members = {"ctrl": In(RunControl()), "mem": Out(DramMaster.of(cfg)),
-                   "mem_busy": In(1)}
+                   "mem_busy": In(1), "bank_conflict": In(1)}
         for name, op in self.UNITS.items():
             members[name] = Out(Issue(isa.PAYLOAD[op],
                                       handshake=instructions.SPEC[op].handshake))
@@ -51,6 +52,8 @@ class Sequencer(wiring.Component):
         # (``filled`` counts the instructions written into the ring). The fetcher
         # reads the words of instruction ``fetch_pc`` once its slot is free
         # (``fetch_pc - D`` has issued) in the cycles the DMA leaves the port idle.
+        # The memory has one write port: the host loads the program while the chip
+        # is stopped, the fetcher writes only while it runs.
         m = Module()
         cfg, ctrl = self.cfg, self.ctrl
         depth = cfg.imem_depth
@@ -58,10 +61,7 @@ class Sequencer(wiring.Component):
         m.submodules.imem = imem = memory.Memory(shape=isa.WORD_BITS, depth=depth,
                                                  init=[])
         wr = imem.write_port()
-        fetch_wr = imem.write_port()
         rd = imem.read_port()
-        m.d.comb += [wr.addr.eq(ctrl.imem.addr), wr.data.eq(ctrl.imem.data),
-                     wr.en.eq(ctrl.imem.en & (ctrl.imem.addr < depth))]
 
         def wrap(slot):
             return Mux(slot == depth - 1, 0, slot + 1)
@@ -102,6 +102,10 @@ class Sequencer(wiring.Component):
         code = Signal.like(ctrl.error)
         with m.If(running & (cycle == 0) & long_program & (region_end > cfg.dram_words)):
             m.d.comb += [fault.eq(1), code.eq(ErrorCode.PROG_RANGE)]
+        with m.Elif(running & self.bank_conflict):
+            # the units' accesses of this very cycle: before the head's own checks,
+            # and nothing issues
+            m.d.comb += [fault.eq(1), code.eq(ErrorCode.BANK_CONFLICT)]
         with m.Elif(ready_head & ~legal):
             m.d.comb += [fault.eq(1), code.eq(ErrorCode.ILLEGAL_OPCODE)]
         with m.Elif(ready_head & late):
@@ -162,8 +166,12 @@ class Sequencer(wiring.Component):
             with m.If(back):
                 m.d.sync += held.eq(Cat(held[wbits:], self.mem.rdata))
             gathered = Cat(held, self.mem.rdata)
-        m.d.comb += [fetch_wr.addr.eq(fetch_slot), fetch_wr.data.eq(gathered[:isa.WORD_BITS]),
-                     fetch_wr.en.eq(back & back_last)]
+        with m.If(running):
+            m.d.comb += [wr.addr.eq(fetch_slot), wr.data.eq(gathered[:isa.WORD_BITS]),
+                         wr.en.eq(back & back_last)]
+        with m.Else():
+            m.d.comb += [wr.addr.eq(ctrl.imem.addr), wr.data.eq(ctrl.imem.data),
+                         wr.en.eq(ctrl.imem.en & (ctrl.imem.addr < depth))]
         with m.If(start):
             m.d.sync += [fetch_pc.eq(Mux(long_program, depth, ctrl.prog_len)),
                          fetch_addr.eq(ctrl.prog_addr + depth * words), fetch_slot.eq(0),

@@ -139,6 +139,9 @@ class DmaTB(BlockTB):
         end = max(t + timing.done(CFG, Instr(Opcode.DMA, t, a)) for t, a in instrs)
         ready, drained = {}, {}
         mem_next = cbuf_next = acc_next = 0
+        # the CBUF read port is enabled exactly in a STORE_CBUF's read cycles
+        cbuf_reads = {t + 1 + i for t, a in instrs if a["kind"] == DmaKind.STORE_CBUF
+                      for i in range(a["rows"])}
         for _ in range(end + 4):
             await self.next_cycle()
             t = self.cycle
@@ -156,7 +159,10 @@ class DmaTB(BlockTB):
                 self.accesses.append((t, f"mem_re @{self.get('mem__addr')}"))
             else:
                 mem_next = self.rng.getrandbits(WORD_BITS)
-            cbuf_next = self.mem.read("cbuf", self.get("cbuf_read__addr") % CFG.cbuf_depth)
+            cbuf_en = self.get("cbuf_read__en")
+            self.expect("cbuf_read__en", cbuf_en, int(t in cbuf_reads))
+            if cbuf_en:         # without en a memory port keeps its data
+                cbuf_next = self.mem.read("cbuf", self.get("cbuf_read__addr") % CFG.cbuf_depth)
             acc_next = self.mem.read("acc", self.get("acc_read__addr") % CFG.acc_depth)
             for we, addr, data, mem in (("mem__we", "mem__addr", "mem__wdata", "dram"),
                                         *((f"{b}_write__en", f"{b}_write__addr",

@@ -152,11 +152,12 @@ CASES = {
     "tail_overlap": sequential(matmul(400, 3, 10), matmul(403, 4, 12, accumulate=1, bank=1),
                                matmul(407, 2, 15, accumulate=1), matmul(409, 1, 16),
                                matmul(410, 5, 16, accumulate=1)),
-    "gaps": sequential(matmul(600, 4, 200, accumulate=1), matmul(610, 2, 201, accumulate=1),
+    # the first one's rows cross from CBUF bank 1 into bank 2
+    "gaps": sequential(matmul(510, 4, 200, accumulate=1), matmul(610, 2, 201, accumulate=1),
                        matmul(620, 3, 199, bank=1), gap=3),
     # Window walks: pads on every side, strides, a tap table with negative offsets, a
     # geometry and a table rewritten while a walk streams (it latched the old ones),
-    # max-accumulation.
+    # max-accumulation, a tile across two CBUF banks.
     "window": [(0, convcfg(out_w=4, sh=2, sw=1, top=1, left=2, pad=0x85)),
                (1, taps(3, 2, [(0, 1), (1, -1), (-1, 2), (2, 0), (0, -2)])),
                (2, matmul(100, 12, 20, conv=1, dh=1, dw=2, taps=3, in_w=5, in_h=6)),
@@ -164,7 +165,7 @@ CASES = {
                (6, taps(3, 0, [(1, 1)])),
                (14, matmul(100, 6, 20, accumulate=1, max=1, conv=1, dh=0, dw=1, taps=3,
                            in_w=5, in_h=6, bank=1)),
-               (20, matmul(130, 5, 40, accumulate=1, conv=1, dh=2, dw=0, taps=0,
+               (20, matmul(250, 5, 40, accumulate=1, conv=1, dh=2, dw=0, taps=0,
                            in_w=7, in_h=3, west_feed=(1, 0)))],
 }
 
@@ -215,6 +216,7 @@ class MatmulTB(BlockTB):
         # Schedules and the reference, in instruction order.
         want_acc = [list(row) for row in acc]
         reads, fed, lanes, feeds, srcs, writes = {}, set(), {}, {}, {}, []
+        claims = {}     # read cycle -> the CBUF banks claimed (docs/contract.md)
         geom = dict(out_w=1, sh=1, sw=1, top=0, left=0, pad=0)
         tables = [[(0, 0)] * R for _ in range(isa.TAP_TABLES)]
         for t, a in sorted({**at, **side}.items()):
@@ -229,7 +231,13 @@ class MatmulTB(BlockTB):
                 continue
             walk = window_reads(a, geom, tables[a["taps"]]) if a.get("conv") else None
             pad = geom["pad"] - 256 if geom["pad"] >= 128 else geom["pad"]
+            shift = CFG.cbuf_bank_shift
+            tile_banks = sum(1 << b for b in range(
+                a["act_addr"] >> shift,
+                ((a["act_addr"] + a.get("in_h", 0) * a.get("in_w", 0) - 1) >> shift) + 1))
             for i in range(a["rows"]):
+                claims[t + 1 + i] = (tile_banks if walk is not None
+                                     else 1 << ((a["act_addr"] + i) >> shift))
                 if walk is None:
                     reads[t + 1 + i] = [a["act_addr"] + i] * R
                     row = cbuf[a["act_addr"] + i]
@@ -293,8 +301,15 @@ class MatmulTB(BlockTB):
                 want = reads[x]      # None: outside the tile, any address (pad is fed)
                 self.expect("cbuf_read__addr", [a if w is not None else None
                                                 for a, w in zip(raddr, want)], want)
-            self.cbuf_next = pack([cbuf[a % CFG.cbuf_depth][p] for p, a in enumerate(raddr)],
-                                  8)
+            # the enable exactly in the read cycles, with the claimed banks; a
+            # memory port without ``en`` keeps its data
+            en = self.get("cbuf_read__en")
+            self.expect("cbuf_read__en", en, int(x in reads))
+            if x in claims:
+                self.expect("cbuf_read__banks", self.get("cbuf_read__banks"), claims[x])
+            if en:
+                self.cbuf_next = pack([cbuf[a % CFG.cbuf_depth][p]
+                                       for p, a in enumerate(raddr)], 8)
             self.expect("row_fed", self.get("row_fed"), int(x in fed))
             west_a = [self.get_s("west_a", r) for r in range(R)]
             west_sel = [self.get("west_sel", r) for r in range(R)]

@@ -3,7 +3,10 @@
 :func:`reference` is the sequencer of ``docs/contract.md`` in Python: where each
 instruction issues, which fault stops the run (``PROG_RANGE``, ``ILLEGAL_OPCODE``,
 ``LATE``, ``UNIT_BUSY``, ``ADDR_RANGE``, ``CFG_RANGE``, ``CFG_LIMIT``, ``CFG_IN_USE``,
-checked in that order) at which cycle, and when the run ends. The testbench's unit
+checked in that order) at which cycle, and when the run ends. A case may raise
+``bank_conflict`` (the CBUF crossbar's flag) in chosen run cycles: the first one while
+running is a ``BANK_CONFLICT`` fault in that cycle, before the head's own faults, with
+nothing issued in it. The testbench's unit
 models hold each issue port's ``ready`` low for the instruction's ``timing.occupancy``
 (plus any cycles a case forces it low) and its ``drained`` low until
 ``t + timing.done``. The checker requires every ``valid`` strobe on the right unit
@@ -117,7 +120,20 @@ def payload_bits(word: int, op: Opcode) -> int:
 
 def reference(imem: dict, prog_len: int, held_low: dict) -> dict:
     """Issue cycles, the fault (code, pc, cycle) or None, and the end cycle, for the
-    program memory ``imem`` (pc -> word; unwritten words are 0)."""
+    program memory ``imem`` (pc -> word; unwritten words are 0); ``held_low``
+    ``["conflict"]`` holds the cycles in which the CBUF reports a bank conflict."""
+    ref = _reference(imem, prog_len, held_low)
+    if ref["fault"] and ref["fault"][0] is ErrorCode.PROG_RANGE:
+        return ref                                  # checked first, at cycle 0
+    hits = sorted(c for c in held_low.get("conflict", ()) if c <= ref["end"])
+    if not hits:
+        return ref
+    k = hits[0]
+    issues = [i for i in ref["issues"] if i[0] < k]
+    return {"issues": issues, "fault": (ErrorCode.BANK_CONFLICT, len(issues), k), "end": k}
+
+
+def _reference(imem: dict, prog_len: int, held_low: dict) -> dict:
     issues = []
     # PROG_ADDR stays 0: a program longer than the memory is fetched from DRAM word
     # 0 on, and PROG_RANGE says its region runs past the end of the DRAM
@@ -297,6 +313,20 @@ CASES = {
                             touch(10, "wb_src[1]")], None, {}),
     "in_use_vrun_to_acc_later": ([vrun(3, rows=6), vrun(10, src=8, rows=2, dst=8, to_acc=1),
                                   touch(12, "wb_src[0]")], None, {}),
+    # BANK_CONFLICT: between issues, in an issue cycle (nothing issues), before the
+    # head's ILLEGAL_OPCODE and UNIT_BUSY, after PROG_RANGE, and not after the end.
+    "conflict_between": ([dma(0, rows=6), wload(3, w_addr=8), matmul(20, act=100)], None,
+                         {"conflict": {12, 13}}),
+    "conflict_at_issue": ([dma(0, rows=6), wload(3, w_addr=8), matmul(20)], None,
+                          {"conflict": {3}}),
+    "conflict_first_cycle": ([setcfg(0, 1, 1)], None, {"conflict": {0}}),
+    "conflict_over_illegal": ([setcfg(0), raw(9, 50)], None, {"conflict": {1}}),
+    "conflict_over_busy": ([dma(0, rows=10), dma(5)], None, {"conflict": {5}}),
+    "conflict_after_range": ([setcfg(0)],
+                             CFG.dram_words // fetch.words_per_instruction(CFG) + 1,
+                             {"conflict": {0}}),
+    "conflict_after_end": ([setcfg(2, 1, 1), dma(3, rows=2)], None,
+                           {"conflict": {3 + timing.done(CFG, dma(3, rows=2)) + 1}}),
     # CFG_LIMIT comes first.
     "in_use_after_limit": ([matmul(3, rows=5),
                             touch(5, "west_feed[0]", "west_feed[1]", "act_in[0][0]",
@@ -340,6 +370,7 @@ class SequencerTB(BlockTB):
                          int(c >= free[u] and c not in self.held_low.get(u, ())))
                 self.set(f"{u}__drained", int(c >= drained_at[u]))
             self.set("ctrl__start", int(c in extra_starts))
+            self.set("bank_conflict", int(c in self.held_low.get("conflict", ())))
             await self.settle()
             running = self.get("ctrl__running")
             if c <= ref["end"]:
@@ -378,6 +409,7 @@ def program_words(program) -> list[int]:
 
 IDLE = {"ctrl__start": 0, "ctrl__prog_len": 0, "ctrl__imem__en": 0, "ctrl__imem__addr": 0,
         "ctrl__imem__data": 0, "ctrl__prog_addr": 0, "mem_busy": 0, "mem__rdata": 0,
+        "bank_conflict": 0,
         **{f"{u}__{what}": 1 for u in BUSY_UNITS for what in ("ready", "drained")}}
 
 
@@ -427,6 +459,7 @@ GROUPS = {
     "interval": ["cfg_interval_on", "cfg_interval_off"],
     "in_use": [c for c in [*CASES, *SPECIAL] if c.startswith("in_use_")],
     "addr_range": [c for c in CASES if c.split("_")[0] in ("dma", "wload", "matmul", "vrun")],
+    "bank_conflict": [c for c in CASES if c.startswith("conflict_")],
 }
 assert sorted(sum(GROUPS.values(), [])) == sorted(list(CASES) + list(SPECIAL))
 

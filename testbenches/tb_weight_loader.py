@@ -129,8 +129,10 @@ class WeightLoaderTB(BlockTB):
         assert len(at) == len(instrs)
         slots = read_slots()
         reads, shifts, feeds, ends = {}, {}, {}, {}
+        enabled = set()     # every shift cycle reads, conveyor slots too
         for t, a in at.items():
             for k, row in enumerate(slots):
+                enabled.add(t + 1 + k)
                 if row is not None:
                     reads[t + 1 + k] = a["w_addr"] + row
                 shifts[t + FIRST + k] = a["bank"]
@@ -156,7 +158,10 @@ class WeightLoaderTB(BlockTB):
             raddr = self.get("cbuf_read__addr")
             if x in reads:
                 self.expect("cbuf_read__addr", raddr, reads[x])
-            self.rdata = pack(cbuf[raddr % CFG.cbuf_depth], 8)
+            en = self.get("cbuf_read__en")
+            self.expect("cbuf_read__en", en, int(x in enabled))
+            if en:              # without en a memory port keeps its data
+                self.rdata = pack(cbuf[raddr % CFG.cbuf_depth], 8)
             north = [self.get_s("north_w", c) for c in range(C)]
             self.expect("north_w", north, route(unpack(rdata, 8, R), feed))
             w_shift = self.get("w_shift")

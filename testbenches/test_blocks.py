@@ -12,6 +12,7 @@ from functools import partial
 
 import pytest
 
+import tb_cbuf
 import tb_cell
 import tb_csr
 import tb_dma
@@ -24,6 +25,7 @@ import tb_vpu
 import tb_weight_loader
 from blocks import Block, run_case
 from systolica.rtl.array import Cell, Grid, Tile
+from systolica.rtl.cbuf import Cbuf
 from systolica.rtl.csr import RegisterFile
 from systolica.rtl.dma import Dma
 from systolica.rtl.fabric_regs import FabricRegs
@@ -59,6 +61,10 @@ BLOCKS = [
           cases=each(tb_vpu.CASES)),
     Block(name="dma", factory=partial(Dma, cfg=tb_dma.CFG), tb="tb_dma",
           cases=each(tb_dma.CASES)),
+    Block(name="cbuf", factory=partial(Cbuf, cfg=tb_cbuf.CFG, row_reads=tb_cbuf.ROW_READS,
+                                       part_reads=tb_cbuf.PART_READS,
+                                       row_writes=tb_cbuf.ROW_WRITES),
+          tb="tb_cbuf", cases=each(tb_cbuf.CASES)),
     Block(name="csr", factory=partial(RegisterFile, cfg=tb_csr.CFG), tb="tb_csr",
           cases=groups(tb_csr.GROUPS)),
     Block(name="fabric_regs", factory=partial(FabricRegs, cfg=tb_fabric_regs.CFG),
