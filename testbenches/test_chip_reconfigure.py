@@ -25,19 +25,23 @@ R, M = CFG.rows, 16
 SWAP_ROWS = {"west_feed[0]": "cbuf.g1", "west_feed[1]": "cbuf.g0"}
 SWAP_WEIGHTS = {"north_feed[0]": "cbuf.g1", "north_feed[1]": "cbuf.g0"}
 SWAP_OUTPUTS = {"acc_src[0]": "col.g1", "acc_src[1]": "col.g0"}
+# The weights sit in the bank after the activations': the weight loader and the feeder
+# each need a bank's one read port (docs/contract.md, "CBUF banks").
+W1 = CFG.cbuf_bank_rows
+W2 = W1 + R
 
 
 def _program():
     def dma(kind, dram, buf, rows):
         return make(CFG, Opcode.DMA, kind=kind, dram_addr=dram, dram_stride=1 if
                     kind == DmaKind.LOAD_CBUF else CFG.acc_row_words, buf_addr=buf, rows=rows)
-    wload2 = make(CFG, Opcode.WLOAD, w_addr=80, bank=1)
+    wload2 = make(CFG, Opcode.WLOAD, w_addr=W2, bank=1)
     wload2.needs = dict(SWAP_WEIGHTS)
     mm2 = make(CFG, Opcode.MATMUL, act_addr=0, rows=M, acc_addr=M, accumulate=0, bank=1)
     mm2.needs = {**SWAP_ROWS, **SWAP_OUTPUTS}
-    ops = [dma(DmaKind.LOAD_CBUF, 0, 0, M), dma(DmaKind.LOAD_CBUF, 64, 64, R),
-           dma(DmaKind.LOAD_CBUF, 80, 80, R),
-           make(CFG, Opcode.WLOAD, w_addr=64, bank=0),
+    ops = [dma(DmaKind.LOAD_CBUF, 0, 0, M), dma(DmaKind.LOAD_CBUF, 64, W1, R),
+           dma(DmaKind.LOAD_CBUF, 80, W2, R),
+           make(CFG, Opcode.WLOAD, w_addr=W1, bank=0),
            make(CFG, Opcode.MATMUL, act_addr=0, rows=M, acc_addr=0, accumulate=0, bank=0),
            wload2, mm2,
            make(CFG, Opcode.VRUN, src=0, rows=2 * M, dst=0, to_acc=1),

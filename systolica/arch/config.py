@@ -210,7 +210,7 @@ PRESETS = {
                        dram_words=16384, imem_depth=2048,       # 128 KiB: small for tests
                        ubuf_base=1920, ubuf_rows=128),
     "base": ChipConfig(name="base", tile_rows=2, tile_cols=2, tile_size=8,
-                       cbuf_depth=8192, cbuf_banks=16, acc_depth=1024,
+                       cbuf_depth=8192, cbuf_banks=32, acc_depth=1024,
                        dram_words=1 << 22, imem_depth=4096,     # 64 MiB
                        ubuf_base=7680, ubuf_rows=512),
 }
