@@ -47,6 +47,7 @@ class ChipConfig:
     cbuf_banks: int          # CBUF banks by address range, each one read and one write
                              # port (docs/contract.md, "CBUF banks")
     acc_depth: int           # rows of the accumulator buffer
+    acc_banks: int           # ACC banks by address range, each one read and one write port
     dram_words: int          # external memory size in words of ``dram_word_bytes``; the
                              # simulators and the golden model touch only what a run uses,
                              # so a large one costs nothing
@@ -64,7 +65,7 @@ class ChipConfig:
                               f"digits, '_', '.' or '-' (it names build directories), "
                               f"not {self.name!r}")
         for n in ("tile_rows", "tile_cols", "tile_size", "cbuf_depth", "cbuf_banks",
-                  "acc_depth", "dram_words", "imem_depth", "max_config_updates_per_cycle",
+                  "acc_depth", "acc_banks", "dram_words", "imem_depth", "max_config_updates_per_cycle",
                   "config_update_interval", "power_domain_budget"):
             self._integer(n, 1)
         for n in ("ubuf_base", "ubuf_rows"):
@@ -107,6 +108,9 @@ class ChipConfig:
                               f"weight block ({self.rows} rows); make it at least {self.rows}")
         if self.acc_depth < 4:
             raise ConfigError(f"{self.name}: acc_depth must be at least 4, not {self.acc_depth}")
+        if self.acc_depth % self.acc_banks or self.acc_bank_rows & (self.acc_bank_rows - 1):
+            raise ConfigError(f"{self.name}: acc_depth {self.acc_depth} must be cut into "
+                              f"acc_banks {self.acc_banks} banks of a power of two rows")
         if self.ubuf_base + self.ubuf_rows > self.cbuf_depth:
             raise ConfigError(f"{self.name}: UBUF region [{self.ubuf_base}, "
                               f"{self.ubuf_base + self.ubuf_rows}) is outside the CBUF "
@@ -177,6 +181,15 @@ class ChipConfig:
         return self.cbuf_depth // self.cbuf_banks
 
     @property
+    def acc_bank_rows(self) -> int:
+        return self.acc_depth // self.acc_banks
+
+    @property
+    def acc_bank_shift(self) -> int:
+        """Row ``a`` is in ACC bank ``a >> acc_bank_shift``."""
+        return self.acc_bank_rows.bit_length() - 1
+
+    @property
     def cbuf_bank_shift(self) -> int:
         """Row ``a`` is in CBUF bank ``a >> cbuf_bank_shift``."""
         return self.cbuf_bank_rows.bit_length() - 1
@@ -206,11 +219,11 @@ class ChipConfig:
 
 PRESETS = {
     "tiny": ChipConfig(name="tiny", tile_rows=2, tile_cols=2, tile_size=4,
-                       cbuf_depth=2048, cbuf_banks=8, acc_depth=256,
+                       cbuf_depth=2048, cbuf_banks=8, acc_depth=256, acc_banks=16,
                        dram_words=16384, imem_depth=2048,       # 128 KiB: small for tests
                        ubuf_base=1920, ubuf_rows=128),
     "base": ChipConfig(name="base", tile_rows=2, tile_cols=2, tile_size=8,
-                       cbuf_depth=8192, cbuf_banks=32, acc_depth=1024,
+                       cbuf_depth=8192, cbuf_banks=32, acc_depth=1024, acc_banks=32,
                        dram_words=1 << 22, imem_depth=4096,     # 64 MiB
                        ubuf_base=7680, ubuf_rows=512),
 }
