@@ -10,9 +10,10 @@ otherwise, with a free issue slot kept for the update (``reconfigure.Routing``),
 default an access spans the op's whole ``[issue, done)``; weight-bank accesses use
 their exact ``timing.bank_window``; an accumulate after an accumulate only needs to
 issue later),
-(e) keeps each CBUF bank port it uses (the read or write port of every bank its
-CBUF range meets, over that access's span) clear of every other unit's use
-(docs/contract.md, "CBUF banks": a bank has one read and one write port).
+(e) keeps each CBUF and ACC bank port it uses (``timing.bank_claims``: the read or
+write port of every bank its ranges meet, over the closed-form window of that port)
+clear of every other unit's use (docs/contract.md, "CBUF banks": a bank has one read
+and one write port).
 Later ops may land before earlier ones in time when they are independent, which is
 what overlaps loads, compute and stores. All latencies come from systolica.arch.timing.
 """
@@ -48,22 +49,11 @@ class _Resource:
 
 
 class _BankPorts:
-    """Per CBUF bank port, the cycles each unit uses it."""
+    """Per CBUF or ACC bank port, the cycles each unit may use it
+    (``timing.bank_claims``)."""
 
     def __init__(self):
-        self.ports: dict[tuple[str, int], dict[str, BusyIntervals]] = {}
-
-    @staticmethod
-    def claims(cfg: ChipConfig, op: MicroOp) -> list[tuple[tuple, int, int]]:
-        """``((mode, bank), lo, hi)``: the bank ports the op's CBUF accesses use in
-        cycles ``[issue + lo, issue + hi)`` (``timing.cbuf_window``)."""
-        window = timing.cbuf_window(cfg, op.instr(0))
-        if window is None:
-            return []
-        shift = cfg.cbuf_bank_shift
-        return [((a.mode, b), *window)
-                for a in op.accesses if a.resource == "cbuf"
-                for b in range(a.lo >> shift, ((a.hi - 1) >> shift) + 1)]
+        self.ports: dict[tuple[str, str, int], dict[str, BusyIntervals]] = {}
 
     def clash_end(self, unit: str, claims, t: int) -> int | None:
         for key, lo, hi in claims:
@@ -95,7 +85,7 @@ def schedule(cfg: ChipConfig, ops: list[MicroOp]) -> list[int]:
             probe = op.instr(0)
             done = timing.done(cfg, probe)
             got = known[key] = (timing.occupancy(cfg, probe), done, routing.settings(op),
-                                _BankPorts.claims(cfg, op))
+                                timing.bank_claims(cfg, probe))
         occupancy, done, spans, claims = got
         unit_name = timing.UNIT[op.op]
         unit = units[unit_name]

@@ -255,12 +255,13 @@ def _in_use_fault(cfg: ChipConfig, windows: dict[int, list[tuple[int, int, int]]
 
 
 class _BankPorts:
-    """Who uses each CBUF bank port when (docs/contract.md, "CBUF banks"), and the
-    first cycle two units use the same one: the chip faults BANK_CONFLICT there."""
+    """Who uses each CBUF and ACC bank port when (docs/contract.md, "CBUF banks"),
+    and the first cycle two units use the same one: the chip faults BANK_CONFLICT
+    there."""
 
     def __init__(self, cfg: ChipConfig):
         self.cfg = cfg
-        self.live: dict[tuple[str, int], list[tuple[int, int, str, int]]] = {}
+        self.live: dict[tuple[str, str, int], list[tuple[int, int, str, int]]] = {}
         self.conflict: int | None = None            # the first conflicting cycle
         self.reason = ""
 
@@ -277,14 +278,16 @@ class _BankPorts:
                     c = max(lo, r_lo)
                     if self.conflict is None or c < self.conflict:
                         self.conflict = c
-                        mode, bank = key
+                        memory, mode, bank = key
+                        size = (self.cfg.cbuf_bank_rows if memory == "cbuf"
+                                else self.cfg.acc_bank_rows)
                         self.reason = (
                             f"in cycle {c} the {unit} unit (pc {pc}) and the {r_unit} "
-                            f"unit (pc {r_pc}) both use the {mode} port of CBUF bank "
-                            f"{bank} (rows {bank * self.cfg.cbuf_bank_rows}.."
-                            f"{(bank + 1) * self.cfg.cbuf_bank_rows - 1}); a bank has one "
-                            f"read and one write port: place their rows in different "
-                            f"banks or their accesses in different cycles")
+                            f"unit (pc {r_pc}) both use the {mode} port of "
+                            f"{memory.upper()} bank {bank} (rows {bank * size}.."
+                            f"{(bank + 1) * size - 1}); a bank has one read and one write "
+                            f"port: place their rows in different banks or their "
+                            f"accesses in different cycles")
             runs.append((lo, hi, unit, pc))
 
 
@@ -383,7 +386,7 @@ def check(cfg: ChipConfig, program: list[isa.Instr], prog_addr: int | None = Non
                     tuple((boards[tc.resource], tc, _span(tc)) for tc in fx_.writes),
                     [run for tc in dram for run in _port_runs(tc.cycles)],
                     tuple(tc for tc in fx_.writes if tc.resource == "dram"),
-                    tuple(((u.mode, u.bank), u.first, u.last)
+                    tuple(((u.memory, u.mode, u.bank), u.first, u.last)
                           for u in entry.bank_ports(cfg, ins.fields, fx_)))
         return got
 

@@ -76,34 +76,31 @@ def test_closed_forms_agree_with_effects(cfg, op, seed):
 
 @pytest.mark.parametrize("cfg, op, seed", CASES,
                          ids=[f"{c.name}-{o.name}-{s}" for c, o, s in CASES])
-def test_bank_ports_are_used_every_cycle_of_the_closed_window(cfg, op, seed):
-    """The scheduler books each bank its CBUF range meets over ``timing.cbuf_window``;
-    the effects' bank-port uses (what the golden model and the RTL's crossbar see)
-    must be exactly those, in every cycle of it: the RTL claims a port while its
-    unit's enable is up, so a gap would be a cycle the two disagree on."""
+def test_bank_claims_cover_the_bank_ports_used(cfg, op, seed):
+    """The scheduler books ``timing.bank_claims`` (closed forms); the bank ports the
+    effects use (what the golden model and the RTL's crossbars see) must lie inside
+    them, and every claimed port is used: the claims bound the uses tightly."""
     rng = np.random.default_rng(200 + seed)
     f = _random_fields(cfg, op, rng)
-    f["act_addr" if op is Opcode.MATMUL else "buf_addr" if op is Opcode.DMA else
-      "w_addr" if op is Opcode.WLOAD else "dst"] = int(rng.integers(0, 3 * cfg.cbuf_bank_rows))
+    if op is Opcode.DMA:
+        f["buf_addr"] = int(rng.integers(0, 3 * cfg.cbuf_bank_rows))
+    if op is Opcode.MATMUL:
+        f["act_addr"] = int(rng.integers(0, 3 * cfg.cbuf_bank_rows))
+    if op is Opcode.WLOAD:
+        f["w_addr"] = int(rng.integers(0, 3 * cfg.cbuf_bank_rows))
     entry = instructions.SPEC[op]
     uses = entry.bank_ports(cfg, f, entry.effects(cfg, f))
-    window = timing.cbuf_window(cfg, Instr(op, 0, f))
-    cbuf = [r for r in instructions.ranges(cfg, op, f) if r.memory == "cbuf" and r.touched]
-    if not cbuf:
-        assert window is None and not uses
-        return
-    (r,) = cbuf
-    shift = cfg.cbuf_bank_shift
-    banks = range(r.lo >> shift, ((r.hi - 1) >> shift) + 1)
-    lo, hi = window
-    per_cycle = {c: set() for c in range(lo, hi)}
+    claims = timing.bank_claims(cfg, Instr(op, 0, f))
+    claimed = {key: (lo, hi) for key, lo, hi in claims}
+    assert len(claimed) == len(claims), "a bank port claimed twice"
+    used = set()
     for u in uses:
-        assert u.mode == r.mode and u.bank in banks
-        for c in range(u.first, u.last + 1):
-            assert c in per_cycle, f"bank {u.bank} used in cycle {c}, outside {window}"
-            per_cycle[c].add(u.bank)
-    assert all(per_cycle.values()), "a cycle of the window uses no port"
-    assert set().union(*per_cycle.values()) == set(banks)
+        key = (u.memory, u.mode, u.bank)
+        assert key in claimed, f"{key} used in cycles {u.first}..{u.last}, not claimed"
+        lo, hi = claimed[key]
+        assert lo <= u.first <= u.last < hi, (key, (u.first, u.last), (lo, hi))
+        used.add(key)
+    assert used == set(claimed), f"claimed, never used: {set(claimed) - used}"
 
 
 @pytest.mark.parametrize("cfg, op, seed", CASES,

@@ -71,7 +71,12 @@ def _networks():
     rng = np.random.default_rng(7)
     a = rng.integers(-128, 128, (40, 20), dtype=np.int8)
     b = rng.integers(-128, 128, (20, 24), dtype=np.int8)
-    return [demo.mlp(), gemm(a, b, out_dtype="int32", name="gemm40x20x24")]
+    # K = R: one MATMUL per block that does not accumulate, so it holds no ACC read
+    # port and only the data hazard orders the epilogue after it
+    a1 = rng.integers(-128, 128, (40, CFG.rows), dtype=np.int8)
+    b1 = rng.integers(-128, 128, (CFG.rows, 24), dtype=np.int8)
+    return [demo.mlp(), gemm(a, b, out_dtype="int32", name="gemm40x20x24"),
+            gemm(a1, b1, out_dtype="int32", name="gemm40x8x24")]
 
 
 def _rerouted():

@@ -108,17 +108,28 @@ class Effects:
                           if len(t.cycles)])
 
 
+#: The banked buffers (docs/contract.md, "CBUF banks", "ACC banks").
+BANKED = ("cbuf", "acc")
+
+
+def bank_shift(cfg: ChipConfig, memory: str) -> int:
+    """Row ``a`` of `memory` is in bank ``a >> bank_shift``."""
+    return cfg.cbuf_bank_shift if memory == "cbuf" else cfg.acc_bank_shift
+
+
 @dataclass(frozen=True)
 class BankUse:
-    """One CBUF bank port (``mode`` READ or WRITE of bank ``bank``) used by an
-    instruction in every cycle ``first .. last`` (after issue)."""
+    """One bank port (``mode`` READ or WRITE of bank ``bank`` of ``memory``, "cbuf"
+    or "acc") used by an instruction in every cycle ``first .. last`` after issue."""
+    memory: str
     mode: str
     bank: int
     first: int
     last: int
 
 
-def bank_runs(mode: str, banks: np.ndarray, cycles: np.ndarray) -> list[BankUse]:
+def bank_runs(memory: str, mode: str, banks: np.ndarray, cycles: np.ndarray
+              ) -> list[BankUse]:
     """The runs of consecutive cycles in which each bank of ``banks[i]`` (used in
     ``cycles[i]``) is used."""
     out = []
@@ -126,7 +137,7 @@ def bank_runs(mode: str, banks: np.ndarray, cycles: np.ndarray) -> list[BankUse]
         c = np.unique(cycles[banks == b])
         cut = np.flatnonzero(np.diff(c) > 1)
         for lo, hi in zip(np.concatenate(([0], cut + 1)), np.concatenate((cut, [len(c) - 1]))):
-            out.append(BankUse(mode, int(b), int(c[lo]), int(c[hi])))
+            out.append(BankUse(memory, mode, int(b), int(c[lo]), int(c[hi])))
     return out
 
 
@@ -192,10 +203,10 @@ class Instruction(ABC):
     def bank_window(self, cfg: ChipConfig, f: dict) -> tuple[int, int] | None:
         return None
 
-    def cbuf_window(self, cfg: ChipConfig, f: dict) -> tuple[int, int] | None:
-        """Cycles ``[lo, hi)`` after issue in which it uses a CBUF bank port (None:
-        it touches no CBUF row)."""
-        return None
+    def port_windows(self, cfg: ChipConfig, f: dict) -> list[tuple[str, str, int, int]]:
+        """``(memory, mode, lo, hi)``: it uses a port (READ or WRITE) of the banks its
+        `memory` ranges of that mode meet within cycles ``[lo, hi)`` after issue."""
+        return []
 
     def mux_use(self, cfg: ChipConfig, f: dict, kind: str, idx: list[int]
                 ) -> tuple[int, int] | None:
@@ -207,14 +218,15 @@ class Instruction(ABC):
         """Its cycle-level behaviour (see :class:`Effects`)."""
 
     def bank_ports(self, cfg: ChipConfig, f: dict, fx: Effects) -> list[BankUse]:
-        """Which CBUF bank port it uses in which cycles (docs/contract.md, "CBUF
-        banks"): every CBUF touch of row ``a`` in cycle ``c`` uses bank
-        ``a >> cfg.cbuf_bank_shift``'s read or write port in cycle ``c``."""
+        """Which bank ports of the CBUF and the ACC it uses in which cycles
+        (docs/contract.md, "CBUF banks"): every touch of row ``a`` in cycle ``c`` uses
+        bank ``a >> bank_shift``'s read or write port in cycle ``c``."""
         out = []
         for mode, touches in ((READ, fx.reads), (WRITE, fx.writes)):
             for tc in touches:
-                if tc.resource == "cbuf":
-                    out += bank_runs(mode, tc.addrs >> cfg.cbuf_bank_shift, tc.cycles)
+                if tc.resource in BANKED:
+                    out += bank_runs(tc.resource, mode,
+                                     tc.addrs >> bank_shift(cfg, tc.resource), tc.cycles)
         return out
 
     @abstractmethod
@@ -271,11 +283,15 @@ class Dma(Instruction):
     def done(self, cfg, f):
         return self.words(cfg, f) + cfg.latency["dram_read"] + 1
 
-    def cbuf_window(self, cfg, f):
-        if self.to_acc(Fields(f)):
-            return None
-        first = 1 + cfg.latency["dram_read"] if self.is_load(Fields(f)) else 1
-        return first, first + f["rows"]
+    def port_windows(self, cfg, f):
+        # A row every w words: loads write it with its last word, stores read it
+        # with its first.
+        F = Fields(f)
+        buf, w = ("acc", cfg.acc_row_words) if self.to_acc(F) else ("cbuf", 1)
+        if self.is_load(F):
+            return [(buf, WRITE, w + cfg.latency["dram_read"],
+                     f["rows"] * w + cfg.latency["dram_read"] + 1)]
+        return [(buf, READ, 1, (f["rows"] - 1) * w + 2)]
 
     def effects(self, cfg, f):
         # The address generator steps one word per cycle from t+1. Loads: the data of
@@ -348,8 +364,8 @@ class Wload(Instruction):
         first = cfg.latency["cbuf_read"] + 1
         return first, first + geo.weight_shifts(cfg)
 
-    def cbuf_window(self, cfg, f):
-        return 1, 1 + geo.weight_shifts(cfg)
+    def port_windows(self, cfg, f):
+        return [("cbuf", READ, 1, 1 + geo.weight_shifts(cfg))]
 
     def mux_use(self, cfg, f, kind, idx):
         if kind in ("north_feed", "w_in"):
@@ -393,7 +409,7 @@ class Wload(Instruction):
         # Every shift reads a row, the conveyor slots' dropped copies too: the port is
         # busy in each of them.
         order = f["w_addr"] + np.array(self.read_order(cfg), dtype=np.int64)
-        return bank_runs(READ, order >> cfg.cbuf_bank_shift,
+        return bank_runs("cbuf", READ, order >> cfg.cbuf_bank_shift,
                          1 + np.arange(len(order), dtype=np.int64))
 
     def execute(self, chip, f):
@@ -459,8 +475,14 @@ class Matmul(Instruction):
         first = cfg.latency["cbuf_read"] + 1
         return first, first + f["rows"] + 2 * geo.skew_max(cfg)
 
-    def cbuf_window(self, cfg, f):
-        return 1, 1 + f["rows"]
+    def port_windows(self, cfg, f):
+        # the accumulate stage reads row i P cycles after issue and writes it once
+        # the read data is back
+        p, m = geo.matmul_pipeline(cfg), f["rows"]
+        w = p + cfg.latency["acc_read"]
+        return ([("cbuf", READ, 1, 1 + m)]
+                + ([("acc", READ, p, p + m)] if f["accumulate"] else [])
+                + [("acc", WRITE, w, w + m)])
 
     def mux_use(self, cfg, f, kind, idx):
         n, m = cfg.tile_size, f["rows"]
@@ -533,13 +555,15 @@ class Matmul(Instruction):
             muxes=muxes)
 
     def bank_ports(self, cfg, f, fx):
+        uses = super().bank_ports(cfg, f, fx)
         if not f.get("conv"):
-            return super().bank_ports(cfg, f, fx)
+            return uses
         # A window walk reads another tile pixel in every partition: each read cycle
         # uses every bank its tile meets.
         shift = cfg.cbuf_bank_shift
         lo, hi = f["act_addr"] >> shift, (f["act_addr"] + f["in_h"] * f["in_w"] - 1) >> shift
-        return [BankUse(READ, b, 1, f["rows"]) for b in range(lo, hi + 1)]
+        return ([u for u in uses if u.memory != "cbuf"]
+                + [BankUse("cbuf", READ, b, 1, f["rows"]) for b in range(lo, hi + 1)])
 
     def execute(self, chip, f):
         cfg, n = chip.cfg, chip.n
@@ -644,8 +668,11 @@ class Vrun(Instruction):
             return first, first + f["rows"]
         return None
 
-    def cbuf_window(self, cfg, f):
-        return self.mux_use(cfg, f, "wb_src", [])
+    def port_windows(self, cfg, f):
+        first = 2 * cfg.latency["acc_read"] + 1 + cfg.latency["vpu"] + self.extra(f)
+        head = 1 + self.extra(f)
+        return [("acc", READ, 1, 1 + head + f["rows"]),
+                ("acc" if f["to_acc"] else "cbuf", WRITE, first, first + f["rows"])]
 
     def effects(self, cfg, f):
         # The bias row is read in cycle 1 (with params, the parameter rows in cycles

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from .config import ChipConfig
 from .geometry import matmul_pipeline, skew, skew_max, weight_shifts  # noqa: F401
-from .instructions import SPEC, Dma
+from .instructions import ACCUMULATE, SPEC, Dma, bank_shift, ranges
 from .isa import Instr
 
 #: The unit that executes each opcode.
@@ -40,10 +40,26 @@ def done(cfg: ChipConfig, ins: Instr) -> int:
     return SPEC[ins.op].done(cfg, ins.fields)
 
 
-def cbuf_window(cfg: ChipConfig, ins: Instr) -> tuple[int, int] | None:
-    """Cycles ``[lo, hi)`` after issue in which it uses a CBUF bank port (the read or
-    write port of each bank its CBUF range meets); None if it touches no CBUF row."""
-    return SPEC[ins.op].cbuf_window(cfg, ins.fields)
+def bank_claims(cfg: ChipConfig, ins: Instr) -> list[tuple[tuple[str, str, int], int, int]]:
+    """``((memory, mode, bank), lo, hi)``: each bank port it may use, and the cycles
+    ``[lo, hi)`` after issue that bound its use (:func:`port_windows` over the banks
+    its ranges of that memory and mode meet; an accumulate range uses both ports)."""
+    out = []
+    for memory, mode, lo, hi in port_windows(cfg, ins):
+        shift = bank_shift(cfg, memory)
+        banks = set()
+        for r in ranges(cfg, ins.op, ins.fields):
+            if r.memory == memory and r.touched and r.mode in (mode, ACCUMULATE):
+                banks.update(range(r.lo >> shift, ((r.hi - 1) >> shift) + 1))
+        out += [((memory, mode, b), lo, hi) for b in sorted(banks)]
+    return out
+
+
+def port_windows(cfg: ChipConfig, ins: Instr) -> list[tuple[str, str, int, int]]:
+    """``(memory, mode, lo, hi)``: the CBUF and ACC bank ports it uses, the read
+    (READ) or write (WRITE) port of each bank its ranges of that memory and mode meet,
+    within cycles ``[lo, hi)`` after issue (docs/contract.md, "CBUF banks")."""
+    return SPEC[ins.op].port_windows(cfg, ins.fields)
 
 
 def bank_window(cfg: ChipConfig, ins: Instr) -> tuple[int, int]:

@@ -641,21 +641,16 @@ def _cfg_in_use(cfg, program, rng):
     return out, (code, pc, ins.cycle), f"SETCFG of {m.name} at cycle {ins.cycle}"
 
 
-def _bank_uses(cfg: ChipConfig, ins: Instr) -> list[tuple[tuple[str, int], int, int]]:
-    """``((mode, bank), first, last)`` absolute: the CBUF bank ports `ins` uses, from
-    the closed forms (``timing.cbuf_window`` over its CBUF range's banks)."""
-    window = timing.cbuf_window(cfg, ins)
-    if window is None:
-        return []
-    (r,) = [r for r in instructions.ranges(cfg, ins.op, ins.fields)
-            if r.memory == "cbuf" and r.touched]
-    shift = cfg.cbuf_bank_shift
-    return [((r.mode, b), ins.cycle + window[0], ins.cycle + window[1] - 1)
-            for b in range((r.lo >> shift), ((r.hi - 1) >> shift) + 1)]
+def _bank_uses(cfg: ChipConfig, ins: Instr) -> list[tuple[tuple[str, str, int], int, int]]:
+    """``((memory, mode, bank), first, last)`` absolute: the bank ports `ins` uses, by
+    the contract's rule (its entry's ``bank_ports`` over its effects)."""
+    entry = instructions.spec(ins.op)
+    return [((u.memory, u.mode, u.bank), ins.cycle + u.first, ins.cycle + u.last)
+            for u in entry.bank_ports(cfg, ins.fields, entry.effects(cfg, ins.fields))]
 
 
 def _first_conflict(cfg: ChipConfig, program: list[Instr]) -> int | None:
-    """The first cycle two units use one CBUF bank port."""
+    """The first cycle two units use one CBUF or ACC bank port."""
     uses = [(timing.UNIT[i.op], key, lo, hi) for i in program for key, lo, hi in _bank_uses(cfg, i)]
     first = None
     for k, (u, key, lo, hi) in enumerate(uses):
@@ -681,7 +676,9 @@ def _bank_conflict(cfg, program, rng):
     for x in program:
         if timing.UNIT[x.op] == "dma":
             continue
-        for (mode, bank), lo, hi in _bank_uses(cfg, x):
+        for (memory, mode, bank), lo, hi in _bank_uses(cfg, x):
+            if memory != "cbuf":
+                continue
             free = [a for a in range(bank << shift, (bank + 1) << shift) if a not in touched]
             if not free:
                 continue
@@ -689,7 +686,8 @@ def _bank_conflict(cfg, program, rng):
             f = dict(kind=kind, dram_addr=cfg.dram_words - 1, dram_stride=0,
                      buf_addr=int(rng.choice(free)), rows=1)
             probe = Instr(Opcode.DMA, 0, {n: f.get(n, 0) for n, _ in isa.PAYLOAD[Opcode.DMA]})
-            w = timing.cbuf_window(cfg, probe)
+            ((_, _, w0, w1),) = timing.port_windows(cfg, probe)
+            w = (w0, w1)
             for c in _free_cycles(program, lo - w[1] + 1, hi - w[0]):
                 y = Instr(Opcode.DMA, c, probe.fields)
                 if _unit_free(cfg, program, y):
