@@ -21,8 +21,8 @@ class Cbuf(wiring.Component):
     connects straight to one): ``row_read`` (``row_reads`` ports addressing a whole
     row), ``part_read`` (``part_reads`` ports with one address per partition and
     the mask of banks they claim, :func:`~.ports.partitioned_read`), ``row_write``
-    (``row_writes`` ports), and ``conflict``: two ports use the same port (read, or
-    write) of one bank in this cycle (combinational; the sequencer faults on it).
+    (``row_writes`` ports), and ``conflict``: two clients use the same port (read,
+    or write) of one bank in this cycle (combinational; the sequencer faults on it).
     """
 
     def __init__(self, *, cfg: ChipConfig, row_reads: int, part_reads: int,

@@ -80,7 +80,9 @@ class RunControl(wiring.Signature):
     """The register file's hold on the sequencer.
 
     Members (register-file side): ``start`` (one cycle, ignored while running),
-    ``prog_len``, ``prog_addr`` (DRAM word address of the program image), ``imem`` (a write port on the program memory; addresses past its
+    ``prog_len``, ``prog_addr`` (DRAM word address of the program image), ``imem`` (a
+    write port on the program memory, taken only while the chip is stopped: the
+    instruction fetcher has the memory's write port while it runs; addresses past its
     depth are dropped), and the run's status: ``running``, ``done`` / ``fault`` (one
     cycle at the end), ``error``, ``fault_pc``, ``cycle``.
     """

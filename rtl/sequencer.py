@@ -53,7 +53,8 @@ class Sequencer(wiring.Component):
         # reads the words of instruction ``fetch_pc`` once its slot is free
         # (``fetch_pc - D`` has issued) in the cycles the DMA leaves the port idle.
         # The memory has one write port: the host loads the program while the chip
-        # is stopped, the fetcher writes only while it runs.
+        # is stopped, the fetcher writes only while it runs (a word arriving after a
+        # fault is dropped: the run is over, the next one reloads the ring).
         m = Module()
         cfg, ctrl = self.cfg, self.ctrl
         depth = cfg.imem_depth

@@ -14,6 +14,7 @@ from systolica.arch import fabric, isa, timing
 from systolica.arch.config import preset
 from systolica.arch.isa import Instr, Opcode
 from systolica.rtl.array import Grid, Tile
+from systolica.rtl.cbuf import Cbuf
 from systolica.rtl.chip import Chip
 from systolica.rtl.csr import RegisterFile
 from systolica.rtl.dma import Dma
@@ -36,6 +37,19 @@ def test_config_is_keyword_only_and_checked(block):
     with pytest.raises(TypeError, match=rf"{block.__name__} needs cfg=ChipConfig .*not 'tiny'"):
         block(cfg="tiny")
     block(cfg=TINY)
+
+
+def test_cbuf_parameters_are_keyword_only_and_checked():
+    with pytest.raises(TypeError):
+        Cbuf(TINY, 2, 1, 2)
+    with pytest.raises(TypeError, match=r"Cbuf needs cfg=ChipConfig"):
+        Cbuf(cfg="tiny", row_reads=2, part_reads=1, row_writes=2)
+    for bad in (-1, 1.0, True, "2"):
+        with pytest.raises(TypeError, match=r"Cbuf row_reads must be a non-negative integer"):
+            Cbuf(cfg=TINY, row_reads=bad, part_reads=1, row_writes=2)
+    cbuf = Cbuf(cfg=TINY, row_reads=2, part_reads=1, row_writes=2)
+    assert len(cbuf.row_read) == 2 and len(cbuf.part_read) == 1 and len(cbuf.row_write) == 2
+    assert cbuf.part_read[0].banks.shape().width == TINY.cbuf_banks
 
 
 def test_tile_size_checked():
