@@ -1,9 +1,19 @@
-"""The convolution buffer: per partition (one byte of every row) ``cfg.cbuf_banks``
-memories of ``cfg.cbuf_bank_rows`` rows, each with one read and one write port, and
-the crossbar that connects the units' ports to them (docs/contract.md, "CBUF
-banks"). One memory per partition lets the matmul unit's window walk read every
-partition at its own address (a packed convolution reads a different kernel tap in
-each); every other port addresses all partitions at once."""
+"""The banked buffers and their crossbar (docs/contract.md, "CBUF banks" and "ACC
+banks"): each buffer's rows are cut into banks by address range, each bank is one
+memory per lane with one read and one write port, and a crossbar connects the units'
+ports to them.
+
+* :class:`Cbuf`, the convolution buffer: one lane per partition (one byte of every
+  row), so ``cfg.rows`` x ``cfg.cbuf_banks`` memories of ``cfg.cbuf_bank_rows`` bytes.
+  One memory per partition lets the matmul unit's window walk read every partition
+  at its own address (a packed convolution reads a different kernel tap in each);
+  every other port addresses all partitions at once.
+* :class:`Acc`, the accumulator buffer: one lane of whole rows (``C`` int32), so
+  ``cfg.acc_banks`` memories of ``cfg.acc_bank_rows`` rows; every port addresses a
+  whole row.
+
+Both are :class:`BankedBuffer`; only the geometry differs.
+"""
 
 from amaranth.hdl import Array, Cat, Module, Signal
 from amaranth.lib import memory, wiring
@@ -14,53 +24,69 @@ from systolica.arch.config import ChipConfig
 from .ports import buffer_read, buffer_write, check_config, partitioned_read
 
 
-class Cbuf(wiring.Component):
-    """The banked CBUF behind a crossbar.
+class BankedBuffer(wiring.Component):
+    """A buffer (:attr:`buffer`: ``"cbuf"`` or ``"acc"``) of banks behind a crossbar.
 
     Members (the buffer's side of each port, so a unit's ``In(buffer_read(...))``
     connects straight to one): ``row_read`` (``row_reads`` ports addressing a whole
     row), ``part_read`` (``part_reads`` ports with one address per partition and
-    the mask of banks they claim, :func:`~.ports.partitioned_read`), ``row_write``
-    (``row_writes`` ports), and ``conflict``: two clients use the same port (read,
-    or write) of one bank in this cycle (combinational; the sequencer faults on it).
+    the mask of banks they claim, :func:`~.ports.partitioned_read`; CBUF only),
+    ``row_write`` (``row_writes`` ports), and ``conflict``: two ports use the same
+    port (read, or write) of one bank in this cycle (combinational; the sequencer
+    faults on it).
     """
 
-    def __init__(self, *, cfg: ChipConfig, row_reads: int, part_reads: int,
-                 row_writes: int):
-        self.cfg = check_config(cfg, "Cbuf")
+    buffer: str = ""
+
+    def __init__(self, *, cfg: ChipConfig, row_reads: int, row_writes: int,
+                 part_reads: int = 0):
+        block = type(self).__name__
+        self.cfg = check_config(cfg, block)
         for name, count in (("row_reads", row_reads), ("part_reads", part_reads),
                             ("row_writes", row_writes)):
             if not isinstance(count, int) or isinstance(count, bool) or count < 0:
-                raise TypeError(f"Cbuf {name} must be a non-negative integer, "
+                raise TypeError(f"{block} {name} must be a non-negative integer, "
                                 f"not {count!r}")
+        if part_reads and self.buffer != "cbuf":
+            raise TypeError(f"{block} has no partitioned reads (part_reads must be 0, "
+                            f"not {part_reads!r})")
         self.row_reads, self.part_reads, self.row_writes = row_reads, part_reads, row_writes
-        super().__init__({
-            "row_read": Out(buffer_read(cfg, "cbuf")).array(row_reads),
-            "part_read": Out(partitioned_read(cfg)).array(part_reads),
-            "row_write": Out(buffer_write(cfg, "cbuf")).array(row_writes),
+        members = {"row_read": Out(buffer_read(cfg, self.buffer)).array(row_reads)}
+        if self.buffer == "cbuf":
+            members["part_read"] = Out(partitioned_read(cfg)).array(part_reads)
+        members.update({
+            "row_write": Out(buffer_write(cfg, self.buffer)).array(row_writes),
             "conflict": Out(1),
         })
+        super().__init__(members)
+
+    def geometry(self) -> tuple[int, int, int, int, int]:
+        """(lanes, bits per lane, banks, rows per bank, log2 of rows per bank)."""
+        raise NotImplementedError
+
+    def memory_name(self, lane: int, bank: int) -> str:
+        raise NotImplementedError
 
     def elaborate(self, platform):
-        # Bank b of partition p is memory (p, b). In every cycle each client port
-        # claims banks: a row port the bank of its address while ``en``, a partitioned
-        # read its ``banks`` mask while ``en``. A bank's read (write) port takes the
-        # address (and data) of the client claiming it; the clients' claims are the
-        # same in every partition, so one claim vector per bank decides all of them,
-        # and two claims on one port of one bank are a conflict. A client's read data
-        # comes, per partition, from the bank its address was in, chosen by a select
-        # registered with the address (the memories answer one cycle later).
+        # Bank b of lane p is memory (p, b). In every cycle each client port claims
+        # banks: a row port the bank of its address while ``en``, a partitioned read
+        # its ``banks`` mask while ``en``. A bank's read (write) port takes the address
+        # (and data) of the client claiming it; the clients' claims are the same in
+        # every lane, so one claim vector per bank decides all of them, and two claims
+        # on one port of one bank are a conflict. A client's read data comes, per lane,
+        # from the bank its address was in, chosen by a select registered with the
+        # address (the memories answer one cycle later).
         m = Module()
-        cfg = self.cfg
-        banks, rows, shift = cfg.cbuf_banks, cfg.rows, cfg.cbuf_bank_shift
+        lanes, bits, banks, bank_rows, shift = self.geometry()
         low = slice(0, shift)              # row within its bank
         high = slice(shift, None)          # the bank
+        part_read = list(getattr(self, "part_read", []))
 
-        mems = [[memory.Memory(shape=8, depth=cfg.cbuf_bank_rows, init=[])
-                 for _ in range(banks)] for _ in range(rows)]
-        for p in range(rows):
+        mems = [[memory.Memory(shape=bits, depth=bank_rows, init=[])
+                 for _ in range(banks)] for _ in range(lanes)]
+        for p in range(lanes):
             for b in range(banks):
-                m.submodules[f"cbuf_p{p}_b{b}"] = mems[p][b]
+                m.submodules[self.memory_name(p, b)] = mems[p][b]
         rd = [[mem.read_port() for mem in per_p] for per_p in mems]
         wr = [[mem.write_port() for mem in per_p] for per_p in mems]
 
@@ -70,7 +96,7 @@ class Cbuf(wiring.Component):
 
         read_claims = ([claims(port) for port in self.row_read]
                        + [[port.en & port.banks[b] for b in range(banks)]
-                          for port in self.part_read])
+                          for port in part_read])
         write_claims = [claims(port) for port in self.row_write]
 
         def clash(claim_sets):
@@ -85,13 +111,13 @@ class Cbuf(wiring.Component):
 
         m.d.comb += self.conflict.eq(Cat(*clash(read_claims), *clash(write_claims)).any())
 
-        # Read ports: per partition the address a client gives that partition; later
-        # clients win a conflict (the chip faults then, so any choice will do).
-        read_addrs = ([[port.addr] * rows for port in self.row_read]
-                      + [[port.addr[p] for p in range(rows)] for port in self.part_read])
+        # Read ports: per lane the address a client gives that lane; later clients win
+        # a conflict (the chip faults then, so any choice will do).
+        read_addrs = ([[port.addr] * lanes for port in self.row_read]
+                      + [[port.addr[p] for p in range(lanes)] for port in part_read])
         for b in range(banks):
             en_b = Cat(*(c[b] for c in read_claims)).any() if read_claims else 0
-            for p in range(rows):
+            for p in range(lanes):
                 m.d.comb += rd[p][b].en.eq(en_b)
                 for c, addrs in zip(read_claims, read_addrs):
                     with m.If(c[b]):
@@ -104,22 +130,59 @@ class Cbuf(wiring.Component):
         for k, port in enumerate(self.row_read):
             sel = Signal(range(banks), name=f"row_read_{k}_bank")
             m.d.sync += sel.eq(port.addr[high])
-            m.d.comb += port.data.eq(Cat(*(bank_data(p, sel) for p in range(rows))))
-        for k, port in enumerate(self.part_read):
+            m.d.comb += port.data.eq(Cat(*(bank_data(p, sel) for p in range(lanes))))
+        for k, port in enumerate(part_read):
             data = []
-            for p in range(rows):
+            for p in range(lanes):
                 sel = Signal(range(banks), name=f"part_read_{k}_bank_{p}")
                 m.d.sync += sel.eq(port.addr[p][high])
                 data.append(bank_data(p, sel))
             m.d.comb += port.data.eq(Cat(*data))
 
-        # Write ports: the claiming writer's address and byte.
+        # Write ports: the claiming writer's address and its lane of the data.
         for b in range(banks):
             en_b = Cat(*(c[b] for c in write_claims)).any() if write_claims else 0
-            for p in range(rows):
+            for p in range(lanes):
                 m.d.comb += wr[p][b].en.eq(en_b)
                 for c, port in zip(write_claims, self.row_write):
                     with m.If(c[b]):
                         m.d.comb += [wr[p][b].addr.eq(port.addr[low]),
-                                     wr[p][b].data.eq(port.data[8 * p:8 * p + 8])]
+                                     wr[p][b].data.eq(port.data[bits * p:bits * (p + 1)])]
         return m
+
+
+class Cbuf(BankedBuffer):
+    """The banked CBUF: per partition ``cfg.cbuf_banks`` byte-wide memories of
+    ``cfg.cbuf_bank_rows`` rows. Members as :class:`BankedBuffer`, with
+    ``part_reads`` partitioned readers."""
+
+    buffer = "cbuf"
+
+    def __init__(self, *, cfg: ChipConfig, row_reads: int, part_reads: int,
+                 row_writes: int):
+        super().__init__(cfg=cfg, row_reads=row_reads, part_reads=part_reads,
+                         row_writes=row_writes)
+
+    def geometry(self):
+        cfg = self.cfg
+        return cfg.rows, 8, cfg.cbuf_banks, cfg.cbuf_bank_rows, cfg.cbuf_bank_shift
+
+    def memory_name(self, lane, bank):
+        return f"cbuf_p{lane}_b{bank}"
+
+
+class Acc(BankedBuffer):
+    """The banked ACC: ``cfg.acc_banks`` memories of ``cfg.acc_bank_rows`` whole rows
+    (``C`` int32). Members as :class:`BankedBuffer`, without partitioned readers."""
+
+    buffer = "acc"
+
+    def __init__(self, *, cfg: ChipConfig, row_reads: int, row_writes: int):
+        super().__init__(cfg=cfg, row_reads=row_reads, row_writes=row_writes)
+
+    def geometry(self):
+        cfg = self.cfg
+        return 1, 32 * cfg.cols, cfg.acc_banks, cfg.acc_bank_rows, cfg.acc_bank_shift
+
+    def memory_name(self, lane, bank):
+        return f"acc_b{bank}"

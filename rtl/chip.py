@@ -10,12 +10,12 @@ from systolica.arch import regs
 from systolica.arch.config import ChipConfig
 
 from .array import Grid
-from .cbuf import Cbuf
+from .cbuf import Acc, Cbuf
 from .csr import RegisterFile
 from .dma import Dma
 from .fabric_regs import FabricRegs
 from .matmul import MatmulUnit, WeightLoader
-from .ports import DramMaster, buffer, check_config
+from .ports import DramMaster, check_config
 from .sequencer import Sequencer
 from .vpu import VectorUnit
 
@@ -39,12 +39,11 @@ class Chip(wiring.Component):
         })
 
     def elaborate(self, platform):
-        # Every unit owns its memory ports. The CBUF is banked (one read and one
-        # write port per bank) behind a crossbar; two units on one port of one bank in
-        # one cycle are a conflict, on which the sequencer faults (the compiler books
-        # every bank port, so a correct program has none). The ACC has three read and
-        # three write ports; the scheduler keeps their address ranges apart in time, so
-        # no arbitration is needed.
+        # Every unit owns its memory ports. The CBUF and the ACC are banked (one read
+        # and one write port per bank) behind a crossbar each; two units on one port
+        # of one bank in one cycle are a conflict, on which the sequencer faults (a
+        # CBUF and an ACC conflict in one cycle are one fault; the compiler books every
+        # bank port, so a correct program has none).
         m = Module()
         cfg = self.cfg
         m.submodules.csr = csr = RegisterFile(cfg=cfg)
@@ -55,7 +54,7 @@ class Chip(wiring.Component):
         m.submodules.mm = mm = MatmulUnit(cfg=cfg)
         m.submodules.grid = grid = Grid(cfg=cfg)
         m.submodules.vpu = vpu = VectorUnit(cfg=cfg)
-        m.submodules.acc = acc = buffer(cfg, "acc")
+        m.submodules.acc = acc = Acc(cfg=cfg, row_reads=3, row_writes=3)
         m.submodules.cbuf = cbuf = Cbuf(cfg=cfg, row_reads=2, part_reads=1, row_writes=2)
 
         # Host side.
@@ -97,17 +96,17 @@ class Chip(wiring.Component):
         for c in range(cfg.cols):
             m.d.comb += [grid.north_w[c].eq(wl.north_w[c]), mm.south_psum[c].eq(grid.south_psum[c])]
 
-        # Memory ports: each reader and writer has its own.
+        # Memory ports: each reader and writer has its own port on a crossbar.
         connect(m, wl.cbuf_read, cbuf.row_read[0])
         connect(m, dma.cbuf_read, cbuf.row_read[1])
         connect(m, mm.cbuf_read, cbuf.part_read[0])
         connect(m, dma.cbuf_write, cbuf.row_write[0])
         connect(m, vpu.cbuf_write, cbuf.row_write[1])
-        m.d.comb += seq.bank_conflict.eq(cbuf.conflict)
-        for port in (mm.acc_read, vpu.acc_read, dma.acc_read):
-            connect(m, port, acc.read_port())
-        for port in (mm.acc_write, vpu.acc_write, dma.acc_write):
-            connect(m, port, acc.write_port())
+        for k, port in enumerate((mm.acc_read, vpu.acc_read, dma.acc_read)):
+            connect(m, port, acc.row_read[k])
+        for k, port in enumerate((mm.acc_write, vpu.acc_write, dma.acc_write)):
+            connect(m, port, acc.row_write[k])
+        m.d.comb += seq.bank_conflict.eq(cbuf.conflict | acc.conflict)
 
         # External memory: the DMA's master port and the instruction fetcher's share
         # the flat top-level ``mem_*``; the DMA has priority (the fetcher reads only in

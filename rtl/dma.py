@@ -69,8 +69,10 @@ class Dma(wiring.Component):
         # Loads: read each word; the data returns the next cycle.
         m.d.comb += [self.mem.re.eq(active & ~is_store),
                      self.cbuf_read.addr.eq(buf), self.acc_read.addr.eq(buf),
-                     # a CBUF bank's read port is busy only in a store's read cycles
-                     self.cbuf_read.en.eq(active & is_store & ~to_acc & (j == 0))]
+                     # a bank's read port is busy only in a store's read cycles (a
+                     # row's first word)
+                     self.cbuf_read.en.eq(active & is_store & ~to_acc & (j == 0)),
+                     self.acc_read.en.eq(active & is_store & to_acc & (j == 0))]
         r_valid, r_row_end = Signal(), Signal()
         r_buf = Signal(isa.CBUF_ADDR_BITS)
         m.d.sync += [r_valid.eq(active & ~is_store), r_row_end.eq(row_end), r_buf.eq(buf)]

@@ -207,7 +207,8 @@ class MatmulUnit(wiring.Component):
         # Accumulate stage A (read ACC) then W (add, write) with forwarding.
         ca = ctrl[-1]
         a_valid, a_accum, a_max, a_addr = ca[0], ca[2], ca[3], ca[4:]
-        m.d.comb += self.acc_read.addr.eq(a_addr)
+        # the ACC bank's read port is busy only for an accumulating MATMUL
+        m.d.comb += [self.acc_read.addr.eq(a_addr), self.acc_read.en.eq(a_valid & a_accum)]
         w_valid, w_accum, w_max = Signal(), Signal(), Signal()
         w_addr = Signal(isa.ACC_ADDR_BITS)
         w_psum = Signal(cfg.cols * 32)

@@ -6,7 +6,7 @@
 * :class:`DramMaster`: the DMA's external-memory port;
 * :func:`buffer_read` / :func:`buffer_write`: a unit's port on the CBUF or the ACC,
   the signatures of :mod:`amaranth.lib.memory` ports, so a unit connects straight to a
-  port of the buffer built by :func:`buffer`.
+  port of the banked buffer's crossbar (:mod:`.cbuf`).
 
 Each signature is written from the side that starts the transfer (sequencer,
 register file, DMA as master, memory port as in Amaranth); the other side takes it
@@ -133,12 +133,6 @@ def _geometry(cfg: ChipConfig, name: str) -> tuple[int, Shape]:
     if name == "cbuf":
         return cfg.cbuf_depth, Shape.cast(8 * cfg.rows)       # one int8 per partition
     return cfg.acc_depth, Shape.cast(32 * cfg.cols)           # one int32 per column
-
-
-def buffer(cfg: ChipConfig, name: str) -> memory.Memory:
-    """The buffer ``name`` (``"cbuf"`` or ``"acc"``), initially zero."""
-    depth, shape = _geometry(cfg, name)
-    return memory.Memory(shape=shape, depth=depth, init=[])
 
 
 def buffer_read(cfg: ChipConfig, name: str) -> memory.ReadPort.Signature:

@@ -62,7 +62,9 @@ class VectorUnit(wiring.Component):
         par_last = par_idx == Mux(args.params, PARAM_ROWS - 1, 0)
         m.d.comb += [last.eq(active & ~par_phase & (left == 1)),
                      self.issue.ready.eq(~active | last),
-                     self.acc_read.addr.eq(Mux(par_phase, args.bias_addr + par_idx, ptr))]
+                     self.acc_read.addr.eq(Mux(par_phase, args.bias_addr + par_idx, ptr)),
+                     # the parameter cycle reads the bias row only when it is used
+                     self.acc_read.en.eq(active & (~par_phase | args.use_bias | args.params))]
         with m.If(self.issue.valid):
             m.d.sync += [args.eq(self.issue.payload), active.eq(1), par_phase.eq(1),
                          par_idx.eq(0), left.eq(self.issue.payload.rows),

@@ -48,6 +48,28 @@ def to_signed(x: int, bits: int) -> int:
     return x - (1 << bits) if x >> (bits - 1) else x
 
 
+def touches(cfg, op, instrs, resource: str) -> tuple[dict, dict]:
+    """The reads and the writes of ``resource`` (e.g. ``"acc"``) that the
+    instructions ``instrs`` (issue cycle, fields) of opcode ``op`` make according to
+    their effects (``Instruction.effects``): two dicts, absolute cycle -> address. A
+    unit has one port per buffer, so no two touches may share a cycle."""
+    from systolica.arch.instructions import SPEC
+    from systolica.arch.isa import PAYLOAD
+
+    out = ({}, {})
+    for t, a in instrs:
+        fields = {name: a.get(name, 0) for name, _ in PAYLOAD[op]}
+        fx = SPEC[op].effects(cfg, fields)
+        for side, tcs in zip(out, (fx.reads, fx.writes)):
+            for tc in tcs:
+                if tc.resource != resource:
+                    continue
+                for addr, c in zip(tc.addrs.tolist(), tc.cycles.tolist()):
+                    assert t + c not in side, f"two {resource} touches in cycle {t + c}"
+                    side[t + c] = addr
+    return out
+
+
 def pack(values, bits: int) -> int:
     """Elements (any sign) into one little-endian bit vector, element 0 lowest."""
     out = 0

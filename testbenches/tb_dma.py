@@ -5,7 +5,9 @@ the DRAM (``mem``: read data the cycle after ``re``) and of the CBUF and ACC por
 The checker compares the final DRAM, CBUF and ACC with the functional semantics of
 ``docs/contract.md`` applied in instruction order; counts the words moved through
 ``mem.re`` / ``mem.we`` (the chip's byte counters count exactly those); requires every
-memory access of an instruction inside ``[t, t + timing.done)``, ``issue.ready`` low
+memory access of an instruction inside ``[t, t + timing.done)``, the CBUF and ACC
+read enables and the ACC write enable (with the addresses) exactly in the cycles the
+effects list a touch of that buffer, ``issue.ready`` low
 from ``t + 1`` until ``t + timing.occupancy`` and high then, and ``issue.drained`` low
 until ``t + timing.done`` and high after the last one.
 """
@@ -19,7 +21,7 @@ import cocotb
 from systolica.arch import isa, timing
 from systolica.arch.config import preset
 from systolica.arch.isa import DmaKind, Instr, Opcode
-from tb_base import BlockTB, case_name, pack_fields
+from tb_base import BlockTB, case_name, pack_fields, touches
 
 CFG = preset("tiny")
 WORD_BITS = 8 * CFG.dram_word_bytes
@@ -142,6 +144,9 @@ class DmaTB(BlockTB):
         # the CBUF read port is enabled exactly in a STORE_CBUF's read cycles
         cbuf_reads = {t + 1 + i for t, a in instrs if a["kind"] == DmaKind.STORE_CBUF
                       for i in range(a["rows"])}
+        # the ACC's ports exactly in the effects' touches (one row every acc_row_words
+        # cycles: a store's read with the row's first word, a load's write with its last)
+        acc_reads, acc_writes = touches(CFG, Opcode.DMA, instrs, "acc")
         for _ in range(end + 4):
             await self.next_cycle()
             t = self.cycle
@@ -163,7 +168,13 @@ class DmaTB(BlockTB):
             self.expect("cbuf_read__en", cbuf_en, int(t in cbuf_reads))
             if cbuf_en:         # without en a memory port keeps its data
                 cbuf_next = self.mem.read("cbuf", self.get("cbuf_read__addr") % CFG.cbuf_depth)
-            acc_next = self.mem.read("acc", self.get("acc_read__addr") % CFG.acc_depth)
+            acc_en = self.get("acc_read__en")
+            self.expect("acc_read__en", acc_en, int(t in acc_reads))
+            if t in acc_reads:
+                self.expect("acc_read__addr", self.get("acc_read__addr"), acc_reads[t])
+            if acc_en:
+                acc_next = self.mem.read("acc", self.get("acc_read__addr") % CFG.acc_depth)
+            self.expect("acc_write__en", self.get("acc_write__en"), int(t in acc_writes))
             for we, addr, data, mem in (("mem__we", "mem__addr", "mem__wdata", "dram"),
                                         *((f"{b}_write__en", f"{b}_write__addr",
                                            f"{b}_write__data", b) for b in ("cbuf", "acc"))):

@@ -16,6 +16,8 @@ For a MATMUL issued at ``t``, row ``i`` of CBUF data arrives at ``t + FEED + i``
 * ``west_a[r]`` = ``cbuf[act_addr + i]`` partition ``g*n + r%n`` (``g`` =
   ``west_feed[r//n]`` in that cycle, 0 for the zero source) and ``west_sel[r]`` = the
   bank, at ``t + FEED + i + timing.skew(r)``;
+* ``acc_read.en`` (with its address) and ``acc_write.en`` high exactly in the cycles
+  the instructions' effects list an ACC read or write (reads only when accumulating);
 * exactly one ACC write per row, at ``t + timing.matmul_pipeline + 1 + i`` to
   ``acc_addr + i``, of ``(accumulate ? acc : 0) + sum`` with ACC group ``g`` taking
   column group ``acc_src[g]`` (0 for the zero source) as in force at
@@ -38,7 +40,7 @@ import cocotb
 from systolica.arch import isa, timing
 from systolica.arch.config import preset
 from systolica.arch.isa import Instr, Opcode
-from tb_base import BlockTB, case_names, pack, pack_fields, unpack, wrap32
+from tb_base import BlockTB, case_names, pack, pack_fields, touches, unpack, wrap32
 
 CFG = preset("tiny")
 R, C, n, T = CFG.rows, CFG.cols, CFG.tile_size, CFG.tile_rows
@@ -264,6 +266,7 @@ class MatmulTB(BlockTB):
                     want_acc[addr] = [wrap32(x + y) for x, y in zip(old, new)]
                 writes.append((t + PIPE + 1 + i, addr, want_acc[addr]))
         end = max(t + timing.done(CFG, _instr(t, a)) for t, a in at.items())
+        acc_reads, acc_writes = touches(CFG, Opcode.MATMUL, sorted(at.items()), "acc")
 
         got_writes, ready, drained = [], {}, {}
         while self.cycle < end + 3:
@@ -318,8 +321,16 @@ class MatmulTB(BlockTB):
                 if (x, r) in lanes:
                     self.expect(f"west_a[{r}], west_sel[{r}]", (west_a[r], west_sel[r]),
                                 lanes[(x, r)])
-            # Read port: contents before this cycle's write.
-            self.acc_next = pack(acc[self.get("acc_read__addr") % CFG.acc_depth], 32)
+            # ACC ports: enabled exactly in the effects' touches (the read only when
+            # accumulating); a read sees the contents before this cycle's write, and
+            # without en the port keeps its data.
+            en = self.get("acc_read__en")
+            self.expect("acc_read__en", en, int(x in acc_reads))
+            if x in acc_reads:
+                self.expect("acc_read__addr", self.get("acc_read__addr"), acc_reads[x])
+            if en:
+                self.acc_next = pack(acc[self.get("acc_read__addr") % CFG.acc_depth], 32)
+            self.expect("acc_write__en", self.get("acc_write__en"), int(x in acc_writes))
             if self.get("acc_write__en"):
                 waddr = self.get("acc_write__addr")
                 data = unpack(self.get("acc_write__data"), 32, C)

@@ -5,7 +5,9 @@ by ``wb_src``) or back to the ACC.
 
 The checker compares every write with the formula of ``docs/contract.md``
 (:func:`vrun_row`), requires the writes in instruction and row order inside
-``[t, t + timing.done)``, ``ready`` low from ``t + 1`` until ``t + timing.occupancy``
+``[t, t + timing.done)``, ``acc_read.en`` (with its address) and ``acc_write.en``
+high exactly in the cycles the instructions' effects list an ACC read or write (the
+bias row only with ``use_bias`` or ``params``: the bank port is busy then), ``ready`` low from ``t + 1`` until ``t + timing.occupancy``
 and high then, and ``drained`` low until ``t + timing.done`` and high from the last
 instruction's ``done`` on.
 """
@@ -19,7 +21,8 @@ import cocotb
 from systolica.arch import isa, timing
 from systolica.arch.config import preset
 from systolica.arch.isa import Instr, Opcode
-from tb_base import BlockTB, case_name, pack, pack_fields, to_signed, unpack, wrap32
+from tb_base import (BlockTB, case_name, pack, pack_fields, to_signed, touches, unpack,
+                     wrap32)
 
 CFG = preset("tiny")
 R, C, n, T = CFG.rows, CFG.cols, CFG.tile_size, CFG.tile_rows
@@ -214,18 +217,25 @@ class VpuTB(BlockTB):
         expected = self.expected_writes(instrs)
         end = max(t + timing.done(CFG, Instr(Opcode.VRUN, t, a)) for t, a in instrs)
         at = {t: a for t, a in instrs}
+        # the ACC read and write ports: enabled exactly in the effects' touches
+        acc_reads, acc_writes = touches(CFG, Opcode.VRUN, instrs, "acc")
         ready, drained = {}, {}
-        read_addr = None
+        read_data = 0
         for _ in range(end + 4):
             await self.next_cycle()
             t = self.cycle
             self.set("issue__valid", int(t in at))
             self.set("issue__payload", pack_fields(VRUN, at[t]) if t in at else 0)
-            self.set("acc_read__data",
-                     pack(self.acc[read_addr], 32) if read_addr is not None else 0)
+            self.set("acc_read__data", read_data)
             await self.settle()
             ready[t], drained[t] = self.get("issue__ready"), self.get("issue__drained")
-            read_addr = self.get("acc_read__addr")
+            en = self.get("acc_read__en")
+            self.expect("acc_read__en", en, int(t in acc_reads))
+            if t in acc_reads:
+                self.expect("acc_read__addr", self.get("acc_read__addr"), acc_reads[t])
+            if en:              # the row before this cycle's write; without en the
+                read_data = pack(self.acc[self.get("acc_read__addr")], 32)  # data stays
+            self.expect("acc_write__en", self.get("acc_write__en"), int(t in acc_writes))
             if self.get("cbuf_write__en"):
                 self.writes.append((t, "cbuf", self.get("cbuf_write__addr"),
                                     unpack(self.get("cbuf_write__data"), 8, R)))

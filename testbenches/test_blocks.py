@@ -12,6 +12,7 @@ from functools import partial
 
 import pytest
 
+import tb_acc
 import tb_cbuf
 import tb_cell
 import tb_csr
@@ -25,7 +26,7 @@ import tb_vpu
 import tb_weight_loader
 from blocks import Block, run_case
 from systolica.rtl.array import Cell, Grid, Tile
-from systolica.rtl.cbuf import Cbuf
+from systolica.rtl.cbuf import Acc, Cbuf
 from systolica.rtl.csr import RegisterFile
 from systolica.rtl.dma import Dma
 from systolica.rtl.fabric_regs import FabricRegs
@@ -65,6 +66,9 @@ BLOCKS = [
                                        part_reads=tb_cbuf.PART_READS,
                                        row_writes=tb_cbuf.ROW_WRITES),
           tb="tb_cbuf", cases=each(tb_cbuf.CASES)),
+    Block(name="acc", factory=partial(Acc, cfg=tb_acc.CFG, row_reads=tb_acc.ROW_READS,
+                                      row_writes=tb_acc.ROW_WRITES),
+          tb="tb_acc", cases=each(tb_acc.CASES)),
     Block(name="csr", factory=partial(RegisterFile, cfg=tb_csr.CFG), tb="tb_csr",
           cases=groups(tb_csr.GROUPS)),
     Block(name="fabric_regs", factory=partial(FabricRegs, cfg=tb_fabric_regs.CFG),
