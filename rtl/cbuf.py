@@ -34,6 +34,9 @@ class BankedBuffer(wiring.Component):
     ``row_write`` (``row_writes`` ports), and ``conflict``: two ports use the same
     port (read, or write) of one bank in this cycle (combinational; the sequencer
     faults on it).
+
+    A buffer is one of its subclasses, which give ``geometry()`` (lanes, bits per
+    lane, banks, rows per bank, log2 of rows per bank) and ``memory_name(lane, bank)``.
     """
 
     buffer: str = ""
@@ -59,13 +62,6 @@ class BankedBuffer(wiring.Component):
             "conflict": Out(1),
         })
         super().__init__(members)
-
-    def geometry(self) -> tuple[int, int, int, int, int]:
-        """(lanes, bits per lane, banks, rows per bank, log2 of rows per bank)."""
-        raise NotImplementedError
-
-    def memory_name(self, lane: int, bank: int) -> str:
-        raise NotImplementedError
 
     def elaborate(self, platform):
         # Bank b of lane p is memory (p, b). In every cycle each client port claims
