@@ -271,7 +271,7 @@ class _BankPorts:
         for key, first, last in uses:
             lo, hi = t + first, t + last
             runs = self.live.setdefault(key, [])
-            if len(runs) > 64:      # a run over by now meets no later one
+            if len(runs) > 4:       # a run over by now meets no later one
                 runs[:] = [r for r in runs if r[1] >= t]
             for r_lo, r_hi, r_unit, r_pc in runs:
                 if r_unit != unit and r_lo <= hi and lo <= r_hi:
