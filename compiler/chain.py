@@ -173,10 +173,18 @@ def ubuf_peak_rows(passes: list[list[Step]]) -> list[int]:
     return peak
 
 
-def listing(passes: list[list[Step]], names: list[str] | None = None) -> str:
+def listing(passes: list[list[Step]], names: list[str] | None = None,
+            widths: list[int] | None = None) -> str:
     """The passes as the seed writes them: ``conv0(dram 13 -> 10)``, crops and
-    fetches, one line per step."""
+    fetches, one line per step. With ``widths`` (the input's and every layer's output
+    width) each band shows as rows x width, and where each layer writes:
+    ``conv0(dram 13x16 -> cbuf 10x16)``."""
     lines = []
+    last = len(passes[0]) - 1 if passes else 0
+
+    def band(rows: int, boundary: int) -> str:
+        return f"{rows}x{widths[boundary]}" if widths else f"{rows}"
+
     for p, steps in enumerate(passes):
         for s in steps:
             name = names[s.layer] if names else f"layer{s.layer}"
@@ -185,11 +193,15 @@ def listing(passes: list[list[Step]], names: list[str] | None = None) -> str:
                 continue
             src = "dram" if s.layer == 0 else "cbuf"
             fetched = s.fetched
-            inputs = (f"{src} {s.read - fetched} + ubuf {fetched}" if fetched
-                      else f"{src} {s.read}")
-            text = f"pass {p}: {'fetch+' if fetched else ''}{name}({inputs} -> {s.computed})"
+            inputs = (f"{src} {band(s.read - fetched, s.layer)} + ubuf "
+                      f"{band(fetched, s.layer)}" if fetched
+                      else f"{src} {band(s.read, s.layer)}")
+            out = band(s.computed, s.layer + 1)
+            if widths:
+                out = f"{'dram' if s.layer == last else 'cbuf'} {out}"
+            text = f"pass {p}: {'fetch+' if fetched else ''}{name}({inputs} -> {out})"
             if s.crop is not None:
-                text += f", crop {s.cropped} -> ubuf"
+                text += f", crop {band(s.cropped, s.layer + 1)} -> ubuf"
             lines.append(text)
     return "\n".join(lines)
 

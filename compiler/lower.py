@@ -12,6 +12,7 @@ three parts with one entry point each:
 from __future__ import annotations
 
 from ..arch.config import ChipConfig
+from .chain_lower import ChainChoice, lower_chain
 from .cnn import is_cnn, lower_cnn
 from .graph import as_graph
 from .lowered import Lowered
@@ -22,9 +23,13 @@ from .rules import WEIGHT_SLOTS, Emitter, acc_half_rows, rule_for
 __all__ = ["DramMap", "Lowered", "WEIGHT_SLOTS", "acc_half_rows", "lower"]
 
 
-def lower(cfg: ChipConfig, network, plan: MemoryPlan | None = None) -> Lowered:
-    """Lower `network` (Graph or Network), with `plan` or the planner's own."""
+def lower(cfg: ChipConfig, network, plan: MemoryPlan | None = None, *,
+          chain: ChainChoice | None = None) -> Lowered:
+    """Lower `network` (Graph or Network), with `plan` or the planner's own; with
+    `chain`, as a chain of convolutions in passes."""
     graph = as_graph(network)
+    if chain is not None:
+        return lower_chain(cfg, graph, chain)
     if is_cnn(graph):
         return lower_cnn(cfg, graph)
     plan = plan_memory(cfg, graph) if plan is None else plan

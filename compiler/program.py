@@ -11,9 +11,10 @@ import numpy as np
 
 from ..arch import fetch, isa, timing
 from ..arch.config import ChipConfig
-from ..arch.isa import DmaKind, Opcode
+from ..arch.isa import CopyKind, DmaKind, Opcode
 from . import layout
 from .graph import CompileError, Graph, Network
+from .chain_lower import ChainChoice
 from .lower import DramMap, lower
 from .fetch_delay import delay_for_fetch
 from .plan import MemoryPlan, program_region
@@ -62,6 +63,9 @@ class Compiled:
     dram_bytes_written: int
     plan: MemoryPlan
     phase_seconds: dict = field(default_factory=dict)   # compile time per phase
+    ubuf_bytes_written: int = 0   # what UBUF_WR_BYTES will read (crops)
+    ubuf_bytes_read: int = 0      # ... and UBUF_RD_BYTES (fetches)
+    chain: object = None          # a chain's ChainLowered (choice, passes), else None
 
     @property
     def graph(self) -> Graph:
@@ -120,6 +124,10 @@ class Compiled:
         return isa.disassemble(self.image)
 
 
+def _copy_bytes(cfg: ChipConfig, program: list[isa.Instr], kind: CopyKind) -> int:
+    return sum(i.rows for i in program if i.op is Opcode.COPY and i.kind == kind) * cfg.rows
+
+
 def _dma_bytes(cfg: ChipConfig, program: list[isa.Instr], kinds: tuple[int, ...]) -> int:
     return sum(timing.dma_words(cfg, i.kind, i.rows) * cfg.rows for i in program
                if i.op is Opcode.DMA and i.kind in kinds)
@@ -151,21 +159,25 @@ class _PhaseClock:
         self._last = now
 
 
-def compile_network(cfg: ChipConfig, network: Network | Graph) -> Compiled:
-    """Compile `network` for chip `cfg`; raises CompileError when it cannot run there."""
+def compile_network(cfg: ChipConfig, network: Network | Graph, *,
+                    chain: ChainChoice | None = None) -> Compiled:
+    """Compile `network` for chip `cfg`; raises CompileError when it cannot run there.
+    With `chain`, a chain of convolutions runs in passes through the CBUF
+    (:mod:`.chain_lower`) as it says."""
     # A network's compile makes millions of small objects, nearly all alive until it
     # ends; the cyclic collector would only walk them over and over (a fifth of
     # ResNet-50's compile time), so it waits until the end.
     enabled = gc.isenabled()
     gc.disable()
     try:
-        return _compile(cfg, network)
+        return _compile(cfg, network, chain)
     finally:
         if enabled:
             gc.enable()
 
 
-def _compile(cfg: ChipConfig, network: Network | Graph) -> Compiled:
+def _compile(cfg: ChipConfig, network: Network | Graph, chain: ChainChoice | None
+             ) -> Compiled:
     if not isinstance(cfg, ChipConfig):
         raise CompileError(f"compile_network(cfg, network): cfg must be a ChipConfig "
                            f"(e.g. preset('tiny')), not {type(cfg).__name__}")
@@ -173,7 +185,7 @@ def _compile(cfg: ChipConfig, network: Network | Graph) -> Compiled:
         raise CompileError(f"compile_network takes a Network or Graph, not "
                            f"{type(network).__name__}")
     clock = _PhaseClock()
-    lowered = lower(cfg, network)
+    lowered = lower(cfg, network, chain=chain)
     clock.lap("lower")
     graph = lowered.plan.graph
     cycles = schedule(cfg, lowered.ops)
@@ -224,4 +236,7 @@ def _compile(cfg: ChipConfig, network: Network | Graph) -> Compiled:
         array_macs=sum(i.rows for i in program if i.op is Opcode.MATMUL) * cfg.macs,
         dram_bytes_read=_dma_bytes(cfg, program, (DmaKind.LOAD_CBUF, DmaKind.LOAD_ACC)),
         dram_bytes_written=_dma_bytes(cfg, program, (DmaKind.STORE_CBUF, DmaKind.STORE_ACC)),
-        plan=lowered.plan, phase_seconds=clock.laps)
+        plan=lowered.plan, phase_seconds=clock.laps,
+        ubuf_bytes_written=_copy_bytes(cfg, program, CopyKind.CROP),
+        ubuf_bytes_read=_copy_bytes(cfg, program, CopyKind.FETCH),
+        chain=lowered if chain is not None else None)

@@ -17,7 +17,7 @@ _WRITES_PER_WORD = WORD_BITS // 32
 #: The registers read after a run, in the order read.
 COUNTER_REGS = (Reg.STATUS, Reg.ERROR, Reg.FAULT_PC, Reg.FAULT_CYCLE, Reg.CYCLES,
                 Reg.MACS_LO, Reg.MACS_HI, Reg.DRAM_RD_BYTES, Reg.DRAM_WR_BYTES,
-                Reg.FETCH_RD_BYTES, Reg.HWCFG)
+                Reg.FETCH_RD_BYTES, Reg.UBUF_WR_BYTES, Reg.UBUF_RD_BYTES, Reg.HWCFG)
 
 
 def counters_from(values: dict) -> dict:
@@ -32,6 +32,8 @@ def counters_from(values: dict) -> dict:
         "dram_rd_bytes": values[Reg.DRAM_RD_BYTES],
         "dram_wr_bytes": values[Reg.DRAM_WR_BYTES],
         "fetch_rd_bytes": values[Reg.FETCH_RD_BYTES],
+        "ubuf_wr_bytes": values[Reg.UBUF_WR_BYTES],
+        "ubuf_rd_bytes": values[Reg.UBUF_RD_BYTES],
         "hwcfg": values[Reg.HWCFG],
     }
 

@@ -1,5 +1,5 @@
 """The chip: sequencer, fabric registers, DMA, weight loader, matmul unit, grid,
-vector unit, and the two buffers, behind a register interface and one
+vector unit, the crop/fetch path, and the two buffers, behind a register interface and one
 external-memory port."""
 
 from amaranth.hdl import Module, Mux, Signal
@@ -17,6 +17,7 @@ from .fabric_regs import FabricRegs
 from .matmul import MatmulUnit, WeightLoader
 from .ports import DramMaster, check_config
 from .sequencer import Sequencer
+from .ubuf import CopyUnit
 from .vpu import VectorUnit
 
 
@@ -54,8 +55,9 @@ class Chip(wiring.Component):
         m.submodules.mm = mm = MatmulUnit(cfg=cfg)
         m.submodules.grid = grid = Grid(cfg=cfg)
         m.submodules.vpu = vpu = VectorUnit(cfg=cfg)
+        m.submodules.copy = copy = CopyUnit(cfg=cfg)
         m.submodules.acc = acc = Acc(cfg=cfg, row_reads=3, row_writes=3)
-        m.submodules.cbuf = cbuf = Cbuf(cfg=cfg, row_reads=2, part_reads=1, row_writes=2)
+        m.submodules.cbuf = cbuf = Cbuf(cfg=cfg, row_reads=3, part_reads=1, row_writes=3)
 
         # Host side.
         m.d.comb += [
@@ -73,6 +75,7 @@ class Chip(wiring.Component):
         connect(m, seq.taps, mm.taps)
         connect(m, seq.vpu, vpu.issue)
         connect(m, seq.fabric, fab.issue)
+        connect(m, seq.ubuf, copy.issue)
 
         # Fabric configuration.
         t = cfg.tile_rows
@@ -102,6 +105,8 @@ class Chip(wiring.Component):
         connect(m, mm.cbuf_read, cbuf.part_read[0])
         connect(m, dma.cbuf_write, cbuf.row_write[0])
         connect(m, vpu.cbuf_write, cbuf.row_write[1])
+        connect(m, copy.cbuf_read, cbuf.row_read[2])
+        connect(m, copy.cbuf_write, cbuf.row_write[2])
         for k, port in enumerate((mm.acc_read, vpu.acc_read, dma.acc_read)):
             connect(m, port, acc.row_read[k])
         for k, port in enumerate((mm.acc_write, vpu.acc_write, dma.acc_write)):
@@ -121,8 +126,10 @@ class Chip(wiring.Component):
         # Performance counters, cleared by START.
         macs = Signal(64)
         rd_bytes, wr_bytes, fetch_bytes = Signal(32), Signal(32), Signal(32)
+        ubuf_wr, ubuf_rd = Signal(32), Signal(32)
         with m.If(csr.seq.start):
-            m.d.sync += [macs.eq(0), rd_bytes.eq(0), wr_bytes.eq(0), fetch_bytes.eq(0)]
+            m.d.sync += [macs.eq(0), rd_bytes.eq(0), wr_bytes.eq(0), fetch_bytes.eq(0),
+                         ubuf_wr.eq(0), ubuf_rd.eq(0)]
         with m.Else():
             with m.If(mm.row_fed):
                 m.d.sync += macs.eq(macs + cfg.macs)
@@ -132,6 +139,11 @@ class Chip(wiring.Component):
                 m.d.sync += wr_bytes.eq(wr_bytes + cfg.dram_word_bytes)
             with m.If(seq.mem.re & ~dma_busy):      # a word the fetcher gets
                 m.d.sync += fetch_bytes.eq(fetch_bytes + cfg.dram_word_bytes)
+            with m.If(copy.cropped):
+                m.d.sync += ubuf_wr.eq(ubuf_wr + cfg.rows)
+            with m.If(copy.fetched):
+                m.d.sync += ubuf_rd.eq(ubuf_rd + cfg.rows)
         m.d.comb += [csr.macs.eq(macs), csr.dram_rd_bytes.eq(rd_bytes),
-                     csr.dram_wr_bytes.eq(wr_bytes), csr.fetch_rd_bytes.eq(fetch_bytes)]
+                     csr.dram_wr_bytes.eq(wr_bytes), csr.fetch_rd_bytes.eq(fetch_bytes),
+                     csr.ubuf_wr_bytes.eq(ubuf_wr), csr.ubuf_rd_bytes.eq(ubuf_rd)]
         return m

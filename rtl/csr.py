@@ -20,7 +20,7 @@ class RegisterFile(wiring.Component):
 
     Members: the bus (``reg_*``) and ``irq``; ``seq`` (:class:`~.ports.RunControl`,
     to the sequencer); the performance counters ``macs``, ``dram_rd_bytes``,
-    ``dram_wr_bytes``, ``fetch_rd_bytes``.
+    ``dram_wr_bytes``, ``fetch_rd_bytes``, ``ubuf_wr_bytes``, ``ubuf_rd_bytes``.
     """
 
     reg_addr: In(regs.ADDR_BITS)
@@ -33,6 +33,8 @@ class RegisterFile(wiring.Component):
     dram_rd_bytes: In(32)
     dram_wr_bytes: In(32)
     fetch_rd_bytes: In(32)
+    ubuf_wr_bytes: In(32)
+    ubuf_rd_bytes: In(32)
 
     def __init__(self, *, cfg: ChipConfig):
         self.cfg = check_config(cfg, "RegisterFile")
@@ -88,6 +90,8 @@ class RegisterFile(wiring.Component):
             Reg.UBUF_ROWS: cfg.ubuf_rows,
             Reg.PROG_ADDR: seq.prog_addr,
             Reg.FETCH_RD_BYTES: self.fetch_rd_bytes,
+            Reg.UBUF_WR_BYTES: self.ubuf_wr_bytes,
+            Reg.UBUF_RD_BYTES: self.ubuf_rd_bytes,
         }
         with m.Switch(self.reg_addr):
             for reg, value in table.items():

@@ -58,6 +58,8 @@ class GoldenResult:
     fetch_bytes_read: int     # FETCH_RD_BYTES of a run that completes (after a fault it
                               # counts the words up to the faulting instruction; the
                               # chip's fetcher may have read further ahead)
+    ubuf_bytes_written: int = 0   # UBUF_WR_BYTES: crops
+    ubuf_bytes_read: int = 0      # UBUF_RD_BYTES: fetches
 
 
 class GoldenError(ValueError):
@@ -478,6 +480,7 @@ class _Chip:
         self.acc = np.zeros((cfg.acc_depth, cfg.cols), dtype=np.int32)
         self.banks = np.zeros((2, cfg.rows, cfg.cols), dtype=np.int8)
         self.macs = self.rd_bytes = self.wr_bytes = 0
+        self.ubuf_wr_bytes = self.ubuf_rd_bytes = 0
         # the matmul unit's window geometry (CONVCFG) and tap tables (TAPS), at reset
         self.geom = {"out_w": 1, "sh": 1, "sw": 1, "top": 0, "left": 0, "pad": 0}
         self.tap_tables = np.zeros((isa.TAP_TABLES, cfg.rows, 2), dtype=np.int64)
@@ -569,4 +572,5 @@ def run(cfg: ChipConfig, image: bytes, dram: np.ndarray, prog_addr: int | None =
     error, pc, cycle = timeline.fault or (ErrorCode.NONE, 0, 0)
     return GoldenResult(chip.dram, chip.cbuf, chip.acc, timeline.cycles, error, pc, cycle,
                         len(timeline.issued), chip.macs, chip.rd_bytes, chip.wr_bytes,
-                        timeline.fetched_words * cfg.dram_word_bytes)
+                        timeline.fetched_words * cfg.dram_word_bytes,
+                        chip.ubuf_wr_bytes, chip.ubuf_rd_bytes)

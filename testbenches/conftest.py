@@ -108,6 +108,8 @@ def assert_matches_prediction(cfg: ChipConfig, compiled, res: dict) -> None:
     assert res["dram_rd_bytes"] == compiled.dram_bytes_read == gold.dram_bytes_read
     assert res["dram_wr_bytes"] == compiled.dram_bytes_written == gold.dram_bytes_written
     assert res["fetch_rd_bytes"] == compiled.fetch_bytes_read == gold.fetch_bytes_read
+    assert res["ubuf_wr_bytes"] == compiled.ubuf_bytes_written == gold.ubuf_bytes_written
+    assert res["ubuf_rd_bytes"] == compiled.ubuf_bytes_read == gold.ubuf_bytes_read
     assert res["irq"] and not res["timed_out"]
 
 

@@ -48,6 +48,11 @@ def _random_fields(cfg, op, rng):
                     bias_addr=int(rng.integers(0, 100)), use_bias=int(rng.integers(0, 2)),
                     to_acc=int(rng.integers(0, 2)), requant=1, relu=0, mult=1, shift=0, zp=0,
                     params=int(rng.integers(0, 2)))
+    if op is Opcode.COPY:
+        # the UBUF's far end included, and CBUF rows across bank boundaries
+        return dict(kind=int(rng.integers(0, 2)),
+                    cbuf_addr=int(rng.integers(0, cfg.cbuf_depth - rows + 1)),
+                    ubuf_addr=int(rng.integers(0, cfg.ubuf_rows - rows + 1)), rows=rows)
     return isa.setcfg_fields([(0, 0)])
 
 
@@ -158,7 +163,8 @@ def test_vrun_params_legal_combinations():
 def test_text_names_and_units_come_from_the_table():
     assert instructions.TEXT_OPS[("dma", "store_acc")] == (Opcode.DMA,
                                                            {"kind": DmaKind.STORE_ACC})
-    assert instructions.UNITS == ("dma", "wload", "mm", "vpu", "cfg", "convcfg", "taps")
+    assert instructions.UNITS == ("dma", "wload", "mm", "vpu", "cfg", "convcfg", "taps",
+                                  "ubuf")
     assert {timing.UNIT[op] for op in instructions.SPEC} == set(instructions.UNITS)
     dis = isa.disassemble_one(Instr(Opcode.DMA, 5, dict(kind=DmaKind.STORE_CBUF, dram_addr=1,
                                                         dram_stride=1, buf_addr=2, rows=3)))

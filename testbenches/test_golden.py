@@ -220,7 +220,7 @@ def faulting(program_words, cfg=CFG):
 NOP = setcfg("west_feed[0]", "cbuf.g0")
 
 
-@pytest.mark.parametrize("opcode", [0, 8, 15])
+@pytest.mark.parametrize("opcode", [0, max(isa.Opcode) + 1, 15])
 def test_illegal_opcode_at_arrival(opcode):
     program = serial(dma(DmaKind.LOAD_CBUF, 0, 0, 4), NOP)
     words = words_of(program)

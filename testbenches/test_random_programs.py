@@ -75,6 +75,8 @@ def test_legal_programs_cover_every_instruction_mode_and_multiplexer():
             elif ins.op is Opcode.VRUN:
                 for k in ("to_acc", "requant", "relu", "use_bias"):
                     seen[f"vrun {k}={f[k]}"] += 1
+            elif ins.op is Opcode.COPY:
+                seen[f"COPY {randprog.CopyKind(f['kind']).name}"] += 1
             elif ins.op is Opcode.SETCFG:
                 for index, value in randprog.isa.setcfg_pairs(f):
                     if value != table[index].default:
@@ -84,6 +86,7 @@ def test_legal_programs_cover_every_instruction_mode_and_multiplexer():
     want = {k.name for k in DmaKind} | {"WLOAD", "dma stride 0", "dma stride other"} \
         | {f"matmul accumulate={v}" for v in (0, 1)} \
         | {f"matmul conv={v}" for v in (0, 1)} | {"matmul max", "CONVCFG", "TAPS"} \
+        | {"COPY CROP", "COPY FETCH"} \
         | {f"vrun {k}={v}" for k in ("to_acc", "requant", "relu", "use_bias") for v in (0, 1)} \
         | {"routed " + m.name.split("[")[0] for m in table if m.name[:7] != "psum_in"} \
         | {"routed psum_in"}

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from systolica.arch import fabric, isa, timing
 from systolica.arch.config import preset
-from systolica.arch.isa import DmaKind, Instr, Opcode
+from systolica.arch.isa import CopyKind, DmaKind, Instr, Opcode
 from systolica.compiler import stp, text
 from systolica.compiler.chip_text import format_ops, parse_ops
 from systolica.compiler.ir import MicroOp, make
@@ -114,6 +114,8 @@ def parse_disassembly(line: str) -> Instr:
     fields = {}
     if op is Opcode.DMA:
         fields["kind"] = int(DmaKind[args.pop(0)])
+    if op is Opcode.COPY:
+        fields["kind"] = int(CopyKind[args.pop(0)])
     pairs = []
     for arg in args:
         key, value = arg.split("=")
@@ -207,6 +209,10 @@ def micro_ops(draw):
                  first=draw(st.integers(0, R - count)),
                  **{f"t{a}{k}": draw(st.integers(0, 127)) for k in range(1, count + 1)
                     for a in "hw"})
+    elif op is Opcode.COPY:
+        rows = draw(st.integers(1, CFG.ubuf_rows))
+        f = dict(kind=draw(st.sampled_from(list(CopyKind))), rows=rows,
+                 cbuf_addr=start(CFG.cbuf_depth, rows), ubuf_addr=start(CFG.ubuf_rows, rows))
     else:
         to_acc = draw(st.integers(0, 1))
         rows = draw(st.integers(1, CFG.acc_depth))

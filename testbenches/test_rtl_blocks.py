@@ -23,6 +23,7 @@ from systolica.rtl.matmul import MatmulUnit, WeightLoader
 from systolica.rtl.mux_guard import MuxGuard, Window, windows
 from systolica.rtl.ports import DramMaster, Issue
 from systolica.rtl.sequencer import Sequencer
+from systolica.rtl.ubuf import CopyUnit
 from systolica.rtl.vpu import VectorUnit
 
 TINY = preset("tiny")
@@ -77,7 +78,7 @@ def test_issue_ports_match_their_units():
     units = {"dma": (Dma, "issue"), "wload": (WeightLoader, "issue"),
              "mm": (MatmulUnit, "issue"), "vpu": (VectorUnit, "issue"),
              "fabric": (FabricRegs, "issue"), "convcfg": (MatmulUnit, "convcfg"),
-             "taps": (MatmulUnit, "taps")}
+             "taps": (MatmulUnit, "taps"), "ubuf": (CopyUnit, "issue")}
     assert set(Sequencer.UNITS) == set(units)
     for name, op in Sequencer.UNITS.items():
         port = getattr(seq, name).signature

@@ -52,8 +52,8 @@ class ChipConfig:
                              # simulators and the golden model touch only what a run uses,
                              # so a large one costs nothing
     imem_depth: int          # program memory, instructions
-    ubuf_base: int = 0       # reserved overlap region (UBUF) inside the CBUF: first row
-    ubuf_rows: int = 0       # ... and its size; 0 = no UBUF
+    ubuf_base: int = 0       # reserved overlap region (UBUF): a bank range of the CBUF,
+    ubuf_rows: int = 0       # its first row and size (whole banks); 0 rows = no UBUF
     max_config_updates_per_cycle: int = 4   # SETCFG pairs per instruction (<= isa.SETCFG_PAIRS)
     config_update_interval: int = 1         # SETCFG only on cycles that are multiples of this
     power_domain_budget: int = 2            # SETCFG pairs per power domain per instruction
@@ -116,6 +116,12 @@ class ChipConfig:
                               f"{self.ubuf_base + self.ubuf_rows}) is outside the CBUF "
                               f"(depth {self.cbuf_depth}); move ubuf_base down or shrink "
                               f"ubuf_rows")
+        if self.ubuf_rows and (self.ubuf_base % self.cbuf_bank_rows
+                               or self.ubuf_rows % self.cbuf_bank_rows):
+            raise ConfigError(f"{self.name}: the UBUF is a range of whole CBUF banks, but "
+                              f"[{self.ubuf_base}, {self.ubuf_base + self.ubuf_rows}) does "
+                              f"not start and end at multiples of the bank size "
+                              f"{self.cbuf_bank_rows} rows")
         self._check_latency()
         from . import fabric  # every multiplexer needs a SETCFG index
         try:
@@ -221,7 +227,7 @@ PRESETS = {
     "tiny": ChipConfig(name="tiny", tile_rows=2, tile_cols=2, tile_size=4,
                        cbuf_depth=2048, cbuf_banks=8, acc_depth=256, acc_banks=16,
                        dram_words=16384, imem_depth=2048,       # 128 KiB: small for tests
-                       ubuf_base=1920, ubuf_rows=128),
+                       ubuf_base=1792, ubuf_rows=256),
     "base": ChipConfig(name="base", tile_rows=2, tile_cols=2, tile_size=8,
                        cbuf_depth=8192, cbuf_banks=32, acc_depth=1024, acc_banks=32,
                        dram_words=1 << 22, imem_depth=4096,     # 64 MiB

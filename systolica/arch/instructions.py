@@ -37,7 +37,7 @@ import numpy as np
 
 from . import fabric, geometry as geo, isa
 from .config import ChipConfig
-from .isa import DmaKind, Opcode
+from .isa import CopyKind, DmaKind, Opcode
 
 READ, WRITE, ACCUMULATE = "read", "write", "accumulate"
 
@@ -233,7 +233,7 @@ class Instruction(ABC):
     def execute(self, chip, f: dict) -> None:
         """The instruction's meaning on the golden model's state ``chip``: its
         memories (``dram``, ``cbuf``, ``acc``, ``banks``), counters (``macs``,
-        ``rd_bytes``, ``wr_bytes``) and the fabric as this instruction sees it
+        ``rd_bytes``, ``wr_bytes``, ``ubuf_wr_bytes``, ``ubuf_rd_bytes``) and the fabric as this instruction sees it
         (``group``, ``lanes``, ``feed``, ``regroup``)."""
 
 
@@ -723,6 +723,74 @@ class Vrun(Instruction):
             chip.cbuf[f["dst"]:f["dst"] + rows] = chip.regroup(y, picks).astype(np.int8)
 
 
+# -- COPY -----------------------------------------------------------------------------
+class Copy(Instruction):
+    """The crop/fetch path between the CBUF and the UBUF, the reserved overlap region
+    (CBUF rows ``ubuf_base .. ubuf_base + ubuf_rows``, whole banks). ``CROP``: CBUF
+    row ``cbuf_addr + i`` -> UBUF row ``ubuf_addr + i``; ``FETCH``: the other way;
+    for ``i < rows``, one row per cycle (row ``i`` read in cycle ``1 + i``, written
+    when its data is back). Every row crosses the UBUF, so a chip without one faults
+    ``ADDR_RANGE`` on any COPY."""
+
+    opcode = Opcode.COPY
+    unit = "ubuf"
+    text = {"crop": {"kind": CopyKind.CROP}, "fetch": {"kind": CopyKind.FETCH}}
+
+    def format(self, f):
+        rest = ", ".join(f"{k}={v}" for k, v in f.items() if k != "kind")
+        return f"{CopyKind(f['kind']).name}, {rest}"
+
+    @staticmethod
+    def ubuf_rows(cfg: ChipConfig, f) -> tuple[Any, Any]:
+        """The UBUF rows it touches, as CBUF rows ``[lo, hi)``."""
+        lo = cfg.ubuf_base + f.ubuf_addr
+        return lo, lo + f.rows
+
+    def ranges(self, cfg, f, select=py_select):
+        fetch = f.kind == CopyKind.FETCH
+        nonempty = f.rows != 0
+        lo, hi = self.ubuf_rows(cfg, f)
+        # the UBUF range's bound is the UBUF's end; its start is ubuf_base or above
+        return [Range("cbuf", f.cbuf_addr, f.cbuf_addr + f.rows, cfg.cbuf_depth,
+                      _label(select, fetch, WRITE, READ), nonempty),
+                Range("cbuf", lo, hi, cfg.ubuf_base + cfg.ubuf_rows,
+                      _label(select, fetch, READ, WRITE), nonempty)]
+
+    def occupancy(self, cfg, f):
+        return f["rows"]
+
+    def done(self, cfg, f):
+        return f["rows"] + cfg.latency["cbuf_read"] + 1
+
+    def port_windows(self, cfg, f):
+        lat = cfg.latency["cbuf_read"]
+        return [("cbuf", READ, 1, 1 + f["rows"]),
+                ("cbuf", WRITE, 1 + lat, 1 + lat + f["rows"])]
+
+    def endpoints(self, cfg: ChipConfig, f: dict) -> tuple[int, int]:
+        """(first row read, first row written), CBUF rows."""
+        ubuf = cfg.ubuf_base + f["ubuf_addr"]
+        return (ubuf, f["cbuf_addr"]) if f["kind"] == CopyKind.FETCH else \
+            (f["cbuf_addr"], ubuf)
+
+    def effects(self, cfg, f):
+        src, dst = self.endpoints(cfg, f)
+        read = 1 + np.arange(f["rows"], dtype=np.int64)
+        return Effects(accept=f["rows"],
+                       reads=[Touch("cbuf", _rows(src, f["rows"]), read)],
+                       writes=[Touch("cbuf", _rows(dst, f["rows"]),
+                                     read + cfg.latency["cbuf_read"])])
+
+    def execute(self, chip, f):
+        src, dst = self.endpoints(chip.cfg, f)
+        rows = f["rows"]
+        chip.cbuf[dst:dst + rows] = chip.cbuf[src:src + rows]
+        if f["kind"] == CopyKind.FETCH:
+            chip.ubuf_rd_bytes += rows * chip.cfg.rows
+        else:
+            chip.ubuf_wr_bytes += rows * chip.cfg.rows
+
+
 # -- register writes: SETCFG, CONVCFG, TAPS -------------------------------------------
 class RegisterWrite(Instruction):
     """An instruction that writes registers: taken every cycle (no handshake), done
@@ -789,7 +857,8 @@ class Taps(RegisterWrite):
 
 
 SPEC: dict[Opcode, Instruction] = {s.opcode: s for s in (Dma(), Wload(), Matmul(), Vrun(),
-                                                          Setcfg(), Convcfg(), Taps())}
+                                                          Setcfg(), Convcfg(), Taps(),
+                                                          Copy())}
 UNITS: tuple[str, ...] = tuple(dict.fromkeys(s.unit for s in SPEC.values()))
 #: program text (unit, operation) -> (opcode, fixed fields)
 TEXT_OPS: dict[tuple[str, str], tuple[Opcode, dict]] = {

@@ -34,6 +34,12 @@ class Opcode(enum.IntEnum, shape=4):
     SETCFG = 5   # write one fabric multiplexer's configuration register
     CONVCFG = 6  # set the window geometry later MATMULs walk (conv = 1)
     TAPS = 7     # write per-partition tap offsets of one tap table
+    COPY = 8     # crop (CBUF -> UBUF) or fetch (UBUF -> CBUF) rows: the overlap path
+
+
+class CopyKind(enum.IntEnum, shape=1):
+    CROP = 0    # CBUF rows -> UBUF rows
+    FETCH = 1   # UBUF rows -> CBUF rows
 
 
 class DmaKind(enum.IntEnum, shape=2):
@@ -104,6 +110,12 @@ PAYLOAD = {
         "count": 3,                    # entries written, 1..TAPS_PER_WORD
         **{f"{name}{k}": TAP_DELTA_BITS for k in range(1, TAPS_PER_WORD + 1)
            for name in ("th", "tw")},
+    }),
+    Opcode.COPY: data.StructLayout({
+        "kind": CopyKind,
+        "cbuf_addr": CBUF_ADDR_BITS,   # CBUF row (any, the UBUF's included)
+        "ubuf_addr": CBUF_ADDR_BITS,   # UBUF row (CBUF row ubuf_base + ubuf_addr)
+        "rows": 16,
     }),
 }
 SETCFG_PAIRS = 7

@@ -29,6 +29,8 @@ class Reg(enum.IntEnum):
                        # there when PROG_LEN exceeds the instruction memory)
     FETCH_RD_BYTES = 17  # R: bytes the instruction fetcher read from DRAM (the DMA's
                          # traffic is DRAM_RD_BYTES / DRAM_WR_BYTES)
+    UBUF_WR_BYTES = 18   # R: bytes written into the UBUF (crops)
+    UBUF_RD_BYTES = 19   # R: bytes read from the UBUF (fetches)
 
 
 CTRL_START = 1 << 0

@@ -33,7 +33,7 @@ from .. import golden
 from ..arch import fabric, instructions, isa, timing
 from ..arch.config import PRESETS, ChipConfig, preset
 from ..arch.instructions import READ
-from ..arch.isa import DmaKind, Instr, Opcode
+from ..arch.isa import CopyKind, DmaKind, Instr, Opcode
 from ..arch.regs import ErrorCode
 from ..compiler.chip_text import format_ops
 from ..compiler.config_updates import ConfigUpdateError
@@ -391,6 +391,34 @@ class _Builder:
         self.outputs.append(("acc" if to_acc else "cbuf", dst, n))
         return True
 
+    def copy(self) -> bool:
+        """A crop of written CBUF rows into the UBUF, or a fetch of written UBUF rows
+        back into the CBUF."""
+        cfg, rng = self.cfg, self.rng
+        if not cfg.ubuf_rows:
+            return False
+        base, size = cfg.ubuf_base, cfg.ubuf_rows
+        if rng.random() < 0.5:
+            src = self.pick("cbuf", size)
+            if src is None:
+                return False
+            s, n = src
+            u = int(rng.integers(0, size - n + 1))
+            self.add(Opcode.COPY, kind=CopyKind.CROP, cbuf_addr=s, ubuf_addr=u, rows=n)
+            dst = base + u
+        else:
+            held = _runs(self.cbuf[base:base + size], 1)
+            if not held:
+                return False
+            a, b = held[int(rng.integers(len(held)))]
+            n = self.rows(b - a)
+            u = int(rng.integers(a, b - n + 1))
+            dst = self.place("cbuf", n)
+            self.add(Opcode.COPY, kind=CopyKind.FETCH, cbuf_addr=dst, ubuf_addr=u, rows=n)
+        self.cbuf[dst:dst + n] = True
+        self.outputs.append(("cbuf", dst, n))
+        return True
+
     def draw(self, count: int) -> list[MicroOp]:
         rng = self.rng
         for _ in range(int(rng.integers(1, 3))):
@@ -406,6 +434,7 @@ class _Builder:
             "matmul": (3.0, self.matmul),
             "window": (1.5, self.window),
             "vrun": (1.8, self.vrun),
+            "copy": (0.8, self.copy),
         }
         names = list(steps)
         weights = np.array([steps[k][0] for k in names])
@@ -561,6 +590,10 @@ def _out_of_range(cfg: ChipConfig, ins: Instr, rng) -> dict:
     elif ins.op is Opcode.TAPS:
         choices += [("count", 0), ("count", isa.TAPS_PER_WORD + 1),
                     ("first", cfg.rows - f["count"] + 1)]
+    elif ins.op is Opcode.COPY:
+        choices += [("rows", 0),
+                    ("cbuf_addr", past(cfg.cbuf_depth, f["rows"], isa.CBUF_ADDR_BITS)),
+                    ("ubuf_addr", past(cfg.ubuf_rows, f["rows"], isa.CBUF_ADDR_BITS))]
     elif ins.op is Opcode.VRUN:
         depth = cfg.acc_depth if f["to_acc"] else cfg.cbuf_depth
         choices += [("rows", 0),
@@ -773,7 +806,9 @@ def compare(prog: RandomProgram, rtl: dict) -> list[str]:
         regs += [("macs", gold.macs, rtl["macs"]),
                  ("dram_rd_bytes", gold.dram_bytes_read, rtl["dram_rd_bytes"]),
                  ("dram_wr_bytes", gold.dram_bytes_written, rtl["dram_wr_bytes"]),
-                 ("fetch_rd_bytes", gold.fetch_bytes_read, rtl["fetch_rd_bytes"])]
+                 ("fetch_rd_bytes", gold.fetch_bytes_read, rtl["fetch_rd_bytes"]),
+                 ("ubuf_wr_bytes", gold.ubuf_bytes_written, rtl["ubuf_wr_bytes"]),
+                 ("ubuf_rd_bytes", gold.ubuf_bytes_read, rtl["ubuf_rd_bytes"])]
     else:
         code, pc, cycle = prog.expect
         if (gold.error, gold.fault_pc, gold.fault_cycle) != (code, pc, cycle):

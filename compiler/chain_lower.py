@@ -1,0 +1,441 @@
+"""Lowering of a chain of convolutions through the CBUF in passes (seed 001,
+docs/cnn.md "Chains"). Entry point: :func:`lower_chain`.
+
+A chain's intermediate maps never go to DRAM. Each pass loads the band of the
+network input its first layer reads; every layer then computes its rows of the pass
+(:func:`.chain.plan`) from the previous layer's rows in the CBUF, and the last
+layer's rows are stored. Two strategies (:data:`STRATEGIES`):
+
+* ``baseline``: every pass computes all the rows it reads, halo rows again, and the
+  first layer re-reads their input from DRAM;
+* ``crop_fetch``: every row is computed once. The rows a later pass reads again
+  are cropped into the UBUF (``COPY CROP``) after they are written and fetched
+  back (``COPY FETCH``) before the next layer reads them.
+
+Weights are loaded once into the CBUF for the whole chain (``persistent``) or
+streamed through the weight ring one block per step (``stream``). The buffers of
+one layer's input hold the rows of one pass, channel block after channel block, at
+a fixed stride.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+import numpy as np
+
+from ..arch.config import ChipConfig
+from ..arch.isa import CopyKind, DmaKind, Opcode
+from . import chain
+from .cnn import (PARAM_ROWS, WEIGHT_SLOTS, CnnLowered, Job, Layout, Source, _bank_up,
+                  _check_window, _conv_job, _Counters, _Emit, _out_words, acc_param_rows,
+                  as_map, pack_map)
+from .errors import CompileError
+from .graph import Graph
+from .ops import Conv2d
+from .pipeline import Block, Step, loop_order, pipeline
+from .plan import DramMap, MemoryPlan, Region, check_plan
+
+STRATEGIES = ("baseline", "crop_fetch")
+DMA_ROWS = 1 << 12       # rows per load of persistent weights (each a DMA of its own)
+WEIGHTS = ("persistent", "stream")
+
+
+@dataclass(frozen=True)
+class ChainChoice:
+    """How a chain runs; None leaves a choice to :func:`choose`. ``outputs_per_pass``:
+    rows of the last layer's output per pass."""
+    strategy: str = "crop_fetch"
+    outputs_per_pass: int | None = None
+    weights: str | None = None
+
+    def __post_init__(self):
+        if self.strategy not in STRATEGIES:
+            raise CompileError(f"chain strategy {self.strategy!r} is not one of "
+                               f"{', '.join(STRATEGIES)}")
+        if self.weights is not None and self.weights not in WEIGHTS:
+            raise CompileError(f"chain weights {self.weights!r} is not one of "
+                               f"{', '.join(WEIGHTS)}")
+        if self.outputs_per_pass is not None and (
+                not isinstance(self.outputs_per_pass, int) or self.outputs_per_pass < 1):
+            raise CompileError(f"outputs per pass must be a positive integer, not "
+                               f"{self.outputs_per_pass!r}")
+
+
+@dataclass
+class _Buffers:
+    """Where a chain keeps things in the CBUF: per layer its input buffer (``inputs``,
+    channel blocks ``stride`` rows apart), its weights (persistent) and its UBUF area
+    (``ubuf``, channel blocks ``ubuf_stride`` rows apart); the weight ring (streamed
+    weights) and the last layer's two output staging halves."""
+    inputs: list[int]
+    stride: list[int]
+    weights: list[int | None]
+    ubuf: list[int | None]          # UBUF row (relative to ubuf_base)
+    ubuf_stride: list[int]
+    ring: int | None
+    staging: int
+    stage_half: int
+    regions: list[Region]
+
+
+def chain_layers(graph: Graph) -> list:
+    """The graph's nodes if they form a chain of convolutions (each reading the one
+    before, batch 1, no replicated input); else a CompileError saying what breaks it."""
+    nodes = graph.nodes
+    if len(graph.inputs) != 1 or len(graph.outputs) != 1:
+        raise CompileError(f"graph {graph.name!r}: a chain has one input and one output")
+    prev = graph.inputs[0]
+    for node in nodes:
+        if not isinstance(node.op, Conv2d):
+            raise CompileError(f"layer {node.name!r}: a chain is made of convolutions, "
+                               f"not {type(node.op).__name__}")
+        if list(node.inputs) != [prev]:
+            raise CompileError(f"layer {node.name!r}: a chain layer reads the layer "
+                               f"before it only")
+        prev = node.outputs[0]
+    shape = graph.tensor(graph.inputs[0]).shape
+    if len(shape) != 4 or shape[0] != 1:
+        raise CompileError(f"graph {graph.name!r}: a chain runs on one image (batch 1), "
+                           f"not input shape {shape}")
+    return list(nodes)
+
+
+def _axes(jobs: list[Job]) -> list[chain.Axis]:
+    return [chain.Axis(j.kernel[0], j.stride[0], j.dilation[0], j.pads[0], j.pads[2])
+            for j in jobs]
+
+
+def _chunks(rows: tuple[int, int], per: int) -> list[tuple[int, int]]:
+    return [(a, min(a + per, rows[1])) for a in range(rows[0], rows[1], per)]
+
+
+def _chunk_input(job: Job, a: int, b: int) -> tuple[int, int]:
+    """Input rows ``[lo, hi)`` output rows ``[a, b)`` read (inside the map)."""
+    H = job.sources[0].shape[1]
+    sh, pt = job.stride[0], job.pads[0]
+    ext = (job.kernel[0] - 1) * job.dilation[0] + 1
+    return max(a * sh - pt, 0), min((b - 1) * sh - pt + ext, H)
+
+
+def _blocks(cfg: ChipConfig, channels: int) -> int:
+    return -(-channels // cfg.rows)
+
+
+def _layout(cfg: ChipConfig, jobs: list[Job], passes: list[list[chain.Step]],
+            weights: str, half_rows: int) -> _Buffers:
+    """Bank-aligned regions for the chain below the UBUF, and the UBUF areas; a
+    CompileError naming the layer and the shortfall if they do not fit."""
+    R = cfg.rows
+    top = cfg.ubuf_base if cfg.ubuf_rows else cfg.cbuf_depth
+    if cfg.ubuf_rows and cfg.ubuf_base + cfg.ubuf_rows != cfg.cbuf_depth:
+        raise CompileError(f"chip {cfg.name!r}: a chain keeps the UBUF at the top of the "
+                           f"CBUF (ubuf_base + ubuf_rows == cbuf_depth)")
+    regions: list[Region] = []
+    at = 0
+
+    def take(key: str, rows: int, what: str) -> int:
+        nonlocal at
+        lo = _bank_up(cfg, at)
+        if lo + rows > top:
+            raise CompileError(
+                f"{what}: the chain needs {lo + rows} CBUF rows below the UBUF, the chip "
+                f"has {top}: short by {(lo + rows - top) * R} bytes; use fewer outputs per "
+                f"pass, streamed weights, or a shorter chain")
+        regions.append(Region("cbuf", key, lo, rows, 0, 0, what))
+        at = lo + rows
+        return lo
+
+    ring = take("weight ring", WEIGHT_SLOTS * R, "weight ring") if weights == "stream" \
+        else None
+    wat: list[int | None] = []
+    for j in jobs:
+        wat.append(take(f"{j.name}.weights", j.weights.shape[0] * R,
+                        f"weights of layer {j.name!r}") if weights == "persistent" else None)
+    inputs, stride = [], []
+    for k, j in enumerate(jobs):
+        W = j.sources[0].shape[2]
+        rows = max(s[k].read for s in passes) * W
+        stride.append(rows)
+        inputs.append(take(f"{j.name}.input", rows * j.sources[0].blocks(R),
+                           f"input rows of layer {j.name!r}"))
+    last = jobs[-1]
+    Wo = last.out_shape[2]
+    stage_half = min(max(1, half_rows // Wo), max(s[-1].computed for s in passes)) * Wo
+    staging = take(f"{last.name}.staging", 2 * stage_half,
+                   f"output staging of layer {last.name!r}")
+    # UBUF areas: layer k's input rows cropped by layer k - 1
+    ubuf, ubuf_stride, u = [], [], 0
+    peaks = chain.ubuf_peak_rows(passes)
+    for k, j in enumerate(jobs):
+        rows = peaks[k - 1] * j.sources[0].shape[2] if k else 0
+        ubuf_stride.append(rows)
+        if not rows:
+            ubuf.append(None)
+            continue
+        size = rows * j.sources[0].blocks(R)
+        if u + size > cfg.ubuf_rows:
+            raise CompileError(
+                f"layer {j.name!r}: its halo rows need {u + size} UBUF rows, the chip has "
+                f"{cfg.ubuf_rows}: short by {(u + size - cfg.ubuf_rows) * R} bytes; use "
+                f"the baseline strategy or more outputs per pass")
+        regions.append(Region("cbuf", f"{j.name}.ubuf", cfg.ubuf_base + u, size, 0, 0,
+                              f"UBUF rows of layer {j.name!r}"))
+        ubuf.append(u)
+        u += size
+    return _Buffers(inputs, stride, wat, ubuf, ubuf_stride, ring, staging, stage_half,
+                    regions)
+
+
+def _check_fetches(jobs: list[Job], passes: list[list[chain.Step]]) -> None:
+    """Each pass fetches only rows the pass before cropped (the UBUF area of a layer
+    holds one pass's crop)."""
+    for p, steps in enumerate(passes):
+        for k, s in enumerate(steps):
+            if s.fetch is None:
+                continue
+            crop = passes[p - 1][k - 1].crop if p else None
+            if crop is None or not crop[0] <= s.fetch[0] < s.fetch[1] <= crop[1]:
+                raise CompileError(
+                    f"layer {jobs[k].name!r}: pass {p} needs halo rows {s.fetch} of its "
+                    f"input that the pass before did not compute; use more outputs per "
+                    f"pass (the halo is taller than a pass)")
+
+
+def choose(cfg: ChipConfig, jobs: list[Job], want: ChainChoice, half_rows: int
+           ) -> tuple[ChainChoice, list[list[chain.Step]], _Buffers]:
+    """The cost model: the fewest passes that fit (the least halo recomputed or kept),
+    weights persistent if they fit beside the maps, else streamed. A user's choice in
+    `want` stands."""
+    H = jobs[0].sources[0].shape[1]
+    Ho = jobs[-1].out_shape[1]
+    ubuf = want.strategy == "crop_fetch"
+    if ubuf and not cfg.ubuf_rows:
+        raise CompileError(f"chip {cfg.name!r} has no UBUF (ubuf_rows = 0): use the "
+                           f"baseline strategy")
+    counts = [want.outputs_per_pass] if want.outputs_per_pass else \
+        list(range(Ho, 0, -1))
+    kinds = [want.weights] if want.weights else list(WEIGHTS)
+    error = None
+    for per in counts:
+        passes = chain.plan(H, _axes(jobs), per, ubuf=ubuf)
+        try:
+            if ubuf:
+                _check_fetches(jobs, passes)
+        except CompileError as e:
+            error = error or e
+            continue
+        for weights in kinds:
+            try:
+                bufs = _layout(cfg, jobs, passes, weights, half_rows)
+            except CompileError as e:
+                error = error or e
+                continue
+            return (ChainChoice(want.strategy, per, weights), passes, bufs)
+    raise error
+
+
+def lower_chain(cfg: ChipConfig, graph: Graph, want: ChainChoice = ChainChoice()
+                ) -> CnnLowered:
+    """Lower a chain of convolutions (:func:`chain_layers`) to run in passes."""
+    R = cfg.rows
+    nodes = chain_layers(graph)
+    jobs = []
+    for i, node in enumerate(nodes):
+        shape = as_map(graph.tensor(node.inputs[0]).shape)
+        job = _conv_job(cfg, graph, i, node, Source(node.inputs[0], shape, 1))
+        _check_window(job)
+        jobs.append(job)
+    # ACC: two halves, then every layer's epilogue parameters, loaded once
+    param_rows = PARAM_ROWS * sum(len(j.steps) for j in jobs)
+    half_rows = (cfg.acc_depth - param_rows) // 2
+    for j in jobs:
+        if j.out_shape[2] > half_rows:
+            raise CompileError(f"layer {j.name!r}: one output row ({j.out_shape[2]} "
+                               f"pixels) is more than an accumulator half "
+                               f"({half_rows} rows)")
+    choice, passes, bufs = choose(cfg, jobs, want, half_rows)
+
+    # DRAM: the input, every layer's weights and epilogue parameters, the output.
+    steps = len(nodes)
+    cursor, regions, pieces = 0, [], []
+
+    def place(key: str, words, what: str) -> int:
+        nonlocal cursor
+        n = words if isinstance(words, int) else words.shape[0]
+        if cursor + n > cfg.dram_words:
+            raise CompileError(f"{what}: DRAM too small by {cursor + n - cfg.dram_words} "
+                               f"words; the configured dram_words is {cfg.dram_words}")
+        regions.append(Region("dram", key, cursor, n, 0, steps - 1, what))
+        if not isinstance(words, int):
+            pieces.append((cursor, words))
+        at, cursor = cursor, cursor + n
+        return at
+
+    x_name = graph.inputs[0]
+    x = np.asarray(graph.data[x_name])
+    x_words = pack_map(cfg, x.reshape(as_map(x.shape)))
+    x_at = place(f"tensor {x_name}", x_words, f"input {x_name!r}")
+    params, w_at, p_at = {}, [], []
+    for j in jobs:
+        w = place(f"{j.name}.weights", j.weights.reshape(-1, R).view(np.uint8),
+                  f"weights of layer {j.name!r}")
+        rows = acc_param_rows(cfg, j.post_rows)
+        p = place(f"{j.name}.post", rows, f"epilogue parameters of layer {j.name!r}")
+        params[(j.name, "weights")] = (w, j.weights.shape[0] * R)
+        params[(j.name, "post")] = (p, rows.shape[0])
+        w_at.append(w)
+        p_at.append(p)
+    out_name = graph.outputs[0]
+    out_words = _out_words(cfg, graph.tensor(out_name))
+    out_at = place(f"tensor {out_name}", out_words, f"output {out_name!r}")
+    image = np.zeros((cursor, R), dtype=np.uint8)
+    for at, words in pieces:
+        image[at:at + words.shape[0]] = words
+
+    lay = Layout(ring=bufs.ring or 0, staging=bufs.staging, top=cfg.cbuf_depth, halves=0,
+                 half_rows=half_rows, slots=2 * half_rows)
+    slots, at = [], lay.slots                  # per layer: its first parameter row
+    for j in jobs:
+        slots.append(at)
+        at += PARAM_ROWS * len(j.steps)
+    emit = _Emit(cfg, _Counters(tile_rows=cfg.tile_rows, tile_cols=cfg.tile_cols), lay)
+    blocks = _emit_passes(cfg, emit, jobs, passes, bufs, x_at, w_at, p_at, slots, out_at)
+
+    chip_regions = [Region("cbuf", r.key, r.lo, r.size, 0, steps - 1, r.what)
+                    for r in bufs.regions]
+    chip_regions += [
+        Region("acc", "accumulator halves", 0, 2 * half_rows, 0, steps - 1,
+               "accumulator halves"),
+        Region("acc", "epilogue parameters", 2 * half_rows, param_rows, 0, steps - 1,
+               "epilogue parameters")]
+    dmap = DramMap(MappingProxyType({x_name: (x_at, x_words.shape[0])}),
+                   MappingProxyType(params), MappingProxyType({out_name: (out_at, out_words)}),
+                   cursor)
+    plan = MemoryPlan(cfg, graph, MappingProxyType({}), tuple(chip_regions + regions),
+                      image, dmap)
+    check_plan(plan)
+    return ChainLowered(pipeline(cfg, blocks), loop_order(blocks), plan, {},
+                        {j.name: j for j in jobs}, choice, passes)
+
+
+@dataclass
+class ChainLowered(CnnLowered):
+    """A lowered chain, with what the cost model chose and the passes it runs."""
+    choice: ChainChoice | None = None
+    passes: list = field(default_factory=list)
+
+
+def _emit_passes(cfg, emit: _Emit, jobs: list[Job], passes, bufs: _Buffers, x_at: int,
+                 w_at: list[int], p_at: list[int], slots: list[int], out_at: int
+                 ) -> list[Block]:
+    R, arw = cfg.rows, cfg.acc_row_words
+    em, lay = emit.em, emit.lay
+    blocks: list[Block] = []
+    last = len(jobs) - 1
+    for p, steps in enumerate(passes):
+        for k, s in enumerate(steps):
+            job = jobs[k]
+            i = job.index
+            if s.compute is None:
+                continue
+            src = job.sources[0]
+            H, W = src.shape[1], src.shape[2]
+            Ho, Wo = job.out_shape[1], job.out_shape[2]
+            cbs = src.blocks(R)
+            lo = s.reads[0]
+            head: list = []                  # before the layer's first MATMUL in the pass
+            if p == 0:                      # the epilogue parameters: loaded once
+                head.append(emit.op(Opcode.DMA, i, kind=DmaKind.LOAD_ACC, dram_addr=p_at[k],
+                                    dram_stride=arw, buf_addr=slots[k],
+                                    rows=PARAM_ROWS * len(job.steps)))
+            if p == 0 and bufs.weights[k] is not None:     # persistent: loaded once
+                total = job.weights.shape[0] * R
+                for at in range(0, total, DMA_ROWS):
+                    head.append(emit.op(Opcode.DMA, i, kind=DmaKind.LOAD_CBUF,
+                                        dram_addr=w_at[k] + at, dram_stride=1,
+                                        buf_addr=bufs.weights[k] + at,
+                                        rows=min(DMA_ROWS, total - at)))
+            if k == 0:
+                for cb in range(cbs):
+                    head.append(emit.op(Opcode.DMA, i, kind=DmaKind.LOAD_CBUF,
+                                        dram_addr=x_at + cb * H * W + lo * W, dram_stride=1,
+                                        buf_addr=bufs.inputs[0] + cb * bufs.stride[0],
+                                        rows=s.read * W))
+            if s.fetch is not None:
+                c0 = passes[p - 1][k - 1].crop[0]
+                for cb in range(cbs):
+                    head.append(emit.op(
+                        Opcode.COPY, i, kind=CopyKind.FETCH,
+                        cbuf_addr=bufs.inputs[k] + cb * bufs.stride[k] + (s.fetch[0] - lo) * W,
+                        ubuf_addr=bufs.ubuf[k] + cb * bufs.ubuf_stride[k]
+                        + (s.fetch[0] - c0) * W,
+                        rows=s.fetched * W))
+            if k < last:
+                nxt = steps[k + 1]
+                if nxt.reads is None or not (nxt.reads[0] <= s.compute[0]
+                                              and s.compute[1] <= nxt.reads[1]):
+                    raise CompileError(f"layer {job.name!r}: pass {p} computes rows "
+                                       f"{s.compute} the next layer does not read")
+            per = max(1, lay.half_rows // Wo)
+            if k == last:
+                per = bufs.stage_half // Wo
+            chunks = _chunks(s.compute, per)
+            for ci, (a, b) in enumerate(chunks):
+                clo, chi = _chunk_input(job, a, b)
+                geom = emit.op(Opcode.CONVCFG, i, out_w=Wo, sh=job.stride[0],
+                               sw=job.stride[1], top=clo + job.pads[0] - a * job.stride[0],
+                               left=job.pads[1], pad=job.pad_byte)
+                rows = (b - a) * Wo
+                for nb, wsteps in enumerate(job.steps):
+                    blk = Block(i)
+                    half = em.blocks % 2
+                    em.blocks += 1
+                    acc_at = half * lay.half_rows
+                    slot = slots[k] + nb * PARAM_ROWS
+                    for j, st in enumerate(wsteps):
+                        pre = []
+                        if nb == 0 and j == 0:
+                            pre += (head if ci == 0 else []) + [geom]
+                        bank = em.steps % 2
+                        if bufs.weights[k] is None:
+                            ring = bufs.ring + (em.steps % WEIGHT_SLOTS) * R
+                            pre.append(emit.op(Opcode.DMA, i, kind=DmaKind.LOAD_CBUF,
+                                               dram_addr=w_at[k] + st.block * R,
+                                               dram_stride=1, buf_addr=ring, rows=R))
+                            w_addr = ring
+                        else:
+                            w_addr = bufs.weights[k] + st.block * R
+                        em.steps += 1
+                        pre.append(emit.op(Opcode.WLOAD, i, w_addr=w_addr, bank=bank))
+                        dh, dw = st.taps[0]
+                        act = bufs.inputs[k] + st.cb * bufs.stride[k] + (clo - lo) * W
+                        mm = emit.op(Opcode.MATMUL, i, act_addr=act, rows=rows,
+                                     acc_addr=acc_at, accumulate=int(j > 0), max=0,
+                                     bank=bank, conv=1, dh=dh, dw=dw, taps=0, in_w=W,
+                                     in_h=chi - clo)
+                        blk.steps.append(Step(pre, mm))
+                    v = dict(job.vrun)
+                    if k < last:
+                        nlo = steps[k + 1].reads[0]
+                        dst = bufs.inputs[k + 1] + nb * bufs.stride[k + 1] + (a - nlo) * Wo
+                        blk.epilogue = [emit.op(Opcode.VRUN, i, src=acc_at, rows=rows,
+                                                to_acc=0, dst=dst, bias_addr=slot, **v)]
+                        if ci == len(chunks) - 1 and s.crop is not None:
+                            blk.epilogue.append(emit.op(
+                                Opcode.COPY, i, kind=CopyKind.CROP,
+                                cbuf_addr=bufs.inputs[k + 1] + nb * bufs.stride[k + 1]
+                                + (s.crop[0] - nlo) * Wo,
+                                ubuf_addr=bufs.ubuf[k + 1] + nb * bufs.ubuf_stride[k + 1],
+                                rows=s.cropped * Wo))
+                    else:
+                        staging = bufs.staging + half * bufs.stage_half
+                        blk.epilogue = [
+                            emit.op(Opcode.VRUN, i, src=acc_at, rows=rows, to_acc=0,
+                                    dst=staging, bias_addr=slot, **v),
+                            emit.op(Opcode.DMA, i, kind=DmaKind.STORE_CBUF,
+                                    dram_addr=out_at + (nb * Ho + a) * Wo, dram_stride=1,
+                                    buf_addr=staging, rows=rows)]
+                    blocks.append(blk)
+    return blocks
