@@ -334,7 +334,24 @@ def _emit_passes(cfg, emit: _Emit, jobs: list[Job], passes, bufs: _Buffers, x_at
     em, lay = emit.em, emit.lay
     blocks: list[Block] = []
     last = len(jobs) - 1
+
+    def fetches(p: int, steps: list) -> list:
+        out = []
+        for k, s in enumerate(steps):
+            if s.fetch is None:
+                continue
+            W = jobs[k].sources[0].shape[2]
+            c0 = passes[p - 1][k - 1].crop[0]
+            for cb in range(jobs[k].sources[0].blocks(R)):
+                out.append(emit.op(
+                    Opcode.COPY, jobs[k].index, kind=CopyKind.FETCH,
+                    cbuf_addr=bufs.inputs[k] + cb * bufs.stride[k] + (s.fetch[0] - s.reads[0]) * W,
+                    ubuf_addr=bufs.ubuf[k] + cb * bufs.ubuf_stride[k] + (s.fetch[0] - c0) * W,
+                    rows=s.fetched * W))
+        return out
+
     for p, steps in enumerate(passes):
+        first = next(k for k, s in enumerate(steps) if s.compute is not None)
         for k, s in enumerate(steps):
             job = jobs[k]
             i = job.index
@@ -363,15 +380,10 @@ def _emit_passes(cfg, emit: _Emit, jobs: list[Job], passes, bufs: _Buffers, x_at
                                         dram_addr=x_at + cb * H * W + lo * W, dram_stride=1,
                                         buf_addr=bufs.inputs[0] + cb * bufs.stride[0],
                                         rows=s.read * W))
-            if s.fetch is not None:
-                c0 = passes[p - 1][k - 1].crop[0]
-                for cb in range(cbs):
-                    head.append(emit.op(
-                        Opcode.COPY, i, kind=CopyKind.FETCH,
-                        cbuf_addr=bufs.inputs[k] + cb * bufs.stride[k] + (s.fetch[0] - lo) * W,
-                        ubuf_addr=bufs.ubuf[k] + cb * bufs.ubuf_stride[k]
-                        + (s.fetch[0] - c0) * W,
-                        rows=s.fetched * W))
+            if k == first:
+                # every fetch of the pass first: a layer crops into the same UBUF area
+                # in this pass, after it computes, what the next layer fetches now
+                head += fetches(p, steps)
             if k < last:
                 nxt = steps[k + 1]
                 if nxt.reads is None or not (nxt.reads[0] <= s.compute[0]

@@ -1,0 +1,132 @@
+"""Chains of convolutions lowered in passes (compiler/chain_lower.py), on the golden
+model: seed 001's worked examples with the seed's own figures, random chains equal
+to numpy and to the baseline bit for bit, the cost model's choices, and the errors."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from systolica import golden
+from systolica.arch.config import preset
+from systolica.compiler import compile_network, reference
+from systolica.compiler.chain import listing
+from systolica.compiler.chain_cases import random_chain, seed_four_layer, seed_two_layer
+from systolica.compiler.chain_lower import ChainChoice
+from systolica.compiler.errors import CompileError
+from systolica.compiler.graph import GraphBuilder
+
+CFG = preset("tiny")
+R = CFG.rows
+
+
+def run(graph, choice: ChainChoice, cfg=CFG):
+    compiled = compile_network(cfg, graph, chain=choice)
+    gold = golden.run(cfg, compiled.image, compiled.dram, compiled.prog_addr)
+    assert gold.error.name == "NONE" and gold.cycles == compiled.predicted_cycles
+    assert (gold.ubuf_bytes_written, gold.ubuf_bytes_read) == \
+        (compiled.ubuf_bytes_written, compiled.ubuf_bytes_read)
+    return compiled, gold, compiled.results(gold.dram)[graph.outputs[0]]
+
+
+def test_seed_two_layer_example_shows_the_seed_figures():
+    """Seed 001: two passes; without the UBUF each is conv0(dram 13x16 -> 10x16),
+    conv1(10x16 -> 8x16); with it pass 1 reads 9 input rows (30 % less) and conv0
+    computes 6 rows (40 % fewer MACs), after pass 0 cropped 4 rows."""
+    graph = seed_two_layer()
+    want = reference.outputs(graph)[graph.outputs[0]]
+    base, gb, out_b = run(graph, ChainChoice("baseline", 8))
+    kept, gk, out_k = run(graph, ChainChoice("crop_fetch", 8))
+    np.testing.assert_array_equal(out_b, want)
+    np.testing.assert_array_equal(out_k, want)
+    widths = [16, 16, 16]
+    assert listing(base.chain.passes, ["conv0", "conv1"], widths).splitlines() == [
+        "pass 0: conv0(dram 13x16 -> cbuf 10x16)", "pass 0: conv1(cbuf 10x16 -> dram 8x16)",
+        "pass 1: conv0(dram 13x16 -> cbuf 10x16)", "pass 1: conv1(cbuf 10x16 -> dram 8x16)"]
+    assert listing(kept.chain.passes, ["conv0", "conv1"], widths).splitlines() == [
+        "pass 0: conv0(dram 13x16 -> cbuf 10x16), crop 4x16 -> ubuf",
+        "pass 0: conv1(cbuf 10x16 -> dram 8x16)",
+        "pass 1: conv0(dram 9x16 -> cbuf 6x16)",
+        "pass 1: fetch+conv1(cbuf 6x16 + ubuf 4x16 -> dram 8x16)"]
+    row = 16 * R                            # bytes of one map row (8 channels: one block)
+    # the counters: pass 1 reads 13 - 9 = 4 input rows less; conv0 computes 4 rows less
+    assert gb.dram_bytes_read - gk.dram_bytes_read == 4 * row
+    assert gb.macs - gk.macs == 4 * 16 * 49 * CFG.macs
+    assert gk.ubuf_bytes_written == gk.ubuf_bytes_read == 4 * row
+    assert gb.ubuf_bytes_written == gb.ubuf_bytes_read == 0
+    assert (13 - 9) / 13 == pytest.approx(0.3077, abs=1e-4)     # the seed's "30 %"
+    assert gb.dram_bytes_written == gk.dram_bytes_written == 16 * 16 * R
+
+
+def test_seed_four_layer_chain_in_three_passes():
+    """The last layer, writing DRAM, never crops; the first two keep their halo."""
+    graph = seed_four_layer()
+    want = reference.outputs(graph)[graph.outputs[0]]
+    kept, gk, out_k = run(graph, ChainChoice("crop_fetch", 8))
+    base, gb, out_b = run(graph, ChainChoice("baseline", 8))
+    np.testing.assert_array_equal(out_k, want)
+    np.testing.assert_array_equal(out_b, want)
+    passes = kept.chain.passes
+    assert len(passes) == 3
+    assert [[s.crop is not None for s in p] for p in passes] == [[True, True, False]] * 2 \
+        + [[False, False, False]]
+    # every row of every layer once: 24 rows x 3 layers
+    assert gk.macs == 3 * 24 * 8 * 9 * CFG.macs
+    # the baseline recomputes the halo: 2 boundaries x (2 + 4) rows of layers 0 and 1
+    assert gb.macs - gk.macs == 2 * (2 + 4) * 8 * 9 * CFG.macs
+    # rows kept: 2 per boundary and layer, each written once and read once
+    assert gk.ubuf_bytes_written == gk.ubuf_bytes_read == 2 * 2 * 2 * 8 * R
+
+
+def multi_pass(graph, Ho: int) -> int:
+    """The fewest outputs per pass, from a third of the map up, whose halo the UBUF
+    strategy can keep (a halo taller than a pass is refused, and said so)."""
+    for per in range(max(1, Ho // 3), Ho):
+        try:
+            compile_network(CFG, graph, chain=ChainChoice("crop_fetch", per))
+            return per
+        except CompileError as e:
+            assert "more outputs per pass" in str(e)
+    return Ho
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_random_chains_equal_numpy_and_the_baseline(seed):
+    graph = random_chain(seed)
+    want = reference.outputs(graph)[graph.outputs[0]]
+    per = multi_pass(graph, want.shape[1])
+    outs = {}
+    for strategy in ("baseline", "crop_fetch"):
+        compiled, _, outs[strategy] = run(graph, ChainChoice(strategy, per))
+        assert len(compiled.chain.passes) >= 2
+        np.testing.assert_array_equal(outs[strategy], want, err_msg=strategy)
+
+
+def test_cost_model_takes_the_fewest_passes_and_persistent_weights_when_they_fit():
+    kept = compile_network(CFG, seed_two_layer(), chain=ChainChoice()).chain.choice
+    assert (kept.outputs_per_pass, kept.weights) == (16, "persistent")   # one pass fits
+    big = compile_network(CFG, seed_two_layer(channels=12), chain=ChainChoice())
+    assert big.chain.choice.weights == "stream"       # 7x7x12x12 weights leave no room
+    forced = compile_network(CFG, seed_two_layer(), chain=ChainChoice(weights="stream",
+                                                                      outputs_per_pass=4))
+    assert (forced.chain.choice.weights, len(forced.chain.passes)) == ("stream", 4)
+
+
+def test_chain_errors_name_the_layer_and_what_to_do():
+    g = GraphBuilder("pooled")
+    t = g.input(np.zeros((1, 8, 8, 8), np.int8))
+    t = g.conv2d(t, np.ones((3, 3, 8, 8), np.int8), pads=1, name="c0")
+    t = g.max_pool2d(t, 2, name="pool")
+    with pytest.raises(CompileError, match="layer 'pool': a chain is made of convolutions"):
+        compile_network(CFG, g.build(t), chain=ChainChoice())
+    with pytest.raises(CompileError, match="has no UBUF"):
+        compile_network(CFG.replace(ubuf_base=0, ubuf_rows=0), seed_two_layer(),
+                        chain=ChainChoice("crop_fetch", 8))
+    with pytest.raises(CompileError, match=r"layer 'conv1': pass \d+ needs halo rows .* "
+                                           r"more outputs per pass"):
+        compile_network(CFG, seed_two_layer(), chain=ChainChoice("crop_fetch", 1))
+    with pytest.raises(CompileError, match="weights of layer 'conv1'.*short by 6400 bytes"):
+        compile_network(CFG, seed_two_layer(channels=12),
+                        chain=ChainChoice("crop_fetch", 8, "persistent"))
+    with pytest.raises(CompileError, match="chain strategy 'fused' is not one of"):
+        ChainChoice("fused")
