@@ -1,61 +1,87 @@
-"""The overlap-buffer figures of ``make bench``, from the chain planner
-(:mod:`systolica.compiler.chain`) alone: the RTL has no crop or fetch path yet, so
-these are what a chain's plan moves and computes, not measured cycles. They give the
-RTL implementation its targets: its counters must show these numbers."""
+"""The overlap-buffer figures of ``make bench``: chains of convolutions run on the
+RTL with each strategy (docs/cnn.md, "Chains"), against the same layers lowered one
+by one through DRAM. Each record: DRAM bytes and their ratio to the minimum (input,
+weights and output moved once), MACs the array computed, UBUF bytes written and read
+(the chip's counters), cycles, MAC utilisation, and what the cost model chose."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
-from ..compiler.chain import Axis, plan, sizes
+import numpy as np
+
+from ..compiler.chain import listing
+from ..compiler.chain_cases import seed_two_layer
+from ..compiler.chain_lower import STRATEGIES, ChainChoice
+from ..compiler.graph import Graph, GraphBuilder
+from ..compiler.models import requant_for
 
 
 @dataclass(frozen=True)
 class Chain:
-    """Same-padded square convolutions along the cut (row) axis; every layer keeps
-    the width. ``channels`` has one entry per layer boundary (input first)."""
     name: str
-    height: int
-    width: int
-    kernels: tuple[int, ...]
-    channels: tuple[int, ...]
-    outputs_per_pass: int
+    config: str
+    make: Callable[[], Graph]
+    outputs_per_pass: int | None      # None: the cost model's
 
 
-#: Seed 001's example (its channel counts are not given: 16, one array row each) and
-#: three of ResNet-50's 3x3 layers at 56x56x64 in four passes.
-CHAINS = (Chain("seed001_two_layer", 16, 16, (7, 5), (16, 16, 16), 8),
-          Chain("three_3x3_56x56x64", 56, 56, (3, 3, 3), (64, 64, 64, 64), 14))
+def three_3x3_56x56x64() -> Graph:
+    """Three of ResNet-50's 3x3 layers at 56x56x64 in a row (random int8 data, each
+    requantisation keeping the outputs spread)."""
+    rng = np.random.default_rng(1)
+    g = GraphBuilder("three_3x3_56x56x64")
+    t = g.input(rng.integers(-128, 128, size=(1, 56, 56, 64), dtype=np.int8),
+                zero_point=int(rng.integers(-8, 9)))
+    mult, shift = requant_for(40.0 / (74.0 * 37.0 * np.sqrt(9 * 64)), per_channel=False)
+    for k in range(3):
+        w = rng.integers(-64, 65, size=(3, 3, 64, 64), dtype=np.int8)
+        t = g.conv2d(t, w, rng.integers(-2000, 2000, size=64, dtype=np.int32), pads=1,
+                     mult=mult, shift=shift, relu=True, name=f"conv{k}")
+    return g.build(t)
 
 
-def chain_records(chain: Chain) -> list[dict]:
-    """One record per strategy: DRAM bytes (in a chain: the first layer's input bands,
-    weights once, the last layer's output once), MACs computed, UBUF bytes written
-    and read."""
-    axes = [Axis(k, pad_before=k // 2, pad_after=k // 2) for k in chain.kernels]
-    weights = sum(k * k * a * b for k, a, b in
-                  zip(chain.kernels, chain.channels, chain.channels[1:]))
-    out_rows = sizes(chain.height, axes)[-1]
-    row = [chain.width * c for c in chain.channels]         # bytes of one row, per boundary
-    minimum = chain.height * row[0] + weights + out_rows * row[-1]
-    # Today's lowering, for comparison: every map through DRAM, each layer whole
-    # (the least it can move; its halo re-reads come on top).
-    through_dram = weights + sum(n * (a + b) for n, a, b in
-                                 zip(sizes(chain.height, axes), row, row[1:]))
-    records = [{"name": chain.name, "kind": "chain_plan", "strategy": "layer_by_layer",
-                "dram_bytes": through_dram, "dram_ratio_to_min": through_dram / minimum}]
-    for strategy, ubuf in (("baseline", False), ("ubuf_crop_fetch", True)):
-        passes = plan(chain.height, axes, chain.outputs_per_pass, ubuf=ubuf)
-        dram = (sum(p[0].read for p in passes) * row[0] + weights + out_rows * row[-1])
-        macs = sum(s.computed * chain.width * k * k * chain.channels[s.layer]
-                   * chain.channels[s.layer + 1]
-                   for p in passes for s, k in zip(p, chain.kernels))
-        cropped = sum(s.cropped * row[s.layer + 1] for p in passes for s in p)
-        fetched = sum(s.fetched * row[s.layer] for p in passes for s in p)
-        records.append({
-            "name": chain.name, "kind": "chain_plan", "strategy": strategy,
-            "passes": len(passes), "outputs_per_pass": chain.outputs_per_pass,
-            "dram_bytes": dram, "dram_ratio_to_min": dram / minimum,
-            "first_layer_rows_read": [p[0].read for p in passes],
-            "macs": macs, "ubuf_bytes_written": cropped, "ubuf_bytes_read": fetched})
-    return records
+#: Seed 001's example (its channel counts are not given: 8, one array row each, on
+#: tiny) in its two passes, and three 3x3 layers at 56x56x64 on base.
+CHAINS = (Chain("seed001_two_layer", "tiny", seed_two_layer, 8),
+          Chain("three_3x3_56x56x64", "base", three_3x3_56x56x64, None))
+
+
+def minimum_bytes(graph: Graph) -> int:
+    x = graph.tensor(graph.inputs[0])
+    out = graph.tensor(graph.outputs[0])
+    return (int(np.prod(x.shape)) + sum(n.op.weights.size for n in graph.nodes)
+            + int(np.prod(out.shape)))
+
+
+def record(chain: Chain, strategy: str, run) -> dict:
+    """One bench record of a chain's RTL run (`strategy` "layer_by_layer": the
+    streaming lowering, every map through DRAM)."""
+    from . import report
+    rec = report.record(run, chain.name)
+    minimum = minimum_bytes(run.compiled.graph)
+    rec.update(kind="chain", strategy=strategy, min_bytes=minimum,
+               dram_ratio_to_min=rec["dram_bytes"] / minimum)
+    lowered = run.compiled.chain
+    if lowered is not None:
+        names = [n.name for n in run.compiled.graph.nodes]
+        widths = [run.compiled.graph.tensor(t).shape[2]
+                  for t in [run.compiled.graph.inputs[0]]
+                  + [n.outputs[0] for n in run.compiled.graph.nodes]]
+        rec.update(passes=len(lowered.passes),
+                   outputs_per_pass=lowered.choice.outputs_per_pass,
+                   weights=lowered.choice.weights,
+                   first_layer_rows_read=[p[0].read for p in lowered.passes],
+                   listing=listing(lowered.passes, names, widths).splitlines())
+    return rec
+
+
+def runs() -> list[tuple[Chain, str, str, ChainChoice | None]]:
+    """(chain, configuration, strategy, choice) for every run of the chain bench."""
+    out = []
+    for c in CHAINS:
+        out.append((c, c.config, "layer_by_layer", None))
+        out += [(c, c.config, s, ChainChoice(s, c.outputs_per_pass)) for s in STRATEGIES]
+    return out
+
+

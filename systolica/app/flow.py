@@ -13,6 +13,7 @@ from ..arch import isa, timing
 from ..sim import rtlsim
 from ..compiler import Compiled, Graph, Network, compile_network
 from ..compiler import reference
+from ..compiler.chain_lower import ChainChoice
 from ..arch.config import ChipConfig
 
 
@@ -62,6 +63,8 @@ class NetworkRun:
     fst: str | None = None
     harness: str = "cocotb"     # what drove the simulation (systolica.sim.rtlsim.HARNESSES)
     fetch_rd_bytes: int = 0     # the instruction fetcher's DRAM reads (FETCH_RD_BYTES)
+    ubuf_wr_bytes: int = 0      # crops into the UBUF (UBUF_WR_BYTES)
+    ubuf_rd_bytes: int = 0      # fetches from it (UBUF_RD_BYTES)
 
     @property
     def macs(self) -> int:
@@ -81,6 +84,8 @@ class NetworkRun:
         return (self.error == "NONE" and self.rtl_matches_golden and self.rtl_matches_numpy
                 and self.measured_cycles == self.predicted_cycles == self.golden_cycles
                 and self.fetch_rd_bytes == self.compiled.fetch_bytes_read
+                and self.ubuf_wr_bytes == self.compiled.ubuf_bytes_written
+                and self.ubuf_rd_bytes == self.compiled.ubuf_bytes_read
                 and all(l.measured_end == l.predicted_end for l in self.layers))
 
 
@@ -94,9 +99,15 @@ def _layer_prefixes(compiled: Compiled) -> list[int]:
 
 
 def run_network(cfg: ChipConfig, network: Network | Graph, *, waves: bool = False,
-                per_layer: bool = True, harness: str = "cocotb") -> NetworkRun:
+                per_layer: bool = True, harness: str = "cocotb",
+                chain: ChainChoice | None = None) -> NetworkRun:
+    """Compile `network` (a chain in passes with `chain`), run it on the RTL, and
+    check it against numpy and the golden model; with `per_layer`, also run each
+    layer's prefix of the program for per-layer cycles (not for a chain, whose layers
+    interleave pass by pass)."""
     began = time.perf_counter()
-    compiled = compile_network(cfg, network)
+    compiled = compile_network(cfg, network, chain=chain)
+    per_layer = per_layer and chain is None
     compile_s = time.perf_counter() - began
 
     want = reference.outputs(network)
@@ -145,4 +156,5 @@ def run_network(cfg: ChipConfig, network: Network | Graph, *, waves: bool = Fals
         macs_counter=full["macs"], dram_rd_bytes=full["dram_rd_bytes"],
         dram_wr_bytes=full["dram_wr_bytes"], sim_s=full["wall_s"],
         error=full["error_name"], layers=layers, fst=full.get("fst"), harness=harness,
-        fetch_rd_bytes=full["fetch_rd_bytes"])
+        fetch_rd_bytes=full["fetch_rd_bytes"], ubuf_wr_bytes=full["ubuf_wr_bytes"],
+        ubuf_rd_bytes=full["ubuf_rd_bytes"])

@@ -74,6 +74,8 @@ def record(run: NetworkRun, name: str) -> dict:
         "dram_rd_bytes": run.dram_rd_bytes,
         "dram_wr_bytes": run.dram_wr_bytes,
         "fetch_rd_bytes": run.fetch_rd_bytes,
+        "ubuf_bytes_written": run.ubuf_wr_bytes,
+        "ubuf_bytes_read": run.ubuf_rd_bytes,
         "instructions": len(run.compiled.program),
         "compile_seconds": run.compile_s,
         "sim_seconds": run.sim_s,
