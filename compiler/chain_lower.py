@@ -4,13 +4,16 @@ docs/cnn.md "Chains"). Entry point: :func:`lower_chain`.
 A chain's intermediate maps never go to DRAM. Each pass loads the band of the
 network input its first layer reads; every layer then computes its rows of the pass
 (:func:`.chain.plan`) from the previous layer's rows in the CBUF, and the last
-layer's rows are stored. Two strategies (:data:`STRATEGIES`):
+layer's rows are stored. Three strategies (:data:`STRATEGIES`):
 
 * ``baseline``: every pass computes all the rows it reads, halo rows again, and the
   first layer re-reads their input from DRAM;
 * ``crop_fetch``: every row is computed once. The rows a later pass reads again
   are cropped into the UBUF (``COPY CROP``) after they are written and fetched
   back (``COPY FETCH``) before the next layer reads them.
+* ``fused_crop``: as ``crop_fetch``, but the producing layer's writeback crops the
+  rows as it writes them (``VRUN crop = 1``: CBUF row ``a`` also lands in UBUF row
+  ``a mod ubuf_rows``), with no pass of its own over the data.
 
 Weights are loaded once into the CBUF for the whole chain (``persistent``) or
 streamed through the weight ring one block per step (``stream``). The buffers of
@@ -37,7 +40,7 @@ from .ops import Conv2d
 from .pipeline import Block, Step, loop_order, pipeline
 from .plan import DramMap, MemoryPlan, Region, check_plan
 
-STRATEGIES = ("baseline", "crop_fetch")
+STRATEGIES = ("baseline", "crop_fetch", "fused_crop")
 DMA_ROWS = 1 << 12       # rows per load of persistent weights (each a DMA of its own)
 WEIGHTS = ("persistent", "stream")
 
@@ -124,7 +127,7 @@ def _blocks(cfg: ChipConfig, channels: int) -> int:
 
 
 def _layout(cfg: ChipConfig, jobs: list[Job], passes: list[list[chain.Step]],
-            weights: str, half_rows: int) -> _Buffers:
+            weights: str, half_rows: int, strategy: str) -> _Buffers:
     """Bank-aligned regions for the chain below the UBUF, and the UBUF areas; a
     CompileError naming the layer and the shortfall if they do not fit."""
     R = cfg.rows
@@ -154,20 +157,29 @@ def _layout(cfg: ChipConfig, jobs: list[Job], passes: list[list[chain.Step]],
         wat.append(take(f"{j.name}.weights", j.weights.shape[0] * R,
                         f"weights of layer {j.name!r}") if weights == "persistent" else None)
     inputs, stride = [], []
+    taken: list[dict] = [{} for _ in passes]     # fused crops: UBUF rows per pass
     for k, j in enumerate(jobs):
         W = j.sources[0].shape[2]
         rows = max(s[k].read for s in passes) * W
         stride.append(rows)
-        inputs.append(take(f"{j.name}.input", rows * j.sources[0].blocks(R),
-                           f"input rows of layer {j.name!r}"))
+        shift = _free_shift(cfg, jobs, passes, k, _bank_up(cfg, at), rows, taken) \
+            if strategy == "fused_crop" and k else 0
+        inputs.append(shift + take(f"{j.name}.input", shift + rows * j.sources[0].blocks(R),
+                                   f"input rows of layer {j.name!r}"))
     last = jobs[-1]
     Wo = last.out_shape[2]
     stage_half = min(max(1, half_rows // Wo), max(s[-1].computed for s in passes)) * Wo
     staging = take(f"{last.name}.staging", 2 * stage_half,
                    f"output staging of layer {last.name!r}")
-    # UBUF areas: layer k's input rows cropped by layer k - 1
+    # UBUF areas: layer k's input rows cropped by layer k - 1 (a fused crop lands
+    # where its CBUF address says: the whole UBUF is the chain's)
     ubuf, ubuf_stride, u = [], [], 0
     peaks = chain.ubuf_peak_rows(passes)
+    if strategy == "fused_crop":
+        regions.append(Region("cbuf", "ubuf", cfg.ubuf_base, cfg.ubuf_rows, 0, 0,
+                              "UBUF (fused crops)"))
+        return _Buffers(inputs, stride, wat, [None] * len(jobs), [0] * len(jobs), ring,
+                        staging, stage_half, regions)
     for k, j in enumerate(jobs):
         rows = peaks[k - 1] * j.sources[0].shape[2] if k else 0
         ubuf_stride.append(rows)
@@ -186,6 +198,38 @@ def _layout(cfg: ChipConfig, jobs: list[Job], passes: list[list[chain.Step]],
         u += size
     return _Buffers(inputs, stride, wat, ubuf, ubuf_stride, ring, staging, stage_half,
                     regions)
+
+
+def _free_shift(cfg: ChipConfig, jobs: list[Job], passes, k: int, base: int,
+                stride: int, taken: list[dict]) -> int:
+    """Rows to move layer `k`'s input buffer up from `base` so that the fused crops
+    layer ``k - 1`` writes into it land, in every pass, on UBUF rows no other crop of
+    that pass uses (a pass fetches every crop of the pass before before it crops
+    again); the rows are then marked taken."""
+    U, W = cfg.ubuf_rows, jobs[k].sources[0].shape[2]
+    blocks = jobs[k].sources[0].blocks(cfg.rows)
+    wanted = []                     # per pass: (first row offset, rows) per block
+    for p, steps in enumerate(passes):
+        crop = steps[k - 1].crop
+        if crop is None:
+            continue
+        if (crop[1] - crop[0]) * W > U:
+            raise CompileError(
+                f"layer {jobs[k - 1].name!r}: pass {p} keeps {(crop[1] - crop[0]) * W} "
+                f"rows, more than the UBUF's {U}; use more passes or the baseline strategy")
+        at = (crop[0] - steps[k].reads[0]) * W
+        wanted.append((p, [(at + cb * stride, (crop[1] - crop[0]) * W)
+                           for cb in range(blocks)]))
+    for shift in range(U):
+        rows = {p: [(base + shift + a + i) % U for a, n in runs for i in range(n)]
+                for p, runs in wanted}
+        if all(len(set(r)) == len(r) and not taken[p].keys() & set(r)
+               for p, r in rows.items()):
+            for p, r in rows.items():
+                taken[p].update(dict.fromkeys(r, jobs[k - 1].name))
+            return shift
+    raise CompileError(f"layer {jobs[k - 1].name!r}: its fused crops find no UBUF rows "
+                       f"apart from the other layers'; use the crop_fetch strategy")
 
 
 def _check_fetches(jobs: list[Job], passes: list[list[chain.Step]]) -> None:
@@ -210,7 +254,7 @@ def choose(cfg: ChipConfig, jobs: list[Job], want: ChainChoice, half_rows: int
     `want` stands."""
     H = jobs[0].sources[0].shape[1]
     Ho = jobs[-1].out_shape[1]
-    ubuf = want.strategy == "crop_fetch"
+    ubuf = want.strategy != "baseline"
     if ubuf and not cfg.ubuf_rows:
         raise CompileError(f"chip {cfg.name!r} has no UBUF (ubuf_rows = 0): use the "
                            f"baseline strategy")
@@ -228,7 +272,7 @@ def choose(cfg: ChipConfig, jobs: list[Job], want: ChainChoice, half_rows: int
             continue
         for weights in kinds:
             try:
-                bufs = _layout(cfg, jobs, passes, weights, half_rows)
+                bufs = _layout(cfg, jobs, passes, weights, half_rows, want.strategy)
             except CompileError as e:
                 error = error or e
                 continue
@@ -301,7 +345,8 @@ def lower_chain(cfg: ChipConfig, graph: Graph, want: ChainChoice = ChainChoice()
         slots.append(at)
         at += PARAM_ROWS * len(j.steps)
     emit = _Emit(cfg, _Counters(tile_rows=cfg.tile_rows, tile_cols=cfg.tile_cols), lay)
-    blocks = _emit_passes(cfg, emit, jobs, passes, bufs, x_at, w_at, p_at, slots, out_at)
+    blocks = _emit_passes(cfg, emit, jobs, passes, bufs, x_at, w_at, p_at, slots, out_at,
+                          choice.strategy)
 
     chip_regions = [Region("cbuf", r.key, r.lo, r.size, 0, steps - 1, r.what)
                     for r in bufs.regions]
@@ -327,9 +372,19 @@ class ChainLowered(CnnLowered):
     passes: list = field(default_factory=list)
 
 
+def _split(a: int, b: int, crop: tuple[int, int] | None) -> list[tuple[int, int, int]]:
+    """Rows ``[a, b)`` as ``(first, end, crop)`` runs: those inside `crop` are
+    written with the fused crop."""
+    if crop is None:
+        return [(a, b, 0)]
+    cuts = sorted({a, b, min(max(crop[0], a), b), min(max(crop[1], a), b)})
+    return [(r0, r1, int(crop[0] <= r0 and r1 <= crop[1]))
+            for r0, r1 in zip(cuts, cuts[1:]) if r0 < r1]
+
+
 def _emit_passes(cfg, emit: _Emit, jobs: list[Job], passes, bufs: _Buffers, x_at: int,
-                 w_at: list[int], p_at: list[int], slots: list[int], out_at: int
-                 ) -> list[Block]:
+                 w_at: list[int], p_at: list[int], slots: list[int], out_at: int,
+                 strategy: str) -> list[Block]:
     R, arw = cfg.rows, cfg.acc_row_words
     em, lay = emit.em, emit.lay
     blocks: list[Block] = []
@@ -343,12 +398,31 @@ def _emit_passes(cfg, emit: _Emit, jobs: list[Job], passes, bufs: _Buffers, x_at
             W = jobs[k].sources[0].shape[2]
             c0 = passes[p - 1][k - 1].crop[0]
             for cb in range(jobs[k].sources[0].blocks(R)):
-                out.append(emit.op(
-                    Opcode.COPY, jobs[k].index, kind=CopyKind.FETCH,
-                    cbuf_addr=bufs.inputs[k] + cb * bufs.stride[k] + (s.fetch[0] - s.reads[0]) * W,
-                    ubuf_addr=bufs.ubuf[k] + cb * bufs.ubuf_stride[k] + (s.fetch[0] - c0) * W,
-                    rows=s.fetched * W))
+                at = bufs.inputs[k] + cb * bufs.stride[k] + (s.fetch[0] - s.reads[0]) * W
+                if bufs.ubuf[k] is not None:            # crop_fetch: the layer's area
+                    out.append(emit.op(
+                        Opcode.COPY, jobs[k].index, kind=CopyKind.FETCH, cbuf_addr=at,
+                        ubuf_addr=bufs.ubuf[k] + cb * bufs.ubuf_stride[k]
+                        + (s.fetch[0] - c0) * W, rows=s.fetched * W))
+                    continue
+                # fused: where the row was written in the pass before, mod the UBUF
+                was = (bufs.inputs[k] + cb * bufs.stride[k]
+                       + (s.fetch[0] - passes[p - 1][k].reads[0]) * W)
+                out += wrapped_fetch(jobs[k].index, at, was, s.fetched * W)
         return out
+
+    def wrapped_fetch(layer: int, at: int, was: int, rows: int) -> list:
+        """FETCHes of `rows` UBUF rows from the image of CBUF row `was` to `at`, in
+        two where the image wraps round the UBUF's end."""
+        U = cfg.ubuf_rows
+        start = was % U
+        first = min(rows, U - start)
+        ops = [emit.op(Opcode.COPY, layer, kind=CopyKind.FETCH, cbuf_addr=at,
+                       ubuf_addr=start, rows=first)]
+        if rows > first:
+            ops.append(emit.op(Opcode.COPY, layer, kind=CopyKind.FETCH,
+                               cbuf_addr=at + first, ubuf_addr=0, rows=rows - first))
+        return ops
 
     for p, steps in enumerate(passes):
         first = next(k for k, s in enumerate(steps) if s.compute is not None)
@@ -432,9 +506,13 @@ def _emit_passes(cfg, emit: _Emit, jobs: list[Job], passes, bufs: _Buffers, x_at
                     if k < last:
                         nlo = steps[k + 1].reads[0]
                         dst = bufs.inputs[k + 1] + nb * bufs.stride[k + 1] + (a - nlo) * Wo
-                        blk.epilogue = [emit.op(Opcode.VRUN, i, src=acc_at, rows=rows,
-                                                to_acc=0, dst=dst, bias_addr=slot, **v)]
-                        if ci == len(chunks) - 1 and s.crop is not None:
+                        fused = s.crop if strategy == "fused_crop" else None
+                        blk.epilogue = [
+                            emit.op(Opcode.VRUN, i, src=acc_at + (r0 - a) * Wo,
+                                    rows=(r1 - r0) * Wo, to_acc=0, dst=dst + (r0 - a) * Wo,
+                                    bias_addr=slot, crop=crop, **v)
+                            for r0, r1, crop in _split(a, b, fused)]
+                        if ci == len(chunks) - 1 and s.crop is not None and not fused:
                             blk.epilogue.append(emit.op(
                                 Opcode.COPY, i, kind=CopyKind.CROP,
                                 cbuf_addr=bufs.inputs[k + 1] + nb * bufs.stride[k + 1]

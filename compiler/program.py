@@ -125,7 +125,12 @@ class Compiled:
 
 
 def _copy_bytes(cfg: ChipConfig, program: list[isa.Instr], kind: CopyKind) -> int:
-    return sum(i.rows for i in program if i.op is Opcode.COPY and i.kind == kind) * cfg.rows
+    """UBUF bytes written (CROP: COPY crops and fused crops) or read (FETCH)."""
+    rows = sum(i.rows for i in program if i.op is Opcode.COPY and i.kind == kind)
+    if kind == CopyKind.CROP:
+        rows += sum(i.rows for i in program
+                    if i.op is Opcode.VRUN and i.fields.get("crop", 0))
+    return rows * cfg.rows
 
 
 def _dma_bytes(cfg: ChipConfig, program: list[isa.Instr], kinds: tuple[int, ...]) -> int:

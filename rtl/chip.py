@@ -57,7 +57,7 @@ class Chip(wiring.Component):
         m.submodules.vpu = vpu = VectorUnit(cfg=cfg)
         m.submodules.copy = copy = CopyUnit(cfg=cfg)
         m.submodules.acc = acc = Acc(cfg=cfg, row_reads=3, row_writes=3)
-        m.submodules.cbuf = cbuf = Cbuf(cfg=cfg, row_reads=3, part_reads=1, row_writes=3)
+        m.submodules.cbuf = cbuf = Cbuf(cfg=cfg, row_reads=3, part_reads=1, row_writes=4)
 
         # Host side.
         m.d.comb += [
@@ -107,6 +107,7 @@ class Chip(wiring.Component):
         connect(m, vpu.cbuf_write, cbuf.row_write[1])
         connect(m, copy.cbuf_read, cbuf.row_read[2])
         connect(m, copy.cbuf_write, cbuf.row_write[2])
+        connect(m, vpu.crop_write, cbuf.row_write[3])
         for k, port in enumerate((mm.acc_read, vpu.acc_read, dma.acc_read)):
             connect(m, port, acc.row_read[k])
         for k, port in enumerate((mm.acc_write, vpu.acc_write, dma.acc_write)):
@@ -139,8 +140,9 @@ class Chip(wiring.Component):
                 m.d.sync += wr_bytes.eq(wr_bytes + cfg.dram_word_bytes)
             with m.If(seq.mem.re & ~dma_busy):      # a word the fetcher gets
                 m.d.sync += fetch_bytes.eq(fetch_bytes + cfg.dram_word_bytes)
-            with m.If(copy.cropped):
-                m.d.sync += ubuf_wr.eq(ubuf_wr + cfg.rows)
+            # a COPY's crop and a fused crop may write two UBUF banks in one cycle
+            m.d.sync += ubuf_wr.eq(ubuf_wr + cfg.rows * (copy.cropped.as_unsigned()
+                                                         + vpu.crop_write.en))
             with m.If(copy.fetched):
                 m.d.sync += ubuf_rd.eq(ubuf_rd + cfg.rows)
         m.d.comb += [csr.macs.eq(macs), csr.dram_rd_bytes.eq(rd_bytes),

@@ -25,7 +25,9 @@ class VectorUnit(wiring.Component):
     the ACC (int32).
 
     Members: ``issue`` (:class:`~.ports.Issue` of ``VRUN``), ``acc_read``,
-    ``cbuf_write``, ``acc_write``, and the ``wb_src`` multiplexer settings.
+    ``cbuf_write``, ``acc_write``, ``crop_write`` (the fused crop's second CBUF write
+    port: a row written to CBUF row ``a`` also goes to the UBUF's row ``a mod
+    ubuf_rows``), and the ``wb_src`` multiplexer settings.
     """
 
     def __init__(self, *, cfg: ChipConfig):
@@ -40,6 +42,7 @@ class VectorUnit(wiring.Component):
             "wb_src": In(4).array(cfg.tile_rows),
             "cbuf_write": In(buffer_write(cfg, "cbuf")),
             "acc_write": In(buffer_write(cfg, "acc")),
+            "crop_write": In(buffer_write(cfg, "cbuf")),
         })
 
     def elaborate(self, platform):
@@ -154,7 +157,12 @@ class VectorUnit(wiring.Component):
         routed = []
         for g in range(cfg.tile_rows):
             routed += _group_select(m, out8, self.wb_src[g], 8, n, cfg.tile_cols)
+        # the fused crop: the same row into the UBUF, at the destination mod its size
+        # (a crop needs a UBUF: without one the sequencer never issues it)
+        crop_at = cfg.ubuf_base + (dst & (cfg.ubuf_rows - 1)) if cfg.ubuf_rows else 0
         m.d.comb += [
+            self.crop_write.en.eq(v3 & ~to_acc & a4.crop), self.crop_write.addr.eq(crop_at),
+            self.crop_write.data.eq(Cat(*routed)),
             self.cbuf_write.en.eq(v3 & ~to_acc), self.cbuf_write.addr.eq(dst),
             self.cbuf_write.data.eq(Cat(*routed)),
             self.acc_write.en.eq(v3 & to_acc), self.acc_write.addr.eq(dst),

@@ -73,7 +73,7 @@ def route_writeback(y: list[int], wb_src: list[int]) -> list[int]:
 
 def _args(**kw) -> dict:
     base = dict(src=0, rows=1, dst=0, bias_addr=0, use_bias=0, to_acc=0, requant=0,
-                relu=0, mult=1, shift=0, zp=0, params=0)
+                relu=0, mult=1, shift=0, zp=0, params=0, crop=0)
     base.update(kw)
     return base
 
@@ -188,6 +188,20 @@ def case_params_routed(rng):
                        zp=0x7F))], [1, 1], _param_rows(rng, 7))
 
 
+def case_fused_crop(rng):
+    """Crops: every row written also lands in the UBUF at its address mod
+    ubuf_rows, in the same cycle; the second one's image wraps round the UBUF's end;
+    a plain VRUN between them writes no UBUF row."""
+    U = CFG.ubuf_rows
+    instrs, t = [], 0
+    for args in [_args(src=0, rows=6, dst=300, requant=1, mult=5, shift=3, crop=1),
+                 _args(src=6, rows=3, dst=40, relu=1),
+                 _args(src=9, rows=9, dst=3 * U - 4, bias_addr=12, use_bias=1, crop=1)]:
+        instrs.append((t, args))
+        t += timing.occupancy(CFG, Instr(Opcode.VRUN, t, args))
+    return instrs, [1, 0]
+
+
 CASES = {
     "requant_relu": lambda rng: case_requant(rng, 1),
     "requant": lambda rng: case_requant(rng, 0),
@@ -200,6 +214,7 @@ CASES = {
     "back_to_back": case_back_to_back,
     "params": case_params,
     "params_routed": case_params_routed,
+    "fused_crop": case_fused_crop,
 }
 
 
@@ -239,6 +254,9 @@ class VpuTB(BlockTB):
             if self.get("cbuf_write__en"):
                 self.writes.append((t, "cbuf", self.get("cbuf_write__addr"),
                                     unpack(self.get("cbuf_write__data"), 8, R)))
+            if self.get("crop_write__en"):
+                self.writes.append((t, "ubuf", self.get("crop_write__addr"),
+                                    unpack(self.get("crop_write__data"), 8, R)))
             if self.get("acc_write__en"):
                 data = unpack(self.get("acc_write__data"), 32, C)
                 self.writes.append((t, "acc", self.get("acc_write__addr"), data))
@@ -258,7 +276,11 @@ class VpuTB(BlockTB):
                 if a["to_acc"]:
                     out.append((k, "acc", a["dst"] + i, y))
                 else:
-                    out.append((k, "cbuf", a["dst"] + i, route_writeback(y, self.wb_src)))
+                    row = route_writeback(y, self.wb_src)
+                    out.append((k, "cbuf", a["dst"] + i, row))
+                    if a["crop"]:
+                        out.append((k, "ubuf", CFG.ubuf_base + (a["dst"] + i) %
+                                    CFG.ubuf_rows, row))
         return out
 
     def check_writes(self, instrs, expected) -> None:
@@ -270,6 +292,9 @@ class VpuTB(BlockTB):
             if not t <= cycle < t + done:
                 self.fail(f"write of instruction {k} (issued {t}) outside [{t}, {t + done})")
             self.expect(f"write target of instruction {k}", (mem, addr), (want_mem, want_addr))
+            if mem == "ubuf":       # the fused crop: in the cycle of its CBUF write
+                self.expect(f"crop cycle of instruction {k}", cycle, row_cycle)
+            row_cycle = cycle
             self.expect(f"{mem}[{addr}]", data, want)
 
 

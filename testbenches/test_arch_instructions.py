@@ -44,10 +44,14 @@ def _random_fields(cfg, op, rng):
                                                     isa.TAP_DELTA_BITS)
                        for k in range(1, count + 1) for a in "hw"})
     if op is Opcode.VRUN:
-        return dict(src=int(rng.integers(0, 100)), rows=rows, dst=int(rng.integers(0, 100)),
+        to_acc = int(rng.integers(0, 2))
+        crop = int(rng.integers(0, 2)) * (1 - to_acc)
+        # a fused crop: a destination below the UBUF whose image there may wrap
+        dst = int(rng.integers(0, cfg.ubuf_base - rows)) if crop else int(rng.integers(0, 100))
+        return dict(src=int(rng.integers(0, 100)), rows=rows, dst=dst,
                     bias_addr=int(rng.integers(0, 100)), use_bias=int(rng.integers(0, 2)),
-                    to_acc=int(rng.integers(0, 2)), requant=1, relu=0, mult=1, shift=0, zp=0,
-                    params=int(rng.integers(0, 2)))
+                    to_acc=to_acc, requant=1, relu=0, mult=1, shift=0, zp=0,
+                    params=int(rng.integers(0, 2)), crop=crop)
     if op is Opcode.COPY:
         # the UBUF's far end included, and CBUF rows across bank boundaries
         return dict(kind=int(rng.integers(0, 2)),
@@ -126,6 +130,30 @@ def test_ranges_cover_exactly_what_is_touched(cfg, op, seed):
         assert addrs <= ranges[memory], memory
         if not (op is Opcode.DMA and memory == "dram"):   # a strided span has gaps
             assert addrs == ranges[memory], memory
+
+
+def test_fused_crop_writes_the_image_of_its_rows_in_the_ubuf():
+    """CBUF row a also lands in UBUF row a mod ubuf_rows; an image that wraps is two
+    ranges; the rules of docs/contract.md ("The UBUF")."""
+    cfg = PRESETS["base"]
+    U = cfg.ubuf_rows
+    f = dict(src=0, rows=10, dst=3 * U - 4, bias_addr=0, use_bias=0, to_acc=0, crop=1)
+    fx = instructions.SPEC[Opcode.VRUN].effects(cfg, f)
+    crop = [t for t in fx.writes if t.addrs[0] >= cfg.ubuf_base]
+    assert crop[0].addrs.tolist() == [cfg.ubuf_base + a for a in [U - 4 + k for k in
+                                                                  range(4)] + list(range(6))]
+    assert np.array_equal(crop[0].cycles, fx.writes[0].cycles)     # the same cycles
+    pieces = [(r.lo, r.hi) for r in instructions.ranges(cfg, Opcode.VRUN, f)
+              if r.memory == "cbuf" and r.touched and r.lo >= cfg.ubuf_base]
+    assert pieces == [(cfg.ubuf_base + U - 4, cfg.ubuf_base + U),
+                      (cfg.ubuf_base, cfg.ubuf_base + 6)]
+    assert instructions.in_range(cfg, Opcode.VRUN, f) and instructions.legal(cfg, Opcode.VRUN, f)
+    assert not instructions.in_range(cfg, Opcode.VRUN, {**f, "rows": U + 1, "dst": 0})
+    assert instructions.in_range(cfg, Opcode.VRUN, {**f, "rows": U + 1, "dst": 0, "crop": 0})
+    assert not instructions.legal(cfg, Opcode.VRUN, {**f, "to_acc": 1})
+    assert not instructions.legal(cfg, Opcode.VRUN, {**f, "dst": cfg.ubuf_base - 5})
+    none = cfg.replace(ubuf_base=0, ubuf_rows=0)
+    assert not instructions.in_range(none, Opcode.VRUN, {**f, "dst": 0})
 
 
 def test_range_rule_matches_the_contract():

@@ -24,6 +24,9 @@ CASES = {
     "seed_two_ubuf": (seed_two_layer, ChainChoice("crop_fetch", 8)),
     "seed_four_baseline": (seed_four_layer, ChainChoice("baseline", 8)),
     "seed_four_ubuf": (seed_four_layer, ChainChoice("crop_fetch", 8)),
+    "seed_two_fused": (seed_two_layer, ChainChoice("fused_crop", 8)),
+    "seed_four_fused": (seed_four_layer, ChainChoice("fused_crop", 8)),
+    "random3_fused": (lambda: random_chain(3), ChainChoice("fused_crop", 8)),
     "seed_two_ubuf_streamed_weights": (lambda: seed_two_layer(channels=12, seed=1),
                                        ChainChoice("crop_fetch", 8)),
     "random3_ubuf": (lambda: random_chain(3), ChainChoice("crop_fetch", 8)),
@@ -56,7 +59,10 @@ def test_seed_two_layer_figures_from_the_rtl_counters(runs):
     """Pass 1 reads 9 input rows instead of 13 (30 % less) and conv0 computes 6 rows
     instead of 10 (40 % fewer MACs); 4 rows of 16 pixels go through the UBUF."""
     (_, base), (_, kept) = runs["seed_two_baseline"], runs["seed_two_ubuf"]
+    fused = runs["seed_two_fused"][1]
     row = 16 * R                        # one map row: 16 pixels of 8 channels
+    for name in ("dram_rd_bytes", "macs", "ubuf_wr_bytes", "ubuf_rd_bytes"):
+        assert fused[name] == kept[name], name       # the same rows, no COPY CROP
     assert base["dram_rd_bytes"] - kept["dram_rd_bytes"] == (13 - 9) * row
     assert base["macs"] - kept["macs"] == (10 - 6) * 16 * 7 * 7 * CFG.macs
     assert (kept["ubuf_wr_bytes"], kept["ubuf_rd_bytes"]) == (4 * row, 4 * row)

@@ -37,8 +37,16 @@ def test_seed_two_layer_example_shows_the_seed_figures():
     want = reference.outputs(graph)[graph.outputs[0]]
     base, gb, out_b = run(graph, ChainChoice("baseline", 8))
     kept, gk, out_k = run(graph, ChainChoice("crop_fetch", 8))
+    fused, gf, out_f = run(graph, ChainChoice("fused_crop", 8))
     np.testing.assert_array_equal(out_b, want)
     np.testing.assert_array_equal(out_k, want)
+    np.testing.assert_array_equal(out_f, want)
+    # the fused crop moves the same rows with no COPY CROP of its own
+    assert (gf.dram_bytes_read, gf.macs, gf.ubuf_bytes_written, gf.ubuf_bytes_read) == \
+        (gk.dram_bytes_read, gk.macs, gk.ubuf_bytes_written, gk.ubuf_bytes_read)
+    crops = lambda c: sum(i.op.name == "COPY" and i.kind == 0 for i in c.program)  # noqa: E731
+    assert crops(kept) == 1 and crops(fused) == 0
+    assert sum(i.op.name == "VRUN" and i.fields.get("crop", 0) for i in fused.program) >= 1
     widths = [16, 16, 16]
     assert listing(base.chain.passes, ["conv0", "conv1"], widths).splitlines() == [
         "pass 0: conv0(dram 13x16 -> cbuf 10x16)", "pass 0: conv1(cbuf 10x16 -> dram 8x16)",
@@ -64,8 +72,11 @@ def test_seed_four_layer_chain_in_three_passes():
     want = reference.outputs(graph)[graph.outputs[0]]
     kept, gk, out_k = run(graph, ChainChoice("crop_fetch", 8))
     base, gb, out_b = run(graph, ChainChoice("baseline", 8))
+    _, gf, out_f = run(graph, ChainChoice("fused_crop", 8))
     np.testing.assert_array_equal(out_k, want)
     np.testing.assert_array_equal(out_b, want)
+    np.testing.assert_array_equal(out_f, want)
+    assert (gf.macs, gf.ubuf_bytes_written) == (gk.macs, gk.ubuf_bytes_written)
     passes = kept.chain.passes
     assert len(passes) == 3
     assert [[s.crop is not None for s in p] for p in passes] == [[True, True, False]] * 2 \
@@ -96,7 +107,7 @@ def test_random_chains_equal_numpy_and_the_baseline(seed):
     want = reference.outputs(graph)[graph.outputs[0]]
     per = multi_pass(graph, want.shape[1])
     outs = {}
-    for strategy in ("baseline", "crop_fetch"):
+    for strategy in ("baseline", "crop_fetch", "fused_crop"):
         compiled, _, outs[strategy] = run(graph, ChainChoice(strategy, per))
         assert len(compiled.chain.passes) >= 2
         np.testing.assert_array_equal(outs[strategy], want, err_msg=strategy)
@@ -130,3 +141,6 @@ def test_chain_errors_name_the_layer_and_what_to_do():
                         chain=ChainChoice("crop_fetch", 8, "persistent"))
     with pytest.raises(CompileError, match="chain strategy 'fused' is not one of"):
         ChainChoice("fused")
+    with pytest.raises(CompileError, match="has no UBUF"):
+        compile_network(CFG.replace(ubuf_base=0, ubuf_rows=0), seed_two_layer(),
+                        chain=ChainChoice("fused_crop", 8))

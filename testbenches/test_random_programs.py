@@ -73,7 +73,7 @@ def test_legal_programs_cover_every_instruction_mode_and_multiplexer():
                 if f["accumulate"] and f["max"]:
                     seen["matmul max"] += 1
             elif ins.op is Opcode.VRUN:
-                for k in ("to_acc", "requant", "relu", "use_bias"):
+                for k in ("to_acc", "requant", "relu", "use_bias", "crop"):
                     seen[f"vrun {k}={f[k]}"] += 1
             elif ins.op is Opcode.COPY:
                 seen[f"COPY {randprog.CopyKind(f['kind']).name}"] += 1
@@ -87,7 +87,8 @@ def test_legal_programs_cover_every_instruction_mode_and_multiplexer():
         | {f"matmul accumulate={v}" for v in (0, 1)} \
         | {f"matmul conv={v}" for v in (0, 1)} | {"matmul max", "CONVCFG", "TAPS"} \
         | {"COPY CROP", "COPY FETCH"} \
-        | {f"vrun {k}={v}" for k in ("to_acc", "requant", "relu", "use_bias") for v in (0, 1)} \
+        | {f"vrun {k}={v}" for k in ("to_acc", "requant", "relu", "use_bias", "crop")
+           for v in (0, 1)} \
         | {"routed " + m.name.split("[")[0] for m in table if m.name[:7] != "psum_in"} \
         | {"routed psum_in"}
     assert want <= set(seen), f"never generated: {sorted(want - set(seen))}"

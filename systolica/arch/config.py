@@ -122,6 +122,10 @@ class ChipConfig:
                               f"[{self.ubuf_base}, {self.ubuf_base + self.ubuf_rows}) does "
                               f"not start and end at multiples of the bank size "
                               f"{self.cbuf_bank_rows} rows")
+        if self.ubuf_rows & (self.ubuf_rows - 1):
+            raise ConfigError(f"{self.name}: ubuf_rows must be a power of two (a fused "
+                              f"crop writes CBUF row a to UBUF row a mod ubuf_rows), not "
+                              f"{self.ubuf_rows}")
         self._check_latency()
         from . import fabric  # every multiplexer needs a SETCFG index
         try:

@@ -629,17 +629,46 @@ class Vrun(Instruction):
     1)`` (0 for shift 0), ``y = min(max(((b*mult[c] + rnd) >> shift[c]) + zp, lo[c]),
     hi[c])`` (exact, arithmetic shift; ``hi`` wins if ``lo > hi``). The bias is always
     added; ``use_bias``, ``mult`` and ``shift`` are unused. It needs ``requant = 1``, ``to_acc = 0`` and ``relu = 0`` (a ReLU is a
-    clamp bound), else the sequencer faults ``ILLEGAL_OPCODE``."""
+    clamp bound), else the sequencer faults ``ILLEGAL_OPCODE``.
+
+    With ``crop = 1`` (the fused crop) every row written to CBUF row ``a`` is written,
+    in the same cycle, to UBUF row ``a mod ubuf_rows`` too (CBUF row ``ubuf_base +
+    (a & (ubuf_rows - 1))``), through the crop path's own write port. It needs
+    ``to_acc = 0`` and a destination outside the UBUF (else ``ILLEGAL_OPCODE``), and
+    ``rows <= ubuf_rows`` (else ``ADDR_RANGE``, as on a chip without a UBUF)."""
 
     opcode = Opcode.VRUN
     unit = "vpu"
     text = {"vrun": {}}
     uses_fabric = True
-    legal_rule = "params = 1 needs requant = 1, to_acc = 0 and relu = 0"
+    legal_rule = ("params = 1 needs requant = 1, to_acc = 0 and relu = 0; crop = 1 needs "
+                  "to_acc = 0 and a destination outside the UBUF")
 
     def legal(self, cfg, f, select=py_select):
-        return (_field(f, "params") == 0) | (
+        params_ok = (_field(f, "params") == 0) | (
             (_field(f, "requant") == 1) & (f.to_acc == 0) & (_field(f, "relu") == 0))
+        end = cfg.ubuf_base + cfg.ubuf_rows
+        outside = (f.dst + f.rows <= cfg.ubuf_base) | (f.dst >= end)
+        return params_ok & ((_field(f, "crop") == 0) | ((f.to_acc == 0) & outside))
+
+    @staticmethod
+    def crop_ranges(cfg: ChipConfig, f, select) -> list[Range]:
+        """The UBUF rows a fused crop writes: the image of ``[dst, dst + rows)`` mod
+        ``ubuf_rows``, in two pieces where it wraps (the second untouched if not)."""
+        crop = _field(f, "crop")
+        end = cfg.ubuf_base + cfg.ubuf_rows
+        if not cfg.ubuf_rows:
+            return [Range("cbuf", 0, 0, 0, WRITE, nonempty=crop == 0, touched=0)]
+        off = f.dst & (cfg.ubuf_rows - 1)
+        room = cfg.ubuf_rows - off
+        wraps = (crop != 0) & (room < f.rows)
+        lo = cfg.ubuf_base + off
+        first = select(wraps, room, select(crop != 0, f.rows, 0))   # empty: no crop
+        return [Range("cbuf", lo, lo + first, end, WRITE,
+                      nonempty=(crop == 0) | (f.rows <= cfg.ubuf_rows), touched=crop),
+                Range("cbuf", cfg.ubuf_base,
+                      cfg.ubuf_base + select(wraps, f.rows - room, 0), end, WRITE,
+                      touched=wraps)]
 
     @staticmethod
     def extra(f) -> int:
@@ -653,7 +682,8 @@ class Vrun(Instruction):
                 Range("acc", f.bias_addr, f.bias_addr + select(params, PARAM_ROWS, 1),
                       cfg.acc_depth, READ, touched=f.use_bias | params),
                 Range(_label(select, f.to_acc, "acc", "cbuf"), f.dst, f.dst + f.rows,
-                      select(f.to_acc, cfg.acc_depth, cfg.cbuf_depth), WRITE, nonempty)]
+                      select(f.to_acc, cfg.acc_depth, cfg.cbuf_depth), WRITE, nonempty),
+                *self.crop_ranges(cfg, f, select)]
 
     def occupancy(self, cfg, f):
         return f["rows"] + cfg.latency["acc_read"] + self.extra(f)
@@ -687,10 +717,15 @@ class Vrun(Instruction):
                                1 + np.arange(head, dtype=np.int64)))
         muxes = {} if f["to_acc"] else {
             f"wb_src[{g}]": (int(write[0]), int(write[-1])) for g in range(cfg.tile_rows)}
-        return Effects(accept=head + m, reads=reads,
-                       writes=[Touch("acc" if f["to_acc"] else "cbuf",
-                                     _rows(f["dst"], m), write)],
-                       muxes=muxes)
+        writes = [Touch("acc" if f["to_acc"] else "cbuf", _rows(f["dst"], m), write)]
+        if _field(f, "crop"):
+            writes.append(Touch("cbuf", self.crop_rows(cfg, f["dst"], m), write))
+        return Effects(accept=head + m, reads=reads, writes=writes, muxes=muxes)
+
+    @staticmethod
+    def crop_rows(cfg: ChipConfig, dst: int, rows: int) -> np.ndarray:
+        """The CBUF rows a fused crop writes, for rows ``dst ..`` written."""
+        return cfg.ubuf_base + (_rows(dst, rows) & (cfg.ubuf_rows - 1))
 
     def execute(self, chip, f):
         cfg = chip.cfg
@@ -720,7 +755,11 @@ class Vrun(Instruction):
             chip.acc[f["dst"]:f["dst"] + rows] = wrap32(y)
         else:
             picks = [chip.group(f"wb_src[{g}]") for g in range(cfg.tile_rows)]
-            chip.cbuf[f["dst"]:f["dst"] + rows] = chip.regroup(y, picks).astype(np.int8)
+            out = chip.regroup(y, picks).astype(np.int8)
+            chip.cbuf[f["dst"]:f["dst"] + rows] = out
+            if _field(f, "crop"):
+                chip.cbuf[self.crop_rows(cfg, f["dst"], rows)] = out
+                chip.ubuf_wr_bytes += rows * cfg.rows
 
 
 # -- COPY -----------------------------------------------------------------------------

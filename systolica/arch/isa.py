@@ -89,7 +89,9 @@ PAYLOAD = {
         "shift": 6,
         "zp": 8,
         "params": 1,                   # 1: per-column bias, mult, shift, clamp rows
-    }),                                #    from bias_addr (see instructions.Vrun)
+                                       #    from bias_addr (see instructions.Vrun)
+        "crop": 1,                     # 1: each CBUF row written also lands in the
+    }),                                #    UBUF (the fused crop, instructions.Vrun)
     Opcode.SETCFG: data.StructLayout({
         "index": 8,                    # multiplexer number, see systolica.arch.fabric
         "value": 4,                    # index of the source it selects

@@ -383,11 +383,17 @@ class _Builder:
         shift = int(rng.integers(0, 64) if rng.random() < 0.2 else rng.integers(6, 24))
         mult = int(rng.integers(0, 1 << 16) if rng.random() < 0.5 else rng.integers(0, 512))
         names = [] if to_acc else [f"wb_src[{g}]" for g in range(cfg.tile_rows)]
+        # a fused crop: the rows also land in the UBUF, at their address mod its size
+        end = cfg.ubuf_base + cfg.ubuf_rows
+        crop = int(not to_acc and 0 < n <= cfg.ubuf_rows and rng.random() < 0.25
+                   and (dst + n <= cfg.ubuf_base or dst >= end))
         self.add(Opcode.VRUN, self.routing(names), src=s, rows=n, dst=dst,
                  bias_addr=bias_addr, use_bias=use_bias, to_acc=to_acc,
                  requant=int(rng.random() < 0.6), relu=int(rng.random() < 0.5),
-                 mult=mult, shift=shift, zp=int(rng.integers(256)))
+                 mult=mult, shift=shift, zp=int(rng.integers(256)), crop=crop)
         (self.acc if to_acc else self.cbuf)[dst:dst + n] = True
+        if crop:
+            self.cbuf[cfg.ubuf_base + (np.arange(dst, dst + n) % cfg.ubuf_rows)] = True
         self.outputs.append(("acc" if to_acc else "cbuf", dst, n))
         return True
 
