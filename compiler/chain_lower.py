@@ -174,7 +174,8 @@ def _layout(cfg: ChipConfig, jobs: list[Job], passes: list[list[chain.Step]],
     # UBUF areas: layer k's input rows cropped by layer k - 1 (a fused crop lands
     # where its CBUF address says: the whole UBUF is the chain's)
     ubuf, ubuf_stride, u = [], [], 0
-    peaks = chain.ubuf_peak_rows(passes)
+    # a pass fetches the crop of the pass before before it crops again: one crop a layer
+    peaks = [max(s[k].cropped for s in passes) for k in range(len(jobs))]
     if strategy == "fused_crop":
         regions.append(Region("cbuf", "ubuf", cfg.ubuf_base, cfg.ubuf_rows, 0, 0,
                               "UBUF (fused crops)"))
@@ -261,23 +262,23 @@ def choose(cfg: ChipConfig, jobs: list[Job], want: ChainChoice, half_rows: int
     counts = [want.outputs_per_pass] if want.outputs_per_pass else \
         list(range(Ho, 0, -1))
     kinds = [want.weights] if want.weights else list(WEIGHTS)
-    error = None
-    for per in counts:
+    fit_error = halo_error = None     # the smallest pass that does not fit, or why
+    for per in counts:                # no pass keeps its halo
         passes = chain.plan(H, _axes(jobs), per, ubuf=ubuf)
         try:
             if ubuf:
                 _check_fetches(jobs, passes)
         except CompileError as e:
-            error = error or e
+            halo_error = halo_error or e
             continue
         for weights in kinds:
             try:
                 bufs = _layout(cfg, jobs, passes, weights, half_rows, want.strategy)
             except CompileError as e:
-                error = error or e
+                fit_error = e
                 continue
             return (ChainChoice(want.strategy, per, weights), passes, bufs)
-    raise error
+    raise fit_error or halo_error
 
 
 def lower_chain(cfg: ChipConfig, graph: Graph, want: ChainChoice = ChainChoice()

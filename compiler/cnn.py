@@ -305,10 +305,9 @@ class Layout:
 def _layout(cfg: ChipConfig) -> Layout:
     R = cfg.rows
     half = (cfg.acc_depth - 2 * PARAM_ROWS) // 2
-    top = cfg.ubuf_base if cfg.ubuf_rows else cfg.cbuf_depth
-    if cfg.ubuf_rows and cfg.ubuf_base + cfg.ubuf_rows != cfg.cbuf_depth:
-        raise CompileError(f"chip {cfg.name!r}: the streaming lowering keeps the UBUF at "
-                           f"the top of the CBUF (ubuf_base + ubuf_rows == cbuf_depth)")
+    # Layer by layer a tile re-reads its halo (the baseline strategy): nothing is kept
+    # for a later pass, so the UBUF's banks serve as tile buffers too.
+    top = cfg.cbuf_depth
     # The weight ring (read by the weight loader), the staging (read by the DMA's
     # stores) and the tile buffers (read by the feeder) start at bank boundaries: a
     # CBUF bank has one read port (docs/contract.md, "CBUF banks").
@@ -791,9 +790,6 @@ def lower_cnn(cfg: ChipConfig, graph: Graph) -> CnnLowered:
                "accumulator halves"),
         Region("acc", "epilogue slots", lay.slots, 2 * PARAM_ROWS, 0, steps - 1,
                "epilogue parameter slots")]
-    if cfg.ubuf_rows:
-        chip_regions.append(Region("cbuf", "ubuf", cfg.ubuf_base, cfg.ubuf_rows, 0,
-                                   steps - 1, "UBUF"))
     dmap = DramMap(MappingProxyType(inputs), MappingProxyType(params),
                    MappingProxyType(outputs), cursor)
     plan = MemoryPlan(cfg, graph, MappingProxyType({}), tuple(chip_regions + regions),

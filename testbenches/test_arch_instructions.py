@@ -135,7 +135,7 @@ def test_ranges_cover_exactly_what_is_touched(cfg, op, seed):
 def test_fused_crop_writes_the_image_of_its_rows_in_the_ubuf():
     """CBUF row a also lands in UBUF row a mod ubuf_rows; an image that wraps is two
     ranges; the rules of docs/contract.md ("The UBUF")."""
-    cfg = PRESETS["base"]
+    cfg = PRESETS["base"].replace(ubuf_base=7680, ubuf_rows=512)
     U = cfg.ubuf_rows
     f = dict(src=0, rows=10, dst=3 * U - 4, bias_addr=0, use_bias=0, to_acc=0, crop=1)
     fx = instructions.SPEC[Opcode.VRUN].effects(cfg, f)

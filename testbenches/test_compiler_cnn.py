@@ -34,9 +34,7 @@ def test_random_layers_match_numpy(chip, kind, seed):
 
 
 def test_tiled_layer_reads_its_input_once_plus_halos():
-    # without a UBUF the CBUF holds a tile of as many rows as an ACC half: the count
-    # of tiles below
-    cfg = preset("tiny").replace(ubuf_base=0, ubuf_rows=0)
+    cfg = preset("tiny")
     graph = cnn_cases.large_conv_case(1)
     compiled = compile_network(cfg, graph)
     x = graph.tensor(graph.inputs[0])

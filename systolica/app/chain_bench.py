@@ -76,6 +76,12 @@ def record(chain: Chain, strategy: str, run) -> dict:
     return rec
 
 
+def refused(chain: Chain, strategy: str, error: Exception) -> dict:
+    """The record of a strategy the compiler refused for this chain, with its reason."""
+    return {"name": chain.name, "config": chain.config, "kind": "chain",
+            "strategy": strategy, "error": str(error)}
+
+
 def runs() -> list[tuple[Chain, str, str, ChainChoice | None]]:
     """(chain, configuration, strategy, choice) for every run of the chain bench."""
     out = []

@@ -249,6 +249,7 @@ def cmd_bench(args) -> int:
     from . import demo, flow, report
     from ..sim import rtlsim
     from ..arch.config import preset
+    from ..compiler import CompileError
     _check_output(args.out, "--out")
     gemm256 = ("gemm_256x256x256", "base", lambda: _gemm_network(256, 256, 256, 1))
     # Each case as cocotb drives it (as the tests do), then the long GEMM again with
@@ -279,8 +280,12 @@ def cmd_bench(args) -> int:
         for chain, cfg_name, strategy, choice in chain_bench.runs():
             progress.update(task, description=f"{chain.name} on {cfg_name} ({strategy})")
             _ensure_built(preset(cfg_name))
-            run = flow.run_network(preset(cfg_name), chain.make(), chain=choice)
-            chains.append(chain_bench.record(chain, strategy, run))
+            try:
+                run = flow.run_network(preset(cfg_name), chain.make(), chain=choice)
+            except CompileError as e:     # a strategy this chain cannot use, and why
+                chains.append(chain_bench.refused(chain, strategy, e))
+            else:
+                chains.append(chain_bench.record(chain, strategy, run))
             progress.advance(task)
         task = progress.add_task("ResNet-50 on base: compiling the whole network", total=1)
         resnet = cnn_bench.resnet50_record(preset("base"))
@@ -297,12 +302,15 @@ def cmd_bench(args) -> int:
     report.print_network_record(resnet)
     print("chains on the RTL:")
     for r in chains:
+        if "error" in r:
+            print(f"{r['name']:>20} {r['strategy']:<15} not compiled: {r['error']}")
+            continue
         print(f"{r['name']:>20} {r['strategy']:<15} cycles {r['cycles']:>8} util "
               f"{r['mac_utilization']:.3f} DRAM {r['dram_bytes']:>8} B "
               f"({r['dram_ratio_to_min']:.2f}x min) MACs {r['array_macs']:>10} UBUF "
               f"{r['ubuf_bytes_written']:>6} B  {'ok' if r['ok'] else 'MISMATCH'}")
     print(f"wrote {out}")
-    return 0 if all(r["ok"] for r in records + chains) else 1
+    return 0 if all(r["ok"] for r in records + chains if "error" not in r) else 1
 
 
 def cmd_compile(args) -> int:

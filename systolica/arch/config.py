@@ -235,7 +235,7 @@ PRESETS = {
     "base": ChipConfig(name="base", tile_rows=2, tile_cols=2, tile_size=8,
                        cbuf_depth=8192, cbuf_banks=32, acc_depth=1024, acc_banks=32,
                        dram_words=1 << 22, imem_depth=4096,     # 64 MiB
-                       ubuf_base=7680, ubuf_rows=512),
+                       ubuf_base=7168, ubuf_rows=1024),
 }
 
 
