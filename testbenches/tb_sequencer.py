@@ -23,7 +23,7 @@ import cocotb
 
 from systolica.arch import fabric, fetch, isa, timing
 from systolica.arch.config import preset
-from systolica.arch.isa import DmaKind, Instr, Opcode
+from systolica.arch.isa import CopyKind, DmaKind, Instr, Opcode
 from systolica.arch.regs import ErrorCode
 from tb_base import BlockTB, case_names
 
@@ -34,7 +34,7 @@ CFG = preset("tiny").replace(
 #: The sequencer's issue ports (``<unit>__valid``, ``__payload``, ``__ready``,
 #: ``__drained``); ``fabric`` has no handshake.
 UNIT_OF = {Opcode.DMA: "dma", Opcode.WLOAD: "wload", Opcode.MATMUL: "mm",
-           Opcode.VRUN: "vpu", Opcode.SETCFG: "fabric"}
+           Opcode.VRUN: "vpu", Opcode.COPY: "ubuf", Opcode.SETCFG: "fabric"}
 UNITS = tuple(UNIT_OF.values())
 BUSY_UNITS = UNITS[:-1]
 HEADER_BITS = isa.WORD_BITS - isa.PAYLOAD_BITS
@@ -66,16 +66,26 @@ def in_range(ins: Instr) -> bool:
     if ins.op is Opcode.VRUN:
         return (f["rows"] != 0 and f["src"] + f["rows"] <= CFG.acc_depth
                 and f["bias_addr"] + (4 if f.get("params") else 1) <= CFG.acc_depth
-                and f["dst"] + f["rows"] <= (CFG.acc_depth if f["to_acc"] else CFG.cbuf_depth))
+                and f["dst"] + f["rows"] <= (CFG.acc_depth if f["to_acc"] else CFG.cbuf_depth)
+                and (not f.get("crop") or f["rows"] <= CFG.ubuf_rows))
+    if ins.op is Opcode.COPY:
+        return (f["rows"] != 0 and f["cbuf_addr"] + f["rows"] <= CFG.cbuf_depth
+                and f["ubuf_addr"] + f["rows"] <= CFG.ubuf_rows)
     return True
 
 
 def defined(ins: Instr) -> bool:
     """ILLEGAL_OPCODE also for fields the opcode does not define: a VRUN with
-    ``params`` needs ``requant`` and neither ``to_acc`` nor ``relu``."""
+    ``params`` needs ``requant`` and neither ``to_acc`` nor ``relu``; one with ``crop``
+    needs ``to_acc = 0`` and a destination outside the UBUF."""
     f = ins.fields
-    return not (ins.op is Opcode.VRUN and f.get("params")
-                and (not f.get("requant") or f.get("to_acc") or f.get("relu")))
+    if ins.op is not Opcode.VRUN:
+        return True
+    if f.get("params") and (not f.get("requant") or f.get("to_acc") or f.get("relu")):
+        return False
+    outside = (f["dst"] + f["rows"] <= CFG.ubuf_base
+               or f["dst"] >= CFG.ubuf_base + CFG.ubuf_rows)
+    return not f.get("crop") or (not f["to_acc"] and outside)
 
 
 def cfg_ok(ins: Instr) -> bool:
@@ -188,6 +198,10 @@ def vrun(cycle, src=0, rows=4, dst=0, bias=0, to_acc=0, **kw):
              to_acc=to_acc, **kw)
 
 
+def copy(cycle, kind=CopyKind.CROP, cbuf=0, ubuf=0, rows=4):
+    return I(Opcode.COPY, cycle, kind=int(kind), cbuf_addr=cbuf, ubuf_addr=ubuf, rows=rows)
+
+
 def setcfg_pairs(cycle, pairs):
     return Instr(Opcode.SETCFG, cycle, isa.setcfg_fields(pairs))
 
@@ -198,6 +212,7 @@ def setcfg(cycle, index=0, value=0):
 
 D, A, Cb, Rr = CFG.dram_words, CFG.acc_depth, CFG.cbuf_depth, CFG.rows
 W = CFG.acc_row_words
+U = CFG.ubuf_rows
 MUX = fabric.by_name(CFG)
 
 
@@ -233,7 +248,8 @@ CASES = {
     "every_unit": ([dma(0, rows=6), wload(3, w_addr=8), setcfg(4, 5, 1),
                     matmul(20, act=100, rows=9, acc=2), vrun(40, src=2, rows=9, dst=300,
                                                             mult=300, shift=3, zp=9),
-                    setcfg(41, 19, 2), dma(60, DmaKind.STORE_ACC, 1000, 4, 2, 9)], None, {}),
+                    setcfg(41, 19, 2), dma(60, DmaKind.STORE_ACC, 1000, 4, 2, 9),
+                    copy(62, rows=5), copy(67, CopyKind.FETCH, 40, 3, 2)], None, {}),
     "back_to_back": ([dma(0, rows=2), wload(1), matmul(2), vrun(3), setcfg(4, 1, 1),
                       setcfg(5, 2, 0), dma(6, rows=1), wload(12)], None, {}),
     "at_occupancy": ([dma(0, rows=5), dma(6, DmaKind.LOAD_ACC, rows=2),
@@ -286,6 +302,13 @@ CASES = {
     "matmul_act_over": ([matmul(1, act=Cb - 3, rows=4)], None, {}),
     "matmul_acc_over": ([matmul(1, acc=A - 3, rows=4)], None, {}),
     "matmul_fit": ([matmul(1, act=Cb - 4, acc=A - 4, rows=4)], None, {}),
+    "copy_fit": ([copy(1, CopyKind.FETCH, Cb - 4, U - 4, 4)], None, {}),
+    "copy_ubuf_over": ([copy(1, ubuf=U - 3, rows=4)], None, {}),
+    "copy_cbuf_over": ([copy(1, CopyKind.FETCH, Cb - 3, 0, 4)], None, {}),
+    "copy_rows0": ([copy(1, rows=0)], None, {}),
+    "vrun_crop_fit": ([vrun(1, dst=CFG.ubuf_base - 4, crop=1)], None, {}),
+    "vrun_crop_in_ubuf": ([vrun(1, dst=CFG.ubuf_base - 3, crop=1)], None, {}),
+    "vrun_crop_to_acc": ([vrun(1, to_acc=1, crop=1)], None, {}),
     "vrun_rows0": ([vrun(1, rows=0)], None, {}),
     "vrun_src_over": ([vrun(1, src=A - 3)], None, {}),
     "vrun_bias_over": ([vrun(1, bias=A)], None, {}),
@@ -458,7 +481,8 @@ GROUPS = {
     "unit_busy": [c for c in CASES if c.startswith("busy_")],
     "interval": ["cfg_interval_on", "cfg_interval_off"],
     "in_use": [c for c in [*CASES, *SPECIAL] if c.startswith("in_use_")],
-    "addr_range": [c for c in CASES if c.split("_")[0] in ("dma", "wload", "matmul", "vrun")],
+    "addr_range": [c for c in CASES
+                   if c.split("_")[0] in ("dma", "wload", "matmul", "vrun", "copy")],
     "bank_conflict": [c for c in CASES if c.startswith("conflict_")],
 }
 assert sorted(sum(GROUPS.values(), [])) == sorted(list(CASES) + list(SPECIAL))
