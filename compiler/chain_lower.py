@@ -110,6 +110,14 @@ def _axes(jobs: list[Job]) -> list[chain.Axis]:
             for j in jobs]
 
 
+def _band_row(passes: list[list[chain.Step]], k: int, p: int, r: int) -> int:
+    """Where row `r` of layer `k`'s input lies in its buffer (in map rows, within a
+    channel block) in pass `p`. Every pass's band ends at the buffer's end, so the
+    rows a layer keeps, the last of the band, sit at the same place in every pass."""
+    tallest = max(s[k].read for s in passes)
+    return r - passes[p][k].reads[1] + tallest
+
+
 def _chunks(rows: tuple[int, int], per: int) -> list[tuple[int, int]]:
     return [(a, min(a + per, rows[1])) for a in range(rows[0], rows[1], per)]
 
@@ -157,14 +165,14 @@ def _layout(cfg: ChipConfig, jobs: list[Job], passes: list[list[chain.Step]],
         wat.append(take(f"{j.name}.weights", j.weights.shape[0] * R,
                         f"weights of layer {j.name!r}") if weights == "persistent" else None)
     inputs, stride = [], []
-    taken: list[dict] = [{} for _ in passes]     # fused crops: UBUF rows per pass
+    taken = [np.zeros(cfg.ubuf_rows, dtype=bool) for _ in passes]   # fused crops' rows
     for k, j in enumerate(jobs):
-        W = j.sources[0].shape[2]
-        rows = max(s[k].read for s in passes) * W
-        stride.append(rows)
-        shift = _free_shift(cfg, jobs, passes, k, _bank_up(cfg, at), rows, taken) \
-            if strategy == "fused_crop" and k else 0
-        inputs.append(shift + take(f"{j.name}.input", shift + rows * j.sources[0].blocks(R),
+        rows = max(s[k].read for s in passes) * j.sources[0].shape[2]
+        shift, apart = (_fused_place(cfg, jobs, passes, k, _bank_up(cfg, at), rows, taken)
+                        if strategy == "fused_crop" and k else (0, rows))
+        stride.append(apart)
+        blocks = j.sources[0].blocks(R)
+        inputs.append(shift + take(f"{j.name}.input", shift + apart * (blocks - 1) + rows,
                                    f"input rows of layer {j.name!r}"))
     last = jobs[-1]
     Wo = last.out_shape[2]
@@ -201,34 +209,47 @@ def _layout(cfg: ChipConfig, jobs: list[Job], passes: list[list[chain.Step]],
                     regions)
 
 
-def _free_shift(cfg: ChipConfig, jobs: list[Job], passes, k: int, base: int,
-                stride: int, taken: list[dict]) -> int:
-    """Rows to move layer `k`'s input buffer up from `base` so that the fused crops
-    layer ``k - 1`` writes into it land, in every pass, on UBUF rows no other crop of
-    that pass uses (a pass fetches every crop of the pass before before it crops
-    again); the rows are then marked taken."""
+def _fused_place(cfg: ChipConfig, jobs: list[Job], passes, k: int, base: int, rows: int,
+                 taken: list[np.ndarray]) -> tuple[int, int]:
+    """``(shift, stride)``: where layer `k`'s input buffer starts above `base` and how
+    far apart its channel blocks are (at least `rows`), so that the fused crops layer
+    ``k - 1`` writes into it land, in every pass, on UBUF rows no other crop of that
+    pass uses (a pass fetches every crop of the pass before before it crops again);
+    the fewest rows added first. The rows are then marked in `taken` (per pass, a
+    mask of the UBUF)."""
     U, W = cfg.ubuf_rows, jobs[k].sources[0].shape[2]
     blocks = jobs[k].sources[0].blocks(cfg.rows)
-    wanted = []                     # per pass: (first row offset, rows) per block
+    crops = []                      # per pass: (its index, first row, rows) of the crop
     for p, steps in enumerate(passes):
         crop = steps[k - 1].crop
         if crop is None:
             continue
-        if (crop[1] - crop[0]) * W > U:
+        n = (crop[1] - crop[0]) * W
+        if n * blocks > U:
             raise CompileError(
-                f"layer {jobs[k - 1].name!r}: pass {p} keeps {(crop[1] - crop[0]) * W} "
-                f"rows, more than the UBUF's {U}; use more passes or the baseline strategy")
-        at = (crop[0] - steps[k].reads[0]) * W
-        wanted.append((p, [(at + cb * stride, (crop[1] - crop[0]) * W)
-                           for cb in range(blocks)]))
-    for shift in range(U):
-        rows = {p: [(base + shift + a + i) % U for a, n in runs for i in range(n)]
-                for p, runs in wanted}
-        if all(len(set(r)) == len(r) and not taken[p].keys() & set(r)
-               for p, r in rows.items()):
-            for p, r in rows.items():
-                taken[p].update(dict.fromkeys(r, jobs[k - 1].name))
-            return shift
+                f"layer {jobs[k - 1].name!r}: pass {p} keeps {n * blocks} rows, more than "
+                f"the UBUF's {U}; use more passes or the baseline strategy")
+        crops.append((p, _band_row(passes, k, p, crop[0]) * W, n))
+    if not crops:
+        return 0, rows
+    shifts = np.arange(U)
+    for extra in range(0, U, max(1, W)):          # block stride rows + extra
+        stride = rows + extra
+        hits = {}
+        for p, at, n in crops:
+            offsets = (np.arange(n)[None, :] + at + stride * np.arange(blocks)[:, None]).ravel()
+            if len(np.unique(offsets % U)) < len(offsets):
+                break                                 # its own blocks collide
+            hits[p] = (base + shifts[:, None] + offsets[None, :]) % U     # [shift, row]
+        else:
+            free = np.ones(U, dtype=bool)
+            for p, rows_at in hits.items():
+                free &= ~taken[p][rows_at].any(axis=1)
+            if free.any():
+                shift = int(np.argmax(free))
+                for p, rows_at in hits.items():
+                    taken[p][rows_at[shift]] = True
+                return shift, stride
     raise CompileError(f"layer {jobs[k - 1].name!r}: its fused crops find no UBUF rows "
                        f"apart from the other layers'; use the crop_fetch strategy")
 
@@ -399,7 +420,7 @@ def _emit_passes(cfg, emit: _Emit, jobs: list[Job], passes, bufs: _Buffers, x_at
             W = jobs[k].sources[0].shape[2]
             c0 = passes[p - 1][k - 1].crop[0]
             for cb in range(jobs[k].sources[0].blocks(R)):
-                at = bufs.inputs[k] + cb * bufs.stride[k] + (s.fetch[0] - s.reads[0]) * W
+                at = bufs.inputs[k] + cb * bufs.stride[k] + _band_row(passes, k, p, s.fetch[0]) * W
                 if bufs.ubuf[k] is not None:            # crop_fetch: the layer's area
                     out.append(emit.op(
                         Opcode.COPY, jobs[k].index, kind=CopyKind.FETCH, cbuf_addr=at,
@@ -408,7 +429,7 @@ def _emit_passes(cfg, emit: _Emit, jobs: list[Job], passes, bufs: _Buffers, x_at
                     continue
                 # fused: where the row was written in the pass before, mod the UBUF
                 was = (bufs.inputs[k] + cb * bufs.stride[k]
-                       + (s.fetch[0] - passes[p - 1][k].reads[0]) * W)
+                       + _band_row(passes, k, p - 1, s.fetch[0]) * W)
                 out += wrapped_fetch(jobs[k].index, at, was, s.fetched * W)
         return out
 
@@ -453,7 +474,8 @@ def _emit_passes(cfg, emit: _Emit, jobs: list[Job], passes, bufs: _Buffers, x_at
                 for cb in range(cbs):
                     head.append(emit.op(Opcode.DMA, i, kind=DmaKind.LOAD_CBUF,
                                         dram_addr=x_at + cb * H * W + lo * W, dram_stride=1,
-                                        buf_addr=bufs.inputs[0] + cb * bufs.stride[0],
+                                        buf_addr=bufs.inputs[0] + cb * bufs.stride[0]
+                                        + _band_row(passes, 0, p, lo) * W,
                                         rows=s.read * W))
             if k == first:
                 # every fetch of the pass first: a layer crops into the same UBUF area
@@ -497,7 +519,7 @@ def _emit_passes(cfg, emit: _Emit, jobs: list[Job], passes, bufs: _Buffers, x_at
                         em.steps += 1
                         pre.append(emit.op(Opcode.WLOAD, i, w_addr=w_addr, bank=bank))
                         dh, dw = st.taps[0]
-                        act = bufs.inputs[k] + st.cb * bufs.stride[k] + (clo - lo) * W
+                        act = bufs.inputs[k] + st.cb * bufs.stride[k] + _band_row(passes, k, p, clo) * W
                         mm = emit.op(Opcode.MATMUL, i, act_addr=act, rows=rows,
                                      acc_addr=acc_at, accumulate=int(j > 0), max=0,
                                      bank=bank, conv=1, dh=dh, dw=dw, taps=0, in_w=W,
@@ -505,8 +527,7 @@ def _emit_passes(cfg, emit: _Emit, jobs: list[Job], passes, bufs: _Buffers, x_at
                         blk.steps.append(Step(pre, mm))
                     v = dict(job.vrun)
                     if k < last:
-                        nlo = steps[k + 1].reads[0]
-                        dst = bufs.inputs[k + 1] + nb * bufs.stride[k + 1] + (a - nlo) * Wo
+                        dst = bufs.inputs[k + 1] + nb * bufs.stride[k + 1] + _band_row(passes, k + 1, p, a) * Wo
                         fused = s.crop if strategy == "fused_crop" else None
                         blk.epilogue = [
                             emit.op(Opcode.VRUN, i, src=acc_at + (r0 - a) * Wo,
@@ -517,7 +538,7 @@ def _emit_passes(cfg, emit: _Emit, jobs: list[Job], passes, bufs: _Buffers, x_at
                             blk.epilogue.append(emit.op(
                                 Opcode.COPY, i, kind=CopyKind.CROP,
                                 cbuf_addr=bufs.inputs[k + 1] + nb * bufs.stride[k + 1]
-                                + (s.crop[0] - nlo) * Wo,
+                                + _band_row(passes, k + 1, p, s.crop[0]) * Wo,
                                 ubuf_addr=bufs.ubuf[k + 1] + nb * bufs.ubuf_stride[k + 1],
                                 rows=s.cropped * Wo))
                     else:
