@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from ..arch import isa, timing
 from ..arch.config import ChipConfig
-from .busy import BusyIntervals
+from .busy import BusyBanks, BusyIntervals
 from .graph import CompileError
 from .ir import ACCUMULATE, READ, WRITE, MicroOp, resource_sizes
 from .reconfigure import Routing
@@ -49,22 +49,34 @@ class _Resource:
 
 
 class _BankPorts:
-    """Per CBUF or ACC bank port, the cycles each unit may use it
-    (``timing.bank_claims``)."""
+    """Per CBUF or ACC port (read or write) and unit, the cycles the unit uses that
+    port of each bank (``timing.bank_claims``)."""
 
     def __init__(self):
-        self.ports: dict[tuple[str, str, int], dict[str, BusyIntervals]] = {}
+        self.ports: dict[tuple[str, str], dict[str, BusyBanks]] = {}
+
+    @staticmethod
+    def claims(bank_claims) -> list[tuple[tuple[str, str], int, int, int]]:
+        """``timing.bank_claims`` as ``((memory, mode), lo, hi, banks)``: the banks
+        whose port it claims over the same cycles, as one mask."""
+        masks: dict[tuple[tuple[str, str], int, int], int] = {}
+        for (memory, mode, bank), lo, hi in bank_claims:
+            key = ((memory, mode), lo, hi)
+            masks[key] = masks.get(key, 0) | 1 << bank
+        return [(port, lo, hi, banks) for (port, lo, hi), banks in masks.items()]
 
     def clash_end(self, unit: str, claims, t: int) -> int | None:
-        for key, lo, hi in claims:
-            for other, busy in self.ports.get(key, {}).items():
-                if other != unit and (end := busy.clash_end(t + lo, t + hi)) is not None:
+        for port, lo, hi, banks in claims:
+            for other, busy in self.ports.get(port, {}).items():
+                if other != unit and \
+                        (end := busy.clash_end(t + lo, t + hi, banks)) is not None:
                     return end - lo
         return None
 
     def add(self, unit: str, claims, t: int) -> None:
-        for key, lo, hi in claims:
-            self.ports.setdefault(key, {}).setdefault(unit, BusyIntervals()).add(t + lo, t + hi)
+        for port, lo, hi, banks in claims:
+            busy = self.ports.setdefault(port, {}).setdefault(unit, BusyBanks())
+            busy.add(t + lo, t + hi, banks)
 
 
 def schedule(cfg: ChipConfig, ops: list[MicroOp]) -> list[int]:
@@ -85,7 +97,7 @@ def schedule(cfg: ChipConfig, ops: list[MicroOp]) -> list[int]:
             probe = op.instr(0)
             done = timing.done(cfg, probe)
             got = known[key] = (timing.occupancy(cfg, probe), done, routing.settings(op),
-                                timing.bank_claims(cfg, probe))
+                                banks.claims(timing.bank_claims(cfg, probe)))
         occupancy, done, spans, claims = got
         unit_name = timing.UNIT[op.op]
         unit = units[unit_name]
