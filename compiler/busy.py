@@ -74,3 +74,86 @@ class BusyIntervals:
 
     def __repr__(self) -> str:
         return f"BusyIntervals({list(self)})"
+
+
+class BusyBanks:
+    """Half-open busy intervals ``[lo, hi)`` of one port of each of a set of banks (one
+    unit's use of a CBUF or ACC port, say), for claims that book many banks over the
+    same cycles at once. A set of banks is an int bit mask (bit ``b``: bank ``b``).
+
+    Time is cut into disjoint pieces, each with the mask of the banks busy throughout
+    it; touching pieces with equal masks are merged. A claim of sixteen banks is then
+    one piece, not sixteen intervals, and a query is one bisection and a look at the
+    pieces it overlaps."""
+
+    def __init__(self):
+        self._starts: list[int] = []
+        self._ends: list[int] = []
+        self._masks: list[int] = []
+
+    def clash_end(self, lo: int, hi: int, banks: int) -> int | None:
+        """None if no bank of `banks` is busy in ``[lo, hi)``, else the end of the
+        latest piece overlapping it with one of them busy: such a bank stays busy
+        until then, so no interval of this length fits before it."""
+        BusyIntervals._check(lo, hi)
+        ends = self._ends
+        if not ends or ends[-1] <= lo:            # after every piece
+            return None
+        first = bisect_right(ends, lo)
+        for k in range(bisect_left(self._starts, hi) - 1, first - 1, -1):
+            if self._masks[k] & banks:
+                return self._ends[k]
+        return None
+
+    def add(self, lo: int, hi: int, banks: int) -> None:
+        """Mark `banks` busy in ``[lo, hi)``."""
+        BusyIntervals._check(lo, hi)
+        starts, ends, masks = self._starts, self._ends, self._masks
+        if not ends or lo >= ends[-1]:            # after every piece: the usual case
+            if ends and ends[-1] == lo and masks[-1] == banks:
+                ends[-1] = hi
+            else:
+                starts.append(lo)
+                ends.append(hi)
+                masks.append(banks)
+            return
+        a = bisect_right(ends, lo)                # pieces ending after lo ...
+        b = bisect_left(starts, hi)               # ... and starting before hi overlap
+        pieces: list[tuple[int, int, int]] = []
+        at = lo
+        for k in range(a, b):
+            s, e, m = starts[k], ends[k], masks[k]
+            if s < at:                            # its part before the claim
+                pieces.append((s, at, m))
+            elif at < s:                          # a gap in the claim's span
+                pieces.append((at, s, banks))
+            pieces.append((max(s, at), min(e, hi), m | banks))
+            if e > hi:                            # its part after the claim
+                pieces.append((hi, e, m))
+            at = min(e, hi)
+        if at < hi:
+            pieces.append((at, hi, banks))
+        # merge with the neighbours where they touch and agree
+        if a > 0 and ends[a - 1] == pieces[0][0] and masks[a - 1] == pieces[0][2]:
+            a -= 1
+            pieces[0] = (starts[a], pieces[0][1], pieces[0][2])
+        if b < len(starts) and starts[b] == pieces[-1][1] and masks[b] == pieces[-1][2]:
+            pieces[-1] = (pieces[-1][0], ends[b], pieces[-1][2])
+            b += 1
+        merged = [pieces[0]]
+        for p in pieces[1:]:
+            last = merged[-1]
+            if last[1] == p[0] and last[2] == p[2]:
+                merged[-1] = (last[0], p[1], p[2])
+            else:
+                merged.append(p)
+        starts[a:b] = [p[0] for p in merged]
+        ends[a:b] = [p[1] for p in merged]
+        masks[a:b] = [p[2] for p in merged]
+
+    def __iter__(self) -> Iterator[tuple[int, int, int]]:
+        """The pieces ``(lo, hi, banks)``, in time order."""
+        return iter(zip(self._starts, self._ends, self._masks))
+
+    def __repr__(self) -> str:
+        return f"BusyBanks({list(self)})"

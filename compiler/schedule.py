@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from ..arch import isa, timing
 from ..arch.config import ChipConfig
-from .busy import BusyIntervals
+from .busy import BusyBanks, BusyIntervals
 from .graph import CompileError
 from .ir import ACCUMULATE, READ, WRITE, MicroOp, resource_sizes
 from .reconfigure import Routing
@@ -30,16 +30,14 @@ from .running_max import RunningMax
 
 
 class _Resource:
-    """Per address, the first cycle each kind of access may start from: a read after
+    """Per address, the first cycle each kind of access may start from
+    (``for_mode[mode].max(lo, hi)`` over its addresses): a read after
     every write and accumulate placed so far has ended, a write after every access
     has ended, an accumulate after every write and read has ended and every earlier
     accumulate has issued."""
 
     def __init__(self, size: int):
         self.for_mode = {mode: RunningMax(size) for mode in (READ, WRITE, ACCUMULATE)}
-
-    def earliest(self, lo: int, hi: int, mode: str) -> int:
-        return self.for_mode[mode].max(lo, hi)
 
     def place(self, lo: int, hi: int, mode: str, issue: int, end: int) -> None:
         if mode != READ:
@@ -49,22 +47,34 @@ class _Resource:
 
 
 class _BankPorts:
-    """Per CBUF or ACC bank port, the cycles each unit may use it
-    (``timing.bank_claims``)."""
+    """Per CBUF or ACC port (read or write) and unit, the cycles the unit uses that
+    port of each bank (``timing.bank_claims``)."""
 
     def __init__(self):
-        self.ports: dict[tuple[str, str, int], dict[str, BusyIntervals]] = {}
+        self.ports: dict[tuple[str, str], dict[str, BusyBanks]] = {}
+
+    @staticmethod
+    def claims(bank_claims) -> list[tuple[tuple[str, str], int, int, int]]:
+        """``timing.bank_claims`` as ``((memory, mode), lo, hi, banks)``: the banks
+        whose port it claims over the same cycles, as one mask."""
+        masks: dict[tuple[tuple[str, str], int, int], int] = {}
+        for (memory, mode, bank), lo, hi in bank_claims:
+            key = ((memory, mode), lo, hi)
+            masks[key] = masks.get(key, 0) | 1 << bank
+        return [(port, lo, hi, banks) for (port, lo, hi), banks in masks.items()]
 
     def clash_end(self, unit: str, claims, t: int) -> int | None:
-        for key, lo, hi in claims:
-            for other, busy in self.ports.get(key, {}).items():
-                if other != unit and (end := busy.clash_end(t + lo, t + hi)) is not None:
+        for port, lo, hi, banks in claims:
+            for other, busy in self.ports.get(port, {}).items():
+                if other != unit and \
+                        (end := busy.clash_end(t + lo, t + hi, banks)) is not None:
                     return end - lo
         return None
 
     def add(self, unit: str, claims, t: int) -> None:
-        for key, lo, hi in claims:
-            self.ports.setdefault(key, {}).setdefault(unit, BusyIntervals()).add(t + lo, t + hi)
+        for port, lo, hi, banks in claims:
+            busy = self.ports.setdefault(port, {}).setdefault(unit, BusyBanks())
+            busy.add(t + lo, t + hi, banks)
 
 
 def schedule(cfg: ChipConfig, ops: list[MicroOp]) -> list[int]:
@@ -76,21 +86,25 @@ def schedule(cfg: ChipConfig, ops: list[MicroOp]) -> list[int]:
     banks = _BankPorts()
     cycles = []
     # What an op's fields decide, once per distinct op: lowering shares one fields
-    # dict (and one needs dict) among the copies of a repeated instruction.
-    known: dict[tuple[int, int], tuple[int, int, list]] = {}
+    # dict (and one needs dict and accesses tuple) among the copies of a repeated
+    # instruction. Each access comes with its resource and the running maximum its
+    # mode waits for.
+    known: dict[tuple[int, int, int], tuple] = {}
     for op in ops:
-        key = (id(op.fields), id(op.needs))
+        key = (id(op.fields), id(op.needs), id(op.accesses))
         got = known.get(key)
         if got is None:
             probe = op.instr(0)
             done = timing.done(cfg, probe)
             got = known[key] = (timing.occupancy(cfg, probe), done, routing.settings(op),
-                                timing.bank_claims(cfg, probe))
-        occupancy, done, spans, claims = got
+                                banks.claims(timing.bank_claims(cfg, probe)),
+                                [(resources[a.resource],
+                                  resources[a.resource].for_mode[a.mode], a)
+                                 for a in op.accesses])
+        occupancy, done, spans, claims, accesses = got
         unit_name = timing.UNIT[op.op]
         unit = units[unit_name]
-        t = max((resources[a.resource].earliest(a.lo, a.hi, a.mode) - a.start
-                 for a in op.accesses), default=0)
+        t = max((waits.max(a.lo, a.hi) - a.start for _, waits, a in accesses), default=0)
         t = max(t, routing.earliest(spans), 0)
         while True:
             end = unit.clash_end(t, t + occupancy)
@@ -114,8 +128,7 @@ def schedule(cfg: ChipConfig, ops: list[MicroOp]) -> list[int]:
         for c in reserved:                  # kept free for configuration updates
             slots.add(c, c + 1)
         routing.place(spans, t)
-        for a in op.accesses:
-            resources[a.resource].place(a.lo, a.hi, a.mode, t,
-                                        t + (done if a.end is None else a.end))
+        for resource, _, a in accesses:
+            resource.place(a.lo, a.hi, a.mode, t, t + (done if a.end is None else a.end))
         cycles.append(t)
     return cycles

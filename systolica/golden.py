@@ -109,16 +109,43 @@ class _Scoreboard:
     def r_cycle(self, a):
         return self.r_since[a] + NEVER
 
+    # The hazard-free cases without indexing by address, or with one comparison per
+    # row over a contiguous block; anything else takes read's and write's full check,
+    # which also words the hazard.
+    def _sees_writes(self, touch: Touch, rows: _Rows, off: int) -> bool:
+        """Whether every read of the touch (cycles shifted by `off`) comes after the
+        write of its row the board holds."""
+        w = self.w_since[rows.lo:rows.hi]
+        if rows.first + off > w.max():
+            return True         # even the earliest read is after the latest write
+        if not isinstance(rows.at, slice):
+            return False
+        c = rows.last + off
+        seen = c > w
+        if touch.forward:
+            seen |= self.w_fwd[rows.at] & (c == w)
+        return bool(seen.all())
+
+    def _lands_in_order(self, pc: int, rows: _Rows, off: int) -> bool:
+        """Whether every write of the touch (cycles shifted by `off`) comes at or
+        after the last read and after the last write of its row by another
+        instruction."""
+        r, w = self.r_since[rows.lo:rows.hi], self.w_since[rows.lo:rows.hi]
+        since = rows.first + off
+        if since >= r.max() and since > w.max():
+            return True         # even the earliest write is after all of them
+        if not isinstance(rows.at, slice):
+            return False
+        c = rows.last + off
+        return not ((c < r).any() or ((c <= w) & (self.w_pc[rows.at] != pc)).any())
+
     def read(self, pc: int, touch: Touch, t: int, hazards: list[Hazard],
-             span: tuple[int, int, int] | None = None) -> None:
-        if span is not None:
-            # ``span`` = the rows' bounds and the earliest cycle: when even the
-            # earliest read comes after the latest write, every read sees its data.
-            lo, hi, first = span
-            if first + t - NEVER > self.w_since[lo:hi].max():
-                np.maximum.at(self.r_since, touch.addrs, touch.cycles + (t - NEVER))
-                self.r_pc[touch.addrs] = pc
-                return
+             rows: _Rows | None = None) -> None:
+        if rows is not None and self._sees_writes(touch, rows, t - NEVER):
+            at = rows.at
+            self.r_since[at] = np.maximum(self.r_since[at], rows.last + (t - NEVER))
+            self.r_pc[at] = pc
+            return
         a, c = touch.addrs, touch.cycles + t
         w_cycle = self.w_cycle(a)
         seen = c > w_cycle
@@ -135,17 +162,13 @@ class _Scoreboard:
         self.r_pc[a] = pc
 
     def write(self, pc: int, touch: Touch, t: int, hazards: list[Hazard],
-              span: tuple[int, int, int] | None = None) -> None:
-        if span is not None:
-            # When the earliest write comes after every earlier read and write of
-            # the rows, it is neither early nor out of order.
-            lo, hi, first = span
-            since = first + t - NEVER
-            if since >= self.r_since[lo:hi].max() and since > self.w_since[lo:hi].max():
-                np.maximum.at(self.w_since, touch.addrs, touch.cycles + (t - NEVER))
-                self.w_pc[touch.addrs] = pc
-                self.w_fwd[touch.addrs] = touch.forward
-                return
+              rows: _Rows | None = None) -> None:
+        if rows is not None and self._lands_in_order(pc, rows, t - NEVER):
+            at = rows.at
+            self.w_since[at] = np.maximum(self.w_since[at], rows.last + (t - NEVER))
+            self.w_pc[at] = pc
+            self.w_fwd[at] = touch.forward
+            return
         a, c = touch.addrs, touch.cycles + t
         r_cycle, w_cycle = self.r_cycle(a), self.w_cycle(a)
         # Any read after this write's cycle sees the new data, the instruction's own
@@ -176,11 +199,31 @@ class _Scoreboard:
         self.w_fwd[a] = touch.forward
 
 
-def _span(touch: Touch) -> tuple[int, int, int] | None:
-    """``(lowest row, highest row + 1, earliest cycle)`` of a touch, None if empty."""
-    if not len(touch.addrs):
-        return None
-    return int(touch.addrs.min()), int(touch.addrs.max()) + 1, int(touch.cycles.min())
+class _Rows:
+    """A touch as the scoreboard's fast paths take it: the bounds ``[lo, hi)`` of its
+    rows, its earliest cycle, and each distinct row (``at``: a slice when they are
+    ``lo .. hi - 1`` in order) with the latest cycle it is touched in (``last``)."""
+
+    __slots__ = ("lo", "hi", "first", "at", "last")
+
+    def __init__(self, touch: Touch):
+        a, c = touch.addrs, touch.cycles
+        self.first = int(c.min())
+        if len(a) == 1 or (a[1:] > a[:-1]).all():
+            self.lo, self.hi = int(a[0]), int(a[-1]) + 1
+            self.at, self.last = a, c
+            if len(a) == self.hi - self.lo:     # increasing and as many as the bounds
+                self.at = slice(self.lo, self.hi)
+        else:
+            self.lo, self.hi = int(a.min()), int(a.max()) + 1
+            self.at, where = np.unique(a, return_inverse=True)
+            self.last = np.full(len(self.at), np.iinfo(np.int64).min, dtype=np.int64)
+            np.maximum.at(self.last, where, c)
+
+
+def _rows(touch: Touch) -> _Rows | None:
+    """The touch prepared for the scoreboard's fast paths, None if it is empty."""
+    return _Rows(touch) if len(touch.addrs) else None
 
 
 def _port_runs(cycles: np.ndarray) -> list[tuple[int, int]]:
@@ -240,20 +283,34 @@ def _limit_fault(cfg: ChipConfig, ins: isa.Instr) -> str | None:
     return None
 
 
-def _in_use_fault(cfg: ChipConfig, windows: dict[int, list[tuple[int, int, int]]],
+def _in_use_fault(cfg: ChipConfig, passing: list[tuple[int, int, int, tuple]],
                   ins: isa.Instr) -> str | None:
     """The CFG_IN_USE rule: a SETCFG at cycle ``u`` names a multiplexer whose value an
     earlier-issued instruction reads in cycles ``first .. last`` with
-    ``first <= u < last`` (the new value would hold from ``u + 1``)."""
+    ``first <= u < last`` (the new value would hold from ``u + 1``). `passing` holds,
+    in issue order, ``(end, t, pc, windows)`` per instruction whose data passes
+    multiplexers: issued at ``t``, its ``windows`` (``(index, first, last)`` after
+    issue) all over by cycle ``end``; those over by ``u`` are dropped, as they are
+    for every later SETCFG too."""
     u = ins.cycle
+    passing[:] = [p for p in passing if p[0] > u]
     for index, _ in isa.setcfg_pairs(ins.fields):
-        live = [w for w in windows.get(index, []) if w[1] > u]
-        windows[index] = live
-        for first, last, pc in live:
-            if first <= u:
-                return (f"multiplexer {fabric.muxes(cfg)[index].name} carries the data "
-                        f"of pc {pc} in cycles {first}..{last}")
+        for _, t, pc, windows in passing:
+            for i, first, last in windows:
+                if i == index and t + last > u and t + first <= u:
+                    return (f"multiplexer {fabric.muxes(cfg)[index].name} carries the "
+                            f"data of pc {pc} in cycles {t + first}..{t + last}")
     return None
+
+
+def _mux_windows(fx: Effects, mux_index: dict[str, int]) -> tuple[int, tuple] | None:
+    """``(end, windows)``: the multiplexers the instruction's data passes as
+    ``(index, first, last)`` after issue, all over by ``end``; None if it passes none
+    (see :func:`_in_use_fault`)."""
+    if not fx.muxes:
+        return None
+    return (max(last for first, last in fx.muxes.values()),
+            tuple((mux_index[name], first, last) for name, (first, last) in fx.muxes.items()))
 
 
 class _BankPorts:
@@ -358,7 +415,7 @@ def check(cfg: ChipConfig, program: list[isa.Instr], prog_addr: int | None = Non
         ("wbank0", 1), ("wbank1", 1))}
     unit_free: dict[str, tuple[int, int]] = {}      # unit -> (accepts from, busy pc)
     ports = _BankPorts(cfg)
-    windows: dict[int, list[tuple[int, int, int]]] = {}
+    passing: list[tuple[int, int, int, tuple]] = []   # see _in_use_fault
     issued: list[isa.Instr] = []
     effects: list[Effects] = []
     hazards: list[Hazard] = []
@@ -366,8 +423,8 @@ def check(cfg: ChipConfig, program: list[isa.Instr], prog_addr: int | None = Non
     end = 0
     # What an instruction's fields alone decide (its legality, range fault, effects
     # relative to issue), once per distinct instruction: a network repeats most.
-    # With the effects: each touch with its board and the bounds of its rows, and the
-    # runs of DRAM port cycles, relative to issue.
+    # With the effects: each touch with its board and its rows prepared, the runs of
+    # DRAM port cycles, the bank ports and the multiplexer windows, relative to issue.
     known: dict[tuple, tuple] = {}
 
     def decided(ins: isa.Instr):
@@ -379,17 +436,19 @@ def check(cfg: ChipConfig, program: list[isa.Instr], prog_addr: int | None = Non
             fault_ = _range_fault(cfg, ins) if legal else None
             fx_ = entry.effects(cfg, ins.fields) if legal and not fault_ else None
             if fx_ is None:
-                got = known[key] = (legal, fault_, None, 0, (), (), [], (), ())
+                got = known[key] = (legal, fault_, None, 0, (), (), [], (), (), None)
             else:
                 dram = [tc for tc in fx_.reads + fx_.writes if tc.resource == "dram"]
                 got = known[key] = (
                     legal, fault_, fx_, fx_.last,
-                    tuple((boards[tc.resource], tc, _span(tc)) for tc in fx_.reads),
-                    tuple((boards[tc.resource], tc, _span(tc)) for tc in fx_.writes),
+                    tuple((boards[tc.resource], tc, _rows(tc)) for tc in fx_.reads),
+                    tuple((boards[tc.resource], tc, _rows(tc)) for tc in fx_.writes),
                     [run for tc in dram for run in _port_runs(tc.cycles)],
-                    tuple(tc for tc in fx_.writes if tc.resource == "dram"),
+                    tuple((tc, _rows(tc)) for tc in fx_.writes
+                          if tc.resource == "dram" and len(tc.addrs)),
                     tuple(((u.memory, u.mode, u.bank), u.first, u.last)
-                          for u in entry.bank_ports(cfg, ins.fields, fx_)))
+                          for u in entry.bank_ports(cfg, ins.fields, fx_)),
+                    _mux_windows(fx_, mux_index))
         return got
 
     for pc, ins in enumerate(program):
@@ -400,7 +459,7 @@ def check(cfg: ChipConfig, program: list[isa.Instr], prog_addr: int | None = Non
             break           # the chip stops at the conflict before this one issues
         entry = instructions.SPEC.get(ins.op)
         legal, range_fault, fx, fx_last, reads, writes, port_runs, dram_writes, \
-            bank_uses = decided(ins)
+            bank_uses, mux_windows = decided(ins)
         if not legal:
             fault = (ErrorCode.ILLEGAL_OPCODE, pc, reach)
             reason = "no such opcode" if entry is None else entry.legal_rule
@@ -426,7 +485,7 @@ def check(cfg: ChipConfig, program: list[isa.Instr], prog_addr: int | None = Non
             for code, why in ((ErrorCode.CFG_RANGE, lambda: _table_fault(cfg, ins)),
                               (ErrorCode.CFG_LIMIT, lambda: _limit_fault(cfg, ins)),
                               (ErrorCode.CFG_IN_USE,
-                               lambda: _in_use_fault(cfg, windows, ins))):
+                               lambda: _in_use_fault(cfg, passing, ins))):
                 reason = why()
                 if reason:
                     fault = (code, pc, ins.cycle)
@@ -436,19 +495,18 @@ def check(cfg: ChipConfig, program: list[isa.Instr], prog_addr: int | None = Non
         t = ins.cycle
         unit_free[entry.unit] = (t + fx.accept, pc)
         ports.use(entry.unit, pc, bank_uses, t)
-        for name, (first, last) in fx.muxes.items():
-            spans = windows.setdefault(mux_index[name], [])
-            spans.append((t + first, t + last, pc))
-            if len(spans) > 256:    # a window over by now matters to no later SETCFG
-                spans[:] = [w for w in spans if w[1] > t]
-        for board, touch, span in reads:
-            board.read(pc, touch, t, hazards, span)
-        for board, touch, span in writes:
-            board.write(pc, touch, t, hazards, span)
+        if mux_windows:
+            passing.append((t + mux_windows[0], t, pc, mux_windows[1]))
+        for board, touch, rows in reads:
+            board.read(pc, touch, t, hazards, rows)
+        for board, touch, rows in writes:
+            board.write(pc, touch, t, hazards, rows)
         if port_runs:
             fetcher.dma(port_runs, t)
         if fetched is not None:
-            for touch in dram_writes:
+            for touch, rows in dram_writes:
+                if rows.hi <= fetched[0] or rows.lo >= fetched[1]:
+                    continue
                 hit = (touch.addrs >= fetched[0]) & (touch.addrs < fetched[1])
                 if np.any(hit):
                     a = int(touch.addrs[np.flatnonzero(hit)[0]])

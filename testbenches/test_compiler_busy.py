@@ -1,11 +1,12 @@
 """Busy intervals, the bookkeeping both schedulers share: queries, merging, the
-earliest free start, and agreement with a cycle-by-cycle model."""
+earliest free start, and agreement with a cycle-by-cycle model; and busy banks, the
+bank-port bookkeeping, against one set of busy cycles per bank."""
 
 import random
 
 import pytest
 
-from systolica.compiler.busy import BusyIntervals
+from systolica.compiler.busy import BusyBanks, BusyIntervals
 
 
 def busy(*spans):
@@ -82,3 +83,43 @@ def test_of_cycles_books_what_adding_each_cycle_books():
         for c in cycles:
             one_by_one.add(c, c + 1)
         assert list(BusyIntervals.of_cycles(cycles)) == list(one_by_one)
+
+
+def test_bank_claims_merge_into_pieces():
+    b = BusyBanks()
+    b.add(0, 10, 0b0011)
+    b.add(10, 20, 0b0011)                  # touching, same banks: one piece
+    b.add(15, 30, 0b0100)                  # overlapping, other banks: cut
+    assert list(b) == [(0, 15, 0b0011), (15, 20, 0b0111), (20, 30, 0b0100)]
+    assert b.clash_end(12, 18, 0b0100) == 20    # bank 2 is busy in [15, 30)
+    assert b.clash_end(0, 40, 0b1000) is None
+    assert b.clash_end(30, 31, 0b0111) is None
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_busy_banks_agree_with_busy_cycles_per_bank(seed):
+    rng = random.Random(seed)
+    b, cycles = BusyBanks(), [set() for _ in range(6)]
+    for _ in range(60):
+        lo = rng.randrange(-20, 200)
+        hi = lo + rng.randrange(1, 12)
+        first = rng.randrange(6)
+        banks = range(first, rng.randrange(first, 6) + 1)
+        b.add(lo, hi, sum(1 << k for k in banks))
+        for k in banks:
+            cycles[k].update(range(lo, hi))
+        pieces = list(b)
+        assert all(h <= l2 for (_, h, _), (l2, _, _) in zip(pieces, pieces[1:]))  # disjoint
+        assert all(not (h == l2 and m == m2)           # merged where they can be
+                   for (_, h, m), (l2, _, m2) in zip(pieces, pieces[1:]))
+        for k in range(6):
+            assert {c for lo_, hi_, m in pieces if m >> k & 1 for c in range(lo_, hi_)} \
+                == cycles[k]
+        t, n = rng.randrange(-30, 220), rng.randrange(1, 10)
+        query = rng.randrange(1, 1 << 6)
+        busy = [k for k in range(6)
+                if query >> k & 1 and not cycles[k].isdisjoint(range(t, t + n))]
+        end = b.clash_end(t, t + n, query)
+        assert (end is None) == (not busy)
+        if end is not None:      # some queried bank stays busy from before t + n to end
+            assert any(set(range(min(t + n - 1, end - 1), end)) <= cycles[k] for k in busy)

@@ -131,14 +131,18 @@ class BankUse:
 def bank_runs(memory: str, mode: str, banks: np.ndarray, cycles: np.ndarray
               ) -> list[BankUse]:
     """The runs of consecutive cycles in which each bank of ``banks[i]`` (used in
-    ``cycles[i]``) is used."""
-    out = []
-    for b in np.unique(banks):
-        c = np.unique(cycles[banks == b])
-        cut = np.flatnonzero(np.diff(c) > 1)
-        for lo, hi in zip(np.concatenate(([0], cut + 1)), np.concatenate((cut, [len(c) - 1]))):
-            out.append(BankUse(memory, mode, int(b), int(c[lo]), int(c[hi])))
-    return out
+    ``cycles[i]``) is used, by bank and then by cycle."""
+    if not len(banks):
+        return []
+    # One sort by (bank, cycle) for all banks at once; a run ends where the bank
+    # changes or a cycle is skipped (a repeated cycle continues it).
+    order = np.lexsort((cycles, banks))
+    b, c = banks[order], cycles[order]
+    cut = np.flatnonzero((b[1:] != b[:-1]) | (c[1:] - c[:-1] > 1))
+    firsts = np.concatenate(([0], cut + 1))
+    lasts = np.concatenate((cut, [len(c) - 1]))
+    return [BankUse(memory, mode, bank, first, last) for bank, first, last in
+            zip(b[firsts].tolist(), c[firsts].tolist(), c[lasts].tolist())]
 
 
 def wrap32(x: np.ndarray) -> np.ndarray:

@@ -45,10 +45,12 @@ def bank_claims(cfg: ChipConfig, ins: Instr) -> list[tuple[tuple[str, str, int],
     ``[lo, hi)`` after issue that bound its use (:func:`port_windows` over the banks
     its ranges of that memory and mode meet; an accumulate range uses both ports)."""
     out = []
-    for memory, mode, lo, hi in port_windows(cfg, ins):
+    windows = port_windows(cfg, ins)
+    touched = ranges(cfg, ins.op, ins.fields) if windows else []
+    for memory, mode, lo, hi in windows:
         shift = bank_shift(cfg, memory)
         banks = set()
-        for r in ranges(cfg, ins.op, ins.fields):
+        for r in touched:
             if r.memory == memory and r.touched and r.mode in (mode, ACCUMULATE):
                 banks.update(range(r.lo >> shift, ((r.hi - 1) >> shift) + 1))
         out += [((memory, mode, b), lo, hi) for b in sorted(banks)]
