@@ -35,7 +35,7 @@ def test_version_comes_from_the_package_metadata(capsys):
     assert status == 0 and out.strip() == f"systolica {metadata.version('systolica')}"
 
 
-@pytest.mark.parametrize("command", ["sim", "compile", "schedule"])
+@pytest.mark.parametrize("command", ["sim", "compile", "schedule", "chain"])
 def test_config_lists_its_choices(command, capsys):
     status, out, _ = run([command, "--help"], capsys)
     assert status == 0 and "--config {base,tiny}" in out
@@ -130,6 +130,16 @@ def test_sim_checks_the_network_before_building(monkeypatch, capsys):
                         lambda cfg, waves=False, harness="cocotb": built.append(cfg))
     status, _, err = run(["sim", "--gemm", "8x5000x8"], capsys)
     assert status == 2 and built == [] and "imem_depth" in err
+
+
+def test_chain_checks_the_chain_before_building(monkeypatch, capsys):
+    """A pass smaller than the halo is refused, with what to do, before the build."""
+    built = []
+    monkeypatch.setattr(rtlsim, "build",
+                        lambda cfg, waves=False, harness="cocotb": built.append(cfg))
+    status, _, err = run(["chain", "--strategy", "crop_fetch", "--outputs-per-pass", "1"],
+                         capsys)
+    assert status == 2 and built == [] and "more outputs per pass" in err
 
 
 def test_interrupt_ends_with_one_line(monkeypatch, capsys):

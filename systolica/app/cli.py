@@ -313,6 +313,50 @@ def cmd_bench(args) -> int:
     return 0 if all(r["ok"] for r in records + chains if "error" not in r) else 1
 
 
+#: ``systolica chain --example``: (graph builder, outputs per pass).
+CHAIN_EXAMPLES = {"seed001": ("seed_two_layer", 8), "seed001-four": ("seed_four_layer", 8)}
+
+
+def cmd_chain(args) -> int:
+    from . import flow, report
+    from ..arch.config import preset
+    from ..compiler import chain_cases, compile_network
+    from ..compiler.chain import listing
+    from ..compiler.chain_lower import STRATEGIES, ChainChoice
+    cfg = preset(args.config)
+    builder, per = CHAIN_EXAMPLES[args.example]
+    per = args.outputs_per_pass or per
+    make = getattr(chain_cases, builder)
+    strategies = STRATEGIES if args.strategy == "all" else (args.strategy,)
+    choices = [ChainChoice(s, per, args.weights) for s in strategies]
+    for choice in choices:                 # a chain that cannot compile fails now,
+        compile_network(cfg, make(), chain=choice)     # not after the build
+    _ensure_built(cfg)
+    runs = []
+    for choice in choices:
+        run = flow.run_network(cfg, make(), chain=choice)
+        graph = run.compiled.graph
+        widths = [graph.tensor(t).shape[2]
+                  for t in [graph.inputs[0]] + [n.outputs[0] for n in graph.nodes]]
+        print(f"\n== {choice.strategy}: {len(run.compiled.chain.passes)} passes, weights "
+              f"{run.compiled.chain.choice.weights}")
+        print(listing(run.compiled.chain.passes, [n.name for n in graph.nodes], widths))
+        report.print_run(run)
+        runs.append(run)
+    if len(runs) > 1:
+        base = runs[0]
+        print("\nagainst the baseline (the chip's counters):")
+        for run in runs[1:]:
+            print(f"  {run.compiled.chain.choice.strategy}: DRAM read "
+                  f"{base.dram_rd_bytes - run.dram_rd_bytes} B less "
+                  f"({1 - run.dram_rd_bytes / base.dram_rd_bytes:.1%}), array MACs "
+                  f"{base.macs_counter - run.macs_counter} fewer "
+                  f"({1 - run.macs_counter / base.macs_counter:.1%}), cycles "
+                  f"{run.measured_cycles} vs {base.measured_cycles}, UBUF "
+                  f"{run.ubuf_wr_bytes} B written, {run.ubuf_rd_bytes} B read")
+    return 0 if all(r.ok for r in runs) else 1
+
+
 def cmd_compile(args) -> int:
     from ..arch import fetch
     from ..compiler import compile_network
@@ -387,6 +431,19 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--trace", default="build/schedule.json", metavar="FILE",
                    help="write the schedule timeline (Chrome trace / Perfetto JSON) here")
     p.set_defaults(func=cmd_sim)
+    p = sub.add_parser("chain", help="run a chain of convolutions in passes on the RTL, "
+                                     "with and without the UBUF (seed 001's examples)")
+    config(p)
+    p.add_argument("--example", choices=sorted(CHAIN_EXAMPLES), default="seed001",
+                   help="seed001: two 16x16 layers (7x7, 5x5) in two passes; "
+                        "seed001-four: three 3x3 layers over 24 rows in three passes")
+    p.add_argument("--strategy", choices=("all", "baseline", "crop_fetch", "fused_crop"),
+                   default="all", help="how halo rows are had (default: each in turn)")
+    p.add_argument("--outputs-per-pass", type=int, metavar="N",
+                   help="rows of the last layer's output per pass (default: the example's)")
+    p.add_argument("--weights", choices=("persistent", "stream"),
+                   help="weights loaded once or streamed (default: the cost model's)")
+    p.set_defaults(func=cmd_chain)
     p = sub.add_parser("bench", help="benchmark GEMMs and the demo; write JSON records")
     p.add_argument("--out", default="build/bench.json", metavar="FILE")
     p.set_defaults(func=cmd_bench)

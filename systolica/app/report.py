@@ -39,6 +39,12 @@ def print_run(run: NetworkRun, console: Console | None = None) -> None:
                   f"RTL == numpy {_mark(run.rtl_matches_numpy)}; golden model cycles "
                   f"{run.golden_cycles} {_mark(run.golden_cycles == run.predicted_cycles)}; "
                   f"chip error {run.error}")
+    if run.compiled.ubuf_bytes_written or run.ubuf_wr_bytes or run.ubuf_rd_bytes:
+        ok = (run.ubuf_wr_bytes, run.ubuf_rd_bytes) == (run.compiled.ubuf_bytes_written,
+                                                        run.compiled.ubuf_bytes_read)
+        console.print(f"UBUF: {run.ubuf_wr_bytes} B cropped in, {run.ubuf_rd_bytes} B "
+                      f"fetched out (predicted {run.compiled.ubuf_bytes_written} / "
+                      f"{run.compiled.ubuf_bytes_read}) {_mark(ok)}")
     if run.compiled.fetch_bytes_read or run.fetch_rd_bytes:
         console.print(f"instruction fetch from DRAM: {run.fetch_rd_bytes} B read, "
                       f"{run.compiled.fetch_bytes_read} B predicted "
