@@ -139,8 +139,8 @@ def _layout(cfg: ChipConfig, jobs: list[Job], passes: list[list[chain.Step]],
     """Bank-aligned regions for the chain below the UBUF, and the UBUF areas; a
     CompileError naming the layer and the shortfall if they do not fit."""
     R = cfg.rows
-    top = cfg.ubuf_base if cfg.ubuf_rows else cfg.cbuf_depth
-    if cfg.ubuf_rows and cfg.ubuf_base + cfg.ubuf_rows != cfg.cbuf_depth:
+    top = cfg.ubuf_base if cfg.ubuf_rows and not cfg.ubuf_own_sram else cfg.cbuf_depth
+    if cfg.ubuf_rows and cfg.ubuf_base + cfg.ubuf_rows != cfg.cbuf_physical_rows:
         raise CompileError(f"chip {cfg.name!r}: a chain keeps the UBUF at the top of the "
                            f"CBUF (ubuf_base + ubuf_rows == cbuf_depth)")
     regions: list[Region] = []

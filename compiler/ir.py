@@ -49,7 +49,7 @@ class MicroOp:
 
 
 def resource_sizes(cfg: ChipConfig) -> dict[str, int]:
-    return {"cbuf": cfg.cbuf_depth, "acc": cfg.acc_depth, "dram": cfg.dram_words,
+    return {"cbuf": cfg.cbuf_physical_rows, "acc": cfg.acc_depth, "dram": cfg.dram_words,
             "wbank0": 1, "wbank1": 1, "cfg": len(fabric.muxes(cfg)),
             "geom": 1, "taps": isa.TAP_TABLES}
 

@@ -179,7 +179,8 @@ def _shortfall(cfg: ChipConfig, graph: Graph, memory: str, failed: _Item,
     layer = graph.nodes[step].name
     detail = " + ".join(f"{it.what} {it.size}" for it in parts)
     name = memory.upper()
-    outside = f" outside the UBUF ({cfg.ubuf_rows} rows)" if memory == "cbuf" else ""
+    outside = (f" outside the UBUF ({cfg.ubuf_rows} rows)"
+               if memory == "cbuf" and cfg.ubuf_rows and not cfg.ubuf_own_sram else "")
     depth = f"{memory}_depth" if memory != "dram" else "dram_words"
     if need > usable:
         return CompileError(
@@ -281,8 +282,9 @@ def _on_chip(cfg: ChipConfig, graph: Graph, rows: Mapping[str, int]
 def _chip(cfg: ChipConfig, graph: Graph, rows: Mapping[str, int], note: str = ""
           ) -> list[Region]:
     steps = len(graph.nodes)
+    inside = cfg.ubuf_rows and not cfg.ubuf_own_sram      # the UBUF among the CBUF's rows
     fixed = {"cbuf": [Region("cbuf", "ubuf", cfg.ubuf_base, cfg.ubuf_rows, 0, steps - 1,
-                             "UBUF")] if cfg.ubuf_rows else [], "acc": []}
+                             "UBUF")] if inside else [], "acc": []}
     regions = []
     for memory, items in _on_chip(cfg, graph, rows).items():
         # A CBUF bank has one read and one write port (docs/contract.md, "CBUF
@@ -350,7 +352,9 @@ def check_plan(plan: MemoryPlan) -> None:
     two regions live at the same time share an address."""
     cfg = plan.cfg
     for r in plan.regions:
-        if not 0 <= r.lo <= r.hi <= _capacity(cfg, r.memory) or r.size < 0:
+        # a UBUF in its own SRAM follows the CBUF's rows
+        end = cfg.cbuf_physical_rows if r.memory == "cbuf" else _capacity(cfg, r.memory)
+        if not 0 <= r.lo <= r.hi <= end or r.size < 0:
             raise CompileError(f"internal: {r.memory} region {r.key!r} [{r.lo}, {r.hi}) "
                                f"is outside the memory")
     for memory in MEMORIES:

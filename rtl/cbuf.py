@@ -148,8 +148,8 @@ class BankedBuffer(wiring.Component):
 
 
 class Cbuf(BankedBuffer):
-    """The banked CBUF: per partition ``cfg.cbuf_banks`` byte-wide memories of
-    ``cfg.cbuf_bank_rows`` rows. Members as :class:`BankedBuffer`, with
+    """The banked CBUF: per partition ``cfg.cbuf_physical_banks`` byte-wide memories
+    of ``cfg.cbuf_bank_rows`` rows (the CBUF's banks, then a UBUF's of its own). Members as :class:`BankedBuffer`, with
     ``part_reads`` partitioned readers."""
 
     buffer = "cbuf"
@@ -161,7 +161,8 @@ class Cbuf(BankedBuffer):
 
     def geometry(self):
         cfg = self.cfg
-        return cfg.rows, 8, cfg.cbuf_banks, cfg.cbuf_bank_rows, cfg.cbuf_bank_shift
+        return (cfg.rows, 8, cfg.cbuf_physical_banks, cfg.cbuf_bank_rows,
+                cfg.cbuf_bank_shift)
 
     def memory_name(self, lane, bank):
         return f"cbuf_p{lane}_b{bank}"

@@ -152,7 +152,7 @@ class MatmulUnit(wiring.Component):
         # The CBUF banks claimed: a row walk, the bank of its row; a window walk, every
         # bank meeting its tile (each partition reads its own pixel of it), latched at
         # issue.
-        shift, nbanks = cfg.cbuf_bank_shift, cfg.cbuf_banks
+        shift, nbanks = cfg.cbuf_bank_shift, cfg.cbuf_physical_banks
         tile_banks = Signal(nbanks)
         with m.If(self.issue.valid):
             first = args.act_addr >> shift
@@ -160,7 +160,7 @@ class MatmulUnit(wiring.Component):
             m.d.sync += tile_banks.eq(Cat(*((first <= b) & (b <= last)
                                             for b in range(nbanks))))
         row_bank = Signal(nbanks)
-        m.d.comb += row_bank.eq(1 << ptr[shift:ceil_log2(cfg.cbuf_depth)])
+        m.d.comb += row_bank.eq(1 << ptr[shift:ceil_log2(cfg.cbuf_physical_rows)])
         m.d.comb += [self.cbuf_read.en.eq(active),
                      self.cbuf_read.banks.eq(Mux(conv, tile_banks, row_bank))]
 

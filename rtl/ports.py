@@ -131,7 +131,8 @@ def _geometry(cfg: ChipConfig, name: str) -> tuple[int, Shape]:
     if name not in BUFFERS:
         raise ValueError(f"buffer must be one of {BUFFERS}, not {name!r}")
     if name == "cbuf":
-        return cfg.cbuf_depth, Shape.cast(8 * cfg.rows)       # one int8 per partition
+        # one int8 per partition; a UBUF in its own SRAM follows the CBUF's rows
+        return cfg.cbuf_physical_rows, Shape.cast(8 * cfg.rows)
     return cfg.acc_depth, Shape.cast(32 * cfg.cols)           # one int32 per column
 
 
@@ -150,7 +151,7 @@ def partitioned_read(cfg: ChipConfig) -> wiring.Signature:
     every bank its addresses may fall in (docs/contract.md, "CBUF banks")."""
     depth, shape = _geometry(cfg, "cbuf")
     return wiring.Signature({"addr": In(ceil_log2(depth)).array(cfg.rows),
-                             "en": In(1), "banks": In(cfg.cbuf_banks),
+                             "en": In(1), "banks": In(cfg.cbuf_physical_banks),
                              "data": Out(shape)})   # the buffer's side, as buffer_read
 
 

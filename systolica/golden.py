@@ -45,7 +45,7 @@ NEVER = -(1 << 62)
 @dataclass
 class GoldenResult:
     dram: np.ndarray          # uint8 (dram_words, rows) after the run (lazily zero)
-    cbuf: np.ndarray          # int8 (cbuf_depth, rows)
+    cbuf: np.ndarray          # int8 (cbuf_physical_rows, rows): the UBUF's own rows too
     acc: np.ndarray           # int32 (acc_depth, cols)
     cycles: int               # what the CYCLES register reads
     error: ErrorCode
@@ -411,7 +411,7 @@ def check(cfg: ChipConfig, program: list[isa.Instr], prog_addr: int | None = Non
     fetcher = _Fetcher(cfg)
     mux_index = {m.name: m.index for m in fabric.muxes(cfg)}
     boards = {name: _Scoreboard(name, size) for name, size in (
-        ("dram", cfg.dram_words), ("cbuf", cfg.cbuf_depth), ("acc", cfg.acc_depth),
+        ("dram", cfg.dram_words), ("cbuf", cfg.cbuf_physical_rows), ("acc", cfg.acc_depth),
         ("wbank0", 1), ("wbank1", 1))}
     unit_free: dict[str, tuple[int, int]] = {}      # unit -> (accepts from, busy pc)
     ports = _BankPorts(cfg)
@@ -534,7 +534,7 @@ class _Chip:
         self.table = fabric.muxes(cfg)
         self.index = {m.name: m.index for m in self.table}
         self.dram = dram
-        self.cbuf = np.zeros((cfg.cbuf_depth, cfg.rows), dtype=np.int8)
+        self.cbuf = np.zeros((cfg.cbuf_physical_rows, cfg.rows), dtype=np.int8)
         self.acc = np.zeros((cfg.acc_depth, cfg.cols), dtype=np.int32)
         self.banks = np.zeros((2, cfg.rows, cfg.cols), dtype=np.int8)
         self.macs = self.rd_bytes = self.wr_bytes = 0

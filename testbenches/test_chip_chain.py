@@ -79,3 +79,31 @@ def test_seed_four_layer_figures_from_the_rtl_counters(runs):
     assert kept["ubuf_wr_bytes"] == kept["ubuf_rd_bytes"] == 2 * 2 * 2 * 8 * R
     # the first layer re-reads 2 input rows per boundary instead of 6
     assert base["dram_rd_bytes"] - kept["dram_rd_bytes"] == 2 * (6 - 2) * 8 * R
+
+
+#: The variant of seed 001 with the UBUF in its own SRAM: banks after the CBUF's
+#: rows, reached by crops and fetches only.
+OWN = CFG.replace(name="tiny-ubuf-sram", ubuf_base=CFG.cbuf_depth, ubuf_rows=256,
+                  ubuf_own_sram=True)
+OWN_CASES = {"seed_two_ubuf": (seed_two_layer, ChainChoice("crop_fetch", 8)),
+             "seed_four_fused": (seed_four_layer, ChainChoice("fused_crop", 8))}
+
+
+@pytest.fixture(scope="module")
+def own_runs():
+    compiled = {name: compile_network(OWN, make(), chain=choice)
+                for name, (make, choice) in OWN_CASES.items()}
+    results = run_many_on_rtl(OWN, [dict(program=c, name=n) for n, c in compiled.items()])
+    return {name: (compiled[name], res) for name, res in zip(compiled, results)}
+
+
+@pytest.mark.parametrize("case", list(OWN_CASES))
+def test_ubuf_in_its_own_sram(own_runs, runs, case):
+    """The same outputs, cycles and counters with the UBUF in SRAM of its own, and
+    the same as with it inside the CBUF."""
+    compiled, res = own_runs[case]
+    assert_outputs_match(OWN, compiled, res)
+    assert_matches_prediction(OWN, compiled, res)
+    inside = runs[case][1]
+    for name in ("dram_rd_bytes", "macs", "ubuf_wr_bytes", "ubuf_rd_bytes"):
+        assert res[name] == inside[name], name

@@ -54,6 +54,8 @@ class ChipConfig:
     imem_depth: int          # program memory, instructions
     ubuf_base: int = 0       # reserved overlap region (UBUF): a bank range of the CBUF,
     ubuf_rows: int = 0       # its first row and size (whole banks); 0 rows = no UBUF
+    ubuf_own_sram: bool = False  # the UBUF in banks of its own after the CBUF's rows
+                                 # (ubuf_base = cbuf_depth), reached by crops and fetches only
     max_config_updates_per_cycle: int = 4   # SETCFG pairs per instruction (<= isa.SETCFG_PAIRS)
     config_update_interval: int = 1         # SETCFG only on cycles that are multiples of this
     power_domain_budget: int = 2            # SETCFG pairs per power domain per instruction
@@ -111,7 +113,15 @@ class ChipConfig:
         if self.acc_depth % self.acc_banks or self.acc_bank_rows & (self.acc_bank_rows - 1):
             raise ConfigError(f"{self.name}: acc_depth {self.acc_depth} must be cut into "
                               f"acc_banks {self.acc_banks} banks of a power of two rows")
-        if self.ubuf_base + self.ubuf_rows > self.cbuf_depth:
+        if self.ubuf_own_sram and (self.ubuf_base != self.cbuf_depth or not self.ubuf_rows):
+            raise ConfigError(f"{self.name}: a UBUF in its own SRAM follows the CBUF's rows: "
+                              f"set ubuf_base = cbuf_depth ({self.cbuf_depth}) and "
+                              f"ubuf_rows > 0")
+        if self.cbuf_physical_rows > 1 << isa.CBUF_ADDR_BITS:
+            raise ConfigError(f"{self.name}: the CBUF and its UBUF have "
+                              f"{self.cbuf_physical_rows} rows, more than a "
+                              f"{isa.CBUF_ADDR_BITS}-bit address reaches")
+        if not self.ubuf_own_sram and self.ubuf_base + self.ubuf_rows > self.cbuf_depth:
             raise ConfigError(f"{self.name}: UBUF region [{self.ubuf_base}, "
                               f"{self.ubuf_base + self.ubuf_rows}) is outside the CBUF "
                               f"(depth {self.cbuf_depth}); move ubuf_base down or shrink "
@@ -185,6 +195,15 @@ class ChipConfig:
     def acc_row_words(self) -> int:
         """External-memory words in one accumulator row (cols int32 values)."""
         return 4 * self.cols // self.dram_word_bytes
+
+    @property
+    def cbuf_physical_rows(self) -> int:
+        """Rows of the CBUF's memories: its own, and the UBUF's in their own SRAM."""
+        return self.cbuf_depth + (self.ubuf_rows if self.ubuf_own_sram else 0)
+
+    @property
+    def cbuf_physical_banks(self) -> int:
+        return self.cbuf_physical_rows // self.cbuf_bank_rows
 
     @property
     def cbuf_bank_rows(self) -> int:

@@ -137,7 +137,7 @@ class _Builder:
 
     def __post_init__(self):
         cfg, rng = self.cfg, self.rng
-        self.cbuf = np.zeros(cfg.cbuf_depth, dtype=bool)
+        self.cbuf = np.zeros(cfg.cbuf_physical_rows, dtype=bool)
         self.acc = np.zeros(cfg.acc_depth, dtype=bool)
         # Locality: most programs work in windows of each memory, so that ops collide
         # on rows (hazards) and DRAM stores are read back by later loads.
