@@ -26,6 +26,7 @@ other axes are whole. Seed 001's worked example (two 16-row layers, 7x7 pad 3 th
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from .errors import CompileError
@@ -87,15 +88,21 @@ def sizes(in_size: int, layers: list[Axis]) -> list[int]:
 
 
 def plan(in_size: int, layers: list[Axis], outputs_per_pass: int, *,
-         ubuf: bool) -> list[list[Step]]:
+         ubuf: bool | Sequence[bool]) -> list[list[Step]]:
     """The chain's passes (each a list of steps, first layer first), the last layer's
-    output cut into bands of ``outputs_per_pass`` rows."""
+    output cut into bands of ``outputs_per_pass`` rows. ``ubuf``: whether each layer's
+    output rows are kept in the UBUF for later passes (one flag for all, or one per
+    layer); a layer whose output is not kept computes its halo rows again."""
     if not layers:
         raise CompileError("a chain needs at least one layer")
     if not isinstance(outputs_per_pass, int) or outputs_per_pass < 1:
         raise CompileError(f"outputs per pass must be a positive integer, not "
                            f"{outputs_per_pass!r}")
     size = sizes(in_size, layers)
+    keep = [bool(ubuf)] * len(layers) if isinstance(ubuf, bool) else [bool(u) for u in ubuf]
+    if len(keep) != len(layers):
+        raise CompileError(f"a chain of {len(layers)} layers needs {len(layers)} keep "
+                           f"flags, not {len(keep)}")
     done = [0] * len(layers)            # rows of each output computed so far (a prefix)
     passes: list[list[Step]] = []
     for lo in range(0, size[-1], outputs_per_pass):
@@ -103,11 +110,11 @@ def plan(in_size: int, layers: list[Axis], outputs_per_pass: int, *,
         steps: list[Step] = []
         for k in reversed(range(len(layers))):
             compute = need
-            if ubuf and compute is not None and compute[0] < done[k]:
+            if keep[k] and compute is not None and compute[0] < done[k]:
                 compute = (done[k], compute[1]) if compute[1] > done[k] else None
             reads = _reads(size[k], layers[k], compute)
             fetch = None
-            if ubuf and k > 0 and reads is not None and reads[0] < done[k - 1]:
+            if k > 0 and keep[k - 1] and reads is not None and reads[0] < done[k - 1]:
                 fetch = (reads[0], min(reads[1], done[k - 1]))
             steps.append(Step(k, compute, reads, fetch))
             if compute is not None:
@@ -115,7 +122,7 @@ def plan(in_size: int, layers: list[Axis], outputs_per_pass: int, *,
                 done[k] = max(done[k], compute[1])
             need = reads
         passes.append(steps[::-1])
-    return _with_crops(passes) if ubuf else passes
+    return _with_crops(passes) if any(keep) else passes
 
 
 def _reads(in_size: int, ax: Axis, compute: Rows | None) -> Rows | None:

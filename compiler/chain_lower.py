@@ -23,6 +23,7 @@ a fixed stride.
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
@@ -48,10 +49,12 @@ WEIGHTS = ("persistent", "stream")
 @dataclass(frozen=True)
 class ChainChoice:
     """How a chain runs; None leaves a choice to :func:`choose`. ``outputs_per_pass``:
-    rows of the last layer's output per pass."""
+    rows of the last layer's output per pass; ``keep``: per layer, whether its output's
+    halo rows are kept in the UBUF (else computed again in the next pass)."""
     strategy: str = "crop_fetch"
     outputs_per_pass: int | None = None
     weights: str | None = None
+    keep: tuple[bool, ...] | None = None
 
     def __post_init__(self):
         if self.strategy not in STRATEGIES:
@@ -60,6 +63,13 @@ class ChainChoice:
         if self.weights is not None and self.weights not in WEIGHTS:
             raise CompileError(f"chain weights {self.weights!r} is not one of "
                                f"{', '.join(WEIGHTS)}")
+        if self.keep is not None and (not isinstance(self.keep, tuple) or not all(
+                isinstance(k, bool) for k in self.keep)):
+            raise CompileError(f"chain keep must be a tuple of one bool per layer, not "
+                               f"{self.keep!r}")
+        if self.keep is not None and self.strategy == "baseline" and any(self.keep):
+            raise CompileError("the baseline strategy keeps nothing in the UBUF; choose "
+                               "crop_fetch or fused_crop to keep a layer's halo")
         if self.outputs_per_pass is not None and (
                 not isinstance(self.outputs_per_pass, int) or self.outputs_per_pass < 1):
             raise CompileError(f"outputs per pass must be a positive integer, not "
@@ -308,25 +318,38 @@ def choose(cfg: ChipConfig, jobs: list[Job], want: ChainChoice, half_rows: int
     counts = [want.outputs_per_pass] if want.outputs_per_pass else \
         list(range(Ho, 0, -1))
     kinds = [want.weights] if want.weights else list(WEIGHTS)
+    L = len(jobs)
+    if want.keep is not None:
+        if len(want.keep) != L:
+            raise CompileError(f"chain keep has {len(want.keep)} flags for {L} layers")
+        keeps = [want.keep]
+    elif ubuf:                        # every way of keeping some layer's halo
+        keeps = [combo + (False,) for combo in itertools.product((True, False),
+                                                                 repeat=L - 1)
+                 if any(combo)] or [(False,) * L]
+    else:
+        keeps = [(False,) * L]
     fit_error = halo_error = None     # the smallest pass that does not fit, or why
     best = None                       # no pass keeps its halo
     for per in counts:
-        passes = chain.plan(H, _axes(jobs), per, ubuf=ubuf)
-        try:
-            if ubuf:
-                _check_fetches(jobs, passes)
-        except CompileError as e:
-            halo_error = halo_error or e
-            continue
-        for weights in kinds:
+        for keep in keeps:
+            passes = chain.plan(H, _axes(jobs), per, ubuf=keep)
             try:
-                bufs = _layout(cfg, jobs, passes, weights, half_rows, want.strategy)
+                _check_fetches(jobs, passes)
             except CompileError as e:
-                fit_error = e
+                halo_error = halo_error or e
                 continue
-            cost = (*estimate(cfg, jobs, passes, weights, bufs, half_rows), len(passes))
-            if best is None or cost < best[0]:
-                best = (cost, ChainChoice(want.strategy, per, weights), passes, bufs)
+            for weights in kinds:
+                try:
+                    bufs = _layout(cfg, jobs, passes, weights, half_rows, want.strategy)
+                except CompileError as e:
+                    fit_error = e
+                    continue
+                cost = (*estimate(cfg, jobs, passes, weights, bufs, half_rows),
+                        len(passes))
+                if best is None or cost < best[0]:
+                    best = (cost, ChainChoice(want.strategy, per, weights, keep), passes,
+                            bufs)
     if best is None:
         raise fit_error or halo_error
     return best[1:]

@@ -25,6 +25,8 @@ CASES = {
     "seed_four_baseline": (seed_four_layer, ChainChoice("baseline", 8)),
     "seed_four_ubuf": (seed_four_layer, ChainChoice("crop_fetch", 8)),
     "seed_two_fused": (seed_two_layer, ChainChoice("fused_crop", 8)),
+    "seed_four_keep_first": (seed_four_layer,
+                             ChainChoice("fused_crop", 8, keep=(True, False, False))),
     "seed_four_fused": (seed_four_layer, ChainChoice("fused_crop", 8)),
     "random3_fused": (lambda: random_chain(3), ChainChoice("fused_crop", 8)),
     "seed_two_ubuf_streamed_weights": (lambda: seed_two_layer(channels=12, seed=1),

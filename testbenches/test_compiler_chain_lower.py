@@ -101,6 +101,26 @@ def multi_pass(graph, Ho: int) -> int:
     return Ho
 
 
+def test_a_layer_may_keep_its_halo_while_another_recomputes():
+    """Per layer: the first layer keeps its output's halo, the second computes it
+    again; every MAC count lies between the baseline's and the all-kept chain's."""
+    graph = seed_four_layer()
+    want = reference.outputs(graph)[graph.outputs[0]]
+    runs = {keep: run(graph, ChainChoice("crop_fetch", 8, keep=keep))
+            for keep in [(True, True, False), (True, False, False), (False, True, False)]}
+    _, base, _ = run(graph, ChainChoice("baseline", 8))
+    for keep, (compiled, gold, out) in runs.items():
+        np.testing.assert_array_equal(out, want, err_msg=str(keep))
+        assert compiled.chain.choice.keep == keep
+    both, first = runs[(True, True, False)][1], runs[(True, False, False)][1]
+    assert both.macs < first.macs < base.macs
+    # only the first layer's output goes through the UBUF: 4 rows per boundary, as
+    # the second layer recomputes its own 2 halo rows from 2 more of them
+    assert first.ubuf_bytes_written == 2 * 4 * 8 * R
+    with pytest.raises(CompileError, match="keeps nothing in the UBUF"):
+        ChainChoice("baseline", keep=(True, False, False))
+
+
 @pytest.mark.parametrize("seed", range(10))
 def test_random_chains_equal_numpy_and_the_baseline(seed):
     graph = random_chain(seed)
