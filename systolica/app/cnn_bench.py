@@ -91,6 +91,10 @@ def network_record(cfg: ChipConfig, graph: Graph, name: str) -> dict:
         "dram_bytes": compiled.dram_bytes_read + compiled.dram_bytes_written,
         "fetch_rd_bytes": compiled.fetch_bytes_read,     # the program, read as it runs
         "min_bytes": sum(l["min_bytes"] for l in layers),
+        "dram_ratio_to_min": (compiled.dram_bytes_read + compiled.dram_bytes_written)
+        / sum(l["min_bytes"] for l in layers),
+        # layer by layer, every tile re-reads its halo: nothing goes through the UBUF
+        "strategy": "layer_by_layer", "ubuf_bytes": compiled.ubuf_bytes_written,
         "compile_seconds": compile_s,
         "compile_phase_seconds": compiled.phase_seconds,   # where the compile time goes
         "targets": {"conv_mac_weighted_utilization": 0.95,
