@@ -38,7 +38,7 @@ def test_version_comes_from_the_package_metadata(capsys):
 @pytest.mark.parametrize("command", ["sim", "compile", "schedule"])
 def test_config_lists_its_choices(command, capsys):
     status, out, _ = run([command, "--help"], capsys)
-    assert status == 0 and "--config {base,tiny}" in out
+    assert status == 0 and "--config {base,tiny,ulx3s}" in out
 
 
 def test_compile_then_disasm_round_trip(tmp_path, capsys):
