@@ -5,6 +5,8 @@ and speaks to the chip with the same link driver and board flow a real board get
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 
 import cocotb
@@ -24,7 +26,8 @@ from systolica.firmware.driver import ChipTimeout, Driver
 from systolica.firmware.link import LinkBus, LinkRejected, LinkTimeout
 from tb_base import CLOCK_NS
 
-CFG = preset("tiny")
+#: The chip preset, chosen by the pytest side (``test_fpga_top.py``).
+CFG = preset(os.environ.get("FPGA_TOP_CONFIG", "tiny"))
 #: A few clocks per bit keep the simulation short; the idle timeout is ten bytes.
 LINK = LinkTiming(clock_hz=1_000_000_000 // CLOCK_NS, divisor=4, idle_timeout=400)
 LED_RUNNING, LED_DONE, LED_FAULT = 1, 2, 4

@@ -9,6 +9,7 @@ import pytest
 
 import tb_fpga_top
 from blocks import run_block
+from systolica.arch.config import preset
 from systolica.rtl.fpga.top import FpgaTop
 from systolica.sim import rtlsim, verilated
 
@@ -17,15 +18,25 @@ pytestmark = pytest.mark.rtl
 TOP = "fpga_top"
 
 
-@pytest.fixture(scope="module")
-def fpga_top_build():
-    cfg = tb_fpga_top.CFG
+def build(config: str):
+    cfg = preset(config)
     return verilated.build(verilated.component(
         TOP, partial(FpgaTop, cfg=cfg, link=tb_fpga_top.LINK), label=f"fpga-top-{cfg.key}",
         public="top", build_args=tuple(rtlsim.BUILD_ARGS),
         make_variables=rtlsim.MAKE_VARIABLES))
 
 
+def run(config: str, case: str):
+    run_block(build(config), TOP, "tb_fpga_top", testcase=case,
+              extra_env={"FPGA_TOP_CONFIG": config})
+
+
 @pytest.mark.parametrize("case", ["gemm_runs", "link_errors", "chip_reset"])
-def test_fpga_top(fpga_top_build, case):
-    run_block(fpga_top_build, TOP, "tb_fpga_top", testcase=case)
+def test_fpga_top(case):
+    run(tb_fpga_top.CFG.name, case)
+
+
+@pytest.mark.regress
+@pytest.mark.parametrize("config", ["ulx3s"])
+def test_fpga_top_of_each_boards_preset(config):
+    run(config, "gemm_runs")

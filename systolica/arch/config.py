@@ -228,9 +228,10 @@ PRESETS = {
                        ubuf_base=7680, ubuf_rows=512),
     # tiny's array on the ULX3S 85F (ECP5, systolica.arch.boards): each CBUF bank fills
     # one 18 Kbit block RAM (2048 x 8), 64 in all; the DRAM is 64 more (128 KiB),
-    # the program memory 15; the ACC's 16-row banks are LUT RAM.
+    # the program memory 15. The ACC has 4 banks, not tiny's 16: its crossbar
+    # multiplexes 256-bit rows, and 16 banks of them cost some 17,000 LUTs.
     "ulx3s": ChipConfig(name="ulx3s", tile_rows=2, tile_cols=2, tile_size=4,
-                        cbuf_depth=16384, cbuf_banks=8, acc_depth=256, acc_banks=16,
+                        cbuf_depth=16384, cbuf_banks=8, acc_depth=256, acc_banks=4,
                         dram_words=16384, imem_depth=2048,
                         ubuf_base=15360, ubuf_rows=1024),
 }
