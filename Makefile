@@ -11,7 +11,13 @@ WORKERS  ?= auto
 SIM_FLAGS := $(if $(filter 1 yes true,$(WAVES)),--waves)
 unexport WAVES
 
-.PHONY: venv sim test test-fast regress bench clean distclean
+BOARD    ?= ulx3s
+CONFIG   ?=
+# The FPGA tools (yowasp WebAssembly builds) and board definitions: only `bitstream`
+# installs them, `make test` never needs them.
+FPGA_STAMP := $(VENV)/.installed-fpga
+
+.PHONY: venv sim test test-fast regress bench bitstream clean distclean
 
 venv: $(STAMP)
 
@@ -39,6 +45,14 @@ regress: $(STAMP)
 bench: $(STAMP)
 	mkdir -p build
 	$(VENV)/bin/systolica bench --out build/bench.json
+
+$(FPGA_STAMP): $(STAMP)
+	$(VENV)/bin/pip install -e '.[dev,fpga]'
+	touch $@
+
+# The bitstream, the place-and-route log and report.json in build/fpga/$(BOARD)/.
+bitstream: $(FPGA_STAMP)
+	$(VENV)/bin/python -m systolica.app.bitstream --board $(BOARD) $(if $(CONFIG),--config $(CONFIG))
 
 clean:
 	rm -rf build sim_build .pytest_cache

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..arch.boards import BOARDS
 from ..arch.config import PRESETS
 
 #: Exit status for anything wrong with the input (argparse uses it too).
@@ -409,6 +410,18 @@ def cmd_schedule(args) -> int:
     return 0
 
 
+def cmd_run(args) -> int:
+    from ..arch.boards import board
+    from ..arch.config import preset
+    from ..firmware.link import LinkError
+    from .board import run_on_port
+    net = _network(args, preset(board(args.board).config))
+    try:
+        return run_on_port(args.port, args.board, net)
+    except (LinkError, RuntimeError) as exc:
+        raise UsageError(f"{args.port}: {exc}") from None
+
+
 def parser() -> argparse.ArgumentParser:
     configs = sorted(PRESETS)
     top = _Parser(prog="systolica", description=__doc__.split("\n\n")[0],
@@ -444,6 +457,17 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--weights", choices=("persistent", "stream"),
                    help="weights loaded once or streamed (default: the cost model's)")
     p.set_defaults(func=cmd_chain)
+    p = sub.add_parser("run", help="run a GEMM or the demo on a board through its serial "
+                                   "port (after `make bitstream` and programming it)")
+    p.add_argument("--port", required=True, help="the board's serial port, e.g. /dev/ttyUSB0")
+    p.add_argument("--board", default="ulx3s", choices=sorted(BOARDS),
+                   help="the board (default ulx3s)")
+    p.add_argument("--gemm", type=_shape, metavar="MxKxN",
+                   help="run one MxKxN int8 GEMM instead of the demo")
+    p.add_argument("--demo", choices=("cnn", "mlp"), default="cnn",
+                   help="the demo network: the small CNN (default) or the MLP")
+    p.add_argument("--seed", type=_seed, default=0, help="random data for --gemm")
+    p.set_defaults(func=cmd_run)
     p = sub.add_parser("bench", help="benchmark GEMMs and the demo; write JSON records")
     p.add_argument("--out", default="build/bench.json", metavar="FILE")
     p.set_defaults(func=cmd_bench)

@@ -255,6 +255,15 @@ PRESETS = {
                        cbuf_depth=8192, cbuf_banks=32, acc_depth=1024, acc_banks=32,
                        dram_words=1 << 22, imem_depth=4096,     # 64 MiB
                        ubuf_base=7168, ubuf_rows=1024),
+    # tiny's array on the ULX3S 85F (ECP5, systolica.arch.boards): each CBUF bank fills
+    # one 18 Kbit block RAM (2048 x 8), 64 in all; the DRAM is 64 more (128 KiB),
+    # the program memory 15. The ACC has 4 banks, not tiny's 16: its crossbar
+    # multiplexes 256-bit rows, and 16 banks of them cost some 17,000 LUTs. The UBUF
+    # is the last bank.
+    "ulx3s": ChipConfig(name="ulx3s", tile_rows=2, tile_cols=2, tile_size=4,
+                        cbuf_depth=16384, cbuf_banks=8, acc_depth=256, acc_banks=4,
+                        dram_words=16384, imem_depth=2048,
+                        ubuf_base=14336, ubuf_rows=2048),
 }
 
 

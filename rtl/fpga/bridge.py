@@ -1,0 +1,241 @@
+"""The host link's bridge: requests from the UART to the chip's register bus and to
+the DRAM, responses back (:mod:`systolica.arch.link` defines the frames)."""
+
+from amaranth.hdl import Cat, Const, Module, Mux, Signal
+from amaranth.lib import stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from systolica.arch import link, regs
+from systolica.arch.config import ChipConfig
+from systolica.arch.link import Command, Status
+from systolica.arch.regs import Reg
+
+from ..ports import DramMaster, check_config
+
+
+def crc8_next(crc, byte):
+    """The CRC of :func:`systolica.arch.link.crc8_byte` after ``byte``, as logic. The
+    CRC is linear in ``crc ^ byte``: each output bit is the XOR of the input bits
+    whose own CRC has that bit set."""
+    value = crc ^ byte
+    columns = [link.crc8_byte(0, 1 << i) for i in range(8)]
+    return Cat(*(Cat(*(value[i] for i in range(8) if columns[i] >> j & 1)).xor()
+                 for j in range(8)))
+
+
+class LinkBridge(wiring.Component):
+    """Turns requests arriving on ``rx`` into register and DRAM accesses and sends
+    the responses on ``tx``.
+
+    Members: ``rx`` / ``tx`` (byte streams from and to the UART); the register bus
+    master (``reg_addr``, ``reg_wdata``, ``reg_we``, ``reg_rdata``; between requests
+    ``reg_addr`` is ``STATUS``, whose low bits ``status`` holds, a cycle late:
+    running, done, error); ``dram`` (a :class:`~systolica.rtl.ports.DramMaster` on
+    the DRAM, used only while the chip is not running); ``chip_reset`` (one cycle, on
+    ``RESET``). ``idle_timeout`` is the quiet time, in clock cycles, after which a
+    request that broke off is answered ``TIMEOUT`` and after which the line is read
+    again once an error was answered.
+    """
+
+    def __init__(self, *, cfg: ChipConfig, idle_timeout: int):
+        self.cfg = check_config(cfg, "LinkBridge")
+        if not isinstance(idle_timeout, int) or isinstance(idle_timeout, bool) \
+                or idle_timeout < 16:
+            raise TypeError(f"LinkBridge idle_timeout must be an integer of at least 16 "
+                            f"clock cycles, not {idle_timeout!r}")
+        self.idle_timeout = idle_timeout
+        super().__init__({
+            "rx": In(stream.Signature(8, always_ready=True)),
+            "tx": Out(stream.Signature(8)),
+            "reg_addr": Out(regs.ADDR_BITS), "reg_wdata": Out(32), "reg_we": Out(1),
+            "reg_rdata": In(32), "status": Out(3),
+            "dram": Out(DramMaster.of(cfg)),
+            "chip_reset": Out(1),
+        })
+
+    def elaborate(self, platform):
+        # One request at a time: hunt for the sync byte, take the header and check its
+        # CRC, execute (a DRAM write takes its data word by word, writing each as it
+        # completes), then answer: sync, status, length, the data (a register, the
+        # INFO bytes, or DRAM words read one at a time), CRC. After an error answer the
+        # line is drained until quiet, so the rest of a rejected frame is never taken
+        # for a new one.
+        m = Module()
+        cfg = self.cfg
+        wb = cfg.dram_word_bytes
+        max_words = link.max_transfer_words(wb)
+        byte = self.rx.payload
+        got = self.rx.valid
+
+        header = Signal(8 * link.HEADER_FIELDS)
+        command, addr, arg = header[:8], header[8:40], header[40:72]
+        crc = Signal(8)
+        count = Signal(range(max(link.HEADER_FIELDS, wb, link.INFO_BYTES) + 1))
+        cur = Signal.like(self.dram.addr)
+        left = Signal(range(max_words + 1))
+        word = Signal(max(8 * wb, 8 * link.INFO_BYTES))
+        status = Signal(Status)
+        length = Signal(16)
+        drain = Signal()                       # drain the line after this answer
+        from_dram = Signal()                   # the answer's data are DRAM words
+
+        quiet = Signal(range(self.idle_timeout + 1))
+        with m.If(got):
+            m.d.sync += quiet.eq(0)
+        with m.Elif(quiet != self.idle_timeout):
+            m.d.sync += quiet.eq(quiet + 1)
+        timed_out = quiet == self.idle_timeout
+
+        # Between requests the register bus shows STATUS.
+        reg_access = Signal()
+        m.d.comb += self.reg_addr.eq(Mux(reg_access, addr[:regs.ADDR_BITS], Reg.STATUS))
+        with m.If(~reg_access):
+            m.d.sync += self.status.eq(self.reg_rdata[:3])
+        running = self.status[0]
+
+        def answer(code, *, size=0, dram=False, drain_after=False):
+            m.d.sync += [status.eq(code), length.eq(size), from_dram.eq(dram),
+                         drain.eq(drain_after)]
+            m.next = "SYNC"
+
+        def send(value, next_state=None, *, checked=True):
+            """Offer ``value`` to the UART; once taken, go to ``next_state`` and (if
+            ``checked``) add it to the answer's CRC."""
+            m.d.comb += [self.tx.valid.eq(1), self.tx.payload.eq(value)]
+            with m.If(self.tx.ready):
+                if checked:
+                    m.d.sync += crc.eq(crc8_next(crc, value))
+                if next_state is not None:
+                    m.next = next_state
+
+        with m.FSM():
+            with m.State("HUNT"):
+                with m.If(got & (byte == link.REQUEST_SYNC)):
+                    m.d.sync += [count.eq(0), crc.eq(0)]
+                    m.next = "HEADER"
+
+            with m.State("HEADER"):
+                with m.If(got):
+                    with m.If(count == link.HEADER_FIELDS):
+                        with m.If(byte == crc):
+                            m.next = "EXEC"
+                        with m.Else():
+                            answer(Status.BAD_CRC, drain_after=True)
+                    with m.Else():
+                        m.d.sync += [header.eq(Cat(header[8:], byte)),
+                                     crc.eq(crc8_next(crc, byte)), count.eq(count + 1)]
+                with m.Elif(timed_out):
+                    answer(Status.TIMEOUT)
+
+            with m.State("EXEC"):
+                is_dram = (command == Command.DRAM_WRITE) | (command == Command.DRAM_READ)
+                dram_end = addr + arg          # 33 bits: no wrap
+                m.d.sync += [cur.eq(addr), left.eq(arg), crc.eq(0), count.eq(0)]
+                with m.If(is_dram & ((arg == 0) | (arg > max_words))):
+                    answer(Status.BAD_LENGTH, drain_after=True)
+                with m.Elif(is_dram & (dram_end > cfg.dram_words)):
+                    answer(Status.BAD_RANGE, drain_after=True)
+                with m.Elif(is_dram & running):
+                    answer(Status.BUSY, drain_after=True)
+                with m.Elif(((command == Command.REG_WRITE) | (command == Command.REG_READ))
+                            & (addr >= 1 << regs.ADDR_BITS)):
+                    answer(Status.BAD_RANGE, drain_after=True)
+                with m.Else():
+                    with m.Switch(command):
+                        with m.Case(Command.REG_WRITE):
+                            m.d.comb += [reg_access.eq(1), self.reg_we.eq(1),
+                                         self.reg_wdata.eq(arg)]
+                            answer(Status.OK)
+                        with m.Case(Command.REG_READ):
+                            m.d.comb += reg_access.eq(1)
+                            m.d.sync += word.eq(self.reg_rdata)
+                            answer(Status.OK, size=4)
+                        with m.Case(Command.DRAM_WRITE):
+                            m.next = "WDATA"
+                        with m.Case(Command.DRAM_READ):
+                            answer(Status.OK, size=(arg * wb)[:16], dram=True)
+                        with m.Case(Command.RESET):
+                            m.d.comb += self.chip_reset.eq(1)
+                            answer(Status.OK)
+                        with m.Case(Command.INFO):
+                            m.d.sync += word.eq(Cat(Const(link.VERSION, 8), Const(wb, 8),
+                                                    Const(cfg.dram_words, 32)))
+                            answer(Status.OK, size=link.INFO_BYTES)
+                        with m.Default():
+                            answer(Status.BAD_COMMAND, drain_after=True)
+
+            with m.State("WDATA"):
+                with m.If(got):
+                    full = Cat(word[8:8 * wb], byte)
+                    m.d.sync += [word.eq(full), crc.eq(crc8_next(crc, byte)),
+                                 count.eq(count + 1)]
+                    with m.If(count == wb - 1):
+                        m.d.comb += [self.dram.we.eq(1), self.dram.addr.eq(cur),
+                                     self.dram.wdata.eq(full)]
+                        m.d.sync += [cur.eq(cur + 1), left.eq(left - 1), count.eq(0)]
+                        with m.If(left == 1):
+                            m.next = "WCRC"
+                with m.Elif(timed_out):
+                    answer(Status.TIMEOUT)
+
+            with m.State("WCRC"):
+                with m.If(got):
+                    with m.If(byte == crc):
+                        answer(Status.OK)
+                    with m.Else():
+                        answer(Status.BAD_CRC, drain_after=True)
+                with m.Elif(timed_out):
+                    answer(Status.TIMEOUT)
+
+            # The answer; ``crc`` restarts with the status byte.
+            with m.State("SYNC"):
+                m.d.sync += [crc.eq(0), count.eq(0)]
+                send(link.RESPONSE_SYNC, "STATUS", checked=False)
+            with m.State("STATUS"):
+                send(status, "LEN0")
+            with m.State("LEN0"):
+                send(length[:8], "LEN1")
+            with m.State("LEN1"):
+                send(length[8:])
+                with m.If(self.tx.ready):
+                    with m.If(from_dram):
+                        m.next = "DREAD"
+                    with m.Elif(length != 0):
+                        m.next = "WORD"
+                    with m.Else():
+                        m.next = "CRC"
+            with m.State("WORD"):
+                send(word[:8])
+                with m.If(self.tx.ready):
+                    m.d.sync += [word.eq(word >> 8), count.eq(count + 1)]
+                    with m.If(count == length - 1):
+                        m.next = "CRC"
+            with m.State("DREAD"):
+                m.d.comb += [self.dram.re.eq(1), self.dram.addr.eq(cur)]
+                m.d.sync += cur.eq(cur + 1)
+                m.next = "DWAIT"
+            with m.State("DWAIT"):
+                m.d.sync += [word.eq(self.dram.rdata), count.eq(0)]
+                m.next = "DSEND"
+            with m.State("DSEND"):
+                send(word[:8])
+                with m.If(self.tx.ready):
+                    m.d.sync += [word.eq(word >> 8), count.eq(count + 1)]
+                    with m.If(count == wb - 1):
+                        m.d.sync += left.eq(left - 1)
+                        with m.If(left == 1):
+                            m.next = "CRC"
+                        with m.Else():
+                            m.next = "DREAD"
+            with m.State("CRC"):
+                send(crc, checked=False)
+                with m.If(self.tx.ready):
+                    with m.If(drain):
+                        m.next = "DRAIN"
+                    with m.Else():
+                        m.next = "HUNT"
+
+            with m.State("DRAIN"):
+                with m.If(timed_out):
+                    m.next = "HUNT"
+        return m

@@ -1,0 +1,70 @@
+"""The chip as an FPGA sees it: the chip, its external memory in block RAM, and the
+UART host link, with three status lights."""
+
+from amaranth.hdl import Module, Mux, ResetInserter
+from amaranth.lib import memory, wiring
+from amaranth.lib.wiring import In, Out, connect
+
+from systolica.arch.config import ChipConfig
+from systolica.arch.link import LinkTiming
+
+from ..chip import Chip
+from ..ports import check_config
+from .bridge import LinkBridge
+from .uart import UartRx, UartTx
+
+
+class FpgaTop(wiring.Component):
+    """The chip of ``cfg`` behind a UART host link (:mod:`systolica.arch.link`).
+
+    Ports: ``rx`` and ``tx`` (the UART lines at ``link.divisor`` clocks per bit), ``leds``
+    (bit 0 running, bit 1 done, bit 2 fault: the chip's ``STATUS``, so done and fault
+    stay lit until the host acknowledges the interrupt). The DRAM is one memory of
+    ``cfg.dram_words`` words; the bridge reaches it only while the chip is stopped,
+    and the chip has priority. ``link`` also gives the bridge's idle timeout.
+    """
+
+    rx: In(1, init=1)
+    tx: Out(1, init=1)
+    leds: Out(3)
+
+    def __init__(self, *, cfg: ChipConfig, link: LinkTiming):
+        self.cfg = check_config(cfg, "FpgaTop")
+        if not isinstance(link, LinkTiming):
+            raise TypeError(f"FpgaTop link must be a LinkTiming, not {link!r}")
+        self.link = link
+        super().__init__()
+
+    def elaborate(self, platform):
+        # The bridge's RESET resets the chip alone: the link and the DRAM keep going.
+        # One port pair on the DRAM (one read, one write, one address) keeps it a
+        # simple dual-port block RAM on every FPGA family; the chip reads and writes
+        # at one address anyway.
+        m = Module()
+        cfg = self.cfg
+        m.submodules.uart_rx = rx = UartRx(divisor=self.link.divisor)
+        m.submodules.uart_tx = tx = UartTx(divisor=self.link.divisor)
+        m.submodules.bridge = bridge = LinkBridge(cfg=cfg, idle_timeout=self.link.idle_timeout)
+        chip = Chip(cfg=cfg)
+        m.submodules.chip = ResetInserter(bridge.chip_reset)(chip)
+        m.submodules.dram = dram = memory.Memory(shape=8 * cfg.dram_word_bytes,
+                                                 depth=cfg.dram_words, init=[])
+        rd, wr = dram.read_port(), dram.write_port()
+
+        m.d.comb += [rx.rx.eq(self.rx), self.tx.eq(tx.tx)]
+        connect(m, rx.data, bridge.rx)
+        connect(m, bridge.tx, tx.data)
+
+        m.d.comb += [chip.reg_addr.eq(bridge.reg_addr), chip.reg_wdata.eq(bridge.reg_wdata),
+                     chip.reg_we.eq(bridge.reg_we), bridge.reg_rdata.eq(chip.reg_rdata),
+                     self.leds.eq(bridge.status)]
+
+        chip_access = chip.mem_re | chip.mem_we
+        addr = Mux(chip_access, chip.mem_addr, bridge.dram.addr)
+        in_range = addr < cfg.dram_words     # the chip faults on an address past the end
+        m.d.comb += [rd.addr.eq(addr), rd.en.eq(chip.mem_re | bridge.dram.re),
+                     wr.addr.eq(addr),
+                     wr.en.eq((chip.mem_we | bridge.dram.we) & in_range),
+                     wr.data.eq(Mux(chip_access, chip.mem_wdata, bridge.dram.wdata)),
+                     chip.mem_rdata.eq(rd.data), bridge.dram.rdata.eq(rd.data)]
+        return m

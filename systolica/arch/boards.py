@@ -1,0 +1,43 @@
+"""The FPGA boards the chip is built for: which preset, which clock, how fast the
+host link runs. The bitstream build (:mod:`systolica.app.bitstream`) and the host
+(``systolica run --port``) read the same entry, so both sides agree on the link."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .link import LinkTiming
+
+
+@dataclass(frozen=True, kw_only=True)
+class Board:
+    """One board: ``platform`` (``module:class`` of its amaranth-boards platform),
+    ``family`` (``ecp5``), ``config`` (the chip preset built for it),
+    ``input_hz`` (the board's oscillator) and ``link`` (the chip's clock, generated
+    from it by a PLL, and the UART)."""
+
+    name: str
+    platform: str
+    family: str
+    config: str
+    input_hz: int
+    link: LinkTiming
+
+    @property
+    def clock_hz(self) -> int:
+        return self.link.clock_hz
+
+
+BOARDS = {
+    # 25 MHz oscillator, PLL to 50 MHz; the FT231X bridge does 2 Mbaud exactly
+    # (3 MHz / 1.5), 25 clocks per bit. A request that stops for 20 ms is dropped.
+    "ulx3s": Board(name="ulx3s", platform="amaranth_boards.ulx3s:ULX3S_85F_Platform",
+                   family="ecp5", config="ulx3s", input_hz=25_000_000,
+                   link=LinkTiming(clock_hz=50_000_000, divisor=25, idle_timeout=1_000_000)),
+}
+
+
+def board(name: str) -> Board:
+    if name in BOARDS:
+        return BOARDS[name]
+    raise ValueError(f"unknown board {name!r}; choose one of {', '.join(sorted(BOARDS))}")
