@@ -221,6 +221,15 @@ class _Rows:
             np.maximum.at(self.last, where, c)
 
 
+    def moved(self, off: int) -> _Rows:
+        """The rows of the same touch with every address moved by `off`."""
+        rows = _Rows.__new__(_Rows)
+        rows.lo, rows.hi, rows.first, rows.last = self.lo + off, self.hi + off, \
+            self.first, self.last
+        rows.at = slice(rows.lo, rows.hi) if isinstance(self.at, slice) else self.at + off
+        return rows
+
+
 def _rows(touch: Touch) -> _Rows | None:
     """The touch prepared for the scoreboard's fast paths, None if it is empty."""
     return _Rows(touch) if len(touch.addrs) else None
@@ -238,9 +247,9 @@ def _port_runs(cycles: np.ndarray) -> list[tuple[int, int]]:
             zip(np.concatenate(([0], cut + 1)), np.concatenate((cut, [len(c) - 1])))]
 
 
-def _range_fault(cfg: ChipConfig, ins: isa.Instr) -> str | None:
+def _range_fault(cfg: ChipConfig, op: Opcode, fields: dict) -> str | None:
     """The ADDR_RANGE rule: every range non-empty and inside its memory."""
-    for r in instructions.ranges(cfg, ins.op, ins.fields):
+    for r in instructions.ranges(cfg, op, fields):
         if not r.nonempty:
             return (f"its {r.memory} range is empty (rows = 0)" if r.memory in
                     ("cbuf", "acc", "dram") else f"its {r.memory} fields name nothing "
@@ -249,6 +258,25 @@ def _range_fault(cfg: ChipConfig, ins: isa.Instr) -> str | None:
             return (f"its {r.memory} range [{r.lo}, {r.hi}) runs past the end of that "
                     f"memory ({r.bound} rows)")
     return None
+
+
+def _moved(prepared: tuple, memory: str, off: int) -> tuple:
+    """What ``check`` prepares for an instruction (see its ``decided``), for the
+    instruction whose addresses of `memory` are all `off` further on."""
+    legal, fault, fx, last, reads, writes, port_runs, dram_writes, bank_uses, muxes = \
+        prepared
+    new: dict[int, tuple[Touch, _Rows | None]] = {}
+    for _, tc, rows in reads + writes:
+        if tc.resource == memory:
+            new[id(tc)] = (Touch(memory, tc.addrs + off, tc.cycles, tc.forward),
+                           rows and rows.moved(off))
+    reads = tuple((board, *new.get(id(tc), (tc, rows))) for board, tc, rows in reads)
+    writes = tuple((board, *new.get(id(tc), (tc, rows))) for board, tc, rows in writes)
+    fx = Effects(fx.accept, [tc for _, tc, _ in reads], [tc for _, tc, _ in writes],
+                 fx.muxes)
+    dram_writes = tuple(new.get(id(tc), (tc, rows)) for tc, rows in dram_writes)
+    return (legal, fault, fx, last, reads, writes, port_runs, dram_writes, bank_uses,
+            muxes)
 
 
 def _table_fault(cfg: ChipConfig, ins: isa.Instr) -> str | None:
@@ -426,29 +454,53 @@ def check(cfg: ChipConfig, program: list[isa.Instr], prog_addr: int | None = Non
     # With the effects: each touch with its board and its rows prepared, the runs of
     # DRAM port cycles, the bank ports and the multiplexer windows, relative to issue.
     known: dict[tuple, tuple] = {}
+    # An instruction with an address field that only moves it (``moves`` in its
+    # entry; a DMA's ``dram_addr``) is prepared once with that field at 0, with the
+    # room its ranges of that memory leave (None: it faults there or is illegal), and
+    # each instance is that, moved.
+    at_zero: dict[tuple, tuple[tuple, int | None]] = {}
+
+    def prepare(op: Opcode, fields: dict) -> tuple:
+        entry = instructions.SPEC.get(op)
+        legal = entry is not None and instructions.legal(cfg, op, fields)
+        fault_ = _range_fault(cfg, op, fields) if legal else None
+        fx_ = entry.effects(cfg, fields) if legal and not fault_ else None
+        if fx_ is None:
+            return (legal, fault_, None, 0, (), (), [], (), (), None)
+        dram = [tc for tc in fx_.reads + fx_.writes if tc.resource == "dram"]
+        return (
+            legal, fault_, fx_, fx_.last,
+            tuple((boards[tc.resource], tc, _rows(tc)) for tc in fx_.reads),
+            tuple((boards[tc.resource], tc, _rows(tc)) for tc in fx_.writes),
+            [run for tc in dram for run in _port_runs(tc.cycles)],
+            tuple((tc, _rows(tc)) for tc in fx_.writes
+                  if tc.resource == "dram" and len(tc.addrs)),
+            tuple(((u.memory, u.mode, u.bank), u.first, u.last)
+                  for u in entry.bank_ports(cfg, fields, fx_)),
+            _mux_windows(fx_, mux_index))
 
     def decided(ins: isa.Instr):
+        entry = instructions.SPEC.get(ins.op)
+        if entry is not None and entry.moves is not None:
+            name, memory = entry.moves
+            key = (ins.op, tuple((k, 0 if k == name else v) for k, v in ins.fields.items()))
+            got = at_zero.get(key)
+            if got is None:
+                fields = dict(key[1])
+                got = prepare(ins.op, fields)
+                room = None
+                if got[0] and not got[1]:
+                    room = min(r.bound - r.hi for r in
+                               instructions.ranges(cfg, ins.op, fields) if r.memory == memory)
+                got = at_zero[key] = (got, room)
+            base, room = got
+            off = ins.fields.get(name, 0)
+            if room is not None and off <= room:
+                return _moved(base, memory, off)
         key = (ins.op, tuple(ins.fields.items()))
         got = known.get(key)
         if got is None:
-            entry = instructions.SPEC.get(ins.op)
-            legal = entry is not None and instructions.legal(cfg, ins.op, ins.fields)
-            fault_ = _range_fault(cfg, ins) if legal else None
-            fx_ = entry.effects(cfg, ins.fields) if legal and not fault_ else None
-            if fx_ is None:
-                got = known[key] = (legal, fault_, None, 0, (), (), [], (), (), None)
-            else:
-                dram = [tc for tc in fx_.reads + fx_.writes if tc.resource == "dram"]
-                got = known[key] = (
-                    legal, fault_, fx_, fx_.last,
-                    tuple((boards[tc.resource], tc, _rows(tc)) for tc in fx_.reads),
-                    tuple((boards[tc.resource], tc, _rows(tc)) for tc in fx_.writes),
-                    [run for tc in dram for run in _port_runs(tc.cycles)],
-                    tuple((tc, _rows(tc)) for tc in fx_.writes
-                          if tc.resource == "dram" and len(tc.addrs)),
-                    tuple(((u.memory, u.mode, u.bank), u.first, u.last)
-                          for u in entry.bank_ports(cfg, ins.fields, fx_)),
-                    _mux_windows(fx_, mux_index))
+            got = known[key] = prepare(ins.op, ins.fields)
         return got
 
     for pc, ins in enumerate(program):
