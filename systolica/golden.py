@@ -40,6 +40,7 @@ from .arch.isa import Opcode
 from .arch.regs import ErrorCode
 
 NEVER = -(1 << 62)
+_max = np.maximum.reduce       # ndarray.max without its Python wrapper
 
 
 @dataclass
@@ -111,12 +112,12 @@ class _Scoreboard:
 
     # The hazard-free cases without indexing by address, or with one comparison per
     # row over a contiguous block; anything else takes read's and write's full check,
-    # which also words the hazard.
+    # which also words the hazard. A touch of one row is taken with plain numbers.
     def _sees_writes(self, touch: Touch, rows: _Rows, off: int) -> bool:
         """Whether every read of the touch (cycles shifted by `off`) comes after the
         write of its row the board holds."""
         w = self.w_since[rows.lo:rows.hi]
-        if rows.first + off > w.max():
+        if rows.first + off > _max(w):
             return True         # even the earliest read is after the latest write
         if not isinstance(rows.at, slice):
             return False
@@ -132,7 +133,7 @@ class _Scoreboard:
         instruction."""
         r, w = self.r_since[rows.lo:rows.hi], self.w_since[rows.lo:rows.hi]
         since = rows.first + off
-        if since >= r.max() and since > w.max():
+        if since >= _max(r) and since > _max(w):
             return True         # even the earliest write is after all of them
         if not isinstance(rows.at, slice):
             return False
@@ -141,11 +142,22 @@ class _Scoreboard:
 
     def read(self, pc: int, touch: Touch, t: int, hazards: list[Hazard],
              rows: _Rows | None = None) -> None:
-        if rows is not None and self._sees_writes(touch, rows, t - NEVER):
-            at = rows.at
-            self.r_since[at] = np.maximum(self.r_since[at], rows.last + (t - NEVER))
-            self.r_pc[at] = pc
-            return
+        if rows is not None:
+            off = t - NEVER
+            a = rows.lo
+            if rows.one and rows.first + off > self.w_since[a]:
+                self.r_since[a] = max(self.r_since[a], rows.top + off)
+                self.r_pc[a] = pc
+                return
+            if self._sees_writes(touch, rows, off):
+                at = rows.at
+                if isinstance(at, slice):
+                    since = self.r_since[at]
+                    np.maximum(since, rows.last + off, out=since)
+                else:
+                    self.r_since[at] = np.maximum(self.r_since[at], rows.last + off)
+                self.r_pc[at] = pc
+                return
         a, c = touch.addrs, touch.cycles + t
         w_cycle = self.w_cycle(a)
         seen = c > w_cycle
@@ -163,12 +175,24 @@ class _Scoreboard:
 
     def write(self, pc: int, touch: Touch, t: int, hazards: list[Hazard],
               rows: _Rows | None = None) -> None:
-        if rows is not None and self._lands_in_order(pc, rows, t - NEVER):
-            at = rows.at
-            self.w_since[at] = np.maximum(self.w_since[at], rows.last + (t - NEVER))
-            self.w_pc[at] = pc
-            self.w_fwd[at] = touch.forward
-            return
+        if rows is not None:
+            off = t - NEVER
+            a, since = rows.lo, rows.first + off
+            if rows.one and since >= self.r_since[a] and since > self.w_since[a]:
+                self.w_since[a] = rows.top + off    # after the last write: the latest
+                self.w_pc[a] = pc
+                self.w_fwd[a] = touch.forward
+                return
+            if self._lands_in_order(pc, rows, off):
+                at = rows.at
+                if isinstance(at, slice):
+                    since = self.w_since[at]
+                    np.maximum(since, rows.last + off, out=since)
+                else:
+                    self.w_since[at] = np.maximum(self.w_since[at], rows.last + off)
+                self.w_pc[at] = pc
+                self.w_fwd[at] = touch.forward
+                return
         a, c = touch.addrs, touch.cycles + t
         r_cycle, w_cycle = self.r_cycle(a), self.w_cycle(a)
         # Any read after this write's cycle sees the new data, the instruction's own
@@ -201,14 +225,15 @@ class _Scoreboard:
 
 class _Rows:
     """A touch as the scoreboard's fast paths take it: the bounds ``[lo, hi)`` of its
-    rows, its earliest cycle, and each distinct row (``at``: a slice when they are
-    ``lo .. hi - 1`` in order) with the latest cycle it is touched in (``last``)."""
+    rows, its earliest and latest cycle, and each distinct row (``at``: a slice when
+    they are ``lo .. hi - 1`` in order) with the latest cycle it is touched in
+    (``last``); ``one``: it touches one row."""
 
-    __slots__ = ("lo", "hi", "first", "at", "last")
+    __slots__ = ("lo", "hi", "first", "top", "at", "last", "one")
 
     def __init__(self, touch: Touch):
         a, c = touch.addrs, touch.cycles
-        self.first = int(c.min())
+        self.first, self.top = int(c.min()), int(c.max())
         if len(a) == 1 or (a[1:] > a[:-1]).all():
             self.lo, self.hi = int(a[0]), int(a[-1]) + 1
             self.at, self.last = a, c
@@ -219,13 +244,14 @@ class _Rows:
             self.at, where = np.unique(a, return_inverse=True)
             self.last = np.full(len(self.at), np.iinfo(np.int64).min, dtype=np.int64)
             np.maximum.at(self.last, where, c)
+        self.one = self.hi - self.lo == 1
 
 
     def moved(self, off: int) -> _Rows:
         """The rows of the same touch with every address moved by `off`."""
         rows = _Rows.__new__(_Rows)
-        rows.lo, rows.hi, rows.first, rows.last = self.lo + off, self.hi + off, \
-            self.first, self.last
+        rows.lo, rows.hi, rows.first, rows.top, rows.last, rows.one = \
+            self.lo + off, self.hi + off, self.first, self.top, self.last, self.one
         rows.at = slice(rows.lo, rows.hi) if isinstance(self.at, slice) else self.at + off
         return rows
 
