@@ -15,6 +15,8 @@ import numpy as np
 #: Resources up to this many addresses are kept in lists.
 SMALL = 64
 
+_max = np.maximum.reduce       # ndarray.max without its Python wrapper
+
 
 class RunningMax:
     """Per address of a resource of `size` addresses, the largest value raised so far
@@ -54,3 +56,55 @@ class RunningMax:
             np.maximum(arr[lo:hi], value, out=arr[lo:hi])
         if value > self.peak:
             self.peak = value
+
+
+class RunningMaxes:
+    """Per address of a resource of `size` addresses, `width` running maxima (columns)
+    kept together (`initial` before any), so that an access raises several columns
+    to one value in one step: a :class:`RunningMax` per column, in one array."""
+
+    def __init__(self, size: int, width: int, initial: int = 0):
+        self.size = size
+        self.small = size <= SMALL
+        self.at = [[initial] * size for _ in range(width)] if self.small else \
+            np.full((width, size), initial, dtype=np.int64)
+        self.floor = [initial] * width      # per column, holds for every address
+        self.peak = [initial] * width       # per column, the largest entry of ``at``
+
+    def max(self, lo: int, hi: int, column: int) -> int:
+        """The largest value of `column` over addresses ``[lo, hi)``."""
+        floor = self.floor[column]
+        if lo == 0 and hi == self.size:
+            most = self.peak[column]
+        elif self.small:
+            most = max(self.at[column][lo:hi])
+        elif hi - lo == 1:
+            most = int(self.at[column, lo])
+        else:
+            most = int(_max(self.at[column, lo:hi]))
+        return most if most > floor else floor
+
+    def raise_to(self, lo: int, hi: int, columns: slice, value: int) -> None:
+        """Raise `columns` (a slice ``first:last``) of addresses ``[lo, hi)`` to at
+        least `value`."""
+        first, last = columns.start, columns.stop
+        if lo == 0 and hi == self.size:
+            floor = self.floor
+            for c in range(first, last):
+                if value > floor[c]:
+                    floor[c] = value
+            return
+        at = self.at
+        if self.small or hi - lo == 1:
+            for c in range(first, last):
+                column = at[c]
+                for a in range(lo, hi):
+                    if column[a] < value:
+                        column[a] = value
+        else:
+            block = at[columns, lo:hi]
+            np.maximum(block, value, out=block)
+        peak = self.peak
+        for c in range(first, last):
+            if value > peak[c]:
+                peak[c] = value

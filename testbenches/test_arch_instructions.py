@@ -141,7 +141,8 @@ MOVING = [(cfg, op, seed) for cfg, op, seed in CASES if instructions.SPEC[op].mo
 def test_a_moving_field_only_shifts_its_memory(cfg, op, seed):
     """An entry's ``moves`` field (a DMA's ``dram_addr``) shifts its touches and
     ranges of that memory by its value and decides nothing else: the golden model
-    prepares such an instruction once, at 0, and moves it."""
+    prepares such an instruction once, at 0, and moves it; the scheduler keeps its
+    closed forms once."""
     entry = instructions.SPEC[op]
     name, memory = entry.moves
     assert memory not in instructions.BANKED and name in isa.payload_fields(op)
@@ -165,6 +166,13 @@ def test_a_moving_field_only_shifts_its_memory(cfg, op, seed):
                    r.touched, r.window)
              for r in instructions.ranges(cfg, op, at0)]
     assert instructions.ranges(cfg, op, f) == moved
+    # the closed forms the scheduler keeps per instruction with the field at 0
+    assert timing.moving_field(op) == name
+    ins, ins0 = Instr(op, 0, f), Instr(op, 0, at0)
+    for closed in (timing.occupancy, timing.done, timing.port_windows, timing.bank_claims):
+        assert closed(cfg, ins) == closed(cfg, ins0), closed.__name__
+    for mux in fabric.muxes(cfg):
+        assert timing.mux_use(cfg, ins, mux.name) == timing.mux_use(cfg, ins0, mux.name)
 
 
 def test_fused_crop_writes_the_image_of_its_rows_in_the_ubuf():
