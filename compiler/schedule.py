@@ -26,24 +26,28 @@ from .busy import BusyBanks, BusyIntervals
 from .graph import CompileError
 from .ir import ACCUMULATE, READ, WRITE, MicroOp, resource_sizes
 from .reconfigure import Routing
-from .running_max import RunningMax
+from .running_max import RunningMaxes
 
 
 class _Resource:
     """Per address, the first cycle each kind of access may start from
-    (``for_mode[mode].max(lo, hi)`` over its addresses): a read after
-    every write and accumulate placed so far has ended, a write after every access
-    has ended, an accumulate after every write and read has ended and every earlier
-    accumulate has issued."""
+    (``since.max(lo, hi, COLUMN[mode])`` over its addresses): a read after every write
+    and accumulate placed so far has ended, a write after every access has ended, an
+    accumulate after every write and read has ended and every earlier accumulate has
+    issued. The three are kept side by side, so placing an access is one update (two
+    for an accumulate)."""
+
+    COLUMN = {READ: 0, WRITE: 1, ACCUMULATE: 2}
+    #: the columns that wait for the end of a placed access of each mode
+    ENDS = {READ: slice(1, 3), WRITE: slice(0, 3), ACCUMULATE: slice(0, 2)}
 
     def __init__(self, size: int):
-        self.for_mode = {mode: RunningMax(size) for mode in (READ, WRITE, ACCUMULATE)}
+        self.since = RunningMaxes(size, len(self.COLUMN))
 
     def place(self, lo: int, hi: int, mode: str, issue: int, end: int) -> None:
-        if mode != READ:
-            self.for_mode[READ].raise_to(lo, hi, end)
-        self.for_mode[WRITE].raise_to(lo, hi, end)
-        self.for_mode[ACCUMULATE].raise_to(lo, hi, issue + 1 if mode == ACCUMULATE else end)
+        self.since.raise_to(lo, hi, self.ENDS[mode], end)
+        if mode == ACCUMULATE:
+            self.since.raise_to(lo, hi, slice(2, 3), issue + 1)
 
 
 class _BankPorts:
@@ -87,24 +91,32 @@ def schedule(cfg: ChipConfig, ops: list[MicroOp]) -> list[int]:
     cycles = []
     # What an op's fields decide, once per distinct op: lowering shares one fields
     # dict (and one needs dict and accesses tuple) among the copies of a repeated
-    # instruction. Each access comes with its resource and the running maximum its
-    # mode waits for.
+    # instruction. Each access comes with its resource and the column its mode waits
+    # for. Its timing, routing and bank claims are also kept by the values of its
+    # fields and needs, with a field that only moves it (``timing.moving_field``: a
+    # DMA's DRAM address) at 0: most DMAs differ in nothing else.
     known: dict[tuple[int, int, int], tuple] = {}
+    timed: dict[tuple, tuple] = {}
     for op in ops:
         key = (id(op.fields), id(op.needs), id(op.accesses))
         got = known.get(key)
         if got is None:
-            probe = op.instr(0)
-            done = timing.done(cfg, probe)
-            got = known[key] = (timing.occupancy(cfg, probe), done, routing.settings(op),
-                                banks.claims(timing.bank_claims(cfg, probe)),
-                                [(resources[a.resource],
-                                  resources[a.resource].for_mode[a.mode], a)
-                                 for a in op.accesses])
+            moving = timing.moving_field(op.op)
+            same = (op.op, tuple((k, 0 if k == moving else v) for k, v in op.fields.items()),
+                    tuple(op.needs.items()))
+            fixed = timed.get(same)
+            if fixed is None:
+                probe = op.instr(0)
+                fixed = timed[same] = (timing.occupancy(cfg, probe), timing.done(cfg, probe),
+                                       routing.settings(op),
+                                       banks.claims(timing.bank_claims(cfg, probe)))
+            got = known[key] = (*fixed, [(resources[a.resource], _Resource.COLUMN[a.mode], a)
+                                         for a in op.accesses])
         occupancy, done, spans, claims, accesses = got
         unit_name = timing.UNIT[op.op]
         unit = units[unit_name]
-        t = max((waits.max(a.lo, a.hi) - a.start for _, waits, a in accesses), default=0)
+        t = max((resource.since.max(a.lo, a.hi, column) - a.start
+                  for resource, column, a in accesses), default=0)
         t = max(t, routing.earliest(spans), 0)
         while True:
             end = unit.clash_end(t, t + occupancy)

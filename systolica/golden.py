@@ -40,6 +40,7 @@ from .arch.isa import Opcode
 from .arch.regs import ErrorCode
 
 NEVER = -(1 << 62)
+_max = np.maximum.reduce       # ndarray.max without its Python wrapper
 
 
 @dataclass
@@ -111,12 +112,12 @@ class _Scoreboard:
 
     # The hazard-free cases without indexing by address, or with one comparison per
     # row over a contiguous block; anything else takes read's and write's full check,
-    # which also words the hazard.
+    # which also words the hazard. A touch of one row is taken with plain numbers.
     def _sees_writes(self, touch: Touch, rows: _Rows, off: int) -> bool:
         """Whether every read of the touch (cycles shifted by `off`) comes after the
         write of its row the board holds."""
         w = self.w_since[rows.lo:rows.hi]
-        if rows.first + off > w.max():
+        if rows.first + off > _max(w):
             return True         # even the earliest read is after the latest write
         if not isinstance(rows.at, slice):
             return False
@@ -132,7 +133,7 @@ class _Scoreboard:
         instruction."""
         r, w = self.r_since[rows.lo:rows.hi], self.w_since[rows.lo:rows.hi]
         since = rows.first + off
-        if since >= r.max() and since > w.max():
+        if since >= _max(r) and since > _max(w):
             return True         # even the earliest write is after all of them
         if not isinstance(rows.at, slice):
             return False
@@ -141,11 +142,22 @@ class _Scoreboard:
 
     def read(self, pc: int, touch: Touch, t: int, hazards: list[Hazard],
              rows: _Rows | None = None) -> None:
-        if rows is not None and self._sees_writes(touch, rows, t - NEVER):
-            at = rows.at
-            self.r_since[at] = np.maximum(self.r_since[at], rows.last + (t - NEVER))
-            self.r_pc[at] = pc
-            return
+        if rows is not None:
+            off = t - NEVER
+            a = rows.lo
+            if rows.one and rows.first + off > self.w_since[a]:
+                self.r_since[a] = max(self.r_since[a], rows.top + off)
+                self.r_pc[a] = pc
+                return
+            if self._sees_writes(touch, rows, off):
+                at = rows.at
+                if isinstance(at, slice):
+                    since = self.r_since[at]
+                    np.maximum(since, rows.last + off, out=since)
+                else:
+                    self.r_since[at] = np.maximum(self.r_since[at], rows.last + off)
+                self.r_pc[at] = pc
+                return
         a, c = touch.addrs, touch.cycles + t
         w_cycle = self.w_cycle(a)
         seen = c > w_cycle
@@ -163,12 +175,24 @@ class _Scoreboard:
 
     def write(self, pc: int, touch: Touch, t: int, hazards: list[Hazard],
               rows: _Rows | None = None) -> None:
-        if rows is not None and self._lands_in_order(pc, rows, t - NEVER):
-            at = rows.at
-            self.w_since[at] = np.maximum(self.w_since[at], rows.last + (t - NEVER))
-            self.w_pc[at] = pc
-            self.w_fwd[at] = touch.forward
-            return
+        if rows is not None:
+            off = t - NEVER
+            a, since = rows.lo, rows.first + off
+            if rows.one and since >= self.r_since[a] and since > self.w_since[a]:
+                self.w_since[a] = rows.top + off    # after the last write: the latest
+                self.w_pc[a] = pc
+                self.w_fwd[a] = touch.forward
+                return
+            if self._lands_in_order(pc, rows, off):
+                at = rows.at
+                if isinstance(at, slice):
+                    since = self.w_since[at]
+                    np.maximum(since, rows.last + off, out=since)
+                else:
+                    self.w_since[at] = np.maximum(self.w_since[at], rows.last + off)
+                self.w_pc[at] = pc
+                self.w_fwd[at] = touch.forward
+                return
         a, c = touch.addrs, touch.cycles + t
         r_cycle, w_cycle = self.r_cycle(a), self.w_cycle(a)
         # Any read after this write's cycle sees the new data, the instruction's own
@@ -201,14 +225,15 @@ class _Scoreboard:
 
 class _Rows:
     """A touch as the scoreboard's fast paths take it: the bounds ``[lo, hi)`` of its
-    rows, its earliest cycle, and each distinct row (``at``: a slice when they are
-    ``lo .. hi - 1`` in order) with the latest cycle it is touched in (``last``)."""
+    rows, its earliest and latest cycle, and each distinct row (``at``: a slice when
+    they are ``lo .. hi - 1`` in order) with the latest cycle it is touched in
+    (``last``); ``one``: it touches one row."""
 
-    __slots__ = ("lo", "hi", "first", "at", "last")
+    __slots__ = ("lo", "hi", "first", "top", "at", "last", "one")
 
     def __init__(self, touch: Touch):
         a, c = touch.addrs, touch.cycles
-        self.first = int(c.min())
+        self.first, self.top = int(c.min()), int(c.max())
         if len(a) == 1 or (a[1:] > a[:-1]).all():
             self.lo, self.hi = int(a[0]), int(a[-1]) + 1
             self.at, self.last = a, c
@@ -219,6 +244,16 @@ class _Rows:
             self.at, where = np.unique(a, return_inverse=True)
             self.last = np.full(len(self.at), np.iinfo(np.int64).min, dtype=np.int64)
             np.maximum.at(self.last, where, c)
+        self.one = self.hi - self.lo == 1
+
+
+    def moved(self, off: int) -> _Rows:
+        """The rows of the same touch with every address moved by `off`."""
+        rows = _Rows.__new__(_Rows)
+        rows.lo, rows.hi, rows.first, rows.top, rows.last, rows.one = \
+            self.lo + off, self.hi + off, self.first, self.top, self.last, self.one
+        rows.at = slice(rows.lo, rows.hi) if isinstance(self.at, slice) else self.at + off
+        return rows
 
 
 def _rows(touch: Touch) -> _Rows | None:
@@ -238,9 +273,9 @@ def _port_runs(cycles: np.ndarray) -> list[tuple[int, int]]:
             zip(np.concatenate(([0], cut + 1)), np.concatenate((cut, [len(c) - 1])))]
 
 
-def _range_fault(cfg: ChipConfig, ins: isa.Instr) -> str | None:
+def _range_fault(cfg: ChipConfig, op: Opcode, fields: dict) -> str | None:
     """The ADDR_RANGE rule: every range non-empty and inside its memory."""
-    for r in instructions.ranges(cfg, ins.op, ins.fields):
+    for r in instructions.ranges(cfg, op, fields):
         if not r.nonempty:
             return (f"its {r.memory} range is empty (rows = 0)" if r.memory in
                     ("cbuf", "acc", "dram") else f"its {r.memory} fields name nothing "
@@ -249,6 +284,25 @@ def _range_fault(cfg: ChipConfig, ins: isa.Instr) -> str | None:
             return (f"its {r.memory} range [{r.lo}, {r.hi}) runs past the end of that "
                     f"memory ({r.bound} rows)")
     return None
+
+
+def _moved(prepared: tuple, memory: str, off: int) -> tuple:
+    """What ``check`` prepares for an instruction (see its ``decided``), for the
+    instruction whose addresses of `memory` are all `off` further on."""
+    legal, fault, fx, last, reads, writes, port_runs, dram_writes, bank_uses, muxes = \
+        prepared
+    new: dict[int, tuple[Touch, _Rows | None]] = {}
+    for _, tc, rows in reads + writes:
+        if tc.resource == memory:
+            new[id(tc)] = (Touch(memory, tc.addrs + off, tc.cycles, tc.forward),
+                           rows and rows.moved(off))
+    reads = tuple((board, *new.get(id(tc), (tc, rows))) for board, tc, rows in reads)
+    writes = tuple((board, *new.get(id(tc), (tc, rows))) for board, tc, rows in writes)
+    fx = Effects(fx.accept, [tc for _, tc, _ in reads], [tc for _, tc, _ in writes],
+                 fx.muxes)
+    dram_writes = tuple(new.get(id(tc), (tc, rows)) for tc, rows in dram_writes)
+    return (legal, fault, fx, last, reads, writes, port_runs, dram_writes, bank_uses,
+            muxes)
 
 
 def _table_fault(cfg: ChipConfig, ins: isa.Instr) -> str | None:
@@ -426,29 +480,53 @@ def check(cfg: ChipConfig, program: list[isa.Instr], prog_addr: int | None = Non
     # With the effects: each touch with its board and its rows prepared, the runs of
     # DRAM port cycles, the bank ports and the multiplexer windows, relative to issue.
     known: dict[tuple, tuple] = {}
+    # An instruction with an address field that only moves it (``moves`` in its
+    # entry; a DMA's ``dram_addr``) is prepared once with that field at 0, with the
+    # room its ranges of that memory leave (None: it faults there or is illegal), and
+    # each instance is that, moved.
+    at_zero: dict[tuple, tuple[tuple, int | None]] = {}
+
+    def prepare(op: Opcode, fields: dict) -> tuple:
+        entry = instructions.SPEC.get(op)
+        legal = entry is not None and instructions.legal(cfg, op, fields)
+        fault_ = _range_fault(cfg, op, fields) if legal else None
+        fx_ = entry.effects(cfg, fields) if legal and not fault_ else None
+        if fx_ is None:
+            return (legal, fault_, None, 0, (), (), [], (), (), None)
+        dram = [tc for tc in fx_.reads + fx_.writes if tc.resource == "dram"]
+        return (
+            legal, fault_, fx_, fx_.last,
+            tuple((boards[tc.resource], tc, _rows(tc)) for tc in fx_.reads),
+            tuple((boards[tc.resource], tc, _rows(tc)) for tc in fx_.writes),
+            [run for tc in dram for run in _port_runs(tc.cycles)],
+            tuple((tc, _rows(tc)) for tc in fx_.writes
+                  if tc.resource == "dram" and len(tc.addrs)),
+            tuple(((u.memory, u.mode, u.bank), u.first, u.last)
+                  for u in entry.bank_ports(cfg, fields, fx_)),
+            _mux_windows(fx_, mux_index))
 
     def decided(ins: isa.Instr):
+        entry = instructions.SPEC.get(ins.op)
+        if entry is not None and entry.moves is not None:
+            name, memory = entry.moves
+            key = (ins.op, tuple((k, 0 if k == name else v) for k, v in ins.fields.items()))
+            got = at_zero.get(key)
+            if got is None:
+                fields = dict(key[1])
+                got = prepare(ins.op, fields)
+                room = None
+                if got[0] and not got[1]:
+                    room = min(r.bound - r.hi for r in
+                               instructions.ranges(cfg, ins.op, fields) if r.memory == memory)
+                got = at_zero[key] = (got, room)
+            base, room = got
+            off = ins.fields.get(name, 0)
+            if room is not None and off <= room:
+                return _moved(base, memory, off)
         key = (ins.op, tuple(ins.fields.items()))
         got = known.get(key)
         if got is None:
-            entry = instructions.SPEC.get(ins.op)
-            legal = entry is not None and instructions.legal(cfg, ins.op, ins.fields)
-            fault_ = _range_fault(cfg, ins) if legal else None
-            fx_ = entry.effects(cfg, ins.fields) if legal and not fault_ else None
-            if fx_ is None:
-                got = known[key] = (legal, fault_, None, 0, (), (), [], (), (), None)
-            else:
-                dram = [tc for tc in fx_.reads + fx_.writes if tc.resource == "dram"]
-                got = known[key] = (
-                    legal, fault_, fx_, fx_.last,
-                    tuple((boards[tc.resource], tc, _rows(tc)) for tc in fx_.reads),
-                    tuple((boards[tc.resource], tc, _rows(tc)) for tc in fx_.writes),
-                    [run for tc in dram for run in _port_runs(tc.cycles)],
-                    tuple((tc, _rows(tc)) for tc in fx_.writes
-                          if tc.resource == "dram" and len(tc.addrs)),
-                    tuple(((u.memory, u.mode, u.bank), u.first, u.last)
-                          for u in entry.bank_ports(cfg, ins.fields, fx_)),
-                    _mux_windows(fx_, mux_index))
+            got = known[key] = prepare(ins.op, ins.fields)
         return got
 
     for pc, ins in enumerate(program):

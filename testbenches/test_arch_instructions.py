@@ -10,6 +10,7 @@ import pytest
 
 from systolica.arch import fabric, instructions, isa, timing
 from systolica.arch.config import PRESETS
+from systolica.arch.instructions import Range
 from systolica.arch.isa import DmaKind, Instr, Opcode
 
 CONFIGS = [PRESETS[name] for name in sorted(PRESETS)]
@@ -130,6 +131,48 @@ def test_ranges_cover_exactly_what_is_touched(cfg, op, seed):
         assert addrs <= ranges[memory], memory
         if not (op is Opcode.DMA and memory == "dram"):   # a strided span has gaps
             assert addrs == ranges[memory], memory
+
+
+MOVING = [(cfg, op, seed) for cfg, op, seed in CASES if instructions.SPEC[op].moves]
+
+
+@pytest.mark.parametrize("cfg, op, seed", MOVING,
+                         ids=[f"{c.name}-{o.name}-{s}" for c, o, s in MOVING])
+def test_a_moving_field_only_shifts_its_memory(cfg, op, seed):
+    """An entry's ``moves`` field (a DMA's ``dram_addr``) shifts its touches and
+    ranges of that memory by its value and decides nothing else: the golden model
+    prepares such an instruction once, at 0, and moves it; the scheduler keeps its
+    closed forms once."""
+    entry = instructions.SPEC[op]
+    name, memory = entry.moves
+    assert memory not in instructions.BANKED and name in isa.payload_fields(op)
+    rng = np.random.default_rng(300 + seed)
+    f = _random_fields(cfg, op, rng)
+    off = int(rng.integers(1, cfg.dram_words // 2))
+    f[name], at0 = off, {**f, name: 0}
+    fx, fx0 = entry.effects(cfg, f), entry.effects(cfg, at0)
+    assert (fx.accept, fx.muxes, fx.last) == (fx0.accept, fx0.muxes, fx0.last)
+    for got, base in ((fx.reads, fx0.reads), (fx.writes, fx0.writes)):
+        assert [(t.resource, t.forward) for t in got] == \
+            [(t.resource, t.forward) for t in base]
+        for t, t0 in zip(got, base):
+            np.testing.assert_array_equal(t.cycles, t0.cycles)
+            np.testing.assert_array_equal(
+                t.addrs, t0.addrs + (off if t.resource == memory else 0))
+    assert entry.bank_ports(cfg, f, fx) == entry.bank_ports(cfg, at0, fx0)
+    assert instructions.legal(cfg, op, f) == instructions.legal(cfg, op, at0)
+    moved = [r if r.memory != memory else
+             Range(r.memory, r.lo + off, r.hi + off, r.bound, r.mode, r.nonempty,
+                   r.touched, r.window)
+             for r in instructions.ranges(cfg, op, at0)]
+    assert instructions.ranges(cfg, op, f) == moved
+    # the closed forms the scheduler keeps per instruction with the field at 0
+    assert timing.moving_field(op) == name
+    ins, ins0 = Instr(op, 0, f), Instr(op, 0, at0)
+    for closed in (timing.occupancy, timing.done, timing.port_windows, timing.bank_claims):
+        assert closed(cfg, ins) == closed(cfg, ins0), closed.__name__
+    for mux in fabric.muxes(cfg):
+        assert timing.mux_use(cfg, ins, mux.name) == timing.mux_use(cfg, ins0, mux.name)
 
 
 def test_fused_crop_writes_the_image_of_its_rows_in_the_ubuf():

@@ -7,6 +7,7 @@ import pytest
 from systolica.arch import fabric, isa, timing
 from systolica import golden
 from systolica.arch.config import preset
+from systolica.arch.instructions import SPEC
 from systolica.arch.isa import DmaKind, Instr, Opcode
 from systolica.arch.regs import ErrorCode
 
@@ -276,6 +277,25 @@ def test_addr_range(op, fields):
     result, _ = faulting(words_of(program))
     assert (result.error, result.fault_pc) == (ErrorCode.ADDR_RANGE, 1)
     assert result.fault_cycle == result.cycles == program[1].cycle
+
+
+def test_dmas_apart_only_in_dram_addr():
+    """The timing pass prepares DMAs that differ only in ``dram_addr`` once and moves
+    them: each keeps its own effects, and the one that runs past the DRAM faults
+    ADDR_RANGE with its own range."""
+    last = CFG.dram_words - 1
+    ops = [dma(DmaKind.LOAD_CBUF, a, 0, 3, stride=5) for a in (0, 40, 7, 40, last - 10)]
+    ops += [dma(DmaKind.STORE_ACC, a, 1, 2) for a in (100, 300)]
+    program = serial(*ops, dma(DmaKind.LOAD_CBUF, last - 4, 0, 3, stride=5))
+    timeline = golden.check(CFG, program)
+    assert timeline.fault == (ErrorCode.ADDR_RANGE, len(ops), program[-1].cycle)
+    assert f"dram range [{last - 4}, {last + 7})" in timeline.fault_reason
+    for ins, fx in zip(timeline.issued, timeline.effects, strict=True):
+        want = SPEC[ins.op].effects(CFG, ins.fields)
+        assert fx.accept == want.accept
+        for got, touches in ((fx.reads, want.reads), (fx.writes, want.writes)):
+            assert [(t.resource, t.addrs.tolist(), t.cycles.tolist()) for t in got] == \
+                [(t.resource, t.addrs.tolist(), t.cycles.tolist()) for t in touches]
 
 
 @pytest.mark.parametrize("index, value", [(len(fabric.muxes(CFG)), 0),

@@ -163,6 +163,12 @@ class Instruction(ABC):
     uses_fabric = False                # its data passes configured multiplexers
     handshake = True                   # its unit says when it takes the next one
     bank_mode: str | None = None       # READ/WRITE of the weight bank named by ``bank``
+    #: ``(field, memory)``: an address field that only moves the instruction within
+    #: `memory` (an unbanked one). Its `memory` touches and ranges are those of the
+    #: same fields with `field` at 0, every address shifted by the field's value;
+    #: nothing else it decides (legality, cycles, other touches, bank ports,
+    #: multiplexers) depends on the field. None: no such field.
+    moves: tuple[str, str] | None = None
 
     @property
     def name(self) -> str:
@@ -249,6 +255,7 @@ class Dma(Instruction):
 
     opcode = Opcode.DMA
     unit = "dma"
+    moves = ("dram_addr", "dram")       # its DRAM words: dram_addr + i*dram_stride + k
     text = {"load_cbuf": {"kind": DmaKind.LOAD_CBUF},
             "store_cbuf": {"kind": DmaKind.STORE_CBUF},
             "load_acc": {"kind": DmaKind.LOAD_ACC},

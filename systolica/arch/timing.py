@@ -21,7 +21,7 @@ from __future__ import annotations
 from .config import ChipConfig
 from .geometry import matmul_pipeline, skew, skew_max, weight_shifts  # noqa: F401
 from .instructions import ACCUMULATE, SPEC, Dma, bank_shift, ranges
-from .isa import Instr
+from .isa import Instr, Opcode
 
 #: The unit that executes each opcode.
 UNIT = {op: s.unit for op, s in SPEC.items()}
@@ -38,6 +38,13 @@ def occupancy(cfg: ChipConfig, ins: Instr) -> int:
 
 def done(cfg: ChipConfig, ins: Instr) -> int:
     return SPEC[ins.op].done(cfg, ins.fields)
+
+
+def moving_field(op: Opcode) -> str | None:
+    """The field that only moves `op` within one memory (``moves`` in its entry: a
+    DMA's ``dram_addr``): nothing in this module depends on it. None: no such field."""
+    moves = SPEC[op].moves
+    return None if moves is None else moves[0]
 
 
 def bank_claims(cfg: ChipConfig, ins: Instr) -> list[tuple[tuple[str, str, int], int, int]]:
@@ -95,4 +102,5 @@ def mux_use(cfg: ChipConfig, ins: Instr, mux_name: str) -> tuple[int, int] | Non
 
 
 __all__ = ["UNIT", "bank_window", "dma_words", "done", "matmul_pipeline",
-           "mux_use", "occupancy", "run_cycles", "skew", "skew_max", "weight_shifts"]
+           "moving_field", "mux_use", "occupancy", "run_cycles", "skew", "skew_max",
+           "weight_shifts"]
