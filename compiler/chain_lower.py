@@ -32,7 +32,8 @@ import numpy as np
 from ..arch.config import ChipConfig
 from ..arch.isa import CopyKind, DmaKind, Opcode
 from . import chain
-from .cnn import (PARAM_ROWS, WEIGHT_SLOTS, CnnLowered, Job, Layout, Source, _bank_up,
+from .cnn import (PARAM_ROWS, WEIGHT_SLOTS, CnnLowered, DramLayout, Job, Layout, Source,
+                  _bank_up,
                   _check_window, _conv_job, _Counters, _Emit, _out_words, acc_param_rows,
                   as_map, pack_map)
 from .errors import CompileError
@@ -378,19 +379,8 @@ def lower_chain(cfg: ChipConfig, graph: Graph, want: ChainChoice = ChainChoice()
 
     # DRAM: the input, every layer's weights and epilogue parameters, the output.
     steps = len(nodes)
-    cursor, regions, pieces = 0, [], []
-
-    def place(key: str, words, what: str) -> int:
-        nonlocal cursor
-        n = words if isinstance(words, int) else words.shape[0]
-        if cursor + n > cfg.dram_words:
-            raise CompileError(f"{what}: DRAM too small by {cursor + n - cfg.dram_words} "
-                               f"words; the configured dram_words is {cfg.dram_words}")
-        regions.append(Region("dram", key, cursor, n, 0, steps - 1, what))
-        if not isinstance(words, int):
-            pieces.append((cursor, words))
-        at, cursor = cursor, cursor + n
-        return at
+    dram = DramLayout(cfg, steps)
+    place = dram.place
 
     x_name = graph.inputs[0]
     x = np.asarray(graph.data[x_name])
@@ -409,9 +399,7 @@ def lower_chain(cfg: ChipConfig, graph: Graph, want: ChainChoice = ChainChoice()
     out_name = graph.outputs[0]
     out_words = _out_words(cfg, graph.tensor(out_name))
     out_at = place(f"tensor {out_name}", out_words, f"output {out_name!r}")
-    image = np.zeros((cursor, R), dtype=np.uint8)
-    for at, words in pieces:
-        image[at:at + words.shape[0]] = words
+    image = dram.image()
 
     lay = Layout(ring=bufs.ring or 0, staging=bufs.staging, top=cfg.cbuf_depth, halves=0,
                  half_rows=half_rows, slots=2 * half_rows)
@@ -432,8 +420,8 @@ def lower_chain(cfg: ChipConfig, graph: Graph, want: ChainChoice = ChainChoice()
                "epilogue parameters")]
     dmap = DramMap(MappingProxyType({x_name: (x_at, x_words.shape[0])}),
                    MappingProxyType(params), MappingProxyType({out_name: (out_at, out_words)}),
-                   cursor)
-    plan = MemoryPlan(cfg, graph, MappingProxyType({}), tuple(chip_regions + regions),
+                   dram.cursor)
+    plan = MemoryPlan(cfg, graph, MappingProxyType({}), tuple(chip_regions + dram.regions),
                       image, dmap)
     check_plan(plan)
     return ChainLowered(pipeline(cfg, blocks), loop_order(blocks), plan, {},

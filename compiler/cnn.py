@@ -721,22 +721,10 @@ def lower_cnn(cfg: ChipConfig, graph: Graph) -> CnnLowered:
                                f"{type(op).__name__}")
     # DRAM: inputs, parameters, intermediate maps, outputs
     steps = len(graph.nodes)
-    cursor, regions, pieces = 0, [], []
+    dram = DramLayout(cfg, steps)
+    place = dram.place
     inputs, params, outputs = {}, {}, {}
     where: dict[str, int] = {}
-
-    def place(key, words, what) -> int:
-        nonlocal cursor
-        n = words if isinstance(words, int) else words.shape[0]
-        if cursor + n > cfg.dram_words:
-            raise CompileError(f"{what}: DRAM too small by {cursor + n - cfg.dram_words} "
-                               f"words ({n} words; {cursor} already used); the configured "
-                               f"dram_words is {cfg.dram_words}")
-        regions.append(Region("dram", key, cursor, n, 0, steps - 1, what))
-        if not isinstance(words, int):
-            pieces.append((cursor, words))
-        at, cursor = cursor, cursor + n
-        return at
 
     for t in graph.inputs:
         x = np.asarray(graph.data[t])
@@ -768,9 +756,7 @@ def lower_cnn(cfg: ChipConfig, graph: Graph) -> CnnLowered:
             raise CompileError(f"tensor {t!r}: a graph output cannot be a Flatten's")
         where[t] = place(f"tensor {t}", _out_words(cfg, tt), f"output {t!r}")
         outputs[t] = (where[t], _out_words(cfg, tt))
-    image = np.zeros((cursor, R), dtype=np.uint8)
-    for at, words in pieces:
-        image[at:at + words.shape[0]] = words
+    image = dram.image()
 
     emit = _Emit(cfg, _Counters(tile_rows=cfg.tile_rows, tile_cols=cfg.tile_cols), lay)
     blocks: list[Block] = []
@@ -791,12 +777,45 @@ def lower_cnn(cfg: ChipConfig, graph: Graph) -> CnnLowered:
         Region("acc", "epilogue slots", lay.slots, 2 * PARAM_ROWS, 0, steps - 1,
                "epilogue parameter slots")]
     dmap = DramMap(MappingProxyType(inputs), MappingProxyType(params),
-                   MappingProxyType(outputs), cursor)
-    plan = MemoryPlan(cfg, graph, MappingProxyType({}), tuple(chip_regions + regions),
+                   MappingProxyType(outputs), dram.cursor)
+    plan = MemoryPlan(cfg, graph, MappingProxyType({}), tuple(chip_regions + dram.regions),
                       image, dmap)
     check_plan(plan)
     return CnnLowered(pipeline(cfg, blocks), loop_order(blocks), plan, copies,
                       {j.name: j for j in jobs if j is not None})
+
+
+class DramLayout:
+    """The DRAM image of a lowered network, placed from word 0 in order: every piece
+    a region live for the whole program (``steps`` layers), with its initial words."""
+
+    def __init__(self, cfg: ChipConfig, steps: int):
+        self.cfg, self.steps = cfg, steps
+        self.cursor = 0
+        self.regions: list[Region] = []
+        self.pieces: list[tuple[int, np.ndarray]] = []
+
+    def place(self, key: str, words, what: str) -> int:
+        """The address of `words` (an image, or a count of words left zero), placed
+        next; a CompileError naming `what` if the DRAM is too small."""
+        cfg, at = self.cfg, self.cursor
+        n = words if isinstance(words, int) else words.shape[0]
+        if at + n > cfg.dram_words:
+            raise CompileError(f"{what}: DRAM too small by {at + n - cfg.dram_words} "
+                               f"words ({n} words; {at} already used); the configured "
+                               f"dram_words is {cfg.dram_words}")
+        self.regions.append(Region("dram", key, at, n, 0, self.steps - 1, what))
+        if not isinstance(words, int):
+            self.pieces.append((at, words))
+        self.cursor = at + n
+        return at
+
+    def image(self) -> np.ndarray:
+        """The initial DRAM words ``[0, cursor)``."""
+        image = np.zeros((self.cursor, self.cfg.rows), dtype=np.uint8)
+        for at, words in self.pieces:
+            image[at:at + words.shape[0]] = words
+        return image
 
 
 def _out_words(cfg: ChipConfig, t) -> int:

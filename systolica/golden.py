@@ -88,6 +88,15 @@ class Timeline:
 
 
 # -- the timing pass ------------------------------------------------------------------
+def _raise(since: np.ndarray, at, cycles) -> None:
+    """``since[at] = max(since[at], cycles)``; a slice of rows in place."""
+    if isinstance(at, slice):
+        view = since[at]
+        np.maximum(view, cycles, out=view)
+    else:
+        since[at] = np.maximum(since[at], cycles)
+
+
 class _Scoreboard:
     """Per address of one resource: the cycle of the last write (and whether the
     matmul unit made it, which its accumulate read sees a cycle early) and of the
@@ -150,13 +159,8 @@ class _Scoreboard:
                 self.r_pc[a] = pc
                 return
             if self._sees_writes(touch, rows, off):
-                at = rows.at
-                if isinstance(at, slice):
-                    since = self.r_since[at]
-                    np.maximum(since, rows.last + off, out=since)
-                else:
-                    self.r_since[at] = np.maximum(self.r_since[at], rows.last + off)
-                self.r_pc[at] = pc
+                _raise(self.r_since, rows.at, rows.last + off)
+                self.r_pc[rows.at] = pc
                 return
         a, c = touch.addrs, touch.cycles + t
         w_cycle = self.w_cycle(a)
@@ -184,14 +188,9 @@ class _Scoreboard:
                 self.w_fwd[a] = touch.forward
                 return
             if self._lands_in_order(pc, rows, off):
-                at = rows.at
-                if isinstance(at, slice):
-                    since = self.w_since[at]
-                    np.maximum(since, rows.last + off, out=since)
-                else:
-                    self.w_since[at] = np.maximum(self.w_since[at], rows.last + off)
-                self.w_pc[at] = pc
-                self.w_fwd[at] = touch.forward
+                _raise(self.w_since, rows.at, rows.last + off)
+                self.w_pc[rows.at] = pc
+                self.w_fwd[rows.at] = touch.forward
                 return
         a, c = touch.addrs, touch.cycles + t
         r_cycle, w_cycle = self.r_cycle(a), self.w_cycle(a)

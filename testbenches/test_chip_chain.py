@@ -8,9 +8,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from conftest import assert_matches_prediction, assert_outputs_match, run_many_on_rtl
+from conftest import assert_matches_prediction, assert_outputs_match, compile_and_run_on_rtl
 from systolica.arch.config import preset
-from systolica.compiler import compile_network
 from systolica.compiler.chain_cases import random_chain, seed_four_layer, seed_two_layer
 from systolica.compiler.chain_lower import ChainChoice
 
@@ -38,10 +37,7 @@ CASES = {
 
 @pytest.fixture(scope="module")
 def runs():
-    compiled = {name: compile_network(CFG, make(), chain=choice)
-                for name, (make, choice) in CASES.items()}
-    results = run_many_on_rtl(CFG, [dict(program=c, name=n) for n, c in compiled.items()])
-    return {name: (compiled[name], res) for name, res in zip(compiled, results)}
+    return compile_and_run_on_rtl(CFG, CASES)
 
 
 @pytest.mark.parametrize("case", list(CASES))
@@ -93,10 +89,7 @@ OWN_CASES = {"seed_two_ubuf": (seed_two_layer, ChainChoice("crop_fetch", 8)),
 
 @pytest.fixture(scope="module")
 def own_runs():
-    compiled = {name: compile_network(OWN, make(), chain=choice)
-                for name, (make, choice) in OWN_CASES.items()}
-    results = run_many_on_rtl(OWN, [dict(program=c, name=n) for n, c in compiled.items()])
-    return {name: (compiled[name], res) for name, res in zip(compiled, results)}
+    return compile_and_run_on_rtl(OWN, OWN_CASES)
 
 
 @pytest.mark.parametrize("case", list(OWN_CASES))
