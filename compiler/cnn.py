@@ -24,7 +24,7 @@ from types import MappingProxyType
 import numpy as np
 
 from ..arch.config import ChipConfig
-from ..arch import isa
+from ..arch import isa, timing
 from ..arch.isa import DmaKind, Opcode
 from . import layout
 from .errors import CompileError
@@ -35,7 +35,7 @@ from .ops import (Add, AvgPool2d, Conv2d, Dense, Flatten, GlobalAvgPool, MaxPool
 from .pipeline import Block, Step, loop_order, pipeline
 from .plan import DramMap, MemoryPlan, Region, check_plan
 from .rules import gemm_routing
-from .ir import make
+from .ir import make, moved
 from .lowered import Lowered
 
 CNN_OPS = (Conv2d, MaxPool2d, AvgPool2d, GlobalAvgPool, Add, Flatten)
@@ -425,6 +425,12 @@ class _Emit:
     def op(self, opcode: Opcode, layer: int, **fields) -> MicroOp:
         """A checked micro-op; one with the fields of an earlier one shares its checked
         parts (a network repeats most of its instructions, tile after tile)."""
+        # A DMA is kept with its DRAM address at 0 (``timing.moving_field``) and moved
+        # to each address it is made with: most differ in nothing else.
+        moving = timing.moving_field(opcode)
+        value = fields.get(moving, 0) if moving else 0
+        if value:
+            fields[moving] = 0
         key = (opcode, layer, tuple(fields.items()))   # one call site, one field order
         known = self.made.get(key)
         if known is None:
@@ -433,6 +439,8 @@ class _Emit:
                                        tile_rows=self.em.tile_rows,
                                        tile_cols=self.em.tile_cols)
             self.made[key] = known
+        if value:
+            return moved(self.cfg, known, value)
         return MicroOp(known.op, known.fields, known.accesses, known.layer, known.needs)
 
     def job(self, job: Job, w_dram: int, post_dram: int | None, out_dram: int

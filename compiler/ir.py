@@ -8,6 +8,7 @@ the scheduler's hazards are exactly the instruction's effects.
 
 from __future__ import annotations
 
+from bisect import bisect_right, insort
 from dataclasses import dataclass, field
 
 from ..arch import fabric, instructions, isa, timing
@@ -118,6 +119,25 @@ def make(cfg: ChipConfig, op: Opcode, layer: int = 0, **fields) -> MicroOp:
     return mop
 
 
+def moved(cfg: ChipConfig, mop: MicroOp, value: int) -> MicroOp:
+    """What ``make`` returns for `mop`'s fields with its moving field (the entry's
+    ``moves``: a DMA's ``dram_addr``) at `value`. The field only moves the op's
+    touches of one memory, so only their bounds and the field's width are checked
+    again; anything out of bounds goes through ``make`` for its error."""
+    name, memory = instructions.spec(mop.op).moves
+    off = value - mop.fields[name]
+    size = resource_sizes(cfg)[memory]
+    if 0 <= value < 1 << isa.field_bits(mop.op, name) and all(
+            0 <= a.lo + off and a.hi + off <= size
+            for a in mop.accesses if a.resource == memory):
+        fields = dict(mop.fields)
+        fields[name] = value
+        return MicroOp(mop.op, fields, tuple(
+            Access(a.resource, a.lo + off, a.hi + off, a.mode, a.start, a.end)
+            if a.resource == memory else a for a in mop.accesses), mop.layer, mop.needs)
+    return make(cfg, mop.op, mop.layer, **{**mop.fields, name: value})
+
+
 def required_gap(cfg: ChipConfig, earlier: MicroOp, later: MicroOp) -> int | None:
     """The fewest cycles ``later`` must issue after ``earlier`` for their accesses to
     stay in order, or None if their order does not matter. Each access spans
@@ -155,6 +175,49 @@ def verify_reorder(cfg: ChipConfig, before: list[MicroOp], after: list[MicroOp])
     pos = {id(m): i for i, m in enumerate(after)}
     if len(pos) != len(before) or any(id(m) not in pos for m in before):
         raise CompileError("internal: reordered program is not a permutation")
+    # Only the pairs the permutation swaps need a look. Walking `before`, ``ahead``
+    # holds the ops already seen that `after` places beyond the first position not yet
+    # taken: the current op must not pass those of them that `after` places after it.
+    # The pipeliner moves an op at most a block's length (a few hundred ops in
+    # ResNet-50); a permutation that moves more ops further is checked address by
+    # address instead.
+    order = [pos[id(m)] for m in before]
+    taken = bytearray(len(order))
+    first_free = 0
+    ahead: list[tuple[int, int]] = []     # (position in `after`, index in `before`), sorted
+    for j, p in enumerate(order):
+        for _, i in ahead[bisect_right(ahead, (p, len(order))):]:
+            if _touch_same(before[i], before[j]):
+                raise CompileError(f"internal: reordering moved {before[j]} before "
+                                   f"{before[i]}, which touches the same data")
+        taken[p] = 1
+        if p == first_free:
+            while first_free < len(taken) and taken[first_free]:
+                first_free += 1
+            del ahead[:bisect_right(ahead, (first_free, len(order)))]
+        else:
+            insort(ahead, (p, j))
+            if len(ahead) > _FAR:
+                return _verify_reorder_by_address(cfg, before, pos)
+
+
+#: More ops than this placed ahead of their turn at once: checked address by address.
+_FAR = 4096
+
+
+def _touch_same(a: MicroOp, b: MicroOp) -> bool:
+    """Whether the two ops touch a common address and at least one of them writes
+    (the reorder check's own test; the pipeliner decides with ``conflict``)."""
+    for x in a.accesses:
+        for y in b.accesses:
+            if x.resource == y.resource and x.lo < y.hi and y.lo < x.hi \
+                    and not (x.mode == READ and y.mode == READ):
+                return True
+    return False
+
+
+def _verify_reorder_by_address(cfg: ChipConfig, before: list[MicroOp], pos: dict
+                               ) -> None:
     # per address: the highest position in `after` of any write / read seen so far
     sizes = resource_sizes(cfg)
     writes = {r: RunningMax(n, -1) for r, n in sizes.items()}

@@ -124,18 +124,25 @@ class Compiled:
         return isa.disassemble(self.image)
 
 
-def _copy_bytes(cfg: ChipConfig, program: list[isa.Instr], kind: CopyKind) -> int:
-    """UBUF bytes written (CROP: COPY crops and fused crops) or read (FETCH)."""
-    rows = sum(i.rows for i in program if i.op is Opcode.COPY and i.kind == kind)
-    if kind == CopyKind.CROP:
-        rows += sum(i.rows for i in program
-                    if i.op is Opcode.VRUN and i.fields.get("crop", 0))
-    return rows * cfg.rows
-
-
-def _dma_bytes(cfg: ChipConfig, program: list[isa.Instr], kinds: tuple[int, ...]) -> int:
-    return sum(timing.dma_words(cfg, i.kind, i.rows) * cfg.rows for i in program
-               if i.op is Opcode.DMA and i.kind in kinds)
+def _counted_bytes(cfg: ChipConfig, program: list[isa.Instr]) -> dict[str, int]:
+    """What the byte counters read after `program`: DRAM bytes read and written by
+    DMAs, UBUF bytes written (COPY crops and fused crops) and read (COPY fetches)."""
+    loads = (DmaKind.LOAD_CBUF, DmaKind.LOAD_ACC)
+    out = dict.fromkeys(("dram_read", "dram_written", "ubuf_written", "ubuf_read"), 0)
+    words: dict[tuple[int, int], int] = {}      # (kind, rows) -> words, per distinct DMA
+    for ins in program:
+        f = ins.fields
+        if ins.op is Opcode.DMA:
+            key = (f["kind"], f["rows"])
+            n = words.get(key)
+            if n is None:
+                n = words[key] = timing.dma_words(cfg, *key)
+            out["dram_read" if f["kind"] in loads else "dram_written"] += n
+        elif ins.op is Opcode.COPY:
+            out["ubuf_written" if f["kind"] == CopyKind.CROP else "ubuf_read"] += f["rows"]
+        elif ins.op is Opcode.VRUN and f.get("crop", 0):
+            out["ubuf_written"] += f["rows"]
+    return {k: v * cfg.rows for k, v in out.items()}
 
 
 def _mkn(lowered, graph: Graph, node) -> tuple[int, int, int, int]:
@@ -197,16 +204,25 @@ def _compile(cfg: ChipConfig, network: Network | Graph, chain: ChainChoice | Non
     clock.lap("schedule")
     cycles, updates = add_updates(cfg, lowered.ops, cycles)
     clock.lap("config_updates")
-    tagged = sorted([(c, lowered.ops[i].instr(c), lowered.ops[i].layer)
-                     for i, c in enumerate(cycles)]
-                    + [(ins.cycle, ins, lowered.ops[served].layer) for ins, served in updates],
+    done_of: dict[int, int] = {}    # per fields dict: lowering shares them among copies
+
+    def done(op) -> int:
+        d = done_of.get(id(op.fields))
+        if d is None:
+            d = done_of[id(op.fields)] = timing.done(cfg, op.instr(0))
+        return d
+
+    tagged = sorted([(c, op.instr(c), op.layer, done(op))
+                     for op, c in zip(lowered.ops, cycles)]
+                    + [(ins.cycle, ins, lowered.ops[served].layer, timing.done(cfg, ins))
+                       for ins, served in updates],
                     key=lambda x: x[0])
-    layer_of = tuple(layer for *_, layer in tagged)
+    layer_of = tuple(x[2] for x in tagged)
+    dones = [x[3] for x in tagged]
     prog_addr = program_region(cfg, lowered.plan, len(tagged))
-    scheduled = [ins for _, ins, _ in tagged]
+    scheduled = [x[1] for x in tagged]
     program = delay_for_fetch(cfg, scheduled)   # the same instructions, some later
     clock.lap("order")
-    dones = [timing.done(cfg, ins) for ins in scheduled]
     predicted = max((ins.cycle + d for ins, d in zip(program, dones)), default=0)
     replayed = verify(cfg, program, f"network {graph.name!r}", prog_addr=prog_addr)
     clock.lap("verify")
@@ -214,7 +230,7 @@ def _compile(cfg: ChipConfig, network: Network | Graph, chain: ChainChoice | Non
         raise ScheduleError(
             f"network {graph.name!r}: internal: the compiler predicts {predicted} cycles "
             f"but the program's effects end in cycle {replayed - 1}")
-    image = isa.to_bytes([isa.encode(i) for i in program])
+    image = isa.to_bytes(isa.encode_all(program))
     clock.lap("encode")
 
     spans: dict[int, tuple[int, int]] = {}     # layer -> (first issue, last done)
@@ -230,6 +246,7 @@ def _compile(cfg: ChipConfig, network: Network | Graph, chain: ChainChoice | Non
         records.append(LayerRecord(node.name, *_mkn(lowered, graph, node), first, end, li,
                                    min(running_end, end)))
         running_end = max(running_end, end)
+    counted = _counted_bytes(cfg, program)
     return Compiled(
         cfg=cfg, network=network, program=program,
         layer_of=layer_of, image=image, dram=lowered.dram,
@@ -238,10 +255,9 @@ def _compile(cfg: ChipConfig, network: Network | Graph, chain: ChainChoice | Non
         fetch_delay=predicted - max((ins.cycle + d for ins, d in zip(scheduled, dones)),
                                     default=0),
         layers=tuple(records),
-        array_macs=sum(i.rows for i in program if i.op is Opcode.MATMUL) * cfg.macs,
-        dram_bytes_read=_dma_bytes(cfg, program, (DmaKind.LOAD_CBUF, DmaKind.LOAD_ACC)),
-        dram_bytes_written=_dma_bytes(cfg, program, (DmaKind.STORE_CBUF, DmaKind.STORE_ACC)),
+        array_macs=sum(i.fields["rows"] for i in program if i.op is Opcode.MATMUL)
+        * cfg.macs,
+        dram_bytes_read=counted["dram_read"], dram_bytes_written=counted["dram_written"],
         plan=lowered.plan, phase_seconds=clock.laps,
-        ubuf_bytes_written=_copy_bytes(cfg, program, CopyKind.CROP),
-        ubuf_bytes_read=_copy_bytes(cfg, program, CopyKind.FETCH),
+        ubuf_bytes_written=counted["ubuf_written"], ubuf_bytes_read=counted["ubuf_read"],
         chain=lowered if chain is not None else None)

@@ -1,9 +1,11 @@
 """Scheduler: the issue rules, unit occupancy and hazards, on hand-built micro-op lists
 and on whole compiled programs. Expected cycles come from systolica.arch.timing."""
 
+import random
 import re
 
 import numpy as np
+
 import pytest
 
 from systolica.arch import isa, timing
@@ -135,6 +137,43 @@ def test_pipelined_order_computes_what_the_loop_nest_does(net):
         verify_reorder(CFG, lowered.sequential, swapped)
 
 
+@pytest.mark.parametrize("far_limit", [None, 4])
+def test_reorder_check_sees_far_moves_and_agrees_with_the_address_check(
+        far_limit, monkeypatch):
+    """A swap of conflicting ops far apart is caught, by the pair walk or (more ops
+    moved ahead than it keeps) address by address, and on random permutations the
+    two checks agree."""
+    from systolica.compiler import ir
+    if far_limit is not None:
+        monkeypatch.setattr(ir, "_FAR", far_limit)
+    seq = lower(CFG, NETS[0]).sequential
+    far = list(seq)
+    k = len(far) - 1 - next(i for i, op in enumerate(reversed(far))
+                            if conflict(far[0], op))
+    far.insert(0, far.pop(k))           # the last op touching op 0's data, first
+    assert k > 8
+    with pytest.raises(CompileError, match="reordering"):
+        verify_reorder(CFG, seq, far)
+    rng = random.Random(5)
+    for _ in range(40):
+        perm = list(seq)
+        for _ in range(3):
+            a = rng.randrange(len(perm))
+            b = min(len(perm) - 1, a + rng.randrange(1, 9))
+            perm.insert(b, perm.pop(a))
+        pos = {id(m): i for i, m in enumerate(perm)}
+        by_address = _raises(lambda: ir._verify_reorder_by_address(CFG, seq, pos))
+        assert _raises(lambda: verify_reorder(CFG, seq, perm)) == by_address
+
+
+def _raises(check) -> bool:
+    try:
+        check()
+    except CompileError:
+        return True
+    return False
+
+
 def test_every_multiplexer_is_set_before_its_first_use():
     """Programs never depend on settings an earlier program left behind."""
     from systolica.arch import fabric
@@ -214,3 +253,19 @@ def test_needs_that_could_never_take_effect_are_errors(op, needs, expected):
     m.needs = needs
     with pytest.raises(CompileError, match=re.escape(expected)):
         schedule(CFG, [m])
+
+
+@pytest.mark.parametrize("kind", [DmaKind.LOAD_CBUF, DmaKind.STORE_ACC])
+def test_a_moved_dma_is_the_dma_made_at_its_address(kind):
+    """``ir.moved`` gives what ``make`` gives for the DMA at the new DRAM address, and
+    an address past the DRAM gets ``make``'s error."""
+    from systolica.compiler.ir import moved
+    base = make(CFG, Opcode.DMA, 3, kind=kind, buf_addr=5, rows=4, dram_stride=9)
+    for addr in (1, 700, CFG.dram_words - 3 * 9 - CFG.acc_row_words):
+        want = make(CFG, Opcode.DMA, 3, kind=kind, buf_addr=5, rows=4, dram_stride=9,
+                    dram_addr=addr)
+        got = moved(CFG, base, addr)
+        assert (got.fields, got.accesses, got.layer) == (want.fields, want.accesses, 3)
+        assert got.fields is not base.fields and base.fields["dram_addr"] == 0
+    with pytest.raises(CompileError, match="runs past the end of that memory"):
+        moved(CFG, base, CFG.dram_words - 3 * 9)

@@ -78,6 +78,18 @@ def test_decode_inverts_encode(ins):
 
 
 @EXAMPLES
+@given(st.lists(instrs(), min_size=1, max_size=6), st.lists(CYCLES, min_size=1, max_size=6))
+def test_encoding_a_program_at_once_matches_one_by_one(program, cycles):
+    """``encode_all`` encodes each distinct instruction once and only sets the cycle
+    of its copies: the same words as ``encode`` one by one."""
+    program += [Instr(ins.op, c, ins.fields) for ins, c in zip(program, cycles)]
+    assert isa.encode_all(program) == [isa.encode(ins) for ins in program]
+    late = Instr(program[0].op, 1 << isa.CYCLE_BITS, program[0].fields)
+    with pytest.raises(isa.EncodingError, match="cycle does not fit"):
+        isa.encode_all(program + [late])
+
+
+@EXAMPLES
 @given(st.sampled_from(OPCODES), st.data())
 def test_encode_rejects_a_field_past_its_width(op, data):
     fields = data.draw(fields_of(op))

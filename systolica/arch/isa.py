@@ -219,6 +219,11 @@ def payload_fields(op: Opcode) -> tuple[str, ...]:
     return tuple(name for name, _, _ in _fields(PAYLOAD[op]))
 
 
+def field_bits(op: Opcode, name: str) -> int:
+    """The width in bits of `op`'s payload field `name`."""
+    return next(width for field, _, width in _fields(PAYLOAD[op]) if field == name)
+
+
 def _pack(layout: data.StructLayout, values: dict, instr: "Instr") -> int:
     word = 0
     fields = _fields(layout)
@@ -250,6 +255,23 @@ def encode(instr: Instr) -> int:
         raise EncodingError(f"{_what(instr)}: cycle does not fit {CYCLE_BITS} bits")
     return _pack(Word, {"opcode": int(instr.op), "cycle": instr.cycle,
                         "payload": payload}, instr)
+
+
+def encode_all(program: list[Instr]) -> list[int]:
+    """``[encode(i) for i in program]``, each distinct instruction but for its cycle
+    encoded once (a network's program repeats most)."""
+    cycle_at = next(offset for name, offset, _ in _fields(Word) if name == "cycle")
+    known: dict[tuple, int] = {}
+    out = []
+    for ins in program:
+        key = (ins.op, tuple(ins.fields.items()))
+        word = known.get(key)
+        if word is None:
+            word = known[key] = encode(Instr(ins.op, 0, ins.fields))
+        if not 0 <= ins.cycle < (1 << CYCLE_BITS):
+            encode(ins)         # raises, naming the instruction
+        out.append(word | ins.cycle << cycle_at)
+    return out
 
 
 def decode(word: int) -> Instr:
