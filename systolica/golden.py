@@ -373,24 +373,27 @@ class _BankPorts:
 
     def __init__(self, cfg: ChipConfig):
         self.cfg = cfg
-        self.live: dict[tuple[str, str, int], list[tuple[int, int, str, int]]] = {}
+        self.live: dict[tuple[str, str], list[tuple[int, int, str, int, int]]] = {}
         self.conflict: int | None = None            # the first conflicting cycle
         self.reason = ""
 
     def use(self, unit: str, pc: int, uses, t: int) -> None:
-        """Instruction `pc` on `unit`, issued at `t`, uses ports ``uses`` (``(mode,
-        bank), first, last`` after issue); instructions arrive in issue order."""
-        for key, first, last in uses:
+        """Instruction `pc` on `unit`, issued at `t`, uses ports ``uses`` (``(memory,
+        mode), first, last, banks`` after issue, `banks` a bit mask: see
+        :func:`_port_uses`); instructions arrive in issue order."""
+        for port, first, last, banks in uses:
             lo, hi = t + first, t + last
-            runs = self.live.setdefault(key, [])
-            if len(runs) > 4:       # a run over by now meets no later one
+            runs = self.live.setdefault(port, [])
+            if len(runs) > 8:       # a run over by now meets no later one
                 runs[:] = [r for r in runs if r[1] >= t]
-            for r_lo, r_hi, r_unit, r_pc in runs:
-                if r_unit != unit and r_lo <= hi and lo <= r_hi:
+            for r_lo, r_hi, r_unit, r_pc, r_banks in runs:
+                if r_unit != unit and r_lo <= hi and lo <= r_hi and r_banks & banks:
                     c = max(lo, r_lo)
                     if self.conflict is None or c < self.conflict:
                         self.conflict = c
-                        memory, mode, bank = key
+                        memory, mode = port
+                        common = r_banks & banks
+                        bank = (common & -common).bit_length() - 1
                         size = (self.cfg.cbuf_bank_rows if memory == "cbuf"
                                 else self.cfg.acc_bank_rows)
                         self.reason = (
@@ -400,7 +403,17 @@ class _BankPorts:
                             f"{(bank + 1) * size - 1}); a bank has one read and one write "
                             f"port: place their rows in different banks or their "
                             f"accesses in different cycles")
-            runs.append((lo, hi, unit, pc))
+            runs.append((lo, hi, unit, pc, banks))
+
+
+def _port_uses(uses: list[instructions.BankUse]) -> tuple[tuple[tuple[str, str], int, int, int], ...]:
+    """An instruction's bank ports as ``((memory, mode), first, last, banks)``: the
+    banks whose port it uses over the same cycles, as one bit mask."""
+    masks: dict[tuple[tuple[str, str], int, int], int] = {}
+    for u in uses:
+        key = ((u.memory, u.mode), u.first, u.last)
+        masks[key] = masks.get(key, 0) | 1 << u.bank
+    return tuple((port, first, last, banks) for (port, first, last), banks in masks.items())
 
 
 class _Fetcher:
@@ -500,8 +513,7 @@ def check(cfg: ChipConfig, program: list[isa.Instr], prog_addr: int | None = Non
             [run for tc in dram for run in _port_runs(tc.cycles)],
             tuple((tc, _rows(tc)) for tc in fx_.writes
                   if tc.resource == "dram" and len(tc.addrs)),
-            tuple(((u.memory, u.mode, u.bank), u.first, u.last)
-                  for u in entry.bank_ports(cfg, fields, fx_)),
+            _port_uses(entry.bank_ports(cfg, fields, fx_)),
             _mux_windows(fx_, mux_index))
 
     def decided(ins: isa.Instr):
