@@ -30,17 +30,18 @@ class BusyIntervals:
                 out._ends.append(c + 1)
         return out
 
+    # The schedulers ask millions of times: each method checks its interval inline.
     @staticmethod
-    def _check(lo: int, hi: int) -> None:
-        if not (isinstance(lo, int) and isinstance(hi, int)) or hi <= lo:
-            raise ValueError(f"a busy interval [lo, hi) needs integers lo < hi, "
-                             f"not [{lo!r}, {hi!r})")
+    def _reject(lo, hi):
+        raise ValueError(f"a busy interval [lo, hi) needs integers lo < hi, "
+                         f"not [{lo!r}, {hi!r})")
 
     def clash_end(self, lo: int, hi: int) -> int | None:
         """None if ``[lo, hi)`` is free, else the end of the latest busy interval that
         starts before ``hi``: no interval of this length fits before that end, so it is
         the next start worth trying."""
-        self._check(lo, hi)
+        if type(lo) is not int or type(hi) is not int or hi <= lo:
+            self._reject(lo, hi)
         k = bisect_left(self._starts, hi) - 1
         if k >= 0 and self._ends[k] > lo:
             return self._ends[k]
@@ -57,7 +58,8 @@ class BusyIntervals:
 
     def add(self, lo: int, hi: int) -> None:
         """Mark ``[lo, hi)`` busy (it may overlap or touch intervals already busy)."""
-        self._check(lo, hi)
+        if type(lo) is not int or type(hi) is not int or hi <= lo:
+            self._reject(lo, hi)
         a = bisect_left(self._ends, lo)           # first interval ending at/after lo
         b = bisect_right(self._starts, hi)        # intervals starting at/before hi
         if a < b:                                 # touching or overlapping: merge
@@ -95,7 +97,8 @@ class BusyBanks:
         """None if no bank of `banks` is busy in ``[lo, hi)``, else the end of the
         latest piece overlapping it with one of them busy: such a bank stays busy
         until then, so no interval of this length fits before it."""
-        BusyIntervals._check(lo, hi)
+        if type(lo) is not int or type(hi) is not int or hi <= lo:
+            BusyIntervals._reject(lo, hi)
         ends = self._ends
         if not ends or ends[-1] <= lo:            # after every piece
             return None
@@ -107,7 +110,8 @@ class BusyBanks:
 
     def add(self, lo: int, hi: int, banks: int) -> None:
         """Mark `banks` busy in ``[lo, hi)``."""
-        BusyIntervals._check(lo, hi)
+        if type(lo) is not int or type(hi) is not int or hi <= lo:
+            BusyIntervals._reject(lo, hi)
         starts, ends, masks = self._starts, self._ends, self._masks
         if not ends or lo >= ends[-1]:            # after every piece: the usual case
             if ends and ends[-1] == lo and masks[-1] == banks:

@@ -44,11 +44,6 @@ class _Resource:
     def __init__(self, size: int):
         self.since = RunningMaxes(size, len(self.COLUMN))
 
-    def place(self, lo: int, hi: int, mode: str, issue: int, end: int) -> None:
-        self.since.raise_to(lo, hi, self.ENDS[mode], end)
-        if mode == ACCUMULATE:
-            self.since.raise_to(lo, hi, slice(2, 3), issue + 1)
-
 
 class _BankPorts:
     """Per CBUF or ACC port (read or write) and unit, the cycles the unit uses that
@@ -81,6 +76,24 @@ class _BankPorts:
             busy.add(t + lo, t + hi, banks)
 
 
+_NEXT_ACCUMULATE = slice(2, 3)
+
+
+def _waits(resources: dict[str, _Resource], accesses) -> list[tuple]:
+    """Per access, where its earliest issue is read: ``(since, lo, hi, column,
+    start)`` (see :class:`_Resource`)."""
+    return [(resources[a.resource].since, a.lo, a.hi, _Resource.COLUMN[a.mode], a.start)
+            for a in accesses]
+
+
+def _marks(resources: dict[str, _Resource], accesses, done: int) -> list[tuple]:
+    """Per access, what placing the op raises: ``(since, lo, hi, columns, end after
+    issue, accumulate)``; the columns wait for the access's end, and an accumulate's
+    own column for its issue (see :class:`_Resource`)."""
+    return [(resources[a.resource].since, a.lo, a.hi, _Resource.ENDS[a.mode],
+             done if a.end is None else a.end, a.mode == ACCUMULATE) for a in accesses]
+
+
 def schedule(cfg: ChipConfig, ops: list[MicroOp]) -> list[int]:
     """Issue cycle of each op, in the order given."""
     resources = {name: _Resource(size) for name, size in resource_sizes(cfg).items()}
@@ -110,14 +123,18 @@ def schedule(cfg: ChipConfig, ops: list[MicroOp]) -> list[int]:
                 fixed = timed[same] = (timing.occupancy(cfg, probe), timing.done(cfg, probe),
                                        routing.settings(op),
                                        banks.claims(timing.bank_claims(cfg, probe)))
-            got = known[key] = (*fixed, [(resources[a.resource], _Resource.COLUMN[a.mode], a)
-                                         for a in op.accesses])
-        occupancy, done, spans, claims, accesses = got
+            got = known[key] = (*fixed, _waits(resources, op.accesses),
+                                _marks(resources, op.accesses, fixed[1]))
+        occupancy, done, spans, claims, waits, marks = got
         unit_name = timing.UNIT[op.op]
         unit = units[unit_name]
-        t = max((resource.since.max(a.lo, a.hi, column) - a.start
-                  for resource, column, a in accesses), default=0)
-        t = max(t, routing.earliest(spans), 0)
+        t = 0
+        for since, lo, hi, column, start in waits:
+            after = since.max(lo, hi, column) - start
+            if after > t:
+                t = after
+        if spans:
+            t = max(t, routing.earliest(spans))
         while True:
             end = unit.clash_end(t, t + occupancy)
             if end is None:
@@ -125,7 +142,7 @@ def schedule(cfg: ChipConfig, ops: list[MicroOp]) -> list[int]:
             if end is None and claims:
                 end = banks.clash_end(unit_name, claims, t)
             if end is None:
-                reserved = routing.reserve(spans, t, slots)
+                reserved = routing.reserve(spans, t, slots) if spans else ()
                 if reserved is not None:
                     break
                 end = t + 1
@@ -139,8 +156,11 @@ def schedule(cfg: ChipConfig, ops: list[MicroOp]) -> list[int]:
             banks.add(unit_name, claims, t)
         for c in reserved:                  # kept free for configuration updates
             slots.add(c, c + 1)
-        routing.place(spans, t)
-        for resource, _, a in accesses:
-            resource.place(a.lo, a.hi, a.mode, t, t + (done if a.end is None else a.end))
+        if spans:
+            routing.place(spans, t)
+        for since, lo, hi, ends, after, accumulate in marks:
+            since.raise_to(lo, hi, ends, t + after)
+            if accumulate:
+                since.raise_to(lo, hi, _NEXT_ACCUMULATE, t + 1)
         cycles.append(t)
     return cycles
