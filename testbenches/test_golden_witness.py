@@ -213,3 +213,33 @@ def test_golden_model_alone_catches_mutated_timing(mutation, monkeypatch):
         if why:
             found.append(f"params VRUN: {why}")
     assert found, f"the golden model agreed with every program compiled with '{mutation}'"
+
+
+@pytest.mark.parametrize("mutation", [None] + list(MUTATIONS))
+def test_scoreboards_split_between_two_processes_find_what_one_finds(mutation,
+                                                                      monkeypatch):
+    """A long program's check keeps some scoreboards in a forked process: the same
+    instructions issue, the same fault stops them, and the same hazards come back in
+    the same order as from one process, on programs broken by each mutation."""
+    if mutation is not None:
+        monkeypatch.setattr(timing, *MUTATIONS[mutation])
+    monkeypatch.setattr(program_pass, "verify",
+                        lambda cfg, program, what="", **_: timing.run_cycles(cfg, program))
+    programs = [compile_network(CFG, net).program for net in _networks()]
+    hazards = 0
+    for program in programs:
+        monkeypatch.setattr(golden._BoardHelper, "FROM", 1 << 40)
+        alone = golden.check(CFG, program)
+        monkeypatch.setattr(golden._BoardHelper, "FROM", 1)
+        split = golden.check(CFG, program)
+        assert (split.issued, split.fault, split.cycles, split.hazards, split.fault_reason,
+                split.fetched_words) == (alone.issued, alone.fault, alone.cycles,
+                                         alone.hazards, alone.fault_reason,
+                                         alone.fetched_words)
+        assert [[(t.resource, t.addrs.tolist(), t.cycles.tolist()) for t in fx.reads + fx.writes]
+                for fx in split.effects] == \
+            [[(t.resource, t.addrs.tolist(), t.cycles.tolist()) for t in fx.reads + fx.writes]
+             for fx in alone.effects]
+        hazards += len(alone.hazards)
+    if mutation in ("done shorter", "bank window later"):
+        assert hazards, "these mutations leave hazards for both to find"
