@@ -18,7 +18,8 @@ multiplier. A dense layer in such a network is a 1x1 convolution over its ``M`` 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from collections.abc import Mapping
 from types import MappingProxyType
 
 import numpy as np
@@ -300,6 +301,8 @@ class Layout:
     halves: int
     half_rows: int
     slots: int                       # ACC rows of the epilogue parameters, 2 x 4
+    persistent: bool = False         # the layer's whole weight image from `ring` (block
+                                     # b at ring + b*R), loaded once: no ring
 
 
 def _layout(cfg: ChipConfig) -> Layout:
@@ -315,6 +318,91 @@ def _layout(cfg: ChipConfig) -> Layout:
     if top - staging < 8 * R:
         raise CompileError(f"chip {cfg.name!r}: CBUF too small for convolution tiles")
     return Layout(ring, staging, top, 0, half, 2 * half)
+
+
+WEIGHTS = ("stream", "persistent")
+
+
+def job_layout(cfg: ChipConfig, lay: Layout, job: Job, weights: str) -> Layout:
+    """The layout one layer runs in: `lay` with the weight ring (``stream``: a block
+    per step, reloaded every tile), or with the layer's whole weight image where the
+    ring was and the staging and tile buffers above it (``persistent``: the first tile
+    loads each block once, later tiles reuse them; fewer rows for the tiles)."""
+    if weights == "stream":
+        return lay
+    return replace(lay, staging=_bank_up(cfg, lay.ring + job.weights.shape[0] * cfg.rows),
+                   persistent=True)
+
+
+def _weight_choices(cfg: ChipConfig, lay: Layout, jobs: list, weights
+                    ) -> dict[str, str]:
+    """Each layer's weight placement: the user's (`weights`: one for all, or by layer
+    name) or the cost model's."""
+    names = {j.name for j in jobs if j is not None}
+    if weights is None:
+        weights = {}
+    elif isinstance(weights, str):
+        weights = dict.fromkeys(names, weights)
+    elif not isinstance(weights, Mapping):
+        raise CompileError(f"weights must be 'stream', 'persistent' or a mapping of "
+                           f"layer name to one of them, not {weights!r}")
+    unknown = sorted(set(weights) - names)
+    if unknown:
+        raise CompileError(f"weights names layer(s) {', '.join(map(repr, unknown))} the "
+                           f"network does not have (or that have no instructions)")
+    out = {}
+    for job in jobs:
+        if job is None:
+            continue
+        _check_window(job)
+        want = weights.get(job.name)
+        if want is None:
+            out[job.name] = choose_weights(cfg, lay, job)
+            continue
+        if want not in WEIGHTS:
+            raise CompileError(f"layer {job.name!r}: weights {want!r} is not one of "
+                               f"{', '.join(WEIGHTS)}")
+        _tiles(cfg, job_layout(cfg, lay, job, want), job)   # a CompileError if no fit
+        out[job.name] = want
+    return out
+
+
+def estimate(cfg: ChipConfig, lay: Layout, job: Job, weights: str) -> tuple[int, int]:
+    """``(cycles, dram_bytes)`` one layer should take with its weights placed so
+    (a CompileError if its tiles do not fit): the rows the array streams against the
+    words the DMA moves (every tile's input rows, the weights once per tile or once,
+    the epilogue parameters per tile and output block, the output).
+
+    TODO per-MATMUL overhead."""
+    R = cfg.rows
+    mine = job_layout(cfg, lay, job, weights)
+    tiles, _ = _tiles(cfg, mine, job)
+    N, Ho, Wo, _ = job.out_shape
+    nb = len(job.steps)
+    steps = sum(len(s) for s in job.steps)
+    streamed = N * Ho * Wo * steps
+    moved = 0
+    for oh0, oh1 in tiles:
+        lo, hi = _input_rows(job, oh0, oh1)
+        moved += N * sum((hi - lo) * s.shape[2] * s.blocks(R) for s in job.sources)
+    moved += job.weights.shape[0] * R * (1 if mine.persistent else N * len(tiles))
+    if job.post is not None:
+        per = PARAM_ROWS if job.post == "params" else 1
+        moved += N * len(tiles) * nb * per * cfg.acc_row_words
+    moved += N * Ho * Wo * nb
+    return max(streamed, moved), moved * R
+
+
+def choose_weights(cfg: ChipConfig, lay: Layout, job: Job) -> str:
+    """The cost model's weight placement for one layer: of those whose tiles fit, the
+    one :func:`estimate` says moves the fewest DRAM bytes without taking more cycles
+    than streaming the weights."""
+    base = estimate(cfg, lay, job, "stream")
+    try:
+        kept = estimate(cfg, lay, job, "persistent")
+    except CompileError:
+        return "stream"
+    return "persistent" if kept[1] < base[1] and kept[0] <= base[0] else "stream"
 
 
 def _bank_up(cfg: ChipConfig, row: int) -> int:
@@ -417,6 +505,7 @@ class _Counters:
 class _Emit:
     def __init__(self, cfg: ChipConfig, em: _Counters, lay: Layout):
         self.cfg, self.em, self.lay = cfg, em, lay
+        self.base = lay                 # the network's layout; job() sets each layer's
         self.tile_no = 0
         self.tables: dict[tuple, int] = {}     # tap deltas -> table, per layer
         self.made: dict[tuple, MicroOp] = {}
@@ -435,9 +524,10 @@ class _Emit:
             self.made[key] = known
         return MicroOp(known.op, known.fields, known.accesses, known.layer, known.needs)
 
-    def job(self, job: Job, w_dram: int, post_dram: int | None, out_dram: int
-            ) -> list[Block]:
-        cfg, lay, em = self.cfg, self.lay, self.em
+    def job(self, job: Job, w_dram: int, post_dram: int | None, out_dram: int,
+            weights: str = "stream") -> list[Block]:
+        cfg, em = self.cfg, self.em
+        lay = self.lay = job_layout(cfg, self.base, job, weights)
         R, arw = cfg.rows, cfg.acc_row_words
         i = job.index
         N, Ho, Wo, Cout = job.out_shape
@@ -532,7 +622,8 @@ class _Emit:
                         dram_addr=post_dram + nb * per * arw, dram_stride=arw,
                         buf_addr=slot, rows=per))
                 for k, st in enumerate(job.steps[nb]):
-                    ring = lay.ring + (em.steps % WEIGHT_SLOTS) * R
+                    ring = lay.ring + (st.block if lay.persistent
+                                       else em.steps % WEIGHT_SLOTS) * R
                     bank = em.steps % 2
                     em.steps += 1
                     pre = weights_at.get(f, [])
@@ -569,14 +660,18 @@ class _Emit:
         to the step half a group before the first that uses it (its slots were last
         read a group earlier still)."""
         R, i = self.cfg.rows, job.index
-        blocks = [st.block for _ in range(tiles) for steps in job.steps for st in steps]
+        persistent = self.lay.persistent
+        blocks = [st.block for _ in range(1 if persistent else tiles)
+                  for steps in job.steps for st in steps]
         e0 = self.em.steps
-        # a step whose bank already holds its block loads nothing (as job() decides)
-        holds, need = list(self.bank_holds), []
+        # a step whose bank already holds its block loads nothing (as job() decides);
+        # kept weights load each block once, in the first tile
+        holds, need, seen = list(self.bank_holds), [], set()
         for f, b in enumerate(blocks):
             bank = (e0 + f) % 2
-            need.append(holds[bank] != w_dram + b * R)
+            need.append(b not in seen if persistent else holds[bank] != w_dram + b * R)
             holds[bank] = w_dram + b * R
+            seen.add(b)
         out: dict[int, list[MicroOp]] = {}
         f = 0
         while f < len(blocks):
@@ -584,10 +679,12 @@ class _Emit:
                 f += 1
                 continue
             n = 1
-            while f + n < len(blocks) and (e0 + f + n) % WEIGHT_GROUP \
+            while f + n < len(blocks) and (n < WEIGHT_GROUP if persistent
+                                           else (e0 + f + n) % WEIGHT_GROUP) \
                     and need[f + n] and blocks[f + n] == blocks[f] + n:
                 n += 1
-            slot = self.lay.ring + ((e0 + f) % WEIGHT_SLOTS) * R
+            slot = self.lay.ring + (blocks[f] if persistent
+                                    else (e0 + f) % WEIGHT_SLOTS) * R
             out.setdefault(max(0, f - WEIGHT_GROUP // 2), []).append(self.op(
                 Opcode.DMA, i, kind=DmaKind.LOAD_CBUF, dram_addr=w_dram + blocks[f] * R,
                 dram_stride=1, buf_addr=slot, rows=n * R))
@@ -665,11 +762,15 @@ class _Emit:
 class CnnLowered(Lowered):
     copies: dict = field(default_factory=dict)   # graph input -> replicas in its layout
     jobs: dict = field(default_factory=dict)     # layer -> its Job (shapes, MACs)
+    weights: dict = field(default_factory=dict)  # layer -> "stream" or "persistent"
 
 
-def lower_cnn(cfg: ChipConfig, graph: Graph) -> CnnLowered:
+def lower_cnn(cfg: ChipConfig, graph: Graph,
+              weights: str | Mapping[str, str] | None = None) -> CnnLowered:
     """Lower a graph with feature-map ops: plan DRAM, emit every layer's tile loops,
-    software-pipeline them."""
+    software-pipeline them. `weights`: how each layer keeps its weights (``stream`` or
+    ``persistent``, :func:`job_layout`), for all layers or per layer name; a layer not
+    named is the cost model's choice (:func:`choose_weights`)."""
     if cfg.rows != cfg.cols:
         raise CompileError(f"chip {cfg.name!r}: the layouts assume a square array")
     lay = _layout(cfg)
@@ -758,8 +859,10 @@ def lower_cnn(cfg: ChipConfig, graph: Graph) -> CnnLowered:
         outputs[t] = (where[t], _out_words(cfg, tt))
     image = dram.image()
 
+    choices = _weight_choices(cfg, lay, jobs, weights)
     emit = _Emit(cfg, _Counters(tile_rows=cfg.tile_rows, tile_cols=cfg.tile_cols), lay)
     blocks: list[Block] = []
+    chip_regions = []
     for job in jobs:
         if job is None:
             continue
@@ -767,11 +870,17 @@ def lower_cnn(cfg: ChipConfig, graph: Graph) -> CnnLowered:
             s.dram = where[alias.get(s.tensor, s.tensor)]
         out_t = graph.nodes[job.index].outputs[0]
         w, p = job_dram[job.name]
-        blocks += emit.job(job, w, p, where[out_t])
-    chip_regions = [
-        Region("cbuf", "weight ring", lay.ring, WEIGHT_SLOTS * R, 0, steps - 1, "weight ring"),
-        Region("cbuf", "staging and tiles", lay.staging, lay.top - lay.staging, 0,
-               steps - 1, "output staging and input tile buffers"),
+        blocks += emit.job(job, w, p, where[out_t], choices[job.name])
+        mine = emit.lay
+        i = job.index
+        chip_regions += [
+            Region("cbuf", f"{job.name}.weights" if mine.persistent else "weight ring",
+                   mine.ring, mine.staging - mine.ring, i, i,
+                   f"weights of layer {job.name!r}" if mine.persistent else "weight ring"),
+            Region("cbuf", f"{job.name}.staging and tiles", mine.staging,
+                   mine.top - mine.staging, i, i,
+                   f"output staging and input tile buffers of layer {job.name!r}")]
+    chip_regions += [
         Region("acc", "accumulator halves", lay.halves, 2 * lay.half_rows, 0, steps - 1,
                "accumulator halves"),
         Region("acc", "epilogue slots", lay.slots, 2 * PARAM_ROWS, 0, steps - 1,
@@ -782,7 +891,7 @@ def lower_cnn(cfg: ChipConfig, graph: Graph) -> CnnLowered:
                       image, dmap)
     check_plan(plan)
     return CnnLowered(pipeline(cfg, blocks), loop_order(blocks), plan, copies,
-                      {j.name: j for j in jobs if j is not None})
+                      {j.name: j for j in jobs if j is not None}, choices)
 
 
 class DramLayout:

@@ -14,6 +14,7 @@ from __future__ import annotations
 from ..arch.config import ChipConfig
 from .chain_lower import ChainChoice, lower_chain
 from .cnn import is_cnn, lower_cnn
+from .errors import CompileError
 from .graph import as_graph
 from .lowered import Lowered
 from .pipeline import loop_order, pipeline
@@ -24,14 +25,21 @@ __all__ = ["DramMap", "Lowered", "WEIGHT_SLOTS", "acc_half_rows", "lower"]
 
 
 def lower(cfg: ChipConfig, network, plan: MemoryPlan | None = None, *,
-          chain: ChainChoice | None = None) -> Lowered:
+          chain: ChainChoice | None = None, weights=None) -> Lowered:
     """Lower `network` (Graph or Network), with `plan` or the planner's own; with
-    `chain`, as a chain of convolutions in passes."""
+    `chain`, as a chain of convolutions in passes; `weights`: a convolutional
+    network's weight placement per layer (:func:`.cnn.lower_cnn`)."""
     graph = as_graph(network)
     if chain is not None:
+        if weights is not None:
+            raise CompileError("weights applies to a network lowered layer by layer; "
+                               "a chain takes ChainChoice.weights")
         return lower_chain(cfg, graph, chain)
     if is_cnn(graph):
-        return lower_cnn(cfg, graph)
+        return lower_cnn(cfg, graph, weights)
+    if weights is not None:
+        raise CompileError(f"graph {graph.name!r}: weights applies to convolutional "
+                           f"networks (the GEMM lowering streams its weights)")
     plan = plan_memory(cfg, graph) if plan is None else plan
     emitter = Emitter(cfg, graph, plan)
     blocks = [blk for i, node in enumerate(graph.nodes)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gc
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -66,6 +67,7 @@ class Compiled:
     ubuf_bytes_written: int = 0   # what UBUF_WR_BYTES will read (crops)
     ubuf_bytes_read: int = 0      # ... and UBUF_RD_BYTES (fetches)
     chain: object = None          # a chain's ChainLowered (choice, passes), else None
+    weights: dict = field(default_factory=dict)   # CNN layer -> "stream"/"persistent"
 
     @property
     def graph(self) -> Graph:
@@ -165,24 +167,27 @@ class _PhaseClock:
 
 
 def compile_network(cfg: ChipConfig, network: Network | Graph, *,
-                    chain: ChainChoice | None = None) -> Compiled:
+                    chain: ChainChoice | None = None,
+                    weights: str | Mapping[str, str] | None = None) -> Compiled:
     """Compile `network` for chip `cfg`; raises CompileError when it cannot run there.
     With `chain`, a chain of convolutions runs in passes through the CBUF
-    (:mod:`.chain_lower`) as it says."""
+    (:mod:`.chain_lower`) as it says. `weights` (a convolutional network layer by
+    layer): ``stream`` or ``persistent`` for every layer or per layer name, overriding
+    the cost model (docs/cnn.md, "Weight placement per layer")."""
     # A network's compile makes millions of small objects, nearly all alive until it
     # ends; the cyclic collector would only walk them over and over (a fifth of
     # ResNet-50's compile time), so it waits until the end.
     enabled = gc.isenabled()
     gc.disable()
     try:
-        return _compile(cfg, network, chain)
+        return _compile(cfg, network, chain, weights)
     finally:
         if enabled:
             gc.enable()
 
 
-def _compile(cfg: ChipConfig, network: Network | Graph, chain: ChainChoice | None
-             ) -> Compiled:
+def _compile(cfg: ChipConfig, network: Network | Graph, chain: ChainChoice | None,
+             weights=None) -> Compiled:
     if not isinstance(cfg, ChipConfig):
         raise CompileError(f"compile_network(cfg, network): cfg must be a ChipConfig "
                            f"(e.g. preset('tiny')), not {type(cfg).__name__}")
@@ -190,7 +195,7 @@ def _compile(cfg: ChipConfig, network: Network | Graph, chain: ChainChoice | Non
         raise CompileError(f"compile_network takes a Network or Graph, not "
                            f"{type(network).__name__}")
     clock = _PhaseClock()
-    lowered = lower(cfg, network, chain=chain)
+    lowered = lower(cfg, network, chain=chain, weights=weights)
     clock.lap("lower")
     graph = lowered.plan.graph
     cycles = schedule(cfg, lowered.ops)
@@ -244,4 +249,5 @@ def _compile(cfg: ChipConfig, network: Network | Graph, chain: ChainChoice | Non
         plan=lowered.plan, phase_seconds=clock.laps,
         ubuf_bytes_written=_copy_bytes(cfg, program, CopyKind.CROP),
         ubuf_bytes_read=_copy_bytes(cfg, program, CopyKind.FETCH),
-        chain=lowered if chain is not None else None)
+        chain=lowered if chain is not None else None,
+        weights=dict(getattr(lowered, "weights", {})))
