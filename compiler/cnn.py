@@ -367,42 +367,51 @@ def _weight_choices(cfg: ChipConfig, lay: Layout, jobs: list, weights
     return out
 
 
+SLOWER = 0.01       # how much slower (by estimate) kept weights may run to move fewer bytes
+
+
 def estimate(cfg: ChipConfig, lay: Layout, job: Job, weights: str) -> tuple[int, int]:
     """``(cycles, dram_bytes)`` one layer should take with its weights placed so
     (a CompileError if its tiles do not fit): the rows the array streams against the
     words the DMA moves (every tile's input rows, the weights once per tile or once,
-    the epilogue parameters per tile and output block, the output).
-
-    TODO per-MATMUL overhead."""
+    the epilogue parameters per tile and output block, the output), the run bounded by
+    the larger. Kept weights also wait, at the layer's start, for the load of their
+    first group: their CBUF rows held the layers before's buffers."""
     R = cfg.rows
     mine = job_layout(cfg, lay, job, weights)
     tiles, _ = _tiles(cfg, mine, job)
     N, Ho, Wo, _ = job.out_shape
     nb = len(job.steps)
-    steps = sum(len(s) for s in job.steps)
-    streamed = N * Ho * Wo * steps
+    streamed = N * Ho * Wo * sum(len(s) for s in job.steps)
     moved = 0
     for oh0, oh1 in tiles:
         lo, hi = _input_rows(job, oh0, oh1)
         moved += N * sum((hi - lo) * s.shape[2] * s.blocks(R) for s in job.sources)
-    moved += job.weights.shape[0] * R * (1 if mine.persistent else N * len(tiles))
+    blocks = job.weights.shape[0]
+    if mine.persistent:
+        moved += blocks * R
+    else:                # a step whose bank (they alternate) holds its block loads none
+        seq = [st.block for steps in job.steps for st in steps] * (N * len(tiles))
+        moved += R * sum(1 for f, b in enumerate(seq) if f < 2 or seq[f - 2] != b)
     if job.post is not None:
         per = PARAM_ROWS if job.post == "params" else 1
         moved += N * len(tiles) * nb * per * cfg.acc_row_words
     moved += N * Ho * Wo * nb
-    return max(streamed, moved), moved * R
+    exposed = min(blocks, WEIGHT_GROUP) * R if mine.persistent else 0
+    return max(streamed, moved) + exposed, moved * R
 
 
 def choose_weights(cfg: ChipConfig, lay: Layout, job: Job) -> str:
-    """The cost model's weight placement for one layer: of those whose tiles fit, the
-    one :func:`estimate` says moves the fewest DRAM bytes without taking more cycles
-    than streaming the weights."""
+    """The cost model's weight placement for one layer: ``persistent`` if its tiles
+    fit beside the weights and :func:`estimate` says it moves fewer DRAM bytes in at
+    most ``SLOWER`` more cycles than streaming the weights; else ``stream``."""
     base = estimate(cfg, lay, job, "stream")
     try:
         kept = estimate(cfg, lay, job, "persistent")
     except CompileError:
         return "stream"
-    return "persistent" if kept[1] < base[1] and kept[0] <= base[0] else "stream"
+    return "persistent" if kept[1] < base[1] and kept[0] <= base[0] * (1 + SLOWER) \
+        else "stream"
 
 
 def _bank_up(cfg: ChipConfig, row: int) -> int:
