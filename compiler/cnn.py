@@ -5,7 +5,7 @@ input(s) through the CBUF in tiles of output rows and writes its output back:
 
 * a tile loads the input rows its output rows need (``tiling.input_rows``), every
   channel block, into one of two tile buffers (the next tile's load overlaps this
-  tile's compute);
+  tile's compute), or into one;
 * per output block (``R`` output channels) and per weight block (a kernel tap, or
   ``R // C`` taps packed into one block for a replicated input, times a channel
   block) one window-walking MATMUL accumulates into an accumulator half;
@@ -14,18 +14,23 @@ input(s) through the CBUF in tiles of output rows and writes its output back:
 Pooling and the residual add are the same loop with fixed weights: an identity block
 (max pool with max-accumulation, average pool) or a diagonal of the add's
 multiplier. A dense layer in such a network is a 1x1 convolution over its ``M`` rows.
+
+Each layer has a :class:`Tiling`, the cost model's (:func:`choose`) unless the user
+gives one: its weights streamed through the ring (reloaded every tile) or kept in the
+CBUF (loaded once), and two tile buffers or one of twice the rows (each channel block
+of the next tile loaded behind this tile's last read of it: fewer tiles).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
 from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 
 import numpy as np
 
 from ..arch.config import ChipConfig
-from ..arch import isa
+from ..arch import isa, timing
 from ..arch.isa import DmaKind, Opcode
 from . import layout
 from .errors import CompileError
@@ -303,6 +308,8 @@ class Layout:
     slots: int                       # ACC rows of the epilogue parameters, 2 x 4
     persistent: bool = False         # the layer's whole weight image from `ring` (block
                                      # b at ring + b*R), loaded once: no ring
+    buffers: int = 2                 # tile buffers: 2 (the next tile loads into the
+                                     # other) or 1 (it loads behind this tile's reads)
 
 
 def _layout(cfg: ChipConfig) -> Layout:
@@ -321,72 +328,107 @@ def _layout(cfg: ChipConfig) -> Layout:
 
 
 WEIGHTS = ("stream", "persistent")
+BUFFERS = (2, 1)
 
 
-def job_layout(cfg: ChipConfig, lay: Layout, job: Job, weights: str) -> Layout:
-    """The layout one layer runs in: `lay` with the weight ring (``stream``: a block
-    per step, reloaded every tile), or with the layer's whole weight image where the
-    ring was and the staging and tile buffers above it (``persistent``: the first tile
-    loads each block once, later tiles reuse them; fewer rows for the tiles)."""
-    if weights == "stream":
-        return lay
+@dataclass(frozen=True)
+class Tiling:
+    """How one layer runs its tiles (docs/cnn.md, "Weights and tile buffers per
+    layer"). ``weights``: ``stream`` (the weight ring, a block per step, reloaded every
+    tile) or ``persistent`` (the layer's whole weight image kept in the CBUF, each
+    block loaded once in the first tile). ``buffers``: 2 (two tile buffers: the next
+    tile loads into one while this tile computes from the other) or 1 (one buffer of
+    twice the rows: each channel block of the next tile loads once this tile's last
+    MATMUL reading that block has issued; fewer tiles, so fewer weight reloads)."""
+    weights: str = "stream"
+    buffers: int = 2
+
+    def __post_init__(self):
+        if self.weights not in WEIGHTS:
+            raise CompileError(f"weights {self.weights!r} is not one of "
+                               f"{', '.join(WEIGHTS)}")
+        if self.buffers not in BUFFERS or isinstance(self.buffers, bool):
+            raise CompileError(f"buffers {self.buffers!r} is not one of "
+                               f"{', '.join(map(str, BUFFERS))}")
+
+
+def job_layout(cfg: ChipConfig, lay: Layout, job: Job, tiling: Tiling) -> Layout:
+    """The layout one layer runs in: `lay` with the weight ring, or with the layer's
+    whole weight image where the ring was and the staging and tile buffers above it
+    (fewer rows for the tiles); its tile buffers as `tiling` says."""
+    if tiling.weights == "stream":
+        return replace(lay, buffers=tiling.buffers)
     return replace(lay, staging=_bank_up(cfg, lay.ring + job.weights.shape[0] * cfg.rows),
-                   persistent=True)
+                   persistent=True, buffers=tiling.buffers)
 
 
-def _weight_choices(cfg: ChipConfig, lay: Layout, jobs: list, weights
-                    ) -> dict[str, str]:
-    """Each layer's weight placement: the user's (`weights`: one for all, or by layer
-    name) or the cost model's."""
+def _per_layer(names: set[str], value, what: str, kinds: tuple) -> dict:
+    """A user's choice for every layer (one value) or by layer name, checked."""
+    if value is None:
+        return {}
+    if isinstance(value, Mapping):
+        unknown = sorted(set(value) - names)
+        if unknown:
+            raise CompileError(f"{what} names layer(s) {', '.join(map(repr, unknown))} "
+                               f"the network does not have (or that have no "
+                               f"instructions)")
+        return dict(value)
+    if isinstance(value, type(kinds[0])) and not isinstance(value, bool):
+        return dict.fromkeys(names, value)
+    raise CompileError(f"{what} must be one of {', '.join(map(repr, kinds))} or a "
+                       f"mapping of layer name to one of them, not {value!r}")
+
+
+def _tilings(cfg: ChipConfig, lay: Layout, jobs: list, weights, buffers
+             ) -> dict[str, Tiling]:
+    """Each layer's tiling: the user's (`weights`, `buffers`: one for all layers, or
+    by layer name) where given, the cost model's (:func:`choose`) for the rest."""
     names = {j.name for j in jobs if j is not None}
-    if weights is None:
-        weights = {}
-    elif isinstance(weights, str):
-        weights = dict.fromkeys(names, weights)
-    elif not isinstance(weights, Mapping):
-        raise CompileError(f"weights must be 'stream', 'persistent' or a mapping of "
-                           f"layer name to one of them, not {weights!r}")
-    unknown = sorted(set(weights) - names)
-    if unknown:
-        raise CompileError(f"weights names layer(s) {', '.join(map(repr, unknown))} the "
-                           f"network does not have (or that have no instructions)")
+    want_w = _per_layer(names, weights, "weights", WEIGHTS)
+    want_b = _per_layer(names, buffers, "buffers", BUFFERS)
+    for want, what, kinds in ((want_w, "weights", WEIGHTS), (want_b, "buffers", BUFFERS)):
+        for name, value in want.items():
+            if value not in kinds or isinstance(value, bool):
+                raise CompileError(f"layer {name!r}: {what} {value!r} is not one of "
+                                   f"{', '.join(map(repr, kinds))}")
     out = {}
     for job in jobs:
         if job is None:
             continue
         _check_window(job)
-        want = weights.get(job.name)
-        if want is None:
-            out[job.name] = choose_weights(cfg, lay, job)
-            continue
-        if want not in WEIGHTS:
-            raise CompileError(f"layer {job.name!r}: weights {want!r} is not one of "
-                               f"{', '.join(WEIGHTS)}")
-        _tiles(cfg, job_layout(cfg, lay, job, want), job)   # a CompileError if no fit
-        out[job.name] = want
+        out[job.name] = choose(cfg, lay, job, want_w.get(job.name), want_b.get(job.name))
     return out
 
 
-SLOWER = 0.01       # how much slower (by estimate) kept weights may run to move fewer bytes
+SLOWER = 0.01       # how much slower (by estimate) a tiling may run to move fewer bytes,
+SAVES = 0.01        # if it moves at least this much fewer
 
 
-def estimate(cfg: ChipConfig, lay: Layout, job: Job, weights: str) -> tuple[int, int]:
-    """``(cycles, dram_bytes)`` one layer should take with its weights placed so
-    (a CompileError if its tiles do not fit): the rows the array streams against the
-    words the DMA moves (every tile's input rows, the weights once per tile or once,
-    the epilogue parameters per tile and output block, the output), the run bounded by
-    the larger. Kept weights also wait, at the layer's start, for the load of their
-    first group: their CBUF rows held the layers before's buffers."""
+def estimate(cfg: ChipConfig, lay: Layout, job: Job, tiling: Tiling) -> tuple[int, int]:
+    """``(cycles, dram_bytes)`` one layer should take so (a CompileError if its tiles
+    do not fit): the rows the array streams against the words the DMA moves (every
+    tile's input rows, the weight blocks each tile loads, or each once when kept, the
+    epilogue parameters per tile and output block, the output), the run bounded by the
+    larger. Kept weights also wait, at the layer's start, for the load of their first
+    group: their CBUF rows held the buffers of the layers before. With one tile
+    buffer, a tile's input loads wait where they outrun the steps they share the DMA
+    with."""
     R = cfg.rows
-    mine = job_layout(cfg, lay, job, weights)
+    mine = job_layout(cfg, lay, job, tiling)
     tiles, _ = _tiles(cfg, mine, job)
     N, Ho, Wo, _ = job.out_shape
     nb = len(job.steps)
-    streamed = N * Ho * Wo * sum(len(s) for s in job.steps)
-    moved = 0
+    # a step streams its rows, or waits for its weight bank: the bank it uses was
+    # last used two steps before, then loaded (:func:`_bank_turn`)
+    turn = _bank_turn(cfg)
+    steps = sum(len(s) for s in job.steps)
+    streamed = N * sum(steps * max((oh1 - oh0) * Wo, ((oh1 - oh0) * Wo + turn) // 2)
+                       for oh0, oh1 in tiles)
+    words = []
     for oh0, oh1 in tiles:
         lo, hi = _input_rows(job, oh0, oh1)
-        moved += N * sum((hi - lo) * s.shape[2] * s.blocks(R) for s in job.sources)
+        words.append(sum((hi - lo) * s.shape[2] * s.blocks(R) for s in job.sources))
+    moved = N * sum(words)
     blocks = job.weights.shape[0]
     if mine.persistent:
         moved += blocks * R
@@ -398,20 +440,58 @@ def estimate(cfg: ChipConfig, lay: Layout, job: Job, weights: str) -> tuple[int,
         moved += N * len(tiles) * nb * per * cfg.acc_row_words
     moved += N * Ho * Wo * nb
     exposed = min(blocks, WEIGHT_GROUP) * R if mine.persistent else 0
+    if mine.buffers == 1 and N * len(tiles) > 1:
+        # one buffer: a tile's loads share the DMA with the weights in the steps from
+        # the first that frees a block (the first reading one, for the first tile) to
+        # the tile's end, and wait where those steps stream fewer rows than they move
+        flat = [(st.src, st.cb) for steps in job.steps for st in steps]
+        last = {key: t for t, key in enumerate(flat)}
+        span0 = max(flat.index(key) for key in last) + 1
+        span = len(flat) - min(last.values())
+        per_step = 0 if mine.persistent else R
+        rows = [(oh1 - oh0) * Wo for oh0, oh1 in tiles]
+        exposed += N * max(0, words[0] + span0 * (R - rows[0]))
+        exposed += N * sum(max(0, words[k] + span * (per_step - rows[k - 1]))
+                           for k in range(1, len(tiles)))
     return max(streamed, moved) + exposed, moved * R
 
 
-def choose_weights(cfg: ChipConfig, lay: Layout, job: Job) -> str:
-    """The cost model's weight placement for one layer: ``persistent`` if its tiles
-    fit beside the weights and :func:`estimate` says it moves fewer DRAM bytes in at
-    most ``SLOWER`` more cycles than streaming the weights; else ``stream``."""
-    base = estimate(cfg, lay, job, "stream")
-    try:
-        kept = estimate(cfg, lay, job, "persistent")
-    except CompileError:
-        return "stream"
-    return "persistent" if kept[1] < base[1] and kept[0] <= base[0] * (1 + SLOWER) \
-        else "stream"
+def _bank_turn(cfg: ChipConfig) -> int:
+    """Cycles from a MATMUL's issue, less its rows, to the earliest issue of the
+    MATMUL that uses its weight bank next, with a WLOAD between them
+    (``timing.bank_window``): two steps on alternating banks take at least ``rows +
+    turn`` cycles."""
+    rows = 2 * cfg.rows
+    mm = isa.Instr(Opcode.MATMUL, 0, dict(act_addr=0, rows=rows, acc_addr=0, accumulate=0,
+                                          max=0, bank=0, conv=0, dh=0, dw=0, taps=0,
+                                          in_w=1, in_h=1))
+    wl = isa.Instr(Opcode.WLOAD, 0, dict(w_addr=0, bank=0))
+    mm_lo, mm_hi = timing.bank_window(cfg, mm)
+    wl_lo, wl_hi = timing.bank_window(cfg, wl)
+    return mm_hi - rows - wl_lo + wl_hi - mm_lo
+
+
+def choose(cfg: ChipConfig, lay: Layout, job: Job, weights: str | None = None,
+           buffers: int | None = None) -> Tiling:
+    """The cost model's tiling for one layer (`weights`, `buffers`: the user's, where
+    not None): of those whose tiles fit, the fastest by :func:`estimate` (the first of
+    ``stream`` before ``persistent``, 2 buffers before 1, on a tie), unless one moves
+    at least ``SAVES`` fewer DRAM bytes in at most ``SLOWER`` more cycles: then the one
+    of those that moves the fewest."""
+    options = [Tiling(w, b) for w in ([weights] if weights is not None else WEIGHTS)
+               for b in ([buffers] if buffers is not None else BUFFERS)]
+    costs, error = [], None
+    for t in options:
+        try:
+            costs.append((*estimate(cfg, lay, job, t), t))
+        except CompileError as e:
+            error = error or e
+    if not costs:
+        raise error
+    fastest = min(costs, key=lambda c: c[0])
+    cheaper = [c for c in costs if c[0] <= fastest[0] * (1 + SLOWER)
+               and c[1] <= fastest[1] * (1 - SAVES)]
+    return min(cheaper, key=lambda c: c[1])[2] if cheaper else fastest[2]
 
 
 def _bank_up(cfg: ChipConfig, row: int) -> int:
@@ -440,18 +520,18 @@ def _tiles(cfg: ChipConfig, lay: Layout, job: Job) -> tuple[list[tuple[int, int]
         return sum((hi - lo) * s.shape[2] * s.blocks(cfg.rows) for s in job.sources)
 
     if Ho * Wo <= lay.half_rows and \
-            words(Ho) <= (area(Ho * Wo) if N == 1 else area(Ho * Wo) // 2):
+            words(Ho) <= (area(Ho * Wo) if N == 1 else area(Ho * Wo) // lay.buffers):
         return [(0, Ho)], Ho * Wo
     per = min(Ho, max(1, lay.half_rows // Wo))
-    while per > 1 and _tile_words(job, cfg, per) > area(per * Wo) // 2:
+    while per > 1 and _tile_words(job, cfg, per) > area(per * Wo) // lay.buffers:
         per -= 1
-    if Wo > lay.half_rows or _tile_words(job, cfg, per) > area(per * Wo) // 2:
+    if Wo > lay.half_rows or _tile_words(job, cfg, per) > area(per * Wo) // lay.buffers:
         raise CompileError(
             f"layer {job.name!r}: one output row ({Wo} pixels) needs "
             f"{_tile_words(job, cfg, 1)} CBUF rows of input, more than the "
-            f"{area(Wo) // 2} a tile buffer has (or more pixels than the {lay.half_rows} "
-            f"rows of an accumulator half); use a smaller input width or a chip with a "
-            f"larger CBUF/ACC")
+            f"{area(Wo) // lay.buffers} a tile buffer has (or more pixels than the "
+            f"{lay.half_rows} rows of an accumulator half); use a smaller input width or a "
+            f"chip with a larger CBUF/ACC")
     return [(o, min(o + per, Ho)) for o in range(0, Ho, per)], per * Wo
 
 
@@ -534,9 +614,9 @@ class _Emit:
         return MicroOp(known.op, known.fields, known.accesses, known.layer, known.needs)
 
     def job(self, job: Job, w_dram: int, post_dram: int | None, out_dram: int,
-            weights: str = "stream") -> list[Block]:
+            tiling: Tiling = Tiling()) -> list[Block]:
         cfg, em = self.cfg, self.em
-        lay = self.lay = job_layout(cfg, self.base, job, weights)
+        lay = self.lay = job_layout(cfg, self.base, job, tiling)
         R, arw = cfg.rows, cfg.acc_row_words
         i = job.index
         N, Ho, Wo, Cout = job.out_shape
@@ -552,18 +632,28 @@ class _Emit:
         blocks: list[Block] = []
         work = [(n, t) for n in range(N) for t in tiles]
         whole = len(work) == 1      # one tile: it may take both buffers
+        single = lay.buffers == 1 and not whole
+        # one buffer: a channel block sits at the same rows in every tile, so the next
+        # tile's block loads once this tile's last read of that block has issued
+        most = max(_input_rows(job, *t)[1] - _input_rows(job, *t)[0] for t in tiles) \
+            if single else 0
 
-        def tile_loads(wi: int) -> tuple[list[MicroOp], list[int], int]:
-            """Tile `wi`'s input loads, where each source starts, its input rows."""
+        def tile_loads(wi: int) -> tuple[list[MicroOp], list[int], int, list, int]:
+            """Tile `wi`'s input loads, where each source starts, its input rows, the
+            (source, channel block) each load fills, the rows between blocks."""
             n, (oh0, oh1) = work[wi]
-            buf = tiles_lo + (0 if whole else ((self.tile_no + wi) % 2) * (area // 2))
+            buf = tiles_lo + (0 if whole or single
+                              else ((self.tile_no + wi) % 2) * (area // 2))
             lo, hi = _input_rows(job, oh0, oh1)
+            each = most or hi - lo
             picks = _picks_rows(job)
-            loads, bases, at = [], [], buf
-            for s in job.sources:
+            loads, bases, keys, at = [], [], [], buf
+            for si, s in enumerate(job.sources):
                 H, W = s.shape[1], s.shape[2]
                 bases.append(at)
                 for cb in range(s.blocks(R)):
+                    at = bases[si] + cb * each * W
+                    keys += [(si, cb)] * ((hi - lo) if picks and s.gather is None else 1)
                     if s.gather is not None:
                         # row m of K-block cb is word m of pixel p in channel block c
                         hw, cbs = s.gather
@@ -587,29 +677,47 @@ class _Emit:
                         Opcode.DMA, i, kind=DmaKind.LOAD_CBUF,
                         dram_addr=plane + lo * W, dram_stride=1,
                         buf_addr=at, rows=(hi - lo) * W))
-                    at += (hi - lo) * W
-            return loads, bases, hi - lo
+                at = bases[si] + s.blocks(R) * each * W
+            return loads, bases, hi - lo, keys, each
 
         # Tile wi + 1's input loads fill the other buffer while tile wi computes, in
         # pieces, one per step, that fit beside the step's weight load in the DMA's time
-        # (the DMA is in order: one long load would hold up the weights).
+        # (the DMA is in order: one long load would hold up the weights). With one
+        # buffer, each comes right after the last MATMUL of tile wi reading the block it
+        # overwrites, and the first tile's each half a weight group before the first
+        # step reading its block, taking turns with the weights.
         steps_per_tile = sum(len(st) for st in job.steps)
+        flat = [st for steps in job.steps for st in steps]
+        last_read = {(st.src, st.cb): t for t, st in enumerate(flat)}
+        first_read = {(st.src, st.cb): t for t, st in reversed(list(enumerate(flat)))}
         weights_at = self._weight_groups(job, len(work), w_dram)
         f = 0                                   # the job's step number
         prepared = tile_loads(0)
+        behind: list[MicroOp] = []              # one buffer: the next tile's first loads
         for wi, (n, (oh0, oh1)) in enumerate(work):
-            loads, src_base, in_h = prepared
+            loads, src_base, in_h, _, each = prepared
             ahead: list[MicroOp] = []
+            after: dict[int, list[MicroOp]] = {}    # one buffer: step -> loads before it
+            if wi == 0 and single:
+                for mop, key in zip(loads, prepared[3]):
+                    after.setdefault(max(0, first_read[key] - WEIGHT_GROUP // 2), []
+                                     ).append(mop)
+                loads = after.pop(0, [])
             rows = (oh1 - oh0) * Wo
             if wi + 1 < len(work):
                 prepared = tile_loads(wi + 1)
-                total = sum(m.fields["rows"] for m in prepared[0])
-                # spread evenly over the tile's steps, within each step's spare time
-                size = min(max(R // 2, -(-total // max(steps_per_tile - 1, 1))),
-                           max(R, rows - R - 4))
-                ahead = self._pieces(prepared[0], size)
+                if single:
+                    for mop, key in zip(prepared[0], prepared[3]):
+                        after.setdefault(last_read[key] + 1, []).append(mop)
+                else:
+                    total = sum(m.fields["rows"] for m in prepared[0])
+                    # spread evenly over the tile's steps, within each step's spare time
+                    size = min(max(R // 2, -(-total // max(steps_per_tile - 1, 1))),
+                               max(R, rows - R - 4))
+                    ahead = self._pieces(prepared[0], size)
             if wi > 0:
-                loads = []                  # loaded ahead, with the previous tile
+                loads = behind              # loaded ahead, with the previous tile
+            behind = after.pop(steps_per_tile, [])
             lo, _ = _input_rows(job, oh0, oh1)
             ts = 0
             if _picks_rows(job):
@@ -639,6 +747,7 @@ class _Emit:
                     f += 1
                     if nb == 0 and k == 0:
                         pre += loads + [geom] + (table_ops if wi == 0 else [])
+                    pre += after.pop(ts, [])
                     ts += 1
                     if ts == steps_per_tile:
                         pre += ahead
@@ -649,7 +758,7 @@ class _Emit:
                         pre.append(self.op(Opcode.WLOAD, i, w_addr=ring, bank=bank))
                         self.bank_holds[bank] = block
                     s = job.sources[st.src]
-                    base = src_base[st.src] + st.cb * in_h * s.shape[2]
+                    base = src_base[st.src] + st.cb * each * s.shape[2]
                     dh, dw = st.taps[0]
                     mm = self.op(Opcode.MATMUL, i, act_addr=base, rows=rows, acc_addr=acc_at,
                                  accumulate=int(k > 0), max=int(job.use_max and k > 0),
@@ -771,15 +880,16 @@ class _Emit:
 class CnnLowered(Lowered):
     copies: dict = field(default_factory=dict)   # graph input -> replicas in its layout
     jobs: dict = field(default_factory=dict)     # layer -> its Job (shapes, MACs)
-    weights: dict = field(default_factory=dict)  # layer -> "stream" or "persistent"
+    tiling: dict = field(default_factory=dict)   # layer -> its Tiling
 
 
 def lower_cnn(cfg: ChipConfig, graph: Graph,
-              weights: str | Mapping[str, str] | None = None) -> CnnLowered:
+              weights: str | Mapping[str, str] | None = None,
+              buffers: int | Mapping[str, int] | None = None) -> CnnLowered:
     """Lower a graph with feature-map ops: plan DRAM, emit every layer's tile loops,
-    software-pipeline them. `weights`: how each layer keeps its weights (``stream`` or
-    ``persistent``, :func:`job_layout`), for all layers or per layer name; a layer not
-    named is the cost model's choice (:func:`choose_weights`)."""
+    software-pipeline them. `weights` (``stream`` or ``persistent``) and `buffers` (2
+    or 1): each layer's :class:`Tiling`, for all layers or per layer name; what is not
+    given is the cost model's choice (:func:`choose`)."""
     if cfg.rows != cfg.cols:
         raise CompileError(f"chip {cfg.name!r}: the layouts assume a square array")
     lay = _layout(cfg)
@@ -868,7 +978,7 @@ def lower_cnn(cfg: ChipConfig, graph: Graph,
         outputs[t] = (where[t], _out_words(cfg, tt))
     image = dram.image()
 
-    choices = _weight_choices(cfg, lay, jobs, weights)
+    choices = _tilings(cfg, lay, jobs, weights, buffers)
     emit = _Emit(cfg, _Counters(tile_rows=cfg.tile_rows, tile_cols=cfg.tile_cols), lay)
     blocks: list[Block] = []
     chip_regions = []

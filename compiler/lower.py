@@ -25,21 +25,23 @@ __all__ = ["DramMap", "Lowered", "WEIGHT_SLOTS", "acc_half_rows", "lower"]
 
 
 def lower(cfg: ChipConfig, network, plan: MemoryPlan | None = None, *,
-          chain: ChainChoice | None = None, weights=None) -> Lowered:
+          chain: ChainChoice | None = None, weights=None, buffers=None) -> Lowered:
     """Lower `network` (Graph or Network), with `plan` or the planner's own; with
-    `chain`, as a chain of convolutions in passes; `weights`: a convolutional
-    network's weight placement per layer (:func:`.cnn.lower_cnn`)."""
+    `chain`, as a chain of convolutions in passes; `weights`, `buffers`: a
+    convolutional network's tiling per layer (:func:`.cnn.lower_cnn`)."""
     graph = as_graph(network)
+    tiled = weights is not None or buffers is not None
     if chain is not None:
-        if weights is not None:
-            raise CompileError("weights applies to a network lowered layer by layer; "
-                               "a chain takes ChainChoice.weights")
+        if tiled:
+            raise CompileError("weights and buffers apply to a network lowered layer by "
+                               "layer; a chain takes ChainChoice.weights")
         return lower_chain(cfg, graph, chain)
     if is_cnn(graph):
-        return lower_cnn(cfg, graph, weights)
-    if weights is not None:
-        raise CompileError(f"graph {graph.name!r}: weights applies to convolutional "
-                           f"networks (the GEMM lowering streams its weights)")
+        return lower_cnn(cfg, graph, weights, buffers)
+    if tiled:
+        raise CompileError(f"graph {graph.name!r}: weights and buffers apply to "
+                           f"convolutional networks (the GEMM lowering streams its "
+                           f"weights)")
     plan = plan_memory(cfg, graph) if plan is None else plan
     emitter = Emitter(cfg, graph, plan)
     blocks = [blk for i, node in enumerate(graph.nodes)
