@@ -507,8 +507,9 @@ def _tiles_lo(cfg: ChipConfig, lay: Layout, stage_half: int) -> int:
 def _tiles(cfg: ChipConfig, lay: Layout, job: Job) -> tuple[list[tuple[int, int]], int]:
     """Output-row tiles ``[oh0, oh1)`` of one image, and the rows of each of the two
     output staging halves: as many output rows as fit an accumulator half while
-    their input rows fit one of the two tile buffers that share the CBUF left after
-    the staging; one tile for the whole map if it fits both buffers together."""
+    their input rows fit one of the ``lay.buffers`` tile buffers that share the CBUF
+    left after the staging; one tile for the whole map if it fits both buffers
+    together."""
     N, Ho, Wo, _ = job.out_shape
 
     def area(pixels: int) -> int:
