@@ -401,7 +401,7 @@ def _tilings(cfg: ChipConfig, lay: Layout, jobs: list, weights, buffers
 
 
 SLOWER = 0.01       # how much slower (by estimate) a tiling may run to move fewer bytes,
-SAVES = 0.01        # if it moves at least this much fewer
+SAVES = 0.05        # if it moves at least this much fewer
 
 
 def estimate(cfg: ChipConfig, lay: Layout, job: Job, tiling: Tiling) -> tuple[int, int]:
@@ -409,10 +409,10 @@ def estimate(cfg: ChipConfig, lay: Layout, job: Job, tiling: Tiling) -> tuple[in
     do not fit): the rows the array streams against the words the DMA moves (every
     tile's input rows, the weight blocks each tile loads, or each once when kept, the
     epilogue parameters per tile and output block, the output), the run bounded by the
-    larger. Kept weights also wait, at the layer's start, for the load of their first
-    group: their CBUF rows held the buffers of the layers before. With one tile
-    buffer, a tile's input loads wait where they outrun the steps they share the DMA
-    with."""
+    larger, after the first tile's first channel block. Kept weights also wait, at the
+    layer's start, for the load of their first group: their CBUF rows held the buffers
+    of the layers before. With one tile buffer, a tile's input loads wait where they
+    outrun the steps they share the DMA with."""
     R = cfg.rows
     mine = job_layout(cfg, lay, job, tiling)
     tiles, _ = _tiles(cfg, mine, job)
@@ -439,7 +439,10 @@ def estimate(cfg: ChipConfig, lay: Layout, job: Job, tiling: Tiling) -> tuple[in
         per = PARAM_ROWS if job.post == "params" else 1
         moved += N * len(tiles) * nb * per * cfg.acc_row_words
     moved += N * Ho * Wo * nb
-    exposed = min(blocks, WEIGHT_GROUP) * R if mine.persistent else 0
+    # the first MATMUL waits for the first tile's first channel block
+    exposed = words[0] // sum(s.blocks(R) for s in job.sources)
+    if mine.persistent:
+        exposed += min(blocks, WEIGHT_GROUP) * R
     if mine.buffers == 1 and N * len(tiles) > 1:
         # one buffer: a tile's loads share the DMA with the weights in the steps from
         # the first that frees a block (the first reading one, for the first tile) to
