@@ -424,8 +424,8 @@ def lower_chain(cfg: ChipConfig, graph: Graph, want: ChainChoice = ChainChoice()
     plan = MemoryPlan(cfg, graph, MappingProxyType({}), tuple(chip_regions + dram.regions),
                       image, dmap)
     check_plan(plan)
-    return ChainLowered(pipeline(cfg, blocks), loop_order(blocks), plan, {},
-                        {j.name: j for j in jobs}, choice, passes)
+    return ChainLowered(pipeline(cfg, blocks), loop_order(blocks), plan, copies={},
+                        jobs={j.name: j for j in jobs}, choice=choice, passes=passes)
 
 
 @dataclass

@@ -5,7 +5,7 @@ input(s) through the CBUF in tiles of output rows and writes its output back:
 
 * a tile loads the input rows its output rows need (``tiling.input_rows``), every
   channel block, into one of two tile buffers (the next tile's load overlaps this
-  tile's compute);
+  tile's compute), or into one;
 * per output block (``R`` output channels) and per weight block (a kernel tap, or
   ``R // C`` taps packed into one block for a replicated input, times a channel
   block) one window-walking MATMUL accumulates into an accumulator half;
@@ -14,11 +14,17 @@ input(s) through the CBUF in tiles of output rows and writes its output back:
 Pooling and the residual add are the same loop with fixed weights: an identity block
 (max pool with max-accumulation, average pool) or a diagonal of the add's
 multiplier. A dense layer in such a network is a 1x1 convolution over its ``M`` rows.
+
+Each layer has a :class:`Tiling`, the cost model's (:func:`choose`) unless the user
+gives one: its weights streamed through the ring (reloaded every tile) or kept in the
+CBUF (loaded once), and two tile buffers or one of twice the rows (each channel block
+of the next tile loaded behind this tile's last read of it: fewer tiles).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 
 import numpy as np
@@ -300,6 +306,10 @@ class Layout:
     halves: int
     half_rows: int
     slots: int                       # ACC rows of the epilogue parameters, 2 x 4
+    persistent: bool = False         # the layer's whole weight image from `ring` (block
+                                     # b at ring + b*R), loaded once: no ring
+    buffers: int = 2                 # tile buffers: 2 (the next tile loads into the
+                                     # other) or 1 (it loads behind this tile's reads)
 
 
 def _layout(cfg: ChipConfig) -> Layout:
@@ -317,6 +327,176 @@ def _layout(cfg: ChipConfig) -> Layout:
     return Layout(ring, staging, top, 0, half, 2 * half)
 
 
+WEIGHTS = ("stream", "persistent")
+BUFFERS = (2, 1)
+
+
+@dataclass(frozen=True)
+class Tiling:
+    """How one layer runs its tiles (docs/cnn.md, "Weights and tile buffers per
+    layer"). ``weights``: ``stream`` (the weight ring, a block per step, reloaded every
+    tile) or ``persistent`` (the layer's whole weight image kept in the CBUF, each
+    block loaded once in the first tile). ``buffers``: 2 (two tile buffers: the next
+    tile loads into one while this tile computes from the other) or 1 (one buffer of
+    twice the rows: each channel block of the next tile loads once this tile's last
+    MATMUL reading that block has issued; fewer tiles, so fewer weight reloads)."""
+    weights: str = "stream"
+    buffers: int = 2
+
+    def __post_init__(self):
+        if self.weights not in WEIGHTS:
+            raise CompileError(f"weights {self.weights!r} is not one of "
+                               f"{', '.join(WEIGHTS)}")
+        if self.buffers not in BUFFERS or isinstance(self.buffers, bool):
+            raise CompileError(f"buffers {self.buffers!r} is not one of "
+                               f"{', '.join(map(str, BUFFERS))}")
+
+
+def job_layout(cfg: ChipConfig, lay: Layout, job: Job, tiling: Tiling) -> Layout:
+    """The layout one layer runs in: `lay` with the weight ring, or with the layer's
+    whole weight image where the ring was and the staging and tile buffers above it
+    (fewer rows for the tiles); its tile buffers as `tiling` says."""
+    if tiling.weights == "stream":
+        return replace(lay, buffers=tiling.buffers)
+    return replace(lay, staging=_bank_up(cfg, lay.ring + job.weights.shape[0] * cfg.rows),
+                   persistent=True, buffers=tiling.buffers)
+
+
+def _per_layer(names: set[str], value, what: str, kinds: tuple) -> dict:
+    """A user's choice for every layer (one value) or by layer name, checked."""
+    if value is None:
+        return {}
+    if isinstance(value, Mapping):
+        unknown = sorted(set(value) - names)
+        if unknown:
+            raise CompileError(f"{what} names layer(s) {', '.join(map(repr, unknown))} "
+                               f"the network does not have (or that have no "
+                               f"instructions)")
+        return dict(value)
+    if isinstance(value, type(kinds[0])) and not isinstance(value, bool):
+        return dict.fromkeys(names, value)
+    raise CompileError(f"{what} must be one of {', '.join(map(repr, kinds))} or a "
+                       f"mapping of layer name to one of them, not {value!r}")
+
+
+def _tilings(cfg: ChipConfig, lay: Layout, jobs: list, weights, buffers
+             ) -> dict[str, Tiling]:
+    """Each layer's tiling: the user's (`weights`, `buffers`: one for all layers, or
+    by layer name) where given, the cost model's (:func:`choose`) for the rest."""
+    names = {j.name for j in jobs if j is not None}
+    want_w = _per_layer(names, weights, "weights", WEIGHTS)
+    want_b = _per_layer(names, buffers, "buffers", BUFFERS)
+    for want, what, kinds in ((want_w, "weights", WEIGHTS), (want_b, "buffers", BUFFERS)):
+        for name, value in want.items():
+            if value not in kinds or isinstance(value, bool):
+                raise CompileError(f"layer {name!r}: {what} {value!r} is not one of "
+                                   f"{', '.join(map(repr, kinds))}")
+    out = {}
+    for job in jobs:
+        if job is None:
+            continue
+        _check_window(job)
+        out[job.name] = choose(cfg, lay, job, want_w.get(job.name), want_b.get(job.name))
+    return out
+
+
+SLOWER = 0.01       # how much slower (by estimate) a tiling may run to move fewer bytes,
+SAVES = 0.05        # if it moves at least this much fewer
+
+
+def estimate(cfg: ChipConfig, lay: Layout, job: Job, tiling: Tiling) -> tuple[int, int]:
+    """``(cycles, dram_bytes)`` one layer should take so (a CompileError if its tiles
+    do not fit): the rows the array streams against the words the DMA moves (every
+    tile's input rows, the weight blocks each tile loads, or each once when kept, the
+    epilogue parameters per tile and output block, the output), the run bounded by the
+    larger, after the first tile's first channel block. Kept weights also wait, at the
+    layer's start, for the load of their first group: their CBUF rows held the buffers
+    of the layers before. With one tile buffer, a tile's input loads wait where they
+    outrun the steps they share the DMA with."""
+    R = cfg.rows
+    mine = job_layout(cfg, lay, job, tiling)
+    tiles, _ = _tiles(cfg, mine, job)
+    N, Ho, Wo, _ = job.out_shape
+    nb = len(job.steps)
+    # a step streams its rows, or waits for its weight bank: the bank it uses was
+    # last used two steps before, then loaded (:func:`_bank_turn`)
+    turn = _bank_turn(cfg)
+    steps = sum(len(s) for s in job.steps)
+    streamed = N * sum(steps * max((oh1 - oh0) * Wo, ((oh1 - oh0) * Wo + turn) // 2)
+                       for oh0, oh1 in tiles)
+    words = []
+    for oh0, oh1 in tiles:
+        lo, hi = _input_rows(job, oh0, oh1)
+        words.append(sum((hi - lo) * s.shape[2] * s.blocks(R) for s in job.sources))
+    moved = N * sum(words)
+    blocks = job.weights.shape[0]
+    if mine.persistent:
+        moved += blocks * R
+    else:                # a step whose bank (they alternate) holds its block loads none
+        seq = [st.block for steps in job.steps for st in steps] * (N * len(tiles))
+        moved += R * sum(1 for f, b in enumerate(seq) if f < 2 or seq[f - 2] != b)
+    if job.post is not None:
+        per = PARAM_ROWS if job.post == "params" else 1
+        moved += N * len(tiles) * nb * per * cfg.acc_row_words
+    moved += N * Ho * Wo * nb
+    # the first MATMUL waits for the first tile's first channel block
+    exposed = words[0] // sum(s.blocks(R) for s in job.sources)
+    if mine.persistent:
+        exposed += min(blocks, WEIGHT_GROUP) * R
+    if mine.buffers == 1 and N * len(tiles) > 1:
+        # one buffer: a tile's loads share the DMA with the weights in the steps from
+        # the first that frees a block (the first reading one, for the first tile) to
+        # the tile's end, and wait where those steps stream fewer rows than they move
+        flat = [(st.src, st.cb) for steps in job.steps for st in steps]
+        last = {key: t for t, key in enumerate(flat)}
+        span0 = max(flat.index(key) for key in last) + 1
+        span = len(flat) - min(last.values())
+        per_step = 0 if mine.persistent else R
+        rows = [(oh1 - oh0) * Wo for oh0, oh1 in tiles]
+        exposed += N * max(0, words[0] + span0 * (R - rows[0]))
+        exposed += N * sum(max(0, words[k] + span * (per_step - rows[k - 1]))
+                           for k in range(1, len(tiles)))
+    return max(streamed, moved) + exposed, moved * R
+
+
+def _bank_turn(cfg: ChipConfig) -> int:
+    """Cycles from a MATMUL's issue, less its rows, to the earliest issue of the
+    MATMUL that uses its weight bank next, with a WLOAD between them
+    (``timing.bank_window``): two steps on alternating banks take at least ``rows +
+    turn`` cycles."""
+    rows = 2 * cfg.rows
+    mm = isa.Instr(Opcode.MATMUL, 0, dict(act_addr=0, rows=rows, acc_addr=0, accumulate=0,
+                                          max=0, bank=0, conv=0, dh=0, dw=0, taps=0,
+                                          in_w=1, in_h=1))
+    wl = isa.Instr(Opcode.WLOAD, 0, dict(w_addr=0, bank=0))
+    mm_lo, mm_hi = timing.bank_window(cfg, mm)
+    wl_lo, wl_hi = timing.bank_window(cfg, wl)
+    return mm_hi - rows - wl_lo + wl_hi - mm_lo
+
+
+def choose(cfg: ChipConfig, lay: Layout, job: Job, weights: str | None = None,
+           buffers: int | None = None) -> Tiling:
+    """The cost model's tiling for one layer (`weights`, `buffers`: the user's, where
+    not None): of those whose tiles fit, the fastest by :func:`estimate` (the first of
+    ``stream`` before ``persistent``, 2 buffers before 1, on a tie), unless one moves
+    at least ``SAVES`` fewer DRAM bytes in at most ``SLOWER`` more cycles: then the one
+    of those that moves the fewest."""
+    options = [Tiling(w, b) for w in ([weights] if weights is not None else WEIGHTS)
+               for b in ([buffers] if buffers is not None else BUFFERS)]
+    costs, error = [], None
+    for t in options:
+        try:
+            costs.append((*estimate(cfg, lay, job, t), t))
+        except CompileError as e:
+            error = error or e
+    if not costs:
+        raise error
+    fastest = min(costs, key=lambda c: c[0])
+    cheaper = [c for c in costs if c[0] <= fastest[0] * (1 + SLOWER)
+               and c[1] <= fastest[1] * (1 - SAVES)]
+    return min(cheaper, key=lambda c: c[1])[2] if cheaper else fastest[2]
+
+
 def _bank_up(cfg: ChipConfig, row: int) -> int:
     """The first CBUF bank boundary at or above `row`."""
     return -(-row // cfg.cbuf_bank_rows) * cfg.cbuf_bank_rows
@@ -330,8 +510,9 @@ def _tiles_lo(cfg: ChipConfig, lay: Layout, stage_half: int) -> int:
 def _tiles(cfg: ChipConfig, lay: Layout, job: Job) -> tuple[list[tuple[int, int]], int]:
     """Output-row tiles ``[oh0, oh1)`` of one image, and the rows of each of the two
     output staging halves: as many output rows as fit an accumulator half while
-    their input rows fit one of the two tile buffers that share the CBUF left after
-    the staging; one tile for the whole map if it fits both buffers together."""
+    their input rows fit one of the ``lay.buffers`` tile buffers that share the CBUF
+    left after the staging; one tile for the whole map if it fits both buffers
+    together."""
     N, Ho, Wo, _ = job.out_shape
 
     def area(pixels: int) -> int:
@@ -343,18 +524,18 @@ def _tiles(cfg: ChipConfig, lay: Layout, job: Job) -> tuple[list[tuple[int, int]
         return sum((hi - lo) * s.shape[2] * s.blocks(cfg.rows) for s in job.sources)
 
     if Ho * Wo <= lay.half_rows and \
-            words(Ho) <= (area(Ho * Wo) if N == 1 else area(Ho * Wo) // 2):
+            words(Ho) <= (area(Ho * Wo) if N == 1 else area(Ho * Wo) // lay.buffers):
         return [(0, Ho)], Ho * Wo
     per = min(Ho, max(1, lay.half_rows // Wo))
-    while per > 1 and _tile_words(job, cfg, per) > area(per * Wo) // 2:
+    while per > 1 and _tile_words(job, cfg, per) > area(per * Wo) // lay.buffers:
         per -= 1
-    if Wo > lay.half_rows or _tile_words(job, cfg, per) > area(per * Wo) // 2:
+    if Wo > lay.half_rows or _tile_words(job, cfg, per) > area(per * Wo) // lay.buffers:
         raise CompileError(
             f"layer {job.name!r}: one output row ({Wo} pixels) needs "
             f"{_tile_words(job, cfg, 1)} CBUF rows of input, more than the "
-            f"{area(Wo) // 2} a tile buffer has (or more pixels than the {lay.half_rows} "
-            f"rows of an accumulator half); use a smaller input width or a chip with a "
-            f"larger CBUF/ACC")
+            f"{area(Wo) // lay.buffers} a tile buffer has (or more pixels than the "
+            f"{lay.half_rows} rows of an accumulator half); use a smaller input width or a "
+            f"chip with a larger CBUF/ACC")
     return [(o, min(o + per, Ho)) for o in range(0, Ho, per)], per * Wo
 
 
@@ -417,6 +598,7 @@ class _Counters:
 class _Emit:
     def __init__(self, cfg: ChipConfig, em: _Counters, lay: Layout):
         self.cfg, self.em, self.lay = cfg, em, lay
+        self.base = lay                 # the network's layout; job() sets each layer's
         self.tile_no = 0
         self.tables: dict[tuple, int] = {}     # tap deltas -> table, per layer
         self.made: dict[tuple, MicroOp] = {}
@@ -443,9 +625,10 @@ class _Emit:
             return moved(self.cfg, known, value)
         return MicroOp(known.op, known.fields, known.accesses, known.layer, known.needs)
 
-    def job(self, job: Job, w_dram: int, post_dram: int | None, out_dram: int
-            ) -> list[Block]:
-        cfg, lay, em = self.cfg, self.lay, self.em
+    def job(self, job: Job, w_dram: int, post_dram: int | None, out_dram: int,
+            tiling: Tiling = Tiling()) -> list[Block]:
+        cfg, em = self.cfg, self.em
+        lay = self.lay = job_layout(cfg, self.base, job, tiling)
         R, arw = cfg.rows, cfg.acc_row_words
         i = job.index
         N, Ho, Wo, Cout = job.out_shape
@@ -461,18 +644,28 @@ class _Emit:
         blocks: list[Block] = []
         work = [(n, t) for n in range(N) for t in tiles]
         whole = len(work) == 1      # one tile: it may take both buffers
+        single = lay.buffers == 1 and not whole
+        # one buffer: a channel block sits at the same rows in every tile, so the next
+        # tile's block loads once this tile's last read of that block has issued
+        most = max(_input_rows(job, *t)[1] - _input_rows(job, *t)[0] for t in tiles) \
+            if single else 0
 
-        def tile_loads(wi: int) -> tuple[list[MicroOp], list[int], int]:
-            """Tile `wi`'s input loads, where each source starts, its input rows."""
+        def tile_loads(wi: int) -> tuple[list[MicroOp], list[int], int, list, int]:
+            """Tile `wi`'s input loads, where each source starts, its input rows, the
+            (source, channel block) each load fills, the rows between blocks."""
             n, (oh0, oh1) = work[wi]
-            buf = tiles_lo + (0 if whole else ((self.tile_no + wi) % 2) * (area // 2))
+            buf = tiles_lo + (0 if whole or single
+                              else ((self.tile_no + wi) % 2) * (area // 2))
             lo, hi = _input_rows(job, oh0, oh1)
+            each = most or hi - lo
             picks = _picks_rows(job)
-            loads, bases, at = [], [], buf
-            for s in job.sources:
+            loads, bases, keys, at = [], [], [], buf
+            for si, s in enumerate(job.sources):
                 H, W = s.shape[1], s.shape[2]
                 bases.append(at)
                 for cb in range(s.blocks(R)):
+                    at = bases[si] + cb * each * W
+                    keys += [(si, cb)] * ((hi - lo) if picks and s.gather is None else 1)
                     if s.gather is not None:
                         # row m of K-block cb is word m of pixel p in channel block c
                         hw, cbs = s.gather
@@ -496,29 +689,47 @@ class _Emit:
                         Opcode.DMA, i, kind=DmaKind.LOAD_CBUF,
                         dram_addr=plane + lo * W, dram_stride=1,
                         buf_addr=at, rows=(hi - lo) * W))
-                    at += (hi - lo) * W
-            return loads, bases, hi - lo
+                at = bases[si] + s.blocks(R) * each * W
+            return loads, bases, hi - lo, keys, each
 
         # Tile wi + 1's input loads fill the other buffer while tile wi computes, in
         # pieces, one per step, that fit beside the step's weight load in the DMA's time
-        # (the DMA is in order: one long load would hold up the weights).
+        # (the DMA is in order: one long load would hold up the weights). With one
+        # buffer, each comes right after the last MATMUL of tile wi reading the block it
+        # overwrites, and the first tile's each half a weight group before the first
+        # step reading its block, taking turns with the weights.
         steps_per_tile = sum(len(st) for st in job.steps)
+        flat = [st for steps in job.steps for st in steps]
+        last_read = {(st.src, st.cb): t for t, st in enumerate(flat)}
+        first_read = {(st.src, st.cb): t for t, st in reversed(list(enumerate(flat)))}
         weights_at = self._weight_groups(job, len(work), w_dram)
         f = 0                                   # the job's step number
         prepared = tile_loads(0)
+        behind: list[MicroOp] = []              # one buffer: the next tile's first loads
         for wi, (n, (oh0, oh1)) in enumerate(work):
-            loads, src_base, in_h = prepared
+            loads, src_base, in_h, _, each = prepared
             ahead: list[MicroOp] = []
+            after: dict[int, list[MicroOp]] = {}    # one buffer: step -> loads before it
+            if wi == 0 and single:
+                for mop, key in zip(loads, prepared[3]):
+                    after.setdefault(max(0, first_read[key] - WEIGHT_GROUP // 2), []
+                                     ).append(mop)
+                loads = after.pop(0, [])
             rows = (oh1 - oh0) * Wo
             if wi + 1 < len(work):
                 prepared = tile_loads(wi + 1)
-                total = sum(m.fields["rows"] for m in prepared[0])
-                # spread evenly over the tile's steps, within each step's spare time
-                size = min(max(R // 2, -(-total // max(steps_per_tile - 1, 1))),
-                           max(R, rows - R - 4))
-                ahead = self._pieces(prepared[0], size)
+                if single:
+                    for mop, key in zip(prepared[0], prepared[3]):
+                        after.setdefault(last_read[key] + 1, []).append(mop)
+                else:
+                    total = sum(m.fields["rows"] for m in prepared[0])
+                    # spread evenly over the tile's steps, within each step's spare time
+                    size = min(max(R // 2, -(-total // max(steps_per_tile - 1, 1))),
+                               max(R, rows - R - 4))
+                    ahead = self._pieces(prepared[0], size)
             if wi > 0:
-                loads = []                  # loaded ahead, with the previous tile
+                loads = behind              # loaded ahead, with the previous tile
+            behind = after.pop(steps_per_tile, [])
             lo, _ = _input_rows(job, oh0, oh1)
             ts = 0
             if _picks_rows(job):
@@ -540,13 +751,15 @@ class _Emit:
                         dram_addr=post_dram + nb * per * arw, dram_stride=arw,
                         buf_addr=slot, rows=per))
                 for k, st in enumerate(job.steps[nb]):
-                    ring = lay.ring + (em.steps % WEIGHT_SLOTS) * R
+                    ring = lay.ring + (st.block if lay.persistent
+                                       else em.steps % WEIGHT_SLOTS) * R
                     bank = em.steps % 2
                     em.steps += 1
                     pre = weights_at.get(f, [])
                     f += 1
                     if nb == 0 and k == 0:
                         pre += loads + [geom] + (table_ops if wi == 0 else [])
+                    pre += after.pop(ts, [])
                     ts += 1
                     if ts == steps_per_tile:
                         pre += ahead
@@ -557,7 +770,7 @@ class _Emit:
                         pre.append(self.op(Opcode.WLOAD, i, w_addr=ring, bank=bank))
                         self.bank_holds[bank] = block
                     s = job.sources[st.src]
-                    base = src_base[st.src] + st.cb * in_h * s.shape[2]
+                    base = src_base[st.src] + st.cb * each * s.shape[2]
                     dh, dw = st.taps[0]
                     mm = self.op(Opcode.MATMUL, i, act_addr=base, rows=rows, acc_addr=acc_at,
                                  accumulate=int(k > 0), max=int(job.use_max and k > 0),
@@ -577,14 +790,18 @@ class _Emit:
         to the step half a group before the first that uses it (its slots were last
         read a group earlier still)."""
         R, i = self.cfg.rows, job.index
-        blocks = [st.block for _ in range(tiles) for steps in job.steps for st in steps]
+        persistent = self.lay.persistent
+        blocks = [st.block for _ in range(1 if persistent else tiles)
+                  for steps in job.steps for st in steps]
         e0 = self.em.steps
-        # a step whose bank already holds its block loads nothing (as job() decides)
-        holds, need = list(self.bank_holds), []
+        # a step whose bank already holds its block loads nothing (as job() decides);
+        # kept weights load each block once, in the first tile
+        holds, need, seen = list(self.bank_holds), [], set()
         for f, b in enumerate(blocks):
             bank = (e0 + f) % 2
-            need.append(holds[bank] != w_dram + b * R)
+            need.append(b not in seen if persistent else holds[bank] != w_dram + b * R)
             holds[bank] = w_dram + b * R
+            seen.add(b)
         out: dict[int, list[MicroOp]] = {}
         f = 0
         while f < len(blocks):
@@ -592,10 +809,12 @@ class _Emit:
                 f += 1
                 continue
             n = 1
-            while f + n < len(blocks) and (e0 + f + n) % WEIGHT_GROUP \
+            while f + n < len(blocks) and (n < WEIGHT_GROUP if persistent
+                                           else (e0 + f + n) % WEIGHT_GROUP) \
                     and need[f + n] and blocks[f + n] == blocks[f] + n:
                 n += 1
-            slot = self.lay.ring + ((e0 + f) % WEIGHT_SLOTS) * R
+            slot = self.lay.ring + (blocks[f] if persistent
+                                    else (e0 + f) % WEIGHT_SLOTS) * R
             out.setdefault(max(0, f - WEIGHT_GROUP // 2), []).append(self.op(
                 Opcode.DMA, i, kind=DmaKind.LOAD_CBUF, dram_addr=w_dram + blocks[f] * R,
                 dram_stride=1, buf_addr=slot, rows=n * R))
@@ -673,11 +892,16 @@ class _Emit:
 class CnnLowered(Lowered):
     copies: dict = field(default_factory=dict)   # graph input -> replicas in its layout
     jobs: dict = field(default_factory=dict)     # layer -> its Job (shapes, MACs)
+    tiling: dict = field(default_factory=dict)   # layer -> its Tiling
 
 
-def lower_cnn(cfg: ChipConfig, graph: Graph) -> CnnLowered:
+def lower_cnn(cfg: ChipConfig, graph: Graph,
+              weights: str | Mapping[str, str] | None = None,
+              buffers: int | Mapping[str, int] | None = None) -> CnnLowered:
     """Lower a graph with feature-map ops: plan DRAM, emit every layer's tile loops,
-    software-pipeline them."""
+    software-pipeline them. `weights` (``stream`` or ``persistent``) and `buffers` (2
+    or 1): each layer's :class:`Tiling`, for all layers or per layer name; what is not
+    given is the cost model's choice (:func:`choose`)."""
     if cfg.rows != cfg.cols:
         raise CompileError(f"chip {cfg.name!r}: the layouts assume a square array")
     lay = _layout(cfg)
@@ -766,8 +990,10 @@ def lower_cnn(cfg: ChipConfig, graph: Graph) -> CnnLowered:
         outputs[t] = (where[t], _out_words(cfg, tt))
     image = dram.image()
 
+    choices = _tilings(cfg, lay, jobs, weights, buffers)
     emit = _Emit(cfg, _Counters(tile_rows=cfg.tile_rows, tile_cols=cfg.tile_cols), lay)
     blocks: list[Block] = []
+    chip_regions = []
     for job in jobs:
         if job is None:
             continue
@@ -775,11 +1001,17 @@ def lower_cnn(cfg: ChipConfig, graph: Graph) -> CnnLowered:
             s.dram = where[alias.get(s.tensor, s.tensor)]
         out_t = graph.nodes[job.index].outputs[0]
         w, p = job_dram[job.name]
-        blocks += emit.job(job, w, p, where[out_t])
-    chip_regions = [
-        Region("cbuf", "weight ring", lay.ring, WEIGHT_SLOTS * R, 0, steps - 1, "weight ring"),
-        Region("cbuf", "staging and tiles", lay.staging, lay.top - lay.staging, 0,
-               steps - 1, "output staging and input tile buffers"),
+        blocks += emit.job(job, w, p, where[out_t], choices[job.name])
+        mine = emit.lay
+        i = job.index
+        chip_regions += [
+            Region("cbuf", f"{job.name}.weights" if mine.persistent else "weight ring",
+                   mine.ring, mine.staging - mine.ring, i, i,
+                   f"weights of layer {job.name!r}" if mine.persistent else "weight ring"),
+            Region("cbuf", f"{job.name}.staging and tiles", mine.staging,
+                   mine.top - mine.staging, i, i,
+                   f"output staging and input tile buffers of layer {job.name!r}")]
+    chip_regions += [
         Region("acc", "accumulator halves", lay.halves, 2 * lay.half_rows, 0, steps - 1,
                "accumulator halves"),
         Region("acc", "epilogue slots", lay.slots, 2 * PARAM_ROWS, 0, steps - 1,
@@ -790,7 +1022,7 @@ def lower_cnn(cfg: ChipConfig, graph: Graph) -> CnnLowered:
                       image, dmap)
     check_plan(plan)
     return CnnLowered(pipeline(cfg, blocks), loop_order(blocks), plan, copies,
-                      {j.name: j for j in jobs if j is not None})
+                      {j.name: j for j in jobs if j is not None}, choices)
 
 
 class DramLayout:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gc
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -66,10 +67,21 @@ class Compiled:
     ubuf_bytes_written: int = 0   # what UBUF_WR_BYTES will read (crops)
     ubuf_bytes_read: int = 0      # ... and UBUF_RD_BYTES (fetches)
     chain: object = None          # a chain's ChainLowered (choice, passes), else None
+    tiling: dict = field(default_factory=dict)    # CNN layer -> its cnn.Tiling
 
     @property
     def graph(self) -> Graph:
         return self.plan.graph
+
+    @property
+    def weights(self) -> dict[str, str]:
+        """Each CNN layer's weight placement (``stream`` or ``persistent``)."""
+        return {name: t.weights for name, t in self.tiling.items()}
+
+    @property
+    def buffers(self) -> dict[str, int]:
+        """Each CNN layer's tile buffers (2 or 1)."""
+        return {name: t.buffers for name, t in self.tiling.items()}
 
     @property
     def macs(self) -> int:
@@ -172,24 +184,29 @@ class _PhaseClock:
 
 
 def compile_network(cfg: ChipConfig, network: Network | Graph, *,
-                    chain: ChainChoice | None = None) -> Compiled:
+                    chain: ChainChoice | None = None,
+                    weights: str | Mapping[str, str] | None = None,
+                    buffers: int | Mapping[str, int] | None = None) -> Compiled:
     """Compile `network` for chip `cfg`; raises CompileError when it cannot run there.
     With `chain`, a chain of convolutions runs in passes through the CBUF
-    (:mod:`.chain_lower`) as it says."""
+    (:mod:`.chain_lower`) as it says. `weights` (``stream`` or ``persistent``) and
+    `buffers` (2 or 1), for a convolutional network run layer by layer: each layer's
+    tiling for every layer or per layer name, overriding the cost model (docs/cnn.md,
+    "Weights and tile buffers per layer")."""
     # A network's compile makes millions of small objects, nearly all alive until it
     # ends; the cyclic collector would only walk them over and over (a fifth of
     # ResNet-50's compile time), so it waits until the end.
     enabled = gc.isenabled()
     gc.disable()
     try:
-        return _compile(cfg, network, chain)
+        return _compile(cfg, network, chain, weights, buffers)
     finally:
         if enabled:
             gc.enable()
 
 
-def _compile(cfg: ChipConfig, network: Network | Graph, chain: ChainChoice | None
-             ) -> Compiled:
+def _compile(cfg: ChipConfig, network: Network | Graph, chain: ChainChoice | None,
+             weights=None, buffers=None) -> Compiled:
     if not isinstance(cfg, ChipConfig):
         raise CompileError(f"compile_network(cfg, network): cfg must be a ChipConfig "
                            f"(e.g. preset('tiny')), not {type(cfg).__name__}")
@@ -197,7 +214,7 @@ def _compile(cfg: ChipConfig, network: Network | Graph, chain: ChainChoice | Non
         raise CompileError(f"compile_network takes a Network or Graph, not "
                            f"{type(network).__name__}")
     clock = _PhaseClock()
-    lowered = lower(cfg, network, chain=chain)
+    lowered = lower(cfg, network, chain=chain, weights=weights, buffers=buffers)
     clock.lap("lower")
     graph = lowered.plan.graph
     cycles = schedule(cfg, lowered.ops)
@@ -260,4 +277,5 @@ def _compile(cfg: ChipConfig, network: Network | Graph, chain: ChainChoice | Non
         dram_bytes_read=counted["dram_read"], dram_bytes_written=counted["dram_written"],
         plan=lowered.plan, phase_seconds=clock.laps,
         ubuf_bytes_written=counted["ubuf_written"], ubuf_bytes_read=counted["ubuf_read"],
-        chain=lowered if chain is not None else None)
+        chain=lowered if chain is not None else None,
+        tiling=dict(getattr(lowered, "tiling", {})))

@@ -74,13 +74,14 @@ def run_many_on_rtl(cfg: ChipConfig, jobs: list[dict]) -> list[dict]:
 
 def compile_and_run_on_rtl(cfg: ChipConfig, cases: dict) -> dict:
     """Compile every network of ``cases`` (name -> builder, or (builder, chain
-    choice) for a chain in passes) and run them all in one simulator start; name ->
-    (compiled program, RTL result)."""
+    choice) for a chain in passes, or (builder, dict of compile_network options)) and
+    run them all in one simulator start; name -> (compiled program, RTL result)."""
     from systolica.compiler import compile_network
     compiled = {}
     for name, case in cases.items():
         make, choice = case if isinstance(case, tuple) else (case, None)
-        compiled[name] = compile_network(cfg, make(), chain=choice)
+        options = choice if isinstance(choice, dict) else dict(chain=choice)
+        compiled[name] = compile_network(cfg, make(), **options)
     results = run_many_on_rtl(cfg, [dict(program=c, name=n) for n, c in compiled.items()])
     return {name: (compiled[name], res) for name, res in zip(compiled, results)}
 

@@ -1,8 +1,10 @@
 """Convolutional layers on the Verilated tiny chip: random convolutions (kernels,
 strides, asymmetric pads, dilations, 1- and few-channel inputs packed by taps, zero
 points, per-channel requantisation, ReLU/ReLU6), pools, residual adds, an input
-larger than the CBUF and the small demo CNN. Outputs equal the numpy reference and
-the golden model bit for bit; cycles and counters equal the prediction."""
+larger than the CBUF and the small demo CNN; residual networks tiled every way
+(docs/cnn.md, "Weights and tile buffers per layer": weights kept in the CBUF across a
+layer's tiles or streamed, two tile buffers or one). Outputs equal the numpy reference
+and the golden model bit for bit; cycles and counters equal the prediction."""
 
 from __future__ import annotations
 
@@ -25,6 +27,22 @@ CASES = {
     "larger_than_cbuf": lambda: cnn_cases.large_conv_case(1),
     "flatten_of_a_map": lambda: cnn_cases.flatten_case(0),
     "small_cnn": lambda: models.small_cnn(),
+    # a residual block whose layers run in several tiles: weights kept vs streamed,
+    # one tile buffer vs two
+    "small_cnn32_kept_weights": (lambda: models.small_cnn(size=32),
+                                 dict(weights="persistent", buffers=2)),
+    "small_cnn32_streamed_weights": (lambda: models.small_cnn(size=32),
+                                     dict(weights="stream", buffers=2)),
+    "small_cnn32_one_buffer": (lambda: models.small_cnn(size=32),
+                               dict(weights="persistent", buffers=1)),
+    "bottleneck_kept_weights": (lambda: models.bottleneck_block(size=16, cin=16, width=8),
+                                dict(weights="persistent")),
+    "bottleneck_stride2_one_buffer": (lambda: models.bottleneck_block(
+        size=16, cin=32, width=16, stride=2), dict(weights="stream", buffers=1)),
+    "conv_two_buffers": (lambda: cnn_cases.large_conv_case(1),
+                         dict(weights="stream", buffers=2)),
+    "conv_one_buffer": (lambda: cnn_cases.large_conv_case(1),
+                        dict(weights="stream", buffers=1)),
 }
 
 
@@ -43,3 +61,24 @@ def test_outputs_match_numpy_and_golden(runs, case):
 def test_cycles_and_counters_match_prediction(runs, case):
     compiled, res = runs[case]
     assert_matches_prediction(CFG, compiled, res)
+
+
+def test_kept_weights_read_fewer_bytes_on_the_chip(runs):
+    """The RTL's DRAM counters: keeping every layer's weights reads fewer bytes than
+    reloading them in every tile, and writes the same."""
+    kept, kept_res = runs["small_cnn32_kept_weights"]
+    streamed, streamed_res = runs["small_cnn32_streamed_weights"]
+    assert set(kept.weights.values()) == {"persistent"}
+    assert set(streamed.weights.values()) == {"stream"}
+    assert kept_res["dram_rd_bytes"] < streamed_res["dram_rd_bytes"]
+    assert kept_res["dram_wr_bytes"] == streamed_res["dram_wr_bytes"]
+
+
+def test_one_buffer_reloads_fewer_weights_on_the_chip(runs):
+    """One tile buffer cuts the large convolution into fewer tiles: the chip reads
+    fewer bytes (fewer weight reloads) and writes the same."""
+    two, two_res = runs["conv_two_buffers"]
+    one, one_res = runs["conv_one_buffer"]
+    assert set(two.buffers.values()) == {2} and set(one.buffers.values()) == {1}
+    assert one_res["dram_rd_bytes"] < two_res["dram_rd_bytes"]
+    assert one_res["dram_wr_bytes"] == two_res["dram_wr_bytes"]

@@ -56,14 +56,17 @@ def minimum_bytes(graph: Graph) -> int:
 
 def record(chain: Chain, strategy: str, run) -> dict:
     """One bench record of a chain's RTL run (`strategy` "layer_by_layer": the
-    streaming lowering, every map through DRAM)."""
+    streaming lowering, every map through DRAM, each layer with its tiling)."""
     from . import report
     rec = report.record(run, chain.name)
     minimum = minimum_bytes(run.compiled.graph)
     rec.update(kind="chain", strategy=strategy, min_bytes=minimum,
                dram_ratio_to_min=rec["dram_bytes"] / minimum)
     lowered = run.compiled.chain
-    if lowered is not None:
+    if lowered is None:             # each layer's tiling (docs/cnn.md)
+        rec.update(tiling={name: f"{t.weights}/{t.buffers}"
+                           for name, t in run.compiled.tiling.items()})
+    else:
         names = [n.name for n in run.compiled.graph.nodes]
         widths = [run.compiled.graph.tensor(t).shape[2]
                   for t in [run.compiled.graph.inputs[0]]

@@ -98,7 +98,9 @@ def print_network_record(rec: dict) -> None:
     stages: dict[str, list[dict]] = {}
     for layer in rec["layers"]:
         stages.setdefault(layer["name"].split("_")[0], []).append(layer)
-    print(f"{rec['name']} on {rec['config']}: {rec['instructions']} instructions, "
+    print(f"{rec['name']} on {rec['config']} ({rec['strategy']}: "
+          f"{', '.join(f'{n} {k}' for k, n in rec.get('tilings', {}).items())}): "
+          f"{rec['instructions']} instructions, "
           f"{rec['predicted_cycles']} cycles predicted, compiled in "
           f"{rec['compile_seconds']:.1f} s")
     print(f"{'stage':>10} {'layers':>6} {'GMACs':>7} {'cycles':>10} {'util':>6} "
@@ -117,5 +119,6 @@ def print_network_record(rec: dict) -> None:
           f"{rec['min_conv_utilization_except_stem']:.3f} (target "
           f"{t['min_conv_utilization_except_stem']}), stem {rec['stem_utilization']:.3f} "
           f"(target {t['stem_utilization']}); DRAM {rec['dram_bytes'] / 1e6:.1f} MB, "
-          f"{rec['dram_bytes'] / rec['min_bytes']:.2f}x the minimum; compile "
+          f"{rec['dram_bytes'] / rec['min_bytes']:.2f}x the minimum, UBUF "
+          f"{rec['ubuf_bytes']} B; compile "
           f"{rec['compile_seconds']:.1f} s (target {t['compile_seconds']:.0f} s)")
