@@ -65,6 +65,7 @@ def gemm_routing(cfg: ChipConfig, op: Opcode, *, to_acc: bool = False,
     if op is Opcode.WLOAD:
         return {**{f"north_feed[{j}]": f"cbuf.g{j}" if j < tc else fabric.ZERO
                    for j in range(cols)},
+                **{f"west_wfeed[{i}]": f"cbuf.g{i}" for i in range(t)},
                 **{f"w_in[{i}][{j}]": "lane" for i in range(t) for j in range(cols)}}
     if op is Opcode.MATMUL:
         return {**{f"west_feed[{i}]": f"cbuf.g{i}" if i < tr else fabric.ZERO

@@ -262,7 +262,7 @@ CONFIG = [
     ("too-many-updates", dict(max_config_updates_per_cycle=8),
      ["max_config_updates_per_cycle 8", "7 pairs"]),
     ("grid-beyond-setcfg", dict(tile_rows=9, tile_cols=9, dram_words=1 << 20),
-     ["9x9 tile grid", "279 multiplexers", "fewer tiles"]),
+     ["9x9 tile grid", "288 multiplexers", "fewer tiles"]),
     ("name-int", dict(name=3), ["name must be a non-empty string", "3"]),
     ("name-empty", dict(name=""), ["name must be a non-empty string"]),
     ("name-with-slash", dict(name="my/chip"), ["name", "'my/chip'", "build directories"]),

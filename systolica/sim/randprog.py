@@ -270,6 +270,7 @@ class _Builder:
             where = self.pick("cbuf", R, min_len=R)
         t, tc = self.cfg.tile_rows, self.cfg.tile_cols
         names = [f"north_feed[{j}]" for j in range(tc)] + \
+                [f"west_wfeed[{i}]" for i in range(t)] + \
                 [f"w_in[{i}][{j}]" for i in range(t) for j in range(tc)]
         bank = int(self.rng.integers(2))
         self.add(Opcode.WLOAD, self.routing(names), w_addr=where[0], bank=bank)
