@@ -589,5 +589,35 @@ class Flatten:
         return 0
 
 
+@dataclass(frozen=True)
+class Transpose:
+    """``[M, N] -> [N, M]``: ``y[j, i] = x[i, j]`` for a 2-D int8 tensor. The output has
+    the input's quantisation. The chip transposes it on the array (seed 004,
+    docs/contract.md "Transposes")."""
+
+    name: str = "transpose"
+
+    arity: ClassVar[tuple[int, int | None]] = (1, 1)
+
+    def __post_init__(self):
+        _check_name(self.name)
+
+    def infer(self, inputs: Sequence, source: Callable[[str], str]) -> TensorType:
+        who = f"layer {self.name!r}"
+        (t,) = inputs
+        if t.dtype != "int8":
+            raise CompileError(f"{who}: transpose reads int8 tensors, but {source(t.name)} "
+                               f"is {t.dtype}; give the layer before it out_dtype='int8'")
+        if len(t.shape) != 2:
+            raise CompileError(f"{who}: transpose reads a 2-D [M, N] tensor, but "
+                               f"{source(t.name)} has shape {t.shape}; flatten it first")
+        m, n = t.shape
+        return TensorType((n, m), "int8", t.quant)
+
+    def macs(self, out_shape: tuple[int, ...]) -> int:
+        return 0
+
+
 #: Every op type a graph may hold.
-OPS: tuple[type, ...] = (Dense, Conv2d, MaxPool2d, AvgPool2d, GlobalAvgPool, Add, Flatten)
+OPS: tuple[type, ...] = (Dense, Conv2d, MaxPool2d, AvgPool2d, GlobalAvgPool, Add, Flatten,
+                         Transpose)

@@ -266,7 +266,9 @@ def _on_chip(cfg: ChipConfig, graph: Graph, rows: Mapping[str, int]
             readers = graph.consumers(t)
             producer = graph.producer(t)
             holder = index[producer.name] if producer is not None else index[readers[0].name]
-            if readers and holder == i:
+            streamed = producer is None and all(
+                getattr(rule_for(r), "streams_input", False) for r in readers)
+            if readers and holder == i and not streamed:
                 # a graph input's load is fetched ahead, during the layer before
                 first = holder if producer is not None else max(holder - 1, 0)
                 tensor = graph.tensor(t)

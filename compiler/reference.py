@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from .graph import (Add, AvgPool2d, Conv2d, Dense, Flatten, GlobalAvgPool, Graph, MaxPool2d,
-                    Network, as_graph)
+                    Network, Transpose, as_graph)
 
 
 def wrap32(x: np.ndarray) -> np.ndarray:
@@ -169,6 +169,8 @@ def evaluate(graph: Graph) -> dict[str, np.ndarray]:
             y = add(xs[0], zps[0], xs[1], zps[1], op)
         elif isinstance(op, Flatten):
             y = flatten(xs[0])
+        elif isinstance(op, Transpose):
+            y = np.ascontiguousarray(xs[0].T)
         else:
             raise TypeError(f"reference: no semantics for layer {node.name!r} "
                             f"({type(op).__name__})")

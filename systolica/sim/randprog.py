@@ -421,6 +421,8 @@ class _Builder:
             n = self.rows(b - a)
             u = int(rng.integers(a, b - n + 1))
             dst = self.place("cbuf", n)
+            if dst < base + u + n and base + u < dst + n:
+                return False            # a fetch onto its own source rows (illegal)
             self.add(Opcode.COPY, kind=CopyKind.FETCH, cbuf_addr=dst, ubuf_addr=u, rows=n)
         self.cbuf[dst:dst + n] = True
         self.outputs.append(("cbuf", dst, n))
