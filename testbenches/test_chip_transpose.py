@@ -42,8 +42,10 @@ def transpose_ops(rows: int, cols: int, *, west=WEST):
     on the array, store the ``cols x rows`` result at DRAM word 100."""
     ident = make(CFG, Opcode.DMA, kind=DmaKind.LOAD_CBUF, dram_addr=16, dram_stride=1,
                  buf_addr=I_AT, rows=R)
+    # all R rows: the rows past a ragged block are zeros, whatever an earlier program
+    # in the same simulator left in the CBUF
     block = make(CFG, Opcode.DMA, kind=DmaKind.LOAD_CBUF, dram_addr=0, dram_stride=1,
-                 buf_addr=A_AT, rows=rows)
+                 buf_addr=A_AT, rows=R)
     wload = make(CFG, Opcode.WLOAD, w_addr=A_AT, bank=0)
     wload.needs = dict(west)
     mm = make(CFG, Opcode.MATMUL, act_addr=I_AT, rows=cols, acc_addr=0, accumulate=0,
