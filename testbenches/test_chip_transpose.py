@@ -153,3 +153,96 @@ def test_west_is_a_source_of_every_tile_weight_input():
         for j in range(CFG.tile_cols):
             assert table[f"w_in[{i}][{j}]"].sources == ("lane", fabric.ZERO, "west")
         assert table[f"west_wfeed[{i}]"].default == i
+
+
+# -- compiled transposes (compiler/rules.py TransposeRule) -----------------------------
+def transpose_graph(m: int, n: int, seed: int):
+    from systolica.compiler import GraphBuilder
+    rng = np.random.default_rng(seed)
+    g = GraphBuilder(f"transpose_{m}x{n}")
+    g.transpose(g.input(rng.integers(-128, 128, (m, n)), name="x"), name="t")
+    return g.build()
+
+
+def dense_transpose_dense():
+    """A transpose between two dense layers, its result also a graph output: read and
+    written on chip."""
+    from systolica.compiler import GraphBuilder
+    rng = np.random.default_rng(1)
+    g = GraphBuilder("dense_transpose_dense")
+    x = g.input(rng.integers(-128, 128, (12, 20)), name="x")
+    h = g.dense(x, rng.integers(-128, 128, (20, 13)), mult=150, shift=15, name="h")
+    t = g.transpose(h, name="t")
+    g.dense(t, rng.integers(-128, 128, (12, 5)), out_dtype="int32", name="y")
+    return g.build(t, "y")
+
+
+def random_shapes(count: int, seed: int) -> dict:
+    rng = np.random.default_rng(seed)
+    out = {}
+    for k in range(count):
+        m, n = (int(v) for v in rng.integers(1, 70, 2))
+        out[f"random_{m}x{n}"] = (lambda m=m, n=n, k=k: transpose_graph(m, n, 100 + k))
+    return out
+
+
+COMPILED = {
+    "64x64": lambda: transpose_graph(64, 64, 1),
+    "1000x37": lambda: transpose_graph(1000, 37, 2),
+    "dense_transpose_dense": dense_transpose_dense,
+    **random_shapes(4, 7),
+}
+
+
+@pytest.fixture(scope="module")
+def compiled_runs():
+    from conftest import compile_and_run_on_rtl
+    return compile_and_run_on_rtl(CFG, COMPILED)
+
+
+@pytest.mark.rtl
+@pytest.mark.parametrize("name", list(COMPILED))
+def test_compiled_transpose_matches_numpy_golden_and_prediction(compiled_runs, name):
+    from conftest import assert_matches_prediction, assert_outputs_match
+    compiled, res = compiled_runs[name]
+    assert_outputs_match(CFG, compiled, res)
+    assert_matches_prediction(CFG, compiled, res)
+
+
+@pytest.mark.rtl
+@pytest.mark.regress
+def test_compiled_transpose_256x256():
+    from conftest import (assert_matches_prediction, assert_outputs_match,
+                          compile_and_run_on_rtl)
+    ((compiled, res),) = compile_and_run_on_rtl(
+        CFG, {"256x256": lambda: transpose_graph(256, 256, 3)}).values()
+    assert_outputs_match(CFG, compiled, res)
+    assert_matches_prediction(CFG, compiled, res)
+
+
+@pytest.mark.parametrize("m, n", [(1, 1), (8, 8), (9, 17), (1000, 37), (37, 1000)])
+def test_block_count_is_the_seeds_k(m, n):
+    """k = (floor((m-1)/p)+1) * (floor((n-1)/q)+1) blocks for p = q = R: one WLOAD, one
+    identity MATMUL of the block's columns and one VRUN each."""
+    from systolica.compiler.lower import lower
+    ops = lower(CFG, transpose_graph(m, n, 0)).ops
+    k = ((m - 1) // R + 1) * ((n - 1) // R + 1)
+    by = {op: [o for o in ops if o.op is op] for op in (Opcode.WLOAD, Opcode.MATMUL,
+                                                        Opcode.VRUN)}
+    assert len(by[Opcode.WLOAD]) == len(by[Opcode.MATMUL]) == len(by[Opcode.VRUN]) == k
+    assert sum(o.fields["rows"] for o in by[Opcode.MATMUL]) == n * ((m - 1) // R + 1)
+    for o in by[Opcode.WLOAD]:
+        assert all(o.needs[f"w_in[{i}][{j}]"] == "west" for i in range(CFG.tile_rows)
+                   for j in range(CFG.tile_cols))
+
+
+@pytest.mark.parametrize("m, n", [(1, 1), (5, 3), (64, 64), (300, 37), (37, 300)])
+def test_golden_model_agrees_with_numpy(m, n):
+    from systolica.compiler import compile_network, reference
+    graph = transpose_graph(m, n, m + n)
+    compiled = compile_network(CFG, graph)
+    gold = golden.run(CFG, compiled.image, compiled.dram, compiled.prog_addr)
+    got = compiled.results(gold.dram)["t"]
+    np.testing.assert_array_equal(got, reference.outputs(graph)["t"])
+    np.testing.assert_array_equal(got, graph.data["x"].T)
+    assert gold.cycles == compiled.predicted_cycles
