@@ -23,6 +23,7 @@ from systolica.compiler.reconfigure import add_updates
 from systolica.compiler.schedule import schedule
 
 CFG = preset("tiny")
+BASE = preset("base")
 R = CFG.rows
 BANK = CFG.cbuf_bank_rows
 A_AT, I_AT, OUT_AT = 0, BANK, 2 * BANK         # CBUF rows, one bank each
@@ -212,12 +213,14 @@ def test_compiled_transpose_matches_numpy_golden_and_prediction(compiled_runs, n
 @pytest.mark.rtl
 @pytest.mark.regress
 def test_compiled_transpose_256x256():
+    """On base: tiny's DRAM (16,384 words of 8 bytes) cannot hold a 256x256 input
+    and output at once."""
     from conftest import (assert_matches_prediction, assert_outputs_match,
                           compile_and_run_on_rtl)
     ((compiled, res),) = compile_and_run_on_rtl(
-        CFG, {"256x256": lambda: transpose_graph(256, 256, 3)}).values()
-    assert_outputs_match(CFG, compiled, res)
-    assert_matches_prediction(CFG, compiled, res)
+        BASE, {"256x256": lambda: transpose_graph(256, 256, 3)}).values()
+    assert_outputs_match(BASE, compiled, res)
+    assert_matches_prediction(BASE, compiled, res)
 
 
 @pytest.mark.parametrize("m, n", [(1, 1), (8, 8), (9, 17), (1000, 37), (37, 1000)])
@@ -246,3 +249,23 @@ def test_golden_model_agrees_with_numpy(m, n):
     np.testing.assert_array_equal(got, reference.outputs(graph)["t"])
     np.testing.assert_array_equal(got, graph.data["x"].T)
     assert gold.cycles == compiled.predicted_cycles
+
+
+def test_bench_programs_transpose_on_the_golden_model():
+    """``make bench``'s transpose programs (systolica/app/transpose_bench.py): the
+    on-chip one and the DRAM round trip leave Xᵀ in DRAM; the on-chip one moves only
+    the identity beyond the base program."""
+    from systolica.app import transpose_bench
+    from systolica.compiler import layout
+    x = np.random.default_rng(2).integers(-128, 128, (20, 11), dtype=np.int8)
+    progs, image, (at, words) = transpose_bench.programs(CFG, x)
+    runs = {}
+    for name, program in progs.items():
+        runs[name] = golden.run(CFG, isa.to_bytes([isa.encode(i) for i in program]), image)
+        assert runs[name].cycles == timing.run_cycles(CFG, program)
+    for name in ("on_chip", "dram_round_trip"):
+        got = layout.unpack_int8(CFG, runs[name].dram[at:at + words], 11, 20)
+        np.testing.assert_array_equal(got, x.T)
+    moved = {k: r.dram_bytes_read + r.dram_bytes_written for k, r in runs.items()}
+    assert moved["on_chip"] - moved["base"] == R * R          # the identity
+    assert moved["dram_round_trip"] - moved["base"] == (2 * 20 + 3 * 11) * R
