@@ -172,6 +172,20 @@ API = [
      lambda: compile_network(TINY, _one_conv(np.ones((1, 80, 80, 3), np.int8),
                                              np.ones((11, 11, 3, 8)), dilation=7)),
      CompileError, ["'c'", "dilation is 70", "at most 63", "smaller kernel or dilation"]),
+    ("transpose-of-a-feature-map",
+     lambda: conv_graph(lambda g, x: g.transpose(x, name="t")),
+     CompileError, ["'t'", "transpose reads a 2-D [M, N] tensor", "(1, 4, 4, 3)",
+                    "flatten it first"]),
+    ("transpose-of-int32", lambda: _transpose_after(out_dtype="int32"), CompileError,
+     ["'t'", "transpose reads int8", "int32", "out_dtype='int8'"]),
+    ("transpose-unnamed", lambda: GraphBuilder("n").transpose("x", name=""), CompileError,
+     ["layer's name must be a non-empty string"]),
+    ("transposed-input-also-read-on-chip", lambda: compile_network(TINY, _transpose_shared()),
+     CompileError, ["'t'", "graph input 'x'", "cannot also be read on chip", "'fc'",
+                    "own copy"]),
+    ("transpose-dram-overflow",
+     lambda: compile_network(TINY, _transpose_of(np.ones((3000, 30), np.int8))),
+     CompileError, ["'t'", "DRAM too small", "dram_words"]),
     ("input-3d", lambda: GraphBuilder("n").input(np.ones((4, 4, 3), np.int8)), CompileError,
      ["input", "3-D", "(N, H, W, C)"]),
     ("compile-an-array", lambda: compile_network(TINY, A), CompileError,
@@ -196,6 +210,27 @@ API = [
     ("parse-undefined", lambda: text.parse("x = read ram(a)\n", "p.stp"), CompileError,
      ["p.stp:1:14", "'a' is used but never defined", "proc input"]),
 ]
+
+
+def _transpose_of(x):
+    g = GraphBuilder("n")
+    g.transpose(g.input(x, name="x"), name="t")
+    return g.build()
+
+
+def _transpose_after(**dense):
+    g = GraphBuilder("n")
+    h = g.dense(g.input(A, name="x"), B, name="fc", **dense)
+    g.transpose(h, name="t")
+    return g.build()
+
+
+def _transpose_shared():
+    g = GraphBuilder("n")
+    x = g.input(A, name="x")
+    g.transpose(x, name="t")
+    g.dense(x, B, name="fc")
+    return g.build()
 
 
 @pytest.mark.parametrize("build, error, words",
