@@ -186,6 +186,18 @@ API = [
     ("transpose-dram-overflow",
      lambda: compile_network(TINY, _transpose_of(np.ones((3000, 30), np.int8))),
      CompileError, ["'t'", "DRAM too small", "dram_words"]),
+    ("matmul-t-k-differs", lambda: _matmul_t(np.ones((4, 8), np.int8),
+                                             np.ones((3, 5), np.int8)), CompileError,
+     ["'s'", "equal K", "8 columns", "5", "make them equal"]),
+    ("matmul-t-same-tensor", lambda: _matmul_t(A, None), CompileError,
+     ["'s'", "both operands", "give it a copy"]),
+    ("matmul-t-int32-operand", lambda: _matmul_t_int32(), CompileError,
+     ["'s'", "matmul_t reads int8", "int32"]),
+    ("matmul-t-bad-mult", lambda: _matmul_t(A, A, mult=0), CompileError,
+     ["'s'", "mult = 0", "[1, 65535]"]),
+    ("matmul-t-padding-on-chip", lambda: compile_network(TINY, _matmul_t_on_chip()),
+     CompileError, ["'s'", "K = 12", "multiple of the array's 8 rows", "made on chip",
+                    "graph's inputs"]),
     ("input-3d", lambda: GraphBuilder("n").input(np.ones((4, 4, 3), np.int8)), CompileError,
      ["input", "3-D", "(N, H, W, C)"]),
     ("compile-an-array", lambda: compile_network(TINY, A), CompileError,
@@ -210,6 +222,31 @@ API = [
     ("parse-undefined", lambda: text.parse("x = read ram(a)\n", "p.stp"), CompileError,
      ["p.stp:1:14", "'a' is used but never defined", "proc input"]),
 ]
+
+
+def _matmul_t(a, b, **options):
+    g = GraphBuilder("n")
+    x = g.input(a, name="a")
+    y = x if b is None else g.input(b, name="b")
+    g.matmul_t(x, y, name="s", **options)
+    return g.build()
+
+
+def _matmul_t_int32():
+    g = GraphBuilder("n")
+    x = g.input(A, name="a")
+    h = g.dense(x, B, out_dtype="int32", name="fc")
+    g.matmul_t(x, h, name="s")
+    return g.build()
+
+
+def _matmul_t_on_chip():
+    g = GraphBuilder("n")
+    x = g.input(np.ones((4, 12), np.int8), name="x")
+    w = np.ones((12, 12), np.int8)
+    g.matmul_t(g.dense(x, w, name="a"), g.dense(x, w, name="b"), out_dtype="int32",
+               name="s")
+    return g.build()
 
 
 def _transpose_of(x):

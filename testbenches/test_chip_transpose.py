@@ -187,8 +187,40 @@ def random_shapes(count: int, seed: int) -> dict:
     return out
 
 
+def qk_graph(m: int, k: int, n: int, seed: int, *, int8: bool = False):
+    """``q @ kᵀ`` of two graph inputs (attention's scores), int32 or requantised and
+    read by a dense layer."""
+    from systolica.compiler import GraphBuilder
+    rng = np.random.default_rng(seed)
+    g = GraphBuilder(f"qk_{m}x{k}x{n}")
+    q = g.input(rng.integers(-128, 128, (m, k)), name="q")
+    key = g.input(rng.integers(-128, 128, (n, k)), name="k")
+    if not int8:
+        g.matmul_t(q, key, out_dtype="int32", name="s")
+        return g.build()
+    s_ = g.matmul_t(q, key, mult=100, shift=14, zp=3, relu=True, name="s")
+    g.dense(s_, rng.integers(-128, 128, (n, 6)), out_dtype="int32", name="y")
+    return g.build(s_, "y")
+
+
+def qk_on_chip_key():
+    """``bᵀ`` where ``b`` is made on chip by a dense layer (its padding partitions hold
+    its zero point; ``q``, a graph input, has zeros there)."""
+    from systolica.compiler import GraphBuilder
+    rng = np.random.default_rng(4)
+    g = GraphBuilder("qk_on_chip_key")
+    x = g.input(rng.integers(-128, 128, (11, 12)), name="x")
+    q = g.input(rng.integers(-128, 128, (9, 12)), name="q")
+    b = g.dense(x, rng.integers(-128, 128, (12, 12)), mult=100, shift=14, zp=-5, name="b")
+    g.matmul_t(q, b, out_dtype="int32", name="s")
+    return g.build()
+
+
 COMPILED = {
     "64x64": lambda: transpose_graph(64, 64, 1),
+    "qk_40x37x30": lambda: qk_graph(40, 37, 30, 5),
+    "qk_16x24x10_int8": lambda: qk_graph(16, 24, 10, 6, int8=True),
+    "qk_on_chip_key": qk_on_chip_key,
     "1000x37": lambda: transpose_graph(1000, 37, 2),
     "dense_transpose_dense": dense_transpose_dense,
     **random_shapes(4, 7),
@@ -269,3 +301,21 @@ def test_bench_programs_transpose_on_the_golden_model():
     moved = {k: r.dram_bytes_read + r.dram_bytes_written for k, r in runs.items()}
     assert moved["on_chip"] - moved["base"] == R * R          # the identity
     assert moved["dram_round_trip"] - moved["base"] == (2 * 20 + 3 * 11) * R
+
+
+@pytest.mark.parametrize("m, k, n", [(1, 1, 1), (8, 8, 8), (5, 3, 2), (40, 37, 30),
+                                     (130, 17, 21)])
+def test_matmul_t_agrees_with_numpy_on_the_golden_model(m, k, n):
+    """a @ bᵀ through west weight loads of b's rows (no transposed copy of b)."""
+    from systolica.compiler import compile_network, reference
+    from systolica.compiler.lower import lower
+    graph = qk_graph(m, k, n, m + k + n)
+    compiled = compile_network(CFG, graph)
+    gold = golden.run(CFG, compiled.image, compiled.dram, compiled.prog_addr)
+    got = compiled.results(gold.dram)["s"]
+    want = graph.data["q"].astype(np.int64) @ graph.data["k"].astype(np.int64).T
+    np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(got, reference.outputs(graph)["s"])
+    assert gold.cycles == compiled.predicted_cycles
+    wloads = [o for o in lower(CFG, graph).ops if o.op is Opcode.WLOAD]
+    assert wloads and all(o.needs["w_in[0][0]"] == "west" for o in wloads)
