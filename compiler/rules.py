@@ -353,15 +353,18 @@ class TransposeRule:
             for kb in range(layout.blocks(N, R)):
                 cols = min(R, N - kb * R)             # block columns: output rows
                 blk = Block(index)
-                if not blocks:
-                    blk.bias.append(op(Opcode.DMA, index, kind=DmaKind.LOAD_CBUF,
-                                       dram_addr=plan.param(node.name, "identity").lo,
-                                       dram_stride=1, buf_addr=ident, rows=R))
                 half = em.blocks % 2
                 em.blocks += 1
                 bank = em.steps % 2
                 acc_at = halves + half * Mt
                 loads = []
+                if not blocks:
+                    # a step's load, not the block's bias: the pipeliner hoists a bias
+                    # into the layer before unchecked, where the identity's rows may
+                    # still be another region's (its lifetime is this layer's)
+                    loads.append(op(Opcode.DMA, index, kind=DmaKind.LOAD_CBUF,
+                                    dram_addr=plan.param(node.name, "identity").lo,
+                                    dram_stride=1, buf_addr=ident, rows=R))
                 if ring is not None:
                     w_addr = ring + (em.steps % self.SLOTS) * R
                     loads.append(op(Opcode.DMA, index, kind=DmaKind.LOAD_CBUF,
