@@ -6,7 +6,12 @@ rows go back through the vector unit into the CBUF at a new address, transposed.
 The seed's Fig. 3: partitions 0..3 hold 1-4, 5-8, 9-12, 13-16 from address 0; after
 the transpose partitions 0..3 hold 1,5,9,13 / 2,6,10,14 / 3,7,11,15 / 4,8,12,16 from
 the new address. Results equal numpy and the golden model; cycles equal the
-schedule's prediction."""
+schedule's prediction.
+
+Then the compiler's transposes (``Transpose``: 64x64, 1000x37, random shapes, between
+dense layers; 256x256 on base in ``make regress``) and ``a @ bᵀ`` (``MatMulT``, b's rows
+loaded as array columns) on the RTL, their block counts, and ``make bench``'s
+programs on the golden model."""
 
 from __future__ import annotations
 
