@@ -25,13 +25,13 @@ import numpy as np
 
 from .errors import CompileError
 from .ops import (DTYPES, INT8, INT32, MULT_BITS, OPS, OUT_DTYPES, SHIFT_MAX, Add, AvgPool2d,
-                  Conv2d, Dense, Flatten, GlobalAvgPool, MaxPool2d, Quant, TensorType,
-                  average_params, integer_array)
+                  Conv2d, Dense, Flatten, GlobalAvgPool, MatMulT, MaxPool2d, Quant,
+                  TensorType, Transpose, average_params, integer_array)
 
 __all__ = ["Add", "AvgPool2d", "CompileError", "Conv2d", "DTYPES", "Dense", "Flatten",
            "GlobalAvgPool", "Graph", "GraphBuilder", "INT32", "INT8", "MULT_BITS",
-           "MaxPool2d", "Network", "Node", "OPS", "OUT_DTYPES", "Quant", "SHIFT_MAX",
-           "Tensor", "TensorType", "as_graph", "gemm", "verify"]
+           "MatMulT", "MaxPool2d", "Network", "Node", "OPS", "OUT_DTYPES", "Quant", "SHIFT_MAX",
+           "Tensor", "TensorType", "Transpose", "as_graph", "gemm", "verify"]
 
 #: The shapes a graph input may have: dense activations and NHWC feature maps.
 INPUT_RANKS = {2: "[M, K] activations", 4: "(N, H, W, C) feature map"}
@@ -481,6 +481,16 @@ class GraphBuilder:
     def flatten(self, x: str, *, name: str = "flatten") -> str:
         """A :class:`Flatten`: ``(N, H, W, C) -> (N, H*W*C)``."""
         return self.layer(Flatten(name=name), x)
+
+    def transpose(self, x: str, *, name: str = "transpose") -> str:
+        """A :class:`Transpose`: int8 ``[M, N] -> [N, M]``."""
+        return self.layer(Transpose(name=name), x)
+
+    def matmul_t(self, a: str, b: str, *, mult: int = 1, shift: int = 0, zp: int = 0,
+                 relu: bool = False, out_dtype: str = "int8", name: str = "matmul_t") -> str:
+        """A :class:`MatMulT`: ``a @ bᵀ`` of two int8 tensors ``a [M, K]``, ``b [N, K]``."""
+        return self.layer(MatMulT(mult=mult, shift=shift, zp=zp, relu=relu,
+                                  out_dtype=out_dtype, name=name), (a, b))
 
     def build(self, *outputs: str) -> Graph:
         """The verified graph. `outputs` default to the tensors no layer reads."""

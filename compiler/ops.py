@@ -589,5 +589,92 @@ class Flatten:
         return 0
 
 
+@dataclass(frozen=True)
+class Transpose:
+    """``[M, N] -> [N, M]``: ``y[j, i] = x[i, j]`` for a 2-D int8 tensor. The output has
+    the input's quantisation. The chip transposes it on the array (seed 004,
+    docs/contract.md "Transposes")."""
+
+    name: str = "transpose"
+
+    arity: ClassVar[tuple[int, int | None]] = (1, 1)
+
+    def __post_init__(self):
+        _check_name(self.name)
+
+    def infer(self, inputs: Sequence, source: Callable[[str], str]) -> TensorType:
+        who = f"layer {self.name!r}"
+        (t,) = inputs
+        if t.dtype != "int8":
+            raise CompileError(f"{who}: transpose reads int8 tensors, but {source(t.name)} "
+                               f"is {t.dtype}; give the layer before it out_dtype='int8'")
+        if len(t.shape) != 2:
+            raise CompileError(f"{who}: transpose reads a 2-D [M, N] tensor, but "
+                               f"{source(t.name)} has shape {t.shape}; flatten it first")
+        m, n = t.shape
+        return TensorType((n, m), "int8", t.quant)
+
+    def macs(self, out_shape: tuple[int, ...]) -> int:
+        return 0
+
+
+@dataclass(frozen=True)
+class MatMulT:
+    """``y = post(a @ bᵀ)`` for two int8 tensors of the graph, ``a [M, K]`` and
+    ``b [N, K]`` (attention's ``Q·Kᵀ``): a dense layer whose weights are ``bᵀ``, a
+    tensor rather than a parameter. ``post`` is :class:`Dense`'s without a bias:
+    requantised to int8 by ``mult``, ``shift``, ``zp`` (ReLU at ``zp``), or the int32
+    sums (``out_dtype="int32"``, ReLU at 0). The chip loads ``b``'s blocks along the
+    array's rows (the west weight load), so ``bᵀ`` is never formed."""
+
+    mult: int = 1
+    shift: int = 0
+    zp: int = 0
+    relu: bool = False
+    out_dtype: str = "int8"
+    name: str = "matmul_t"
+
+    arity: ClassVar[tuple[int, int | None]] = (2, 2)
+    bias: ClassVar[None] = None
+
+    def __post_init__(self):
+        who = _check_name(self.name)
+        if self.out_dtype not in OUT_DTYPES:
+            raise CompileError(f"{who}: out_dtype must be one of {OUT_DTYPES}, "
+                               f"not {self.out_dtype!r}")
+        object.__setattr__(self, "mult", _int(who, "mult", self.mult, 1, (1 << MULT_BITS) - 1))
+        object.__setattr__(self, "shift", _int(who, "shift", self.shift, 0, SHIFT_MAX))
+        object.__setattr__(self, "zp", _int(who, "zp", self.zp, *INT8))
+        object.__setattr__(self, "relu", _bool(who, "relu", self.relu))
+        if self.out_dtype == "int32" and (self.mult, self.shift, self.zp) != (1, 0, 0):
+            raise CompileError(f"{who}: int32 output is not requantised; leave mult, shift "
+                               f"and zp at 1, 0, 0 or use out_dtype='int8'")
+
+    def infer(self, inputs: Sequence, source: Callable[[str], str]) -> TensorType:
+        who = f"layer {self.name!r}"
+        a, b = inputs
+        for t in (a, b):
+            if t.dtype != "int8":
+                raise CompileError(f"{who}: matmul_t reads int8 tensors, but "
+                                   f"{source(t.name)} is {t.dtype}; give the layer before "
+                                   f"it out_dtype='int8'")
+            if len(t.shape) != 2:
+                raise CompileError(f"{who}: matmul_t reads 2-D tensors, but "
+                                   f"{source(t.name)} has shape {t.shape}")
+        if a.name == b.name:
+            raise CompileError(f"{who}: reads {source(a.name)} as both operands; a @ aᵀ "
+                               f"needs the tensor twice at once: give it a copy")
+        if a.shape[1] != b.shape[1]:
+            raise CompileError(f"{who}: a @ bᵀ needs equal K, but {source(a.name)} has "
+                               f"{a.shape[1]} columns and {source(b.name)} {b.shape[1]}; "
+                               f"make them equal")
+        zp = self.zp if self.out_dtype == "int8" else 0
+        return TensorType((a.shape[0], b.shape[0]), self.out_dtype, Quant(zp))
+
+    def macs(self, out_shape: tuple[int, ...]) -> int:
+        return 0        # K is its inputs': the rule counts them (rules.MatMulTRule.macs)
+
+
 #: Every op type a graph may hold.
-OPS: tuple[type, ...] = (Dense, Conv2d, MaxPool2d, AvgPool2d, GlobalAvgPool, Add, Flatten)
+OPS: tuple[type, ...] = (Dense, Conv2d, MaxPool2d, AvgPool2d, GlobalAvgPool, Add, Flatten,
+                         Transpose, MatMulT)

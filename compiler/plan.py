@@ -266,12 +266,17 @@ def _on_chip(cfg: ChipConfig, graph: Graph, rows: Mapping[str, int]
             readers = graph.consumers(t)
             producer = graph.producer(t)
             holder = index[producer.name] if producer is not None else index[readers[0].name]
-            if readers and holder == i:
+            streamed = producer is None and all(
+                getattr(rule_for(r), "streams_input", False) for r in readers)
+            if readers and holder == i and not streamed:
                 # a graph input's load is fetched ahead, during the layer before
                 first = holder if producer is not None else max(holder - 1, 0)
                 tensor = graph.tensor(t)
+                held = getattr(rule_for(node), "input_rows", None)
+                per_block = (held(graph, node, t, rows[node.name])
+                             if held is not None and producer is None else rows[node.name])
                 ask("cbuf", f"tensor {t}", layout.resident_rows(cfg, tensor.shape[1],
-                                                                rows[node.name]),
+                                                                per_block),
                     first, index[readers[-1].name], f"tensor {t!r}")
         for need in needs:
             if not need.shared:

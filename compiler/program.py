@@ -162,8 +162,9 @@ def _mkn(lowered, graph: Graph, node) -> tuple[int, int, int, int]:
     M is its output pixels, K its kernel taps times input channels."""
     jobs = getattr(lowered, "jobs", None)
     if jobs is None:
-        return (graph.tensor(node.outputs[0]).shape[0], node.op.K, node.op.N,
-                rule_for(node).macs(graph, node))
+        M, N = graph.tensor(node.outputs[0]).shape
+        macs = rule_for(node).macs(graph, node)
+        return M, getattr(node.op, "K", macs // max(M * N, 1)), N, macs
     job = jobs[node.name]
     N, Ho, Wo, C = job.out_shape
     M = N * Ho * Wo

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .graph import (Add, AvgPool2d, Conv2d, Dense, Flatten, GlobalAvgPool, Graph, MaxPool2d,
-                    Network, as_graph)
+from .graph import (Add, AvgPool2d, Conv2d, Dense, Flatten, GlobalAvgPool, Graph, MatMulT,
+                    MaxPool2d, Network, Transpose, as_graph)
 
 
 def wrap32(x: np.ndarray) -> np.ndarray:
@@ -41,6 +41,13 @@ def dense(x: np.ndarray, layer: Dense) -> np.ndarray:
     acc = wrap32(x.astype(np.int64) @ layer.weights.astype(np.int64))
     if layer.bias is not None:
         acc = wrap32(acc + layer.bias.astype(np.int64))
+    if layer.out_dtype == "int32":
+        return (np.maximum(acc, 0) if layer.relu else acc).astype(np.int32)
+    return requantise(acc, layer.mult, layer.shift, layer.zp, layer.relu)
+
+
+def matmul_t(a: np.ndarray, b: np.ndarray, layer: MatMulT) -> np.ndarray:
+    acc = wrap32(a.astype(np.int64) @ b.astype(np.int64).T)
     if layer.out_dtype == "int32":
         return (np.maximum(acc, 0) if layer.relu else acc).astype(np.int32)
     return requantise(acc, layer.mult, layer.shift, layer.zp, layer.relu)
@@ -169,6 +176,10 @@ def evaluate(graph: Graph) -> dict[str, np.ndarray]:
             y = add(xs[0], zps[0], xs[1], zps[1], op)
         elif isinstance(op, Flatten):
             y = flatten(xs[0])
+        elif isinstance(op, Transpose):
+            y = np.ascontiguousarray(xs[0].T)
+        elif isinstance(op, MatMulT):
+            y = matmul_t(xs[0], xs[1], op)
         else:
             raise TypeError(f"reference: no semantics for layer {node.name!r} "
                             f"({type(op).__name__})")

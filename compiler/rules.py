@@ -22,7 +22,7 @@ from . import layout
 from .errors import CompileError
 from .graph import Graph, Node
 from .ir import MicroOp, make
-from .ops import Dense
+from .ops import Dense, MatMulT, Transpose
 from .pipeline import Block, Step
 
 if TYPE_CHECKING:
@@ -65,6 +65,7 @@ def gemm_routing(cfg: ChipConfig, op: Opcode, *, to_acc: bool = False,
     if op is Opcode.WLOAD:
         return {**{f"north_feed[{j}]": f"cbuf.g{j}" if j < tc else fabric.ZERO
                    for j in range(cols)},
+                **{f"west_wfeed[{i}]": f"cbuf.g{i}" for i in range(t)},
                 **{f"w_in[{i}][{j}]": "lane" for i in range(t) for j in range(cols)}}
     if op is Opcode.MATMUL:
         return {**{f"west_feed[{i}]": f"cbuf.g{i}" if i < tr else fabric.ZERO
@@ -253,7 +254,262 @@ class DenseRule:
         return ops
 
 
-RULES: dict[type, object] = {Dense: DenseRule()}
+class TransposeRule:
+    """A 2-D int8 transpose ``[M, N] -> [N, M]`` on the array (seed 004, docs/contract.md
+    "Transposes"), block by block: ``k = ceil(M/R) * ceil(N/R)`` blocks of at most
+    ``R x R`` (the CBUF's ``R`` partitions by ``R`` rows; the array is ``R x R``, so a
+    block needs no sub-blocks). Block ``(mb, kb)`` is rows ``mb*R ..`` of the input's
+    K-block ``kb``: a WLOAD with every tile's weight input on the west lane makes it
+    the stationary weights with its CBUF rows in array columns, a MATMUL streams the
+    identity (held in the CBUF, loaded once per layer) through it, and a VRUN without
+    requantisation writes the accumulator rows, the transposed block, to rows
+    ``kb*R ..`` of the output's K-block ``mb``.
+
+    A graph input is streamed from DRAM block by block through a ring of CBUF slots;
+    an input made on chip is read where it lies. The output goes to a staging slot and
+    DRAM (a graph output) or to its tensor on chip (read by later layers). Partitions
+    of a ragged block beyond its rows hold whatever the weight block's rows beyond the
+    input held: never read as data (a dense layer multiplies them by zero weight
+    rows, a store's reader drops them)."""
+
+    op = Transpose
+    streams_input = True        # a graph input it reads stays in DRAM (plan.py)
+    SLOTS = 4
+
+    def max_rows(self, cfg: ChipConfig) -> int:
+        return cfg.cbuf_depth       # no accumulator pass: any M that fits the CBUF
+
+    def macs(self, graph: Graph, node: Node) -> int:
+        return 0
+
+    def tiles_used(self, cfg: ChipConfig, graph: Graph, node: Node) -> tuple[int, int]:
+        """The identity's rows reach the tile rows of the input's widest K-block; the
+        transposed block's columns, the tile columns of its rows."""
+        m, n = graph.tensor(node.inputs[0]).shape
+        return (layout.blocks(min(cfg.rows, n), cfg.tile_size),
+                layout.blocks(min(cfg.cols, m), cfg.tile_size))
+
+    def params(self, cfg: ChipConfig, graph: Graph, node: Node
+               ) -> list[tuple[str, np.ndarray]]:
+        return [("identity", np.eye(cfg.rows, dtype=np.uint8))]
+
+    @staticmethod
+    def _streamed(graph: Graph, node: Node) -> bool:
+        t = node.inputs[0]
+        if graph.producer(t) is not None:
+            return False
+        others = [n.name for n in graph.consumers(t) if not isinstance(n.op, Transpose)]
+        if others:
+            raise CompileError(f"layer {node.name!r}: graph input {t!r} is transposed from "
+                               f"DRAM, so it cannot also be read on chip by "
+                               f"{', '.join(map(repr, others))}; give those layers their "
+                               f"own copy of the input")
+        return True
+
+    def needs(self, cfg: ChipConfig, graph: Graph, node: Node, rows: int) -> list[Need]:
+        R = cfg.rows
+        needs = [Need("cbuf", "transpose identity", R, "transpose identity", shared=True),
+                 Need("acc", "accumulator halves", 2 * acc_half_rows(cfg),
+                      "accumulator halves", shared=True)]
+        if self._streamed(graph, node):
+            needs.append(Need("cbuf", "transpose ring", self.SLOTS * R, "transpose ring",
+                              shared=True))
+        if not graph.consumers(node.outputs[0]):
+            needs.append(Need("cbuf", f"{node.name}.staging", 2 * R,
+                              f"output staging of {node.name!r}"))
+        return needs
+
+    def _op(self, em: Emitter, op: Opcode, layer: int, **fields) -> MicroOp:
+        mop = make(em.cfg, op, layer, **fields)
+        routing = gemm_routing(em.cfg, op, tile_rows=em.tile_rows, tile_cols=em.tile_cols)
+        if op is Opcode.WLOAD:
+            routing.update({name: "west" for name in routing if name.startswith("w_in[")})
+        mop.needs = routing
+        return mop
+
+    def emit(self, em: Emitter, index: int, node: Node) -> list[Block]:
+        cfg, graph, plan = em.cfg, em.graph, em.plan
+        op = partial(self._op, em)
+        R, Mt = cfg.rows, acc_half_rows(cfg)
+        src_t, out_t = graph.tensor(node.inputs[0]), graph.tensor(node.outputs[0])
+        M, N = src_t.shape
+        ident = plan.scratch("cbuf", "transpose identity").lo
+        halves = plan.scratch("acc", "accumulator halves").lo
+        if self._streamed(graph, node):
+            a_dram, ring = plan.tensor("dram", src_t.name).lo, \
+                plan.scratch("cbuf", "transpose ring").lo
+            resident_in = None
+        else:
+            a_dram, ring = None, None
+            resident_in = plan.tensor("cbuf", src_t.name).lo
+        resident = plan.tensor("cbuf", out_t.name).lo if graph.consumers(out_t.name) else None
+        stored = plan.tensor("dram", out_t.name).lo if out_t.name in graph.outputs else None
+        staging = (plan.scratch("cbuf", f"{node.name}.staging").lo
+                   if resident is None else None)
+
+        blocks: list[Block] = []
+        for mb in range(layout.blocks(M, R)):
+            rows = min(R, M - mb * R)                 # block rows: output columns
+            for kb in range(layout.blocks(N, R)):
+                cols = min(R, N - kb * R)             # block columns: output rows
+                blk = Block(index)
+                half = em.blocks % 2
+                em.blocks += 1
+                bank = em.steps % 2
+                acc_at = halves + half * Mt
+                loads = []
+                if not blocks:
+                    # a step's load, not the block's bias: the pipeliner hoists a bias
+                    # into the layer before unchecked, where the identity's rows may
+                    # still be another region's (its lifetime is this layer's)
+                    loads.append(op(Opcode.DMA, index, kind=DmaKind.LOAD_CBUF,
+                                    dram_addr=plan.param(node.name, "identity").lo,
+                                    dram_stride=1, buf_addr=ident, rows=R))
+                if ring is not None:
+                    w_addr = ring + (em.steps % self.SLOTS) * R
+                    loads.append(op(Opcode.DMA, index, kind=DmaKind.LOAD_CBUF,
+                                    dram_addr=a_dram + kb * M + mb * R, dram_stride=1,
+                                    buf_addr=w_addr, rows=rows))
+                else:
+                    w_addr = resident_in + kb * M + mb * R
+                    if w_addr + R > cfg.cbuf_depth:
+                        raise CompileError(
+                            f"layer {node.name!r}: the last block of {src_t.name!r} ends "
+                            f"{w_addr + R - cfg.cbuf_depth} rows from the CBUF's end, but a "
+                            f"weight load reads {R} rows; use a chip with a larger CBUF")
+                em.steps += 1
+                loads.append(op(Opcode.WLOAD, index, w_addr=w_addr, bank=bank))
+                mm = op(Opcode.MATMUL, index, act_addr=ident, rows=cols, acc_addr=acc_at,
+                        accumulate=0, bank=bank)
+                blk.steps.append(Step(loads, mm))
+                if resident is not None:
+                    dst = resident + mb * N + kb * R
+                else:
+                    dst = staging + half * R
+                blk.epilogue.append(op(Opcode.VRUN, index, src=acc_at, rows=cols, dst=dst,
+                                       to_acc=0))
+                if stored is not None:
+                    blk.epilogue.append(op(Opcode.DMA, index, kind=DmaKind.STORE_CBUF,
+                                           dram_addr=stored + mb * N + kb * R,
+                                           dram_stride=1, buf_addr=dst, rows=cols))
+                blocks.append(blk)
+        return blocks
+
+
+class MatMulTRule(DenseRule):
+    """``a @ bᵀ`` of two tensors as a dense layer whose weight block ``(nb, kb)`` is
+    read straight from ``b`` on chip: rows ``nb*C ..`` of ``b``'s K-block ``kb``, loaded
+    along the array's rows (every ``w_in`` on ``west``), so row ``n`` of ``b`` lands in
+    array column ``n`` and ``bᵀ`` is never formed. ``b`` is held whole (all its rows,
+    every K-block; a graph input is loaded before the first block); ``a`` streams as a
+    dense layer's input does, and the epilogue is a dense layer's without a bias.
+
+    The partitions past ``K`` meet in the array (weight rows and activations of the
+    last K-block): one operand must hold zeros there, so unless ``K`` is a multiple
+    of ``R`` one of them must be a graph input (the DRAM layout zero-pads); the
+    padding of tensors made on chip is not specified."""
+
+    op = MatMulT
+
+    def macs(self, graph: Graph, node: Node) -> int:
+        (m, k), (n, _) = (graph.tensor(t).shape for t in node.inputs)
+        return m * k * n
+
+    def tiles_used(self, cfg: ChipConfig, graph: Graph, node: Node) -> tuple[int, int]:
+        k = graph.tensor(node.inputs[0]).shape[1]
+        n = graph.tensor(node.inputs[1]).shape[0]
+        return (layout.blocks(min(cfg.rows, k), cfg.tile_size),
+                layout.blocks(min(cfg.cols, n), cfg.tile_size))
+
+    def params(self, cfg: ChipConfig, graph: Graph, node: Node
+               ) -> list[tuple[str, np.ndarray]]:
+        return []
+
+    def input_rows(self, graph: Graph, node: Node, tensor: str, rows: int) -> int:
+        """CBUF rows per K-block of `tensor` when this layer holds it: ``b`` whole."""
+        return graph.tensor(tensor).shape[0] if tensor == node.inputs[1] else rows
+
+    def needs(self, cfg: ChipConfig, graph: Graph, node: Node, rows: int) -> list[Need]:
+        a, b = node.inputs
+        K = graph.tensor(a).shape[1]
+        if K % cfg.rows and graph.producer(a) is not None and graph.producer(b) is not None:
+            raise CompileError(
+                f"layer {node.name!r}: K = {K} is not a multiple of the array's {cfg.rows} "
+                f"rows and both {a!r} and {b!r} are made on chip, whose padding "
+                f"partitions are not zero; make K a multiple of {cfg.rows} or read one "
+                f"operand from the graph's inputs")
+        return [n for n in super().needs(cfg, graph, node, rows) if n.key != "weight ring"]
+
+    def _op(self, em: Emitter, op: Opcode, layer: int, **fields) -> MicroOp:
+        mop = DenseRule._op(em, op, layer, **fields)
+        if op is Opcode.WLOAD:
+            mop.needs.update({name: "west" for name in mop.needs if name.startswith("w_in[")})
+        return mop
+
+    def emit(self, em: Emitter, index: int, node: Node) -> list[Block]:
+        cfg, graph, plan = em.cfg, em.graph, em.plan
+        op = partial(self._op, em)
+        layer: MatMulT = node.op
+        R, C, Mt = cfg.rows, cfg.cols, acc_half_rows(cfg)
+        a_t, b_t = (graph.tensor(t) for t in node.inputs)
+        out = graph.tensor(node.outputs[0])
+        (M, K), N = a_t.shape, b_t.shape[0]
+        Mc, KB = plan.rows[node.name], layout.blocks(K, R)
+
+        def first_reader(t) -> bool:
+            return graph.producer(t) is None and graph.consumers(t)[0] is node
+
+        src = plan.tensor("cbuf", a_t.name).lo
+        a_dram = plan.tensor("dram", a_t.name).lo if first_reader(a_t.name) else None
+        b_at = plan.tensor("cbuf", b_t.name).lo
+        b_loads = []
+        if first_reader(b_t.name):
+            b_dram = plan.tensor("dram", b_t.name).lo
+            b_loads = [op(Opcode.DMA, index, kind=DmaKind.LOAD_CBUF,
+                          dram_addr=b_dram + kb * N, dram_stride=1, buf_addr=b_at + kb * N,
+                          rows=N) for kb in range(KB)]
+        resident = plan.tensor("cbuf", out.name).lo if graph.consumers(out.name) else None
+        stored = plan.tensor("dram", out.name).lo if out.name in graph.outputs else None
+        staging = (plan.scratch("cbuf", f"{node.name}.staging").lo
+                   if out.dtype == "int8" and resident is None else None)
+        halves = plan.scratch("acc", "accumulator halves").lo
+
+        blocks: list[Block] = []
+        for m0 in range(0, M, Mc):
+            rows = min(Mc, M - m0)
+            for nb in range(layout.blocks(N, C)):
+                blk = Block(index)
+                if not blocks:
+                    blk.bias += b_loads
+                half = em.blocks % 2
+                em.blocks += 1
+                acc_at = halves + half * Mt
+                for kb in range(KB):
+                    bank = em.steps % 2
+                    w_addr = b_at + kb * N + nb * C
+                    if w_addr + R > cfg.cbuf_depth:
+                        raise CompileError(
+                            f"layer {node.name!r}: {b_t.name!r} ends {w_addr + R - cfg.cbuf_depth} "
+                            f"rows short of what a weight load reads ({R} rows) at the CBUF's "
+                            f"end; use a chip with a larger CBUF")
+                    loads = []
+                    if a_dram is not None and nb == 0:
+                        loads.append(op(Opcode.DMA, index, kind=DmaKind.LOAD_CBUF,
+                                        dram_addr=a_dram + kb * M + m0, dram_stride=1,
+                                        buf_addr=src + kb * Mc, rows=rows))
+                    loads.append(op(Opcode.WLOAD, index, w_addr=w_addr, bank=bank))
+                    mm = op(Opcode.MATMUL, index, act_addr=src + kb * Mc, rows=rows,
+                            acc_addr=acc_at, accumulate=int(kb > 0), bank=bank)
+                    blk.steps.append(Step(loads, mm))
+                    em.steps += 1
+                blk.epilogue = self._epilogue(em, index, layer, out.dtype, nb, m0, rows, M,
+                                              Mc, half, acc_at, 0, resident, stored, staging)
+                blocks.append(blk)
+        return blocks
+
+
+RULES: dict[type, object] = {Dense: DenseRule(), Transpose: TransposeRule(),
+                             MatMulT: MatMulTRule()}
 
 
 def rule_for(node: Node):

@@ -1,7 +1,7 @@
 """The compute fabric: weight-stationary MAC cells, tiles with conveyor lanes and
 configured port multiplexers, and the tile grid."""
 
-from amaranth.hdl import Array, Module, Signal, signed
+from amaranth.hdl import Array, Const, Module, Signal, signed
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
@@ -55,9 +55,11 @@ class Tile(wiring.Component):
     Ports on the west (activations + bank select), north (weights) and north
     (partial sums) pass through multiplexers whose control comes from the fabric's
     configuration registers: ``act_sel``/``w_sel`` choose the lane (0) or zero (1),
-    ``psum_sel`` the partial-sum line from the north (0) or zero (1). Each outgoing lane
-    (east activations, south weights, south partial sums) has one conveyor register
-    per tile, so data moves one tile per clock between tiles.
+    ``psum_sel`` the partial-sum line from the north (0) or zero (1). With ``w_west``
+    the cells take their weights from the west instead (``west_w``, shifting east
+    along each cell row: the transposed load). Each outgoing lane (east activations,
+    east weights, south weights, south partial sums) has one conveyor register per
+    tile, so data moves one tile per clock between tiles.
     """
 
     def __init__(self, *, n: int):
@@ -67,9 +69,11 @@ class Tile(wiring.Component):
         super().__init__({
             "west_a": In(ACT).array(n), "west_sel": In(1).array(n),
             "north_w": In(WGT).array(n), "north_psum": In(PSUM).array(n),
+            "west_w": In(WGT).array(n),
             "w_shift": In(1), "w_bank": In(1),
-            "act_sel": In(1), "w_sel": In(1), "psum_sel": In(1),
+            "act_sel": In(1), "w_sel": In(1), "psum_sel": In(1), "w_west": In(1),
             "east_a": Out(ACT).array(n), "east_sel": Out(1).array(n),
+            "east_w": Out(WGT).array(n),
             "south_w": Out(WGT).array(n), "south_psum": Out(PSUM).array(n),
         })
 
@@ -92,18 +96,27 @@ class Tile(wiring.Component):
                 else:
                     m.d.comb += [cell.a_in.eq(cells[r][c - 1].a_out),
                                  cell.sel_in.eq(cells[r][c - 1].sel_out)]
+                # The weight chain runs south (from the north port or the cell above)
+                # or, with w_west, east (from the west port or the cell to the west).
+                with m.If(self.w_west):
+                    m.d.comb += cell.w_in.eq(self.west_w[r] if c == 0
+                                             else cells[r][c - 1].w_out)
+                with m.Else():
+                    if r > 0:
+                        m.d.comb += cell.w_in.eq(cells[r - 1][c].w_out)
+                    else:
+                        with m.If(self.w_sel == 0):     # zero: the comb default
+                            m.d.comb += cell.w_in.eq(self.north_w[c])
                 if r == 0:
-                    with m.If(self.w_sel == 0):
-                        m.d.comb += cell.w_in.eq(self.north_w[c])
                     with m.If(self.psum_sel == 0):
                         m.d.comb += cell.psum_in.eq(self.north_psum[c])
                 else:
-                    m.d.comb += [cell.w_in.eq(cells[r - 1][c].w_out),
-                                 cell.psum_in.eq(cells[r - 1][c].psum_out)]
+                    m.d.comb += cell.psum_in.eq(cells[r - 1][c].psum_out)
         for k in range(n):
             m.d.sync += [
                 self.east_a[k].eq(cells[k][n - 1].a_out),
                 self.east_sel[k].eq(cells[k][n - 1].sel_out),
+                self.east_w[k].eq(cells[k][n - 1].w_out),
                 self.south_w[k].eq(cells[n - 1][k].w_out),
                 self.south_psum[k].eq(cells[n - 1][k].psum_out),
             ]
@@ -115,8 +128,12 @@ class Grid(wiring.Component):
     array row, already skewed by the feeder), weights on the north edge, and column
     partial sums leave on the south edge from the last tile row's conveyor registers.
 
-    ``act_sel``, ``w_sel``, ``psum_sel`` hold one control bit per tile, row-major
-    (tile ``(i, j)`` at ``i*T + j``).
+    ``act_sel``, ``w_sel``, ``psum_sel``, ``w_west`` hold one control bit per tile,
+    row-major (tile ``(i, j)`` at ``i*T + j``). Weights also enter on the west edge
+    (``west_w``, one lane per array row) for tiles with ``w_west``. A weight lane
+    passes data between two tiles only if both take it (the receiving tile sees zeros
+    from a neighbour that takes the other lane), so each chain is fed from its own
+    edge only.
     """
 
     def __init__(self, *, cfg: ChipConfig):
@@ -124,9 +141,10 @@ class Grid(wiring.Component):
         t, rows, cols = cfg.tile_rows, cfg.rows, cfg.cols
         super().__init__({
             "west_a": In(ACT).array(rows), "west_sel": In(1).array(rows),
-            "north_w": In(WGT).array(cols),
+            "north_w": In(WGT).array(cols), "west_w": In(WGT).array(rows),
             "w_shift": In(1), "w_bank": In(1),
             "act_sel": In(t * t), "w_sel": In(t * t), "psum_sel": In(t * t),
+            "w_west": In(t * t),
             "south_psum": Out(PSUM).array(cols),
         })
 
@@ -143,20 +161,27 @@ class Grid(wiring.Component):
                 m.d.comb += [
                     tile.w_shift.eq(self.w_shift), tile.w_bank.eq(self.w_bank),
                     tile.act_sel.eq(self.act_sel[k]), tile.w_sel.eq(self.w_sel[k]),
-                    tile.psum_sel.eq(self.psum_sel[k]),
+                    tile.psum_sel.eq(self.psum_sel[k]), tile.w_west.eq(self.w_west[k]),
                 ]
+                # a weight lane carries data on only from a tile that takes it
+                from_west = Const(1) if j == 0 else self.w_west[k - 1]
+                from_north = Const(1) if i == 0 else ~self.w_west[k - t]
                 for x in range(n):
                     if j == 0:
                         m.d.comb += [tile.west_a[x].eq(self.west_a[i * n + x]),
-                                     tile.west_sel[x].eq(self.west_sel[i * n + x])]
+                                     tile.west_sel[x].eq(self.west_sel[i * n + x]),
+                                     tile.west_w[x].eq(self.west_w[i * n + x])]
                     else:
                         m.d.comb += [tile.west_a[x].eq(tiles[i][j - 1].east_a[x]),
                                      tile.west_sel[x].eq(tiles[i][j - 1].east_sel[x])]
+                        with m.If(from_west):
+                            m.d.comb += tile.west_w[x].eq(tiles[i][j - 1].east_w[x])
                     if i == 0:
                         m.d.comb += tile.north_w[x].eq(self.north_w[j * n + x])
                     else:
-                        m.d.comb += [tile.north_w[x].eq(tiles[i - 1][j].south_w[x]),
-                                     tile.north_psum[x].eq(tiles[i - 1][j].south_psum[x])]
+                        m.d.comb += tile.north_psum[x].eq(tiles[i - 1][j].south_psum[x])
+                        with m.If(from_north):
+                            m.d.comb += tile.north_w[x].eq(tiles[i - 1][j].south_w[x])
                     if i == t - 1:
                         m.d.comb += self.south_psum[j * n + x].eq(tile.south_psum[x])
         return m

@@ -6,7 +6,7 @@ from amaranth.hdl import Module, Mux, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out, connect
 
-from systolica.arch import regs
+from systolica.arch import fabric, regs
 from systolica.arch.config import ChipConfig
 
 from .array import Grid
@@ -81,21 +81,27 @@ class Chip(wiring.Component):
         t = cfg.tile_rows
         for i in range(t):
             m.d.comb += [mm.west_feed[i].eq(fab[f"west_feed[{i}]"]),
+                         wl.west_wfeed[i].eq(fab[f"west_wfeed[{i}]"]),
                          vpu.wb_src[i].eq(fab[f"wb_src[{i}]"])]
         for j in range(cfg.tile_cols):
             m.d.comb += [wl.north_feed[j].eq(fab[f"north_feed[{j}]"]),
                          mm.acc_src[j].eq(fab[f"acc_src[{j}]"])]
+        w_mux = fabric.by_name(cfg)["w_in[0][0]"]
+        lane, west = w_mux.value_of("lane"), w_mux.value_of("west")
         for i in range(t):
             for j in range(cfg.tile_cols):
                 k = i * t + j
+                w_in = fab[f"w_in[{i}][{j}]"]
                 m.d.comb += [grid.act_sel[k].eq(fab[f"act_in[{i}][{j}]"] != 0),
-                             grid.w_sel[k].eq(fab[f"w_in[{i}][{j}]"] != 0),
+                             grid.w_sel[k].eq((w_in != lane) & (w_in != west)),
+                             grid.w_west[k].eq(w_in == west),
                              grid.psum_sel[k].eq(fab[f"psum_in[{i}][{j}]"] != 0)]
 
         # Grid between the weight loader, the feeder and the collector.
         m.d.comb += [grid.w_shift.eq(wl.w_shift), grid.w_bank.eq(wl.w_bank)]
         for r in range(cfg.rows):
-            m.d.comb += [grid.west_a[r].eq(mm.west_a[r]), grid.west_sel[r].eq(mm.west_sel[r])]
+            m.d.comb += [grid.west_a[r].eq(mm.west_a[r]), grid.west_sel[r].eq(mm.west_sel[r]),
+                         grid.west_w[r].eq(wl.west_w[r])]
         for c in range(cfg.cols):
             m.d.comb += [grid.north_w[c].eq(wl.north_w[c]), mm.south_psum[c].eq(grid.south_psum[c])]
 

@@ -32,9 +32,15 @@ class WeightLoader(wiring.Component):
     boundary, so a load takes ``timing.weight_shifts`` shifts; the bottom row is read
     first, and conveyor slots are filled with don't-care data without a read.
 
+    Every shift drives the row read both onto the north edge (partition groups by
+    ``north_feed``, one lane per array column) and onto the west edge (by
+    ``west_wfeed``, one lane per array row); the tiles' ``w_in`` settings decide
+    which chain their cells take, so a tile taking the west lane ends with CBUF row
+    ``c`` in array column ``c`` (the transposed load).
+
     Members: ``issue`` (:class:`~.ports.Issue` of ``WLOAD``), ``cbuf_read``, the
-    ``north_feed`` multiplexer settings, and the grid's weight inputs (``north_w``,
-    ``w_shift``, ``w_bank``).
+    ``north_feed`` and ``west_wfeed`` multiplexer settings, and the grid's weight
+    inputs (``north_w``, ``west_w``, ``w_shift``, ``w_bank``).
     """
 
     def __init__(self, *, cfg: ChipConfig):
@@ -43,7 +49,9 @@ class WeightLoader(wiring.Component):
             "issue": In(Issue(isa.PAYLOAD[Opcode.WLOAD])),
             "cbuf_read": In(buffer_read(cfg, "cbuf")),
             "north_feed": In(4).array(cfg.tile_cols),
-            "north_w": Out(WGT).array(cfg.cols), "w_shift": Out(1), "w_bank": Out(1),
+            "west_wfeed": In(4).array(cfg.tile_rows),
+            "north_w": Out(WGT).array(cfg.cols), "west_w": Out(WGT).array(cfg.rows),
+            "w_shift": Out(1), "w_bank": Out(1),
         })
 
     def elaborate(self, platform):
@@ -82,6 +90,10 @@ class WeightLoader(wiring.Component):
             col = _group_select(m, rbytes, self.north_feed[j], 8, n, cfg.tile_rows)
             for k in range(n):
                 m.d.comb += self.north_w[j * n + k].eq(col[k])
+        for i in range(cfg.tile_rows):
+            row = _group_select(m, rbytes, self.west_wfeed[i], 8, n, cfg.tile_rows)
+            for k in range(n):
+                m.d.comb += self.west_w[i * n + k].eq(row[k])
         return m
 
 

@@ -1,5 +1,6 @@
 """Grid (``tiny`` preset: 2 x 2 tiles of 4 x 4): full weight loads through the north
-chains including the tile conveyor registers, and skewed matrix products, against a
+chains and the west chains (tiles with ``w_west``; the transposed load) including the
+tile conveyor registers, and skewed matrix products, against a
 numpy model that follows the port-multiplexer semantics of ``docs/contract.md``.
 
 Timing (from :mod:`systolica.arch.timing`): a load shifts ``weight_shifts`` cycles; the
@@ -33,19 +34,31 @@ def tile_bits(tiles) -> int:
 
 
 class GridModel:
-    def __init__(self, act_zero=(), w_zero=(), psum_zero=()):
+    """``west``: tiles whose cells take the west weight lane (``w_west``); a lane
+    passes data between two tiles only if both take it."""
+
+    def __init__(self, act_zero=(), w_zero=(), psum_zero=(), west=()):
         self.act_zero, self.w_zero, self.psum_zero = set(act_zero), set(w_zero), set(psum_zero)
+        self.west = set(west)
         self.banks = [np.zeros((R, C), dtype=np.int64) for _ in range(2)]
 
-    def effective_weights(self, w: np.ndarray) -> np.ndarray:
+    def effective_weights(self, w: np.ndarray, w_west: np.ndarray | None = None) -> np.ndarray:
         eff = w.astype(np.int64).copy()
         for r in range(R):
             for c in range(C):
-                if any((i, c // n) in self.w_zero for i in range(r // n + 1)):
+                i, j = r // n, c // n
+                if (i, j) in self.west:
+                    live = all((i, jj) in self.west for jj in range(j + 1))
+                    eff[r][c] = w_west[r][c] if live and w_west is not None else 0
+                elif any((ii, j) in self.w_zero or (ii, j) in self.west
+                         for ii in range(i + 1)):
                     eff[r][c] = 0
         return eff
 
-    def load(self, plan: Plan, start: int, bank: int, w: np.ndarray, rng) -> int:
+    def load(self, plan: Plan, start: int, bank: int, w: np.ndarray, rng,
+             w_west: np.ndarray | None = None) -> int:
+        """Shift `w` in from the north and, if given, `w_west` from the west (its
+        column ``c`` ends in array column ``c``)."""
         shifts = timing.weight_shifts(CFG)
         row_at = {timing.skew(CFG, r): r for r in range(R)}
         for k in range(shifts):
@@ -56,7 +69,12 @@ class GridModel:
             for c in range(C):
                 value = w[row_at[stage]][c] if stage in row_at else rng.randrange(-128, 128)
                 plan.drive(t, ("north_w", c), value)
-        self.banks[bank] = self.effective_weights(w)
+            if w_west is not None:
+                for r in range(R):
+                    value = (w_west[r][row_at[stage]] if stage in row_at
+                             else rng.randrange(-128, 128))
+                    plan.drive(t, ("west_w", r), value)
+        self.banks[bank] = self.effective_weights(w, w_west)
         return start + shifts
 
     def product(self, a_row: np.ndarray, bank: int) -> list[int]:
@@ -98,6 +116,21 @@ def plan_gemm(rng, act_zero=(), w_zero=(), psum_zero=(), rows=12):
     return plan
 
 
+def plan_west(rng, west, w_zero=(), rows=10):
+    """Weights from both edges at once, the tiles in `west` taking the west lane."""
+    plan, model = Plan(), GridModel(w_zero=w_zero, west=west)
+    rand = lambda *shape: np.array(rng.choices(range(-128, 128), k=int(np.prod(shape)))).reshape(shape)
+    t = model.load(plan, 0, 0, rand(R, C), rng, rand(R, C))
+    t = model.load(plan, t, 1, rand(R, C), rng, rand(R, C))
+    t = model.stream(plan, t + 1, rand(rows, R), [rng.randrange(2) for _ in range(rows)])
+    plan.hold(0, t, "w_sel", tile_bits(w_zero))
+    plan.hold(0, t, "w_west", tile_bits(west))
+    return plan
+
+
+ALL_TILES = [(i, j) for i in range(T) for j in range(T)]
+
+
 def plan_extremes(rng):
     """All -128 activations and weights: 8 * 16384 per column, no overflow, exact."""
     plan, model = Plan(), GridModel()
@@ -120,11 +153,15 @@ CASES = {
     "psum_zero_tile01": lambda rng: plan_gemm(rng, psum_zero=[(0, 1)]),
     "mixed": lambda rng: plan_gemm(rng, act_zero=[(1, 1)], w_zero=[(1, 0)],
                                    psum_zero=[(1, 1)]),
+    "west_all": lambda rng: plan_west(rng, ALL_TILES),
+    "west_row1": lambda rng: plan_west(rng, [(1, 0), (1, 1)]),
+    "west_behind_north": lambda rng: plan_west(rng, [(0, 1), (1, 0), (1, 1)]),
+    "west_beside_zero": lambda rng: plan_west(rng, [(0, 0), (1, 1)], w_zero=[(0, 1)]),
 }
 
 INPUT_KEYS = ([(p, k) for p in ("west_a", "west_sel") for k in range(R)]
-              + [("north_w", c) for c in range(C)]
-              + ["w_shift", "w_bank", "act_sel", "w_sel", "psum_sel"])
+              + [("north_w", c) for c in range(C)] + [("west_w", r) for r in range(R)]
+              + ["w_shift", "w_bank", "act_sel", "w_sel", "psum_sel", "w_west"])
 OUTPUTS = [("south_psum", c) for c in range(C)]
 
 

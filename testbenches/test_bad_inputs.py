@@ -172,6 +172,32 @@ API = [
      lambda: compile_network(TINY, _one_conv(np.ones((1, 80, 80, 3), np.int8),
                                              np.ones((11, 11, 3, 8)), dilation=7)),
      CompileError, ["'c'", "dilation is 70", "at most 63", "smaller kernel or dilation"]),
+    ("transpose-of-a-feature-map",
+     lambda: conv_graph(lambda g, x: g.transpose(x, name="t")),
+     CompileError, ["'t'", "transpose reads a 2-D [M, N] tensor", "(1, 4, 4, 3)",
+                    "flatten it first"]),
+    ("transpose-of-int32", lambda: _transpose_after(out_dtype="int32"), CompileError,
+     ["'t'", "transpose reads int8", "int32", "out_dtype='int8'"]),
+    ("transpose-unnamed", lambda: GraphBuilder("n").transpose("x", name=""), CompileError,
+     ["layer's name must be a non-empty string"]),
+    ("transposed-input-also-read-on-chip", lambda: compile_network(TINY, _transpose_shared()),
+     CompileError, ["'t'", "graph input 'x'", "cannot also be read on chip", "'fc'",
+                    "own copy"]),
+    ("transpose-dram-overflow",
+     lambda: compile_network(TINY, _transpose_of(np.ones((3000, 30), np.int8))),
+     CompileError, ["'t'", "DRAM too small", "dram_words"]),
+    ("matmul-t-k-differs", lambda: _matmul_t(np.ones((4, 8), np.int8),
+                                             np.ones((3, 5), np.int8)), CompileError,
+     ["'s'", "equal K", "8 columns", "5", "make them equal"]),
+    ("matmul-t-same-tensor", lambda: _matmul_t(A, None), CompileError,
+     ["'s'", "both operands", "give it a copy"]),
+    ("matmul-t-int32-operand", lambda: _matmul_t_int32(), CompileError,
+     ["'s'", "matmul_t reads int8", "int32"]),
+    ("matmul-t-bad-mult", lambda: _matmul_t(A, A, mult=0), CompileError,
+     ["'s'", "mult = 0", "[1, 65535]"]),
+    ("matmul-t-padding-on-chip", lambda: compile_network(TINY, _matmul_t_on_chip()),
+     CompileError, ["'s'", "K = 12", "multiple of the array's 8 rows", "made on chip",
+                    "graph's inputs"]),
     ("input-3d", lambda: GraphBuilder("n").input(np.ones((4, 4, 3), np.int8)), CompileError,
      ["input", "3-D", "(N, H, W, C)"]),
     ("compile-an-array", lambda: compile_network(TINY, A), CompileError,
@@ -196,6 +222,52 @@ API = [
     ("parse-undefined", lambda: text.parse("x = read ram(a)\n", "p.stp"), CompileError,
      ["p.stp:1:14", "'a' is used but never defined", "proc input"]),
 ]
+
+
+def _matmul_t(a, b, **options):
+    g = GraphBuilder("n")
+    x = g.input(a, name="a")
+    y = x if b is None else g.input(b, name="b")
+    g.matmul_t(x, y, name="s", **options)
+    return g.build()
+
+
+def _matmul_t_int32():
+    g = GraphBuilder("n")
+    x = g.input(A, name="a")
+    h = g.dense(x, B, out_dtype="int32", name="fc")
+    g.matmul_t(x, h, name="s")
+    return g.build()
+
+
+def _matmul_t_on_chip():
+    g = GraphBuilder("n")
+    x = g.input(np.ones((4, 12), np.int8), name="x")
+    w = np.ones((12, 12), np.int8)
+    g.matmul_t(g.dense(x, w, name="a"), g.dense(x, w, name="b"), out_dtype="int32",
+               name="s")
+    return g.build()
+
+
+def _transpose_of(x):
+    g = GraphBuilder("n")
+    g.transpose(g.input(x, name="x"), name="t")
+    return g.build()
+
+
+def _transpose_after(**dense):
+    g = GraphBuilder("n")
+    h = g.dense(g.input(A, name="x"), B, name="fc", **dense)
+    g.transpose(h, name="t")
+    return g.build()
+
+
+def _transpose_shared():
+    g = GraphBuilder("n")
+    x = g.input(A, name="x")
+    g.transpose(x, name="t")
+    g.dense(x, B, name="fc")
+    return g.build()
 
 
 @pytest.mark.parametrize("build, error, words",
@@ -262,7 +334,7 @@ CONFIG = [
     ("too-many-updates", dict(max_config_updates_per_cycle=8),
      ["max_config_updates_per_cycle 8", "7 pairs"]),
     ("grid-beyond-setcfg", dict(tile_rows=9, tile_cols=9, dram_words=1 << 20),
-     ["9x9 tile grid", "279 multiplexers", "fewer tiles"]),
+     ["9x9 tile grid", "288 multiplexers", "fewer tiles"]),
     ("name-int", dict(name=3), ["name must be a non-empty string", "3"]),
     ("name-empty", dict(name=""), ["name must be a non-empty string"]),
     ("name-with-slash", dict(name="my/chip"), ["name", "'my/chip'", "build directories"]),

@@ -288,13 +288,18 @@ def cmd_bench(args) -> int:
             else:
                 chains.append(chain_bench.record(chain, strategy, run))
             progress.advance(task)
+        task = progress.add_task("transposes on tiny: on chip and through DRAM", total=1)
+        from . import transpose_bench
+        _ensure_built(preset(transpose_bench.CONFIG))
+        transposes = transpose_bench.records()
+        progress.advance(task)
         task = progress.add_task("ResNet-50 on base: compiling the whole network, per "
                                  "strategy", total=1)
         resnets = cnn_bench.resnet50_records(preset("base"))
         progress.advance(task)
     out = Path(args.out)
-    _write_bytes(args.out, (json.dumps(records + resnets + chains, indent=2) + "\n")
-                 .encode())
+    _write_bytes(args.out, (json.dumps(records + resnets + chains + transposes, indent=2)
+                            + "\n").encode())
     for r in records:
         print(f"{r['name']:>18} on {r['config']:<5} cycles {r['cycles']:>7} "
               f"(predicted {r['predicted_cycles']}) util {r['mac_utilization']:.3f} "
@@ -312,8 +317,9 @@ def cmd_bench(args) -> int:
               f"{r['mac_utilization']:.3f} DRAM {r['dram_bytes']:>8} B "
               f"({r['dram_ratio_to_min']:.2f}x min) MACs {r['array_macs']:>10} UBUF "
               f"{r['ubuf_bytes_written']:>6} B  {'ok' if r['ok'] else 'MISMATCH'}")
+    transpose_bench.print_records(transposes)
     print(f"wrote {out}")
-    return 0 if all(r["ok"] for r in records + chains if "error" not in r) else 1
+    return 0 if all(r["ok"] for r in records + chains + transposes if "error" not in r) else 1
 
 
 #: ``systolica chain --example``: (graph builder, outputs per pass).

@@ -12,14 +12,23 @@ Tile ``(i, j)`` is tile row ``i`` (north to south), tile column ``j`` (west to e
 * ``north_feed[j]`` north edge of tile column ``j``: which CBUF partition group feeds
   the weight lane.
 * ``act_in[i][j]``  tile's west port: the eastbound lane, or zero.
-* ``w_in[i][j]``    tile's north port: the southbound weight lane, or zero.
+* ``w_in[i][j]``    the tile's weight input: the southbound weight lane from the north
+  (``lane``), zero, or the eastbound weight lane from the west (``west``: the tile's
+  cells shift along their rows, so a CBUF row lands in an array column, the
+  transposed load of seed 004). A lane passes data on only between tiles that take
+  it: a tile whose neighbour upstream takes the other lane (or zero) receives zeros.
 * ``psum_in[i][j]`` tile's partial-sum input: the partial-sum line from the north, or zero
   (zero starts a new reduction chain at this tile row).
 * ``acc_src[g]``    accumulator partition group ``g``: which tile column's partial sums.
 * ``wb_src[g]``     CBUF partition group ``g`` on vector-unit writeback: which accumulator
   partition group's results. It moves whole groups of ``n`` columns; every byte keeps
-  its lane within the group, so it permutes blocks and does not transpose elements
-  (an element transpose needs weights loaded along the array's rows, seed 004).
+  its lane within the group, so it permutes blocks and does not transpose elements.
+  Element transposes come from the west weight load (``w_in = west``): the block
+  becomes the stationary weights with its CBUF rows in array columns, an identity
+  streams through, and the accumulator rows are the transposed block (seed 004).
+* ``west_wfeed[i]`` west edge of tile row ``i``: which CBUF partition group feeds the
+  eastbound weight lane (every ``WLOAD`` drives both weight edges; ``w_in`` decides
+  which one the cells take). Numbered after all the others.
 """
 
 from __future__ import annotations
@@ -75,7 +84,7 @@ def _muxes(t: int, tile_cols: int) -> tuple[Mux, ...]:
             add(f"act_in[{i}][{j}]", ("lane", ZERO), 0)
     for i in range(t):
         for j in range(tile_cols):
-            add(f"w_in[{i}][{j}]", ("lane", ZERO), 0)
+            add(f"w_in[{i}][{j}]", ("lane", ZERO, "west"), 0)
     for i in range(t):
         for j in range(tile_cols):
             add(f"psum_in[{i}][{j}]", ("north", ZERO), 0)
@@ -83,6 +92,8 @@ def _muxes(t: int, tile_cols: int) -> tuple[Mux, ...]:
         add(f"acc_src[{g}]", cols, g)
     for g in range(t):
         add(f"wb_src[{g}]", cols, g)
+    for i in range(t):
+        add(f"west_wfeed[{i}]", groups, i)
     if len(out) > 256 or any(len(m.sources) > 16 for m in out):
         from .config import ConfigError
         raise ConfigError(f"a {t}x{tile_cols} tile grid has {len(out)} multiplexers with up "

@@ -354,7 +354,9 @@ class Dma(Instruction):
 class Wload(Instruction):
     """Shift a weight block (``R`` CBUF rows from ``w_addr``) into weight bank ``bank``
     through the north edge; the bottom row first, one shift per cycle, one extra
-    shift per tile boundary (the conveyor)."""
+    shift per tile boundary (the conveyor). The same rows enter the west edge too:
+    a tile whose ``w_in`` takes the ``west`` lane ends with CBUF row ``c`` in array
+    column ``c`` (the transposed load, same cycles)."""
 
     opcode = Opcode.WLOAD
     unit = "wload"
@@ -379,7 +381,7 @@ class Wload(Instruction):
         return [("cbuf", READ, 1, 1 + geo.weight_shifts(cfg))]
 
     def mux_use(self, cfg, f, kind, idx):
-        if kind in ("north_feed", "w_in"):
+        if kind in ("north_feed", "w_in", "west_wfeed"):
             return self.bank_window(cfg, f)
         return None
 
@@ -407,6 +409,7 @@ class Wload(Instruction):
         shift_at = read_at + cfg.latency["cbuf_read"]
         span = (int(shift_at[0]), int(shift_at[-1]))
         muxes = {f"north_feed[{j}]": span for j in range(cfg.tile_cols)}
+        muxes.update({f"west_wfeed[{i}]": span for i in range(cfg.tile_rows)})
         muxes.update({f"w_in[{i}][{j}]": span for i in range(cfg.tile_rows)
                       for j in range(cfg.tile_cols)})
         return Effects(
@@ -424,12 +427,19 @@ class Wload(Instruction):
                          1 + np.arange(len(order), dtype=np.int64))
 
     def execute(self, chip, f):
+        # A tile holds the north chain's data if it and every tile above it take the
+        # north lane, the west chain's if it and every tile west of it take the west
+        # lane, else zeros (a lane carries data on only between tiles that take it).
         cfg, n = chip.cfg, chip.n
+        grow = lambda x: np.repeat(np.repeat(x, n, axis=0), n, axis=1)  # noqa: E731
+        rows = chip.cbuf[f["w_addr"]:f["w_addr"] + cfg.rows]          # [k, partition]
         idx, live = chip.feed("north_feed", cfg.tile_cols)           # per column c
-        open_ = np.logical_and.accumulate(chip.lanes("w_in", "lane"), axis=0)  # [i, j]
-        rows = chip.cbuf[f["w_addr"]:f["w_addr"] + cfg.rows]          # [r, partition]
-        w = rows[:, idx] * live[None, :]
-        w = w * np.repeat(np.repeat(open_, n, axis=0), n, axis=1)
+        north = rows[:, idx] * live[None, :]                          # [r, c] = row r
+        idx, live = chip.feed("west_wfeed", cfg.tile_rows)           # per array row r
+        west = (rows[:, idx] * live[None, :]).T                       # [r, c] = row c
+        from_north = np.logical_and.accumulate(chip.lanes("w_in", "lane"), axis=0)
+        from_west = np.logical_and.accumulate(chip.lanes("w_in", "west"), axis=1)
+        w = north * grow(from_north) + west * grow(from_west)
         chip.banks[f["bank"]] = w.astype(np.int8)
 
 

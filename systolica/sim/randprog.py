@@ -270,6 +270,7 @@ class _Builder:
             where = self.pick("cbuf", R, min_len=R)
         t, tc = self.cfg.tile_rows, self.cfg.tile_cols
         names = [f"north_feed[{j}]" for j in range(tc)] + \
+                [f"west_wfeed[{i}]" for i in range(t)] + \
                 [f"w_in[{i}][{j}]" for i in range(t) for j in range(tc)]
         bank = int(self.rng.integers(2))
         self.add(Opcode.WLOAD, self.routing(names), w_addr=where[0], bank=bank)
@@ -420,6 +421,8 @@ class _Builder:
             n = self.rows(b - a)
             u = int(rng.integers(a, b - n + 1))
             dst = self.place("cbuf", n)
+            if dst < base + u + n and base + u < dst + n:
+                return False            # a fetch onto its own source rows (illegal)
             self.add(Opcode.COPY, kind=CopyKind.FETCH, cbuf_addr=dst, ubuf_addr=u, rows=n)
         self.cbuf[dst:dst + n] = True
         self.outputs.append(("cbuf", dst, n))

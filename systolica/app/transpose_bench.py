@@ -1,0 +1,138 @@
+"""The transpose figures of ``make bench``: a tensor held in the CBUF is needed
+transposed in the CBUF (seed 004). Three programs per shape run on the RTL (``tiny``),
+each scheduled by the compiler:
+
+* ``base``: load ``X`` into the CBUF, store the result region (what every variant
+  does around the transpose itself);
+* ``on_chip``: ``base`` plus the transpose on the array (per block a west weight
+  load, an identity MATMUL, a VRUN into the result region), the identity loaded once;
+* ``dram_round_trip``: ``base`` plus storing ``X`` to DRAM and re-loading ``Xᵀ``.
+  The chip's DMA moves whole words of ``R`` bytes, so no descriptor stride can move
+  single elements: the host must rearrange the bytes in DRAM between the two (not
+  counted here: the round trip's figures are a lower bound).
+
+A record gives each program's cycles and DRAM bytes (the chip's counters) and the
+transpose's own cost, the difference to ``base``; every result is checked against
+numpy."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..arch import isa
+from ..arch.config import ChipConfig, preset
+from ..arch.isa import DmaKind, Opcode
+from ..compiler import layout
+from ..compiler.ir import MicroOp, make
+from ..compiler.reconfigure import add_updates
+from ..compiler.schedule import schedule
+
+#: (M, N) shapes: square, and ragged in both directions.
+SHAPES = ((64, 64), (100, 37))
+CONFIG = "tiny"
+
+
+def _west(cfg: ChipConfig) -> dict[str, str]:
+    return {f"w_in[{i}][{j}]": "west" for i in range(cfg.tile_rows)
+            for j in range(cfg.tile_cols)}
+
+
+def programs(cfg: ChipConfig, x: np.ndarray) -> tuple[dict[str, list[isa.Instr]], np.ndarray,
+                                                      tuple[int, int]]:
+    """The three scheduled programs for ``X``, the DRAM image they start from, and the
+    DRAM span ``(word, words)`` holding the result afterwards."""
+    R, M, N = cfg.rows, *x.shape
+    kbs, mbs = layout.blocks(N, R), layout.blocks(M, R)
+    bank = cfg.cbuf_bank_rows
+
+    def up(rows: int) -> int:
+        return -(-rows // bank) * bank
+
+    x_at, out_at = 0, up(kbs * M + R)               # + R: the last block's weight load
+    ident_at = out_at + up(mbs * N)
+    x_dram = 0
+    xt_dram = x_dram + kbs * M                      # Xᵀ as the host would leave it
+    ident_dram = xt_dram + mbs * N
+    out_dram = ident_dram + R                       # where every program stores its result
+    scratch_dram = out_dram + mbs * N               # the round trip's store of X
+    image = np.zeros((scratch_dram + kbs * M, R), np.uint8)
+    image[x_dram:xt_dram] = layout.pack_activations(cfg, x)
+    image[xt_dram:ident_dram] = layout.pack_activations(cfg, x.T)
+    image[ident_dram:out_dram] = np.eye(R, dtype=np.uint8)
+
+    def dma(kind, dram, buf, rows) -> MicroOp:
+        return make(cfg, Opcode.DMA, kind=kind, dram_addr=dram, dram_stride=1,
+                    buf_addr=buf, rows=rows)
+
+    load_x = [dma(DmaKind.LOAD_CBUF, x_dram + kb * M, x_at + kb * M, M) for kb in range(kbs)]
+    store_out = [dma(DmaKind.STORE_CBUF, out_dram + mb * N, out_at + mb * N, N)
+                 for mb in range(mbs)]
+    on_chip = [dma(DmaKind.LOAD_CBUF, ident_dram, ident_at, R)]
+    k = 0
+    for mb in range(mbs):
+        for kb in range(kbs):
+            cols = min(R, N - kb * R)
+            wload = make(cfg, Opcode.WLOAD, w_addr=x_at + kb * M + mb * R, bank=k % 2)
+            wload.needs = _west(cfg)
+            acc = (k % 2) * R
+            on_chip += [wload,
+                        make(cfg, Opcode.MATMUL, act_addr=ident_at, rows=cols, acc_addr=acc,
+                             accumulate=0, bank=k % 2),
+                        make(cfg, Opcode.VRUN, src=acc, rows=cols, to_acc=0,
+                             dst=out_at + mb * N + kb * R)]
+            k += 1
+    round_trip = ([dma(DmaKind.STORE_CBUF, scratch_dram + kb * M, x_at + kb * M, M)
+                   for kb in range(kbs)]
+                  + [dma(DmaKind.LOAD_CBUF, xt_dram + mb * N, out_at + mb * N, N)
+                     for mb in range(mbs)])
+    out = {}
+    for name, middle in (("base", []), ("on_chip", on_chip), ("dram_round_trip", round_trip)):
+        ops = load_x + middle + store_out
+        cycles, updates = add_updates(cfg, ops, schedule(cfg, ops))
+        out[name] = sorted([op.instr(c) for op, c in zip(ops, cycles)]
+                           + [u for u, _ in updates], key=lambda i: i.cycle)
+    return out, image, (out_dram, mbs * N)
+
+
+def records(cfg_name: str = CONFIG, shapes=SHAPES) -> list[dict]:
+    """Run every shape's three programs on the RTL (one simulator start); one record
+    per shape."""
+    from ..sim import rtlsim
+    cfg = preset(cfg_name)
+    rng = np.random.default_rng(4)
+    jobs, meta = [], []
+    for M, N in shapes:
+        x = rng.integers(-128, 128, (M, N), dtype=np.int8)
+        progs, image, (at, words) = programs(cfg, x)
+        for name, program in progs.items():
+            jobs.append({"program": isa.to_bytes([isa.encode(i) for i in program]),
+                         "dram": image, "readback": [(at, words)],
+                         "name": f"transpose_{M}x{N}_{name}"})
+            meta.append((M, N, name, x))
+    results = rtlsim.run(cfg, jobs)
+    by_shape: dict[tuple[int, int], dict] = {}
+    for (M, N, name, x), res in zip(meta, results):
+        rec = by_shape.setdefault((M, N), {"name": f"transpose_{M}x{N}", "config": cfg_name,
+                                           "kind": "transpose", "ok": True})
+        got = layout.unpack_int8(cfg, res["readback"][0], N, M)
+        ok = res["error_name"] == "NONE" and (name == "base" or np.array_equal(got, x.T))
+        rec["ok"] = rec["ok"] and ok
+        rec[name] = {"cycles": res["cycles"],
+                     "dram_bytes": res["dram_rd_bytes"] + res["dram_wr_bytes"]}
+    out = []
+    for rec in by_shape.values():
+        for name in ("on_chip", "dram_round_trip"):
+            rec[f"{name}_extra"] = {k: rec[name][k] - rec["base"][k]
+                                    for k in ("cycles", "dram_bytes")}
+        out.append(rec)
+    return out
+
+
+def print_records(recs: list[dict]) -> None:
+    print("transposes on the RTL (cost beyond loading X and storing the result):")
+    for r in recs:
+        a, b = r["on_chip_extra"], r["dram_round_trip_extra"]
+        print(f"{r['name']:>20} on {r['config']:<5} on chip: {a['cycles']:>6} cycles "
+              f"{a['dram_bytes']:>7} B DRAM   DRAM round trip: {b['cycles']:>6} cycles "
+              f"{b['dram_bytes']:>7} B DRAM (+ the host's rearranging)  "
+              f"{'ok' if r['ok'] else 'MISMATCH'}")
