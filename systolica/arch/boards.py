@@ -34,6 +34,10 @@ BOARDS = {
     "ulx3s": Board(name="ulx3s", platform="amaranth_boards.ulx3s:ULX3S_85F_Platform",
                    family="ecp5", config="ulx3s", input_hz=25_000_000,
                    link=LinkTiming(clock_hz=50_000_000, divisor=25, idle_timeout=1_000_000)),
+    "tangnano9k": Board(name="tangnano9k",
+                        platform="systolica.rtl.fpga.platforms:TangNano9kPlatform",
+                        family="gowin", config="tangnano9k", input_hz=27_000_000,
+                        link=LinkTiming(clock_hz=27_000_000, divisor=27, idle_timeout=540_000)),
 }
 
 

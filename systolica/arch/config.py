@@ -264,6 +264,10 @@ PRESETS = {
                         cbuf_depth=16384, cbuf_banks=8, acc_depth=256, acc_banks=4,
                         dram_words=16384, imem_depth=2048,
                         ubuf_base=14336, ubuf_rows=2048),
+    "tangnano9k": ChipConfig(name="tangnano9k", tile_rows=1, tile_cols=1, tile_size=4,
+                             cbuf_depth=2048, cbuf_banks=4, acc_depth=256, acc_banks=1,
+                             dram_words=1024, imem_depth=512,
+                             ubuf_base=1536, ubuf_rows=512),
 }
 
 
