@@ -10,8 +10,9 @@ reads no clock constraint from them: the target clock is given as ``--freq``.
 """
 
 from amaranth_boards.tang_nano_9k import TangNano9kPlatform as _TangNano9k
+from amaranth_boards.tang_primer_20k import TangPrimer20kDockPlatform as _TangPrimer20k
 
-__all__ = ["TangNano9kPlatform"]
+__all__ = ["TangNano9kPlatform", "TangPrimer20kPlatform"]
 
 
 class HimbaechelGowin:
@@ -49,3 +50,8 @@ class HimbaechelGowin:
 
 class TangNano9kPlatform(HimbaechelGowin, _TangNano9k):
     """Sipeed Tang Nano 9K (GW1NR-LV9QN88PC6/I5), built with nextpnr-himbaechel."""
+
+
+class TangPrimer20kPlatform(HimbaechelGowin, _TangPrimer20k):
+    """Sipeed Tang Primer 20K on its dock (GW2A-LV18PG256C8/I7), built with
+    nextpnr-himbaechel."""

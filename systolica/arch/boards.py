@@ -38,6 +38,12 @@ BOARDS = {
                         platform="systolica.rtl.fpga.platforms:TangNano9kPlatform",
                         family="gowin", config="tangnano9k", input_hz=27_000_000,
                         link=LinkTiming(clock_hz=27_000_000, divisor=27, idle_timeout=540_000)),
+    # the same 27 MHz and link on the Tang Primer 20K's dock (GW2A-18)
+    "tangprimer20k": Board(name="tangprimer20k",
+                           platform="systolica.rtl.fpga.platforms:TangPrimer20kPlatform",
+                           family="gowin", config="tangprimer20k", input_hz=27_000_000,
+                           link=LinkTiming(clock_hz=27_000_000, divisor=27,
+                                           idle_timeout=540_000)),
 }
 
 
