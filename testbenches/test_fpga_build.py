@@ -4,6 +4,7 @@ to RAM (``fpga``: these run yosys)."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -138,3 +139,28 @@ def test_every_memory_of_a_boards_top_maps_to_block_or_lut_ram(name, tmp_path):
     lists = bitstream.memory_check(name, out=tmp_path)
     assert lists["memories_in_ffs"] == []
     assert all(r"\seq." in rom for rom in lists["roms_in_luts"])
+
+
+@pytest.mark.regress
+@pytest.mark.fpga
+def test_the_gowin_bitstream_of_the_chip_builds_and_meets_its_clock(tmp_path):
+    """The whole flow on the second family (about 20 minutes, nearly all place and
+    route): the Tang Primer 20K's top to a bitstream."""
+    report = bitstream.build("tangprimer20k", out=tmp_path)
+    assert report["fits"] and report["timing_met"], bitstream.describe(report)
+    assert report["memories_in_ffs"] == []
+    assert Path(report["bitstream"]).stat().st_size > 0
+
+
+@pytest.mark.regress
+@pytest.mark.fpga
+def test_a_design_over_its_device_stops_after_packing_with_what_is_over(tmp_path):
+    """The Tang Nano 9K's GW1NR-9 has 8,640 LUT4s; the chip needs more even with a
+    2x2 array. The build stops after packing, names the overflow and writes no
+    bitstream, but reports the rest (every memory in block RAM)."""
+    report = bitstream.build("tangnano9k", out=tmp_path)
+    assert not report["fits"] and report["bitstream"] is None
+    used, total = report["luts"]["used"], report["luts"]["total"]
+    assert report["over"]["LUT4"] == {"used": used, "total": total} and used > total
+    assert report["fmax_mhz"] is None and report["memories_in_ffs"] == []
+    assert json.loads((tmp_path / "report.json").read_text()) == report
