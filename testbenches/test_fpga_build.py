@@ -104,9 +104,10 @@ def test_a_design_over_the_device_is_named_with_what_it_needs():
     assert bitstream.overfull(used, {"bram": "BSRAM"}) == {"LUT4": (18373, 8640)}
 
 
-def test_the_pack_only_step_logs_apart_and_writes_nothing():
-    argv = ["nextpnr", "--log", "top.tim", "--json", "top.syn.json", "--write",
-            "top.pnr.json", "--freq", "27"]
+@pytest.mark.parametrize("output", bitstream.NEXTPNR_OUTPUTS)
+def test_the_pack_only_step_logs_apart_and_writes_nothing(output):
+    argv = ["nextpnr", "--log", "top.tim", "--json", "top.syn.json", output, "top.out",
+            "--freq", "27"]
     assert bitstream._pack_only(argv, "top") == [
         "nextpnr", "--log", "top.pack.tim", "--json", "top.syn.json", "--freq", "27",
         "--pack-only"]

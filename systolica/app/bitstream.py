@@ -175,13 +175,17 @@ def tool_env_var(tool: str) -> str:
     return tool.upper().replace("-", "_").replace("+", "X")
 
 
+#: nextpnr's options that name a placed and routed output (Gowin, ECP5, iCE40).
+NEXTPNR_OUTPUTS = ("--write", "--textcfg", "--asc")
+
+
 def _pack_only(argv: list[str], name: str) -> list[str]:
     """nextpnr's command packing only, logging to ``<name>.pack.tim``, writing nothing."""
     out, skip = [], False
     for arg in argv:
         if skip:
             skip = False
-        elif arg == "--write":
+        elif arg in NEXTPNR_OUTPUTS:
             skip = True
         else:
             out.append(f"{name}.pack.tim" if arg == f"{name}.tim" else arg)
