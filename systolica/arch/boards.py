@@ -11,10 +11,11 @@ from .link import LinkTiming
 
 @dataclass(frozen=True, kw_only=True)
 class Board:
-    """One board: ``platform`` (``module:class`` of its amaranth-boards platform),
-    ``family`` (``ecp5`` or ``gowin``), ``config`` (the chip preset built for it),
-    ``input_hz`` (the board's oscillator) and ``link`` (the chip's clock, generated
-    from it by a PLL, and the UART)."""
+    """One board: ``platform`` (``module:class`` of its amaranth-boards platform, or
+    of :mod:`systolica.rtl.fpga.platforms`' subclass of it), ``family`` (``ecp5`` or
+    ``gowin``), ``config`` (the chip preset built for it), ``input_hz`` (the board's
+    oscillator) and ``link`` (the chip's clock, made from it by a PLL where the two
+    differ, and the UART)."""
 
     name: str
     platform: str
