@@ -13,8 +13,8 @@ unexport WAVES
 
 BOARD    ?= ulx3s
 CONFIG   ?=
-# The FPGA tools (yowasp WebAssembly builds) and board definitions: only `bitstream`
-# installs them, `make test` never needs them.
+# The FPGA tools (yowasp WebAssembly builds) and board definitions: `bitstream` needs
+# them, and `make test` for its synthesis check (`make test-fast` never does).
 FPGA_STAMP := $(VENV)/.installed-fpga
 
 .PHONY: venv sim test test-fast regress bench bitstream clean distclean
@@ -29,17 +29,17 @@ $(STAMP): pyproject.toml
 sim: $(STAMP)
 	$(VENV)/bin/systolica sim $(SIM_FLAGS)
 
-test: $(STAMP)
+test: $(FPGA_STAMP)
 	$(VENV)/bin/python -m pytest -n $(WORKERS) -m "not regress" testbenches
 
-# The pure-Python tests (no Verilator build or run), shuffled across modules on every
-# run so that no test can lean on another having run first; the seed is printed, and
-# `make test-fast SEED=n` repeats that order.
+# The pure-Python tests (no Verilator build or run, no FPGA tool), shuffled across
+# modules on every run so that no test can lean on another having run first; the seed
+# is printed, and `make test-fast SEED=n` repeats that order.
 test-fast: $(STAMP)
-	$(VENV)/bin/python -m pytest -q -n 2 -m "not rtl and not regress" \
+	$(VENV)/bin/python -m pytest -q -n 2 -m "not rtl and not fpga and not regress" \
 		--random-order-bucket=global $(if $(SEED),--random-order-seed=$(SEED)) testbenches
 
-regress: $(STAMP)
+regress: $(FPGA_STAMP)
 	$(VENV)/bin/python -m pytest -n $(WORKERS) -m regress testbenches
 
 bench: $(STAMP)

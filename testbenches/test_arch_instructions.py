@@ -38,7 +38,8 @@ def _random_fields(cfg, op, rng):
                     sw=int(rng.integers(1, 5)), top=int(rng.integers(0, 4)),
                     left=int(rng.integers(0, 4)), pad=int(rng.integers(0, 256)))
     if op is Opcode.TAPS:
-        count = int(rng.integers(1, isa.TAPS_PER_WORD + 1))
+        # a word writes up to TAPS_PER_WORD entries, one per array row at most
+        count = int(rng.integers(1, min(isa.TAPS_PER_WORD, cfg.rows) + 1))
         return dict(table=int(rng.integers(0, isa.TAP_TABLES)),
                     first=int(rng.integers(0, cfg.rows - count + 1)), count=count,
                     **{f"t{a}{k}": isa.signed_field(int(rng.integers(-9, 9)),

@@ -17,7 +17,7 @@ import pytest
 
 from systolica.app import cli
 from systolica.arch import isa
-from systolica.arch.config import DEFAULT_LATENCY, ChipConfig, ConfigError, preset
+from systolica.arch.config import DEFAULT_LATENCY, PRESETS, ChipConfig, ConfigError, preset
 from systolica.compiler import (CompileError, Dense, GraphBuilder, Network, compile_network,
                                 gemm)
 from systolica.compiler.ops import Conv2d
@@ -352,8 +352,9 @@ def test_chip_config(changes, words):
 
 CONFIG_CALLS = [
     ("preset-unknown", lambda: preset("huge"), ConfigError,
-     ["unknown chip preset 'huge'", "base, tiny"]),
-    ("preset-list", lambda: preset(["tiny"]), ConfigError, ["unknown chip preset", "base, tiny"]),
+     ["unknown chip preset 'huge'", ", ".join(sorted(PRESETS))]),
+    ("preset-list", lambda: preset(["tiny"]), ConfigError,
+     ["unknown chip preset", ", ".join(sorted(PRESETS))]),
     ("positional-arguments", lambda: ChipConfig("x", 2, 2, 4, 2048, 4, 256, 16384, 2048),
      TypeError, ["positional argument"]),
     ("missing-arguments", lambda: ChipConfig(name="x"), TypeError,
@@ -464,7 +465,7 @@ CLI = [
     ("gemm-over-imem", ["compile", "--gemm", "8x5000x8"],
      ["imem_depth 2048", "program image", "split the network or the batch"]),
     ("config-unknown", ["compile", "--gemm", "8x8x8", "--config", "huge"],
-     ["--config", "'huge'", "choose from", "'base', 'tiny'"]),
+     ["--config", "'huge'", "choose from", ", ".join(f"'{n}'" for n in sorted(PRESETS))]),
     ("seed-negative", ["compile", "--gemm", "8x8x8", "--seed", "-3"],
      ["--seed", "non-negative integer", "'-3'"]),
     ("seed-word", ["compile", "--gemm", "8x8x8", "--seed", "abc"], ["--seed", "'abc'"]),

