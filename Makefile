@@ -32,11 +32,12 @@ sim: $(STAMP)
 test: $(FPGA_STAMP)
 	$(VENV)/bin/python -m pytest -n $(WORKERS) -m "not regress" testbenches
 
-# The pure-Python tests (no Verilator build or run, no FPGA tool), shuffled across
+# The quick pure-Python tests (no Verilator build or run, no FPGA tool, none marked
+# slow: those run in `make test`), shuffled across
 # modules on every run so that no test can lean on another having run first; the seed
 # is printed, and `make test-fast SEED=n` repeats that order.
 test-fast: $(STAMP)
-	$(VENV)/bin/python -m pytest -q -n 2 -m "not rtl and not fpga and not regress" \
+	$(VENV)/bin/python -m pytest -q -n 2 -m "not rtl and not fpga and not slow and not regress" \
 		--random-order-bucket=global $(if $(SEED),--random-order-seed=$(SEED)) testbenches
 
 regress: $(FPGA_STAMP)

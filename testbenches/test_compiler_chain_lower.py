@@ -16,6 +16,9 @@ from systolica.compiler.chain_lower import ChainChoice
 from systolica.compiler.errors import CompileError
 from systolica.compiler.graph import GraphBuilder
 
+#: whole compiles of many networks: `make test`, not `make test-fast`
+pytestmark = pytest.mark.slow
+
 CFG = preset("tiny")
 R = CFG.rows
 

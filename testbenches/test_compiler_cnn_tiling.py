@@ -20,6 +20,9 @@ from systolica.compiler.chain_lower import ChainChoice
 from systolica.compiler.cnn import Tiling, _layout, _tiles, choose, estimate, job_layout
 from systolica.compiler.lower import lower
 
+#: whole compiles of many networks: `make test`, not `make test-fast`
+pytestmark = pytest.mark.slow
+
 TINY = preset("tiny")
 
 GRAPHS = {

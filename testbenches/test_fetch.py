@@ -192,6 +192,7 @@ def test_long_gemm_compiles_and_runs_on_the_golden_model():
     np.testing.assert_array_equal(compiled.result(gold.dram), reference.run(net))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("M, K, N", [(128, 768, 768), (16, 2048, 1000)])
 def test_issue_gemms_compile_on_base(M, K, N):
     """Refused before (program length, DRAM size); they run on the RTL in
