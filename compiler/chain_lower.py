@@ -356,6 +356,72 @@ def choose(cfg: ChipConfig, jobs: list[Job], want: ChainChoice, half_rows: int
     return best[1:]
 
 
+@dataclass
+class Segment:
+    """A chain planned to run in passes: its layers' jobs, what the cost model chose
+    (or the user), the passes, the CBUF and UBUF layout, and the ACC split (two
+    halves of ``half_rows``, then every layer's epilogue parameters)."""
+    jobs: list[Job]
+    choice: ChainChoice
+    passes: list
+    bufs: _Buffers
+    half_rows: int
+    param_rows: int
+
+
+def plan_segment(cfg: ChipConfig, jobs: list[Job], want: ChainChoice = ChainChoice(),
+                 reserve: int = 0) -> Segment:
+    """Plan convolutions `jobs` (each reading the one before) as a chain: the checks
+    and the cost model (:func:`choose`); a CompileError naming the layer otherwise.
+    The top `reserve` ACC rows are left alone (in a network: the epilogue slots of
+    the layers run on their own, which the next one's may load early)."""
+    for j in jobs:
+        _check_window(j)
+    # ACC: two halves, then every layer's epilogue parameters, loaded once
+    param_rows = PARAM_ROWS * sum(len(j.steps) for j in jobs)
+    half_rows = (cfg.acc_depth - reserve - param_rows) // 2
+    for j in jobs:
+        if j.out_shape[2] > half_rows:
+            raise CompileError(f"layer {j.name!r}: one output row ({j.out_shape[2]} "
+                               f"pixels) is more than an accumulator half "
+                               f"({half_rows} rows)")
+    choice, passes, bufs = choose(cfg, jobs, want, half_rows)
+    return Segment(jobs, choice, passes, bufs, half_rows, param_rows)
+
+
+def emit_segment(cfg: ChipConfig, emit: _Emit, seg: Segment, x_at: int, w_at: list[int],
+                 p_at: list[int], out_at: int) -> list[Block]:
+    """The blocks of a planned chain, emitted with `emit` (its counters go on; its
+    layout is the chain's while it runs): the input from `x_at` in DRAM, each layer's
+    weights and epilogue parameters from `w_at`, `p_at`, the last output to `out_at`."""
+    bufs, half_rows = seg.bufs, seg.half_rows
+    saved = emit.lay
+    emit.lay = Layout(ring=bufs.ring or 0, staging=bufs.staging, top=cfg.cbuf_depth,
+                      halves=0, half_rows=half_rows, slots=2 * half_rows)
+    slots, at = [], emit.lay.slots             # per layer: its first parameter row
+    for j in seg.jobs:
+        slots.append(at)
+        at += PARAM_ROWS * len(j.steps)
+    try:
+        return _emit_passes(cfg, emit, seg.jobs, seg.passes, bufs, x_at, w_at, p_at,
+                            slots, out_at, seg.choice.strategy)
+    finally:
+        emit.lay = saved
+        emit.bank_holds = [None, None]         # the chain's WLOADs filled the banks
+
+
+def segment_regions(cfg: ChipConfig, seg: Segment, first: int, last: int
+                    ) -> list[Region]:
+    """The chain's CBUF, UBUF and ACC regions, live in layers `first` .. `last`."""
+    out = [Region("cbuf", r.key, r.lo, r.size, first, last, r.what)
+           for r in seg.bufs.regions]
+    return out + [
+        Region("acc", "accumulator halves", 0, 2 * seg.half_rows, first, last,
+               "accumulator halves"),
+        Region("acc", "epilogue parameters", 2 * seg.half_rows, seg.param_rows, first,
+               last, "epilogue parameters")]
+
+
 def lower_chain(cfg: ChipConfig, graph: Graph, want: ChainChoice = ChainChoice()
                 ) -> CnnLowered:
     """Lower a chain of convolutions (:func:`chain_layers`) to run in passes."""
@@ -367,15 +433,7 @@ def lower_chain(cfg: ChipConfig, graph: Graph, want: ChainChoice = ChainChoice()
         job = _conv_job(cfg, graph, i, node, Source(node.inputs[0], shape, 1))
         _check_window(job)
         jobs.append(job)
-    # ACC: two halves, then every layer's epilogue parameters, loaded once
-    param_rows = PARAM_ROWS * sum(len(j.steps) for j in jobs)
-    half_rows = (cfg.acc_depth - param_rows) // 2
-    for j in jobs:
-        if j.out_shape[2] > half_rows:
-            raise CompileError(f"layer {j.name!r}: one output row ({j.out_shape[2]} "
-                               f"pixels) is more than an accumulator half "
-                               f"({half_rows} rows)")
-    choice, passes, bufs = choose(cfg, jobs, want, half_rows)
+    seg = plan_segment(cfg, jobs, want)
 
     # DRAM: the input, every layer's weights and epilogue parameters, the output.
     steps = len(nodes)
@@ -401,23 +459,10 @@ def lower_chain(cfg: ChipConfig, graph: Graph, want: ChainChoice = ChainChoice()
     out_at = place(f"tensor {out_name}", out_words, f"output {out_name!r}")
     image = dram.image()
 
-    lay = Layout(ring=bufs.ring or 0, staging=bufs.staging, top=cfg.cbuf_depth, halves=0,
-                 half_rows=half_rows, slots=2 * half_rows)
-    slots, at = [], lay.slots                  # per layer: its first parameter row
-    for j in jobs:
-        slots.append(at)
-        at += PARAM_ROWS * len(j.steps)
-    emit = _Emit(cfg, _Counters(tile_rows=cfg.tile_rows, tile_cols=cfg.tile_cols), lay)
-    blocks = _emit_passes(cfg, emit, jobs, passes, bufs, x_at, w_at, p_at, slots, out_at,
-                          choice.strategy)
-
-    chip_regions = [Region("cbuf", r.key, r.lo, r.size, 0, steps - 1, r.what)
-                    for r in bufs.regions]
-    chip_regions += [
-        Region("acc", "accumulator halves", 0, 2 * half_rows, 0, steps - 1,
-               "accumulator halves"),
-        Region("acc", "epilogue parameters", 2 * half_rows, param_rows, 0, steps - 1,
-               "epilogue parameters")]
+    emit = _Emit(cfg, _Counters(tile_rows=cfg.tile_rows, tile_cols=cfg.tile_cols),
+                 None)
+    blocks = emit_segment(cfg, emit, seg, x_at, w_at, p_at, out_at)
+    chip_regions = segment_regions(cfg, seg, 0, steps - 1)
     dmap = DramMap(MappingProxyType({x_name: (x_at, x_words.shape[0])}),
                    MappingProxyType(params), MappingProxyType({out_name: (out_at, out_words)}),
                    dram.cursor)
@@ -425,7 +470,8 @@ def lower_chain(cfg: ChipConfig, graph: Graph, want: ChainChoice = ChainChoice()
                       image, dmap)
     check_plan(plan)
     return ChainLowered(pipeline(cfg, blocks), loop_order(blocks), plan, copies={},
-                        jobs={j.name: j for j in jobs}, choice=choice, passes=passes)
+                        jobs={j.name: j for j in jobs}, choice=seg.choice,
+                        passes=seg.passes)
 
 
 @dataclass

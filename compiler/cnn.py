@@ -892,16 +892,22 @@ class _Emit:
 class CnnLowered(Lowered):
     copies: dict = field(default_factory=dict)   # graph input -> replicas in its layout
     jobs: dict = field(default_factory=dict)     # layer -> its Job (shapes, MACs)
-    tiling: dict = field(default_factory=dict)   # layer -> its Tiling
+    tiling: dict = field(default_factory=dict)   # layer -> its Tiling (layer by layer)
+    segments: dict = field(default_factory=dict)  # first layer -> net_chains.Chained
 
 
 def lower_cnn(cfg: ChipConfig, graph: Graph,
               weights: str | Mapping[str, str] | None = None,
-              buffers: int | Mapping[str, int] | None = None) -> CnnLowered:
+              buffers: int | Mapping[str, int] | None = None,
+              chain: str | None = None, segments=None) -> CnnLowered:
     """Lower a graph with feature-map ops: plan DRAM, emit every layer's tile loops,
     software-pipeline them. `weights` (``stream`` or ``persistent``) and `buffers` (2
     or 1): each layer's :class:`Tiling`, for all layers or per layer name; what is not
-    given is the cost model's choice (:func:`choose`)."""
+    given is the cost model's choice (:func:`choose`). `chain` (one of
+    :data:`.net_chains.NETWORK_STRATEGIES`, None: the cost model's pick per segment)
+    and `segments` (the user's cut, by first layer name): which runs of convolutions
+    run as chains in passes (:mod:`.net_chains`)."""
+    from . import chain_lower, net_chains
     if cfg.rows != cfg.cols:
         raise CompileError(f"chip {cfg.name!r}: the layouts assume a square array")
     lay = _layout(cfg)
@@ -951,6 +957,19 @@ def lower_cnn(cfg: ChipConfig, graph: Graph,
         else:
             raise CompileError(f"layer {node.name!r}: no lowering rule for "
                                f"{type(op).__name__}")
+    choices = _tilings(cfg, lay, jobs, weights, buffers)
+    given = set(_per_layer({j.name for j in jobs if j is not None}, weights, "weights",
+                           WEIGHTS)) | set(_per_layer({j.name for j in jobs if j is not None},
+                                                      buffers, "buffers", BUFFERS))
+    chained = net_chains.choose_segments(cfg, lay, graph, jobs, choices, chain, segments,
+                                         frozenset(given))
+    inside: set[str] = set()        # maps a chain keeps in the CBUF: never in DRAM
+    member: dict[int, int] = {}     # node index -> its chain's first node index
+    for first, (seg, _) in chained.items():
+        for j in seg.jobs[:-1]:
+            inside.add(graph.nodes[j.index].outputs[0])
+        for j in seg.jobs:
+            member[j.index] = first
     # DRAM: inputs, parameters, intermediate maps, outputs
     steps = len(graph.nodes)
     dram = DramLayout(cfg, steps)
@@ -978,7 +997,7 @@ def lower_cnn(cfg: ChipConfig, graph: Graph,
         job_dram[job.name] = (w, p)
     for node in graph.nodes:
         for t in node.outputs:
-            if t in alias or t in graph.outputs:
+            if t in alias or t in graph.outputs or t in inside:
                 continue
             tt = graph.tensor(t)
             where[t] = place(f"tensor {t}", _out_words(cfg, tt), f"tensor {t!r}")
@@ -990,12 +1009,25 @@ def lower_cnn(cfg: ChipConfig, graph: Graph,
         outputs[t] = (where[t], _out_words(cfg, tt))
     image = dram.image()
 
-    choices = _tilings(cfg, lay, jobs, weights, buffers)
     emit = _Emit(cfg, _Counters(tile_rows=cfg.tile_rows, tile_cols=cfg.tile_cols), lay)
     blocks: list[Block] = []
     chip_regions = []
     for job in jobs:
         if job is None:
+            continue
+        if job.index in member:
+            if member[job.index] != job.index:
+                continue                    # emitted with its chain
+            seg = chained[job.index][0]
+            for s in job.sources:
+                s.dram = where[alias.get(s.tensor, s.tensor)]
+            last = seg.jobs[-1]
+            blocks += chain_lower.emit_segment(
+                cfg, emit, seg, job.sources[0].dram,
+                [job_dram[j.name][0] for j in seg.jobs],
+                [job_dram[j.name][1] for j in seg.jobs],
+                where[graph.nodes[last.index].outputs[0]])
+            chip_regions += chain_lower.segment_regions(cfg, seg, job.index, last.index)
             continue
         for s in job.sources:
             s.dram = where[alias.get(s.tensor, s.tensor)]
@@ -1011,18 +1043,30 @@ def lower_cnn(cfg: ChipConfig, graph: Graph,
             Region("cbuf", f"{job.name}.staging and tiles", mine.staging,
                    mine.top - mine.staging, i, i,
                    f"output staging and input tile buffers of layer {job.name!r}")]
-    chip_regions += [
-        Region("acc", "accumulator halves", lay.halves, 2 * lay.half_rows, 0, steps - 1,
-               "accumulator halves"),
-        Region("acc", "epilogue slots", lay.slots, 2 * PARAM_ROWS, 0, steps - 1,
-               "epilogue parameter slots")]
+    # the ACC halves and slots, live but where a chain's own ACC split is
+    spans, at = [], 0
+    for first in sorted(chained):
+        spans.append((at, first - 1))
+        at = chained[first][0].jobs[-1].index + 1
+    spans.append((at, steps - 1))
+    for lo, hi in spans:
+        if lo > hi:
+            continue
+        chip_regions += [
+            Region("acc", "accumulator halves", lay.halves, 2 * lay.half_rows, lo, hi,
+                   "accumulator halves"),
+            Region("acc", "epilogue slots", lay.slots, 2 * PARAM_ROWS, lo, hi,
+                   "epilogue parameter slots")]
     dmap = DramMap(MappingProxyType(inputs), MappingProxyType(params),
                    MappingProxyType(outputs), dram.cursor)
     plan = MemoryPlan(cfg, graph, MappingProxyType({}), tuple(chip_regions + dram.regions),
                       image, dmap)
     check_plan(plan)
     return CnnLowered(pipeline(cfg, blocks), loop_order(blocks), plan, copies,
-                      {j.name: j for j in jobs if j is not None}, choices)
+                      {j.name: j for j in jobs if j is not None},
+                      {name: t for name, t in choices.items()
+                       if name not in {graph.nodes[i].name for i in member}},
+                      {graph.nodes[first].name: c for first, (_, c) in chained.items()})
 
 
 class DramLayout:

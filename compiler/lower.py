@@ -25,21 +25,27 @@ __all__ = ["DramMap", "Lowered", "WEIGHT_SLOTS", "acc_half_rows", "lower"]
 
 
 def lower(cfg: ChipConfig, network, plan: MemoryPlan | None = None, *,
-          chain: ChainChoice | None = None, weights=None, buffers=None) -> Lowered:
-    """Lower `network` (Graph or Network), with `plan` or the planner's own; with
-    `chain`, as a chain of convolutions in passes; `weights`, `buffers`: a
+          chain: ChainChoice | str | None = None, weights=None, buffers=None,
+          segments=None) -> Lowered:
+    """Lower `network` (Graph or Network), with `plan` or the planner's own; with a
+    ChainChoice `chain`, a graph that is one chain of convolutions in passes; `chain`
+    as a strategy name (or None: the cost model's) and `segments`: which runs of
+    convolutions in a convolutional network run as chains; `weights`, `buffers`: a
     convolutional network's tiling per layer (:func:`.cnn.lower_cnn`)."""
     graph = as_graph(network)
     tiled = weights is not None or buffers is not None
-    if chain is not None:
-        if tiled:
-            raise CompileError("weights and buffers apply to a network lowered layer by "
-                               "layer; a chain takes ChainChoice.weights")
+    if isinstance(chain, ChainChoice):
+        if tiled or segments is not None:
+            raise CompileError("weights, buffers and segments apply to a network lowered "
+                               "layer by layer; a chain takes ChainChoice.weights")
         return lower_chain(cfg, graph, chain)
+    if chain is not None and not isinstance(chain, str):
+        raise CompileError(f"chain must be a ChainChoice (a graph that is one chain), a "
+                           f"strategy name or None, not {chain!r}")
     if is_cnn(graph):
-        return lower_cnn(cfg, graph, weights, buffers)
-    if tiled:
-        raise CompileError(f"graph {graph.name!r}: weights and buffers apply to "
+        return lower_cnn(cfg, graph, weights, buffers, chain, segments)
+    if tiled or segments is not None:
+        raise CompileError(f"graph {graph.name!r}: weights, buffers and segments apply to "
                            f"convolutional networks (the GEMM lowering streams its "
                            f"weights)")
     plan = plan_memory(cfg, graph) if plan is None else plan

@@ -67,6 +67,8 @@ class Compiled:
     ubuf_bytes_written: int = 0   # what UBUF_WR_BYTES will read (crops)
     ubuf_bytes_read: int = 0      # ... and UBUF_RD_BYTES (fetches)
     chain: object = None          # a chain's ChainLowered (choice, passes), else None
+    segments: dict = field(default_factory=dict)  # a network's chains: first layer ->
+                                                  # net_chains.Chained
     tiling: dict = field(default_factory=dict)    # CNN layer -> its cnn.Tiling
 
     @property
@@ -185,12 +187,18 @@ class _PhaseClock:
 
 
 def compile_network(cfg: ChipConfig, network: Network | Graph, *,
-                    chain: ChainChoice | None = None,
+                    chain: ChainChoice | str | None = None,
                     weights: str | Mapping[str, str] | None = None,
-                    buffers: int | Mapping[str, int] | None = None) -> Compiled:
+                    buffers: int | Mapping[str, int] | None = None,
+                    segments: Mapping | None = None) -> Compiled:
     """Compile `network` for chip `cfg`; raises CompileError when it cannot run there.
-    With `chain`, a chain of convolutions runs in passes through the CBUF
-    (:mod:`.chain_lower`) as it says. `weights` (``stream`` or ``persistent``) and
+    With a ChainChoice `chain`, a graph that is one chain of convolutions runs in
+    passes through the CBUF (:mod:`.chain_lower`) as it says. In a convolutional
+    network, `chain` names the strategy of the runs of convolutions chained
+    (``layer_by_layer``: none; ``baseline``, ``crop_fetch``, ``fused_crop``; None, the
+    default: the cost model's pick per segment) and `segments` overrides the cut by
+    a segment's first layer name: a number of layers (1: on its own), a ChainChoice,
+    or both as a tuple (docs/cnn.md, "Chains in networks"). `weights` (``stream`` or ``persistent``) and
     `buffers` (2 or 1), for a convolutional network run layer by layer: each layer's
     tiling for every layer or per layer name, overriding the cost model (docs/cnn.md,
     "Weights and tile buffers per layer")."""
@@ -200,14 +208,14 @@ def compile_network(cfg: ChipConfig, network: Network | Graph, *,
     enabled = gc.isenabled()
     gc.disable()
     try:
-        return _compile(cfg, network, chain, weights, buffers)
+        return _compile(cfg, network, chain, weights, buffers, segments)
     finally:
         if enabled:
             gc.enable()
 
 
 def _compile(cfg: ChipConfig, network: Network | Graph, chain: ChainChoice | None,
-             weights=None, buffers=None) -> Compiled:
+             weights=None, buffers=None, segments=None) -> Compiled:
     if not isinstance(cfg, ChipConfig):
         raise CompileError(f"compile_network(cfg, network): cfg must be a ChipConfig "
                            f"(e.g. preset('tiny')), not {type(cfg).__name__}")
@@ -215,7 +223,8 @@ def _compile(cfg: ChipConfig, network: Network | Graph, chain: ChainChoice | Non
         raise CompileError(f"compile_network takes a Network or Graph, not "
                            f"{type(network).__name__}")
     clock = _PhaseClock()
-    lowered = lower(cfg, network, chain=chain, weights=weights, buffers=buffers)
+    lowered = lower(cfg, network, chain=chain, weights=weights, buffers=buffers,
+                    segments=segments)
     clock.lap("lower")
     graph = lowered.plan.graph
     cycles = schedule(cfg, lowered.ops)
@@ -278,5 +287,6 @@ def _compile(cfg: ChipConfig, network: Network | Graph, chain: ChainChoice | Non
         dram_bytes_read=counted["dram_read"], dram_bytes_written=counted["dram_written"],
         plan=lowered.plan, phase_seconds=clock.laps,
         ubuf_bytes_written=counted["ubuf_written"], ubuf_bytes_read=counted["ubuf_read"],
-        chain=lowered if chain is not None else None,
+        chain=lowered if isinstance(chain, ChainChoice) else None,
+        segments=dict(getattr(lowered, "segments", {})),
         tiling=dict(getattr(lowered, "tiling", {})))

@@ -1,0 +1,271 @@
+"""Chains inside whole networks (docs/cnn.md, "Chains in networks").
+
+A *run* is a stretch of consecutive convolutions in graph order where each one but
+the first reads only the one before, whose output no other layer reads and is no
+graph output (a ResNet bottleneck's 1x1, 3x3, 1x1: the shortcut reads the block's
+input, the add the last output). A run may be cut into *segments*: each either one
+layer lowered on its own (layer by layer, its :class:`.cnn.Tiling`) or two or more
+layers lowered as a chain in passes (:mod:`.chain_lower`), reading its input from
+DRAM and writing only its last output there.
+
+The cost rule (:func:`choose_segments`), per run: of the ways to cut it into
+segments, each chain with a strategy allowed by the network's option, take the one
+whose estimate moves the fewest DRAM bytes among those estimated to run in no more
+cycles than the whole run layer by layer (each layer with its own tiling); on equal
+bytes the fewer cycles, then the fewer chains. A user's cut (`segments`, by the name
+of a segment's first layer) stands for its run.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from ..arch.config import ChipConfig
+from . import cnn
+from .chain_lower import (STRATEGIES, ChainChoice, Segment, _chunks, estimate,
+                          plan_segment)
+from .errors import CompileError
+from .graph import Graph
+from .ops import Conv2d
+
+#: The network-level option: every layer on its own, or chains with one strategy.
+NETWORK_STRATEGIES = ("layer_by_layer",) + STRATEGIES
+
+
+@dataclass(frozen=True)
+class Chained:
+    """A chained segment in a compiled network: its layers' names and what runs."""
+    layers: tuple[str, ...]
+    choice: ChainChoice
+    passes: list
+    estimate: tuple[int, int]          # (cycles, DRAM bytes) by the cost model
+    layer_by_layer: tuple[int, int]    # the same layers on their own, by estimate
+
+
+def chain_runs(graph: Graph, jobs: list) -> list[list[int]]:
+    """The runs of chainable convolutions (graph node indices, two or more each)."""
+    nodes = graph.nodes
+    runs: list[list[int]] = []
+    current: list[int] = []
+
+    def chainable(i: int) -> bool:
+        job = jobs[i]
+        return (isinstance(nodes[i].op, Conv2d) and job is not None
+                and len(job.sources) == 1 and job.sources[0].copies == 1
+                and job.sources[0].gather is None and job.out_shape[0] == 1)
+
+    for i, node in enumerate(nodes):
+        if current:
+            prev = nodes[current[-1]]
+            t = prev.outputs[0]
+            linked = (chainable(i) and list(node.inputs) == [t]
+                      and [c.name for c in graph.consumers(t)] == [node.name]
+                      and t not in graph.outputs)
+            if linked:
+                current.append(i)
+                continue
+            if len(current) > 1:
+                runs.append(current)
+            current = []
+        if chainable(i):
+            current = [i]
+    if len(current) > 1:
+        runs.append(current)
+    return runs
+
+
+def _cuts(n: int) -> list[list[tuple[int, int]]]:
+    """Every way to cut ``n`` layers into consecutive pieces ``[a, b)``."""
+    out = []
+    for mask in itertools.product((False, True), repeat=n - 1):
+        pieces, a = [], 0
+        for k, cut in enumerate(mask, start=1):
+            if cut:
+                pieces.append((a, k))
+                a = k
+        pieces.append((a, n))
+        out.append(pieces)
+    return out
+
+
+def segment_estimate(cfg: ChipConfig, seg: Segment) -> tuple[int, int]:
+    """``(cycles, dram_bytes)`` of a planned chain, on the scale of
+    :func:`.cnn.estimate`: :func:`.chain_lower.estimate`'s bytes; for cycles the rows
+    the array streams, a step taking at least half of ``rows + turn`` as layer by
+    layer, against the words the DMA moves, plus what no overlap hides: the first
+    input block, persistent weights (each layer's loaded before its first step) and,
+    at every layer of every pass, the wait for the rows the layer before wrote (one
+    chunk's epilogue)."""
+    R = cfg.rows
+    turn = cnn._bank_turn(cfg)
+    _, moved_bytes = estimate(cfg, seg.jobs, seg.passes, seg.choice.weights, seg.bufs,
+                              seg.half_rows)
+    streamed = exposed = 0
+    last = len(seg.jobs) - 1
+    for k, j in enumerate(seg.jobs):
+        Wo = j.out_shape[2]
+        per = max(1, seg.half_rows // Wo) if k < last else seg.bufs.stage_half // Wo
+        steps = sum(len(s) for s in j.steps)
+        for p in seg.passes:
+            if p[k].compute is None:
+                continue
+            chunks = _chunks(p[k].compute, per)
+            for a, b in chunks:
+                rows = (b - a) * Wo
+                streamed += steps * max(rows, (rows + turn) // 2)
+            if k:
+                exposed += (chunks[0][1] - chunks[0][0]) * Wo
+        if seg.choice.weights == "persistent":
+            exposed += j.weights.shape[0] * R
+    src = seg.jobs[0].sources[0]
+    exposed += seg.passes[0][0].read * src.shape[2]
+    return max(streamed, moved_bytes // R) + exposed, moved_bytes
+
+
+@dataclass
+class _Option:
+    cycles: int
+    bytes: int
+    chains: dict[int, tuple[Segment, tuple[int, int]]]   # first piece index -> plan
+
+
+def _parse(graph: Graph, runs: list[list[int]], segments) -> dict[int, object]:
+    """The user's cut: node index -> 1 (on its own), or (layers, ChainChoice | None)."""
+    if segments is None:
+        return {}
+    if not isinstance(segments, Mapping):
+        raise CompileError(f"segments must map a layer name to a number of layers, a "
+                           f"ChainChoice or (layers, ChainChoice), not {segments!r}")
+    index = {n.name: i for i, n in enumerate(graph.nodes)}
+    in_run = {i: run for run in runs for i in run}
+    out = {}
+    for name, value in segments.items():
+        if name not in index:
+            raise CompileError(f"segments names layer {name!r}, which the network does "
+                               f"not have")
+        i = index[name]
+        if isinstance(value, ChainChoice):
+            value = (None, value)
+        elif isinstance(value, int) and not isinstance(value, bool):
+            value = (value, None)
+        if not (isinstance(value, tuple) and len(value) == 2
+                and (value[0] is None or isinstance(value[0], int))
+                and (value[1] is None or isinstance(value[1], ChainChoice))):
+            raise CompileError(f"segments[{name!r}] must be a number of layers, a "
+                               f"ChainChoice or (layers, ChainChoice), not {value!r}")
+        run = in_run.get(i)
+        n = value[0] if value[0] is not None else (len(run) - run.index(i) if run else 2)
+        if n == 1:
+            out[i] = 1
+            continue
+        if n < 1:
+            raise CompileError(f"segments[{name!r}]: a segment has at least one layer, "
+                               f"not {n}")
+        if run is None or run.index(i) + n > len(run):
+            have = 0 if run is None else len(run) - run.index(i)
+            raise CompileError(
+                f"segments[{name!r}]: cannot chain {n} layers from {name!r}: "
+                f"{max(have, 1)} chainable in a row from there (a chain's layers each read "
+                f"only the one before, whose output nothing else reads)")
+        out[i] = (n, value[1])
+    return out
+
+
+def choose_segments(cfg: ChipConfig, lay, graph: Graph, jobs: list, tilings: dict,
+                    strategy: str | None, segments=None,
+                    fixed: frozenset[str] = frozenset()
+                    ) -> dict[int, tuple[Segment, Chained]]:
+    """The chained segments, by the first layer's node index (:mod:`.net_chains`'s
+    cost rule). `strategy`: one of :data:`NETWORK_STRATEGIES`, or None (the cost
+    model picks among the three chain strategies per segment); `fixed`: layers whose
+    tiling the user gave (never chained by the cost model)."""
+    if strategy is not None and strategy not in NETWORK_STRATEGIES:
+        raise CompileError(f"chain strategy {strategy!r} for a network is not one of "
+                           f"{', '.join(NETWORK_STRATEGIES)}")
+    runs = chain_runs(graph, jobs)
+    user = _parse(graph, runs, segments)
+    if strategy == "layer_by_layer" and any(v != 1 for v in user.values()):
+        raise CompileError("segments asks for a chain but the network's chain strategy "
+                           "is layer_by_layer")
+    if strategy == "layer_by_layer" or not runs:
+        return {}
+    # on a tie the fused crop first: it crops without a COPY of its own
+    kinds = [strategy] if strategy is not None else ["fused_crop", "crop_fetch", "baseline"]
+    if not cfg.ubuf_rows:
+        kinds = [k for k in kinds if k == "baseline"]
+    alone = {}
+    for run in runs:
+        for i in run:
+            alone[i] = cnn.estimate(cfg, lay, jobs[i], tilings[jobs[i].name])
+    plans: dict[tuple[int, int, str | ChainChoice], tuple | None] = {}
+
+    def chain_plan(run, a, b, want: ChainChoice):
+        key = (run[a], b - a, want)
+        if key not in plans:
+            try:
+                seg = plan_segment(cfg, [jobs[i] for i in run[a:b]], want,
+                                   reserve=2 * cnn.PARAM_ROWS)
+                plans[key] = (seg, segment_estimate(cfg, seg))
+            except CompileError:
+                if key[2] in user_wants:
+                    raise
+                plans[key] = None
+        return plans[key]
+
+    user_wants: set = set()
+    out: dict[int, tuple[Segment, Chained]] = {}
+    for run in runs:
+        named = [i for i in run if i in user]
+        if named:
+            # the user's cut: named starts; what no named chain covers runs on its own
+            pieces, k = [], 0
+            while k < len(run):
+                v = user.get(run[k], 1)
+                n = 1 if v == 1 else v[0]
+                want = None if v == 1 else (v[1] or ChainChoice(
+                    strategy or "crop_fetch"))
+                pieces.append((k, k + n, want))
+                k += n
+            for a, b, want in pieces:
+                if want is None:
+                    continue
+                user_wants.add(want)
+                seg, est = chain_plan(run, a, b, want)
+                out[run[a]] = _chained(seg, est, [alone[i] for i in run[a:b]])
+            continue
+        if any(jobs[i].name in fixed for i in run):
+            continue
+        whole = (sum(alone[i][0] for i in run), sum(alone[i][1] for i in run))
+        best = (whole[1], whole[0], 0, {})
+        for cut in _cuts(len(run)):
+            chains = [(a, b) for a, b in cut if b - a > 1]
+            if not chains:
+                continue
+            options = [[(a, b, kind) for kind in kinds] for a, b in chains]
+            for picks in itertools.product(*options):
+                cycles = sum(alone[run[a]][0] for a, b in cut if b - a == 1)
+                moved = sum(alone[run[a]][1] for a, b in cut if b - a == 1)
+                got = {}
+                for a, b, kind in picks:
+                    planned = chain_plan(run, a, b, ChainChoice(kind))
+                    if planned is None:
+                        break
+                    got[a] = (b, planned)
+                    cycles += planned[1][0]
+                    moved += planned[1][1]
+                else:
+                    if cycles <= whole[0]:
+                        cost = (moved, cycles, len(got), got)
+                        if cost[:3] < best[:3]:
+                            best = cost
+        for a, (b, (seg, est)) in best[3].items():
+            out[run[a]] = _chained(seg, est, [alone[i] for i in run[a:b]])
+    return out
+
+
+def _chained(seg: Segment, est: tuple[int, int], alone: list[tuple[int, int]]
+             ) -> tuple[Segment, Chained]:
+    return seg, Chained(tuple(j.name for j in seg.jobs), seg.choice, seg.passes, est,
+                        (sum(a[0] for a in alone), sum(a[1] for a in alone)))
