@@ -304,12 +304,15 @@ def estimate(cfg: ChipConfig, jobs: list[Job], passes: list[list[chain.Step]],
     return max(streamed, moved), moved * R
 
 
-def choose(cfg: ChipConfig, jobs: list[Job], want: ChainChoice, half_rows: int
+def choose(cfg: ChipConfig, jobs: list[Job], want: ChainChoice, half_rows: int,
+           cost=None, pass_sizes: list[int] | None = None
            ) -> tuple[ChainChoice, list[list[chain.Step]], _Buffers]:
     """The cost model: of the pass sizes and weight placements that fit the CBUF, the
     UBUF and the halo rule, the one :func:`estimate` says runs in the fewest cycles,
     then moves the fewest DRAM bytes, then takes the fewest passes. A user's choice in
-    `want` stands."""
+    `want` stands. `cost` (``(jobs, passes, weights, bufs) -> key``, the least
+    taken) and `pass_sizes` (the outputs per pass to try) replace the estimate and
+    every pass size (a network's rule, :mod:`.net_chains`)."""
     H = jobs[0].sources[0].shape[1]
     Ho = jobs[-1].out_shape[1]
     ubuf = want.strategy != "baseline"
@@ -317,7 +320,7 @@ def choose(cfg: ChipConfig, jobs: list[Job], want: ChainChoice, half_rows: int
         raise CompileError(f"chip {cfg.name!r} has no UBUF (ubuf_rows = 0): use the "
                            f"baseline strategy")
     counts = [want.outputs_per_pass] if want.outputs_per_pass else \
-        list(range(Ho, 0, -1))
+        (pass_sizes or list(range(Ho, 0, -1)))
     kinds = [want.weights] if want.weights else list(WEIGHTS)
     L = len(jobs)
     if want.keep is not None:
@@ -346,10 +349,10 @@ def choose(cfg: ChipConfig, jobs: list[Job], want: ChainChoice, half_rows: int
                 except CompileError as e:
                     fit_error = e
                     continue
-                cost = (*estimate(cfg, jobs, passes, weights, bufs, half_rows),
-                        len(passes))
-                if best is None or cost < best[0]:
-                    best = (cost, ChainChoice(want.strategy, per, weights, keep), passes,
+                key = (*estimate(cfg, jobs, passes, weights, bufs, half_rows),
+                       len(passes)) if cost is None else cost(jobs, passes, weights, bufs)
+                if best is None or key < best[0]:
+                    best = (key, ChainChoice(want.strategy, per, weights, keep), passes,
                             bufs)
     if best is None:
         raise fit_error or halo_error
@@ -370,11 +373,13 @@ class Segment:
 
 
 def plan_segment(cfg: ChipConfig, jobs: list[Job], want: ChainChoice = ChainChoice(),
-                 reserve: int = 0) -> Segment:
+                 reserve: int = 0, cost=None, pass_sizes: list[int] | None = None
+                 ) -> Segment:
     """Plan convolutions `jobs` (each reading the one before) as a chain: the checks
     and the cost model (:func:`choose`); a CompileError naming the layer otherwise.
     The top `reserve` ACC rows are left alone (in a network: the epilogue slots of
-    the layers run on their own, which the next one's may load early)."""
+    the layers run on their own, which the next one's may load early); `cost` and
+    `pass_sizes` as :func:`choose` takes them."""
     for j in jobs:
         _check_window(j)
     # ACC: two halves, then every layer's epilogue parameters, loaded once
@@ -385,7 +390,7 @@ def plan_segment(cfg: ChipConfig, jobs: list[Job], want: ChainChoice = ChainChoi
             raise CompileError(f"layer {j.name!r}: one output row ({j.out_shape[2]} "
                                f"pixels) is more than an accumulator half "
                                f"({half_rows} rows)")
-    choice, passes, bufs = choose(cfg, jobs, want, half_rows)
+    choice, passes, bufs = choose(cfg, jobs, want, half_rows, cost, pass_sizes)
     return Segment(jobs, choice, passes, bufs, half_rows, param_rows)
 
 

@@ -109,3 +109,45 @@ def flatten_case(seed: int, channels: int = 16) -> Graph:
     t = g.dense(t, rng.integers(-60, 61, size=(K, 7), dtype=np.int8),
                 rng.integers(-500, 500, size=7, dtype=np.int32), mult=m, shift=s, name="fc")
     return g.build(t)
+
+
+def residual_chain_case(seed: int, *, stride2: bool | None = None) -> Graph:
+    """A small residual network whose middle is a run of two or three convolutions
+    (docs/cnn.md, "Chains in networks"): a 3x3 convolution (so the run reads a map
+    the chip wrote), the run (odd kernels, non-square too, dilation, "same" pads; one
+    layer with stride 2 when `stride2`, by the seed when None), a shortcut from the
+    first map (itself, or a 1x1 projection with the run's stride), Add (ReLU), a 2x2
+    max pool. Channels 3..12, maps 8..20 x 6..12."""
+    rng = np.random.default_rng(seed)
+    H, W = int(rng.integers(8, 21)), int(rng.integers(6, 13))
+    c0 = int(rng.integers(3, 13))
+    depth = int(rng.integers(2, 4))
+    strided = int(rng.integers(0, depth)) if (stride2 if stride2 is not None
+                                              else rng.random() < 0.4) else -1
+    g = GraphBuilder(f"residual_chain{seed}")
+    x = g.input(rng.integers(-128, 128, size=(1, H, W, 3), dtype=np.int8),
+                zero_point=int(rng.integers(-8, 9)))
+
+    def conv(t, cin, cout, kh, kw, stride, dil, name, relu=True):
+        m, s = _scaled(70.0 * 35.0 * np.sqrt(kh * kw * cin))
+        ph, pw = dil * (kh // 2), dil * (kw // 2)
+        return g.conv2d(t, rng.integers(-60, 61, size=(kh, kw, cin, cout), dtype=np.int8),
+                        rng.integers(-2000, 2000, size=cout, dtype=np.int32),
+                        stride=stride, pads=(ph, pw, ph, pw), dilation=dil, mult=m,
+                        shift=s, zp=int(rng.integers(-6, 7)), relu=relu, name=name)
+
+    first = conv(x, 3, c0, 3, 3, 1, 1, "stem")
+    t, cin = first, c0
+    for k in range(depth):
+        cout = int(rng.integers(3, 13)) if k < depth - 1 else c0 + 4 * (strided >= 0)
+        kh, kw = int(rng.choice([1, 3, 5])), int(rng.choice([1, 3]))
+        dil = 2 if kh > 1 and rng.random() < 0.25 else 1
+        t = conv(t, cin, cout, kh, kw, 2 if k == strided else 1, dil, f"run{k}",
+                 relu=k < depth - 1)
+        cin = cout
+    short = first if strided < 0 else conv(first, c0, cin, 1, 1, 2, 1, "project",
+                                           relu=False)
+    t = g.add(t, short, mult_a=int(rng.integers(20, 60)), mult_b=int(rng.integers(20, 60)),
+              shift=6, zp=-100, relu=True, name="add")
+    t = g.max_pool2d(t, 2, 2, name="pool")
+    return g.build(t)

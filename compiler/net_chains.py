@@ -12,8 +12,11 @@ The cost rule (:func:`choose_segments`), per run: of the ways to cut it into
 segments, each chain with a strategy allowed by the network's option, take the one
 whose estimate moves the fewest DRAM bytes among those estimated to run in no more
 cycles than the whole run layer by layer (each layer with its own tiling); on equal
-bytes the fewer cycles, then the fewer chains. A user's cut (`segments`, by the name
-of a segment's first layer) stands for its run.
+bytes the fewer cycles, then the fewer chains. Each chain's pass size, weight
+placement and kept halos are chosen the same way (:func:`chain_cost`, the fewest
+bytes in no more cycles than its layers on their own, else the fewest bytes). A
+user's cut (`segments`, by the name of a segment's first layer) stands for its run;
+``segments="all"`` drops the cycle bound.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from ..arch.config import ChipConfig
 from . import cnn
 from .chain_lower import (STRATEGIES, ChainChoice, Segment, _chunks, estimate,
                           plan_segment)
+from .cnn import PARAM_ROWS
 from .errors import CompileError
 from .graph import Graph
 from .ops import Conv2d
@@ -91,37 +95,72 @@ def _cuts(n: int) -> list[list[tuple[int, int]]]:
 
 
 def segment_estimate(cfg: ChipConfig, seg: Segment) -> tuple[int, int]:
-    """``(cycles, dram_bytes)`` of a planned chain, on the scale of
-    :func:`.cnn.estimate`: :func:`.chain_lower.estimate`'s bytes; for cycles the rows
-    the array streams, a step taking at least half of ``rows + turn`` as layer by
-    layer, against the words the DMA moves, plus what no overlap hides: the first
-    input block, persistent weights (each layer's loaded before its first step) and,
-    at every layer of every pass, the wait for the rows the layer before wrote (one
-    chunk's epilogue)."""
+    """``(cycles, dram_bytes)`` of a planned chain (:func:`chain_cost`)."""
+    return chain_cost(cfg, seg.jobs, seg.passes, seg.choice.weights, seg.bufs,
+                      seg.half_rows)
+
+
+def chain_cost(cfg: ChipConfig, jobs: list, passes: list, weights: str, bufs,
+               half_rows: int) -> tuple[int, int]:
+    """``(cycles, dram_bytes)`` of a chain, on the scale of :func:`.cnn.estimate`:
+    :func:`.chain_lower.estimate`'s bytes; for cycles the rows the array streams, a
+    step taking at least half of ``rows + turn`` as layer by layer, against the words
+    the DMA moves, plus what no overlap hides: the first pass's first input block and
+    each layer's epilogue parameters and, kept in the CBUF, weights (each loaded
+    whole before the layer's first step, behind the layer before in the in-order
+    DMA)."""
     R = cfg.rows
     turn = cnn._bank_turn(cfg)
-    _, moved_bytes = estimate(cfg, seg.jobs, seg.passes, seg.choice.weights, seg.bufs,
-                              seg.half_rows)
-    streamed = exposed = 0
-    last = len(seg.jobs) - 1
-    for k, j in enumerate(seg.jobs):
+    drain = _drain(cfg)
+    _, moved_bytes = estimate(cfg, jobs, passes, weights, bufs, half_rows)
+    streamed = 0
+    last = len(jobs) - 1
+    for k, j in enumerate(jobs):
         Wo = j.out_shape[2]
-        per = max(1, seg.half_rows // Wo) if k < last else seg.bufs.stage_half // Wo
+        per = max(1, half_rows // Wo) if k < last else bufs.stage_half // Wo
         steps = sum(len(s) for s in j.steps)
-        for p in seg.passes:
+        for p in passes:
             if p[k].compute is None:
                 continue
             chunks = _chunks(p[k].compute, per)
             for a, b in chunks:
                 rows = (b - a) * Wo
                 streamed += steps * max(rows, (rows + turn) // 2)
-            if k:
-                exposed += (chunks[0][1] - chunks[0][0]) * Wo
-        if seg.choice.weights == "persistent":
+            # a layer's first step in a pass waits for the rows the layer before
+            # wrote: the array drains at every layer of every pass
+            streamed += drain
+    src = jobs[0].sources[0]
+    exposed = passes[0][0].read * src.shape[2]
+    for j in jobs:          # loaded whole before the layer's first step in pass 0
+        exposed += len(j.steps) * PARAM_ROWS * cfg.acc_row_words
+        if weights == "persistent":
             exposed += j.weights.shape[0] * R
-    src = seg.jobs[0].sources[0]
-    exposed += seg.passes[0][0].read * src.shape[2]
     return max(streamed, moved_bytes // R) + exposed, moved_bytes
+
+
+def _drain(cfg: ChipConfig) -> int:
+    """Cycles from a MATMUL's last row issued to its results in the ACC (the array's
+    depth): about what a layer waits, at the start of its rows of a pass, for the
+    layer before's last rows."""
+    from ..arch import isa, timing
+    from ..arch.isa import Opcode
+    mm = isa.Instr(Opcode.MATMUL, 0, dict(act_addr=0, rows=1, acc_addr=0, accumulate=0,
+                                          max=0, bank=0, conv=0, dh=0, dw=0, taps=0,
+                                          in_w=1, in_h=1))
+    return timing.done(cfg, mm) - timing.occupancy(cfg, mm)
+
+
+def pass_sizes(rows: int) -> list[int]:
+    """Outputs per pass worth trying for `rows` output rows: each count of passes
+    once (its smallest band), the fewest passes first."""
+    return sorted({-(-rows // n) for n in range(1, rows + 1)}, reverse=True)
+
+
+def _signature(jobs: list, want: ChainChoice) -> tuple:
+    """What a chain's planning depends on, weights' values aside."""
+    return (want, tuple((j.kernel, j.stride, j.pads, j.dilation, j.sources[0].shape,
+                         j.out_shape, j.weights.shape[0], tuple(len(s) for s in j.steps))
+                        for j in jobs))
 
 
 @dataclass
@@ -136,8 +175,9 @@ def _parse(graph: Graph, runs: list[list[int]], segments) -> dict[int, object]:
     if segments is None:
         return {}
     if not isinstance(segments, Mapping):
-        raise CompileError(f"segments must map a layer name to a number of layers, a "
-                           f"ChainChoice or (layers, ChainChoice), not {segments!r}")
+        raise CompileError(f"segments must be 'all' or map a layer name to a number of "
+                           f"layers, a ChainChoice or (layers, ChainChoice), not "
+                           f"{segments!r}")
     index = {n.name: i for i, n in enumerate(graph.nodes)}
     in_run = {i: run for run in runs for i in run}
     out = {}
@@ -179,13 +219,16 @@ def choose_segments(cfg: ChipConfig, lay, graph: Graph, jobs: list, tilings: dic
                     ) -> dict[int, tuple[Segment, Chained]]:
     """The chained segments, by the first layer's node index (:mod:`.net_chains`'s
     cost rule). `strategy`: one of :data:`NETWORK_STRATEGIES`, or None (the cost
-    model picks among the three chain strategies per segment); `fixed`: layers whose
-    tiling the user gave (never chained by the cost model)."""
+    model picks among the three chain strategies per segment); `segments`: the
+    user's cut by first layer name, or ``"all"`` (the cost rule without its cycle
+    bound: the fewest bytes wherever a chain fits); `fixed`: layers whose tiling the
+    user gave (never chained by the cost model)."""
     if strategy is not None and strategy not in NETWORK_STRATEGIES:
         raise CompileError(f"chain strategy {strategy!r} for a network is not one of "
                            f"{', '.join(NETWORK_STRATEGIES)}")
     runs = chain_runs(graph, jobs)
-    user = _parse(graph, runs, segments)
+    every = segments == "all"
+    user = {} if every else _parse(graph, runs, segments)
     if strategy == "layer_by_layer" and any(v != 1 for v in user.values()):
         raise CompileError("segments asks for a chain but the network's chain strategy "
                            "is layer_by_layer")
@@ -202,19 +245,42 @@ def choose_segments(cfg: ChipConfig, lay, graph: Graph, jobs: list, tilings: dic
     plans: dict[tuple[int, int, str | ChainChoice], tuple | None] = {}
 
     def chain_plan(run, a, b, want: ChainChoice):
+        """The piece's chain: the user's choice, or the one moving the fewest bytes
+        in no more cycles than its layers on their own, by estimate (None if none)."""
         key = (run[a], b - a, want)
-        if key not in plans:
-            try:
-                seg = plan_segment(cfg, [jobs[i] for i in run[a:b]], want,
-                                   reserve=2 * cnn.PARAM_ROWS)
-                plans[key] = (seg, segment_estimate(cfg, seg))
-            except CompileError:
-                if key[2] in user_wants:
-                    raise
-                plans[key] = None
+        if key in plans:
+            return plans[key]
+        piece = [jobs[i] for i in run[a:b]]
+        budget = float("inf") if every else sum(alone[i][0] for i in run[a:b])
+        sig = _signature(piece, want)
+        known = same.get(sig, False)
+        if known is None:
+            plans[key] = None
+            return None
+
+        def cost(js, passes, weights, bufs):
+            cycles, moved = chain_cost(cfg, js, passes, weights, bufs,
+                                       (cfg.acc_depth - reserve - PARAM_ROWS * sum(
+                                           len(j.steps) for j in js)) // 2)
+            return (cycles > budget, moved, cycles, len(passes))
+
+        try:
+            if known:
+                seg = plan_segment(cfg, piece, known, reserve=reserve)
+            else:
+                seg = plan_segment(cfg, piece, want, reserve=reserve, cost=cost,
+                                   pass_sizes=pass_sizes(piece[-1].out_shape[1]))
+            plans[key] = (seg, segment_estimate(cfg, seg))
+            same[sig] = seg.choice
+        except CompileError:
+            if want in user_wants:
+                raise
+            plans[key] = same[sig] = None
         return plans[key]
 
     user_wants: set = set()
+    same: dict[tuple, ChainChoice | None] = {}     # a piece's shape -> its choice
+    reserve = 2 * cnn.PARAM_ROWS
     out: dict[int, tuple[Segment, Chained]] = {}
     for run in runs:
         named = [i for i in run if i in user]
@@ -238,6 +304,7 @@ def choose_segments(cfg: ChipConfig, lay, graph: Graph, jobs: list, tilings: dic
         if any(jobs[i].name in fixed for i in run):
             continue
         whole = (sum(alone[i][0] for i in run), sum(alone[i][1] for i in run))
+        bound = None if every else whole[0]
         best = (whole[1], whole[0], 0, {})
         for cut in _cuts(len(run)):
             chains = [(a, b) for a, b in cut if b - a > 1]
@@ -256,7 +323,7 @@ def choose_segments(cfg: ChipConfig, lay, graph: Graph, jobs: list, tilings: dic
                     cycles += planned[1][0]
                     moved += planned[1][1]
                 else:
-                    if cycles <= whole[0]:
+                    if bound is None or cycles <= bound:
                         cost = (moved, cycles, len(got), got)
                         if cost[:3] < best[:3]:
                             best = cost
