@@ -51,10 +51,18 @@ def _min_bytes(graph: Graph, node) -> int:
     return total + int(np.prod(out.shape)) * (4 if out.dtype == "int32" else 1)
 
 
-#: ResNet-50's strategies: name suffix, strategy, compile_network options.
+#: ResNet-50's strategies: name suffix, strategy, compile_network options. Layer by
+#: layer (the cost model's Tiling per layer, or every layer streaming its weights
+#: through two tile buffers); with the runs of convolutions the cost rule chains
+#: (docs/cnn.md, "Chains in networks") with each chain strategy; and with every run
+#: chained where it fits, fewest bytes first (the rule without its cycle bound).
 RESNET50_STRATEGIES = (
-    ("", "per_layer_tiling", {}),                  # the cost model's Tiling per layer
-    ("_streamed_weights", "layer_by_layer", dict(weights="stream", buffers=2)),
+    ("", "per_layer_tiling", dict(chain="layer_by_layer")),
+    ("_streamed_weights", "layer_by_layer",
+     dict(chain="layer_by_layer", weights="stream", buffers=2)),
+    *[(f"_{s}", s, dict(chain=s)) for s in ("baseline", "crop_fetch", "fused_crop")],
+    *[(f"_{s}_all_runs", s, dict(chain=s, segments="all"))
+      for s in ("baseline", "crop_fetch", "fused_crop")],
 )
 
 
@@ -73,6 +81,8 @@ def network_record(cfg: ChipConfig, graph: Graph, name: str,
                 DmaKind.LOAD_ACC, DmaKind.STORE_ACC) else 1)
             into = rd if ins.fields["kind"] in (DmaKind.LOAD_CBUF, DmaKind.LOAD_ACC) else wr
             into[layer] = into.get(layer, 0) + words * cfg.rows
+    chain_of = {name: first for first, seg in compiled.segments.items()
+                for name in seg.layers}
     layers = []
     for rec in compiled.layers:
         node = graph.nodes[rec.index]
@@ -84,7 +94,8 @@ def network_record(cfg: ChipConfig, graph: Graph, name: str,
             "mac_utilization": rec.macs / (rec.cycles * cfg.macs) if rec.cycles else 0.0,
             "dram_rd_bytes": rd.get(rec.index, 0), "dram_wr_bytes": wr.get(rec.index, 0),
             "min_bytes": minimum, "traffic_ratio": moved / minimum if minimum else 0.0,
-            "tiling": _tiling_name(compiled.tiling.get(rec.name))})
+            "tiling": _tiling_name(compiled.tiling.get(rec.name)),
+            "chain": chain_of.get(rec.name)})
     convs = [l for l in layers if l["op"] == "Conv2d"]
     conv_macs = sum(l["macs"] for l in convs)
     weighted = sum(l["mac_utilization"] * l["macs"] for l in convs) / conv_macs
@@ -105,8 +116,19 @@ def network_record(cfg: ChipConfig, graph: Graph, name: str,
         "dram_ratio_to_min": (compiled.dram_bytes_read + compiled.dram_bytes_written)
         / sum(l["min_bytes"] for l in layers),
         # layer by layer, every tile re-reads its halo: nothing goes through the UBUF;
-        # each layer's weights streamed or kept, its tiles in two buffers or one
+        # each layer's weights streamed or kept, its tiles in two buffers or one. A
+        # chained segment keeps its maps in the CBUF (and halos in the UBUF)
         "strategy": strategy, "ubuf_bytes": compiled.ubuf_bytes_written,
+        "ubuf_rd_bytes": compiled.ubuf_bytes_read,
+        "segments_chained": len(compiled.segments),
+        "chains": [{"layers": list(seg.layers), "strategy": seg.choice.strategy,
+                    "outputs_per_pass": seg.choice.outputs_per_pass,
+                    "weights": seg.choice.weights, "keep": list(seg.choice.keep),
+                    "passes": len(seg.passes), "estimate_cycles": seg.estimate[0],
+                    "estimate_bytes": seg.estimate[1],
+                    "layer_by_layer_estimate_cycles": seg.layer_by_layer[0],
+                    "layer_by_layer_estimate_bytes": seg.layer_by_layer[1]}
+                   for seg in compiled.segments.values()],
         "tilings": _count(_tiling_name(t) for t in compiled.tiling.values()),
         "compile_seconds": compile_s,
         "compile_phase_seconds": compiled.phase_seconds,   # where the compile time goes
@@ -137,5 +159,5 @@ def resnet50_records(cfg: ChipConfig) -> list[dict]:
 
 
 def resnet50_record(cfg: ChipConfig) -> dict:
-    """ResNet-50 at 224 x 224 with the cost model's tiling per layer."""
-    return network_record(cfg, resnet50(), "resnet50_224")
+    """ResNet-50 at 224 x 224 layer by layer with the cost model's tiling per layer."""
+    return network_record(cfg, resnet50(), "resnet50_224", chain="layer_by_layer")

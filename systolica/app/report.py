@@ -98,7 +98,8 @@ def print_network_record(rec: dict) -> None:
     stages: dict[str, list[dict]] = {}
     for layer in rec["layers"]:
         stages.setdefault(layer["name"].split("_")[0], []).append(layer)
-    print(f"{rec['name']} on {rec['config']} ({rec['strategy']}: "
+    print(f"{rec['name']} on {rec['config']} ({rec['strategy']}, "
+          f"{rec.get('segments_chained', 0)} segments chained; "
           f"{', '.join(f'{n} {k}' for k, n in rec.get('tilings', {}).items())}): "
           f"{rec['instructions']} instructions, "
           f"{rec['predicted_cycles']} cycles predicted, compiled in "
@@ -122,3 +123,7 @@ def print_network_record(rec: dict) -> None:
           f"{rec['dram_bytes'] / rec['min_bytes']:.2f}x the minimum, UBUF "
           f"{rec['ubuf_bytes']} B; compile "
           f"{rec['compile_seconds']:.1f} s (target {t['compile_seconds']:.0f} s)")
+    for c in rec.get("chains", []):
+        print(f"  chained {' -> '.join(c['layers'])}: {c['strategy']}, "
+              f"{c['outputs_per_pass']} rows per pass ({c['passes']} passes), weights "
+              f"{c['weights']}")
