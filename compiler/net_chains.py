@@ -163,13 +163,6 @@ def _signature(jobs: list, want: ChainChoice) -> tuple:
                         for j in jobs))
 
 
-@dataclass
-class _Option:
-    cycles: int
-    bytes: int
-    chains: dict[int, tuple[Segment, tuple[int, int]]]   # first piece index -> plan
-
-
 def _parse(graph: Graph, runs: list[list[int]], segments) -> dict[int, object]:
     """The user's cut: node index -> 1 (on its own), or (layers, ChainChoice | None)."""
     if segments is None:

@@ -13,6 +13,7 @@ from systolica import golden
 from systolica.arch.config import preset
 from systolica.compiler import cnn_cases, compile_network, models, reference
 from systolica.compiler.chain_lower import ChainChoice
+from systolica.compiler.cnn import lower_cnn
 from systolica.compiler.errors import CompileError
 from systolica.compiler.net_chains import chain_runs
 
@@ -40,8 +41,6 @@ def bottleneck(stride=1):
 def test_a_bottleneck_has_one_run_the_shortcut_aside():
     graph = bottleneck()
     compiled = compile_network(CFG, graph, chain="layer_by_layer")
-    jobs = [compiled.plan.graph and None] * 0
-    from systolica.compiler.cnn import lower_cnn
     lowered = lower_cnn(CFG, graph, chain="layer_by_layer")
     jobs = [lowered.jobs.get(n.name) for n in graph.nodes]
     assert [[graph.nodes[i].name for i in run] for run in chain_runs(graph, jobs)] == \
@@ -86,7 +85,6 @@ def test_the_baseline_recomputes_what_the_ubuf_keeps():
     the baseline its halo rows again (more MACs, more DRAM reads of the run's input);
     the fused crop moves the same UBUF rows as the COPY crop."""
     graph = bottleneck()
-    passes = dict(chain=None, segments=None)
     out = {}
     for s in STRATEGIES:
         passes = dict(chain=s, segments={"block_conv1": (3, ChainChoice(s, 4))})
