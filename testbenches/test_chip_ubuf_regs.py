@@ -54,6 +54,15 @@ COPIES = {
     "fused_crop_into_moved_ubuf": ([
         Instr(Opcode.VRUN, 0, dict(src=0, rows=4, dst=1600, crop=1))], MOVED,
         ErrorCode.ILLEGAL_OPCODE),
+    "fused_crop_on_moved_ubuf": ([        # crops wrap round to UBUF rows 254, 255, 0, 1
+        Instr(Opcode.VRUN, 0, dict(src=0, rows=4, dst=1790, crop=1))], (0, 256),
+        ErrorCode.NONE),
+    "fused_crop_without_ubuf": ([
+        Instr(Opcode.VRUN, 0, dict(src=0, rows=4, dst=0, crop=1))], (1024, 0),
+        ErrorCode.ADDR_RANGE),
+    "fused_crop_past_ubuf_rows": ([
+        Instr(Opcode.VRUN, 0, dict(src=0, rows=300, dst=0, crop=1))], None,
+        ErrorCode.ADDR_RANGE),
 }
 
 
@@ -76,7 +85,10 @@ def test_golden_model_checks_ranges_against_the_registers(case):
     program, ubuf, code = COPIES[case]
     res = golden.run(CFG, _image(program), DRAM, ubuf=ubuf)
     assert res.error == code
-    if code == ErrorCode.NONE:
+    if case == "fused_crop_on_moved_ubuf":     # dst 1790: inside the reset UBUF only
+        assert golden.run(CFG, _image(program), DRAM).error == ErrorCode.ILLEGAL_OPCODE
+        assert res.ubuf_bytes_written == 4 * R
+    if program[0].op == Opcode.DMA and code == ErrorCode.NONE:
         np.testing.assert_array_equal(res.dram[64:72], DRAM)
         # the crop landed at UBUF_BASE + 300, a row the reset UBUF does not have
         np.testing.assert_array_equal(res.cbuf[1836:1844].view(np.uint8), DRAM)
@@ -168,5 +180,6 @@ def test_chip_checks_copies_against_the_registers(chip_runs, case):
     assert (res["error"], res["fault_pc"], res["fault_cycle"]) == \
         (code, gold.fault_pc, gold.fault_cycle)
     if code == ErrorCode.NONE:
-        np.testing.assert_array_equal(res["readback"][0], DRAM)
-        assert res["cycles"] == gold.cycles
+        if program[0].op == Opcode.DMA:
+            np.testing.assert_array_equal(res["readback"][0], DRAM)
+        assert res["cycles"] == gold.cycles and res["ubuf_wr_bytes"] == gold.ubuf_bytes_written
