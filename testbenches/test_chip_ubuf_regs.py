@@ -143,15 +143,17 @@ def test_a_chain_compiled_for_a_moved_ubuf_records_it():
 
 # -- on the chip ------------------------------------------------------------------------
 
-CHAINS = {"seed_two_fused": (seed_two_layer, ChainChoice("fused_crop", 8)),
-          "seed_four_ubuf": (seed_four_layer, ChainChoice("crop_fetch", 8))}
+#: name -> (chain, choice, UBUF registers): two banks at the top, and one bank low in
+#: the CBUF with the chain's buffers on both sides of it
+CHAINS = {"seed_two_fused": (seed_two_layer, ChainChoice("fused_crop", 8), MOVED),
+          "seed_four_ubuf": (seed_four_layer, ChainChoice("crop_fetch", 8), MOVED),
+          "seed_two_ubuf_low": (seed_two_layer, ChainChoice("crop_fetch", 8), (512, 256))}
 
 
 @pytest.fixture(scope="module")
 def chip_runs():
-    moved = CFG.at_ubuf(*MOVED)
-    compiled = {name: compile_network(moved, make(), chain=choice)
-                for name, (make, choice) in CHAINS.items()}
+    compiled = {name: compile_network(CFG.at_ubuf(*ubuf), make(), chain=choice)
+                for name, (make, choice, ubuf) in CHAINS.items()}
     jobs = [dict(program=c, name=n) for n, c in compiled.items()]
     jobs += [dict(program=_image(p), dram=DRAM, name=n, ubuf=u, readback=[(64, 8)],
                   expect_fault=code != ErrorCode.NONE)
@@ -163,10 +165,14 @@ def chip_runs():
 @pytest.mark.rtl
 @pytest.mark.parametrize("case", list(CHAINS))
 def test_chain_on_a_ubuf_moved_by_register(chip_runs, case):
-    """Built with the UBUF at [1792, 2048), run with it at [1536, 2048): outputs equal
-    numpy and the golden model, cycles and counters the prediction."""
+    """Built with the UBUF at [1792, 2048), run with it at [1536, 2048) or [512, 768):
+    outputs equal numpy and the golden model, cycles and counters the prediction."""
     compiled, res = chip_runs[0][case], chip_runs[1][case]
-    assert compiled.ubuf == MOVED and compiled.ubuf_bytes_written
+    assert compiled.ubuf == CHAINS[case][2] and compiled.ubuf_bytes_written
+    base, rows = compiled.ubuf
+    for r in compiled.plan.regions:            # the chain's buffers keep off the UBUF
+        if r.memory == "cbuf" and r.size and "ubuf" not in r.key:
+            assert r.hi <= base or r.lo >= base + rows, r
     assert_outputs_match(CFG, compiled, res)
     assert_matches_prediction(CFG, compiled, res)
 
