@@ -32,8 +32,9 @@ def _image(program):
     return isa.to_bytes([isa.encode(i) for i in program])
 
 
-def _copy_program(ubuf_addr: int):
-    """Load 8 rows, crop them into UBUF row `ubuf_addr` and fetch them back to 100."""
+def _copy_program(ubuf_addr: int, base: int = 0):
+    """Load 8 rows, crop them into UBUF row `ubuf_addr` and fetch them back to 100;
+    store both those and the UBUF's rows, read as CBUF rows `base + ubuf_addr ..`."""
     return [Instr(Opcode.DMA, 0, dict(kind=DmaKind.LOAD_CBUF, dram_addr=0, dram_stride=1,
                                       buf_addr=0, rows=8)),
             Instr(Opcode.COPY, 20, dict(kind=CopyKind.CROP, cbuf_addr=0,
@@ -41,14 +42,16 @@ def _copy_program(ubuf_addr: int):
             Instr(Opcode.COPY, 40, dict(kind=CopyKind.FETCH, cbuf_addr=100,
                                         ubuf_addr=ubuf_addr, rows=8)),
             Instr(Opcode.DMA, 60, dict(kind=DmaKind.STORE_CBUF, dram_addr=64,
-                                       dram_stride=1, buf_addr=100, rows=8))]
+                                       dram_stride=1, buf_addr=100, rows=8)),
+            Instr(Opcode.DMA, 80, dict(kind=DmaKind.STORE_CBUF, dram_addr=80,
+                                       dram_stride=1, buf_addr=base + ubuf_addr, rows=8))]
 
 
 DRAM = np.random.default_rng(3).integers(0, 256, (8, R), dtype=np.uint8)
 
 #: name -> (program, UBUF registers, fault expected)
 COPIES = {
-    "inside_moved": (_copy_program(300), MOVED, ErrorCode.NONE),
+    "inside_moved": (_copy_program(300, MOVED[0]), MOVED, ErrorCode.NONE),
     "past_reset_ubuf": (_copy_program(300), None, ErrorCode.ADDR_RANGE),
     "no_ubuf": (_copy_program(0), (1024, 0), ErrorCode.ADDR_RANGE),
     "fused_crop_into_moved_ubuf": ([
@@ -89,9 +92,9 @@ def test_golden_model_checks_ranges_against_the_registers(case):
         assert golden.run(CFG, _image(program), DRAM).error == ErrorCode.ILLEGAL_OPCODE
         assert res.ubuf_bytes_written == 4 * R
     if program[0].op == Opcode.DMA and code == ErrorCode.NONE:
+        # fetched back, and cropped to UBUF_BASE + 300, a row the reset UBUF lacks
         np.testing.assert_array_equal(res.dram[64:72], DRAM)
-        # the crop landed at UBUF_BASE + 300, a row the reset UBUF does not have
-        np.testing.assert_array_equal(res.cbuf[1836:1844].view(np.uint8), DRAM)
+        np.testing.assert_array_equal(res.dram[80:88], DRAM)
 
 
 def test_golden_model_refuses_a_placement_the_registers_refuse():
@@ -155,7 +158,7 @@ def chip_runs():
     compiled = {name: compile_network(CFG.at_ubuf(*ubuf), make(), chain=choice)
                 for name, (make, choice, ubuf) in CHAINS.items()}
     jobs = [dict(program=c, name=n) for n, c in compiled.items()]
-    jobs += [dict(program=_image(p), dram=DRAM, name=n, ubuf=u, readback=[(64, 8)],
+    jobs += [dict(program=_image(p), dram=DRAM, name=n, ubuf=u, readback=[(64, 24)],
                   expect_fault=code != ErrorCode.NONE)
              for n, (p, u, code) in COPIES.items()]
     results = run_many_on_rtl(CFG, jobs)
@@ -186,6 +189,7 @@ def test_chip_checks_copies_against_the_registers(chip_runs, case):
     assert (res["error"], res["fault_pc"], res["fault_cycle"]) == \
         (code, gold.fault_pc, gold.fault_cycle)
     if code == ErrorCode.NONE:
-        if program[0].op == Opcode.DMA:
-            np.testing.assert_array_equal(res["readback"][0], DRAM)
+        if program[0].op == Opcode.DMA:     # fetched back, and read in the UBUF
+            np.testing.assert_array_equal(res["readback"][0][:8], DRAM)
+            np.testing.assert_array_equal(res["readback"][0][16:], DRAM)
         assert res["cycles"] == gold.cycles and res["ubuf_wr_bytes"] == gold.ubuf_bytes_written
