@@ -62,3 +62,14 @@ def random_chain(seed: int, *, max_channels: int = 12) -> Graph:
         stride = int(rng.integers(1, 3)) if rng.random() < 0.3 else 1
         layers.append(dict(kernel=(kh, kw), pads=pads, stride=stride, dilation=dil))
     return _chain(f"chain{seed}", rng, (H, W), channels, layers)
+
+
+def bank_split_pair(wide: int = 32, narrow: int = 8, out: int = 128, seed: int = 0,
+                    size: tuple[int, int] = (16, 16)) -> Graph:
+    """Two 3x3 layers where the CBUF's banks go opposite ways: the first reads a
+    wide map (`wide` channels) with small weights (`wide` -> `narrow`), the second a
+    narrow map with large weights (`narrow` -> `out`): the seed's "10 weight banks +
+    2 feature banks for one layer, 2 + 10 for the next", in small."""
+    rng = np.random.default_rng(seed)
+    return _chain("bank_split_pair", rng, size, [wide, narrow, out],
+                  [dict(kernel=(3, 3), pads=1), dict(kernel=(3, 3), pads=1)])

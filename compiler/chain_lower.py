@@ -15,10 +15,19 @@ layer's rows are stored. Three strategies (:data:`STRATEGIES`):
   rows as it writes them (``VRUN crop = 1``: CBUF row ``a`` also lands in UBUF row
   ``a mod ubuf_rows``), with no pass of its own over the data.
 
-Weights are loaded once into the CBUF for the whole chain (``persistent``) or
-streamed through the weight ring one block per step (``stream``). The buffers of
-one layer's input hold the rows of one pass, channel block after channel block, at
-a fixed stride.
+Each layer's weights are loaded once into the CBUF for the whole chain
+(``persistent``), loaded whole at the layer's turn in every pass (``pass``: its
+banks hold other layers' rows the rest of the pass), or streamed through the weight
+ring one block per step (``stream``). The buffers of one layer's input hold the rows
+of one pass, channel block after channel block, at a fixed stride.
+
+The CBUF's banks are shared in time (:func:`_layout`): within a pass, layer ``k``'s
+input band lives from layer ``k - 1`` (which writes it, and before which its halo
+rows are fetched; with fused crops from the pass's start, where every fetch is) to
+layer ``k``, ``pass`` weights during their layer, the output
+staging during the last layer; regions whose lifetimes are disjoint may take the
+same banks, so each layer gets its own split of the banks between weights, feature
+rows and the UBUF (:attr:`ChainLowered.banks`).
 """
 
 from __future__ import annotations
@@ -44,26 +53,31 @@ from .plan import DramMap, MemoryPlan, Region, check_plan
 
 STRATEGIES = ("baseline", "crop_fetch", "fused_crop")
 DMA_ROWS = 1 << 12       # rows per load of persistent weights (each a DMA of its own)
-WEIGHTS = ("persistent", "stream")
+WEIGHTS = ("persistent", "pass", "stream")   # least DRAM traffic first, most CBUF first
 
 
 @dataclass(frozen=True)
 class ChainChoice:
     """How a chain runs; None leaves a choice to :func:`choose`. ``outputs_per_pass``:
-    rows of the last layer's output per pass; ``keep``: per layer, whether its output's
-    halo rows are kept in the UBUF (else computed again in the next pass)."""
+    rows of the last layer's output per pass; ``weights``: one of :data:`WEIGHTS` for
+    every layer, or a tuple of one per layer; ``keep``: per layer, whether its
+    output's halo rows are kept in the UBUF (else computed again in the next pass);
+    ``share``: whether regions whose lifetimes within a pass do not overlap may take
+    the same CBUF banks (False: every region keeps its banks for the whole chain)."""
     strategy: str = "crop_fetch"
     outputs_per_pass: int | None = None
-    weights: str | None = None
+    weights: str | tuple[str, ...] | None = None
     keep: tuple[bool, ...] | None = None
+    share: bool = True
 
     def __post_init__(self):
         if self.strategy not in STRATEGIES:
             raise CompileError(f"chain strategy {self.strategy!r} is not one of "
                                f"{', '.join(STRATEGIES)}")
-        if self.weights is not None and self.weights not in WEIGHTS:
+        kinds = self.weights if isinstance(self.weights, tuple) else (self.weights,)
+        if self.weights is not None and (not kinds or any(k not in WEIGHTS for k in kinds)):
             raise CompileError(f"chain weights {self.weights!r} is not one of "
-                               f"{', '.join(WEIGHTS)}")
+                               f"{', '.join(WEIGHTS)}, or a tuple of one per layer")
         if self.keep is not None and (not isinstance(self.keep, tuple) or not all(
                 isinstance(k, bool) for k in self.keep)):
             raise CompileError(f"chain keep must be a tuple of one bool per layer, not "
@@ -75,14 +89,27 @@ class ChainChoice:
                 not isinstance(self.outputs_per_pass, int) or self.outputs_per_pass < 1):
             raise CompileError(f"outputs per pass must be a positive integer, not "
                                f"{self.outputs_per_pass!r}")
+        if not isinstance(self.share, bool):
+            raise CompileError(f"chain share must be True or False, not {self.share!r}")
+
+    def modes(self, layers: int) -> tuple[str, ...] | None:
+        """The weight placement per layer, if given; CompileError on a tuple of the
+        wrong length."""
+        if self.weights is None or isinstance(self.weights, str):
+            return None if self.weights is None else (self.weights,) * layers
+        if len(self.weights) != layers:
+            raise CompileError(f"chain weights has {len(self.weights)} entries for "
+                               f"{layers} layers")
+        return self.weights
 
 
 @dataclass
 class _Buffers:
     """Where a chain keeps things in the CBUF: per layer its input buffer (``inputs``,
-    channel blocks ``stride`` rows apart), its weights (persistent) and its UBUF area
-    (``ubuf``, channel blocks ``ubuf_stride`` rows apart); the weight ring (streamed
-    weights) and the last layer's two output staging halves."""
+    channel blocks ``stride`` rows apart), its weights (``persistent`` or ``pass``:
+    ``modes``) and its UBUF area (``ubuf``, channel blocks ``ubuf_stride`` rows apart);
+    the weight ring (streamed weights) and the last layer's two output staging
+    halves. ``regions``: every one with its lifetime in layers of a pass."""
     inputs: list[int]
     stride: list[int]
     weights: list[int | None]
@@ -92,6 +119,31 @@ class _Buffers:
     staging: int
     stage_half: int
     regions: list[Region]
+    modes: tuple[str, ...] = ()
+
+    def banks(self, cfg: ChipConfig, layers: int) -> list[dict[str, int]]:
+        """Per layer, the CBUF banks its regions live in take: ``weights`` (weights
+        and the weight ring), ``features`` (input bands and output staging), ``ubuf``
+        (the UBUF's), ``free``."""
+        size = cfg.cbuf_bank_rows
+        out = []
+        for k in range(layers):
+            kind = {}
+            for r in self.regions:
+                if r.first <= k <= r.last and r.size:
+                    what = ("ubuf" if r.key == "ubuf" or r.key.endswith(".ubuf") else
+                            "weights" if r.key.endswith(".weights") or r.key == "weight ring"
+                            else "features")
+                    for b in range(r.lo // size, (r.hi - 1) // size + 1):
+                        kind.setdefault(b, what)
+            if cfg.ubuf_rows and not cfg.ubuf_own_sram:
+                for b in range(cfg.ubuf_base // size, (cfg.ubuf_base + cfg.ubuf_rows) // size):
+                    kind[b] = "ubuf"
+            split = {w: sum(v == w for v in kind.values())
+                     for w in ("weights", "features", "ubuf")}
+            split["free"] = cfg.cbuf_banks - sum(b < cfg.cbuf_banks for b in kind)
+            out.append(split)
+        return out
 
 
 def chain_layers(graph: Graph) -> list:
@@ -145,61 +197,100 @@ def _blocks(cfg: ChipConfig, channels: int) -> int:
     return -(-channels // cfg.rows)
 
 
+@dataclass
+class _Ask:
+    """A region the chain asks for: `rows` rows live in layers ``first .. last`` of a
+    pass; `fused`: layer `layer`'s input band, which its fused crops place."""
+    key: str
+    rows: int
+    first: int
+    last: int
+    what: str
+    layer: int = 0
+    fused: bool = False
+
+
 def _layout(cfg: ChipConfig, jobs: list[Job], passes: list[list[chain.Step]],
-            weights: str, half_rows: int, strategy: str) -> _Buffers:
-    """Bank-aligned regions for the chain below the UBUF, and the UBUF areas; a
-    CompileError naming the layer and the shortfall if they do not fit."""
-    R = cfg.rows
-    top = cfg.ubuf_base if cfg.ubuf_rows and not cfg.ubuf_own_sram else cfg.cbuf_depth
-    if cfg.ubuf_rows and cfg.ubuf_base + cfg.ubuf_rows != cfg.cbuf_physical_rows:
-        raise CompileError(f"chip {cfg.name!r}: a chain keeps the UBUF at the top of the "
-                           f"CBUF (ubuf_base + ubuf_rows == cbuf_depth)")
-    regions: list[Region] = []
-    at = 0
+            modes: tuple[str, ...], half_rows: int, strategy: str, share: bool = True
+            ) -> _Buffers:
+    """Bank-aligned CBUF regions for the chain around the UBUF, and the UBUF areas.
 
-    def take(key: str, rows: int, what: str) -> int:
-        nonlocal at
-        lo = _bank_up(cfg, at)
-        if lo + rows > top:
-            raise CompileError(
-                f"{what}: the chain needs {lo + rows} CBUF rows below the UBUF, the chip "
-                f"has {top}: short by {(lo + rows - top) * R} bytes; use fewer outputs per "
-                f"pass, streamed weights, or a shorter chain")
-        regions.append(Region("cbuf", key, lo, rows, 0, 0, what))
-        at = lo + rows
-        return lo
+    Lifetimes count the layers of a pass (every pass runs them in order): the weight
+    ring and ``persistent`` weights live throughout, ``pass`` weights in their layer,
+    layer ``k``'s input band from layer ``k - 1`` to ``k`` (the first layer's in its
+    own; with fused crops from the first layer if it fetches halo rows), the output
+    staging in the last layer. Without `share` every region lives throughout. Two
+    ways of placing them, the first that fits: (1) in order (weights, the bands layer
+    by layer, the staging), each at the lowest bank boundary with banks no other
+    region takes, else at the lowest where it meets no region live at the same time
+    (a later user of a shared bank waits for the earlier one, so banks are shared
+    only where needed); (2) the regions live throughout first, then the others by
+    decreasing size, each at the lowest bank boundary where it meets no region live
+    at the same time (packed). A CompileError names the region, its layers and the
+    shortfall in bytes when neither fits."""
+    R, L = cfg.rows, len(jobs)
+    whole = (0, L - 1)
 
-    ring = take("weight ring", WEIGHT_SLOTS * R, "weight ring") if weights == "stream" \
-        else None
-    wat: list[int | None] = []
-    for j in jobs:
-        wat.append(take(f"{j.name}.weights", j.weights.shape[0] * R,
-                        f"weights of layer {j.name!r}") if weights == "persistent" else None)
-    inputs, stride = [], []
-    taken = [np.zeros(cfg.ubuf_rows, dtype=bool) for _ in passes]   # fused crops' rows
+    def life(first: int, last: int) -> tuple[int, int]:
+        return (first, last) if share else whole
+
+    asks: list[_Ask] = []
+    streamed = [k for k, m in enumerate(modes) if m == "stream"]
+    if streamed:
+        asks.append(_Ask("weight ring", WEIGHT_SLOTS * R, *life(streamed[0], streamed[-1]),
+                         "weight ring"))
+    for want in ("persistent", "pass"):
+        for k, j in enumerate(jobs):
+            if modes[k] == want:
+                asks.append(_Ask(f"{j.name}.weights", j.weights.shape[0] * R,
+                                 *life(*(whole if want == "persistent" else (k, k))),
+                                 f"weights of layer {j.name!r}", k))
+    band = []
     for k, j in enumerate(jobs):
-        rows = max(s[k].read for s in passes) * j.sources[0].shape[2]
-        shift, apart = (_fused_place(cfg, jobs, passes, k, _bank_up(cfg, at), rows, taken)
-                        if strategy == "fused_crop" and k else (0, rows))
-        stride.append(apart)
-        blocks = j.sources[0].blocks(R)
-        inputs.append(shift + take(f"{j.name}.input", shift + apart * (blocks - 1) + rows,
-                                   f"input rows of layer {j.name!r}"))
+        band.append(max(s[k].read for s in passes) * j.sources[0].shape[2])
+        fused = strategy == "fused_crop" and k > 0
+        # fused crops: the halo rows are fetched as the pass starts (_emit_passes)
+        early = fused and any(p[k].fetch is not None for p in passes)
+        asks.append(_Ask(f"{j.name}.input", band[k] * j.sources[0].blocks(R),
+                         *life(0 if early else max(k - 1, 0), k),
+                         f"input rows of layer {j.name!r}", k, fused))
     last = jobs[-1]
     Wo = last.out_shape[2]
     stage_half = min(max(1, half_rows // Wo), max(s[-1].computed for s in passes)) * Wo
-    staging = take(f"{last.name}.staging", 2 * stage_half,
-                   f"output staging of layer {last.name!r}")
+    asks.append(_Ask(f"{last.name}.staging", 2 * stage_half, *life(L - 1, L - 1),
+                     f"output staging of layer {last.name!r}", L - 1))
+    ubuf_region = ([Region("cbuf", "ubuf", cfg.ubuf_base, cfg.ubuf_rows, 0, L - 1, "UBUF")]
+                   if cfg.ubuf_rows and not cfg.ubuf_own_sram else [])
+    packed = sorted(asks, key=lambda a: ((a.first, a.last) != whole, -a.rows))
+    error = None
+    for order, apart in ((asks, True), (packed, False)) if share else ((asks, True),):
+        try:
+            regions, fused_at = _place_asks(cfg, jobs, passes, order, apart, ubuf_region)
+            break
+        except CompileError as e:
+            error = e
+    else:
+        raise error
+    at = {r.key: r.lo for r in regions}
+    inputs, stride = [], []
+    for k, j in enumerate(jobs):
+        shift, apart = fused_at.get(k, (0, band[k]))
+        inputs.append(at[f"{j.name}.input"] + shift)
+        stride.append(apart)
+    ring = at.get("weight ring")
+    wat = [at.get(f"{j.name}.weights") for j in jobs]
+    staging = at[f"{last.name}.staging"]
     # UBUF areas: layer k's input rows cropped by layer k - 1 (a fused crop lands
-    # where its CBUF address says: the whole UBUF is the chain's)
+    # where its CBUF address says: the whole UBUF is the chain's). A pass fetches the
+    # crop of the pass before by the time its layer k - 1 starts and crops again after
+    # it computes: every area lives across the passes, so the areas share no rows.
     ubuf, ubuf_stride, u = [], [], 0
-    # a pass fetches the crop of the pass before before it crops again: one crop a layer
     peaks = [max(s[k].cropped for s in passes) for k in range(len(jobs))]
     if strategy == "fused_crop":
-        regions.append(Region("cbuf", "ubuf", cfg.ubuf_base, cfg.ubuf_rows, 0, 0,
+        regions.append(Region("cbuf", "ubuf", cfg.ubuf_base, cfg.ubuf_rows, 0, L - 1,
                               "UBUF (fused crops)"))
         return _Buffers(inputs, stride, wat, [None] * len(jobs), [0] * len(jobs), ring,
-                        staging, stage_half, regions)
+                        staging, stage_half, regions, modes)
     for k, j in enumerate(jobs):
         rows = peaks[k - 1] * j.sources[0].shape[2] if k else 0
         ubuf_stride.append(rows)
@@ -212,12 +303,77 @@ def _layout(cfg: ChipConfig, jobs: list[Job], passes: list[list[chain.Step]],
                 f"layer {j.name!r}: its halo rows need {u + size} UBUF rows, the chip has "
                 f"{cfg.ubuf_rows}: short by {(u + size - cfg.ubuf_rows) * R} bytes; use "
                 f"the baseline strategy or more outputs per pass")
-        regions.append(Region("cbuf", f"{j.name}.ubuf", cfg.ubuf_base + u, size, 0, 0,
+        regions.append(Region("cbuf", f"{j.name}.ubuf", cfg.ubuf_base + u, size, 0, L - 1,
                               f"UBUF rows of layer {j.name!r}"))
         ubuf.append(u)
         u += size
     return _Buffers(inputs, stride, wat, ubuf, ubuf_stride, ring, staging, stage_half,
-                    regions)
+                    regions, modes)
+
+
+def _place_asks(cfg: ChipConfig, jobs: list[Job], passes, asks: list[_Ask], apart: bool,
+                fixed: list[Region]) -> tuple[list[Region], dict[int, tuple[int, int]]]:
+    """Place `asks` in this order around `fixed` (:func:`_layout`; `apart`: banks no
+    other region takes first). The regions, and per fused band its ``(shift,
+    stride)`` (:func:`_fused_place`)."""
+    R, L = cfg.rows, len(jobs)
+    placed = list(fixed)
+    regions: list[Region] = []
+    fused_at: dict[int, tuple[int, int]] = {}
+    taken = [np.zeros(cfg.ubuf_rows, dtype=bool) for _ in passes]   # fused crops' rows
+
+    def gap(first: int, last: int, rows: int, after: int = 0) -> tuple[int, int]:
+        """The lowest bank-aligned start at or above `after` free over the lifetime
+        with room for `rows`, and the room there; else (-1, the largest room)."""
+        busy = sorted((r for r in placed if r.first <= last and first <= r.last),
+                      key=lambda r: r.lo)
+        at, largest = _bank_up(cfg, after), 0
+        for r in busy + [Region("cbuf", "end", cfg.cbuf_depth, 0, first, last)]:
+            if r.hi <= at:
+                continue
+            room = r.lo - at
+            if room >= rows:
+                return at, room
+            largest = max(largest, room)
+            at = max(at, _bank_up(cfg, r.hi))
+        return -1, largest
+
+    def spot(ask: _Ask, rows: int, after: int = 0) -> tuple[int, int]:
+        if apart:
+            lo, room = gap(0, L - 1, rows, after)
+            if lo >= 0:
+                return lo, room
+        lo, room = gap(ask.first, ask.last, rows, after)
+        if lo < 0:
+            during = (f"layer {jobs[ask.first].name!r} runs" if ask.first == ask.last
+                      else f"layers {jobs[ask.first].name!r} to {jobs[ask.last].name!r} "
+                           f"run")
+            raise CompileError(
+                f"{ask.what}: the chain needs {rows} CBUF rows for it while {during}, "
+                f"the largest free range then has {room}: short by {(rows - room) * R} "
+                f"bytes; use fewer outputs per pass, weights loaded per pass or "
+                f"streamed, or a shorter chain")
+        return lo, room
+
+    for ask in asks:
+        lo, room = spot(ask, ask.rows)
+        size = ask.rows
+        if ask.fused:
+            # a fused crop lands where its CBUF row says: place, then check the range
+            k = ask.layer
+            rows = ask.rows // jobs[k].sources[0].blocks(R)
+            while True:
+                trial = [t.copy() for t in taken]
+                shift, stride = _fused_place(cfg, jobs, passes, k, lo, rows, trial)
+                size = shift + stride * (jobs[k].sources[0].blocks(R) - 1) + rows
+                if size <= room:
+                    taken[:] = trial
+                    fused_at[k] = shift, stride
+                    break
+                lo, room = spot(ask, size, lo + cfg.cbuf_bank_rows)   # a larger range
+        regions.append(Region("cbuf", ask.key, lo, size, ask.first, ask.last, ask.what))
+        placed.append(regions[-1])
+    return regions, fused_at
 
 
 def _fused_place(cfg: ChipConfig, jobs: list[Job], passes, k: int, base: int, rows: int,
@@ -281,38 +437,122 @@ def _check_fetches(jobs: list[Job], passes: list[list[chain.Step]]) -> None:
 
 
 def estimate(cfg: ChipConfig, jobs: list[Job], passes: list[list[chain.Step]],
-             weights: str, bufs: _Buffers, half_rows: int) -> tuple[int, int]:
+             modes: tuple[str, ...], bufs: _Buffers, half_rows: int) -> tuple[int, int]:
     """``(cycles, dram_bytes)`` a way of running the chain should take: the rows the
     array streams (every MATMUL, halo recomputation included) against the words the
-    DMA moves (the input bands, the weights once or once per chunk and output block
-    when streamed, the parameters, the output), the run bounded by the larger."""
+    DMA moves (the input bands; each layer's weights once (``persistent``), once per
+    pass it computes in (``pass``) or once per chunk and output block (``stream``);
+    the parameters, the output), the run bounded by the larger, plus the loads of
+    ``pass`` weights whose banks the layer before still uses (they cannot overlap
+    it)."""
     R = cfg.rows
-    streamed = moved = 0
+    streamed = moved = stalls = 0
     for k, j in enumerate(jobs):
         Wo = j.out_shape[2]
         per = max(1, half_rows // Wo) if k < len(jobs) - 1 else bufs.stage_half // Wo
         steps = sum(len(s) for s in j.steps)
-        chunks = sum(len(_chunks(p[k].compute, per)) for p in passes
-                     if p[k].compute is not None)
+        computing = [p for p in passes if p[k].compute is not None]
+        chunks = sum(len(_chunks(p[k].compute, per)) for p in computing)
         streamed += sum(p[k].computed * Wo for p in passes) * steps
-        moved += j.weights.shape[0] * R * (chunks if weights == "stream" else 1)
+        loads = {"persistent": 1, "pass": len(computing), "stream": chunks}[modes[k]]
+        moved += j.weights.shape[0] * R * loads
+        if modes[k] == "pass" and _waits(bufs, f"{j.name}.weights", (k - 1) % len(jobs)):
+            stalls += j.weights.shape[0] * R * loads
         moved += len(j.steps) * PARAM_ROWS * cfg.acc_row_words
     src = jobs[0].sources[0]
     moved += sum(p[0].read for p in passes) * src.shape[2] * src.blocks(R)
     out = jobs[-1].out_shape
     moved += out[1] * out[2] * len(jobs[-1].steps)
-    return max(streamed, moved), moved * R
+    return max(streamed, moved) + stalls, moved * R
+
+
+def _waits(bufs: _Buffers, key: str, step: int) -> bool:
+    """Whether region `key` shares rows with another live in layer `step` (the layer
+    before its own): its loads then wait for that layer instead of overlapping it."""
+    me = next(r for r in bufs.regions if r.key == key)
+    return any(r is not me and r.first <= step <= r.last and r.lo < me.hi and me.lo < r.hi
+               for r in bufs.regions)
+
+
+def _weight_modes(cfg: ChipConfig, jobs: list[Job], passes, fixed, half_rows: int,
+                  strategy: str, share: bool):
+    """The weight placement per layer for these passes: the user's (`fixed`), else
+    all ``persistent`` if that fits, else the cheapest (:func:`estimate`) of the same
+    placement for every layer (``pass``, ``stream``) and of :func:`_downgrade`'s mix
+    (a layer at a time down :data:`WEIGHTS`: less CBUF, more DRAM traffic).
+    ``(modes, buffers)``; CompileError (the last shortfall) when nothing fits."""
+    L = len(jobs)
+
+    def fit(modes):
+        return _layout(cfg, jobs, passes, modes, half_rows, strategy, share)
+
+    if fixed is not None:
+        return fixed, fit(fixed)
+    modes = ("persistent",) * L
+    error = None
+    try:
+        return modes, fit(modes)
+    except CompileError as e:
+        error = e
+    found = []                  # the same placement for every layer, where it fits
+    for kind in WEIGHTS[1:]:
+        try:
+            bufs = fit((kind,) * L)
+        except CompileError:
+            continue
+        found.append((estimate(cfg, jobs, passes, (kind,) * L, bufs, half_rows),
+                      (kind,) * L, bufs))
+    try:
+        found.append(_downgrade(cfg, jobs, passes, modes, fit, half_rows, error))
+    except CompileError:
+        if not found:
+            raise
+    _, modes, bufs = min(found, key=lambda f: f[0])
+    return modes, bufs
+
+
+def _downgrade(cfg: ChipConfig, jobs: list[Job], passes, modes, fit, half_rows: int,
+               error: CompileError):
+    """From `modes`, a layer at a time down :data:`WEIGHTS`: the first change that
+    fits and costs least, or if none fits the one freeing the most rows, until one
+    fits. ``(cost, modes, buffers)``; `error` (or a later shortfall) if none does."""
+    L = len(jobs)
+    while True:
+        trials = []
+        for k in range(L):
+            step = WEIGHTS.index(modes[k]) + 1
+            if step < len(WEIGHTS):
+                trials.append(modes[:k] + (WEIGHTS[step],) + modes[k + 1:])
+        if not trials:
+            raise error
+        fitting = []
+        for t in trials:
+            try:
+                bufs = fit(t)
+            except CompileError as e:
+                error = e
+                continue
+            fitting.append((estimate(cfg, jobs, passes, t, bufs, half_rows), t, bufs))
+        if fitting:
+            return min(fitting, key=lambda f: f[0])
+
+        def freed(t):           # rows the change takes off the layer's busiest moment
+            k = next(i for i in range(L) if t[i] != modes[i])
+            return jobs[k].weights.shape[0] if t[k] == "pass" else \
+                jobs[k].weights.shape[0] - WEIGHT_SLOTS
+        modes = max(trials, key=freed)
 
 
 def choose(cfg: ChipConfig, jobs: list[Job], want: ChainChoice, half_rows: int,
            cost=None, pass_sizes: list[int] | None = None
            ) -> tuple[ChainChoice, list[list[chain.Step]], _Buffers]:
-    """The cost model: of the pass sizes and weight placements that fit the CBUF, the
-    UBUF and the halo rule, the one :func:`estimate` says runs in the fewest cycles,
-    then moves the fewest DRAM bytes, then takes the fewest passes. A user's choice in
-    `want` stands. `cost` (``(jobs, passes, weights, bufs) -> key``, the least
-    taken) and `pass_sizes` (the outputs per pass to try) replace the estimate and
-    every pass size (a network's rule, :mod:`.net_chains`)."""
+    """The cost model: of the pass sizes, halo keeps and weight placements per layer
+    (:func:`_weight_modes`) that fit the CBUF, the UBUF and the halo rule, the one
+    :func:`estimate` says runs in the fewest cycles, then moves the fewest DRAM
+    bytes, then takes the fewest passes. A user's choice in `want` stands. `cost`
+    (``(jobs, passes, modes, bufs) -> key``, the least taken; `modes` one weight
+    placement per layer) and `pass_sizes` (the outputs per pass to try) replace the
+    estimate and every pass size (a network's rule, :mod:`.net_chains`)."""
     H = jobs[0].sources[0].shape[1]
     Ho = jobs[-1].out_shape[1]
     ubuf = want.strategy != "baseline"
@@ -321,8 +561,8 @@ def choose(cfg: ChipConfig, jobs: list[Job], want: ChainChoice, half_rows: int,
                            f"baseline strategy")
     counts = [want.outputs_per_pass] if want.outputs_per_pass else \
         (pass_sizes or list(range(Ho, 0, -1)))
-    kinds = [want.weights] if want.weights else list(WEIGHTS)
     L = len(jobs)
+    fixed = want.modes(L)
     if want.keep is not None:
         if len(want.keep) != L:
             raise CompileError(f"chain keep has {len(want.keep)} flags for {L} layers")
@@ -343,19 +583,30 @@ def choose(cfg: ChipConfig, jobs: list[Job], want: ChainChoice, half_rows: int,
             except CompileError as e:
                 halo_error = halo_error or e
                 continue
-            for weights in kinds:
+            tries = [fixed] if cost is None or fixed is not None else \
+                [(kind,) * L for kind in WEIGHTS]   # a network's rule weighs each
+            for modes in tries:
                 try:
-                    bufs = _layout(cfg, jobs, passes, weights, half_rows, want.strategy)
+                    modes, bufs = _weight_modes(cfg, jobs, passes, modes, half_rows,
+                                                want.strategy, want.share)
                 except CompileError as e:
-                    fit_error = e
+                    fit_error = (per, e)
                     continue
-                key = (*estimate(cfg, jobs, passes, weights, bufs, half_rows),
-                       len(passes)) if cost is None else cost(jobs, passes, weights, bufs)
+                key = (*estimate(cfg, jobs, passes, modes, bufs, half_rows),
+                       len(passes)) if cost is None else cost(jobs, passes, modes, bufs)
                 if best is None or key < best[0]:
-                    best = (key, ChainChoice(want.strategy, per, weights, keep), passes,
-                            bufs)
+                    weights = modes[0] if len(set(modes)) == 1 else modes
+                    best = (key, ChainChoice(want.strategy, per, weights, keep,
+                                             want.share), passes, bufs)
     if best is None:
-        raise fit_error or halo_error
+        if fit_error is None:
+            raise halo_error
+        per, error = fit_error
+        if want.outputs_per_pass:
+            raise error
+        note = ("one output row per pass" if per == 1 else
+                f"{per} output rows per pass, the fewest whose halo this strategy keeps")
+        raise CompileError(f"{error} (even with {note})")
     return best[1:]
 
 
@@ -417,8 +668,11 @@ def emit_segment(cfg: ChipConfig, emit: _Emit, seg: Segment, x_at: int, w_at: li
 
 def segment_regions(cfg: ChipConfig, seg: Segment, first: int, last: int
                     ) -> list[Region]:
-    """The chain's CBUF, UBUF and ACC regions, live in layers `first` .. `last`."""
-    out = [Region("cbuf", r.key, r.lo, r.size, first, last, r.what)
+    """The chain's CBUF, UBUF and ACC regions in the steps of its layers (the chain's
+    layers are steps `first` .. `last`): a CBUF region lives in the steps of the
+    layers of a pass it lives in (:func:`_layout`), the ACC's throughout."""
+    at = [j.index - seg.jobs[0].index + first for j in seg.jobs]
+    out = [Region("cbuf", r.key, r.lo, r.size, at[r.first], at[r.last], r.what)
            for r in seg.bufs.regions]
     return out + [
         Region("acc", "accumulator halves", 0, 2 * seg.half_rows, first, last,
@@ -476,14 +730,26 @@ def lower_chain(cfg: ChipConfig, graph: Graph, want: ChainChoice = ChainChoice()
     check_plan(plan)
     return ChainLowered(pipeline(cfg, blocks), loop_order(blocks), plan, copies={},
                         jobs={j.name: j for j in jobs}, choice=seg.choice,
-                        passes=seg.passes)
+                        passes=seg.passes, banks=seg.bufs.banks(cfg, len(jobs)))
 
 
 @dataclass
 class ChainLowered(CnnLowered):
-    """A lowered chain, with what the cost model chose and the passes it runs."""
+    """A lowered chain, with what the cost model chose, the passes it runs and, per
+    layer, how many CBUF banks its live regions take (``weights``, ``features``,
+    ``ubuf``, ``free``: :meth:`_Buffers.banks`)."""
     choice: ChainChoice | None = None
     passes: list = field(default_factory=list)
+    banks: list = field(default_factory=list)
+
+    def bank_listing(self) -> str:
+        """One line per layer: its weight placement and bank split."""
+        modes = self.choice.modes(len(self.banks)) or ()
+        names = list(self.jobs)
+        return "\n".join(
+            f"{names[k]}: weights {modes[k]}; banks: weights {b['weights']}, features "
+            f"{b['features']}, ubuf {b['ubuf']}, free {b['free']}"
+            for k, b in enumerate(self.banks))
 
 
 def _split(a: int, b: int, crop: tuple[int, int] | None) -> list[tuple[int, int, int]]:
@@ -504,10 +770,10 @@ def _emit_passes(cfg, emit: _Emit, jobs: list[Job], passes, bufs: _Buffers, x_at
     blocks: list[Block] = []
     last = len(jobs) - 1
 
-    def fetches(p: int, steps: list) -> list:
+    def fetches(p: int, steps: list, layers) -> list:
         out = []
         for k, s in enumerate(steps):
-            if s.fetch is None:
+            if s.fetch is None or k not in layers:
                 continue
             W = jobs[k].sources[0].shape[2]
             c0 = passes[p - 1][k - 1].crop[0]
@@ -555,7 +821,8 @@ def _emit_passes(cfg, emit: _Emit, jobs: list[Job], passes, bufs: _Buffers, x_at
                 head.append(emit.op(Opcode.DMA, i, kind=DmaKind.LOAD_ACC, dram_addr=p_at[k],
                                     dram_stride=arw, buf_addr=slots[k],
                                     rows=PARAM_ROWS * len(job.steps)))
-            if p == 0 and bufs.weights[k] is not None:     # persistent: loaded once
+            if bufs.weights[k] is not None and (p == 0 or bufs.modes[k] == "pass"):
+                # persistent: loaded once; pass: at the layer's turn in every pass
                 total = job.weights.shape[0] * R
                 for at in range(0, total, DMA_ROWS):
                     head.append(emit.op(Opcode.DMA, i, kind=DmaKind.LOAD_CBUF,
@@ -569,10 +836,20 @@ def _emit_passes(cfg, emit: _Emit, jobs: list[Job], passes, bufs: _Buffers, x_at
                                         buf_addr=bufs.inputs[0] + cb * bufs.stride[0]
                                         + _band_row(passes, 0, p, lo) * W,
                                         rows=s.read * W))
-            if k == first:
-                # every fetch of the pass first: a layer crops into the same UBUF area
-                # in this pass, after it computes, what the next layer fetches now
-                head += fetches(p, steps)
+            # the halo rows of layer k + 1's input (and, in the pass's first layer,
+            # of the layers before it) as this layer starts: it crops into the same
+            # UBUF area, after it computes, what they fetch now, and the band they
+            # land in lives from this layer on (_layout)
+            if k < last and steps[k + 1].fetch is not None and \
+                    steps[k + 1].compute is None:
+                raise CompileError(f"internal: layer {jobs[k + 1].name!r} fetches halo "
+                                   f"rows in pass {p} but computes nothing")
+            if strategy == "fused_crop":
+                # every fetch at the pass's start: the fused crops of this pass may
+                # land on rows the pass before's crops of later layers took
+                head += fetches(p, steps, range(len(jobs))) if k == first else []
+            else:
+                head += fetches(p, steps, range(k + 1 if k > first else 0, k + 2))
             if k < last:
                 nxt = steps[k + 1]
                 if nxt.reads is None or not (nxt.reads[0] <= s.compute[0]

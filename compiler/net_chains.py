@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ..arch.config import ChipConfig
 from . import cnn
@@ -100,7 +100,7 @@ def segment_estimate(cfg: ChipConfig, seg: Segment) -> tuple[int, int]:
                       seg.half_rows)
 
 
-def chain_cost(cfg: ChipConfig, jobs: list, passes: list, weights: str, bufs,
+def chain_cost(cfg: ChipConfig, jobs: list, passes: list, weights, bufs,
                half_rows: int) -> tuple[int, int]:
     """``(cycles, dram_bytes)`` of a chain, on the scale of :func:`.cnn.estimate`:
     :func:`.chain_lower.estimate`'s bytes; for cycles the rows the array streams, a
@@ -108,11 +108,12 @@ def chain_cost(cfg: ChipConfig, jobs: list, passes: list, weights: str, bufs,
     the DMA moves, plus what no overlap hides: the first pass's first input block and
     each layer's epilogue parameters and, kept in the CBUF, weights (each loaded
     whole before the layer's first step, behind the layer before in the in-order
-    DMA)."""
+    DMA). `weights`: one placement for every layer, or a tuple of one per layer."""
     R = cfg.rows
+    modes = weights if isinstance(weights, tuple) else (weights,) * len(jobs)
     turn = cnn._bank_turn(cfg)
     drain = _drain(cfg)
-    _, moved_bytes = estimate(cfg, jobs, passes, weights, bufs, half_rows)
+    _, moved_bytes = estimate(cfg, jobs, passes, modes, bufs, half_rows)
     streamed = 0
     last = len(jobs) - 1
     for k, j in enumerate(jobs):
@@ -131,9 +132,9 @@ def chain_cost(cfg: ChipConfig, jobs: list, passes: list, weights: str, bufs,
             streamed += drain
     src = jobs[0].sources[0]
     exposed = passes[0][0].read * src.shape[2]
-    for j in jobs:          # loaded whole before the layer's first step in pass 0
+    for k, j in enumerate(jobs):    # loaded whole before its first step in pass 0
         exposed += len(j.steps) * PARAM_ROWS * cfg.acc_row_words
-        if weights == "persistent":
+        if modes[k] != "stream":
             exposed += j.weights.shape[0] * R
     return max(streamed, moved_bytes // R) + exposed, moved_bytes
 
@@ -261,8 +262,17 @@ def choose_segments(cfg: ChipConfig, lay, graph: Graph, jobs: list, tilings: dic
             if known:
                 seg = plan_segment(cfg, piece, known, reserve=reserve)
             else:
-                seg = plan_segment(cfg, piece, want, reserve=reserve, cost=cost,
-                                   pass_sizes=pass_sizes(piece[-1].out_shape[1]))
+                try:
+                    seg = plan_segment(cfg, piece, want, reserve=reserve, cost=cost,
+                                       pass_sizes=pass_sizes(piece[-1].out_shape[1]))
+                except CompileError:
+                    if want.share:
+                        raise
+                    # banks shared in time (a later user waits for the earlier one,
+                    # which chain_cost does not count): only where apart nothing fits
+                    seg = plan_segment(cfg, piece, replace(want, share=True),
+                                       reserve=reserve, cost=cost,
+                                       pass_sizes=pass_sizes(piece[-1].out_shape[1]))
             plans[key] = (seg, segment_estimate(cfg, seg))
             same[sig] = seg.choice
         except CompileError:
@@ -309,7 +319,7 @@ def choose_segments(cfg: ChipConfig, lay, graph: Graph, jobs: list, tilings: dic
                 moved = sum(alone[run[a]][1] for a, b in cut if b - a == 1)
                 got = {}
                 for a, b, kind in picks:
-                    planned = chain_plan(run, a, b, ChainChoice(kind))
+                    planned = chain_plan(run, a, b, ChainChoice(kind, share=False))  # see chain_plan
                     if planned is None:
                         break
                     got[a] = (b, planned)

@@ -86,6 +86,13 @@ class Compiled:
         return {name: t.buffers for name, t in self.tiling.items()}
 
     @property
+    def ubuf(self) -> tuple[int, int]:
+        """``(UBUF_BASE, UBUF_ROWS)`` the program assumes (the configuration's unless it
+        was compiled for a moved UBUF, ``cfg.at_ubuf``): the driver writes them before
+        starting it."""
+        return self.cfg.ubuf_base, self.cfg.ubuf_rows
+
+    @property
     def macs(self) -> int:
         return sum(layer.macs for layer in self.layers)
 

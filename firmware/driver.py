@@ -55,6 +55,11 @@ class ChipTimeout(RuntimeError):
     """The chip did not raise its interrupt within the allowed cycles."""
 
 
+class UbufRefused(ValueError):
+    """The chip kept its UBUF registers: the placement asked for is not one it allows
+    (docs/contract.md, "The UBUF")."""
+
+
 class Driver:
     """Drives one chip through ``bus``.
 
@@ -65,19 +70,39 @@ class Driver:
     def __init__(self, bus: RegisterBus):
         self.bus = bus
 
+    async def set_ubuf(self, base: int, rows: int) -> None:
+        """Place the UBUF at CBUF rows ``[base, base + rows)`` (the chip stopped). The
+        chip takes a write only if the pair it makes with the other register is legal,
+        so UBUF_ROWS goes to 0 first (always legal), then UBUF_BASE, then UBUF_ROWS;
+        both are read back, and :class:`UbufRefused` is raised if the chip kept
+        another value."""
+        await self.bus.write(Reg.UBUF_ROWS, 0)
+        await self.bus.write(Reg.UBUF_BASE, base)
+        await self.bus.write(Reg.UBUF_ROWS, rows)
+        got = (await self.bus.read(Reg.UBUF_BASE), await self.bus.read(Reg.UBUF_ROWS))
+        if got != (base, rows):
+            raise UbufRefused(f"the chip refused UBUF base {base}, rows {rows} (it reads "
+                              f"base {got[0]}, rows {got[1]}): the UBUF must be whole "
+                              f"CBUF banks, a power of two rows, inside the rows the "
+                              f"configuration allows")
+
     async def load_program(self, image: bytes, *, prog_addr: int = 0,
-                           imem_depth: int | None = None) -> int:
+                           imem_depth: int | None = None,
+                           ubuf: tuple[int, int] | None = None) -> int:
         """Set PROG_LEN and PROG_ADDR and write a program image (little-endian 128-bit
         words) into the instruction memory from index 0: its first ``imem_depth``
         instructions (all when None), the chip fetching the rest from the copy at DRAM
-        word ``prog_addr``, which the caller has written. Returns the instruction
-        count."""
+        word ``prog_addr``, which the caller has written. ``ubuf``: the UBUF placement
+        the program assumes (``compiled.ubuf``), set first (:meth:`set_ubuf`); None
+        leaves the registers as they are. Returns the instruction count."""
         if len(image) % _WORD_BYTES:
             raise ValueError(f"program image length must be a multiple of {_WORD_BYTES} "
                              f"bytes, not {len(image)}")
         if imem_depth is not None and (not isinstance(imem_depth, int) or imem_depth < 1):
             raise ValueError(f"imem_depth must be a positive integer, not {imem_depth!r}")
         count = len(image) // _WORD_BYTES
+        if ubuf is not None:
+            await self.set_ubuf(*ubuf)
         await self.bus.write(Reg.PROG_LEN, count)
         await self.bus.write(Reg.PROG_ADDR, prog_addr)
         await self.bus.write(Reg.IMEM_ADDR, 0)
@@ -112,9 +137,11 @@ class Driver:
         await self.bus.write(Reg.CTRL, CTRL_IRQ_ACK)
 
     async def run(self, image: bytes, timeout_cycles: int, *, prog_addr: int = 0,
-                  imem_depth: int | None = None) -> dict:
+                  imem_depth: int | None = None, ubuf: tuple[int, int] | None = None
+                  ) -> dict:
         """Load, start, wait, read the counters and acknowledge: one whole run."""
-        await self.load_program(image, prog_addr=prog_addr, imem_depth=imem_depth)
+        await self.load_program(image, prog_addr=prog_addr, imem_depth=imem_depth,
+                                ubuf=ubuf)
         await self.start()
         await self.wait_done(timeout_cycles)
         result = await self.counters()

@@ -66,6 +66,8 @@ class Chip(wiring.Component):
             self.irq.eq(csr.irq),
         ]
         connect(m, csr.seq, seq.ctrl)
+        for unit in (seq, copy, vpu):      # the UBUF where its registers put it
+            m.d.comb += [unit.ubuf_base.eq(csr.ubuf_base), unit.ubuf_rows.eq(csr.ubuf_rows)]
 
         # Issue.
         connect(m, seq.dma, dma.issue)

@@ -20,25 +20,25 @@ class RegisterFile(wiring.Component):
 
     Members: the bus (``reg_*``) and ``irq``; ``seq`` (:class:`~.ports.RunControl`,
     to the sequencer); the performance counters ``macs``, ``dram_rd_bytes``,
-    ``dram_wr_bytes``, ``fetch_rd_bytes``, ``ubuf_wr_bytes``, ``ubuf_rd_bytes``.
+    ``dram_wr_bytes``, ``fetch_rd_bytes``, ``ubuf_wr_bytes``, ``ubuf_rd_bytes``; and
+    the UBUF's placement, ``ubuf_base`` / ``ubuf_rows`` (registers ``UBUF_BASE`` /
+    ``UBUF_ROWS``, reset to the configuration's). A write to either is taken only while
+    the chip is stopped and only if the pair it makes with the other register is a
+    UBUF the chip allows (:meth:`~systolica.arch.config.ChipConfig.ubuf_problem`:
+    whole banks, a power of two rows or none, inside its ``ubuf_span``); otherwise the
+    register keeps its value, which the host reads back.
     """
-
-    reg_addr: In(regs.ADDR_BITS)
-    reg_wdata: In(32)
-    reg_we: In(1)
-    reg_rdata: Out(32)
-    irq: Out(1)
-    seq: Out(RunControl())
-    macs: In(64)
-    dram_rd_bytes: In(32)
-    dram_wr_bytes: In(32)
-    fetch_rd_bytes: In(32)
-    ubuf_wr_bytes: In(32)
-    ubuf_rd_bytes: In(32)
 
     def __init__(self, *, cfg: ChipConfig):
         self.cfg = check_config(cfg, "RegisterFile")
-        super().__init__()
+        width = cfg.ubuf_span[1].bit_length()
+        super().__init__({
+            "reg_addr": In(regs.ADDR_BITS), "reg_wdata": In(32), "reg_we": In(1),
+            "reg_rdata": Out(32), "irq": Out(1), "seq": Out(RunControl()),
+            "macs": In(64), "dram_rd_bytes": In(32), "dram_wr_bytes": In(32),
+            "fetch_rd_bytes": In(32), "ubuf_wr_bytes": In(32), "ubuf_rd_bytes": In(32),
+            "ubuf_base": Out(width, init=cfg.ubuf_base),
+            "ubuf_rows": Out(width, init=cfg.ubuf_rows)})
 
     def elaborate(self, platform):
         m = Module()
@@ -73,6 +73,23 @@ class RegisterFile(wiring.Component):
             with m.Else():
                 m.d.sync += staged.eq(Cat(staged[32:], self.reg_wdata))
 
+        # the UBUF registers: a write the rule refuses, or made while running, is ignored
+        lo, hi = cfg.ubuf_span
+
+        def allowed(base, rows):
+            ok = (base[:cfg.cbuf_bank_shift] == 0) & (rows[:cfg.cbuf_bank_shift] == 0)
+            ok &= (rows & (rows - 1)) == 0
+            ok &= (base >= lo) & (base + rows <= hi)
+            if cfg.ubuf_own_sram:
+                ok &= base == lo
+            return ok
+
+        new = self.reg_wdata
+        with m.If(write(Reg.UBUF_BASE) & ~seq.running & allowed(new, self.ubuf_rows)):
+            m.d.sync += self.ubuf_base.eq(new)
+        with m.If(write(Reg.UBUF_ROWS) & ~seq.running & allowed(self.ubuf_base, new)):
+            m.d.sync += self.ubuf_rows.eq(new)
+
         table = {
             Reg.STATUS: Cat(seq.running, done_flag, error_flag),
             Reg.ERROR: seq.error,
@@ -86,8 +103,8 @@ class RegisterFile(wiring.Component):
             Reg.DRAM_WR_BYTES: self.dram_wr_bytes,
             Reg.HWCFG: regs.hwcfg_word(cfg.tile_rows, cfg.tile_cols, cfg.tile_size),
             Reg.FAULT_CYCLE: fault_cycle,
-            Reg.UBUF_BASE: cfg.ubuf_base,
-            Reg.UBUF_ROWS: cfg.ubuf_rows,
+            Reg.UBUF_BASE: self.ubuf_base,
+            Reg.UBUF_ROWS: self.ubuf_rows,
             Reg.PROG_ADDR: seq.prog_addr,
             Reg.FETCH_RD_BYTES: self.fetch_rd_bytes,
             Reg.UBUF_WR_BYTES: self.ubuf_wr_bytes,

@@ -160,3 +160,22 @@ def buffer_write(cfg: ChipConfig, name: str) -> memory.WritePort.Signature:
     writing unit declares ``In(buffer_write(...))``."""
     depth, shape = _geometry(cfg, name)
     return memory.WritePort.Signature(addr_width=ceil_log2(depth), shape=shape)
+
+
+def ubuf_place(cfg: ChipConfig) -> dict:
+    """Input members ``ubuf_base``, ``ubuf_rows``: the UBUF registers (docs/contract.md,
+    "The UBUF"), for the units that find the UBUF by them."""
+    width = cfg.ubuf_span[1].bit_length()
+    return {"ubuf_base": In(width), "ubuf_rows": In(width)}
+
+
+class UbufAt:
+    """``cfg`` as the instruction table sees it at run time: its attributes, but
+    ``ubuf_base`` and ``ubuf_rows`` the registers' signals (for the sequencer's
+    legality and range checks)."""
+
+    def __init__(self, cfg: ChipConfig, base, rows):
+        self._cfg, self.ubuf_base, self.ubuf_rows = cfg, base, rows
+
+    def __getattr__(self, name):
+        return getattr(self._cfg, name)

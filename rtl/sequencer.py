@@ -10,7 +10,7 @@ from systolica.arch.isa import Opcode
 from systolica.arch.regs import ErrorCode
 
 from .mux_guard import MuxGuard
-from .ports import PC_BITS, DramMaster, Issue, RunControl, check_config
+from .ports import PC_BITS, DramMaster, Issue, RunControl, UbufAt, check_config, ubuf_place
 
 
 class Sequencer(wiring.Component):
@@ -22,7 +22,8 @@ class Sequencer(wiring.Component):
     registers, without a handshake), and the instruction fetcher's DRAM port ``mem``
     (:class:`~.ports.DramMaster`, reads only) with ``mem_busy`` (the DMA uses the
     port this cycle: the fetcher keeps off it), and ``bank_conflict`` (two units use
-    one port of a CBUF bank this cycle: a ``BANK_CONFLICT`` fault).
+    one port of a CBUF bank this cycle: a ``BANK_CONFLICT`` fault), and the UBUF
+    registers ``ubuf_base`` / ``ubuf_rows`` (a COPY or fused crop checked against them).
 
     Faults (see ``docs/contract.md``) stop issue, latch the error code, the program
     index and the cycle, and end the run; so does the end of the program once every
@@ -39,7 +40,7 @@ class Sequencer(wiring.Component):
     def __init__(self, *, cfg: ChipConfig):
         self.cfg = check_config(cfg, "Sequencer")
         members = {"ctrl": In(RunControl()), "mem": Out(DramMaster.of(cfg)),
-                   "mem_busy": In(1), "bank_conflict": In(1)}
+                   "mem_busy": In(1), "bank_conflict": In(1), **ubuf_place(cfg)}
         for name, op in self.UNITS.items():
             members[name] = Out(Issue(isa.PAYLOAD[op],
                                       handshake=instructions.SPEC[op].handshake))
@@ -81,7 +82,8 @@ class Sequencer(wiring.Component):
         ready_head = head & present
         opcode = Value.cast(ir.opcode)
         # an opcode of the ISA, with a field combination its entry defines
-        legal = Cat(*((opcode == op) & entry.legal(cfg, self._view(ir, op), select=Mux)
+        at = UbufAt(cfg, self.ubuf_base, self.ubuf_rows)   # the UBUF as the registers say
+        legal = Cat(*((opcode == op) & entry.legal(at, self._view(ir, op), select=Mux)
                       for op, entry in instructions.SPEC.items())).any()
         due = ir.cycle == cycle
         late = ir.cycle < cycle
@@ -221,6 +223,7 @@ class Sequencer(wiring.Component):
         """Whether the head instruction's memory ranges lie inside their memories,
         and whether a SETCFG names an existing multiplexer source."""
         cfg = self.cfg
+        at = UbufAt(cfg, self.ubuf_base, self.ubuf_rows)   # the UBUF as the registers say
         op = Value.cast(ir.opcode)
         def view(op):
             layout = isa.PAYLOAD[op]
@@ -231,7 +234,7 @@ class Sequencer(wiring.Component):
         with m.Switch(op):
             for opcode, entry in instructions.SPEC.items():
                 with m.Case(opcode):
-                    m.d.comb += in_range.eq(entry.in_range(cfg, view(opcode), select=Mux))
+                    m.d.comb += in_range.eq(entry.in_range(at, view(opcode), select=Mux))
             with m.Default():
                 m.d.comb += in_range.eq(1)
 

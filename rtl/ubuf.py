@@ -9,7 +9,7 @@ from systolica.arch import isa
 from systolica.arch.config import ChipConfig
 from systolica.arch.isa import CopyKind, Opcode
 
-from .ports import Issue, buffer_read, buffer_write, check_config
+from .ports import Issue, buffer_read, buffer_write, check_config, ubuf_place
 
 
 class CopyUnit(wiring.Component):
@@ -19,7 +19,9 @@ class CopyUnit(wiring.Component):
 
     Members: ``issue`` (:class:`~.ports.Issue` of ``COPY``), a read and a write port
     on the CBUF (``cbuf_read``, ``cbuf_write``), and ``cropped`` / ``fetched``: a row
-    written into / read out of the UBUF this cycle (the chip's UBUF counters).
+    written into / read out of the UBUF this cycle (the chip's UBUF counters);
+    ``ubuf_base`` / ``ubuf_rows``: the UBUF registers (``ubuf_addr`` counts from
+    ``ubuf_base``; the sequencer has checked the range).
     """
 
     def __init__(self, *, cfg: ChipConfig):
@@ -28,7 +30,7 @@ class CopyUnit(wiring.Component):
             "issue": In(Issue(isa.PAYLOAD[Opcode.COPY])),
             "cbuf_read": In(buffer_read(cfg, "cbuf")),
             "cbuf_write": In(buffer_write(cfg, "cbuf")),
-            "cropped": Out(1), "fetched": Out(1),
+            "cropped": Out(1), "fetched": Out(1), **ubuf_place(cfg),
         })
 
     def elaborate(self, platform):
@@ -42,7 +44,7 @@ class CopyUnit(wiring.Component):
         m.d.comb += [last.eq(active & (rows_left == 1)),
                      self.issue.ready.eq(~active | last)]
         args = self.issue.payload
-        ubuf = cfg.ubuf_base + args.ubuf_addr
+        ubuf = self.ubuf_base + args.ubuf_addr
         is_fetch = args.kind == CopyKind.FETCH
         with m.If(self.issue.valid):
             m.d.sync += [active.eq(1), fetch.eq(is_fetch), rows_left.eq(args.rows),

@@ -11,7 +11,7 @@ from systolica.arch.instructions import PARAM_ROWS
 from systolica.arch.isa import Opcode
 
 from .matmul import _group_select
-from .ports import Issue, buffer_read, buffer_write, check_config
+from .ports import Issue, buffer_read, buffer_write, check_config, ubuf_place
 
 STAGES = 3  # bias add; multiply (+ rounding constant); shift, zero point, clamp, ReLU
 
@@ -27,7 +27,8 @@ class VectorUnit(wiring.Component):
     Members: ``issue`` (:class:`~.ports.Issue` of ``VRUN``), ``acc_read``,
     ``cbuf_write``, ``acc_write``, ``crop_write`` (the fused crop's second CBUF write
     port: a row written to CBUF row ``a`` also goes to the UBUF's row ``a mod
-    ubuf_rows``), and the ``wb_src`` multiplexer settings.
+    ubuf_rows``), the ``wb_src`` multiplexer settings, and the UBUF registers
+    ``ubuf_base`` / ``ubuf_rows``.
     """
 
     def __init__(self, *, cfg: ChipConfig):
@@ -43,6 +44,7 @@ class VectorUnit(wiring.Component):
             "cbuf_write": In(buffer_write(cfg, "cbuf")),
             "acc_write": In(buffer_write(cfg, "acc")),
             "crop_write": In(buffer_write(cfg, "cbuf")),
+            **ubuf_place(cfg),
         })
 
     def elaborate(self, platform):
@@ -159,7 +161,7 @@ class VectorUnit(wiring.Component):
             routed += _group_select(m, out8, self.wb_src[g], 8, n, cfg.tile_cols)
         # the fused crop: the same row into the UBUF, at the destination mod its size
         # (a crop needs a UBUF: without one the sequencer never issues it)
-        crop_at = cfg.ubuf_base + (dst & (cfg.ubuf_rows - 1)) if cfg.ubuf_rows else 0
+        crop_at = self.ubuf_base + (dst & (self.ubuf_rows - 1)[:len(dst)])
         m.d.comb += [
             self.crop_write.en.eq(v3 & ~to_acc & a4.crop), self.crop_write.addr.eq(crop_at),
             self.crop_write.data.eq(Cat(*routed)),

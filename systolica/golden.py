@@ -795,8 +795,8 @@ class _Chip:
         return out
 
 
-def run(cfg: ChipConfig, image: bytes, dram: np.ndarray, prog_addr: int | None = None
-        ) -> GoldenResult:
+def run(cfg: ChipConfig, image: bytes, dram: np.ndarray, prog_addr: int | None = None,
+        ubuf: tuple[int, int] | None = None) -> GoldenResult:
     """Run a program image on a copy of `dram`, the initial DRAM from word 0 (uint8
     ``(words, cfg.rows)`` with ``words <= cfg.dram_words``; the rest is zeros).
     ``prog_addr`` (the PROG_ADDR register): a program longer than the instruction
@@ -804,7 +804,12 @@ def run(cfg: ChipConfig, image: bytes, dram: np.ndarray, prog_addr: int | None =
 
     The result's ``dram`` has all ``cfg.dram_words`` words, but only those the image
     or the program touch take memory or time: give the used part (e.g.
-    ``compiled.dram``), not a full-size copy, and a large DRAM costs nothing."""
+    ``compiled.dram``), not a full-size copy, and a large DRAM costs nothing.
+    ``ubuf``: ``(UBUF_BASE, UBUF_ROWS)`` as the host set them before the run (e.g.
+    ``compiled.ubuf``; None: the configuration's, the registers' reset values); a
+    placement the registers would refuse is a ConfigError."""
+    if ubuf is not None:
+        cfg = cfg.at_ubuf(*ubuf)
     given = np.asarray(dram, dtype=np.uint8)
     if given.ndim != 2 or given.shape[1] != cfg.rows or given.shape[0] > cfg.dram_words:
         raise ValueError(f"DRAM image must have shape (<= {cfg.dram_words}, {cfg.rows}), "

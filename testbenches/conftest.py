@@ -50,12 +50,15 @@ def rtl_job(program, dram=None, **options) -> dict:
     """A job for :func:`systolica.sim.rtlsim.run`. ``dram`` (an image from word 0 or
     ``(first_word, image)`` segments) defaults to the compiler result's ``.dram`` when
     ``program`` has one, and so does ``prog_addr``; ``options`` are the other job keys
-    (``readback``, ``expect_fault``, ``timeout_cycles``, ``name``, ``prog_addr``)."""
+    (``readback``, ``expect_fault``, ``timeout_cycles``, ``name``, ``prog_addr``,
+    ``ubuf``, which also defaults to the compiled program's)."""
     if dram is None:
         dram = getattr(program, "dram", None)
     job = {"program": program_image(program), **options}
     if getattr(program, "prog_addr", None) is not None:
         job.setdefault("prog_addr", program.prog_addr)
+    if getattr(program, "ubuf", None) is not None:
+        job.setdefault("ubuf", program.ubuf)
     if dram is not None:
         job["dram"] = dram if isinstance(dram, (list, tuple)) else np.asarray(dram)
     return job
@@ -95,7 +98,7 @@ def assert_outputs_match(cfg: ChipConfig, compiled, res: dict) -> None:
     got = compiled.results(res["dram"])
     want = reference.outputs(compiled.graph)
     gold = compiled.results(golden.run(cfg, compiled.image, compiled.dram,
-                                       compiled.prog_addr).dram)
+                                       compiled.prog_addr, ubuf=compiled.ubuf).dram)
     assert list(got) == list(want) == list(compiled.graph.outputs)
     for name in want:
         assert got[name].dtype == want[name].dtype and got[name].shape == want[name].shape
@@ -107,7 +110,8 @@ def assert_matches_prediction(cfg: ChipConfig, compiled, res: dict) -> None:
     """The RTL run's cycle and performance counters equal the compiler's prediction and
     the golden model's, and the run ended with the interrupt."""
     from systolica import golden
-    gold = golden.run(cfg, compiled.image, compiled.dram, compiled.prog_addr)
+    gold = golden.run(cfg, compiled.image, compiled.dram, compiled.prog_addr,
+                      ubuf=compiled.ubuf)
     assert res["cycles"] == compiled.predicted_cycles == gold.cycles
     assert res["macs"] == compiled.array_macs == gold.macs
     assert res["dram_rd_bytes"] == compiled.dram_bytes_read == gold.dram_bytes_read

@@ -30,6 +30,14 @@ PORT = {**{name: f"seq__{name}" for name in ("start", "prog_len", "running", "do
 M32 = 0xFFFF_FFFF
 
 
+def ubuf_ok(base: int, rows: int) -> bool:
+    """The UBUF placements tiny allows (docs/contract.md, "The UBUF"): whole banks of
+    the CBUF (256 rows each), a power of two rows or none."""
+    bank = 256
+    return (base % bank == 0 and rows % bank == 0 and rows & (rows - 1) == 0
+            and base + rows <= 2048)
+
+
 class RegsModel:
     def __init__(self):
         self.done_flag = self.error_flag = 0
@@ -37,6 +45,7 @@ class RegsModel:
         self.prog_len = 0
         self.imem_addr = 0
         self.parts: list[int] = []
+        self.ubuf_base, self.ubuf_rows = CFG.ubuf_base, CFG.ubuf_rows   # reset values
 
     def outputs(self, i: dict) -> dict:
         """Combinational outputs for inputs ``i`` (bus: addr, wdata, we)."""
@@ -65,11 +74,12 @@ class RegsModel:
             Reg.FETCH_RD_BYTES: i["fetch_rd_bytes"],
             Reg.HWCFG: regs.hwcfg_word(CFG.tile_rows, CFG.tile_cols, CFG.tile_size),
             Reg.FAULT_CYCLE: self.fault_cycle,
-            Reg.UBUF_BASE: CFG.ubuf_base,
-            Reg.UBUF_ROWS: CFG.ubuf_rows,
+            Reg.UBUF_BASE: self.ubuf_base,
+            Reg.UBUF_ROWS: self.ubuf_rows,
         }
         if i["addr"] in table:        # CTRL and IMEM_DATA are write-only
             out["reg_rdata"] = table[i["addr"]]
+        out["ubuf_base"], out["ubuf_rows"] = self.ubuf_base, self.ubuf_rows
         return out
 
     def clock(self, i: dict, out: dict) -> None:
@@ -86,6 +96,11 @@ class RegsModel:
         if write(Reg.IMEM_ADDR):
             self.imem_addr = i["wdata"]
             self.parts = []
+        # a UBUF register takes a write only while stopped, and only a legal pair
+        if write(Reg.UBUF_BASE) and not i["running"] and ubuf_ok(i["wdata"], self.ubuf_rows):
+            self.ubuf_base = i["wdata"]
+        if write(Reg.UBUF_ROWS) and not i["running"] and ubuf_ok(self.ubuf_base, i["wdata"]):
+            self.ubuf_rows = i["wdata"]
         if write(Reg.IMEM_DATA):
             if len(self.parts) == 3:
                 self.parts = []
@@ -187,7 +202,38 @@ def case_imem_addr_wide(rng):
         wr(Reg.IMEM_DATA, 0xC000_0000 + p) for p in range(4)] + [rd(Reg.IMEM_ADDR)]
 
 
+def case_ubuf(rng):
+    """UBUF_BASE / UBUF_ROWS: reset to the configuration's; a write is taken only if
+    the pair it makes with the other register is whole banks, a power of two rows,
+    inside the CBUF, and only while stopped; a refused write leaves the register as
+    it was (reads show it)."""
+    s = [rd(Reg.UBUF_BASE), rd(Reg.UBUF_ROWS)]
+    for reg, value in ((Reg.UBUF_ROWS, 512),      # 1792 + 512 runs past the CBUF
+                       (Reg.UBUF_BASE, 1024), (Reg.UBUF_ROWS, 512),
+                       (Reg.UBUF_ROWS, 768),      # not a power of two
+                       (Reg.UBUF_ROWS, 128),      # not whole banks
+                       (Reg.UBUF_BASE, 1000),     # not on a bank boundary
+                       (Reg.UBUF_BASE, 1792),     # 1792 + 512 past the end
+                       (Reg.UBUF_BASE, 1536), (Reg.UBUF_BASE, 0xFFFF_FF00),
+                       (Reg.UBUF_BASE, 1 << 12), (Reg.UBUF_ROWS, 1 << 31),
+                       (Reg.UBUF_ROWS, 0), (Reg.UBUF_BASE, 2048), (Reg.UBUF_BASE, 256),
+                       (Reg.UBUF_ROWS, 1024), (Reg.UBUF_ROWS, 2048), (Reg.UBUF_BASE, 0),
+                       (Reg.UBUF_ROWS, 2048)):
+        s += [wr(reg, value), rd(Reg.UBUF_BASE), rd(Reg.UBUF_ROWS)]
+    # while running, even a legal write is ignored
+    s += [wr(Reg.UBUF_ROWS, 256, running=1), rd(Reg.UBUF_ROWS, running=1),
+          wr(Reg.UBUF_BASE, 512, running=1), rd(Reg.UBUF_BASE), wr(Reg.UBUF_ROWS, 256),
+          wr(Reg.UBUF_BASE, 512), rd(Reg.UBUF_BASE), rd(Reg.UBUF_ROWS)]
+    for _ in range(40):
+        value = rng.choice([0, 128, 256, 512, 768, 1024, 1280, 1536, 1792, 2048, 4096,
+                            rng.getrandbits(32), 256 * rng.randrange(9)])
+        s += [wr(rng.choice([Reg.UBUF_BASE, Reg.UBUF_ROWS]), value,
+                 running=int(rng.random() < 0.2)), rd(Reg.UBUF_BASE)]
+    return s
+
+
 CASES = {
+    "ubuf": case_ubuf,
     "imem_data": case_imem_data,
     "start": case_start,
     "irq": case_irq,
@@ -196,7 +242,7 @@ CASES = {
     "imem_addr_wide": case_imem_addr_wide,
 }
 #: Cases run in one simulation per group (reset between cases).
-GROUPS = {"registers": ["imem_data", "start", "irq", "readback"],
+GROUPS = {"registers": ["imem_data", "start", "irq", "readback", "ubuf"],
           "prog_len_wide": ["prog_len_wide"], "imem_addr_wide": ["imem_addr_wide"]}
 
 

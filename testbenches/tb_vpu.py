@@ -226,7 +226,8 @@ class VpuTB(BlockTB):
         self.writes: list[tuple[int, str, int, list[int]]] = []   # cycle, mem, addr, data
 
     async def run(self, instrs) -> None:
-        idle = {"issue__valid": 0, "issue__payload": 0, "acc_read__data": 0}
+        idle = {"issue__valid": 0, "issue__payload": 0, "acc_read__data": 0,
+                "ubuf_base": CFG.ubuf_base, "ubuf_rows": CFG.ubuf_rows}
         idle.update({("wb_src", g): v for g, v in enumerate(self.wb_src)})
         await self.start(idle)
         expected = self.expected_writes(instrs)

@@ -10,7 +10,8 @@ import pytest
 
 from conftest import assert_matches_prediction, assert_outputs_match, compile_and_run_on_rtl
 from systolica.arch.config import preset
-from systolica.compiler.chain_cases import random_chain, seed_four_layer, seed_two_layer
+from systolica.compiler.chain_cases import (bank_split_pair, random_chain, seed_four_layer,
+                                             seed_two_layer)
 from systolica.compiler.chain_lower import ChainChoice
 
 pytestmark = pytest.mark.rtl
@@ -32,6 +33,10 @@ CASES = {
                                        ChainChoice("crop_fetch", 8)),
     "random3_ubuf": (lambda: random_chain(3), ChainChoice("crop_fetch", 8)),
     "random7_ubuf": (lambda: random_chain(7), ChainChoice("crop_fetch", 8)),
+    # each layer's weights loaded at its turn in every pass, on banks the other
+    # layer's rows take the rest of the time (2 + 4 banks, then 5 + 2)
+    "bank_split_pass_weights": (bank_split_pair,
+                                ChainChoice("crop_fetch", 8, weights=("pass", "pass"))),
 }
 
 
@@ -45,6 +50,10 @@ def test_outputs_match_numpy_and_golden(runs, case):
     compiled, res = runs[case]
     assert len(compiled.chain.passes) >= 2
     assert_outputs_match(CFG, compiled, res)
+    if case == "bank_split_pass_weights":         # banks shared in time: no fit without
+        cbuf = [r for r in compiled.plan.regions if r.memory == "cbuf"]
+        assert any(a.lo < b.hi and b.lo < a.hi for i, a in enumerate(cbuf)
+                   for b in cbuf[i + 1:])
 
 
 @pytest.mark.parametrize("case", list(CASES))

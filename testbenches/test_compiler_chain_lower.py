@@ -11,7 +11,8 @@ from systolica import golden
 from systolica.arch.config import preset
 from systolica.compiler import compile_network, reference
 from systolica.compiler.chain import listing
-from systolica.compiler.chain_cases import random_chain, seed_four_layer, seed_two_layer
+from systolica.compiler.chain_cases import (bank_split_pair, random_chain, seed_four_layer,
+                                             seed_two_layer)
 from systolica.compiler.chain_lower import ChainChoice
 from systolica.compiler.errors import CompileError
 from systolica.compiler.graph import GraphBuilder
@@ -167,3 +168,96 @@ def test_chain_errors_name_the_layer_and_what_to_do():
     with pytest.raises(CompileError, match="has no UBUF"):
         compile_network(CFG.replace(ubuf_base=0, ubuf_rows=0), seed_two_layer(),
                         chain=ChainChoice("fused_crop", 8))
+
+
+# -- the CBUF's banks shared in time, and split per layer --------------------------------
+
+def test_sharing_banks_in_time_takes_fewer_passes():
+    """Layer 0's input band lives in layer 0, the output staging in layer 1: they may
+    take the same banks, so the whole map fits in one pass; kept apart for the whole
+    chain, the bands need four passes (and more DRAM traffic). Both bit for bit."""
+    graph = bank_split_pair()
+    want = reference.outputs(graph)[graph.outputs[0]]
+    shared, gs, out_s = run(graph, ChainChoice("crop_fetch"))
+    apart, ga, out_a = run(graph, ChainChoice("crop_fetch", share=False))
+    np.testing.assert_array_equal(out_s, want)
+    np.testing.assert_array_equal(out_a, want)
+    assert (len(shared.chain.passes), len(apart.chain.passes)) == (1, 4)
+    assert gs.dram_bytes_read + gs.dram_bytes_written < ga.dram_bytes_read + ga.dram_bytes_written
+    # some rows hold two regions of disjoint lifetimes, and the plan checker accepts it
+    cbuf = [r for r in shared.plan.regions if r.memory == "cbuf"]
+    assert any(a.lo < b.hi and b.lo < a.hi and not a.overlaps(b)
+               for i, a in enumerate(cbuf) for b in cbuf[i + 1:])
+    assert not any(a.lo < b.hi and b.lo < a.hi
+                   for i, a in enumerate(r for r in apart.plan.regions if r.memory == "cbuf")
+                   for b in [r for r in apart.plan.regions if r.memory == "cbuf"][i + 1:])
+
+
+def test_plan_checker_refuses_regions_live_together_on_the_same_rows():
+    from dataclasses import replace
+
+    from systolica.compiler.plan import check_plan
+    compiled = compile_network(CFG, bank_split_pair(), chain=ChainChoice("crop_fetch"))
+    plan = compiled.plan
+    check_plan(plan)
+    regions = {r.key: r for r in plan.regions}
+    # conv1's input band lives in both layers: on conv0's band's rows it overlaps
+    moved = replace(regions["conv1.input"], lo=regions["conv0.input"].lo)
+    bad = replace(plan, regions=tuple(moved if r.key == "conv1.input" else r
+                                      for r in plan.regions))
+    with pytest.raises(CompileError, match="'conv0.input' and 'conv1.input' overlap|"
+                                           "'conv1.input' and 'conv0.input' overlap"):
+        check_plan(bad)
+
+
+def test_bank_split_per_layer_goes_the_seeds_way():
+    """Seed 001's "10 weight banks + 2 feature banks for one layer, 2 + 10 for the
+    next", on tiny's 8 banks: layer 0 reads a 32-channel map with small weights,
+    layer 1 an 8-channel map with 3x3x8x128 weights. Loading each layer's weights at
+    its turn in every pass (``pass``), its banks hold the other layer's rows the rest
+    of the time: 2 weight banks + 5 feature banks, then 5 + 2; the least DRAM traffic
+    of all, and only with banks shared in time. The cost model, putting cycles first,
+    streams layer 1's weights instead; its split goes the same ways."""
+    graph = bank_split_pair()
+    want = reference.outputs(graph)[graph.outputs[0]]
+    mine, gm, out = run(graph, ChainChoice("crop_fetch", weights=("pass", "pass")))
+    np.testing.assert_array_equal(out, want)
+    split = [(b["weights"], b["features"], b["ubuf"]) for b in mine.chain.banks]
+    assert split == [(2, 5, 1), (5, 2, 1)]
+    assert mine.chain.bank_listing().splitlines() == [
+        "conv0: weights pass; banks: weights 2, features 5, ubuf 1, free 0",
+        "conv1: weights pass; banks: weights 5, features 2, ubuf 1, free 0"]
+    auto, ga, _ = run(graph, ChainChoice("crop_fetch"))
+    assert auto.chain.choice.weights == ("persistent", "stream")
+    assert gm.dram_bytes_read < ga.dram_bytes_read
+    (w0, f0), (w1, f1) = [(b["weights"], b["features"]) for b in auto.chain.banks]
+    assert w0 < f0 and w1 > f1
+    with pytest.raises(CompileError, match=r"short by \d+ bytes"):
+        compile_network(CFG, graph, chain=ChainChoice("crop_fetch", weights=("pass", "pass"),
+                                                      share=False))
+
+
+def test_weights_per_layer_and_sharing_are_the_users_to_choose():
+    with pytest.raises(CompileError, match="2 entries for 3 layers"):
+        compile_network(CFG, seed_four_layer(), chain=ChainChoice(weights=("pass", "stream")))
+    with pytest.raises(CompileError, match="is not one of persistent, pass, stream"):
+        ChainChoice(weights=("pass", "kept"))
+    with pytest.raises(CompileError, match="share must be True or False"):
+        ChainChoice(share=1)
+    forced = compile_network(CFG, seed_four_layer(), chain=ChainChoice(
+        "crop_fetch", 8, weights=("stream", "pass", "persistent")))
+    assert forced.chain.choice.weights == ("stream", "pass", "persistent")
+
+
+def test_a_chain_that_cannot_fit_with_one_row_per_pass_names_the_layer_and_bytes():
+    g = GraphBuilder("wide")
+    t = g.input(np.zeros((1, 6, 120, 64), np.int8))
+    t = g.conv2d(t, np.ones((3, 3, 64, 8), np.int8), pads=1, name="c0")
+    t = g.conv2d(t, np.ones((3, 3, 8, 8), np.int8), pads=1, name="c1")
+    with pytest.raises(CompileError, match=r"input rows of layer 'c0': .* short by 30208 "
+                                           r"bytes.*even with one output row per pass"):
+        compile_network(CFG, g.build(t), chain=ChainChoice("baseline"))
+    # keeping the halo takes two rows a pass at least (a 3x3 window's halo is two)
+    with pytest.raises(CompileError, match=r"input rows of layer 'c0': .* short by 22528 "
+                                           r"bytes.*even with 2 output rows per pass"):
+        compile_network(CFG, g.build(t), chain=ChainChoice("crop_fetch"))

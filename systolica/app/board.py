@@ -51,7 +51,7 @@ async def run_compiled(bus: LinkBus, compiled: Compiled) -> BoardRun:
         await bus.write_dram(compiled.prog_addr, fetch.program_words(cfg, compiled.image))
     driver = Driver(bus)
     await driver.load_program(compiled.image, prog_addr=compiled.prog_addr,
-                              imem_depth=cfg.imem_depth)
+                              imem_depth=cfg.imem_depth, ubuf=compiled.ubuf)
     await driver.start()
     try:
         await driver.wait_done(timeout_cycles(compiled))

@@ -75,7 +75,8 @@ def record(chain: Chain, strategy: str, run) -> dict:
                    outputs_per_pass=lowered.choice.outputs_per_pass,
                    weights=lowered.choice.weights,
                    first_layer_rows_read=[p[0].read for p in lowered.passes],
-                   listing=listing(lowered.passes, names, widths).splitlines())
+                   listing=listing(lowered.passes, names, widths).splitlines(),
+                   banks=lowered.bank_listing().splitlines())
     return rec
 
 

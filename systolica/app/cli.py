@@ -323,7 +323,18 @@ def cmd_bench(args) -> int:
 
 
 #: ``systolica chain --example``: (graph builder, outputs per pass).
-CHAIN_EXAMPLES = {"seed001": ("seed_two_layer", 8), "seed001-four": ("seed_four_layer", 8)}
+CHAIN_EXAMPLES = {"seed001": ("seed_two_layer", 8), "seed001-four": ("seed_four_layer", 8),
+                  "bank-split": ("bank_split_pair", None)}
+
+
+def _chain_weights(text: str):
+    from ..compiler.chain_lower import WEIGHTS
+    kinds = tuple(text.split(","))
+    bad = [k for k in kinds if k not in WEIGHTS]
+    if bad:
+        raise argparse.ArgumentTypeError(f"{', '.join(bad)}: not one of "
+                                         f"{', '.join(WEIGHTS)}")
+    return kinds[0] if len(kinds) == 1 else kinds
 
 
 def cmd_chain(args) -> int:
@@ -337,7 +348,8 @@ def cmd_chain(args) -> int:
     per = args.outputs_per_pass or per
     make = getattr(chain_cases, builder)
     strategies = STRATEGIES if args.strategy == "all" else (args.strategy,)
-    choices = [ChainChoice(s, per, args.weights) for s in strategies]
+    choices = [ChainChoice(s, per, args.weights, share=not args.no_share)
+               for s in strategies]
     for choice in choices:                 # a chain that cannot compile fails now,
         compile_network(cfg, make(), chain=choice)     # not after the build
     _ensure_built(cfg)
@@ -350,6 +362,7 @@ def cmd_chain(args) -> int:
         print(f"\n== {choice.strategy}: {len(run.compiled.chain.passes)} passes, weights "
               f"{run.compiled.chain.choice.weights}")
         print(listing(run.compiled.chain.passes, [n.name for n in graph.nodes], widths))
+        print(run.compiled.chain.bank_listing())
         report.print_run(run)
         runs.append(run)
     if len(runs) > 1:
@@ -457,13 +470,20 @@ def parser() -> argparse.ArgumentParser:
     config(p)
     p.add_argument("--example", choices=sorted(CHAIN_EXAMPLES), default="seed001",
                    help="seed001: two 16x16 layers (7x7, 5x5) in two passes; "
-                        "seed001-four: three 3x3 layers over 24 rows in three passes")
+                        "seed001-four: three 3x3 layers over 24 rows in three passes; "
+                        "bank-split: a wide map with small weights, then a narrow one "
+                        "with large weights (the cost model's passes)")
     p.add_argument("--strategy", choices=("all", "baseline", "crop_fetch", "fused_crop"),
                    default="all", help="how halo rows are had (default: each in turn)")
     p.add_argument("--outputs-per-pass", type=int, metavar="N",
                    help="rows of the last layer's output per pass (default: the example's)")
-    p.add_argument("--weights", choices=("persistent", "stream"),
-                   help="weights loaded once or streamed (default: the cost model's)")
+    p.add_argument("--weights", type=_chain_weights, metavar="KIND[,KIND...]",
+                   help="weights loaded once (persistent), at each layer's turn in every "
+                        "pass (pass) or streamed (stream), for every layer or one per "
+                        "layer, comma-separated (default: the cost model's)")
+    p.add_argument("--no-share", action="store_true",
+                   help="give every CBUF region its banks for the whole chain (default: "
+                        "regions live at different times may share banks)")
     p.set_defaults(func=cmd_chain)
     p = sub.add_parser("run", help="run a GEMM or the demo on a board through its serial "
                                    "port (after `make bitstream` and programming it)")

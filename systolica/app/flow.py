@@ -111,18 +111,19 @@ def run_network(cfg: ChipConfig, network: Network | Graph, *, waves: bool = Fals
     compile_s = time.perf_counter() - began
 
     want = reference.outputs(network)
-    gold = golden.run(cfg, compiled.image, compiled.dram, compiled.prog_addr)
+    gold = golden.run(cfg, compiled.image, compiled.dram, compiled.prog_addr,
+                      ubuf=compiled.ubuf)
     out_words = (compiled.dram_map.output, compiled.dram_map.output_words)
 
     jobs = [dict(name=network.name, program=compiled.image, dram=compiled.dram,
-                 prog_addr=compiled.prog_addr, readback=[out_words])]
+                 prog_addr=compiled.prog_addr, ubuf=compiled.ubuf, readback=[out_words])]
     prefixes = _layer_prefixes(compiled) if per_layer and len(compiled.layers) > 1 else []
     words = isa.from_bytes(compiled.image)
     for layer, n in zip(compiled.layers, prefixes):
         prefix = isa.to_bytes(words[:n])
         jobs.append(dict(name=f"{network.name}:{layer.name}", program=prefix,
                          dram=compiled.dram, prog_addr=compiled.prog_addr,
-                         readback=[(0, 1)]))
+                         ubuf=compiled.ubuf, readback=[(0, 1)]))
     results = rtlsim.run(cfg, jobs, waves=waves, harness=harness)
     full = results[0]
 

@@ -227,6 +227,48 @@ class ChipConfig:
     def dram_bytes(self) -> int:
         return self.dram_words * self.dram_word_bytes
 
+    # -- the UBUF registers -------------------------------------------------------------
+    @property
+    def ubuf_span(self) -> tuple[int, int]:
+        """The CBUF rows ``[lo, hi)`` the UBUF registers may place the UBUF in: the
+        whole CBUF, or with its own SRAM that SRAM (docs/contract.md, "The UBUF")."""
+        if self.ubuf_own_sram:
+            return self.cbuf_depth, self.cbuf_depth + self.ubuf_rows
+        return 0, self.cbuf_depth
+
+    def ubuf_problem(self, base: int, rows: int) -> str | None:
+        """Why ``UBUF_BASE = base, UBUF_ROWS = rows`` is not a UBUF this chip can have
+        (the rule the register file applies to a write), or None if it is."""
+        lo, hi = self.ubuf_span
+        bank = self.cbuf_bank_rows
+        if base % bank or rows % bank:
+            return (f"the UBUF is whole CBUF banks of {bank} rows: base {base} and rows "
+                    f"{rows} must be multiples of {bank}")
+        if rows & (rows - 1):
+            return f"ubuf rows must be 0 or a power of two, not {rows}"
+        if self.ubuf_own_sram and base != lo:
+            return (f"the UBUF in its own SRAM starts at row {lo} (cbuf_depth); base "
+                    f"{base} is not that")
+        if not lo <= base or base + rows > hi:
+            return (f"UBUF rows [{base}, {base + rows}) are outside the rows [{lo}, {hi}) "
+                    f"it may take on chip {self.name!r}")
+        return None
+
+    def at_ubuf(self, base: int, rows: int) -> "ChipConfig":
+        """This chip with its UBUF registers set to ``base``, ``rows`` (what a program
+        compiled for a moved UBUF assumes); a ConfigError if that is not allowed."""
+        for what, v in (("base", base), ("rows", rows)):
+            if not isinstance(v, numbers.Integral) or isinstance(v, bool) or v < 0:
+                raise ConfigError(f"{self.name}: UBUF {what} must be a non-negative "
+                                  f"integer, not {v!r}")
+        why = self.ubuf_problem(int(base), int(rows))
+        if why:
+            raise ConfigError(f"{self.name}: cannot set the UBUF registers to base "
+                              f"{base}, rows {rows}: {why}")
+        if (base, rows) == (self.ubuf_base, self.ubuf_rows):
+            return self
+        return self.replace(ubuf_base=int(base), ubuf_rows=int(rows))
+
     # -- identity -----------------------------------------------------------------------
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)

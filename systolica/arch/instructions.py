@@ -678,9 +678,9 @@ class Vrun(Instruction):
         ``ubuf_rows``, in two pieces where it wraps (the second untouched if not)."""
         crop = _field(f, "crop")
         end = cfg.ubuf_base + cfg.ubuf_rows
-        if not cfg.ubuf_rows:
-            return [Range("cbuf", 0, 0, 0, WRITE, nonempty=crop == 0, touched=0)]
-        off = f.dst & (cfg.ubuf_rows - 1)
+        # the UBUF may be a register value: no Python test of its size (no UBUF: a crop
+        # has no rows to land on, nonempty fails)
+        off = select(cfg.ubuf_rows == 0, 0, f.dst & (cfg.ubuf_rows - 1))
         room = cfg.ubuf_rows - off
         wraps = (crop != 0) & (room < f.rows)
         lo = cfg.ubuf_base + off

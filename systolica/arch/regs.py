@@ -23,8 +23,10 @@ class Reg(enum.IntEnum):
     DRAM_WR_BYTES = 11
     HWCFG = 12         # R: tile_rows | tile_cols << 8 | tile_size << 16
     FAULT_CYCLE = 13   # R: cycle at which the fault was raised
-    UBUF_BASE = 14     # R: first CBUF row of the reserved overlap region (UBUF)
-    UBUF_ROWS = 15     # R: its size in rows (0: no UBUF)
+    UBUF_BASE = 14     # RW: first CBUF row of the reserved overlap region (UBUF)
+    UBUF_ROWS = 15     # RW: its size in rows (0: no UBUF). Both reset to the
+                       # configuration's; a write the rule refuses (ChipConfig.ubuf_problem
+                       # with the other register's value) or made while running is ignored
     PROG_ADDR = 16     # RW: DRAM word address of the program image (fetched from
                        # there when PROG_LEN exceeds the instruction memory)
     FETCH_RD_BYTES = 17  # R: bytes the instruction fetcher read from DRAM (the DMA's

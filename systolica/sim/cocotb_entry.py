@@ -5,7 +5,8 @@ The environment variable ``SYSTOLICA_JOBS`` names a JSON file written by the hos
 
     {"word_bytes": R, "dram_words": N, "imem_depth": D, "dram_in": path,
      "dram_out": path, "results": path,
-     "jobs": [{"name": str, "program": path, "prog_addr": int, "dram": path | null,
+     "jobs": [{"name": str, "program": path, "prog_addr": int, "ubuf": [base, rows] | null,
+               "dram": path | null,
                "readback": [[first_word, words], ...], "timeout_cycles": int}]}
 
 (relative paths are relative to the jobs file). For each job the chip is reset, the
@@ -52,7 +53,7 @@ async def run_jobs(dut):
             await bus.load_dram_file(base / job["dram"])
         program = (base / job["program"]).read_bytes()
         await driver.load_program(program, prog_addr=job["prog_addr"],
-                                  imem_depth=spec["imem_depth"])
+                                  imem_depth=spec["imem_depth"], ubuf=job.get("ubuf"))
 
         wall = time.perf_counter()
         start_cycle = bus.sim_cycle()

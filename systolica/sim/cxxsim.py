@@ -22,19 +22,24 @@ from ..firmware.driver import COUNTER_REGS, Driver, counters_from
 
 
 class ScriptBus:
-    """A register bus that writes harness commands instead of driving a chip."""
+    """A register bus that writes harness commands instead of driving a chip. A read
+    answers, for the driver, what was last written to that register (0 if nothing):
+    the script cannot look at the chip (the UBUF registers' read-back is checked
+    where the chip answers, on the cocotb harness)."""
 
     def __init__(self):
         self.lines: list[str] = []
+        self.written: dict[int, int] = {}
 
     async def write(self, reg: Reg, value: int) -> None:
         if reg == Reg.CTRL and value == CTRL_START:
             self.lines.append("mark")     # the measured window opens at the start write
+        self.written[int(reg)] = value & 0xFFFF_FFFF
         self.lines.append(f"write {int(reg)} {value & 0xFFFF_FFFF}")
 
     async def read(self, reg: Reg) -> int:
         self.lines.append(f"read {reg.name} {int(reg)}")
-        return 0
+        return self.written.get(int(reg), 0)
 
     async def wait_irq(self, timeout_cycles: int) -> bool:
         self.lines.append(f"wait {int(timeout_cycles)}")
@@ -42,7 +47,7 @@ class ScriptBus:
 
 
 def script(program: bytes, timeout_cycles: int, dumps=(), *, prog_addr: int = 0,
-           imem_depth: int | None = None) -> str:
+           imem_depth: int | None = None, ubuf: tuple[int, int] | None = None) -> str:
     """The harness commands of one job: reset, zero the DRAM and load its file, load
     the program, start, wait for the interrupt, read the counters, dump each
     ``(first_word, words, path)`` of ``dumps`` (empty ranges are skipped),
@@ -52,7 +57,8 @@ def script(program: bytes, timeout_cycles: int, dumps=(), *, prog_addr: int = 0,
     bus.lines += ["reset 2", "load"]
 
     async def session():
-        await driver.load_program(program, prog_addr=prog_addr, imem_depth=imem_depth)
+        await driver.load_program(program, prog_addr=prog_addr, imem_depth=imem_depth,
+                                  ubuf=ubuf)
         await driver.start()
         await bus.wait_irq(timeout_cycles)
         for reg in COUNTER_REGS:
@@ -67,7 +73,8 @@ def script(program: bytes, timeout_cycles: int, dumps=(), *, prog_addr: int = 0,
 
 def run_job(executable: Path, run_dir: Path, index: int, *, program: bytes,
             dram_in: Path, readback: list, word_bytes: int, timeout_cycles: int,
-            prog_addr: int = 0, imem_depth: int | None = None, period_ns: int = 10) -> dict:
+            prog_addr: int = 0, imem_depth: int | None = None, period_ns: int = 10,
+            ubuf: tuple[int, int] | None = None) -> dict:
     """Run one job from the DRAM load file ``dram_in``
     (:func:`systolica.firmware.dramfile.write_segments` format); the raw result (the
     registers by name, the measured window and one array per ``readback`` range, only
@@ -78,7 +85,7 @@ def run_job(executable: Path, run_dir: Path, index: int, *, program: bytes,
              for k, (first, count) in enumerate(readback)]
     commands = run_dir / f"job{index}.script"
     commands.write_text(script(program, timeout_cycles, dumps, prog_addr=prog_addr,
-                               imem_depth=imem_depth))
+                               imem_depth=imem_depth, ubuf=ubuf))
     log = run_dir / f"job{index}.log"
     with open(log, "w") as err:
         done = subprocess.run([str(executable),

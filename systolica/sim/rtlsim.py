@@ -23,6 +23,10 @@ A job is a dict:
     DRAM word address of the program region (the PROG_ADDR register; default 0). A
     program longer than ``cfg.imem_depth`` needs it: its image is written there, with
     the DRAM data, and the chip fetches from it (:mod:`systolica.arch.fetch`).
+``ubuf`` (``(base, rows)``, optional)
+    the UBUF placement the program assumes (``compiled.ubuf``): the driver writes the
+    UBUF registers before the run (missing: they keep their reset values, the
+    configuration's). One the chip would refuse is an error here.
 ``readback`` (list of ``(first_word, words)``, optional)
     DRAM word ranges to return after the run; only these are dumped. Missing means
     the whole DRAM, which on a large memory (``base`` has 64 MiB) costs seconds:
@@ -183,7 +187,7 @@ def _write_jobs(cfg: ChipConfig, jobs: list[dict], run_dir: Path) -> list[dict]:
     specs = []
     for index, job in enumerate(jobs):
         unknown = set(job) - {"program", "dram", "readback", "expect_fault",
-                              "timeout_cycles", "name", "prog_addr"}
+                              "timeout_cycles", "name", "prog_addr", "ubuf"}
         if unknown:
             raise RtlSimError(f"job {index}: unknown key(s) {sorted(unknown)}")
         image = bytes(job["program"])
@@ -210,10 +214,22 @@ def _write_jobs(cfg: ChipConfig, jobs: list[dict], run_dir: Path) -> list[dict]:
             dram = f"job{index}-dram.hex"
             dramfile.write_segments(run_dir / dram, segments)
         readback = job.get("readback")
+        ubuf = job.get("ubuf")
+        if ubuf is not None:
+            try:
+                base, rows = (int(v) for v in ubuf)
+            except (TypeError, ValueError):
+                raise RtlSimError(f"job {index}: ubuf must be (base, rows), not "
+                                  f"{ubuf!r}") from None
+            why = cfg.ubuf_problem(base, rows)
+            if why:
+                raise RtlSimError(f"job {index}: UBUF base {base}, rows {rows}: {why}")
+            ubuf = [base, rows]
         specs.append({
             "name": job.get("name", f"job{index}"),
             "program": prog,
             "prog_addr": int(prog_addr or 0),
+            "ubuf": ubuf,
             "dram": dram,
             "readback": _check_ranges(cfg, [(0, cfg.dram_words)] if readback is None
                                       else readback),
@@ -286,6 +302,7 @@ def _run_cxx(cfg: ChipConfig, out: Path, run_dir: Path, specs: list[dict]) -> li
             res = cxxsim.run_job(out / "sim_build" / HDL_TOPLEVEL, run_dir, index,
                                  program=(run_dir / spec["program"]).read_bytes(),
                                  prog_addr=spec["prog_addr"], imem_depth=cfg.imem_depth,
+                                 ubuf=spec["ubuf"],
                                  dram_in=dram_in, readback=spec["readback"],
                                  word_bytes=cfg.dram_word_bytes,
                                  timeout_cycles=spec["timeout_cycles"])
