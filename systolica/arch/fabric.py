@@ -94,11 +94,14 @@ def _muxes(t: int, tile_cols: int) -> tuple[Mux, ...]:
         add(f"wb_src[{g}]", cols, g)
     for i in range(t):
         add(f"west_wfeed[{i}]", groups, i)
-    if len(out) > 256 or any(len(m.sources) > 16 for m in out):
+    from .isa import MUX_INDEX_BITS, MUX_VALUE_BITS
+    if len(out) > 1 << MUX_INDEX_BITS or any(len(m.sources) > 1 << MUX_VALUE_BITS
+                                             for m in out):
         from .config import ConfigError
         raise ConfigError(f"a {t}x{tile_cols} tile grid has {len(out)} multiplexers with up "
                           f"to {max(len(m.sources) for m in out)} sources, more than "
-                          f"SETCFG's 8-bit index and 4-bit value can name (256, 16); "
+                          f"SETCFG's {MUX_INDEX_BITS}-bit index and {MUX_VALUE_BITS}-bit "
+                          f"value can name ({1 << MUX_INDEX_BITS}, {1 << MUX_VALUE_BITS}); "
                           f"use fewer tiles")
     return tuple(out)
 
