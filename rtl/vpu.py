@@ -3,9 +3,9 @@ requantise and clamp) -> CBUF or ACC."""
 
 from amaranth.hdl import Cat, Const, Module, Mux, Signal, signed
 from amaranth.lib import wiring
-from amaranth.lib.wiring import In
+from amaranth.lib.wiring import In, Out
 
-from systolica.arch import isa
+from systolica.arch import fabric, isa
 from systolica.arch.config import ChipConfig, ConfigError
 from systolica.arch.instructions import PARAM_ROWS
 from systolica.arch.isa import Opcode
@@ -27,7 +27,9 @@ class VectorUnit(wiring.Component):
     Members: ``issue`` (:class:`~.ports.Issue` of ``VRUN``), ``acc_read``,
     ``cbuf_write``, ``acc_write``, ``crop_write`` (the fused crop's second CBUF write
     port: a row written to CBUF row ``a`` also goes to the UBUF's row ``a mod
-    ubuf_rows``), and the ``wb_src`` multiplexer settings.
+    ubuf_rows``), the ``wb_src`` multiplexer settings, and ``cbuf_keep``: the
+    partitions of the groups whose ``wb_src`` is ``keep``, which neither CBUF write
+    touches.
     """
 
     def __init__(self, *, cfg: ChipConfig):
@@ -43,6 +45,7 @@ class VectorUnit(wiring.Component):
             "cbuf_write": In(buffer_write(cfg, "cbuf")),
             "acc_write": In(buffer_write(cfg, "acc")),
             "crop_write": In(buffer_write(cfg, "cbuf")),
+            "cbuf_keep": Out(cfg.rows),     # partitions its CBUF writes leave alone
         })
 
     def elaborate(self, platform):
@@ -155,8 +158,11 @@ class VectorUnit(wiring.Component):
 
         n = cfg.tile_size
         routed = []
+        keep = fabric.by_name(cfg)["wb_src[0]"].value_of(fabric.KEEP)
         for g in range(cfg.tile_rows):
             routed += _group_select(m, out8, self.wb_src[g], 8, n, cfg.tile_cols)
+            m.d.comb += self.cbuf_keep[g * n:(g + 1) * n].eq(
+                (self.wb_src[g] == keep).replicate(n))
         # the fused crop: the same row into the UBUF, at the destination mod its size
         # (a crop needs a UBUF: without one the sequencer never issues it)
         crop_at = cfg.ubuf_base + (dst & (cfg.ubuf_rows - 1)) if cfg.ubuf_rows else 0

@@ -82,7 +82,8 @@ def test_eight_pair_word_round_trips():
 
 
 @pytest.mark.rtl
-def test_eight_pair_setcfg_on_rtl():
+@pytest.mark.regress     # a Verilated build of its own; make test runs 8-pair SETCFGs on
+def test_eight_pair_setcfg_on_rtl():   # tiny_tall (test_chip_nonsquare.py)
     cfg = K8
     R, C, n = cfg.rows, cfg.cols, cfg.tile_size
     rng = np.random.default_rng(8)
