@@ -896,6 +896,24 @@ class CnnLowered(Lowered):
     tiling: dict = field(default_factory=dict)   # layer -> its Tiling
 
 
+def check_channels(cfg: ChipConfig, graph: Graph) -> None:
+    """On a tall array (R > C) a feature map's channels are blocks of R partitions but
+    a layer's output channels N-blocks of C columns; the feature-map lowerings (layer
+    by layer and chained) line them up for one N-block only, so they refuse more."""
+    if cfg.rows == cfg.cols:
+        return
+    for node in graph.nodes:
+        if isinstance(node.op, Flatten):
+            continue
+        for t in node.outputs:
+            if graph.tensor(t).shape[-1] > cfg.cols:
+                raise CompileError(
+                    f"layer {node.name!r}: {graph.tensor(t).shape[-1]} output channels "
+                    f"on chip {cfg.name!r}, whose {cfg.rows}x{cfg.cols} array is not "
+                    f"square: its feature-map layers take at most {cfg.cols} output "
+                    f"channels (one N-block); use a square preset or fewer channels")
+
+
 def lower_cnn(cfg: ChipConfig, graph: Graph,
               weights: str | Mapping[str, str] | None = None,
               buffers: int | Mapping[str, int] | None = None) -> CnnLowered:
@@ -903,19 +921,7 @@ def lower_cnn(cfg: ChipConfig, graph: Graph,
     software-pipeline them. `weights` (``stream`` or ``persistent``) and `buffers` (2
     or 1): each layer's :class:`Tiling`, for all layers or per layer name; what is not
     given is the cost model's choice (:func:`choose`)."""
-    if cfg.rows != cfg.cols:
-        # A feature map's channels are blocks of R partitions and its layers' output
-        # channels N-blocks of C columns; only one block of each lines them up
-        for node in graph.nodes:
-            if isinstance(node.op, Flatten):
-                continue
-            for t in node.outputs:
-                if graph.tensor(t).shape[-1] > cfg.cols:
-                    raise CompileError(
-                        f"layer {node.name!r}: {graph.tensor(t).shape[-1]} output channels "
-                        f"on chip {cfg.name!r}, whose {cfg.rows}x{cfg.cols} array is not "
-                        f"square: its feature-map layers take at most {cfg.cols} output "
-                        f"channels (one N-block); use a square preset or fewer channels")
+    check_channels(cfg, graph)
     lay = _layout(cfg)
     R = cfg.rows
     # replicated layout for a graph input read only by convolutions with few channels

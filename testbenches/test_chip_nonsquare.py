@@ -162,6 +162,20 @@ def test_geometry_refusals():
         compile_network(TALL, g)
 
 
+@pytest.mark.parametrize("strategy", ["crop_fetch", "fused_crop"])
+def test_chain_in_passes(strategy):
+    """Seed 001's two chained convolutions in passes through the UBUF, 8 channels:
+    golden equals numpy; 12 channels (more than C) are refused, not miscompiled."""
+    from systolica.compiler.chain_cases import seed_two_layer
+    from systolica.compiler.chain_lower import ChainChoice
+    c = compile_network(TALL, seed_two_layer(8), chain=ChainChoice(strategy, 8))
+    gold = c.results(golden.run(TALL, c.image, c.dram, c.prog_addr).dram)
+    for k, want in reference.outputs(c.graph).items():
+        np.testing.assert_array_equal(gold[k], want)
+    with pytest.raises(CompileError, match="12 output channels"):
+        compile_network(TALL, seed_two_layer(12), chain=ChainChoice(strategy, 8))
+
+
 @pytest.fixture(scope="module")
 def rtl_runs():
     return compile_and_run_on_rtl(TALL, CASES)
