@@ -103,6 +103,7 @@ CASES = {
     "gemm_one_subblock": gemm(33, 16, 8),       # N = C: sub-block 0 only
     "gemm_int32": gemm(7, 9, 21, "int32"),      # ACC rows: 2 DRAM words each
     "mlp": mlp,                                 # hidden 27 > C read back as K-blocks
+    "transpose_16x16": transpose(16, 16),       # seed 004: one block, two 16x8 subs
     "transpose_12x7": transpose(12, 7),         # 12 block rows: two sub-blocks
     "transpose_37x21": transpose(37, 21),       # ragged blocks, 2 x 3 blocks
     "dense_transpose_dense": dense_transpose_dense,
@@ -146,6 +147,20 @@ def test_sub_blocks_use_keep():
                    for i, v in isa.setcfg_pairs(ins.fields))
     assert kept(compile_network(TALL, gemm(5, 20, 13)()))
     assert not kept(compile_network(TALL, gemm(33, 16, 8)()))
+
+
+def test_seed004_block_wider_than_the_array():
+    """Seed 004's 128x128 block on a 128x64 array, scaled down: a 16x16 block on the
+    16x8 array is two 16x8 sub-blocks, each a west load of 8 of its rows (CBUF rows
+    ``a`` and ``a + 8``) and an identity MATMUL of 16 rows, written into partitions
+    0..7 and 8..15 of the result's rows."""
+    c = compile_network(TALL, transpose(16, 16)())
+    ops = [i for i in c.program if i.op is not Opcode.SETCFG]
+    wloads = [i.w_addr for i in ops if i.op is Opcode.WLOAD]
+    assert len(wloads) == 2 and wloads[1] - wloads[0] == TALL.cols
+    assert [i.rows for i in ops if i.op is Opcode.MATMUL] == [16, 16]
+    vruns = [i for i in ops if i.op is Opcode.VRUN]
+    assert len(vruns) == 2 and vruns[0].dst == vruns[1].dst
 
 
 def test_geometry_refusals():
