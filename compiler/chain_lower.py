@@ -42,7 +42,7 @@ from ..arch.config import ChipConfig
 from ..arch.isa import CopyKind, DmaKind, Opcode
 from . import chain
 from .cnn import (PARAM_ROWS, WEIGHT_SLOTS, CnnLowered, DramLayout, Job, Layout, Source,
-                  _bank_up,
+                  _bank_up, check_channels,
                   _check_window, _conv_job, _Counters, _Emit, _out_words, acc_param_rows,
                   as_map, pack_map)
 from .errors import CompileError
@@ -686,6 +686,7 @@ def lower_chain(cfg: ChipConfig, graph: Graph, want: ChainChoice = ChainChoice()
     """Lower a chain of convolutions (:func:`chain_layers`) to run in passes."""
     R = cfg.rows
     nodes = chain_layers(graph)
+    check_channels(cfg, graph)
     jobs = []
     for i, node in enumerate(nodes):
         shape = as_map(graph.tensor(node.inputs[0]).shape)

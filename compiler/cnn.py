@@ -185,9 +185,10 @@ def _conv_job(cfg, graph, index, node, src: Source) -> Job:
     lo = op.zp if op.relu or op.relu6 is not None else -128
     hi = op.relu6 if op.relu6 is not None else 127
     clamp = (lo & 0xFF) | ((hi & 0xFF) << 8)
-    params = np.zeros((nb, PARAM_ROWS, R), dtype=np.int64)
+    C = cfg.cols             # an ACC row (one N-block: nb = 1 unless C = R)
+    params = np.zeros((nb, PARAM_ROWS, C), dtype=np.int64)
     for n in range(nb):
-        k = min(R, Cout - n * R)
+        k = min(C, Cout - n * R)
         params[n, 0, :k] = bias[n * R:n * R + k]
         params[n, 1, :k] = mult[n * R:n * R + k]
         params[n, 2, :k] = shift[n * R:n * R + k]
@@ -195,7 +196,7 @@ def _conv_job(cfg, graph, index, node, src: Source) -> Job:
     Ho, Wo = out.shape[1], out.shape[2]
     return Job(node.name, index, [src], (KH, KW), op.stride, op.pads, dil,
                x_zp & 0xFF, out.shape, "int8", steps, np.stack(blocks).astype(np.int8),
-               post="params", post_rows=params.reshape(-1, R).astype(np.int32),
+               post="params", post_rows=params.reshape(-1, C).astype(np.int32),
                vrun=dict(requant=1, params=1, zp=op.zp & 0xFF),
                macs=out.shape[0] * Ho * Wo * KH * KW * Cin * Cout)
 
@@ -240,7 +241,7 @@ def _pool_job(cfg, graph, index, node, src: Source) -> Job:
         job.pad_byte = x_zp & 0xFF
         nbk = layout.blocks(C, cfg.rows)
         job.post = "bias"
-        job.post_rows = np.full((nbk, cfg.rows), -x_zp * kernel[0] * kernel[1], dtype=np.int32)
+        job.post_rows = np.full((nbk, cfg.cols), -x_zp * kernel[0] * kernel[1], dtype=np.int32)
         job.vrun = dict(requant=1, mult=mult, shift=shift, zp=x_zp & 0xFF, use_bias=1)
     return job
 
@@ -255,7 +256,7 @@ def _add_job(cfg, graph, index, node, srcs: list[Source]) -> Job:
     job = Job(node.name, index, srcs, (1, 1), (1, 1), (0, 0, 0, 0), (1, 1), 0, out.shape,
               "int8", steps, weights, macs=2 * N * H * W * C)
     job.post = "bias"
-    job.post_rows = np.full((nbk, cfg.rows), -(op.mult_a * za + op.mult_b * zb),
+    job.post_rows = np.full((nbk, cfg.cols), -(op.mult_a * za + op.mult_b * zb),
                             dtype=np.int32)
     job.vrun = dict(requant=1, mult=1, shift=op.shift, zp=op.zp & 0xFF, use_bias=1,
                     relu=int(op.relu))
@@ -285,7 +286,7 @@ def _dense_job(cfg, graph, index, node, src: Source) -> Job:
               macs=M * K * Nn)
     if op.bias is not None:
         job.post = "bias"
-        job.post_rows = np.zeros((nb, R), dtype=np.int32)
+        job.post_rows = np.zeros((nb, cfg.cols), dtype=np.int32)
         job.post_rows.reshape(-1)[:Nn] = op.bias
     post = dict(use_bias=int(op.bias is not None), relu=int(op.relu))
     if out.dtype == "int8":
@@ -896,6 +897,24 @@ class CnnLowered(Lowered):
     segments: dict = field(default_factory=dict)  # first layer -> net_chains.Chained
 
 
+def check_channels(cfg: ChipConfig, graph: Graph) -> None:
+    """On a tall array (R > C) a feature map's channels are blocks of R partitions but
+    a layer's output channels N-blocks of C columns; the feature-map lowerings (layer
+    by layer and chained) line them up for one N-block only, so they refuse more."""
+    if cfg.rows == cfg.cols:
+        return
+    for node in graph.nodes:
+        if isinstance(node.op, Flatten):
+            continue
+        for t in node.outputs:
+            if graph.tensor(t).shape[-1] > cfg.cols:
+                raise CompileError(
+                    f"layer {node.name!r}: {graph.tensor(t).shape[-1]} output channels "
+                    f"on chip {cfg.name!r}, whose {cfg.rows}x{cfg.cols} array is not "
+                    f"square: its feature-map layers take at most {cfg.cols} output "
+                    f"channels (one N-block); use a square preset or fewer channels")
+
+
 def lower_cnn(cfg: ChipConfig, graph: Graph,
               weights: str | Mapping[str, str] | None = None,
               buffers: int | Mapping[str, int] | None = None,
@@ -908,8 +927,7 @@ def lower_cnn(cfg: ChipConfig, graph: Graph,
     and `segments` (the user's cut, by first layer name): which runs of convolutions
     run as chains in passes (:mod:`.net_chains`)."""
     from . import chain_lower, net_chains
-    if cfg.rows != cfg.cols:
-        raise CompileError(f"chip {cfg.name!r}: the layouts assume a square array")
+    check_channels(cfg, graph)
     lay = _layout(cfg)
     R = cfg.rows
     # replicated layout for a graph input read only by convolutions with few channels

@@ -32,8 +32,11 @@ def bias_words(cfg: ChipConfig, N: int) -> int:
 
 
 def output_words(cfg: ChipConfig, M: int, N: int, dtype: str) -> int:
-    per_row = cfg.acc_row_words if dtype == "int32" else 1
-    return blocks(N, cfg.cols) * M * per_row
+    """int8: the activation layout (blocks of ``R`` columns, ``M`` words each); int32:
+    per N-block of ``C`` columns ``M`` accumulator rows."""
+    if dtype == "int32":
+        return blocks(N, cfg.cols) * M * cfg.acc_row_words
+    return blocks(N, cfg.rows) * M
 
 
 def pack_activations(cfg: ChipConfig, a: np.ndarray) -> np.ndarray:
@@ -80,8 +83,9 @@ def pack_bias(cfg: ChipConfig, bias: np.ndarray) -> np.ndarray:
 
 
 def unpack_int8(cfg: ChipConfig, words: np.ndarray, M: int, N: int) -> np.ndarray:
-    """Per N-block ``M`` words -> int8 ``[M, N]``."""
-    C = cfg.cols
+    """Per block of ``R`` columns ``M`` words -> int8 ``[M, N]`` (the activation
+    layout; on a tall array an N-block of ``C`` columns is a sub-block of one)."""
+    C = cfg.rows
     nb = blocks(N, C)
     tiles = np.asarray(words, dtype=np.uint8)[:nb * M, :C].view(np.int8).reshape(nb, M, C)
     return tiles.transpose(1, 0, 2).reshape(M, nb * C)[:, :N].copy()
@@ -97,8 +101,7 @@ def unpack_int32(cfg: ChipConfig, words: np.ndarray, M: int, N: int) -> np.ndarr
 
 def tensor_words(cfg: ChipConfig, shape: tuple[int, int], dtype: str) -> int:
     """DRAM words of a 2-D tensor: int8 in the activation layout (blocks of ``R``
-    columns, ``M`` words each; with ``R == C`` the same as an int8 output), int32 as
-    per N-block ``M`` accumulator rows."""
+    columns, ``M`` words each), int32 as per N-block ``M`` accumulator rows."""
     M, N = shape
     return output_words(cfg, M, N, dtype)
 

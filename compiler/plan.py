@@ -378,9 +378,6 @@ def plan_memory(cfg: ChipConfig, network) -> MemoryPlan:
     """Place `network` (a Graph or Network) in `cfg`'s memories; CompileError naming
     the layer, the tensor and the shortfall when it does not fit."""
     graph = as_graph(network)
-    if cfg.rows != cfg.cols:
-        raise CompileError(f"chip {cfg.name!r}: the DRAM layouts assume a square array, "
-                           f"not {cfg.rows}x{cfg.cols}")
     rows, chip = _rows(cfg, graph)
     dram_regions, image, dmap = _dram(cfg, graph)
     plan = MemoryPlan(cfg, graph, MappingProxyType(rows), tuple(chip + dram_regions),

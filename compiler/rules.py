@@ -48,8 +48,8 @@ def acc_half_rows(cfg: ChipConfig) -> int:
 
 
 def gemm_routing(cfg: ChipConfig, op: Opcode, *, to_acc: bool = False,
-                 tile_rows: int | None = None, tile_cols: int | None = None
-                 ) -> dict[str, str]:
+                 tile_rows: int | None = None, tile_cols: int | None = None,
+                 sub: int = 0) -> dict[str, str]:
     """The multiplexer settings a dense block's WLOAD, MATMUL or VRUN relies on:
     CBUF partition group ``g`` feeds tile row ``g`` (activations) and tile column
     ``g`` (weights), every tile passes its lanes on, partial sums run down each tile
@@ -58,7 +58,11 @@ def gemm_routing(cfg: ChipConfig, op: Opcode, *, to_acc: bool = False,
 
     Tile rows from `tile_rows` on and tile columns from `tile_cols` on, which only
     ever carry zero padding, are fed zeros at the array's edge instead: the sums are
-    the same, and those lanes stay quiet whatever the padding partitions hold."""
+    the same, and those lanes stay quiet whatever the padding partitions hold.
+
+    On a tall array (``R = k*C``) a VRUN writes sub-block `sub` (``0 .. k-1``) of an
+    ``R``-column block: ACC group ``j`` to CBUF group ``sub*tile_cols + j``; the other
+    groups are zeroed by sub-block 0 and kept by the later ones (``wb_src = keep``)."""
     t, cols = cfg.tile_rows, cfg.tile_cols
     tr = t if tile_rows is None else tile_rows
     tc = cols if tile_cols is None else tile_cols
@@ -74,7 +78,9 @@ def gemm_routing(cfg: ChipConfig, op: Opcode, *, to_acc: bool = False,
                 **{f"psum_in[{i}][{j}]": "north" for i in range(1, t) for j in range(cols)},
                 **{f"acc_src[{g}]": f"col.g{g}" for g in range(cols)}}
     if op is Opcode.VRUN and not to_acc:
-        return {f"wb_src[{g}]": f"col.g{g}" for g in range(t)}
+        rest = fabric.ZERO if sub == 0 else fabric.KEEP
+        return {f"wb_src[{g}]": f"col.g{g - sub * cols}" if 0 <= g - sub * cols < cols
+                else rest for g in range(t)}
     return {}
 
 
@@ -114,11 +120,12 @@ class DenseRule:
         return acc_half_rows(cfg)
 
     @staticmethod
-    def _op(em: Emitter, op: Opcode, layer: int, **fields) -> MicroOp:
-        """A checked micro-op with the routing it relies on (``gemm_routing``)."""
+    def _op(em: Emitter, op: Opcode, layer: int, sub: int = 0, **fields) -> MicroOp:
+        """A checked micro-op with the routing it relies on (``gemm_routing``; a VRUN
+        writes sub-block `sub` of its block)."""
         mop = make(em.cfg, op, layer, **fields)
         mop.needs = gemm_routing(em.cfg, op, to_acc=bool(fields.get("to_acc")),
-                                 tile_rows=em.tile_rows, tile_cols=em.tile_cols)
+                                 tile_rows=em.tile_rows, tile_cols=em.tile_cols, sub=sub)
         return mop
 
     def macs(self, graph: Graph, node: Node) -> int:
@@ -225,23 +232,30 @@ class DenseRule:
                         first = False
                 blk.epilogue = self._epilogue(em, index, layer, out.dtype, nb, m0, rows, M,
                                               Mc, half, acc_at, bias_at, resident, stored,
-                                              staging)
+                                              staging, layout.blocks(layer.N, C))
                 blocks.append(blk)
         return blocks
 
     def _epilogue(self, em, index, layer, dtype, nb, m0, rows, M, Mc, half, acc_at,
-                  bias_at, resident, stored, staging) -> list[MicroOp]:
-        arw = em.cfg.acc_row_words
+                  bias_at, resident, stored, staging, n_blocks) -> list[MicroOp]:
+        """N-block `nb` (of `n_blocks`) of ``C`` columns: int8 into sub-block ``nb % k``
+        of block ``nb // k`` of ``R`` columns (``k = R / C``; the activation layout a
+        later layer reads), stored once the block's last sub-block is in; int32 as
+        accumulator rows."""
+        arw, k = em.cfg.acc_row_words, em.cfg.sub_blocks
         op = partial(self._op, em)
         post = dict(src=acc_at, rows=rows, bias_addr=bias_at if layer.bias is not None
                     else 0, use_bias=int(layer.bias is not None), relu=int(layer.relu))
         if dtype == "int8":
             post.update(requant=1, mult=layer.mult, shift=layer.shift, zp=layer.zp & 0xFF)
-            buf = resident + nb * Mc if resident is not None else staging + half * Mc
-            ops = [op(Opcode.VRUN, index, to_acc=0, dst=buf, **post)]
-            if stored is not None:
+            b, sub = divmod(nb, k)
+            # the sub-blocks of one block share a staging half
+            slot = half if k == 1 else b % 2
+            buf = resident + b * Mc if resident is not None else staging + slot * Mc
+            ops = [op(Opcode.VRUN, index, sub=sub, to_acc=0, dst=buf, **post)]
+            if stored is not None and (sub == k - 1 or nb == n_blocks - 1):
                 ops.append(op(Opcode.DMA, index, kind=DmaKind.STORE_CBUF,
-                              dram_addr=stored + nb * M + m0, dram_stride=1,
+                              dram_addr=stored + b * M + m0, dram_stride=1,
                               buf_addr=buf, rows=rows))
             return ops
         ops = []
@@ -319,9 +333,10 @@ class TransposeRule:
                               f"output staging of {node.name!r}"))
         return needs
 
-    def _op(self, em: Emitter, op: Opcode, layer: int, **fields) -> MicroOp:
+    def _op(self, em: Emitter, op: Opcode, layer: int, sub: int = 0, **fields) -> MicroOp:
         mop = make(em.cfg, op, layer, **fields)
-        routing = gemm_routing(em.cfg, op, tile_rows=em.tile_rows, tile_cols=em.tile_cols)
+        routing = gemm_routing(em.cfg, op, tile_rows=em.tile_rows, tile_cols=em.tile_cols,
+                               sub=sub)
         if op is Opcode.WLOAD:
             routing.update({name: "west" for name in routing if name.startswith("w_in[")})
         mop.needs = routing
@@ -348,51 +363,59 @@ class TransposeRule:
                    if resident is None else None)
 
         blocks: list[Block] = []
+        C, k = cfg.cols, cfg.sub_blocks
         for mb in range(layout.blocks(M, R)):
             rows = min(R, M - mb * R)                 # block rows: output columns
             for kb in range(layout.blocks(N, R)):
                 cols = min(R, N - kb * R)             # block columns: output rows
-                blk = Block(index)
-                half = em.blocks % 2
-                em.blocks += 1
-                bank = em.steps % 2
-                acc_at = halves + half * Mt
-                loads = []
-                if not blocks:
-                    # a step's load, not the block's bias: the pipeliner hoists a bias
-                    # into the layer before unchecked, where the identity's rows may
-                    # still be another region's (its lifetime is this layer's)
-                    loads.append(op(Opcode.DMA, index, kind=DmaKind.LOAD_CBUF,
-                                    dram_addr=plan.param(node.name, "identity").lo,
-                                    dram_stride=1, buf_addr=ident, rows=R))
+                # the block's rows in sub-blocks of C: a west load fills the array's
+                # C columns (one sub-block on a square array)
+                subs = layout.blocks(rows, C)
+                slot = (em.blocks // subs) % 2 if k > 1 else em.blocks % 2
                 if ring is not None:
-                    w_addr = ring + (em.steps % self.SLOTS) * R
-                    loads.append(op(Opcode.DMA, index, kind=DmaKind.LOAD_CBUF,
-                                    dram_addr=a_dram + kb * M + mb * R, dram_stride=1,
-                                    buf_addr=w_addr, rows=rows))
+                    w_base = ring + (em.steps % self.SLOTS) * R
                 else:
-                    w_addr = resident_in + kb * M + mb * R
-                    if w_addr + R > cfg.cbuf_depth:
-                        raise CompileError(
-                            f"layer {node.name!r}: the last block of {src_t.name!r} ends "
-                            f"{w_addr + R - cfg.cbuf_depth} rows from the CBUF's end, but a "
-                            f"weight load reads {R} rows; use a chip with a larger CBUF")
-                em.steps += 1
-                loads.append(op(Opcode.WLOAD, index, w_addr=w_addr, bank=bank))
-                mm = op(Opcode.MATMUL, index, act_addr=ident, rows=cols, acc_addr=acc_at,
-                        accumulate=0, bank=bank)
-                blk.steps.append(Step(loads, mm))
+                    w_base = resident_in + kb * M + mb * R
                 if resident is not None:
                     dst = resident + mb * N + kb * R
                 else:
-                    dst = staging + half * R
-                blk.epilogue.append(op(Opcode.VRUN, index, src=acc_at, rows=cols, dst=dst,
-                                       to_acc=0))
-                if stored is not None:
-                    blk.epilogue.append(op(Opcode.DMA, index, kind=DmaKind.STORE_CBUF,
-                                           dram_addr=stored + mb * N + kb * R,
-                                           dram_stride=1, buf_addr=dst, rows=cols))
-                blocks.append(blk)
+                    dst = staging + slot * R
+                for sub in range(subs):
+                    blk = Block(index)
+                    half = em.blocks % 2
+                    em.blocks += 1
+                    bank = (em.steps + sub) % 2
+                    acc_at = halves + half * Mt
+                    loads = []
+                    if not blocks:
+                        # a step's load, not the block's bias: the pipeliner hoists a
+                        # bias into the layer before unchecked, where the identity's rows
+                        # may still be another region's (its lifetime is this layer's)
+                        loads.append(op(Opcode.DMA, index, kind=DmaKind.LOAD_CBUF,
+                                        dram_addr=plan.param(node.name, "identity").lo,
+                                        dram_stride=1, buf_addr=ident, rows=R))
+                    if ring is not None and sub == 0:
+                        loads.append(op(Opcode.DMA, index, kind=DmaKind.LOAD_CBUF,
+                                        dram_addr=a_dram + kb * M + mb * R, dram_stride=1,
+                                        buf_addr=w_base, rows=rows))
+                    w_addr = w_base + sub * C
+                    if w_addr + R > cfg.cbuf_depth:
+                        raise CompileError(
+                            f"layer {node.name!r}: the last block of {src_t.name!r} ends "
+                            f"{w_addr + R - cfg.cbuf_depth} rows from the CBUF's end, but "
+                            f"a weight load reads {R} rows; use a chip with a larger CBUF")
+                    em.steps += 1 if sub == subs - 1 else 0
+                    loads.append(op(Opcode.WLOAD, index, w_addr=w_addr, bank=bank))
+                    mm = op(Opcode.MATMUL, index, act_addr=ident, rows=cols,
+                            acc_addr=acc_at, accumulate=0, bank=bank)
+                    blk.steps.append(Step(loads, mm))
+                    blk.epilogue.append(op(Opcode.VRUN, index, sub=sub, src=acc_at,
+                                           rows=cols, dst=dst, to_acc=0))
+                    if stored is not None and sub == subs - 1:
+                        blk.epilogue.append(op(Opcode.DMA, index, kind=DmaKind.STORE_CBUF,
+                                               dram_addr=stored + mb * N + kb * R,
+                                               dram_stride=1, buf_addr=dst, rows=cols))
+                    blocks.append(blk)
         return blocks
 
 
@@ -503,7 +526,8 @@ class MatMulTRule(DenseRule):
                     blk.steps.append(Step(loads, mm))
                     em.steps += 1
                 blk.epilogue = self._epilogue(em, index, layer, out.dtype, nb, m0, rows, M,
-                                              Mc, half, acc_at, 0, resident, stored, staging)
+                                              Mc, half, acc_at, 0, resident, stored, staging,
+                                              layout.blocks(N, C))
                 blocks.append(blk)
         return blocks
 

@@ -124,12 +124,12 @@ class Tile(wiring.Component):
 
 
 class Grid(wiring.Component):
-    """The ``T x T`` grid of tiles: activations enter on the west edge (one lane per
+    """The ``T x Tc`` grid of tiles (``cfg.tile_rows x cfg.tile_cols``): activations enter on the west edge (one lane per
     array row, already skewed by the feeder), weights on the north edge, and column
     partial sums leave on the south edge from the last tile row's conveyor registers.
 
     ``act_sel``, ``w_sel``, ``psum_sel``, ``w_west`` hold one control bit per tile,
-    row-major (tile ``(i, j)`` at ``i*T + j``). Weights also enter on the west edge
+    row-major (tile ``(i, j)`` at ``i*Tc + j``). Weights also enter on the west edge
     (``west_w``, one lane per array row) for tiles with ``w_west``. A weight lane
     passes data between two tiles only if both take it (the receiving tile sees zeros
     from a neighbour that takes the other lane), so each chain is fed from its own
@@ -138,26 +138,26 @@ class Grid(wiring.Component):
 
     def __init__(self, *, cfg: ChipConfig):
         self.cfg = check_config(cfg, "Grid")
-        t, rows, cols = cfg.tile_rows, cfg.rows, cfg.cols
+        t, rows, cols = cfg.tile_rows * cfg.tile_cols, cfg.rows, cfg.cols
         super().__init__({
             "west_a": In(ACT).array(rows), "west_sel": In(1).array(rows),
             "north_w": In(WGT).array(cols), "west_w": In(WGT).array(rows),
             "w_shift": In(1), "w_bank": In(1),
-            "act_sel": In(t * t), "w_sel": In(t * t), "psum_sel": In(t * t),
-            "w_west": In(t * t),
+            "act_sel": In(t), "w_sel": In(t), "psum_sel": In(t),
+            "w_west": In(t),
             "south_psum": Out(PSUM).array(cols),
         })
 
     def elaborate(self, platform):
         m = Module()
         cfg = self.cfg
-        t, n = cfg.tile_rows, cfg.tile_size
-        tiles = [[Tile(n=n) for _ in range(t)] for _ in range(t)]
+        t, tc, n = cfg.tile_rows, cfg.tile_cols, cfg.tile_size
+        tiles = [[Tile(n=n) for _ in range(tc)] for _ in range(t)]
         for i in range(t):
-            for j in range(t):
+            for j in range(tc):
                 tile = tiles[i][j]
                 m.submodules[f"tile_{i}_{j}"] = tile
-                k = i * t + j
+                k = i * tc + j
                 m.d.comb += [
                     tile.w_shift.eq(self.w_shift), tile.w_bank.eq(self.w_bank),
                     tile.act_sel.eq(self.act_sel[k]), tile.w_sel.eq(self.w_sel[k]),
@@ -165,7 +165,7 @@ class Grid(wiring.Component):
                 ]
                 # a weight lane carries data on only from a tile that takes it
                 from_west = Const(1) if j == 0 else self.w_west[k - 1]
-                from_north = Const(1) if i == 0 else ~self.w_west[k - t]
+                from_north = Const(1) if i == 0 else ~self.w_west[k - tc]
                 for x in range(n):
                     if j == 0:
                         m.d.comb += [tile.west_a[x].eq(self.west_a[i * n + x]),

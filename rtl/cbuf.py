@@ -17,7 +17,7 @@ Both are :class:`BankedBuffer`; only the geometry differs.
 
 from amaranth.hdl import Array, Cat, Module, Signal
 from amaranth.lib import memory, wiring
-from amaranth.lib.wiring import Out
+from amaranth.lib.wiring import In, Out
 
 from systolica.arch.config import ChipConfig
 
@@ -31,7 +31,8 @@ class BankedBuffer(wiring.Component):
     connects straight to one): ``row_read`` (``row_reads`` ports addressing a whole
     row), ``part_read`` (``part_reads`` ports with one address per partition and
     the mask of banks they claim, :func:`~.ports.partitioned_read`; CBUF only),
-    ``row_write`` (``row_writes`` ports), and ``conflict``: two ports use the same
+    ``row_write`` (``row_writes`` ports; on the CBUF each with a ``row_keep`` mask of
+    partitions it does not write, 0 unless driven), and ``conflict``: two ports use the same
     port (read, or write) of one bank in this cycle (combinational; the sequencer
     faults on it).
 
@@ -61,6 +62,8 @@ class BankedBuffer(wiring.Component):
             "row_write": Out(buffer_write(cfg, self.buffer)).array(row_writes),
             "conflict": Out(1),
         })
+        if self.buffer == "cbuf":   # per write port, the partitions it leaves unwritten
+            members["row_keep"] = In(cfg.rows).array(row_writes)
         super().__init__(members)
 
     def elaborate(self, platform):
@@ -136,10 +139,12 @@ class BankedBuffer(wiring.Component):
             m.d.comb += port.data.eq(Cat(*data))
 
         # Write ports: the claiming writer's address and its lane of the data.
+        keep = list(getattr(self, "row_keep", [None] * len(self.row_write)))
         for b in range(banks):
-            en_b = Cat(*(c[b] for c in write_claims)).any() if write_claims else 0
             for p in range(lanes):
-                m.d.comb += wr[p][b].en.eq(en_b)
+                ens = [c[b] if k is None else c[b] & ~k[p]
+                       for c, k in zip(write_claims, keep)]
+                m.d.comb += wr[p][b].en.eq(Cat(*ens).any() if ens else 0)
                 for c, port in zip(write_claims, self.row_write):
                     with m.If(c[b]):
                         m.d.comb += [wr[p][b].addr.eq(port.addr[low]),

@@ -92,7 +92,7 @@ class Chip(wiring.Component):
         lane, west = w_mux.value_of("lane"), w_mux.value_of("west")
         for i in range(t):
             for j in range(cfg.tile_cols):
-                k = i * t + j
+                k = i * cfg.tile_cols + j
                 w_in = fab[f"w_in[{i}][{j}]"]
                 m.d.comb += [grid.act_sel[k].eq(fab[f"act_in[{i}][{j}]"] != 0),
                              grid.w_sel[k].eq((w_in != lane) & (w_in != west)),
@@ -116,6 +116,8 @@ class Chip(wiring.Component):
         connect(m, copy.cbuf_read, cbuf.row_read[2])
         connect(m, copy.cbuf_write, cbuf.row_write[2])
         connect(m, vpu.crop_write, cbuf.row_write[3])
+        for port in (1, 3):     # the vector unit's writes leave its kept groups alone
+            m.d.comb += cbuf.row_keep[port].eq(vpu.cbuf_keep)
         for k, port in enumerate((mm.acc_read, vpu.acc_read, dma.acc_read)):
             connect(m, port, acc.row_read[k])
         for k, port in enumerate((mm.acc_write, vpu.acc_write, dma.acc_write)):

@@ -172,7 +172,7 @@ class MuxGuard(wiring.Component):
             for w in members:
                 in_use[w.mux] = in_use[w.mux] | (past[w.lo - 1] if w.lo else left != 0)
 
-        busy_vec = Cat(*in_use, Const(0, 256 - len(in_use)))
+        busy_vec = Cat(*in_use, Const(0, (1 << isa.MUX_INDEX_BITS) - len(in_use)))
         sc = self.setcfg
         pairs = sc.more + 1
         hits = [busy_vec.bit_select(sc.index, 1)] + [

@@ -209,7 +209,7 @@ class Sequencer(wiring.Component):
         muxes = fabric.muxes(cfg)
         domains = fabric.domains(cfg)
         domain_of = Array([Const(domains.index(x.domain), 4) for x in muxes]
-                          + [Const(15, 4)] * (256 - len(muxes)))
+                          + [Const(15, 4)] * ((1 << isa.MUX_INDEX_BITS) - len(muxes)))
         indices = [sc.index] + [sc[f"index{k}"] for k in range(1, isa.SETCFG_PAIRS)]
         for d in range(len(domains)):
             hits = [(k < pairs) & (domain_of[ix] == d) for k, ix in enumerate(indices)]
@@ -241,7 +241,7 @@ class Sequencer(wiring.Component):
         sc = view(Opcode.SETCFG)
         muxes = fabric.muxes(cfg)
         n_sources = Array([Const(len(x.sources), 5) for x in muxes]
-                          + [Const(0, 5)] * (256 - len(muxes)))
+                          + [Const(0, 5)] * ((1 << isa.MUX_INDEX_BITS) - len(muxes)))
         pair_ok = [sc.value < n_sources[sc.index]] + [
             (k > sc.more) | (sc[f"value{k}"] < n_sources[sc[f"index{k}"]])
             for k in range(1, isa.SETCFG_PAIRS)]

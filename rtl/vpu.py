@@ -3,9 +3,9 @@ requantise and clamp) -> CBUF or ACC."""
 
 from amaranth.hdl import Cat, Const, Module, Mux, Signal, signed
 from amaranth.lib import wiring
-from amaranth.lib.wiring import In
+from amaranth.lib.wiring import In, Out
 
-from systolica.arch import isa
+from systolica.arch import fabric, isa
 from systolica.arch.config import ChipConfig, ConfigError
 from systolica.arch.instructions import PARAM_ROWS
 from systolica.arch.isa import Opcode
@@ -27,8 +27,9 @@ class VectorUnit(wiring.Component):
     Members: ``issue`` (:class:`~.ports.Issue` of ``VRUN``), ``acc_read``,
     ``cbuf_write``, ``acc_write``, ``crop_write`` (the fused crop's second CBUF write
     port: a row written to CBUF row ``a`` also goes to the UBUF's row ``a mod
-    ubuf_rows``), the ``wb_src`` multiplexer settings, and the UBUF registers
-    ``ubuf_base`` / ``ubuf_rows``.
+    ubuf_rows``), the ``wb_src`` multiplexer settings, ``cbuf_keep``: the
+    partitions of the groups whose ``wb_src`` is ``keep``, which neither CBUF write
+    touches, and the UBUF registers ``ubuf_base`` / ``ubuf_rows``.
     """
 
     def __init__(self, *, cfg: ChipConfig):
@@ -45,6 +46,7 @@ class VectorUnit(wiring.Component):
             "acc_write": In(buffer_write(cfg, "acc")),
             "crop_write": In(buffer_write(cfg, "cbuf")),
             **ubuf_place(cfg),
+            "cbuf_keep": Out(cfg.rows),     # partitions its CBUF writes leave alone
         })
 
     def elaborate(self, platform):
@@ -157,8 +159,11 @@ class VectorUnit(wiring.Component):
 
         n = cfg.tile_size
         routed = []
+        keep = fabric.by_name(cfg)["wb_src[0]"].value_of(fabric.KEEP)
         for g in range(cfg.tile_rows):
             routed += _group_select(m, out8, self.wb_src[g], 8, n, cfg.tile_cols)
+            m.d.comb += self.cbuf_keep[g * n:(g + 1) * n].eq(
+                (self.wb_src[g] == keep).replicate(n))
         # the fused crop: the same row into the UBUF, at the destination mod its size
         # (a crop needs a UBUF: without one the sequencer never issues it)
         crop_at = self.ubuf_base + (dst & (self.ubuf_rows - 1)[:len(dst)])

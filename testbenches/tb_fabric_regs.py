@@ -72,7 +72,8 @@ def case_random(rng):
 
 def case_out_of_table(rng):
     """An index beyond the table changes no register."""
-    return ([(1, k, 9) for k in range(len(MUXES), 256, 7)] + [(1, 255, 15), (1, len(MUXES), 3)]
+    top = (1 << isa.MUX_INDEX_BITS) - 1
+    return ([(1, k, 9) for k in range(len(MUXES), top + 1, 7)] + [(1, top, 15), (1, len(MUXES), 3)]
             + [(1, 3, 2), (1, len(MUXES) + 3, 1)])
 
 

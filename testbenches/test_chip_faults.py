@@ -55,7 +55,7 @@ FAULTS = {
     "vrun_params_with_relu": ([dma(0), Instr(Opcode.VRUN, 9, dict(
         src=0, rows=2, dst=0, bias_addr=0, requant=1, relu=1, params=1))],
         ErrorCode.ILLEGAL_OPCODE),
-    "setcfg_no_such_mux": ([Instr(Opcode.SETCFG, 0, dict(index=200, value=0))],
+    "setcfg_no_such_mux": ([Instr(Opcode.SETCFG, 0, dict(index=100, value=0))],
                            ErrorCode.CFG_RANGE),
     "setcfg_no_such_source": ([Instr(Opcode.SETCFG, 1, dict(index=0, value=14))],
                               ErrorCode.CFG_RANGE),

@@ -114,3 +114,24 @@ def test_many_windows_are_fast():
     for w in windows:
         per.setdefault(got[w.name], []).append(w.domain)
     assert all(len(d) <= 2 and len(set(d)) == len(d) for d in per.values())
+
+
+def test_seed_fig4_with_eight_updates_per_cycle():
+    """Fig. 4 with four multiplexers behind each window and K = 8 (the seed's widest
+    SETCFG, isa.SETCFG_PAIRS): x and z each take exactly eight updates, y four."""
+    from systolica.arch import isa
+    assert isa.SETCFG_PAIRS == 8
+    windows = [UpdateWindow(f"{w.name}.{k}", w.lo, w.hi) for w in FIG4 for k in range(4)]
+    got = assign_updates(windows, per_cycle=8, allowed={X, Y, Z})
+    for cu, w in CU.items():
+        want = {"cu0": X, "cu3": X, "cu2": Z, "cu4": Z, "cu1": Y}[cu]
+        assert {got[f"{w}.{k}"] for k in range(4)} == {want}, cu
+    assert sorted(got.values()).count(X) == sorted(got.values()).count(Z) == 8
+    # a ninth update that can only go at x does not fit
+    with pytest.raises(ConfigUpdateError) as e:
+        assign_updates(windows + [UpdateWindow("uw9", 9, 11)], per_cycle=8,
+                       allowed={X, Y, Z})
+    assert "uw9 [9, 11]" in str(e.value) and "8 update(s) per cycle" in str(e.value)
+    # seven per cycle: the same windows do not fit either
+    with pytest.raises(ConfigUpdateError, match="7 update"):
+        assign_updates(windows, per_cycle=7, allowed={X, Y, Z})

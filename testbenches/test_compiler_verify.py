@@ -105,9 +105,9 @@ BROKEN = {
                    *[dataclasses.replace(i, cycle=i.cycle + 1) for i in p]],
         ["pc 0", "CFG_LIMIT", "5 updates", "at most 4"]),
     "SETCFG naming no multiplexer": (
-        lambda p: [Instr(Opcode.SETCFG, 0, isa.setcfg_fields([(200, 0)])),
+        lambda p: [Instr(Opcode.SETCFG, 0, isa.setcfg_fields([(100, 0)])),
                    *[dataclasses.replace(i, cycle=i.cycle + 1) for i in p]],
-        ["pc 0", "CFG_RANGE", "no multiplexer 200"]),
+        ["pc 0", "CFG_RANGE", "no multiplexer 100"]),
 }
 
 

@@ -342,7 +342,7 @@ def test_empty_program_takes_no_cycles():
                                              accumulate=1, bank=0)),
     Instr(Opcode.VRUN, 9, dict(src=1, rows=2, dst=3, bias_addr=4, use_bias=1, to_acc=0,
                                requant=1, relu=1, mult=65535, shift=63, zp=255)),
-    Instr(Opcode.SETCFG, 1, dict(index=255, value=15)),
+    Instr(Opcode.SETCFG, 1, dict(index=127, value=15)),
 ])
 def test_encode_decode_disassemble(ins):
     word = isa.encode(ins)

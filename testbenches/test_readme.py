@@ -58,5 +58,5 @@ def test_command_line_synopsis_matches_the_parser(words):
     assert shown <= known, shown - known
     choices = {action.option_strings[0]: sorted(action.choices) for action in parser._actions
                if action.option_strings and action.choices}
-    for option, choice in re.findall(r"(--[a-z][a-z0-9-]*) \{([a-z0-9,]+)\}", " ".join(words)):
+    for option, choice in re.findall(r"(--[a-z][a-z0-9-]*) \{([a-z0-9_,]+)\}", " ".join(words)):
         assert choice.split(",") == choices[option], option

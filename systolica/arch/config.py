@@ -93,11 +93,14 @@ class ChipConfig:
             if size > limit:
                 raise ConfigError(f"{self.name}: {what} {size} exceeds {field_} "
                                   f"(at most {limit})")
-        if self.tile_rows != self.tile_cols:
+        if self.tile_rows % self.tile_cols or self.tile_rows > 4 * self.tile_cols:
             raise ConfigError(
-                f"{self.name}: the tile grid must be square (tile_rows == tile_cols, got "
-                f"{self.tile_rows}x{self.tile_cols}) because weights and activations share "
-                f"the CBUF's row partitions")
+                f"{self.name}: a {self.tile_rows}x{self.tile_cols} tile grid is not "
+                f"supported: tile_rows must be tile_cols, 2x or 4x it (docs/contract.md, "
+                f"'Geometry and data'). A weight row of C bytes must fit a CBUF row of "
+                f"R bytes (so no wider-than-tall grid), an N-block of C columns is a "
+                f"sub-block of an R-column block (R a multiple of C), and an ACC row of "
+                f"C int32 is a whole number of R-byte DRAM words (R <= 4C)")
         if self.cbuf_depth % self.cbuf_banks:
             raise ConfigError(f"{self.name}: cbuf_depth {self.cbuf_depth} must be a multiple "
                               f"of cbuf_banks {self.cbuf_banks}")
@@ -190,6 +193,11 @@ class ChipConfig:
     def dram_word_bytes(self) -> int:
         """One external-memory word is one CBUF row."""
         return self.rows
+
+    @property
+    def sub_blocks(self) -> int:
+        """N-blocks of ``cols`` columns in one block of ``rows`` columns (R / C)."""
+        return self.rows // self.cols
 
     @property
     def acc_row_words(self) -> int:
@@ -297,6 +305,13 @@ PRESETS = {
                        cbuf_depth=8192, cbuf_banks=32, acc_depth=1024, acc_banks=32,
                        dram_words=1 << 22, imem_depth=4096,     # 64 MiB
                        ubuf_base=7168, ubuf_rows=1024),
+    # tiny's tiles in a 4x2 grid: a 16x8 array (R = 2C), the seed's 128x64 shape scaled
+    # down; eight configuration updates per cycle (the seed's widest SETCFG)
+    "tiny_tall": ChipConfig(name="tiny_tall", tile_rows=4, tile_cols=2, tile_size=4,
+                            cbuf_depth=2048, cbuf_banks=8, acc_depth=256, acc_banks=16,
+                            dram_words=16384, imem_depth=2048,
+                            ubuf_base=1792, ubuf_rows=256,
+                            max_config_updates_per_cycle=8, power_domain_budget=8),
     # tiny's array on the ULX3S 85F (ECP5, systolica.arch.boards): each CBUF bank fills
     # one 18 Kbit block RAM (2048 x 8), 64 in all; the DRAM is 64 more (128 KiB),
     # the program memory 15. The ACC has 4 banks, not tiny's 16: its crossbar

@@ -21,8 +21,10 @@ Tile ``(i, j)`` is tile row ``i`` (north to south), tile column ``j`` (west to e
   (zero starts a new reduction chain at this tile row).
 * ``acc_src[g]``    accumulator partition group ``g``: which tile column's partial sums.
 * ``wb_src[g]``     CBUF partition group ``g`` on vector-unit writeback: which accumulator
-  partition group's results. It moves whole groups of ``n`` columns; every byte keeps
-  its lane within the group, so it permutes blocks and does not transpose elements.
+  partition group's results, zero, or ``keep`` (the group is not written: the row's
+  bytes there stay, so ``R / C`` writebacks of ``C`` columns fill one ``R``-byte row,
+  the sub-blocks of a tall array). Resets to group ``g`` (zero for ``g >= tile_cols``).
+  It moves whole groups of ``n`` columns; every byte keeps its lane within the group, so it permutes blocks and does not transpose elements.
   Element transposes come from the west weight load (``w_in = west``): the block
   becomes the stationary weights with its CBUF rows in array columns, an identity
   streams through, and the accumulator rows are the transposed block (seed 004).
@@ -41,6 +43,7 @@ if TYPE_CHECKING:       # config checks a chip's fabric through this module
     from .config import ChipConfig
 
 ZERO = "zero"
+KEEP = "keep"   # wb_src only: the writeback leaves this CBUF partition group as it is
 TILE_MUXES = ("act_in", "w_in", "psum_in")
 
 
@@ -91,14 +94,17 @@ def _muxes(t: int, tile_cols: int) -> tuple[Mux, ...]:
     for g in range(tile_cols):
         add(f"acc_src[{g}]", cols, g)
     for g in range(t):
-        add(f"wb_src[{g}]", cols, g)
+        add(f"wb_src[{g}]", cols + (KEEP,), min(g, tile_cols))
     for i in range(t):
         add(f"west_wfeed[{i}]", groups, i)
-    if len(out) > 256 or any(len(m.sources) > 16 for m in out):
+    from .isa import MUX_INDEX_BITS, MUX_VALUE_BITS
+    if len(out) > 1 << MUX_INDEX_BITS or any(len(m.sources) > 1 << MUX_VALUE_BITS
+                                             for m in out):
         from .config import ConfigError
         raise ConfigError(f"a {t}x{tile_cols} tile grid has {len(out)} multiplexers with up "
                           f"to {max(len(m.sources) for m in out)} sources, more than "
-                          f"SETCFG's 8-bit index and 4-bit value can name (256, 16); "
+                          f"SETCFG's {MUX_INDEX_BITS}-bit index and {MUX_VALUE_BITS}-bit "
+                          f"value can name ({1 << MUX_INDEX_BITS}, {1 << MUX_VALUE_BITS}); "
                           f"use fewer tiles")
     return tuple(out)
 

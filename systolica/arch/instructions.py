@@ -436,7 +436,8 @@ class Wload(Instruction):
         idx, live = chip.feed("north_feed", cfg.tile_cols)           # per column c
         north = rows[:, idx] * live[None, :]                          # [r, c] = row r
         idx, live = chip.feed("west_wfeed", cfg.tile_rows)           # per array row r
-        west = (rows[:, idx] * live[None, :]).T                       # [r, c] = row c
+        # the west chain keeps the last C rows shifted in: rows 0 .. C-1
+        west = (rows[:cfg.cols, idx] * live[None, :]).T               # [r, c] = row c
         from_north = np.logical_and.accumulate(chip.lanes("w_in", "lane"), axis=0)
         from_west = np.logical_and.accumulate(chip.lanes("w_in", "west"), axis=1)
         w = north * grow(from_north) + west * grow(from_west)
@@ -538,8 +539,9 @@ class Matmul(Instruction):
         read = 1 + t
         leave = read + cfg.latency["cbuf_read"]
         # the far corner cell, its output register, the conveyor out of the last tile
-        # row; the column de-skew brings every column to that same cycle
-        acc_read = leave + sk(cfg.rows - 1) + sk(cfg.cols - 1) + 2
+        # row; the column de-skew (skew_max - skew(c), skew_max along the R rows)
+        # brings every column to the cycle the last row's would reach in column R - 1
+        acc_read = leave + 2 * geo.skew_max(cfg) + 2
         acc_write = acc_read + cfg.latency["acc_read"]
         muxes = {f"west_feed[{i}]": (int(leave[0]), int(leave[-1]))
                  for i in range(cfg.tile_rows)}
@@ -555,7 +557,9 @@ class Matmul(Instruction):
             muxes[f"acc_src[{g}]"] = (int(acc_read[0]), int(acc_read[-1]))
         # The weight bank is read from the first row's arrival at cell (0, 0) to the
         # last row's at the far corner.
-        bank_last = int(leave[-1]) + sk(cfg.rows - 1) + sk(cfg.cols - 1)
+        # (along R rows and C <= R columns; counted as 2 * skew_max, as the closed
+        # form does: on a tall array a few cycles more than the corner needs)
+        bank_last = int(leave[-1]) + 2 * geo.skew_max(cfg)
         acc_rows = _rows(f["acc_addr"], m)
         if f.get("conv"):
             # which tile pixel a row reads depends on the latched geometry: the whole
@@ -775,12 +779,17 @@ class Vrun(Instruction):
         if f["to_acc"]:
             chip.acc[f["dst"]:f["dst"] + rows] = wrap32(y)
         else:
-            picks = [chip.group(f"wb_src[{g}]") for g in range(cfg.tile_rows)]
+            names = [f"wb_src[{g}]" for g in range(cfg.tile_rows)]
+            kept = [chip.source(name) == fabric.KEEP for name in names]
+            picks = [None if k else chip.group(name) for k, name in zip(kept, names)]
             out = chip.regroup(y, picks).astype(np.int8)
-            chip.cbuf[f["dst"]:f["dst"] + rows] = out
+            lanes = np.repeat(np.array(kept, dtype=bool), cfg.tile_size)
+            targets = [_rows(f["dst"], rows)]
             if _field(f, "crop"):
-                chip.cbuf[self.crop_rows(cfg, f["dst"], rows)] = out
+                targets.append(self.crop_rows(cfg, f["dst"], rows))
                 chip.ubuf_wr_bytes += rows * cfg.rows
+            for at in targets:     # a kept group is not written: its bytes stay
+                chip.cbuf[at] = np.where(lanes, chip.cbuf[at], out)
 
 
 # -- COPY -----------------------------------------------------------------------------

@@ -23,6 +23,9 @@ TAP_TABLES = 8
 TAP_TABLE_BITS = 3
 TAPS_PER_WORD = 5     # tap table entries one TAPS writes
 GEOM_BITS = 12        # window geometry: pixels per row, rows
+MUX_INDEX_BITS = 7    # a SETCFG pair's multiplexer number (systolica.arch.fabric)
+MUX_VALUE_BITS = 4    # ... and the source it selects
+SETCFG_PAIRS = 8      # pairs one SETCFG carries: 8 x (7 + 4) bits and a 3-bit count
 
 
 class Opcode(enum.IntEnum, shape=4):
@@ -93,11 +96,11 @@ PAYLOAD = {
         "crop": 1,                     # 1: each CBUF row written also lands in the
     }),                                #    UBUF (the fused crop, instructions.Vrun)
     Opcode.SETCFG: data.StructLayout({
-        "index": 8,                    # multiplexer number, see systolica.arch.fabric
-        "value": 4,                    # index of the source it selects
+        "index": MUX_INDEX_BITS,       # multiplexer number, see systolica.arch.fabric
+        "value": MUX_VALUE_BITS,       # index of the source it selects
         "more": 3,                     # further (index<k>, value<k>) pairs, k = 1..more
-        **{f"{name}{k}": bits for k in range(1, 7) for name, bits in (("index", 8),
-                                                                       ("value", 4))},
+        **{f"{name}{k}": bits for k in range(1, SETCFG_PAIRS)
+           for name, bits in (("index", MUX_INDEX_BITS), ("value", MUX_VALUE_BITS))},
     }),
     Opcode.CONVCFG: data.StructLayout({
         "out_w": GEOM_BITS,            # output pixels per row: ow wraps here
@@ -120,7 +123,7 @@ PAYLOAD = {
         "rows": 16,
     }),
 }
-SETCFG_PAIRS = 7
+assert SETCFG_PAIRS == 1 << PAYLOAD[Opcode.SETCFG]["more"].width   # more = 0..7
 
 
 def setcfg_pairs(fields: dict) -> list[tuple[int, int]]:

@@ -388,7 +388,16 @@ class _Builder:
         end = cfg.ubuf_base + cfg.ubuf_rows
         crop = int(not to_acc and 0 < n <= cfg.ubuf_rows and rng.random() < 0.25
                    and (dst + n <= cfg.ubuf_base or dst >= end))
-        self.add(Opcode.VRUN, self.routing(names), src=s, rows=n, dst=dst,
+        needs = self.routing(names)
+        # a group kept (wb_src = keep) holds what its rows held: only rows this
+        # program has written (a run's memories keep the previous run's data)
+        rows = np.arange(dst, dst + n)
+        if not to_acc and not (self.cbuf[rows].all() and (
+                not crop or self.cbuf[cfg.ubuf_base + rows % cfg.ubuf_rows].all())):
+            for name in names:      # (a multiplexer not named takes its default)
+                if needs.get(name) == fabric.KEEP:
+                    needs[name] = self.needs[name] = fabric.ZERO
+        self.add(Opcode.VRUN, needs, src=s, rows=n, dst=dst,
                  bias_addr=bias_addr, use_bias=use_bias, to_acc=to_acc,
                  requant=int(rng.random() < 0.6), relu=int(rng.random() < 0.5),
                  mult=mult, shift=shift, zp=int(rng.integers(256)), crop=crop)

@@ -1,0 +1,213 @@
+"""A non-square tile grid (``tiny_tall``: 4x2 tiles of 4x4, a 16x8 array, the seed's
+128x64 shape scaled down; docs/contract.md, "Geometry and data"). Every int8 tensor is
+in blocks of R = 16 columns; a GEMM's N-blocks of C = 8 columns are the two sub-blocks
+of one (the second written with ``wb_src = keep`` on the first's other groups), and a
+transpose cuts each 16x16 block into two 16x8 sub-blocks (seed 004's 128x128 block
+on a 128x64 array). GEMMs with ragged K, M, N, a small CNN, transposes, a transpose
+between dense layers and ``a @ bᵀ`` run on its Verilated RTL in one simulator start:
+results equal numpy and the golden model, cycles the prediction. The pure-Python part
+compiles for 4x2 and 4x1 grids and checks the refusals."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from conftest import assert_matches_prediction, assert_outputs_match, \
+    compile_and_run_on_rtl
+from systolica import golden
+from systolica.arch import isa
+from systolica.arch.config import ConfigError, preset
+from systolica.arch.isa import Opcode
+from systolica.compiler import CompileError, compile_network, reference
+from systolica.compiler.graph import GraphBuilder
+
+TALL = preset("tiny_tall")
+# a 4x1 grid: R = 4C, one ACC row is one DRAM word
+TALL4 = TALL.replace(name="tiny_tall4", tile_cols=1)
+
+
+def _rng(seed):
+    return np.random.default_rng(seed)
+
+
+def gemm(M, K, N, dtype="int8", seed=0):
+    def make():
+        rng = _rng(seed)
+        b = GraphBuilder(f"gemm_{M}x{K}x{N}_{dtype}")
+        x = b.input(rng.integers(-128, 128, (M, K), dtype=np.int8))
+        w = rng.integers(-128, 128, (K, N), dtype=np.int8)
+        bias = rng.integers(-3000, 3000, N, dtype=np.int32)
+        if dtype == "int32":
+            y = b.dense(x, w, bias, relu=True, out_dtype="int32")
+        else:
+            y = b.dense(x, w, bias, mult=5, shift=11, zp=3)
+        return b.build(y)
+    return make
+
+
+def mlp():
+    rng = _rng(1)
+    b = GraphBuilder("mlp")
+    x = b.input(rng.integers(-128, 128, (11, 30), dtype=np.int8))
+    h = b.dense(x, rng.integers(-128, 128, (30, 27), dtype=np.int8), mult=1, shift=9,
+                relu=True)
+    return b.build(b.dense(h, rng.integers(-128, 128, (27, 10), dtype=np.int8), mult=1,
+                           shift=9))
+
+
+def transpose(M, N, seed=2):
+    def make():
+        b = GraphBuilder(f"transpose_{M}x{N}")
+        x = b.input(_rng(seed).integers(-128, 128, (M, N), dtype=np.int8))
+        return b.build(b.transpose(x))
+    return make
+
+
+def dense_transpose_dense():
+    rng = _rng(3)
+    b = GraphBuilder("dense_transpose_dense")
+    x = b.input(rng.integers(-128, 128, (13, 20), dtype=np.int8))
+    h = b.dense(x, rng.integers(-128, 128, (20, 18), dtype=np.int8), mult=1, shift=9)
+    t = b.transpose(h)
+    return b.build(b.dense(t, rng.integers(-128, 128, (13, 9), dtype=np.int8), mult=1,
+                           shift=9))
+
+
+def matmul_t():
+    rng = _rng(4)
+    b = GraphBuilder("matmul_t")
+    a = b.input(rng.integers(-128, 128, (9, 20), dtype=np.int8), name="a")
+    bt = b.input(rng.integers(-128, 128, (19, 20), dtype=np.int8), name="b")
+    return b.build(b.matmul_t(a, bt, shift=9))
+
+
+def cnn():
+    rng = _rng(5)
+    b = GraphBuilder("small_cnn")
+    x = b.input(rng.integers(-128, 128, (1, 9, 9, 3), dtype=np.int8))
+    h = b.conv2d(x, rng.integers(-128, 128, (3, 3, 3, 8), dtype=np.int8),
+                 rng.integers(-300, 300, 8, dtype=np.int32), pads=1, mult=5, shift=11,
+                 relu=True)
+    h = b.max_pool2d(h, 2)
+    h = b.conv2d(h, rng.integers(-128, 128, (3, 3, 8, 6), dtype=np.int8), stride=2,
+                 pads=1, mult=3, shift=11)
+    f = b.flatten(b.global_avg_pool(h))
+    return b.build(b.dense(f, rng.integers(-128, 128, (6, 5), dtype=np.int8), mult=1,
+                           shift=8))
+
+
+CASES = {
+    "gemm_ragged": gemm(19, 37, 30),            # 3 K-blocks, 4 N-blocks (2 blocks of 16)
+    "gemm_odd_subblocks": gemm(5, 20, 13),      # 2 N-blocks: one block of 16, both subs
+    "gemm_one_subblock": gemm(33, 16, 8),       # N = C: sub-block 0 only
+    "gemm_int32": gemm(7, 9, 21, "int32"),      # ACC rows: 2 DRAM words each
+    "mlp": mlp,                                 # hidden 27 > C read back as K-blocks
+    "transpose_16x16": transpose(16, 16),       # seed 004: one block, two 16x8 subs
+    "transpose_12x7": transpose(12, 7),         # 12 block rows: two sub-blocks
+    "transpose_37x21": transpose(37, 21),       # ragged blocks, 2 x 3 blocks
+    "dense_transpose_dense": dense_transpose_dense,
+    "matmul_t": matmul_t,
+    "cnn": cnn,
+}
+
+
+def _numpy_and_golden(cfg, name):
+    c = compile_network(cfg, CASES[name]())
+    gold = c.results(golden.run(cfg, c.image, c.dram, c.prog_addr).dram)
+    want = reference.outputs(c.graph)
+    for k in want:
+        np.testing.assert_array_equal(gold[k], want[k], err_msg=f"{name}: golden vs numpy")
+    return c
+
+
+@pytest.mark.parametrize("cfg", [TALL, TALL4], ids=lambda c: c.name)
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_compiles_and_golden_equals_numpy(cfg, name):
+    """Pure Python, 4x2 and 4x1 grids: every case compiles, and the golden model
+    running the program equals numpy (the CNN's 8 channels exceed the 4x1 grid's
+    C = 4: refused)."""
+    if cfg is TALL4 and name == "cnn":
+        with pytest.raises(CompileError, match="at most 4 output channels"):
+            compile_network(cfg, CASES[name]())
+        return
+    _numpy_and_golden(cfg, name)
+
+
+def test_sub_blocks_use_keep():
+    """A 2-sub-block GEMM's second VRUN keeps the first's groups: the program sets
+    ``wb_src`` to ``keep`` somewhere; a GEMM of N <= C never does."""
+    from systolica.arch import fabric
+    table = fabric.muxes(TALL)
+
+    def kept(c):
+        return any(table[i].name.startswith("wb_src") and
+                   table[i].sources[v] == fabric.KEEP
+                   for ins in c.program if ins.op is Opcode.SETCFG
+                   for i, v in isa.setcfg_pairs(ins.fields))
+    assert kept(compile_network(TALL, gemm(5, 20, 13)()))
+    assert not kept(compile_network(TALL, gemm(33, 16, 8)()))
+
+
+def test_seed004_block_wider_than_the_array():
+    """Seed 004's 128x128 block on a 128x64 array, scaled down: a 16x16 block on the
+    16x8 array is two 16x8 sub-blocks, each a west load of 8 of its rows (CBUF rows
+    ``a`` and ``a + 8``) and an identity MATMUL of 16 rows, written into partitions
+    0..7 and 8..15 of the result's rows."""
+    c = compile_network(TALL, transpose(16, 16)())
+    ops = [i for i in c.program if i.op is not Opcode.SETCFG]
+    wloads = [i.w_addr for i in ops if i.op is Opcode.WLOAD]
+    assert len(wloads) == 2 and wloads[1] - wloads[0] == TALL.cols
+    assert [i.rows for i in ops if i.op is Opcode.MATMUL] == [16, 16]
+    vruns = [i for i in ops if i.op is Opcode.VRUN]
+    assert len(vruns) == 2 and vruns[0].dst == vruns[1].dst
+
+
+def test_geometry_refusals():
+    with pytest.raises(ConfigError, match="2x4 tile grid is not supported"):
+        preset("tiny").replace(name="wide", tile_rows=2, tile_cols=4)
+    with pytest.raises(ConfigError, match="3x2 tile grid"):
+        preset("tiny").replace(name="odd", tile_rows=3, tile_cols=2)
+    with pytest.raises(ConfigError, match="8x1 tile grid"):
+        preset("tiny").replace(name="thin", tile_rows=8, tile_cols=1)
+    b = GraphBuilder("wide_cnn")
+    x = b.input(np.zeros((1, 4, 4, 3), np.int8))
+    g = b.build(b.conv2d(x, np.ones((1, 1, 3, 12), np.int8)))
+    with pytest.raises(CompileError, match="at most 8 output channels"):
+        compile_network(TALL, g)
+
+
+@pytest.mark.parametrize("strategy", ["crop_fetch", "fused_crop"])
+def test_chain_in_passes(strategy):
+    """Seed 001's two chained convolutions in passes through the UBUF, 8 channels:
+    golden equals numpy; 12 channels (more than C) are refused, not miscompiled."""
+    from systolica.compiler.chain_cases import seed_two_layer
+    from systolica.compiler.chain_lower import ChainChoice
+    c = compile_network(TALL, seed_two_layer(8), chain=ChainChoice(strategy, 8))
+    gold = c.results(golden.run(TALL, c.image, c.dram, c.prog_addr).dram)
+    for k, want in reference.outputs(c.graph).items():
+        np.testing.assert_array_equal(gold[k], want)
+    with pytest.raises(CompileError, match="12 output channels"):
+        compile_network(TALL, seed_two_layer(12), chain=ChainChoice(strategy, 8))
+
+
+@pytest.fixture(scope="module")
+def rtl_runs():
+    return compile_and_run_on_rtl(TALL, CASES)
+
+
+@pytest.mark.rtl
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_rtl_equals_numpy_golden_and_prediction(rtl_runs, name):
+    compiled, res = rtl_runs[name]
+    assert_outputs_match(TALL, compiled, res)
+    assert_matches_prediction(TALL, compiled, res)
+
+
+@pytest.mark.rtl
+def test_rtl_programs_issue_eight_pair_setcfgs(rtl_runs):
+    """tiny_tall allows eight updates per cycle: the programs' first settings go out
+    eight at a time (the RTL ran them above)."""
+    widest = max(len(isa.setcfg_pairs(i.fields)) for c, _ in rtl_runs.values()
+                 for i in c.program if i.op is Opcode.SETCFG)
+    assert widest == isa.SETCFG_PAIRS == TALL.max_config_updates_per_cycle
