@@ -99,31 +99,40 @@ class Sequencer(wiring.Component):
         words = fetch.words_per_instruction(cfg)
         long_program = ctrl.prog_len > depth
         region_end = ctrl.prog_addr + ctrl.prog_len * words
+        # The head's own checks decide whether it issues; the bank conflict (the
+        # units' accesses of this very cycle, a deep path through every unit's address
+        # and the crossbars' claims) only stops the run: it takes precedence over the
+        # head's faults in the fault's code, but the head's issue does not wait for it,
+        # so the conflict check stays off the issue's fan-out to every unit.
         fault = Signal()
         code = Signal.like(ctrl.error)
+        head_fault = Signal()
+        head_code = Signal.like(ctrl.error)
         with m.If(running & (cycle == 0) & long_program & (region_end > cfg.dram_words)):
-            m.d.comb += [fault.eq(1), code.eq(ErrorCode.PROG_RANGE)]
-        with m.Elif(running & self.bank_conflict):
-            # the units' accesses of this very cycle: before the head's own checks,
-            # and nothing issues
-            m.d.comb += [fault.eq(1), code.eq(ErrorCode.BANK_CONFLICT)]
+            m.d.comb += [head_fault.eq(1), head_code.eq(ErrorCode.PROG_RANGE)]
         with m.Elif(ready_head & ~legal):
-            m.d.comb += [fault.eq(1), code.eq(ErrorCode.ILLEGAL_OPCODE)]
+            m.d.comb += [head_fault.eq(1), head_code.eq(ErrorCode.ILLEGAL_OPCODE)]
         with m.Elif(ready_head & late):
-            m.d.comb += [fault.eq(1),
-                         code.eq(Mux(waited, ErrorCode.FETCH_LATE, ErrorCode.LATE))]
+            m.d.comb += [head_fault.eq(1),
+                         head_code.eq(Mux(waited, ErrorCode.FETCH_LATE, ErrorCode.LATE))]
         with m.Elif(ready_head & due & ~ready):
-            m.d.comb += [fault.eq(1), code.eq(ErrorCode.UNIT_BUSY)]
+            m.d.comb += [head_fault.eq(1), head_code.eq(ErrorCode.UNIT_BUSY)]
         with m.Elif(ready_head & due & ~in_range):
-            m.d.comb += [fault.eq(1), code.eq(ErrorCode.ADDR_RANGE)]
+            m.d.comb += [head_fault.eq(1), head_code.eq(ErrorCode.ADDR_RANGE)]
         with m.Elif(ready_head & due & ~cfg_ok):
-            m.d.comb += [fault.eq(1), code.eq(ErrorCode.CFG_RANGE)]
+            m.d.comb += [head_fault.eq(1), head_code.eq(ErrorCode.CFG_RANGE)]
         with m.Elif(ready_head & due & ~cfg_limit_ok):
-            m.d.comb += [fault.eq(1), code.eq(ErrorCode.CFG_LIMIT)]
+            m.d.comb += [head_fault.eq(1), head_code.eq(ErrorCode.CFG_LIMIT)]
         with m.Elif(ready_head & due & in_use):
-            m.d.comb += [fault.eq(1), code.eq(ErrorCode.CFG_IN_USE)]
+            m.d.comb += [head_fault.eq(1), head_code.eq(ErrorCode.CFG_IN_USE)]
         with m.Elif(ready_head & due):
             m.d.comb += issue.eq(1)
+        # PROG_RANGE (cycle 0) comes before a conflict, a conflict before the rest
+        conflict = running & self.bank_conflict
+        prog_range = head_fault & (head_code == ErrorCode.PROG_RANGE)
+        m.d.comb += [fault.eq(head_fault | conflict),
+                     code.eq(Mux(conflict & ~prog_range, ErrorCode.BANK_CONFLICT,
+                                 head_code))]
         for unit, op in zip(units, self.UNITS.values()):
             m.d.comb += [unit.valid.eq(issue & (opcode == op)),
                          unit.payload.eq(ir.payload[:unit.payload.shape().size])]

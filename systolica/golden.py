@@ -648,7 +648,9 @@ def check(cfg: ChipConfig, program: list[isa.Instr], prog_addr: int | None = Non
         ready = fetcher.ready(pc, issued)
         reach = max(arrival, ready)
         if ports.conflict is not None and max(ins.cycle, reach) >= ports.conflict:
-            break           # the chip stops at the conflict before this one issues
+            # the chip stops at the conflict (a head due in that very cycle still
+            # reaches its unit, uncounted: what it does after the fault is undefined)
+            break
         entry = instructions.SPEC.get(ins.op)
         legal, range_fault, fx, fx_last, reads, writes, port_runs, dram_writes, \
             bank_uses, mux_windows = decided(ins)

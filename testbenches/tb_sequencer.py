@@ -5,8 +5,9 @@ instruction issues, which fault stops the run (``PROG_RANGE``, ``ILLEGAL_OPCODE`
 ``LATE``, ``UNIT_BUSY``, ``ADDR_RANGE``, ``CFG_RANGE``, ``CFG_LIMIT``, ``CFG_IN_USE``,
 checked in that order) at which cycle, and when the run ends. A case may raise
 ``bank_conflict`` (the CBUF crossbar's flag) in chosen run cycles: the first one while
-running is a ``BANK_CONFLICT`` fault in that cycle, before the head's own faults, with
-nothing issued in it. The testbench's unit
+running is a ``BANK_CONFLICT`` fault in that cycle, before the head's own faults; the
+head still issues in it if its own checks pass (``FAULT_PC`` counts the instructions
+issued before that cycle). The testbench's unit
 models hold each issue port's ``ready`` low for the instruction's ``timing.occupancy``
 (plus any cycles a case forces it low) and its ``drained`` low until
 ``t + timing.done``. The checker requires every ``valid`` strobe on the right unit
@@ -139,8 +140,9 @@ def reference(imem: dict, prog_len: int, held_low: dict) -> dict:
     if not hits:
         return ref
     k = hits[0]
-    issues = [i for i in ref["issues"] if i[0] < k]
-    return {"issues": issues, "fault": (ErrorCode.BANK_CONFLICT, len(issues), k), "end": k}
+    issues = [i for i in ref["issues"] if i[0] <= k]     # the head issues regardless
+    before = sum(1 for i in issues if i[0] < k)
+    return {"issues": issues, "fault": (ErrorCode.BANK_CONFLICT, before, k), "end": k}
 
 
 def _reference(imem: dict, prog_len: int, held_low: dict) -> dict:
@@ -336,7 +338,7 @@ CASES = {
                             touch(10, "wb_src[1]")], None, {}),
     "in_use_vrun_to_acc_later": ([vrun(3, rows=6), vrun(10, src=8, rows=2, dst=8, to_acc=1),
                                   touch(12, "wb_src[0]")], None, {}),
-    # BANK_CONFLICT: between issues, in an issue cycle (nothing issues), before the
+    # BANK_CONFLICT: between issues, in an issue cycle (the head issues), before the
     # head's ILLEGAL_OPCODE and UNIT_BUSY, after PROG_RANGE, and not after the end.
     "conflict_between": ([dma(0, rows=6), wload(3, w_addr=8), matmul(20, act=100)], None,
                          {"conflict": {12, 13}}),
