@@ -160,14 +160,20 @@ class MuxGuard(wiring.Component):
                 total = Const(base)
             m.d.comb += length.eq(Mux(total > 0, total, 0))
             left = Signal.like(length, name=f"g{k}_left")
-            cur = Mux(opens & (length > left), length, left)
+            # cur = the new window's length if it opens and outlasts the running one,
+            # else what is left of that; its successor and whether it is non-zero are
+            # worked out for both choices, so ``issue`` (a deep signal) only selects
+            take = Signal(name=f"g{k}_take")
+            m.d.comb += take.eq(opens & (length > left))
             busy = Signal(name=f"g{k}_busy")
-            m.d.comb += busy.eq(cur != 0)
+            m.d.comb += busy.eq(Mux(take, length != 0, left != 0))
+            after = Mux(take, Mux(length != 0, length - 1, 0),
+                        Mux(left != 0, left - 1, 0))
             past = [Signal(name=f"g{k}_past{d + 1}") for d in range(max(w.lo for w in members))]
             with m.If(self.clear):
                 m.d.sync += [left.eq(0), *(p.eq(0) for p in past)]
             with m.Else():
-                m.d.sync += left.eq(Mux(busy, cur - 1, 0))
+                m.d.sync += left.eq(after)
                 m.d.sync += [p.eq(q) for p, q in zip(past, [busy] + past[:-1])]
             for w in members:
                 in_use[w.mux] = in_use[w.mux] | (past[w.lo - 1] if w.lo else left != 0)
