@@ -116,21 +116,21 @@ class MuxGuard(wiring.Component):
 
     Members: ``clear`` (a run starts: forget everything); ``issue`` with ``opcode`` and
     ``payload`` (the instruction issuing this cycle); ``setcfg`` (the head's payload as a
-    SETCFG) and ``in_use``. ``in_use`` depends on registers only, never on this
-    cycle's ``issue``: a SETCFG is the only instruction issuing in its cycle.
+    SETCFG) and ``in_use``; ``busy``, one bit per multiplexer: in use this cycle (so a
+    user may match it against the multiplexers a SETCFG names, decoded ahead of time,
+    rather than through ``setcfg``). ``in_use`` and ``busy`` depend on registers only,
+    never on this cycle's ``issue``: a SETCFG is the only instruction issuing in its
+    cycle.
     """
-
-    clear: In(1)
-    issue: In(1)
-    opcode: In(Opcode)
-    payload: In(isa.PAYLOAD_BITS)
-    setcfg: In(isa.PAYLOAD[Opcode.SETCFG])
-    in_use: Out(1)
 
     def __init__(self, *, cfg: ChipConfig):
         self.cfg = check_config(cfg, "MuxGuard")
         self.windows = windows(cfg)
-        super().__init__()
+        super().__init__({
+            "clear": In(1), "issue": In(1), "opcode": In(Opcode),
+            "payload": In(isa.PAYLOAD_BITS), "setcfg": In(isa.PAYLOAD[Opcode.SETCFG]),
+            "in_use": Out(1), "busy": Out(len(fabric.muxes(cfg))),
+        })
 
     def elaborate(self, platform):
         # Windows of one opcode with the same length rule form a group. A counter
@@ -178,6 +178,7 @@ class MuxGuard(wiring.Component):
             for w in members:
                 in_use[w.mux] = in_use[w.mux] | (past[w.lo - 1] if w.lo else left != 0)
 
+        m.d.comb += self.busy.eq(Cat(*in_use))
         busy_vec = Cat(*in_use, Const(0, 256 - len(in_use)))
         sc = self.setcfg
         pairs = sc.more + 1

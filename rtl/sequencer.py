@@ -103,13 +103,20 @@ class Sequencer(wiring.Component):
         # only chooses between them. So the issue decision of c + 1 starts from
         # registers rather than from the program memory's data through its checks.
         next_cycle = Mux(start, 0, (cycle + 1)[:len(cycle)])
+        n_mux = len(fabric.muxes(cfg))
         Checks = data.StructLayout({"opcode": 4, "legal": 1, "due": 1, "late": 1,
-                                    "in_range": 1, "cfg_ok": 1, "limit_ok": 1})
+                                    "in_range": 1, "cfg_ok": 1, "limit_ok": 1,
+                                    "names": n_mux})
 
         def checks(word):
             view = data.View(isa.Word, word)
             opcode = Value.cast(view.opcode)
             in_range, cfg_ok = self._range_checks(m, view)
+            # the multiplexers a SETCFG names (for CFG_IN_USE, against the guard's busy)
+            sc = self._view(view, Opcode.SETCFG)
+            indices = [sc.index] + [sc[f"index{k}"] for k in range(1, isa.SETCFG_PAIRS)]
+            named = [Cat(*((k <= sc.more) & (ix == x) for k, ix in enumerate(indices))).any()
+                     for x in range(n_mux)]
             out = Signal(Checks)
             m.d.comb += [
                 out.opcode.eq(opcode),
@@ -119,6 +126,7 @@ class Sequencer(wiring.Component):
                                    for op, entry in instructions.SPEC.items())).any()),
                 out.due.eq(view.cycle == next_cycle), out.late.eq(view.cycle < next_cycle),
                 out.in_range.eq(in_range), out.cfg_ok.eq(cfg_ok),
+                out.names.eq(Mux(opcode == Opcode.SETCFG, Cat(*named), 0)),
                 out.limit_ok.eq(self._update_limits(m, view, next_cycle))]
             return out
 
@@ -135,7 +143,7 @@ class Sequencer(wiring.Component):
         m.d.comb += [guard.clear.eq(start), guard.issue.eq(issue),
                      guard.opcode.eq(opcode), guard.payload.eq(ir.payload),
                      guard.setcfg.eq(ir.payload[:guard.setcfg.shape().size])]
-        in_use = (opcode == Opcode.SETCFG) & guard.in_use
+        in_use = (chk.names & guard.busy).any()
 
         words = fetch.words_per_instruction(cfg)
         long_program = ctrl.prog_len > depth
