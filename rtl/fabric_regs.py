@@ -31,12 +31,19 @@ class FabricRegs(wiring.Component):
         args = self.issue.payload
         pairs = [(args.index, args.value)] + [(args[f"index{j}"], args[f"value{j}"])
                                               for j in range(1, isa.SETCFG_PAIRS)]
+        # Which pair writes a multiplexer (the last naming it) and whether any does
+        # come from the payload alone; ``valid`` (a deep signal: the sequencer's issue)
+        # only enables the register.
         for k, mux in enumerate(self.muxes):
             reg = Signal(4, init=mux.default, name=f"mux_{k}")
             m.d.comb += self.value[k].eq(reg)
+            hit = Signal(name=f"mux_{k}_hit")
+            new = Signal(4, name=f"mux_{k}_new")
             for j, (index, value) in enumerate(pairs):
-                with m.If(self.issue.valid & (j <= args.more) & (index == k)):
-                    m.d.sync += reg.eq(value)
+                with m.If((j <= args.more) & (index == k)):
+                    m.d.comb += [hit.eq(1), new.eq(value)]
+            with m.If(self.issue.valid & hit):
+                m.d.sync += reg.eq(new)
         return m
 
     def __getitem__(self, name):

@@ -116,21 +116,21 @@ class MuxGuard(wiring.Component):
 
     Members: ``clear`` (a run starts: forget everything); ``issue`` with ``opcode`` and
     ``payload`` (the instruction issuing this cycle); ``setcfg`` (the head's payload as a
-    SETCFG) and ``in_use``. ``in_use`` depends on registers only, never on this
-    cycle's ``issue``: a SETCFG is the only instruction issuing in its cycle.
+    SETCFG) and ``in_use``; ``busy``, one bit per multiplexer: in use this cycle (so a
+    user may match it against the multiplexers a SETCFG names, decoded ahead of time,
+    rather than through ``setcfg``). ``in_use`` and ``busy`` depend on registers only,
+    never on this cycle's ``issue``: a SETCFG is the only instruction issuing in its
+    cycle.
     """
-
-    clear: In(1)
-    issue: In(1)
-    opcode: In(Opcode)
-    payload: In(isa.PAYLOAD_BITS)
-    setcfg: In(isa.PAYLOAD[Opcode.SETCFG])
-    in_use: Out(1)
 
     def __init__(self, *, cfg: ChipConfig):
         self.cfg = check_config(cfg, "MuxGuard")
         self.windows = windows(cfg)
-        super().__init__()
+        super().__init__({
+            "clear": In(1), "issue": In(1), "opcode": In(Opcode),
+            "payload": In(isa.PAYLOAD_BITS), "setcfg": In(isa.PAYLOAD[Opcode.SETCFG]),
+            "in_use": Out(1), "busy": Out(len(fabric.muxes(cfg))),
+        })
 
     def elaborate(self, platform):
         # Windows of one opcode with the same length rule form a group. A counter
@@ -160,18 +160,25 @@ class MuxGuard(wiring.Component):
                 total = Const(base)
             m.d.comb += length.eq(Mux(total > 0, total, 0))
             left = Signal.like(length, name=f"g{k}_left")
-            cur = Mux(opens & (length > left), length, left)
+            # cur = the new window's length if it opens and outlasts the running one,
+            # else what is left of that; its successor and whether it is non-zero are
+            # worked out for both choices, so ``issue`` (a deep signal) only selects
+            take = Signal(name=f"g{k}_take")
+            m.d.comb += take.eq(opens & (length > left))
             busy = Signal(name=f"g{k}_busy")
-            m.d.comb += busy.eq(cur != 0)
+            m.d.comb += busy.eq(Mux(take, length != 0, left != 0))
+            after = Mux(take, Mux(length != 0, length - 1, 0),
+                        Mux(left != 0, left - 1, 0))
             past = [Signal(name=f"g{k}_past{d + 1}") for d in range(max(w.lo for w in members))]
             with m.If(self.clear):
                 m.d.sync += [left.eq(0), *(p.eq(0) for p in past)]
             with m.Else():
-                m.d.sync += left.eq(Mux(busy, cur - 1, 0))
+                m.d.sync += left.eq(after)
                 m.d.sync += [p.eq(q) for p, q in zip(past, [busy] + past[:-1])]
             for w in members:
                 in_use[w.mux] = in_use[w.mux] | (past[w.lo - 1] if w.lo else left != 0)
 
+        m.d.comb += self.busy.eq(Cat(*in_use))
         busy_vec = Cat(*in_use, Const(0, (1 << isa.MUX_INDEX_BITS) - len(in_use)))
         sc = self.setcfg
         pairs = sc.more + 1

@@ -22,8 +22,9 @@ class Sequencer(wiring.Component):
     registers, without a handshake), and the instruction fetcher's DRAM port ``mem``
     (:class:`~.ports.DramMaster`, reads only) with ``mem_busy`` (the DMA uses the
     port this cycle: the fetcher keeps off it), and ``bank_conflict`` (two units use
-    one port of a CBUF bank this cycle: a ``BANK_CONFLICT`` fault), and the UBUF
-    registers ``ubuf_base`` / ``ubuf_rows`` (a COPY or fused crop checked against them).
+    one port of a CBUF or ACC bank this cycle: a ``BANK_CONFLICT`` fault the next
+    cycle), and the UBUF registers ``ubuf_base`` / ``ubuf_rows`` (a COPY or fused crop
+    checked against them).
 
     Faults (see ``docs/contract.md``) stop issue, latch the error code, the program
     index and the cycle, and end the run; so does the end of the program once every
@@ -31,6 +32,10 @@ class Sequencer(wiring.Component):
     at its cycle is a fault, not a stall, so the schedule the compiler predicted is
     the schedule that runs. Programs longer than the memory are fetched from DRAM
     (:mod:`systolica.arch.fetch` states the cycle rule).
+
+    For the clock rate, the issue decision starts from registers: the head's checks
+    of its own word are worked out a cycle ahead (for both words that may be the head
+    then), and the bank conflict is registered (its fault comes a cycle later).
     """
 
     #: Issue port -> the opcode it carries.
@@ -63,7 +68,11 @@ class Sequencer(wiring.Component):
         m.submodules.imem = imem = memory.Memory(shape=isa.WORD_BITS, depth=depth,
                                                  init=[])
         wr = imem.write_port()
-        rd = imem.read_port()
+        # ``rd`` reads the head of the next cycle, ``rd_next`` the slot after it; both
+        # see a word written in the same cycle (the head's checks are worked out from
+        # them a cycle ahead, below)
+        rd = imem.read_port(transparent_for=(wr,))
+        rd_next = imem.read_port(transparent_for=(wr,))
 
         def wrap(slot):
             return Mux(slot == depth - 1, 0, slot + 1)
@@ -76,38 +85,81 @@ class Sequencer(wiring.Component):
         waited = Signal()                         # the head waited for its word
         ir = data.View(isa.Word, rd.data)
         issue = Signal()
-        m.d.comb += rd.addr.eq(Mux(running, Mux(issue, wrap(slot), slot), 0))
+        fault = Signal()
+        finished = Signal()
+        # the run goes on next cycle; else the reads go back to slot 0 (and 1), ready
+        # for a START
+        goes_on = running & ~fault & ~finished
+        m.d.comb += [rd.addr.eq(Mux(goes_on, Mux(issue, wrap(slot), slot), 0)),
+                     rd_next.addr.eq(Mux(goes_on, Mux(issue, wrap(wrap(slot)), wrap(slot)),
+                                         wrap(0)))]
 
         head = running & (pc < ctrl.prog_len)
         ready_head = head & present
-        opcode = Value.cast(ir.opcode)
-        # an opcode of the ISA, with a field combination its entry defines
+
+        # The head's own checks of its word alone (and of the cycle it is checked in)
+        # are registered: in cycle c the checks of both words that may be the head in
+        # c + 1 are worked out, the head's (no issue in c) and the next one's (the
+        # head issues in c), for cycle c + 1 (0 in a START's cycle), and the issue
+        # only chooses between them. So the issue decision of c + 1 starts from
+        # registers rather than from the program memory's data through its checks.
+        next_cycle = Mux(start, 0, (cycle + 1)[:len(cycle)])
         at = UbufAt(cfg, self.ubuf_base, self.ubuf_rows)   # the UBUF as the registers say
-        legal = Cat(*((opcode == op) & entry.legal(at, self._view(ir, op), select=Mux)
-                      for op, entry in instructions.SPEC.items())).any()
-        due = ir.cycle == cycle
-        late = ir.cycle < cycle
+        n_mux = len(fabric.muxes(cfg))
+        Checks = data.StructLayout({"opcode": 4, "legal": 1, "due": 1, "late": 1,
+                                    "in_range": 1, "cfg_ok": 1, "limit_ok": 1,
+                                    "names": n_mux})
+
+        def checks(word):
+            view = data.View(isa.Word, word)
+            opcode = Value.cast(view.opcode)
+            in_range, cfg_ok = self._range_checks(m, view)
+            # the multiplexers a SETCFG names (for CFG_IN_USE, against the guard's busy)
+            sc = self._view(view, Opcode.SETCFG)
+            indices = [sc.index] + [sc[f"index{k}"] for k in range(1, isa.SETCFG_PAIRS)]
+            named = [Cat(*((k <= sc.more) & (ix == x) for k, ix in enumerate(indices))).any()
+                     for x in range(n_mux)]
+            out = Signal(Checks)
+            m.d.comb += [
+                out.opcode.eq(opcode),
+                # an opcode of the ISA, with a field combination its entry defines
+                out.legal.eq(Cat(*((opcode == op) & entry.legal(at, self._view(view, op),
+                                                                select=Mux)
+                                   for op, entry in instructions.SPEC.items())).any()),
+                out.due.eq(view.cycle == next_cycle), out.late.eq(view.cycle < next_cycle),
+                out.in_range.eq(in_range), out.cfg_ok.eq(cfg_ok),
+                out.names.eq(Mux(opcode == Opcode.SETCFG, Cat(*named), 0)),
+                out.limit_ok.eq(self._update_limits(m, view, next_cycle))]
+            return out
+
+        now, after = checks(rd.data), checks(rd_next.data)
+        chk = Signal(Checks)
+        m.d.sync += chk.eq(Mux(issue, after, now))
+        opcode = chk.opcode
+        legal, due, late = chk.legal, chk.due, chk.late
+        in_range, cfg_ok, cfg_limit_ok = chk.in_range, chk.cfg_ok, chk.limit_ok
         units = [getattr(self, name) for name in self.UNITS]
         ready = Array([Const(1)] + [u.ready if u.signature.handshake else Const(1)
                                     for u in units] + [Const(1)] * 10)[opcode]
-        in_range, cfg_ok = self._range_checks(m, ir)
-        cfg_limit_ok = self._update_limits(m, ir)
         m.submodules.guard = guard = MuxGuard(cfg=cfg)
         m.d.comb += [guard.clear.eq(start), guard.issue.eq(issue),
-                     guard.opcode.eq(ir.opcode), guard.payload.eq(ir.payload),
+                     guard.opcode.eq(opcode), guard.payload.eq(ir.payload),
                      guard.setcfg.eq(ir.payload[:guard.setcfg.shape().size])]
-        in_use = (opcode == Opcode.SETCFG) & guard.in_use
+        in_use = (chk.names & guard.busy).any()
 
         words = fetch.words_per_instruction(cfg)
         long_program = ctrl.prog_len > depth
         region_end = ctrl.prog_addr + ctrl.prog_len * words
-        fault = Signal()
+        # The bank conflict (the units' accesses of a cycle: a deep path through every
+        # unit's address and the crossbars' claims) is registered: a conflict in cycle
+        # c faults in cycle c + 1, before the head's own faults there, and nothing
+        # issues in c + 1. The head's issue in c does not wait for it.
+        conflict_q = Signal()
+        m.d.sync += conflict_q.eq(running & self.bank_conflict)
         code = Signal.like(ctrl.error)
         with m.If(running & (cycle == 0) & long_program & (region_end > cfg.dram_words)):
             m.d.comb += [fault.eq(1), code.eq(ErrorCode.PROG_RANGE)]
-        with m.Elif(running & self.bank_conflict):
-            # the units' accesses of this very cycle: before the head's own checks,
-            # and nothing issues
+        with m.Elif(running & conflict_q):
             m.d.comb += [fault.eq(1), code.eq(ErrorCode.BANK_CONFLICT)]
         with m.Elif(ready_head & ~legal):
             m.d.comb += [fault.eq(1), code.eq(ErrorCode.ILLEGAL_OPCODE)]
@@ -131,7 +183,7 @@ class Sequencer(wiring.Component):
                          unit.payload.eq(ir.payload[:unit.payload.shape().size])]
 
         all_drained = Cat(*(u.drained for u in units if u.signature.handshake)).all()
-        finished = running & ~head & all_drained & ~fault
+        m.d.comb += finished.eq(running & ~head & all_drained & ~fault)
         m.d.comb += [ctrl.done.eq(finished), ctrl.fault.eq(fault)]
         with m.If(start):
             m.d.sync += [running.eq(1), pc.eq(0), slot.eq(0), cycle.eq(0),
@@ -143,7 +195,8 @@ class Sequencer(wiring.Component):
             m.d.sync += running.eq(0)
         with m.Elif(running):
             m.d.sync += [cycle.eq(cycle + 1), pc.eq(pc + issue),
-                         present.eq(pc + issue < filled),
+                         # both sums from registers: issue only selects
+                         present.eq(Mux(issue, pc + 1 < filled, pc < filled)),
                          waited.eq(~issue & (waited | (head & ~present)))]
             with m.If(issue):
                 m.d.sync += slot.eq(wrap(slot))
@@ -196,16 +249,16 @@ class Sequencer(wiring.Component):
         layout = isa.PAYLOAD[op]
         return data.View(layout, Value.cast(ir.payload)[:layout.size])
 
-    def _update_limits(self, m, ir):
-        """Whether a SETCFG keeps the chip's configuration-update limits: pairs per
-        instruction, the update interval, and the per-power-domain budget."""
+    def _update_limits(self, m, ir, cycle):
+        """Whether a SETCFG keeps the chip's configuration-update limits in ``cycle``:
+        pairs per instruction, the update interval, and the per-power-domain budget."""
         cfg = self.cfg
         sc = data.View(isa.PAYLOAD[Opcode.SETCFG],
                        Value.cast(ir.payload)[:isa.PAYLOAD[Opcode.SETCFG].size])
         pairs = sc.more + 1
         ok = pairs <= cfg.max_config_updates_per_cycle
         if cfg.config_update_interval > 1:
-            ok = ok & (self.ctrl.cycle % cfg.config_update_interval == 0)
+            ok = ok & (cycle % cfg.config_update_interval == 0)
         muxes = fabric.muxes(cfg)
         domains = fabric.domains(cfg)
         domain_of = Array([Const(domains.index(x.domain), 4) for x in muxes]

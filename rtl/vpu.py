@@ -139,20 +139,34 @@ class VectorUnit(wiring.Component):
             rnd = (Const(1, 1) << shift2)[1:]
             s2 = Signal(signed(66), name=f"s2_{c}")
             m.d.sync += s2.eq(Mux(a2.requant, s1 * mult2 + rnd, s1))
+            # q = (requant ? (s2 >> shift) + zp : s2), then ReLU (q below its floor,
+            # zp or 0, becomes the floor), then the int8 saturation or the params
+            # clamp, or q itself (32 bits) into the ACC. Worked out narrow: q < floor
+            # iff s2 < 0 (an arithmetic shift keeps the sign), and every comparison
+            # with an int8 bound gives the same answer on qc, the shifted value held
+            # to 12 bits (an overflow stays past +-1919 after adding zp) plus zp, so
+            # no 66-bit carry chain lies on the path.
             zp = a3.zp.as_signed()
             shift3 = Mux(a3.params, p_shift[c], a3.shift)
-            q = Signal(signed(66), name=f"q_{c}")
-            m.d.comb += q.eq(Mux(a3.requant, (s2 >> shift3) + zp, s2))
+            v = Signal(signed(66), name=f"v_{c}")
+            m.d.comb += v.eq(Mux(a3.requant, s2 >> shift3, s2))
+            neg = s2[-1]
+            fits = (v[11:] == 0) | (v[11:] == (1 << (66 - 11)) - 1)
+            vc = Signal(signed(12), name=f"vc_{c}")
+            m.d.comb += vc.eq(Mux(fits, v[:12], Mux(neg, -2048, 2047)))
             floor = Mux(a3.requant, zp, 0)
-            y = Signal(signed(66), name=f"y_{c}")
-            m.d.comb += y.eq(Mux(a3.relu & (q < floor), floor, q))
-            sat = Mux(y > 127, 127, Mux(y < -128, -128, y))
+            qc = Signal(signed(13), name=f"qc_{c}")
+            m.d.comb += qc.eq(vc + floor)
+            below = a3.relu & neg
+            yc = Mux(below, floor, qc)
+            sat = Mux(yc > 127, 127, Mux(yc < -128, -128, yc))
             # params: max with lo, then min with hi (hi wins if lo > hi)
-            above = Mux(q < p_lo[c], p_lo[c], q)
+            above = Mux(qc < p_lo[c], p_lo[c], qc)
             clamped = Mux(above > p_hi[c], p_hi[c], above)
+            wide = Mux(below, 0, s2[:32])     # requant = 0 into the ACC: floor 0
             s3 = Signal(signed(32), name=f"s3_{c}")
             m.d.sync += s3.eq(Mux(a3.params, clamped,
-                                  Mux(a3.requant | ~a3.to_acc, sat, y)))
+                                  Mux(a3.requant | ~a3.to_acc, sat, wide.as_signed())))
             out32.append(s3)
             out8.append(s3[:8])
         to_acc = a4.to_acc

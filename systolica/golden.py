@@ -11,7 +11,8 @@ timing (:mod:`systolica.arch.timing`), its scheduler or its lowering:
    unit (when it accepts the next instruction, from the instruction's cycle-level
    effects), a scoreboard per address of every memory and weight bank (the cycle
    of its last write and last read), and who uses each CBUF bank's read and write
-   port in which cycles (two units on one port in one cycle: ``BANK_CONFLICT``). Each instruction's reads and writes happen at
+   port in which cycles (two units on one port in one cycle: ``BANK_CONFLICT`` the
+   cycle after). Each instruction's reads and writes happen at
    the cycles its entry in :mod:`systolica.arch.instructions` says; a read of data
    not yet written, a write that lands before an earlier instruction has read the
    old data, or two writes out of order is a *hazard*: the hardware would compute
@@ -376,7 +377,7 @@ def _mux_windows(fx: Effects, mux_index: dict[str, int]) -> tuple[int, tuple] | 
 class _BankPorts:
     """Who uses each CBUF and ACC bank port when (docs/contract.md, "CBUF banks"),
     and the first cycle two units use the same one: the chip faults BANK_CONFLICT
-    there."""
+    the cycle after."""
 
     def __init__(self, cfg: ChipConfig):
         self.cfg = cfg
@@ -647,8 +648,10 @@ def check(cfg: ChipConfig, program: list[isa.Instr], prog_addr: int | None = Non
         arrival = 0 if not issued else issued[-1].cycle + 1
         ready = fetcher.ready(pc, issued)
         reach = max(arrival, ready)
-        if ports.conflict is not None and max(ins.cycle, reach) >= ports.conflict:
-            break           # the chip stops at the conflict before this one issues
+        if ports.conflict is not None and max(ins.cycle, reach) > ports.conflict:
+            # the chip faults the cycle after the conflict, before this one issues or
+            # faults (the head's issue or fault in the conflict's own cycle comes first)
+            break
         entry = instructions.SPEC.get(ins.op)
         legal, range_fault, fx, fx_last, reads, writes, port_runs, dram_writes, \
             bank_uses, mux_windows = decided(ins)
@@ -707,7 +710,7 @@ def check(cfg: ChipConfig, program: list[isa.Instr], prog_addr: int | None = Non
         effects.append(fx)
         end = max(end, t + fx_last + 1)
     if fault is None and ports.conflict is not None:
-        fault = (ErrorCode.BANK_CONFLICT, len(issued), ports.conflict)
+        fault = (ErrorCode.BANK_CONFLICT, len(issued), ports.conflict + 1)
         reason = ports.reason
     if helper is not None:
         # the other boards' hazards among the issued instructions, in the order one

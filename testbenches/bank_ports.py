@@ -42,8 +42,9 @@ def uses(cfg: ChipConfig, ins: Instr) -> list[tuple[int, str, int]]:
 
 
 def first_conflict(cfg: ChipConfig, image: bytes) -> tuple[int, int] | None:
-    """``(fault_pc, cycle)`` of the program's first bank conflict (the number of
-    instructions issued before that cycle), or None."""
+    """``(fault_pc, fault_cycle)`` of the program's first bank conflict, or None: the
+    chip faults the cycle after the conflict, with the number of instructions issued
+    before that (those of the conflict's own cycle included)."""
     program = [isa.decode(w) for w in isa.from_bytes(image)]
     users = defaultdict(int)
     for ins in program:
@@ -52,5 +53,5 @@ def first_conflict(cfg: ChipConfig, image: bytes) -> tuple[int, int] | None:
     cycles = [c for (c, _, _), n in users.items() if n > 1]
     if not cycles:
         return None
-    cycle = min(cycles)
+    cycle = min(cycles) + 1
     return sum(ins.cycle < cycle for ins in program), cycle

@@ -5,8 +5,9 @@ instruction issues, which fault stops the run (``PROG_RANGE``, ``ILLEGAL_OPCODE`
 ``LATE``, ``UNIT_BUSY``, ``ADDR_RANGE``, ``CFG_RANGE``, ``CFG_LIMIT``, ``CFG_IN_USE``,
 checked in that order) at which cycle, and when the run ends. A case may raise
 ``bank_conflict`` (the CBUF crossbar's flag) in chosen run cycles: the first one while
-running is a ``BANK_CONFLICT`` fault in that cycle, before the head's own faults, with
-nothing issued in it. The testbench's unit
+running, before the run's end, is a ``BANK_CONFLICT`` fault the cycle after, before
+the head's own faults there; in the conflict's cycle itself the head issues or faults
+as without it (``FAULT_PC`` counts the instructions issued up to that cycle). The testbench's unit
 models hold each issue port's ``ready`` low for the instruction's ``timing.occupancy``
 (plus any cycles a case forces it low) and its ``drained`` low until
 ``t + timing.done``. The checker requires every ``valid`` strobe on the right unit
@@ -135,12 +136,14 @@ def reference(imem: dict, prog_len: int, held_low: dict) -> dict:
     ref = _reference(imem, prog_len, held_low)
     if ref["fault"] and ref["fault"][0] is ErrorCode.PROG_RANGE:
         return ref                                  # checked first, at cycle 0
-    hits = sorted(c for c in held_low.get("conflict", ()) if c <= ref["end"])
+    # a conflict in the run's last cycle (its fault or its end) comes too late
+    hits = sorted(c for c in held_low.get("conflict", ()) if c < ref["end"])
     if not hits:
         return ref
     k = hits[0]
-    issues = [i for i in ref["issues"] if i[0] < k]
-    return {"issues": issues, "fault": (ErrorCode.BANK_CONFLICT, len(issues), k), "end": k}
+    issues = [i for i in ref["issues"] if i[0] <= k]
+    return {"issues": issues, "fault": (ErrorCode.BANK_CONFLICT, len(issues), k + 1),
+            "end": k + 1}
 
 
 def _reference(imem: dict, prog_len: int, held_low: dict) -> dict:
@@ -336,15 +339,19 @@ CASES = {
                             touch(10, "wb_src[1]")], None, {}),
     "in_use_vrun_to_acc_later": ([vrun(3, rows=6), vrun(10, src=8, rows=2, dst=8, to_acc=1),
                                   touch(12, "wb_src[0]")], None, {}),
-    # BANK_CONFLICT: between issues, in an issue cycle (nothing issues), before the
-    # head's ILLEGAL_OPCODE and UNIT_BUSY, after PROG_RANGE, and not after the end.
+    # BANK_CONFLICT, the cycle after the conflict: between issues, after an issue in
+    # the conflict's cycle, before the head's ILLEGAL_OPCODE and UNIT_BUSY, after
+    # PROG_RANGE and after a head's fault in the conflict's own cycle, and not after
+    # the end.
     "conflict_between": ([dma(0, rows=6), wload(3, w_addr=8), matmul(20, act=100)], None,
                          {"conflict": {12, 13}}),
     "conflict_at_issue": ([dma(0, rows=6), wload(3, w_addr=8), matmul(20)], None,
                           {"conflict": {3}}),
     "conflict_first_cycle": ([setcfg(0, 1, 1)], None, {"conflict": {0}}),
-    "conflict_over_illegal": ([setcfg(0), raw(9, 50)], None, {"conflict": {1}}),
-    "conflict_over_busy": ([dma(0, rows=10), dma(5)], None, {"conflict": {5}}),
+    "conflict_over_illegal": ([setcfg(0), raw(9, 50)], None, {"conflict": {0}}),
+    "conflict_after_illegal": ([setcfg(0), raw(9, 50)], None, {"conflict": {1}}),
+    "conflict_over_busy": ([dma(0, rows=10), dma(5)], None, {"conflict": {4}}),
+    "conflict_after_busy": ([dma(0, rows=10), dma(5)], None, {"conflict": {5}}),
     "conflict_after_range": ([setcfg(0)],
                              CFG.dram_words // fetch.words_per_instruction(CFG) + 1,
                              {"conflict": {0}}),

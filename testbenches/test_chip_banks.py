@@ -1,7 +1,7 @@
 """CBUF bank conflicts on the Verilated tiny chip: the chip faults ``BANK_CONFLICT``
-exactly at the first cycle two units use one port of one bank, as the contract's rule
-(:mod:`bank_ports`) finds it, with the number of instructions issued before it as
-``FAULT_PC``; a program without one runs to its end. Directed programs show the
+exactly the cycle after the first cycle two units use one port of one bank, as the
+contract's rule (:mod:`bank_ports`) finds it, with the number of instructions issued
+before the fault as ``FAULT_PC``; a program without one runs to its end. Directed programs show the
 parts of the rule a compiled program may not reach (a WLOAD's conveyor-slot read, a
 window walk's claim on every bank of its tile); compiled GEMMs, MLPs and
 convolutions show it on real schedules."""
@@ -77,8 +77,9 @@ def runs():
 
 
 def test_directed_cases_mean_what_they_say():
-    want = {"wload_conveyor_slot": (2, CONVEYOR), "walk_claims_its_tile": (2, 2),
-            "row_walk_bank_edge": (2, 3)}
+    # the conflict's cycle + 1: the chip faults the cycle after
+    want = {"wload_conveyor_slot": (2, CONVEYOR + 1), "walk_claims_its_tile": (2, 3),
+            "row_walk_bank_edge": (2, 4)}
     for name, program in DIRECTED.items():
         assert first_conflict(CFG, program_image(program)) == want.get(name), name
 

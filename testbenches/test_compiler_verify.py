@@ -94,7 +94,7 @@ BROKEN = {
         lambda p: [*p[:2], dataclasses.replace(p[2], fields={**p[2].fields, "buf_addr": 8}),
                    dataclasses.replace(p[3], fields={**p[3].fields, "act_addr": 8},
                                        cycle=p[3].cycle - 1), *p[4:]],
-        ["BANK_CONFLICT in cycle 18", "mm unit (pc 3)", "wload unit (pc 1)",
+        ["BANK_CONFLICT in cycle 19", "mm unit (pc 3)", "wload unit (pc 1)",
          "read port of CBUF bank 0"]),
     "SETCFG inside a MATMUL's window": (
         lambda p: sorted(p + [Instr(Opcode.SETCFG, 22, isa.setcfg_fields(

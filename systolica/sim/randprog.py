@@ -747,7 +747,9 @@ def _bank_conflict(cfg, program, rng):
         raise _NoSite
     y = sites[int(rng.integers(len(sites)))]
     out, _ = _insert(program, y)
-    cycle = _first_conflict(cfg, out)
+    # the chip faults the cycle after the conflict; what issues up to the conflict's
+    # own cycle counts
+    cycle = _first_conflict(cfg, out) + 1
     pc = sum(1 for i in out if i.cycle < cycle)
     return out, (ErrorCode.BANK_CONFLICT, pc, cycle), \
         f"{isa.disassemble_one(y).strip()} added"
