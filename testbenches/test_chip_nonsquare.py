@@ -177,6 +177,7 @@ def test_geometry_refusals():
         compile_network(TALL, g)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("strategy", ["crop_fetch", "fused_crop"])
 def test_chain_in_passes(strategy):
     """Seed 001's two chained convolutions in passes through the UBUF, 8 channels:

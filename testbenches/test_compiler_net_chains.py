@@ -54,7 +54,8 @@ def test_a_bottleneck_has_one_run_the_shortcut_aside():
         [["block_conv1", "block_conv2"]]
 
 
-@pytest.mark.parametrize("stride", [1, 2])
+# the stride-2 bottleneck before every commit (make test-fast), both in make test
+@pytest.mark.parametrize("stride", [pytest.param(1, marks=pytest.mark.slow), 2])
 @pytest.mark.parametrize("strategy", STRATEGIES)
 def test_a_chained_bottleneck_equals_numpy_and_layer_by_layer(strategy, stride):
     """The whole run chained, as the user asks: every output equals numpy and the
@@ -97,7 +98,9 @@ def test_the_baseline_recomputes_what_the_ubuf_keeps():
     assert len(out["crop_fetch"][0].segments["block_conv1"].passes) == 4
 
 
-@pytest.mark.parametrize("seed", range(8))
+# one quick seed before every commit (make test-fast), all eight in make test
+@pytest.mark.parametrize("seed", [pytest.param(s, marks=() if s == 3 else pytest.mark.slow)
+                                  for s in range(8)])
 def test_random_residual_networks_chained_equal_layer_by_layer(seed):
     """Random residual networks (kernels, dilation, a stride-2 layer in the run,
     channels over one and two array rows), each strategy with the whole run chained
@@ -122,6 +125,7 @@ def test_random_residual_networks_chained_equal_layer_by_layer(seed):
     assert chained >= 1
 
 
+@pytest.mark.slow
 def test_cost_rule_chains_only_where_it_saves_bytes_in_no_more_cycles():
     for graph in (bottleneck(), bottleneck(2), models.small_cnn(size=32)):
         for strategy in STRATEGIES + (None,):
