@@ -262,17 +262,17 @@ def choose_segments(cfg: ChipConfig, lay, graph: Graph, jobs: list, tilings: dic
             if known:
                 seg = plan_segment(cfg, piece, known, reserve=reserve)
             else:
+                def plan(w):
+                    return plan_segment(cfg, piece, w, reserve=reserve, cost=cost,
+                                        pass_sizes=pass_sizes(piece[-1].out_shape[1]))
                 try:
-                    seg = plan_segment(cfg, piece, want, reserve=reserve, cost=cost,
-                                       pass_sizes=pass_sizes(piece[-1].out_shape[1]))
+                    seg = plan(want)
                 except CompileError:
                     if want.share:
                         raise
                     # banks shared in time (a later user waits for the earlier one,
                     # which chain_cost does not count): only where apart nothing fits
-                    seg = plan_segment(cfg, piece, replace(want, share=True),
-                                       reserve=reserve, cost=cost,
-                                       pass_sizes=pass_sizes(piece[-1].out_shape[1]))
+                    seg = plan(replace(want, share=True))
             plans[key] = (seg, segment_estimate(cfg, seg))
             same[sig] = seg.choice
         except CompileError:
