@@ -11,6 +11,10 @@ WORKERS  ?= auto
 SIM_FLAGS := $(if $(filter 1 yes true,$(WAVES)),--waves)
 unexport WAVES
 
+# Bytecode caches (ours and pytest's rewritten test modules) save every worker seconds
+# of compiling on each run; a shell that turns them off would pay that on every run.
+export PYTHONDONTWRITEBYTECODE :=
+
 BOARD    ?= ulx3s
 CONFIG   ?=
 # The FPGA tools (yowasp WebAssembly builds) and board definitions: `bitstream` needs

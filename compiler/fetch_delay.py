@@ -11,8 +11,10 @@ up to whole configuration-update intervals, so SETCFGs keep their cycle grid).
 Delaying a whole suffix keeps every dependence: each later instruction moves away
 from the earlier ones it waits for, never towards them. The one relation it could
 break is a SETCFG issued after an instruction whose multiplexer window it sets (legal
-while the window has not opened): the cut is moved back before any instruction whose
-windows open after the cut's cycle. The schedule verifier (the golden model's own
+while the window has not opened): the cut is moved back until every window of the
+instructions before it opens no later than the first SETCFG after it. (Windows of
+densely issued instructions overlap one another all the way back; only a SETCFG can
+be hurt by them.) The schedule verifier (the golden model's own
 fetcher) checks the result.
 """
 
@@ -107,6 +109,10 @@ def delay_for_fetch(cfg: ChipConfig, program: list[isa.Instr]) -> list[isa.Instr
     if not _late(np.array(base, dtype=np.int64), port, depth, words, lands).any():
         return program
     opens = _window_opens(cfg, program)
+    # per index, the first SETCFG at or after it (count: none)
+    next_cfg = [count] * (count + 1)
+    for k in range(count - 1, -1, -1):
+        next_cfg[k] = k if program[k].op is Opcode.SETCFG else next_cfg[k + 1]
 
     t = [0] * count                  # issue cycles as placed
     shift = 0                        # delay of every instruction not placed yet ...
@@ -118,6 +124,17 @@ def delay_for_fetch(cfg: ChipConfig, program: list[isa.Instr]) -> list[isa.Instr
     late = [0] * count               # times each instruction was found late
     nxt, free_from, latest = 0, 0, -1
     i = 0
+
+    def first_setcfg_cycle(cut: int) -> int:
+        """The planned issue cycle of the first SETCFG at or after ``cut`` (``i``:
+        the instruction found late, at ``ti``)."""
+        s = next_cfg[cut]
+        if s < i:
+            return t[s]
+        if s == i:
+            return ti
+        return base[s] + redo.get(s, shift) if s < count else 1 << 62
+
     while i < count:
         state[i] = (nxt, free_from, len(busy))
         reach[i] = latest
@@ -144,11 +161,11 @@ def delay_for_fetch(cfg: ChipConfig, program: list[isa.Instr]) -> list[isa.Instr
                         f"fetcher after {MAX_ROUNDS} delays; the instruction memory "
                         f"(imem_depth {depth}) is too shallow for this schedule")
                 deficit = -(-(ready - ti) // step) * step
-                # cut where no earlier instruction's window opens after the cut's cycle
-                cut, at = i, ti
-                while reach[cut] > at:
+                # cut where no earlier instruction's window opens after the cycle of
+                # the first SETCFG delayed with the cut (as planned now)
+                cut = i
+                while reach[cut] > first_setcfg_cycle(cut):
                     cut -= 1
-                    at = t[cut]
                 for j in list(redo):            # not placed yet, already delayed
                     redo[j] += deficit
                 for j in range(cut, i + 1):     # placed (or about to be): again

@@ -334,17 +334,20 @@ def _rows(cfg: ChipConfig, graph: Graph) -> tuple[dict[str, int], list[Region]]:
     return {name: best[0]}, best[1]
 
 
-def program_region(cfg: ChipConfig, plan: MemoryPlan, instructions: int) -> int:
+def program_region(cfg: ChipConfig, plan: MemoryPlan, instructions: int,
+                   at_least: bool = False) -> int:
     """The DRAM word address of the program image (PROG_ADDR): right after the data.
     A program longer than the instruction memory is read from there, so its region
-    must fit the DRAM; CompileError saying by how much it does not."""
+    must fit the DRAM; CompileError saying by how much it does not. `at_least`: the
+    count is a lower bound (before configuration updates join the program)."""
     at = plan.dram_map.end
     if fetch.fetches(cfg, instructions):
         need = fetch.region_words(cfg, instructions)
         if at + need > cfg.dram_words:
             raise CompileError(
                 f"network {plan.graph.name!r}: DRAM too small by "
-                f"{at + need - cfg.dram_words} words for the program image ({instructions} "
+                f"{at + need - cfg.dram_words} words for the program image "
+                f"({'at least ' if at_least else ''}{instructions} "
                 f"instructions, {need} words: longer than imem_depth {cfg.imem_depth}, so "
                 f"fetched from DRAM; {at} words already used by the data); the "
                 f"configured dram_words is {cfg.dram_words} words of {cfg.rows} bytes: "

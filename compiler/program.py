@@ -234,6 +234,9 @@ def _compile(cfg: ChipConfig, network: Network | Graph, chain: ChainChoice | Non
                     segments=segments)
     clock.lap("lower")
     graph = lowered.plan.graph
+    # A program too long for the DRAM is refused now, not after scheduling it: the
+    # configuration updates scheduling adds only make it longer.
+    program_region(cfg, lowered.plan, len(lowered.ops), at_least=True)
     cycles = schedule(cfg, lowered.ops)
     clock.lap("schedule")
     cycles, updates = add_updates(cfg, lowered.ops, cycles)

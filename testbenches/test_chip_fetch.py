@@ -44,10 +44,15 @@ def test_long_programs_on_a_small_instruction_memory():
     late = hog(SMALL, 24, 27)
     delayed = delay_for_fetch(SMALL, hog(SMALL, 8, 9))
     over = SMALL.dram_words - fetch.region_words(SMALL, len(late)) + 1
+    # a deep K: matmul windows overlapping back to the start (test_fetch.py)
+    deep = compile_network(SMALL, _net(8, 256, 8, 3))
+    assert deep.fetch_delay > 0
     jobs, golds = [], []
-    job, gold = _compiled_case(SMALL, compiled, "gemm")
-    jobs.append(job)
-    golds.append(gold)
+    for case, name in ((compiled, "gemm"), (deep, "deep_k")):
+        job, gold = _compiled_case(SMALL, case, name)
+        jobs.append(job)
+        golds.append(gold)
+    deep_gold = golds.pop()
     for name, program, at, fault in (("late", late, PROG_ADDR, True),
                                      ("delayed", delayed, PROG_ADDR, False),
                                      ("prog_range", late, over, True)):
@@ -56,6 +61,10 @@ def test_long_programs_on_a_small_instruction_memory():
         golds.append(golden.run(SMALL, _image(program), np.zeros((1, SMALL.rows), np.uint8),
                                 at))
     res = dict(zip([j["name"] for j in jobs], run_many_on_rtl(SMALL, jobs)))
+    np.testing.assert_array_equal(deep.result(res["deep_k"]["readback"][0]),
+                                  reference.run(deep.network))
+    assert res["deep_k"]["error_name"] == "NONE"
+    assert res["deep_k"]["cycles"] == deep.predicted_cycles == deep_gold.cycles
 
     got = compiled.result(res["gemm"]["readback"][0])
     np.testing.assert_array_equal(got, reference.run(compiled.network))

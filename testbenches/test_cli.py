@@ -59,8 +59,8 @@ def test_compile_of_a_long_program_names_its_dram_address(capsys):
     """A program longer than the instruction memory is fetched from DRAM: the user is
     told where to load it and what to write to PROG_ADDR."""
     from systolica.compiler import compile_network
-    status, out, _ = run(["compile", "--gemm", "96x256x96", "--seed", "3"], capsys)
-    compiled = compile_network(preset("tiny"), cli._gemm_network(96, 256, 96, seed=3))
+    status, out, _ = run(["compile", "--gemm", "48x256x96", "--seed", "3"], capsys)
+    compiled = compile_network(preset("tiny"), cli._gemm_network(48, 256, 96, seed=3))
     assert status == 0 and len(compiled.program) > preset("tiny").imem_depth
     assert f"set PROG_ADDR to {compiled.prog_addr}" in out
     status, out, _ = run(["compile", "--gemm", "8x16x8"], capsys)
@@ -129,7 +129,7 @@ def test_sim_checks_the_network_before_building(monkeypatch, capsys):
     built = []
     monkeypatch.setattr(rtlsim, "build",
                         lambda cfg, waves=False, harness="cocotb": built.append(cfg))
-    status, _, err = run(["sim", "--gemm", "8x5000x8"], capsys)
+    status, _, err = run(["sim", "--gemm", "8x3500x8"], capsys)
     assert status == 2 and built == [] and "imem_depth" in err
 
 

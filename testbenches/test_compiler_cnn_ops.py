@@ -401,6 +401,7 @@ def test_resnet50_has_53_convolutions_and_4_09_g_macs(resnet):
     assert resnet.tensor("layer4_2_add").shape == (1, 7, 7, 2048)
 
 
+@pytest.mark.slow
 def test_resnet50_reference_does_not_saturate():
     graph = models.resnet50(size=32)
     values = reference.evaluate(graph)

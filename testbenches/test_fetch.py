@@ -192,6 +192,22 @@ def test_long_gemm_compiles_and_runs_on_the_golden_model():
     np.testing.assert_array_equal(compiled.result(gold.dram), reference.run(net))
 
 
+@pytest.mark.parametrize("depth", [8, 32, 128])
+def test_deep_k_gemm_delays_past_overlapping_windows(depth):
+    """A deep-K GEMM issues its matmuls so densely that their multiplexer windows
+    overlap one another back to the first instruction; the pass once cut back that far
+    and gave up ("stays late for the fetcher"). Only a SETCFG bounds the cut now."""
+    rng = np.random.default_rng(depth)
+    net = gemm(rng.integers(-128, 128, (8, 512), dtype=np.int8),
+               rng.integers(-128, 128, (512, 8), dtype=np.int8), out_dtype="int32")
+    cfg = TINY.replace(imem_depth=depth)
+    compiled = compile_network(cfg, net)
+    assert compiled.fetch_delay > 0
+    gold = golden.run(cfg, compiled.image, compiled.dram, compiled.prog_addr)
+    assert gold.error is ErrorCode.NONE and gold.cycles == compiled.predicted_cycles
+    np.testing.assert_array_equal(compiled.result(gold.dram), reference.run(net))
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("M, K, N", [(128, 768, 768), (16, 2048, 1000)])
 def test_issue_gemms_compile_on_base(M, K, N):
