@@ -15,6 +15,11 @@ layer's rows are stored. Three strategies (:data:`STRATEGIES`):
   rows as it writes them (``VRUN crop = 1``: CBUF row ``a`` also lands in UBUF row
   ``a mod ubuf_rows``), with no pass of its own over the data.
 
+A chain may mix them, one per layer (``ChainChoice.strategy`` a tuple): the
+strategy of layer ``k`` is how the rows of its output that the next pass reads again
+are had (computed again, copied, or cropped as written). The copied layers' UBUF
+areas come first; the fused crops land on the UBUF rows above them.
+
 Each layer's weights are loaded once into the CBUF for the whole chain
 (``persistent``), loaded whole at the layer's turn in every pass (``pass``: its
 banks hold other layers' rows the rest of the pass), or streamed through the weight
@@ -58,22 +63,25 @@ WEIGHTS = ("persistent", "pass", "stream")   # least DRAM traffic first, most CB
 
 @dataclass(frozen=True)
 class ChainChoice:
-    """How a chain runs; None leaves a choice to :func:`choose`. ``outputs_per_pass``:
-    rows of the last layer's output per pass; ``weights``: one of :data:`WEIGHTS` for
+    """How a chain runs; None leaves a choice to :func:`choose`. ``strategy``: one of
+    :data:`STRATEGIES` for the chain, or a tuple of one per layer (how the halo rows
+    of the layer's output are had; the last layer's output has none, so its entry
+    says nothing); ``outputs_per_pass``: rows of the last layer's output per pass; ``weights``: one of :data:`WEIGHTS` for
     every layer, or a tuple of one per layer; ``keep``: per layer, whether its
     output's halo rows are kept in the UBUF (else computed again in the next pass);
     ``share``: whether regions whose lifetimes within a pass do not overlap may take
     the same CBUF banks (False: every region keeps its banks for the whole chain)."""
-    strategy: str = "crop_fetch"
+    strategy: str | tuple[str, ...] = "crop_fetch"
     outputs_per_pass: int | None = None
     weights: str | tuple[str, ...] | None = None
     keep: tuple[bool, ...] | None = None
     share: bool = True
 
     def __post_init__(self):
-        if self.strategy not in STRATEGIES:
+        kinds = self.strategy if isinstance(self.strategy, tuple) else (self.strategy,)
+        if not kinds or any(k not in STRATEGIES for k in kinds):
             raise CompileError(f"chain strategy {self.strategy!r} is not one of "
-                               f"{', '.join(STRATEGIES)}")
+                               f"{', '.join(STRATEGIES)}, or a tuple of one per layer")
         kinds = self.weights if isinstance(self.weights, tuple) else (self.weights,)
         if self.weights is not None and (not kinds or any(k not in WEIGHTS for k in kinds)):
             raise CompileError(f"chain weights {self.weights!r} is not one of "
@@ -82,6 +90,11 @@ class ChainChoice:
                 isinstance(k, bool) for k in self.keep)):
             raise CompileError(f"chain keep must be a tuple of one bool per layer, not "
                                f"{self.keep!r}")
+        if self.keep is not None and isinstance(self.strategy, tuple) and \
+                self.keep != self._kept(len(self.keep)):
+            raise CompileError(f"chain keep {self.keep!r} disagrees with the per-layer "
+                               f"strategy {self.strategy!r} (a layer keeps its halo "
+                               f"unless its strategy is baseline); give one or the other")
         if self.keep is not None and self.strategy == "baseline" and any(self.keep):
             raise CompileError("the baseline strategy keeps nothing in the UBUF; choose "
                                "crop_fetch or fused_crop to keep a layer's halo")
@@ -91,6 +104,34 @@ class ChainChoice:
                                f"{self.outputs_per_pass!r}")
         if not isinstance(self.share, bool):
             raise CompileError(f"chain share must be True or False, not {self.share!r}")
+
+    def strategies(self, layers: int) -> tuple[str, ...]:
+        """The strategy per layer; CompileError on a tuple of the wrong length."""
+        if isinstance(self.strategy, str):
+            return (self.strategy,) * layers
+        if len(self.strategy) != layers:
+            raise CompileError(f"chain strategy has {len(self.strategy)} entries for "
+                               f"{layers} layers")
+        return self.strategy
+
+    def _kept(self, layers: int) -> tuple[bool, ...]:
+        """Per layer, whether a per-layer strategy keeps its halo (never the last)."""
+        return tuple(s != "baseline" for s in self.strategies(layers)[:-1]) + (False,)
+
+    @property
+    def uses_ubuf(self) -> bool:
+        kinds = self.strategy if isinstance(self.strategy, tuple) else (self.strategy,)
+        return any(k != "baseline" for k in kinds[:-1] or kinds)
+
+    def fused(self, keep: tuple[bool, ...]) -> tuple[bool, ...]:
+        """Per layer, whether the halo it keeps (`keep`) is cropped as it is written."""
+        kinds = self.strategies(len(keep))
+        return tuple(k and s == "fused_crop" for k, s in zip(keep, kinds))
+
+    @property
+    def name(self) -> str:
+        """The strategy as one word: its name, or the per-layer names joined by +."""
+        return self.strategy if isinstance(self.strategy, str) else "+".join(self.strategy)
 
     def modes(self, layers: int) -> tuple[str, ...] | None:
         """The weight placement per layer, if given; CompileError on a tuple of the
@@ -211,8 +252,8 @@ class _Ask:
 
 
 def _layout(cfg: ChipConfig, jobs: list[Job], passes: list[list[chain.Step]],
-            modes: tuple[str, ...], half_rows: int, strategy: str, share: bool = True
-            ) -> _Buffers:
+            modes: tuple[str, ...], half_rows: int, fused: tuple[bool, ...],
+            share: bool = True) -> _Buffers:
     """Bank-aligned CBUF regions for the chain around the UBUF, and the UBUF areas.
 
     Lifetimes count the layers of a pass (every pass runs them in order): the weight
@@ -227,7 +268,8 @@ def _layout(cfg: ChipConfig, jobs: list[Job], passes: list[list[chain.Step]],
     only where needed); (2) the regions live throughout first, then the others by
     decreasing size, each at the lowest bank boundary where it meets no region live
     at the same time (packed). A CompileError names the region, its layers and the
-    shortfall in bytes when neither fits."""
+    shortfall in bytes when neither fits. `fused`: per layer, whether its halo is
+    cropped as it is written (the UBUF areas of the others come first)."""
     R, L = cfg.rows, len(jobs)
     whole = (0, L - 1)
 
@@ -248,12 +290,12 @@ def _layout(cfg: ChipConfig, jobs: list[Job], passes: list[list[chain.Step]],
     band = []
     for k, j in enumerate(jobs):
         band.append(max(s[k].read for s in passes) * j.sources[0].shape[2])
-        fused = strategy == "fused_crop" and k > 0
+        into = k > 0 and fused[k - 1]      # layer k - 1 crops into it as it writes
         # fused crops: the halo rows are fetched as the pass starts (_emit_passes)
-        early = fused and any(p[k].fetch is not None for p in passes)
+        early = into and any(p[k].fetch is not None for p in passes)
         asks.append(_Ask(f"{j.name}.input", band[k] * j.sources[0].blocks(R),
                          *life(0 if early else max(k - 1, 0), k),
-                         f"input rows of layer {j.name!r}", k, fused))
+                         f"input rows of layer {j.name!r}", k, into))
     last = jobs[-1]
     Wo = last.out_shape[2]
     stage_half = min(max(1, half_rows // Wo), max(s[-1].computed for s in passes)) * Wo
@@ -261,11 +303,34 @@ def _layout(cfg: ChipConfig, jobs: list[Job], passes: list[list[chain.Step]],
                      f"output staging of layer {last.name!r}", L - 1))
     ubuf_region = ([Region("cbuf", "ubuf", cfg.ubuf_base, cfg.ubuf_rows, 0, L - 1, "UBUF")]
                    if cfg.ubuf_rows and not cfg.ubuf_own_sram else [])
+    # UBUF areas of the copied crops: layer k's input rows cropped by layer k - 1. A
+    # pass fetches the crop of the pass before by the time its layer k - 1 starts and
+    # crops again after it computes: every area lives across the passes, so the areas
+    # share no rows; the fused crops land on rows above them.
+    ubuf, ubuf_stride, u, areas = [], [], 0, []
+    peaks = [max(s[k].cropped for s in passes) for k in range(len(jobs))]
+    for k, j in enumerate(jobs):
+        rows = peaks[k - 1] * j.sources[0].shape[2] if k and not fused[k - 1] else 0
+        ubuf_stride.append(rows)
+        if not rows:
+            ubuf.append(None)
+            continue
+        size = rows * j.sources[0].blocks(R)
+        if u + size > cfg.ubuf_rows:
+            raise CompileError(
+                f"layer {j.name!r}: its halo rows need {u + size} UBUF rows, the chip has "
+                f"{cfg.ubuf_rows}: short by {(u + size - cfg.ubuf_rows) * R} bytes; use "
+                f"the baseline strategy or more outputs per pass")
+        areas.append(Region("cbuf", f"{j.name}.ubuf", cfg.ubuf_base + u, size, 0, L - 1,
+                            f"UBUF rows of layer {j.name!r}"))
+        ubuf.append(u)
+        u += size
     packed = sorted(asks, key=lambda a: ((a.first, a.last) != whole, -a.rows))
     error = None
     for order, apart in ((asks, True), (packed, False)) if share else ((asks, True),):
         try:
-            regions, fused_at = _place_asks(cfg, jobs, passes, order, apart, ubuf_region)
+            regions, fused_at = _place_asks(cfg, jobs, passes, order, apart, ubuf_region,
+                                            reserved=u)
             break
         except CompileError as e:
             error = e
@@ -280,47 +345,27 @@ def _layout(cfg: ChipConfig, jobs: list[Job], passes: list[list[chain.Step]],
     ring = at.get("weight ring")
     wat = [at.get(f"{j.name}.weights") for j in jobs]
     staging = at[f"{last.name}.staging"]
-    # UBUF areas: layer k's input rows cropped by layer k - 1 (a fused crop lands
-    # where its CBUF address says: the whole UBUF is the chain's). A pass fetches the
-    # crop of the pass before by the time its layer k - 1 starts and crops again after
-    # it computes: every area lives across the passes, so the areas share no rows.
-    ubuf, ubuf_stride, u = [], [], 0
-    peaks = [max(s[k].cropped for s in passes) for k in range(len(jobs))]
-    if strategy == "fused_crop":
-        regions.append(Region("cbuf", "ubuf", cfg.ubuf_base, cfg.ubuf_rows, 0, L - 1,
-                              "UBUF (fused crops)"))
-        return _Buffers(inputs, stride, wat, [None] * len(jobs), [0] * len(jobs), ring,
-                        staging, stage_half, regions, modes)
-    for k, j in enumerate(jobs):
-        rows = peaks[k - 1] * j.sources[0].shape[2] if k else 0
-        ubuf_stride.append(rows)
-        if not rows:
-            ubuf.append(None)
-            continue
-        size = rows * j.sources[0].blocks(R)
-        if u + size > cfg.ubuf_rows:
-            raise CompileError(
-                f"layer {j.name!r}: its halo rows need {u + size} UBUF rows, the chip has "
-                f"{cfg.ubuf_rows}: short by {(u + size - cfg.ubuf_rows) * R} bytes; use "
-                f"the baseline strategy or more outputs per pass")
-        regions.append(Region("cbuf", f"{j.name}.ubuf", cfg.ubuf_base + u, size, 0, L - 1,
-                              f"UBUF rows of layer {j.name!r}"))
-        ubuf.append(u)
-        u += size
+    regions += areas
+    if any(fused):      # a fused crop lands where its CBUF address says, above the areas
+        regions.append(Region("cbuf", "ubuf", cfg.ubuf_base + u, cfg.ubuf_rows - u, 0,
+                              L - 1, "UBUF (fused crops)"))
     return _Buffers(inputs, stride, wat, ubuf, ubuf_stride, ring, staging, stage_half,
                     regions, modes)
 
 
 def _place_asks(cfg: ChipConfig, jobs: list[Job], passes, asks: list[_Ask], apart: bool,
-                fixed: list[Region]) -> tuple[list[Region], dict[int, tuple[int, int]]]:
+                fixed: list[Region], reserved: int = 0
+                ) -> tuple[list[Region], dict[int, tuple[int, int]]]:
     """Place `asks` in this order around `fixed` (:func:`_layout`; `apart`: banks no
     other region takes first). The regions, and per fused band its ``(shift,
-    stride)`` (:func:`_fused_place`)."""
+    stride)`` (:func:`_fused_place`), its crops on UBUF rows from `reserved` up."""
     R, L = cfg.rows, len(jobs)
     placed = list(fixed)
     regions: list[Region] = []
     fused_at: dict[int, tuple[int, int]] = {}
     taken = [np.zeros(cfg.ubuf_rows, dtype=bool) for _ in passes]   # fused crops' rows
+    for t in taken:
+        t[:reserved] = True                                          # copied crops'
 
     def gap(first: int, last: int, rows: int, after: int = 0) -> tuple[int, int]:
         """The lowest bank-aligned start at or above `after` free over the lifetime
@@ -418,7 +463,8 @@ def _fused_place(cfg: ChipConfig, jobs: list[Job], passes, k: int, base: int, ro
                     taken[p][rows_at[shift]] = True
                 return shift, stride
     raise CompileError(f"layer {jobs[k - 1].name!r}: its fused crops find no UBUF rows "
-                       f"apart from the other layers'; use the crop_fetch strategy")
+                       f"apart from the other layers'; use the crop_fetch strategy for "
+                       f"it or another layer")
 
 
 def _check_fetches(jobs: list[Job], passes: list[list[chain.Step]]) -> None:
@@ -475,7 +521,7 @@ def _waits(bufs: _Buffers, key: str, step: int) -> bool:
 
 
 def _weight_modes(cfg: ChipConfig, jobs: list[Job], passes, fixed, half_rows: int,
-                  strategy: str, share: bool):
+                  fused: tuple[bool, ...], share: bool):
     """The weight placement per layer for these passes: the user's (`fixed`), else
     all ``persistent`` if that fits, else the cheapest (:func:`estimate`) of the same
     placement for every layer (``pass``, ``stream``) and of :func:`_downgrade`'s mix
@@ -484,7 +530,7 @@ def _weight_modes(cfg: ChipConfig, jobs: list[Job], passes, fixed, half_rows: in
     L = len(jobs)
 
     def fit(modes):
-        return _layout(cfg, jobs, passes, modes, half_rows, strategy, share)
+        return _layout(cfg, jobs, passes, modes, half_rows, fused, share)
 
     if fixed is not None:
         return fixed, fit(fixed)
@@ -555,7 +601,7 @@ def choose(cfg: ChipConfig, jobs: list[Job], want: ChainChoice, half_rows: int,
     estimate and every pass size (a network's rule, :mod:`.net_chains`)."""
     H = jobs[0].sources[0].shape[1]
     Ho = jobs[-1].out_shape[1]
-    ubuf = want.strategy != "baseline"
+    ubuf = want.uses_ubuf
     if ubuf and not cfg.ubuf_rows:
         raise CompileError(f"chip {cfg.name!r} has no UBUF (ubuf_rows = 0): use the "
                            f"baseline strategy")
@@ -563,7 +609,9 @@ def choose(cfg: ChipConfig, jobs: list[Job], want: ChainChoice, half_rows: int,
         (pass_sizes or list(range(Ho, 0, -1)))
     L = len(jobs)
     fixed = want.modes(L)
-    if want.keep is not None:
+    if isinstance(want.strategy, tuple):
+        keeps = [want._kept(L)]
+    elif want.keep is not None:
         if len(want.keep) != L:
             raise CompileError(f"chain keep has {len(want.keep)} flags for {L} layers")
         keeps = [want.keep]
@@ -588,7 +636,7 @@ def choose(cfg: ChipConfig, jobs: list[Job], want: ChainChoice, half_rows: int,
             for modes in tries:
                 try:
                     modes, bufs = _weight_modes(cfg, jobs, passes, modes, half_rows,
-                                                want.strategy, want.share)
+                                                want.fused(keep), want.share)
                 except CompileError as e:
                     fit_error = (per, e)
                     continue
@@ -660,7 +708,7 @@ def emit_segment(cfg: ChipConfig, emit: _Emit, seg: Segment, x_at: int, w_at: li
         at += PARAM_ROWS * len(j.steps)
     try:
         return _emit_passes(cfg, emit, seg.jobs, seg.passes, bufs, x_at, w_at, p_at,
-                            slots, out_at, seg.choice.strategy)
+                            slots, out_at, seg.choice.fused(seg.choice.keep))
     finally:
         emit.lay = saved
         emit.bank_holds = [None, None]         # the chain's WLOADs filled the banks
@@ -765,7 +813,7 @@ def _split(a: int, b: int, crop: tuple[int, int] | None) -> list[tuple[int, int,
 
 def _emit_passes(cfg, emit: _Emit, jobs: list[Job], passes, bufs: _Buffers, x_at: int,
                  w_at: list[int], p_at: list[int], slots: list[int], out_at: int,
-                 strategy: str) -> list[Block]:
+                 fused: tuple[bool, ...]) -> list[Block]:
     R, arw = cfg.rows, cfg.acc_row_words
     em, lay = emit.em, emit.lay
     blocks: list[Block] = []
@@ -845,12 +893,12 @@ def _emit_passes(cfg, emit: _Emit, jobs: list[Job], passes, bufs: _Buffers, x_at
                     steps[k + 1].compute is None:
                 raise CompileError(f"internal: layer {jobs[k + 1].name!r} fetches halo "
                                    f"rows in pass {p} but computes nothing")
-            if strategy == "fused_crop":
-                # every fetch at the pass's start: the fused crops of this pass may
-                # land on rows the pass before's crops of later layers took
-                head += fetches(p, steps, range(len(jobs))) if k == first else []
-            else:
-                head += fetches(p, steps, range(k + 1 if k > first else 0, k + 2))
+            # a fused crop's fetch at the pass's start: the fused crops of this pass
+            # may land on rows the pass before's crops of later layers took
+            head += fetches(p, steps, [n for n in range(len(jobs))
+                                       if n and fused[n - 1]]) if k == first else []
+            head += fetches(p, steps, [n for n in range(k + 1 if k > first else 0, k + 2)
+                                       if not (n and fused[n - 1])])
             if k < last:
                 nxt = steps[k + 1]
                 if nxt.reads is None or not (nxt.reads[0] <= s.compute[0]
@@ -898,13 +946,13 @@ def _emit_passes(cfg, emit: _Emit, jobs: list[Job], passes, bufs: _Buffers, x_at
                     v = dict(job.vrun)
                     if k < last:
                         dst = bufs.inputs[k + 1] + nb * bufs.stride[k + 1] + _band_row(passes, k + 1, p, a) * Wo
-                        fused = s.crop if strategy == "fused_crop" else None
+                        crops = s.crop if fused[k] else None
                         blk.epilogue = [
                             emit.op(Opcode.VRUN, i, src=acc_at + (r0 - a) * Wo,
                                     rows=(r1 - r0) * Wo, to_acc=0, dst=dst + (r0 - a) * Wo,
                                     bias_addr=slot, crop=crop, **v)
-                            for r0, r1, crop in _split(a, b, fused)]
-                        if ci == len(chunks) - 1 and s.crop is not None and not fused:
+                            for r0, r1, crop in _split(a, b, crops)]
+                        if ci == len(chunks) - 1 and s.crop is not None and not fused[k]:
                             blk.epilogue.append(emit.op(
                                 Opcode.COPY, i, kind=CopyKind.CROP,
                                 cbuf_addr=bufs.inputs[k + 1] + nb * bufs.stride[k + 1]

@@ -29,6 +29,11 @@ CASES = {
                              ChainChoice("fused_crop", 8, keep=(True, False, False))),
     "seed_four_fused": (seed_four_layer, ChainChoice("fused_crop", 8)),
     "random3_fused": (lambda: random_chain(3), ChainChoice("fused_crop", 8)),
+    # a strategy per layer: copied and fused crops in one UBUF, one layer recomputing
+    "seed_four_mixed": (seed_four_layer,
+                        ChainChoice(("fused_crop", "crop_fetch", "baseline"), 8)),
+    "seed_four_mixed_recompute_first": (
+        seed_four_layer, ChainChoice(("baseline", "fused_crop", "baseline"), 8)),
     "seed_two_ubuf_streamed_weights": (lambda: seed_two_layer(channels=12, seed=1),
                                        ChainChoice("crop_fetch", 8)),
     "random3_ubuf": (lambda: random_chain(3), ChainChoice("crop_fetch", 8)),

@@ -143,6 +143,18 @@ def test_chain_checks_the_chain_before_building(monkeypatch, capsys):
     assert status == 2 and built == [] and "more outputs per pass" in err
 
 
+def test_chain_takes_a_strategy_per_layer(monkeypatch, capsys):
+    """`--strategy` names one per layer, comma-separated; a wrong name or count is
+    refused before the build."""
+    built = []
+    monkeypatch.setattr(rtlsim, "build",
+                        lambda cfg, waves=False, harness="cocotb": built.append(cfg))
+    status, _, err = run(["chain", "--strategy", "crop_fetch,fused"], capsys)
+    assert status == 2 and "fused: not one of baseline, crop_fetch, fused_crop" in err
+    status, _, err = run(["chain", "--strategy", "fused_crop,crop_fetch,baseline"], capsys)
+    assert status == 2 and built == [] and "3 entries for 2 layers" in err
+
+
 def test_interrupt_ends_with_one_line(monkeypatch, capsys):
     def interrupted(args):
         raise KeyboardInterrupt

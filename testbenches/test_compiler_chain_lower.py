@@ -125,16 +125,62 @@ def test_a_layer_may_keep_its_halo_while_another_recomputes():
         ChainChoice("baseline", keep=(True, False, False))
 
 
+def _crops_by_layer(compiled) -> dict[str, set[str]]:
+    """Per layer, how its program crops into the UBUF: ``copy`` (COPY CROP),
+    ``fused`` (VRUN crop = 1)."""
+    names = list(compiled.chain.jobs)
+    out: dict[str, set[str]] = {n: set() for n in names}
+    for ins, layer in zip(compiled.program, compiled.layer_of):
+        if ins.op.name == "COPY" and ins.fields["kind"] == 0:
+            out[names[layer]].add("copy")
+        elif ins.op.name == "VRUN" and ins.fields.get("crop"):
+            out[names[layer]].add("fused")
+    return out
+
+
+def test_strategies_mix_per_layer():
+    """Each layer's own strategy: its halo computed again, copied, or cropped as it is
+    written. Every mix equals numpy; each layer crops the way it was told; a chain
+    keeping every halo moves the same UBUF bytes and MACs whichever way each crops."""
+    graph = seed_four_layer()
+    want = reference.outputs(graph)[graph.outputs[0]]
+    _, kept, _ = run(graph, ChainChoice("crop_fetch", 8))
+    mixes = [("fused_crop", "crop_fetch", "baseline"), ("crop_fetch", "fused_crop", "fused_crop"),
+             ("baseline", "fused_crop", "crop_fetch"), ("fused_crop", "baseline", "baseline")]
+    for mix in mixes:
+        compiled, gold, out = run(graph, ChainChoice(mix, 8))
+        np.testing.assert_array_equal(out, want, err_msg=str(mix))
+        assert compiled.chain.choice.keep == tuple(m != "baseline" for m in mix[:-1]) + (False,)
+        assert compiled.chain.choice.name == "+".join(mix)
+        crops = _crops_by_layer(compiled)
+        for name, kind in zip(compiled.chain.jobs, mix[:-1]):
+            assert crops[name] == {"baseline": set(), "crop_fetch": {"copy"},
+                                   "fused_crop": {"fused"}}[kind], (mix, name)
+        if "baseline" not in mix[:-1]:
+            assert (gold.macs, gold.ubuf_bytes_written, gold.ubuf_bytes_read) == \
+                (kept.macs, kept.ubuf_bytes_written, kept.ubuf_bytes_read)
+    with pytest.raises(CompileError, match="2 entries for 3 layers"):
+        compile_network(CFG, graph, chain=ChainChoice(("crop_fetch", "fused_crop"), 8))
+    with pytest.raises(CompileError, match="disagrees with the per-layer strategy"):
+        ChainChoice(("crop_fetch", "baseline", "baseline"), keep=(True, True, False))
+    with pytest.raises(CompileError, match="not one of"):
+        ChainChoice(("crop_fetch", "fused"))
+
+
 @pytest.mark.parametrize("seed", range(10))
 def test_random_chains_equal_numpy_and_the_baseline(seed):
+    """Each strategy for the whole chain, and a random one per layer."""
     graph = random_chain(seed)
     want = reference.outputs(graph)[graph.outputs[0]]
     per = multi_pass(graph, want.shape[1])
+    layers = len(graph.nodes)
+    rng = np.random.default_rng(seed)
+    mix = tuple(str(s) for s in rng.choice(["baseline", "crop_fetch", "fused_crop"], layers))
     outs = {}
-    for strategy in ("baseline", "crop_fetch", "fused_crop"):
+    for strategy in ("baseline", "crop_fetch", "fused_crop", mix):
         compiled, _, outs[strategy] = run(graph, ChainChoice(strategy, per))
         assert len(compiled.chain.passes) >= 2
-        np.testing.assert_array_equal(outs[strategy], want, err_msg=strategy)
+        np.testing.assert_array_equal(outs[strategy], want, err_msg=str(strategy))
 
 
 def test_cost_model_takes_the_fewest_passes_and_persistent_weights_when_they_fit():

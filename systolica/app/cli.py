@@ -327,14 +327,24 @@ CHAIN_EXAMPLES = {"seed001": ("seed_two_layer", 8), "seed001-four": ("seed_four_
                   "bank-split": ("bank_split_pair", None)}
 
 
-def _chain_weights(text: str):
-    from ..compiler.chain_lower import WEIGHTS
+def _per_layer(text: str, names: tuple[str, ...]):
+    """One of `names`, or a comma-separated tuple of one per layer."""
     kinds = tuple(text.split(","))
-    bad = [k for k in kinds if k not in WEIGHTS]
+    bad = [k for k in kinds if k not in names]
     if bad:
         raise argparse.ArgumentTypeError(f"{', '.join(bad)}: not one of "
-                                         f"{', '.join(WEIGHTS)}")
+                                         f"{', '.join(names)}")
     return kinds[0] if len(kinds) == 1 else kinds
+
+
+def _chain_weights(text: str):
+    from ..compiler.chain_lower import WEIGHTS
+    return _per_layer(text, WEIGHTS)
+
+
+def _chain_strategy(text: str):
+    from ..compiler.chain_lower import STRATEGIES
+    return "all" if text == "all" else _per_layer(text, STRATEGIES)
 
 
 def cmd_chain(args) -> int:
@@ -359,7 +369,7 @@ def cmd_chain(args) -> int:
         graph = run.compiled.graph
         widths = [graph.tensor(t).shape[2]
                   for t in [graph.inputs[0]] + [n.outputs[0] for n in graph.nodes]]
-        print(f"\n== {choice.strategy}: {len(run.compiled.chain.passes)} passes, weights "
+        print(f"\n== {choice.name}: {len(run.compiled.chain.passes)} passes, weights "
               f"{run.compiled.chain.choice.weights}")
         print(listing(run.compiled.chain.passes, [n.name for n in graph.nodes], widths))
         print(run.compiled.chain.bank_listing())
@@ -369,7 +379,7 @@ def cmd_chain(args) -> int:
         base = runs[0]
         print("\nagainst the baseline (the chip's counters):")
         for run in runs[1:]:
-            print(f"  {run.compiled.chain.choice.strategy}: DRAM read "
+            print(f"  {run.compiled.chain.choice.name}: DRAM read "
                   f"{base.dram_rd_bytes - run.dram_rd_bytes} B less "
                   f"({1 - run.dram_rd_bytes / base.dram_rd_bytes:.1%}), array MACs "
                   f"{base.macs_counter - run.macs_counter} fewer "
@@ -473,8 +483,11 @@ def parser() -> argparse.ArgumentParser:
                         "seed001-four: three 3x3 layers over 24 rows in three passes; "
                         "bank-split: a wide map with small weights, then a narrow one "
                         "with large weights (the cost model's passes)")
-    p.add_argument("--strategy", choices=("all", "baseline", "crop_fetch", "fused_crop"),
-                   default="all", help="how halo rows are had (default: each in turn)")
+    p.add_argument("--strategy", type=_chain_strategy, default="all",
+                   metavar="KIND[,KIND...]",
+                   help="how halo rows are had: baseline, crop_fetch or fused_crop, for "
+                        "every layer or one per layer, comma-separated (default: all, "
+                        "each in turn)")
     p.add_argument("--outputs-per-pass", type=int, metavar="N",
                    help="rows of the last layer's output per pass (default: the example's)")
     p.add_argument("--weights", type=_chain_weights, metavar="KIND[,KIND...]",
