@@ -34,7 +34,12 @@ __all__ = ["Add", "AvgPool2d", "CompileError", "Conv2d", "DTYPES", "Dense", "Fla
            "Tensor", "TensorType", "Transpose", "as_graph", "gemm", "verify"]
 
 #: The shapes a graph input may have: dense activations and NHWC feature maps.
-INPUT_RANKS = {2: "[M, K] activations", 4: "(N, H, W, C) feature map"}
+INPUT_RANKS = {2: "[M, K] activations", 3: "[B, M, N] tensor",
+               4: "(N, H, W, C) feature map", 5: "rank-5 tensor", 6: "rank-6 tensor"}
+#: The layouts a graph input or output may be given in (GraphBuilder.input, .nchw).
+LAYOUTS = ("NHWC", "NCHW")
+NCHW_TO_NHWC = (0, 2, 3, 1)
+NHWC_TO_NCHW = (0, 3, 1, 2)
 
 
 def _sequence(what: str, value) -> tuple:
@@ -357,9 +362,19 @@ class GraphBuilder:
         self._data: dict[str, np.ndarray] = {}
 
     def input(self, data, *, name: str = "input", zero_point: int = 0,
-              scale: float | None = None) -> str:
-        """A graph input: int8 ``[M, K]`` activations or an int8 ``(N, H, W, C)``
-        feature map. Returns its tensor name."""
+              scale: float | None = None, layout: str = "NHWC") -> str:
+        """A graph input: int8 ``[M, K]`` activations, an int8 ``(N, H, W, C)`` feature
+        map, or an int8 tensor of rank 3, 5 or 6 (read by a :class:`Transpose`).
+        Returns its tensor name. ``layout="NCHW"``: `data` is an ``(N, C, H, W)`` map
+        (as from ONNX or PyTorch); the graph holds it as given, under `name`, and the
+        returned name is its NHWC transpose (a :class:`Transpose` layer
+        ``<name>_nhwc``, run on the chip), which the network's layers read."""
+        if layout not in LAYOUTS:
+            raise CompileError(f"input {name!r}: layout must be one of {LAYOUTS}, not "
+                               f"{layout!r}")
+        if layout == "NCHW" and _rank(data) != 4:
+            raise CompileError(f"input {name!r}: layout='NCHW' takes an (N, C, H, W) "
+                               f"feature map, not a {_rank(data)}-D array")
         if not isinstance(name, str) or not name:
             raise CompileError(f"an input's name must be a non-empty string, not {name!r}")
         if name in self._tensors:
@@ -376,6 +391,8 @@ class GraphBuilder:
         self._tensors[name] = t
         self._inputs.append(name)
         self._data[name] = x
+        if layout == "NCHW":
+            return self.transpose(name, perm=NCHW_TO_NHWC, name=f"{name}_nhwc")
         return name
 
     def tensor(self, name: str) -> Tensor:
@@ -482,9 +499,19 @@ class GraphBuilder:
         """A :class:`Flatten`: ``(N, H, W, C) -> (N, H*W*C)``."""
         return self.layer(Flatten(name=name), x)
 
-    def transpose(self, x: str, *, name: str = "transpose") -> str:
-        """A :class:`Transpose`: int8 ``[M, N] -> [N, M]``."""
-        return self.layer(Transpose(name=name), x)
+    def transpose(self, x: str, perm=None, *, name: str = "transpose") -> str:
+        """A :class:`Transpose`: ``np.transpose(x, perm)`` of an int8 tensor; without
+        `perm` the last two axes swap (``[M, N] -> [N, M]``)."""
+        return self.layer(Transpose(name=name, perm=perm), x)
+
+    def nchw(self, x: str, *, name: str | None = None) -> str:
+        """Feature map `x` ``(N, H, W, C)`` as an ``(N, C, H, W)`` tensor (a
+        :class:`Transpose` on the chip, named ``<x>_nchw`` unless `name`): to give a
+        graph output in the NCHW layout."""
+        if x in self._tensors and len(self._tensors[x].shape) != 4:
+            raise CompileError(f"network {self.name!r}: nchw({x!r}) takes an (N, H, W, C) "
+                               f"feature map, but {x!r} has shape {self._tensors[x].shape}")
+        return self.transpose(x, perm=NHWC_TO_NCHW, name=name or f"{x}_nchw")
 
     def matmul_t(self, a: str, b: str, *, mult: int = 1, shift: int = 0, zp: int = 0,
                  relu: bool = False, out_dtype: str = "int8", name: str = "matmul_t") -> str:

@@ -99,11 +99,17 @@ def unpack_int32(cfg: ChipConfig, words: np.ndarray, M: int, N: int) -> np.ndarr
     return rows.reshape(nb, M, C).transpose(1, 0, 2).reshape(M, nb * C)[:, :N].copy()
 
 
-def tensor_words(cfg: ChipConfig, shape: tuple[int, int], dtype: str) -> int:
-    """DRAM words of a 2-D tensor: int8 in the activation layout (blocks of ``R``
-    columns, ``M`` words each), int32 as per N-block ``M`` accumulator rows."""
-    M, N = shape
-    return output_words(cfg, M, N, dtype)
+def tensor_words(cfg: ChipConfig, shape: tuple[int, ...], dtype: str) -> int:
+    """DRAM words of a tensor, as its 2-D view ``[prod(shape[:-1]), shape[-1]]``: int8
+    in the activation layout (blocks of ``R`` columns, ``M`` words each), int32 as per
+    N-block ``M`` accumulator rows."""
+    return output_words(cfg, int(np.prod(shape[:-1])), shape[-1], dtype)
+
+
+def pack_tensor(cfg: ChipConfig, x: np.ndarray) -> np.ndarray:
+    """An int8 tensor of any rank in the activation layout of its 2-D view
+    ``[prod(shape[:-1]), shape[-1]]`` (a 2-D one: :func:`pack_activations`)."""
+    return pack_activations(cfg, np.asarray(x).reshape(-1, x.shape[-1]))
 
 
 def resident_rows(cfg: ChipConfig, K: int, rows: int) -> int:

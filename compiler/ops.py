@@ -591,16 +591,57 @@ class Flatten:
 
 @dataclass(frozen=True)
 class Transpose:
-    """``[M, N] -> [N, M]``: ``y[j, i] = x[i, j]`` for a 2-D int8 tensor. The output has
-    the input's quantisation. The chip transposes it on the array (seed 004,
-    docs/contract.md "Transposes")."""
+    """``y = np.transpose(x, perm)`` for an int8 tensor of any rank: output axis ``k`` is
+    input axis ``perm[k]``. ``perm=None`` swaps the last two axes (``[M, N] -> [N, M]``:
+    ``y[j, i] = x[i, j]``). The output has the input's quantisation. The chip transposes
+    on the array (seed 004, docs/contract.md "Transposes"): an N-D permutation is a
+    batch of 2-D block transposes with strided DMAs, or, when the last axis stays, a
+    copy of whole rows."""
 
     name: str = "transpose"
+    perm: tuple[int, ...] | None = None
 
     arity: ClassVar[tuple[int, int | None]] = (1, 1)
 
     def __post_init__(self):
-        _check_name(self.name)
+        who = _check_name(self.name)
+        if self.perm is None:
+            return
+        try:
+            perm = tuple(self.perm)
+        except TypeError:
+            raise CompileError(f"{who}: perm must be a sequence of axes (e.g. (0, 2, 1)), "
+                               f"not {self.perm!r}") from None
+        if not perm or not all(isinstance(a, (int, np.integer)) and not isinstance(a, bool)
+                               for a in perm):
+            raise CompileError(f"{who}: perm {self.perm!r} must be a non-empty sequence of "
+                               f"integer axes, e.g. (0, 2, 1)")
+        object.__setattr__(self, "perm", tuple(int(a) for a in perm))
+
+    def axes(self, rank: int, source: str = "its input") -> tuple[int, ...]:
+        """The permutation for an input of `rank` axes (negative axes count from the
+        end, as numpy's), or a CompileError naming the layer, the perm and the fault."""
+        who = f"layer {self.name!r}"
+        if self.perm is None:
+            if rank < 2:
+                raise CompileError(f"{who}: {source} has {rank} axis; a transpose without "
+                                   f"perm swaps the last two axes, so give perm=(0,)")
+            return tuple(range(rank - 2)) + (rank - 1, rank - 2)
+        perm = self.perm
+        if len(perm) != rank:
+            raise CompileError(f"{who}: perm {perm} names {len(perm)} axes but {source} "
+                               f"has {rank}; give one entry per axis, a permutation of "
+                               f"0..{rank - 1}")
+        bad = [a for a in perm if not -rank <= a < rank]
+        if bad:
+            raise CompileError(f"{who}: perm {perm} names axis {bad[0]}, but {source} has "
+                               f"axes 0..{rank - 1} only")
+        norm = tuple(a % rank for a in perm)
+        if len(set(norm)) != rank:
+            twice = next(a for a in norm if norm.count(a) > 1)
+            raise CompileError(f"{who}: perm {perm} names axis {twice} twice; it must be a "
+                               f"permutation of 0..{rank - 1}")
+        return norm
 
     def infer(self, inputs: Sequence, source: Callable[[str], str]) -> TensorType:
         who = f"layer {self.name!r}"
@@ -608,11 +649,8 @@ class Transpose:
         if t.dtype != "int8":
             raise CompileError(f"{who}: transpose reads int8 tensors, but {source(t.name)} "
                                f"is {t.dtype}; give the layer before it out_dtype='int8'")
-        if len(t.shape) != 2:
-            raise CompileError(f"{who}: transpose reads a 2-D [M, N] tensor, but "
-                               f"{source(t.name)} has shape {t.shape}; flatten it first")
-        m, n = t.shape
-        return TensorType((n, m), "int8", t.quant)
+        perm = self.axes(len(t.shape), f"{source(t.name)} (shape {t.shape})")
+        return TensorType(tuple(t.shape[a] for a in perm), "int8", t.quant)
 
     def macs(self, out_shape: tuple[int, ...]) -> int:
         return 0

@@ -220,7 +220,7 @@ def _dram(cfg: ChipConfig, graph: Graph) -> tuple[list[Region], np.ndarray, Dram
         reader = graph.consumers(t)[0].name
         who = f"layer {reader!r}" if len(graph.inputs) == 1 else \
             f"layer {reader!r} (input {t!r})"
-        inputs[t] = place(f"tensor {t}", layout.pack_activations(cfg, graph.data[t]), who,
+        inputs[t] = place(f"tensor {t}", layout.pack_tensor(cfg, graph.data[t]), who,
                           "input activations")
     for node in graph.nodes:
         for what, words in rule_for(node).params(cfg, graph, node):

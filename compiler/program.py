@@ -170,8 +170,9 @@ def _mkn(lowered, graph: Graph, node) -> tuple[int, int, int, int]:
     """A layer as a matrix product ``M x K x N`` and its useful MACs: a convolution's
     M is its output pixels, K its kernel taps times input channels."""
     jobs = getattr(lowered, "jobs", None)
-    if jobs is None:
-        M, N = graph.tensor(node.outputs[0]).shape
+    if jobs is None or node.name not in jobs:      # a 2-D view of any rank's tensor
+        shape = graph.tensor(node.outputs[0]).shape
+        M, N = int(np.prod(shape[:-1])), shape[-1]
         macs = rule_for(node).macs(graph, node)
         return M, getattr(node.op, "K", macs // max(M * N, 1)), N, macs
     job = jobs[node.name]

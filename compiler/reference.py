@@ -156,6 +156,13 @@ def flatten(x: np.ndarray) -> np.ndarray:
     return x.reshape(x.shape[0], -1)         # NHWC: h, w, c order
 
 
+def transpose(x: np.ndarray, perm) -> np.ndarray:
+    """numpy's transpose; without `perm` the last two axes swap."""
+    if perm is None:
+        perm = list(range(x.ndim - 2)) + [x.ndim - 1, x.ndim - 2]
+    return np.ascontiguousarray(np.transpose(x, perm))
+
+
 def evaluate(graph: Graph) -> dict[str, np.ndarray]:
     """Every tensor of `graph` by name."""
     values = dict(graph.data)
@@ -177,7 +184,7 @@ def evaluate(graph: Graph) -> dict[str, np.ndarray]:
         elif isinstance(op, Flatten):
             y = flatten(xs[0])
         elif isinstance(op, Transpose):
-            y = np.ascontiguousarray(xs[0].T)
+            y = transpose(xs[0], op.perm)
         elif isinstance(op, MatMulT):
             y = matmul_t(xs[0], xs[1], op)
         else:

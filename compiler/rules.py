@@ -18,7 +18,7 @@ import numpy as np
 from ..arch import fabric, timing
 from ..arch.config import ChipConfig
 from ..arch.isa import DmaKind, Opcode
-from . import layout
+from . import layout, permute
 from .errors import CompileError
 from .graph import Graph, Node
 from .ir import MicroOp, make
@@ -269,22 +269,27 @@ class DenseRule:
 
 
 class TransposeRule:
-    """A 2-D int8 transpose ``[M, N] -> [N, M]`` on the array (seed 004, docs/contract.md
-    "Transposes"), block by block: ``k = ceil(M/R) * ceil(N/R)`` blocks of at most
-    ``R x R`` (the CBUF's ``R`` partitions by ``R`` rows; the array is ``R x R``, so a
-    block needs no sub-blocks). Block ``(mb, kb)`` is rows ``mb*R ..`` of the input's
-    K-block ``kb``: a WLOAD with every tile's weight input on the west lane makes it
-    the stationary weights with its CBUF rows in array columns, a MATMUL streams the
-    identity (held in the CBUF, loaded once per layer) through it, and a VRUN without
-    requantisation writes the accumulator rows, the transposed block, to rows
-    ``kb*R ..`` of the output's K-block ``mb``.
+    """An int8 transpose on the array (seed 004, docs/contract.md "Transposes"). A 2-D
+    ``[M, N] -> [N, M]`` goes block by block: ``k = ceil(M/R) * ceil(N/R)`` blocks of at
+    most ``R x R`` (the CBUF's ``R`` partitions by ``R`` rows). Block ``(mb, kb)`` is rows
+    ``mb*R ..`` of the input's K-block ``kb``: a WLOAD with every tile's weight input on
+    the west lane makes it the stationary weights with its CBUF rows in array columns
+    (on a tall array in sub-blocks of ``C`` rows), a MATMUL streams the identity (held in
+    the CBUF, loaded once per layer) through it, and a VRUN without requantisation
+    writes the accumulator rows, the transposed block, to rows ``kb*R ..`` of the
+    output's K-block ``mb``.
+
+    An N-D permutation (``Transpose.perm``; :mod:`.permute` cuts it into pieces) that
+    moves the last axis is a batch of such 2-D transposes whose blocks are read and
+    written by strided DMAs; one that keeps it copies runs of rows through the array,
+    the identity as the west-loaded weights and the rows streaming through it.
 
     A graph input is streamed from DRAM block by block through a ring of CBUF slots;
-    an input made on chip is read where it lies. The output goes to a staging slot and
-    DRAM (a graph output) or to its tensor on chip (read by later layers). Partitions
-    of a ragged block beyond its rows hold whatever the weight block's rows beyond the
-    input held: never read as data (a dense layer multiplies them by zero weight
-    rows, a store's reader drops them)."""
+    an input made on chip (2-D only) is read where it lies. The output goes to a
+    staging slot and DRAM (a graph output) or to its tensor on chip (read by later
+    layers). Partitions of a ragged block beyond its rows hold whatever the weight
+    block's rows beyond the input held: never read as data (a dense layer multiplies
+    them by zero weight rows, a store's reader drops them)."""
 
     op = Transpose
     streams_input = True        # a graph input it reads stays in DRAM (plan.py)
@@ -296,12 +301,19 @@ class TransposeRule:
     def macs(self, graph: Graph, node: Node) -> int:
         return 0
 
+    @staticmethod
+    def pieces(cfg: ChipConfig, shape: tuple[int, ...], op: Transpose) -> permute.PermPlan:
+        """What the array moves for `op` on an input of `shape`."""
+        return permute.plan(tuple(shape), op.axes(len(shape)), cfg.rows, STRIDE_MAX)
+
     def tiles_used(self, cfg: ChipConfig, graph: Graph, node: Node) -> tuple[int, int]:
-        """The identity's rows reach the tile rows of the input's widest K-block; the
-        transposed block's columns, the tile columns of its rows."""
-        m, n = graph.tensor(node.inputs[0]).shape
-        return (layout.blocks(min(cfg.rows, n), cfg.tile_size),
-                layout.blocks(min(cfg.cols, m), cfg.tile_size))
+        """A transpose's identity rows reach the tile rows of the input's widest
+        K-block, the transposed block's columns the tile columns of its rows; a copy's
+        rows the tile rows of their K-block, the identity's columns as many."""
+        p = self.pieces(cfg, graph.tensor(node.inputs[0]).shape, node.op)
+        cols = p.Q if p.mode == "transpose" else p.L
+        return (layout.blocks(min(cfg.rows, p.L), cfg.tile_size),
+                layout.blocks(min(cfg.cols, cols), cfg.tile_size))
 
     def params(self, cfg: ChipConfig, graph: Graph, node: Node
                ) -> list[tuple[str, np.ndarray]]:
@@ -310,7 +322,16 @@ class TransposeRule:
     @staticmethod
     def _streamed(graph: Graph, node: Node) -> bool:
         t = node.inputs[0]
-        if graph.producer(t) is not None:
+        producer = graph.producer(t)
+        shape = graph.tensor(t).shape
+        if producer is not None:
+            if len(shape) != 2:
+                raise CompileError(
+                    f"layer {node.name!r} reads {t!r} of shape {shape}, made on chip by "
+                    f"layer {producer.name!r}: a transpose of rank other than 2 reads a "
+                    f"graph input (its rows are strided in DRAM); compose the two "
+                    f"permutations into one Transpose of the input (perm[i] = "
+                    f"first[second[i]])")
             return False
         others = [n.name for n in graph.consumers(t) if not isinstance(n.op, Transpose)]
         if others:
@@ -334,89 +355,185 @@ class TransposeRule:
         return needs
 
     def _op(self, em: Emitter, op: Opcode, layer: int, sub: int = 0, **fields) -> MicroOp:
-        mop = make(em.cfg, op, layer, **fields)
-        routing = gemm_routing(em.cfg, op, tile_rows=em.tile_rows, tile_cols=em.tile_cols,
-                               sub=sub)
-        if op is Opcode.WLOAD:
-            routing.update({name: "west" for name in routing if name.startswith("w_in[")})
-        mop.needs = routing
-        return mop
+        return transpose_op(em.cfg, em.tile_rows, em.tile_cols, op, layer, sub, **fields)
 
     def emit(self, em: Emitter, index: int, node: Node) -> list[Block]:
         cfg, graph, plan = em.cfg, em.graph, em.plan
-        op = partial(self._op, em)
-        R, Mt = cfg.rows, acc_half_rows(cfg)
         src_t, out_t = graph.tensor(node.inputs[0]), graph.tensor(node.outputs[0])
-        M, N = src_t.shape
-        ident = plan.scratch("cbuf", "transpose identity").lo
-        halves = plan.scratch("acc", "accumulator halves").lo
+        where = Where(ident=plan.scratch("cbuf", "transpose identity").lo,
+                      ident_dram=plan.param(node.name, "identity").lo,
+                      halves=plan.scratch("acc", "accumulator halves").lo,
+                      half_rows=acc_half_rows(cfg))
         if self._streamed(graph, node):
-            a_dram, ring = plan.tensor("dram", src_t.name).lo, \
-                plan.scratch("cbuf", "transpose ring").lo
-            resident_in = None
+            where.a_dram = plan.tensor("dram", src_t.name).lo
+            where.ring = plan.scratch("cbuf", "transpose ring").lo
         else:
-            a_dram, ring = None, None
-            resident_in = plan.tensor("cbuf", src_t.name).lo
-        resident = plan.tensor("cbuf", out_t.name).lo if graph.consumers(out_t.name) else None
-        stored = plan.tensor("dram", out_t.name).lo if out_t.name in graph.outputs else None
-        staging = (plan.scratch("cbuf", f"{node.name}.staging").lo
-                   if resident is None else None)
+            where.resident_in = plan.tensor("cbuf", src_t.name).lo
+        if graph.consumers(out_t.name):
+            where.resident = plan.tensor("cbuf", out_t.name).lo
+        else:
+            where.staging = plan.scratch("cbuf", f"{node.name}.staging").lo
+        if out_t.name in graph.outputs:
+            where.stored = plan.tensor("dram", out_t.name).lo
+        return self.blocks(cfg, em, index, node.name, src_t.name,
+                           self.pieces(cfg, src_t.shape, node.op), where,
+                           partial(self._op, em))
 
+    def blocks(self, cfg: ChipConfig, em, index: int, name: str, src: str,
+               p: permute.PermPlan, where: "Where", op) -> list[Block]:
+        """The layer's blocks: `em` counts weight steps and output blocks across layers
+        (``steps``, ``blocks``), `where` says where things are, `op` makes a micro-op
+        (``op(opcode, layer, sub=0, **fields)``) with its routing."""
+        R, C, k = cfg.rows, cfg.cols, cfg.sub_blocks
+        for what, stride in (("input", p.sq), ("output", p.sl)):
+            if stride > STRIDE_MAX:
+                raise CompileError(
+                    f"layer {name!r}: the permutation's {what} rows are {stride} words "
+                    f"apart in DRAM, more than a DMA's stride field takes ({STRIDE_MAX}); "
+                    f"split the tensor along its outer axes")
+        w = where
         blocks: list[Block] = []
-        C, k = cfg.cols, cfg.sub_blocks
-        for mb in range(layout.blocks(M, R)):
-            rows = min(R, M - mb * R)                 # block rows: output columns
-            for kb in range(layout.blocks(N, R)):
-                cols = min(R, N - kb * R)             # block columns: output rows
-                # the block's rows in sub-blocks of C: a west load fills the array's
-                # C columns (one sub-block on a square array)
-                subs = layout.blocks(rows, C)
-                slot = (em.blocks // subs) % 2 if k > 1 else em.blocks % 2
-                if ring is not None:
-                    w_base = ring + (em.steps % self.SLOTS) * R
+
+        def first_loads() -> list[MicroOp]:
+            # a step's load, not the block's bias: the pipeliner hoists a bias into the
+            # layer before unchecked, where the identity's rows may still be another
+            # region's (its lifetime is this layer's)
+            if blocks:
+                return []
+            return [op(Opcode.DMA, index, kind=DmaKind.LOAD_CBUF, dram_addr=w.ident_dram,
+                       dram_stride=1, buf_addr=w.ident, rows=R)]
+
+        def check_end(w_addr: int, what: str) -> None:
+            if w_addr + R > cfg.cbuf_depth:
+                raise CompileError(
+                    f"layer {name!r}: the last block of {what} ends "
+                    f"{w_addr + R - cfg.cbuf_depth} rows from the CBUF's end, but a "
+                    f"weight load reads {R} rows; use a chip with a larger CBUF")
+
+        if p.mode == "transpose":
+            for in0, out0 in p.bases:
+                for mb in range(layout.blocks(p.Q, R)):
+                    rows = min(R, p.Q - mb * R)          # block rows: output columns
+                    for kb in range(layout.blocks(p.L, R)):
+                        cols = min(R, p.L - kb * R)      # block columns: output rows
+                        # the block's rows in sub-blocks of C: a west load fills the
+                        # array's C columns (one sub-block on a square array)
+                        subs = layout.blocks(rows, C)
+                        slot = (em.blocks // subs) % 2 if k > 1 else em.blocks % 2
+                        if w.ring is not None:
+                            w_base = w.ring + (em.steps % self.SLOTS) * R
+                        else:
+                            w_base = w.resident_in + kb * p.in_rows + in0 + mb * R
+                        if w.resident is not None:
+                            dst = w.resident + mb * p.out_rows + out0 + kb * R
+                        else:
+                            dst = w.staging + slot * R
+                        for sub in range(subs):
+                            blk = Block(index)
+                            half = em.blocks % 2
+                            em.blocks += 1
+                            bank = (em.steps + sub) % 2
+                            acc_at = w.halves + half * w.half_rows
+                            loads = first_loads()
+                            if w.ring is not None and sub == 0:
+                                loads.append(op(Opcode.DMA, index, kind=DmaKind.LOAD_CBUF,
+                                                dram_addr=w.a_dram + kb * p.in_rows + in0
+                                                + mb * R * p.sq, dram_stride=p.sq,
+                                                buf_addr=w_base, rows=rows))
+                            w_addr = w_base + sub * C
+                            check_end(w_addr, repr(src))
+                            em.steps += 1 if sub == subs - 1 else 0
+                            loads.append(op(Opcode.WLOAD, index, w_addr=w_addr, bank=bank))
+                            mm = op(Opcode.MATMUL, index, act_addr=w.ident, rows=cols,
+                                    acc_addr=acc_at, accumulate=0, bank=bank)
+                            blk.steps.append(Step(loads, mm))
+                            blk.epilogue.append(op(Opcode.VRUN, index, sub=sub, src=acc_at,
+                                                   rows=cols, dst=dst, to_acc=0))
+                            if w.stored is not None and sub == subs - 1:
+                                blk.epilogue.append(op(
+                                    Opcode.DMA, index, kind=DmaKind.STORE_CBUF,
+                                    dram_addr=w.stored + mb * p.out_rows + out0
+                                    + kb * R * p.sl, dram_stride=p.sl, buf_addr=dst,
+                                    rows=cols))
+                            blocks.append(blk)
+            return blocks
+
+        # a copy: the identity (sub-block s: from its row s*C) is the weights, the rows
+        # stream through it; a bank keeps the sub-block it holds
+        holds: dict[int, int] = {}
+        out_blocks = 0
+        for o0, i0, stride, count in p.runs:
+            for kb in range(layout.blocks(p.L, R)):
+                subs = layout.blocks(min(R, p.L - kb * R), C)
+                slot = out_blocks % 2
+                out_blocks += 1
+                if w.ring is not None:
+                    a_base = w.ring + (em.steps % self.SLOTS) * R
                 else:
-                    w_base = resident_in + kb * M + mb * R
-                if resident is not None:
-                    dst = resident + mb * N + kb * R
-                else:
-                    dst = staging + slot * R
+                    a_base = w.resident_in + kb * p.in_rows + i0
+                dst = (w.resident + kb * p.out_rows + o0 if w.resident is not None
+                       else w.staging + slot * R)
                 for sub in range(subs):
                     blk = Block(index)
                     half = em.blocks % 2
                     em.blocks += 1
-                    bank = (em.steps + sub) % 2
-                    acc_at = halves + half * Mt
-                    loads = []
-                    if not blocks:
-                        # a step's load, not the block's bias: the pipeliner hoists a
-                        # bias into the layer before unchecked, where the identity's rows
-                        # may still be another region's (its lifetime is this layer's)
+                    bank = sub % 2 if subs == 2 else (em.steps + sub) % 2
+                    acc_at = w.halves + half * w.half_rows
+                    loads = first_loads()
+                    if w.ring is not None and sub == 0:
                         loads.append(op(Opcode.DMA, index, kind=DmaKind.LOAD_CBUF,
-                                        dram_addr=plan.param(node.name, "identity").lo,
-                                        dram_stride=1, buf_addr=ident, rows=R))
-                    if ring is not None and sub == 0:
-                        loads.append(op(Opcode.DMA, index, kind=DmaKind.LOAD_CBUF,
-                                        dram_addr=a_dram + kb * M + mb * R, dram_stride=1,
-                                        buf_addr=w_base, rows=rows))
-                    w_addr = w_base + sub * C
-                    if w_addr + R > cfg.cbuf_depth:
-                        raise CompileError(
-                            f"layer {node.name!r}: the last block of {src_t.name!r} ends "
-                            f"{w_addr + R - cfg.cbuf_depth} rows from the CBUF's end, but "
-                            f"a weight load reads {R} rows; use a chip with a larger CBUF")
+                                        dram_addr=w.a_dram + kb * p.in_rows + i0,
+                                        dram_stride=stride, buf_addr=a_base, rows=count))
+                    if holds.get(bank) != sub:
+                        check_end(w.ident + sub * C, "the identity")
+                        loads.append(op(Opcode.WLOAD, index, w_addr=w.ident + sub * C,
+                                        bank=bank))
+                        holds[bank] = sub
                     em.steps += 1 if sub == subs - 1 else 0
-                    loads.append(op(Opcode.WLOAD, index, w_addr=w_addr, bank=bank))
-                    mm = op(Opcode.MATMUL, index, act_addr=ident, rows=cols,
+                    mm = op(Opcode.MATMUL, index, act_addr=a_base, rows=count,
                             acc_addr=acc_at, accumulate=0, bank=bank)
                     blk.steps.append(Step(loads, mm))
                     blk.epilogue.append(op(Opcode.VRUN, index, sub=sub, src=acc_at,
-                                           rows=cols, dst=dst, to_acc=0))
-                    if stored is not None and sub == subs - 1:
+                                           rows=count, dst=dst, to_acc=0))
+                    if w.stored is not None and sub == subs - 1:
                         blk.epilogue.append(op(Opcode.DMA, index, kind=DmaKind.STORE_CBUF,
-                                               dram_addr=stored + mb * N + kb * R,
-                                               dram_stride=1, buf_addr=dst, rows=cols))
+                                               dram_addr=w.stored + kb * p.out_rows + o0,
+                                               dram_stride=1, buf_addr=dst, rows=count))
                     blocks.append(blk)
         return blocks
+
+
+@dataclass
+class Where:
+    """Where a transpose finds and puts things: the identity (CBUF, DRAM), the
+    accumulator halves; its input streamed from DRAM (``a_dram``) through ``ring`` or
+    on chip at ``resident_in``; its output on chip at ``resident`` or in ``staging``
+    slots, and stored at ``stored`` (a graph output)."""
+    ident: int
+    ident_dram: int
+    halves: int
+    half_rows: int
+    a_dram: int | None = None
+    ring: int | None = None
+    resident_in: int | None = None
+    resident: int | None = None
+    staging: int | None = None
+    stored: int | None = None
+
+
+STRIDE_MAX = (1 << 16) - 1      # a DMA's dram_stride field
+
+
+def transpose_op(cfg: ChipConfig, tile_rows: int, tile_cols: int, op: Opcode, layer: int,
+                 sub: int = 0, **fields) -> MicroOp:
+    """A transpose's micro-op: the dense routing (``gemm_routing``; a VRUN writes
+    sub-block `sub`), its WLOAD with every tile's weight input on the west lane."""
+    mop = make(cfg, op, layer, **fields)
+    routing = gemm_routing(cfg, op, tile_rows=tile_rows, tile_cols=tile_cols, sub=sub)
+    if op is Opcode.WLOAD:
+        routing.update({name: "west" for name in routing if name.startswith("w_in[")})
+    mop.needs = routing
+    return mop
 
 
 class MatMulTRule(DenseRule):
