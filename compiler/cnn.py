@@ -37,10 +37,10 @@ from .errors import CompileError
 from .graph import Graph
 from .ir import MicroOp
 from .ops import (Add, AvgPool2d, Conv2d, Dense, Flatten, GlobalAvgPool, MaxPool2d,
-                  average_params)
+                  Transpose, average_params)
 from .pipeline import Block, Step, loop_order, pipeline
 from .plan import DramMap, MemoryPlan, Region, check_plan
-from .rules import gemm_routing
+from .rules import TransposeRule, Where, gemm_routing, transpose_op
 from .ir import make, moved
 from .lowered import Lowered
 
@@ -81,8 +81,11 @@ def map_words(cfg: ChipConfig, shape: tuple[int, ...], copies: int = 1) -> int:
 
 
 def as_map(shape: tuple[int, ...]) -> tuple[int, int, int, int]:
-    """A tensor shape as ``(N, H, W, C)``: a dense ``[M, K]`` is ``(1, M, 1, K)``."""
-    return tuple(shape) if len(shape) == 4 else (1, shape[0], 1, shape[1])
+    """A tensor shape as ``(N, H, W, C)``: a dense ``[M, K]`` is ``(1, M, 1, K)``, a
+    tensor of another rank its 2-D view ``(1, prod(shape[:-1]), 1, shape[-1])``."""
+    if len(shape) == 4:
+        return tuple(shape)
+    return (1, int(np.prod(shape[:-1])), 1, shape[-1])
 
 
 def acc_param_rows(cfg: ChipConfig, rows: np.ndarray) -> np.ndarray:
@@ -904,7 +907,7 @@ def check_channels(cfg: ChipConfig, graph: Graph) -> None:
     if cfg.rows == cfg.cols:
         return
     for node in graph.nodes:
-        if isinstance(node.op, Flatten):
+        if isinstance(node.op, (Flatten, Transpose)):
             continue
         for t in node.outputs:
             if graph.tensor(t).shape[-1] > cfg.cols:
@@ -944,6 +947,13 @@ def lower_cnn(cfg: ChipConfig, graph: Graph,
     gathered: dict[str, tuple[int, int]] = {}   # Flatten of a map: (pixels, blocks)
     for i, node in enumerate(graph.nodes):
         op = node.op
+        if isinstance(op, Transpose):           # DRAM to DRAM (emit_transpose)
+            if node.inputs[0] in alias:
+                raise CompileError(f"layer {node.name!r} transposes the output of a "
+                                   f"Flatten, a view the chip never stores; transpose "
+                                   f"the map before flattening it")
+            jobs.append(None)
+            continue
         srcs = [Source(t, as_map(graph.tensor(t if isinstance(op, Dense)
                                               else alias.get(t, t)).shape),
                        copies.get(t, 1), gather=gathered.get(t)) for t in node.inputs]
@@ -1014,6 +1024,12 @@ def lower_cnn(cfg: ChipConfig, graph: Graph,
             params[(job.name, "post")] = (p, rows.shape[0])
         job_dram[job.name] = (w, p)
     for node in graph.nodes:
+        if isinstance(node.op, Transpose):
+            job_dram[node.name] = (place(f"{node.name}.identity",
+                                         np.eye(R, dtype=np.uint8),
+                                         f"identity of layer {node.name!r}"), None)
+            params[(node.name, "identity")] = (job_dram[node.name][0], R)
+    for node in graph.nodes:
         for t in node.outputs:
             if t in alias or t in graph.outputs or t in inside:
                 continue
@@ -1030,8 +1046,13 @@ def lower_cnn(cfg: ChipConfig, graph: Graph,
     emit = _Emit(cfg, _Counters(tile_rows=cfg.tile_rows, tile_cols=cfg.tile_cols), lay)
     blocks: list[Block] = []
     chip_regions = []
-    for job in jobs:
+    for index, job in enumerate(jobs):
         if job is None:
+            node = graph.nodes[index]
+            if isinstance(node.op, Transpose):
+                blocks += emit_transpose(cfg, emit, graph, index, where,
+                                         job_dram[node.name][0])
+                chip_regions += transpose_regions(cfg, lay, index, node.name)
             continue
         if job.index in member:
             if member[job.index] != job.index:
@@ -1085,6 +1106,49 @@ def lower_cnn(cfg: ChipConfig, graph: Graph,
                       {name: t for name, t in choices.items()
                        if name not in {graph.nodes[i].name for i in member}},
                       {graph.nodes[first].name: c for first, (_, c) in chained.items()})
+
+
+def _transpose_areas(cfg: ChipConfig, lay: Layout) -> tuple[int, int, int]:
+    """A transpose layer's CBUF rows in the network's layout: the identity where the
+    weight ring is, the input slots where the staging starts, the output staging in
+    the next bank (each read by a different unit)."""
+    slots = lay.staging
+    return lay.ring, slots, _bank_up(cfg, slots + TransposeRule.SLOTS * cfg.rows)
+
+
+def transpose_regions(cfg: ChipConfig, lay: Layout, index: int, name: str) -> list[Region]:
+    ident, slots, staging = _transpose_areas(cfg, lay)
+    return [Region("cbuf", "weight ring", lay.ring, lay.staging - lay.ring, index, index,
+                   f"identity of layer {name!r}"),
+            Region("cbuf", f"{name}.staging and tiles", lay.staging,
+                   lay.top - lay.staging, index, index,
+                   f"input slots and output staging of layer {name!r}")]
+
+
+def emit_transpose(cfg: ChipConfig, emit: "_Emit", graph: Graph, index: int,
+                   where: Mapping[str, int], ident_dram: int) -> list[Block]:
+    """A Transpose in a convolutional network: from its input in DRAM to its output in
+    DRAM (docs/contract.md, "Transposes"), as the GEMM lowering's rule does it, in the
+    areas of :func:`_transpose_areas`."""
+    node = graph.nodes[index]
+    lay = emit.base
+    ident, slots, staging = _transpose_areas(cfg, lay)
+    if staging + 2 * cfg.rows > lay.top:
+        raise CompileError(f"layer {node.name!r}: CBUF too small for a transpose's slots")
+    rule = TransposeRule()
+    src = graph.tensor(node.inputs[0])
+    at = Where(ident=ident, ident_dram=ident_dram, halves=lay.halves,
+               half_rows=lay.half_rows, a_dram=where[src.name], ring=slots,
+               staging=staging, stored=where[node.outputs[0]])
+    em = emit.em
+
+    def op(opcode, layer, sub=0, **fields):
+        return transpose_op(cfg, em.tile_rows, em.tile_cols, opcode, layer, sub, **fields)
+
+    blocks = rule.blocks(cfg, em, index, node.name, src.name,
+                         rule.pieces(cfg, src.shape, node.op), at, op)
+    emit.bank_holds = [None, None]      # its WLOADs leave the banks holding no weights
+    return blocks
 
 
 class DramLayout:

@@ -172,10 +172,19 @@ API = [
      lambda: compile_network(TINY, _one_conv(np.ones((1, 80, 80, 3), np.int8),
                                              np.ones((11, 11, 3, 8)), dilation=7)),
      CompileError, ["'c'", "dilation is 70", "at most 63", "smaller kernel or dilation"]),
-    ("transpose-of-a-feature-map",
-     lambda: conv_graph(lambda g, x: g.transpose(x, name="t")),
-     CompileError, ["'t'", "transpose reads a 2-D [M, N] tensor", "(1, 4, 4, 3)",
-                    "flatten it first"]),
+    ("transpose-perm-repeats-an-axis",
+     lambda: conv_graph(lambda g, x: g.transpose(x, (0, 1, 1, 2), name="t")),
+     CompileError, ["'t'", "perm (0, 1, 1, 2)", "axis 1 twice", "permutation of 0..3"]),
+    ("transpose-perm-too-short",
+     lambda: conv_graph(lambda g, x: g.transpose(x, (0, 2, 1), name="t")),
+     CompileError, ["'t'", "perm (0, 2, 1)", "3 axes", "(1, 4, 4, 3)", "has 4"]),
+    ("transpose-perm-axis-out-of-range",
+     lambda: conv_graph(lambda g, x: g.transpose(x, (0, 1, 2, 4), name="t")),
+     CompileError, ["'t'", "perm (0, 1, 2, 4)", "axis 4", "axes 0..3"]),
+    ("transpose-perm-not-integers", lambda: GraphBuilder("n").transpose("x", "ab", name="t"),
+     CompileError, ["'t'", "perm 'ab'", "integer axes"]),
+    ("transpose-nd-made-on-chip", lambda: _nd_transpose_twice(), CompileError,
+     ["'t2'", "(3, 2, 4)", "'t1'", "graph input", "compose the two permutations"]),
     ("transpose-of-int32", lambda: _transpose_after(out_dtype="int32"), CompileError,
      ["'t'", "transpose reads int8", "int32", "out_dtype='int8'"]),
     ("transpose-unnamed", lambda: GraphBuilder("n").transpose("x", name=""), CompileError,
@@ -198,8 +207,14 @@ API = [
     ("matmul-t-padding-on-chip", lambda: compile_network(TINY, _matmul_t_on_chip()),
      CompileError, ["'s'", "K = 12", "multiple of the array's 8 rows", "made on chip",
                     "graph's inputs"]),
-    ("input-3d", lambda: GraphBuilder("n").input(np.ones((4, 4, 3), np.int8)), CompileError,
-     ["input", "3-D", "(N, H, W, C)"]),
+    ("input-7d", lambda: GraphBuilder("n").input(np.ones((1, 1, 1, 1, 1, 4, 3), np.int8)),
+     CompileError, ["input", "7-D", "(N, H, W, C)"]),
+    ("input-nchw-not-a-map", lambda: GraphBuilder("n").input(np.ones((4, 3), np.int8),
+                                                            layout="NCHW"),
+     CompileError, ["input", "layout='NCHW'", "(N, C, H, W)", "2-D"]),
+    ("input-unknown-layout", lambda: GraphBuilder("n").input(np.ones((4, 3), np.int8),
+                                                             layout="CHW"),
+     CompileError, ["input", "layout must be one of", "'CHW'"]),
     ("compile-an-array", lambda: compile_network(TINY, A), CompileError,
      ["compile_network takes a Network or Graph", "ndarray"]),
     ("compile-none", lambda: compile_network(TINY, None), CompileError,
@@ -260,6 +275,13 @@ def _transpose_after(**dense):
     h = g.dense(g.input(A, name="x"), B, name="fc", **dense)
     g.transpose(h, name="t")
     return g.build()
+
+
+def _nd_transpose_twice():
+    g = GraphBuilder("n")
+    t1 = g.transpose(g.input(np.ones((2, 3, 4), np.int8), name="x"), (1, 0, 2), name="t1")
+    g.transpose(t1, (0, 2, 1), name="t2")
+    return compile_network(TINY, g.build())
 
 
 def _transpose_shared():

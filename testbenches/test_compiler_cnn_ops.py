@@ -182,8 +182,8 @@ def test_builder_residual_graph():
 
 
 @pytest.mark.parametrize("data, words", [
-    (np.zeros((2, 3, 4), np.int8), ["input", "3-D"]),
-    (np.zeros((1, 2, 2, 2, 2), np.int8), ["input", "5-D"]),
+    (np.zeros(4, np.int8), ["input", "1-D"]),
+    (np.zeros((1, 1, 1, 2, 2, 2, 2), np.int8), ["input", "7-D"]),
     (np.full((1, 2, 2, 3), 300), ["input[0, 0, 0, 0] = 300", "int8"]),
 ])
 def test_builder_input_rank(data, words):
