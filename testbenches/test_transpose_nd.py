@@ -1,0 +1,218 @@
+"""N-D transposes (``Transpose(perm)``) and NCHW at a network's boundaries
+(docs/contract.md, "Transposes"): a permutation that moves the last axis is a batch of
+2-D block transposes on the array with strided DMAs, one that keeps it a copy of rows
+through the array. Results equal ``np.transpose`` (called here, not through the
+compiler's reference) on the golden model with predicted cycles, and on the RTL
+(``tiny``) for the shapes of ``RTL_CASES``."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+from systolica import golden
+from systolica.arch.config import preset
+from systolica.arch.isa import DmaKind, Opcode
+from systolica.compiler import GraphBuilder, compile_network, reference
+from systolica.compiler.graph import NCHW_TO_NHWC, NHWC_TO_NCHW
+from systolica.compiler.lower import lower
+from systolica.compiler.permute import plan
+
+TINY = preset("tiny")
+R = TINY.rows
+
+
+def perm_graph(shape, perm, seed=0):
+    rng = np.random.default_rng(seed)
+    g = GraphBuilder(f"perm_{'x'.join(map(str, shape))}")
+    x = g.input(rng.integers(-128, 128, shape), name="x")
+    g.transpose(x, perm, name="t")
+    return g.build()
+
+
+def run_golden(cfg, graph):
+    compiled = compile_network(cfg, graph)
+    gold = golden.run(cfg, compiled.image, compiled.dram, compiled.prog_addr)
+    assert gold.cycles == compiled.predicted_cycles
+    return compiled, compiled.results(gold.dram)
+
+
+# (shape, perm): batched 2-D, every 3-D perm of one shape, ragged blocks, size-1 axes
+# moved, NCHW <-> NHWC, a 6-D one
+CASES = [((4, 20, 13), (0, 2, 1)), ((4, 20, 13), None),
+         *[((3, 5, 7), p) for p in itertools.permutations(range(3))],
+         ((2, 3, 4, 5), (3, 1, 0, 2)), ((1, 8, 16, 16), NCHW_TO_NHWC),
+         ((1, 16, 16, 8), NHWC_TO_NCHW), ((1, 20, 9), (1, 0, 2)), ((20, 1, 9), (0, 2, 1)),
+         ((20, 9, 1), (0, 2, 1)), ((12, 30), (0, 1)), ((2, 3, 2, 3, 2, 17), (5, 3, 1, 0, 2, 4)),
+         ((3, 40, 20), (2, 1, 0)), ((2, 3, 4), (-1, 0, 1))]
+
+
+@pytest.mark.parametrize("shape, perm", CASES, ids=lambda v: str(v).replace(" ", ""))
+def test_permutation_matches_numpy_on_the_golden_model(shape, perm):
+    graph = perm_graph(shape, perm, seed=len(shape))
+    _, got = run_golden(TINY, graph)
+    x = graph.data["x"]
+    want = np.transpose(x, perm) if perm is not None else np.swapaxes(x, -1, -2)
+    np.testing.assert_array_equal(got["t"], want)
+    np.testing.assert_array_equal(reference.outputs(graph)["t"], want)
+
+
+@pytest.mark.parametrize("chip", ["tiny_tall", "base"])
+@pytest.mark.parametrize("shape, perm", [((4, 20, 13), (0, 2, 1)), ((3, 5, 7), (1, 0, 2)),
+                                         ((2, 3, 4, 5), (3, 1, 0, 2)),
+                                         ((3, 40, 20), (2, 1, 0))])
+def test_permutation_on_other_chips(chip, shape, perm):
+    """On a tall array (sub-blocks: a transpose's block rows, a copy's identity columns)
+    and on base."""
+    graph = perm_graph(shape, perm, seed=3)
+    _, got = run_golden(preset(chip), graph)
+    np.testing.assert_array_equal(got["t"], np.transpose(graph.data["x"], perm))
+
+
+def test_random_permutations():
+    rng = np.random.default_rng(11)
+    for _ in range(8):
+        rank = int(rng.integers(2, 6))
+        shape = tuple(int(d) for d in rng.integers(1, 7, rank))
+        perm = tuple(int(a) for a in rng.permutation(rank))
+        graph = perm_graph(shape, perm, seed=int(rng.integers(1000)))
+        _, got = run_golden(TINY, graph)
+        np.testing.assert_array_equal(got["t"], np.transpose(graph.data["x"], perm),
+                                      err_msg=f"{shape} {perm}")
+
+
+def test_batched_transpose_is_b_2d_transposes():
+    """[B, M, N] -> [B, N, M]: B times the 2-D transpose's k blocks, each block's rows
+    loaded by one DMA and its transpose stored by one, both contiguous."""
+    B, M, N = 4, 20, 13
+    ops = lower(TINY, perm_graph((B, M, N), (0, 2, 1))).ops
+    k = -(-M // R) * -(-N // R)
+    by = {op: [o for o in ops if o.op is op] for op in (Opcode.WLOAD, Opcode.MATMUL,
+                                                        Opcode.VRUN)}
+    assert len(by[Opcode.WLOAD]) == len(by[Opcode.MATMUL]) == len(by[Opcode.VRUN]) == B * k
+    dmas = [o.fields for o in ops if o.op is Opcode.DMA and o.fields["rows"] > 0]
+    assert all(f["dram_stride"] == 1 for f in dmas)
+
+
+def test_nchw_to_nhwc_uses_strided_dmas():
+    """(N, C, H, W) -> (N, H, W, C): per (n, h) a [C, W] matrix whose rows (channels) are
+    H rows apart in the input; its transposed rows (pixels) are consecutive."""
+    N, C, H, W = 1, 8, 16, 16
+    p = plan((N, C, H, W), NCHW_TO_NHWC, R, 65535)
+    assert p.mode == "transpose" and (p.Q, p.L, p.sq, p.sl) == (C, W, H, 1)
+    assert len(p.bases) == N * H
+    lowered = lower(TINY, perm_graph((N, C, H, W), NCHW_TO_NHWC))
+    ops = lowered.ops
+    at, words = lowered.plan.dram_map.inputs["x"]
+    loads = [o.fields for o in ops if o.op is Opcode.DMA
+             and o.fields["kind"] == DmaKind.LOAD_CBUF and at <= o.fields["dram_addr"] < at + words]
+    assert len(loads) == N * H * -(-W // R) and all(f["rows"] == C for f in loads)
+    stores = [o.fields for o in ops if o.op is Opcode.DMA
+              and o.fields["kind"] == DmaKind.STORE_CBUF]
+    assert loads and all(f["dram_stride"] == H for f in loads)
+    assert len(stores) == N * H * -(-W // R) and all(f["dram_stride"] == 1 for f in stores)
+
+
+def test_copy_runs():
+    """A permutation that keeps the last axis copies rows: runs of at most R output rows
+    whose input rows are evenly spaced (the identity: contiguous runs of R)."""
+    p = plan((3, 5, 7), (1, 0, 2), R, 65535)
+    assert p.mode == "copy"
+    assert p.runs == ((0, 0, 5, 3), (3, 1, 5, 3), (6, 2, 5, 3), (9, 3, 5, 3), (12, 4, 5, 3))
+    ident = plan((3, 5, 7), (0, 1, 2), R, 65535)
+    assert ident.runs == ((0, 0, 1, 8), (8, 8, 1, 7))
+
+
+def test_identity_transpose_between_dense_layers():
+    """perm (0, 1) of a tensor made on chip, read on chip: a copy through the array
+    from CBUF to CBUF."""
+    rng = np.random.default_rng(5)
+    g = GraphBuilder("copy")
+    x = g.input(rng.integers(-128, 128, (12, 20)), name="x")
+    h = g.dense(x, rng.integers(-128, 128, (20, 13)), mult=150, shift=15, name="h")
+    t = g.transpose(h, (0, 1), name="t")
+    g.dense(t, rng.integers(-128, 128, (13, 5)), out_dtype="int32", name="y")
+    graph = g.build(t, "y")
+    _, got = run_golden(TINY, graph)
+    want = reference.outputs(graph)
+    for name in ("t", "y"):
+        np.testing.assert_array_equal(got[name], want[name])
+    assert not any(o.op is Opcode.DMA and o.fields["kind"] == DmaKind.LOAD_CBUF
+                   and o.layer == 1 and o.fields["rows"] != R for o in lower(TINY, graph).ops)
+
+
+def nchw_net(n=1, c=3, h=12, w=10, cout=8, seed=0, pool=False, name="nchw"):
+    """An (N, C, H, W) input, a convolution (and a pool), an (N, C, H, W) output."""
+    rng = np.random.default_rng(seed)
+    g = GraphBuilder(name)
+    x = g.input(rng.integers(-128, 128, (n, c, h, w)), name="x", layout="NCHW",
+                zero_point=3)
+    y = g.conv2d(x, rng.integers(-128, 128, (3, 3, c, cout)),
+                 rng.integers(-5000, 5000, cout), pads=1, mult=300, shift=16, zp=-2,
+                 relu=True, name="conv")
+    if pool:
+        y = g.max_pool2d(y, 2, name="pool")
+    g.nchw(y, name="y")
+    return g.build()
+
+
+def nhwc_twin(graph):
+    """The same network on the NHWC map (numpy's transpose of the input): what a user
+    with NHWC data runs."""
+    g = GraphBuilder("nhwc")
+    x = g.input(np.transpose(graph.data["x"], NCHW_TO_NHWC), name="x",
+                zero_point=graph.tensor("x").quant.zero_point)
+    t = x
+    for node in graph.nodes[1:-1]:
+        t = g.layer(node.op, t)
+    return g.build()
+
+
+def test_nchw_network_matches_its_nhwc_twin():
+    """A user with NCHW data runs the network unchanged: the chip transposes the input
+    and the output, and the result is numpy's transpose of the NHWC network's."""
+    graph = nchw_net()
+    assert [type(n.op).__name__ for n in graph.nodes] == ["Transpose", "Conv2d", "Transpose"]
+    _, got = run_golden(TINY, graph)
+    want = np.transpose(reference.run(nhwc_twin(graph)), NHWC_TO_NCHW)
+    np.testing.assert_array_equal(got["y"], want)
+    assert got["y"].shape == (1, 8, 12, 10)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("chip", ["tiny", "tiny_tall", "base"])
+@pytest.mark.parametrize("kw", [dict(pool=True), dict(n=2, c=5, h=7, w=9, cout=8)],
+                         ids=["pool", "batch2"])
+def test_nchw_networks(chip, kw):
+    graph = nchw_net(**kw)
+    _, got = run_golden(preset(chip), graph)
+    want = np.transpose(reference.run(nhwc_twin(graph)), NHWC_TO_NCHW)
+    np.testing.assert_array_equal(got["y"], want)
+
+
+RTL_CASES = {
+    "batched_4x20x13_021": lambda: perm_graph((4, 20, 13), (0, 2, 1), 1),
+    "3x5x7_201": lambda: perm_graph((3, 5, 7), (2, 0, 1), 2),
+    "3x5x7_102_copy": lambda: perm_graph((3, 5, 7), (1, 0, 2), 3),
+    "2x3x4x5_3102": lambda: perm_graph((2, 3, 4, 5), (3, 1, 0, 2), 4),
+    "nchw_to_nhwc_1x8x16x16": lambda: perm_graph((1, 8, 16, 16), NCHW_TO_NHWC, 5),
+    "6d": lambda: perm_graph((2, 3, 2, 3, 2, 17), (5, 3, 1, 0, 2, 4), 6),
+    "nchw_conv_pool_nchw": lambda: nchw_net(pool=True),
+}
+
+
+@pytest.fixture(scope="module")
+def rtl_runs():
+    from conftest import compile_and_run_on_rtl
+    return compile_and_run_on_rtl(TINY, RTL_CASES)
+
+
+@pytest.mark.rtl
+@pytest.mark.parametrize("name", list(RTL_CASES))
+def test_permutation_on_the_rtl(rtl_runs, name):
+    from conftest import assert_matches_prediction, assert_outputs_match
+    compiled, res = rtl_runs[name]
+    assert_outputs_match(TINY, compiled, res)
+    assert_matches_prediction(TINY, compiled, res)
