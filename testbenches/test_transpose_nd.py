@@ -216,3 +216,20 @@ def test_permutation_on_the_rtl(rtl_runs, name):
     compiled, res = rtl_runs[name]
     assert_outputs_match(TINY, compiled, res)
     assert_matches_prediction(TINY, compiled, res)
+
+
+def test_bench_nd_programs_on_the_golden_model():
+    """``make bench``'s N-D programs: the compiled one leaves np.transpose(x) in DRAM in
+    its predicted cycles; the round trip only loads X and stores it (its bytes)."""
+    from systolica.app import transpose_bench
+    x = np.random.default_rng(3).integers(-128, 128, (2, 4, 5, 6), dtype=np.int8)
+    jobs, compiled = transpose_bench.nd_programs(TINY, x, NCHW_TO_NHWC)
+    runs = {name: golden.run(TINY, job["program"], job["dram"], job.get("prog_addr", 0))
+            for name, job in jobs.items()}
+    (at, n), = compiled.dram_map.outputs.values()
+    got = compiled.results(transpose_bench._placed(compiled, runs["on_chip"].dram[at:at + n]))
+    np.testing.assert_array_equal(got["t"], np.transpose(x, NCHW_TO_NHWC))
+    assert runs["on_chip"].cycles == compiled.predicted_cycles
+    (_, x_words), = compiled.dram_map.inputs.values()
+    trip = runs["dram_round_trip"]
+    assert trip.dram_bytes_read + trip.dram_bytes_written == (x_words + n) * R
