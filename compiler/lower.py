@@ -15,7 +15,7 @@ from ..arch.config import ChipConfig
 from .chain_lower import ChainChoice, lower_chain
 from .cnn import is_cnn, lower_cnn
 from .errors import CompileError
-from .graph import as_graph
+from .graph import MatMulT, Transpose, as_graph
 from .lowered import Lowered
 from .pipeline import loop_order, pipeline
 from .plan import DramMap, MemoryPlan, plan_memory
@@ -42,7 +42,7 @@ def lower(cfg: ChipConfig, network, plan: MemoryPlan | None = None, *,
     if chain is not None and not isinstance(chain, str):
         raise CompileError(f"chain must be a ChainChoice (a graph that is one chain), a "
                            f"strategy name or None, not {chain!r}")
-    if is_cnn(graph):
+    if is_cnn(graph) or _chained_nd_transposes(graph):
         return lower_cnn(cfg, graph, weights, buffers, chain, segments)
     if tiled or segments is not None:
         raise CompileError(f"graph {graph.name!r}: weights, buffers and segments apply to "
@@ -53,3 +53,13 @@ def lower(cfg: ChipConfig, network, plan: MemoryPlan | None = None, *,
     blocks = [blk for i, node in enumerate(graph.nodes)
               for blk in rule_for(node).emit(emitter, i, node)]
     return Lowered(pipeline(cfg, blocks), loop_order(blocks), plan)
+
+
+def _chained_nd_transposes(graph) -> bool:
+    """Whether a transpose of rank other than 2 reads a tensor a layer makes (another
+    transpose's output): the GEMM lowering keeps such tensors nowhere, so a graph of
+    transposes and dense layers then runs layer by layer through DRAM, as a
+    convolutional network does (which has no rule for MatMulT)."""
+    return not any(isinstance(n.op, MatMulT) for n in graph.nodes) and any(
+        isinstance(n.op, Transpose) and graph.producer(n.inputs[0]) is not None
+        and len(graph.tensor(n.inputs[0]).shape) != 2 for n in graph.nodes)

@@ -281,6 +281,7 @@ def _nd_transpose_twice():
     g = GraphBuilder("n")
     t1 = g.transpose(g.input(np.ones((2, 3, 4), np.int8), name="x"), (1, 0, 2), name="t1")
     g.transpose(t1, (0, 2, 1), name="t2")
+    g.matmul_t(g.input(A, name="q"), g.input(A, name="k"), out_dtype="int32", name="s")
     return compile_network(TINY, g.build())
 
 

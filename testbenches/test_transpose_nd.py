@@ -143,6 +143,22 @@ def test_identity_transpose_between_dense_layers():
                    and o.layer == 1 and o.fields["rows"] != R for o in lower(TINY, graph).ops)
 
 
+def test_chained_nd_transposes_run_through_dram():
+    """N-D transposes reading each other's outputs: the graph is lowered layer by layer
+    through DRAM (as a convolutional network), each output np.transpose of the last."""
+    rng = np.random.default_rng(8)
+    g = GraphBuilder("chained")
+    x = g.input(rng.integers(-128, 128, (2, 5, 12)), name="x")
+    t1 = g.transpose(x, (2, 0, 1), name="t1")
+    t2 = g.transpose(t1, (1, 0, 2), name="t2")
+    t3 = g.transpose(t2, (1, 0, 2), name="t3")
+    graph = g.build(t1, t3)
+    _, got = run_golden(TINY, graph)
+    a = np.transpose(graph.data["x"], (2, 0, 1))
+    np.testing.assert_array_equal(got["t1"], a)
+    np.testing.assert_array_equal(got["t3"], a)
+
+
 def nchw_net(n=1, c=3, h=12, w=10, cout=8, seed=0, pool=False, name="nchw"):
     """An (N, C, H, W) input, a convolution (and a pool), an (N, C, H, W) output."""
     rng = np.random.default_rng(seed)
