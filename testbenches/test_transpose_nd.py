@@ -159,6 +159,39 @@ def test_chained_nd_transposes_run_through_dram():
     np.testing.assert_array_equal(got["t3"], a)
 
 
+def chained():
+    rng = np.random.default_rng(8)
+    g = GraphBuilder("chained")
+    x = g.input(rng.integers(-128, 128, (2, 5, 12)), name="x")
+    t1 = g.transpose(x, (2, 0, 1), name="t1")
+    t2 = g.transpose(t1, (1, 0, 2), name="t2")
+    t3 = g.transpose(t2, (1, 0, 2), name="t3")
+    return g.build(t1, t3)
+
+
+def cnn_with_2d_transpose():
+    """conv -> global pool -> flatten -> dense -> transpose -> dense: a 2-D transpose
+    in a convolutional network, DRAM to DRAM between two dense layers."""
+    rng = np.random.default_rng(9)
+    g = GraphBuilder("cnn_dense_transpose")
+    x = g.input(rng.integers(-128, 128, (2, 6, 6, 4)), name="x")
+    y = g.conv2d(x, rng.integers(-128, 128, (3, 3, 4, 8)), pads=1, mult=200, shift=16,
+                 name="c")
+    f = g.flatten(g.global_avg_pool(y, name="gap"), name="f")
+    d = g.dense(f, rng.integers(-128, 128, (8, 12)), mult=100, shift=12, name="d")
+    t = g.transpose(d, name="t")
+    g.dense(t, rng.integers(-128, 128, (2, 5)), mult=100, shift=10, name="e")
+    return g.build()
+
+
+def test_2d_transpose_in_a_convolutional_network():
+    graph = cnn_with_2d_transpose()
+    _, got = run_golden(TINY, graph)
+    d = reference.evaluate(graph)["d"]
+    np.testing.assert_array_equal(reference.outputs(graph)["e"], got["e"])
+    np.testing.assert_array_equal(reference.evaluate(graph)["t"], d.T)
+
+
 def nchw_net(n=1, c=3, h=12, w=10, cout=8, seed=0, pool=False, name="nchw"):
     """An (N, C, H, W) input, a convolution (and a pool), an (N, C, H, W) output."""
     rng = np.random.default_rng(seed)
@@ -216,6 +249,9 @@ RTL_CASES = {
     "nchw_to_nhwc_1x8x16x16": lambda: perm_graph((1, 8, 16, 16), NCHW_TO_NHWC, 5),
     "6d": lambda: perm_graph((2, 3, 2, 3, 2, 17), (5, 3, 1, 0, 2, 4), 6),
     "nchw_conv_pool_nchw": lambda: nchw_net(pool=True),
+    "nchw_batch2": lambda: nchw_net(n=2, c=5, h=7, w=9, cout=8, name="nchw2"),
+    "chained_3d": chained,
+    "cnn_dense_transpose_dense": cnn_with_2d_transpose,
 }
 
 
