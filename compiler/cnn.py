@@ -941,6 +941,19 @@ def lower_cnn(cfg: ChipConfig, graph: Graph,
         if len(shape) == 4 and all(isinstance(r.op, Conv2d) for r in readers) \
                 and replicas(cfg, shape[3]) > 1:
             copies[t] = replicas(cfg, shape[3])
+    # and for a map a transpose makes (an NCHW input's NHWC map) that only such
+    # convolutions read: the transpose writes it replicated (emit_transpose)
+    for node in graph.nodes:
+        t = node.outputs[0]
+        shape = graph.tensor(t).shape
+        readers = graph.consumers(t)
+        if isinstance(node.op, Transpose) and len(shape) == 4 and readers \
+                and t not in graph.outputs \
+                and all(isinstance(r.op, Conv2d) for r in readers) \
+                and replicas(cfg, shape[3]) > 1 \
+                and TransposeRule.pieces(cfg, graph.tensor(node.inputs[0]).shape,
+                                         node.op).mode == "transpose":
+            copies[t] = replicas(cfg, shape[3])
     # jobs
     jobs: list[Job | None] = []
     alias: dict[str, str] = {}
@@ -1051,7 +1064,8 @@ def lower_cnn(cfg: ChipConfig, graph: Graph,
             node = graph.nodes[index]
             if isinstance(node.op, Transpose):
                 blocks += emit_transpose(cfg, emit, graph, index, where,
-                                         job_dram[node.name][0])
+                                         job_dram[node.name][0],
+                                         copies.get(node.outputs[0], 1))
                 chip_regions += transpose_regions(cfg, lay, index, node.name)
             continue
         if job.index in member:
@@ -1126,10 +1140,12 @@ def transpose_regions(cfg: ChipConfig, lay: Layout, index: int, name: str) -> li
 
 
 def emit_transpose(cfg: ChipConfig, emit: "_Emit", graph: Graph, index: int,
-                   where: Mapping[str, int], ident_dram: int) -> list[Block]:
+                   where: Mapping[str, int], ident_dram: int, copies: int = 1
+                   ) -> list[Block]:
     """A Transpose in a convolutional network: from its input in DRAM to its output in
     DRAM (docs/contract.md, "Transposes"), as the GEMM lowering's rule does it, in the
-    areas of :func:`_transpose_areas`."""
+    areas of :func:`_transpose_areas`; with `copies` > 1 its output in the replicated
+    layout (each block's rows loaded `copies` times)."""
     node = graph.nodes[index]
     lay = emit.base
     ident, slots, staging = _transpose_areas(cfg, lay)
@@ -1139,7 +1155,7 @@ def emit_transpose(cfg: ChipConfig, emit: "_Emit", graph: Graph, index: int,
     src = graph.tensor(node.inputs[0])
     at = Where(ident=ident, ident_dram=ident_dram, halves=lay.halves,
                half_rows=lay.half_rows, a_dram=where[src.name], ring=slots,
-               staging=staging, stored=where[node.outputs[0]])
+               staging=staging, stored=where[node.outputs[0]], copies=copies)
     em = emit.em
 
     def op(opcode, layer, sub=0, **fields):

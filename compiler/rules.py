@@ -413,7 +413,8 @@ class TransposeRule:
         if p.mode == "transpose":
             for in0, out0 in p.bases:
                 for mb in range(layout.blocks(p.Q, R)):
-                    rows = min(R, p.Q - mb * R)          # block rows: output columns
+                    got = min(R, p.Q - mb * R)           # block rows: output columns
+                    rows = got * w.copies
                     for kb in range(layout.blocks(p.L, R)):
                         cols = min(R, p.L - kb * R)      # block columns: output rows
                         # the block's rows in sub-blocks of C: a west load fills the
@@ -436,10 +437,11 @@ class TransposeRule:
                             acc_at = w.halves + half * w.half_rows
                             loads = first_loads()
                             if w.ring is not None and sub == 0:
-                                loads.append(op(Opcode.DMA, index, kind=DmaKind.LOAD_CBUF,
-                                                dram_addr=w.a_dram + kb * p.in_rows + in0
-                                                + mb * R * p.sq, dram_stride=p.sq,
-                                                buf_addr=w_base, rows=rows))
+                                loads += [op(Opcode.DMA, index, kind=DmaKind.LOAD_CBUF,
+                                             dram_addr=w.a_dram + kb * p.in_rows + in0
+                                             + mb * R * p.sq, dram_stride=p.sq,
+                                             buf_addr=w_base + c * got, rows=got)
+                                          for c in range(w.copies)]
                             w_addr = w_base + sub * C
                             check_end(w_addr, repr(src))
                             em.steps += 1 if sub == subs - 1 else 0
@@ -519,6 +521,9 @@ class Where:
     resident: int | None = None
     staging: int | None = None
     stored: int | None = None
+    copies: int = 1         # > 1: each block's rows loaded that many times, one after
+                            # the other (the output's words hold them replicated:
+                            # docs/cnn.md, replicated channels); Q * copies <= R
 
 
 STRIDE_MAX = (1 << 16) - 1      # a DMA's dram_stride field

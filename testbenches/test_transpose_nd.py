@@ -230,6 +230,20 @@ def test_nchw_network_matches_its_nhwc_twin():
     assert got["y"].shape == (1, 8, 12, 10)
 
 
+def test_nchw_input_is_transposed_into_the_replicated_layout():
+    """The NHWC map of a 3-channel NCHW input, read only by a convolution, is written
+    replicated (each block's channel rows loaded R // C times): the convolution packs
+    taps as it does for an NHWC input and takes the NHWC network's cycles."""
+    graph = nchw_net(c=3, h=16, w=16, cout=8)
+    assert lower(TINY, graph).copies == {"x_nhwc": R // 3}
+    compiled, got = run_golden(TINY, graph)
+    twin = compile_network(TINY, nhwc_twin(graph))
+    conv = {rec.name: rec.cycles for rec in compiled.layers}["conv1"]
+    assert conv <= twin.predicted_cycles
+    np.testing.assert_array_equal(
+        got["y"], np.transpose(reference.run(nhwc_twin(graph)), NHWC_TO_NCHW))
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("chip", ["tiny", "tiny_tall", "base"])
 @pytest.mark.parametrize("kw", [dict(pool=True), dict(n=2, c=5, h=7, w=9, cout=8)],
