@@ -40,7 +40,7 @@ from .ops import (Add, AvgPool2d, Conv2d, Dense, Flatten, GlobalAvgPool, MaxPool
                   Transpose, average_params)
 from .pipeline import Block, Step, loop_order, pipeline
 from .plan import DramMap, MemoryPlan, Region, check_plan
-from .rules import TransposeRule, Where, gemm_routing, transpose_op
+from .rules import TransposeRule, Where, Where32, gemm_routing, transpose_op
 from .ir import make, moved
 from .lowered import Lowered
 
@@ -782,8 +782,11 @@ class _Emit:
                                  taps=step_table[nb][k],
                                  in_w=s.shape[2], in_h=in_h)
                     blk.steps.append(Step(pre, mm))
+                # an int32 output's rows are accumulator rows of acc_row_words words
+                row = (nb * N + n) * Ho * Wo + oh0 * Wo
                 blk.epilogue = self._epilogue(job, i, acc_at, slot, rows, half, stage_half,
-                                              out_dram + (nb * N + n) * Ho * Wo + oh0 * Wo)
+                                              out_dram + row * (arw if job.out_dtype ==
+                                                                "int32" else 1))
                 blocks.append(blk)
         self.tile_no += len(work)
         return blocks
@@ -881,7 +884,7 @@ class _Emit:
                 ops.append(self.op(Opcode.VRUN, i, src=acc_at, rows=rows, to_acc=1,
                                    dst=acc_at, bias_addr=slot, **v))
             ops.append(self.op(Opcode.DMA, i, kind=DmaKind.STORE_ACC,
-                               dram_addr=out_at * arw, dram_stride=arw, buf_addr=acc_at,
+                               dram_addr=out_at, dram_stride=arw, buf_addr=acc_at,
                                rows=rows))
             return ops
         staging = lay.staging + half * stage_half
@@ -1038,10 +1041,15 @@ def lower_cnn(cfg: ChipConfig, graph: Graph,
         job_dram[job.name] = (w, p)
     for node in graph.nodes:
         if isinstance(node.op, Transpose):
-            job_dram[node.name] = (place(f"{node.name}.identity",
-                                         np.eye(R, dtype=np.uint8),
-                                         f"identity of layer {node.name!r}"), None)
-            params[(node.name, "identity")] = (job_dram[node.name][0], R)
+            pieces = ([("identity", np.eye(R, dtype=np.uint8))]
+                      if graph.tensor(node.inputs[0]).dtype == "int8"
+                      else TransposeRule.int32_params(cfg))
+            at = {}
+            for what, words in pieces:
+                at[what] = place(f"{node.name}.{what}", words,
+                                 f"{what} of layer {node.name!r}")
+                params[(node.name, what)] = (at[what], words.shape[0])
+            job_dram[node.name] = (at, None)
     for node in graph.nodes:
         for t in node.outputs:
             if t in alias or t in graph.outputs or t in inside:
@@ -1140,7 +1148,7 @@ def transpose_regions(cfg: ChipConfig, lay: Layout, index: int, name: str) -> li
 
 
 def emit_transpose(cfg: ChipConfig, emit: "_Emit", graph: Graph, index: int,
-                   where: Mapping[str, int], ident_dram: int, copies: int = 1
+                   where: Mapping[str, int], ident_dram: Mapping[str, int], copies: int = 1
                    ) -> list[Block]:
     """A Transpose in a convolutional network: from its input in DRAM to its output in
     DRAM (docs/contract.md, "Transposes"), as the GEMM lowering's rule does it, in the
@@ -1148,19 +1156,37 @@ def emit_transpose(cfg: ChipConfig, emit: "_Emit", graph: Graph, index: int,
     layout (each block's rows loaded `copies` times)."""
     node = graph.nodes[index]
     lay = emit.base
-    ident, slots, staging = _transpose_areas(cfg, lay)
-    if staging + 2 * cfg.rows > lay.top:
-        raise CompileError(f"layer {node.name!r}: CBUF too small for a transpose's slots")
-    rule = TransposeRule()
     src = graph.tensor(node.inputs[0])
-    at = Where(ident=ident, ident_dram=ident_dram, halves=lay.halves,
-               half_rows=lay.half_rows, a_dram=where[src.name], ring=slots,
-               staging=staging, stored=where[node.outputs[0]], copies=copies)
     em = emit.em
 
     def op(opcode, layer, sub=0, **fields):
         return transpose_op(cfg, em.tile_rows, em.tile_cols, opcode, layer, sub, **fields)
 
+    rule = TransposeRule()
+    if src.dtype == "int32":
+        R = cfg.rows
+        first = _bank_up(cfg, lay.staging)
+        planes = _bank_up(cfg, first + 6 * R)
+        staging = _bank_up(cfg, planes + 8 * R)
+        if staging + 2 * R > lay.top:
+            raise CompileError(f"layer {node.name!r}: CBUF too small for an int32 "
+                               f"transpose's planes")
+        at = Where32(ident=first, ident_dram=ident_dram["identity"], select=first + R,
+                     select_dram=ident_dram["select"], inter=lay.ring,
+                     inter_dram=ident_dram["interleave"], slots=first + 2 * R,
+                     planes=planes, staging=staging, halves=lay.halves,
+                     half_rows=lay.half_rows, a_dram=where[src.name],
+                     stored=where[node.outputs[0]])
+        blocks = rule.blocks_int32(cfg, em, index, node.name,
+                                   rule.pieces(cfg, src.shape, node.op), at, op)
+        emit.bank_holds = [None, None]
+        return blocks
+    ident, slots, staging = _transpose_areas(cfg, lay)
+    if staging + 2 * cfg.rows > lay.top:
+        raise CompileError(f"layer {node.name!r}: CBUF too small for a transpose's slots")
+    at = Where(ident=ident, ident_dram=ident_dram["identity"], halves=lay.halves,
+               half_rows=lay.half_rows, a_dram=where[src.name], ring=slots,
+               staging=staging, stored=where[node.outputs[0]], copies=copies)
     blocks = rule.blocks(cfg, em, index, node.name, src.name,
                          rule.pieces(cfg, src.shape, node.op), at, op)
     emit.bank_holds = [None, None]      # its WLOADs leave the banks holding no weights

@@ -57,9 +57,10 @@ def lower(cfg: ChipConfig, network, plan: MemoryPlan | None = None, *,
 
 def _chained_nd_transposes(graph) -> bool:
     """Whether a transpose of rank other than 2 reads a tensor a layer makes (another
-    transpose's output): the GEMM lowering keeps such tensors nowhere, so a graph of
-    transposes and dense layers then runs layer by layer through DRAM, as a
-    convolutional network does (which has no rule for MatMulT)."""
+    transpose's output), or any transpose an int32 one: the GEMM lowering keeps such
+    tensors nowhere, so a graph of transposes and dense layers then runs layer by layer
+    through DRAM, as a convolutional network does (which has no rule for MatMulT)."""
     return not any(isinstance(n.op, MatMulT) for n in graph.nodes) and any(
         isinstance(n.op, Transpose) and graph.producer(n.inputs[0]) is not None
-        and len(graph.tensor(n.inputs[0]).shape) != 2 for n in graph.nodes)
+        and (len(graph.tensor(n.inputs[0]).shape) != 2
+             or graph.tensor(n.inputs[0]).dtype == "int32") for n in graph.nodes)

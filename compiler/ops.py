@@ -591,7 +591,7 @@ class Flatten:
 
 @dataclass(frozen=True)
 class Transpose:
-    """``y = np.transpose(x, perm)`` for an int8 tensor of any rank: output axis ``k`` is
+    """``y = np.transpose(x, perm)`` for an int8 or int32 tensor of any rank: output axis ``k`` is
     input axis ``perm[k]``. ``perm=None`` swaps the last two axes (``[M, N] -> [N, M]``:
     ``y[j, i] = x[i, j]``). The output has the input's quantisation. The chip transposes
     on the array (seed 004, docs/contract.md "Transposes"): an N-D permutation is a
@@ -646,11 +646,8 @@ class Transpose:
     def infer(self, inputs: Sequence, source: Callable[[str], str]) -> TensorType:
         who = f"layer {self.name!r}"
         (t,) = inputs
-        if t.dtype != "int8":
-            raise CompileError(f"{who}: transpose reads int8 tensors, but {source(t.name)} "
-                               f"is {t.dtype}; give the layer before it out_dtype='int8'")
         perm = self.axes(len(t.shape), f"{source(t.name)} (shape {t.shape})")
-        return TensorType(tuple(t.shape[a] for a in perm), "int8", t.quant)
+        return TensorType(tuple(t.shape[a] for a in perm), t.dtype, t.quant)
 
     def macs(self, out_shape: tuple[int, ...]) -> int:
         return 0

@@ -324,6 +324,12 @@ class TransposeRule:
         t = node.inputs[0]
         producer = graph.producer(t)
         shape = graph.tensor(t).shape
+        if graph.tensor(t).dtype == "int32":
+            raise CompileError(
+                f"layer {node.name!r} transposes int32 {t!r}: an int32 transpose runs DRAM "
+                f"to DRAM, as in a network lowered layer by layer, which has no rule for "
+                f"the graph's MatMulT; transpose in a graph of its own, or requantise "
+                f"{t!r} to int8 first")
         if producer is not None:
             if len(shape) != 2:
                 raise CompileError(
@@ -504,6 +510,152 @@ class TransposeRule:
                     blocks.append(blk)
         return blocks
 
+    # -- int32 (docs/contract.md, "Transposes"): bytes through the array -----------------
+    @staticmethod
+    def int32_params(cfg: ChipConfig) -> list[tuple[str, np.ndarray]]:
+        """The identity (a copy's weights), the selection block (row ``b*E + j`` is ``e_{4j+b}``: byte ``b`` of a word's
+        element ``j``, ``E = R // 4``) and the 16 interleaving weight blocks ``V[b, w]``
+        (row ``w*E + j`` has a 1 in column ``4j + b``), ``b`` and ``w`` in ``0..3``."""
+        R = cfg.rows
+        E = R // 4
+        select = np.zeros((R, R), np.uint8)
+        for b in range(4):
+            for j in range(E):
+                select[b * E + j, 4 * j + b] = 1
+        inter = np.zeros((4, 4, R, R), np.uint8)
+        for b in range(4):
+            for w in range(4):
+                for j in range(E):
+                    inter[b, w, w * E + j, 4 * j + b] = 1
+        return [("identity", np.eye(R, dtype=np.uint8)), ("select", select),
+                ("interleave", inter.reshape(16 * R, R))]
+
+    def blocks_int32(self, cfg: ChipConfig, em, index: int, name: str,
+                     p: permute.PermPlan, where: "Where32", op) -> list[Block]:
+        """An int32 permutation DRAM to DRAM on a square array, in blocks of ``R x R``
+        elements. Moving the last axis, per block: for each of its words ``w`` (``E``
+        elements of the block's columns, 4 bytes each) the block's rows of that word
+        are the west-loaded weights and the selection block streams through them, so
+        accumulator row ``b*E + j`` holds byte ``b`` of element ``w*E + j`` of every
+        block row, written to row ``b*R + w*E + j`` of the byte planes ``Z``; then each
+        output word ``w'`` is ``sum_b Z[b] @ V[b, w']`` (four MATMULs accumulating),
+        written back and stored with the output's row stride. Keeping the last axis:
+        every word of a row is copied as int8 bytes are."""
+        R, arw = cfg.rows, cfg.acc_row_words
+        E = R // 4
+        w = where
+        for what, stride in (("input", p.sq * arw), ("output", p.sl * arw)):
+            if stride > STRIDE_MAX:
+                raise CompileError(
+                    f"layer {name!r}: the permutation's {what} rows are {stride} words "
+                    f"apart in DRAM, more than a DMA's stride field takes ({STRIDE_MAX}); "
+                    f"split the tensor along its outer axes")
+        if cfg.rows != cfg.cols or cfg.rows % 4:
+            raise CompileError(
+                f"layer {name!r}: an int32 transpose moves the bytes of R x R element "
+                f"blocks on a square array whose R is a multiple of 4; chip {cfg.name!r} "
+                f"has a {cfg.rows}x{cfg.cols} array: use a square preset or transpose "
+                f"int8 data")
+        blocks: list[Block] = []
+        first = ([op(Opcode.DMA, index, kind=DmaKind.LOAD_CBUF, dram_addr=w.ident_dram,
+                     dram_stride=1, buf_addr=w.ident, rows=R)] if p.mode == "copy" else
+                 [op(Opcode.DMA, index, kind=DmaKind.LOAD_CBUF, dram_addr=w.select_dram,
+                     dram_stride=1, buf_addr=w.select, rows=R),
+                  op(Opcode.DMA, index, kind=DmaKind.LOAD_CBUF, dram_addr=w.inter_dram,
+                     dram_stride=1, buf_addr=w.inter, rows=16 * R)])
+
+        def step(loads, mm) -> Step:
+            nonlocal first
+            out, first = Step(first + loads, mm), []
+            return out
+
+        def block() -> tuple[Block, int]:
+            blk = Block(index)
+            half = em.blocks % 2
+            em.blocks += 1
+            return blk, w.halves + half * w.half_rows
+
+        def bank() -> int:
+            b = em.steps % 2
+            em.steps += 1
+            return b
+
+        n_out = 0
+        if p.mode == "copy":
+            # each word of a row as R int8 bytes: the identity copy (a west-loaded
+            # identity, the words streaming through it)
+            holds: dict[int, bool] = {}
+            for o0, i0, stride, count in p.runs:
+                for kb in range(layout.blocks(p.L, cfg.cols) * arw):
+                    nb, word = divmod(kb, arw)
+                    blk, acc_at = block()
+                    b = bank()
+                    slot = w.slots + (n_out % 4) * R
+                    dst = w.staging + (n_out % 2) * R
+                    n_out += 1
+                    loads = [op(Opcode.DMA, index, kind=DmaKind.LOAD_CBUF,
+                                dram_addr=w.a_dram + (nb * p.in_rows + i0) * arw + word,
+                                dram_stride=stride * arw, buf_addr=slot, rows=count)]
+                    if not holds.get(b):
+                        loads.append(op(Opcode.WLOAD, index, w_addr=w.ident, bank=b))
+                        holds[b] = True
+                    blk.steps.append(step(loads, op(Opcode.MATMUL, index, act_addr=slot,
+                                                    rows=count, acc_addr=acc_at,
+                                                    accumulate=0, bank=b)))
+                    blk.epilogue += [
+                        op(Opcode.VRUN, index, src=acc_at, rows=count, dst=dst, to_acc=0),
+                        op(Opcode.DMA, index, kind=DmaKind.STORE_CBUF,
+                           dram_addr=w.stored + (nb * p.out_rows + o0) * arw + word,
+                           dram_stride=arw, buf_addr=dst, rows=count)]
+                    blocks.append(blk)
+            return blocks
+        n_blk = 0
+        for in0, out0 in p.bases:
+            for qb in range(layout.blocks(p.Q, R)):
+                rows = min(R, p.Q - qb * R)              # input rows: output elements
+                for lb in range(layout.blocks(p.L, R)):
+                    cols = min(R, p.L - lb * R)          # input elements: output rows
+                    z = w.planes + (n_blk % 2) * 4 * R
+                    n_blk += 1
+                    for word in range(layout.blocks(cols, E)):
+                        blk, acc_at = block()
+                        b = bank()
+                        slot = w.slots + (em.steps % 4) * R
+                        loads = [op(Opcode.DMA, index, kind=DmaKind.LOAD_CBUF,
+                                    dram_addr=w.a_dram + (lb * p.in_rows + in0
+                                                          + qb * R * p.sq) * arw + word,
+                                    dram_stride=p.sq * arw, buf_addr=slot, rows=rows),
+                                 op(Opcode.WLOAD, index, w_addr=slot, bank=b)]
+                        blk.steps.append(step(loads, op(Opcode.MATMUL, index,
+                                                        act_addr=w.select, rows=R,
+                                                        acc_addr=acc_at, accumulate=0,
+                                                        bank=b)))
+                        n = min(E, cols - word * E)
+                        blk.epilogue += [op(Opcode.VRUN, index, src=acc_at + byte * E,
+                                            rows=n, dst=z + byte * R + word * E, to_acc=0)
+                                         for byte in range(4)]
+                        blocks.append(blk)
+                    for word in range(layout.blocks(rows, E)):
+                        blk, acc_at = block()
+                        for byte in range(4):
+                            b = bank()
+                            loads = [op(Opcode.WLOAD, index,
+                                        w_addr=w.inter + (byte * 4 + word) * R, bank=b,
+                                        west=False)]
+                            blk.steps.append(step(loads, op(
+                                Opcode.MATMUL, index, act_addr=z + byte * R, rows=cols,
+                                acc_addr=acc_at, accumulate=int(byte > 0), bank=b)))
+                        dst = w.staging + (n_out % 2) * R
+                        n_out += 1
+                        blk.epilogue += [
+                            op(Opcode.VRUN, index, src=acc_at, rows=cols, dst=dst,
+                               to_acc=0),
+                            op(Opcode.DMA, index, kind=DmaKind.STORE_CBUF,
+                               dram_addr=w.stored + (qb * p.out_rows + out0
+                                                     + lb * R * p.sl) * arw + word,
+                               dram_stride=p.sl * arw, buf_addr=dst, rows=cols)]
+                        blocks.append(blk)
+        return blocks
 
 @dataclass
 class Where:
@@ -526,16 +678,38 @@ class Where:
                             # docs/cnn.md, replicated channels); Q * copies <= R
 
 
+@dataclass
+class Where32:
+    """Where an int32 transpose finds and puts things (all in CBUF rows but the DRAM
+    addresses): the identity, the selection block and the 16 interleaving blocks, the
+    slots its input words load into, two sets of byte planes (4 R rows each), two
+    output staging slots, the accumulator halves; its input and output in DRAM."""
+    ident: int
+    ident_dram: int
+    select: int
+    select_dram: int
+    inter: int
+    inter_dram: int
+    slots: int
+    planes: int
+    staging: int
+    halves: int
+    half_rows: int
+    a_dram: int
+    stored: int
+
+
 STRIDE_MAX = (1 << 16) - 1      # a DMA's dram_stride field
 
 
 def transpose_op(cfg: ChipConfig, tile_rows: int, tile_cols: int, op: Opcode, layer: int,
-                 sub: int = 0, **fields) -> MicroOp:
+                 sub: int = 0, west: bool = True, **fields) -> MicroOp:
     """A transpose's micro-op: the dense routing (``gemm_routing``; a VRUN writes
-    sub-block `sub`), its WLOAD with every tile's weight input on the west lane."""
+    sub-block `sub`), its WLOAD with every tile's weight input on the west lane
+    (unless not `west`: an int32 transpose's interleaving weights)."""
     mop = make(cfg, op, layer, **fields)
     routing = gemm_routing(cfg, op, tile_rows=tile_rows, tile_cols=tile_cols, sub=sub)
-    if op is Opcode.WLOAD:
+    if op is Opcode.WLOAD and west:
         routing.update({name: "west" for name in routing if name.startswith("w_in[")})
     mop.needs = routing
     return mop
