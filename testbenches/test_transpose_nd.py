@@ -266,6 +266,8 @@ RTL_CASES = {
     "nchw_batch2": lambda: nchw_net(n=2, c=5, h=7, w=9, cout=8, name="nchw2"),
     "chained_3d": chained,
     "cnn_dense_transpose_dense": cnn_with_2d_transpose,
+    "int32_20x9x13": lambda: int32_graph(20, 9, 13, seed=3),
+    "int32_17x30x40_twice": lambda: int32_graph(17, 30, 40, seed=4, twice=True),
 }
 
 
@@ -299,3 +301,56 @@ def test_bench_nd_programs_on_the_golden_model():
     (_, x_words), = compiled.dram_map.inputs.values()
     trip = runs["dram_round_trip"]
     assert trip.dram_bytes_read + trip.dram_bytes_written == (x_words + n) * R
+
+
+def int32_graph(m, k, n, perm=None, seed=0, twice=False):
+    """int32 ``x @ w + bias`` (bias over the whole int32 range: every byte value) and its
+    transpose (twice: back again)."""
+    rng = np.random.default_rng(seed)
+    g = GraphBuilder(f"int32_{m}x{k}x{n}")
+    x = g.input(rng.integers(-128, 128, (m, k)), name="x")
+    d = g.dense(x, rng.integers(-128, 128, (k, n)),
+                rng.integers(-2 ** 31, 2 ** 31 - 1, n), out_dtype="int32", name="d")
+    t = g.transpose(d, perm, name="t")
+    if twice:
+        g.transpose(t, name="t2")
+    return g.build()
+
+
+@pytest.mark.parametrize("chip", ["tiny", pytest.param("base", marks=pytest.mark.slow)])
+@pytest.mark.parametrize("m, k, n", [(8, 8, 8), (5, 3, 7), (20, 9, 13)])
+@pytest.mark.parametrize("perm", [None, (0, 1)])
+def test_int32_transpose_matches_numpy(chip, m, k, n, perm):
+    graph = int32_graph(m, k, n, perm, seed=m + n)
+    _, got = run_golden(preset(chip), graph)
+    d = reference.evaluate(graph)["d"]
+    assert got["t"].dtype == np.int32
+    np.testing.assert_array_equal(got["t"], d.T if perm is None else d)
+
+
+@pytest.mark.slow
+def test_int32_transpose_twice_is_the_identity():
+    graph = int32_graph(17, 30, 40, twice=True)
+    _, got = run_golden(TINY, graph)
+    np.testing.assert_array_equal(got["t2"], reference.evaluate(graph)["d"])
+
+
+def test_int32_transpose_needs_a_square_array():
+    from systolica.compiler import CompileError
+    with pytest.raises(CompileError, match="'t'.*square array.*tiny_tall"):
+        compile_network(preset("tiny_tall"), int32_graph(8, 8, 8))
+
+
+def test_convolutional_network_with_an_int32_output():
+    """The int32 output of a dense layer in a convolutional network lands at its DRAM
+    region (it was stored at the region's address times acc_row_words)."""
+    rng = np.random.default_rng(0)
+    g = GraphBuilder("cnn_int32")
+    x = g.input(rng.integers(-128, 128, (2, 6, 6, 4)), name="x")
+    y = g.conv2d(x, rng.integers(-128, 128, (3, 3, 4, 8)), pads=1, mult=200, shift=16,
+                 name="c")
+    f = g.flatten(g.global_avg_pool(y, name="gap"), name="f")
+    g.dense(f, rng.integers(-128, 128, (8, 12)), out_dtype="int32", name="d")
+    graph = g.build()
+    _, got = run_golden(TINY, graph)
+    np.testing.assert_array_equal(got["d"], reference.outputs(graph)["d"])
