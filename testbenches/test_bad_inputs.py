@@ -185,8 +185,11 @@ API = [
      CompileError, ["'t'", "perm 'ab'", "integer axes"]),
     ("transpose-nd-made-on-chip", lambda: _nd_transpose_twice(), CompileError,
      ["'t2'", "(3, 2, 4)", "'t1'", "graph input", "compose the two permutations"]),
-    ("transpose-of-int32", lambda: _transpose_after(out_dtype="int32"), CompileError,
-     ["'t'", "transpose reads int8", "int32", "out_dtype='int8'"]),
+    ("transpose-of-int32-beside-a-matmul-t", lambda: _int32_transpose_with_matmul_t(),
+     CompileError, ["'t'", "int32 'fc'", "DRAM to DRAM", "MatMulT", "int8 first"]),
+    ("transpose-of-int32-on-a-tall-array", lambda: compile_network(
+        preset("tiny_tall"), _transpose_after(out_dtype="int32")), CompileError,
+     ["'t'", "int32 transpose", "square array", "16x8", "transpose int8 data"]),
     ("transpose-unnamed", lambda: GraphBuilder("n").transpose("x", name=""), CompileError,
      ["layer's name must be a non-empty string"]),
     ("transposed-input-also-read-on-chip", lambda: compile_network(TINY, _transpose_shared()),
@@ -268,6 +271,14 @@ def _transpose_of(x):
     g = GraphBuilder("n")
     g.transpose(g.input(x, name="x"), name="t")
     return g.build()
+
+
+def _int32_transpose_with_matmul_t():
+    g = GraphBuilder("n")
+    h = g.dense(g.input(A, name="x"), B, name="fc", out_dtype="int32")
+    g.transpose(h, name="t")
+    g.matmul_t(g.input(A, name="q"), g.input(A, name="k"), out_dtype="int32", name="s")
+    return compile_network(TINY, g.build())
 
 
 def _transpose_after(**dense):
