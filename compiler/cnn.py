@@ -918,14 +918,17 @@ def check_channels(cfg: ChipConfig, graph: Graph) -> None:
 def lower_cnn(cfg: ChipConfig, graph: Graph,
               weights: str | Mapping[str, str] | None = None,
               buffers: int | Mapping[str, int] | None = None,
-              chain: str | None = None, segments=None) -> CnnLowered:
+              chain: str | None = None, segments=None, choose_ubuf: bool = True
+              ) -> CnnLowered:
     """Lower a graph with feature-map ops: plan DRAM, emit every layer's tile loops,
     software-pipeline them. `weights` (``stream`` or ``persistent``) and `buffers` (2
     or 1): each layer's :class:`Tiling`, for all layers or per layer name; what is not
     given is the cost model's choice (:func:`choose`). `chain` (one of
     :data:`.net_chains.NETWORK_STRATEGIES`, None: the cost model's pick per segment)
     and `segments` (the user's cut, by first layer name): which runs of convolutions
-    run as chains in passes (:mod:`.net_chains`)."""
+    run as chains in passes (:mod:`.net_chains`); with `choose_ubuf`, the UBUF the
+    program assumes is the cost model's (:func:`.net_chains.choose_ubuf`: the
+    plan's ``cfg`` says where), else the chip's."""
     from . import chain_lower, net_chains
     check_channels(cfg, graph)
     lay = _layout(cfg)
@@ -979,8 +982,12 @@ def lower_cnn(cfg: ChipConfig, graph: Graph,
     given = set(_per_layer({j.name for j in jobs if j is not None}, weights, "weights",
                            WEIGHTS)) | set(_per_layer({j.name for j in jobs if j is not None},
                                                       buffers, "buffers", BUFFERS))
-    chained = net_chains.choose_segments(cfg, lay, graph, jobs, choices, chain, segments,
-                                         frozenset(given))
+    if choose_ubuf:
+        cfg, chained = net_chains.choose_ubuf(cfg, lay, graph, jobs, choices, chain,
+                                              segments, frozenset(given))
+    else:
+        chained = net_chains.choose_segments(cfg, lay, graph, jobs, choices, chain,
+                                             segments, frozenset(given))
     inside: set[str] = set()        # maps a chain keeps in the CBUF: never in DRAM
     member: dict[int, int] = {}     # node index -> its chain's first node index
     for first, (seg, _) in chained.items():
