@@ -174,6 +174,19 @@ def test_the_users_cut_stands():
         ("fused_crop", 8, "stream") and len(seg.layers) == 3
 
 
+@pytest.mark.slow
+def test_a_network_chain_takes_a_strategy_per_layer():
+    """Inside a network too, each layer of a chain its own strategy (segments)."""
+    graph = bottleneck()
+    mix = ("fused_crop", "crop_fetch", "baseline")
+    compiled, _, out = run(graph, segments={"block_conv1": ChainChoice(mix, 4)})
+    seg = compiled.segments["block_conv1"]
+    assert seg.choice.strategy == mix and seg.choice.keep == (True, True, False)
+    assert compiled.ubuf_bytes_written > 0
+    np.testing.assert_array_equal(out[graph.outputs[0]],
+                                  reference.outputs(graph)[graph.outputs[0]])
+
+
 def test_network_chain_errors_name_the_layer_and_what_to_do():
     graph = bottleneck()
     with pytest.raises(CompileError, match="chain strategy 'fused' for a network"):
