@@ -221,6 +221,9 @@ def test_resnet50_chains_its_bottlenecks_within_the_target():
                          chain="layer_by_layer")
     assert chained["dram_bytes"] < lbl["dram_bytes"]
     assert chained["predicted_cycles"] <= lbl["predicted_cycles"]
+    assert chained["mac_utilization"] >= lbl["mac_utilization"]
+    # a chain's layers share its utilisation: the MAC-weighted figure is a run's
+    assert 0 < chained["conv_mac_weighted_utilization"] <= 1
 
 
 @pytest.mark.slow

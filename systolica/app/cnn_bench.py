@@ -96,6 +96,15 @@ def network_record(cfg: ChipConfig, graph: Graph, name: str,
             "min_bytes": minimum, "traffic_ratio": moved / minimum if minimum else 0.0,
             "tiling": _tiling_name(compiled.tiling.get(rec.name)),
             "chain": chain_of.get(rec.name)})
+    # a chain's layers run interleaved, pass by pass: their shares of the run are the
+    # chain's together, so each gets the chain's utilisation (one layer's own is not
+    # defined), and the MAC-weighted figures stay the run's
+    for seg in compiled.segments.values():
+        members = [l for l in layers if l["name"] in seg.layers]
+        cycles = sum(l["predicted_cycles"] for l in members)
+        util = sum(l["macs"] for l in members) / (cycles * cfg.macs) if cycles else 0.0
+        for l in members:
+            l.update(mac_utilization=util, chain_cycles=cycles)
     convs = [l for l in layers if l["op"] == "Conv2d"]
     conv_macs = sum(l["macs"] for l in convs)
     weighted = sum(l["mac_utilization"] * l["macs"] for l in convs) / conv_macs
