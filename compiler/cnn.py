@@ -487,14 +487,15 @@ def choose(cfg: ChipConfig, lay: Layout, job: Job, weights: str | None = None,
     of those that moves the fewest."""
     options = [Tiling(w, b) for w in ([weights] if weights is not None else WEIGHTS)
                for b in ([buffers] if buffers is not None else BUFFERS)]
-    costs, error = [], None
+    costs, errors = [], {}
     for t in options:
         try:
             costs.append((*estimate(cfg, lay, job, t), t))
         except CompileError as e:
-            error = error or e
+            errors[t] = e
     if not costs:
-        raise error
+        # the shortfall of the tiling with the most room: streamed weights, fewest buffers
+        raise errors[min(errors, key=lambda t: (t.weights != "stream", t.buffers))]
     fastest = min(costs, key=lambda c: c[0])
     cheaper = [c for c in costs if c[0] <= fastest[0] * (1 + SLOWER)
                and c[1] <= fastest[1] * (1 - SAVES)]
@@ -533,13 +534,19 @@ def _tiles(cfg: ChipConfig, lay: Layout, job: Job) -> tuple[list[tuple[int, int]
     per = min(Ho, max(1, lay.half_rows // Wo))
     while per > 1 and _tile_words(job, cfg, per) > area(per * Wo) // lay.buffers:
         per -= 1
-    if Wo > lay.half_rows or _tile_words(job, cfg, per) > area(per * Wo) // lay.buffers:
+    if Wo > lay.half_rows:
         raise CompileError(
-            f"layer {job.name!r}: one output row ({Wo} pixels) needs "
-            f"{_tile_words(job, cfg, 1)} CBUF rows of input, more than the "
-            f"{area(Wo) // lay.buffers} a tile buffer has (or more pixels than the "
-            f"{lay.half_rows} rows of an accumulator half); use a smaller input width or a "
-            f"chip with a larger CBUF/ACC")
+            f"layer {job.name!r}: one output row ({Wo} pixels) is more than an "
+            f"accumulator half ({lay.half_rows} rows), even with one-row tiles; use a "
+            f"smaller input width or a chip with a larger ACC")
+    need, have = _tile_words(job, cfg, per), area(per * Wo) // lay.buffers
+    if need > have:
+        raise CompileError(
+            f"layer {job.name!r}: even with one-row tiles, a tile needs {need} CBUF rows "
+            f"of input and a tile buffer has {have}: short by {(need - have) * cfg.rows} "
+            f"bytes (with {lay.buffers} tile buffer{'s' if lay.buffers > 1 else ''}); "
+            f"use a smaller input width or fewer input channels, or a chip with a "
+            f"larger CBUF")
     return [(o, min(o + per, Ho)) for o in range(0, Ho, per)], per * Wo
 
 
@@ -924,14 +931,17 @@ def check_channels(cfg: ChipConfig, graph: Graph) -> None:
 def lower_cnn(cfg: ChipConfig, graph: Graph,
               weights: str | Mapping[str, str] | None = None,
               buffers: int | Mapping[str, int] | None = None,
-              chain: str | None = None, segments=None) -> CnnLowered:
+              chain: str | None = None, segments=None, choose_ubuf: bool = True
+              ) -> CnnLowered:
     """Lower a graph with feature-map ops: plan DRAM, emit every layer's tile loops,
     software-pipeline them. `weights` (``stream`` or ``persistent``) and `buffers` (2
     or 1): each layer's :class:`Tiling`, for all layers or per layer name; what is not
     given is the cost model's choice (:func:`choose`). `chain` (one of
     :data:`.net_chains.NETWORK_STRATEGIES`, None: the cost model's pick per segment)
     and `segments` (the user's cut, by first layer name): which runs of convolutions
-    run as chains in passes (:mod:`.net_chains`)."""
+    run as chains in passes (:mod:`.net_chains`); with `choose_ubuf`, the UBUF the
+    program assumes is the cost model's (:func:`.net_chains.choose_ubuf`: the
+    plan's ``cfg`` says where), else the chip's."""
     from . import chain_lower, net_chains
     check_channels(cfg, graph)
     lay = _layout(cfg)
@@ -1005,8 +1015,12 @@ def lower_cnn(cfg: ChipConfig, graph: Graph,
     given = set(_per_layer({j.name for j in jobs if j is not None}, weights, "weights",
                            WEIGHTS)) | set(_per_layer({j.name for j in jobs if j is not None},
                                                       buffers, "buffers", BUFFERS))
-    chained = net_chains.choose_segments(cfg, lay, graph, jobs, choices, chain, segments,
-                                         frozenset(given))
+    if choose_ubuf:
+        cfg, chained = net_chains.choose_ubuf(cfg, lay, graph, jobs, choices, chain,
+                                              segments, frozenset(given))
+    else:
+        chained = net_chains.choose_segments(cfg, lay, graph, jobs, choices, chain,
+                                             segments, frozenset(given))
     inside: set[str] = set()        # maps a chain keeps in the CBUF: never in DRAM
     member: dict[int, int] = {}     # node index -> its chain's first node index
     for first, (seg, _) in chained.items():

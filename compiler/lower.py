@@ -26,12 +26,13 @@ __all__ = ["DramMap", "Lowered", "WEIGHT_SLOTS", "acc_half_rows", "lower"]
 
 def lower(cfg: ChipConfig, network, plan: MemoryPlan | None = None, *,
           chain: ChainChoice | str | None = None, weights=None, buffers=None,
-          segments=None) -> Lowered:
+          segments=None, choose_ubuf: bool = True) -> Lowered:
     """Lower `network` (Graph or Network), with `plan` or the planner's own; with a
     ChainChoice `chain`, a graph that is one chain of convolutions in passes; `chain`
     as a strategy name (or None: the cost model's) and `segments`: which runs of
     convolutions in a convolutional network run as chains; `weights`, `buffers`: a
-    convolutional network's tiling per layer (:func:`.cnn.lower_cnn`)."""
+    convolutional network's tiling per layer; `choose_ubuf`: the UBUF a network's
+    chains assume is the cost model's (:func:`.cnn.lower_cnn`)."""
     graph = as_graph(network)
     tiled = weights is not None or buffers is not None
     if isinstance(chain, ChainChoice):
@@ -43,7 +44,7 @@ def lower(cfg: ChipConfig, network, plan: MemoryPlan | None = None, *,
         raise CompileError(f"chain must be a ChainChoice (a graph that is one chain), a "
                            f"strategy name or None, not {chain!r}")
     if is_cnn(graph) or _chained_nd_transposes(graph):
-        return lower_cnn(cfg, graph, weights, buffers, chain, segments)
+        return lower_cnn(cfg, graph, weights, buffers, chain, segments, choose_ubuf)
     if tiled or segments is not None:
         raise CompileError(f"graph {graph.name!r}: weights, buffers and segments apply to "
                            f"convolutional networks (the GEMM lowering streams its "

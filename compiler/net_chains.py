@@ -339,3 +339,48 @@ def _chained(seg: Segment, est: tuple[int, int], alone: list[tuple[int, int]]
              ) -> tuple[Segment, Chained]:
     return seg, Chained(tuple(j.name for j in seg.jobs), seg.choice, seg.passes, est,
                         (sum(a[0] for a in alone), sum(a[1] for a in alone)))
+
+
+def ubuf_sizes(cfg: ChipConfig) -> list[int]:
+    """The UBUF sizes (rows) the cost rule weighs for a program: none, and whole
+    banks by powers of two up to a quarter of the CBUF (the chip's own when its UBUF
+    has an SRAM of its own: it takes no CBUF rows)."""
+    if cfg.ubuf_own_sram:
+        return [cfg.ubuf_rows]
+    sizes, rows = [0], cfg.cbuf_bank_rows
+    while rows <= cfg.cbuf_depth // 4:
+        if rows & (rows - 1) == 0:
+            sizes.append(rows)
+        rows *= 2
+    return sizes if cfg.ubuf_rows in sizes else sorted(sizes + [cfg.ubuf_rows])
+
+
+def choose_ubuf(cfg: ChipConfig, lay, graph: Graph, jobs: list, tilings: dict,
+                strategy: str | None, segments=None,
+                fixed: frozenset[str] = frozenset()
+                ) -> tuple[ChipConfig, dict[int, tuple[Segment, Chained]]]:
+    """The UBUF for a network's program and its chained segments: for each size of
+    :func:`ubuf_sizes` (at the top of the CBUF; the chip's own place for its own
+    size), the segments :func:`choose_segments` takes; of those, the ones whose
+    estimate moves the fewest DRAM bytes, then takes the fewest cycles, then keeps the
+    chip's UBUF, then the smaller. The layers run on their own never use the UBUF (a
+    tile re-reads its halo), so only the chains weigh. The chip with its UBUF
+    registers so set (``cfg.at_ubuf``), and the segments."""
+    best = None
+    for rows in ubuf_sizes(cfg):
+        base = cfg.ubuf_base if rows == cfg.ubuf_rows else (
+            cfg.cbuf_depth - rows if rows else 0)
+        here = cfg.at_ubuf(base, rows)
+        try:
+            chained = choose_segments(here, lay, graph, jobs, tilings, strategy,
+                                      segments, fixed)
+        except CompileError:
+            if rows == cfg.ubuf_rows:       # the user's cut on the chip's own UBUF
+                raise
+            continue
+        moved = sum(c.estimate[1] - c.layer_by_layer[1] for _, c in chained.values())
+        cycles = sum(c.estimate[0] - c.layer_by_layer[0] for _, c in chained.values())
+        key = (moved, cycles, rows != cfg.ubuf_rows, rows)
+        if best is None or key < best[0]:
+            best = (key, here, chained)
+    return best[1], best[2]

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..arch import fetch, isa, timing
-from ..arch.config import ChipConfig
+from ..arch.config import ChipConfig, ConfigError
 from ..arch.isa import CopyKind, DmaKind, Opcode
 from . import layout
 from .graph import CompileError, Graph, Network
@@ -198,7 +198,8 @@ def compile_network(cfg: ChipConfig, network: Network | Graph, *,
                     chain: ChainChoice | str | None = None,
                     weights: str | Mapping[str, str] | None = None,
                     buffers: int | Mapping[str, int] | None = None,
-                    segments: Mapping | None = None) -> Compiled:
+                    segments: Mapping | None = None,
+                    ubuf: tuple[int, int] | None = None) -> Compiled:
     """Compile `network` for chip `cfg`; raises CompileError when it cannot run there.
     With a ChainChoice `chain`, a graph that is one chain of convolutions runs in
     passes through the CBUF (:mod:`.chain_lower`) as it says. In a convolutional
@@ -209,30 +210,41 @@ def compile_network(cfg: ChipConfig, network: Network | Graph, *,
     or both as a tuple (docs/cnn.md, "Chains in networks"). `weights` (``stream`` or ``persistent``) and
     `buffers` (2 or 1), for a convolutional network run layer by layer: each layer's
     tiling for every layer or per layer name, overriding the cost model (docs/cnn.md,
-    "Weights and tile buffers per layer")."""
+    "Weights and tile buffers per layer"). `ubuf` ``(base, rows)``: the UBUF registers
+    the program assumes; None: the chip's, except that a convolutional network's
+    chains take the cost model's (docs/cnn.md, "The UBUF a network takes");
+    ``Compiled.ubuf`` says what the driver writes."""
     # A network's compile makes millions of small objects, nearly all alive until it
     # ends; the cyclic collector would only walk them over and over (a fifth of
     # ResNet-50's compile time), so it waits until the end.
     enabled = gc.isenabled()
     gc.disable()
     try:
-        return _compile(cfg, network, chain, weights, buffers, segments)
+        return _compile(cfg, network, chain, weights, buffers, segments, ubuf)
     finally:
         if enabled:
             gc.enable()
 
 
 def _compile(cfg: ChipConfig, network: Network | Graph, chain: ChainChoice | None,
-             weights=None, buffers=None, segments=None) -> Compiled:
+             weights=None, buffers=None, segments=None, ubuf=None) -> Compiled:
     if not isinstance(cfg, ChipConfig):
         raise CompileError(f"compile_network(cfg, network): cfg must be a ChipConfig "
                            f"(e.g. preset('tiny')), not {type(cfg).__name__}")
     if not isinstance(network, (Network, Graph)):
         raise CompileError(f"compile_network takes a Network or Graph, not "
                            f"{type(network).__name__}")
+    if ubuf is not None:
+        if not (isinstance(ubuf, tuple) and len(ubuf) == 2):
+            raise CompileError(f"compile_network: ubuf must be (base, rows), not {ubuf!r}")
+        try:
+            cfg = cfg.at_ubuf(*ubuf)
+        except ConfigError as e:
+            raise CompileError(f"compile_network: ubuf {ubuf}: {e}") from None
     clock = _PhaseClock()
     lowered = lower(cfg, network, chain=chain, weights=weights, buffers=buffers,
-                    segments=segments)
+                    segments=segments, choose_ubuf=ubuf is None)
+    cfg = lowered.plan.cfg          # with the UBUF the program assumes
     clock.lap("lower")
     graph = lowered.plan.graph
     # A program too long for the DRAM is refused now, not after scheduling it: the

@@ -15,7 +15,10 @@ class RegisterFile(wiring.Component):
     """32-bit registers on a simple bus (write strobe, combinational read data).
 
     Program words are written 32 bits at a time through ``IMEM_DATA``; the fourth write
-    stores the instruction and advances ``IMEM_ADDR``. ``irq`` stays high from the end of
+    stores the instruction and advances ``IMEM_ADDR``. The program's registers
+    (``PROG_LEN``, ``PROG_ADDR``, ``IMEM_ADDR``, ``IMEM_DATA``) take writes only while
+    the chip is stopped: while it runs the instruction memory's write port is the
+    fetcher's, and a run's length and program region stay what it started with. ``irq`` stays high from the end of
     a run (done or fault) until ``CTRL.IRQ_ACK`` or the next ``START``.
 
     Members: the bus (``reg_*``) and ``irq``; ``seq`` (:class:`~.ports.RunControl`,
@@ -58,13 +61,14 @@ class RegisterFile(wiring.Component):
             m.d.sync += [error_flag.eq(1), fault_cycle.eq(seq.cycle)]
         m.d.comb += self.irq.eq(done_flag | error_flag)
 
-        with m.If(write(Reg.PROG_LEN)):
+        stopped = ~seq.running
+        with m.If(write(Reg.PROG_LEN) & stopped):
             m.d.sync += seq.prog_len.eq(self.reg_wdata)
-        with m.If(write(Reg.PROG_ADDR)):
+        with m.If(write(Reg.PROG_ADDR) & stopped):
             m.d.sync += seq.prog_addr.eq(self.reg_wdata)
-        with m.If(write(Reg.IMEM_ADDR)):
+        with m.If(write(Reg.IMEM_ADDR) & stopped):
             m.d.sync += [seq.imem.addr.eq(self.reg_wdata), part.eq(0)]
-        with m.If(write(Reg.IMEM_DATA)):
+        with m.If(write(Reg.IMEM_DATA) & stopped):
             m.d.sync += part.eq(part + 1)
             with m.If(part == 3):
                 m.d.comb += [seq.imem.en.eq(1),

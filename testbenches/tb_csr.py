@@ -54,7 +54,8 @@ class RegsModel:
             "start": int(write(Reg.CTRL) and i["wdata"] & regs.CTRL_START
                          and not i["running"]),
             "irq": int(self.done_flag or self.error_flag),
-            "imem_we": int(write(Reg.IMEM_DATA) and len(self.parts) == 3),
+            "imem_we": int(write(Reg.IMEM_DATA) and len(self.parts) == 3
+                           and not i["running"]),
         }
         if out["imem_we"]:
             out["imem_waddr"] = self.imem_addr
@@ -91,6 +92,9 @@ class RegsModel:
         if i["fault"]:
             self.error_flag = 1
             self.fault_cycle = i["cycle"]
+        if i["running"] and any(write(r) for r in (Reg.PROG_LEN, Reg.PROG_ADDR,
+                                                    Reg.IMEM_ADDR, Reg.IMEM_DATA)):
+            return                 # the program's registers: only while stopped
         if write(Reg.PROG_LEN):
             self.prog_len = i["wdata"]
         if write(Reg.IMEM_ADDR):
@@ -232,7 +236,26 @@ def case_ubuf(rng):
     return s
 
 
+def case_program_while_running(rng):
+    """PROG_LEN, IMEM_ADDR and IMEM_DATA ignore writes while the chip runs (the
+    instruction memory's write port is the fetcher's then): no word is stored, no
+    address moves, no length changes."""
+    s = [wr(Reg.PROG_LEN, 7), wr(Reg.IMEM_ADDR, 5)]
+    s += [wr(Reg.IMEM_DATA, 0xA000_0000 + p) for p in range(2)]
+    s += [wr(Reg.PROG_LEN, 99, running=1), wr(Reg.IMEM_ADDR, 40, running=1),
+          rd(Reg.PROG_LEN, running=1), rd(Reg.IMEM_ADDR, running=1)]
+    s += [wr(Reg.IMEM_DATA, 0xB000_0000 + p, running=1) for p in range(4)]
+    s += [rd(Reg.IMEM_ADDR)]
+    s += [wr(Reg.IMEM_DATA, 0xC000_0000 + p) for p in range(2)] + [rd(Reg.IMEM_ADDR)]
+    for _ in range(30):
+        reg = rng.choice([Reg.PROG_LEN, Reg.IMEM_ADDR, Reg.IMEM_DATA])
+        s += [wr(reg, rng.getrandbits(16), running=int(rng.random() < 0.5)),
+              rd(rng.choice([Reg.PROG_LEN, Reg.IMEM_ADDR]))]
+    return s
+
+
 CASES = {
+    "program_while_running": case_program_while_running,
     "ubuf": case_ubuf,
     "imem_data": case_imem_data,
     "start": case_start,
@@ -242,7 +265,8 @@ CASES = {
     "imem_addr_wide": case_imem_addr_wide,
 }
 #: Cases run in one simulation per group (reset between cases).
-GROUPS = {"registers": ["imem_data", "start", "irq", "readback", "ubuf"],
+GROUPS = {"registers": ["imem_data", "start", "irq", "readback", "ubuf",
+                        "program_while_running"],
           "prog_len_wide": ["prog_len_wide"], "imem_addr_wide": ["imem_addr_wide"]}
 
 

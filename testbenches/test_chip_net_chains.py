@@ -39,6 +39,9 @@ CASES = {
                         dict(chain="fused_crop", segments="all")),
     "residual4_crop_fetch": (lambda: cnn_cases.residual_chain_case(4),
                              dict(chain="crop_fetch", segments="all")),
+    # the cost model gives this program no UBUF (its bank to the chain's bands): the
+    # driver writes UBUF_ROWS = 0 before the run
+    "residual4_cost_model": (lambda: cnn_cases.residual_chain_case(4), {}),
 }
 
 
@@ -74,3 +77,9 @@ def test_the_ubuf_counters_show_the_kept_halos(runs):
     four = runs["bottleneck_fused_4_passes"]
     assert len(four[0].segments["block_conv1"].passes) == 4
     assert four[1]["ubuf_wr_bytes"] == four[1]["ubuf_rd_bytes"] > 0
+
+
+def test_the_program_runs_with_the_ubuf_it_was_compiled_for(runs):
+    compiled, res = runs["residual4_cost_model"]
+    assert compiled.ubuf == (0, 0) and res["error_name"] == "NONE"
+

@@ -381,6 +381,7 @@ def resnet():
     return models.resnet50()
 
 
+@pytest.mark.slow
 def test_resnet50_has_53_convolutions_and_4_09_g_macs(resnet):
     convs = [n for n in resnet.nodes if isinstance(n.op, Conv2d)]
     assert len(convs) == 53

@@ -23,7 +23,8 @@ STRATEGIES = ("baseline", "crop_fetch", "fused_crop")
 
 def run(graph, **options):
     compiled = compile_network(CFG, graph, **options)
-    gold = golden.run(CFG, compiled.image, compiled.dram, compiled.prog_addr)
+    gold = golden.run(CFG, compiled.image, compiled.dram, compiled.prog_addr,
+                      ubuf=compiled.ubuf)
     assert gold.error.name == "NONE", gold.error.name
     assert gold.cycles == compiled.predicted_cycles
     assert (gold.ubuf_bytes_written, gold.ubuf_bytes_read) == \
@@ -173,6 +174,19 @@ def test_the_users_cut_stands():
         ("fused_crop", 8, "stream") and len(seg.layers) == 3
 
 
+@pytest.mark.slow
+def test_a_network_chain_takes_a_strategy_per_layer():
+    """Inside a network too, each layer of a chain its own strategy (segments)."""
+    graph = bottleneck()
+    mix = ("fused_crop", "crop_fetch", "baseline")
+    compiled, _, out = run(graph, segments={"block_conv1": ChainChoice(mix, 4)})
+    seg = compiled.segments["block_conv1"]
+    assert seg.choice.strategy == mix and seg.choice.keep == (True, True, False)
+    assert compiled.ubuf_bytes_written > 0
+    np.testing.assert_array_equal(out[graph.outputs[0]],
+                                  reference.outputs(graph)[graph.outputs[0]])
+
+
 def test_network_chain_errors_name_the_layer_and_what_to_do():
     graph = bottleneck()
     with pytest.raises(CompileError, match="chain strategy 'fused' for a network"):
@@ -207,3 +221,33 @@ def test_resnet50_chains_its_bottlenecks_within_the_target():
                          chain="layer_by_layer")
     assert chained["dram_bytes"] < lbl["dram_bytes"]
     assert chained["predicted_cycles"] <= lbl["predicted_cycles"]
+    assert chained["mac_utilization"] >= lbl["mac_utilization"]
+    # a chain's layers share its utilisation: the MAC-weighted figure is a run's
+    assert 0 < chained["conv_mac_weighted_utilization"] <= 1
+
+
+@pytest.mark.slow
+def test_the_ubuf_a_network_takes_is_the_cost_models():
+    """The UBUF size is the cost rule's for the whole program (net_chains.choose_ubuf):
+    residual case 4 on tiny chains best with no UBUF at all (its bank goes to the
+    chain's bands: a longer chain, baseline), so the program assumes UBUF_ROWS = 0.
+    The choice is the program compiled for that size as given, and moves the fewest
+    bytes by estimate of all the sizes weighed; what the user gives stands."""
+    graph = cnn_cases.residual_chain_case(4)
+    chosen, _, out = run(graph)
+    np.testing.assert_array_equal(out[graph.outputs[0]],
+                                  reference.outputs(graph)[graph.outputs[0]])
+    assert chosen.ubuf == (0, 0) and chosen.cfg.ubuf_rows == 0
+    sizes = {0: (0, 0), 256: (CFG.ubuf_base, 256), 512: (CFG.cbuf_depth - 512, 512)}
+    fixed = {rows: compile_network(CFG, graph, ubuf=at) for rows, at in sizes.items()}
+    assert fixed[0].image == chosen.image and fixed[256].ubuf == (CFG.ubuf_base, 256)
+    saved = {rows: sum(c.estimate[1] - c.layer_by_layer[1] for c in f.segments.values())
+             for rows, f in fixed.items()}
+    assert saved[0] == min(saved.values()) < saved[256]
+    moved = {rows: f.dram_bytes_read + f.dram_bytes_written for rows, f in fixed.items()}
+    assert moved[0] < moved[256]
+    # a network with nothing to chain keeps the chip's UBUF
+    assert compile_network(CFG, models.small_cnn()).ubuf == (CFG.ubuf_base, CFG.ubuf_rows)
+    with pytest.raises(CompileError, match=r"ubuf \(0, 300\).*multiples of 256"):
+        compile_network(CFG, graph, ubuf=(0, 300))
+

@@ -23,6 +23,9 @@ HARNESS_FILES = {"systolica/sim/hdl/sim_top.v", "systolica/sim/hdl/lz4/lz4.h",
 NOT_SOURCE = shutil.ignore_patterns(".git", ".venv", "build", "*.egg-info", "__pycache__",
                                     ".pytest_cache", "sim_build")
 
+#: builds a wheel (seconds): `make test`, not `make test-fast`
+pytestmark = pytest.mark.slow
+
 
 def _source_copy(into: Path) -> Path:
     """The repository's files without generated ones (so that the build does not

@@ -96,6 +96,15 @@ def network_record(cfg: ChipConfig, graph: Graph, name: str,
             "min_bytes": minimum, "traffic_ratio": moved / minimum if minimum else 0.0,
             "tiling": _tiling_name(compiled.tiling.get(rec.name)),
             "chain": chain_of.get(rec.name)})
+    # a chain's layers run interleaved, pass by pass: their shares of the run are the
+    # chain's together, so each gets the chain's utilisation (one layer's own is not
+    # defined), and the MAC-weighted figures stay the run's
+    for seg in compiled.segments.values():
+        members = [l for l in layers if l["name"] in seg.layers]
+        cycles = sum(l["predicted_cycles"] for l in members)
+        util = sum(l["macs"] for l in members) / (cycles * cfg.macs) if cycles else 0.0
+        for l in members:
+            l.update(mac_utilization=util, chain_cycles=cycles)
     convs = [l for l in layers if l["op"] == "Conv2d"]
     conv_macs = sum(l["macs"] for l in convs)
     weighted = sum(l["mac_utilization"] * l["macs"] for l in convs) / conv_macs
@@ -121,6 +130,9 @@ def network_record(cfg: ChipConfig, graph: Graph, name: str,
         "strategy": strategy, "ubuf_bytes": compiled.ubuf_bytes_written,
         "ubuf_rd_bytes": compiled.ubuf_bytes_read,
         "segments_chained": len(compiled.segments),
+        # the UBUF registers the program assumes (the cost model's, docs/cnn.md "The
+        # UBUF a network takes", unless given)
+        "ubuf": {"base": compiled.ubuf[0], "rows": compiled.ubuf[1]},
         "chains": [{"layers": list(seg.layers), "strategy": seg.choice.name,
                     "outputs_per_pass": seg.choice.outputs_per_pass,
                     "weights": seg.choice.weights, "keep": list(seg.choice.keep),
@@ -155,7 +167,11 @@ def resnet50_records(cfg: ChipConfig) -> list[dict]:
     """ResNet-50 at 224 x 224, once per strategy of :data:`RESNET50_STRATEGIES`."""
     graph = resnet50()
     return [network_record(cfg, graph, f"resnet50_224{suffix}", strategy, **options)
-            for suffix, strategy, options in RESNET50_STRATEGIES]
+            for suffix, strategy, options in RESNET50_STRATEGIES] + [
+        # the cost model's chains, with its UBUF and with the chip's as configured
+        network_record(cfg, graph, "resnet50_224_cost_model", "cost_model"),
+        network_record(cfg, graph, "resnet50_224_cost_model_chip_ubuf", "cost_model",
+                       ubuf=(cfg.ubuf_base, cfg.ubuf_rows))]
 
 
 def resnet50_record(cfg: ChipConfig) -> dict:

@@ -15,7 +15,9 @@ class Reg(enum.IntEnum):
     FAULT_PC = 3       # R: program index of the faulting instruction
     PROG_LEN = 4       # RW: instructions in the program
     IMEM_ADDR = 5      # RW: next program index written through IMEM_DATA
-    IMEM_DATA = 6      # W: four writes (low 32 bits first) store one instruction
+    IMEM_DATA = 6      # W: four writes (low 32 bits first) store one instruction.
+                       # PROG_LEN, IMEM_ADDR, IMEM_DATA and PROG_ADDR ignore writes
+                       # made while running (the fetcher owns the program memory then)
     CYCLES = 7         # R: cycles of the last run (frozen at done or fault)
     MACS_LO = 8        # R: MAC operations performed by the array (cells x rows streamed)
     MACS_HI = 9
