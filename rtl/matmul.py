@@ -265,13 +265,20 @@ class MatmulUnit(wiring.Component):
               for k in range(isa.TAP_TABLES)]
         tw = [[Signal(signed(tb), name=f"tw_{k}_{p}") for p in range(cfg.rows)]
               for k in range(isa.TAP_TABLES)]
-        for e in range(1, isa.TAPS_PER_WORD + 1):
-            part = t.first + (e - 1)
-            with m.If(self.taps.valid & (t.count >= e)):
-                for k in range(isa.TAP_TABLES):
-                    for p in range(cfg.rows):
-                        with m.If((t.table == k) & (part == p)):
-                            m.d.sync += [th[k][p].eq(t[f"th{e}"]), tw[k][p].eq(t[f"tw{e}"])]
+        # Which entry writes a table's partition (at most one: entry e writes
+        # partition first + e - 1) and its offsets come from the payload alone;
+        # ``valid`` (a deep signal: the sequencer's issue) only enables the register.
+        for k in range(isa.TAP_TABLES):
+            for p in range(cfg.rows):
+                hit = Signal(name=f"taps_{k}_{p}_hit")
+                new_h = Signal(signed(tb), name=f"taps_{k}_{p}_th")
+                new_w = Signal(signed(tb), name=f"taps_{k}_{p}_tw")
+                for e in range(1, isa.TAPS_PER_WORD + 1):
+                    with m.If((t.count >= e) & (t.table == k) & (t.first + (e - 1) == p)):
+                        m.d.comb += [hit.eq(1), new_h.eq(t[f"th{e}"]),
+                                     new_w.eq(t[f"tw{e}"])]
+                with m.If(self.taps.valid & hit):
+                    m.d.sync += [th[k][p].eq(new_h), tw[k][p].eq(new_w)]
 
         # MATMUL issue: latch the walk
         conv = Signal()

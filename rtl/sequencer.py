@@ -132,9 +132,17 @@ class Sequencer(wiring.Component):
                 out.limit_ok.eq(self._update_limits(m, view, next_cycle))]
             return out
 
-        now, after = checks(rd.data), checks(rd_next.data)
+        # Both words' checks are registered and the issue of cycle c chooses between
+        # them after the registers (``took``): choosing before them let the synthesis
+        # share one copy of each check's logic (a multiply among them) between the
+        # two words behind a multiplexer that ``issue`` drives, which put the whole
+        # issue decision in front of the checks in one cycle.
+        now_q, after_q = Signal(Checks), Signal(Checks)
+        took = Signal()
+        m.d.sync += [now_q.eq(checks(rd.data)), after_q.eq(checks(rd_next.data)),
+                     took.eq(issue)]
         chk = Signal(Checks)
-        m.d.sync += chk.eq(Mux(issue, after, now))
+        m.d.comb += chk.eq(Mux(took, after_q, now_q))
         opcode = chk.opcode
         legal, due, late = chk.legal, chk.due, chk.late
         in_range, cfg_ok, cfg_limit_ok = chk.in_range, chk.cfg_ok, chk.limit_ok

@@ -147,7 +147,10 @@ class VectorUnit(wiring.Component):
             # to 12 bits (an overflow stays past +-1919 after adding zp) plus zp, so
             # no 66-bit carry chain lies on the path.
             zp = a3.zp.as_signed()
-            shift3 = Mux(a3.params, p_shift[c], a3.shift)
+            # the shift of stage 3 is stage 2's, registered with s2 (the shift
+            # parameter holds through both stages of a row)
+            shift3 = Signal(6, name=f"shift3_{c}")
+            m.d.sync += shift3.eq(shift2)
             v = Signal(signed(66), name=f"v_{c}")
             m.d.comb += v.eq(Mux(a3.requant, s2 >> shift3, s2))
             neg = s2[-1]

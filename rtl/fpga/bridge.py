@@ -31,8 +31,8 @@ class LinkBridge(wiring.Component):
     master (``reg_addr``, ``reg_wdata``, ``reg_we``, ``reg_rdata``; between requests
     ``reg_addr`` is ``STATUS``, whose low bits ``status`` holds, a cycle late:
     running, done, error); ``dram`` (a :class:`~systolica.rtl.ports.DramMaster` on
-    the DRAM, used only while the chip is not running); ``chip_reset`` (one cycle, on
-    ``RESET``). ``idle_timeout`` is the quiet time, in clock cycles, after which a
+    the DRAM, used only while the chip is not running); ``chip_reset`` (one cycle, the
+    cycle after the bridge takes a ``RESET``). ``idle_timeout`` is the quiet time, in clock cycles, after which a
     request that broke off is answered ``TIMEOUT`` and after which the line is read
     again once an error was answered.
     """
@@ -108,6 +108,21 @@ class LinkBridge(wiring.Component):
                 if next_state is not None:
                     m.next = next_state
 
+        # The header's checks, registered: the header is complete a whole byte
+        # (the CRC's) before EXEC reads them, so EXEC starts from registers, and the
+        # register bus and the chip's reset with it.
+        is_dram, bad_length, bad_range, bad_reg = Signal(), Signal(), Signal(), Signal()
+        dram_cmd = (command == Command.DRAM_WRITE) | (command == Command.DRAM_READ)
+        reg_cmd = (command == Command.REG_WRITE) | (command == Command.REG_READ)
+        m.d.sync += [is_dram.eq(dram_cmd),
+                     bad_length.eq(dram_cmd & ((arg == 0) | (arg > max_words))),
+                     bad_range.eq(dram_cmd & (addr + arg > cfg.dram_words)),  # 33 bits
+                     bad_reg.eq(reg_cmd & (addr >= 1 << regs.ADDR_BITS))]
+        # RESET resets the chip the cycle after EXEC (a register: the reset reaches
+        # every register of the chip)
+        reset = Signal()
+        m.d.sync += self.chip_reset.eq(reset)
+
         with m.FSM():
             with m.State("HUNT"):
                 with m.If(got & (byte == link.REQUEST_SYNC)):
@@ -128,17 +143,14 @@ class LinkBridge(wiring.Component):
                     answer(Status.TIMEOUT)
 
             with m.State("EXEC"):
-                is_dram = (command == Command.DRAM_WRITE) | (command == Command.DRAM_READ)
-                dram_end = addr + arg          # 33 bits: no wrap
                 m.d.sync += [cur.eq(addr), left.eq(arg), crc.eq(0), count.eq(0)]
-                with m.If(is_dram & ((arg == 0) | (arg > max_words))):
+                with m.If(bad_length):
                     answer(Status.BAD_LENGTH, drain_after=True)
-                with m.Elif(is_dram & (dram_end > cfg.dram_words)):
+                with m.Elif(bad_range):
                     answer(Status.BAD_RANGE, drain_after=True)
                 with m.Elif(is_dram & running):
                     answer(Status.BUSY, drain_after=True)
-                with m.Elif(((command == Command.REG_WRITE) | (command == Command.REG_READ))
-                            & (addr >= 1 << regs.ADDR_BITS)):
+                with m.Elif(bad_reg):
                     answer(Status.BAD_RANGE, drain_after=True)
                 with m.Else():
                     with m.Switch(command):
@@ -155,7 +167,7 @@ class LinkBridge(wiring.Component):
                         with m.Case(Command.DRAM_READ):
                             answer(Status.OK, size=(arg * wb)[:16], dram=True)
                         with m.Case(Command.RESET):
-                            m.d.comb += self.chip_reset.eq(1)
+                            m.d.comb += reset.eq(1)
                             answer(Status.OK)
                         with m.Case(Command.INFO):
                             m.d.sync += word.eq(Cat(Const(link.VERSION, 8), Const(wb, 8),

@@ -41,10 +41,11 @@ FAMILIES = {
                         "GOWIN_PACK": "gowin_pack"}},
 }
 BITSTREAM = {"ecp5": "bit", "gowin": "fs"}
-#: nextpnr's options per family. router2: the default router took over 20 minutes on
-#: the ECP5 build. Gowin: himbaechel reads no clock constraint from the pin file, so
-#: the target clock is given here.
-NEXTPNR_OPTS = {"ecp5": "--router router2", "gowin": "--freq {mhz:g}"}
+#: nextpnr's options per family. ECP5: the default router (router1); router2 did not
+#: converge on the ECP5 builds, not even on the 2x2 chip (docs/fpga.md). Gowin:
+#: himbaechel reads no clock constraint from the pin file, so the target clock is
+#: given here.
+NEXTPNR_OPTS = {"ecp5": "--router router1", "gowin": "--freq {mhz:g}"}
 MEMORY_LISTS = {"memories_in_ffs": "r:WR_PORTS>0 %i", "roms_in_luts": "r:WR_PORTS=0 %i"}
 
 
