@@ -146,13 +146,7 @@ def test_identity_transpose_between_dense_layers():
 def test_chained_nd_transposes_run_through_dram():
     """N-D transposes reading each other's outputs: the graph is lowered layer by layer
     through DRAM (as a convolutional network), each output np.transpose of the last."""
-    rng = np.random.default_rng(8)
-    g = GraphBuilder("chained")
-    x = g.input(rng.integers(-128, 128, (2, 5, 12)), name="x")
-    t1 = g.transpose(x, (2, 0, 1), name="t1")
-    t2 = g.transpose(t1, (1, 0, 2), name="t2")
-    t3 = g.transpose(t2, (1, 0, 2), name="t3")
-    graph = g.build(t1, t3)
+    graph = chained()
     _, got = run_golden(TINY, graph)
     a = np.transpose(graph.data["x"], (2, 0, 1))
     np.testing.assert_array_equal(got["t1"], a)
