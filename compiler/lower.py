@@ -26,13 +26,14 @@ __all__ = ["DramMap", "Lowered", "WEIGHT_SLOTS", "acc_half_rows", "lower"]
 
 def lower(cfg: ChipConfig, network, plan: MemoryPlan | None = None, *,
           chain: ChainChoice | str | None = None, weights=None, buffers=None,
-          segments=None, choose_ubuf: bool = True) -> Lowered:
+          segments=None, choose_ubuf: bool = True, split=None) -> Lowered:
     """Lower `network` (Graph or Network), with `plan` or the planner's own; with a
     ChainChoice `chain`, a graph that is one chain of convolutions in passes; `chain`
     as a strategy name (or None: the cost model's) and `segments`: which runs of
     convolutions in a convolutional network run as chains; `weights`, `buffers`: a
     convolutional network's tiling per layer; `choose_ubuf`: the UBUF a network's
-    chains assume is the cost model's (:func:`.cnn.lower_cnn`)."""
+    chains assume is the cost model's (:func:`.cnn.lower_cnn`); `split`: dense layers'
+    tile groups (:func:`.split.choose`)."""
     graph = as_graph(network)
     tiled = weights is not None or buffers is not None
     if isinstance(chain, ChainChoice):
@@ -44,12 +45,15 @@ def lower(cfg: ChipConfig, network, plan: MemoryPlan | None = None, *,
         raise CompileError(f"chain must be a ChainChoice (a graph that is one chain), a "
                            f"strategy name or None, not {chain!r}")
     if is_cnn(graph) or _chained_nd_transposes(graph):
+        if split not in (None, 1):
+            raise CompileError(f"graph {graph.name!r}: split applies to dense layers "
+                               f"lowered as GEMMs, not to a convolutional network")
         return lower_cnn(cfg, graph, weights, buffers, chain, segments, choose_ubuf)
     if tiled or segments is not None:
         raise CompileError(f"graph {graph.name!r}: weights, buffers and segments apply to "
                            f"convolutional networks (the GEMM lowering streams its "
                            f"weights)")
-    plan = plan_memory(cfg, graph) if plan is None else plan
+    plan = plan_memory(cfg, graph, split) if plan is None else plan
     emitter = Emitter(cfg, graph, plan)
     blocks = [blk for i, node in enumerate(graph.nodes)
               for blk in rule_for(node).emit(emitter, i, node)]

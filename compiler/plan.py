@@ -32,14 +32,14 @@ layers keeps every activation on chip for the whole of M, which must fit.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import MappingProxyType
 
 import numpy as np
 
 from ..arch import fetch
 from ..arch.config import ChipConfig
-from . import layout
+from . import layout, split
 from .errors import CompileError
 from .graph import Graph, as_graph
 from .rules import rule_for
@@ -100,6 +100,13 @@ class MemoryPlan:
     dram: np.ndarray                 # initial DRAM image from word 0, uint8
                                      # (dram_map.end, rows); the rest is zeros
     dram_map: DramMap
+    splits: Mapping = field(default_factory=dict)   # dense layer -> split.Split (the
+                                                    # cost model's choice and why)
+
+    def split(self, layer: str) -> int:
+        """Tile groups `layer` runs in (1: the whole array; docs/compiler.md)."""
+        choice = self.splits.get(layer)
+        return 1 if choice is None else choice.s
 
     def region(self, memory: str, key: str) -> Region:
         for r in self.regions:
@@ -195,8 +202,10 @@ def _shortfall(cfg: ChipConfig, graph: Graph, memory: str, failed: _Item,
         f"larger {name}")
 
 
-def _dram(cfg: ChipConfig, graph: Graph) -> tuple[list[Region], np.ndarray, DramMap]:
-    """Inputs, parameters, outputs in order; all live throughout."""
+def _dram(cfg: ChipConfig, graph: Graph, splits: Mapping[str, int]
+          ) -> tuple[list[Region], np.ndarray, DramMap]:
+    """Inputs, parameters, outputs in order; all live throughout. A split layer's
+    input, parameters and output are in the split layouts (docs/contract.md)."""
     steps = len(graph.nodes)
     cursor = 0
     regions, pieces = [], []
@@ -220,16 +229,24 @@ def _dram(cfg: ChipConfig, graph: Graph) -> tuple[list[Region], np.ndarray, Dram
         reader = graph.consumers(t)[0].name
         who = f"layer {reader!r}" if len(graph.inputs) == 1 else \
             f"layer {reader!r} (input {t!r})"
-        inputs[t] = place(f"tensor {t}", layout.pack_tensor(cfg, graph.data[t]), who,
+        data = graph.data[t]
+        if splits.get(reader, 1) > 1:
+            data = split.pack_input(cfg, data, splits[reader])
+        inputs[t] = place(f"tensor {t}", layout.pack_tensor(cfg, data), who,
                           "input activations")
     for node in graph.nodes:
-        for what, words in rule_for(node).params(cfg, graph, node):
+        s = splits.get(node.name, 1)
+        images = (rule_for(node).params(cfg, graph, node) if s == 1
+                  else split.params(cfg, node.op, s))
+        for what, words in images:
             params[(node.name, what)] = place(f"{node.name}.{what}", words,
                                               f"layer {node.name!r}", what)
     for t in graph.outputs:
         tensor = graph.tensor(t)
         who = f"layer {graph.producer(t).name!r}"
-        outputs[t] = place(f"tensor {t}", layout.tensor_words(cfg, tensor.shape, tensor.dtype),
+        s = splits.get(graph.producer(t).name, 1)
+        shape = tensor.shape if s == 1 else (split.rows(tensor.shape[0], s), cfg.cols)
+        outputs[t] = place(f"tensor {t}", layout.tensor_words(cfg, shape, tensor.dtype),
                            who, "output" if len(graph.outputs) == 1 else f"output {t!r}")
     image = np.zeros((cursor, cfg.rows), dtype=np.uint8)
     for at, words in pieces:
@@ -239,8 +256,8 @@ def _dram(cfg: ChipConfig, graph: Graph) -> tuple[list[Region], np.ndarray, Dram
     return regions, image, dmap
 
 
-def _on_chip(cfg: ChipConfig, graph: Graph, rows: Mapping[str, int]
-             ) -> dict[str, list[_Item]]:
+def _on_chip(cfg: ChipConfig, graph: Graph, rows: Mapping[str, int],
+             splits: Mapping[str, int]) -> dict[str, list[_Item]]:
     """What CBUF and ACC must hold, in the order asked for: per layer its rules'
     shared needs, the tensors it is the first to hold, its own needs."""
     index = {node.name: i for i, node in enumerate(graph.nodes)}
@@ -273,7 +290,8 @@ def _on_chip(cfg: ChipConfig, graph: Graph, rows: Mapping[str, int]
                 first = holder if producer is not None else max(holder - 1, 0)
                 tensor = graph.tensor(t)
                 held = getattr(rule_for(node), "input_rows", None)
-                per_block = (held(graph, node, t, rows[node.name])
+                m = split.rows(graph.tensor(node.outputs[0]).shape[0], splits.get(node.name, 1))
+                per_block = (held(cfg, graph, node, t, rows[node.name], m)
                              if held is not None and producer is None else rows[node.name])
                 ask("cbuf", f"tensor {t}", layout.resident_rows(cfg, tensor.shape[1],
                                                                 per_block),
@@ -284,14 +302,14 @@ def _on_chip(cfg: ChipConfig, graph: Graph, rows: Mapping[str, int]
     return {m: list(v.values()) for m, v in items.items()}
 
 
-def _chip(cfg: ChipConfig, graph: Graph, rows: Mapping[str, int], note: str = ""
-          ) -> list[Region]:
+def _chip(cfg: ChipConfig, graph: Graph, rows: Mapping[str, int],
+          splits: Mapping[str, int], note: str = "") -> list[Region]:
     steps = len(graph.nodes)
     inside = cfg.ubuf_rows and not cfg.ubuf_own_sram      # the UBUF among the CBUF's rows
     fixed = {"cbuf": [Region("cbuf", "ubuf", cfg.ubuf_base, cfg.ubuf_rows, 0, steps - 1,
                              "UBUF")] if inside else [], "acc": []}
     regions = []
-    for memory, items in _on_chip(cfg, graph, rows).items():
+    for memory, items in _on_chip(cfg, graph, rows, splits).items():
         # A CBUF bank has one read and one write port (docs/contract.md, "CBUF
         # banks"): tensors, weights and staging each get banks of their own, so the
         # units streaming them never take turns at a port.
@@ -304,10 +322,13 @@ def _chip(cfg: ChipConfig, graph: Graph, rows: Mapping[str, int], note: str = ""
     return regions
 
 
-def _rows(cfg: ChipConfig, graph: Graph) -> tuple[dict[str, int], list[Region]]:
-    """Rows per pass for each layer, and the on-chip regions they give."""
+def _rows(cfg: ChipConfig, graph: Graph, splits: Mapping[str, int]
+          ) -> tuple[dict[str, int], list[Region]]:
+    """Rows per pass for each layer, and the on-chip regions they give (a layer in
+    `s` tile groups streams ``ceil(M/s)`` rows)."""
     limits = {n.name: rule_for(n).max_rows(cfg) for n in graph.nodes}
-    M = {n.name: graph.tensor(n.outputs[0]).shape[0] for n in graph.nodes}
+    M = {n.name: split.rows(graph.tensor(n.outputs[0]).shape[0], splits.get(n.name, 1))
+         for n in graph.nodes}
     if len(graph.nodes) > 1:
         over = [n for n in graph.nodes if M[n.name] > limits[n.name]]
         if over:
@@ -318,18 +339,18 @@ def _rows(cfg: ChipConfig, graph: Graph) -> tuple[dict[str, int], list[Region]]:
                 f"on chip, so M = {M[n.name]} must be at most {Mt} (half the accumulator "
                 f"buffer, acc_depth {cfg.acc_depth}); split the batch into parts of at "
                 f"most {Mt} rows")
-        return M, _chip(cfg, graph, M)
+        return M, _chip(cfg, graph, M, splits)
     (name,) = M
     lo, hi = 1, min(M[name], limits[name])      # the most rows per pass that fit
     best = None
     while lo <= hi:
         mid = (lo + hi) // 2
         try:
-            best = mid, _chip(cfg, graph, {name: mid})
+            best = mid, _chip(cfg, graph, {name: mid}, splits)
             lo = mid + 1
         except CompileError:
             if mid == 1:
-                _chip(cfg, graph, {name: 1}, note=" even with one row of M per pass")
+                _chip(cfg, graph, {name: 1}, splits, note=" even with one row of M per pass")
             hi = mid - 1
     return {name: best[0]}, best[1]
 
@@ -377,13 +398,17 @@ def check_plan(plan: MemoryPlan) -> None:
                                        f"{b.key!r} overlap while both are live")
 
 
-def plan_memory(cfg: ChipConfig, network) -> MemoryPlan:
+def plan_memory(cfg: ChipConfig, network, split_groups=None) -> MemoryPlan:
     """Place `network` (a Graph or Network) in `cfg`'s memories; CompileError naming
-    the layer, the tensor and the shortfall when it does not fit."""
+    the layer, the tensor and the shortfall when it does not fit. `split_groups`: the
+    dense layers' tile groups, None for the cost model's, or what
+    :func:`.split.choose` takes."""
     graph = as_graph(network)
-    rows, chip = _rows(cfg, graph)
-    dram_regions, image, dmap = _dram(cfg, graph)
+    choices = split.choose(cfg, graph, split_groups)
+    splits = {name: c.s for name, c in choices.items() if c.s > 1}
+    rows, chip = _rows(cfg, graph, splits)
+    dram_regions, image, dmap = _dram(cfg, graph, splits)
     plan = MemoryPlan(cfg, graph, MappingProxyType(rows), tuple(chip + dram_regions),
-                      image, dmap)
+                      image, dmap, MappingProxyType(choices))
     check_plan(plan)
     return plan

@@ -13,7 +13,7 @@ import numpy as np
 from ..arch import fetch, isa, timing
 from ..arch.config import ChipConfig, ConfigError
 from ..arch.isa import CopyKind, DmaKind, Opcode
-from . import layout
+from . import layout, split
 from .graph import CompileError, Graph, Network
 from .chain_lower import ChainChoice
 from .lower import DramMap, lower
@@ -36,6 +36,7 @@ class LayerRecord:
     end_cycle: int     # cycle at which the last of its instructions is done
     index: int = 0     # its position in the graph (views such as Flatten have none)
     start_cycle: int = 0   # the latest end of the layers before it
+    split: int = 1     # tile groups it ran in (docs/compiler.md, "Splitting the array")
 
     @property
     def cycles(self) -> int:
@@ -138,6 +139,11 @@ class Compiled:
             words = np.asarray(dram_after)[at:at + n]
             unpack = layout.unpack_int32 if t.dtype == "int32" else layout.unpack_int8
             rows = int(np.prod(t.shape[:-1]))     # a map's pixels are its rows
+            s = self.plan.split(self.graph.producer(name).name)
+            if s > 1:       # split into tile groups: docs/contract.md, "Split dense layers"
+                packed = unpack(self.cfg, words, split.rows(rows, s), self.cfg.cols)
+                out[name] = split.unpack_output(self.cfg, packed, rows, t.shape[-1], s)
+                continue
             out[name] = unpack(self.cfg, words, rows, t.shape[-1]).reshape(t.shape)
         return out
 
@@ -199,7 +205,8 @@ def compile_network(cfg: ChipConfig, network: Network | Graph, *,
                     weights: str | Mapping[str, str] | None = None,
                     buffers: int | Mapping[str, int] | None = None,
                     segments: Mapping | None = None,
-                    ubuf: tuple[int, int] | None = None) -> Compiled:
+                    ubuf: tuple[int, int] | None = None,
+                    split: int | Mapping[str, int] | None = None) -> Compiled:
     """Compile `network` for chip `cfg`; raises CompileError when it cannot run there.
     With a ChainChoice `chain`, a graph that is one chain of convolutions runs in
     passes through the CBUF (:mod:`.chain_lower`) as it says. In a convolutional
@@ -213,21 +220,24 @@ def compile_network(cfg: ChipConfig, network: Network | Graph, *,
     "Weights and tile buffers per layer"). `ubuf` ``(base, rows)``: the UBUF registers
     the program assumes; None: the chip's, except that a convolutional network's
     chains take the cost model's (docs/cnn.md, "The UBUF a network takes");
-    ``Compiled.ubuf`` says what the driver writes."""
+    ``Compiled.ubuf`` says what the driver writes. `split`: the tile groups of dense
+    layers with small K and N (docs/compiler.md, "Splitting the array"): None, the
+    cost model's; 1, none; ``{layer: s}``, as given."""
     # A network's compile makes millions of small objects, nearly all alive until it
     # ends; the cyclic collector would only walk them over and over (a fifth of
     # ResNet-50's compile time), so it waits until the end.
     enabled = gc.isenabled()
     gc.disable()
     try:
-        return _compile(cfg, network, chain, weights, buffers, segments, ubuf)
+        return _compile(cfg, network, chain, weights, buffers, segments, ubuf, split)
     finally:
         if enabled:
             gc.enable()
 
 
 def _compile(cfg: ChipConfig, network: Network | Graph, chain: ChainChoice | None,
-             weights=None, buffers=None, segments=None, ubuf=None) -> Compiled:
+             weights=None, buffers=None, segments=None, ubuf=None,
+             split_groups=None) -> Compiled:
     if not isinstance(cfg, ChipConfig):
         raise CompileError(f"compile_network(cfg, network): cfg must be a ChipConfig "
                            f"(e.g. preset('tiny')), not {type(cfg).__name__}")
@@ -243,7 +253,7 @@ def _compile(cfg: ChipConfig, network: Network | Graph, chain: ChainChoice | Non
             raise CompileError(f"compile_network: ubuf {ubuf}: {e}") from None
     clock = _PhaseClock()
     lowered = lower(cfg, network, chain=chain, weights=weights, buffers=buffers,
-                    segments=segments, choose_ubuf=ubuf is None)
+                    segments=segments, choose_ubuf=ubuf is None, split=split_groups)
     cfg = lowered.plan.cfg          # with the UBUF the program assumes
     clock.lap("lower")
     graph = lowered.plan.graph
@@ -294,7 +304,7 @@ def _compile(cfg: ChipConfig, network: Network | Graph, chain: ChainChoice | Non
             continue
         first, end = spans[li]
         records.append(LayerRecord(node.name, *_mkn(lowered, graph, node), first, end, li,
-                                   min(running_end, end)))
+                                   min(running_end, end), lowered.plan.split(node.name)))
         running_end = max(running_end, end)
     counted = _counted_bytes(cfg, program)
     return Compiled(

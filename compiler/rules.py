@@ -18,7 +18,7 @@ import numpy as np
 from ..arch import fabric, timing
 from ..arch.config import ChipConfig
 from ..arch.isa import DmaKind, Opcode
-from . import layout, permute
+from . import layout, permute, split
 from .errors import CompileError
 from .graph import Graph, Node
 from .ir import MicroOp, make
@@ -100,7 +100,9 @@ class Emitter:
     tile_cols: int = 0
 
     def __post_init__(self):
-        used = [rule_for(n).tiles_used(self.cfg, self.graph, n) for n in self.graph.nodes]
+        # a layer split into tile groups reaches every tile (its blocks are R x C)
+        used = [(self.cfg.tile_rows, self.cfg.tile_cols) if self.plan.split(n.name) > 1
+                else rule_for(n).tiles_used(self.cfg, self.graph, n) for n in self.graph.nodes]
         self.tile_rows = max(r for r, _ in used)
         self.tile_cols = max(c for _, c in used)
 
@@ -158,6 +160,19 @@ class DenseRule:
             out.append(("bias", layout.pack_bias(cfg, layer.bias)))
         return out
 
+    def input_rows(self, cfg: ChipConfig, graph: Graph, node: Node, tensor: str, rows: int,
+                   M: int) -> int:
+        """CBUF rows per K-block of a graph input this layer loads, for `rows` rows per
+        pass of `M`: two buffers when it takes several passes of one K-block, so one
+        pass's rows load while the previous pass's stream through the array. (With
+        several K-blocks, K-block ``kb`` of the next pass loads once the MATMUL of
+        ``kb`` has read its rows, while the others run.)"""
+        return 2 * rows if M > rows and self._one_block(cfg, graph, node) else rows
+
+    def _one_block(self, cfg: ChipConfig, graph: Graph, node: Node) -> bool:
+        """Whether the layer's inputs are one K-block in all."""
+        return sum(layout.blocks(w, cfg.rows) for w in self._widths(graph, node)) == 1
+
     def needs(self, cfg: ChipConfig, graph: Graph, node: Node, rows: int) -> list[Need]:
         Mt = acc_half_rows(cfg)
         needs = [Need("cbuf", "weight ring", WEIGHT_SLOTS * cfg.rows, "weight ring",
@@ -177,7 +192,8 @@ class DenseRule:
         layer: Dense = node.op
         R, C, arw, Mt = cfg.rows, cfg.cols, cfg.acc_row_words, acc_half_rows(cfg)
         out = graph.tensor(node.outputs[0])
-        M, Mc = out.shape[0], plan.rows[node.name]
+        # split into s tile groups: ceil(M/s) rows of the packed layer (split.py)
+        M, Mc = split.rows(out.shape[0], plan.split(node.name)), plan.rows[node.name]
         ring = plan.scratch("cbuf", "weight ring").lo
         halves = plan.scratch("acc", "accumulator halves").lo
         bias_slots = plan.scratch("acc", "bias slots").lo
@@ -197,21 +213,44 @@ class DenseRule:
         staging = (plan.scratch("cbuf", f"{node.name}.staging").lo
                    if out.dtype == "int8" and resident is None else None)
 
+        # a graph input loaded pass by pass alternates between two buffers (input_rows);
+        # the passes are of equal size (none a few rows long, paying a pass's overhead)
+        buffers = 2 if M > Mc and self._one_block(cfg, graph, node) else 1
+        Mc = -(-M // -(-M // Mc))
+        n_blocks = layout.blocks(layer.N, C)
+        # one weight block for the whole layer stays in its bank for every pass
+        stationary = n_blocks == 1 and sum(i[0] for i in inputs) == 1
+        bias_in: dict[int, int] = {}    # bias slot -> the N-block whose bias it holds
         blocks: list[Block] = []
         for m0 in range(0, M, Mc):
             rows = min(Mc, M - m0)
-            for nb in range(layout.blocks(layer.N, C)):
+            held = (m0 // Mc) % buffers
+            for nb in range(n_blocks):
                 blk = Block(index)
                 half = em.blocks % 2
                 em.blocks += 1
                 acc_at, bias_at = halves + half * Mt, bias_slots + half
-                if bias_dram is not None:
+                if bias_dram is not None and bias_in.get(half) != nb:
+                    bias_in[half] = nb
                     blk.bias.append(op(Opcode.DMA, index, kind=DmaKind.LOAD_ACC,
                                        dram_addr=bias_dram + nb * arw, dram_stride=arw,
                                        buf_addr=bias_at, rows=1))
                 first = True
                 for KB, src, w_dram, a_dram in inputs:
                     for kb in range(KB):
+                        at = src + ((held * KB if a_dram is not None else 0) + kb) * Mc
+                        if stationary and m0 > 0:
+                            # the weights are in the bank since the first pass
+                            loads = []
+                            if a_dram is not None:
+                                loads.append(op(Opcode.DMA, index, kind=DmaKind.LOAD_CBUF,
+                                                dram_addr=a_dram + m0, dram_stride=1,
+                                                buf_addr=at, rows=rows))
+                            mm = op(Opcode.MATMUL, index, act_addr=at, rows=rows,
+                                    acc_addr=acc_at, accumulate=0, bank=(em.steps - 1) % 2)
+                            blk.steps.append(Step(loads, mm))
+                            first = False
+                            continue
                         # the (short) weight block first, so its WLOAD overlaps the
                         # activation load
                         slot = ring + (em.steps % WEIGHT_SLOTS) * R
@@ -222,9 +261,9 @@ class DenseRule:
                         if a_dram is not None and nb == 0:
                             loads.append(op(Opcode.DMA, index, kind=DmaKind.LOAD_CBUF,
                                             dram_addr=a_dram + kb * M + m0, dram_stride=1,
-                                            buf_addr=src + kb * Mc, rows=rows))
+                                            buf_addr=at, rows=rows))
                         loads.append(op(Opcode.WLOAD, index, w_addr=slot, bank=bank))
-                        mm = op(Opcode.MATMUL, index, act_addr=src + kb * Mc,
+                        mm = op(Opcode.MATMUL, index, act_addr=at,
                                 rows=rows, acc_addr=acc_at, accumulate=int(not first),
                                 bank=bank)
                         blk.steps.append(Step(loads, mm))
@@ -232,7 +271,7 @@ class DenseRule:
                         first = False
                 blk.epilogue = self._epilogue(em, index, layer, out.dtype, nb, m0, rows, M,
                                               Mc, half, acc_at, bias_at, resident, stored,
-                                              staging, layout.blocks(layer.N, C))
+                                              staging, n_blocks)
                 blocks.append(blk)
         return blocks
 
@@ -744,9 +783,17 @@ class MatMulTRule(DenseRule):
                ) -> list[tuple[str, np.ndarray]]:
         return []
 
-    def input_rows(self, graph: Graph, node: Node, tensor: str, rows: int) -> int:
-        """CBUF rows per K-block of `tensor` when this layer holds it: ``b`` whole."""
-        return graph.tensor(tensor).shape[0] if tensor == node.inputs[1] else rows
+    def input_rows(self, cfg: ChipConfig, graph: Graph, node: Node, tensor: str, rows: int,
+                   M: int) -> int:
+        """CBUF rows per K-block of `tensor` when this layer holds it: ``b`` whole,
+        ``a`` as a dense layer's input."""
+        if tensor == node.inputs[1]:
+            return graph.tensor(tensor).shape[0]
+        return super().input_rows(cfg, graph, node, tensor, rows, M)
+
+    def _one_block(self, cfg: ChipConfig, graph: Graph, node: Node) -> bool:
+        """Whether ``a`` is one K-block (``b`` is held whole, not streamed)."""
+        return graph.tensor(node.inputs[0]).shape[1] <= cfg.rows
 
     def needs(self, cfg: ChipConfig, graph: Graph, node: Node, rows: int) -> list[Need]:
         a, b = node.inputs
@@ -793,9 +840,12 @@ class MatMulTRule(DenseRule):
                    if out.dtype == "int8" and resident is None else None)
         halves = plan.scratch("acc", "accumulator halves").lo
 
+        # a graph input loaded pass by pass alternates between two buffers (input_rows)
+        buffers = 2 if M > Mc and KB == 1 else 1
         blocks: list[Block] = []
         for m0 in range(0, M, Mc):
             rows = min(Mc, M - m0)
+            held = (m0 // Mc) % buffers
             for nb in range(layout.blocks(N, C)):
                 blk = Block(index)
                 if not blocks:
@@ -812,12 +862,13 @@ class MatMulTRule(DenseRule):
                             f"rows short of what a weight load reads ({R} rows) at the CBUF's "
                             f"end; use a chip with a larger CBUF")
                     loads = []
+                    at = src + ((held * KB if a_dram is not None else 0) + kb) * Mc
                     if a_dram is not None and nb == 0:
                         loads.append(op(Opcode.DMA, index, kind=DmaKind.LOAD_CBUF,
                                         dram_addr=a_dram + kb * M + m0, dram_stride=1,
-                                        buf_addr=src + kb * Mc, rows=rows))
+                                        buf_addr=at, rows=rows))
                     loads.append(op(Opcode.WLOAD, index, w_addr=w_addr, bank=bank))
-                    mm = op(Opcode.MATMUL, index, act_addr=src + kb * Mc, rows=rows,
+                    mm = op(Opcode.MATMUL, index, act_addr=at, rows=rows,
                             acc_addr=acc_at, accumulate=int(kb > 0), bank=bank)
                     blk.steps.append(Step(loads, mm))
                     em.steps += 1

@@ -75,6 +75,22 @@ def run_many_on_rtl(cfg: ChipConfig, jobs: list[dict]) -> list[dict]:
     return rtlsim.run(cfg, [rtl_job(**job) for job in jobs])
 
 
+def random_gemm(M, K, N, seed, *, int32=False, bias=True, relu=False):
+    """A GEMM network of random int8 operands (and int32 bias), requantised into int8
+    by calibrated parameters or kept int32; named ``g{M}x{K}x{N}``."""
+    from systolica.app.demo import calibrate
+    from systolica.compiler import gemm
+    rng = np.random.default_rng(seed)
+    a = rng.integers(-128, 128, size=(M, K), dtype=np.int8)
+    b = rng.integers(-128, 128, size=(K, N), dtype=np.int8)
+    c = rng.integers(-4000, 4000, size=N, dtype=np.int32) if bias else None
+    name = f"g{M}x{K}x{N}"
+    if int32:
+        return gemm(a, b, c, relu=relu, out_dtype="int32", name=name)
+    mult, shift = calibrate(a, b, c)
+    return gemm(a, b, c, mult=mult, shift=shift, zp=-3 if relu else 4, relu=relu, name=name)
+
+
 def compile_and_run_on_rtl(cfg: ChipConfig, cases: dict) -> dict:
     """Compile every network of ``cases`` (name -> builder, or (builder, chain
     choice) for a chain in passes, or (builder, dict of compile_network options)) and

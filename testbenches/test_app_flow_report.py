@@ -27,7 +27,7 @@ RECORD_KEYS = {
     "name", "config", "M", "K", "N", "layers", "cycles", "predicted_cycles",
     "golden_cycles", "macs", "array_macs", "mac_utilization", "dram_bytes",
     "dram_rd_bytes", "dram_wr_bytes", "fetch_rd_bytes", "ubuf_bytes_written", "ubuf_bytes_read",
-    "instructions", "compile_seconds",
+    "instructions", "splits", "compile_seconds",
     "sim_seconds",
     "sim_cycles_per_second", "harness", "outputs_match", "ok",
 }

@@ -10,28 +10,18 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from conftest import assert_matches_prediction, compile_and_run_on_rtl
+from conftest import assert_matches_prediction, compile_and_run_on_rtl, random_gemm
 from systolica import golden
-from systolica.compiler import gemm
 from systolica.compiler import reference
 from systolica.arch.config import preset
-from systolica.app.demo import calibrate, mlp
+from systolica.app.demo import mlp
 
 pytestmark = pytest.mark.rtl
 
 CFG = preset("tiny")
 
 
-def _gemm(M, K, N, seed, *, int32=False, bias=True, relu=False):
-    rng = np.random.default_rng(seed)
-    a = rng.integers(-128, 128, size=(M, K), dtype=np.int8)
-    b = rng.integers(-128, 128, size=(K, N), dtype=np.int8)
-    c = rng.integers(-4000, 4000, size=N, dtype=np.int32) if bias else None
-    name = f"g{M}x{K}x{N}"
-    if int32:
-        return gemm(a, b, c, relu=relu, out_dtype="int32", name=name)
-    mult, shift = calibrate(a, b, c)
-    return gemm(a, b, c, mult=mult, shift=shift, zp=-3 if relu else 4, relu=relu, name=name)
+_gemm = random_gemm
 
 
 CASES = {

@@ -262,11 +262,16 @@ def cmd_bench(args) -> int:
              ("demo_cnn", "tiny", demo.cnn, "cocotb"),
              *[(layer[0], "base", lambda layer=layer: cnn_bench.conv_layer(*layer), "cocotb")
                for layer in cnn_bench.RTL_LAYERS],
-             (*gemm256, "cxx")]
+             (*gemm256, "cxx"),
+             # small K and N: the whole array, then the cost model's split (issue: K = 4
+             # and 8 fit one of base's two diagonal tile groups, 12 does not)
+             *[(f"gemm_2048x{k}x8{'' if split is None else '_whole'}", "base",
+                lambda k=k: _gemm_network(2048, k, 8, 3), "cocotb", split)
+               for k in (4, 8, 12) for split in (1, None)]]
     records = []
     with Progress() as progress:
         task = progress.add_task("bench", total=len(cases) + len(chain_bench.runs()))
-        for name, cfg_name, make, harness in cases:
+        for name, cfg_name, make, harness, *split in cases:
             progress.update(task, description=f"{name} on {cfg_name} ({harness}): "
                                               f"building the chip")
             if progress.console.is_terminal:
@@ -274,7 +279,8 @@ def cmd_bench(args) -> int:
             else:
                 _ensure_built(preset(cfg_name), harness=harness)
             progress.update(task, description=f"{name} on {cfg_name} ({harness}): running")
-            run = flow.run_network(preset(cfg_name), make(), harness=harness)
+            run = flow.run_network(preset(cfg_name), make(), harness=harness,
+                                   split=split[0] if split else None)
             records.append(report.record(run, name))
             progress.advance(task)
         chains = []
@@ -393,6 +399,7 @@ def cmd_compile(args) -> int:
     from ..arch import fetch
     from ..compiler import compile_network
     from ..arch.config import preset
+    from . import report
     cfg = preset(args.config)
     _check_output(args.out, "--out")
     _check_output(args.trace, "--trace")
@@ -403,6 +410,8 @@ def cmd_compile(args) -> int:
     print(compiled.disassemble() if args.listing else
           f"{len(compiled.program)} instructions, {compiled.predicted_cycles} cycles predicted, "
           f"MAC utilisation {compiled.utilisation:.3f}")
+    for line in report.split_lines(compiled):     # a comment after the disassembly
+        print(f"# {line}" if args.listing else line)
     if fetch.fetches(cfg, len(compiled.program)):
         # The chip reads the rest of a long program from DRAM while it runs.
         print(f"the program is longer than the instruction memory ({cfg.imem_depth}): "

@@ -100,13 +100,13 @@ def _layer_prefixes(compiled: Compiled) -> list[int]:
 
 def run_network(cfg: ChipConfig, network: Network | Graph, *, waves: bool = False,
                 per_layer: bool = True, harness: str = "cocotb",
-                chain: ChainChoice | None = None) -> NetworkRun:
+                chain: ChainChoice | None = None, split=None) -> NetworkRun:
     """Compile `network` (a chain in passes with `chain`), run it on the RTL, and
     check it against numpy and the golden model; with `per_layer`, also run each
     layer's prefix of the program for per-layer cycles (not for a chain, whose layers
-    interleave pass by pass)."""
+    interleave pass by pass). `split`: as ``compile_network`` takes it."""
     began = time.perf_counter()
-    compiled = compile_network(cfg, network, chain=chain)
+    compiled = compile_network(cfg, network, chain=chain, split=split)
     per_layer = per_layer and chain is None
     compile_s = time.perf_counter() - began
 

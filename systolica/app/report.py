@@ -12,6 +12,19 @@ def _mark(ok: bool) -> str:
     return "[green]yes[/]" if ok else "[bold red]NO[/]"
 
 
+def split_lines(compiled) -> list[str]:
+    """Per dense layer: the tile groups it runs in, and why not more
+    (docs/compiler.md, "Splitting the array")."""
+    lines = []
+    for name, choice in compiled.plan.splits.items():
+        est = ", ".join(f"{s}: {c}" for s, c in sorted(choice.estimates.items()))
+        kind = (f"split into {choice.s} tile groups" if choice.s > 1
+                else "the whole array")
+        lines.append(f"layer {name!r}: {kind} ({choice.why}; estimated cycles by "
+                     f"groups {est})")
+    return lines
+
+
 def print_run(run: NetworkRun, console: Console | None = None) -> None:
     # Wide enough for the table and summary lines when output goes to a file or CI log.
     console = console or Console(width=max(Console().width, 110))
@@ -35,6 +48,8 @@ def print_run(run: NetworkRun, console: Console | None = None) -> None:
                   f"{run.utilisation:.3f}", str(run.dram_rd_bytes), str(run.dram_wr_bytes),
                   style="bold")
     console.print(table)
+    for line in split_lines(run.compiled):
+        console.print(line, highlight=False)
     console.print(f"outputs: RTL == golden model {_mark(run.rtl_matches_golden)}, "
                   f"RTL == numpy {_mark(run.rtl_matches_numpy)}; golden model cycles "
                   f"{run.golden_cycles} {_mark(run.golden_cycles == run.predicted_cycles)}; "
@@ -83,6 +98,8 @@ def record(run: NetworkRun, name: str) -> dict:
         "ubuf_bytes_written": run.ubuf_wr_bytes,
         "ubuf_bytes_read": run.ubuf_rd_bytes,
         "instructions": len(run.compiled.program),
+        # tile groups per dense layer (docs/compiler.md, "Splitting the array")
+        "splits": {l.name: l.split for l in layer},
         "compile_seconds": run.compile_s,
         "sim_seconds": run.sim_s,
         "sim_cycles_per_second": run.sim_cycles_per_second,

@@ -1,0 +1,125 @@
+"""The array split's cost model, refusals and layouts (docs/compiler.md, "Splitting
+the array"). The layouts are checked against numpy built here from the contract's
+words, not against the packing code; whole compiles run on the golden model."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from systolica import golden
+from systolica.arch.config import preset
+from systolica.compiler import CompileError, compile_network, gemm, reference
+from systolica.compiler import split
+from systolica.compiler.graph import GraphBuilder, as_graph
+
+TINY, BASE, TALL = preset("tiny"), preset("base"), preset("tiny_tall")
+
+
+def _gemm(M, K, N, seed=0, **kw):
+    rng = np.random.default_rng(seed)
+    a = rng.integers(-128, 128, size=(M, K), dtype=np.int8)
+    b = rng.integers(-128, 128, size=(K, N), dtype=np.int8)
+    c = rng.integers(-4000, 4000, size=N, dtype=np.int32)
+    return gemm(a, b, c, out_dtype="int32", name="g", **kw)
+
+
+@pytest.mark.parametrize("cfg, groups", [(TINY, [1, 2]), (BASE, [1, 2]), (TALL, [1, 2])])
+def test_group_counts_are_the_diagonal_tile_squares(cfg, groups):
+    assert split.group_counts(cfg) == groups
+
+
+def test_four_groups_on_a_4x4_grid():
+    assert split.group_counts(TINY.replace(name="g44", tile_rows=4, tile_cols=4)) == [1, 2, 4]
+
+
+@pytest.mark.parametrize("cfg, M, K, N, s", [
+    (BASE, 2048, 4, 8, 2), (BASE, 2048, 8, 8, 2),
+    (BASE, 2048, 12, 8, 1),          # K > R/2
+    (BASE, 2048, 4, 9, 1),           # N > C/2
+    (BASE, 1, 4, 8, 1),              # one row: nothing to share a cycle with
+    (TINY, 37, 4, 4, 2), (TINY, 37, 5, 4, 1), (TALL, 50, 8, 4, 2), (TALL, 50, 8, 5, 1),
+])
+def test_the_cost_model_splits_when_k_and_n_fit_a_group(cfg, M, K, N, s):
+    choice = split.choose(cfg, as_graph(_gemm(M, K, N)))["g"]
+    assert choice.s == s
+    assert choice.estimates[1] >= choice.estimates[s]
+    assert compile_network(cfg, _gemm(M, K, N)).layers[0].split == s
+
+
+def test_the_refusal_names_the_constraint():
+    why = split.choose(BASE, as_graph(_gemm(64, 12, 8)))["g"].why
+    assert "K = 12 > 8" in why
+    why = split.choose(BASE, as_graph(_gemm(64, 4, 9)))["g"].why
+    assert "N = 9 > 8" in why
+
+
+def test_a_layer_inside_a_network_is_not_split():
+    rng = np.random.default_rng(1)
+    g = GraphBuilder("two")
+    x = g.input(rng.integers(-9, 9, size=(40, 4), dtype=np.int8), name="x")
+    h = g.dense(x, rng.integers(-9, 9, size=(4, 4), dtype=np.int8), name="d0")
+    g.dense(h, rng.integers(-9, 9, size=(4, 4), dtype=np.int8), name="d1")
+    graph = g.build()
+    choices = split.choose(TINY, graph)
+    assert choices["d0"].s == choices["d1"].s == 1
+    assert "read by other layers" in choices["d0"].why
+    assert "made or read by other layers" in choices["d1"].why
+
+
+@pytest.mark.parametrize("bad, message", [
+    ({"g": 2}, "cannot run in 2 tile groups: K = 12 > 8"),
+    ({"g": 3}, "no 3 diagonal tile groups"),
+    ({"nope": 2}, "no layer(s) 'nope'"),
+    ({"g": 0}, "positive integer"),
+    (2, "give 1 (never split)"),
+    ("yes", "must be None"),
+])
+def test_a_forced_split_that_cannot_be_is_a_clear_error(bad, message):
+    with pytest.raises(CompileError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        compile_network(BASE, _gemm(64, 12, 8), split=bad)
+
+
+def test_the_input_layout_is_the_contracts():
+    a = np.arange(5 * 3, dtype=np.int8).reshape(5, 3)
+    got = split.pack_input(TINY, a, 2)          # M_s = 3, R/s = 4
+    want = np.zeros((3, 8), np.int8)
+    want[0, 0:3], want[1, 0:3], want[2, 0:3] = a[0], a[1], a[2]
+    want[0, 4:7], want[1, 4:7] = a[3], a[4]
+    np.testing.assert_array_equal(got, want)
+
+
+def test_the_weights_are_block_diagonal():
+    w = np.arange(1, 7, dtype=np.int8).reshape(2, 3)
+    got = split.pack_weights(TINY, w, 2)
+    want = np.zeros((8, 8), np.int8)
+    want[0:2, 0:3] = w
+    want[4:6, 4:7] = w
+    np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(split.pack_bias(TINY, np.array([7, 8, 9]), 2),
+                                  [7, 8, 9, 0, 7, 8, 9, 0])
+
+
+def test_the_output_comes_back_in_row_order():
+    y = np.arange(3 * 8).reshape(3, 8)          # out' of M = 5 rows, N = 2, s = 2
+    got = split.unpack_output(TINY, y, 5, 2, 2)
+    np.testing.assert_array_equal(got, [y[0, 0:2], y[1, 0:2], y[2, 0:2],
+                                        y[0, 4:6], y[1, 4:6]])
+
+
+@pytest.mark.parametrize("cfg", [TINY, BASE, TALL])
+@pytest.mark.parametrize("seed", range(4))
+def test_random_split_gemms_on_the_golden_model(cfg, seed):
+    rng = np.random.default_rng(seed)
+    M = int(rng.integers(2, 700 if cfg is BASE else 400))
+    K = int(rng.integers(1, cfg.rows // 2 + 1))
+    N = int(rng.integers(1, cfg.cols // 2 + 1))
+    net = _gemm(M, K, N, seed, relu=bool(seed % 2))
+    whole = compile_network(cfg, net, split=1)
+    c = compile_network(cfg, net)
+    assert c.layers[0].split == 2
+    run = golden.run(cfg, c.image, c.dram, c.prog_addr, ubuf=c.ubuf)
+    np.testing.assert_array_equal(c.result(run.dram), reference.outputs(net)["g"])
+    assert run.cycles == c.predicted_cycles
+    assert c.predicted_cycles < whole.predicted_cycles
+    assert c.layers[0].macs == whole.layers[0].macs == M * K * N
