@@ -326,6 +326,7 @@ class TransposeRule:
     op = Transpose
     streams_input = True        # a graph input it reads stays in DRAM (plan.py)
     SLOTS = 4
+    MIN_TILES = 8               # a streamed transpose's tiles, where it has the blocks
 
     def max_rows(self, cfg: ChipConfig) -> int:
         return cfg.cbuf_depth       # no accumulator pass: any M that fits the CBUF
@@ -422,13 +423,17 @@ class TransposeRule:
         blocks' rows are evenly spaced in DRAM) into one of two input tile buffers and
         stored by ``GQ`` DMAs (one per output K-block) from one of two output tile
         buffers; two tiles of ``R`` rows per block each way fit in `budget` rows
-        (default :meth:`tile_budget`). ``(1, 1)``: block by block (a copy, an input
-        read on chip, or no room)."""
+        (default :meth:`tile_budget`), and there are at least :attr:`MIN_TILES` tiles
+        where the blocks allow (one tile would leave nothing to overlap its loads
+        with). ``(1, 1)``: block by block (a copy, an input read on chip, or no
+        room)."""
         if p.mode != "transpose" or not streamed:
             return 1, 1
         R = cfg.rows
         cap = max(1, (cls.tile_budget(cfg) if budget is None else budget) // (2 * R))
         nq, nl = layout.blocks(p.Q, R), layout.blocks(p.L, R)
+        # at least MIN_TILES tiles: the DMA loads one while the array transposes another
+        cap = max(1, min(cap, nq * nl * len(p.bases) // cls.MIN_TILES))
         gq = min(nq, math.isqrt(cap))
         return gq, min(nl, cap // gq)
 
