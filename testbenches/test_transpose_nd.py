@@ -317,6 +317,18 @@ def test_bench_nd_programs_on_the_golden_model():
     assert trip.dram_bytes_read + trip.dram_bytes_written == (x_words + n) * R
 
 
+def test_bench_int32_graphs_on_the_golden_model():
+    """``make bench``'s int32 record: the transposed graph's output is the dense layer's
+    output transposed, the other graph's is the dense layer's."""
+    from systolica.app import transpose_bench
+    transposed, dense = transpose_bench.int32_graphs(12, 8, 20)
+    _, got = run_golden(TINY, transposed)
+    _, d = run_golden(TINY, dense)
+    assert got["t"].dtype == np.int32 and got["t"].shape == (20, 12)
+    np.testing.assert_array_equal(got["t"], d["d"].T)
+    np.testing.assert_array_equal(d["d"], reference.outputs(dense)["d"])
+
+
 def int32_graph(m, k, n, perm=None, seed=0, twice=False):
     """int32 ``x @ w + bias`` (bias over the whole int32 range: every byte value) and its
     transpose (twice: back again)."""
