@@ -847,7 +847,7 @@ class Where:
         """The accumulator rows of the `n`-th block: the two halves as one ring of
         ``R``-row slots (a block's MATMUL then need not wait for the VRUN of the block
         before last: the MATMUL's latency would pace the array)."""
-        return self.halves + (n % (2 * self.half_rows // cfg.rows)) * cfg.rows
+        return self.halves + (n % max(1, 2 * self.half_rows // cfg.rows)) * cfg.rows
 
 
 @dataclass
