@@ -316,8 +316,11 @@ class TransposeRule:
     written by strided DMAs; one that keeps it copies runs of rows through the array,
     the identity as the west-loaded weights and the rows streaming through it.
 
-    A graph input is streamed from DRAM block by block through a ring of CBUF slots;
-    an input made on chip (2-D only) is read where it lies. The output goes to a
+    An input in DRAM (a graph input, or an N-D or int32 tensor its producer stored
+    there: :func:`through_dram`) is streamed in tiles of blocks (:meth:`tile`: one DMA
+    per tile column in, one per tile row out), a copy's rows through a ring of CBUF
+    slots; a 2-D int8 input made on chip is read where it lies. Each block takes the
+    next ``R``-row accumulator slot (:meth:`Where.acc_slot`). The output goes to a
     staging slot and DRAM (a graph output) or to its tensor on chip (read by later
     layers). Partitions of a ragged block beyond its rows hold whatever the weight
     block's rows beyond the input held: never read as data (a dense layer multiplies
