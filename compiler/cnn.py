@@ -1144,16 +1144,28 @@ def lower_cnn(cfg: ChipConfig, graph: Graph,
                       {graph.nodes[first].name: c for first, (_, c) in chained.items()})
 
 
-def _transpose_areas(cfg: ChipConfig, lay: Layout) -> tuple[int, int, int]:
+def _transpose_areas(cfg: ChipConfig, lay: Layout, p=None
+                     ) -> tuple[int, int, int, tuple[int, int]]:
     """A transpose layer's CBUF rows in the network's layout: the identity where the
     weight ring is, the input slots where the staging starts, the output staging in
-    the next bank (each read by a different unit)."""
-    slots = lay.staging
-    return lay.ring, slots, _bank_up(cfg, slots + TransposeRule.SLOTS * cfg.rows)
+    the next bank (each read by a different unit); and its tile
+    (``TransposeRule.tile``, of the pieces `p`: the largest whose two buffers fit)."""
+    rule, slots = TransposeRule(), lay.staging
+    tile = (1, 1)
+    if p is not None:
+        budget = rule.tile_budget(cfg)
+        while True:
+            tile = rule.tile(cfg, p, True, budget)
+            staging = _bank_up(cfg, slots + rule.ring_rows(cfg, tile))
+            if tile == (1, 1) or staging + rule.staging_rows(cfg, tile) <= lay.top:
+                break
+            budget //= 2
+    staging = _bank_up(cfg, slots + rule.ring_rows(cfg, tile))
+    return lay.ring, slots, staging, tile
 
 
 def transpose_regions(cfg: ChipConfig, lay: Layout, index: int, name: str) -> list[Region]:
-    ident, slots, staging = _transpose_areas(cfg, lay)
+    ident, slots, staging, _ = _transpose_areas(cfg, lay)
     return [Region("cbuf", "weight ring", lay.ring, lay.staging - lay.ring, index, index,
                    f"identity of layer {name!r}"),
             Region("cbuf", f"{name}.staging and tiles", lay.staging,
@@ -1181,8 +1193,15 @@ def emit_transpose(cfg: ChipConfig, emit: "_Emit", graph: Graph, index: int,
         R = cfg.rows
         first = _bank_up(cfg, lay.staging)
         planes = _bank_up(cfg, first + 6 * R)
-        staging = _bank_up(cfg, planes + 8 * R)
-        if staging + 2 * R > lay.top:
+        # the blocks sharing an interleaving load (TransposeRule.int32_group): fewer
+        # if their two sets of planes and staging do not fit the CBUF
+        for group in range(TransposeRule.int32_group(cfg, lay.half_rows), 0, -1):
+            staging = _bank_up(cfg, planes + 8 * group * R)
+            if staging + 2 * group * R <= lay.top:
+                break
+        else:
+            group = 0
+        if not group:
             raise CompileError(f"layer {node.name!r}: CBUF too small for an int32 "
                                f"transpose's planes")
         at = Where32(ident=first, ident_dram=ident_dram["identity"], select=first + R,
@@ -1190,19 +1209,19 @@ def emit_transpose(cfg: ChipConfig, emit: "_Emit", graph: Graph, index: int,
                      inter_dram=ident_dram["interleave"], slots=first + 2 * R,
                      planes=planes, staging=staging, halves=lay.halves,
                      half_rows=lay.half_rows, a_dram=where[src.name],
-                     stored=where[node.outputs[0]])
+                     stored=where[node.outputs[0]], group=group)
         blocks = rule.blocks_int32(cfg, em, index, node.name,
                                    rule.pieces(cfg, src.shape, node.op), at, op)
         emit.bank_holds = [None, None]
         return blocks
-    ident, slots, staging = _transpose_areas(cfg, lay)
-    if staging + 2 * cfg.rows > lay.top:
+    pieces = rule.pieces(cfg, src.shape, node.op)
+    ident, slots, staging, tile = _transpose_areas(cfg, lay, pieces)
+    if staging + rule.staging_rows(cfg, tile) > lay.top:
         raise CompileError(f"layer {node.name!r}: CBUF too small for a transpose's slots")
     at = Where(ident=ident, ident_dram=ident_dram["identity"], halves=lay.halves,
                half_rows=lay.half_rows, a_dram=where[src.name], ring=slots,
-               staging=staging, stored=where[node.outputs[0]], copies=copies)
-    blocks = rule.blocks(cfg, em, index, node.name, src.name,
-                         rule.pieces(cfg, src.shape, node.op), at, op)
+               staging=staging, stored=where[node.outputs[0]], copies=copies, tile=tile)
+    blocks = rule.blocks(cfg, em, index, node.name, src.name, pieces, at, op)
     emit.bank_holds = [None, None]      # its WLOADs leave the banks holding no weights
     return blocks
 

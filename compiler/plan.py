@@ -42,7 +42,7 @@ from ..arch.config import ChipConfig
 from . import layout, split
 from .errors import CompileError
 from .graph import Graph, as_graph
-from .rules import rule_for
+from .rules import rule_for, through_dram
 
 MEMORIES = ("cbuf", "acc", "dram")
 UNITS = {"cbuf": "rows", "acc": "rows", "dram": "words"}
@@ -248,6 +248,10 @@ def _dram(cfg: ChipConfig, graph: Graph, splits: Mapping[str, int]
         shape = tensor.shape if s == 1 else (split.rows(tensor.shape[0], s), cfg.cols)
         outputs[t] = place(f"tensor {t}", layout.tensor_words(cfg, shape, tensor.dtype),
                            who, "output" if len(graph.outputs) == 1 else f"output {t!r}")
+    for t in sorted(through_dram(graph) - set(graph.outputs)):
+        tensor = graph.tensor(t)
+        place(f"tensor {t}", layout.tensor_words(cfg, tensor.shape, tensor.dtype),
+              f"layer {graph.producer(t).name!r}", f"{t!r}, which a transpose reads from DRAM")
     image = np.zeros((cursor, cfg.rows), dtype=np.uint8)
     for at, words in pieces:
         image[at:at + words.shape[0]] = words
@@ -263,6 +267,7 @@ def _on_chip(cfg: ChipConfig, graph: Graph, rows: Mapping[str, int],
     index = {node.name: i for i, node in enumerate(graph.nodes)}
     items: dict[str, dict[str, _Item]] = {"cbuf": {}, "acc": {}}
     order = 0
+    spilled = through_dram(graph)           # read from DRAM only
 
     def ask(memory: str, key: str, size: int, first: int, last: int, what: str) -> None:
         nonlocal order
@@ -283,7 +288,7 @@ def _on_chip(cfg: ChipConfig, graph: Graph, rows: Mapping[str, int],
             readers = graph.consumers(t)
             producer = graph.producer(t)
             holder = index[producer.name] if producer is not None else index[readers[0].name]
-            streamed = producer is None and all(
+            streamed = t in spilled or producer is None and all(
                 getattr(rule_for(r), "streams_input", False) for r in readers)
             if readers and holder == i and not streamed:
                 # a graph input's load is fetched ahead, during the layer before

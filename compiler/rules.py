@@ -9,6 +9,8 @@ configuration updates (``reconfigure``) follow from the rules.
 
 from __future__ import annotations
 
+import math
+
 from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING
@@ -45,6 +47,35 @@ class Need:
 def acc_half_rows(cfg: ChipConfig) -> int:
     """Mt: rows of one accumulator half (two halves plus two bias rows fill ACC)."""
     return (cfg.acc_depth - 2) // 2
+
+
+#: int32 transposes: blocks whose output words share each interleaving weight load
+INT32_GROUP = 4
+
+
+def through_dram(graph: Graph) -> frozenset[str]:
+    """Tensors made on chip that a transpose reads from DRAM in the GEMM lowering: of
+    rank other than 2 (their rows are strided in DRAM) or int32 (moved DRAM to DRAM).
+    Their producer stores them; only transposes read them."""
+    return frozenset(
+        n.inputs[0] for n in graph.nodes
+        if isinstance(n.op, Transpose) and graph.producer(n.inputs[0]) is not None
+        and (len(graph.tensor(n.inputs[0]).shape) != 2
+             or graph.tensor(n.inputs[0]).dtype == "int32"))
+
+
+def stored_at(plan, t: str) -> int | None:
+    """The DRAM address a layer stores its output `t` at: a graph output or a tensor
+    read through DRAM (:func:`through_dram`); None: kept on chip only."""
+    graph = plan.graph
+    if t in graph.outputs or t in through_dram(graph):
+        return plan.tensor("dram", t).lo
+    return None
+
+
+def on_chip_readers(graph: Graph, t: str) -> list[Node]:
+    """The layers that read `t` on chip (not through DRAM)."""
+    return [] if t in through_dram(graph) else graph.consumers(t)
 
 
 def gemm_routing(cfg: ChipConfig, op: Opcode, *, to_acc: bool = False,
@@ -208,8 +239,9 @@ class DenseRule:
             inputs.append((layout.blocks(tensor.shape[1], R), plan.tensor("cbuf", t).lo,
                            plan.param(node.name, key).lo,
                            plan.tensor("dram", t).lo if loads else None))
-        resident = plan.tensor("cbuf", out.name).lo if graph.consumers(out.name) else None
-        stored = plan.tensor("dram", out.name).lo if out.name in graph.outputs else None
+        resident = (plan.tensor("cbuf", out.name).lo if on_chip_readers(graph, out.name)
+                    else None)
+        stored = stored_at(plan, out.name)
         staging = (plan.scratch("cbuf", f"{node.name}.staging").lo
                    if out.dtype == "int8" and resident is None else None)
 
@@ -323,8 +355,11 @@ class TransposeRule:
     written by strided DMAs; one that keeps it copies runs of rows through the array,
     the identity as the west-loaded weights and the rows streaming through it.
 
-    A graph input is streamed from DRAM block by block through a ring of CBUF slots;
-    an input made on chip (2-D only) is read where it lies. The output goes to a
+    An input in DRAM (a graph input, or an N-D or int32 tensor its producer stored
+    there: :func:`through_dram`) is streamed in tiles of blocks (:meth:`tile`: one DMA
+    per tile column in, one per tile row out), a copy's rows through a ring of CBUF
+    slots; a 2-D int8 input made on chip is read where it lies. Each block takes the
+    next ``R``-row accumulator slot (:meth:`Where.acc_slot`). The output goes to a
     staging slot and DRAM (a graph output) or to its tensor on chip (read by later
     layers). Partitions of a ragged block beyond its rows hold whatever the weight
     block's rows beyond the input held: never read as data (a dense layer multiplies
@@ -333,6 +368,7 @@ class TransposeRule:
     op = Transpose
     streams_input = True        # a graph input it reads stays in DRAM (plan.py)
     SLOTS = 4
+    MIN_TILES = 8               # a streamed transpose's tiles, where it has the blocks
 
     def max_rows(self, cfg: ChipConfig) -> int:
         return cfg.cbuf_depth       # no accumulator pass: any M that fits the CBUF
@@ -356,28 +392,17 @@ class TransposeRule:
 
     def params(self, cfg: ChipConfig, graph: Graph, node: Node
                ) -> list[tuple[str, np.ndarray]]:
+        if graph.tensor(node.inputs[0]).dtype == "int32":
+            return self.int32_params(cfg)
         return [("identity", np.eye(cfg.rows, dtype=np.uint8))]
 
     @staticmethod
     def _streamed(graph: Graph, node: Node) -> bool:
         t = node.inputs[0]
-        producer = graph.producer(t)
-        shape = graph.tensor(t).shape
-        if graph.tensor(t).dtype == "int32":
-            raise CompileError(
-                f"layer {node.name!r} transposes int32 {t!r}: an int32 transpose runs DRAM "
-                f"to DRAM, as in a network lowered layer by layer, which has no rule for "
-                f"the graph's MatMulT; transpose in a graph of its own, or requantise "
-                f"{t!r} to int8 first")
-        if producer is not None:
-            if len(shape) != 2:
-                raise CompileError(
-                    f"layer {node.name!r} reads {t!r} of shape {shape}, made on chip by "
-                    f"layer {producer.name!r}: a transpose of rank other than 2 reads a "
-                    f"graph input (its rows are strided in DRAM); compose the two "
-                    f"permutations into one Transpose of the input (perm[i] = "
-                    f"first[second[i]])")
-            return False
+        if t in through_dram(graph):
+            return True         # N-D or int32, made on chip: its producer stores it
+        if graph.producer(t) is not None:
+            return False        # 2-D int8 made on chip: read where it lies
         others = [n.name for n in graph.consumers(t) if not isinstance(n.op, Transpose)]
         if others:
             raise CompileError(f"layer {node.name!r}: graph input {t!r} is transposed from "
@@ -386,18 +411,80 @@ class TransposeRule:
                                f"own copy of the input")
         return True
 
+    @staticmethod
+    def int32_group(cfg: ChipConfig, half_rows: int) -> int:
+        """Blocks of an int32 transpose sharing each interleaving load: at most
+        :data:`INT32_GROUP`, and per block five ``R``-row accumulator slots (its four
+        plane words, an output word) in the two halves."""
+        return max(1, min(INT32_GROUP, 2 * half_rows // (5 * cfg.rows)))
+
     def needs(self, cfg: ChipConfig, graph: Graph, node: Node, rows: int) -> list[Need]:
         R = cfg.rows
+        halves = Need("acc", "accumulator halves", 2 * acc_half_rows(cfg),
+                      "accumulator halves", shared=True)
+        if graph.tensor(node.inputs[0]).dtype == "int32":
+            self._streamed(graph, node)
+            G = self.int32_group(cfg, acc_half_rows(cfg))
+            # the identity, the selection block and 4 input slots; the interleaving
+            # blocks (read by the weight loader); the planes (by the feeder); the
+            # output staging (by the DMA's stores): banks of their own
+            return [halves,
+                    Need("cbuf", "int32 transpose tables", 6 * R,
+                         "int32 transpose identity, selection and input slots", shared=True),
+                    Need("cbuf", "int32 transpose interleave", 16 * R,
+                         "int32 transpose interleaving blocks", shared=True),
+                    Need("cbuf", f"{node.name}.planes", 8 * G * R,
+                         f"byte planes of {node.name!r}"),
+                    Need("cbuf", f"{node.name}.staging", 2 * G * R,
+                         f"output staging of {node.name!r}")]
         needs = [Need("cbuf", "transpose identity", R, "transpose identity", shared=True),
-                 Need("acc", "accumulator halves", 2 * acc_half_rows(cfg),
-                      "accumulator halves", shared=True)]
-        if self._streamed(graph, node):
-            needs.append(Need("cbuf", "transpose ring", self.SLOTS * R, "transpose ring",
-                              shared=True))
-        if not graph.consumers(node.outputs[0]):
-            needs.append(Need("cbuf", f"{node.name}.staging", 2 * R,
+                 halves]
+        streamed = self._streamed(graph, node)
+        tile = self.tile(cfg, self.pieces(cfg, graph.tensor(node.inputs[0]).shape, node.op),
+                         streamed)
+        if streamed:
+            needs.append(Need("cbuf", "transpose ring", self.ring_rows(cfg, tile),
+                              "transpose ring", shared=True))
+        if not on_chip_readers(graph, node.outputs[0]):
+            needs.append(Need("cbuf", f"{node.name}.staging",
+                              self.staging_rows(cfg, tile),
                               f"output staging of {node.name!r}"))
         return needs
+
+    #: CBUF rows a transpose's input tiles (and as many its output tiles) may take, at
+    #: most: a bank, or a sixteenth of the CBUF if that is more
+    @staticmethod
+    def tile_budget(cfg: ChipConfig) -> int:
+        return max(cfg.cbuf_bank_rows, cfg.cbuf_depth // 16)
+
+    @classmethod
+    def tile(cls, cfg: ChipConfig, p: permute.PermPlan, streamed: bool,
+             budget: int | None = None) -> tuple[int, int]:
+        """``(GQ, GL)``: a streamed transpose moves its ``[Q, L]`` matrices in tiles of
+        ``GQ x GL`` blocks, each loaded by ``GL`` DMAs (one per K-block: the ``GQ``
+        blocks' rows are evenly spaced in DRAM) into one of two input tile buffers and
+        stored by ``GQ`` DMAs (one per output K-block) from one of two output tile
+        buffers; two tiles of ``R`` rows per block each way fit in `budget` rows
+        (default :meth:`tile_budget`), and there are at least :attr:`MIN_TILES` tiles
+        where the blocks allow (one tile would leave nothing to overlap its loads
+        with). ``(1, 1)``: block by block (a copy, an input read on chip, or no
+        room)."""
+        if p.mode != "transpose" or not streamed:
+            return 1, 1
+        R = cfg.rows
+        cap = max(1, (cls.tile_budget(cfg) if budget is None else budget) // (2 * R))
+        nq, nl = layout.blocks(p.Q, R), layout.blocks(p.L, R)
+        # at least MIN_TILES tiles: the DMA loads one while the array transposes another
+        cap = max(1, min(cap, nq * nl * len(p.bases) // cls.MIN_TILES))
+        gq = min(nq, math.isqrt(cap))
+        return gq, min(nl, cap // gq)
+
+    def ring_rows(self, cfg: ChipConfig, tile: tuple[int, int]) -> int:
+        return max(self.SLOTS, 2 * tile[0] * tile[1]) * cfg.rows
+
+    @staticmethod
+    def staging_rows(cfg: ChipConfig, tile: tuple[int, int]) -> int:
+        return 2 * tile[0] * tile[1] * cfg.rows
 
     def _op(self, em: Emitter, op: Opcode, layer: int, sub: int = 0, **fields) -> MicroOp:
         return transpose_op(em.cfg, em.tile_rows, em.tile_cols, op, layer, sub, **fields)
@@ -405,6 +492,23 @@ class TransposeRule:
     def emit(self, em: Emitter, index: int, node: Node) -> list[Block]:
         cfg, graph, plan = em.cfg, em.graph, em.plan
         src_t, out_t = graph.tensor(node.inputs[0]), graph.tensor(node.outputs[0])
+        if src_t.dtype == "int32":
+            tables = plan.scratch("cbuf", "int32 transpose tables").lo
+            where32 = Where32(
+                ident=tables, ident_dram=plan.param(node.name, "identity").lo,
+                select=tables + cfg.rows, select_dram=plan.param(node.name, "select").lo,
+                inter=plan.scratch("cbuf", "int32 transpose interleave").lo,
+                inter_dram=plan.param(node.name, "interleave").lo,
+                slots=tables + 2 * cfg.rows,
+                planes=plan.scratch("cbuf", f"{node.name}.planes").lo,
+                staging=plan.scratch("cbuf", f"{node.name}.staging").lo,
+                halves=plan.scratch("acc", "accumulator halves").lo,
+                half_rows=acc_half_rows(cfg), a_dram=plan.tensor("dram", src_t.name).lo,
+                stored=stored_at(plan, out_t.name),
+                group=self.int32_group(cfg, acc_half_rows(cfg)))
+            return self.blocks_int32(cfg, em, index, node.name,
+                                     self.pieces(cfg, src_t.shape, node.op), where32,
+                                     partial(self._op, em))
         where = Where(ident=plan.scratch("cbuf", "transpose identity").lo,
                       ident_dram=plan.param(node.name, "identity").lo,
                       halves=plan.scratch("acc", "accumulator halves").lo,
@@ -414,14 +518,14 @@ class TransposeRule:
             where.ring = plan.scratch("cbuf", "transpose ring").lo
         else:
             where.resident_in = plan.tensor("cbuf", src_t.name).lo
-        if graph.consumers(out_t.name):
+        if on_chip_readers(graph, out_t.name):
             where.resident = plan.tensor("cbuf", out_t.name).lo
         else:
             where.staging = plan.scratch("cbuf", f"{node.name}.staging").lo
-        if out_t.name in graph.outputs:
-            where.stored = plan.tensor("dram", out_t.name).lo
-        return self.blocks(cfg, em, index, node.name, src_t.name,
-                           self.pieces(cfg, src_t.shape, node.op), where,
+        where.stored = stored_at(plan, out_t.name)
+        p = self.pieces(cfg, src_t.shape, node.op)
+        where.tile = self.tile(cfg, p, where.ring is not None)
+        return self.blocks(cfg, em, index, node.name, src_t.name, p, where,
                            partial(self._op, em))
 
     def blocks(self, cfg: ChipConfig, em, index: int, name: str, src: str,
@@ -456,53 +560,38 @@ class TransposeRule:
                     f"weight load reads {R} rows; use a chip with a larger CBUF")
 
         if p.mode == "transpose":
+            nq, nl = layout.blocks(p.Q, R), layout.blocks(p.L, R)
+            gq, gl = w.tile
+            tiled = (gq, gl) != (1, 1)
+            n_tiles = 0
             for in0, out0 in p.bases:
-                for mb in range(layout.blocks(p.Q, R)):
-                    got = min(R, p.Q - mb * R)           # block rows: output columns
-                    rows = got * w.copies
-                    for kb in range(layout.blocks(p.L, R)):
-                        cols = min(R, p.L - kb * R)      # block columns: output rows
-                        # the block's rows in sub-blocks of C: a west load fills the
-                        # array's C columns (one sub-block on a square array)
-                        subs = layout.blocks(rows, C)
-                        slot = (em.blocks // subs) % 2 if k > 1 else em.blocks % 2
-                        if w.ring is not None:
-                            w_base = w.ring + (em.steps % self.SLOTS) * R
-                        else:
-                            w_base = w.resident_in + kb * p.in_rows + in0 + mb * R
-                        if w.resident is not None:
-                            dst = w.resident + mb * p.out_rows + out0 + kb * R
-                        else:
-                            dst = w.staging + slot * R
-                        for sub in range(subs):
-                            blk = Block(index)
-                            half = em.blocks % 2
-                            em.blocks += 1
-                            bank = (em.steps + sub) % 2
-                            acc_at = w.halves + half * w.half_rows
-                            loads = first_loads()
-                            if w.ring is not None and sub == 0:
-                                loads += [op(Opcode.DMA, index, kind=DmaKind.LOAD_CBUF,
-                                             dram_addr=w.a_dram + kb * p.in_rows + in0
-                                             + mb * R * p.sq, dram_stride=p.sq,
-                                             buf_addr=w_base + c * got, rows=got)
-                                          for c in range(w.copies)]
-                            w_addr = w_base + sub * C
-                            check_end(w_addr, repr(src))
-                            em.steps += 1 if sub == subs - 1 else 0
-                            loads.append(op(Opcode.WLOAD, index, w_addr=w_addr, bank=bank))
-                            mm = op(Opcode.MATMUL, index, act_addr=w.ident, rows=cols,
-                                    acc_addr=acc_at, accumulate=0, bank=bank)
-                            blk.steps.append(Step(loads, mm))
-                            blk.epilogue.append(op(Opcode.VRUN, index, sub=sub, src=acc_at,
-                                                   rows=cols, dst=dst, to_acc=0))
-                            if w.stored is not None and sub == subs - 1:
-                                blk.epilogue.append(op(
-                                    Opcode.DMA, index, kind=DmaKind.STORE_CBUF,
-                                    dram_addr=w.stored + mb * p.out_rows + out0
-                                    + kb * R * p.sl, dram_stride=p.sl, buf_addr=dst,
-                                    rows=cols))
-                            blocks.append(blk)
+                for mb0 in range(0, nq, gq):
+                    for kb0 in range(0, nl, gl):
+                        # a tile of blocks (mb0.., kb0..): its input buffer holds block
+                        # (mb, kb) at slot (kb-kb0)*gq + mb-mb0, its output buffer at
+                        # (mb-mb0)*gl + kb-kb0; one DMA per K-block loads a column of
+                        # it, one per output K-block stores a row
+                        t_in = w.ring + (n_tiles % 2) * gq * gl * R if tiled else None
+                        t_out = (w.staging + (n_tiles % 2) * gq * gl * R
+                                 if tiled and w.staging is not None else None)
+                        n_tiles += 1
+                        mbs = range(mb0, min(nq, mb0 + gq))
+                        kbs = range(kb0, min(nl, kb0 + gl))
+                        tile_loads = []
+                        if tiled:
+                            q_rows = min(gq * R, p.Q - mb0 * R)
+                            for kb in kbs:
+                                tile_loads += [op(
+                                    Opcode.DMA, index, kind=DmaKind.LOAD_CBUF,
+                                    dram_addr=w.a_dram + kb * p.in_rows + in0
+                                    + mb0 * R * p.sq, dram_stride=p.sq,
+                                    buf_addr=t_in + (kb - kb0) * gq * R + c * q_rows,
+                                    rows=q_rows) for c in range(w.copies)]
+                        for mb in mbs:
+                            self._block_row(cfg, em, index, src, p, w, op, blocks,
+                                            first_loads, check_end, in0, out0, mb,
+                                            kbs, tile_loads, t_in, t_out, (gq, gl))
+                            tile_loads = []
             return blocks
 
         # a copy: the identity (sub-block s: from its row s*C) is the weights, the rows
@@ -522,10 +611,9 @@ class TransposeRule:
                        else w.staging + slot * R)
                 for sub in range(subs):
                     blk = Block(index)
-                    half = em.blocks % 2
+                    acc_at = w.acc_slot(cfg, em.blocks)
                     em.blocks += 1
                     bank = sub % 2 if subs == 2 else (em.steps + sub) % 2
-                    acc_at = w.halves + half * w.half_rows
                     loads = first_loads()
                     if w.ring is not None and sub == 0:
                         loads.append(op(Opcode.DMA, index, kind=DmaKind.LOAD_CBUF,
@@ -548,6 +636,74 @@ class TransposeRule:
                                                dram_stride=1, buf_addr=dst, rows=count))
                     blocks.append(blk)
         return blocks
+
+    def _block_row(self, cfg, em, index, src, p, w, op, blocks, first_loads, check_end,
+                   in0: int, out0: int, mb: int, kbs: range, tile_loads: list[MicroOp],
+                   t_in: int | None, t_out: int | None, tile: tuple[int, int]) -> None:
+        """Blocks ``(mb, kb)`` for `kbs` of one batch of a transpose: block by block
+        (`t_in` None: its own ring slot and DMAs) or in a tile (`tile_loads`, the
+        tile's input DMAs, go with its first step; the row's blocks are stored by one
+        DMA when the output is staged in `t_out`)."""
+        R, C, k = cfg.rows, cfg.cols, cfg.sub_blocks
+        gq, gl = tile
+        mb0, kb0 = mb - mb % gq, kbs[0]
+        got = min(R, p.Q - mb * R)           # block rows: output columns
+        rows = got * w.copies
+        for kb in kbs:
+            cols = min(R, p.L - kb * R)      # block columns: output rows
+            # the block's rows in sub-blocks of C: a west load fills the array's C
+            # columns (one sub-block on a square array)
+            subs = layout.blocks(rows, C)
+            slot = (em.blocks // subs) % 2 if k > 1 else em.blocks % 2
+            if t_in is not None:
+                w_base = t_in + ((kb - kb0) * gq + mb - mb0) * R
+            elif w.ring is not None:
+                w_base = w.ring + (em.steps % self.SLOTS) * R
+            else:
+                w_base = w.resident_in + kb * p.in_rows + in0 + mb * R
+            if w.resident is not None:
+                dst = w.resident + mb * p.out_rows + out0 + kb * R
+            elif t_out is not None:
+                dst = t_out + ((mb - mb0) * gl + kb - kb0) * R
+            else:
+                dst = w.staging + slot * R
+            for sub in range(subs):
+                blk = Block(index)
+                acc_at = w.acc_slot(cfg, em.blocks)
+                em.blocks += 1
+                bank = (em.steps + sub) % 2
+                loads = first_loads()
+                if t_in is not None:
+                    loads += tile_loads
+                    tile_loads = []
+                elif w.ring is not None and sub == 0:
+                    loads += [op(Opcode.DMA, index, kind=DmaKind.LOAD_CBUF,
+                                 dram_addr=w.a_dram + kb * p.in_rows + in0
+                                 + mb * R * p.sq, dram_stride=p.sq,
+                                 buf_addr=w_base + c * got, rows=got)
+                              for c in range(w.copies)]
+                w_addr = w_base + sub * C
+                check_end(w_addr, repr(src))
+                em.steps += 1 if sub == subs - 1 else 0
+                loads.append(op(Opcode.WLOAD, index, w_addr=w_addr, bank=bank))
+                mm = op(Opcode.MATMUL, index, act_addr=w.ident, rows=cols,
+                        acc_addr=acc_at, accumulate=0, bank=bank)
+                blk.steps.append(Step(loads, mm))
+                blk.epilogue.append(op(Opcode.VRUN, index, sub=sub, src=acc_at,
+                                       rows=cols, dst=dst, to_acc=0))
+                if w.stored is not None and sub == subs - 1:
+                    if t_out is None:
+                        blk.epilogue.append(op(
+                            Opcode.DMA, index, kind=DmaKind.STORE_CBUF,
+                            dram_addr=w.stored + mb * p.out_rows + out0 + kb * R * p.sl,
+                            dram_stride=p.sl, buf_addr=dst, rows=cols))
+                    elif kb == kbs[-1]:
+                        blk.epilogue.append(op(
+                            Opcode.DMA, index, kind=DmaKind.STORE_CBUF,
+                            dram_addr=w.stored + mb * p.out_rows + out0 + kb0 * R * p.sl,
+                            dram_stride=p.sl, buf_addr=t_out + (mb - mb0) * gl * R,
+                            rows=min(len(kbs) * R, p.L - kb0 * R)))
+                blocks.append(blk)
 
     # -- int32 (docs/contract.md, "Transposes"): bytes through the array -----------------
     @staticmethod
@@ -610,9 +766,9 @@ class TransposeRule:
 
         def block() -> tuple[Block, int]:
             blk = Block(index)
-            half = em.blocks % 2
+            acc_at = w.acc_slot(cfg, em.blocks)
             em.blocks += 1
-            return blk, w.halves + half * w.half_rows
+            return blk, acc_at
 
         def bank() -> int:
             b = em.steps % 2
@@ -648,52 +804,64 @@ class TransposeRule:
                            dram_stride=arw, buf_addr=dst, rows=count)]
                     blocks.append(blk)
             return blocks
-        n_blk = 0
-        for in0, out0 in p.bases:
-            for qb in range(layout.blocks(p.Q, R)):
-                rows = min(R, p.Q - qb * R)              # input rows: output elements
-                for lb in range(layout.blocks(p.L, R)):
-                    cols = min(R, p.L - lb * R)          # input elements: output rows
-                    z = w.planes + (n_blk % 2) * 4 * R
-                    n_blk += 1
-                    for word in range(layout.blocks(cols, E)):
-                        blk, acc_at = block()
-                        b = bank()
-                        slot = w.slots + (em.steps % 4) * R
-                        loads = [op(Opcode.DMA, index, kind=DmaKind.LOAD_CBUF,
-                                    dram_addr=w.a_dram + (lb * p.in_rows + in0
-                                                          + qb * R * p.sq) * arw + word,
-                                    dram_stride=p.sq * arw, buf_addr=slot, rows=rows),
-                                 op(Opcode.WLOAD, index, w_addr=slot, bank=b)]
-                        blk.steps.append(step(loads, op(Opcode.MATMUL, index,
-                                                        act_addr=w.select, rows=R,
-                                                        acc_addr=acc_at, accumulate=0,
-                                                        bank=b)))
-                        n = min(E, cols - word * E)
-                        blk.epilogue += [op(Opcode.VRUN, index, src=acc_at + byte * E,
-                                            rows=n, dst=z + byte * R + word * E, to_acc=0)
-                                         for byte in range(4)]
-                        blocks.append(blk)
-                    for word in range(layout.blocks(rows, E)):
-                        blk, acc_at = block()
-                        for byte in range(4):
-                            b = bank()
-                            loads = [op(Opcode.WLOAD, index,
-                                        w_addr=w.inter + (byte * 4 + word) * R, bank=b,
-                                        west=False)]
-                            blk.steps.append(step(loads, op(
-                                Opcode.MATMUL, index, act_addr=z + byte * R, rows=cols,
-                                acc_addr=acc_at, accumulate=int(byte > 0), bank=b)))
-                        dst = w.staging + (n_out % 2) * R
-                        n_out += 1
-                        blk.epilogue += [
-                            op(Opcode.VRUN, index, src=acc_at, rows=cols, dst=dst,
-                               to_acc=0),
-                            op(Opcode.DMA, index, kind=DmaKind.STORE_CBUF,
-                               dram_addr=w.stored + (qb * p.out_rows + out0
-                                                     + lb * R * p.sl) * arw + word,
-                               dram_stride=p.sl * arw, buf_addr=dst, rows=cols)]
-                        blocks.append(blk)
+        # every R x R element block: (first input word, first output word, rows, cols)
+        todo = [((lb * p.in_rows + in0 + qb * R * p.sq) * arw,
+                 (qb * p.out_rows + out0 + lb * R * p.sl) * arw,
+                 min(R, p.Q - qb * R), min(R, p.L - lb * R))
+                for in0, out0 in p.bases for qb in range(layout.blocks(p.Q, R))
+                for lb in range(layout.blocks(p.L, R))]
+        G = w.group
+        for g0 in range(0, len(todo), G):
+            group = todo[g0:g0 + G]
+            # the byte planes of each block of the group, transposed (one of two sets)
+            zs = []
+            for n, (at_in, _, rows, cols) in enumerate(group):
+                z = w.planes + (((g0 // G) % 2) * G + n) * 4 * R
+                zs.append(z)
+                for word in range(layout.blocks(cols, E)):
+                    blk, acc_at = block()
+                    b = bank()
+                    slot = w.slots + (em.steps % 4) * R
+                    loads = [op(Opcode.DMA, index, kind=DmaKind.LOAD_CBUF,
+                                dram_addr=w.a_dram + at_in + word,
+                                dram_stride=p.sq * arw, buf_addr=slot, rows=rows),
+                             op(Opcode.WLOAD, index, w_addr=slot, bank=b)]
+                    blk.steps.append(step(loads, op(Opcode.MATMUL, index,
+                                                    act_addr=w.select, rows=R,
+                                                    acc_addr=acc_at, accumulate=0,
+                                                    bank=b)))
+                    m = min(E, cols - word * E)
+                    blk.epilogue += [op(Opcode.VRUN, index, src=acc_at + byte * E,
+                                        rows=m, dst=z + byte * R + word * E, to_acc=0)
+                                     for byte in range(4)]
+                    blocks.append(blk)
+            # each output word w' of every block of the group: an interleaving block
+            # V[b, w'] is loaded once for all of them (the group's planes Z[b] stream
+            # through it one after the other, each into its own accumulator rows)
+            for word in range(max(layout.blocks(rows, E) for _, _, rows, _ in group)):
+                blk = Block(index)
+                members = [(z, at_out, cols, w.acc_slot(cfg, em.blocks + n))
+                           for n, (z, (_, at_out, rows, cols)) in enumerate(zip(zs, group))
+                           if word < layout.blocks(rows, E)]
+                em.blocks += len(members)
+                for byte in range(4):
+                    b = bank()
+                    loads = [op(Opcode.WLOAD, index, w_addr=w.inter + (byte * 4 + word) * R,
+                                bank=b, west=False)]
+                    for z, _, cols, acc_at in members:
+                        blk.steps.append(step(loads, op(
+                            Opcode.MATMUL, index, act_addr=z + byte * R, rows=cols,
+                            acc_addr=acc_at, accumulate=int(byte > 0), bank=b)))
+                        loads = []
+                for z, at_out, cols, acc_at in members:
+                    dst = w.staging + (n_out % (2 * G)) * R
+                    n_out += 1
+                    blk.epilogue += [
+                        op(Opcode.VRUN, index, src=acc_at, rows=cols, dst=dst, to_acc=0),
+                        op(Opcode.DMA, index, kind=DmaKind.STORE_CBUF,
+                           dram_addr=w.stored + at_out + word,
+                           dram_stride=p.sl * arw, buf_addr=dst, rows=cols)]
+                blocks.append(blk)
         return blocks
 
 @dataclass
@@ -712,9 +880,16 @@ class Where:
     resident: int | None = None
     staging: int | None = None
     stored: int | None = None
+    tile: tuple[int, int] = (1, 1)  # (GQ, GL): blocks per tile (TransposeRule.tile)
     copies: int = 1         # > 1: each block's rows loaded that many times, one after
                             # the other (the output's words hold them replicated:
                             # docs/cnn.md, replicated channels); Q * copies <= R
+
+    def acc_slot(self, cfg: ChipConfig, n: int) -> int:
+        """The accumulator rows of the `n`-th block: the two halves as one ring of
+        ``R``-row slots (a block's MATMUL then need not wait for the VRUN of the block
+        before last: the MATMUL's latency would pace the array)."""
+        return self.halves + (n % max(1, 2 * self.half_rows // cfg.rows)) * cfg.rows
 
 
 @dataclass
@@ -736,6 +911,9 @@ class Where32:
     half_rows: int
     a_dram: int
     stored: int
+    group: int = 1          # blocks whose output words share each interleaving load;
+                            # `planes` holds 2 x group x 4R rows, `staging` 2 x group x R
+    acc_slot = Where.acc_slot
 
 
 STRIDE_MAX = (1 << 16) - 1      # a DMA's dram_stride field
@@ -834,8 +1012,9 @@ class MatMulTRule(DenseRule):
             b_loads = [op(Opcode.DMA, index, kind=DmaKind.LOAD_CBUF,
                           dram_addr=b_dram + kb * N, dram_stride=1, buf_addr=b_at + kb * N,
                           rows=N) for kb in range(KB)]
-        resident = plan.tensor("cbuf", out.name).lo if graph.consumers(out.name) else None
-        stored = plan.tensor("dram", out.name).lo if out.name in graph.outputs else None
+        resident = (plan.tensor("cbuf", out.name).lo if on_chip_readers(graph, out.name)
+                    else None)
+        stored = stored_at(plan, out.name)
         staging = (plan.scratch("cbuf", f"{node.name}.staging").lo
                    if out.dtype == "int8" and resident is None else None)
         halves = plan.scratch("acc", "accumulator halves").lo

@@ -193,10 +193,6 @@ API = [
      CompileError, ["'t'", "perm (0, 1, 2, 4)", "axis 4", "axes 0..3"]),
     ("transpose-perm-not-integers", lambda: GraphBuilder("n").transpose("x", "ab", name="t"),
      CompileError, ["'t'", "perm 'ab'", "integer axes"]),
-    ("transpose-nd-made-on-chip", lambda: _nd_transpose_twice(), CompileError,
-     ["'t2'", "(3, 2, 4)", "'t1'", "graph input", "compose the two permutations"]),
-    ("transpose-of-int32-beside-a-matmul-t", lambda: _int32_transpose_with_matmul_t(),
-     CompileError, ["'t'", "int32 'fc'", "DRAM to DRAM", "MatMulT", "int8 first"]),
     ("transpose-of-int32-on-a-tall-array", lambda: compile_network(
         preset("tiny_tall"), _transpose_after(out_dtype="int32")), CompileError,
      ["'t'", "int32 transpose", "square array", "16x8", "transpose int8 data"]),
@@ -283,27 +279,11 @@ def _transpose_of(x):
     return g.build()
 
 
-def _int32_transpose_with_matmul_t():
-    g = GraphBuilder("n")
-    h = g.dense(g.input(A, name="x"), B, name="fc", out_dtype="int32")
-    g.transpose(h, name="t")
-    g.matmul_t(g.input(A, name="q"), g.input(A, name="k"), out_dtype="int32", name="s")
-    return compile_network(TINY, g.build())
-
-
 def _transpose_after(**dense):
     g = GraphBuilder("n")
     h = g.dense(g.input(A, name="x"), B, name="fc", **dense)
     g.transpose(h, name="t")
     return g.build()
-
-
-def _nd_transpose_twice():
-    g = GraphBuilder("n")
-    t1 = g.transpose(g.input(np.ones((2, 3, 4), np.int8), name="x"), (1, 0, 2), name="t1")
-    g.transpose(t1, (0, 2, 1), name="t2")
-    g.matmul_t(g.input(A, name="q"), g.input(A, name="k"), out_dtype="int32", name="s")
-    return compile_network(TINY, g.build())
 
 
 def _transpose_shared():

@@ -19,6 +19,7 @@ from systolica.compiler import GraphBuilder, compile_network, reference
 from systolica.compiler.graph import NCHW_TO_NHWC, NHWC_TO_NCHW
 from systolica.compiler.lower import lower
 from systolica.compiler.permute import plan
+from systolica.compiler.rules import TransposeRule
 
 TINY = preset("tiny")
 R = TINY.rows
@@ -112,7 +113,23 @@ def test_nchw_to_nhwc_uses_strided_dmas():
     stores = [o.fields for o in ops if o.op is Opcode.DMA
               and o.fields["kind"] == DmaKind.STORE_CBUF]
     assert loads and all(f["dram_stride"] == H for f in loads)
-    assert len(stores) == N * H * -(-W // R) and all(f["dram_stride"] == 1 for f in stores)
+    # a tile of the [C, W] matrix's 1 x 2 blocks: its transposed rows are stored by one DMA
+    assert len(stores) == N * H and all(f["dram_stride"] == 1 and f["rows"] == W
+                                        for f in stores)
+
+
+def test_transpose_tiles_group_the_dmas():
+    """[4, 64, 64] swapping the last two axes on tiny (R = 8): 8 x 8 blocks per batch
+    in tiles of 4 x 4; one DMA per K-block loads a tile's column of 4 blocks (32 rows),
+    one per output K-block stores its row: 8 DMAs per 16 blocks, not 32."""
+    lowered = lower(TINY, perm_graph((4, 64, 64), (0, 2, 1)))
+    at, words = lowered.plan.dram_map.inputs["x"]
+    dmas = [o.fields for o in lowered.ops if o.op is Opcode.DMA
+            and not (o.fields["kind"] == DmaKind.LOAD_CBUF
+                     and not at <= o.fields["dram_addr"] < at + words)]
+    assert TransposeRule.tile(TINY, plan((4, 64, 64), (0, 2, 1), R, 65535), True) == (4, 4)
+    assert len(dmas) == 4 * 4 * 8 and all(f["rows"] == 4 * R for f in dmas)
+    assert sum(f["rows"] for f in dmas) == 2 * 4 * 64 * 64 // R
 
 
 def test_copy_runs():
@@ -262,6 +279,9 @@ RTL_CASES = {
     "cnn_dense_transpose_dense": cnn_with_2d_transpose,
     "int32_20x9x13": lambda: int32_graph(20, 9, 13, seed=3),
     "int32_17x30x40_twice": lambda: int32_graph(17, 30, 40, seed=4, twice=True),
+    "int32_64x8x64": lambda: int32_graph(64, 8, 64, seed=5),
+    "nd_twice_with_matmul_t": lambda: nd_twice_with_matmul_t(),
+    "int32_with_matmul_t": lambda: int32_with_matmul_t(),
 }
 
 
@@ -297,6 +317,18 @@ def test_bench_nd_programs_on_the_golden_model():
     assert trip.dram_bytes_read + trip.dram_bytes_written == (x_words + n) * R
 
 
+def test_bench_int32_graphs_on_the_golden_model():
+    """``make bench``'s int32 record: the transposed graph's output is the dense layer's
+    output transposed, the other graph's is the dense layer's."""
+    from systolica.app import transpose_bench
+    transposed, dense = transpose_bench.int32_graphs(12, 8, 20)
+    _, got = run_golden(TINY, transposed)
+    _, d = run_golden(TINY, dense)
+    assert got["t"].dtype == np.int32 and got["t"].shape == (20, 12)
+    np.testing.assert_array_equal(got["t"], d["d"].T)
+    np.testing.assert_array_equal(d["d"], reference.outputs(dense)["d"])
+
+
 def int32_graph(m, k, n, perm=None, seed=0, twice=False):
     """int32 ``x @ w + bias`` (bias over the whole int32 range: every byte value) and its
     transpose (twice: back again)."""
@@ -320,6 +352,61 @@ def test_int32_transpose_matches_numpy(chip, m, k, n, perm):
     d = reference.evaluate(graph)["d"]
     assert got["t"].dtype == np.int32
     np.testing.assert_array_equal(got["t"], d.T if perm is None else d)
+
+
+def nd_twice_with_matmul_t():
+    """A transpose of an N-D transpose's output, beside a MatMulT (the GEMM lowering):
+    t1 is stored and t2 reads it from DRAM."""
+    rng = np.random.default_rng(7)
+    g = GraphBuilder("nd_twice_matmul_t")
+    t1 = g.transpose(g.input(rng.integers(-128, 128, (3, 5, 11)), name="x"), (1, 0, 2),
+                     name="t1")
+    g.transpose(t1, (2, 0, 1), name="t2")
+    g.matmul_t(g.input(rng.integers(-128, 128, (6, 9)), name="q"),
+               g.input(rng.integers(-128, 128, (7, 9)), name="k"), out_dtype="int32",
+               name="s")
+    return g.build()
+
+
+def int32_with_matmul_t():
+    """An int32 transpose beside a MatMulT whose int32 output it transposes too."""
+    rng = np.random.default_rng(8)
+    g = GraphBuilder("int32_matmul_t")
+    h = g.dense(g.input(rng.integers(-128, 128, (20, 9)), name="x"),
+                rng.integers(-128, 128, (9, 13)), rng.integers(-2 ** 31, 2 ** 31 - 1, 13),
+                out_dtype="int32", name="fc")
+    g.transpose(h, name="t")
+    s = g.matmul_t(g.input(rng.integers(-128, 128, (6, 9)), name="q"),
+                   g.input(rng.integers(-128, 128, (11, 9)), name="k"), out_dtype="int32",
+                   name="s")
+    g.transpose(s, name="st")
+    return g.build()
+
+
+@pytest.mark.parametrize("chip", ["tiny", "base"])
+@pytest.mark.parametrize("make", [nd_twice_with_matmul_t, int32_with_matmul_t])
+def test_transposes_through_dram_beside_a_matmul_t(chip, make):
+    """The GEMM lowering (a MatMulT has no rule in the layer-by-layer one) stores an
+    N-D or int32 tensor a transpose reads and streams it back from DRAM."""
+    graph = make()
+    compiled, got = run_golden(preset(chip), graph)
+    assert compiled.chain is None and not compiled.tiling      # the GEMM lowering
+    want = reference.outputs(graph)
+    assert list(got) == list(want)
+    for name in want:
+        np.testing.assert_array_equal(got[name], want[name], err_msg=name)
+
+
+def test_int32_transpose_shares_the_interleaving_loads():
+    """64x64 int32 on tiny: 64 blocks of 8 x 8 elements, 4 input words each (a west load
+    per word), and per group of 4 blocks one load of each of the 16 interleaving blocks
+    (not 16 per block)."""
+    from systolica.compiler.rules import INT32_GROUP
+    compiled = compile_network(TINY, int32_graph(64, 8, 64))
+    t = [n.name for n in compiled.graph.nodes].index("t")
+    wloads = [i for i, layer in zip(compiled.program, compiled.layer_of)
+              if layer == t and i.op is Opcode.WLOAD]
+    assert INT32_GROUP == 4 and len(wloads) == 64 * 4 + (64 // 4) * 16
 
 
 @pytest.mark.slow

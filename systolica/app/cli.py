@@ -297,7 +297,8 @@ def cmd_bench(args) -> int:
         task = progress.add_task("transposes on tiny: on chip and through DRAM", total=1)
         from . import transpose_bench
         _ensure_built(preset(transpose_bench.CONFIG))
-        transposes = transpose_bench.records() + transpose_bench.nd_records()
+        transposes = (transpose_bench.records() + transpose_bench.nd_records()
+                      + transpose_bench.int32_records())
         progress.advance(task)
         task = progress.add_task("ResNet-50 on base: compiling the whole network, per "
                                  "strategy", total=1)

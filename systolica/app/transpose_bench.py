@@ -20,7 +20,10 @@ N-D permutations (``ND_CASES``: a batched ``[4, 64, 64]`` transpose and an NCHW 
 compiler's program for the ``Transpose`` layer (loads, block transposes, stores), and
 ``dram_round_trip`` a program that only loads ``X`` into the CBUF and stores it back,
 what any way through the chip moves: the host must rearrange the bytes itself (not
-counted: a lower bound)."""
+counted: a lower bound).
+
+The int32 record (``INT32_CASE``) transposes a dense layer's int32 ``[64, 64]`` output
+DRAM to DRAM; its cost is the difference to the dense layer alone."""
 
 from __future__ import annotations
 
@@ -167,6 +170,62 @@ def nd_records(cfg_name: str = CONFIG, cases=ND_CASES) -> list[dict]:
     return list(out.values())
 
 
+#: (M, K, N) of the int32 record: ``d = x @ w + bias`` (int32 ``[M, N]``) transposed
+INT32_CASE = (64, 64, 64)
+
+
+def int32_graphs(m: int, k: int, n: int, seed: int = 6):
+    """An int32 tensor (a dense layer's int32 output, its bias over the whole int32
+    range) transposed, and the same graph without the transpose (its output ``d``)."""
+    from ..compiler import GraphBuilder
+    rng = np.random.default_rng(seed)
+    x = rng.integers(-128, 128, (m, k))
+    w = rng.integers(-128, 128, (k, n))
+    bias = rng.integers(-2 ** 31, 2 ** 31 - 1, n)
+    out = []
+    for transposed in (True, False):
+        g = GraphBuilder(f"int32_{m}x{n}{'_transpose' if transposed else ''}")
+        d = g.dense(g.input(x, name="x"), w, bias, out_dtype="int32", name="d")
+        if transposed:
+            g.transpose(d, name="t")
+        out.append(g.build())
+    return out
+
+
+def int32_records(cfg_name: str = CONFIG, case=INT32_CASE) -> list[dict]:
+    """The int32 transpose of ``make bench`` on the RTL: the graph with the transpose
+    (``on_chip``: the dense layer, its int32 output through DRAM, the transpose DRAM to
+    DRAM) against the dense layer alone (``base``); its cost is the difference. The
+    result is checked against numpy and the prediction."""
+    from ..compiler import compile_network, reference
+    from ..sim import rtlsim
+    cfg = preset(cfg_name)
+    graphs = int32_graphs(*case)
+    compiled = [compile_network(cfg, g) for g in graphs]
+    jobs = [{"program": c.image, "dram": c.dram, "prog_addr": c.prog_addr,
+             "readback": [c.dram_map.outputs[c.graph.outputs[0]]],
+             "name": c.graph.name} for c in compiled]
+    results = rtlsim.run(cfg, jobs)
+    rec = {"name": f"transpose_int32_{case[0]}x{case[2]}", "config": cfg_name,
+           "kind": "transpose_int32", "shape": [case[0], case[2]], "ok": True}
+    for name, c, res in zip(("on_chip", "base"), compiled, results):
+        (at, n), = c.dram_map.outputs.values()
+        image = np.zeros((at + n, cfg.rows), np.uint8)
+        image[at:at + n] = res["readback"][0]
+        want = reference.outputs(c.graph)
+        got = c.results(image)
+        rec["ok"] = rec["ok"] and res["error_name"] == "NONE" \
+            and res["cycles"] == c.predicted_cycles \
+            and all(np.array_equal(got[k], want[k]) for k in want)
+        rec[name] = {"cycles": res["cycles"],
+                     "dram_bytes": res["dram_rd_bytes"] + res["dram_wr_bytes"]}
+        if name == "on_chip":
+            rec["transpose_layer_cycles"] = next(l.cycles for l in c.layers if l.name == "t")
+    rec["on_chip_extra"] = {k: rec["on_chip"][k] - rec["base"][k]
+                            for k in ("cycles", "dram_bytes")}
+    return [rec]
+
+
 def _placed(compiled, words: np.ndarray) -> np.ndarray:
     """A DRAM image holding the output `words` where the compiled program put them."""
     (at, n), = compiled.dram_map.outputs.values()
@@ -212,6 +271,14 @@ def records(cfg_name: str = CONFIG, shapes=SHAPES) -> list[dict]:
 def print_records(recs: list[dict]) -> None:
     print("transposes on the RTL (cost beyond loading X and storing the result):")
     for r in recs:
+        if r["kind"] == "transpose_int32":
+            a, b = r["on_chip"], r["on_chip_extra"]
+            print(f"{r['name']:>20} on {r['config']:<5} DRAM to DRAM after a dense layer: "
+                  f"{a['cycles']:>6} cycles {a['dram_bytes']:>7} B DRAM, of which the "
+                  f"transpose {b['cycles']:>6} cycles {b['dram_bytes']:>7} B DRAM "
+                  f"(its layer: {r['transpose_layer_cycles']} cycles)  "
+                  f"{'ok' if r['ok'] else 'MISMATCH'}")
+            continue
         if r["kind"] == "transpose_nd":
             a, b = r["on_chip"], r["dram_round_trip"]
             print(f"{r['name']:>20} on {r['config']:<5} DRAM to DRAM, on chip: "
