@@ -242,3 +242,82 @@ def test_text_names_and_units_come_from_the_table():
                                                         dram_stride=1, buf_addr=2, rows=3)))
     assert dis.split() == ["5:", "DMA", "STORE_CBUF,", "dram_addr=1,", "dram_stride=1,",
                            "buf_addr=2,", "rows=3"]
+
+
+def dma_range_cases(cfg, rng, n_random=400):
+    """DMA fields around the DRAM range's end: for each kind and a spread of row
+    counts and strides, the exact fit, one word past it and one before, the field
+    extremes, and random fields (the buffer range always fits unless drawn at random)."""
+    D, W = cfg.dram_words, cfg.acc_row_words
+    top_addr, top = (1 << isa.DRAM_ADDR_BITS) - 1, 0xFFFF
+    cases = []
+    for kind in DmaKind:
+        w = W if kind in (DmaKind.LOAD_ACC, DmaKind.STORE_ACC) else 1
+        for rows in (0, 1, 2, 3, 7, 1000, top):
+            for stride in sorted({min(s, top) for s in (0, 1, 2, W, 13, D // 2, D - 1, D, top)}):
+                span = (rows - 1) * stride + w if rows else w
+                for addr in {D - span - 1, D - span, D - span + 1, 0, 1, D - 1, D, top_addr}:
+                    if 0 <= addr <= top_addr:
+                        cases.append(dict(kind=int(kind), dram_addr=addr, dram_stride=stride,
+                                          buf_addr=0, rows=rows))
+    for _ in range(n_random):
+        rows, stride = int(rng.integers(0, top + 1)), int(rng.integers(0, top + 1))
+        if rng.integers(0, 2):       # near the end of the DRAM
+            rows = int(rng.integers(0, 40))
+            stride = int(rng.integers(0, min(2 * D // 40 + 2, top + 1)))
+        cases.append(dict(kind=int(rng.integers(0, 4)), rows=rows, dram_stride=stride,
+                          dram_addr=int(rng.integers(0, D + 50)) if rng.integers(0, 4)
+                          else int(rng.integers(0, top_addr + 1)),
+                          buf_addr=int(rng.integers(0, 3 * cfg.acc_depth))))
+    return cases
+
+
+def matmul_range_cases(cfg, rng, n_random=400):
+    """MATMUL fields around the CBUF's end (a conv's ``in_h * in_w`` pixels or
+    ``rows``): the exact fit, one row past it and one before, the field extremes,
+    and random fields."""
+    Cb, A = cfg.cbuf_depth, cfg.acc_depth
+    g, top = (1 << isa.GEOM_BITS) - 1, (1 << isa.CBUF_ADDR_BITS) - 1
+    base = dict(acc_addr=0, accumulate=0, bank=0, max=0, dh=0, dw=0, taps=0)
+    cases = []
+    for in_h, in_w in ((1, 1), (3, 5), (7, 13), (1, g), (g, 1), (g, g), (0, 4), (4, 0),
+                       (40, Cb // 40), (64, 64)):
+        for conv in (0, 1):
+            for rows in (0, 1, 4, Cb, 0xFFFF):
+                span = in_h * in_w if conv else rows
+                for addr in {Cb - span - 1, Cb - span, Cb - span + 1, 0, Cb - 1, Cb, top}:
+                    if 0 <= addr <= top:
+                        cases.append(dict(base, act_addr=addr, rows=rows, conv=conv,
+                                          in_h=in_h, in_w=in_w))
+    for _ in range(n_random):
+        in_h, in_w = int(rng.integers(0, g + 1)), int(rng.integers(0, g + 1))
+        if rng.integers(0, 2):
+            in_h, in_w = int(rng.integers(0, 70)), int(rng.integers(0, 70))
+        cases.append(dict(base, act_addr=int(rng.integers(0, Cb + 50)) if rng.integers(0, 4)
+                          else int(rng.integers(0, top + 1)),
+                          rows=int(rng.integers(0, 0x10000)) if rng.integers(0, 3)
+                          else int(rng.integers(0, 40)), conv=int(rng.integers(0, 2)),
+                          in_h=in_h, in_w=in_w, acc_addr=int(rng.integers(0, 2 * A)),
+                          taps=int(rng.integers(0, isa.TAP_TABLES))))
+    return cases
+
+
+#: The opcodes whose ADDR_RANGE check has a form of its own, and their cases.
+RANGE_CASES = {Opcode.DMA: dma_range_cases, Opcode.MATMUL: matmul_range_cases}
+
+
+def ranges_rule(cfg, op, f):
+    """ADDR_RANGE straight from the ranges: every one non-empty and inside its memory."""
+    return all(r.nonempty and r.hi <= r.bound for r in instructions.ranges(cfg, op, f))
+
+
+@pytest.mark.parametrize("op", list(RANGE_CASES), ids=lambda op: op.name)
+@pytest.mark.parametrize("cfg", CONFIGS + [PRESETS["tiny"].replace(dram_words=1000)],
+                         ids=lambda c: f"{c.name}-{c.dram_words}")
+def test_range_check_equals_its_ranges(cfg, op):
+    """The DMA's and MATMUL's ADDR_RANGE checks (the sequencer's short forms) fault
+    exactly the instructions one of whose ranges ``ranges`` puts outside its memory."""
+    cases = RANGE_CASES[op](cfg, np.random.default_rng(7))
+    verdicts = [instructions.in_range(cfg, op, f) for f in cases]
+    assert verdicts == [ranges_rule(cfg, op, f) for f in cases]
+    assert 100 < sum(verdicts) < len(cases) - 100       # both verdicts, many times

@@ -285,6 +285,30 @@ class Dma(Instruction):
                       select(to_acc, cfg.acc_depth, cfg.cbuf_depth),
                       _label(select, load, WRITE, READ), nonempty)]
 
+    def in_range(self, cfg, f, select=py_select):
+        """The ADDR_RANGE rule of :meth:`ranges`, with the DRAM range's
+        ``dram_addr + (rows - 1) * dram_stride + words <= dram_words`` in a form that is
+        equal for every field value and short in hardware (the sequencer checks the
+        program memory's word in the cycle it is read): with ``rows >= 1`` it holds iff
+        ``room = dram_words - words - dram_addr >= 0`` and ``rows * dram_stride <= room
+        + dram_stride``. So the multiply takes the fields as they are (no ``rows - 1``
+        in front of it), ``room + dram_stride`` is worked out beside it, and only one
+        comparison follows it, as narrow as ``room + dram_stride`` (below ``2**n``): the
+        product's bits from ``n`` up must be 0, its low ``n`` bits at most the sum.
+        ``room`` is below ``dram_words``, so its low bits are all of it."""
+        to_acc = self.to_acc(f)
+        dram, buf = self.ranges(cfg, f, select)
+        assert dram.memory == "dram"
+        room_bits = (cfg.dram_words - 1).bit_length()
+        n = max(room_bits, isa.PAYLOAD[Opcode.DMA].members["dram_stride"]) + 1
+        last = select(to_acc, cfg.dram_words - cfg.acc_row_words, cfg.dram_words - 1)
+        room = last - f.dram_addr
+        product = f.rows * f.dram_stride
+        dram_ok = (f.dram_addr <= last) \
+            & ((product >> n) == 0) \
+            & ((product & ((1 << n) - 1)) <= (room & ((1 << room_bits) - 1)) + f.dram_stride)
+        return dram.nonempty & dram_ok & buf.nonempty & (buf.hi <= buf.bound)
+
     def words(self, cfg, f):
         return f["rows"] * (cfg.acc_row_words if self.to_acc(Fields(f)) else 1)
 
