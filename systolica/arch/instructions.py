@@ -47,6 +47,13 @@ def py_select(cond, if_true, if_false):
     return if_true if cond else if_false
 
 
+def at_most(x, bound, bits: int):
+    """``x <= bound`` for ``x >= 0`` and ``0 <= bound < 2**bits``, as a comparison
+    only `bits` wide: the bits of ``x`` from `bits` up must be 0 (an OR beside it).
+    The range checks use it after a multiply, whose product is wider than its bound."""
+    return ((x >> bits) == 0) & ((x & ((1 << bits) - 1)) <= bound)
+
+
 def _label(select, cond, if_true: str, if_false: str) -> str:
     """A name chosen by a field: both names where the field is a hardware value."""
     return py_select(cond, if_true, if_false) if select is py_select else \
@@ -303,10 +310,8 @@ class Dma(Instruction):
         n = max(room_bits, isa.PAYLOAD[Opcode.DMA].members["dram_stride"]) + 1
         last = select(to_acc, cfg.dram_words - cfg.acc_row_words, cfg.dram_words - 1)
         room = last - f.dram_addr
-        product = f.rows * f.dram_stride
-        dram_ok = (f.dram_addr <= last) \
-            & ((product >> n) == 0) \
-            & ((product & ((1 << n) - 1)) <= (room & ((1 << room_bits) - 1)) + f.dram_stride)
+        dram_ok = (f.dram_addr <= last) & at_most(
+            f.rows * f.dram_stride, (room & ((1 << room_bits) - 1)) + f.dram_stride, n)
         return dram.nonempty & dram_ok & buf.nonempty & (buf.hi <= buf.bound)
 
     def words(self, cfg, f):
@@ -498,6 +503,23 @@ class Matmul(Instruction):
                 Range("geom", 0, 1, 1, READ, touched=f.conv, window=(0, 1)),
                 Range("taps", f.taps, f.taps + 1, isa.TAP_TABLES, READ, touched=f.conv,
                       window=(0, 1))]
+
+    def in_range(self, cfg, f, select=py_select):
+        """The ADDR_RANGE rule of :meth:`ranges`, with the CBUF range's ``act_addr +
+        span <= cbuf_depth`` (``span`` a conv's ``in_h * in_w`` pixels, else ``rows``)
+        as ``span <= cbuf_depth - act_addr``: the room is worked out beside the
+        multiply, one comparison as narrow as the room follows it, and ``conv`` chooses
+        between the two spans' comparisons rather than between the spans. Equal for
+        every field value."""
+        cbuf, *rest = self.ranges(cfg, f, select)
+        assert cbuf.memory == "cbuf"
+        bits = cfg.cbuf_depth.bit_length()
+        room = (cfg.cbuf_depth - f.act_addr) & ((1 << bits) - 1)   # all of it, if >= 0
+        ok = cbuf.nonempty & (f.act_addr <= cfg.cbuf_depth) & select(
+            f.conv, at_most(f.in_h * f.in_w, room, bits), f.rows <= room)
+        for r in rest:
+            ok = ok & r.nonempty & (r.hi <= r.bound)
+        return ok
 
     @staticmethod
     def window_pixels(cfg: ChipConfig, f: dict, geom: dict, table: np.ndarray
