@@ -321,3 +321,53 @@ def test_range_check_equals_its_ranges(cfg, op):
     verdicts = [instructions.in_range(cfg, op, f) for f in cases]
     assert verdicts == [ranges_rule(cfg, op, f) for f in cases]
     assert 100 < sum(verdicts) < len(cases) - 100       # both verdicts, many times
+
+
+def vrun_range_cases(cfg, rng, n_random=300):
+    """VRUN fields (with and without the fused crop) against UBUF register values
+    ``(ubuf_base, ubuf_rows)``: rows at, one past and one below the UBUF's size, a
+    destination where the crop wraps and where it does not, random fields."""
+    A, Cb = cfg.acc_depth, cfg.cbuf_depth
+    ubufs = [(cfg.ubuf_base, cfg.ubuf_rows), (0, 0), (Cb - 256, 256), (512, 512),
+             (100, 300), (Cb - 1, 1)]
+    base = dict(src=0, bias_addr=0, use_bias=0, to_acc=0, requant=0, relu=0, params=0)
+    cases = []
+    for ub, ur in ubufs:
+        for rows in sorted({0, 1, 5, max(ur - 1, 0), ur, ur + 1, A, A + 1}):
+            for dst in sorted({0, 3, max(ur - 2, 0), ur, ur + 7, ub + ur, Cb - rows - 1}):
+                for crop in (0, 1):
+                    if 0 <= dst < 1 << isa.CBUF_ADDR_BITS and rows < 1 << isa.ACC_ADDR_BITS:
+                        cases.append(((ub, ur), dict(base, rows=rows, dst=dst, crop=crop)))
+    for _ in range(n_random):
+        ub, ur = ubufs[int(rng.integers(0, len(ubufs)))]
+        cases.append(((ub, ur), dict(base, src=int(rng.integers(0, A)),
+                                     rows=int(rng.integers(0, 1 << isa.ACC_ADDR_BITS)),
+                                     dst=int(rng.integers(0, 1 << isa.CBUF_ADDR_BITS)),
+                                     bias_addr=int(rng.integers(0, A + 8)),
+                                     use_bias=int(rng.integers(0, 2)),
+                                     to_acc=int(rng.integers(0, 2)),
+                                     crop=int(rng.integers(0, 2)))))
+    return cases
+
+
+@pytest.mark.parametrize("cfg", CONFIGS, ids=lambda c: c.name)
+def test_vrun_range_check_equals_its_ranges(cfg):
+    """The VRUN's ADDR_RANGE check (the crop's pieces as one comparison) faults exactly
+    the instructions one of whose ranges lies outside its memory, whatever the UBUF
+    registers say."""
+    cases = vrun_range_cases(cfg, np.random.default_rng(5))
+    verdicts = [instructions.in_range(_At(cfg, ub, ur), Opcode.VRUN, f)
+                for (ub, ur), f in cases]
+    assert verdicts == [ranges_rule(_At(cfg, ub, ur), Opcode.VRUN, f)
+                        for (ub, ur), f in cases]
+    assert 50 < sum(verdicts) < len(cases) - 50
+
+
+class _At:
+    """``cfg`` with the UBUF registers' values (as the sequencer sees them)."""
+
+    def __init__(self, cfg, base, rows):
+        self._cfg, self.ubuf_base, self.ubuf_rows = cfg, base, rows
+
+    def __getattr__(self, name):
+        return getattr(self._cfg, name)

@@ -756,6 +756,23 @@ class Vrun(Instruction):
                       select(f.to_acc, cfg.acc_depth, cfg.cbuf_depth), WRITE, nonempty),
                 *self.crop_ranges(cfg, f, select)]
 
+    def in_range(self, cfg, f, select=py_select):
+        """The ADDR_RANGE rule of :meth:`ranges`, with the fused crop's two pieces as
+        the one condition they come to, ``crop == 0 or rows <= ubuf_rows`` (the
+        pieces' own non-empty rule): the first piece ends at ``ubuf_base + off +
+        first``, and ``first`` is the room ``ubuf_rows - off`` where it wraps and
+        ``rows <= room`` where not, so it never passes the UBUF's end; the second
+        holds ``rows - room < rows`` rows from ``ubuf_base`` (``off <= ubuf_rows - 1``,
+        so the room is at least 1). Equal for every field and register value, without
+        the room's, the wrap's and the pieces' carry chains after the program
+        memory."""
+        *plain, first, second = self.ranges(cfg, f, select)
+        assert first.memory == second.memory == "cbuf"       # the crop's two pieces
+        ok = (_field(f, "crop") == 0) | (f.rows <= cfg.ubuf_rows)
+        for r in plain:
+            ok = ok & r.nonempty & (r.hi <= r.bound)
+        return ok
+
     def occupancy(self, cfg, f):
         return f["rows"] + cfg.latency["acc_read"] + self.extra(f)
 
