@@ -50,8 +50,10 @@ def py_select(cond, if_true, if_false):
 def at_most(x, bound, bits: int):
     """``x <= bound`` for ``x >= 0`` and ``0 <= bound < 2**bits``, as a comparison
     only `bits` wide: the bits of ``x`` from `bits` up must be 0 (an OR beside it).
-    The range checks use it after a multiply, whose product is wider than its bound."""
-    return ((x >> bits) == 0) & ((x & ((1 << bits) - 1)) <= bound)
+    The range checks use it after a multiply, whose product is wider than its bound.
+    The comparison is the sign of ``bound - x``: a subtraction, which the ECP5's
+    synthesis maps to a carry chain, where it made ``<=`` a ripple of LUTs."""
+    return ((x >> bits) == 0) & ((bound - (x & ((1 << bits) - 1))) >= 0)
 
 
 def _label(select, cond, if_true: str, if_false: str) -> str:
