@@ -290,14 +290,16 @@ class Sequencer(wiring.Component):
             layout = isa.PAYLOAD[op]
             return data.View(layout, Value.cast(ir.payload)[:layout.size])
 
-        # ADDR_RANGE: each instruction's ranges and bounds from its table entry
+        # ADDR_RANGE: each instruction's ranges and bounds from its table entry. Every
+        # opcode's check is worked out and the opcode only chooses among the results
+        # (AND-OR, no case statement): behind a case statement the synthesis shares
+        # one multiplier between the DMA's and the MATMUL's checks, with the opcode's
+        # multiplexer in front of it on the program memory's path.
         in_range = Signal()
-        with m.Switch(op):
-            for opcode, entry in instructions.SPEC.items():
-                with m.Case(opcode):
-                    m.d.comb += in_range.eq(entry.in_range(at, view(opcode), select=Mux))
-            with m.Default():
-                m.d.comb += in_range.eq(1)
+        known = Cat(*(op == opcode for opcode in instructions.SPEC)).any()
+        m.d.comb += in_range.eq(~known | Cat(*(
+            (op == opcode) & entry.in_range(at, view(opcode), select=Mux)
+            for opcode, entry in instructions.SPEC.items())).any())
 
         sc = view(Opcode.SETCFG)
         muxes = fabric.muxes(cfg)

@@ -61,8 +61,9 @@ def in_range(ins: Instr) -> bool:
                 and f["buf_addr"] + f["rows"] <= (CFG.acc_depth if acc else CFG.cbuf_depth))
     if ins.op is Opcode.WLOAD:
         return f["w_addr"] + CFG.rows <= CFG.cbuf_depth
-    if ins.op is Opcode.MATMUL:
-        return (f["rows"] != 0 and f["act_addr"] + f["rows"] <= CFG.cbuf_depth
+    if ins.op is Opcode.MATMUL:      # a conv reads its tile's in_h * in_w pixels
+        span = f.get("in_h", 0) * f.get("in_w", 0) if f.get("conv") else f["rows"]
+        return (f["rows"] != 0 and span != 0 and f["act_addr"] + span <= CFG.cbuf_depth
                 and f["acc_addr"] + f["rows"] <= CFG.acc_depth)
     if ins.op is Opcode.VRUN:
         return (f["rows"] != 0 and f["src"] + f["rows"] <= CFG.acc_depth
@@ -191,9 +192,9 @@ def wload(cycle, w_addr=0, bank=0):
     return I(Opcode.WLOAD, cycle, w_addr=w_addr, bank=bank)
 
 
-def matmul(cycle, act=0, rows=4, acc=0, accumulate=0, bank=0):
+def matmul(cycle, act=0, rows=4, acc=0, accumulate=0, bank=0, **kw):
     return I(Opcode.MATMUL, cycle, act_addr=act, rows=rows, acc_addr=acc,
-             accumulate=accumulate, bank=bank)
+             accumulate=accumulate, bank=bank, **kw)
 
 
 def vrun(cycle, src=0, rows=4, dst=0, bias=0, to_acc=0, **kw):
@@ -295,6 +296,15 @@ CASES = {
     "dma_dram_fit": ([dma(1, DmaKind.LOAD_ACC, D - W - 3, 3, 0, 2)], None, {}),
     "dma_dram_over": ([dma(1, DmaKind.LOAD_ACC, D - W - 2, 3, 0, 2)], None, {}),
     "dma_dram_stride": ([dma(1, DmaKind.STORE_CBUF, 0, 0xFFFF, 0, 2)], None, {}),
+    # the DRAM range's end with a stride: exactly at it, one word past it; one row at
+    # the last word (its stride does not count) and at the first word past the end;
+    # a product past the check's low bits whose low bits alone would fit
+    "dma_dram_strided_fit": ([dma(1, DmaKind.LOAD_CBUF, D - 4 * 13 - 1, 13, 0, 5)], None, {}),
+    "dma_dram_strided_over": ([dma(1, DmaKind.STORE_CBUF, D - 4 * 13, 13, 0, 5)], None, {}),
+    "dma_dram_last_word": ([dma(1, DmaKind.LOAD_CBUF, D - 1, 0xFFFF, 0, 1)], None, {}),
+    "dma_dram_past_end": ([dma(1, DmaKind.STORE_CBUF, D, 0, 0, 1)], None, {}),
+    "dma_dram_stride0_fit": ([dma(1, DmaKind.LOAD_CBUF, D - 1, 0, 0, 64)], None, {}),
+    "dma_dram_product_wide": ([dma(1, DmaKind.LOAD_CBUF, 0, 129, 0, 1024)], None, {}),
     "dma_cbuf_fit": ([dma(1, DmaKind.STORE_CBUF, 0, 1, Cb - 4, 4)], None, {}),
     "dma_cbuf_over": ([dma(1, DmaKind.LOAD_CBUF, 0, 1, Cb - 3, 4)], None, {}),
     "dma_acc_over": ([dma(1, DmaKind.STORE_ACC, 0, W, A - 3, 4)], None, {}),
@@ -305,6 +315,12 @@ CASES = {
     "matmul_act_over": ([matmul(1, act=Cb - 3, rows=4)], None, {}),
     "matmul_acc_over": ([matmul(1, acc=A - 3, rows=4)], None, {}),
     "matmul_fit": ([matmul(1, act=Cb - 4, acc=A - 4, rows=4)], None, {}),
+    # a conv's tile of in_h x in_w pixels: exactly at the CBUF's end, one past it, a
+    # tile larger than the CBUF, and an empty tile
+    "matmul_conv_fit": ([matmul(1, act=Cb - 35, conv=1, in_h=5, in_w=7)], None, {}),
+    "matmul_conv_over": ([matmul(1, act=Cb - 34, conv=1, in_h=5, in_w=7)], None, {}),
+    "matmul_conv_large": ([matmul(1, conv=1, in_h=64, in_w=64)], None, {}),
+    "matmul_conv_empty": ([matmul(1, conv=1, in_h=0, in_w=9)], None, {}),
     "copy_fit": ([copy(1, CopyKind.FETCH, Cb - 4, U - 4, 4)], None, {}),
     "copy_ubuf_over": ([copy(1, ubuf=U - 3, rows=4)], None, {}),
     "copy_cbuf_over": ([copy(1, CopyKind.FETCH, Cb - 3, 0, 4)], None, {}),

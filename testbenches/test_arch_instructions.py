@@ -242,3 +242,132 @@ def test_text_names_and_units_come_from_the_table():
                                                         dram_stride=1, buf_addr=2, rows=3)))
     assert dis.split() == ["5:", "DMA", "STORE_CBUF,", "dram_addr=1,", "dram_stride=1,",
                            "buf_addr=2,", "rows=3"]
+
+
+def dma_range_cases(cfg, rng, n_random=400):
+    """DMA fields around the DRAM range's end: for each kind and a spread of row
+    counts and strides, the exact fit, one word past it and one before, the field
+    extremes, and random fields (the buffer range always fits unless drawn at random)."""
+    D, W = cfg.dram_words, cfg.acc_row_words
+    top_addr, top = (1 << isa.DRAM_ADDR_BITS) - 1, 0xFFFF
+    cases = []
+    for kind in DmaKind:
+        w = W if kind in (DmaKind.LOAD_ACC, DmaKind.STORE_ACC) else 1
+        for rows in (0, 1, 2, 3, 7, 1000, top):
+            for stride in sorted({min(s, top) for s in (0, 1, 2, W, 13, D // 2, D - 1, D, top)}):
+                span = (rows - 1) * stride + w if rows else w
+                for addr in {D - span - 1, D - span, D - span + 1, 0, 1, D - 1, D, top_addr}:
+                    if 0 <= addr <= top_addr:
+                        cases.append(dict(kind=int(kind), dram_addr=addr, dram_stride=stride,
+                                          buf_addr=0, rows=rows))
+    for _ in range(n_random):
+        rows, stride = int(rng.integers(0, top + 1)), int(rng.integers(0, top + 1))
+        if rng.integers(0, 2):       # near the end of the DRAM
+            rows = int(rng.integers(0, 40))
+            stride = int(rng.integers(0, min(2 * D // 40 + 2, top + 1)))
+        cases.append(dict(kind=int(rng.integers(0, 4)), rows=rows, dram_stride=stride,
+                          dram_addr=int(rng.integers(0, D + 50)) if rng.integers(0, 4)
+                          else int(rng.integers(0, top_addr + 1)),
+                          buf_addr=int(rng.integers(0, 3 * cfg.acc_depth))))
+    return cases
+
+
+def matmul_range_cases(cfg, rng, n_random=400):
+    """MATMUL fields around the CBUF's end (a conv's ``in_h * in_w`` pixels or
+    ``rows``): the exact fit, one row past it and one before, the field extremes,
+    and random fields."""
+    Cb, A = cfg.cbuf_depth, cfg.acc_depth
+    g, top = (1 << isa.GEOM_BITS) - 1, (1 << isa.CBUF_ADDR_BITS) - 1
+    base = dict(acc_addr=0, accumulate=0, bank=0, max=0, dh=0, dw=0, taps=0)
+    cases = []
+    for in_h, in_w in ((1, 1), (3, 5), (7, 13), (1, g), (g, 1), (g, g), (0, 4), (4, 0),
+                       (40, Cb // 40), (64, 64)):
+        for conv in (0, 1):
+            for rows in (0, 1, 4, Cb, 0xFFFF):
+                span = in_h * in_w if conv else rows
+                for addr in {Cb - span - 1, Cb - span, Cb - span + 1, 0, Cb - 1, Cb, top}:
+                    if 0 <= addr <= top:
+                        cases.append(dict(base, act_addr=addr, rows=rows, conv=conv,
+                                          in_h=in_h, in_w=in_w))
+    for _ in range(n_random):
+        in_h, in_w = int(rng.integers(0, g + 1)), int(rng.integers(0, g + 1))
+        if rng.integers(0, 2):
+            in_h, in_w = int(rng.integers(0, 70)), int(rng.integers(0, 70))
+        cases.append(dict(base, act_addr=int(rng.integers(0, Cb + 50)) if rng.integers(0, 4)
+                          else int(rng.integers(0, top + 1)),
+                          rows=int(rng.integers(0, 0x10000)) if rng.integers(0, 3)
+                          else int(rng.integers(0, 40)), conv=int(rng.integers(0, 2)),
+                          in_h=in_h, in_w=in_w, acc_addr=int(rng.integers(0, 2 * A)),
+                          taps=int(rng.integers(0, isa.TAP_TABLES))))
+    return cases
+
+
+#: The opcodes whose ADDR_RANGE check has a form of its own, and their cases.
+RANGE_CASES = {Opcode.DMA: dma_range_cases, Opcode.MATMUL: matmul_range_cases}
+
+
+def ranges_rule(cfg, op, f):
+    """ADDR_RANGE straight from the ranges: every one non-empty and inside its memory."""
+    return all(r.nonempty and r.hi <= r.bound for r in instructions.ranges(cfg, op, f))
+
+
+@pytest.mark.parametrize("op", list(RANGE_CASES), ids=lambda op: op.name)
+@pytest.mark.parametrize("cfg", CONFIGS + [PRESETS["tiny"].replace(dram_words=1000)],
+                         ids=lambda c: f"{c.name}-{c.dram_words}")
+def test_range_check_equals_its_ranges(cfg, op):
+    """The DMA's and MATMUL's ADDR_RANGE checks (the sequencer's short forms) fault
+    exactly the instructions one of whose ranges ``ranges`` puts outside its memory."""
+    cases = RANGE_CASES[op](cfg, np.random.default_rng(7))
+    verdicts = [instructions.in_range(cfg, op, f) for f in cases]
+    assert verdicts == [ranges_rule(cfg, op, f) for f in cases]
+    assert 100 < sum(verdicts) < len(cases) - 100       # both verdicts, many times
+
+
+def vrun_range_cases(cfg, rng, n_random=300):
+    """VRUN fields (with and without the fused crop) against UBUF register values
+    ``(ubuf_base, ubuf_rows)``: rows at, one past and one below the UBUF's size, a
+    destination where the crop wraps and where it does not, random fields."""
+    A, Cb = cfg.acc_depth, cfg.cbuf_depth
+    ubufs = [(cfg.ubuf_base, cfg.ubuf_rows), (0, 0), (Cb - 256, 256), (512, 512),
+             (100, 300), (Cb - 1, 1)]
+    base = dict(src=0, bias_addr=0, use_bias=0, to_acc=0, requant=0, relu=0, params=0)
+    cases = []
+    for ub, ur in ubufs:
+        for rows in sorted({0, 1, 5, max(ur - 1, 0), ur, ur + 1, A, A + 1}):
+            for dst in sorted({0, 3, max(ur - 2, 0), ur, ur + 7, ub + ur, Cb - rows - 1}):
+                for crop in (0, 1):
+                    if 0 <= dst < 1 << isa.CBUF_ADDR_BITS and rows < 1 << isa.ACC_ADDR_BITS:
+                        cases.append(((ub, ur), dict(base, rows=rows, dst=dst, crop=crop)))
+    for _ in range(n_random):
+        ub, ur = ubufs[int(rng.integers(0, len(ubufs)))]
+        cases.append(((ub, ur), dict(base, src=int(rng.integers(0, A)),
+                                     rows=int(rng.integers(0, 1 << isa.ACC_ADDR_BITS)),
+                                     dst=int(rng.integers(0, 1 << isa.CBUF_ADDR_BITS)),
+                                     bias_addr=int(rng.integers(0, A + 8)),
+                                     use_bias=int(rng.integers(0, 2)),
+                                     to_acc=int(rng.integers(0, 2)),
+                                     crop=int(rng.integers(0, 2)))))
+    return cases
+
+
+@pytest.mark.parametrize("cfg", CONFIGS, ids=lambda c: c.name)
+def test_vrun_range_check_equals_its_ranges(cfg):
+    """The VRUN's ADDR_RANGE check (the crop's pieces as one comparison) faults exactly
+    the instructions one of whose ranges lies outside its memory, whatever the UBUF
+    registers say."""
+    cases = vrun_range_cases(cfg, np.random.default_rng(5))
+    verdicts = [instructions.in_range(_At(cfg, ub, ur), Opcode.VRUN, f)
+                for (ub, ur), f in cases]
+    assert verdicts == [ranges_rule(_At(cfg, ub, ur), Opcode.VRUN, f)
+                        for (ub, ur), f in cases]
+    assert 50 < sum(verdicts) < len(cases) - 50
+
+
+class _At:
+    """``cfg`` with the UBUF registers' values (as the sequencer sees them)."""
+
+    def __init__(self, cfg, base, rows):
+        self._cfg, self.ubuf_base, self.ubuf_rows = cfg, base, rows
+
+    def __getattr__(self, name):
+        return getattr(self._cfg, name)

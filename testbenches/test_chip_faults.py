@@ -47,6 +47,8 @@ FAULTS = {
     "dram_out_of_range": ([dma(0, dram_addr=CFG.dram_words - 2, rows=3)], ErrorCode.ADDR_RANGE),
     "dram_stride_out_of_range": ([dma(0, rows=3, stride=CFG.dram_words // 2)],
                                  ErrorCode.ADDR_RANGE),
+    "dram_strided_one_past_the_end": ([dma(0, dram_addr=CFG.dram_words - 4 * 13, rows=5,
+                                           stride=13)], ErrorCode.ADDR_RANGE),
     "acc_out_of_range": ([mm(2, acc_addr=CFG.acc_depth - 2)], ErrorCode.ADDR_RANGE),
     "cbuf_out_of_range": ([dma(0, buf_addr=CFG.cbuf_depth - 1, rows=2)], ErrorCode.ADDR_RANGE),
     "empty_range": ([mm(0, rows=0)], ErrorCode.ADDR_RANGE),

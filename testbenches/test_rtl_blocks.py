@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import random
 
+import numpy as np
+
 import pytest
 from amaranth.sim import Simulator
 
@@ -180,3 +182,73 @@ def test_guard_matches_the_contract():
     sim.add_testbench(bench)
     sim.run()
     assert min(checked.values()) > 100, checked
+
+
+@pytest.mark.parametrize("op", [Opcode.DMA, Opcode.MATMUL], ids=lambda op: op.name)
+@pytest.mark.parametrize("name", ["tiny", "base"])
+def test_range_check_in_hardware(name, op):
+    """The sequencer's DMA and MATMUL ADDR_RANGE checks, as Amaranth logic
+    (``select=Mux``), fault exactly the instructions one of whose ranges lies outside
+    its memory (each range's end, one past it, the field extremes, random fields)."""
+    from amaranth.hdl import Module, Mux, Signal
+    from amaranth.lib import data
+
+    from systolica.arch import instructions
+    from test_arch_instructions import RANGE_CASES, ranges_rule
+
+    cfg = preset(name)
+    layout = isa.PAYLOAD[op]
+    payload, ok = Signal(layout), Signal()
+    m = Module()
+    m.d.comb += ok.eq(instructions.SPEC[op].in_range(cfg, data.View(layout, payload),
+                                                    select=Mux))
+    cases = RANGE_CASES[op](cfg, np.random.default_rng(11), n_random=200)
+    seen = []
+
+    async def bench(ctx):
+        for f in cases:
+            ctx.set(payload, layout.const(f))
+            seen.append(bool(ctx.get(ok)))
+
+    sim = Simulator(m)
+    sim.add_testbench(bench)
+    sim.run()
+    assert seen == [ranges_rule(cfg, op, f) for f in cases]
+
+
+@pytest.mark.parametrize("name", ["tiny", "ulx3s"])
+def test_vrun_range_check_in_hardware(name):
+    """The sequencer's VRUN ADDR_RANGE check, as Amaranth logic with the UBUF registers
+    as signals, faults exactly the instructions one of whose ranges lies outside its
+    memory, for several register values."""
+    from amaranth.hdl import Module, Mux, Signal
+    from amaranth.lib import data
+
+    from systolica.arch import instructions
+    from systolica.rtl.ports import UbufAt
+    from test_arch_instructions import _At, ranges_rule, vrun_range_cases
+
+    cfg = preset(name)
+    layout = isa.PAYLOAD[Opcode.VRUN]
+    width = cfg.ubuf_span[1].bit_length()
+    payload, ok = Signal(layout), Signal()
+    base, rows = Signal(width), Signal(width)
+    m = Module()
+    m.d.comb += ok.eq(instructions.SPEC[Opcode.VRUN].in_range(
+        UbufAt(cfg, base, rows), data.View(layout, payload), select=Mux))
+    cases = [c for c in vrun_range_cases(cfg, np.random.default_rng(3), n_random=200)
+             if max(c[0]) < 1 << width]
+    seen = []
+
+    async def bench(ctx):
+        for (ub, ur), f in cases:
+            ctx.set(base, ub)
+            ctx.set(rows, ur)
+            ctx.set(payload, layout.const(f))
+            seen.append(bool(ctx.get(ok)))
+
+    sim = Simulator(m)
+    sim.add_testbench(bench)
+    sim.run()
+    assert len(cases) > 200
+    assert seen == [ranges_rule(_At(cfg, ub, ur), Opcode.VRUN, f) for (ub, ur), f in cases]

@@ -47,6 +47,15 @@ def py_select(cond, if_true, if_false):
     return if_true if cond else if_false
 
 
+def at_most(x, bound, bits: int):
+    """``x <= bound`` for ``x >= 0`` and ``0 <= bound < 2**bits``, as a comparison
+    only `bits` wide: the bits of ``x`` from `bits` up must be 0 (an OR beside it).
+    The range checks use it after a multiply, whose product is wider than its bound.
+    The comparison is the sign of ``bound - x``: a subtraction, which the ECP5's
+    synthesis maps to a carry chain, where it made ``<=`` a ripple of LUTs."""
+    return ((x >> bits) == 0) & ((bound - (x & ((1 << bits) - 1))) >= 0)
+
+
 def _label(select, cond, if_true: str, if_false: str) -> str:
     """A name chosen by a field: both names where the field is a hardware value."""
     return py_select(cond, if_true, if_false) if select is py_select else \
@@ -285,6 +294,28 @@ class Dma(Instruction):
                       select(to_acc, cfg.acc_depth, cfg.cbuf_depth),
                       _label(select, load, WRITE, READ), nonempty)]
 
+    def in_range(self, cfg, f, select=py_select):
+        """The ADDR_RANGE rule of :meth:`ranges`, with the DRAM range's
+        ``dram_addr + (rows - 1) * dram_stride + words <= dram_words`` in a form that is
+        equal for every field value and short in hardware (the sequencer checks the
+        program memory's word in the cycle it is read): with ``rows >= 1`` it holds iff
+        ``room = dram_words - words - dram_addr >= 0`` and ``rows * dram_stride <= room
+        + dram_stride``. So the multiply takes the fields as they are (no ``rows - 1``
+        in front of it), ``room + dram_stride`` is worked out beside it, and only one
+        comparison follows it, as narrow as ``room + dram_stride`` (below ``2**n``): the
+        product's bits from ``n`` up must be 0, its low ``n`` bits at most the sum.
+        ``room`` is below ``dram_words``, so its low bits are all of it."""
+        to_acc = self.to_acc(f)
+        dram, buf = self.ranges(cfg, f, select)
+        assert dram.memory == "dram"
+        room_bits = (cfg.dram_words - 1).bit_length()
+        n = max(room_bits, isa.PAYLOAD[Opcode.DMA].members["dram_stride"]) + 1
+        last = select(to_acc, cfg.dram_words - cfg.acc_row_words, cfg.dram_words - 1)
+        room = last - f.dram_addr
+        dram_ok = (f.dram_addr <= last) & at_most(
+            f.rows * f.dram_stride, (room & ((1 << room_bits) - 1)) + f.dram_stride, n)
+        return dram.nonempty & dram_ok & buf.nonempty & (buf.hi <= buf.bound)
+
     def words(self, cfg, f):
         return f["rows"] * (cfg.acc_row_words if self.to_acc(Fields(f)) else 1)
 
@@ -474,6 +505,23 @@ class Matmul(Instruction):
                 Range("geom", 0, 1, 1, READ, touched=f.conv, window=(0, 1)),
                 Range("taps", f.taps, f.taps + 1, isa.TAP_TABLES, READ, touched=f.conv,
                       window=(0, 1))]
+
+    def in_range(self, cfg, f, select=py_select):
+        """The ADDR_RANGE rule of :meth:`ranges`, with the CBUF range's ``act_addr +
+        span <= cbuf_depth`` (``span`` a conv's ``in_h * in_w`` pixels, else ``rows``)
+        as ``span <= cbuf_depth - act_addr``: the room is worked out beside the
+        multiply, one comparison as narrow as the room follows it, and ``conv`` chooses
+        between the two spans' comparisons rather than between the spans. Equal for
+        every field value."""
+        cbuf, *rest = self.ranges(cfg, f, select)
+        assert cbuf.memory == "cbuf"
+        bits = cfg.cbuf_depth.bit_length()
+        room = (cfg.cbuf_depth - f.act_addr) & ((1 << bits) - 1)   # all of it, if >= 0
+        ok = cbuf.nonempty & (f.act_addr <= cfg.cbuf_depth) & select(
+            f.conv, at_most(f.in_h * f.in_w, room, bits), f.rows <= room)
+        for r in rest:
+            ok = ok & r.nonempty & (r.hi <= r.bound)
+        return ok
 
     @staticmethod
     def window_pixels(cfg: ChipConfig, f: dict, geom: dict, table: np.ndarray
@@ -709,6 +757,23 @@ class Vrun(Instruction):
                 Range(_label(select, f.to_acc, "acc", "cbuf"), f.dst, f.dst + f.rows,
                       select(f.to_acc, cfg.acc_depth, cfg.cbuf_depth), WRITE, nonempty),
                 *self.crop_ranges(cfg, f, select)]
+
+    def in_range(self, cfg, f, select=py_select):
+        """The ADDR_RANGE rule of :meth:`ranges`, with the fused crop's two pieces as
+        the one condition they come to, ``crop == 0 or rows <= ubuf_rows`` (the
+        pieces' own non-empty rule): the first piece ends at ``ubuf_base + off +
+        first``, and ``first`` is the room ``ubuf_rows - off`` where it wraps and
+        ``rows <= room`` where not, so it never passes the UBUF's end; the second
+        holds ``rows - room < rows`` rows from ``ubuf_base`` (``off <= ubuf_rows - 1``,
+        so the room is at least 1). Equal for every field and register value, without
+        the room's, the wrap's and the pieces' carry chains after the program
+        memory."""
+        *plain, first, second = self.ranges(cfg, f, select)
+        assert first.memory == second.memory == "cbuf"       # the crop's two pieces
+        ok = (_field(f, "crop") == 0) | (f.rows <= cfg.ubuf_rows)
+        for r in plain:
+            ok = ok & r.nonempty & (r.hi <= r.bound)
+        return ok
 
     def occupancy(self, cfg, f):
         return f["rows"] + cfg.latency["acc_read"] + self.extra(f)
