@@ -87,8 +87,7 @@ def choose(cfg: ChipConfig, graph: Graph, forced: int | Mapping[str, int] | None
     """Each dense layer's split (layers absent: not dense). `forced`: ``1`` (never
     split) or ``{layer: s}`` overrides the cost model; a forced split the layer cannot
     take is an error naming the constraint."""
-    if forced is not None and not isinstance(forced, (int, Mapping)) or \
-            isinstance(forced, bool):
+    if isinstance(forced, bool) or not (forced is None or isinstance(forced, (int, Mapping))):
         raise CompileError(f"split must be None (the cost model), 1 (never) or a mapping "
                            f"of layer name to tile groups, not {forced!r}")
     if isinstance(forced, int) and forced != 1:
