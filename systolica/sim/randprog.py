@@ -420,8 +420,10 @@ class _Builder:
                 return False
             s, n = src
             u = int(rng.integers(0, size - n + 1))
-            self.add(Opcode.COPY, kind=CopyKind.CROP, cbuf_addr=s, ubuf_addr=u, rows=n)
             dst = base + u
+            if s < dst < s + n:
+                return False            # a crop that starts inside its own unread source
+            self.add(Opcode.COPY, kind=CopyKind.CROP, cbuf_addr=s, ubuf_addr=u, rows=n)
         else:
             held = _runs(self.cbuf[base:base + size], 1)
             if not held:
