@@ -73,3 +73,27 @@ def test_lane_updates_on_rtl():
                                   gold.dram[OUT:OUT + M])
     assert runs[0]["cycles"] == runs[1]["cycles"] == gold.cycles \
         == timing.run_cycles(CFG, lanes)
+
+
+@pytest.mark.parametrize("name", ["tiny", "tiny_tall"])
+def test_lane_multiplexers_follow_the_existing_table(name):
+    """The lanes' multiplexers come after every other (whose numbers, sources and reset
+    values stay as without the lanes), four per tile, reset straight on, in the tile
+    row's power domain, a skip source exactly where a tile two back exists, and no
+    instruction's data passes them (no update window)."""
+    cfg = preset(name)
+    plain = fabric.muxes(cfg.replace(general_lanes=False))
+    table = fabric.muxes(cfg)
+    assert table[:len(plain)] == plain
+    lanes = table[len(plain):]
+    t, tc = cfg.tile_rows, cfg.tile_cols
+    assert len(lanes) == 4 * t * tc
+    straight = {"gen_e": "west", "gen_w": "east", "gen_s": "north", "gen_n": "south"}
+    from systolica.rtl.mux_guard import windows     # every opcode's update windows
+    assert not {w.mux for w in windows(cfg)} & {m.index for m in lanes}
+    for m in lanes:
+        kind, _, rest = m.name.partition("[")
+        i, j = (int(x) for x in rest.rstrip("]").split("]["))
+        assert m.sources[m.default] == straight[kind] and m.domain == f"row{i}"
+        assert ("skip" in m.sources) == {"gen_e": j >= 2, "gen_w": j + 2 < tc,
+                                         "gen_s": i >= 2, "gen_n": False}[kind]
