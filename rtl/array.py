@@ -5,10 +5,12 @@ from amaranth.hdl import Array, Const, Module, Signal, signed
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
+from systolica.arch import fabric
 from systolica.arch.config import ChipConfig
 
 from .ports import check_config
 
+LANE = 8            # a general lane carries one byte per array row (column)
 ACT = signed(8)
 WGT = signed(8)
 PSUM = signed(32)
@@ -134,10 +136,18 @@ class Grid(wiring.Component):
     passes data between two tiles only if both take it (the receiving tile sees zeros
     from a neighbour that takes the other lane), so each chain is fed from its own
     edge only.
+
+    With ``cfg.general_lanes`` the grid also holds the general lanes
+    (:class:`GeneralLanes`, their ports ``gen_*`` passed through); ``lanes`` (keyword
+    arguments of :class:`GeneralLanes`) builds a part of them, for cost figures.
     """
 
-    def __init__(self, *, cfg: ChipConfig):
+    def __init__(self, *, cfg: ChipConfig, lanes: dict | None = None):
         self.cfg = check_config(cfg, "Grid")
+        if lanes is not None and not cfg.general_lanes:
+            raise ValueError(f"Grid: lanes= needs a configuration with general_lanes "
+                             f"({cfg.name} has none)")
+        self.lanes = dict(lanes or {})
         t, rows, cols = cfg.tile_rows * cfg.tile_cols, cfg.rows, cfg.cols
         super().__init__({
             "west_a": In(ACT).array(rows), "west_sel": In(1).array(rows),
@@ -146,6 +156,7 @@ class Grid(wiring.Component):
             "act_sel": In(t), "w_sel": In(t), "psum_sel": In(t),
             "w_west": In(t),
             "south_psum": Out(PSUM).array(cols),
+            **(GeneralLanes.members(cfg) if cfg.general_lanes else {}),
         })
 
     def elaborate(self, platform):
@@ -184,4 +195,114 @@ class Grid(wiring.Component):
                             m.d.comb += tile.north_w[x].eq(tiles[i - 1][j].south_w[x])
                     if i == t - 1:
                         m.d.comb += self.south_psum[j * n + x].eq(tile.south_psum[x])
+        if cfg.general_lanes:
+            m.submodules.lanes = lanes = GeneralLanes(cfg=cfg, **self.lanes)
+            for name in GeneralLanes.members(cfg):
+                ours, theirs = getattr(self, name), getattr(lanes, name)
+                for k in range(len(ours)):
+                    if name.startswith("gen_out"):
+                        m.d.comb += ours[k].eq(theirs[k])
+                    else:
+                        m.d.comb += theirs[k].eq(ours[k])
+        return m
+
+
+class GeneralLanes(wiring.Component):
+    """Seed 002's general bus lines across the ``T x Tc`` tile grid
+    (docs/contract.md, "General lanes, crossings and skip links").
+
+    Every tile ``(i, j)`` has four lane registers of ``n`` bytes, one per direction
+    (``E``, ``W``, ``S``, ``N``); multiplexer ``gen_<d>[i][j]`` (control value
+    ``sel[k]``, ``k`` its place among the ``gen_*`` entries of
+    :func:`systolica.arch.fabric.muxes`) picks what the register takes each cycle: a
+    lane arriving at the tile (from its neighbour's register or the grid's edge input,
+    named by the side it comes from: straight on, turned or back), the skip link from
+    the register two tiles back, or zero (also for a value past the source list).
+    ``gen_in_w[r]`` feeds the eastbound lanes of tile column 0 (byte ``r % n`` of tile
+    row ``r // n``), ``gen_out_e[r]`` shows the eastbound registers of the last tile
+    column; likewise ``gen_in_e``/``gen_out_w`` (rows), ``gen_in_n``/``gen_out_s`` and
+    ``gen_in_s``/``gen_out_n`` (columns).
+
+    For cost figures a part may be built: ``kinds`` (the directions that get
+    registers; the others read as zero) and ``roles`` (the sources wired, of
+    ``straight``, ``turn``, ``back``, ``skip``; the others act as zero).
+    """
+
+    ROLES = ("straight", "turn", "back", "skip")
+
+    @staticmethod
+    def members(cfg: ChipConfig) -> dict:
+        rows, cols = cfg.rows, cfg.cols
+        count = 4 * cfg.tile_rows * cfg.tile_cols
+        return {"gen_in_w": In(LANE).array(rows), "gen_in_e": In(LANE).array(rows),
+                "gen_in_n": In(LANE).array(cols), "gen_in_s": In(LANE).array(cols),
+                "gen_sel": In(4).array(count),
+                "gen_out_e": Out(LANE).array(rows), "gen_out_w": Out(LANE).array(rows),
+                "gen_out_s": Out(LANE).array(cols), "gen_out_n": Out(LANE).array(cols)}
+
+    def __init__(self, *, cfg: ChipConfig, kinds=fabric.GENERAL, roles=ROLES):
+        self.cfg = check_config(cfg, "GeneralLanes")
+        if not cfg.general_lanes:
+            raise ValueError(f"GeneralLanes: {cfg.name} has general_lanes off")
+        bad = set(kinds) - set(fabric.GENERAL) or set(roles) - set(self.ROLES)
+        if bad:
+            raise ValueError(f"GeneralLanes: unknown kinds or roles {sorted(bad)}; "
+                             f"kinds are {fabric.GENERAL}, roles {self.ROLES}")
+        self.kinds, self.roles = tuple(kinds), tuple(roles)
+        table = fabric.muxes(cfg)
+        self.gen_muxes = [mx for mx in table if mx.name.split("[")[0] in fabric.GENERAL]
+        super().__init__(self.members(cfg))
+
+    def elaborate(self, platform):
+        m = Module()
+        cfg = self.cfg
+        t, tc, n = cfg.tile_rows, cfg.tile_cols, cfg.tile_size
+        regs = {kind: [[[Signal(LANE, name=f"{kind}_{i}_{j}_{k}") if kind in self.kinds
+                         else Const(0, LANE) for k in range(n)]
+                        for j in range(tc)] for i in range(t)]
+                for kind in fabric.GENERAL}
+
+        def arriving(i, j, side):
+            """The lane arriving at tile (i, j) from ``side``."""
+            if side == "west":
+                return [self.gen_in_w[i * n + k] for k in range(n)] if j == 0 \
+                    else regs["gen_e"][i][j - 1]
+            if side == "east":
+                return [self.gen_in_e[i * n + k] for k in range(n)] if j == tc - 1 \
+                    else regs["gen_w"][i][j + 1]
+            if side == "north":
+                return [self.gen_in_n[j * n + k] for k in range(n)] if i == 0 \
+                    else regs["gen_s"][i - 1][j]
+            return [self.gen_in_s[j * n + k] for k in range(n)] if i == t - 1 \
+                else regs["gen_n"][i + 1][j]
+
+        skip_from = {"gen_e": (0, -2), "gen_w": (0, 2), "gen_s": (-2, 0)}
+        for k_mux, mux in enumerate(self.gen_muxes):
+            kind, _, rest = mux.name.partition("[")
+            if kind not in self.kinds:
+                continue
+            i, j = (int(x) for x in rest.rstrip("]").split("]["))
+            reg = regs[kind][i][j]
+            with m.Switch(self.gen_sel[k_mux]):
+                for v, source in enumerate(mux.sources):
+                    role = ("straight" if v == 0 else "turn" if v in (1, 2) else
+                            "back" if v == 3 else "skip" if source == "skip" else None)
+                    if role not in self.roles:
+                        continue                          # zero, or not built
+                    if source == "skip":
+                        di, dj = skip_from[kind]
+                        value = regs[kind][i + di][j + dj]
+                    else:
+                        value = arriving(i, j, source)
+                    with m.Case(v):
+                        m.d.sync += [reg[x].eq(value[x]) for x in range(n)]
+                with m.Default():
+                    m.d.sync += [reg[x].eq(0) for x in range(n)]
+        for x in range(n):
+            for i in range(t):
+                m.d.comb += [self.gen_out_e[i * n + x].eq(regs["gen_e"][i][tc - 1][x]),
+                             self.gen_out_w[i * n + x].eq(regs["gen_w"][i][0][x])]
+            for j in range(tc):
+                m.d.comb += [self.gen_out_s[j * n + x].eq(regs["gen_s"][t - 1][j][x]),
+                             self.gen_out_n[j * n + x].eq(regs["gen_n"][0][j][x])]
         return m

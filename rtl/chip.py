@@ -98,6 +98,12 @@ class Chip(wiring.Component):
                              grid.w_sel[k].eq((w_in != lane) & (w_in != west)),
                              grid.w_west[k].eq(w_in == west),
                              grid.psum_sel[k].eq(fab[f"psum_in[{i}][{j}]"] != 0)]
+        if cfg.general_lanes:
+            # The general lanes' control registers; no unit drives or reads their
+            # edges yet (their inputs stay zero: docs/contract.md, "General lanes").
+            general = [mx for mx in fabric.muxes(cfg)
+                       if mx.name.split("[")[0] in fabric.GENERAL]
+            m.d.comb += [grid.gen_sel[k].eq(fab[mx.name]) for k, mx in enumerate(general)]
 
         # Grid between the weight loader, the feeder and the collector.
         m.d.comb += [grid.w_shift.eq(wl.w_shift), grid.w_bank.eq(wl.w_bank)]

@@ -19,6 +19,7 @@ import tb_csr
 import tb_dma
 import tb_fabric_regs
 import tb_grid
+import tb_grid_lanes
 import tb_matmul_unit
 import tb_sequencer
 import tb_tile
@@ -54,6 +55,8 @@ BLOCKS = [
           cases=each(tb_tile.CASES)),
     Block(name="grid", factory=partial(Grid, cfg=tb_grid.CFG), tb="tb_grid",
           cases=each(tb_grid.CASES)),
+    Block(name="grid", variant="lanes", factory=partial(Grid, cfg=tb_grid_lanes.CFG),
+          tb="tb_grid_lanes", cases=each(tb_grid_lanes.CASES)),
     Block(name="matmul_unit", factory=partial(MatmulUnit, cfg=tb_matmul_unit.CFG),
           tb="tb_matmul_unit", cases=groups(tb_matmul_unit.GROUPS)),
     Block(name="weight_loader", factory=partial(WeightLoader, cfg=tb_weight_loader.CFG),

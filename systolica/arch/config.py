@@ -56,6 +56,9 @@ class ChipConfig:
     ubuf_rows: int = 0       # its first row and size (whole banks); 0 rows = no UBUF
     ubuf_own_sram: bool = False  # the UBUF in banks of its own after the CBUF's rows
                                  # (ubuf_base = cbuf_depth), reached by crops and fetches only
+    general_lanes: bool = False  # seed 002's general lanes (four directions, crossings,
+                                 # skip links) in the grid: four multiplexers per tile
+                                 # (docs/contract.md, "General lanes")
     max_config_updates_per_cycle: int = 4   # SETCFG pairs per instruction (<= isa.SETCFG_PAIRS)
     config_update_interval: int = 1         # SETCFG only on cycles that are multiples of this
     power_domain_budget: int = 2            # SETCFG pairs per power domain per instruction
@@ -72,6 +75,9 @@ class ChipConfig:
             self._integer(n, 1)
         for n in ("ubuf_base", "ubuf_rows"):
             self._integer(n, 0)
+        if not isinstance(self.general_lanes, bool):
+            raise ConfigError(f"{self.name}: general_lanes must be True or False, not "
+                              f"{self.general_lanes!r}")
         from . import isa  # field widths bound the sizes
         if self.max_config_updates_per_cycle > isa.SETCFG_PAIRS:
             raise ConfigError(f"{self.name}: max_config_updates_per_cycle "
@@ -300,7 +306,7 @@ PRESETS = {
     "tiny": ChipConfig(name="tiny", tile_rows=2, tile_cols=2, tile_size=4,
                        cbuf_depth=2048, cbuf_banks=8, acc_depth=256, acc_banks=16,
                        dram_words=16384, imem_depth=2048,       # 128 KiB: small for tests
-                       ubuf_base=1792, ubuf_rows=256),
+                       ubuf_base=1792, ubuf_rows=256, general_lanes=True),
     "base": ChipConfig(name="base", tile_rows=2, tile_cols=2, tile_size=8,
                        cbuf_depth=8192, cbuf_banks=32, acc_depth=1024, acc_banks=32,
                        dram_words=1 << 22, imem_depth=4096,     # 64 MiB
@@ -310,7 +316,7 @@ PRESETS = {
     "tiny_tall": ChipConfig(name="tiny_tall", tile_rows=4, tile_cols=2, tile_size=4,
                             cbuf_depth=2048, cbuf_banks=8, acc_depth=256, acc_banks=16,
                             dram_words=16384, imem_depth=2048,
-                            ubuf_base=1792, ubuf_rows=256,
+                            ubuf_base=1792, ubuf_rows=256, general_lanes=True,
                             max_config_updates_per_cycle=8, power_domain_budget=8),
     # tiny's array on the ULX3S 85F (ECP5, systolica.arch.boards): each CBUF bank fills
     # one 18 Kbit block RAM (2048 x 8), 64 in all; the DRAM is 64 more (128 KiB),

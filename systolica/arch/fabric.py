@@ -2,8 +2,11 @@
 
 Each multiplexer has a number (its ``SETCFG`` index), a name, and a list of sources; its
 4-bit control register holds an index into that list. Every multiplexer has a
-``"zero"`` source. All sources of one multiplexer reach it with the same latency, so
-a setting changes what flows, never when (the golden model can stay functional).
+``"zero"`` source. All sources of one multiplexer on an instruction's path reach it
+with the same latency, so a setting changes what flows, never when (the golden model
+can stay functional). The general lanes' multiplexers (below) are the exception: a
+skip link is a register shorter than the lane beside it, and no instruction's data
+passes them.
 
 Tile ``(i, j)`` is tile row ``i`` (north to south), tile column ``j`` (west to east).
 
@@ -30,7 +33,13 @@ Tile ``(i, j)`` is tile row ``i`` (north to south), tile column ``j`` (west to e
   streams through, and the accumulator rows are the transposed block (seed 004).
 * ``west_wfeed[i]`` west edge of tile row ``i``: which CBUF partition group feeds the
   eastbound weight lane (every ``WLOAD`` drives both weight edges; ``w_in`` decides
-  which one the cells take). Numbered after all the others.
+  which one the cells take).
+* ``gen_e[i][j]``, ``gen_w[i][j]``, ``gen_s[i][j]``, ``gen_n[i][j]`` (only with
+  ``cfg.general_lanes``, numbered after all the others, each kind row-major): what the
+  tile's east-, west-, south- and northbound general lane register takes, named by
+  the side it arrives from: straight on (the reset value), turned at the crossing,
+  back (out and back), ``skip`` (the hard-wired link from the tile two back, where
+  there is one; not northbound) or zero (docs/contract.md, "General lanes").
 """
 
 from __future__ import annotations
@@ -44,7 +53,21 @@ if TYPE_CHECKING:       # config checks a chip's fabric through this module
 
 ZERO = "zero"
 KEEP = "keep"   # wb_src only: the writeback leaves this CBUF partition group as it is
-TILE_MUXES = ("act_in", "w_in", "psum_in")
+GENERAL = ("gen_e", "gen_w", "gen_s", "gen_n")
+TILE_MUXES = ("act_in", "w_in", "psum_in") + GENERAL
+
+
+def general_sources(kind: str, i: int, j: int, t: int, tile_cols: int) -> tuple[str, ...]:
+    """Sources of general-lane multiplexer ``kind[i][j]`` on a ``t x tile_cols`` grid:
+    straight on first (the reset value), the two turns, back, the skip link if the
+    tile two back exists, zero."""
+    straight, turns, back, skip = {
+        "gen_e": ("west", ("north", "south"), "east", j >= 2),
+        "gen_w": ("east", ("north", "south"), "west", j <= tile_cols - 3),
+        "gen_s": ("north", ("west", "east"), "south", i >= 2),
+        "gen_n": ("south", ("west", "east"), "north", False),
+    }[kind]
+    return (straight, *turns, back) + (("skip",) if skip else ()) + (ZERO,)
 
 
 @dataclass(frozen=True)
@@ -64,11 +87,11 @@ class Mux:
 
 
 def muxes(cfg: ChipConfig) -> tuple[Mux, ...]:
-    return _muxes(cfg.tile_rows, cfg.tile_cols)
+    return _muxes(cfg.tile_rows, cfg.tile_cols, cfg.general_lanes)
 
 
 @lru_cache(maxsize=None)
-def _muxes(t: int, tile_cols: int) -> tuple[Mux, ...]:
+def _muxes(t: int, tile_cols: int, general: bool = False) -> tuple[Mux, ...]:
     groups = tuple(f"cbuf.g{g}" for g in range(t)) + (ZERO,)
     cols = tuple(f"col.g{g}" for g in range(tile_cols)) + (ZERO,)
     out: list[Mux] = []
@@ -97,6 +120,11 @@ def _muxes(t: int, tile_cols: int) -> tuple[Mux, ...]:
         add(f"wb_src[{g}]", cols + (KEEP,), min(g, tile_cols))
     for i in range(t):
         add(f"west_wfeed[{i}]", groups, i)
+    if general:
+        for kind in GENERAL:
+            for i in range(t):
+                for j in range(tile_cols):
+                    add(f"{kind}[{i}][{j}]", general_sources(kind, i, j, t, tile_cols), 0)
     from .isa import MUX_INDEX_BITS, MUX_VALUE_BITS
     if len(out) > 1 << MUX_INDEX_BITS or any(len(m.sources) > 1 << MUX_VALUE_BITS
                                              for m in out):
@@ -105,7 +133,7 @@ def _muxes(t: int, tile_cols: int) -> tuple[Mux, ...]:
                           f"to {max(len(m.sources) for m in out)} sources, more than "
                           f"SETCFG's {MUX_INDEX_BITS}-bit index and {MUX_VALUE_BITS}-bit "
                           f"value can name ({1 << MUX_INDEX_BITS}, {1 << MUX_VALUE_BITS}); "
-                          f"use fewer tiles")
+                          f"use fewer tiles" + (" or general_lanes=False" if general else ""))
     return tuple(out)
 
 
