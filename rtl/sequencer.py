@@ -35,7 +35,8 @@ class Sequencer(wiring.Component):
 
     For the clock rate, the issue decision starts from registers: the head's checks
     of its own word are worked out a cycle ahead (for both words that may be the head
-    then), and the bank conflict is registered (its fault comes a cycle later).
+    then), the word the units latch at issue comes from the same registers, and the
+    bank conflict is registered (its fault comes a cycle later).
     """
 
     #: Issue port -> the opcode it carries.
@@ -83,7 +84,6 @@ class Sequencer(wiring.Component):
         filled = Signal(32)                       # instructions in the ring so far
         present = Signal()                        # ir holds instruction pc
         waited = Signal()                         # the head waited for its word
-        ir = data.View(isa.Word, rd.data)
         issue = Signal()
         fault = Signal()
         finished = Signal()
@@ -143,6 +143,14 @@ class Sequencer(wiring.Component):
                      took.eq(issue)]
         chk = Signal(Checks)
         m.d.comb += chk.eq(Mux(took, after_q, now_q))
+        # The head's word itself comes from the same two registers' words (the units
+        # latch their fields from it at issue, some through a multiply), not from the
+        # program memory's data: a block RAM without an output register starts that
+        # path with its clock-to-output time. Both copies are valid whenever the
+        # checks are (``present`` lags a word written into the ring by a cycle).
+        word_now, word_after = Signal(isa.WORD_BITS), Signal(isa.WORD_BITS)
+        m.d.sync += [word_now.eq(rd.data), word_after.eq(rd_next.data)]
+        ir = data.View(isa.Word, Mux(took, word_after, word_now))
         opcode = chk.opcode
         legal, due, late = chk.legal, chk.due, chk.late
         in_range, cfg_ok, cfg_limit_ok = chk.in_range, chk.cfg_ok, chk.limit_ok
