@@ -172,8 +172,13 @@ class Sequencer(wiring.Component):
         # issues in c + 1. The head's issue in c does not wait for it.
         conflict_q = Signal()
         m.d.sync += conflict_q.eq(running & self.bank_conflict)
+        # The program's DRAM region is checked in cycle 0 from registers: the
+        # registers it reads do not change in a START's cycle (the register bus
+        # writes one register a cycle), so the check of that cycle is cycle 0's.
+        region_bad = Signal()
+        m.d.sync += region_bad.eq(long_program & (region_end > cfg.dram_words))
         code = Signal.like(ctrl.error)
-        with m.If(running & (cycle == 0) & long_program & (region_end > cfg.dram_words)):
+        with m.If(running & (cycle == 0) & region_bad):
             m.d.comb += [fault.eq(1), code.eq(ErrorCode.PROG_RANGE)]
         with m.Elif(running & conflict_q):
             m.d.comb += [fault.eq(1), code.eq(ErrorCode.BANK_CONFLICT)]
