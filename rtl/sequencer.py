@@ -35,7 +35,8 @@ class Sequencer(wiring.Component):
 
     For the clock rate, the issue decision starts from registers: the head's checks
     of its own word are worked out a cycle ahead (for both words that may be the head
-    then), and the bank conflict is registered (its fault comes a cycle later).
+    then), the word the units latch at issue comes from the same registers, and the
+    bank conflict is registered (its fault comes a cycle later).
     """
 
     #: Issue port -> the opcode it carries.
@@ -68,22 +69,30 @@ class Sequencer(wiring.Component):
         m.submodules.imem = imem = memory.Memory(shape=isa.WORD_BITS, depth=depth,
                                                  init=[])
         wr = imem.write_port()
-        # ``rd`` reads the head of the next cycle, ``rd_next`` the slot after it; both
-        # see a word written in the same cycle (the head's checks are worked out from
-        # them a cycle ahead, below)
+        # ``rd`` reads the head of the next cycle, ``rd_next`` and ``rd_next2`` the two
+        # slots after it; each sees a word written in the same cycle. Their words are
+        # registered, and the head's checks are worked out from those registers a
+        # cycle ahead (below): no path starts at the block RAMs' outputs.
         rd = imem.read_port(transparent_for=(wr,))
         rd_next = imem.read_port(transparent_for=(wr,))
+        rd_next2 = imem.read_port(transparent_for=(wr,))
 
         def wrap(slot):
             return Mux(slot == depth - 1, 0, slot + 1)
 
-        start = ctrl.start & ~running
+        # A START in the cycle after a run ends is taken a cycle later: the read
+        # registers hold the program's first words only from then on. (No cycle of
+        # the run moves: its cycle counter starts at the START it takes.)
+        ended = Signal()
+        start_pending = Signal()
+        start = Signal()
+        m.d.comb += start.eq((ctrl.start & ~running & ~ended) | start_pending)
+        m.d.sync += start_pending.eq(ctrl.start & ~running & ended)
         pc = Signal(PC_BITS)
         slot = Signal(range(depth))               # pc % depth
         filled = Signal(32)                       # instructions in the ring so far
         present = Signal()                        # ir holds instruction pc
         waited = Signal()                         # the head waited for its word
-        ir = data.View(isa.Word, rd.data)
         issue = Signal()
         fault = Signal()
         finished = Signal()
@@ -91,8 +100,8 @@ class Sequencer(wiring.Component):
         # for a START
         goes_on = running & ~fault & ~finished
         m.d.comb += [rd.addr.eq(Mux(goes_on, Mux(issue, wrap(slot), slot), 0)),
-                     rd_next.addr.eq(Mux(goes_on, Mux(issue, wrap(wrap(slot)), wrap(slot)),
-                                         wrap(0)))]
+                     rd_next.addr.eq(wrap(rd.addr)), rd_next2.addr.eq(wrap(rd_next.addr))]
+        m.d.sync += ended.eq(running & ~goes_on)
 
         head = running & (pc < ctrl.prog_len)
         ready_head = head & present
@@ -137,12 +146,34 @@ class Sequencer(wiring.Component):
         # share one copy of each check's logic (a multiply among them) between the
         # two words behind a multiplexer that ``issue`` drives, which put the whole
         # issue decision in front of the checks in one cycle.
-        now_q, after_q = Signal(Checks), Signal(Checks)
+        #
+        # The words come from registers too: ``held[k]`` holds the word of slot
+        # ``s + k`` in cycle c, read in c - 1 from the addresses of c - 2 (``s`` the
+        # head of c - 1), or the word written in c - 1 into that slot. The head of c
+        # is ``s + took``, so the two candidates of c + 1 are ``held[took]`` and
+        # ``held[took + 1]``. A word the fetcher writes in c is in no check before
+        # c + 2, when ``present`` first says its instruction is there.
         took = Signal()
-        m.d.sync += [now_q.eq(checks(rd.data)), after_q.eq(checks(rd_next.data)),
-                     took.eq(issue)]
+        m.d.sync += took.eq(issue)
+        held = []
+        for k, port in enumerate((rd, rd_next, rd_next2)):
+            at_q = Signal(range(depth), name=f"read_addr_{k}")
+            word = Signal(isa.WORD_BITS, name=f"held_{k}")
+            m.d.sync += [at_q.eq(port.addr),
+                         word.eq(Mux(wr.en & (wr.addr == at_q), wr.data, port.data))]
+            held.append(word)
+        now_word, after_word = Signal(isa.WORD_BITS), Signal(isa.WORD_BITS)
+        m.d.comb += [now_word.eq(Mux(took, held[1], held[0])),
+                     after_word.eq(Mux(took, held[2], held[1]))]
+        now_q, after_q = Signal(Checks), Signal(Checks)
+        m.d.sync += [now_q.eq(checks(now_word)), after_q.eq(checks(after_word))]
         chk = Signal(Checks)
         m.d.comb += chk.eq(Mux(took, after_q, now_q))
+        # The head's word itself (the units latch their fields from it at issue, some
+        # through a multiply) comes from the same registers' words.
+        word_now, word_after = Signal(isa.WORD_BITS), Signal(isa.WORD_BITS)
+        m.d.sync += [word_now.eq(now_word), word_after.eq(after_word)]
+        ir = data.View(isa.Word, Mux(took, word_after, word_now))
         opcode = chk.opcode
         legal, due, late = chk.legal, chk.due, chk.late
         in_range, cfg_ok, cfg_limit_ok = chk.in_range, chk.cfg_ok, chk.limit_ok
@@ -164,8 +195,13 @@ class Sequencer(wiring.Component):
         # issues in c + 1. The head's issue in c does not wait for it.
         conflict_q = Signal()
         m.d.sync += conflict_q.eq(running & self.bank_conflict)
+        # The program's DRAM region is checked in cycle 0 from registers: the
+        # registers it reads do not change in a START's cycle (the register bus
+        # writes one register a cycle), so the check of that cycle is cycle 0's.
+        region_bad = Signal()
+        m.d.sync += region_bad.eq(long_program & (region_end > cfg.dram_words))
         code = Signal.like(ctrl.error)
-        with m.If(running & (cycle == 0) & long_program & (region_end > cfg.dram_words)):
+        with m.If(running & (cycle == 0) & region_bad):
             m.d.comb += [fault.eq(1), code.eq(ErrorCode.PROG_RANGE)]
         with m.Elif(running & conflict_q):
             m.d.comb += [fault.eq(1), code.eq(ErrorCode.BANK_CONFLICT)]

@@ -57,7 +57,7 @@ class VectorUnit(wiring.Component):
         # copy per row: the next VRUN reads its parameter row k (bias, multiplier,
         # shift, clamp) k+1 cycles after this one's last row read, and the register
         # shows it k+3 cycles after, once that row has passed every stage using it
-        # (bias: stage 1; multiplier: 2; shift: 2 and 3; clamp: 3).
+        # (bias: stage 1; multiplier: 2; shift and clamp: 2 and 3).
         m = Module()
         cfg, cols = self.cfg, self.cfg.cols
         args = Signal.like(self.issue.payload)
@@ -145,27 +145,42 @@ class VectorUnit(wiring.Component):
             # iff s2 < 0 (an arithmetic shift keeps the sign), and every comparison
             # with an int8 bound gives the same answer on qc, the shifted value held
             # to 12 bits (an overflow stays past +-1919 after adding zp) plus zp, so
-            # no 66-bit carry chain lies on the path.
-            zp = a3.zp.as_signed()
+            # no 66-bit carry chain lies on the path. For the clock rate stage 3
+            # starts from what stage 2 could work out beside the multiply: which bits
+            # of s2 must copy its sign for the shifted value to fit 12 bits, and each
+            # bound less the floor, so the comparisons take vc (in parallel with
+            # vc + floor) rather than qc after the adder.
+            floor2 = Mux(a2.requant, a2.zp.as_signed(), 0)
+            over = Signal(66, name=f"over_{c}")          # bits >= shift + 11
+            sat_hi = Signal(signed(10), name=f"sat_hi_{c}")
+            sat_lo = Signal(signed(10), name=f"sat_lo_{c}")
+            cl_lo = Signal(signed(10), name=f"cl_lo_{c}")
+            cl_hi = Signal(signed(10), name=f"cl_hi_{c}")
+            below_lo = Signal(signed(8), name=f"below_lo_{c}")   # the clamp of q < lo
+            ones = Const((1 << 66) - 1, 66)
+            m.d.sync += [over.eq(ones << (Mux(a2.requant, shift2, 0) + 11)),
+                         sat_hi.eq(127 - floor2), sat_lo.eq(-128 - floor2),
+                         cl_lo.eq(p_lo[c] - floor2), cl_hi.eq(p_hi[c] - floor2),
+                         below_lo.eq(Mux(p_lo[c] > p_hi[c], p_hi[c], p_lo[c]))]
             # the shift of stage 3 is stage 2's, registered with s2 (the shift
             # parameter holds through both stages of a row)
             shift3 = Signal(6, name=f"shift3_{c}")
             m.d.sync += shift3.eq(shift2)
             v = Signal(signed(66), name=f"v_{c}")
             m.d.comb += v.eq(Mux(a3.requant, s2 >> shift3, s2))
+            zp = a3.zp.as_signed()
             neg = s2[-1]
-            fits = (v[11:] == 0) | (v[11:] == (1 << (66 - 11)) - 1)
+            fits = ~((s2 ^ neg.replicate(66)) & over).any()
             vc = Signal(signed(12), name=f"vc_{c}")
             m.d.comb += vc.eq(Mux(fits, v[:12], Mux(neg, -2048, 2047)))
             floor = Mux(a3.requant, zp, 0)
             qc = Signal(signed(13), name=f"qc_{c}")
             m.d.comb += qc.eq(vc + floor)
             below = a3.relu & neg
-            yc = Mux(below, floor, qc)
-            sat = Mux(yc > 127, 127, Mux(yc < -128, -128, yc))
+            # saturate(below ? floor : qc), floor itself an int8
+            sat = Mux(below, floor, Mux(vc > sat_hi, 127, Mux(vc < sat_lo, -128, qc)))
             # params: max with lo, then min with hi (hi wins if lo > hi)
-            above = Mux(qc < p_lo[c], p_lo[c], qc)
-            clamped = Mux(above > p_hi[c], p_hi[c], above)
+            clamped = Mux(vc < cl_lo, below_lo, Mux(vc > cl_hi, p_hi[c], qc))
             wide = Mux(below, 0, s2[:32])     # requant = 0 into the ACC: floor 0
             s3 = Signal(signed(32), name=f"s3_{c}")
             m.d.sync += s3.eq(Mux(a3.params, clamped,

@@ -396,13 +396,16 @@ class SequencerTB(BlockTB):
         await self.next_cycle()
         self.set("ctrl__imem__en", 0)
 
-    async def run(self, prog_len: int, extra_starts=()) -> None:
+    async def run(self, prog_len: int, extra_starts=(), start_after_end=False,
+                  pending=False) -> None:
         """One run; ``extra_starts`` are run cycles at which START is pulsed again
-        (ignored while running)."""
+        (ignored while running). With ``start_after_end`` START is pulsed in the
+        cycle after the run's end and the run returns there; the next run, with
+        ``pending``, is that START's, taken a cycle later."""
         ref = reference(self.imem, prog_len, self.held_low)
         await self.next_cycle()
         self.set("ctrl__prog_len", prog_len)
-        self.set("ctrl__start", 1)
+        self.set("ctrl__start", int(not pending))
         base = self.cycle + 1          # run cycle 0: the first with running high
         free = dict.fromkeys(BUSY_UNITS, 0)
         drained_at = dict.fromkeys(BUSY_UNITS, 0)
@@ -415,7 +418,8 @@ class SequencerTB(BlockTB):
                 self.set(f"{u}__ready",
                          int(c >= free[u] and c not in self.held_low.get(u, ())))
                 self.set(f"{u}__drained", int(c >= drained_at[u]))
-            self.set("ctrl__start", int(c in extra_starts))
+            self.set("ctrl__start", int(c in extra_starts
+                                        or (start_after_end and c == ref["end"] + 1)))
             self.set("bank_conflict", int(c in self.held_low.get("conflict", ())))
             await self.settle()
             running = self.get("ctrl__running")
@@ -438,6 +442,8 @@ class SequencerTB(BlockTB):
             if c > ref["end"]:
                 self.expect("running after the end", running, 0)
                 self.expect("frozen cycle counter", self.get("ctrl__cycle"), ref["end"])
+                if start_after_end:
+                    break
         self.expect("issues (run cycle, unit, payload)", issues, ref["issues"])
         if ref["fault"] is None:
             self.expect("end of run", ends, [(ref["end"], "done")])
@@ -490,13 +496,26 @@ async def start_clears_guard(tb: SequencerTB) -> None:
     await tb.run(2)
 
 
-SPECIAL = {"restart": restart, "in_use_start_clears": start_clears_guard}
+async def start_after_end(tb: SequencerTB) -> None:
+    """A START in the cycle after a run ends (done or fault) is taken a cycle later,
+    once the program memory's read registers hold the first words again: the run
+    it starts issues every instruction at its cycle, as any other."""
+    await tb.load(program_words([setcfg(0, 1, 1), dma(1, rows=3), setcfg(4, 2, 1),
+                                 dma(9, rows=2), raw(0, 12)]))
+    await tb.run(4, start_after_end=True)
+    await tb.run(4, pending=True, start_after_end=True)
+    await tb.run(5, pending=True, start_after_end=True)      # ILLEGAL_OPCODE at pc 4
+    await tb.run(4, pending=True)
+
+
+SPECIAL = {"restart": restart, "in_use_start_clears": start_clears_guard,
+           "start_after_end": start_after_end}
 
 #: Cases run in one simulation each group (the program memory is not cleared between
 #: cases; the reference reads the testbench's copy of it).
 GROUPS = {
     "issue": ["every_unit", "back_to_back", "at_occupancy", "late_start", "empty",
-              "prog_len_short", "restart"],
+              "prog_len_short", "restart", "start_after_end"],
     "faults": ["illegal_first", "illegal_later", "illegal_high", "late", "late_by_arrival",
                "illegal_before_late", "prog_range", "prog_len_max", "cfg_index",
                "cfg_value", "cfg_value_ok", "cfg_pairs_ok", "cfg_too_many_pairs",
