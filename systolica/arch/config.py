@@ -331,13 +331,15 @@ PRESETS = {
     # the chip's control (sequencer, registers, DMA, fabric, host link) alone takes
     # some 6,000 LUT4s whatever the array; with a 4x4 array the chip needs 18,400
     # (docs/fpga.md). Each CBUF bank is one block RAM per lane; the ACC is one bank.
+    # The program ring is 512 words: the sequencer keeps three copies of it (its
+    # reads registered for the clock rate), 12 of the GW2A-18's 46 block RAMs.
     "tangnano9k": ChipConfig(name="tangnano9k", tile_rows=1, tile_cols=1, tile_size=2,
                              cbuf_depth=2048, cbuf_banks=4, acc_depth=256, acc_banks=1,
                              dram_words=4096, imem_depth=512,
                              ubuf_base=1536, ubuf_rows=512),
     "tangprimer20k": ChipConfig(name="tangprimer20k", tile_rows=1, tile_cols=1,
                                 tile_size=2, cbuf_depth=2048, cbuf_banks=4, acc_depth=256,
-                                acc_banks=1, dram_words=16384, imem_depth=1024,
+                                acc_banks=1, dram_words=16384, imem_depth=512,
                                 ubuf_base=1536, ubuf_rows=512),
 }
 
