@@ -82,6 +82,7 @@ def test_a_chained_bottleneck_equals_numpy_and_layer_by_layer(strategy, stride):
     assert (gg.ubuf_bytes_written > 0) == (strategy != "baseline" and len(seg.passes) > 1)
 
 
+@pytest.mark.slow
 def test_the_baseline_recomputes_what_the_ubuf_keeps():
     """Forced into the same passes, the UBUF strategies compute every row once and
     the baseline its halo rows again (more MACs, more DRAM reads of the run's input);
@@ -141,6 +142,7 @@ def test_cost_rule_chains_only_where_it_saves_bytes_in_no_more_cycles():
     assert compile_network(CFG, bottleneck()).segments
 
 
+@pytest.mark.slow
 def test_networks_that_do_not_chain_compile_as_before():
     """Layer by layer (by option, or where the cost model chains nothing) the
     program is the one the network had: the same image and DRAM."""

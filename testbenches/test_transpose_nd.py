@@ -397,6 +397,7 @@ def test_transposes_through_dram_beside_a_matmul_t(chip, make):
         np.testing.assert_array_equal(got[name], want[name], err_msg=name)
 
 
+@pytest.mark.slow
 def test_int32_transpose_shares_the_interleaving_loads():
     """64x64 int32 on tiny: 64 blocks of 8 x 8 elements, 4 input words each (a west load
     per word), and per group of 4 blocks one load of each of the 16 interleaving blocks
