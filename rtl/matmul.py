@@ -187,7 +187,8 @@ class MatmulUnit(wiring.Component):
         m.d.comb += self.row_fed.eq(valid1)
 
         # Feeder: the pad byte where the pixel lies outside the tile, west-edge
-        # partition routing, then per-row skew registers.
+        # partition routing, the feed register if the chip has one (it cuts the CBUF
+        # read from the first cell's multiply-add), then per-row skew registers.
         rbytes = [Mux(inside[p], self.cbuf_read.data[8 * p:8 * p + 8], pad)
                   for p in range(cfg.rows)]
         for i in range(cfg.tile_rows):
@@ -196,6 +197,10 @@ class MatmulUnit(wiring.Component):
                 r = i * n + x
                 a, s = Signal(ACT, name=f"feed_a_{r}"), Signal(name=f"feed_s_{r}")
                 m.d.comb += [a.eq(Mux(valid1, grp[x].as_signed(), 0)), s.eq(sel1)]
+                for k in range(timing.feed_stages(cfg)):
+                    a2, s2 = Signal(ACT, name=f"feed_reg_a_{r}"), Signal(name=f"feed_reg_s_{r}")
+                    m.d.sync += [a2.eq(a), s2.eq(s)]
+                    a, s = a2, s2
                 for k in range(timing.skew(cfg, r)):
                     a2, s2 = Signal(ACT, name=f"skew_a_{r}_{k}"), Signal(name=f"skew_s_{r}_{k}")
                     m.d.sync += [a2.eq(a), s2.eq(s)]

@@ -1,4 +1,4 @@
-"""MatmulUnit (``tiny`` preset): MATMULs against Python models of the CBUF read port,
+"""MatmulUnit (``tiny`` preset, and tiny with the feed register): MATMULs against Python models of the CBUF read port,
 the accumulator buffer (read latency 1, not transparent: a read sees the contents
 before a write in the same cycle) and the grid.
 
@@ -15,7 +15,8 @@ For a MATMUL issued at ``t``, row ``i`` of CBUF data arrives at ``t + FEED + i``
   the cycles ``t + FEED + i``;
 * ``west_a[r]`` = ``cbuf[act_addr + i]`` partition ``g*n + r%n`` (``g`` =
   ``west_feed[r//n]`` in that cycle, 0 for the zero source) and ``west_sel[r]`` = the
-  bank, at ``t + FEED + i + timing.skew(r)``;
+  bank, at ``t + EDGE + i + timing.skew(r)`` (``EDGE`` = ``FEED``, one more with the
+  feed register);
 * ``acc_read.en`` (with its address) and ``acc_write.en`` high exactly in the cycles
   the instructions' effects list an ACC read or write (reads only when accumulating);
 * exactly one ACC write per row, at ``t + timing.matmul_pipeline + 1 + i`` to
@@ -33,6 +34,7 @@ and the arguments are junk without ``issue``: the unit must not use them then.
 
 from __future__ import annotations
 
+import os
 import random
 
 import cocotb
@@ -42,11 +44,14 @@ from systolica.arch.config import preset
 from systolica.arch.isa import Instr, Opcode
 from tb_base import BlockTB, case_names, pack, pack_fields, touches, unpack, wrap32
 
-CFG = preset("tiny")
+# the second build (test_blocks.py) has the feed register: every row a cycle later
+# into the array and the ACC
+CFG = preset("tiny").replace(feed_register=os.environ.get("MATMUL_FEED_REGISTER") == "1")
 R, C, n, T = CFG.rows, CFG.cols, CFG.tile_size, CFG.tile_rows
 TC = CFG.tile_cols
 MATMUL = isa.PAYLOAD[Opcode.MATMUL]
 FEED = CFG.latency["cbuf_read"] + 1       # cycles from issue to row 0's CBUF data
+EDGE = FEED + timing.feed_stages(CFG)     # ... and to its arrival at the west edge
 PIPE = timing.matmul_pipeline(CFG)        # issue to the ACC read of row 0
 SMAX = timing.skew_max(CFG)
 GRID_DELAY = [[SMAX - timing.skew(CFG, r) + timing.skew(CFG, c) + 2 for c in range(C)]
@@ -252,7 +257,7 @@ class MatmulTB(BlockTB):
                 srcs[t + PIPE + i] = a["acc_src"]
                 act = activations(row, a["west_feed"])
                 for r in range(R):
-                    key = (t + FEED + i + timing.skew(CFG, r), r)
+                    key = (t + EDGE + i + timing.skew(CFG, r), r)
                     assert key not in lanes
                     lanes[key] = (act[r], a["bank"])
                 cols = [wrap32(sum(act[r] * weights[a["bank"]][r][c] for r in range(R)))

@@ -59,6 +59,11 @@ BLOCKS = [
           tb="tb_grid_lanes", cases=each(tb_grid_lanes.CASES)),
     Block(name="matmul_unit", factory=partial(MatmulUnit, cfg=tb_matmul_unit.CFG),
           tb="tb_matmul_unit", cases=groups(tb_matmul_unit.GROUPS)),
+    # the feed register (ChipConfig.feed_register): every case again, a cycle later
+    Block(name="matmul_unit", variant="feed_register", tb="tb_matmul_unit",
+          cases=groups(tb_matmul_unit.GROUPS), env={"MATMUL_FEED_REGISTER": "1"},
+          factory=partial(MatmulUnit,
+                          cfg=tb_matmul_unit.CFG.replace(feed_register=True))),
     Block(name="weight_loader", factory=partial(WeightLoader, cfg=tb_weight_loader.CFG),
           tb="tb_weight_loader", cases=groups(tb_weight_loader.GROUPS)),
     Block(name="vpu", factory=partial(VectorUnit, cfg=tb_vpu.CFG), tb="tb_vpu",
@@ -99,12 +104,17 @@ def test_block(block, case):
 # -- the table itself (no simulator) ----------------------------------------------------
 
 def test_every_case_of_every_testbench_runs_once():
-    """No case of a ``tb_<block>.py`` is left out of the table, run twice, or unknown."""
+    """No case of a ``tb_<block>.py`` is left out of the table, run twice in one row
+    (one configuration), or unknown."""
     modules = {block.tb: __import__(block.tb) for block in BLOCKS}
     for tb, module in modules.items():
-        listed = [c for block in BLOCKS if block.tb == tb
-                  for cases in block.cases.values() for c in cases]
         known = [*module.CASES, *getattr(module, "SPECIAL", {})]
+        listed = set()
+        for block in BLOCKS:
+            if block.tb == tb:
+                row = [c for cases in block.cases.values() for c in cases]
+                assert len(set(row)) == len(row) and set(row) <= set(known), block.label
+                listed |= set(row)
         assert sorted(listed) == sorted(known), tb
 
 

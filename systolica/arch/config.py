@@ -59,6 +59,9 @@ class ChipConfig:
     general_lanes: bool = False  # seed 002's general lanes (four directions, crossings,
                                  # skip links) in the grid: four multiplexers per tile
                                  # (docs/contract.md, "General lanes")
+    feed_register: bool = False  # a register between the CBUF's read data and the
+                                 # array's west edge: a MATMUL's rows reach the cells a
+                                 # cycle later, for the clock rate (docs/fpga.md)
     max_config_updates_per_cycle: int = 4   # SETCFG pairs per instruction (<= isa.SETCFG_PAIRS)
     config_update_interval: int = 1         # SETCFG only on cycles that are multiples of this
     power_domain_budget: int = 2            # SETCFG pairs per power domain per instruction
@@ -75,9 +78,10 @@ class ChipConfig:
             self._integer(n, 1)
         for n in ("ubuf_base", "ubuf_rows"):
             self._integer(n, 0)
-        if not isinstance(self.general_lanes, bool):
-            raise ConfigError(f"{self.name}: general_lanes must be True or False, not "
-                              f"{self.general_lanes!r}")
+        for n in ("general_lanes", "feed_register"):
+            if not isinstance(getattr(self, n), bool):
+                raise ConfigError(f"{self.name}: {n} must be True or False, not "
+                                  f"{getattr(self, n)!r}")
         from . import isa  # field widths bound the sizes
         if self.max_config_updates_per_cycle > isa.SETCFG_PAIRS:
             raise ConfigError(f"{self.name}: max_config_updates_per_cycle "
@@ -312,12 +316,14 @@ PRESETS = {
                        dram_words=1 << 22, imem_depth=4096,     # 64 MiB
                        ubuf_base=7168, ubuf_rows=1024),
     # tiny's tiles in a 4x2 grid: a 16x8 array (R = 2C), the seed's 128x64 shape scaled
-    # down; eight configuration updates per cycle (the seed's widest SETCFG)
+    # down; eight configuration updates per cycle (the seed's widest SETCFG); the feed
+    # register, so that the chip-level tests run it too
     "tiny_tall": ChipConfig(name="tiny_tall", tile_rows=4, tile_cols=2, tile_size=4,
                             cbuf_depth=2048, cbuf_banks=8, acc_depth=256, acc_banks=16,
                             dram_words=16384, imem_depth=2048,
                             ubuf_base=1792, ubuf_rows=256, general_lanes=True,
-                            max_config_updates_per_cycle=8, power_domain_budget=8),
+                            max_config_updates_per_cycle=8, power_domain_budget=8,
+                            feed_register=True),
     # tiny's array on the ULX3S 85F (ECP5, systolica.arch.boards): each CBUF bank fills
     # one 18 Kbit block RAM (2048 x 8), 64 in all; the DRAM is 64 more (128 KiB),
     # the program memory 15. The ACC has 4 banks, not tiny's 16: its crossbar

@@ -22,8 +22,15 @@ def weight_shifts(cfg: ChipConfig) -> int:
     return skew(cfg, cfg.rows - 1) + 1
 
 
+def feed_stages(cfg: ChipConfig) -> int:
+    """Registers between a MATMUL row's CBUF data and the array's west edge: the
+    feed register when the chip has one (``ChipConfig.feed_register``)."""
+    return int(cfg.feed_register)
+
+
 def matmul_pipeline(cfg: ChipConfig) -> int:
     """Cycles from a MATMUL's issue to the accumulator read of its first row:
-    CBUF read (1), row skew, cell stages across the array, the psum conveyor out
-    of the last tile row (1), column de-skew, and the edge registers (2)."""
-    return cfg.latency["cbuf_read"] + 2 * skew_max(cfg) + 3
+    CBUF read (1), the feed register (0 or 1), row skew, cell stages across the
+    array, the psum conveyor out of the last tile row (1), column de-skew, and the
+    edge registers (2)."""
+    return cfg.latency["cbuf_read"] + feed_stages(cfg) + 2 * skew_max(cfg) + 3

@@ -542,7 +542,7 @@ class Matmul(Instruction):
         return f["rows"] + geo.matmul_pipeline(cfg) + cfg.latency["acc_read"]
 
     def bank_window(self, cfg, f):
-        first = cfg.latency["cbuf_read"] + 1
+        first = cfg.latency["cbuf_read"] + geo.feed_stages(cfg) + 1
         return first, first + f["rows"] + 2 * geo.skew_max(cfg)
 
     def port_windows(self, cfg, f):
@@ -560,6 +560,7 @@ class Matmul(Instruction):
         feed = cfg.latency["cbuf_read"] + 1       # cycle the first row leaves the CBUF
         if kind == "west_feed":
             return feed, feed + m
+        feed += geo.feed_stages(cfg)              # ... and reaches the array's edge
         if kind == "act_in":
             i, j = idx
             return (feed + skew(i * n) + skew(j * n),
@@ -576,7 +577,8 @@ class Matmul(Instruction):
         return None
 
     def effects(self, cfg, f):
-        # Row i is read from the CBUF in cycle 1+i and leaves it cbuf_read later. Cell
+        # Row i is read from the CBUF in cycle 1+i and leaves it cbuf_read later (and
+        # the feed register, if the chip has one, a cycle after that). Cell
         # (r, c) sees it skew(r) + skew(c) after that (one register per cell and per
         # tile boundary, along the row and then down the column). De-skewed, every
         # column's sum for row i reaches the accumulate stage together: it reads the
@@ -586,28 +588,29 @@ class Matmul(Instruction):
         sk = lambda i: geo.skew(cfg, i)  # noqa: E731
         read = 1 + t
         leave = read + cfg.latency["cbuf_read"]
+        edge = leave + geo.feed_stages(cfg)     # past the feed register, if any
         # the far corner cell, its output register, the conveyor out of the last tile
         # row; the column de-skew (skew_max - skew(c), skew_max along the R rows)
         # brings every column to the cycle the last row's would reach in column R - 1
-        acc_read = leave + 2 * geo.skew_max(cfg) + 2
+        acc_read = edge + 2 * geo.skew_max(cfg) + 2
         acc_write = acc_read + cfg.latency["acc_read"]
         muxes = {f"west_feed[{i}]": (int(leave[0]), int(leave[-1]))
                  for i in range(cfg.tile_rows)}
         for i in range(cfg.tile_rows):
             for j in range(cfg.tile_cols):
-                muxes[f"act_in[{i}][{j}]"] = (int(leave[0]) + sk(i * n) + sk(j * n),
-                                             int(leave[-1]) + sk(i * n + n - 1) + sk(j * n))
+                muxes[f"act_in[{i}][{j}]"] = (int(edge[0]) + sk(i * n) + sk(j * n),
+                                             int(edge[-1]) + sk(i * n + n - 1) + sk(j * n))
                 if i:
                     muxes[f"psum_in[{i}][{j}]"] = (
-                        int(leave[0]) + sk(i * n) + sk(j * n),
-                        int(leave[-1]) + sk(i * n) + sk(j * n + n - 1))
+                        int(edge[0]) + sk(i * n) + sk(j * n),
+                        int(edge[-1]) + sk(i * n) + sk(j * n + n - 1))
         for g in range(cfg.tile_cols):
             muxes[f"acc_src[{g}]"] = (int(acc_read[0]), int(acc_read[-1]))
         # The weight bank is read from the first row's arrival at cell (0, 0) to the
         # last row's at the far corner.
         # (along R rows and C <= R columns; counted as 2 * skew_max, as the closed
         # form does: on a tall array a few cycles more than the corner needs)
-        bank_last = int(leave[-1]) + 2 * geo.skew_max(cfg)
+        bank_last = int(edge[-1]) + 2 * geo.skew_max(cfg)
         acc_rows = _rows(f["acc_addr"], m)
         if f.get("conv"):
             # which tile pixel a row reads depends on the latched geometry: the whole
@@ -621,7 +624,7 @@ class Matmul(Instruction):
             accept=m,
             reads=[*act,
                    Touch(f"wbank{f['bank']}", np.zeros(2, dtype=np.int64),
-                         np.array([int(leave[0]), bank_last], dtype=np.int64)),
+                         np.array([int(edge[0]), bank_last], dtype=np.int64)),
                    *([Touch("acc", acc_rows, acc_read, forward=True)]
                      if f["accumulate"] else [])],
             writes=[Touch("acc", acc_rows, acc_write, forward=True)],

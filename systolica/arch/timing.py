@@ -19,7 +19,7 @@ cycle-level effects, so a wrong closed form here shows up there as a broken sche
 from __future__ import annotations
 
 from .config import ChipConfig
-from .geometry import matmul_pipeline, skew, skew_max, weight_shifts  # noqa: F401
+from .geometry import feed_stages, matmul_pipeline, skew, skew_max, weight_shifts  # noqa: F401
 from .instructions import ACCUMULATE, SPEC, Dma, bank_shift, ranges
 from .isa import Instr, Opcode
 
@@ -101,6 +101,6 @@ def mux_use(cfg: ChipConfig, ins: Instr, mux_name: str) -> tuple[int, int] | Non
     return SPEC[ins.op].mux_use(cfg, ins.fields, kind, idx)
 
 
-__all__ = ["UNIT", "bank_window", "dma_words", "done", "matmul_pipeline",
+__all__ = ["UNIT", "bank_window", "dma_words", "done", "feed_stages", "matmul_pipeline",
            "moving_field", "mux_use", "occupancy", "run_cycles", "skew", "skew_max",
            "weight_shifts"]
