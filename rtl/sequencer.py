@@ -69,41 +69,56 @@ class Sequencer(wiring.Component):
         m.submodules.imem = imem = memory.Memory(shape=isa.WORD_BITS, depth=depth,
                                                  init=[])
         wr = imem.write_port()
-        # ``rd`` reads the head of the next cycle, ``rd_next`` and ``rd_next2`` the two
-        # slots after it; each sees a word written in the same cycle. Their words are
-        # registered, and the head's checks are worked out from those registers a
-        # cycle ahead (below): no path starts at the block RAMs' outputs.
-        rd = imem.read_port(transparent_for=(wr,))
-        rd_next = imem.read_port(transparent_for=(wr,))
-        rd_next2 = imem.read_port(transparent_for=(wr,))
+        # ``reads[k]`` reads slot ``base + k`` (k = 0..3), ``base`` a register: the
+        # head of the cycle (0 once a run has ended). Each sees a word written in the
+        # same cycle. Their words are registered, and the head's checks are worked out
+        # from those registers a cycle ahead (below): no path starts at the block
+        # RAMs' outputs, and none ends at their addresses but from registers.
+        reads = [imem.read_port(transparent_for=(wr,)) for _ in range(4)]
 
         def wrap(slot):
             return Mux(slot == depth - 1, 0, slot + 1)
 
-        # A START in the cycle after a run ends is taken a cycle later: the read
+        def plus(slot, k):
+            """``(slot + k) % depth`` for ``k < depth``."""
+            return Mux(slot + k >= depth, slot + k - depth, slot + k)[:len(slot)]
+
+        # A START in the two cycles after a run ends is taken in the third: the read
         # registers hold the program's first words only from then on. (No cycle of
         # the run moves: its cycle counter starts at the START it takes.)
-        ended = Signal()
+        ended = Signal(2)                         # the run ended 1 or 2 cycles ago
         start_pending = Signal()
         start = Signal()
-        m.d.comb += start.eq((ctrl.start & ~running & ~ended) | start_pending)
-        m.d.sync += start_pending.eq(ctrl.start & ~running & ended)
+        blocked = ended.any()
+        m.d.comb += start.eq(((ctrl.start & ~running) | start_pending) & ~blocked)
+        m.d.sync += start_pending.eq(((ctrl.start & ~running) | start_pending) & blocked)
         pc = Signal(PC_BITS)
         slot = Signal(range(depth))               # pc % depth
         filled = Signal(32)                       # instructions in the ring so far
         present = Signal()                        # ir holds instruction pc
         waited = Signal()                         # the head waited for its word
         issue = Signal()
+        took, took2 = Signal(), Signal()          # issued a cycle ago, two cycles ago
         fault = Signal()
         finished = Signal()
         # the run goes on next cycle; else the reads go back to slot 0 (and 1), ready
         # for a START
         goes_on = running & ~fault & ~finished
-        m.d.comb += [rd.addr.eq(Mux(goes_on, Mux(issue, wrap(slot), slot), 0)),
-                     rd_next.addr.eq(wrap(rd.addr)), rd_next2.addr.eq(wrap(rd_next.addr))]
-        m.d.sync += ended.eq(running & ~goes_on)
+        # the read addresses of c + 1: the head of c + 1 and the slots after it, each
+        # a sum of registers that the issue only selects
+        for k, port in enumerate(reads):
+            addr = Signal(range(depth), name=f"read_base_{k}", init=k % depth)
+            m.d.sync += addr.eq(Mux(goes_on, Mux(issue, plus(slot, k + 1), plus(slot, k)),
+                                    k % depth))
+            m.d.comb += port.addr.eq(addr)
+        m.d.sync += ended.eq(Cat(running & ~goes_on, ended[0]))
 
-        head = running & (pc < ctrl.prog_len)
+        # pc < PROG_LEN for both heads c + 1 may have (PROG_LEN changes only while
+        # stopped, never in a START's cycle): issue only selects
+        below, below_next = Signal(), Signal()
+        pc_from = Mux(start, 0, pc)
+        m.d.sync += [below.eq(pc_from < ctrl.prog_len), below_next.eq(pc_from + 1 < ctrl.prog_len)]
+        head = running & Mux(took, below_next, below)
         ready_head = head & present
 
         # The head's own checks of its word alone (and of the cycle it is checked in)
@@ -149,22 +164,23 @@ class Sequencer(wiring.Component):
         #
         # The words come from registers too: ``held[k]`` holds the word of slot
         # ``s + k`` in cycle c, read in c - 1 from the addresses of c - 2 (``s`` the
-        # head of c - 1), or the word written in c - 1 into that slot. The head of c
-        # is ``s + took``, so the two candidates of c + 1 are ``held[took]`` and
-        # ``held[took + 1]``. A word the fetcher writes in c is in no check before
-        # c + 2, when ``present`` first says its instruction is there.
-        took = Signal()
-        m.d.sync += took.eq(issue)
+        # head of c - 2), or the word written in c - 1 into that slot. The head of c
+        # is ``s + took2 + took`` (the issues of c - 2 and c - 1), so the two
+        # candidates of c + 1 are ``held[took2 + took]`` and the next one. A word the
+        # fetcher writes in c is in no check before c + 2, when ``present`` first
+        # says its instruction is there.
+        m.d.sync += [took.eq(issue), took2.eq(took)]
         held = []
-        for k, port in enumerate((rd, rd_next, rd_next2)):
+        for k, port in enumerate(reads):
             at_q = Signal(range(depth), name=f"read_addr_{k}")
             word = Signal(isa.WORD_BITS, name=f"held_{k}")
             m.d.sync += [at_q.eq(port.addr),
                          word.eq(Mux(wr.en & (wr.addr == at_q), wr.data, port.data))]
             held.append(word)
         now_word, after_word = Signal(isa.WORD_BITS), Signal(isa.WORD_BITS)
-        m.d.comb += [now_word.eq(Mux(took, held[1], held[0])),
-                     after_word.eq(Mux(took, held[2], held[1]))]
+        both, either = took & took2, took | took2
+        m.d.comb += [now_word.eq(Mux(both, held[2], Mux(either, held[1], held[0]))),
+                     after_word.eq(Mux(both, held[3], Mux(either, held[2], held[1])))]
         now_q, after_q = Signal(Checks), Signal(Checks)
         m.d.sync += [now_q.eq(checks(now_word)), after_q.eq(checks(after_word))]
         chk = Signal(Checks)

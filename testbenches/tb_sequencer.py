@@ -401,11 +401,13 @@ class SequencerTB(BlockTB):
         """One run; ``extra_starts`` are run cycles at which START is pulsed again
         (ignored while running). With ``start_after_end`` START is pulsed in the
         cycle after the run's end and the run returns there; the next run, with
-        ``pending``, is that START's, taken a cycle later."""
+        ``pending``, is that START's, taken two cycles later."""
         ref = reference(self.imem, prog_len, self.held_low)
         await self.next_cycle()
         self.set("ctrl__prog_len", prog_len)
         self.set("ctrl__start", int(not pending))
+        if pending:                    # taken two cycles after its pulse
+            await self.next_cycle()
         base = self.cycle + 1          # run cycle 0: the first with running high
         free = dict.fromkeys(BUSY_UNITS, 0)
         drained_at = dict.fromkeys(BUSY_UNITS, 0)
@@ -497,8 +499,8 @@ async def start_clears_guard(tb: SequencerTB) -> None:
 
 
 async def start_after_end(tb: SequencerTB) -> None:
-    """A START in the cycle after a run ends (done or fault) is taken a cycle later,
-    once the program memory's read registers hold the first words again: the run
+    """A START in the cycle after a run ends (done or fault) is taken two cycles
+    later, once the program memory's read registers hold the first words again: the run
     it starts issues every instruction at its cycle, as any other."""
     await tb.load(program_words([setcfg(0, 1, 1), dma(1, rows=3), setcfg(4, 2, 1),
                                  dma(9, rows=2), raw(0, 12)]))
