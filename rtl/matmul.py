@@ -231,9 +231,12 @@ class MatmulUnit(wiring.Component):
         w_psum = Signal(cfg.cols * 32)
         m.d.sync += [w_valid.eq(a_valid), w_accum.eq(a_accum), w_max.eq(a_max),
                      w_addr.eq(a_addr), w_psum.eq(Cat(*routed))]
-        f_valid, f_addr = Signal(), Signal(isa.ACC_ADDR_BITS)
+        # forward when the row written last cycle is this one's: compared a cycle
+        # early, as both addresses enter their registers, for the clock rate
+        forward = Signal()
         f_data = Signal(cfg.cols * 32)
-        old = Mux(f_valid & (f_addr == w_addr), f_data, self.acc_read.data)
+        m.d.sync += forward.eq(w_valid & (w_addr == a_addr))
+        old = Mux(forward, f_data, self.acc_read.data)
         total = Signal(cfg.cols * 32)
         for c in range(cfg.cols):
             lo = 32 * c
@@ -242,7 +245,7 @@ class MatmulUnit(wiring.Component):
                 Mux(w_accum, Mux(w_max, Mux(o > ps, o, ps), o + ps), ps))
         m.d.comb += [self.acc_write.en.eq(w_valid), self.acc_write.addr.eq(w_addr),
                      self.acc_write.data.eq(total)]
-        m.d.sync += [f_valid.eq(w_valid), f_addr.eq(w_addr), f_data.eq(total)]
+        m.d.sync += f_data.eq(total)
 
         busy = active | w_valid
         for k in range(ctrl_len):
