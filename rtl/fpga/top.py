@@ -49,7 +49,8 @@ class FpgaTop(wiring.Component):
         m.submodules.chip = ResetInserter(bridge.chip_reset)(chip)
         m.submodules.dram = dram = memory.Memory(shape=8 * cfg.dram_word_bytes,
                                                  depth=cfg.dram_words, init=[])
-        rd, wr = dram.read_port(), dram.write_port()
+        wr = dram.write_port()
+        rd = dram.read_port(transparent_for=(wr,))
 
         m.d.comb += [rx.rx.eq(self.rx), self.tx.eq(tx.tx)]
         connect(m, rx.data, bridge.rx)
@@ -62,9 +63,14 @@ class FpgaTop(wiring.Component):
         chip_access = chip.mem_re | chip.mem_we
         addr = Mux(chip_access, chip.mem_addr, bridge.dram.addr)
         in_range = addr < cfg.dram_words     # the chip faults on an address past the end
+        # A write is posted: registered, it reaches the block RAM a cycle later, and
+        # a read in that cycle sees it (the read port is transparent to the write), so
+        # every read returns what it did with the write at once. It keeps the path
+        # from a CBUF bank's block RAM through the DMA apart from the DRAM's block
+        # RAMs, for the clock rate.
         m.d.comb += [rd.addr.eq(addr), rd.en.eq(chip.mem_re | bridge.dram.re),
-                     wr.addr.eq(addr),
-                     wr.en.eq((chip.mem_we | bridge.dram.we) & in_range),
-                     wr.data.eq(Mux(chip_access, chip.mem_wdata, bridge.dram.wdata)),
                      chip.mem_rdata.eq(rd.data), bridge.dram.rdata.eq(rd.data)]
+        m.d.sync += [wr.addr.eq(addr),
+                     wr.en.eq((chip.mem_we | bridge.dram.we) & in_range),
+                     wr.data.eq(Mux(chip_access, chip.mem_wdata, bridge.dram.wdata))]
         return m

@@ -42,10 +42,13 @@ FAMILIES = {
 }
 BITSTREAM = {"ecp5": "bit", "gowin": "fs"}
 #: nextpnr's options per family. ECP5: the default router (router1); router2 did not
-#: converge on the ECP5 builds, not even on the 2x2 chip (docs/fpga.md). Gowin:
+#: converge on the ECP5 builds, not even on the 2x2 chip (docs/fpga.md); the placer
+#: weighs timing three times its default and its critical paths with exponent 4
+#: (a 4x4 array's netlist: 41.3 MHz routed with the defaults, 43.8 with these). Gowin:
 #: himbaechel reads no clock constraint from the pin file, so the target clock is
 #: given here.
-NEXTPNR_OPTS = {"ecp5": "--router router1", "gowin": "--freq {mhz:g}"}
+NEXTPNR_OPTS = {"ecp5": "--router router1 --placer-heap-timingweight 30 "
+                        "--placer-heap-critexp 4", "gowin": "--freq {mhz:g}"}
 MEMORY_LISTS = {"memories_in_ffs": "r:WR_PORTS>0 %i", "roms_in_luts": "r:WR_PORTS=0 %i"}
 
 
