@@ -47,10 +47,8 @@ class FpgaTop(wiring.Component):
         m.submodules.bridge = bridge = LinkBridge(cfg=cfg, idle_timeout=self.link.idle_timeout)
         chip = Chip(cfg=cfg)
         m.submodules.chip = ResetInserter(bridge.chip_reset)(chip)
-        m.submodules.dram = dram = memory.Memory(shape=8 * cfg.dram_word_bytes,
-                                                 depth=cfg.dram_words, init=[])
-        wr = dram.write_port()
-        rd = dram.read_port(transparent_for=(wr,))
+        m.submodules.dram = dram = BoardDram(width=8 * cfg.dram_word_bytes,
+                                             depth=cfg.dram_words)
 
         m.d.comb += [rx.rx.eq(self.rx), self.tx.eq(tx.tx)]
         connect(m, rx.data, bridge.rx)
@@ -63,14 +61,31 @@ class FpgaTop(wiring.Component):
         chip_access = chip.mem_re | chip.mem_we
         addr = Mux(chip_access, chip.mem_addr, bridge.dram.addr)
         in_range = addr < cfg.dram_words     # the chip faults on an address past the end
-        # A write is posted: registered, it reaches the block RAM a cycle later, and
-        # a read in that cycle sees it (the read port is transparent to the write), so
-        # every read returns what it did with the write at once. It keeps the path
-        # from a CBUF bank's block RAM through the DMA apart from the DRAM's block
-        # RAMs, for the clock rate.
-        m.d.comb += [rd.addr.eq(addr), rd.en.eq(chip.mem_re | bridge.dram.re),
-                     chip.mem_rdata.eq(rd.data), bridge.dram.rdata.eq(rd.data)]
-        m.d.sync += [wr.addr.eq(addr),
-                     wr.en.eq((chip.mem_we | bridge.dram.we) & in_range),
-                     wr.data.eq(Mux(chip_access, chip.mem_wdata, bridge.dram.wdata))]
+        m.d.comb += [dram.addr.eq(addr), dram.re.eq(chip.mem_re | bridge.dram.re),
+                     dram.we.eq((chip.mem_we | bridge.dram.we) & in_range),
+                     dram.wdata.eq(Mux(chip_access, chip.mem_wdata, bridge.dram.wdata)),
+                     chip.mem_rdata.eq(dram.rdata), bridge.dram.rdata.eq(dram.rdata)]
+        return m
+
+
+class BoardDram(wiring.Component):
+    """The board's DRAM: one block RAM of ``depth`` words, one address a cycle. A read
+    (``re``) returns the word in the next cycle; a write (``we``) is posted: registered,
+    it reaches the block RAM a cycle later, and a read in that cycle sees it (the read
+    port is transparent to the write). So every read returns what it would with the
+    write done at once, and the path from a CBUF bank's block RAM through the DMA ends
+    at a register rather than at the DRAM's block RAMs, for the clock rate."""
+
+    def __init__(self, *, width: int, depth: int):
+        self.width, self.depth = width, depth
+        super().__init__({"addr": In(range(depth)), "re": In(1), "we": In(1),
+                          "wdata": In(width), "rdata": Out(width)})
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.mem = mem = memory.Memory(shape=self.width, depth=self.depth, init=[])
+        wr = mem.write_port()
+        rd = mem.read_port(transparent_for=(wr,))
+        m.d.comb += [rd.addr.eq(self.addr), rd.en.eq(self.re), self.rdata.eq(rd.data)]
+        m.d.sync += [wr.addr.eq(self.addr), wr.en.eq(self.we), wr.data.eq(self.wdata)]
         return m
