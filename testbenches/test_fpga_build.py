@@ -155,6 +155,17 @@ def test_the_gowin_bitstream_of_the_chip_builds_and_meets_its_clock(tmp_path):
 
 @pytest.mark.regress
 @pytest.mark.fpga
+def test_the_ulx3s_bitstream_builds_and_closes_50_mhz(tmp_path):
+    """The main board's whole flow (about 20 minutes): the `ulx3s` preset meets the
+    board's 50 MHz target with every memory in block RAM."""
+    report = bitstream.build("ulx3s", out=tmp_path)
+    assert report["fits"] and report["timing_met"], bitstream.describe(report)
+    assert report["target_mhz"] >= 50 and report["memories_in_ffs"] == []
+    assert Path(report["bitstream"]).stat().st_size > 0
+
+
+@pytest.mark.regress
+@pytest.mark.fpga
 def test_a_design_over_its_device_stops_after_packing_with_what_is_over(tmp_path):
     """The Tang Nano 9K's GW1NR-9 has 8,640 LUT4s; the chip needs more even with a
     2x2 array. The build stops after packing, names the overflow and writes no
