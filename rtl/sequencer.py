@@ -80,7 +80,8 @@ class Sequencer(wiring.Component):
             return Mux(slot == depth - 1, 0, slot + 1)
 
         def plus(slot, k):
-            """``(slot + k) % depth`` for ``k < depth``."""
+            """``(slot + k) % depth``."""
+            k %= depth
             return Mux(slot + k >= depth, slot + k - depth, slot + k)[:len(slot)]
 
         # A START in the two cycles after a run ends is taken in the third: the read
@@ -101,8 +102,8 @@ class Sequencer(wiring.Component):
         took, took2 = Signal(), Signal()          # issued a cycle ago, two cycles ago
         fault = Signal()
         finished = Signal()
-        # the run goes on next cycle; else the reads go back to slot 0 (and 1), ready
-        # for a START
+        # the run goes on next cycle; else the reads go back to slot 0 (and the three
+        # after it), ready for a START
         goes_on = running & ~fault & ~finished
         # the read addresses of c + 1: the head of c + 1 and the slots after it, each
         # a sum of registers that the issue only selects
