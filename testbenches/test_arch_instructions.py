@@ -12,6 +12,7 @@ from systolica.arch import fabric, instructions, isa, timing
 from systolica.arch.config import PRESETS
 from systolica.arch.instructions import Range
 from systolica.arch.isa import DmaKind, Instr, Opcode
+from tiers import sample
 
 CONFIGS = [PRESETS[name] for name in sorted(PRESETS)]
 
@@ -312,7 +313,7 @@ def ranges_rule(cfg, op, f):
 
 
 @pytest.mark.parametrize("op", list(RANGE_CASES), ids=lambda op: op.name)
-@pytest.mark.parametrize("cfg", CONFIGS + [PRESETS["tiny"].replace(dram_words=1000)],
+@pytest.mark.parametrize("cfg", sample(CONFIGS + [PRESETS["tiny"].replace(dram_words=1000)], 2),
                          ids=lambda c: f"{c.name}-{c.dram_words}")
 def test_range_check_equals_its_ranges(cfg, op):
     """The DMA's and MATMUL's ADDR_RANGE checks (the sequencer's short forms) fault

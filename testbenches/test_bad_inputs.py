@@ -22,6 +22,7 @@ from systolica.compiler import (CompileError, Dense, GraphBuilder, Network, comp
                                 gemm)
 from systolica.compiler.ops import Conv2d
 from systolica.compiler import stp, text
+from tiers import sample
 
 TINY = preset("tiny")
 A = np.ones((4, 8), dtype=np.int8)
@@ -400,7 +401,7 @@ def test_chip_config_calls(build, error, words):
     assert_clear(str(info.value), words)
 
 
-@pytest.mark.parametrize("module", ["fabric", "config", "isa", "timing"])
+@pytest.mark.parametrize("module", sample(["fabric", "config", "isa", "timing"], 4))
 def test_config_checks_import_in_any_order(module):
     """ChipConfig checks its fabric, and the fabric module reads configurations: either
     may be imported first (the presets are checked while config is imported)."""
@@ -556,8 +557,9 @@ IMAGES = [
 
 @pytest.mark.parametrize(
     "argv, words",
-    [pytest.param(*row[1:], id=row[0]) for row in CLI]
-    + [pytest.param(["disasm", f"{{d}}/{name}"], words, id=case) for case, name, words in IMAGES])
+    sample([pytest.param(*row[1:], id=row[0]) for row in CLI]
+           + [pytest.param(["disasm", f"{{d}}/{name}"], words, id=case)
+              for case, name, words in IMAGES], 2))
 def test_command_line(argv, words, files, capsys):
     argv = [a.format(d=files) for a in argv]
     assert_refused(*run_cli(argv, capsys), words)
@@ -670,14 +672,14 @@ def test_catalogue_holds_at_least_80_bad_inputs():
 
 
 # -- a few through a real process ------------------------------------------------------------
-@pytest.mark.parametrize("argv, words", [
+@pytest.mark.parametrize("argv, words", sample([
     pytest.param(["compile", "--gemm", "0x4x4"], ["M = 0"], id="gemm-zero-sized"),
     pytest.param(["compile", "--gemm", "8x8x8", "--config", "huge"], ["choose from"],
                  id="config-unknown"),
     pytest.param(["disasm", "{d}/empty.bin"], ["empty.bin is empty"], id="image-empty"),
     pytest.param(["schedule", "{d}/nonutf8.stp"], ["nonutf8.stp:1:3", "not UTF-8"],
                  id="not-utf8"),
-])
+], 4))
 def test_command_line_process(argv, words, files):
     (files / "nonutf8.stp").write_bytes(b"x \xff\n")
     argv = [a.format(d=files) for a in argv]

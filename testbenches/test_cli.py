@@ -65,6 +65,7 @@ def test_compile_names_the_split_it_chose(capsys):
     assert "layer 'gemm_64x3x4': split into 2 tile groups" in out
 
 
+@pytest.mark.slow
 def test_compile_of_a_long_program_names_its_dram_address(capsys):
     """A program longer than the instruction memory is fetched from DRAM: the user is
     told where to load it and what to write to PROG_ADDR."""
@@ -93,6 +94,7 @@ def test_program_text_with_a_byte_order_mark_is_read(tmp_path, capsys):
     assert status == 0 and err == "" and "add0" in out
 
 
+@pytest.mark.slow
 def test_output_piped_into_head_ends_quietly(tmp_path):
     """The reader stops after one line; the rest goes nowhere, with no traceback, and
     the exit status is that of a process ended by SIGPIPE."""

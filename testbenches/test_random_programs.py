@@ -97,9 +97,11 @@ def test_legal_programs_cover_every_instruction_mode_and_multiplexer():
     assert want <= set(seen), f"never generated: {sorted(want - set(seen))}"
 
 
+@pytest.mark.parametrize("seeds", [range(4), pytest.param(range(4, 30), marks=pytest.mark.slow)],
+                         ids=["first", "more"])
 @pytest.mark.parametrize("category", CATEGORIES)
-def test_illegal_programs_fault_where_they_were_broken(category):
-    for seed in range(30):
+def test_illegal_programs_fault_where_they_were_broken(category, seeds):
+    for seed in seeds:
         prog = randprog.illegal(CFG, seed, category)
         gold = randprog.expected(prog)
         assert (gold.error, gold.fault_pc, gold.fault_cycle) == prog.expect, \

@@ -132,6 +132,7 @@ def _in_use(cfg, issued: list[Instr], u: int, indices) -> bool:
     return False
 
 
+@pytest.mark.slow
 def test_guard_matches_the_contract():
     """A random legal issue stream (each unit fed no faster than its occupancy, rows
     1..12, VRUNs to the CBUF and to the ACC) with random SETCFGs between, and a
@@ -185,7 +186,7 @@ def test_guard_matches_the_contract():
 
 
 @pytest.mark.parametrize("op", [Opcode.DMA, Opcode.MATMUL], ids=lambda op: op.name)
-@pytest.mark.parametrize("name", ["tiny", "base"])
+@pytest.mark.parametrize("name", ["tiny", pytest.param("base", marks=pytest.mark.slow)])
 def test_range_check_in_hardware(name, op):
     """The sequencer's DMA and MATMUL ADDR_RANGE checks, as Amaranth logic
     (``select=Mux``), fault exactly the instructions one of whose ranges lies outside

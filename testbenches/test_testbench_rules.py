@@ -10,6 +10,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
 HERE = Path(__file__).resolve().parent
 
 LEAKY = '''
@@ -44,6 +46,7 @@ def test_builds_unmarked():
 '''
 
 
+@pytest.mark.slow
 def test_leaks_and_unmarked_builds_fail(tmp_path):
     shutil.copy(HERE / "conftest.py", tmp_path / "conftest.py")
     (tmp_path / "test_probe.py").write_text(LEAKY)
