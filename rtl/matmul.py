@@ -14,6 +14,15 @@ from .array import ACT, PSUM, WGT
 from .ports import Issue, buffer_read, buffer_write, check_config, partitioned_read
 
 
+def _delayed(m, value, cycles, name):
+    """``value`` through ``cycles`` registers (``name_0`` first)."""
+    for k in range(cycles):
+        reg = Signal.like(value, name=f"{name}_{k}")
+        m.d.sync += reg.eq(value)
+        value = reg
+    return value
+
+
 def _group_select(m, sources, sel, width, n, groups):
     """Mux of partition groups: output group = sources group ``sel``, or zero when
     ``sel`` names no group (the multiplexer's ``zero`` source)."""
@@ -197,26 +206,18 @@ class MatmulUnit(wiring.Component):
                 r = i * n + x
                 a, s = Signal(ACT, name=f"feed_a_{r}"), Signal(name=f"feed_s_{r}")
                 m.d.comb += [a.eq(Mux(valid1, grp[x].as_signed(), 0)), s.eq(sel1)]
-                for k in range(timing.feed_stages(cfg)):
-                    a2, s2 = Signal(ACT, name=f"feed_reg_a_{r}"), Signal(name=f"feed_reg_s_{r}")
-                    m.d.sync += [a2.eq(a), s2.eq(s)]
-                    a, s = a2, s2
-                for k in range(timing.skew(cfg, r)):
-                    a2, s2 = Signal(ACT, name=f"skew_a_{r}_{k}"), Signal(name=f"skew_s_{r}_{k}")
-                    m.d.sync += [a2.eq(a), s2.eq(s)]
-                    a, s = a2, s2
+                for stages, name in ((timing.feed_stages(cfg), "feed_reg"),
+                                     (timing.skew(cfg, r), "skew")):
+                    a = _delayed(m, a, stages, f"{name}_a_{r}")
+                    s = _delayed(m, s, stages, f"{name}_s_{r}")
                 m.d.comb += [self.west_a[r].eq(a), self.west_sel[r].eq(s)]
 
         # Collector: column de-skew, then ACC partition routing.
         smax = timing.skew_max(cfg)
         aligned = []
         for c in range(cfg.cols):
-            p = self.south_psum[c]
-            for k in range(smax - timing.skew(cfg, c)):
-                p2 = Signal(PSUM, name=f"deskew_{c}_{k}")
-                m.d.sync += p2.eq(p)
-                p = p2
-            aligned.append(p)
+            aligned.append(_delayed(m, self.south_psum[c], smax - timing.skew(cfg, c),
+                                    f"deskew_{c}"))
         routed = []
         for g in range(cfg.tile_cols):
             routed += _group_select(m, aligned, self.acc_src[g], 32, n, cfg.tile_cols)

@@ -1,6 +1,6 @@
-"""MatmulUnit (``tiny`` preset, and tiny with the feed register): MATMULs against Python models of the CBUF read port,
-the accumulator buffer (read latency 1, not transparent: a read sees the contents
-before a write in the same cycle) and the grid.
+"""MatmulUnit (``tiny`` preset, and tiny with the feed register): MATMULs against
+Python models of the CBUF read port, the accumulator buffer (read latency 1, not
+transparent: a read sees the contents before a write in the same cycle) and the grid.
 
 The grid model holds two fixed random weight banks and computes ``south_psum`` from
 what the unit put on ``west_a`` / ``west_sel``, with the cell timing of the Grid block
