@@ -18,7 +18,7 @@ from rich.console import Console
 
 from systolica import golden
 from systolica.app import demo, flow, report
-from systolica.arch import isa
+from systolica.arch import isa, timing
 from systolica.arch.config import preset
 from systolica.compiler import compile_network, reference
 
@@ -32,7 +32,7 @@ RECORD_KEYS = {
     "sim_cycles_per_second", "harness", "outputs_match", "ok",
 }
 LAYER_KEYS = {"name", "M", "K", "N", "predicted_cycles", "cycles", "mac_utilization",
-              "dram_rd_bytes", "dram_wr_bytes"}
+              "dram_rd_bytes", "dram_wr_bytes", "unit_busy_cycles"}
 #: Host timings and where the waveform went: all that may differ between two runs.
 TIMING = {"compile_s", "sim_s", "fst"}
 #: The demo MLP on the tiny chip (``make bench``): a figure the README quotes.
@@ -71,6 +71,20 @@ def demo_run() -> flow.NetworkRun:
     return golden_run(preset("tiny"), demo.mlp())
 
 
+def busy_in(cfg, program, lo: int, hi: int) -> dict[str, int]:
+    """Each unit's busy cycles in ``[lo, hi)``, straight from the instructions'
+    occupancies (the configuration updates' units left out)."""
+    out: dict[str, int] = {}
+    for ins in program:
+        unit = timing.UNIT[ins.op]
+        if unit in ("cfg", "convcfg", "taps"):
+            continue
+        n = min(ins.cycle + timing.occupancy(cfg, ins), hi) - max(ins.cycle, lo)
+        if n > 0:
+            out[unit] = out.get(unit, 0) + n
+    return out
+
+
 def printed(run: flow.NetworkRun) -> list[str]:
     out = io.StringIO()
     report.print_run(run, Console(file=out, width=160, color_system=None))
@@ -98,10 +112,13 @@ def test_table_has_a_row_per_layer_and_a_total(demo_run):
                         f"{len(demo_run.compiled.program)} instructions")
     rows = {line.split()[0]: line.split()[1:] for line in lines[1:] if line}
     for layer in demo_run.layers:
+        busy = busy_in(cfg, demo_run.compiled.program, layer.start, layer.predicted_end)
+        unit = max(busy, key=busy.get)
         assert rows[layer.name] == [
             str(layer.M), str(layer.K), str(layer.N), str(layer.predicted_cycles),
             str(layer.measured_cycles), "yes", f"{layer.utilisation(cfg):.3f}",
-            str(layer.dram_rd_bytes), str(layer.dram_wr_bytes)]
+            str(layer.dram_rd_bytes), str(layer.dram_wr_bytes), unit,
+            f"{busy[unit] / layer.predicted_cycles:.2f}"]
     assert rows["total"] == [str(DEMO_CYCLES), str(DEMO_CYCLES), "yes",
                              f"{demo_run.utilisation:.3f}", str(demo_run.dram_rd_bytes),
                              str(demo_run.dram_wr_bytes)]
@@ -151,6 +168,9 @@ def test_bench_record(demo_run):
     assert [layer["cycles"] for layer in rec["layers"]] \
         == [l.measured_cycles for l in demo_run.layers]
     assert sum(layer["cycles"] for layer in rec["layers"]) == DEMO_CYCLES
+    assert [layer["unit_busy_cycles"] for layer in rec["layers"]] \
+        == [busy_in(demo_run.cfg, demo_run.compiled.program, l.start, l.predicted_end)
+            for l in demo_run.layers]
 
 
 def test_bench_record_of_a_failed_run(demo_run):

@@ -516,6 +516,7 @@ CLI = [
      ["--gemm 100000x64x64", "DRAM", "smaller GEMM"]),
     ("sim-over-imem", ["sim", "--gemm", "8x3500x8"], ["imem_depth", "split"]),
     ("sim-trace-is-a-directory", ["sim", "--trace", "{d}/a-dir"], ["--trace", "is a directory"]),
+    ("sim-plot-is-a-directory", ["sim", "--plot", "{d}/a-dir"], ["--plot", "is a directory"]),
     ("bench-out-is-a-directory", ["bench", "--out", "{d}/a-dir"],
      ["--out", "a-dir is a directory", "file name"]),
     ("disasm-missing-file", ["disasm", "{d}/nope.bin"],

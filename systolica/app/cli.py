@@ -225,12 +225,17 @@ def cmd_sim(args) -> int:
     from ..compiler import compile_network
     cfg = preset(args.config)
     _check_output(args.trace, "--trace")
+    _check_output(args.plot, "--plot")
     net = _network(args, cfg)
     compile_network(cfg, net)              # a network that cannot compile fails now,
     _ensure_built(cfg, args.waves)         # not after minutes of building
     run = flow.run_network(cfg, net, waves=args.waves)
     report.print_run(run)
     _write_trace(args.trace, run.compiled)
+    if args.plot:
+        from . import plot
+        plot.write_occupancy(args.plot, run.compiled, f"{run.name} on chip {cfg.name}")
+        print(f"unit occupancy plot: {args.plot} (open in a web browser)")
     return 0 if run.ok else 1
 
 
@@ -484,6 +489,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--waves", action="store_true", help="write an FST waveform of the run")
     p.add_argument("--trace", default="build/schedule.json", metavar="FILE",
                    help="write the schedule timeline (Chrome trace / Perfetto JSON) here")
+    p.add_argument("--plot", default="build/units.svg", metavar="FILE",
+                   help="write the unit occupancy plot (SVG) here")
     p.set_defaults(func=cmd_sim)
     p = sub.add_parser("chain", help="run a chain of convolutions in passes on the RTL, "
                                      "with and without the UBUF (seed 001's examples)")

@@ -5,6 +5,7 @@ from __future__ import annotations
 from rich.console import Console
 from rich.table import Table
 
+from ..compiler import unit_use
 from .flow import NetworkRun
 
 
@@ -25,6 +26,13 @@ def split_lines(compiled) -> list[str]:
     return lines
 
 
+def unit_busy(compiled) -> dict[str, dict[str, int]]:
+    """Per layer: each unit's busy cycles in the layer's share of the run."""
+    busy = unit_use.intervals(compiled.cfg, compiled.program, compiled.layer_of)
+    return {rec.name: unit_use.in_window(busy, rec.start_cycle, rec.end_cycle)
+            for rec in compiled.layers}
+
+
 def print_run(run: NetworkRun, console: Console | None = None) -> None:
     # Wide enough for the table and summary lines when output goes to a file or CI log.
     console = console or Console(width=max(Console().width, 110))
@@ -35,18 +43,22 @@ def print_run(run: NetworkRun, console: Console | None = None) -> None:
                   f"{len(run.compiled.program)} instructions")
     table = Table(show_edge=False, header_style="bold")
     for col in ("layer", "M", "K", "N", "cycles pred", "cycles RTL", "cycle match",
-                "MAC util", "DRAM rd B", "DRAM wr B"):
+                "MAC util", "DRAM rd B", "DRAM wr B", "busiest unit"):
         table.add_column(col, justify="left" if col == "layer" else "right")
+    busy = unit_busy(run.compiled)
     for layer in run.layers:
+        unit, share = unit_use.busiest(busy.get(layer.name, {}), layer.predicted_cycles)
         table.add_row(layer.name, str(layer.M), str(layer.K), str(layer.N),
                       str(layer.predicted_cycles), str(layer.measured_cycles),
                       _mark(layer.predicted_end == layer.measured_end),
                       f"{layer.utilisation(cfg):.3f}", str(layer.dram_rd_bytes),
-                      str(layer.dram_wr_bytes))
+                      str(layer.dram_wr_bytes), f"{unit} {share:.2f}" if unit else "")
     table.add_row("[bold]total", "", "", "", str(run.predicted_cycles),
                   str(run.measured_cycles), _mark(run.predicted_cycles == run.measured_cycles),
-                  f"{run.utilisation:.3f}", str(run.dram_rd_bytes), str(run.dram_wr_bytes),
+                  f"{run.utilisation:.3f}", str(run.dram_rd_bytes), str(run.dram_wr_bytes), "",
                   style="bold")
+    console.print("busiest unit: the unit busy the longest in the layer's cycles, and "
+                  "its share of them (near 1: that unit sets the pace)", highlight=False)
     console.print(table)
     for line in split_lines(run.compiled):
         console.print(line, highlight=False)
@@ -74,6 +86,7 @@ def print_run(run: NetworkRun, console: Console | None = None) -> None:
 def record(run: NetworkRun, name: str) -> dict:
     """One machine-readable bench record."""
     layer = run.compiled.layers
+    busy = unit_busy(run.compiled)
     return {
         "name": name,
         "config": run.cfg.name,
@@ -83,7 +96,9 @@ def record(run: NetworkRun, name: str) -> dict:
         "layers": [{"name": l.name, "M": l.M, "K": l.K, "N": l.N,
                     "predicted_cycles": l.predicted_cycles, "cycles": l.measured_cycles,
                     "mac_utilization": l.utilisation(run.cfg),
-                    "dram_rd_bytes": l.dram_rd_bytes, "dram_wr_bytes": l.dram_wr_bytes}
+                    "dram_rd_bytes": l.dram_rd_bytes, "dram_wr_bytes": l.dram_wr_bytes,
+                    # where its cycles go: each unit's busy cycles in them
+                    "unit_busy_cycles": busy.get(l.name, {})}
                    for l in run.layers],
         "cycles": run.measured_cycles,
         "predicted_cycles": run.predicted_cycles,
