@@ -252,7 +252,7 @@ def _write_trace(path: str | None, compiled) -> None:
 def cmd_bench(args) -> int:
     from rich.progress import Progress
 
-    from . import demo, flow, report
+    from . import demo, flow, plot, report
     from ..sim import rtlsim
     from ..arch.config import preset
     from ..compiler import CompileError
@@ -274,6 +274,7 @@ def cmd_bench(args) -> int:
                 lambda k=k: _gemm_network(2048, k, 8, 3), "cocotb", split)
                for k in (4, 8, 12) for split in (1, None)]]
     records = []
+    plots = Path(args.out).parent / "plots"     # where each run's cycles go
     with Progress() as progress:
         task = progress.add_task("bench", total=len(cases) + len(chain_bench.runs()))
         for name, cfg_name, make, harness, *split in cases:
@@ -287,6 +288,8 @@ def cmd_bench(args) -> int:
             run = flow.run_network(preset(cfg_name), make(), harness=harness,
                                    split=split[0] if split else None)
             records.append(report.record(run, name))
+            plot.write_occupancy(plots / f"{name}_{cfg_name}.svg", run.compiled,
+                                 f"{name} on chip {cfg_name}")
             progress.advance(task)
         chains = []
         for chain, cfg_name, strategy, choice in chain_bench.runs():
@@ -318,6 +321,7 @@ def cmd_bench(args) -> int:
               f"DRAM {r['dram_bytes']} B  sim {r['sim_cycles_per_second']:,.0f} cycles/s "
               f"({r['harness']})  "
               f"{'ok' if r['ok'] else 'MISMATCH'}")
+    print(f"unit occupancy plots of these runs: {plots}/*.svg")
     for resnet in resnets:
         report.print_network_record(resnet)
     print("chains on the RTL:")
