@@ -237,7 +237,7 @@ def _dram(cfg: ChipConfig, graph: Graph, splits: Mapping[str, int]
     for node in graph.nodes:
         s = splits.get(node.name, 1)
         images = (rule_for(node).params(cfg, graph, node) if s == 1
-                  else split.params(cfg, node.op, s))
+                  else split.params(cfg, graph, node, s))
         for what, words in images:
             params[(node.name, what)] = place(f"{node.name}.{what}", words,
                                               f"layer {node.name!r}", what)

@@ -5,8 +5,10 @@ layers").
 A layer split into ``s`` groups computes ``M_s = ceil(M/s)`` rows of
 ``[A_0 | A_1 | ..] @ blockdiag(W, W, ..)``: group ``g`` (the ``g``-th diagonal block of
 ``R/s`` array rows and ``C/s`` columns) takes rows ``g*M_s ..`` of the input. This
-module decides ``s`` per layer (the cost model) and packs and unpacks the data; the
-dense rule lowers the packed layer as any other.
+module decides ``s`` per chain of dense layers (the cost model; a chain of one layer
+is the common case) and packs and unpacks the data; the dense rule lowers the packed
+layers as any other. Inside a chain each layer's packed output is the next one's
+packed input as it lies on chip (docs/contract.md, "Split dense layers").
 """
 
 from __future__ import annotations
@@ -45,39 +47,71 @@ def rows(M: int, s: int) -> int:
     return -(-M // s)
 
 
-def _refusal(cfg: ChipConfig, graph: Graph, node: Node, s: int) -> str | None:
-    """Why `node` cannot run in `s` tile groups (None: it can)."""
-    if type(node.op) is not Dense:
-        return f"a {type(node.op).__name__} is never split"
-    if len(node.inputs) != 1:
-        return "it reads several tensors"
-    (t,) = node.inputs
-    out = node.outputs[0]
-    if graph.producer(t) is not None or [c.name for c in graph.consumers(t)] != [node.name] \
+def chains(graph: Graph) -> list[list[Node]]:
+    """The graph's dense layers in chains: each layer after the first the only reader
+    of the one before's output, which is no graph output. Every dense layer is in
+    one chain (most in a chain of one)."""
+    def next_of(node: Node) -> Node | None:
+        (t,) = node.outputs
+        readers = graph.consumers(t)
+        if len(readers) == 1 and t not in graph.outputs and type(readers[0].op) is Dense \
+                and tuple(readers[0].inputs) == (t,):
+            return readers[0]
+        return None
+
+    linked = {nxt.name for n in graph.nodes if type(n.op) is Dense
+              for nxt in [next_of(n)] if nxt is not None}
+    out = []
+    for node in graph.nodes:
+        if type(node.op) is not Dense or node.name in linked:
+            continue
+        chain = [node]
+        while (nxt := next_of(chain[-1])) is not None:
+            chain.append(nxt)
+        out.append(chain)
+    return out
+
+
+def _refusal(cfg: ChipConfig, graph: Graph, chain: list[Node], s: int) -> str | None:
+    """Why `chain` cannot run in `s` tile groups (None: it can)."""
+    first, last = chain[0], chain[-1]
+    named = (lambda n: f"layer {n.name!r}: ") if len(chain) > 1 else (lambda n: "")
+    if len(first.inputs) != 1:
+        return f"{named(first)}it reads several tensors"
+    (t,) = first.inputs
+    out = last.outputs[0]
+    if graph.producer(t) is not None or [c.name for c in graph.consumers(t)] != [first.name] \
             or t in graph.outputs:
-        return f"its input {t!r} is made or read by other layers (only a graph input " \
-               f"read by this layer alone is laid out split)"
+        return f"{named(first)}its input {t!r} is made or read by other layers (only a " \
+               f"graph input read by one chain of dense layers alone is laid out split)"
     if graph.consumers(out) or out not in graph.outputs:
-        return f"its output {out!r} is read by other layers (only a graph output is " \
-               f"laid out split)"
-    K, N = node.op.K, node.op.N
+        return f"{named(last)}its output {out!r} is read by other layers (only a graph " \
+               f"output is laid out split)"
     if s not in group_counts(cfg):
         return f"the {cfg.tile_rows}x{cfg.tile_cols} tile grid has no {s} diagonal " \
                f"tile groups (splits: {', '.join(map(str, group_counts(cfg)))})"
-    if K > cfg.rows // s:
-        return f"K = {K} > {cfg.rows // s}, the rows of one of {s} tile groups"
-    if N > cfg.cols // s:
-        return f"N = {N} > {cfg.cols // s}, the columns of one of {s} tile groups"
+    for i, node in enumerate(chain):
+        K, N = node.op.K, node.op.N
+        width = (cfg.rows if i == 0 else cfg.cols) // s
+        if K > width:
+            where = "the rows of one of" if i == 0 else \
+                "the columns of the layer before's outputs in one of"
+            return f"{named(node)}K = {K} > {width}, {where} {s} tile groups"
+        if N > cfg.cols // s:
+            return f"{named(node)}N = {N} > {cfg.cols // s}, the columns of one of " \
+                   f"{s} tile groups"
     return None
 
 
-def estimate(cfg: ChipConfig, M: int, out_dtype: str, s: int) -> int:
+def estimate(cfg: ChipConfig, M: int, out_dtype: str, s: int, loads: bool = True,
+             stores: bool = True) -> int:
     """The busiest unit's cycles for a one-block layer of ``M`` rows in ``s`` groups:
-    the DMA (input words, output words, the weight block, a bias row), the matmul
-    unit (its rows and a weight load), the vector unit (its rows)."""
+    the DMA (input words if it `loads` its input, output words if it `stores` its
+    output, the weight block, a bias row), the matmul unit (its rows and a weight
+    load), the vector unit (its rows)."""
     m = rows(M, s)
-    out_words = m * (cfg.acc_row_words if out_dtype == "int32" else 1)
-    dma = m + out_words + cfg.rows + cfg.acc_row_words
+    out_words = m * (cfg.acc_row_words if out_dtype == "int32" else 1) if stores else 0
+    dma = (m if loads else 0) + out_words + cfg.rows + cfg.acc_row_words
     matmul = m + cfg.rows + cfg.tile_rows - 1
     return max(dma, matmul, m)
 
@@ -101,40 +135,55 @@ def choose(cfg: ChipConfig, graph: Graph, forced: int | Mapping[str, int] | None
                                f"{', '.join(map(repr, unknown))}; its layers are "
                                f"{', '.join(map(repr, sorted(names)))}")
     out: dict[str, Split] = {}
-    for node in graph.nodes:
-        if type(node.op) is not Dense:
-            continue
-        M = graph.tensor(node.outputs[0]).shape[0]
-        dtype = graph.tensor(node.outputs[0]).dtype
-        refusals = {s: _refusal(cfg, graph, node, s) for s in group_counts(cfg)[1:]}
-        estimates = {1: estimate(cfg, M, dtype, 1)}
-        estimates.update({s: estimate(cfg, M, dtype, s)
-                          for s, why in refusals.items() if why is None})
-        if isinstance(forced, Mapping) and node.name in forced:
-            s = forced[node.name]
+    for chain in chains(graph):
+        names = [n.name for n in chain]
+        last = chain[-1]
+        M = graph.tensor(last.outputs[0]).shape[0]
+        refusals = {s: _refusal(cfg, graph, chain, s) for s in group_counts(cfg)[1:]}
+
+        def cost(s: int) -> int:
+            return sum(estimate(cfg, M, graph.tensor(n.outputs[0]).dtype, s,
+                                loads=i == 0, stores=n is last)
+                       for i, n in enumerate(chain))
+        estimates = {1: cost(1)}
+        estimates.update({s: cost(s) for s, why in refusals.items() if why is None})
+        asked = {}
+        if isinstance(forced, Mapping):
+            for n in names:
+                if n in forced:
+                    asked.setdefault(forced[n], n)
+        if len(asked) > 1:
+            (s1, n1), (s2, n2) = list(asked.items())[:2]
+            raise CompileError(f"split: layers {n1!r} and {n2!r} are one chain of dense "
+                               f"layers ({', '.join(map(repr, names))}), split as one; "
+                               f"they cannot take {s1} and {s2} tile groups: give both "
+                               f"the same")
+        chained = f"; one chain with {', '.join(map(repr, names))}" if len(chain) > 1 else ""
+        if asked:
+            ((s, who),) = asked.items()
             if not isinstance(s, int) or isinstance(s, bool) or s < 1:
-                raise CompileError(f"split: layer {node.name!r}: tile groups must be a "
+                raise CompileError(f"split: layer {who!r}: tile groups must be a "
                                    f"positive integer, not {s!r}")
-            why = None if s == 1 else _refusal(cfg, graph, node, s)
+            why = None if s == 1 else _refusal(cfg, graph, chain, s)
             if why is not None:
-                raise CompileError(f"split: layer {node.name!r} cannot run in {s} tile "
+                raise CompileError(f"split: layer {who!r} cannot run in {s} tile "
                                    f"groups: {why}")
-            out[node.name] = Split(s, estimates, "as asked")
-            continue
-        if forced == 1:
-            out[node.name] = Split(1, estimates, "split=1 was asked")
-            continue
-        best = min(estimates, key=lambda s: (estimates[s], s))
-        larger = [s for s in refusals if s > best]
-        if larger and refusals[larger[0]] is not None:
-            why = f"not {larger[0]} groups: {refusals[larger[0]]}"
-        elif larger:
-            why = f"{best} groups estimate {estimates[best]} cycles, {larger[0]} groups " \
-                  f"{estimates[larger[0]]}"
+            choice = Split(s, estimates, "as asked" + chained)
+        elif forced == 1:
+            choice = Split(1, estimates, "split=1 was asked")
         else:
-            why = "the grid has no more diagonal tile groups" if best > 1 else \
-                "the grid has one tile group"
-        out[node.name] = Split(best, estimates, why)
+            best = min(estimates, key=lambda s: (estimates[s], s))
+            larger = [s for s in refusals if s > best]
+            if larger and refusals[larger[0]] is not None:
+                why = f"not {larger[0]} groups: {refusals[larger[0]]}"
+            elif larger:
+                why = f"{best} groups estimate {estimates[best]} cycles, {larger[0]} " \
+                      f"groups {estimates[larger[0]]}"
+            else:
+                why = "the grid has no more diagonal tile groups" if best > 1 else \
+                    "the grid has one tile group"
+            choice = Split(best, estimates, why + (chained if best > 1 else ""))
+        out.update({n: choice for n in names})
     return out
 
 
@@ -150,10 +199,13 @@ def pack_input(cfg: ChipConfig, a: np.ndarray, s: int) -> np.ndarray:
     return out
 
 
-def pack_weights(cfg: ChipConfig, w: np.ndarray, s: int) -> np.ndarray:
-    """``W[K, N]`` -> the block-diagonal ``W'[R, C]``."""
+def pack_weights(cfg: ChipConfig, w: np.ndarray, s: int, kw: int | None = None
+                 ) -> np.ndarray:
+    """``W[K, N]`` -> the block-diagonal ``W'[R, C]``, group ``g``'s block at rows
+    ``g*kw`` (the columns its inputs are in: ``R/s`` for a packed graph input, ``C/s``
+    for the layer before's output in a chain) and columns ``g*C/s``."""
     K, N = w.shape
-    kw, nw = cfg.rows // s, cfg.cols // s
+    kw, nw = cfg.rows // s if kw is None else kw, cfg.cols // s
     out = np.zeros((cfg.rows, cfg.cols), dtype=w.dtype)
     for g in range(s):
         out[g * kw:g * kw + K, g * nw:g * nw + N] = w
@@ -176,10 +228,15 @@ def unpack_output(cfg: ChipConfig, y: np.ndarray, M: int, N: int, s: int) -> np.
     return np.concatenate(parts, axis=0)[:M].copy()
 
 
-def params(cfg: ChipConfig, layer: Dense, s: int) -> list[tuple[str, np.ndarray]]:
+def params(cfg: ChipConfig, graph: Graph, node: Node, s: int
+           ) -> list[tuple[str, np.ndarray]]:
     """A split layer's parameters in the DRAM layouts: the block-diagonal weights,
-    then the bias, one copy per group (the keys of ``DenseRule.params``)."""
-    out = [("weights", layout.pack_weights(cfg, pack_weights(cfg, layer.weights, s)))]
+    then the bias, one copy per group (the keys of ``DenseRule.params``). A layer that
+    reads the one before's packed output (in a chain) has its blocks at that layer's
+    group columns."""
+    layer = node.op
+    kw = cfg.cols // s if graph.producer(node.inputs[0]) is not None else None
+    out = [("weights", layout.pack_weights(cfg, pack_weights(cfg, layer.weights, s, kw)))]
     if layer.bias is not None:
         out.append(("bias", layout.pack_bias(cfg, pack_bias(cfg, layer.bias, s))))
     return out

@@ -4,7 +4,8 @@ equal the compiler's prediction, and the split runs take fewer cycles than the s
 layer on the whole array.
 
 The tiny chip's 2x2 grid splits into 2 diagonal groups of 4x4 cells (K, N <= 4);
-tiny_tall's 4x2 grid into 2 groups of 8 rows x 4 columns (K <= 8, N <= 4).
+tiny_tall's 4x2 grid into 2 groups of 8 rows x 4 columns (K <= 8, N <= 4). A chain
+of dense layers splits as one (K <= 4 after the first layer on tiny_tall).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import pytest
 
 from conftest import (assert_matches_prediction, assert_outputs_match,
                       compile_and_run_on_rtl, random_gemm)
+from systolica.app import demo
 from systolica.arch.config import preset
 
 pytestmark = pytest.mark.rtl
@@ -33,11 +35,22 @@ TINY_CASES = {
                                  dict(split=1)),
     "split_301x2x3_nobias": lambda: _gemm(301, 2, 3, 3, bias=False),
     "split_2x1x1": (lambda: _gemm(2, 1, 1, 4), dict(split={"g2x1x1": 2})),
+    # a chain of three dense layers split as one, each reading the one before's packed
+    # output on chip (docs/contract.md, "Split dense layers")
+    "split_chain_101x3x4x4x2": lambda: _chain(101, (3, 4, 4, 2)),
+    "whole_chain_101x3x4x4x2": (lambda: _chain(101, (3, 4, 4, 2)), dict(split=1)),
 }
 TALL_CASES = {
     "split_tall_50x8x4": lambda: _gemm(50, 8, 4, 5),
     "whole_tall_50x8x4": (lambda: _gemm(50, 8, 4, 5), dict(split=1)),
+    # the second layer's groups at C/s = 4 columns, the first's at R/s = 8
+    "split_chain_tall_60x8x4x3": lambda: _chain(60, (8, 4, 3)),
+    "whole_chain_tall_60x8x4x3": (lambda: _chain(60, (8, 4, 3)), dict(split=1)),
 }
+
+
+def _chain(M, widths):
+    return demo.mlp(batch=M, widths=widths, seed=M, name=f"chain{M}")
 
 
 @pytest.fixture(scope="module")
@@ -55,7 +68,7 @@ def tall_runs():
                          + [("tiny_tall", "tall_runs", n) for n in TALL_CASES])
 def test_split_gemm_on_the_rtl(request, chip, runs, name):
     compiled, res = request.getfixturevalue(runs)[name]
-    assert compiled.layers[0].split == (1 if name.startswith("whole") else 2)
+    assert {l.split for l in compiled.layers} == {1 if name.startswith("whole") else 2}
     assert_outputs_match(preset(chip), compiled, res)
     assert_matches_prediction(preset(chip), compiled, res)
 
@@ -64,6 +77,8 @@ def test_split_gemm_on_the_rtl(request, chip, runs, name):
     ("tiny_runs", "split_37x3x4", "whole_37x3x4"),
     ("tiny_runs", "split_600x4x4_int32_relu", "whole_600x4x4_int32_relu"),
     ("tall_runs", "split_tall_50x8x4", "whole_tall_50x8x4"),
+    ("tiny_runs", "split_chain_101x3x4x4x2", "whole_chain_101x3x4x4x2"),
+    ("tall_runs", "split_chain_tall_60x8x4x3", "whole_chain_tall_60x8x4x3"),
 ])
 def test_the_split_takes_fewer_cycles_on_the_rtl(request, runs, split, whole):
     runs = request.getfixturevalue(runs)

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from systolica import golden
+from systolica.app import demo
 from systolica.arch.config import preset
 from systolica.compiler import CompileError, compile_network, gemm, reference
 from systolica.compiler import split
@@ -55,17 +56,80 @@ def test_the_refusal_names_the_constraint():
     assert "N = 9 > 8" in why
 
 
-def test_a_layer_inside_a_network_is_not_split():
+def _golden_equals_numpy(cfg, net, **options):
+    c = compile_network(cfg, net, **options)
+    run = golden.run(cfg, c.image, c.dram, c.prog_addr, ubuf=c.ubuf)
+    got, want = c.results(run.dram), reference.outputs(net)
+    for name in want:
+        np.testing.assert_array_equal(got[name], want[name])
+    assert run.cycles == c.predicted_cycles
+    return c
+
+
+def test_a_chain_of_dense_layers_splits_as_one():
+    """A graph input through dense layers to a graph output: every layer in the same
+    groups, each reading the one before's packed output where it lies."""
+    net = demo.mlp(batch=40, widths=(4, 4, 3, 2), name="chain")
+    choices = split.choose(TINY, as_graph(net))
+    assert [choices[n].s for n in ("fc1", "fc2", "fc3")] == [2, 2, 2]
+    assert "one chain with 'fc1', 'fc2', 'fc3'" in choices["fc2"].why
+    c = _golden_equals_numpy(TINY, net)
+    assert [l.split for l in c.layers] == [2, 2, 2]
+    assert c.predicted_cycles < _golden_equals_numpy(TINY, net, split=1).predicted_cycles
+
+
+def test_a_split_chain_holds_s_times_the_rows():
+    """A network keeps its activations in half the ACC: 127 rows on tiny, 254 split."""
+    net = demo.mlp(batch=250, widths=(3, 4, 2), name="long")
+    with pytest.raises(CompileError, match="at most 127"):
+        compile_network(TINY, net, split=1)
+    assert [l.split for l in _golden_equals_numpy(TINY, net).layers] == [2, 2]
+
+
+def test_layers_sharing_a_tensor_are_not_split():
     rng = np.random.default_rng(1)
-    g = GraphBuilder("two")
+    g = GraphBuilder("fork")
     x = g.input(rng.integers(-9, 9, size=(40, 4), dtype=np.int8), name="x")
     h = g.dense(x, rng.integers(-9, 9, size=(4, 4), dtype=np.int8), name="d0")
     g.dense(h, rng.integers(-9, 9, size=(4, 4), dtype=np.int8), name="d1")
+    g.dense(h, rng.integers(-9, 9, size=(4, 2), dtype=np.int8), name="d2")
     graph = g.build()
     choices = split.choose(TINY, graph)
-    assert choices["d0"].s == choices["d1"].s == 1
-    assert "read by other layers" in choices["d0"].why
-    assert "made or read by other layers" in choices["d1"].why
+    assert [choices[n].s for n in ("d0", "d1", "d2")] == [1, 1, 1]
+    assert "its output 'd0' is read by other layers" in choices["d0"].why
+    assert "its input 'd0' is made or read by other layers" in choices["d1"].why
+    _golden_equals_numpy(TINY, graph)
+
+
+def test_a_later_layer_of_a_chain_takes_the_group_columns():
+    """On tiny_tall a group's inputs are R/s = 8 wide, the outputs it hands on C/s =
+    4: a second layer with K = 8 does not fit, and the refusal names it."""
+    net = demo.mlp(batch=40, widths=(8, 8, 4), name="wide")
+    why = split.choose(TALL, as_graph(net))["fc1"].why
+    assert "layer 'fc1': N = 8 > 4" in why
+    net = demo.mlp(batch=40, widths=(8, 4, 4), name="fits")
+    assert [l.split for l in _golden_equals_numpy(TALL, net).layers] == [2, 2]
+
+
+def test_a_forced_split_splits_the_whole_chain():
+    net = demo.mlp(batch=40, widths=(4, 4, 2), name="chain")
+    c = compile_network(TINY, net, split={"fc2": 2})
+    assert [l.split for l in c.layers] == [2, 2]
+    with pytest.raises(CompileError, match="'fc1' and 'fc2' are one chain"):
+        compile_network(TINY, net, split={"fc1": 2, "fc2": 1})
+
+
+@pytest.mark.parametrize("cfg", [TINY, BASE, TALL])
+@pytest.mark.parametrize("seed", range(3))
+def test_random_split_chains_on_the_golden_model(cfg, seed):
+    rng = np.random.default_rng(seed)
+    depth = int(rng.integers(2, 5))
+    widths = [int(rng.integers(1, cfg.rows // 2 + 1))] \
+        + [int(rng.integers(1, cfg.cols // 2 + 1)) for _ in range(depth)]
+    M = int(rng.integers(2, 2 * (cfg.acc_depth // 2 - 1)))
+    net = demo.mlp(batch=M, widths=tuple(widths), seed=seed, name="r")
+    c = _golden_equals_numpy(cfg, net)
+    assert [l.split for l in c.layers] == [2] * depth, (M, widths)
 
 
 @pytest.mark.parametrize("bad, message", [
@@ -87,6 +151,17 @@ def test_the_input_layout_is_the_contracts():
     want = np.zeros((3, 8), np.int8)
     want[0, 0:3], want[1, 0:3], want[2, 0:3] = a[0], a[1], a[2]
     want[0, 4:7], want[1, 4:7] = a[3], a[4]
+    np.testing.assert_array_equal(got, want)
+
+
+def test_a_chained_layers_weights_sit_at_the_group_columns():
+    """A layer reading the one before's packed output: group g's block at rows
+    g*C/s (tiny_tall: 4, not R/s = 8) and columns g*C/s."""
+    w = np.arange(1, 7, dtype=np.int8).reshape(2, 3)
+    got = split.pack_weights(TALL, w, 2, kw=TALL.cols // 2)
+    want = np.zeros((16, 8), np.int8)
+    want[0:2, 0:3] = w
+    want[4:6, 4:7] = w
     np.testing.assert_array_equal(got, want)
 
 

@@ -272,7 +272,11 @@ def cmd_bench(args) -> int:
              # and 8 fit one of base's two diagonal tile groups, 12 does not)
              *[(f"gemm_2048x{k}x8{'' if split is None else '_whole'}", "base",
                 lambda k=k: _gemm_network(2048, k, 8, 3), "cocotb", split)
-               for k in (4, 8, 12) for split in (1, None)]]
+               for k in (4, 8, 12) for split in (1, None)],
+             # a chain of narrow dense layers inside a network, split as one
+             *[(f"mlp_500x4x8x8x4{'' if split is None else '_whole'}", "base",
+                lambda: demo.mlp(batch=500, widths=(4, 8, 8, 4), name="mlp_500x4x8x8x4"),
+                "cocotb", split) for split in (1, None)]]
     records = []
     plots = Path(args.out).parent / "plots"     # where each run's cycles go
     with Progress() as progress:
