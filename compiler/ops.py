@@ -550,12 +550,8 @@ class Add:
     def infer(self, inputs: Sequence, source: Callable[[str], str]) -> TensorType:
         who = f"layer {self.name!r}"
         a, b = inputs
-        for t in inputs:
-            if t.dtype != "int8":
-                raise CompileError(
-                    f"{source(t.name)}: only the last layer may produce int32, but {who} "
-                    f"reads its output and needs int8 activations; give it requantisation "
-                    f"parameters")
+        for t in inputs:        # the streaming CNN lowering adds feature maps
+            _feature_map(who, "residual add", t, source)
         if a.shape != b.shape:
             raise CompileError(f"{who}: adds {source(a.name)} of shape {a.shape} to "
                                f"{source(b.name)} of shape {b.shape}; an Add needs equal "

@@ -338,12 +338,14 @@ def _rows(cfg: ChipConfig, graph: Graph, splits: Mapping[str, int]
         over = [n for n in graph.nodes if M[n.name] > limits[n.name]]
         if over:
             n = next((x for x in over if x is not graph.nodes[0]), over[0])
-            Mt = limits[n.name]
+            Mt, s = limits[n.name], splits.get(n.name, 1)
+            rows = graph.tensor(n.outputs[0]).shape[0]
+            held = (f"M = {rows} in {s} tile groups ({M[n.name]} rows each) must be at "
+                    f"most {Mt} rows each" if s > 1 else f"M = {rows} must be at most {Mt}")
             raise CompileError(
                 f"layer {n.name!r}: a network of several layers keeps every activation "
-                f"on chip, so M = {M[n.name]} must be at most {Mt} (half the accumulator "
-                f"buffer, acc_depth {cfg.acc_depth}); split the batch into parts of at "
-                f"most {Mt} rows")
+                f"on chip, so {held} (half the accumulator buffer, acc_depth "
+                f"{cfg.acc_depth}); split the batch into parts of at most {Mt * s} rows")
         return M, _chip(cfg, graph, M, splits)
     (name,) = M
     lo, hi = 1, min(M[name], limits[name])      # the most rows per pass that fit

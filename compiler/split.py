@@ -13,7 +13,7 @@ packed input as it lies on chip (docs/contract.md, "Split dense layers").
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from math import gcd
 from typing import Mapping
 
@@ -31,8 +31,9 @@ class Split:
     """A layer's split: ``s`` tile groups (1: the whole array), the estimated busiest
     unit's rows per candidate, and why it is not split further."""
     s: int
-    estimates: Mapping[int, int]
+    estimates: Mapping[int, int]    # the chain's, for a layer of a chain
     why: str
+    chain: tuple[str, ...] = ()     # the layers of its chain (it too), if more than one
 
 
 def group_counts(cfg: ChipConfig) -> list[int]:
@@ -134,6 +135,14 @@ def choose(cfg: ChipConfig, graph: Graph, forced: int | Mapping[str, int] | None
             raise CompileError(f"split: graph {graph.name!r} has no layer(s) "
                                f"{', '.join(map(repr, unknown))}; its layers are "
                                f"{', '.join(map(repr, sorted(names)))}")
+        for who, s in forced.items():
+            if not isinstance(s, int) or isinstance(s, bool) or s < 1:
+                raise CompileError(f"split: layer {who!r}: tile groups must be a "
+                                   f"positive integer, not {s!r}")
+            op = graph.node(who).op
+            if type(op) is not Dense and s != 1:
+                raise CompileError(f"split: layer {who!r} is a {type(op).__name__}; only "
+                                   f"dense layers run in tile groups")
     out: dict[str, Split] = {}
     for chain in chains(graph):
         names = [n.name for n in chain]
@@ -147,7 +156,7 @@ def choose(cfg: ChipConfig, graph: Graph, forced: int | Mapping[str, int] | None
                        for i, n in enumerate(chain))
         estimates = {1: cost(1)}
         estimates.update({s: cost(s) for s, why in refusals.items() if why is None})
-        asked = {}
+        asked: dict[int, str] = {}      # tile groups -> the first layer asking them
         if isinstance(forced, Mapping):
             for n in names:
                 if n in forced:
@@ -161,9 +170,6 @@ def choose(cfg: ChipConfig, graph: Graph, forced: int | Mapping[str, int] | None
         chained = f"; one chain with {', '.join(map(repr, names))}" if len(chain) > 1 else ""
         if asked:
             ((s, who),) = asked.items()
-            if not isinstance(s, int) or isinstance(s, bool) or s < 1:
-                raise CompileError(f"split: layer {who!r}: tile groups must be a "
-                                   f"positive integer, not {s!r}")
             why = None if s == 1 else _refusal(cfg, graph, chain, s)
             if why is not None:
                 raise CompileError(f"split: layer {who!r} cannot run in {s} tile "
@@ -183,6 +189,8 @@ def choose(cfg: ChipConfig, graph: Graph, forced: int | Mapping[str, int] | None
                 why = "the grid has no more diagonal tile groups" if best > 1 else \
                     "the grid has one tile group"
             choice = Split(best, estimates, why + (chained if best > 1 else ""))
+        if len(chain) > 1:
+            choice = replace(choice, chain=tuple(names))
         out.update({n: choice for n in names})
     return out
 

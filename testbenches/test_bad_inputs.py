@@ -162,6 +162,15 @@ API = [
     ("add-shapes-differ",
      lambda: conv_graph(lambda g, x: g.add(x, g.max_pool2d(x, 2), name="s")),
      CompileError, ["'s'", "(1, 4, 4, 3)", "(1, 2, 2, 3)", "equal shapes"]),
+    ("add-of-matrices", lambda: _add_of_matrices(), CompileError,
+     ["'s'", "(4, 8)", "residual add reads a 4-D (N, H, W, C) feature map"]),
+    ("split-a-transpose", lambda: compile_network(TINY, _transposed(), split={"t": 2}),
+     CompileError, ["'t' is a Transpose", "only dense layers"]),
+    ("split-not-a-number", lambda: compile_network(TINY, _chain(), split={"fc1": [2]}),
+     CompileError, ["'fc1'", "positive integer", "[2]"]),
+    ("split-chain-disagrees", lambda: compile_network(TINY, _chain(), split={"fc1": 2,
+                                                                             "fc2": 1}),
+     CompileError, ["'fc1' and 'fc2'", "one chain", "give both the same"]),
     ("dense-reads-feature-map",
      lambda: conv_graph(lambda g, x: g.dense(x, np.ones((3, 2)), name="fc")),
      CompileError, ["'fc'", "(1, 4, 4, 3)", "2-D [M, K]"]),
@@ -263,6 +272,23 @@ def _matmul_t_int32():
     h = g.dense(x, B, out_dtype="int32", name="fc")
     g.matmul_t(x, h, name="s")
     return g.build()
+
+
+def _add_of_matrices():
+    g = GraphBuilder("n")
+    x = g.input(A, name="x")
+    return g.add(x, g.input(A, name="y"), name="s")
+
+
+def _transposed():
+    g = GraphBuilder("n")
+    g.transpose(g.input(A, name="x"), name="t")
+    return g.build()
+
+
+def _chain():
+    from systolica.app.demo import mlp
+    return mlp(batch=40, widths=(4, 4, 2), name="chain")
 
 
 def _matmul_t_on_chip():

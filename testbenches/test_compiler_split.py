@@ -84,6 +84,9 @@ def test_a_split_chain_holds_s_times_the_rows():
     with pytest.raises(CompileError, match="at most 127"):
         compile_network(TINY, net, split=1)
     assert [l.split for l in _golden_equals_numpy(TINY, net).layers] == [2, 2]
+    with pytest.raises(CompileError, match=r"M = 255 in 2 tile groups \(128 rows each\) "
+                                           r"must be at most 127 rows each.*at most 254 rows"):
+        compile_network(TINY, demo.mlp(batch=255, widths=(3, 4, 2), name="longer"))
 
 
 def test_layers_sharing_a_tensor_are_not_split():

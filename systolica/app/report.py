@@ -21,7 +21,8 @@ def split_lines(compiled) -> list[str]:
         est = ", ".join(f"{s}: {c}" for s, c in sorted(choice.estimates.items()))
         kind = (f"split into {choice.s} tile groups" if choice.s > 1
                 else "the whole array")
-        lines.append(f"layer {name!r}: {kind} ({choice.why}; the busiest unit's "
+        whose = "its chain's" if choice.chain else "its"
+        lines.append(f"layer {name!r}: {kind} ({choice.why}; {whose} busiest unit's "
                      f"estimated cycles by groups {est})")
     return lines
 
