@@ -27,16 +27,18 @@ def split_lines(compiled) -> list[str]:
     return lines
 
 
-def unit_busy(compiled) -> dict[str, dict[str, int]]:
-    """Per layer: each unit's busy cycles in the layer's share of the run."""
-    busy = unit_use.intervals(compiled.cfg, compiled.program, compiled.layer_of)
-    return {rec.name: unit_use.in_window(busy, rec.start_cycle, rec.end_cycle)
-            for rec in compiled.layers}
+def unit_busy(run: NetworkRun) -> dict[str, dict[str, int]]:
+    """Per layer: each unit's busy cycles in the layer's share of the run (the
+    report's predicted cycles of it)."""
+    c = run.compiled
+    busy = unit_use.intervals(c.cfg, c.program, c.layer_of)
+    return {layer.name: unit_use.in_window(busy, layer.start, layer.predicted_end)
+            for layer in run.layers}
 
 
 def print_run(run: NetworkRun, console: Console | None = None) -> None:
     # Wide enough for the table and summary lines when output goes to a file or CI log.
-    console = console or Console(width=max(Console().width, 110))
+    console = console or Console(width=max(Console().width, 124))
     cfg = run.cfg
     console.print(f"[bold]{run.name}[/] on chip [bold]{cfg.name}[/]: {cfg.tile_rows}x"
                   f"{cfg.tile_cols} tiles of {cfg.tile_size}x{cfg.tile_size} cells "
@@ -44,9 +46,9 @@ def print_run(run: NetworkRun, console: Console | None = None) -> None:
                   f"{len(run.compiled.program)} instructions")
     table = Table(show_edge=False, header_style="bold")
     for col in ("layer", "M", "K", "N", "cycles pred", "cycles RTL", "cycle match",
-                "MAC util", "DRAM rd B", "DRAM wr B", "busiest unit"):
+                "MAC util", "DRAM rd B", "DRAM wr B", "busiest"):
         table.add_column(col, justify="left" if col == "layer" else "right")
-    busy = unit_busy(run.compiled)
+    busy = unit_busy(run)
     for layer in run.layers:
         unit, share = unit_use.busiest(busy.get(layer.name, {}), layer.predicted_cycles)
         table.add_row(layer.name, str(layer.M), str(layer.K), str(layer.N),
@@ -58,9 +60,9 @@ def print_run(run: NetworkRun, console: Console | None = None) -> None:
                   str(run.measured_cycles), _mark(run.predicted_cycles == run.measured_cycles),
                   f"{run.utilisation:.3f}", str(run.dram_rd_bytes), str(run.dram_wr_bytes), "",
                   style="bold")
-    console.print("busiest unit: the unit busy the longest in the layer's cycles, and "
-                  "its share of them (near 1: that unit sets the pace)", highlight=False)
     console.print(table)
+    console.print("busiest: the unit busy longest in the layer's cycles and its share of "
+                  "them (near 1: it sets the pace)", highlight=False)
     for line in split_lines(run.compiled):
         console.print(line, highlight=False)
     console.print(f"outputs: RTL == golden model {_mark(run.rtl_matches_golden)}, "
@@ -87,7 +89,7 @@ def print_run(run: NetworkRun, console: Console | None = None) -> None:
 def record(run: NetworkRun, name: str) -> dict:
     """One machine-readable bench record."""
     layer = run.compiled.layers
-    busy = unit_busy(run.compiled)
+    busy = unit_busy(run)
     return {
         "name": name,
         "config": run.cfg.name,
