@@ -59,6 +59,15 @@ def test_compile_then_disasm_round_trip(tmp_path, capsys):
     assert "# layer 'gemm_8x16x8': the whole array (not 2 groups: K = 16 > 4" in listed
 
 
+def test_compile_draws_the_predicted_unit_occupancy(tmp_path, capsys):
+    plot = tmp_path / "plots" / "g.svg"
+    status, out, _ = run(["compile", "--gemm", "64x16x8", "--plot", str(plot)], capsys)
+    assert status == 0 and f"unit occupancy plot: {plot}" in out
+    svg = plot.read_text()
+    assert svg.startswith("<svg") and "gemm_64x16x8 on chip tiny (predicted)" in svg
+    assert ">mm</text>" in svg and ">dma</text>" in svg
+
+
 def test_compile_names_the_split_it_chose(capsys):
     status, out, _ = run(["compile", "--gemm", "64x3x4"], capsys)
     assert status == 0

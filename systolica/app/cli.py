@@ -232,11 +232,17 @@ def cmd_sim(args) -> int:
     run = flow.run_network(cfg, net, waves=args.waves)
     report.print_run(run)
     _write_trace(args.trace, run.compiled)
-    if args.plot:
-        from . import plot
-        plot.write_occupancy(args.plot, run.compiled, f"{run.name} on chip {cfg.name}")
-        print(f"unit occupancy plot: {args.plot} (open in a web browser)")
+    _write_plot(args.plot, run.compiled, f"{run.name} on chip {cfg.name}")
     return 0 if run.ok else 1
+
+
+def _write_plot(path: str | None, compiled, title: str) -> None:
+    """The compiled program's unit occupancy plot (SVG)."""
+    if not path:
+        return
+    from . import plot
+    plot.write_occupancy(path, compiled, title)
+    print(f"unit occupancy plot: {path} (open in a web browser)")
 
 
 def _write_trace(path: str | None, compiled) -> None:
@@ -417,6 +423,7 @@ def cmd_compile(args) -> int:
     cfg = preset(args.config)
     _check_output(args.out, "--out")
     _check_output(args.trace, "--trace")
+    _check_output(args.plot, "--plot")
     compiled = compile_network(cfg, _network(args, cfg))
     if args.out:
         _write_bytes(args.out, compiled.image)
@@ -431,6 +438,8 @@ def cmd_compile(args) -> int:
         print(f"the program is longer than the instruction memory ({cfg.imem_depth}): "
               f"load the image at DRAM word {compiled.prog_addr} and set PROG_ADDR to "
               f"{compiled.prog_addr}")
+    _write_plot(args.plot, compiled, f"{compiled.network.name} on chip {cfg.name} "
+                                     f"(predicted)")
     return 0
 
 
@@ -546,6 +555,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--listing", action="store_true", help="print the disassembly")
     p.add_argument("--trace", metavar="FILE",
                    help="write the schedule timeline (Chrome trace JSON) here")
+    p.add_argument("--plot", metavar="FILE", help="write the unit occupancy plot (SVG) here")
     p.set_defaults(func=cmd_compile)
     p = sub.add_parser("disasm", help="disassemble a program image")
     p.add_argument("image", help="program image, e.g. from `systolica compile --out`")
