@@ -42,6 +42,7 @@ from ..arch.config import ChipConfig
 from . import layout, split
 from .errors import CompileError
 from .graph import Graph, as_graph
+from .ops import Dense
 from .rules import rule_for, through_dram
 
 MEMORIES = ("cbuf", "acc", "dram")
@@ -102,6 +103,8 @@ class MemoryPlan:
     dram_map: DramMap
     splits: Mapping = field(default_factory=dict)   # dense layer -> split.Split (the
                                                     # cost model's choice and why)
+    passes: Mapping = field(default_factory=dict)   # layer -> rows per pass, where
+                                                    # fewer than `rows` (dense_passes)
 
     def split(self, layer: str) -> int:
         """Tile groups `layer` runs in (1: the whole array; docs/compiler.md)."""
@@ -362,6 +365,26 @@ def _rows(cfg: ChipConfig, graph: Graph, splits: Mapping[str, int]
     return {name: best[0]}, best[1]
 
 
+#: rows a pass of a layer in a network of dense layers aims at (docs/compiler.md,
+#: "Passes in a network of dense layers")
+PASS_ROWS = 64
+
+
+def dense_passes(cfg: ChipConfig, graph: Graph, rows: Mapping[str, int]) -> dict[str, int]:
+    """Rows per pass of each layer of a network made of dense layers alone (several):
+    its activations stay on chip whole (``rows``), and passes of about
+    :data:`PASS_ROWS` rows let a layer's loads, MATMULs, VRUNs and stores of
+    successive passes overlap. Other networks: none (one pass of ``rows``)."""
+    if len(graph.nodes) < 2 or any(type(n.op) is not Dense for n in graph.nodes):
+        return {}
+    out = {}
+    for name, m in rows.items():
+        count = -(-m // PASS_ROWS)
+        if count > 1:
+            out[name] = -(-m // count)
+    return out
+
+
 def program_region(cfg: ChipConfig, plan: MemoryPlan, instructions: int,
                    at_least: bool = False) -> int:
     """The DRAM word address of the program image (PROG_ADDR): right after the data.
@@ -416,6 +439,7 @@ def plan_memory(cfg: ChipConfig, network, split_groups=None) -> MemoryPlan:
     rows, chip = _rows(cfg, graph, splits)
     dram_regions, image, dmap = _dram(cfg, graph, splits)
     plan = MemoryPlan(cfg, graph, MappingProxyType(rows), tuple(chip + dram_regions),
-                      image, dmap, MappingProxyType(choices))
+                      image, dmap, MappingProxyType(choices),
+                      MappingProxyType(dense_passes(cfg, graph, rows)))
     check_plan(plan)
     return plan

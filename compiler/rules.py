@@ -246,8 +246,15 @@ class DenseRule:
                    if out.dtype == "int8" and resident is None else None)
 
         # a graph input loaded pass by pass alternates between two buffers (input_rows);
-        # the passes are of equal size (none a few rows long, paying a pass's overhead)
-        buffers = 2 if M > Mc and self._one_block(cfg, graph, node) else 1
+        # the passes are of equal size (none a few rows long, paying a pass's overhead).
+        # In a network of dense layers every tensor is on chip whole (blocks of
+        # `stride` = M rows) and the layer goes in passes of plan.passes' rows at their
+        # own rows (docs/compiler.md, "Passes in a network of dense layers").
+        whole = node.name in plan.passes
+        stride = Mc
+        if whole:
+            Mc = plan.passes[node.name]
+        buffers = 2 if M > Mc and self._one_block(cfg, graph, node) and not whole else 1
         Mc = -(-M // -(-M // Mc))
         n_blocks = layout.blocks(layer.N, C)
         # one weight block for the whole layer stays in its bank for every pass
@@ -270,7 +277,8 @@ class DenseRule:
                 first = True
                 for KB, src, w_dram, a_dram in inputs:
                     for kb in range(KB):
-                        at = src + ((held * KB if a_dram is not None else 0) + kb) * Mc
+                        at = (src + kb * stride + m0 if whole else
+                              src + ((held * KB if a_dram is not None else 0) + kb) * Mc)
                         if stationary and m0 > 0:
                             # the weights are in the bank since the first pass
                             loads = []
@@ -303,12 +311,13 @@ class DenseRule:
                         first = False
                 blk.epilogue = self._epilogue(em, index, layer, out.dtype, nb, m0, rows, M,
                                               Mc, half, acc_at, bias_at, resident, stored,
-                                              staging, n_blocks)
+                                              staging, n_blocks, stride if whole else None)
                 blocks.append(blk)
         return blocks
 
     def _epilogue(self, em, index, layer, dtype, nb, m0, rows, M, Mc, half, acc_at,
-                  bias_at, resident, stored, staging, n_blocks) -> list[MicroOp]:
+                  bias_at, resident, stored, staging, n_blocks, stride=None
+                  ) -> list[MicroOp]:
         """N-block `nb` (of `n_blocks`) of ``C`` columns: int8 into sub-block ``nb % k``
         of block ``nb // k`` of ``R`` columns (``k = R / C``; the activation layout a
         later layer reads), stored once the block's last sub-block is in; int32 as
@@ -322,7 +331,8 @@ class DenseRule:
             b, sub = divmod(nb, k)
             # the sub-blocks of one block share a staging half
             slot = half if k == 1 else b % 2
-            buf = resident + b * Mc if resident is not None else staging + slot * Mc
+            buf = (staging + slot * Mc if resident is None else
+                   resident + b * stride + m0 if stride is not None else resident + b * Mc)
             ops = [op(Opcode.VRUN, index, sub=sub, to_acc=0, dst=buf, **post)]
             if stored is not None and (sub == k - 1 or nb == n_blocks - 1):
                 ops.append(op(Opcode.DMA, index, kind=DmaKind.STORE_CBUF,

@@ -39,6 +39,8 @@ TINY_CASES = {
     # output on chip (docs/contract.md, "Split dense layers")
     "split_chain_101x3x4x4x2": lambda: _chain(101, (3, 4, 4, 2)),
     "whole_chain_101x3x4x4x2": (lambda: _chain(101, (3, 4, 4, 2)), dict(split=1)),
+    # 125 rows a group, in two passes of 63 (plan.dense_passes); unsplit it would not fit
+    "split_chain_250x4x3x2": lambda: _chain(250, (4, 3, 2)),
 }
 TALL_CASES = {
     "split_tall_50x8x4": lambda: _gemm(50, 8, 4, 5),
