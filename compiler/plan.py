@@ -266,7 +266,9 @@ def _dram(cfg: ChipConfig, graph: Graph, splits: Mapping[str, int]
 def _on_chip(cfg: ChipConfig, graph: Graph, rows: Mapping[str, int],
              splits: Mapping[str, int]) -> dict[str, list[_Item]]:
     """What CBUF and ACC must hold, in the order asked for: per layer its rules'
-    shared needs, the tensors it is the first to hold, its own needs."""
+    shared needs (for a pass of its rows: dense_passes), the tensors it is the first
+    to hold (whole), its own needs."""
+    passes = dense_passes(cfg, graph, rows)
     index = {node.name: i for i, node in enumerate(graph.nodes)}
     items: dict[str, dict[str, _Item]] = {"cbuf": {}, "acc": {}}
     order = 0
@@ -283,7 +285,8 @@ def _on_chip(cfg: ChipConfig, graph: Graph, rows: Mapping[str, int],
             known.first, known.last = min(known.first, first), max(known.last, last)
 
     for i, node in enumerate(graph.nodes):
-        needs = rule_for(node).needs(cfg, graph, node, rows[node.name])
+        needs = rule_for(node).needs(cfg, graph, node,
+                                     passes.get(node.name, rows[node.name]))
         for need in needs:
             if need.shared:
                 ask(need.memory, need.key, need.size, i, i, need.what)
@@ -338,7 +341,10 @@ def _rows(cfg: ChipConfig, graph: Graph, splits: Mapping[str, int]
     M = {n.name: split.rows(graph.tensor(n.outputs[0]).shape[0], splits.get(n.name, 1))
          for n in graph.nodes}
     if len(graph.nodes) > 1:
-        over = [n for n in graph.nodes if M[n.name] > limits[n.name]]
+        # a network of dense layers goes in passes (dense_passes): its tensors are on
+        # chip whole, but only a pass is in the accumulator
+        over = [n for n in graph.nodes if M[n.name] > limits[n.name]
+                and not _dense_only(graph)]
         if over:
             n = next((x for x in over if x is not graph.nodes[0]), over[0])
             Mt, s = limits[n.name], splits.get(n.name, 1)
@@ -375,14 +381,19 @@ def dense_passes(cfg: ChipConfig, graph: Graph, rows: Mapping[str, int]) -> dict
     its activations stay on chip whole (``rows``), and passes of about
     :data:`PASS_ROWS` rows let a layer's loads, MATMULs, VRUNs and stores of
     successive passes overlap. Other networks: none (one pass of ``rows``)."""
-    if len(graph.nodes) < 2 or any(type(n.op) is not Dense for n in graph.nodes):
+    if len(graph.nodes) < 2 or not _dense_only(graph):
         return {}
     out = {}
-    for name, m in rows.items():
-        count = -(-m // PASS_ROWS)
+    for node in graph.nodes:
+        m = rows[node.name]
+        count = max(-(-m // PASS_ROWS), -(-m // rule_for(node).max_rows(cfg)))
         if count > 1:
-            out[name] = -(-m // count)
+            out[node.name] = -(-m // count)
     return out
+
+
+def _dense_only(graph: Graph) -> bool:
+    return all(type(n.op) is Dense for n in graph.nodes)
 
 
 def program_region(cfg: ChipConfig, plan: MemoryPlan, instructions: int,

@@ -39,8 +39,10 @@ TINY_CASES = {
     # output on chip (docs/contract.md, "Split dense layers")
     "split_chain_101x3x4x4x2": lambda: _chain(101, (3, 4, 4, 2)),
     "whole_chain_101x3x4x4x2": (lambda: _chain(101, (3, 4, 4, 2)), dict(split=1)),
-    # 125 rows a group, in two passes of 63 (plan.dense_passes); unsplit it would not fit
+    # 125 rows a group, in two passes of 63 (plan.dense_passes); unsplit, 250 rows on
+    # chip (more than the accumulator's half) in four passes of 63
     "split_chain_250x4x3x2": lambda: _chain(250, (4, 3, 2)),
+    "whole_chain_250x4x3x2": (lambda: _chain(250, (4, 3, 2)), dict(split=1)),
 }
 TALL_CASES = {
     "split_tall_50x8x4": lambda: _gemm(50, 8, 4, 5),
@@ -80,6 +82,7 @@ def test_split_gemm_on_the_rtl(request, chip, runs, name):
     ("tiny_runs", "split_600x4x4_int32_relu", "whole_600x4x4_int32_relu"),
     ("tall_runs", "split_tall_50x8x4", "whole_tall_50x8x4"),
     ("tiny_runs", "split_chain_101x3x4x4x2", "whole_chain_101x3x4x4x2"),
+    ("tiny_runs", "split_chain_250x4x3x2", "whole_chain_250x4x3x2"),
     ("tall_runs", "split_chain_tall_60x8x4x3", "whole_chain_tall_60x8x4x3"),
 ])
 def test_the_split_takes_fewer_cycles_on_the_rtl(request, runs, split, whole):

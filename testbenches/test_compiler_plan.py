@@ -182,9 +182,22 @@ def test_dram_shortfall_names_the_layer_and_the_words():
         "used by earlier data); the configured dram_words is 64 words of 8 bytes")
 
 
-def test_several_layers_need_all_of_m_in_one_accumulator_half():
+def test_dense_layers_hold_their_tensors_whole_and_go_in_passes():
+    """A network of dense layers: M rows of every tensor on chip, passes of at most
+    64 rows (and at most an accumulator half) through the accumulator."""
+    plan = plan_memory(TINY, chain(Mt + 1, [8, 8, 8]))
+    assert dict(plan.rows) == {"layer0": Mt + 1, "layer1": Mt + 1}
+    assert dict(plan.passes) == {"layer0": 64, "layer1": 64}
+    assert plan.region("cbuf", "tensor layer0").size >= Mt + 1
+
+
+def test_beside_other_layers_all_of_m_is_in_one_accumulator_half():
+    g = GraphBuilder("mixed")
+    h = g.dense(g.input(np.ones((Mt + 1, 8), np.int8), name="x"), np.ones((8, 8)),
+                name="layer0")
+    g.transpose(h, name="t")
     with pytest.raises(CompileError) as info:
-        plan_memory(TINY, chain(Mt + 1, [8, 8, 8]))
-    assert str(info.value).startswith(f"layer 'layer1': a network of several layers keeps "
+        plan_memory(TINY, g.build())
+    assert str(info.value).startswith(f"layer 'layer0': a network of several layers keeps "
                                       f"every activation on chip, so M = {Mt + 1} must be "
                                       f"at most {Mt}")
