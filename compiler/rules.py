@@ -251,9 +251,7 @@ class DenseRule:
         # `stride` = M rows) and the layer goes in passes of plan.passes' rows at their
         # own rows (docs/compiler.md, "Passes in a network of dense layers").
         whole = node.name in plan.passes
-        stride = Mc
-        if whole:
-            Mc = plan.passes[node.name]
+        stride, Mc = Mc, plan.passes.get(node.name, Mc)
         buffers = 2 if M > Mc and self._one_block(cfg, graph, node) and not whole else 1
         Mc = -(-M // -(-M // Mc))
         n_blocks = layout.blocks(layer.N, C)

@@ -13,7 +13,7 @@ packed input as it lies on chip (docs/contract.md, "Split dense layers").
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from math import gcd
 from typing import Mapping
 
@@ -167,16 +167,17 @@ def choose(cfg: ChipConfig, graph: Graph, forced: int | Mapping[str, int] | None
                                f"layers ({', '.join(map(repr, names))}), split as one; "
                                f"they cannot take {s1} and {s2} tile groups: give both "
                                f"the same")
-        chained = f"; one chain with {', '.join(map(repr, names))}" if len(chain) > 1 else ""
+        members = tuple(names) if len(chain) > 1 else ()
+        chained = f"; one chain with {', '.join(map(repr, names))}" if members else ""
         if asked:
             ((s, who),) = asked.items()
             why = None if s == 1 else _refusal(cfg, graph, chain, s)
             if why is not None:
                 raise CompileError(f"split: layer {who!r} cannot run in {s} tile "
                                    f"groups: {why}")
-            choice = Split(s, estimates, "as asked" + chained)
+            choice = Split(s, estimates, "as asked" + chained, members)
         elif forced == 1:
-            choice = Split(1, estimates, "split=1 was asked")
+            choice = Split(1, estimates, "split=1 was asked", members)
         else:
             best = min(estimates, key=lambda s: (estimates[s], s))
             larger = [s for s in refusals if s > best]
@@ -188,9 +189,7 @@ def choose(cfg: ChipConfig, graph: Graph, forced: int | Mapping[str, int] | None
             else:
                 why = "the grid has no more diagonal tile groups" if best > 1 else \
                     "the grid has one tile group"
-            choice = Split(best, estimates, why + (chained if best > 1 else ""))
-        if len(chain) > 1:
-            choice = replace(choice, chain=tuple(names))
+            choice = Split(best, estimates, why + (chained if best > 1 else ""), members)
         out.update({n: choice for n in names})
     return out
 

@@ -17,9 +17,9 @@ from dataclasses import dataclass
 from ..arch import isa, timing
 from ..arch.config import ChipConfig
 from ..arch.instructions import UNITS
-from ..arch.isa import Opcode
 
-#: units that take a configuration and are busy a cycle or none: left out
+#: units that take a configuration (SETCFG, CONVCFG, TAPS), busy a cycle or none:
+#: left out
 QUIET = {"cfg", "convcfg", "taps"}
 
 
@@ -38,7 +38,7 @@ def intervals(cfg: ChipConfig, program: Sequence[isa.Instr],
     out = []
     for ins, layer in zip(program, layer_of):
         unit = timing.UNIT[ins.op]
-        if ins.op is Opcode.SETCFG or unit in QUIET:
+        if unit in QUIET:
             continue
         out.append(Busy(unit, ins.cycle, ins.cycle + timing.occupancy(cfg, ins), layer))
     return out
