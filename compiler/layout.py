@@ -52,12 +52,17 @@ def pack_activations(cfg: ChipConfig, a: np.ndarray) -> np.ndarray:
 
 def pack_weights(cfg: ChipConfig, b: np.ndarray) -> np.ndarray:
     """``B[K, N]`` int8 -> blocks ordered ``(nb, kb)`` of ``R`` words, word ``r`` of a
-    block holding ``B[kb*R + r, nb*C : nb*C+C]``."""
+    block holding ``B[kb*R + r, nb*C : nb*C+C]``; on a wide grid (loaded from the
+    west, docs/contract.md "Wide grids") of ``C`` words, word ``c`` holding
+    ``B[kb*R : kb*R+R, nb*C + c]``."""
     K, N = b.shape
     R, C = cfg.rows, cfg.cols
     kb, nb = blocks(K, R), blocks(N, C)
     padded = _pad(b.astype(np.int8), kb * R, nb * C)
     tiles = padded.reshape(kb, R, nb, C).transpose(2, 0, 1, 3)   # [nb, kb, R, C]
+    if cfg.wide:
+        return np.ascontiguousarray(tiles.transpose(0, 1, 3, 2)).reshape(
+            nb * kb * C, R).view(np.uint8)
     words = np.zeros((nb, kb, R, R), dtype=np.int8)
     words[..., :C] = tiles
     return words.reshape(nb * kb * R, R).view(np.uint8)

@@ -15,7 +15,7 @@ from ..arch.config import ChipConfig
 from .chain_lower import ChainChoice, lower_chain
 from .cnn import is_cnn, lower_cnn
 from .errors import CompileError
-from .graph import MatMulT, Transpose, as_graph
+from .graph import Dense, MatMulT, Transpose, as_graph
 from .lowered import Lowered
 from .pipeline import loop_order, pipeline
 from .plan import DramMap, MemoryPlan, plan_memory
@@ -35,6 +35,7 @@ def lower(cfg: ChipConfig, network, plan: MemoryPlan | None = None, *,
     chains assume is the cost model's (:func:`.cnn.lower_cnn`); `split`: dense layers'
     tile groups (:func:`.split.choose`)."""
     graph = as_graph(network)
+    _check_wide(cfg, graph)
     tiled = weights is not None or buffers is not None
     if isinstance(chain, ChainChoice):
         if tiled or segments is not None:
@@ -58,6 +59,20 @@ def lower(cfg: ChipConfig, network, plan: MemoryPlan | None = None, *,
     blocks = [blk for i, node in enumerate(graph.nodes)
               for blk in rule_for(node).emit(emitter, i, node)]
     return Lowered(pipeline(cfg, blocks), loop_order(blocks), plan)
+
+
+def _check_wide(cfg: ChipConfig, graph) -> None:
+    """A wide grid runs networks of dense layers only (docs/contract.md, "Wide
+    grids"): any other layer is refused by name."""
+    if not cfg.wide:
+        return
+    for node in graph.nodes:
+        if type(node.op) is not Dense:
+            raise CompileError(
+                f"graph {graph.name!r}: layer {node.name!r} ({type(node.op).__name__}) "
+                f"cannot run on chip {cfg.name!r}: a wide grid ({cfg.tile_rows}x"
+                f"{cfg.tile_cols} tiles) runs networks of dense layers only so far "
+                f"(docs/contract.md, 'Wide grids'); compile it for a square or tall chip")
 
 
 def _chained_nd_transposes(graph) -> bool:

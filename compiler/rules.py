@@ -97,6 +97,8 @@ def gemm_routing(cfg: ChipConfig, op: Opcode, *, to_acc: bool = False,
     t, cols = cfg.tile_rows, cfg.tile_cols
     tr = t if tile_rows is None else tile_rows
     tc = cols if tile_cols is None else tile_cols
+    if cfg.wide:
+        return _wide_routing(cfg, op, to_acc, tr, sub)
     if op is Opcode.WLOAD:
         return {**{f"north_feed[{j}]": f"cbuf.g{j}" if j < tc else fabric.ZERO
                    for j in range(cols)},
@@ -112,6 +114,27 @@ def gemm_routing(cfg: ChipConfig, op: Opcode, *, to_acc: bool = False,
         rest = fabric.ZERO if sub == 0 else fabric.KEEP
         return {f"wb_src[{g}]": f"col.g{g - sub * cols}" if 0 <= g - sub * cols < cols
                 else rest for g in range(t)}
+    return {}
+
+
+def _wide_routing(cfg: ChipConfig, op: Opcode, to_acc: bool, tr: int, sub: int
+                  ) -> dict[str, str]:
+    """A wide grid's (docs/contract.md, "Wide grids"): weights from the west, the
+    north chain fed zeros (the reset routing); a VRUN writes slice `sub` of its
+    N-block, ACC group ``sub*T + g`` into CBUF group ``g``."""
+    t, cols = cfg.tile_rows, cfg.tile_cols
+    if op is Opcode.WLOAD:
+        return {**{f"north_feed[{j}]": fabric.ZERO for j in range(cols)},
+                **{f"west_wfeed[{i}]": f"cbuf.g{i}" for i in range(t)},
+                **{f"w_in[{i}][{j}]": "west" for i in range(t) for j in range(cols)}}
+    if op is Opcode.MATMUL:
+        return {**{f"west_feed[{i}]": f"cbuf.g{i}" if i < tr else fabric.ZERO
+                   for i in range(t)},
+                **{f"act_in[{i}][{j}]": "lane" for i in range(t) for j in range(cols)},
+                **{f"psum_in[{i}][{j}]": "north" for i in range(1, t) for j in range(cols)},
+                **{f"acc_src[{g}]": f"col.g{g}" for g in range(cols)}}
+    if op is Opcode.VRUN and not to_acc:
+        return {f"wb_src[{g}]": f"col.g{sub * t + g}" for g in range(t)}
     return {}
 
 
@@ -206,14 +229,14 @@ class DenseRule:
 
     def needs(self, cfg: ChipConfig, graph: Graph, node: Node, rows: int) -> list[Need]:
         Mt = acc_half_rows(cfg)
-        needs = [Need("cbuf", "weight ring", WEIGHT_SLOTS * cfg.rows, "weight ring",
+        needs = [Need("cbuf", "weight ring", WEIGHT_SLOTS * cfg.weight_rows, "weight ring",
                       shared=True),
                  Need("acc", "accumulator halves", 2 * Mt, "accumulator halves",
                       shared=True),
                  Need("acc", "bias slots", 2, "bias slots", shared=True)]
         out = node.outputs[0]
         if graph.tensor(out).dtype == "int8" and not graph.consumers(out):
-            needs.append(Need("cbuf", f"{node.name}.staging", 2 * rows,
+            needs.append(Need("cbuf", f"{node.name}.staging", 2 * cfg.slices * rows,
                               f"output staging of {node.name!r}"))
         return needs
 
@@ -222,6 +245,7 @@ class DenseRule:
         op = partial(self._op, em)
         layer: Dense = node.op
         R, C, arw, Mt = cfg.rows, cfg.cols, cfg.acc_row_words, acc_half_rows(cfg)
+        WR = cfg.weight_rows
         out = graph.tensor(node.outputs[0])
         # split into s tile groups: ceil(M/s) rows of the packed layer (split.py)
         M, Mc = split.rows(out.shape[0], plan.split(node.name)), plan.rows[node.name]
@@ -291,11 +315,11 @@ class DenseRule:
                             continue
                         # the (short) weight block first, so its WLOAD overlaps the
                         # activation load
-                        slot = ring + (em.steps % WEIGHT_SLOTS) * R
+                        slot = ring + (em.steps % WEIGHT_SLOTS) * WR
                         bank = em.steps % 2
                         loads = [op(Opcode.DMA, index, kind=DmaKind.LOAD_CBUF,
-                                    dram_addr=w_dram + (nb * KB + kb) * R, dram_stride=1,
-                                    buf_addr=slot, rows=R)]
+                                    dram_addr=w_dram + (nb * KB + kb) * WR, dram_stride=1,
+                                    buf_addr=slot, rows=WR)]
                         if a_dram is not None and nb == 0:
                             loads.append(op(Opcode.DMA, index, kind=DmaKind.LOAD_CBUF,
                                             dram_addr=a_dram + kb * M + m0, dram_stride=1,
@@ -326,6 +350,9 @@ class DenseRule:
                     else 0, use_bias=int(layer.bias is not None), relu=int(layer.relu))
         if dtype == "int8":
             post.update(requant=1, mult=layer.mult, shift=layer.shift, zp=layer.zp & 0xFF)
+            if em.cfg.wide:
+                return self._slices(em, index, post, nb, m0, rows, M, Mc, half, resident,
+                                    stored, staging, layer.N, stride)
             b, sub = divmod(nb, k)
             # the sub-blocks of one block share a staging half
             slot = half if k == 1 else b % 2
@@ -344,6 +371,27 @@ class DenseRule:
         ops.append(op(Opcode.DMA, index, kind=DmaKind.STORE_ACC,
                       dram_addr=stored + (nb * M + m0) * arw, dram_stride=arw,
                       buf_addr=acc_at, rows=rows))
+        return ops
+
+
+    def _slices(self, em, index, post, nb, m0, rows, M, Mc, half, resident, stored,
+                staging, N, stride) -> list[MicroOp]:
+        """On a wide grid: N-block `nb` is blocks ``nb*k ..`` of ``R`` columns
+        (``k = C / R``, those of the layer's `N` columns), one VRUN each, slice ``s``
+        taking ACC groups ``s*T ..``; the staging holds the N-block's ``k`` blocks per
+        accumulator half."""
+        k, R = em.cfg.slices, em.cfg.rows
+        op = partial(self._op, em)
+        ops = []
+        for sub in range(min(k, layout.blocks(N, R) - nb * k)):
+            b = nb * k + sub
+            buf = (staging + (half * k + sub) * Mc if resident is None else
+                   resident + b * stride + m0 if stride is not None else resident + b * Mc)
+            ops.append(op(Opcode.VRUN, index, sub=sub, to_acc=0, dst=buf, **post))
+            if stored is not None:
+                ops.append(op(Opcode.DMA, index, kind=DmaKind.STORE_CBUF,
+                              dram_addr=stored + b * M + m0, dram_stride=1,
+                              buf_addr=buf, rows=rows))
         return ops
 
 

@@ -88,6 +88,9 @@ def _refusal(cfg: ChipConfig, graph: Graph, chain: list[Node], s: int) -> str | 
     if graph.consumers(out) or out not in graph.outputs:
         return f"{named(last)}its output {out!r} is read by other layers (only a graph " \
                f"output is laid out split)"
+    if cfg.wide:
+        return f"chip {cfg.name!r} is a wide grid ({cfg.tile_rows}x{cfg.tile_cols} " \
+               f"tiles): its tile groups are not built (docs/contract.md, 'Wide grids')"
     if s not in group_counts(cfg):
         return f"the {cfg.tile_rows}x{cfg.tile_cols} tile grid has no {s} diagonal " \
                f"tile groups (splits: {', '.join(map(str, group_counts(cfg)))})"

@@ -34,8 +34,8 @@ def _group_select(m, sources, sel, width, n, groups):
 
 
 class WeightLoader(wiring.Component):
-    """Executes ``WLOAD``: reads one weight block row by row from the CBUF and shifts it
-    into the grid's idle weight bank through the north edge.
+    """Executes ``WLOAD``: reads one weight block (``cfg.weight_rows`` rows) row by row
+    from the CBUF and shifts it into the grid's idle weight bank.
 
     The weight chain of a column has one stage per cell and one conveyor stage per tile
     boundary, so a load takes ``timing.weight_shifts`` shifts; the bottom row is read
@@ -70,7 +70,7 @@ class WeightLoader(wiring.Component):
         active = Signal()
         left = Signal(range(shifts + 1))
         off = Signal(range(n + 1))          # slot within the tile; n = conveyor slot
-        row = Signal(range(cfg.rows))
+        row = Signal(range(cfg.weight_rows))
         base = Signal(isa.CBUF_ADDR_BITS)
         bank = Signal()
         last = Signal()
@@ -82,7 +82,7 @@ class WeightLoader(wiring.Component):
                      self.cbuf_read.en.eq(active)]
         with m.If(self.issue.valid):
             m.d.sync += [active.eq(1), left.eq(shifts), off.eq(n - 1),
-                         row.eq(cfg.rows - 1), base.eq(self.issue.payload.w_addr),
+                         row.eq(cfg.weight_rows - 1), base.eq(self.issue.payload.w_addr),
                          bank.eq(self.issue.payload.bank)]
         with m.Elif(active):
             m.d.sync += [left.eq(left - 1), active.eq(~last)]

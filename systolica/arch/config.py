@@ -103,14 +103,14 @@ class ChipConfig:
             if size > limit:
                 raise ConfigError(f"{self.name}: {what} {size} exceeds {field_} "
                                   f"(at most {limit})")
-        if self.tile_rows % self.tile_cols or self.tile_rows > 4 * self.tile_cols:
+        lo, hi = sorted((self.tile_rows, self.tile_cols))
+        if hi % lo or hi > 4 * lo or hi // lo == 3:
             raise ConfigError(
                 f"{self.name}: a {self.tile_rows}x{self.tile_cols} tile grid is not "
-                f"supported: tile_rows must be tile_cols, 2x or 4x it (docs/contract.md, "
-                f"'Geometry and data'). A weight row of C bytes must fit a CBUF row of "
-                f"R bytes (so no wider-than-tall grid), an N-block of C columns is a "
-                f"sub-block of an R-column block (R a multiple of C), and an ACC row of "
-                f"C int32 is a whole number of R-byte DRAM words (R <= 4C)")
+                f"supported: one of tile_rows and tile_cols must be the other, 2x or 4x "
+                f"it (docs/contract.md, 'Geometry and data'). Blocks of R columns and "
+                f"N-blocks of C columns are then sub-blocks or slices of each other, and "
+                f"an ACC row of C int32 is a whole number of R-byte DRAM words")
         if self.cbuf_depth % self.cbuf_banks:
             raise ConfigError(f"{self.name}: cbuf_depth {self.cbuf_depth} must be a multiple "
                               f"of cbuf_banks {self.cbuf_banks}")
@@ -118,9 +118,10 @@ class ChipConfig:
             raise ConfigError(f"{self.name}: a CBUF bank must hold a power of two rows, "
                               f"not {self.cbuf_bank_rows} (cbuf_depth {self.cbuf_depth} / "
                               f"cbuf_banks {self.cbuf_banks}); change either")
-        if self.cbuf_depth < self.rows:
+        if self.cbuf_depth < self.weight_rows:
             raise ConfigError(f"{self.name}: cbuf_depth {self.cbuf_depth} cannot hold one "
-                              f"weight block ({self.rows} rows); make it at least {self.rows}")
+                              f"weight block ({self.weight_rows} rows); make it at least "
+                              f"{self.weight_rows}")
         if self.acc_depth < 4:
             raise ConfigError(f"{self.name}: acc_depth must be at least 4, not {self.acc_depth}")
         if self.acc_depth % self.acc_banks or self.acc_bank_rows & (self.acc_bank_rows - 1):
@@ -206,8 +207,26 @@ class ChipConfig:
 
     @property
     def sub_blocks(self) -> int:
-        """N-blocks of ``cols`` columns in one block of ``rows`` columns (R / C)."""
-        return self.rows // self.cols
+        """N-blocks of ``cols`` columns in one block of ``rows`` columns (R / C; 1 on a
+        wide grid)."""
+        return max(1, self.rows // self.cols)
+
+    @property
+    def slices(self) -> int:
+        """Blocks of ``rows`` columns in one N-block of ``cols`` columns (C / R on a wide
+        grid, else 1; docs/contract.md, "Wide grids")."""
+        return max(1, self.cols // self.rows)
+
+    @property
+    def wide(self) -> bool:
+        """More array columns than rows: weights load from the west."""
+        return self.cols > self.rows
+
+    @property
+    def weight_rows(self) -> int:
+        """CBUF rows of one weight block: ``R`` (loaded from the north) or, on a wide
+        grid, ``C`` (loaded transposed from the west)."""
+        return max(self.rows, self.cols)
 
     @property
     def acc_row_words(self) -> int:
@@ -324,6 +343,13 @@ PRESETS = {
                             ubuf_base=1792, ubuf_rows=256, general_lanes=True,
                             max_config_updates_per_cycle=8, power_domain_budget=8,
                             feed_register=True),
+    # tiny's tiles in a 2x4 grid: an 8x16 array (C = 2R), weights loaded from the west
+    # (docs/contract.md, "Wide grids")
+    "tiny_wide": ChipConfig(name="tiny_wide", tile_rows=2, tile_cols=4, tile_size=4,
+                            cbuf_depth=2048, cbuf_banks=8, acc_depth=256, acc_banks=16,
+                            dram_words=16384, imem_depth=2048,
+                            ubuf_base=1792, ubuf_rows=256, general_lanes=True,
+                            max_config_updates_per_cycle=8, power_domain_budget=8),
     # The ULX3S 85F (ECP5, systolica.arch.boards) at 50 MHz: a 4x4 array of 2x2 tiles
     # with the feed register and one ACC bank (no ACC crossbar on the accumulate's
     # path). Each CBUF bank is one 18 Kbit block RAM (2048 x 8) per lane, 32 in all;

@@ -103,14 +103,17 @@ def _muxes(t: int, tile_cols: int, general: bool = False) -> tuple[Mux, ...]:
 
     for i in range(t):
         add(f"west_feed[{i}]", groups, i)
+    # a wide grid's reset routing loads weights from the west (docs/contract.md,
+    # "Wide grids"): its north chain is fed zeros and every tile takes the west lane
+    wide = tile_cols > t
     for j in range(tile_cols):
-        add(f"north_feed[{j}]", groups, j)
+        add(f"north_feed[{j}]", groups, t if wide else j)
     for i in range(t):
         for j in range(tile_cols):
             add(f"act_in[{i}][{j}]", ("lane", ZERO), 0)
     for i in range(t):
         for j in range(tile_cols):
-            add(f"w_in[{i}][{j}]", ("lane", ZERO, "west"), 0)
+            add(f"w_in[{i}][{j}]", ("lane", ZERO, "west"), 2 if wide else 0)
     for i in range(t):
         for j in range(tile_cols):
             add(f"psum_in[{i}][{j}]", ("north", ZERO), 0)

@@ -14,12 +14,23 @@ def skew(cfg: ChipConfig, i: int) -> int:
 
 
 def skew_max(cfg: ChipConfig) -> int:
-    return skew(cfg, cfg.rows - 1)
+    """Stages to the farthest cell along the array's longer side (columns on a wide
+    grid): the collector de-skews every column to it."""
+    return skew(cfg, max(cfg.rows, cfg.cols) - 1)
+
+
+def array_span(cfg: ChipConfig) -> int:
+    """Stages from a row's entry at the west edge to its de-skewed sums: down the
+    ``R`` rows, then across to the longer side (``2 * skew_max`` on a square or tall
+    array)."""
+    return skew(cfg, cfg.rows - 1) + skew_max(cfg)
 
 
 def weight_shifts(cfg: ChipConfig) -> int:
-    """Shifts to fill one weight bank: one per cell row plus one per tile conveyor."""
-    return skew(cfg, cfg.rows - 1) + 1
+    """Shifts to fill one weight bank: one per weight row (``cfg.weight_rows``: the
+    north chain's cells down a column, or on a wide grid the west chain's along a row)
+    plus one per tile conveyor."""
+    return skew(cfg, cfg.weight_rows - 1) + 1
 
 
 def feed_stages(cfg: ChipConfig) -> int:
@@ -33,4 +44,4 @@ def matmul_pipeline(cfg: ChipConfig) -> int:
     CBUF read (1), the feed register (0 or 1), row skew, cell stages across the
     array, the psum conveyor out of the last tile row (1), column de-skew, and the
     edge registers (2)."""
-    return cfg.latency["cbuf_read"] + feed_stages(cfg) + 2 * skew_max(cfg) + 3
+    return cfg.latency["cbuf_read"] + feed_stages(cfg) + array_span(cfg) + 3

@@ -383,7 +383,8 @@ class Dma(Instruction):
 
 # -- WLOAD ----------------------------------------------------------------------------
 class Wload(Instruction):
-    """Shift a weight block (``R`` CBUF rows from ``w_addr``) into weight bank ``bank``
+    """Shift a weight block (``cfg.weight_rows`` CBUF rows from ``w_addr``: ``R``, or
+    ``C`` on a wide grid) into weight bank ``bank``
     through the north edge; the bottom row first, one shift per cycle, one extra
     shift per tile boundary (the conveyor). The same rows enter the west edge too:
     a tile whose ``w_in`` takes the ``west`` lane ends with CBUF row ``c`` in array
@@ -396,7 +397,7 @@ class Wload(Instruction):
     bank_mode = WRITE
 
     def ranges(self, cfg, f, select=py_select):
-        return [Range("cbuf", f.w_addr, f.w_addr + cfg.rows, cfg.cbuf_depth, READ)]
+        return [Range("cbuf", f.w_addr, f.w_addr + cfg.weight_rows, cfg.cbuf_depth, READ)]
 
     def occupancy(self, cfg, f):
         return geo.weight_shifts(cfg)
@@ -421,7 +422,7 @@ class Wload(Instruction):
         """The CBUF row (relative to ``w_addr``) each shift reads: rows from the
         bottom up, a conveyor slot (re-reading the row above it) after each tile."""
         n, out = cfg.tile_size, []
-        for r in reversed(range(cfg.rows)):
+        for r in reversed(range(cfg.weight_rows)):
             out.append(r)
             if r % n == 0 and r:
                 out.append(r - 1)
@@ -463,9 +464,10 @@ class Wload(Instruction):
         # lane, else zeros (a lane carries data on only between tiles that take it).
         cfg, n = chip.cfg, chip.n
         grow = lambda x: np.repeat(np.repeat(x, n, axis=0), n, axis=1)  # noqa: E731
-        rows = chip.cbuf[f["w_addr"]:f["w_addr"] + cfg.rows]          # [k, partition]
+        rows = chip.cbuf[f["w_addr"]:f["w_addr"] + cfg.weight_rows]   # [k, partition]
         idx, live = chip.feed("north_feed", cfg.tile_cols)           # per column c
-        north = rows[:, idx] * live[None, :]                          # [r, c] = row r
+        # the north chain keeps the last R rows shifted in: rows 0 .. R-1
+        north = rows[:cfg.rows, idx] * live[None, :]                  # [r, c] = row r
         idx, live = chip.feed("west_wfeed", cfg.tile_rows)           # per array row r
         # the west chain keeps the last C rows shifted in: rows 0 .. C-1
         west = (rows[:cfg.cols, idx] * live[None, :]).T               # [r, c] = row c
@@ -543,7 +545,7 @@ class Matmul(Instruction):
 
     def bank_window(self, cfg, f):
         first = cfg.latency["cbuf_read"] + geo.feed_stages(cfg) + 1
-        return first, first + f["rows"] + 2 * geo.skew_max(cfg)
+        return first, first + f["rows"] + geo.array_span(cfg)
 
     def port_windows(self, cfg, f):
         # the accumulate stage reads row i P cycles after issue and writes it once
@@ -590,9 +592,9 @@ class Matmul(Instruction):
         leave = read + cfg.latency["cbuf_read"]
         edge = leave + geo.feed_stages(cfg)     # past the feed register, if any
         # the far corner cell, its output register, the conveyor out of the last tile
-        # row; the column de-skew (skew_max - skew(c), skew_max along the R rows)
-        # brings every column to the cycle the last row's would reach in column R - 1
-        acc_read = edge + 2 * geo.skew_max(cfg) + 2
+        # row; the column de-skew (skew_max - skew(c), skew_max along the longer side)
+        # brings every column to the cycle the last row's would reach in the farthest
+        acc_read = edge + geo.array_span(cfg) + 2
         acc_write = acc_read + cfg.latency["acc_read"]
         muxes = {f"west_feed[{i}]": (int(leave[0]), int(leave[-1]))
                  for i in range(cfg.tile_rows)}
@@ -608,9 +610,9 @@ class Matmul(Instruction):
             muxes[f"acc_src[{g}]"] = (int(acc_read[0]), int(acc_read[-1]))
         # The weight bank is read from the first row's arrival at cell (0, 0) to the
         # last row's at the far corner.
-        # (along R rows and C <= R columns; counted as 2 * skew_max, as the closed
-        # form does: on a tall array a few cycles more than the corner needs)
-        bank_last = int(edge[-1]) + 2 * geo.skew_max(cfg)
+        # (counted as the array's span, as the closed form does: on a tall array a few
+        # cycles more than the corner needs)
+        bank_last = int(edge[-1]) + geo.array_span(cfg)
         acc_rows = _rows(f["acc_addr"], m)
         if f.get("conv"):
             # which tile pixel a row reads depends on the latched geometry: the whole

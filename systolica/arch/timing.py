@@ -19,7 +19,7 @@ cycle-level effects, so a wrong closed form here shows up there as a broken sche
 from __future__ import annotations
 
 from .config import ChipConfig
-from .geometry import feed_stages, matmul_pipeline, skew, skew_max, weight_shifts  # noqa: F401
+from .geometry import array_span, feed_stages, matmul_pipeline, skew, skew_max, weight_shifts  # noqa: F401
 from .instructions import ACCUMULATE, SPEC, Dma, bank_shift, ranges
 from .isa import Instr, Opcode
 
@@ -74,7 +74,7 @@ def port_windows(cfg: ChipConfig, ins: Instr) -> list[tuple[str, str, int, int]]
 def bank_window(cfg: ChipConfig, ins: Instr) -> tuple[int, int]:
     """Cycles ``[lo, hi)`` after issue in which a WLOAD shifts its weight bank, or a
     MATMUL's rows meet its bank in the cells (the last row passes the far corner cell
-    ``2 * skew_max`` cycles after it enters). A WLOAD may start shifting a bank once
+    ``array_span`` cycles after it enters). A WLOAD may start shifting a bank once
     every MATMUL using it is past the cells, long before their sums are written."""
     window = SPEC[ins.op].bank_window(cfg, ins.fields)
     if window is None:
@@ -101,6 +101,6 @@ def mux_use(cfg: ChipConfig, ins: Instr, mux_name: str) -> tuple[int, int] | Non
     return SPEC[ins.op].mux_use(cfg, ins.fields, kind, idx)
 
 
-__all__ = ["UNIT", "bank_window", "dma_words", "done", "feed_stages", "matmul_pipeline",
+__all__ = ["UNIT", "array_span", "bank_window", "dma_words", "done", "feed_stages", "matmul_pipeline",
            "moving_field", "mux_use", "occupancy", "run_cycles", "skew", "skew_max",
            "weight_shifts"]

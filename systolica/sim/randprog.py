@@ -263,7 +263,7 @@ class _Builder:
         return True
 
     def wload(self) -> bool:
-        R = self.cfg.rows
+        R = self.cfg.weight_rows
         where = self.pick("cbuf", R, min_len=R)
         if where is None:
             self.load(False, rows=R + int(self.rng.integers(0, 8)))
@@ -596,7 +596,7 @@ def _out_of_range(cfg: ChipConfig, ins: Instr, rng) -> dict:
             if need < 1 << 16:
                 choices.append(("dram_stride", int(rng.integers(need, 1 << 16))))
     elif ins.op is Opcode.WLOAD:
-        choices.append(("w_addr", past(cfg.cbuf_depth, R, isa.CBUF_ADDR_BITS)))
+        choices.append(("w_addr", past(cfg.cbuf_depth, cfg.weight_rows, isa.CBUF_ADDR_BITS)))
     elif ins.op is Opcode.MATMUL:
         span = f["in_w"] * f["in_h"] if f["conv"] else f["rows"]
         choices += [("rows", 0),

@@ -1,0 +1,208 @@
+"""A wide tile grid (``tiny_wide``: 2x4 tiles of 4x4, an 8x16 array, C = 2R;
+docs/contract.md, "Wide grids"). Its weight blocks are 16 CBUF rows of 8 bytes, loaded
+from the west (the transposed load, every ``w_in`` on ``west`` from reset); a GEMM's
+N-block of 16 columns leaves the vector unit as two slices of 8, one VRUN each, slice 1
+taking ACC groups 2 and 3 by ``wb_src``. GEMMs with ragged K, M and N, int32 outputs,
+passes over the accumulator halves and a network of dense layers run on its Verilated
+RTL in one simulator start: results equal numpy and the golden model, cycles the
+prediction. Random programs (WLOADs by either edge with random multiplexers) agree
+between its RTL and the golden model. The pure-Python part checks the layouts against
+the contract's words and the refusals."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from conftest import assert_matches_prediction, assert_outputs_match, \
+    compile_and_run_on_rtl
+from systolica import golden
+from systolica.arch import fabric, isa, timing
+from systolica.arch.config import ConfigError, preset
+from systolica.arch.isa import Opcode
+from systolica.compiler import CompileError, compile_network, layout, reference
+from systolica.compiler.graph import GraphBuilder
+from systolica.sim import randprog
+from tiers import sample
+
+WIDE = preset("tiny_wide")
+# a 1x4 grid: C = 4R, an ACC row is 16 DRAM words
+WIDE4 = WIDE.replace(name="tiny_wide4", tile_rows=1)
+
+
+def _rng(seed):
+    return np.random.default_rng(seed)
+
+
+def gemm(M, K, N, dtype="int8", seed=0, bias=True):
+    def make():
+        rng = _rng(seed)
+        b = GraphBuilder(f"gemm_{M}x{K}x{N}_{dtype}")
+        x = b.input(rng.integers(-128, 128, (M, K), dtype=np.int8))
+        w = rng.integers(-128, 128, (K, N), dtype=np.int8)
+        c = rng.integers(-3000, 3000, N, dtype=np.int32) if bias else None
+        if dtype == "int32":
+            y = b.dense(x, w, c, relu=True, out_dtype="int32")
+        else:
+            y = b.dense(x, w, c, mult=5, shift=11, zp=3)
+        return b.build(y)
+    return make
+
+
+def mlp(M):
+    def make():
+        rng = _rng(1)
+        b = GraphBuilder(f"mlp_{M}")
+        x = b.input(rng.integers(-128, 128, (M, 30), dtype=np.int8))
+        h = b.dense(x, rng.integers(-128, 128, (30, 27), dtype=np.int8), mult=1, shift=9,
+                    relu=True)
+        h = b.dense(h, rng.integers(-128, 128, (27, 40), dtype=np.int8), mult=1, shift=9)
+        return b.build(b.dense(h, rng.integers(-128, 128, (40, 10), dtype=np.int8),
+                               mult=1, shift=9))
+    return make
+
+
+CASES = {
+    "gemm_ragged": gemm(19, 37, 30),        # 5 K-blocks, 2 N-blocks: slices 2 + 2
+    "gemm_one_slice": gemm(5, 20, 7),       # N < R: slice 0 only
+    "gemm_odd_slices": gemm(9, 8, 21),      # 2 N-blocks: slices 2 + 1
+    "gemm_int32": gemm(7, 9, 21, "int32"),  # ACC rows of 16 int32: 8 DRAM words each
+    "gemm_passes": gemm(300, 12, 16, bias=False),   # 3 passes over the ACC halves
+    "mlp": mlp(11),                         # hidden 27 and 40 read back as K-blocks
+    "mlp_passes": mlp(120),                 # a dense network in passes
+}
+
+
+def test_geometry():
+    """The derived sizes the contract names, and the reset routing it promises."""
+    assert (WIDE.rows, WIDE.cols, WIDE.slices, WIDE.sub_blocks) == (8, 16, 2, 1)
+    assert WIDE.wide and not preset("tiny_tall").wide and not preset("tiny").wide
+    assert WIDE.weight_rows == 16 and WIDE.acc_row_words == 8 and WIDE4.acc_row_words == 16
+    # one shift per weight row and tile conveyor along the longer side
+    assert timing.weight_shifts(WIDE) == 16 + 3
+    assert timing.skew_max(WIDE) == 15 + 3
+    assert timing.array_span(WIDE) == (7 + 1) + (15 + 3)
+    table = fabric.by_name(WIDE)
+    assert all(table[f"w_in[{i}][{j}]"].sources[table[f"w_in[{i}][{j}]"].default] == "west"
+               for i in range(2) for j in range(4))
+    assert all(table[f"north_feed[{j}]"].sources[table[f"north_feed[{j}]"].default]
+               == fabric.ZERO for j in range(4))
+    assert [table[f"wb_src[{g}]"].sources[table[f"wb_src[{g}]"].default]
+            for g in range(2)] == ["col.g0", "col.g1"]
+
+
+def test_geometry_refusals():
+    for t, tc in ((2, 6), (1, 8), (3, 2)):
+        with pytest.raises(ConfigError, match=f"{t}x{tc} tile grid is not supported"):
+            WIDE.replace(name="odd", tile_rows=t, tile_cols=tc)
+    with pytest.raises(ConfigError, match="cannot hold one weight block \\(16 rows\\)"):
+        WIDE.replace(name="small", cbuf_depth=8, cbuf_banks=1, ubuf_base=0, ubuf_rows=0)
+
+
+def test_weight_layout_is_the_transposed_block():
+    """Word ``c`` of block ``(nb, kb)`` holds column ``nb*C + c`` of rows ``kb*R ..``
+    (built here from the contract's words, not from the packer)."""
+    w = _rng(7).integers(-128, 128, (19, 21), dtype=np.int8)
+    got = layout.pack_weights(WIDE, w).view(np.int8)
+    R, C = WIDE.rows, WIDE.cols
+    want = np.zeros((2 * 3 * C, R), np.int8)
+    for nb in range(2):
+        for kb in range(3):
+            for c in range(C):
+                for r in range(R):
+                    k, n = kb * R + r, nb * C + c
+                    if k < 19 and n < 21:
+                        want[(nb * 3 + kb) * C + c, r] = w[k, n]
+    np.testing.assert_array_equal(got, want)
+
+
+def test_slices_route_acc_groups():
+    """An N-block of 21 columns' two slices: slice 1's VRUN sets ``wb_src`` to ACC
+    groups 2 and 3; the weights take the west lanes, as from reset."""
+    c = compile_network(WIDE, gemm(9, 8, 21)())
+    table = fabric.muxes(WIDE)
+    set_to = {(table[i].name, table[i].sources[v]) for ins in c.program
+              if ins.op is Opcode.SETCFG for i, v in isa.setcfg_pairs(ins.fields)}
+    assert {("wb_src[0]", "col.g2"), ("wb_src[1]", "col.g3")} <= set_to
+    # the weight routing the program sets is the wide grid's reset routing
+    table = fabric.by_name(WIDE)
+    weights = {(n, v) for n, v in set_to if n.startswith(("w_in", "north_feed", "west_wfeed"))}
+    assert len(weights) == 2 * 4 + 4 + 2
+    assert all(table[n].sources[table[n].default] == v for n, v in weights)
+    assert sum(i.op is Opcode.VRUN for i in c.program) == 3
+
+
+@pytest.mark.parametrize("cfg", [WIDE, WIDE4], ids=lambda c: c.name)
+@pytest.mark.parametrize("name", sample(sorted(CASES), 3))
+def test_compiles_and_golden_equals_numpy(cfg, name):
+    """Pure Python, 2x4 and 1x4 grids: every case compiles, and the golden model running
+    the program equals numpy (the 1x4 grid's 4-byte rows hold the 120-row network's
+    tensors in twice the CBUF rows: refused)."""
+    if cfg is WIDE4 and name == "mlp_passes":
+        with pytest.raises(CompileError, match="CBUF too small by 312 rows"):
+            compile_network(cfg, CASES[name]())
+        return
+    c = compile_network(cfg, CASES[name]())
+    gold = c.results(golden.run(cfg, c.image, c.dram, c.prog_addr).dram)
+    for k, want in reference.outputs(c.graph).items():
+        np.testing.assert_array_equal(gold[k], want, err_msg=f"{name}: golden vs numpy")
+
+
+@pytest.mark.parametrize("seed", sample(range(12), 4))
+def test_random_dense_networks_golden_equals_numpy(seed):
+    rng = _rng(100 + seed)
+    M = int(rng.integers(1, 90))
+    widths = [int(w) for w in rng.integers(1, 40, int(rng.integers(2, 5)))]
+    b = GraphBuilder(f"random_{seed}")
+    x = b.input(rng.integers(-128, 128, (M, widths[0]), dtype=np.int8))
+    for k, n in zip(widths, widths[1:]):
+        x = b.dense(x, rng.integers(-128, 128, (k, n), dtype=np.int8),
+                    rng.integers(-999, 999, n, dtype=np.int32), mult=3, shift=11,
+                    relu=bool(rng.integers(2)))
+    cfg = WIDE if seed % 2 else WIDE4
+    c = compile_network(cfg, b.build(x))
+    gold = c.results(golden.run(cfg, c.image, c.dram, c.prog_addr).dram)
+    for k, want in reference.outputs(c.graph).items():
+        np.testing.assert_array_equal(gold[k], want)
+
+
+def test_other_layers_are_refused_by_name():
+    b = GraphBuilder("cnn_on_wide")
+    x = b.input(np.zeros((1, 4, 4, 3), np.int8))
+    g = b.build(b.conv2d(x, np.ones((1, 1, 3, 4), np.int8)))
+    with pytest.raises(CompileError, match="layer 'conv0' \\(Conv2d\\) cannot run on chip "
+                                           "'tiny_wide': a wide grid \\(2x4 tiles\\)"):
+        compile_network(WIDE, g)
+    b = GraphBuilder("transpose_on_wide")
+    g = b.build(b.transpose(b.input(np.zeros((4, 4), np.int8))))
+    with pytest.raises(CompileError, match="Transpose\\) cannot run on chip 'tiny_wide'"):
+        compile_network(WIDE, g)
+    with pytest.raises(CompileError, match="wide grid .*tile groups are not built"):
+        compile_network(WIDE, gemm(64, 4, 4)(), split={"layer0": 2})
+
+
+@pytest.fixture(scope="module")
+def rtl_runs():
+    return compile_and_run_on_rtl(WIDE, CASES)
+
+
+@pytest.mark.rtl
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_rtl_equals_numpy_golden_and_prediction(rtl_runs, name):
+    compiled, res = rtl_runs[name]
+    assert_outputs_match(WIDE, compiled, res)
+    assert_matches_prediction(WIDE, compiled, res)
+
+
+@pytest.mark.rtl
+def test_random_programs_match_golden_on_the_wide_rtl():
+    """Random legal programs (every instruction mode, random multiplexer settings: a
+    WLOAD through the north chain keeps the last R of its 16 rows) and illegal ones
+    (faults where they were broken) agree between the wide RTL and the golden model."""
+    progs = [randprog.legal(WIDE, s) for s in range(500, 516)]
+    # eight updates a cycle are SETCFG's widest: no SETCFG can break the limit
+    cats = [c for c in randprog.CATEGORIES if c != "cfg_limit"]
+    progs += [randprog.illegal(WIDE, s, cats[s % len(cats)])
+              for s in range(600, 600 + 2 * len(cats))]
+    failures = randprog.check_on_rtl(progs)
+    assert not failures, "\n".join(failures)
