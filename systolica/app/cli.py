@@ -282,7 +282,10 @@ def cmd_bench(args) -> int:
              # a chain of narrow dense layers inside a network, split as one
              *[(f"mlp_500x4x8x8x4{'' if split is None else '_whole'}", "base",
                 lambda: demo.mlp(batch=500, widths=(4, 8, 8, 4), name="mlp_500x4x8x8x4"),
-                "cocotb", split) for split in (1, None)]]
+                "cocotb", split) for split in (1, None)],
+             # one GEMM on the square, tall and wide grids of tiny's tiles
+             *[("gemm_256x128x32", cfg_name, lambda: _gemm_network(256, 128, 32, 4), "cocotb")
+               for cfg_name in ("tiny", "tiny_tall", "tiny_wide")]]
     records = []
     plots = Path(args.out).parent / "plots"     # where each run's cycles go
     with Progress() as progress:
