@@ -49,7 +49,7 @@ from . import chain
 from .cnn import (PARAM_ROWS, WEIGHT_SLOTS, CnnLowered, DramLayout, Job, Layout, Source,
                   _bank_up, check_channels,
                   _check_window, _conv_job, _Counters, _Emit, _out_words, acc_param_rows,
-                  as_map, pack_map)
+                  as_map, pack_map, stored_weights)
 from .errors import CompileError
 from .graph import Graph
 from .ops import Conv2d
@@ -279,12 +279,12 @@ def _layout(cfg: ChipConfig, jobs: list[Job], passes: list[list[chain.Step]],
     asks: list[_Ask] = []
     streamed = [k for k, m in enumerate(modes) if m == "stream"]
     if streamed:
-        asks.append(_Ask("weight ring", WEIGHT_SLOTS * R, *life(streamed[0], streamed[-1]),
+        asks.append(_Ask("weight ring", WEIGHT_SLOTS * cfg.weight_rows, *life(streamed[0], streamed[-1]),
                          "weight ring"))
     for want in ("persistent", "pass"):
         for k, j in enumerate(jobs):
             if modes[k] == want:
-                asks.append(_Ask(f"{j.name}.weights", j.weights.shape[0] * R,
+                asks.append(_Ask(f"{j.name}.weights", j.weights.shape[0] * cfg.weight_rows,
                                  *life(*(whole if want == "persistent" else (k, k))),
                                  f"weights of layer {j.name!r}", k))
     band = []
@@ -501,9 +501,9 @@ def estimate(cfg: ChipConfig, jobs: list[Job], passes: list[list[chain.Step]],
         chunks = sum(len(_chunks(p[k].compute, per)) for p in computing)
         streamed += sum(p[k].computed * Wo for p in passes) * steps
         loads = {"persistent": 1, "pass": len(computing), "stream": chunks}[modes[k]]
-        moved += j.weights.shape[0] * R * loads
+        moved += j.weights.shape[0] * cfg.weight_rows * loads
         if modes[k] == "pass" and _waits(bufs, f"{j.name}.weights", (k - 1) % len(jobs)):
-            stalls += j.weights.shape[0] * R * loads
+            stalls += j.weights.shape[0] * cfg.weight_rows * loads
         moved += len(j.steps) * PARAM_ROWS * cfg.acc_row_words
     src = jobs[0].sources[0]
     moved += sum(p[0].read for p in passes) * src.shape[2] * src.blocks(R)
@@ -754,11 +754,11 @@ def lower_chain(cfg: ChipConfig, graph: Graph, want: ChainChoice = ChainChoice()
     x_at = place(f"tensor {x_name}", x_words, f"input {x_name!r}")
     params, w_at, p_at = {}, [], []
     for j in jobs:
-        w = place(f"{j.name}.weights", j.weights.reshape(-1, R).view(np.uint8),
+        w = place(f"{j.name}.weights", stored_weights(cfg, j.weights),
                   f"weights of layer {j.name!r}")
         rows = acc_param_rows(cfg, j.post_rows)
         p = place(f"{j.name}.post", rows, f"epilogue parameters of layer {j.name!r}")
-        params[(j.name, "weights")] = (w, j.weights.shape[0] * R)
+        params[(j.name, "weights")] = (w, j.weights.shape[0] * cfg.weight_rows)
         params[(j.name, "post")] = (p, rows.shape[0])
         w_at.append(w)
         p_at.append(p)
@@ -814,7 +814,7 @@ def _split(a: int, b: int, crop: tuple[int, int] | None) -> list[tuple[int, int,
 def _emit_passes(cfg, emit: _Emit, jobs: list[Job], passes, bufs: _Buffers, x_at: int,
                  w_at: list[int], p_at: list[int], slots: list[int], out_at: int,
                  fused: tuple[bool, ...]) -> list[Block]:
-    R, arw = cfg.rows, cfg.acc_row_words
+    R, WR, arw = cfg.rows, cfg.weight_rows, cfg.acc_row_words
     em, lay = emit.em, emit.lay
     blocks: list[Block] = []
     last = len(jobs) - 1
@@ -872,7 +872,7 @@ def _emit_passes(cfg, emit: _Emit, jobs: list[Job], passes, bufs: _Buffers, x_at
                                     rows=PARAM_ROWS * len(job.steps)))
             if bufs.weights[k] is not None and (p == 0 or bufs.modes[k] == "pass"):
                 # persistent: loaded once; pass: at the layer's turn in every pass
-                total = job.weights.shape[0] * R
+                total = job.weights.shape[0] * cfg.weight_rows
                 for at in range(0, total, DMA_ROWS):
                     head.append(emit.op(Opcode.DMA, i, kind=DmaKind.LOAD_CBUF,
                                         dram_addr=w_at[k] + at, dram_stride=1,
@@ -927,13 +927,13 @@ def _emit_passes(cfg, emit: _Emit, jobs: list[Job], passes, bufs: _Buffers, x_at
                             pre += (head if ci == 0 else []) + [geom]
                         bank = em.steps % 2
                         if bufs.weights[k] is None:
-                            ring = bufs.ring + (em.steps % WEIGHT_SLOTS) * R
+                            ring = bufs.ring + (em.steps % WEIGHT_SLOTS) * WR
                             pre.append(emit.op(Opcode.DMA, i, kind=DmaKind.LOAD_CBUF,
-                                               dram_addr=w_at[k] + st.block * R,
-                                               dram_stride=1, buf_addr=ring, rows=R))
+                                               dram_addr=w_at[k] + st.block * WR,
+                                               dram_stride=1, buf_addr=ring, rows=WR))
                             w_addr = ring
                         else:
-                            w_addr = bufs.weights[k] + st.block * R
+                            w_addr = bufs.weights[k] + st.block * WR
                         em.steps += 1
                         pre.append(emit.op(Opcode.WLOAD, i, w_addr=w_addr, bank=bank))
                         dh, dw = st.taps[0]

@@ -204,6 +204,19 @@ def _conv_job(cfg, graph, index, node, src: Source) -> Job:
                macs=out.shape[0] * Ho * Wo * KH * KW * Cin * Cout)
 
 
+def stored_weights(cfg: ChipConfig, blocks: np.ndarray) -> np.ndarray:
+    """A job's weight blocks (``[n, R, R]``, array row by column) as the DRAM words a
+    WLOAD reads: each block's ``R`` rows, or on a wide grid (loaded from the west) its
+    ``C`` columns, column ``c`` in word ``c`` (zero past the block's ``R``;
+    docs/contract.md, "Wide grids")."""
+    R = cfg.rows
+    if cfg.wide:
+        words = np.zeros((blocks.shape[0], cfg.weight_rows, R), dtype=np.int8)
+        words[:, :R] = blocks.transpose(0, 2, 1)
+        blocks = words
+    return np.ascontiguousarray(blocks).reshape(-1, R).view(np.uint8)
+
+
 def _fits_int32(name: str, values: np.ndarray) -> None:
     if values.size and (values.min() < -(1 << 31) or values.max() >= 1 << 31):
         raise CompileError(f"layer {name!r}: the bias with the input zero point folded "
@@ -325,7 +338,7 @@ def _layout(cfg: ChipConfig) -> Layout:
     # The weight ring (read by the weight loader), the staging (read by the DMA's
     # stores) and the tile buffers (read by the feeder) start at bank boundaries: a
     # CBUF bank has one read port (docs/contract.md, "CBUF banks").
-    ring, staging = 0, _bank_up(cfg, WEIGHT_SLOTS * R)
+    ring, staging = 0, _bank_up(cfg, WEIGHT_SLOTS * cfg.weight_rows)
     if top - staging < 8 * R:
         raise CompileError(f"chip {cfg.name!r}: CBUF too small for convolution tiles")
     return Layout(ring, staging, top, 0, half, 2 * half)
@@ -362,7 +375,7 @@ def job_layout(cfg: ChipConfig, lay: Layout, job: Job, tiling: Tiling) -> Layout
     (fewer rows for the tiles); its tile buffers as `tiling` says."""
     if tiling.weights == "stream":
         return replace(lay, buffers=tiling.buffers)
-    return replace(lay, staging=_bank_up(cfg, lay.ring + job.weights.shape[0] * cfg.rows),
+    return replace(lay, staging=_bank_up(cfg, lay.ring + job.weights.shape[0] * cfg.weight_rows),
                    persistent=True, buffers=tiling.buffers)
 
 
@@ -435,10 +448,10 @@ def estimate(cfg: ChipConfig, lay: Layout, job: Job, tiling: Tiling) -> tuple[in
     moved = N * sum(words)
     blocks = job.weights.shape[0]
     if mine.persistent:
-        moved += blocks * R
+        moved += blocks * cfg.weight_rows
     else:                # a step whose bank (they alternate) holds its block loads none
         seq = [st.block for steps in job.steps for st in steps] * (N * len(tiles))
-        moved += R * sum(1 for f, b in enumerate(seq) if f < 2 or seq[f - 2] != b)
+        moved += cfg.weight_rows * sum(1 for f, b in enumerate(seq) if f < 2 or seq[f - 2] != b)
     if job.post is not None:
         per = PARAM_ROWS if job.post == "params" else 1
         moved += N * len(tiles) * nb * per * cfg.acc_row_words
@@ -763,7 +776,7 @@ class _Emit:
                         buf_addr=slot, rows=per))
                 for k, st in enumerate(job.steps[nb]):
                     ring = lay.ring + (st.block if lay.persistent
-                                       else em.steps % WEIGHT_SLOTS) * R
+                                       else em.steps % WEIGHT_SLOTS) * cfg.weight_rows
                     bank = em.steps % 2
                     em.steps += 1
                     pre = weights_at.get(f, [])
@@ -827,11 +840,12 @@ class _Emit:
                                            else (e0 + f + n) % WEIGHT_GROUP) \
                     and need[f + n] and blocks[f + n] == blocks[f] + n:
                 n += 1
+            WR = self.cfg.weight_rows
             slot = self.lay.ring + (blocks[f] if persistent
-                                    else (e0 + f) % WEIGHT_SLOTS) * R
+                                    else (e0 + f) % WEIGHT_SLOTS) * WR
             out.setdefault(max(0, f - WEIGHT_GROUP // 2), []).append(self.op(
-                Opcode.DMA, i, kind=DmaKind.LOAD_CBUF, dram_addr=w_dram + blocks[f] * R,
-                dram_stride=1, buf_addr=slot, rows=n * R))
+                Opcode.DMA, i, kind=DmaKind.LOAD_CBUF, dram_addr=w_dram + blocks[f] * WR,
+                dram_stride=1, buf_addr=slot, rows=n * WR))
             f += n
         return out
 
@@ -911,21 +925,23 @@ class CnnLowered(Lowered):
 
 
 def check_channels(cfg: ChipConfig, graph: Graph) -> None:
-    """On a tall array (R > C) a feature map's channels are blocks of R partitions but
+    """On a non-square array a feature map's channels are blocks of R partitions but
     a layer's output channels N-blocks of C columns; the feature-map lowerings (layer
-    by layer and chained) line them up for one N-block only, so they refuse more."""
+    by layer and chained) line them up for one block that is both (of ``min(R, C)``
+    channels: on a wide grid the vector unit's slice 0), so they refuse more."""
     if cfg.rows == cfg.cols:
         return
+    most = min(cfg.rows, cfg.cols)
     for node in graph.nodes:
         if isinstance(node.op, (Flatten, Transpose)):
             continue
         for t in node.outputs:
-            if graph.tensor(t).shape[-1] > cfg.cols:
+            if graph.tensor(t).shape[-1] > most:
                 raise CompileError(
                     f"layer {node.name!r}: {graph.tensor(t).shape[-1]} output channels "
                     f"on chip {cfg.name!r}, whose {cfg.rows}x{cfg.cols} array is not "
-                    f"square: its feature-map layers take at most {cfg.cols} output "
-                    f"channels (one N-block); use a square preset or fewer channels")
+                    f"square: its feature-map layers take at most {most} output "
+                    f"channels (one block); use a square preset or fewer channels")
 
 
 def lower_cnn(cfg: ChipConfig, graph: Graph,
@@ -1044,9 +1060,9 @@ def lower_cnn(cfg: ChipConfig, graph: Graph,
     for job in jobs:
         if job is None:
             continue
-        w = place(f"{job.name}.weights", job.weights.reshape(-1, R).view(np.uint8),
+        w = place(f"{job.name}.weights", stored_weights(cfg, job.weights),
                   f"weights of layer {job.name!r}")
-        params[(job.name, "weights")] = (w, job.weights.shape[0] * R)
+        params[(job.name, "weights")] = (w, job.weights.shape[0] * cfg.weight_rows)
         p = None
         if job.post is not None:
             rows = acc_param_rows(cfg, job.post_rows)

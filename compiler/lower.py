@@ -15,7 +15,7 @@ from ..arch.config import ChipConfig
 from .chain_lower import ChainChoice, lower_chain
 from .cnn import is_cnn, lower_cnn
 from .errors import CompileError
-from .graph import Dense, MatMulT, Transpose, as_graph
+from .graph import MatMulT, Transpose, as_graph
 from .lowered import Lowered
 from .pipeline import loop_order, pipeline
 from .plan import DramMap, MemoryPlan, plan_memory
@@ -62,16 +62,16 @@ def lower(cfg: ChipConfig, network, plan: MemoryPlan | None = None, *,
 
 
 def _check_wide(cfg: ChipConfig, graph) -> None:
-    """A wide grid runs networks of dense layers only (docs/contract.md, "Wide
-    grids"): any other layer is refused by name."""
+    """A wide grid runs no transposes yet (docs/contract.md, "Wide grids"): they are
+    refused by name."""
     if not cfg.wide:
         return
     for node in graph.nodes:
-        if type(node.op) is not Dense:
+        if isinstance(node.op, (Transpose, MatMulT)):
             raise CompileError(
                 f"graph {graph.name!r}: layer {node.name!r} ({type(node.op).__name__}) "
                 f"cannot run on chip {cfg.name!r}: a wide grid ({cfg.tile_rows}x"
-                f"{cfg.tile_cols} tiles) runs networks of dense layers only so far "
+                f"{cfg.tile_cols} tiles) has no transposes yet "
                 f"(docs/contract.md, 'Wide grids'); compile it for a square or tall chip")
 
 

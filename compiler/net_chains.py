@@ -135,7 +135,7 @@ def chain_cost(cfg: ChipConfig, jobs: list, passes: list, weights, bufs,
     for k, j in enumerate(jobs):    # loaded whole before its first step in pass 0
         exposed += len(j.steps) * PARAM_ROWS * cfg.acc_row_words
         if modes[k] != "stream":
-            exposed += j.weights.shape[0] * R
+            exposed += j.weights.shape[0] * cfg.weight_rows
     return max(streamed, moved_bytes // R) + exposed, moved_bytes
 
 

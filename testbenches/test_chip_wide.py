@@ -3,9 +3,9 @@ docs/contract.md, "Wide grids"). Its weight blocks are 16 CBUF rows of 8 bytes, 
 from the west (the transposed load, every ``w_in`` on ``west`` from reset); a GEMM's
 N-block of 16 columns leaves the vector unit as two slices of 8, one VRUN each, slice 1
 taking ACC groups 2 and 3 by ``wb_src``. GEMMs with ragged K, M and N, int32 outputs,
-passes over the accumulator halves and a network of dense layers run on its Verilated
-RTL in one simulator start: results equal numpy and the golden model, cycles the
-prediction. Random programs (WLOADs by either edge with random multiplexers) agree
+passes over the accumulator halves, a network of dense layers, a small CNN and seed
+001's chain through the UBUF run on its Verilated RTL in one simulator start: results
+equal numpy and the golden model, cycles the prediction. Random programs (WLOADs by either edge with random multiplexers) agree
 between its RTL and the golden model. The pure-Python part checks the layouts against
 the contract's words and the refusals."""
 
@@ -21,6 +21,8 @@ from systolica.arch import fabric, isa, timing
 from systolica.arch.config import ConfigError, preset
 from systolica.arch.isa import Opcode
 from systolica.compiler import CompileError, compile_network, layout, reference
+from systolica.compiler.chain_cases import seed_two_layer
+from systolica.compiler.chain_lower import ChainChoice
 from systolica.compiler.graph import GraphBuilder
 from systolica.sim import randprog
 from tiers import sample
@@ -62,6 +64,22 @@ def mlp(M):
     return make
 
 
+def cnn():
+    """test_chip_nonsquare's small CNN with 8 channels at most (R on tiny_wide)."""
+    rng = _rng(5)
+    b = GraphBuilder("small_cnn")
+    x = b.input(rng.integers(-128, 128, (1, 9, 9, 3), dtype=np.int8))
+    h = b.conv2d(x, rng.integers(-128, 128, (3, 3, 3, 8), dtype=np.int8),
+                 rng.integers(-300, 300, 8, dtype=np.int32), pads=1, mult=5, shift=11,
+                 relu=True)
+    h = b.max_pool2d(h, 2)
+    h = b.conv2d(h, rng.integers(-128, 128, (3, 3, 8, 6), dtype=np.int8), stride=2,
+                 pads=1, mult=3, shift=11)
+    f = b.flatten(b.global_avg_pool(h))
+    return b.build(b.dense(f, rng.integers(-128, 128, (6, 5), dtype=np.int8), mult=1,
+                           shift=8))
+
+
 CASES = {
     "gemm_ragged": gemm(19, 37, 30),        # 5 K-blocks, 2 N-blocks: slices 2 + 2
     "gemm_one_slice": gemm(5, 20, 7),       # N < R: slice 0 only
@@ -70,6 +88,8 @@ CASES = {
     "gemm_passes": gemm(300, 12, 16, bias=False),   # 3 passes over the ACC halves
     "mlp": mlp(11),                         # hidden 27 and 40 read back as K-blocks
     "mlp_passes": mlp(120),                 # a dense network in passes
+    "cnn": cnn,                             # conv, pool, conv, global pool, dense
+    "chain_fused_crop": (lambda: seed_two_layer(8), ChainChoice("fused_crop", 8)),
 }
 
 
@@ -137,13 +157,17 @@ def test_slices_route_acc_groups():
 def test_compiles_and_golden_equals_numpy(cfg, name):
     """Pure Python, 2x4 and 1x4 grids: every case compiles, and the golden model running
     the program equals numpy (the 1x4 grid's 4-byte rows hold the 120-row network's
-    tensors in twice the CBUF rows: refused)."""
-    if cfg is WIDE4 and name == "mlp_passes":
-        with pytest.raises(CompileError, match="CBUF too small by 312 rows"):
-            compile_network(cfg, CASES[name]())
+    tensors in twice the CBUF rows, and its feature-map layers take 4 channels at most:
+    refused)."""
+    refused = {"mlp_passes": "CBUF too small by 312 rows",
+               "cnn": "at most 4 output channels", "chain_fused_crop": "at most 4 output"}
+    make, choice = CASES[name] if isinstance(CASES[name], tuple) else (CASES[name], None)
+    if cfg is WIDE4 and name in refused:
+        with pytest.raises(CompileError, match=refused[name]):
+            compile_network(cfg, make(), chain=choice)
         return
-    c = compile_network(cfg, CASES[name]())
-    gold = c.results(golden.run(cfg, c.image, c.dram, c.prog_addr).dram)
+    c = compile_network(cfg, make(), chain=choice)
+    gold = c.results(golden.run(cfg, c.image, c.dram, c.prog_addr, ubuf=c.ubuf).dram)
     for k, want in reference.outputs(c.graph).items():
         np.testing.assert_array_equal(gold[k], want, err_msg=f"{name}: golden vs numpy")
 
@@ -166,17 +190,30 @@ def test_random_dense_networks_golden_equals_numpy(seed):
         np.testing.assert_array_equal(gold[k], want)
 
 
+def test_conv_weights_are_stored_transposed():
+    """A 1x1 convolution's one weight block: word ``c`` holds output channel ``c``'s
+    weights over the input channels, words past R zero (from the contract's words)."""
+    w = _rng(8).integers(-128, 128, (1, 1, 3, 5), dtype=np.int8)
+    b = GraphBuilder("conv1x1")
+    x = b.input(np.zeros((1, 2, 2, 3), np.int8))
+    c = compile_network(WIDE, b.build(b.conv2d(x, w)))
+    lo, n = c.dram_map.params[("conv0", "weights")]
+    assert n == WIDE.weight_rows
+    want = np.zeros((WIDE.weight_rows, WIDE.rows), np.int8)
+    want[:5, :3] = w[0, 0].T
+    np.testing.assert_array_equal(c.dram[lo:lo + n].view(np.int8), want)
+
+
 def test_other_layers_are_refused_by_name():
-    b = GraphBuilder("cnn_on_wide")
-    x = b.input(np.zeros((1, 4, 4, 3), np.int8))
-    g = b.build(b.conv2d(x, np.ones((1, 1, 3, 4), np.int8)))
-    with pytest.raises(CompileError, match="layer 'conv0' \\(Conv2d\\) cannot run on chip "
-                                           "'tiny_wide': a wide grid \\(2x4 tiles\\)"):
-        compile_network(WIDE, g)
     b = GraphBuilder("transpose_on_wide")
     g = b.build(b.transpose(b.input(np.zeros((4, 4), np.int8))))
-    with pytest.raises(CompileError, match="Transpose\\) cannot run on chip 'tiny_wide'"):
+    with pytest.raises(CompileError, match="layer 'transpose0' \\(Transpose\\) cannot "
+                                           "run on chip 'tiny_wide': a wide grid \\(2x4"):
         compile_network(WIDE, g)
+    b = GraphBuilder("wide_channels")
+    x = b.input(np.zeros((1, 4, 4, 3), np.int8))
+    with pytest.raises(CompileError, match="at most 8 output channels"):
+        compile_network(WIDE, b.build(b.conv2d(x, np.ones((1, 1, 3, 12), np.int8))))
     with pytest.raises(CompileError, match="wide grid .*tile groups are not built"):
         compile_network(WIDE, gemm(64, 4, 4)(), split={"layer0": 2})
 
