@@ -35,7 +35,6 @@ def lower(cfg: ChipConfig, network, plan: MemoryPlan | None = None, *,
     chains assume is the cost model's (:func:`.cnn.lower_cnn`); `split`: dense layers'
     tile groups (:func:`.split.choose`)."""
     graph = as_graph(network)
-    _check_wide(cfg, graph)
     tiled = weights is not None or buffers is not None
     if isinstance(chain, ChainChoice):
         if tiled or segments is not None:
@@ -59,20 +58,6 @@ def lower(cfg: ChipConfig, network, plan: MemoryPlan | None = None, *,
     blocks = [blk for i, node in enumerate(graph.nodes)
               for blk in rule_for(node).emit(emitter, i, node)]
     return Lowered(pipeline(cfg, blocks), loop_order(blocks), plan)
-
-
-def _check_wide(cfg: ChipConfig, graph) -> None:
-    """A wide grid runs no transposes yet (docs/contract.md, "Wide grids"): they are
-    refused by name."""
-    if not cfg.wide:
-        return
-    for node in graph.nodes:
-        if isinstance(node.op, (Transpose, MatMulT)):
-            raise CompileError(
-                f"graph {graph.name!r}: layer {node.name!r} ({type(node.op).__name__}) "
-                f"cannot run on chip {cfg.name!r}: a wide grid ({cfg.tile_rows}x"
-                f"{cfg.tile_cols} tiles) has no transposes yet "
-                f"(docs/contract.md, 'Wide grids'); compile it for a square or tall chip")
 
 
 def _chained_nd_transposes(graph) -> bool:

@@ -333,12 +333,13 @@ class DenseRule:
                         first = False
                 blk.epilogue = self._epilogue(em, index, layer, out.dtype, nb, m0, rows, M,
                                               Mc, half, acc_at, bias_at, resident, stored,
-                                              staging, n_blocks, stride if whole else None)
+                                              staging, n_blocks, layer.N,
+                                              stride if whole else None)
                 blocks.append(blk)
         return blocks
 
     def _epilogue(self, em, index, layer, dtype, nb, m0, rows, M, Mc, half, acc_at,
-                  bias_at, resident, stored, staging, n_blocks, stride=None
+                  bias_at, resident, stored, staging, n_blocks, N, stride=None
                   ) -> list[MicroOp]:
         """N-block `nb` (of `n_blocks`) of ``C`` columns: int8 into sub-block ``nb % k``
         of block ``nb // k`` of ``R`` columns (``k = R / C``; the activation layout a
@@ -352,7 +353,7 @@ class DenseRule:
             post.update(requant=1, mult=layer.mult, shift=layer.shift, zp=layer.zp & 0xFF)
             if em.cfg.wide:
                 return self._slices(em, index, post, nb, m0, rows, M, Mc, half, resident,
-                                    stored, staging, layer.N, stride)
+                                    stored, staging, N, stride)
             b, sub = divmod(nb, k)
             # the sub-blocks of one block share a staging half
             slot = half if k == 1 else b % 2
@@ -1091,10 +1092,11 @@ class MatMulTRule(DenseRule):
                 for kb in range(KB):
                     bank = em.steps % 2
                     w_addr = b_at + kb * N + nb * C
-                    if w_addr + R > cfg.cbuf_depth:
+                    WR = cfg.weight_rows
+                    if w_addr + WR > cfg.cbuf_depth:
                         raise CompileError(
-                            f"layer {node.name!r}: {b_t.name!r} ends {w_addr + R - cfg.cbuf_depth} "
-                            f"rows short of what a weight load reads ({R} rows) at the CBUF's "
+                            f"layer {node.name!r}: {b_t.name!r} ends {w_addr + WR - cfg.cbuf_depth} "
+                            f"rows short of what a weight load reads ({WR} rows) at the CBUF's "
                             f"end; use a chip with a larger CBUF")
                     loads = []
                     at = src + ((held * KB if a_dram is not None else 0) + kb) * Mc
@@ -1109,7 +1111,7 @@ class MatMulTRule(DenseRule):
                     em.steps += 1
                 blk.epilogue = self._epilogue(em, index, layer, out.dtype, nb, m0, rows, M,
                                               Mc, half, acc_at, 0, resident, stored, staging,
-                                              layout.blocks(N, C))
+                                              layout.blocks(N, C), N)
                 blocks.append(blk)
         return blocks
 

@@ -3,9 +3,10 @@ docs/contract.md, "Wide grids"). Its weight blocks are 16 CBUF rows of 8 bytes, 
 from the west (the transposed load, every ``w_in`` on ``west`` from reset); a GEMM's
 N-block of 16 columns leaves the vector unit as two slices of 8, one VRUN each, slice 1
 taking ACC groups 2 and 3 by ``wb_src``. GEMMs with ragged K, M and N, int32 outputs,
-passes over the accumulator halves, a network of dense layers, a small CNN and seed
-001's chain through the UBUF run on its Verilated RTL in one simulator start: results
-equal numpy and the golden model, cycles the prediction. Random programs (WLOADs by either edge with random multiplexers) agree
+passes over the accumulator halves, a network of dense layers, a small CNN, seed 001's
+chain through the UBUF, transposes (2-D and N-D) and ``a @ bᵀ`` run on its Verilated RTL
+in one simulator start: results equal numpy and the golden model, cycles the
+prediction. Random programs (WLOADs by either edge with random multiplexers) agree
 between its RTL and the golden model. The pure-Python part checks the layouts against
 the contract's words and the refusals."""
 
@@ -28,8 +29,8 @@ from systolica.sim import randprog
 from tiers import sample
 
 WIDE = preset("tiny_wide")
-# a 1x4 grid: C = 4R, an ACC row is 16 DRAM words
-WIDE4 = WIDE.replace(name="tiny_wide4", tile_rows=1)
+# a 1x4 grid: C = 4R, an ACC row is 16 DRAM words (of 4 bytes: four times as many)
+WIDE4 = WIDE.replace(name="tiny_wide4", tile_rows=1, dram_words=1 << 16)
 
 
 def _rng(seed):
@@ -80,6 +81,30 @@ def cnn():
                            shift=8))
 
 
+def transpose(M, N, seed=2):
+    def make():
+        b = GraphBuilder(f"transpose_{M}x{N}")
+        x = b.input(_rng(seed).integers(-128, 128, (M, N), dtype=np.int8))
+        return b.build(b.transpose(x))
+    return make
+
+
+def permute(shape, perm, seed=3):
+    def make():
+        b = GraphBuilder("permute")
+        x = b.input(_rng(seed).integers(-128, 128, shape, dtype=np.int8))
+        return b.build(b.transpose(x, perm))
+    return make
+
+
+def matmul_t():
+    rng = _rng(4)
+    b = GraphBuilder("matmul_t")
+    a = b.input(rng.integers(-128, 128, (9, 20), dtype=np.int8), name="a")
+    bt = b.input(rng.integers(-128, 128, (19, 20), dtype=np.int8), name="b")
+    return b.build(b.matmul_t(a, bt, shift=9))
+
+
 CASES = {
     "gemm_ragged": gemm(19, 37, 30),        # 5 K-blocks, 2 N-blocks: slices 2 + 2
     "gemm_one_slice": gemm(5, 20, 7),       # N < R: slice 0 only
@@ -90,6 +115,9 @@ CASES = {
     "mlp_passes": mlp(120),                 # a dense network in passes
     "cnn": cnn,                             # conv, pool, conv, global pool, dense
     "chain_fused_crop": (lambda: seed_two_layer(8), ChainChoice("fused_crop", 8)),
+    "transpose_37x21": transpose(37, 21),   # ragged R x R blocks
+    "permute_2x3x4x5": permute((2, 3, 4, 5), (3, 1, 0, 2)),
+    "matmul_t": matmul_t,                   # b's rows loaded from the west, C at a time
 }
 
 
@@ -190,6 +218,19 @@ def test_random_dense_networks_golden_equals_numpy(seed):
         np.testing.assert_array_equal(gold[k], want)
 
 
+@pytest.mark.parametrize("seed", sample(range(12), 3))
+def test_random_permutations_golden_equals_numpy(seed):
+    rng = _rng(200 + seed)
+    nd = int(rng.integers(2, 5))
+    shape = tuple(int(d) for d in rng.integers(1, 16, nd))
+    perm = tuple(int(p) for p in rng.permutation(nd))
+    cfg = WIDE if seed % 2 else WIDE4
+    c = compile_network(cfg, permute(shape, perm, seed)())
+    gold = c.results(golden.run(cfg, c.image, c.dram, c.prog_addr).dram)
+    for k, want in reference.outputs(c.graph).items():
+        np.testing.assert_array_equal(gold[k], want, err_msg=f"{shape} {perm}")
+
+
 def test_conv_weights_are_stored_transposed():
     """A 1x1 convolution's one weight block: word ``c`` holds output channel ``c``'s
     weights over the input channels, words past R zero (from the contract's words)."""
@@ -204,11 +245,11 @@ def test_conv_weights_are_stored_transposed():
     np.testing.assert_array_equal(c.dram[lo:lo + n].view(np.int8), want)
 
 
-def test_other_layers_are_refused_by_name():
-    b = GraphBuilder("transpose_on_wide")
-    g = b.build(b.transpose(b.input(np.zeros((4, 4), np.int8))))
-    with pytest.raises(CompileError, match="layer 'transpose0' \\(Transpose\\) cannot "
-                                           "run on chip 'tiny_wide': a wide grid \\(2x4"):
+def test_refusals():
+    b = GraphBuilder("int32_transpose")
+    x = b.input(np.zeros((5, 6), np.int8))
+    g = b.build(b.transpose(b.dense(x, np.ones((6, 7), np.int8), out_dtype="int32")))
+    with pytest.raises(CompileError, match="int32 transpose .* chip 'tiny_wide' has a 8x16"):
         compile_network(WIDE, g)
     b = GraphBuilder("wide_channels")
     x = b.input(np.zeros((1, 4, 4, 3), np.int8))
