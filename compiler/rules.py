@@ -333,7 +333,8 @@ class DenseRule:
                         first = False
                 blk.epilogue = self._epilogue(em, index, layer, out.dtype, nb, m0, rows, M,
                                               Mc, half, acc_at, bias_at, resident, stored,
-                                              staging, n_blocks, layer.N,
+                                              staging, n_blocks,
+                                              C if plan.split(node.name) > 1 else layer.N,
                                               stride if whole else None)
                 blocks.append(blk)
         return blocks

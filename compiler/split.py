@@ -88,9 +88,11 @@ def _refusal(cfg: ChipConfig, graph: Graph, chain: list[Node], s: int) -> str | 
     if graph.consumers(out) or out not in graph.outputs:
         return f"{named(last)}its output {out!r} is read by other layers (only a graph " \
                f"output is laid out split)"
-    if cfg.wide:
+    if cfg.wide and len(chain) > 1:
         return f"chip {cfg.name!r} is a wide grid ({cfg.tile_rows}x{cfg.tile_cols} " \
-               f"tiles): its tile groups are not built (docs/contract.md, 'Wide grids')"
+               f"tiles): a later layer of a chain would read the packed output's C " \
+               f"columns as {cfg.slices} K-blocks; only single layers split there " \
+               f"(docs/contract.md, 'Wide grids')"
     if s not in group_counts(cfg):
         return f"the {cfg.tile_rows}x{cfg.tile_cols} tile grid has no {s} diagonal " \
                f"tile groups (splits: {', '.join(map(str, group_counts(cfg)))})"
@@ -108,16 +110,19 @@ def _refusal(cfg: ChipConfig, graph: Graph, chain: list[Node], s: int) -> str | 
 
 
 def estimate(cfg: ChipConfig, M: int, out_dtype: str, s: int, loads: bool = True,
-             stores: bool = True) -> int:
-    """The busiest unit's cycles for a one-block layer of ``M`` rows in ``s`` groups:
-    the DMA (input words if it `loads` its input, output words if it `stores` its
-    output, the weight block, a bias row), the matmul unit (its rows and a weight
-    load), the vector unit (its rows)."""
+             stores: bool = True, N: int | None = None) -> int:
+    """The busiest unit's cycles for a one-block layer of ``M`` rows and `N` columns
+    (None: at most ``R``) in ``s`` groups: the DMA (input words if it `loads` its
+    input, output words if it `stores` its output, the weight block, a bias row), the
+    matmul unit (its rows and a weight load), the vector unit (its rows; on a wide
+    grid once per slice of ``R`` columns of the output, all ``C`` of them when split)."""
     m = rows(M, s)
-    out_words = m * (cfg.acc_row_words if out_dtype == "int32" else 1) if stores else 0
-    dma = (m if loads else 0) + out_words + cfg.rows + cfg.acc_row_words
-    matmul = m + cfg.rows + cfg.tile_rows - 1
-    return max(dma, matmul, m)
+    width = cfg.cols if s > 1 else min(cfg.cols, N or cfg.rows)
+    slices = 1 if out_dtype == "int32" else layout.blocks(width, cfg.rows)
+    out_words = m * (cfg.acc_row_words if out_dtype == "int32" else slices) if stores else 0
+    dma = (m if loads else 0) + out_words + cfg.weight_rows + cfg.acc_row_words
+    matmul = m + cfg.weight_rows + cfg.tile_rows - 1
+    return max(dma, matmul, m * slices)
 
 
 def choose(cfg: ChipConfig, graph: Graph, forced: int | Mapping[str, int] | None = None
@@ -155,7 +160,7 @@ def choose(cfg: ChipConfig, graph: Graph, forced: int | Mapping[str, int] | None
 
         def cost(s: int) -> int:
             return sum(estimate(cfg, M, graph.tensor(n.outputs[0]).dtype, s,
-                                loads=i == 0, stores=n is last)
+                                loads=i == 0, stores=n is last, N=n.op.N)
                        for i, n in enumerate(chain))
         estimates = {1: cost(1)}
         estimates.update({s: cost(s) for s, why in refusals.items() if why is None})
