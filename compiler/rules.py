@@ -611,11 +611,12 @@ class TransposeRule:
                        dram_stride=1, buf_addr=w.ident, rows=R)]
 
         def check_end(w_addr: int, what: str) -> None:
-            if w_addr + R > cfg.cbuf_depth:
+            WR = cfg.weight_rows        # (C on a wide grid: past the block's R rows)
+            if w_addr + WR > cfg.cbuf_depth:
                 raise CompileError(
                     f"layer {name!r}: the last block of {what} ends "
-                    f"{w_addr + R - cfg.cbuf_depth} rows from the CBUF's end, but a "
-                    f"weight load reads {R} rows; use a chip with a larger CBUF")
+                    f"{w_addr + WR - cfg.cbuf_depth} rows from the CBUF's end, but a "
+                    f"weight load reads {WR} rows; use a chip with a larger CBUF")
 
         if p.mode == "transpose":
             nq, nl = layout.blocks(p.Q, R), layout.blocks(p.L, R)
