@@ -19,8 +19,10 @@ from conftest import assert_matches_prediction, assert_outputs_match, \
 from systolica import golden
 from systolica.arch import fabric, isa, timing
 from systolica.arch.config import ConfigError, preset
-from systolica.arch.isa import Opcode
+from systolica.arch.isa import DmaKind, Instr, Opcode
+from systolica.arch.regs import ErrorCode
 from systolica.compiler import CompileError, compile_network, layout, reference
+from systolica.compiler.lower import WEIGHT_SLOTS
 from systolica.compiler.graph import GraphBuilder
 from systolica.sim import randprog
 from tiers import sample
@@ -114,6 +116,82 @@ def test_weight_layout_is_the_transposed_block():
                     if k < 19 and n < 21:
                         want[(nb * 3 + kb) * C + c, r] = w[k, n]
     np.testing.assert_array_equal(got, want)
+
+
+def _serial(cfg, *ops):
+    """Instructions one after another, each issued when the previous one is done."""
+    program, t = [], 0
+    for op, fields in ops:
+        program.append(Instr(op, t, fields))
+        t += timing.done(cfg, program[-1])
+    return program
+
+
+def _golden(cfg, program, dram=None):
+    if dram is None:
+        dram = np.zeros((cfg.dram_words, cfg.rows), np.uint8)
+    return golden.run(cfg, isa.to_bytes([isa.encode(i) for i in program]), dram)
+
+
+def test_wload_takes_c_rows_from_the_west():
+    """The golden model's WLOAD on its own: ``C`` CBUF rows (row ``c`` is array column
+    ``c``, the contract's transposed load; an identity activation reads the bank back
+    into the ACC), and a block reaching past the CBUF by any of its ``C`` rows faults
+    ADDR_RANGE (one of ``R`` rows would fit)."""
+    R, C, w_addr = WIDE.rows, WIDE.cols, 100
+    rows = _rng(3).integers(-128, 128, (C, R), dtype=np.int8)
+    dram = np.zeros((WIDE.dram_words, R), np.uint8)
+    dram[:C] = rows.view(np.uint8)
+    dram[C:C + R] = np.eye(R, dtype=np.uint8)
+    load = dict(kind=DmaKind.LOAD_CBUF, dram_stride=1)
+    res = _golden(WIDE, _serial(
+        WIDE, (Opcode.DMA, dict(load, dram_addr=0, buf_addr=w_addr, rows=C)),
+        (Opcode.DMA, dict(load, dram_addr=C, buf_addr=0, rows=R)),
+        (Opcode.WLOAD, dict(w_addr=w_addr, bank=0)),
+        (Opcode.MATMUL, dict(act_addr=0, rows=R, acc_addr=0, bank=0))), dram)
+    assert res.error is ErrorCode.NONE
+    np.testing.assert_array_equal(res.acc[:R], rows.T.astype(np.int32))
+    top = WIDE.cbuf_depth
+    for w_addr, error in ((top - C, ErrorCode.NONE), (top - C + 1, ErrorCode.ADDR_RANGE),
+                          (top - R, ErrorCode.ADDR_RANGE)):
+        res = _golden(WIDE, _serial(WIDE, (Opcode.WLOAD, dict(w_addr=w_addr, bank=0))))
+        assert res.error is error, (w_addr, res.error)
+
+
+def _windows_apart(windows, every):
+    """Whether each run of `every` consecutive ``[lo, hi)`` windows is pairwise apart."""
+    for i in range(len(windows)):
+        run = sorted(windows[i:i + every])
+        if any(a[1] > b[0] for a, b in zip(run, run[1:])):
+            return False
+    return True
+
+
+@pytest.mark.parametrize("cfg, name", [(WIDE, "gemm_passes"), (WIDE, "mlp_passes"),
+                                       (WIDE, "gemm_ragged"), (WIDE4, "gemm_passes")],
+                         ids=lambda v: getattr(v, "name", v))
+def test_weight_ring_and_staging_slots_are_apart(cfg, name):
+    """The weight ring holds WEIGHT_SLOTS blocks of ``C`` rows, the output staging an
+    N-block's ``k`` slices per accumulator half: every WLOAD and staging VRUN stays in
+    its region, and blocks (slices) in flight together never share CBUF rows (a
+    shared row would only serialise the program, so results alone cannot tell)."""
+    c = compile_network(cfg, CASES[name]())
+    plan = c.plan
+    ring = plan.region("cbuf", "weight ring")
+    assert ring.size == WEIGHT_SLOTS * cfg.cols
+    loads = [(i.fields["w_addr"], i.fields["w_addr"] + cfg.weight_rows)
+             for i in c.program if i.op is Opcode.WLOAD]
+    assert loads and all(ring.lo <= lo and hi <= ring.hi for lo, hi in loads)
+    assert _windows_apart(loads, WEIGHT_SLOTS)
+    last = c.graph.nodes[-1].name
+    staging = plan.region("cbuf", f"{last}.staging")
+    rows = plan.passes.get(last, plan.rows[last])       # rows per pass
+    assert staging.size == 2 * cfg.slices * rows
+    outs = [(i.fields["dst"], i.fields["dst"] + i.fields["rows"])
+            for i, layer in zip(c.program, c.layer_of, strict=True)
+            if i.op is Opcode.VRUN and layer == len(c.graph.nodes) - 1]
+    assert len(outs) >= 2 and all(staging.lo <= lo and hi <= staging.hi for lo, hi in outs)
+    assert _windows_apart(outs, 2 * cfg.slices)
 
 
 def test_slices_route_acc_groups():
