@@ -30,6 +30,11 @@ from tiers import sample
 WIDE = preset("tiny_wide")
 # a 1x4 grid: C = 4R, an ACC row is 16 DRAM words
 WIDE4 = WIDE.replace(name="tiny_wide4", tile_rows=1)
+# two more wide shapes: 1x2 (C = 2R of 4-byte rows) and 2x8 (four slices of two tile
+# rows: slice 3 takes ACC groups 6 and 7; without general lanes, whose multiplexers a
+# 2x8 grid has too many of for SETCFG)
+WIDE12 = WIDE.replace(name="tiny_wide12", tile_rows=1, tile_cols=2)
+WIDE28 = WIDE.replace(name="tiny_wide28", tile_cols=8, general_lanes=False)
 
 
 def _rng(seed):
@@ -242,6 +247,39 @@ def test_random_dense_networks_golden_equals_numpy(seed):
     gold = c.results(golden.run(cfg, c.image, c.dram, c.prog_addr).dram)
     for k, want in reference.outputs(c.graph).items():
         np.testing.assert_array_equal(gold[k], want)
+
+
+@pytest.mark.parametrize("seed", sample(range(12), 3))   # the fast tier: each grid
+def test_random_dense_graphs_golden_equals_numpy(seed):
+    """Random graphs of dense layers on the 2x4, 1x4, 1x2 and 2x8 grids: one or two
+    inputs, layers reading up to three tensors (joins along K, fan-out), with or without
+    bias and ReLU, the last layer's output int32 at times."""
+    rng = _rng(300 + seed)
+    cfg = (WIDE, WIDE4, WIDE12, WIDE28)[seed % 4]
+    M = int(rng.integers(1, 70))
+    b = GraphBuilder(f"graph_{seed}")
+    made = [b.input(rng.integers(-128, 128, (M, int(rng.integers(1, 40))), dtype=np.int8),
+                    name=f"in{i}") for i in range(int(rng.integers(1, 3)))]
+    layers = int(rng.integers(1, 4))
+    for i in range(layers):
+        reads = made if i == 0 else \
+            [str(t) for t in rng.choice(made, int(rng.integers(1, min(3, len(made)) + 1)),
+                                        replace=False)]
+        K, N = sum(b.tensor(t).shape[1] for t in reads), int(rng.integers(1, 45))
+        w = rng.integers(-128, 128, (K, N), dtype=np.int8)
+        bias = rng.integers(-4000, 4000, N, dtype=np.int32) if rng.integers(2) else None
+        relu = bool(rng.integers(2))
+        if i == layers - 1 and seed % 2 == 0:
+            b.dense(reads, w, bias, relu=relu, out_dtype="int32")
+        else:
+            made.append(b.dense(reads, w, bias, mult=int(rng.integers(1, 100)), shift=13,
+                                zp=int(rng.integers(-9, 9)), relu=relu))
+    c = compile_network(cfg, b.build())
+    gold = c.results(golden.run(cfg, c.image, c.dram, c.prog_addr, ubuf=c.ubuf).dram)
+    want = reference.outputs(c.graph)
+    assert list(gold) == list(want)
+    for k in want:
+        np.testing.assert_array_equal(gold[k], want[k], err_msg=f"{cfg.name}: {k}")
 
 
 def test_other_layers_are_refused_by_name():
