@@ -20,10 +20,12 @@ from conftest import assert_matches_prediction, assert_outputs_match, \
 from systolica import golden
 from systolica.arch import fabric, isa, timing
 from systolica.arch.config import ConfigError, preset
-from systolica.arch.isa import Opcode
+from systolica.arch.isa import DmaKind, Instr, Opcode
+from systolica.arch.regs import ErrorCode
 from systolica.compiler import CompileError, compile_network, layout, reference
 from systolica.compiler.chain_cases import seed_two_layer
 from systolica.compiler.chain_lower import ChainChoice
+from systolica.compiler.lower import WEIGHT_SLOTS
 from systolica.compiler.graph import GraphBuilder
 from systolica.sim import randprog
 from tiers import sample
@@ -31,6 +33,11 @@ from tiers import sample
 WIDE = preset("tiny_wide")
 # a 1x4 grid: C = 4R, an ACC row is 16 DRAM words (of 4 bytes: four times as many)
 WIDE4 = WIDE.replace(name="tiny_wide4", tile_rows=1, dram_words=1 << 16)
+# two more wide shapes: 1x2 (C = 2R of 4-byte rows) and 2x8 (four slices of two tile
+# rows: slice 3 takes ACC groups 6 and 7; without general lanes, whose multiplexers a
+# 2x8 grid has too many of for SETCFG)
+WIDE12 = WIDE.replace(name="tiny_wide12", tile_rows=1, tile_cols=2)
+WIDE28 = WIDE.replace(name="tiny_wide28", tile_cols=8, general_lanes=False)
 
 
 def _rng(seed):
@@ -167,6 +174,82 @@ def test_weight_layout_is_the_transposed_block():
     np.testing.assert_array_equal(got, want)
 
 
+def _serial(cfg, *ops):
+    """Instructions one after another, each issued when the previous one is done."""
+    program, t = [], 0
+    for op, fields in ops:
+        program.append(Instr(op, t, fields))
+        t += timing.done(cfg, program[-1])
+    return program
+
+
+def _golden(cfg, program, dram=None):
+    if dram is None:
+        dram = np.zeros((cfg.dram_words, cfg.rows), np.uint8)
+    return golden.run(cfg, isa.to_bytes([isa.encode(i) for i in program]), dram)
+
+
+def test_wload_takes_c_rows_from_the_west():
+    """The golden model's WLOAD on its own: ``C`` CBUF rows (row ``c`` is array column
+    ``c``, the contract's transposed load; an identity activation reads the bank back
+    into the ACC), and a block reaching past the CBUF by any of its ``C`` rows faults
+    ADDR_RANGE (one of ``R`` rows would fit)."""
+    R, C, w_addr = WIDE.rows, WIDE.cols, 100
+    rows = _rng(3).integers(-128, 128, (C, R), dtype=np.int8)
+    dram = np.zeros((WIDE.dram_words, R), np.uint8)
+    dram[:C] = rows.view(np.uint8)
+    dram[C:C + R] = np.eye(R, dtype=np.uint8)
+    load = dict(kind=DmaKind.LOAD_CBUF, dram_stride=1)
+    res = _golden(WIDE, _serial(
+        WIDE, (Opcode.DMA, dict(load, dram_addr=0, buf_addr=w_addr, rows=C)),
+        (Opcode.DMA, dict(load, dram_addr=C, buf_addr=0, rows=R)),
+        (Opcode.WLOAD, dict(w_addr=w_addr, bank=0)),
+        (Opcode.MATMUL, dict(act_addr=0, rows=R, acc_addr=0, bank=0))), dram)
+    assert res.error is ErrorCode.NONE
+    np.testing.assert_array_equal(res.acc[:R], rows.T.astype(np.int32))
+    top = WIDE.cbuf_depth
+    for w_addr, error in ((top - C, ErrorCode.NONE), (top - C + 1, ErrorCode.ADDR_RANGE),
+                          (top - R, ErrorCode.ADDR_RANGE)):
+        res = _golden(WIDE, _serial(WIDE, (Opcode.WLOAD, dict(w_addr=w_addr, bank=0))))
+        assert res.error is error, (w_addr, res.error)
+
+
+def _windows_apart(windows, every):
+    """Whether each run of `every` consecutive ``[lo, hi)`` windows is pairwise apart."""
+    for i in range(len(windows)):
+        run = sorted(windows[i:i + every])
+        if any(a[1] > b[0] for a, b in zip(run, run[1:])):
+            return False
+    return True
+
+
+@pytest.mark.parametrize("cfg, name", [(WIDE, "gemm_passes"), (WIDE, "mlp_passes"),
+                                       (WIDE, "gemm_ragged"), (WIDE4, "gemm_passes")],
+                         ids=lambda v: getattr(v, "name", v))
+def test_weight_ring_and_staging_slots_are_apart(cfg, name):
+    """The weight ring holds WEIGHT_SLOTS blocks of ``C`` rows, the output staging an
+    N-block's ``k`` slices per accumulator half: every WLOAD and staging VRUN stays in
+    its region, and blocks (slices) in flight together never share CBUF rows (a
+    shared row would only serialise the program, so results alone cannot tell)."""
+    c = compile_network(cfg, CASES[name]())
+    plan = c.plan
+    ring = plan.region("cbuf", "weight ring")
+    assert ring.size == WEIGHT_SLOTS * cfg.cols
+    loads = [(i.fields["w_addr"], i.fields["w_addr"] + cfg.weight_rows)
+             for i in c.program if i.op is Opcode.WLOAD]
+    assert loads and all(ring.lo <= lo and hi <= ring.hi for lo, hi in loads)
+    assert _windows_apart(loads, WEIGHT_SLOTS)
+    last = c.graph.nodes[-1].name
+    staging = plan.region("cbuf", f"{last}.staging")
+    rows = plan.passes.get(last, plan.rows[last])       # rows per pass
+    assert staging.size == 2 * cfg.slices * rows
+    outs = [(i.fields["dst"], i.fields["dst"] + i.fields["rows"])
+            for i, layer in zip(c.program, c.layer_of, strict=True)
+            if i.op is Opcode.VRUN and layer == len(c.graph.nodes) - 1]
+    assert len(outs) >= 2 and all(staging.lo <= lo and hi <= staging.hi for lo, hi in outs)
+    assert _windows_apart(outs, 2 * cfg.slices)
+
+
 def test_slices_route_acc_groups():
     """An N-block of 21 columns' two slices: slice 1's VRUN sets ``wb_src`` to ACC
     groups 2 and 3; the weights take the west lanes, as from reset."""
@@ -220,6 +303,39 @@ def test_random_dense_networks_golden_equals_numpy(seed):
     gold = c.results(golden.run(cfg, c.image, c.dram, c.prog_addr).dram)
     for k, want in reference.outputs(c.graph).items():
         np.testing.assert_array_equal(gold[k], want)
+
+
+@pytest.mark.parametrize("seed", sample(range(12), 3))   # the fast tier: each grid
+def test_random_dense_graphs_golden_equals_numpy(seed):
+    """Random graphs of dense layers on the 2x4, 1x4, 1x2 and 2x8 grids: one or two
+    inputs, layers reading up to three tensors (joins along K, fan-out), with or without
+    bias and ReLU, the last layer's output int32 at times."""
+    rng = _rng(300 + seed)
+    cfg = (WIDE, WIDE4, WIDE12, WIDE28)[seed % 4]
+    M = int(rng.integers(1, 70))
+    b = GraphBuilder(f"graph_{seed}")
+    made = [b.input(rng.integers(-128, 128, (M, int(rng.integers(1, 40))), dtype=np.int8),
+                    name=f"in{i}") for i in range(int(rng.integers(1, 3)))]
+    layers = int(rng.integers(1, 4))
+    for i in range(layers):
+        reads = made if i == 0 else \
+            [str(t) for t in rng.choice(made, int(rng.integers(1, min(3, len(made)) + 1)),
+                                        replace=False)]
+        K, N = sum(b.tensor(t).shape[1] for t in reads), int(rng.integers(1, 45))
+        w = rng.integers(-128, 128, (K, N), dtype=np.int8)
+        bias = rng.integers(-4000, 4000, N, dtype=np.int32) if rng.integers(2) else None
+        relu = bool(rng.integers(2))
+        if i == layers - 1 and seed % 2 == 0:
+            b.dense(reads, w, bias, relu=relu, out_dtype="int32")
+        else:
+            made.append(b.dense(reads, w, bias, mult=int(rng.integers(1, 100)), shift=13,
+                                zp=int(rng.integers(-9, 9)), relu=relu))
+    c = compile_network(cfg, b.build())
+    gold = c.results(golden.run(cfg, c.image, c.dram, c.prog_addr, ubuf=c.ubuf).dram)
+    want = reference.outputs(c.graph)
+    assert list(gold) == list(want)
+    for k in want:
+        np.testing.assert_array_equal(gold[k], want[k], err_msg=f"{cfg.name}: {k}")
 
 
 @pytest.mark.parametrize("seed", sample(range(12), 3))
