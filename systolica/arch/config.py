@@ -109,8 +109,9 @@ class ChipConfig:
                 f"{self.name}: a {self.tile_rows}x{self.tile_cols} tile grid is not "
                 f"supported: one of tile_rows and tile_cols must be the other, 2x or 4x "
                 f"it (docs/contract.md, 'Geometry and data'). Blocks of R columns and "
-                f"N-blocks of C columns are then sub-blocks or slices of each other, and "
-                f"an ACC row of C int32 is a whole number of R-byte DRAM words")
+                f"N-blocks of C columns are then sub-blocks or slices of each other; a "
+                f"tall grid's ACC row of C int32 is a whole number of R-byte DRAM words "
+                f"only up to 4x, and wide grids are built and tested up to 4x too")
         if self.cbuf_depth % self.cbuf_banks:
             raise ConfigError(f"{self.name}: cbuf_depth {self.cbuf_depth} must be a multiple "
                               f"of cbuf_banks {self.cbuf_banks}")
