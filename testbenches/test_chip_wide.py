@@ -28,6 +28,7 @@ from systolica.compiler.chain_lower import ChainChoice
 from systolica.compiler.lower import WEIGHT_SLOTS
 from systolica.compiler.graph import GraphBuilder
 from systolica.sim import randprog
+from test_chip_nonsquare import cnn, matmul_t, transpose   # its 8-channel CNN: R here
 from tiers import sample
 
 WIDE = preset("tiny_wide")
@@ -72,44 +73,12 @@ def mlp(M):
     return make
 
 
-def cnn():
-    """test_chip_nonsquare's small CNN with 8 channels at most (R on tiny_wide)."""
-    rng = _rng(5)
-    b = GraphBuilder("small_cnn")
-    x = b.input(rng.integers(-128, 128, (1, 9, 9, 3), dtype=np.int8))
-    h = b.conv2d(x, rng.integers(-128, 128, (3, 3, 3, 8), dtype=np.int8),
-                 rng.integers(-300, 300, 8, dtype=np.int32), pads=1, mult=5, shift=11,
-                 relu=True)
-    h = b.max_pool2d(h, 2)
-    h = b.conv2d(h, rng.integers(-128, 128, (3, 3, 8, 6), dtype=np.int8), stride=2,
-                 pads=1, mult=3, shift=11)
-    f = b.flatten(b.global_avg_pool(h))
-    return b.build(b.dense(f, rng.integers(-128, 128, (6, 5), dtype=np.int8), mult=1,
-                           shift=8))
-
-
-def transpose(M, N, seed=2):
-    def make():
-        b = GraphBuilder(f"transpose_{M}x{N}")
-        x = b.input(_rng(seed).integers(-128, 128, (M, N), dtype=np.int8))
-        return b.build(b.transpose(x))
-    return make
-
-
 def permute(shape, perm, seed=3):
     def make():
         b = GraphBuilder("permute")
         x = b.input(_rng(seed).integers(-128, 128, shape, dtype=np.int8))
         return b.build(b.transpose(x, perm))
     return make
-
-
-def matmul_t():
-    rng = _rng(4)
-    b = GraphBuilder("matmul_t")
-    a = b.input(rng.integers(-128, 128, (9, 20), dtype=np.int8), name="a")
-    bt = b.input(rng.integers(-128, 128, (19, 20), dtype=np.int8), name="b")
-    return b.build(b.matmul_t(a, bt, shift=9))
 
 
 CASES = {
