@@ -344,8 +344,9 @@ class DenseRule:
                   ) -> list[MicroOp]:
         """N-block `nb` (of `n_blocks`) of ``C`` columns: int8 into sub-block ``nb % k``
         of block ``nb // k`` of ``R`` columns (``k = R / C``; the activation layout a
-        later layer reads), stored once the block's last sub-block is in; int32 as
-        accumulator rows."""
+        later layer reads), stored once the block's last sub-block is in; on a wide grid
+        as slices of the output's `N` columns (the layer's, or a split layer's packed
+        ``C``); int32 as accumulator rows."""
         arw, k = em.cfg.acc_row_words, em.cfg.sub_blocks
         op = partial(self._op, em)
         post = dict(src=acc_at, rows=rows, bias_addr=bias_at if layer.bias is not None
@@ -374,7 +375,6 @@ class DenseRule:
                       dram_addr=stored + (nb * M + m0) * arw, dram_stride=arw,
                       buf_addr=acc_at, rows=rows))
         return ops
-
 
     def _slices(self, em, index, post, nb, m0, rows, M, Mc, half, resident, stored,
                 staging, N, stride) -> list[MicroOp]:
