@@ -97,8 +97,8 @@ def gemm_routing(cfg: ChipConfig, op: Opcode, *, to_acc: bool = False,
     t, cols = cfg.tile_rows, cfg.tile_cols
     tr = t if tile_rows is None else tile_rows
     tc = cols if tile_cols is None else tile_cols
-    if cfg.wide:
-        return _wide_routing(cfg, op, to_acc, tr, sub)
+    if cfg.wide and op is not Opcode.MATMUL:
+        return _wide_routing(cfg, op, to_acc, sub)
     if op is Opcode.WLOAD:
         return {**{f"north_feed[{j}]": f"cbuf.g{j}" if j < tc else fabric.ZERO
                    for j in range(cols)},
@@ -117,22 +117,16 @@ def gemm_routing(cfg: ChipConfig, op: Opcode, *, to_acc: bool = False,
     return {}
 
 
-def _wide_routing(cfg: ChipConfig, op: Opcode, to_acc: bool, tr: int, sub: int
-                  ) -> dict[str, str]:
-    """A wide grid's (docs/contract.md, "Wide grids"): weights from the west, the
-    north chain fed zeros (the reset routing); a VRUN writes slice `sub` of its
-    N-block, ACC group ``sub*T + g`` into CBUF group ``g``."""
+def _wide_routing(cfg: ChipConfig, op: Opcode, to_acc: bool, sub: int) -> dict[str, str]:
+    """A wide grid's WLOAD and VRUN (docs/contract.md, "Wide grids"; its MATMUL's
+    routing is any grid's): weights from the west, the north chain fed zeros (the reset
+    routing); a VRUN writes slice `sub` of its N-block, ACC group ``sub*T + g`` into
+    CBUF group ``g``."""
     t, cols = cfg.tile_rows, cfg.tile_cols
     if op is Opcode.WLOAD:
         return {**{f"north_feed[{j}]": fabric.ZERO for j in range(cols)},
                 **{f"west_wfeed[{i}]": f"cbuf.g{i}" for i in range(t)},
                 **{f"w_in[{i}][{j}]": "west" for i in range(t) for j in range(cols)}}
-    if op is Opcode.MATMUL:
-        return {**{f"west_feed[{i}]": f"cbuf.g{i}" if i < tr else fabric.ZERO
-                   for i in range(t)},
-                **{f"act_in[{i}][{j}]": "lane" for i in range(t) for j in range(cols)},
-                **{f"psum_in[{i}][{j}]": "north" for i in range(1, t) for j in range(cols)},
-                **{f"acc_src[{g}]": f"col.g{g}" for g in range(cols)}}
     if op is Opcode.VRUN and not to_acc:
         return {f"wb_src[{g}]": f"col.g{sub * t + g}" for g in range(t)}
     return {}
