@@ -7,10 +7,10 @@ program (encoded image, predictions). ``lower`` runs the middle three.
 """
 
 from .graph import CompileError, Dense, Graph, GraphBuilder, Network, Node, Quant, Tensor, gemm
-from .ops import Add, AvgPool2d, Conv2d, Flatten, GlobalAvgPool, MaxPool2d
+from .ops import Add, AvgPool2d, Concat, Conv2d, Flatten, GlobalAvgPool, MaxPool2d
 from .plan import MemoryPlan, plan_memory
 from .program import Compiled, LayerRecord, compile_network
 
-__all__ = ["Add", "AvgPool2d", "CompileError", "Compiled", "Conv2d", "Dense", "Flatten",
+__all__ = ["Add", "AvgPool2d", "CompileError", "Compiled", "Concat", "Conv2d", "Dense", "Flatten",
            "GlobalAvgPool", "Graph", "GraphBuilder", "LayerRecord", "MaxPool2d", "MemoryPlan",
            "Network", "Node", "Quant", "Tensor", "compile_network", "gemm", "plan_memory"]

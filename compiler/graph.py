@@ -25,10 +25,10 @@ import numpy as np
 
 from .errors import CompileError
 from .ops import (DTYPES, INT8, INT32, MULT_BITS, OPS, OUT_DTYPES, SHIFT_MAX, Add, AvgPool2d,
-                  Conv2d, Dense, Flatten, GlobalAvgPool, MatMulT, MaxPool2d, Quant,
+                  Concat, Conv2d, Dense, Flatten, GlobalAvgPool, MatMulT, MaxPool2d, Quant,
                   TensorType, Transpose, average_params, integer_array)
 
-__all__ = ["Add", "AvgPool2d", "CompileError", "Conv2d", "DTYPES", "Dense", "Flatten",
+__all__ = ["Add", "AvgPool2d", "CompileError", "Concat", "Conv2d", "DTYPES", "Dense", "Flatten",
            "GlobalAvgPool", "Graph", "GraphBuilder", "INT32", "INT8", "MULT_BITS",
            "MatMulT", "MaxPool2d", "Network", "Node", "OPS", "OUT_DTYPES", "Quant", "SHIFT_MAX",
            "Tensor", "TensorType", "Transpose", "as_graph", "gemm", "verify"]
@@ -518,6 +518,10 @@ class GraphBuilder:
         """A :class:`MatMulT`: ``a @ bᵀ`` of two int8 tensors ``a [M, K]``, ``b [N, K]``."""
         return self.layer(MatMulT(mult=mult, shift=shift, zp=zp, relu=relu,
                                   out_dtype=out_dtype, name=name), (a, b))
+
+    def concat(self, *xs: str, name: str = "concat") -> str:
+        """A :class:`Concat`: tensors `xs` (``[M, K_i]``) side by side, ``[M, sum K_i]``."""
+        return self.layer(Concat(name=name), xs)
 
     def build(self, *outputs: str) -> Graph:
         """The verified graph. `outputs` default to the tensors no layer reads."""

@@ -650,6 +650,44 @@ class Transpose:
 
 
 @dataclass(frozen=True)
+class Concat:
+    """``y = np.concatenate(xs, axis=-1)`` of two or more int8 tensors ``[M, K_i]`` with
+    one ``M`` and one zero point (the output's quantisation is theirs). On the chip
+    the lane router moves each input's partition groups to their place in the output's
+    rows (docs/compiler.md, "Concat through the lanes"), so every input but the last
+    must have a multiple of the lane width (``tile_size``) columns."""
+
+    name: str = "concat"
+
+    arity: ClassVar[tuple[int, int | None]] = (2, None)
+
+    def __post_init__(self):
+        _check_name(self.name)
+
+    def infer(self, inputs: Sequence, source: Callable[[str], str]) -> TensorType:
+        who = f"layer {self.name!r}"
+        first = inputs[0]
+        for t in inputs:
+            if t.dtype != "int8" or len(t.shape) != 2:
+                raise CompileError(f"{who}: concatenates int8 [M, K] tensors, but "
+                                   f"{source(t.name)} is {t.dtype} of shape {t.shape}")
+            if t.shape[0] != first.shape[0]:
+                raise CompileError(f"{who}: {source(t.name)} has {t.shape[0]} rows and "
+                                   f"{source(first.name)} {first.shape[0]}; a Concat joins "
+                                   f"columns of tensors with the same rows")
+            if t.quant.zero_point != first.quant.zero_point or \
+                    t.quant.scale != first.quant.scale:
+                raise CompileError(f"{who}: {source(t.name)} and {source(first.name)} are "
+                                   f"quantised differently ({t.quant} and {first.quant}); "
+                                   f"requantise them to one scale and zero point first")
+        return TensorType((first.shape[0], sum(t.shape[1] for t in inputs)), "int8",
+                          first.quant)
+
+    def macs(self, out_shape: tuple[int, ...]) -> int:
+        return 0
+
+
+@dataclass(frozen=True)
 class MatMulT:
     """``y = post(a @ bᵀ)`` for two int8 tensors of the graph, ``a [M, K]`` and
     ``b [N, K]`` (attention's ``Q·Kᵀ``): a dense layer whose weights are ``bᵀ``, a
@@ -708,4 +746,4 @@ class MatMulT:
 
 #: Every op type a graph may hold.
 OPS: tuple[type, ...] = (Dense, Conv2d, MaxPool2d, AvgPool2d, GlobalAvgPool, Add, Flatten,
-                         Transpose, MatMulT)
+                         Transpose, MatMulT, Concat)

@@ -91,10 +91,18 @@ def pipeline(cfg: ChipConfig, blocks: list[Block]) -> list[MicroOp]:
     the loop nest does."""
     if not blocks:
         raise CompileError("internal: nothing to pipeline")
-    empty = [b.layer for b in blocks if not b.steps]
-    if empty:
-        raise CompileError(f"internal: a block of layer {empty[0]} has no MATMUL step; "
-                           f"the pipeliner overlaps steps only")
-    ops = _reorder(blocks)
+    # A block without MATMUL steps (a Concat's ROUTEs) keeps its place: the runs of
+    # blocks with steps between such blocks are pipelined each on their own.
+    ops: list[MicroOp] = []
+    run: list[Block] = []
+    for blk in blocks + [None]:
+        if blk is not None and blk.steps:
+            run.append(blk)
+            continue
+        if run:
+            ops += _reorder(run)
+            run = []
+        if blk is not None:
+            ops += blk.bias + blk.epilogue
     verify_reorder(cfg, loop_order(blocks), ops)
     return ops

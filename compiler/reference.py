@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .graph import (Add, AvgPool2d, Conv2d, Dense, Flatten, GlobalAvgPool, Graph, MatMulT,
+from .graph import (Add, AvgPool2d, Concat, Conv2d, Dense, Flatten, GlobalAvgPool, Graph, MatMulT,
                     MaxPool2d, Network, Transpose, as_graph)
 
 
@@ -187,6 +187,8 @@ def evaluate(graph: Graph) -> dict[str, np.ndarray]:
             y = transpose(xs[0], op.perm)
         elif isinstance(op, MatMulT):
             y = matmul_t(xs[0], xs[1], op)
+        elif isinstance(op, Concat):
+            y = np.concatenate(xs, axis=-1)
         else:
             raise TypeError(f"reference: no semantics for layer {node.name!r} "
                             f"({type(op).__name__})")

@@ -20,11 +20,11 @@ import numpy as np
 from ..arch import fabric, timing
 from ..arch.config import ChipConfig
 from ..arch.isa import DmaKind, Opcode
-from . import layout, permute, split
+from . import lanes, layout, permute, split
 from .errors import CompileError
 from .graph import Graph, Node
 from .ir import MicroOp, make
-from .ops import Dense, MatMulT, Transpose
+from .ops import Concat, Dense, MatMulT, Transpose
 from .pipeline import Block, Step
 
 if TYPE_CHECKING:
@@ -1112,8 +1112,131 @@ class MatMulTRule(DenseRule):
         return blocks
 
 
+class ConcatRule:
+    """A :class:`~.ops.Concat` through the general lanes (docs/compiler.md, "Concat
+    through the lanes"). Column group ``q`` (``n`` columns) of an input at column
+    offset ``off`` becomes the output's group ``off/n + q``: partition group ``q % G`` of
+    the input's K-block ``q // G`` moves to partition group ``o % G`` of the output's
+    K-block ``o // G`` (``G = R/n``). A ``ROUTE`` moves, for all ``M`` rows of one
+    input K-block into one output K-block, every group that goes there at once
+    (on a tall grid, where two partition groups share a column group, as many as the
+    column groups take); the rest of the output row is kept. The route, and the
+    ``col0`` that maps its column groups onto the row, are the shortest the lanes
+    allow (:func:`.lanes.plan`, skip links included). A graph input it is the first
+    to read is loaded whole; a graph output is stored from where it is built."""
+
+    op = Concat
+
+    def max_rows(self, cfg: ChipConfig) -> int:
+        return cfg.cbuf_depth
+
+    def macs(self, graph: Graph, node: Node) -> int:
+        return 0
+
+    def tiles_used(self, cfg: ChipConfig, graph: Graph, node: Node) -> tuple[int, int]:
+        return 1, 1             # no MATMUL: what the other layers use decides
+
+    def params(self, cfg: ChipConfig, graph: Graph, node: Node
+               ) -> list[tuple[str, np.ndarray]]:
+        return []
+
+    @staticmethod
+    def offsets(cfg: ChipConfig, graph: Graph, node: Node) -> list[int]:
+        """Each input's first output column; a CompileError if the chip cannot place
+        one there."""
+        n = cfg.tile_size
+        if not cfg.general_lanes:
+            raise CompileError(
+                f"layer {node.name!r}: a Concat moves its inputs through the general "
+                f"lanes, which chip {cfg.name!r} does not have (general_lanes); use a "
+                f"chip that has them (tiny, tiny_tall, tiny_wide) or give a dense layer "
+                f"the inputs as separate tensors (it reads several, concatenated)")
+        out, at = [], 0
+        for k, t in enumerate(node.inputs):
+            if at % n:
+                raise CompileError(
+                    f"layer {node.name!r}: input {t!r} would start at column {at}, which "
+                    f"is not a multiple of the lane width {n} on chip {cfg.name!r}: the "
+                    f"lanes move {n}-column groups; give every input but the last a "
+                    f"multiple of {n} columns (pad {node.inputs[k - 1]!r})")
+            out.append(at)
+            at += graph.tensor(t).shape[1]
+        return out
+
+    def needs(self, cfg: ChipConfig, graph: Graph, node: Node, rows: int) -> list[Need]:
+        self.offsets(cfg, graph, node)
+        out = graph.tensor(node.outputs[0])
+        if on_chip_readers(graph, out.name):
+            return []
+        return [Need("cbuf", f"{node.name}.staging",
+                     layout.resident_rows(cfg, out.shape[1], out.shape[0]),
+                     f"output staging of {node.name!r}")]
+
+    @staticmethod
+    def routes(cfg: ChipConfig, groups: dict[int, int]) -> list[tuple[int, "lanes.LaneRoute", int]]:
+        """``(col0, route, keep)`` per ROUTE that moves `groups` (output partition group
+        -> input partition group): one where every partition group has a column group of
+        its own, else (a tall grid) one per ``Tc`` partition groups; each with the
+        ``col0`` of the shortest route."""
+        tc, G = cfg.tile_cols, cfg.rows // cfg.tile_size
+        dests = sorted(groups)
+        parts = [dests] if G <= tc else \
+            [[g for g in dests if g // tc == b] for b in range(-(-G // tc))]
+        out = []
+        for part in (p for p in parts if p):
+            best = None
+            for col0 in range(tc):
+                moves = {(g + col0) % tc: groups[g] for g in part}
+                route = lanes.plan(cfg, moves)
+                if best is None or route.span < best[1].span:
+                    best = col0, route
+            col0, route = best
+            out.append((col0, route, sum(1 << g for g in range(G) if g not in part)))
+        return out
+
+    def emit(self, em: Emitter, index: int, node: Node) -> list[Block]:
+        cfg, graph, plan = em.cfg, em.graph, em.plan
+        R, n = cfg.rows, cfg.tile_size
+        G = R // n
+        out = graph.tensor(node.outputs[0])
+        M = out.shape[0]
+        if on_chip_readers(graph, out.name):
+            dst = plan.tensor("cbuf", out.name).lo
+        else:
+            dst = plan.scratch("cbuf", f"{node.name}.staging").lo
+        ops: list[MicroOp] = []
+        loaded = set()
+        for t, off in zip(node.inputs, self.offsets(cfg, graph, node)):
+            tensor = graph.tensor(t)
+            src = plan.tensor("cbuf", t).lo
+            KB = layout.blocks(tensor.shape[1], R)
+            if graph.producer(t) is None and graph.consumers(t)[0] is node \
+                    and t not in loaded:
+                loaded.add(t)
+                ops.append(make(cfg, Opcode.DMA, index, kind=DmaKind.LOAD_CBUF,
+                                dram_addr=plan.tensor("dram", t).lo, dram_stride=1,
+                                buf_addr=src, rows=KB * M))
+            moves: dict[tuple[int, int], dict[int, int]] = {}
+            for q in range(layout.blocks(tensor.shape[1], n)):
+                o = off // n + q
+                moves.setdefault((q // G, o // G), {})[o % G] = q % G
+            for (ib, ob), groups in moves.items():
+                for col0, route, keep in self.routes(cfg, groups):
+                    mop = make(cfg, Opcode.ROUTE, index, src=src + ib * M, dst=dst + ob * M,
+                               rows=M, span=route.span, col0=col0, keep=keep,
+                               **route.delays())
+                    mop.needs = dict(route.routing)
+                    ops.append(mop)
+        stored = stored_at(plan, out.name)
+        if stored is not None:
+            ops.append(make(cfg, Opcode.DMA, index, kind=DmaKind.STORE_CBUF,
+                            dram_addr=stored, dram_stride=1, buf_addr=dst,
+                            rows=layout.blocks(out.shape[1], R) * M))
+        return [Block(index, epilogue=ops)]
+
+
 RULES: dict[type, object] = {Dense: DenseRule(), Transpose: TransposeRule(),
-                             MatMulT: MatMulTRule()}
+                             MatMulT: MatMulTRule(), Concat: ConcatRule()}
 
 
 def rule_for(node: Node):

@@ -1,5 +1,6 @@
 """The chip: sequencer, fabric registers, DMA, weight loader, matmul unit, grid,
-vector unit, the crop/fetch path, and the two buffers, behind a register interface and one
+vector unit, the crop/fetch path, the lane router (chips with general lanes), and the
+two buffers, behind a register interface and one
 external-memory port."""
 
 from amaranth.hdl import Module, Mux, Signal
@@ -16,6 +17,7 @@ from .dma import Dma
 from .fabric_regs import FabricRegs
 from .matmul import MatmulUnit, WeightLoader
 from .ports import DramMaster, check_config
+from .route import LaneRouter
 from .sequencer import Sequencer
 from .ubuf import CopyUnit
 from .vpu import VectorUnit
@@ -57,7 +59,9 @@ class Chip(wiring.Component):
         m.submodules.vpu = vpu = VectorUnit(cfg=cfg)
         m.submodules.copy = copy = CopyUnit(cfg=cfg)
         m.submodules.acc = acc = Acc(cfg=cfg, row_reads=3, row_writes=3)
-        m.submodules.cbuf = cbuf = Cbuf(cfg=cfg, row_reads=3, part_reads=1, row_writes=4)
+        lanes = cfg.general_lanes
+        m.submodules.cbuf = cbuf = Cbuf(cfg=cfg, row_reads=3 + lanes, part_reads=1,
+                                        row_writes=4 + lanes)
 
         # Host side.
         m.d.comb += [
@@ -78,6 +82,11 @@ class Chip(wiring.Component):
         connect(m, seq.vpu, vpu.issue)
         connect(m, seq.fabric, fab.issue)
         connect(m, seq.ubuf, copy.issue)
+        if lanes:
+            m.submodules.router = router = LaneRouter(cfg=cfg)
+            connect(m, seq.lanes, router.issue)
+        else:   # ROUTE is illegal here: the port never issues
+            m.d.comb += [seq.lanes.ready.eq(1), seq.lanes.drained.eq(1)]
 
         # Fabric configuration.
         t = cfg.tile_rows
@@ -99,11 +108,14 @@ class Chip(wiring.Component):
                              grid.w_west[k].eq(w_in == west),
                              grid.psum_sel[k].eq(fab[f"psum_in[{i}][{j}]"] != 0)]
         if cfg.general_lanes:
-            # The general lanes' control registers; no unit drives or reads their
-            # edges yet (their inputs stay zero: docs/contract.md, "General lanes").
+            # The general lanes' control registers; the lane router drives the west
+            # edge and reads the south edge (the other edges stay zero and unread:
+            # docs/contract.md, "General lanes" and "ROUTE").
             general = [mx for mx in fabric.muxes(cfg)
                        if mx.name.split("[")[0] in fabric.GENERAL]
             m.d.comb += [grid.gen_sel[k].eq(fab[mx.name]) for k, mx in enumerate(general)]
+            m.d.comb += [grid.gen_in_w[r].eq(router.gen_in_w[r]) for r in range(cfg.rows)]
+            m.d.comb += [router.gen_out_s[c].eq(grid.gen_out_s[c]) for c in range(cfg.cols)]
 
         # Grid between the weight loader, the feeder and the collector.
         m.d.comb += [grid.w_shift.eq(wl.w_shift), grid.w_bank.eq(wl.w_bank)]
@@ -122,6 +134,10 @@ class Chip(wiring.Component):
         connect(m, copy.cbuf_read, cbuf.row_read[2])
         connect(m, copy.cbuf_write, cbuf.row_write[2])
         connect(m, vpu.crop_write, cbuf.row_write[3])
+        if lanes:
+            connect(m, router.cbuf_read, cbuf.row_read[3])
+            connect(m, router.cbuf_write, cbuf.row_write[4])
+            m.d.comb += cbuf.row_keep[4].eq(router.cbuf_keep)
         for port in (1, 3):     # the vector unit's writes leave its kept groups alone
             m.d.comb += cbuf.row_keep[port].eq(vpu.cbuf_keep)
         for k, port in enumerate((mm.acc_read, vpu.acc_read, dma.acc_read)):

@@ -765,6 +765,12 @@ class _Chip:
             value = v
         return self.table[self.index[name]].sources[value]
 
+    def undefined(self, why: str) -> GoldenError:
+        """The error for data the hardware does not define (raised by the caller)."""
+        ins, _ = self.now
+        return GoldenError(f"{why} (the instruction issued at cycle "
+                           f"{ins.cycle})")
+
     def group(self, name: str) -> int | None:
         """The group number a feed/select multiplexer picks, or None for zero."""
         src = self.source(name)

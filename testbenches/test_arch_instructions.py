@@ -60,6 +60,13 @@ def _random_fields(cfg, op, rng):
         return dict(kind=int(rng.integers(0, 2)),
                     cbuf_addr=int(rng.integers(0, cfg.cbuf_depth - rows + 1)),
                     ubuf_addr=int(rng.integers(0, cfg.ubuf_rows - rows + 1)), rows=rows)
+    if op is Opcode.ROUTE:
+        span = int(rng.integers(1, 8))
+        return dict(src=int(rng.integers(0, cfg.cbuf_depth - rows + 1)),
+                    dst=int(rng.integers(0, cfg.cbuf_depth - rows + 1)), rows=rows, span=span,
+                    col0=0, keep=int(rng.integers(0, 256)),
+                    **{f"delay{j}": int(rng.integers(0, span + 1)) % 8
+                       for j in range(isa.ROUTE_GROUPS)})
     return isa.setcfg_fields([(0, 0)])
 
 
@@ -237,7 +244,7 @@ def test_text_names_and_units_come_from_the_table():
     assert instructions.TEXT_OPS[("dma", "store_acc")] == (Opcode.DMA,
                                                            {"kind": DmaKind.STORE_ACC})
     assert instructions.UNITS == ("dma", "wload", "mm", "vpu", "cfg", "convcfg", "taps",
-                                  "ubuf")
+                                  "ubuf", "lanes")
     assert {timing.UNIT[op] for op in instructions.SPEC} == set(instructions.UNITS)
     dis = isa.disassemble_one(Instr(Opcode.DMA, 5, dict(kind=DmaKind.STORE_CBUF, dram_addr=1,
                                                         dram_stride=1, buf_addr=2, rows=3)))

@@ -114,6 +114,13 @@ def test_the_pipelined_order_is_checked_against_the_loop_order(monkeypatch):
         pipeline(CFG, blocks)
 
 
-def test_blocks_without_a_matmul_are_refused():
-    with pytest.raises(CompileError, match="no MATMUL step"):
-        pipeline(CFG, [Block(0, steps=[_step(100, 0, 0, 0)]), Block(1)])
+def test_a_block_without_a_matmul_keeps_its_place():
+    """A Concat's block (no steps) between two layers: the layers before and after are
+    pipelined each on their own, the block's ops stay between them."""
+    move = make(CFG, Opcode.DMA, kind=DmaKind.STORE_CBUF, dram_addr=0, dram_stride=1,
+                buf_addr=300, rows=5)
+    blocks = [_block(0, 100, 0, 0, 300), Block(1, epilogue=[move]),
+              _block(2, 400, 1, 50, 600)]
+    ops = pipeline(CFG, blocks)
+    assert ops.index(move) == len(loop_order(blocks[:1]))
+    assert ops[ops.index(move) + 1:] == pipeline(CFG, blocks[2:])

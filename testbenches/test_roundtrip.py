@@ -224,6 +224,13 @@ def micro_ops(draw):
         rows = draw(st.integers(1, CFG.ubuf_rows))
         f = dict(kind=draw(st.sampled_from(list(CopyKind))), rows=rows,
                  cbuf_addr=start(CFG.cbuf_depth, rows), ubuf_addr=start(CFG.ubuf_rows, rows))
+    elif op is Opcode.ROUTE:
+        rows = draw(st.integers(1, CFG.cbuf_depth))
+        span = draw(st.integers(1, 4))
+        f = dict(rows=rows, src=start(CFG.cbuf_depth, rows), dst=start(CFG.cbuf_depth, rows),
+                 span=span, col0=draw(st.integers(0, CFG.tile_cols - 1)),
+                 keep=draw(st.integers(0, 255)),
+                 **{f"delay{j}": draw(st.integers(0, span)) for j in range(CFG.tile_cols)})
     else:
         to_acc = draw(st.integers(0, 1))
         rows = draw(st.integers(1, CFG.acc_depth))

@@ -24,6 +24,7 @@ from systolica.rtl.fabric_regs import FabricRegs
 from systolica.rtl.matmul import MatmulUnit, WeightLoader
 from systolica.rtl.mux_guard import MuxGuard, Window, windows
 from systolica.rtl.ports import DramMaster, Issue
+from systolica.rtl.route import LaneRouter
 from systolica.rtl.sequencer import Sequencer
 from systolica.rtl.ubuf import CopyUnit
 from systolica.rtl.vpu import VectorUnit
@@ -80,7 +81,8 @@ def test_issue_ports_match_their_units():
     units = {"dma": (Dma, "issue"), "wload": (WeightLoader, "issue"),
              "mm": (MatmulUnit, "issue"), "vpu": (VectorUnit, "issue"),
              "fabric": (FabricRegs, "issue"), "convcfg": (MatmulUnit, "convcfg"),
-             "taps": (MatmulUnit, "taps"), "ubuf": (CopyUnit, "issue")}
+             "taps": (MatmulUnit, "taps"), "ubuf": (CopyUnit, "issue"),
+             "lanes": (LaneRouter, "issue")}
     assert set(Sequencer.UNITS) == set(units)
     for name, op in Sequencer.UNITS.items():
         port = getattr(seq, name).signature

@@ -45,3 +45,10 @@ def matmul_pipeline(cfg: ChipConfig) -> int:
     array, the psum conveyor out of the last tile row (1), column de-skew, and the
     edge registers (2)."""
     return cfg.latency["cbuf_read"] + feed_stages(cfg) + array_span(cfg) + 3
+
+
+def route_span_max(cfg: ChipConfig) -> int:
+    """The longest span a ``ROUTE`` may have, and the depth of the lane router's delay
+    lines: the general lanes' longest route without a detour (``Tc - 1`` eastbound
+    registers and ``T`` southbound) fits, within the span field's delays (7)."""
+    return min(cfg.tile_rows + cfg.tile_cols, (1 << 3) - 1)

@@ -930,6 +930,124 @@ class Copy(Instruction):
             chip.ubuf_wr_bytes += rows * chip.cfg.rows
 
 
+# -- ROUTE ----------------------------------------------------------------------------
+class Route(Instruction):
+    """CBUF rows through the general lanes (docs/contract.md, "ROUTE"): row
+    ``src + r`` drives the west edge in cycle ``1 + L + r``; partition group ``g`` of
+    row ``dst + r``, written in cycle ``1 + L + r + span`` (``L``: the CBUF read
+    latency), takes the south edge's column group ``j = (g + col0) % Tc`` from
+    ``delay_j`` cycles before, unless bit ``g`` of ``keep`` is set."""
+
+    opcode = Opcode.ROUTE
+    unit = "lanes"
+    text = {"route": {}}
+    uses_fabric = True
+    legal_rule = ("a chip with general lanes, 1 <= span <= route_span_max, every "
+                  "delay <= span, col0 < Tc")
+
+    def legal(self, cfg, f, select=py_select):
+        ok = (f.span >= 1) & (f.span <= geo.route_span_max(cfg)) & \
+            (f.col0 < cfg.tile_cols)
+        for j in range(cfg.tile_cols):
+            ok = ok & (getattr(f, f"delay{j}") <= f.span)
+        return ok if cfg.general_lanes else ok & (f.span == 0)
+
+    def ranges(self, cfg, f, select=py_select):
+        nonempty = f.rows != 0
+        return [Range("cbuf", f.src, f.src + f.rows, cfg.cbuf_depth, READ, nonempty),
+                Range("cbuf", f.dst, f.dst + f.rows, cfg.cbuf_depth, WRITE, nonempty)]
+
+    @staticmethod
+    def first_write(cfg: ChipConfig, f: dict) -> int:
+        return 1 + cfg.latency["cbuf_read"] + f["span"]
+
+    def occupancy(self, cfg, f):
+        return self.first_write(cfg, f) + f["rows"] - 1
+
+    def done(self, cfg, f):
+        return self.first_write(cfg, f) + f["rows"]
+
+    def port_windows(self, cfg, f):
+        w = self.first_write(cfg, f)
+        return [("cbuf", READ, 1, 1 + f["rows"]), ("cbuf", WRITE, w, w + f["rows"])]
+
+    @staticmethod
+    def lane_window(cfg: ChipConfig, f: dict) -> tuple[int, int]:
+        """``[first, last]`` after issue in which the lanes must keep the route: loads
+        from cycle 1 up to the latest last write any span allows."""
+        return 1, cfg.latency["cbuf_read"] + geo.route_span_max(cfg) + f["rows"] - 1
+
+    def mux_use(self, cfg, f, kind, idx):
+        if kind in fabric.GENERAL:
+            first, last = self.lane_window(cfg, f)
+            return first, last + 1
+        return None
+
+    def effects(self, cfg, f):
+        rows = f["rows"]
+        read = 1 + np.arange(rows, dtype=np.int64)
+        window = self.lane_window(cfg, f)
+        return Effects(accept=self.occupancy(cfg, f),
+                       reads=[Touch("cbuf", _rows(f["src"], rows), read)],
+                       writes=[Touch("cbuf", _rows(f["dst"], rows),
+                                     read + cfg.latency["cbuf_read"] + f["span"])],
+                       muxes={m.name: window for m in fabric.muxes(cfg)
+                              if m.name.split("[")[0] in fabric.GENERAL})
+
+    @staticmethod
+    def path(chip, j: int) -> tuple[int | None, int]:
+        """Followed back from column group ``j`` of the south edge through the lane
+        multiplexers as this instruction sees them: ``(i, registers)`` for a path from
+        the west edge's tile row ``i``, ``(None, registers)`` from a zero source; a
+        loop raises (what it carries entered before the route)."""
+        cfg = chip.cfg
+        t, tc = cfg.tile_rows, cfg.tile_cols
+        step = {"west": (0, -1, "gen_e"), "east": (0, 1, "gen_w"),
+                "north": (-1, 0, "gen_s"), "south": (1, 0, "gen_n")}
+        skip = {"gen_e": (0, -2), "gen_w": (0, 2), "gen_s": (-2, 0)}
+        reg, seen = ("gen_s", t - 1, j), set()
+        while True:
+            if reg in seen:
+                raise chip.undefined(f"ROUTE: the lane path to column group {j} is a "
+                                     f"loop through {reg[0]}[{reg[1]}][{reg[2]}]")
+            seen.add(reg)
+            kind, i, jj = reg
+            src = chip.source(f"{kind}[{i}][{jj}]")
+            if src == fabric.ZERO:
+                return None, len(seen)
+            if src == "skip":
+                di, dj = skip[kind]
+                reg = (kind, i + di, jj + dj)
+                continue
+            di, dj, nxt = step[src]
+            if not (0 <= i + di < t and 0 <= jj + dj < tc):     # the grid's edge
+                return (i if src == "west" else None), len(seen)
+            reg = (nxt, i + di, jj + dj)
+
+    def execute(self, chip, f):
+        cfg, n = chip.cfg, chip.n
+        rows, span, L = f["rows"], f["span"], cfg.latency["cbuf_read"]
+        data = chip.cbuf[f["src"]:f["src"] + rows].copy()
+        out = chip.cbuf[f["dst"]:f["dst"] + rows]
+        for g in range(cfg.rows // n):
+            if f["keep"] >> g & 1:
+                continue
+            j = (g + f["col0"]) % cfg.tile_cols
+            i, lat = self.path(chip, j)
+            lag = span - f[f"delay{j}"] - lat
+            if L + lag < 0:
+                raise chip.undefined(f"ROUTE: column group {j} is sampled {-(L + lag)} "
+                                     f"cycle(s) before the route's data can reach it "
+                                     f"(span {span}, delay {f[f'delay{j}']}, "
+                                     f"{lat} lane registers)")
+            group = np.zeros((rows, n), dtype=np.int8)
+            if i is not None:
+                r = np.arange(rows) + lag
+                ok = (r >= 0) & (r < rows)
+                group[ok] = data[r[ok], i * n:(i + 1) * n]
+            out[:, g * n:(g + 1) * n] = group
+
+
 # -- register writes: SETCFG, CONVCFG, TAPS -------------------------------------------
 class RegisterWrite(Instruction):
     """An instruction that writes registers: taken every cycle (no handshake), done
@@ -997,7 +1115,7 @@ class Taps(RegisterWrite):
 
 SPEC: dict[Opcode, Instruction] = {s.opcode: s for s in (Dma(), Wload(), Matmul(), Vrun(),
                                                           Setcfg(), Convcfg(), Taps(),
-                                                          Copy())}
+                                                          Copy(), Route())}
 UNITS: tuple[str, ...] = tuple(dict.fromkeys(s.unit for s in SPEC.values()))
 #: program text (unit, operation) -> (opcode, fixed fields)
 TEXT_OPS: dict[tuple[str, str], tuple[Opcode, dict]] = {

@@ -25,6 +25,8 @@ TAPS_PER_WORD = 5     # tap table entries one TAPS writes
 GEOM_BITS = 12        # window geometry: pixels per row, rows
 MUX_INDEX_BITS = 7    # a SETCFG pair's multiplexer number (systolica.arch.fabric)
 MUX_VALUE_BITS = 4    # ... and the source it selects
+ROUTE_GROUPS = 8      # tile rows and columns a ROUTE names, at most
+ROUTE_SPAN_BITS = 4   # a ROUTE's span; its per-group delays have one bit less
 SETCFG_PAIRS = 8      # pairs one SETCFG carries: 8 x (7 + 4) bits and a 3-bit count
 
 
@@ -38,6 +40,7 @@ class Opcode(enum.IntEnum, shape=4):
     CONVCFG = 6  # set the window geometry later MATMULs walk (conv = 1)
     TAPS = 7     # write per-partition tap offsets of one tap table
     COPY = 8     # crop (CBUF -> UBUF) or fetch (UBUF -> CBUF) rows: the overlap path
+    ROUTE = 9    # CBUF rows through the general lanes and back (general_lanes chips)
 
 
 class CopyKind(enum.IntEnum, shape=1):
@@ -121,6 +124,15 @@ PAYLOAD = {
         "cbuf_addr": CBUF_ADDR_BITS,   # CBUF row (any, the UBUF's included)
         "ubuf_addr": CBUF_ADDR_BITS,   # UBUF row (CBUF row ubuf_base + ubuf_addr)
         "rows": 16,
+    }),
+    Opcode.ROUTE: data.StructLayout({
+        "src": CBUF_ADDR_BITS,         # first row driven onto the west edge
+        "dst": CBUF_ADDR_BITS,         # first row written from the south edge
+        "rows": 16,
+        "span": ROUTE_SPAN_BITS,       # cycles from a row's drive to its write
+        "col0": 3,                     # column group partition group 0 takes
+        "keep": ROUTE_GROUPS,          # partition groups not written
+        **{f"delay{j}": ROUTE_SPAN_BITS - 1 for j in range(ROUTE_GROUPS)},
     }),
 }
 assert SETCFG_PAIRS == 1 << PAYLOAD[Opcode.SETCFG]["more"].width   # more = 0..7

@@ -1,0 +1,212 @@
+"""``ROUTE``: CBUF rows through the general lanes (docs/contract.md, "ROUTE").
+
+Programs set a route (turns, and skip links where they save a register), move rows
+through it and store them. The expected words are built here from the contract's
+words (partition group ``g`` of row ``r`` takes the west tile row the route sends to
+column group ``(g + col0) % Tc``), not from the golden model or the router's plan;
+the golden model and the RTL must equal them, and the cycles the prediction."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from conftest import run_many_on_rtl
+from systolica import golden
+from systolica.arch import fabric, isa, timing
+from systolica.arch.config import preset
+from systolica.arch.isa import DmaKind, Instr, Opcode
+from systolica.arch.regs import ErrorCode
+from systolica.compiler import lanes
+
+M, SRC, DST, OUT = 24, 0, 100, 200
+
+# (moves: column group -> west tile row, col0) per preset; each preset's first case
+# takes a skip link where the grid has one
+CASES = {
+    "tiny": [({0: 1, 1: 0}, 0), ({0: 0, 1: 0}, 1)],
+    "tiny_tall": [({0: 0, 1: 1}, 0), ({0: 3, 1: 0}, 1), ({1: 2}, 1)],
+    "tiny_wide": [({3: 0, 2: 1}, 2), ({0: 1, 1: 1, 2: 0, 3: 0}, 1), ({0: 1, 1: 0}, 0)],
+}
+
+
+def _dram(cfg, seed):
+    rng = np.random.default_rng(seed)
+    dram = np.zeros((1024, cfg.dram_word_bytes), np.uint8)
+    dram[SRC:SRC + M, :cfg.rows] = rng.integers(0, 256, (M, cfg.rows), dtype=np.uint8)
+    # what the destination held: kept groups must still show it
+    dram[DST:DST + M, :cfg.rows] = rng.integers(0, 256, (M, cfg.rows), dtype=np.uint8)
+    return dram
+
+
+def _expected(cfg, dram, moves, col0, keep):
+    n, tc = cfg.tile_size, cfg.tile_cols
+    out = dram[DST:DST + M, :cfg.rows].copy()
+    for g in range(cfg.rows // n):
+        if not keep >> g & 1:
+            i = moves[(g + col0) % tc]
+            out[:, g * n:(g + 1) * n] = dram[SRC:SRC + M, i * n:(i + 1) * n]
+    return out
+
+
+def _program(cfg, moves, col0, skips=True, delay_shift=0):
+    """Load source and destination, set the route (two pairs a SETCFG, within every
+    budget), ROUTE, store the destination."""
+    route = lanes.plan(cfg, moves, skips=skips)
+    table = fabric.by_name(cfg)
+    pairs = [(table[k].index, table[k].value_of(v)) for k, v in route.routing.items()]
+    prog = [Instr(Opcode.DMA, 0, dict(kind=DmaKind.LOAD_CBUF, dram_addr=SRC, dram_stride=1,
+                                      buf_addr=SRC, rows=M)),
+            Instr(Opcode.DMA, M + 1, dict(kind=DmaKind.LOAD_CBUF, dram_addr=DST,
+                                          dram_stride=1, buf_addr=DST, rows=M))]
+    c = 1
+    for k in range(0, len(pairs), 2):
+        prog.append(Instr(Opcode.SETCFG, c, isa.setcfg_fields(pairs[k:k + 2])))
+        c += 3
+    keep = sum(1 << g for g in range(cfg.rows // cfg.tile_size)
+               if (g + col0) % cfg.tile_cols not in moves)
+    fields = {name: 0 for name, _ in isa.PAYLOAD[Opcode.ROUTE]}
+    fields.update(src=SRC, dst=DST, rows=M, span=route.span + delay_shift, col0=col0,
+                  keep=keep)
+    fields.update({k: v + delay_shift for k, v in route.delays().items()})
+    prog.append(Instr(Opcode.ROUTE, max(c, 2 * M + 3), fields))
+    t = prog[-1].cycle + timing.done(cfg, prog[-1])
+    prog.append(Instr(Opcode.DMA, t, dict(kind=DmaKind.STORE_CBUF, dram_addr=OUT,
+                                          dram_stride=1, buf_addr=DST, rows=M)))
+    return route, keep, sorted(prog, key=lambda i: i.cycle)
+
+
+def _image(prog):
+    return isa.to_bytes([isa.encode(i) for i in prog])
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_routes_move_groups_in_the_golden_model(name):
+    cfg = preset(name)
+    for seed, (moves, col0) in enumerate(CASES[name]):
+        for skips in (False, True):
+            route, keep, prog = _program(cfg, moves, col0, skips)
+            dram = _dram(cfg, seed)
+            res = golden.run(cfg, _image(prog), dram)
+            assert res.error == ErrorCode.NONE
+            np.testing.assert_array_equal(res.dram[OUT:OUT + M, :cfg.rows],
+                                          _expected(cfg, dram, moves, col0, keep))
+            assert res.cycles == timing.run_cycles(cfg, prog)
+
+
+def test_skip_links_shorten_the_routes_that_can_take_them():
+    """Each first case crosses at least two tiles in one direction: its span is a
+    cycle shorter with the skip links, and so is the run."""
+    for name in ("tiny_tall", "tiny_wide"):
+        cfg = preset(name)
+        moves, col0 = CASES[name][0]
+        plain, _, p0 = _program(cfg, moves, col0, skips=False)
+        short, _, p1 = _program(cfg, moves, col0, skips=True)
+        assert short.skips > 0 and short.span == plain.span - 1
+        assert timing.run_cycles(cfg, p1) == timing.run_cycles(cfg, p0) - 1
+    # tiny has no tile two back: nothing to skip
+    tiny = lanes.plan(preset("tiny"), {0: 0, 1: 0})
+    assert tiny.skips == 0
+
+
+def test_a_later_sample_reads_a_later_row():
+    """One more cycle of span and of every delay changes nothing; a delay one short
+    of the route samples the next row, and the last row takes zero."""
+    cfg = preset("tiny_tall")
+    moves, col0 = {0: 3, 1: 0}, 1
+    route, keep, prog = _program(cfg, moves, col0, delay_shift=1)
+    dram = _dram(cfg, 3)
+    res = golden.run(cfg, _image(prog), dram)
+    np.testing.assert_array_equal(res.dram[OUT:OUT + M, :cfg.rows],
+                                  _expected(cfg, dram, moves, col0, keep))
+    ins = next(i for i in prog if i.op is Opcode.ROUTE)
+    ins.fields["delay1"] -= 1        # column group 1 now samples a cycle later
+    res = golden.run(cfg, _image(prog), dram)
+    got = res.dram[OUT:OUT + M, :cfg.rows]
+    n = cfg.tile_size
+    want = _expected(cfg, dram, moves, col0, keep)
+    for g in range(cfg.rows // n):
+        if not keep >> g & 1 and (g + col0) % cfg.tile_cols == 1:
+            want[:-1, g * n:(g + 1) * n] = want[1:, g * n:(g + 1) * n]
+            want[-1, g * n:(g + 1) * n] = 0
+    np.testing.assert_array_equal(got, want)
+
+
+def test_a_sample_before_the_route_is_undefined():
+    cfg = preset("tiny_tall")
+    _, _, prog = _program(cfg, {0: 3, 1: 0}, 1)
+    ins = next(i for i in prog if i.op is Opcode.ROUTE)
+    ins.fields["delay1"] = ins.fields["span"]     # 4 registers: sampled before cycle 1
+    with pytest.raises(golden.GoldenError, match="column group 1 is sampled"):
+        golden.run(cfg, _image(prog), _dram(cfg, 0))
+
+
+def test_a_lane_loop_is_undefined():
+    cfg = preset("tiny")
+    table = fabric.by_name(cfg)
+    _, _, prog = _program(cfg, {0: 0, 1: 0}, 0)
+    # S(1,0) from W(1,1), which with E(1,0) turns back into the other: a loop
+    loop = [(table["gen_s[1][0]"].index, table["gen_s[1][0]"].value_of("east")),
+            (table["gen_w[1][1]"].index, table["gen_w[1][1]"].value_of("west")),
+            (table["gen_e[1][0]"].index, table["gen_e[1][0]"].value_of("east"))]
+    ins = next(i for i in prog if i.op is Opcode.ROUTE)
+    prog.append(Instr(Opcode.SETCFG, ins.cycle - 2, isa.setcfg_fields(loop[:2])))
+    prog.append(Instr(Opcode.SETCFG, ins.cycle - 1, isa.setcfg_fields(loop[2:])))
+    with pytest.raises(golden.GoldenError, match="loop"):
+        golden.run(cfg, _image(sorted(prog, key=lambda i: i.cycle)), _dram(cfg, 0))
+
+
+def test_route_faults():
+    """Illegal fields, and ROUTE on a chip without lanes, fault ILLEGAL_OPCODE; a range
+    past the CBUF faults ADDR_RANGE; a SETCFG of a lane while a ROUTE uses it faults
+    CFG_IN_USE."""
+    cfg = preset("tiny_tall")
+    _, _, prog = _program(cfg, {0: 0, 1: 1}, 0)
+    at = next(k for k, i in enumerate(prog) if i.op is Opcode.ROUTE)
+
+    def with_fields(**f):
+        p = [Instr(i.op, i.cycle, dict(i.fields)) for i in prog]
+        p[at].fields.update(f)
+        return golden.run(cfg, _image(p), _dram(cfg, 0)).error
+
+    assert with_fields(span=0) == ErrorCode.ILLEGAL_OPCODE
+    assert with_fields(span=7) == ErrorCode.ILLEGAL_OPCODE        # route_span_max 6
+    assert with_fields(delay1=4) == ErrorCode.ILLEGAL_OPCODE      # span 3
+    assert with_fields(col0=2) == ErrorCode.ILLEGAL_OPCODE        # Tc = 2
+    assert with_fields(dst=cfg.cbuf_depth - 1) == ErrorCode.ADDR_RANGE
+    assert with_fields(rows=0) == ErrorCode.ADDR_RANGE
+    base = preset("base")
+    assert golden.run(base, _image([Instr(Opcode.ROUTE, 0, dict(prog[at].fields))]),
+                      np.zeros((64, base.dram_word_bytes), np.uint8)).error \
+        == ErrorCode.ILLEGAL_OPCODE
+    table = fabric.by_name(cfg)
+    mux = table["gen_e[3][1]"]           # on no path, but every lane is in use
+    late = Instr(Opcode.SETCFG, prog[at].cycle + 5,
+                 isa.setcfg_fields([(mux.index, mux.value_of("zero"))]))
+    res = golden.run(cfg, _image(sorted(prog + [late], key=lambda i: i.cycle)),
+                     _dram(cfg, 0))
+    assert res.error == ErrorCode.CFG_IN_USE
+
+
+def _rtl_jobs(cfg):
+    jobs, want = [], []
+    for seed, (moves, col0) in enumerate(CASES[cfg.name]):
+        for skips in (False, True):
+            route, keep, prog = _program(cfg, moves, col0, skips)
+            dram = _dram(cfg, seed)
+            jobs.append(dict(program=_image(prog), dram=dram, readback=[(OUT, M)]))
+            want.append((prog, dram, _expected(cfg, dram, moves, col0, keep)))
+    return jobs, want
+
+
+@pytest.mark.rtl
+@pytest.mark.parametrize("name", CASES)
+def test_routes_on_rtl(name):
+    cfg = preset(name)
+    jobs, want = _rtl_jobs(cfg)
+    for res, (prog, dram, expected) in zip(run_many_on_rtl(cfg, jobs), want):
+        assert res["error_name"] == "NONE"
+        got = res["readback"][0].reshape(M, -1)[:, :cfg.rows]
+        np.testing.assert_array_equal(got, expected)
+        assert res["cycles"] == golden.run(cfg, _image(prog), dram).cycles \
+            == timing.run_cycles(cfg, prog)
