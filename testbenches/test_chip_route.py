@@ -11,13 +11,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from conftest import run_many_on_rtl
+from conftest import assert_matches_prediction, assert_outputs_match, run_many_on_rtl
 from systolica import golden
 from systolica.arch import fabric, isa, timing
 from systolica.arch.config import preset
 from systolica.arch.isa import DmaKind, Instr, Opcode
 from systolica.arch.regs import ErrorCode
-from systolica.compiler import lanes
+from systolica.compiler import compile_network, lanes
+from test_compiler_concat import concat_net
 
 M, SRC, DST, OUT = 24, 0, 100, 200
 
@@ -199,14 +200,31 @@ def _rtl_jobs(cfg):
     return jobs, want
 
 
+def _concats(cfg):
+    """Compiled Concat networks (test_compiler_concat's builder): into a dense layer,
+    as the output, of graph inputs, with a ragged last input."""
+    n = cfg.tile_size
+    return {f"cat{k}": compile_network(cfg, concat_net(M, widths, k, after=after,
+                                                       direct=direct))
+            for k, (M, widths, after, direct) in enumerate(
+                [(40, (n, 2 * n, 3), True, False), (23, (2 * n, n, n), False, True),
+                 (31, (n, cfg.rows + n, 2), False, False)])}
+
+
 @pytest.mark.rtl
 @pytest.mark.parametrize("name", CASES)
-def test_routes_on_rtl(name):
+def test_routes_and_concats_on_rtl(name):
+    """The directed programs and the compiled Concats in one simulator start."""
     cfg = preset(name)
     jobs, want = _rtl_jobs(cfg)
-    for res, (prog, dram, expected) in zip(run_many_on_rtl(cfg, jobs), want):
+    nets = _concats(cfg)
+    runs = run_many_on_rtl(cfg, jobs + [dict(program=c, name=k) for k, c in nets.items()])
+    for res, (prog, dram, expected) in zip(runs, want):
         assert res["error_name"] == "NONE"
         got = res["readback"][0].reshape(M, -1)[:, :cfg.rows]
         np.testing.assert_array_equal(got, expected)
         assert res["cycles"] == golden.run(cfg, _image(prog), dram).cycles \
             == timing.run_cycles(cfg, prog)
+    for res, compiled in zip(runs[len(jobs):], nets.values()):
+        assert_outputs_match(cfg, compiled, res)
+        assert_matches_prediction(cfg, compiled, res)

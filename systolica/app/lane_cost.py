@@ -7,7 +7,8 @@ only), westbound, northbound, the crossings (turns and out-and-back), the skip l
 grid (about a minute per grid on one core; not part of ``make test``); with
 ``--control`` also the blocks the lanes' multiplexers add to outside the grid: their
 control registers (``FabricRegs``) and the sequencer (``CFG_RANGE``, ``CFG_LIMIT``, the
-mux guard), each without and with the lanes.
+mux guard, the ROUTE port), each without and with the lanes, and the lane router
+(``LaneRouter``, which only a chip with lanes has).
 """
 
 from __future__ import annotations
@@ -83,10 +84,14 @@ def control(cfg: ChipConfig, yosys: str) -> str:
     from systolica.rtl.fabric_regs import FabricRegs
     from systolica.rtl.sequencer import Sequencer
     lines = [f"{cfg.name}: outside the grid, without -> with the general lanes"]
+    from systolica.rtl.route import LaneRouter
     for block in (FabricRegs, Sequencer):
         a, b = (synthesise(cfg, x, yosys, block) for x in (None, {}))
         lines.append(f"{block.__name__:12}" + "".join(
             f"{c:>6} {a[c]:>6} -> {b[c]:<6}" for c in ("LUT4", "TRELLIS_FF")))
+    got = synthesise(cfg, {}, yosys, LaneRouter)
+    lines.append(f"{'LaneRouter':12}" + "".join(f"{c:>6} {0:>6} -> {got[c]:<6}"
+                                                 for c in ("LUT4", "TRELLIS_FF")))
     return "\n".join(lines)
 
 

@@ -1,0 +1,141 @@
+"""Concat through the lanes (docs/compiler.md, "Concat through the lanes"): compiled
+for the chips with general lanes, run on the golden model, equal to numpy's
+concatenation, in the predicted cycles; the routes take the skip links where the
+grid has them; what the chip cannot place is refused by name."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from systolica import golden
+from systolica.arch.config import preset
+from systolica.arch.isa import Opcode
+from systolica.compiler import CompileError, GraphBuilder, compile_network, lanes, reference
+
+LANE_CHIPS = ("tiny", "tiny_tall", "tiny_wide")
+
+
+def concat_net(M, widths, seed, *, after=True, direct=False, name="cat"):
+    """Dense layers from one input, each `widths[i]` wide, concatenated (or, with
+    `direct`, graph inputs concatenated as given), then a dense layer over the
+    concatenation (`after`) or the concatenation as the output."""
+    rng = np.random.default_rng(seed)
+    g = GraphBuilder(name)
+    if direct:
+        parts = [g.input(rng.integers(-128, 128, (M, k), dtype=np.int8), name=f"x{i}")
+                 for i, k in enumerate(widths)]
+    else:
+        x = g.input(rng.integers(-128, 128, (M, 6), dtype=np.int8), name="x")
+        parts = [g.dense(x, rng.integers(-128, 128, (6, k), dtype=np.int8),
+                         rng.integers(-500, 500, k, dtype=np.int32), shift=8, zp=3,
+                         name=f"d{i}") for i, k in enumerate(widths)]
+    c = g.concat(*parts, name="cat")
+    if after:
+        g.dense(c, rng.integers(-128, 128, (sum(widths), 5), dtype=np.int8), shift=9,
+                relu=True, name="after")
+    return g.build()
+
+
+def run_golden(cfg, graph, **options):
+    comp = compile_network(cfg, graph, **options)
+    res = golden.run(cfg, comp.image, comp.dram, prog_addr=comp.prog_addr)
+    assert res.error.name == "NONE"
+    assert res.cycles == comp.predicted_cycles
+    got, want = comp.results(res.dram), reference.outputs(graph)
+    for t in want:
+        np.testing.assert_array_equal(got[t], want[t], err_msg=t)
+    return comp
+
+
+@pytest.mark.parametrize("name", LANE_CHIPS)
+def test_concats_equal_numpy(name):
+    cfg = preset(name)
+    n = cfg.tile_size
+    cases = [(40, (n, 2 * n, 3), True, False), (17, (2 * n, n), False, False),
+             (33, (n, n, n, 1), True, False), (25, (3 * n, 5), False, True),
+             (9, (n, cfg.rows + n, 2), True, True)]
+    for seed, (M, widths, after, direct) in enumerate(cases):
+        run_golden(cfg, concat_net(M, widths, seed, after=after, direct=direct))
+
+
+def test_random_concats_on_every_lane_chip():
+    rng = np.random.default_rng(7)
+    for k in range(24):
+        cfg = preset(LANE_CHIPS[k % 3])
+        n = cfg.tile_size
+        widths = [n * int(rng.integers(1, 6)) for _ in range(int(rng.integers(1, 4)))]
+        widths.append(int(rng.integers(1, 3 * n)))
+        graph = concat_net(int(rng.integers(1, 70)), widths, k, after=bool(k % 2),
+                           direct=bool(k % 3 == 0))
+        run_golden(cfg, graph)
+
+
+def test_a_graph_input_read_by_a_dense_layer_and_the_concat():
+    cfg = preset("tiny")
+    rng = np.random.default_rng(3)
+    g = GraphBuilder("shared")
+    x = g.input(rng.integers(-128, 128, (30, 4), dtype=np.int8), name="x")
+    d = g.dense(x, rng.integers(-128, 128, (4, 4), dtype=np.int8), shift=7, name="d")
+    g.concat(x, d, name="cat")
+    run_golden(cfg, g.build())
+    g = GraphBuilder("shared_first")
+    x = g.input(rng.integers(-128, 128, (30, 4), dtype=np.int8), name="x")
+    y = g.input(rng.integers(-128, 128, (30, 4), dtype=np.int8), name="y")
+    c = g.concat(x, y, name="cat")
+    g.dense([c, x], rng.integers(-128, 128, (12, 3), dtype=np.int8), shift=9, name="d")
+    run_golden(cfg, g.build())
+
+
+def _routes(comp):
+    return [i for i in comp.program if i.op is Opcode.ROUTE]
+
+
+def test_the_routes_take_the_skip_links():
+    """On tiny_tall a group moving from tile row 0 goes down three tile rows: the
+    skip link makes its route a register shorter, and the ROUTE's span is the plan's
+    with skip links, not without."""
+    cfg = preset("tiny_tall")
+    n = cfg.tile_size
+    comp = run_golden(cfg, concat_net(20, (n, n), 0, after=False, direct=True))
+    spans = {i.fields["span"] for i in _routes(comp)}
+    assert spans and all(s <= lanes.plan(cfg, {0: 0}).span for s in spans)
+    assert lanes.plan(cfg, {0: 0}).span == lanes.plan(cfg, {0: 0}, skips=False).span - 1
+    assert lanes.plan(cfg, {0: 0}).skips == 1
+
+
+def test_plans_are_the_shortest_chains():
+    cfg = preset("tiny_wide")
+    route = lanes.plan(cfg, {3: 0, 1: 1})
+    # row 0: E(0,0) -> skip -> E(0,2), turn at column 3, S(0,3), S(1,3): 4 registers
+    assert route.latency == {3: 4, 1: 2} and route.span == 4
+    assert route.routing["gen_e[0][2]"] == "skip" and route.routing["gen_s[0][3]"] == "west"
+    assert route.delays() == {"delay3": 0, "delay1": 2}
+    assert lanes.plan(cfg, {3: 0}, skips=False).latency == {3: 5}
+    with pytest.raises(CompileError, match="off the 2x4 grid"):
+        lanes.plan(cfg, {4: 0})
+    with pytest.raises(CompileError, match="no general lanes"):
+        lanes.plan(preset("base"), {0: 0})
+
+
+def test_refusals_name_the_layer_and_the_fix():
+    cfg = preset("tiny")
+    with pytest.raises(CompileError, match=r"layer 'cat': input 'd1' would start at column "
+                                           r"3.*multiple of the lane width 4.*pad 'd0'"):
+        compile_network(cfg, concat_net(10, (3, 4), 0))
+    with pytest.raises(CompileError, match=r"layer 'cat'.*general lanes.*'base'"):
+        compile_network(preset("base"), concat_net(10, (8, 8), 0))
+    g = GraphBuilder("bad")
+    a = g.input(np.zeros((4, 4), np.int8), name="a")
+    b = g.input(np.zeros((5, 4), np.int8), name="b")
+    with pytest.raises(CompileError, match="same rows"):
+        g.concat(a, b)
+    g = GraphBuilder("zp")
+    a = g.input(np.zeros((4, 4), np.int8), name="a", zero_point=1)
+    b = g.input(np.zeros((4, 4), np.int8), name="b")
+    with pytest.raises(CompileError, match="quantised differently"):
+        g.concat(a, b)
+    g = GraphBuilder("one")
+    a = g.input(np.zeros((4, 4), np.int8), name="a")
+    with pytest.raises(CompileError, match="cat"):
+        g.concat(a, name="cat")
