@@ -14,6 +14,8 @@ statistics are needed), the rest with the reference.
   in them at 224 x 224.
 * :func:`small_cnn`: a small residual CNN for the ``tiny`` chip.
 * :func:`bottleneck_block`: one bottleneck with a projection shortcut.
+* :func:`branches`: dense branches joined by a Concat (or read separately by the
+  layer after them), for the lane router.
 * :func:`layer_macs`, :func:`macs`: multiply-accumulates per layer and in total.
 """
 
@@ -25,7 +27,7 @@ from . import reference
 from .graph import Graph, GraphBuilder
 from .ops import ADD_MULT, MULT_BITS, SHIFT_MAX, Add, Conv2d, Dense
 
-__all__ = ["RELU_ZP", "TARGET", "bottleneck_block", "layer_macs",
+__all__ = ["RELU_ZP", "TARGET", "bottleneck_block", "branches", "layer_macs",
            "macs", "requant_for", "resnet50", "small_cnn"]
 
 TARGET = 40.0            # spread (std) of a layer's output before ReLU, in int8 steps
@@ -225,3 +227,26 @@ def bottleneck_block(batch: int = 1, size: int = 8, cin: int = 16, width: int = 
     x = net.input((batch, size, size, cin), zero_point=RELU_ZP)
     net.bottleneck(x, width, stride, projection=True, name="block")
     return net.g.build()
+
+
+def branches(M: int, widths: tuple[int, ...], seed: int = 0, *, after: bool = True,
+             direct: bool = False, joined: bool = True, name: str = "branches") -> Graph:
+    """Dense branches ``widths[i]`` wide from one ``[M, 6]`` input (with `direct`, graph
+    inputs of those widths instead) joined by a Concat, then a dense layer to 5 over
+    the join (`after`) or the join as the output. ``joined=False``: the layer after
+    reads the branches as separate tensors instead (no Concat; the same numbers)."""
+    rng = np.random.default_rng(seed)
+    g = GraphBuilder(name)
+    if direct:
+        parts = [g.input(rng.integers(-128, 128, (M, k), dtype=np.int8), name=f"x{i}")
+                 for i, k in enumerate(widths)]
+    else:
+        x = g.input(rng.integers(-128, 128, (M, 6), dtype=np.int8), name="x")
+        parts = [g.dense(x, rng.integers(-128, 128, (6, k), dtype=np.int8),
+                         rng.integers(-500, 500, k, dtype=np.int32), shift=8, zp=3,
+                         name=f"d{i}") for i, k in enumerate(widths)]
+    joint = g.concat(*parts, name="cat") if joined else parts
+    if after or not joined:
+        g.dense(joint, rng.integers(-128, 128, (sum(widths), 5), dtype=np.int8), shift=9,
+                relu=True, name="after")
+    return g.build()

@@ -1,9 +1,9 @@
 """``ROUTE``: CBUF rows through the general lanes (docs/contract.md, "ROUTE").
 
 Programs set a route (turns, and skip links where they save a register), move rows
-through it and store them. The expected words are built here from the contract's
-words (partition group ``g`` of row ``r`` takes the west tile row the route sends to
-column group ``(g + col0) % Tc``), not from the golden model or the router's plan;
+through it and store them. The expected words are built from the contract's words
+(``route_bench.expected``: partition group ``g`` of row ``r`` takes the west tile row
+the route sends to column group ``(g + col0) % Tc``), not from the golden model;
 the golden model and the RTL must equal them, and the cycles the prediction."""
 
 from __future__ import annotations
@@ -15,12 +15,12 @@ from conftest import assert_matches_prediction, assert_outputs_match, run_many_o
 from systolica import golden
 from systolica.arch import fabric, isa, timing
 from systolica.arch.config import preset
-from systolica.arch.isa import DmaKind, Instr, Opcode
+from systolica.arch.isa import Instr, Opcode
 from systolica.arch.regs import ErrorCode
+from systolica.app import route_bench
+from systolica.app.route_bench import M, OUT
 from systolica.compiler import compile_network, lanes
 from test_compiler_concat import concat_net
-
-M, SRC, DST, OUT = 24, 0, 100, 200
 
 # (moves: column group -> west tile row, col0) per preset; each preset's first case
 # takes a skip link where the grid has one
@@ -29,52 +29,7 @@ CASES = {
     "tiny_tall": [({0: 0, 1: 1}, 0), ({0: 3, 1: 0}, 1), ({1: 2}, 1)],
     "tiny_wide": [({3: 0, 2: 1}, 2), ({0: 1, 1: 1, 2: 0, 3: 0}, 1), ({0: 1, 1: 0}, 0)],
 }
-
-
-def _dram(cfg, seed):
-    rng = np.random.default_rng(seed)
-    dram = np.zeros((1024, cfg.dram_word_bytes), np.uint8)
-    dram[SRC:SRC + M, :cfg.rows] = rng.integers(0, 256, (M, cfg.rows), dtype=np.uint8)
-    # what the destination held: kept groups must still show it
-    dram[DST:DST + M, :cfg.rows] = rng.integers(0, 256, (M, cfg.rows), dtype=np.uint8)
-    return dram
-
-
-def _expected(cfg, dram, moves, col0, keep):
-    n, tc = cfg.tile_size, cfg.tile_cols
-    out = dram[DST:DST + M, :cfg.rows].copy()
-    for g in range(cfg.rows // n):
-        if not keep >> g & 1:
-            i = moves[(g + col0) % tc]
-            out[:, g * n:(g + 1) * n] = dram[SRC:SRC + M, i * n:(i + 1) * n]
-    return out
-
-
-def _program(cfg, moves, col0, skips=True, delay_shift=0):
-    """Load source and destination, set the route (two pairs a SETCFG, within every
-    budget), ROUTE, store the destination."""
-    route = lanes.plan(cfg, moves, skips=skips)
-    table = fabric.by_name(cfg)
-    pairs = [(table[k].index, table[k].value_of(v)) for k, v in route.routing.items()]
-    prog = [Instr(Opcode.DMA, 0, dict(kind=DmaKind.LOAD_CBUF, dram_addr=SRC, dram_stride=1,
-                                      buf_addr=SRC, rows=M)),
-            Instr(Opcode.DMA, M + 1, dict(kind=DmaKind.LOAD_CBUF, dram_addr=DST,
-                                          dram_stride=1, buf_addr=DST, rows=M))]
-    c = 1
-    for k in range(0, len(pairs), 2):
-        prog.append(Instr(Opcode.SETCFG, c, isa.setcfg_fields(pairs[k:k + 2])))
-        c += 3
-    keep = sum(1 << g for g in range(cfg.rows // cfg.tile_size)
-               if (g + col0) % cfg.tile_cols not in moves)
-    fields = {name: 0 for name, _ in isa.PAYLOAD[Opcode.ROUTE]}
-    fields.update(src=SRC, dst=DST, rows=M, span=route.span + delay_shift, col0=col0,
-                  keep=keep)
-    fields.update({k: v + delay_shift for k, v in route.delays().items()})
-    prog.append(Instr(Opcode.ROUTE, max(c, 2 * M + 3), fields))
-    t = prog[-1].cycle + timing.done(cfg, prog[-1])
-    prog.append(Instr(Opcode.DMA, t, dict(kind=DmaKind.STORE_CBUF, dram_addr=OUT,
-                                          dram_stride=1, buf_addr=DST, rows=M)))
-    return route, keep, sorted(prog, key=lambda i: i.cycle)
+_dram, _expected, _program = route_bench.dram, route_bench.expected, route_bench.program
 
 
 def _image(prog):

@@ -11,30 +11,14 @@ import pytest
 from systolica import golden
 from systolica.arch.config import preset
 from systolica.arch.isa import Opcode
-from systolica.compiler import CompileError, GraphBuilder, compile_network, lanes, reference
+from systolica.compiler import (CompileError, GraphBuilder, compile_network, lanes, models,
+                                reference)
 
 LANE_CHIPS = ("tiny", "tiny_tall", "tiny_wide")
 
 
-def concat_net(M, widths, seed, *, after=True, direct=False, name="cat"):
-    """Dense layers from one input, each `widths[i]` wide, concatenated (or, with
-    `direct`, graph inputs concatenated as given), then a dense layer over the
-    concatenation (`after`) or the concatenation as the output."""
-    rng = np.random.default_rng(seed)
-    g = GraphBuilder(name)
-    if direct:
-        parts = [g.input(rng.integers(-128, 128, (M, k), dtype=np.int8), name=f"x{i}")
-                 for i, k in enumerate(widths)]
-    else:
-        x = g.input(rng.integers(-128, 128, (M, 6), dtype=np.int8), name="x")
-        parts = [g.dense(x, rng.integers(-128, 128, (6, k), dtype=np.int8),
-                         rng.integers(-500, 500, k, dtype=np.int32), shift=8, zp=3,
-                         name=f"d{i}") for i, k in enumerate(widths)]
-    c = g.concat(*parts, name="cat")
-    if after:
-        g.dense(c, rng.integers(-128, 128, (sum(widths), 5), dtype=np.int8), shift=9,
-                relu=True, name="after")
-    return g.build()
+def concat_net(M, widths, seed, *, after=True, direct=False):
+    return models.branches(M, widths, seed, after=after, direct=direct, name="cat")
 
 
 def run_golden(cfg, graph, **options):

@@ -266,7 +266,8 @@ def cmd_bench(args) -> int:
     gemm256 = ("gemm_256x256x256", "base", lambda: _gemm_network(256, 256, 256, 1))
     # Each case as cocotb drives it (as the tests do), then the long GEMM again with
     # the plain C++ harness: the simulation speed of both, on the same Verilog.
-    from . import chain_bench, cnn_bench
+    from . import chain_bench, cnn_bench, route_bench
+    from ..compiler import models
     cases = [(*gemm256, "cocotb"),
              ("gemm_64x64x64", "base", lambda: _gemm_network(64, 64, 64, 2), "cocotb"),
              ("demo_mlp", "tiny", demo.mlp, "cocotb"),
@@ -285,7 +286,13 @@ def cmd_bench(args) -> int:
                 "cocotb", split) for split in (1, None)],
              # one GEMM on the square, tall and wide grids of tiny's tiles
              *[("gemm_256x128x32", cfg_name, lambda: _gemm_network(256, 128, 32, 4), "cocotb")
-               for cfg_name in ("tiny", "tiny_tall", "tiny_wide")]]
+               for cfg_name in ("tiny", "tiny_tall", "tiny_wide")],
+             # three dense branches joined by a Concat through the general lanes, and
+             # their twin whose last layer reads the branches as separate tensors
+             *[(f"concat_120x4x4x4{'' if joined else '_separate'}", cfg_name,
+                lambda joined=joined: models.branches(120, (4, 4, 4), 6, joined=joined,
+                                                      name="concat_120x4x4x4"), "cocotb")
+               for cfg_name in ("tiny", "tiny_tall", "tiny_wide") for joined in (True, False)]]
     records = []
     plots = Path(args.out).parent / "plots"     # where each run's cycles go
     with Progress() as progress:
@@ -321,13 +328,16 @@ def cmd_bench(args) -> int:
         transposes = (transpose_bench.records() + transpose_bench.nd_records()
                       + transpose_bench.int32_records())
         progress.advance(task)
+        task = progress.add_task("lane routes on tiny_tall and tiny_wide", total=1)
+        routes = route_bench.skip_records()
+        progress.advance(task)
         task = progress.add_task("ResNet-50 on base: compiling the whole network, per "
                                  "strategy", total=1)
         resnets = cnn_bench.resnet50_records(preset("base"))
         progress.advance(task)
     out = Path(args.out)
-    _write_bytes(args.out, (json.dumps(records + resnets + chains + transposes, indent=2)
-                            + "\n").encode())
+    _write_bytes(args.out, (json.dumps(records + resnets + chains + transposes + routes,
+                                       indent=2) + "\n").encode())
     for r in records:
         print(f"{r['name']:>18} on {r['config']:<5} cycles {r['cycles']:>7} "
               f"(predicted {r['predicted_cycles']}) util {r['mac_utilization']:.3f} "
@@ -347,8 +357,10 @@ def cmd_bench(args) -> int:
               f"({r['dram_ratio_to_min']:.2f}x min) MACs {r['array_macs']:>10} UBUF "
               f"{r['ubuf_bytes_written']:>6} B  {'ok' if r['ok'] else 'MISMATCH'}")
     transpose_bench.print_records(transposes)
+    route_bench.print_records(routes)
     print(f"wrote {out}")
-    return 0 if all(r["ok"] for r in records + chains + transposes if "error" not in r) else 1
+    return 0 if all(r["ok"] for r in records + chains + transposes + routes
+                    if "error" not in r) else 1
 
 
 #: ``systolica chain --example``: (graph builder, outputs per pass).

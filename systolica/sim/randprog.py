@@ -30,13 +30,14 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .. import golden
-from ..arch import fabric, instructions, isa, timing
+from ..arch import fabric, geometry, instructions, isa, timing
 from ..arch.config import PRESETS, ChipConfig, preset
 from ..arch.instructions import READ
 from ..arch.isa import CopyKind, DmaKind, Instr, Opcode
 from ..arch.regs import ErrorCode
 from ..compiler.chip_text import format_ops
 from ..compiler.config_updates import ConfigUpdateError
+from ..compiler import lanes
 from ..compiler.ir import MicroOp, make
 from ..compiler.reconfigure import add_updates
 from ..compiler.schedule import schedule
@@ -439,6 +440,49 @@ class _Builder:
         self.outputs.append(("cbuf", dst, n))
         return True
 
+    def route(self) -> bool:
+        """Written CBUF rows through the general lanes: a random move of tile rows to
+        column groups (the compiler's route, skip links included), lanes off its paths
+        set at random, a random ``col0``, samples on time or a row late; partition
+        groups whose column group carries nothing are kept (on written rows)."""
+        cfg, rng = self.cfg, self.rng
+        if not cfg.general_lanes:
+            return False
+        src = self.pick("cbuf")
+        if src is None:
+            return False
+        s, n = src
+        t, tc, G = cfg.tile_rows, cfg.tile_cols, cfg.rows // cfg.tile_size
+        targets = [j for j in range(tc) if rng.random() < 0.7] or [int(rng.integers(tc))]
+        route = lanes.plan(cfg, {j: int(rng.integers(t)) for j in targets},
+                           skips=bool(rng.random() < 0.8))
+        col0 = int(rng.integers(tc))
+        keep = sum(1 << g for g in range(G)
+                   if (g + col0) % tc not in route.moves or rng.random() < 0.2)
+        if keep:
+            dst = self.pick("cbuf", n, min_len=n)
+            if dst is None or dst[1] != n:
+                return False
+            dst = dst[0]
+        else:
+            dst = self.place("cbuf", n)
+        if dst < s + n and s < dst + n:
+            return False                # onto its own source rows
+        span = min(route.span + int(rng.integers(0, 3)), geometry.route_span_max(cfg))
+        delays = {f"delay{j}": max(0, span - lat - int(rng.integers(0, 2)))
+                  for j, lat in route.latency.items()}
+        table = fabric.by_name(cfg)
+        needs = dict(route.routing)
+        for m in fabric.muxes(cfg):         # lanes no path takes: anything
+            if m.name.split("[")[0] in fabric.GENERAL and m.name not in needs \
+                    and rng.random() < 0.2:
+                needs[m.name] = str(rng.choice(table[m.name].sources))
+        self.add(Opcode.ROUTE, needs, src=s, dst=dst, rows=n, span=span, col0=col0,
+                 keep=keep, **delays)
+        self.cbuf[dst:dst + n] = True
+        self.outputs.append(("cbuf", dst, n))
+        return True
+
     def draw(self, count: int) -> list[MicroOp]:
         rng = self.rng
         for _ in range(int(rng.integers(1, 3))):
@@ -455,6 +499,7 @@ class _Builder:
             "window": (1.5, self.window),
             "vrun": (1.8, self.vrun),
             "copy": (0.8, self.copy),
+            "route": (0.8, self.route),
         }
         names = list(steps)
         weights = np.array([steps[k][0] for k in names])
@@ -614,6 +659,9 @@ def _out_of_range(cfg: ChipConfig, ins: Instr, rng) -> dict:
         choices += [("rows", 0),
                     ("cbuf_addr", past(cfg.cbuf_depth, f["rows"], isa.CBUF_ADDR_BITS)),
                     ("ubuf_addr", past(cfg.ubuf_rows, f["rows"], isa.CBUF_ADDR_BITS))]
+    elif ins.op is Opcode.ROUTE:
+        choices += [("rows", 0), ("src", past(cfg.cbuf_depth, f["rows"], isa.CBUF_ADDR_BITS)),
+                    ("dst", past(cfg.cbuf_depth, f["rows"], isa.CBUF_ADDR_BITS))]
     elif ins.op is Opcode.VRUN:
         depth = cfg.acc_depth if f["to_acc"] else cfg.cbuf_depth
         choices += [("rows", 0),
