@@ -17,7 +17,7 @@ from .cnn import is_cnn, lower_cnn
 from .errors import CompileError
 from .graph import MatMulT, Transpose, as_graph
 from .lowered import Lowered
-from .pipeline import loop_order, pipeline
+from .pipeline import hoist, loop_order, pipeline
 from .plan import DramMap, MemoryPlan, plan_memory
 from .rules import WEIGHT_SLOTS, Emitter, acc_half_rows, rule_for
 
@@ -55,8 +55,8 @@ def lower(cfg: ChipConfig, network, plan: MemoryPlan | None = None, *,
                            f"weights)")
     plan = plan_memory(cfg, graph, split) if plan is None else plan
     emitter = Emitter(cfg, graph, plan)
-    blocks = [blk for i, node in enumerate(graph.nodes)
-              for blk in rule_for(node).emit(emitter, i, node)]
+    blocks = hoist([blk for i, node in enumerate(graph.nodes)
+                    for blk in rule_for(node).emit(emitter, i, node)])
     return Lowered(pipeline(cfg, blocks), loop_order(blocks), plan)
 
 

@@ -30,6 +30,23 @@ class Block:
     bias: list[MicroOp] = field(default_factory=list)
     steps: list[Step] = field(default_factory=list)
     epilogue: list[MicroOp] = field(default_factory=list)
+    follows: int | None = None   # a block without steps whose ops may run as soon as
+                                 # layer `follows` is done (see `hoist`)
+
+
+def hoist(blocks: list[Block]) -> list[Block]:
+    """`blocks` with each step-less block that ``follows`` an earlier layer's blocks
+    moved into the epilogue of that layer's last block (a Concat's moves of one input
+    right after the layer that makes it, so they overlap the next layer's compute)."""
+    last = {blk.layer: k for k, blk in enumerate(blocks) if blk.steps}
+    out: list[Block] = []
+    for blk in blocks:
+        at = last.get(blk.follows) if blk.follows is not None and not blk.steps else None
+        if at is None:
+            out.append(blk)
+            continue
+        blocks[at].epilogue = blocks[at].epilogue + blk.bias + blk.epilogue
+    return out
 
 
 def loop_order(blocks: list[Block]) -> list[MicroOp]:

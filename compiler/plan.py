@@ -42,7 +42,7 @@ from ..arch.config import ChipConfig
 from . import layout, split
 from .errors import CompileError
 from .graph import Graph, as_graph
-from .ops import Dense
+from .ops import Concat, Dense
 from .rules import rule_for, through_dram
 
 MEMORIES = ("cbuf", "acc", "dram")
@@ -285,6 +285,10 @@ def _on_chip(cfg: ChipConfig, graph: Graph, rows: Mapping[str, int],
             known.first, known.last = min(known.first, first), max(known.last, last)
 
     for i, node in enumerate(graph.nodes):
+        # a rule whose ops may run before its layer's turn (a Concat's moves follow
+        # the layers that make its inputs) holds its output and needs from then
+        starts = getattr(rule_for(node), "starts", None)
+        start = i if starts is None else starts(graph, node, index)
         needs = rule_for(node).needs(cfg, graph, node,
                                      passes.get(node.name, rows[node.name]))
         for need in needs:
@@ -298,7 +302,7 @@ def _on_chip(cfg: ChipConfig, graph: Graph, rows: Mapping[str, int],
                 getattr(rule_for(r), "streams_input", False) for r in readers)
             if readers and holder == i and not streamed:
                 # a graph input's load is fetched ahead, during the layer before
-                first = holder if producer is not None else max(holder - 1, 0)
+                first = start if producer is not None else max(min(start, holder) - 1, 0)
                 tensor = graph.tensor(t)
                 held = getattr(rule_for(node), "input_rows", None)
                 m = split.rows(graph.tensor(node.outputs[0]).shape[0], splits.get(node.name, 1))
@@ -309,7 +313,7 @@ def _on_chip(cfg: ChipConfig, graph: Graph, rows: Mapping[str, int],
                     first, index[readers[-1].name], f"tensor {t!r}")
         for need in needs:
             if not need.shared:
-                ask(need.memory, need.key, need.size, i, i, need.what)
+                ask(need.memory, need.key, need.size, start, i, need.what)
     return {m: list(v.values()) for m, v in items.items()}
 
 
@@ -385,6 +389,8 @@ def dense_passes(cfg: ChipConfig, graph: Graph, rows: Mapping[str, int]) -> dict
         return {}
     out = {}
     for node in graph.nodes:
+        if type(node.op) is not Dense:
+            continue            # a Concat moves whole tensors, after their passes
         m = rows[node.name]
         count = max(-(-m // PASS_ROWS), -(-m // rule_for(node).max_rows(cfg)))
         if count > 1:
@@ -393,7 +399,10 @@ def dense_passes(cfg: ChipConfig, graph: Graph, rows: Mapping[str, int]) -> dict
 
 
 def _dense_only(graph: Graph) -> bool:
-    return all(type(n.op) is Dense for n in graph.nodes)
+    """A network of dense layers (and the Concats that join them, which move whole
+    tensors where the passes left them)."""
+    return all(type(n.op) in (Dense, Concat) for n in graph.nodes) \
+        and any(type(n.op) is Dense for n in graph.nodes)
 
 
 def program_region(cfg: ChipConfig, plan: MemoryPlan, instructions: int,

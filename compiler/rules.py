@@ -1123,7 +1123,8 @@ class ConcatRule:
     column groups take); the rest of the output row is kept. The route, and the
     ``col0`` that maps its column groups onto the row, are the shortest the lanes
     allow (:func:`.lanes.plan`, skip links included). A graph input it is the first
-    to read is loaded whole; a graph output is stored from where it is built."""
+    to read is loaded whole; a graph output is stored from where it is built. Each
+    input's moves run right after the layer that makes it (``Block.follows``)."""
 
     op = Concat
 
@@ -1169,7 +1170,7 @@ class ConcatRule:
         if on_chip_readers(graph, out.name):
             return []
         return [Need("cbuf", f"{node.name}.staging",
-                     layout.resident_rows(cfg, out.shape[1], out.shape[0]),
+                     layout.resident_rows(cfg, out.shape[1], min(rows, out.shape[0])),
                      f"output staging of {node.name!r}")]
 
     @staticmethod
@@ -1199,40 +1200,69 @@ class ConcatRule:
         R, n = cfg.rows, cfg.tile_size
         G = R // n
         out = graph.tensor(node.outputs[0])
-        M = out.shape[0]
+        M, OB = out.shape[0], layout.blocks(out.shape[1], R)
+        # A Concat alone whose rows do not fit goes in passes of Mc rows, its inputs
+        # and its output staging held a pass at a time (blocks Mc rows apart); in a
+        # network every tensor is on chip whole (blocks M rows apart).
+        Mc = plan.rows[node.name]
+        step = M if Mc >= M else Mc
         if on_chip_readers(graph, out.name):
             dst = plan.tensor("cbuf", out.name).lo
         else:
             dst = plan.scratch("cbuf", f"{node.name}.staging").lo
-        ops: list[MicroOp] = []
-        loaded = set()
-        for t, off in zip(node.inputs, self.offsets(cfg, graph, node)):
-            tensor = graph.tensor(t)
-            src = plan.tensor("cbuf", t).lo
-            KB = layout.blocks(tensor.shape[1], R)
-            if graph.producer(t) is None and graph.consumers(t)[0] is node \
-                    and t not in loaded:
-                loaded.add(t)
-                ops.append(make(cfg, Opcode.DMA, index, kind=DmaKind.LOAD_CBUF,
-                                dram_addr=plan.tensor("dram", t).lo, dram_stride=1,
-                                buf_addr=src, rows=KB * M))
-            moves: dict[tuple[int, int], dict[int, int]] = {}
-            for q in range(layout.blocks(tensor.shape[1], n)):
-                o = off // n + q
-                moves.setdefault((q // G, o // G), {})[o % G] = q % G
-            for (ib, ob), groups in moves.items():
-                for col0, route, keep in self.routes(cfg, groups):
-                    mop = make(cfg, Opcode.ROUTE, index, src=src + ib * M, dst=dst + ob * M,
-                               rows=M, span=route.span, col0=col0, keep=keep,
-                               **route.delays())
-                    mop.needs = dict(route.routing)
-                    ops.append(mop)
         stored = stored_at(plan, out.name)
-        if stored is not None:
-            ops.append(make(cfg, Opcode.DMA, index, kind=DmaKind.STORE_CBUF,
-                            dram_addr=stored, dram_stride=1, buf_addr=dst,
-                            rows=layout.blocks(out.shape[1], R) * M))
-        return [Block(index, epilogue=ops)]
+        index_of = {x.name: k for k, x in enumerate(graph.nodes)}
+        blocks: list[Block] = []
+        for m0 in range(0, M, Mc):
+            rows = min(Mc, M - m0)
+            loaded = set()
+            for t, off in zip(node.inputs, self.offsets(cfg, graph, node)):
+                tensor, producer = graph.tensor(t), graph.producer(t)
+                src = plan.tensor("cbuf", t).lo
+                KB = layout.blocks(tensor.shape[1], R)
+                # a layer's output is whole; a graph input held whole or a pass a time
+                at, stride = (src + m0, M) if producer is not None or step == M \
+                    else (src, step)
+                ops: list[MicroOp] = []
+                if producer is None and graph.consumers(t)[0] is node and t not in loaded:
+                    loaded.add(t)
+                    base = plan.tensor("dram", t).lo
+                    loads = [(0, KB * M)] if step == M else [(kb, rows) for kb in range(KB)]
+                    ops += [make(cfg, Opcode.DMA, index, kind=DmaKind.LOAD_CBUF,
+                                 dram_addr=base + kb * M + m0, dram_stride=1,
+                                 buf_addr=at + kb * stride, rows=count)
+                            for kb, count in loads]
+                moves: dict[tuple[int, int], dict[int, int]] = {}
+                for q in range(layout.blocks(tensor.shape[1], n)):
+                    o = off // n + q
+                    moves.setdefault((q // G, o // G), {})[o % G] = q % G
+                for (ib, ob), groups in moves.items():
+                    for col0, route, keep in self.routes(cfg, groups):
+                        mop = make(cfg, Opcode.ROUTE, index, src=at + ib * stride,
+                                   dst=dst + (m0 if step == M else 0) + ob * step,
+                                   rows=rows, span=route.span, col0=col0, keep=keep,
+                                   **route.delays())
+                        mop.needs = dict(route.routing)
+                        ops.append(mop)
+                blocks.append(Block(index, epilogue=ops, follows=(
+                    None if producer is None or isinstance(producer.op, Concat)
+                    else index_of[producer.name])))
+            if stored is not None:
+                stores = [(0, OB * M)] if step == M else [(ob, rows) for ob in range(OB)]
+                blocks.append(Block(index, epilogue=[
+                    make(cfg, Opcode.DMA, index, kind=DmaKind.STORE_CBUF,
+                         dram_addr=stored + ob * M + m0, dram_stride=1,
+                         buf_addr=dst + ob * step, rows=count) for ob, count in stores]))
+        return blocks
+
+    @staticmethod
+    def starts(graph: Graph, node: Node, index: dict[str, int]) -> int:
+        """The first layer during which its ops may run: each input's moves follow
+        the layer that makes it (``pipeline.hoist``), so its output and staging are
+        live from the first such layer."""
+        return min([index[node.name]] + [index[p.name] for t in node.inputs
+                                         if (p := graph.producer(t)) is not None
+                                         and not isinstance(p.op, Concat)])
 
 
 RULES: dict[type, object] = {Dense: DenseRule(), Transpose: TransposeRule(),

@@ -44,15 +44,24 @@ def test_concats_equal_numpy(name):
 
 
 def test_random_concats_on_every_lane_chip():
+    """Random widths and rows; a network the CBUF cannot hold (each tensor takes banks
+    of its own) is refused by name, and most are not."""
     rng = np.random.default_rng(7)
-    for k in range(24):
+    ran = 0
+    for k in range(30):
         cfg = preset(LANE_CHIPS[k % 3])
         n = cfg.tile_size
         widths = [n * int(rng.integers(1, 6)) for _ in range(int(rng.integers(1, 4)))]
         widths.append(int(rng.integers(1, 3 * n)))
-        graph = concat_net(int(rng.integers(1, 70)), widths, k, after=bool(k % 2),
+        graph = concat_net(int(rng.integers(1, 200)), widths, k, after=bool(k % 2),
                            direct=bool(k % 3 == 0))
-        run_golden(cfg, graph)
+        try:
+            run_golden(cfg, graph)
+        except CompileError as e:
+            assert "CBUF" in str(e) and ("no free range" in str(e) or "too small" in str(e)), e
+            continue
+        ran += 1
+    assert ran >= 24
 
 
 def test_a_graph_input_read_by_a_dense_layer_and_the_concat():

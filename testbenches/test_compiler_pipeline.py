@@ -124,3 +124,20 @@ def test_a_block_without_a_matmul_keeps_its_place():
     ops = pipeline(CFG, blocks)
     assert ops.index(move) == len(loop_order(blocks[:1]))
     assert ops[ops.index(move) + 1:] == pipeline(CFG, blocks[2:])
+
+
+def test_hoist_moves_a_following_block_behind_its_layer():
+    """A step-less block that follows layer 0 joins the epilogue of layer 0's last
+    block; one that follows nothing, or a layer without steps, stays where it is."""
+    move = make(CFG, Opcode.DMA, kind=DmaKind.STORE_CBUF, dram_addr=0, dram_stride=1,
+                buf_addr=300, rows=5)
+    stay = make(CFG, Opcode.DMA, kind=DmaKind.STORE_CBUF, dram_addr=9, dram_stride=1,
+                buf_addr=600, rows=5)
+    first, second = _block(0, 100, 0, 0, 300), _block(1, 400, 1, 50, 600)
+    vrun = first.epilogue[0]
+    blocks = pipeliner.hoist([first, second, Block(2, epilogue=[move], follows=0),
+                              Block(2, epilogue=[stay])])
+    assert blocks == [first, second, blocks[2]] and blocks[2].epilogue == [stay]
+    assert first.epilogue == [vrun, move]
+    lone = Block(3, epilogue=[stay], follows=7)
+    assert pipeliner.hoist([second, lone]) == [second, lone]
