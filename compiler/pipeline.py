@@ -31,17 +31,23 @@ class Block:
     steps: list[Step] = field(default_factory=list)
     epilogue: list[MicroOp] = field(default_factory=list)
     follows: int | None = None   # a block without steps whose ops may run as soon as
-                                 # layer `follows` is done (see `hoist`)
+                                 # layer `follows` (its pass from row m0) is done
+    m0: int | None = None        # the first row of the pass it belongs to, if in passes
 
 
 def hoist(blocks: list[Block]) -> list[Block]:
     """`blocks` with each step-less block that ``follows`` an earlier layer's blocks
-    moved into the epilogue of that layer's last block (a Concat's moves of one input
-    right after the layer that makes it, so they overlap the next layer's compute)."""
-    last = {blk.layer: k for k, blk in enumerate(blocks) if blk.steps}
+    moved into the epilogue of that layer's last block (of its pass ``m0``, if the
+    block names one): a Concat's moves of an input's rows right after the layer's
+    pass that makes them, so they overlap the next pass's or layer's compute."""
+    last = {}
+    for k, blk in enumerate(blocks):
+        if blk.steps:
+            last[blk.layer] = last[(blk.layer, blk.m0)] = k
     out: list[Block] = []
     for blk in blocks:
-        at = last.get(blk.follows) if blk.follows is not None and not blk.steps else None
+        key = blk.follows if blk.m0 is None else (blk.follows, blk.m0)
+        at = last.get(key) if blk.follows is not None and not blk.steps else None
         if at is None:
             out.append(blk)
             continue

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 from typing import TYPE_CHECKING
 
@@ -146,6 +146,8 @@ class Emitter:
     blocks: int = 0         # output blocks so far: accumulator half
     tile_rows: int = 0
     tile_cols: int = 0
+    passes: dict = field(default_factory=dict)   # layer -> [(first row, rows)] of its
+                                                 # passes, for a layer read in passes
 
     def __post_init__(self):
         # a layer split into tile groups reaches every tile (its blocks are R x C)
@@ -277,11 +279,12 @@ class DenseRule:
         stationary = n_blocks == 1 and sum(i[0] for i in inputs) == 1
         bias_in: dict[int, int] = {}    # bias slot -> the N-block whose bias it holds
         blocks: list[Block] = []
+        em.passes[index] = [(m0, min(Mc, M - m0)) for m0 in range(0, M, Mc)]
         for m0 in range(0, M, Mc):
             rows = min(Mc, M - m0)
             held = (m0 // Mc) % buffers
             for nb in range(n_blocks):
-                blk = Block(index)
+                blk = Block(index, m0=m0)
                 half = em.blocks % 2
                 em.blocks += 1
                 acc_at, bias_at = halves + half * Mt, bias_slots + half
@@ -1075,11 +1078,12 @@ class MatMulTRule(DenseRule):
         # a graph input loaded pass by pass alternates between two buffers (input_rows)
         buffers = 2 if M > Mc and KB == 1 else 1
         blocks: list[Block] = []
+        em.passes[index] = [(m0, min(Mc, M - m0)) for m0 in range(0, M, Mc)]
         for m0 in range(0, M, Mc):
             rows = min(Mc, M - m0)
             held = (m0 // Mc) % buffers
             for nb in range(layout.blocks(N, C)):
-                blk = Block(index)
+                blk = Block(index, m0=m0)
                 if not blocks:
                     blk.bias += b_loads
                 half = em.blocks % 2
@@ -1195,10 +1199,29 @@ class ConcatRule:
             out.append((col0, route, sum(1 << g for g in range(G) if g not in part)))
         return out
 
+    def _moves(self, cfg: ChipConfig, index: int, tensor, off: int, src: int,
+               src_stride: int, dst: int, dst_stride: int, rows: int) -> list[MicroOp]:
+        """The ROUTEs moving `rows` rows of `tensor` (K-blocks `src_stride` rows apart
+        from `src`) to column offset `off` of the output (blocks `dst_stride` apart)."""
+        n = cfg.tile_size
+        G = cfg.rows // n
+        moves: dict[tuple[int, int], dict[int, int]] = {}
+        for q in range(layout.blocks(tensor.shape[1], n)):
+            o = off // n + q
+            moves.setdefault((q // G, o // G), {})[o % G] = q % G
+        ops = []
+        for (ib, ob), groups in moves.items():
+            for col0, route, keep in self.routes(cfg, groups):
+                mop = make(cfg, Opcode.ROUTE, index, src=src + ib * src_stride,
+                           dst=dst + ob * dst_stride, rows=rows, span=route.span,
+                           col0=col0, keep=keep, **route.delays())
+                mop.needs = dict(route.routing)
+                ops.append(mop)
+        return ops
+
     def emit(self, em: Emitter, index: int, node: Node) -> list[Block]:
         cfg, graph, plan = em.cfg, em.graph, em.plan
-        R, n = cfg.rows, cfg.tile_size
-        G = R // n
+        R = cfg.rows
         out = graph.tensor(node.outputs[0])
         M, OB = out.shape[0], layout.blocks(out.shape[1], R)
         # A Concat alone whose rows do not fit goes in passes of Mc rows, its inputs
@@ -1212,19 +1235,29 @@ class ConcatRule:
             dst = plan.scratch("cbuf", f"{node.name}.staging").lo
         stored = stored_at(plan, out.name)
         index_of = {x.name: k for k, x in enumerate(graph.nodes)}
+        offsets = self.offsets(cfg, graph, node)
         blocks: list[Block] = []
         for m0 in range(0, M, Mc):
             rows = min(Mc, M - m0)
             loaded = set()
-            for t, off in zip(node.inputs, self.offsets(cfg, graph, node)):
+            for t, off in zip(node.inputs, offsets):
                 tensor, producer = graph.tensor(t), graph.producer(t)
                 src = plan.tensor("cbuf", t).lo
                 KB = layout.blocks(tensor.shape[1], R)
-                # a layer's output is whole; a graph input held whole or a pass a time
-                at, stride = (src + m0, M) if producer is not None or step == M \
-                    else (src, step)
+                follows = None if producer is None or isinstance(producer.op, Concat) \
+                    else index_of[producer.name]
+                if follows is not None:
+                    # a layer's output is whole on chip (a network: Mc = M); its rows
+                    # move pass by pass, each right after the pass that makes them
+                    for p0, count in em.passes.get(follows, [(0, M)]):
+                        blocks.append(Block(index, follows=follows, m0=(
+                            p0 if follows in em.passes else None), epilogue=self._moves(
+                                cfg, index, tensor, off, src + p0, M, dst + p0, M, count)))
+                    continue
+                # a graph input: held whole, or a pass at a time (blocks Mc rows apart)
+                at, stride = (src + m0, M) if step == M else (src, step)
                 ops: list[MicroOp] = []
-                if producer is None and graph.consumers(t)[0] is node and t not in loaded:
+                if graph.consumers(t)[0] is node and t not in loaded:
                     loaded.add(t)
                     base = plan.tensor("dram", t).lo
                     loads = [(0, KB * M)] if step == M else [(kb, rows) for kb in range(KB)]
@@ -1232,21 +1265,9 @@ class ConcatRule:
                                  dram_addr=base + kb * M + m0, dram_stride=1,
                                  buf_addr=at + kb * stride, rows=count)
                             for kb, count in loads]
-                moves: dict[tuple[int, int], dict[int, int]] = {}
-                for q in range(layout.blocks(tensor.shape[1], n)):
-                    o = off // n + q
-                    moves.setdefault((q // G, o // G), {})[o % G] = q % G
-                for (ib, ob), groups in moves.items():
-                    for col0, route, keep in self.routes(cfg, groups):
-                        mop = make(cfg, Opcode.ROUTE, index, src=at + ib * stride,
-                                   dst=dst + (m0 if step == M else 0) + ob * step,
-                                   rows=rows, span=route.span, col0=col0, keep=keep,
-                                   **route.delays())
-                        mop.needs = dict(route.routing)
-                        ops.append(mop)
-                blocks.append(Block(index, epilogue=ops, follows=(
-                    None if producer is None or isinstance(producer.op, Concat)
-                    else index_of[producer.name])))
+                ops += self._moves(cfg, index, tensor, off, at, stride,
+                                   dst + (m0 if step == M else 0), step, rows)
+                blocks.append(Block(index, epilogue=ops))
             if stored is not None:
                 stores = [(0, OB * M)] if step == M else [(ob, rows) for ob in range(OB)]
                 blocks.append(Block(index, epilogue=[
