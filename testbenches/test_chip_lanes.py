@@ -1,7 +1,8 @@
-"""The general lanes on the chip (tiny): SETCFGs may set their multiplexers at any
-cycle (no instruction's data passes them, so they have no update window), within the
-update limits like every other multiplexer; setting them changes neither a program's
-results nor its cycles (docs/contract.md, "General lanes, crossings and skip links")."""
+"""The general lanes on the chip (tiny): outside a ROUTE's window SETCFGs may set their
+multiplexers at any cycle, within the update limits like every other multiplexer;
+setting them changes neither a program without ROUTEs' results nor its cycles
+(docs/contract.md, "General lanes, crossings and skip links"; ROUTE itself:
+test_chip_route.py)."""
 
 from __future__ import annotations
 
