@@ -214,7 +214,8 @@ def _check_gemm_fits(cfg, shape: tuple[int, int, int]) -> None:
 def _network(args, cfg):
     from . import demo
     if args.gemm is None:
-        return demo.mlp() if getattr(args, "demo", "cnn") == "mlp" else demo.cnn()
+        return {"mlp": demo.mlp, "concat": demo.concat}.get(getattr(args, "demo", "cnn"),
+                                                           demo.cnn)()
     _check_gemm_fits(cfg, args.gemm)
     return _gemm_network(*args.gemm, seed=args.seed, int32=getattr(args, "int32", False))
 
@@ -515,8 +516,10 @@ def parser() -> argparse.ArgumentParser:
     config(p)
     p.add_argument("--gemm", type=_shape, metavar="MxKxN",
                    help="run one MxKxN int8 GEMM instead of the demo")
-    p.add_argument("--demo", choices=("cnn", "mlp"), default="cnn",
-                   help="the demo network: the small CNN (default) or the MLP")
+    p.add_argument("--demo", choices=("cnn", "mlp", "concat"), default="cnn",
+                   help="the demo network: the small CNN (default), the MLP, or dense "
+                        "branches joined by a Concat through the general lanes (a chip "
+                        "with them: --config tiny, tiny_tall or tiny_wide)")
     p.add_argument("--seed", type=_seed, default=0, help="random data for --gemm")
     p.add_argument("--waves", action="store_true", help="write an FST waveform of the run")
     p.add_argument("--trace", default="build/schedule.json", metavar="FILE",
@@ -554,8 +557,10 @@ def parser() -> argparse.ArgumentParser:
                    help="the board (default ulx3s)")
     p.add_argument("--gemm", type=_shape, metavar="MxKxN",
                    help="run one MxKxN int8 GEMM instead of the demo")
-    p.add_argument("--demo", choices=("cnn", "mlp"), default="cnn",
-                   help="the demo network: the small CNN (default) or the MLP")
+    p.add_argument("--demo", choices=("cnn", "mlp", "concat"), default="cnn",
+                   help="the demo network: the small CNN (default), the MLP, or dense "
+                        "branches joined by a Concat through the general lanes (a chip "
+                        "with them: --config tiny, tiny_tall or tiny_wide)")
     p.add_argument("--seed", type=_seed, default=0, help="random data for --gemm")
     p.set_defaults(func=cmd_run)
     p = sub.add_parser("bench", help="benchmark GEMMs and the demo; write JSON records")

@@ -38,6 +38,14 @@ def mlp(batch: int = 16, widths: tuple[int, ...] = (64, 64, 32, 10), seed: int =
     return Network(x, tuple(layers), name=name)
 
 
+def concat(seed: int = 6):
+    """Three dense branches 4 wide from one ``[120, 6]`` input, joined by a Concat
+    through the general lanes and read by a dense layer
+    (:func:`systolica.compiler.models.branches`; ``make bench``'s ``concat_120x4x4x4``)."""
+    from ..compiler.models import branches
+    return branches(120, (4, 4, 4), seed, name="demo_concat")
+
+
 def cnn(seed: int = 0):
     """The default demo: :func:`systolica.compiler.models.small_cnn` on a 16x16x3
     image (a 3x3 convolution with ReLU, 2x2 max pool, a residual block of two 3x3
