@@ -557,10 +557,8 @@ def parser() -> argparse.ArgumentParser:
                    help="the board (default ulx3s)")
     p.add_argument("--gemm", type=_shape, metavar="MxKxN",
                    help="run one MxKxN int8 GEMM instead of the demo")
-    p.add_argument("--demo", choices=("cnn", "mlp", "concat"), default="cnn",
-                   help="the demo network: the small CNN (default), the MLP, or dense "
-                        "branches joined by a Concat through the general lanes (a chip "
-                        "with them: --config tiny, tiny_tall or tiny_wide)")
+    p.add_argument("--demo", choices=("cnn", "mlp"), default="cnn",
+                   help="the demo network: the small CNN (default) or the MLP")
     p.add_argument("--seed", type=_seed, default=0, help="random data for --gemm")
     p.set_defaults(func=cmd_run)
     p = sub.add_parser("bench", help="benchmark GEMMs and the demo; write JSON records")
