@@ -516,7 +516,7 @@ def parser() -> argparse.ArgumentParser:
     config(p)
     p.add_argument("--gemm", type=_shape, metavar="MxKxN",
                    help="run one MxKxN int8 GEMM instead of the demo")
-    p.add_argument("--demo", choices=("cnn", "mlp", "concat"), default="cnn",
+    p.add_argument("--demo", choices=("cnn", "concat", "mlp"), default="cnn",
                    help="the demo network: the small CNN (default), the MLP, or dense "
                         "branches joined by a Concat through the general lanes (a chip "
                         "with them: --config tiny, tiny_tall or tiny_wide)")
