@@ -1244,11 +1244,12 @@ class ConcatRule:
                 tensor, producer = graph.tensor(t), graph.producer(t)
                 src = plan.tensor("cbuf", t).lo
                 KB = layout.blocks(tensor.shape[1], R)
-                follows = None if producer is None or isinstance(producer.op, Concat) \
-                    else index_of[producer.name]
-                if follows is not None:
+                if producer is not None:
                     # a layer's output is whole on chip (a network: Mc = M); its rows
-                    # move pass by pass, each right after the pass that makes them
+                    # move pass by pass, each right after the pass that makes them (a
+                    # Concat's output: where this Concat is, after it)
+                    follows = None if isinstance(producer.op, Concat) \
+                        else index_of[producer.name]
                     for p0, count in em.passes.get(follows, [(0, M)]):
                         blocks.append(Block(index, follows=follows, m0=(
                             p0 if follows in em.passes else None), epilogue=self._moves(

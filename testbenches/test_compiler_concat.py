@@ -132,3 +132,34 @@ def test_refusals_name_the_layer_and_the_fix():
     a = g.input(np.zeros((4, 4), np.int8), name="a")
     with pytest.raises(CompileError, match="cat"):
         g.concat(a, name="cat")
+
+
+@pytest.mark.parametrize("name", LANE_CHIPS)
+def test_concats_of_concats_and_into_other_ops(name):
+    """A Concat of a Concat, one tensor twice, a graph input beside layers' outputs; a
+    Concat read by a transpose; Concats as both operands of an A·Bᵀ."""
+    cfg = preset(name)
+    rng = np.random.default_rng(5)
+
+    def w(k, n):
+        return rng.integers(-128, 128, (k, n), dtype=np.int8)
+
+    g = GraphBuilder("cat_cat")
+    x = g.input(w(40, 6), name="x")
+    a = g.dense(x, w(6, 4), shift=7, name="a")
+    c = g.concat(a, a, name="c1")
+    g.dense(g.concat(c, a, x, name="c2"), w(18, 3), shift=9, name="o")
+    run_golden(cfg, g.build())
+    g = GraphBuilder("cat_transpose")
+    x = g.input(w(40, 6), name="x")
+    c = g.concat(g.dense(x, w(6, 4), shift=7, name="a"),
+                 g.dense(x, w(6, 8), shift=7, name="b"), name="cat")
+    g.transpose(c, name="t")
+    run_golden(cfg, g.build())
+    if cfg.rows == 2 * cfg.tile_size:       # an A·Bᵀ with K = 8 = R
+        g = GraphBuilder("cat_mmt")
+        q = g.input(w(20, 4), name="q")
+        k = g.input(w(30, 4), name="k")
+        qq = g.concat(q, g.dense(q, w(4, 4), shift=7, name="qd"), name="qq")
+        g.matmul_t(qq, g.concat(k, k, name="kk"), shift=8, name="s")
+        run_golden(cfg, g.build())
