@@ -36,7 +36,7 @@ from . import layout
 from .errors import CompileError
 from .graph import Graph
 from .ir import MicroOp
-from .ops import (Add, AvgPool2d, Conv2d, Dense, Flatten, GlobalAvgPool, MaxPool2d,
+from .ops import (Add, AvgPool2d, Concat, Conv2d, Dense, Flatten, GlobalAvgPool, MaxPool2d,
                   Transpose, average_params)
 from .pipeline import Block, Step, loop_order, pipeline
 from .plan import DramMap, MemoryPlan, Region, check_plan
@@ -1024,6 +1024,11 @@ def lower_cnn(cfg: ChipConfig, graph: Graph,
                 raise CompileError(f"layer {node.name!r}: a dense layer in a convolutional "
                                    f"network reads one tensor")
             jobs.append(_dense_job(cfg, graph, i, node, srcs[0]))
+        elif isinstance(op, Concat):
+            raise CompileError(f"layer {node.name!r}: a Concat runs in networks of dense "
+                               f"layers (and transposes, A·Bᵀ); in a convolutional "
+                               f"network give the dense layer after it the inputs as "
+                               f"separate tensors (it reads several, concatenated)")
         else:
             raise CompileError(f"layer {node.name!r}: no lowering rule for "
                                f"{type(op).__name__}")

@@ -669,8 +669,10 @@ class Concat:
         first = inputs[0]
         for t in inputs:
             if t.dtype != "int8" or len(t.shape) != 2:
-                raise CompileError(f"{who}: concatenates int8 [M, K] tensors, but "
-                                   f"{source(t.name)} is {t.dtype} of shape {t.shape}")
+                raise CompileError(f"{who}: concatenates int8 [M, K] tensors (their "
+                                   f"columns), but {source(t.name)} is {t.dtype} of shape "
+                                   f"{t.shape}; feature maps are not concatenated on the "
+                                   f"chip (flatten or pool them first)")
             if t.shape[0] != first.shape[0]:
                 raise CompileError(f"{who}: {source(t.name)} has {t.shape[0]} rows and "
                                    f"{source(first.name)} {first.shape[0]}; a Concat joins "

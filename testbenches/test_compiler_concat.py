@@ -163,3 +163,21 @@ def test_concats_of_concats_and_into_other_ops(name):
         qq = g.concat(q, g.dense(q, w(4, 4), shift=7, name="qd"), name="qq")
         g.matmul_t(qq, g.concat(k, k, name="kk"), shift=8, name="s")
         run_golden(cfg, g.build())
+
+
+def test_concats_the_chip_does_not_lower_are_refused_by_name():
+    rng = np.random.default_rng(0)
+    g = GraphBuilder("cnn_cat")
+    x = g.input(rng.integers(-128, 128, (1, 8, 8, 4), dtype=np.int8), name="x")
+    y = g.conv2d(x, rng.integers(-128, 128, (3, 3, 4, 4), dtype=np.int8), pads=1, shift=8,
+                 name="c")
+    f = g.flatten(g.global_avg_pool(y, name="gap"), name="f")
+    g.dense(g.concat(f, f, name="cat"), rng.integers(-128, 128, (8, 3), dtype=np.int8),
+            shift=8, name="d")
+    with pytest.raises(CompileError, match="layer 'cat': a Concat runs in networks of "
+                                           "dense layers"):
+        compile_network(preset("tiny"), g.build())
+    maps = GraphBuilder("maps")
+    a = maps.input(np.zeros((1, 4, 4, 4), np.int8), name="a")
+    with pytest.raises(CompileError, match="feature maps are not concatenated"):
+        maps.concat(a, a)
