@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Mapping
 
-from ..arch import fabric
+from ..arch import fabric, geometry
 from ..arch.config import ChipConfig
 from .errors import CompileError
 
@@ -88,4 +88,9 @@ def plan(cfg: ChipConfig, moves: Mapping[int, int], *, skips: bool = True) -> La
             put(f"gen_s[{p}][{j}]", "west" if k == 0 else "skip" if skip else "north")
             taken += skip
         latency[j] = before + len(chain)
-    return LaneRoute(dict(moves), routing, latency, max(latency.values()), taken)
+    span = max(latency.values())
+    if span > geometry.route_span_max(cfg):
+        raise CompileError(f"lane route {dict(moves)} on chip {cfg.name!r} is {span} "
+                           f"registers long, more than a ROUTE's delay lines hold "
+                           f"({geometry.route_span_max(cfg)})")
+    return LaneRoute(dict(moves), routing, latency, span, taken)
