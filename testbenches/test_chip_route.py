@@ -97,6 +97,29 @@ def test_a_sample_before_the_route_is_undefined():
         golden.run(cfg, _image(prog), _dram(cfg, 0))
 
 
+def test_a_route_onto_its_own_rows():
+    """A destination one row past the source: each row is read before it is rewritten,
+    so the rows move as a copy would; five rows past, a row is rewritten before it is
+    read: a hazard."""
+    cfg = preset("tiny")
+    moves = {0: 1, 1: 0}
+    _, keep, prog = _program(cfg, moves, 0)
+    dram = _dram(cfg, 2)
+    src = next(i for i in prog if i.op is Opcode.ROUTE).fields["src"]
+    for shift, ok in ((1, True), (5, False)):
+        p = [Instr(i.op, i.cycle, dict(i.fields)) for i in prog]
+        next(i for i in p if i.op is Opcode.ROUTE).fields["dst"] = src + shift
+        if not ok:
+            with pytest.raises(golden.GoldenError, match="write before read"):
+                golden.run(cfg, _image(p), dram)
+            continue
+        res = golden.run(cfg, _image(p), dram)
+        assert res.error == ErrorCode.NONE
+        rows = dram[src:src + M, :cfg.rows].view(np.int8)
+        want = np.concatenate([rows[:, 4:8], rows[:, 0:4]], axis=1)    # groups swapped
+        np.testing.assert_array_equal(res.cbuf[src + shift:src + shift + M], want)
+
+
 def test_a_lane_loop_is_undefined():
     cfg = preset("tiny")
     table = fabric.by_name(cfg)
