@@ -132,3 +132,15 @@ def test_refusals_name_the_layer_and_the_fix():
     a = g.input(np.zeros((4, 4), np.int8), name="a")
     with pytest.raises(CompileError, match="cat"):
         g.concat(a, name="cat")
+
+
+def test_a_concat_alone_in_passes():
+    """A Concat of graph inputs whose rows do not fit goes in passes, each input and
+    the output staging a pass at a time (blocks a pass apart): inputs of two K-blocks
+    and an output of three, on every lane chip."""
+    for name in LANE_CHIPS:
+        cfg = preset(name)
+        R, n = cfg.rows, cfg.tile_size
+        comp = run_golden(cfg, concat_net(1000, (R + n, R - n, 3), 1, after=False,
+                                          direct=True))
+        assert comp.plan.rows["cat"] < 1000, "expected passes"
