@@ -144,6 +144,30 @@ def test_route_faults():
     assert res.error == ErrorCode.CFG_IN_USE
 
 
+
+@pytest.mark.parametrize("name", CASES)
+def test_route_timing_is_the_contracts(name):
+    """From the contract's words: the router takes the next instruction in the cycle
+    of its last write (``L + span + rows`` after issue), is done a cycle later, and
+    holds every general lane from cycle 1 to ``L + route_span_max + rows``. (A
+    prediction later than the RTL's ready cycle would not show in a run: the chip
+    waits for each instruction's cycle.)"""
+    from systolica.arch import geometry
+    cfg = preset(name)
+    L, top = cfg.latency["cbuf_read"], geometry.route_span_max(cfg)
+    general = {m.name: m.name.split("[")[0] in fabric.GENERAL for m in fabric.muxes(cfg)}
+    lanes_ = [m for m, lane in general.items() if lane]
+    other = next(m for m, lane in general.items() if not lane)
+    for span in range(1, top + 1):
+        for rows in (1, 2, 37):
+            fields = {k: 0 for k, _ in isa.PAYLOAD[Opcode.ROUTE]}
+            fields.update(src=0, dst=100, rows=rows, span=span)
+            ins = Instr(Opcode.ROUTE, 0, fields)
+            assert timing.occupancy(cfg, ins) == L + span + rows
+            assert timing.done(cfg, ins) == L + span + rows + 1
+            assert {timing.mux_use(cfg, ins, m) for m in lanes_} == {(1, L + top + rows)}
+            assert timing.mux_use(cfg, ins, other) is None
+
 # -- samples at the edges of the route's rows --------------------------------------------
 def _sampled(cfg, moves, col0, j, lag, seed=5):
     """`(program, dram, expected)`: the route of `moves` with column group `j` sampled
