@@ -167,6 +167,107 @@ def test_route_faults():
     assert res.error == ErrorCode.CFG_IN_USE
 
 
+
+@pytest.mark.parametrize("name", CASES)
+def test_route_timing_is_the_contracts(name):
+    """From the contract's words: the router takes the next instruction in the cycle
+    of its last write (``L + span + rows`` after issue), is done a cycle later, and
+    holds every general lane from cycle 1 to ``L + route_span_max + rows``. (A
+    prediction later than the RTL's ready cycle would not show in a run: the chip
+    waits for each instruction's cycle.)"""
+    from systolica.arch import geometry
+    cfg = preset(name)
+    L, top = cfg.latency["cbuf_read"], geometry.route_span_max(cfg)
+    general = {m.name: m.name.split("[")[0] in fabric.GENERAL for m in fabric.muxes(cfg)}
+    lanes_ = [m for m, lane in general.items() if lane]
+    other = next(m for m, lane in general.items() if not lane)
+    for span in range(1, top + 1):
+        for rows in (1, 2, 37):
+            fields = {k: 0 for k, _ in isa.PAYLOAD[Opcode.ROUTE]}
+            fields.update(src=0, dst=100, rows=rows, span=span)
+            ins = Instr(Opcode.ROUTE, 0, fields)
+            assert timing.occupancy(cfg, ins) == L + span + rows
+            assert timing.done(cfg, ins) == L + span + rows + 1
+            assert {timing.mux_use(cfg, ins, m) for m in lanes_} == {(1, L + top + rows)}
+            assert timing.mux_use(cfg, ins, other) is None
+
+# -- samples at the edges of the route's rows --------------------------------------------
+def _sampled(cfg, moves, col0, j, lag, seed=5):
+    """`(program, dram, expected)`: the route of `moves` with column group `j` sampled
+    `lag` rows late (negative: early): the span and every delay raised by
+    ``max(1, -lag)`` (the same result), then ``delay_j`` lowered by `lag`. From the
+    contract's words: a group of column group `j` in row `r` holds source row
+    ``r + lag``, or zero outside the rows the route drove."""
+    L = cfg.latency["cbuf_read"]
+    shift = max(1, -lag)
+    route, keep, prog = _program(cfg, moves, col0, delay_shift=shift)
+    ins = next(i for i in prog if i.op is Opcode.ROUTE)
+    ins.fields[f"delay{j}"] -= lag
+    assert 0 <= ins.fields[f"delay{j}"] <= ins.fields["span"]
+    assert L + ins.fields["span"] - ins.fields[f"delay{j}"] - route.latency[j] >= 0
+    dram = _dram(cfg, seed)
+    want = _expected(cfg, dram, moves, col0, keep)
+    n = cfg.tile_size
+    for g in range(cfg.rows // n):
+        if keep >> g & 1 or (g + col0) % cfg.tile_cols != j:
+            continue
+        cols = slice(g * n, (g + 1) * n)
+        moved = want[:, cols].copy()
+        want[:, cols] = 0
+        for r in range(M):
+            if 0 <= r + lag < M:
+                want[r, cols] = moved[r + lag]
+    return prog, dram, want
+
+
+#: (moves, col0, sampled column group) per lane chip, the group's route a few
+#: registers long so that it can be sampled up to L rows early
+EDGES = {"tiny": ({0: 1, 1: 0}, 0, 1), "tiny_tall": ({0: 3, 1: 0}, 1, 1),
+         "tiny_wide": ({3: 0, 2: 1}, 2, 3)}
+
+
+@pytest.mark.parametrize("name", EDGES)
+def test_samples_at_the_edges_of_the_rows(name):
+    """A sample whose origin is cycle 1 after issue (``L + span - delay - lat = 0``) is
+    defined: its first row is the zero driven before the rows; one a cycle earlier is
+    undefined; a sample a row late gives the last row zero."""
+    cfg = preset(name)
+    moves, col0, j = EDGES[name]
+    L = cfg.latency["cbuf_read"]
+    for lag in (-L, 1):
+        prog, dram, want = _sampled(cfg, moves, col0, j, lag)
+        res = golden.run(cfg, _image(prog), dram)
+        assert res.error == ErrorCode.NONE
+        np.testing.assert_array_equal(res.dram[OUT:OUT + M, :cfg.rows], want)
+    prog, dram, _ = _sampled(cfg, moves, col0, j, -L)
+    ins = next(i for i in prog if i.op is Opcode.ROUTE)
+    ins.fields[f"delay{j}"] += 1       # its origin a cycle before the route's first
+    assert ins.fields[f"delay{j}"] <= ins.fields["span"]
+    with pytest.raises(golden.GoldenError, match=f"column group {j} is sampled 1 cycle"):
+        golden.run(cfg, _image(prog), dram)
+
+
+def _unrouted(cfg, seed=6):
+    """`(program, dram, expected)`: a ROUTE with the lanes as reset leaves them (every
+    lane straight on): each column group's path runs north to the grid's north edge,
+    which the chip ties to zero, so every written group is zero."""
+    _, _, prog = _program(cfg, {0: 0}, 0)
+    prog = [i for i in prog if i.op is not Opcode.SETCFG]
+    ins = next(i for i in prog if i.op is Opcode.ROUTE)
+    ins.fields["keep"] = 0
+    dram = _dram(cfg, seed)
+    return prog, dram, np.zeros((M, cfg.rows), np.uint8)
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_a_path_from_another_edge_carries_zero(name):
+    cfg = preset(name)
+    prog, dram, want = _unrouted(cfg)
+    res = golden.run(cfg, _image(prog), dram)
+    assert res.error == ErrorCode.NONE
+    np.testing.assert_array_equal(res.dram[OUT:OUT + M, :cfg.rows], want)
+
+
 def _rtl_jobs(cfg):
     jobs, want = [], []
     for seed, (moves, col0) in enumerate(CASES[cfg.name]):
@@ -175,6 +276,13 @@ def _rtl_jobs(cfg):
             dram = _dram(cfg, seed)
             jobs.append(dict(program=_image(prog), dram=dram, readback=[(OUT, M)]))
             want.append((prog, dram, _expected(cfg, dram, moves, col0, keep)))
+    # samples L rows early (the zero driven before the rows) and a row late (the zero
+    # after them), and a route from the tied-off north edge
+    moves, col0, j = EDGES[cfg.name]
+    edges = [_sampled(cfg, moves, col0, j, lag) for lag in (-cfg.latency["cbuf_read"], 1)]
+    for prog, dram, expected in edges + [_unrouted(cfg)]:
+        jobs.append(dict(program=_image(prog), dram=dram, readback=[(OUT, M)]))
+        want.append((prog, dram, expected))
     return jobs, want
 
 

@@ -181,3 +181,15 @@ def test_concats_the_chip_does_not_lower_are_refused_by_name():
     a = maps.input(np.zeros((1, 4, 4, 4), np.int8), name="a")
     with pytest.raises(CompileError, match="feature maps are not concatenated"):
         maps.concat(a, a)
+
+
+def test_a_concat_alone_in_passes():
+    """A Concat of graph inputs whose rows do not fit goes in passes, each input and
+    the output staging a pass at a time (blocks a pass apart): inputs of two K-blocks
+    and an output of three, on every lane chip."""
+    for name in LANE_CHIPS:
+        cfg = preset(name)
+        R, n = cfg.rows, cfg.tile_size
+        comp = run_golden(cfg, concat_net(1000, (R + n, R - n, 3), 1, after=False,
+                                          direct=True))
+        assert comp.plan.rows["cat"] < 1000, "expected passes"
