@@ -35,7 +35,8 @@ CFG = preset("tiny").replace(
 #: The sequencer's issue ports (``<unit>__valid``, ``__payload``, ``__ready``,
 #: ``__drained``); ``fabric`` has no handshake.
 UNIT_OF = {Opcode.DMA: "dma", Opcode.WLOAD: "wload", Opcode.MATMUL: "mm",
-           Opcode.VRUN: "vpu", Opcode.COPY: "ubuf", Opcode.SETCFG: "fabric"}
+           Opcode.VRUN: "vpu", Opcode.COPY: "ubuf", Opcode.ROUTE: "lanes",
+           Opcode.SETCFG: "fabric"}
 UNITS = tuple(UNIT_OF.values())
 BUSY_UNITS = UNITS[:-1]
 HEADER_BITS = isa.WORD_BITS - isa.PAYLOAD_BITS
@@ -266,7 +267,7 @@ CASES = {
     "prog_len_short": ([setcfg(2, 0, 1), raw(0, 0)], 1, {}),
     # Faults.
     "illegal_first": ([raw(0, 0)], None, {}),
-    "illegal_later": ([setcfg(5), dma(10), raw(9, 50)], None, {}),
+    "illegal_later": ([setcfg(5), dma(10), raw(12, 50)], None, {}),
     "illegal_high": ([setcfg(1), raw(15, 2)], None, {}),
     "late": ([dma(10), setcfg(10)], None, {}),
     "late_by_arrival": ([setcfg(7), wload(20), setcfg(20)], None, {}),
@@ -364,8 +365,8 @@ CASES = {
     "conflict_at_issue": ([dma(0, rows=6), wload(3, w_addr=8), matmul(20)], None,
                           {"conflict": {3}}),
     "conflict_first_cycle": ([setcfg(0, 1, 1)], None, {"conflict": {0}}),
-    "conflict_over_illegal": ([setcfg(0), raw(9, 50)], None, {"conflict": {0}}),
-    "conflict_after_illegal": ([setcfg(0), raw(9, 50)], None, {"conflict": {1}}),
+    "conflict_over_illegal": ([setcfg(0), raw(12, 50)], None, {"conflict": {0}}),
+    "conflict_after_illegal": ([setcfg(0), raw(12, 50)], None, {"conflict": {1}}),
     "conflict_over_busy": ([dma(0, rows=10), dma(5)], None, {"conflict": {4}}),
     "conflict_after_busy": ([dma(0, rows=10), dma(5)], None, {"conflict": {5}}),
     "conflict_after_range": ([setcfg(0)],
