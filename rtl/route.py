@@ -59,7 +59,7 @@ class LaneRouter(wiring.Component):
         dst = Signal(isa.CBUF_ADDR_BITS)
         writing = (to_write != 0) & (wait == 0)
         last = writing & (to_write == 1)
-        span, col0 = Signal.like(args.span), Signal.like(args.col0)
+        col0 = Signal.like(args.col0)
         keep = Signal.like(args.keep)
         delays = [Signal(isa.ROUTE_SPAN_BITS - 1, name=f"delay{j}") for j in range(tc)]
         busy = (to_read != 0) | (to_write != 0)
@@ -68,7 +68,7 @@ class LaneRouter(wiring.Component):
         with m.If(self.issue.valid):
             m.d.sync += [to_read.eq(args.rows), src.eq(args.src), to_write.eq(args.rows),
                          dst.eq(args.dst), wait.eq(cfg.latency["cbuf_read"] + args.span),
-                         span.eq(args.span), col0.eq(args.col0), keep.eq(args.keep)]
+                         col0.eq(args.col0), keep.eq(args.keep)]
             m.d.sync += [d.eq(getattr(args, f"delay{j}")) for j, d in enumerate(delays)]
         with m.Else():
             with m.If(reading):
