@@ -173,9 +173,11 @@ def _place(memory: str, capacity: int, fixed: list[Region], items: list[_Item],
 
 
 def _shortfall(cfg: ChipConfig, graph: Graph, memory: str, failed: _Item,
-               items: list[_Item], fixed: list[Region], note: str = "") -> CompileError:
+               items: list[_Item], fixed: list[Region], note: str = "",
+               align: int = 1) -> CompileError:
     """What does not fit where: the layer (in `failed`'s lifetime) with the most
-    demand, the parts live there and how far over the memory they are."""
+    demand, the parts live there and how far over the memory they are, in rows or,
+    where each part takes whole `align`-row banks, in banks."""
     def live(step):
         return [it for it in items if it.first <= step <= it.last]
 
@@ -192,6 +194,17 @@ def _shortfall(cfg: ChipConfig, graph: Graph, memory: str, failed: _Item,
     outside = (f" outside the UBUF ({cfg.ubuf_rows} rows)"
                if memory == "cbuf" and cfg.ubuf_rows and not cfg.ubuf_own_sram else "")
     depth = f"{memory}_depth" if memory != "dram" else "dram_words"
+    banks = sum(-(-it.size // align) for it in parts)
+    free_banks = (_capacity(cfg, memory) - reserved) // align
+    if align > 1 and need <= usable and banks > free_banks:
+        # the rows would fit; the banks, one per part at least, do not
+        return CompileError(
+            f"layer {layer!r}: {name} has {free_banks} banks of {align} rows free"
+            f"{outside} and the {len(parts)} regions live here need {banks} ({detail})"
+            f"{note}: each region starts in a bank of its own (a bank has one read and "
+            f"one write port), so fewer rows do not help; keep fewer tensors live at "
+            f"once (e.g. join fewer branches in one Concat, or compile the network in "
+            f"parts) or use a chip with more {name} banks (cbuf_banks)")
     if need > usable:
         return CompileError(
             f"layer {layer!r}: {name} too small by {need - usable} {unit}: needs {need} "
@@ -332,7 +345,7 @@ def _chip(cfg: ChipConfig, graph: Graph, rows: Mapping[str, int],
         placed, failed = _place(memory, _capacity(cfg, memory), fixed[memory], items, steps,
                                 align)
         if failed is not None:
-            raise _shortfall(cfg, graph, memory, failed, items, fixed[memory], note)
+            raise _shortfall(cfg, graph, memory, failed, items, fixed[memory], note, align)
         regions += placed
     return regions
 

@@ -192,6 +192,10 @@ API = [
                                              np.ones((3, 3, 8, 8)), pads=1)),
      CompileError, ["'c'", "one output row (300 pixels)", "accumulator half",
                     "larger ACC"]),
+    ("concat-needs-more-cbuf-banks-than-rows",
+     lambda: compile_network(TINY, _six_branches()),
+     CompileError, ["'b5'", "7 banks of 256 rows", "need 9", "bank of its own",
+                    "fewer rows do not help", "fewer branches", "cbuf_banks"]),
     ("transpose-perm-repeats-an-axis",
      lambda: conv_graph(lambda g, x: g.transpose(x, (0, 1, 1, 2), name="t")),
      CompileError, ["'t'", "perm (0, 1, 1, 2)", "axis 1 twice", "permutation of 0..3"]),
@@ -311,6 +315,15 @@ def _transpose_after(**dense):
     h = g.dense(g.input(A, name="x"), B, name="fc", **dense)
     g.transpose(h, name="t")
     return g.build()
+
+
+def _six_branches():
+    """Six dense branches of a one-row input joined by a Concat: a few rows each, but
+    nine regions live at once on tiny's seven free CBUF banks."""
+    g = GraphBuilder("n")
+    x = g.input(np.ones((1, 4), np.int8), name="x")
+    return g.build(g.concat(*(g.dense(x, np.ones((4, 4)), name=f"b{i}") for i in range(6)),
+                            name="cat"))
 
 
 def _transpose_shared():
