@@ -22,7 +22,7 @@ from .plan import MemoryPlan, program_region
 from .rules import rule_for
 from .reconfigure import add_updates
 from .schedule import schedule
-from .verify import ScheduleError, verify
+from .verify import ScheduleError, check_regions, verify
 
 
 @dataclass(frozen=True)
@@ -285,6 +285,7 @@ def _compile(cfg: ChipConfig, network: Network | Graph, chain: ChainChoice | Non
     clock.lap("order")
     predicted = max((ins.cycle + d for ins, d in zip(program, dones)), default=0)
     replayed = verify(cfg, program, f"network {graph.name!r}", prog_addr=prog_addr)
+    check_regions(cfg, lowered.plan.regions, program, layer_of, f"network {graph.name!r}")
     clock.lap("verify")
     if replayed != predicted:
         raise ScheduleError(

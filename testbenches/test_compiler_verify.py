@@ -12,7 +12,7 @@ from systolica.arch import fabric, isa
 from systolica.arch.config import preset
 from systolica.arch.isa import DmaKind, Instr, Opcode
 from systolica.compiler import compile_network
-from systolica.compiler.verify import ScheduleError, verify
+from systolica.compiler.verify import ScheduleError, check_regions, verify
 
 CFG = preset("tiny")
 R, M = CFG.rows, 8
@@ -118,3 +118,48 @@ def test_broken_schedule_is_rejected(case):
         verify(CFG, transform(_good()))
     for w in words:
         assert w in str(err.value), (w, str(err.value))
+
+
+# -- writes inside the memory plan ---------------------------------------------------------
+def _free_row(c, memory: str) -> int:
+    """A row of `memory` that no region of the plan holds in any layer."""
+    depth = {"cbuf": c.cfg.cbuf_depth, "acc": c.cfg.acc_depth}[memory]
+    held = [(r.lo, r.hi) for r in c.plan.regions if r.memory == memory]
+    return next(a for a in range(depth) if not any(lo <= a < hi for lo, hi in held))
+
+
+def _first(c, op, **match):
+    return next(pc for pc, i in enumerate(c.program) if i.op is op
+                and all(i.fields[k] == v for k, v in match.items()))
+
+
+def _with(c, pc, **fields):
+    out = list(c.program)
+    out[pc] = dataclasses.replace(out[pc], fields={**out[pc].fields, **fields})
+    return out
+
+
+@pytest.mark.parametrize("demo_net", ["mlp", "concat", "cnn"])
+def test_compiled_programs_write_inside_their_plan(demo_net):
+    c = compile_network(CFG, getattr(demo, demo_net)())
+    check_regions(CFG, c.plan.regions, c.program, c.layer_of)
+
+
+def test_writes_outside_the_plan_are_rejected():
+    """A VRUN into CBUF rows and DMA stores into DRAM words that no region holds: each
+    is named, though the replay alone passes them (the rows are free). (The MLP's plan
+    holds every ACC row: its halves and bias slots.)"""
+    c = compile_network(CFG, demo.mlp())
+    vrun = _first(c, Opcode.VRUN, to_acc=0)
+    stores = [pc for pc, i in enumerate(c.program) if i.op is Opcode.DMA
+              and i.fields["kind"] == DmaKind.STORE_CBUF]
+    broken = [(_with(c, vrun, dst=_free_row(c, "cbuf")), vrun, "CBUF rows")]
+    # every copy of a store is checked, not only the first of its shape: the last
+    # store, moved past the DRAM regions, is caught too
+    for pc in (stores[0], stores[-1]):
+        broken.append((_with(c, pc, dram_addr=CFG.dram_words - 64), pc, "DRAM rows"))
+    for program, pc, words in broken:
+        with pytest.raises(ScheduleError) as err:
+            check_regions(CFG, c.plan.regions, program, c.layer_of)
+        for w in (f"pc {pc}", words, "outside every region"):
+            assert w in str(err.value), (w, str(err.value))
