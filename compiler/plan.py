@@ -146,8 +146,17 @@ def _capacity(cfg: ChipConfig, memory: str) -> int:
     return {"cbuf": cfg.cbuf_depth, "acc": cfg.acc_depth, "dram": cfg.dram_words}[memory]
 
 
+#: Orders in which :func:`_place` tries the items after those live throughout: the
+#: largest first, then (only where that leaves no room) the earliest first, and the
+#: longest-lived first. First fit in address order each time.
+PLACE_ORDERS = (lambda it: (-it.size, it.first, it.order),
+                lambda it: (it.first, -it.size, it.order),
+                lambda it: (it.first - it.last, -it.size, it.order))
+
+
 def _place(memory: str, capacity: int, fixed: list[Region], items: list[_Item],
-           steps: int, align: int = 1) -> tuple[list[Region], _Item | None]:
+           steps: int, align: int = 1, order=PLACE_ORDERS[0]
+           ) -> tuple[list[Region], _Item | None]:
     """Place `items` around `fixed`, each starting at a multiple of `align` and
     sharing no `align`-row unit with another live one; returns the regions and the
     first item that did not fit (None if all did)."""
@@ -157,7 +166,7 @@ def _place(memory: str, capacity: int, fixed: list[Region], items: list[_Item],
     placed = list(fixed)
     whole = [it for it in items if it.first == 0 and it.last == steps - 1]
     rest = sorted((it for it in items if not (it.first == 0 and it.last == steps - 1)),
-                  key=lambda it: (-it.size, it.first, it.order))
+                  key=order)
     for it in whole + rest:
         busy = sorted((r for r in placed if r.first <= it.last and it.first <= r.last),
                       key=lambda r: r.lo)
@@ -342,8 +351,15 @@ def _chip(cfg: ChipConfig, graph: Graph, rows: Mapping[str, int],
         # banks"): tensors, weights and staging each get banks of their own, so the
         # units streaming them never take turns at a port.
         align = cfg.cbuf_bank_rows if memory == "cbuf" else 1
-        placed, failed = _place(memory, _capacity(cfg, memory), fixed[memory], items, steps,
-                                align)
+        for order in PLACE_ORDERS:      # the first order that fits; most fit at once
+            placed, failed = _place(memory, _capacity(cfg, memory), fixed[memory], items,
+                                    steps, align, order)
+            if failed is None:
+                break
+            if order is PLACE_ORDERS[0]:
+                first_failed = failed
+        else:
+            failed = first_failed
         if failed is not None:
             raise _shortfall(cfg, graph, memory, failed, items, fixed[memory], note, align)
         regions += placed

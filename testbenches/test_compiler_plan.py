@@ -201,3 +201,26 @@ def test_beside_other_layers_all_of_m_is_in_one_accumulator_half():
     assert str(info.value).startswith(f"layer 'layer0': a network of several layers keeps "
                                       f"every activation on chip, so M = {Mt + 1} must be "
                                       f"at most {Mt}")
+
+
+@pytest.mark.parametrize("name, batch, widths", [
+    ("tiny_tall", 303, (24, 18, 15, 34, 36)), ("tiny_tall", 176, (53, 44, 27, 46, 9)),
+    ("tiny_wide", 128, (56, 30, 25, 37, 26))])
+def test_a_network_the_largest_first_order_cannot_place_takes_another(name, batch, widths,
+                                                                      monkeypatch):
+    """Largest-first leaves these networks' free banks in pieces; an earlier or
+    longer-lived first order places them, and the program runs right. A network that
+    fits largest-first keeps that placement (every compiled program before stays)."""
+    from systolica import golden
+    from systolica.app import demo
+    from systolica.compiler import compile_network, plan as planner, reference
+    cfg, graph = preset(name), demo.mlp(batch=batch, widths=widths)
+    with monkeypatch.context() as m:
+        m.setattr(planner, "PLACE_ORDERS", planner.PLACE_ORDERS[:1])
+        with pytest.raises(CompileError, match="no free range"):
+            compile_network(cfg, graph)
+    comp = compile_network(cfg, graph)
+    res = golden.run(cfg, comp.image, comp.dram, prog_addr=comp.prog_addr)
+    assert res.error.name == "NONE" and res.cycles == comp.predicted_cycles
+    for t, want in reference.outputs(graph).items():
+        np.testing.assert_array_equal(comp.results(res.dram)[t], want, err_msg=t)
