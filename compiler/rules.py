@@ -132,6 +132,17 @@ def _wide_routing(cfg: ChipConfig, op: Opcode, to_acc: bool, sub: int) -> dict[s
     return {}
 
 
+def packed_routing(cfg: ChipConfig, s: int) -> dict[str, str]:
+    """A VRUN of a split chain's inner layer on a wide grid (docs/contract.md, "Split
+    dense layers"): each group's first ``T/s`` ACC column groups (its ``N <= R/s``
+    outputs) into CBUF groups ``g*T/s ..``, so one ``R``-byte row carries every
+    group's outputs where the next layer's group takes its inputs (the packed
+    input's layout)."""
+    per, cols_per = cfg.tile_rows // s, cfg.tile_cols // s
+    return {f"wb_src[{g * per + j}]": f"col.g{g * cols_per + j}"
+            for g in range(s) for j in range(per)}
+
+
 @dataclass
 class Emitter:
     """What the rules share while a graph is lowered: the plan, the counters that
@@ -275,6 +286,8 @@ class DenseRule:
         buffers = 2 if M > Mc and self._one_block(cfg, graph, node) and not whole else 1
         Mc = -(-M // -(-M // Mc))
         n_blocks = layout.blocks(layer.N, C)
+        # a wide grid's split chain hands its inner outputs on packed into R columns
+        packed = plan.split(node.name) if cfg.wide and resident is not None else 1
         # one weight block for the whole layer stays in its bank for every pass
         stationary = n_blocks == 1 and sum(i[0] for i in inputs) == 1
         bias_in: dict[int, int] = {}    # bias slot -> the N-block whose bias it holds
@@ -332,13 +345,13 @@ class DenseRule:
                                               Mc, half, acc_at, bias_at, resident, stored,
                                               staging, n_blocks,
                                               C if plan.split(node.name) > 1 else layer.N,
-                                              stride if whole else None)
+                                              stride if whole else None, packed)
                 blocks.append(blk)
         return blocks
 
     def _epilogue(self, em, index, layer, dtype, nb, m0, rows, M, Mc, half, acc_at,
-                  bias_at, resident, stored, staging, n_blocks, N, stride=None
-                  ) -> list[MicroOp]:
+                  bias_at, resident, stored, staging, n_blocks, N, stride=None,
+                  packed=1) -> list[MicroOp]:
         """N-block `nb` (of `n_blocks`) of ``C`` columns: int8 into sub-block ``nb % k``
         of block ``nb // k`` of ``R`` columns (``k = R / C``; the activation layout a
         later layer reads), stored once the block's last sub-block is in; on a wide grid
@@ -350,6 +363,11 @@ class DenseRule:
                     else 0, use_bias=int(layer.bias is not None), relu=int(layer.relu))
         if dtype == "int8":
             post.update(requant=1, mult=layer.mult, shift=layer.shift, zp=layer.zp & 0xFF)
+            if em.cfg.wide and packed > 1:
+                mop = make(em.cfg, Opcode.VRUN, index, to_acc=0, **post,
+                           dst=resident + m0 if stride is not None else resident)
+                mop.needs = packed_routing(em.cfg, packed)
+                return [mop]
             if em.cfg.wide:
                 return self._slices(em, index, post, nb, m0, rows, M, Mc, half, resident,
                                     stored, staging, N, stride)

@@ -88,17 +88,16 @@ def _refusal(cfg: ChipConfig, graph: Graph, chain: list[Node], s: int) -> str | 
     if graph.consumers(out) or out not in graph.outputs:
         return f"{named(last)}its output {out!r} is read by other layers (only a graph " \
                f"output is laid out split)"
-    if cfg.wide and len(chain) > 1:
-        return f"chip {cfg.name!r} is a wide grid ({cfg.tile_rows}x{cfg.tile_cols} " \
-               f"tiles): a later layer of a chain would read the packed output's C " \
-               f"columns as {cfg.slices} K-blocks; only single layers split there " \
-               f"(docs/contract.md, 'Wide grids')"
     if s not in group_counts(cfg):
         return f"the {cfg.tile_rows}x{cfg.tile_cols} tile grid has no {s} diagonal " \
                f"tile groups (splits: {', '.join(map(str, group_counts(cfg)))})"
+    # inside a chain a layer reads the one before's outputs where they lie: its
+    # group's C/s columns, or on a wide grid the R/s partitions its VRUN packs them
+    # into (rules.packed_routing)
+    inner = cfg.rows if cfg.wide else cfg.cols
     for i, node in enumerate(chain):
         K, N = node.op.K, node.op.N
-        width = (cfg.rows if i == 0 else cfg.cols) // s
+        width = (cfg.rows if i == 0 else inner) // s
         if K > width:
             where = "the rows of one of" if i == 0 else \
                 "the columns of the layer before's outputs in one of"
@@ -106,6 +105,10 @@ def _refusal(cfg: ChipConfig, graph: Graph, chain: list[Node], s: int) -> str | 
         if N > cfg.cols // s:
             return f"{named(node)}N = {N} > {cfg.cols // s}, the columns of one of " \
                    f"{s} tile groups"
+        if node is not last and N > inner // s:
+            return f"{named(node)}N = {N} > {inner // s}: on the wide grid " \
+                   f"{cfg.name!r} a chain hands each group's outputs on in {inner // s} " \
+                   f"partitions of one {cfg.rows}-byte row"
     return None
 
 
@@ -117,7 +120,9 @@ def estimate(cfg: ChipConfig, M: int, out_dtype: str, s: int, loads: bool = True
     matmul unit (its rows and a weight load), the vector unit (its rows; on a wide
     grid once per slice of ``R`` columns of the output, all ``C`` of them when split)."""
     m = rows(M, s)
-    width = cfg.cols if s > 1 else min(cfg.cols, N or cfg.rows)
+    # a split layer's output is C wide, but inside a chain one R-byte row (on a
+    # wide grid packed by its VRUN; elsewhere C <= R)
+    width = (cfg.cols if stores else cfg.rows) if s > 1 else min(cfg.cols, N or cfg.rows)
     slices = 1 if out_dtype == "int32" else layout.blocks(width, cfg.rows)
     out_words = m * (cfg.acc_row_words if out_dtype == "int32" else slices) if stores else 0
     dma = (m if loads else 0) + out_words + cfg.weight_rows + cfg.acc_row_words
@@ -250,7 +255,9 @@ def params(cfg: ChipConfig, graph: Graph, node: Node, s: int
     reads the one before's packed output (in a chain) has its blocks at that layer's
     group columns."""
     layer = node.op
-    kw = cfg.cols // s if graph.producer(node.inputs[0]) is not None else None
+    # on a wide grid the layer before packed its outputs into the input's R/s columns
+    kw = cfg.cols // s if graph.producer(node.inputs[0]) is not None and not cfg.wide \
+        else None
     out = [("weights", layout.pack_weights(cfg, pack_weights(cfg, layer.weights, s, kw)))]
     if layer.bias is not None:
         out.append(("bias", layout.pack_bias(cfg, pack_bias(cfg, layer.bias, s))))

@@ -22,10 +22,11 @@ from systolica.arch import fabric, isa, timing
 from systolica.arch.config import ConfigError, preset
 from systolica.arch.isa import DmaKind, Instr, Opcode
 from systolica.arch.regs import ErrorCode
-from systolica.compiler import CompileError, compile_network, layout, reference
+from systolica.compiler import CompileError, compile_network, layout, reference, rules
 from systolica.compiler.chain_cases import seed_two_layer
 from systolica.compiler.chain_lower import ChainChoice
 from systolica.compiler.lower import WEIGHT_SLOTS
+from systolica.app import demo
 from systolica.compiler.graph import GraphBuilder
 from systolica.sim import randprog
 from test_chip_nonsquare import cnn, matmul_t, transpose   # its 8-channel CNN: R here
@@ -73,6 +74,12 @@ def mlp(M):
     return make
 
 
+def split_chain(M, widths):
+    def make():
+        return demo.mlp(batch=M, widths=widths, seed=4, name=f"chain_{M}")
+    return make
+
+
 def permute(shape, perm, seed=3):
     def make():
         b = GraphBuilder("permute")
@@ -97,6 +104,10 @@ CASES = {
     # a small K and N: split into two tile groups by the cost model, and its twin
     "split_600x4x8": gemm(600, 4, 8, seed=5),
     "split_600x4x8_whole": (gemm(600, 4, 8, seed=5), dict(split=1)),
+    # a chain of split layers: each inner VRUN packs both groups' outputs into one
+    # R-byte row (rules.packed_routing), where the next layer's groups read them
+    "split_chain_300x4-4-3-7": split_chain(300, (4, 4, 3, 7)),
+    "split_chain_300x4-4-3-7_whole": (split_chain(300, (4, 4, 3, 7)), dict(split=1)),
 }
 
 
@@ -344,10 +355,13 @@ def test_refusals():
     x = b.input(np.zeros((1, 4, 4, 3), np.int8))
     with pytest.raises(CompileError, match="at most 8 output channels"):
         compile_network(WIDE, b.build(b.conv2d(x, np.ones((1, 1, 3, 12), np.int8))))
+    # a chain hands each group's outputs on packed into R/s = 4 partitions: an inner
+    # layer with N = 6 does not fit them
     b = GraphBuilder("chain")
     x = b.input(np.zeros((64, 4), np.int8))
-    g = b.build(b.dense(b.dense(x, np.ones((4, 4), np.int8)), np.ones((4, 4), np.int8)))
-    with pytest.raises(CompileError, match="wide grid .*only single layers split there"):
+    g = b.build(b.dense(b.dense(x, np.ones((4, 6), np.int8)), np.ones((6, 4), np.int8)))
+    with pytest.raises(CompileError, match="N = 6 > 4: on the wide grid 'tiny_wide' a "
+                                           "chain hands each group's outputs on in 4"):
         compile_network(WIDE, g, split={"layer0": 2})
 
 
@@ -361,6 +375,30 @@ def test_rtl_split_is_faster_with_fewer_dram_bytes(rtl_runs):
     assert s_res["cycles"] < w_res["cycles"]
     assert s_res["dram_rd_bytes"] + s_res["dram_wr_bytes"] < \
         w_res["dram_rd_bytes"] + w_res["dram_wr_bytes"]
+
+
+def test_a_chain_of_dense_layers_splits_as_one():
+    """Every layer of a chain with inner widths at most R/s = 4 runs in two groups,
+    each inner VRUN writing CBUF group g from ACC group 2g (the packed routing)."""
+    make = CASES["split_chain_300x4-4-3-7"]
+    c = compile_network(WIDE, make())
+    assert [r.split for r in c.layers] == [2, 2, 2]
+    def count(layer, op):
+        return sum(1 for i, l in zip(c.program, c.layer_of) if l == layer and i.op is op)
+    # the inner layers: one VRUN per MATMUL; the last: one per slice of its C columns
+    assert count(0, Opcode.VRUN) == count(0, Opcode.MATMUL)
+    assert count(2, Opcode.VRUN) == 2 * count(2, Opcode.MATMUL)
+    assert rules.packed_routing(WIDE, 2) == {"wb_src[0]": "col.g0", "wb_src[1]": "col.g2"}
+    whole = compile_network(WIDE, make(), split=1)
+    assert c.predicted_cycles < whole.predicted_cycles
+
+
+@pytest.mark.rtl
+def test_rtl_split_chain_is_faster(rtl_runs):
+    (split, s_res), (whole, w_res) = (rtl_runs["split_chain_300x4-4-3-7"],
+                                      rtl_runs["split_chain_300x4-4-3-7_whole"])
+    assert [r.split for r in split.layers] == [2, 2, 2]
+    assert s_res["cycles"] < w_res["cycles"]
 
 
 @pytest.fixture(scope="module")

@@ -163,6 +163,23 @@ def test_random_split_chains_on_the_golden_model(cfg, seed):
     assert [l.split for l in c.layers] == [2] * depth, (M, widths)
 
 
+@pytest.mark.parametrize("seed", range(4))
+def test_random_split_chains_on_a_wide_grid(seed):
+    """On tiny_wide an inner layer hands its outputs on packed into R/s partitions of
+    one row: chains whose inner widths fit them split as one (the last layer's N up
+    to C/s), equal to numpy in the predicted cycles."""
+    cfg = preset("tiny_wide")
+    rng = np.random.default_rng(seed)
+    depth = int(rng.integers(2, 5))
+    inner = cfg.rows // 2
+    widths = [int(rng.integers(1, inner + 1)) for _ in range(depth)] \
+        + [int(rng.integers(1, cfg.cols // 2 + 1))]
+    M = int(rng.integers(2, 600))
+    net = demo.mlp(batch=M, widths=tuple(widths), seed=seed, name="r")
+    c = _golden_equals_numpy(cfg, net)
+    assert [l.split for l in c.layers] == [2] * depth, (M, widths)
+
+
 @pytest.mark.parametrize("bad, message", [
     ({"g": 2}, "cannot run in 2 tile groups: K = 12 > 8"),
     ({"g": 3}, "no 3 diagonal tile groups"),

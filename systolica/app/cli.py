@@ -285,6 +285,11 @@ def cmd_bench(args) -> int:
              *[(f"mlp_500x4x8x8x4{'' if split is None else '_whole'}", "base",
                 lambda: demo.mlp(batch=500, widths=(4, 8, 8, 4), name="mlp_500x4x8x8x4"),
                 "cocotb", split) for split in (1, None)],
+             # the same on a wide grid, each inner layer's outputs packed into one row
+             *[(f"mlp_300x4x4x3x7{'' if split is None else '_whole'}", "tiny_wide",
+                lambda: demo.mlp(batch=300, widths=(4, 4, 3, 7), seed=4,
+                                 name="mlp_300x4x4x3x7"), "cocotb", split)
+               for split in (1, None)],
              # one GEMM on the square, tall and wide grids of tiny's tiles
              *[("gemm_256x128x32", cfg_name, lambda: _gemm_network(256, 128, 32, 4), "cocotb")
                for cfg_name in ("tiny", "tiny_tall", "tiny_wide")],
