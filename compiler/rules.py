@@ -439,8 +439,20 @@ class TransposeRule:
     def tiles_used(self, cfg: ChipConfig, graph: Graph, node: Node) -> tuple[int, int]:
         """A transpose's identity rows reach the tile rows of the input's widest
         K-block, the transposed block's columns the tile columns of its rows; a copy's
-        rows the tile rows of their K-block, the identity's columns as many."""
+        rows the tile rows of their K-block, the identity's columns as many. An int32
+        tensor's are counted in bytes (four per element)."""
         p = self.pieces(cfg, graph.tensor(node.inputs[0]).shape, node.op)
+        n = cfg.tile_size
+        if graph.tensor(node.inputs[0]).dtype == "int32":
+            # the selection block (a copy's words) reaches the partitions of a word's
+            # bytes, an output word (a copied word) the columns of its bytes, the
+            # planes the tile rows of a block's input rows
+            if p.mode == "transpose":
+                return (max(layout.blocks(min(cfg.rows, 4 * p.L), n),
+                            layout.blocks(min(cfg.cols, p.Q), n)),
+                        layout.blocks(min(cfg.cols, 4 * p.Q), n))
+            return (layout.blocks(min(cfg.rows, 4 * p.L), n),
+                    layout.blocks(min(cfg.cols, 4 * p.L), n))
         cols = p.Q if p.mode == "transpose" else p.L
         return (layout.blocks(min(cfg.rows, p.L), cfg.tile_size),
                 layout.blocks(min(cfg.cols, cols), cfg.tile_size))

@@ -398,6 +398,31 @@ def test_transposes_through_dram_beside_a_matmul_t(chip, make):
         np.testing.assert_array_equal(got[name], want[name], err_msg=name)
 
 
+def int32_few_columns_with_matmul_t():
+    """An int32 transpose of a [5, 2] tensor beside a MatMulT of K = 3 (the GEMM
+    lowering): no layer's int8 data reaches past the first tile row or column, but the
+    transpose's words hold 8 bytes."""
+    rng = np.random.default_rng(9)
+    g = GraphBuilder("int32_few_columns")
+    h = g.dense(g.input(rng.integers(-128, 128, (5, 3)), name="x"),
+                rng.integers(-128, 128, (3, 2)), rng.integers(-2 ** 31, 2 ** 31 - 1, 2),
+                out_dtype="int32", name="fc")
+    g.transpose(h, name="t")
+    g.matmul_t(g.input(rng.integers(-128, 128, (3, 3)), name="q"),
+               g.input(rng.integers(-128, 128, (2, 3)), name="k"), out_dtype="int32",
+               name="s")
+    return g.build()
+
+
+@pytest.mark.parametrize("chip", ["tiny", "base"])
+def test_int32_transpose_reaches_the_tiles_of_its_bytes(chip):
+    """The tile rows and columns the GEMM lowering feeds (the others get zeros) count
+    an int32 transpose's bytes, not its elements: [5, 2] int32 is 8 bytes a row."""
+    graph = int32_few_columns_with_matmul_t()
+    _, got = run_golden(preset(chip), graph)
+    np.testing.assert_array_equal(got["t"], reference.evaluate(graph)["fc"].T)
+
+
 @pytest.mark.slow
 def test_int32_transpose_shares_the_interleaving_loads():
     """64x64 int32 on tiny: 64 blocks of 8 x 8 elements, 4 input words each (a west load
