@@ -776,10 +776,13 @@ class TransposeRule:
     # -- int32 (docs/contract.md, "Transposes"): bytes through the array -----------------
     @staticmethod
     def int32_params(cfg: ChipConfig) -> list[tuple[str, np.ndarray]]:
-        """The identity (a copy's weights), the selection block (row ``b*E + j`` is ``e_{4j+b}``: byte ``b`` of a word's
-        element ``j``, ``E = R // 4``) and the 16 interleaving weight blocks ``V[b, w]``
-        (row ``w*E + j`` has a 1 in column ``4j + b``), ``b`` and ``w`` in ``0..3``."""
-        R = cfg.rows
+        """The identity (a copy's weights), the selection block (row ``b*E + j`` is
+        ``e_{4j+b}``: byte ``b`` of a word's element ``j``, ``E = R // 4``) and the 16
+        interleaving weight blocks ``V[b, t]`` (row ``t*Ec + j`` has a 1 in column
+        ``4j + b``, ``Ec = C // 4``), ``b`` and ``t`` in ``0..3``: on a square array
+        ``t`` is the output word; on a tall one (``R = k*C``) ``t = w*k + s`` is sub-block
+        ``s`` (its bytes ``s*C ..``) of output word ``w``."""
+        R, Ec = cfg.rows, min(cfg.rows, cfg.cols) // 4   # (a wide grid's is refused)
         E = R // 4
         select = np.zeros((R, R), np.uint8)
         for b in range(4):
@@ -787,25 +790,30 @@ class TransposeRule:
                 select[b * E + j, 4 * j + b] = 1
         inter = np.zeros((4, 4, R, R), np.uint8)
         for b in range(4):
-            for w in range(4):
-                for j in range(E):
-                    inter[b, w, w * E + j, 4 * j + b] = 1
+            for t in range(4):
+                for j in range(Ec):
+                    inter[b, t, t * Ec + j, 4 * j + b] = 1
         return [("identity", np.eye(R, dtype=np.uint8)), ("select", select),
                 ("interleave", inter.reshape(16 * R, R))]
 
     def blocks_int32(self, cfg: ChipConfig, em, index: int, name: str,
                      p: permute.PermPlan, where: "Where32", op) -> list[Block]:
-        """An int32 permutation DRAM to DRAM on a square array, in blocks of ``R x R``
-        elements. Moving the last axis, per block: for each of its words ``w`` (``E``
-        elements of the block's columns, 4 bytes each) the block's rows of that word
-        are the west-loaded weights and the selection block streams through them, so
-        accumulator row ``b*E + j`` holds byte ``b`` of element ``w*E + j`` of every
-        block row, written to row ``b*R + w*E + j`` of the byte planes ``Z``; then each
-        output word ``w'`` is ``sum_b Z[b] @ V[b, w']`` (four MATMULs accumulating),
-        written back and stored with the output's row stride. Keeping the last axis:
-        every word of a row is copied as int8 bytes are."""
-        R, arw = cfg.rows, cfg.acc_row_words
-        E = R // 4
+        """An int32 permutation DRAM to DRAM on a square or tall array (``R = k*C``), in
+        blocks of ``C x R`` elements (``C`` input rows: what a west load puts in the
+        array's columns; ``R`` input columns: ``k`` N-blocks). Moving the last axis, per
+        block: for each of its words ``w`` (``E = R/4`` elements of the block's columns,
+        4 bytes each) the block's rows of that word are the west-loaded weights and the
+        selection block streams through them, so accumulator row ``b*E + j`` holds byte
+        ``b`` of element ``w*E + j`` of every block row, written to row
+        ``b*R + w*E + j`` of the byte planes ``Z`` (partitions ``0 .. C-1``, the others
+        zeroed); then each output word ``w'`` is, per sub-block ``s`` of ``C`` of its
+        ``R`` bytes, ``sum_b Z[b] @ V[b, w'*k + s]`` (four MATMULs accumulating),
+        written into partitions ``s*C ..`` (the other groups kept after sub-block 0)
+        and stored with the output's row stride. Keeping the last axis: every word of a
+        row is copied as int8 bytes are (sub-block ``s``: the identity from its row
+        ``s*C``)."""
+        R, C, k, arw = cfg.rows, cfg.cols, cfg.sub_blocks, cfg.acc_row_words
+        E, Ec = R // 4, C // 4
         w = where
         for what, stride in (("input", p.sq * arw), ("output", p.sl * arw)):
             if stride > STRIDE_MAX:
@@ -813,12 +821,13 @@ class TransposeRule:
                     f"layer {name!r}: the permutation's {what} rows are {stride} words "
                     f"apart in DRAM, more than a DMA's stride field takes ({STRIDE_MAX}); "
                     f"split the tensor along its outer axes")
-        if cfg.rows != cfg.cols or cfg.rows % 4:
+        if cfg.wide or C % 4:
             raise CompileError(
-                f"layer {name!r}: an int32 transpose moves the bytes of R x R element "
-                f"blocks on a square array whose R is a multiple of 4; chip {cfg.name!r} "
-                f"has a {cfg.rows}x{cfg.cols} array: use a square preset or transpose "
-                f"int8 data")
+                f"layer {name!r}: an int32 transpose moves the bytes of C x R element "
+                f"blocks on a square or tall array (R = 1, 2 or 4 times C) whose C is a "
+                f"multiple of 4; chip {cfg.name!r} has a {cfg.rows}x{cfg.cols} array: use "
+                f"a square or tall preset (e.g. 'tiny' or 'tiny_tall') or transpose int8 "
+                f"data")
         blocks: list[Block] = []
         first = ([op(Opcode.DMA, index, kind=DmaKind.LOAD_CBUF, dram_addr=w.ident_dram,
                      dram_stride=1, buf_addr=w.ident, rows=R)] if p.mode == "copy" else
@@ -846,53 +855,72 @@ class TransposeRule:
         n_out = 0
         if p.mode == "copy":
             # each word of a row as R int8 bytes: the identity copy (a west-loaded
-            # identity, the words streaming through it)
-            holds: dict[int, bool] = {}
+            # identity, the words streaming through it; on a tall array sub-block s
+            # of C bytes from identity row s*C)
+            holds: dict[int, int] = {}
             for o0, i0, stride, count in p.runs:
-                for kb in range(layout.blocks(p.L, cfg.cols) * arw):
+                for kb in range(layout.blocks(p.L, C) * arw):
                     nb, word = divmod(kb, arw)
-                    blk, acc_at = block()
-                    b = bank()
                     slot = w.slots + (n_out % 4) * R
                     dst = w.staging + (n_out % 2) * R
                     n_out += 1
-                    loads = [op(Opcode.DMA, index, kind=DmaKind.LOAD_CBUF,
-                                dram_addr=w.a_dram + (nb * p.in_rows + i0) * arw + word,
-                                dram_stride=stride * arw, buf_addr=slot, rows=count)]
-                    if not holds.get(b):
-                        loads.append(op(Opcode.WLOAD, index, w_addr=w.ident, bank=b))
-                        holds[b] = True
-                    blk.steps.append(step(loads, op(Opcode.MATMUL, index, act_addr=slot,
-                                                    rows=count, acc_addr=acc_at,
-                                                    accumulate=0, bank=b)))
-                    blk.epilogue += [
-                        op(Opcode.VRUN, index, src=acc_at, rows=count, dst=dst, to_acc=0),
-                        op(Opcode.DMA, index, kind=DmaKind.STORE_CBUF,
-                           dram_addr=w.stored + (nb * p.out_rows + o0) * arw + word,
-                           dram_stride=arw, buf_addr=dst, rows=count)]
-                    blocks.append(blk)
+                    for sub in range(k):
+                        blk, acc_at = block()
+                        b = bank()
+                        loads = [] if sub else [op(
+                            Opcode.DMA, index, kind=DmaKind.LOAD_CBUF,
+                            dram_addr=w.a_dram + (nb * p.in_rows + i0) * arw + word,
+                            dram_stride=stride * arw, buf_addr=slot, rows=count)]
+                        if holds.get(b) != sub:
+                            if w.ident + sub * C + cfg.weight_rows > cfg.cbuf_depth:
+                                raise CompileError(
+                                    f"layer {name!r}: the identity ends too close to the "
+                                    f"CBUF's end for a weight load of {cfg.weight_rows} "
+                                    f"rows; use a chip with a larger CBUF")
+                            loads.append(op(Opcode.WLOAD, index, w_addr=w.ident + sub * C,
+                                            bank=b))
+                            holds[b] = sub
+                        blk.steps.append(step(loads, op(Opcode.MATMUL, index,
+                                                        act_addr=slot, rows=count,
+                                                        acc_addr=acc_at, accumulate=0,
+                                                        bank=b)))
+                        blk.epilogue.append(op(Opcode.VRUN, index, sub=sub, src=acc_at,
+                                               rows=count, dst=dst, to_acc=0))
+                        if sub == k - 1:
+                            blk.epilogue.append(op(
+                                Opcode.DMA, index, kind=DmaKind.STORE_CBUF,
+                                dram_addr=w.stored + (nb * p.out_rows + o0) * arw + word,
+                                dram_stride=arw, buf_addr=dst, rows=count))
+                        blocks.append(blk)
             return blocks
-        # every R x R element block: (first input word, first output word, rows, cols)
-        todo = [((lb * p.in_rows + in0 + qb * R * p.sq) * arw,
+        # every C x R element block: (its first input row's words, less the N-block's
+        # offset; its first output word; rows; cols; its first input N-block)
+        todo = [((in0 + qb * C * p.sq) * arw,
                  (qb * p.out_rows + out0 + lb * R * p.sl) * arw,
-                 min(R, p.Q - qb * R), min(R, p.L - lb * R))
-                for in0, out0 in p.bases for qb in range(layout.blocks(p.Q, R))
+                 min(C, p.Q - qb * C), min(R, p.L - lb * R), lb * k)
+                for in0, out0 in p.bases for qb in range(layout.blocks(p.Q, C))
                 for lb in range(layout.blocks(p.L, R))]
+
+        def out_subs(rows: int, word: int) -> int:
+            """Sub-blocks of output word `word` holding some of a block's `rows`."""
+            return min(k, layout.blocks(rows - word * E, Ec))
+
         G = w.group
         for g0 in range(0, len(todo), G):
             group = todo[g0:g0 + G]
             # the byte planes of each block of the group, transposed (one of two sets)
             zs = []
-            for n, (at_in, _, rows, cols) in enumerate(group):
+            for n, (at_in, _, rows, cols, nb0) in enumerate(group):
                 z = w.planes + (((g0 // G) % 2) * G + n) * 4 * R
                 zs.append(z)
                 for word in range(layout.blocks(cols, E)):
+                    nb, nw = divmod(word, arw)
                     blk, acc_at = block()
                     b = bank()
                     slot = w.slots + (em.steps % 4) * R
                     loads = [op(Opcode.DMA, index, kind=DmaKind.LOAD_CBUF,
-                                dram_addr=w.a_dram + at_in + word,
-                                dram_stride=p.sq * arw, buf_addr=slot, rows=rows),
+                                dram_addr=w.a_dram + (nb0 + nb) * p.in_rows * arw + at_in
+                                + nw, dram_stride=p.sq * arw, buf_addr=slot, rows=rows),
                              op(Opcode.WLOAD, index, w_addr=slot, bank=b)]
                     blk.steps.append(step(loads, op(Opcode.MATMUL, index,
                                                     act_addr=w.select, rows=R,
@@ -903,33 +931,47 @@ class TransposeRule:
                                         rows=m, dst=z + byte * R + word * E, to_acc=0)
                                      for byte in range(4)]
                     blocks.append(blk)
-            # each output word w' of every block of the group: an interleaving block
-            # V[b, w'] is loaded once for all of them (the group's planes Z[b] stream
-            # through it one after the other, each into its own accumulator rows)
-            for word in range(max(layout.blocks(rows, E) for _, _, rows, _ in group)):
-                blk = Block(index)
-                members = [(z, at_out, cols, w.acc_slot(cfg, em.blocks + n))
-                           for n, (z, (_, at_out, rows, cols)) in enumerate(zip(zs, group))
-                           if word < layout.blocks(rows, E)]
-                em.blocks += len(members)
-                for byte in range(4):
-                    b = bank()
-                    loads = [op(Opcode.WLOAD, index, w_addr=w.inter + (byte * 4 + word) * R,
-                                bank=b, west=False)]
-                    for z, _, cols, acc_at in members:
-                        blk.steps.append(step(loads, op(
-                            Opcode.MATMUL, index, act_addr=z + byte * R, rows=cols,
-                            acc_addr=acc_at, accumulate=int(byte > 0), bank=b)))
-                        loads = []
-                for z, at_out, cols, acc_at in members:
-                    dst = w.staging + (n_out % (2 * G)) * R
+            # each output word w' of every block of the group, sub-block by sub-block:
+            # an interleaving block V[b, w'*k + s] is loaded once for all of them (the
+            # group's planes Z[b] stream through it one after the other, each into its
+            # own accumulator rows)
+            for word in range(max(layout.blocks(rows, E) for _, _, rows, _, _ in group)):
+                outs = [n for n, (_, _, rows, _, _) in enumerate(group)
+                        if word < layout.blocks(rows, E)]
+                dsts = {}
+                for n in outs:
+                    dsts[n] = w.staging + (n_out % (2 * G)) * R
                     n_out += 1
-                    blk.epilogue += [
-                        op(Opcode.VRUN, index, src=acc_at, rows=cols, dst=dst, to_acc=0),
-                        op(Opcode.DMA, index, kind=DmaKind.STORE_CBUF,
-                           dram_addr=w.stored + at_out + word,
-                           dram_stride=p.sl * arw, buf_addr=dst, rows=cols)]
-                blocks.append(blk)
+                for sub in range(k):
+                    blk = Block(index)
+                    members = [(zs[n], at_out, cols, dsts[n],
+                                w.acc_slot(cfg, em.blocks + i),
+                                sub == out_subs(rows, word) - 1)
+                               for i, n in enumerate(
+                                   n for n in outs if sub < out_subs(group[n][2], word))
+                               for _, at_out, rows, cols, _ in [group[n]]]
+                    if not members:
+                        break
+                    em.blocks += len(members)
+                    for byte in range(4):
+                        b = bank()
+                        loads = [op(Opcode.WLOAD, index,
+                                    w_addr=w.inter + (byte * 4 + word * k + sub) * R,
+                                    bank=b, west=False)]
+                        for z, _, cols, _, acc_at, _ in members:
+                            blk.steps.append(step(loads, op(
+                                Opcode.MATMUL, index, act_addr=z + byte * R, rows=cols,
+                                acc_addr=acc_at, accumulate=int(byte > 0), bank=b)))
+                            loads = []
+                    for z, at_out, cols, dst, acc_at, last in members:
+                        blk.epilogue.append(op(Opcode.VRUN, index, sub=sub, src=acc_at,
+                                               rows=cols, dst=dst, to_acc=0))
+                        if last:
+                            blk.epilogue.append(op(
+                                Opcode.DMA, index, kind=DmaKind.STORE_CBUF,
+                                dram_addr=w.stored + at_out + word,
+                                dram_stride=p.sl * arw, buf_addr=dst, rows=cols))
+                    blocks.append(blk)
         return blocks
 
 @dataclass
