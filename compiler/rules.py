@@ -492,13 +492,14 @@ class TransposeRule:
         if graph.tensor(node.inputs[0]).dtype == "int32":
             self._streamed(graph, node)
             G = self.int32_group(cfg, acc_half_rows(cfg))
-            # the identity, the selection block and 4 input slots; the interleaving
-            # blocks (read by the weight loader); the planes (by the feeder); the
-            # output staging (by the DMA's stores): banks of their own
+            # the identity, the selection block and 4 input slots (the last one's
+            # west load reading weight_rows); the interleaving blocks (read by the
+            # weight loader); the planes (by the feeder); the output staging (by the
+            # DMA's stores): banks of their own
             return [halves,
-                    Need("cbuf", "int32 transpose tables", 6 * R,
+                    Need("cbuf", "int32 transpose tables", 5 * R + cfg.weight_rows,
                          "int32 transpose identity, selection and input slots", shared=True),
-                    Need("cbuf", "int32 transpose interleave", 16 * R,
+                    Need("cbuf", "int32 transpose interleave", 16 * cfg.weight_rows,
                          "int32 transpose interleaving blocks", shared=True),
                     Need("cbuf", f"{node.name}.planes", 8 * G * R,
                          f"byte planes of {node.name!r}"),
@@ -779,41 +780,49 @@ class TransposeRule:
         """The identity (a copy's weights), the selection block (row ``b*E + j`` is
         ``e_{4j+b}``: byte ``b`` of a word's element ``j``, ``E = R // 4``) and the 16
         interleaving weight blocks ``V[b, t]`` (row ``t*Ec + j`` has a 1 in column
-        ``4j + b``, ``Ec = C // 4``), ``b`` and ``t`` in ``0..3``: on a square array
-        ``t`` is the output word; on a tall one (``R = k*C``) ``t = w*k + s`` is sub-block
-        ``s`` (its bytes ``s*C ..``) of output word ``w``."""
-        R, Ec = cfg.rows, min(cfg.rows, cfg.cols) // 4   # (a wide grid's is refused)
+        ``4j + b``, ``Ec = min(R, C) // 4``), ``b`` and ``t`` in ``0..3``: on a square
+        or wide array ``t`` is the output word; on a tall one (``R = k*C``)
+        ``t = w*k + s`` is sub-block ``s`` (its bytes ``s*C ..``) of output word ``w``.
+        A wide grid loads its weights from the west: there each block is stored
+        transposed, in ``C`` rows (zero past ``R``)."""
+        R, WR, Ec = cfg.rows, cfg.weight_rows, min(cfg.rows, cfg.cols) // 4
         E = R // 4
         select = np.zeros((R, R), np.uint8)
         for b in range(4):
             for j in range(E):
                 select[b * E + j, 4 * j + b] = 1
-        inter = np.zeros((4, 4, R, R), np.uint8)
+        inter = np.zeros((4, 4, WR, R), np.uint8)
         for b in range(4):
             for t in range(4):
                 for j in range(Ec):
-                    inter[b, t, t * Ec + j, 4 * j + b] = 1
+                    if cfg.wide:
+                        inter[b, t, 4 * j + b, t * Ec + j] = 1
+                    else:
+                        inter[b, t, t * Ec + j, 4 * j + b] = 1
         return [("identity", np.eye(R, dtype=np.uint8)), ("select", select),
-                ("interleave", inter.reshape(16 * R, R))]
+                ("interleave", inter.reshape(16 * WR, R))]
 
     def blocks_int32(self, cfg: ChipConfig, em, index: int, name: str,
                      p: permute.PermPlan, where: "Where32", op) -> list[Block]:
-        """An int32 permutation DRAM to DRAM on a square or tall array (``R = k*C``), in
-        blocks of ``C x R`` elements (``C`` input rows: what a west load puts in the
-        array's columns; ``R`` input columns: ``k`` N-blocks). Moving the last axis, per
+        """An int32 permutation DRAM to DRAM, in blocks of ``QB x R`` elements
+        (``QB = min(R, C)`` input rows: on a tall array (``R = k*C``) what a west load
+        puts in the array's columns, on a wide one what a VRUN's slice writes; ``R``
+        input columns, ``k`` N-blocks on a tall array). Moving the last axis, per
         block: for each of its words ``w`` (``E = R/4`` elements of the block's columns,
         4 bytes each) the block's rows of that word are the west-loaded weights and the
         selection block streams through them, so accumulator row ``b*E + j`` holds byte
         ``b`` of element ``w*E + j`` of every block row, written to row
-        ``b*R + w*E + j`` of the byte planes ``Z`` (partitions ``0 .. C-1``, the others
+        ``b*R + w*E + j`` of the byte planes ``Z`` (partitions ``0 .. QB-1``, the others
         zeroed); then each output word ``w'`` is, per sub-block ``s`` of ``C`` of its
         ``R`` bytes, ``sum_b Z[b] @ V[b, w'*k + s]`` (four MATMULs accumulating),
         written into partitions ``s*C ..`` (the other groups kept after sub-block 0)
-        and stored with the output's row stride. Keeping the last axis: every word of a
-        row is copied as int8 bytes are (sub-block ``s``: the identity from its row
-        ``s*C``)."""
+        and stored with the output's row stride (a wide array: one sub-block, its
+        interleaving blocks west-loaded as its weights are, slice 0 written). Keeping
+        the last axis: every word of a row is copied as int8 bytes are (sub-block
+        ``s``: the identity from its row ``s*C``)."""
         R, C, k, arw = cfg.rows, cfg.cols, cfg.sub_blocks, cfg.acc_row_words
-        E, Ec = R // 4, C // 4
+        QB, WR = min(R, C), cfg.weight_rows
+        E, Ec = R // 4, QB // 4
         w = where
         for what, stride in (("input", p.sq * arw), ("output", p.sl * arw)):
             if stride > STRIDE_MAX:
@@ -821,20 +830,20 @@ class TransposeRule:
                     f"layer {name!r}: the permutation's {what} rows are {stride} words "
                     f"apart in DRAM, more than a DMA's stride field takes ({STRIDE_MAX}); "
                     f"split the tensor along its outer axes")
-        if cfg.wide or C % 4:
+        if QB % 4:
             raise CompileError(
-                f"layer {name!r}: an int32 transpose moves the bytes of C x R element "
-                f"blocks on a square or tall array (R = 1, 2 or 4 times C) whose C is a "
-                f"multiple of 4; chip {cfg.name!r} has a {cfg.rows}x{cfg.cols} array: use "
-                f"a square or tall preset (e.g. 'tiny' or 'tiny_tall') or transpose int8 "
-                f"data")
+                f"layer {name!r}: an int32 transpose needs an array whose shorter side "
+                f"is a multiple of 4 (its blocks of min(R, C) rows are written in whole "
+                f"4-byte elements); chip {cfg.name!r} has a {cfg.rows}x{cfg.cols} array: "
+                f"use a chip with at least 4 array rows and columns (e.g. 'tiny') or "
+                f"transpose int8 data")
         blocks: list[Block] = []
         first = ([op(Opcode.DMA, index, kind=DmaKind.LOAD_CBUF, dram_addr=w.ident_dram,
                      dram_stride=1, buf_addr=w.ident, rows=R)] if p.mode == "copy" else
                  [op(Opcode.DMA, index, kind=DmaKind.LOAD_CBUF, dram_addr=w.select_dram,
                      dram_stride=1, buf_addr=w.select, rows=R),
                   op(Opcode.DMA, index, kind=DmaKind.LOAD_CBUF, dram_addr=w.inter_dram,
-                     dram_stride=1, buf_addr=w.inter, rows=16 * R)])
+                     dram_stride=1, buf_addr=w.inter, rows=16 * WR)])
 
         def step(loads, mm) -> Step:
             nonlocal first
@@ -872,10 +881,10 @@ class TransposeRule:
                             dram_addr=w.a_dram + (nb * p.in_rows + i0) * arw + word,
                             dram_stride=stride * arw, buf_addr=slot, rows=count)]
                         if holds.get(b) != sub:
-                            if w.ident + sub * C + cfg.weight_rows > cfg.cbuf_depth:
+                            if w.ident + sub * C + WR > cfg.cbuf_depth:
                                 raise CompileError(
                                     f"layer {name!r}: the identity ends too close to the "
-                                    f"CBUF's end for a weight load of {cfg.weight_rows} "
+                                    f"CBUF's end for a weight load of {WR} "
                                     f"rows; use a chip with a larger CBUF")
                             loads.append(op(Opcode.WLOAD, index, w_addr=w.ident + sub * C,
                                             bank=b))
@@ -893,13 +902,17 @@ class TransposeRule:
                                 dram_stride=arw, buf_addr=dst, rows=count))
                         blocks.append(blk)
             return blocks
-        # every C x R element block: (its first input row's words, less the N-block's
-        # offset; its first output word; rows; cols; its first input N-block)
-        todo = [((in0 + qb * C * p.sq) * arw,
-                 (qb * p.out_rows + out0 + lb * R * p.sl) * arw,
-                 min(C, p.Q - qb * C), min(R, p.L - lb * R), lb * k)
-                for in0, out0 in p.bases for qb in range(layout.blocks(p.Q, C))
+        # every QB x R element block: (its first input row's first word, of N-block
+        # 0; its first output row's, of N-block 0; rows; cols; its first input column;
+        # its first output column)
+        todo = [((in0 + qb * QB * p.sq) * arw, (out0 + lb * R * p.sl) * arw,
+                 min(QB, p.Q - qb * QB), min(R, p.L - lb * R), lb * R, qb * QB)
+                for in0, out0 in p.bases for qb in range(layout.blocks(p.Q, QB))
                 for lb in range(layout.blocks(p.L, R))]
+
+        def word_at(view_rows: int, e: int) -> int:
+            """The word holding element column `e` of a view's row, from N-block 0's."""
+            return (e // C) * view_rows * arw + (e % C) // E
 
         def out_subs(rows: int, word: int) -> int:
             """Sub-blocks of output word `word` holding some of a block's `rows`."""
@@ -910,17 +923,17 @@ class TransposeRule:
             group = todo[g0:g0 + G]
             # the byte planes of each block of the group, transposed (one of two sets)
             zs = []
-            for n, (at_in, _, rows, cols, nb0) in enumerate(group):
+            for n, (at_in, _, rows, cols, e_in, _) in enumerate(group):
                 z = w.planes + (((g0 // G) % 2) * G + n) * 4 * R
                 zs.append(z)
                 for word in range(layout.blocks(cols, E)):
-                    nb, nw = divmod(word, arw)
                     blk, acc_at = block()
                     b = bank()
                     slot = w.slots + (em.steps % 4) * R
                     loads = [op(Opcode.DMA, index, kind=DmaKind.LOAD_CBUF,
-                                dram_addr=w.a_dram + (nb0 + nb) * p.in_rows * arw + at_in
-                                + nw, dram_stride=p.sq * arw, buf_addr=slot, rows=rows),
+                                dram_addr=w.a_dram + at_in
+                                + word_at(p.in_rows, e_in + word * E),
+                                dram_stride=p.sq * arw, buf_addr=slot, rows=rows),
                              op(Opcode.WLOAD, index, w_addr=slot, bank=b)]
                     blk.steps.append(step(loads, op(Opcode.MATMUL, index,
                                                     act_addr=w.select, rows=R,
@@ -935,8 +948,8 @@ class TransposeRule:
             # an interleaving block V[b, w'*k + s] is loaded once for all of them (the
             # group's planes Z[b] stream through it one after the other, each into its
             # own accumulator rows)
-            for word in range(max(layout.blocks(rows, E) for _, _, rows, _, _ in group)):
-                outs = [n for n, (_, _, rows, _, _) in enumerate(group)
+            for word in range(max(layout.blocks(g[2], E) for g in group)):
+                outs = [n for n, (_, _, rows, _, _, _) in enumerate(group)
                         if word < layout.blocks(rows, E)]
                 dsts = {}
                 for n in outs:
@@ -944,19 +957,19 @@ class TransposeRule:
                     n_out += 1
                 for sub in range(k):
                     blk = Block(index)
-                    members = [(zs[n], at_out, cols, dsts[n],
-                                w.acc_slot(cfg, em.blocks + i),
+                    members = [(zs[n], at_out + word_at(p.out_rows, e_out + word * E),
+                                cols, dsts[n], w.acc_slot(cfg, em.blocks + i),
                                 sub == out_subs(rows, word) - 1)
                                for i, n in enumerate(
                                    n for n in outs if sub < out_subs(group[n][2], word))
-                               for _, at_out, rows, cols, _ in [group[n]]]
+                               for _, at_out, rows, cols, _, e_out in [group[n]]]
                     if not members:
                         break
                     em.blocks += len(members)
                     for byte in range(4):
                         b = bank()
                         loads = [op(Opcode.WLOAD, index,
-                                    w_addr=w.inter + (byte * 4 + word * k + sub) * R,
+                                    w_addr=w.inter + (byte * 4 + word * k + sub) * WR,
                                     bank=b, west=False)]
                         for z, _, cols, _, acc_at, _ in members:
                             blk.steps.append(step(loads, op(
@@ -969,7 +982,7 @@ class TransposeRule:
                         if last:
                             blk.epilogue.append(op(
                                 Opcode.DMA, index, kind=DmaKind.STORE_CBUF,
-                                dram_addr=w.stored + at_out + word,
+                                dram_addr=w.stored + at_out,
                                 dram_stride=p.sl * arw, buf_addr=dst, rows=cols))
                     blocks.append(blk)
         return blocks

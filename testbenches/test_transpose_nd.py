@@ -384,7 +384,7 @@ def int32_with_matmul_t():
     return g.build()
 
 
-@pytest.mark.parametrize("chip", ["tiny", "base", "tiny_tall"])
+@pytest.mark.parametrize("chip", ["tiny", "base", "tiny_tall", "tiny_wide"])
 @pytest.mark.parametrize("make", [nd_twice_with_matmul_t, int32_with_matmul_t])
 def test_transposes_through_dram_beside_a_matmul_t(chip, make):
     """The GEMM lowering (a MatMulT has no rule in the layer-by-layer one) stores an
@@ -445,22 +445,26 @@ def test_int32_transpose_twice_is_the_identity():
 
 TALL = preset("tiny_tall")                              # 16x8: R = 2C
 TALL4 = TALL.replace(name="tiny_tall4", tile_cols=1)    # 16x4: R = 4C, one word per ACC row
+WIDE = preset("tiny_wide")                              # 8x16: C = 2R
+WIDE4 = WIDE.replace(name="tiny_wide4", tile_rows=1,    # 4x16: C = 4R, one element a word
+                     dram_words=1 << 16)
 
 # (m, k, n, perm) of int32_graph: one block, ragged blocks, a copy (the last axis kept),
 # the explicit swap, fewer elements than a word, a transpose and back
-INT32_TALL_CASES = [(8, 8, 8, None), (20, 9, 13, None), (5, 3, 7, (0, 1)),
+INT32_NONSQUARE_CASES = [(8, 8, 8, None), (20, 9, 13, None), (5, 3, 7, (0, 1)),
                     (20, 9, 13, (1, 0)), (2, 3, 2, None), (33, 5, 17, (0, 1)),
                     (17, 30, 40, "twice"), (1, 2, 1, None), (16, 4, 16, None)]
 
 
-@pytest.mark.parametrize("cfg", [TALL, TALL4], ids=lambda c: c.name)
-@pytest.mark.parametrize("m, k, n, perm", sample(INT32_TALL_CASES, 2),
+@pytest.mark.parametrize("cfg", [TALL, TALL4, WIDE, WIDE4], ids=lambda c: c.name)
+@pytest.mark.parametrize("m, k, n, perm", sample(INT32_NONSQUARE_CASES, 2),
                          ids=lambda v: str(v).replace(" ", ""))
-def test_int32_transpose_on_tall_arrays(cfg, m, k, n, perm):
+def test_int32_transpose_on_non_square_arrays(cfg, m, k, n, perm):
     """On a tall array (R = k*C): blocks of C input rows (a west load's) by R input
-    columns, each output word built in k sub-blocks of C bytes. The golden model's
-    result (in the predicted cycles) equals np.transpose of the dense layer's numpy
-    result."""
+    columns, each output word built in k sub-blocks of C bytes; on a wide one (C = k*R)
+    blocks of R x R elements, the interleaving blocks west-loaded, slice 0 written. The
+    golden model's result (in the predicted cycles) equals np.transpose of the dense
+    layer's numpy result."""
     twice = perm == "twice"
     graph = int32_graph(m, k, n, None if twice else perm, seed=m + n, twice=twice)
     _, got = run_golden(cfg, graph)
@@ -472,10 +476,10 @@ def test_int32_transpose_on_tall_arrays(cfg, m, k, n, perm):
     np.testing.assert_array_equal(got["t"], d.T if perm is None else np.transpose(d, perm))
 
 
-def test_transposes_through_dram_beside_a_wide_dense_on_a_tall_array():
+def test_transposes_through_dram_beside_a_wide_dense_on_a_non_square_array():
     """A graph of dense layers and transposes read through DRAM whose dense layer has
-    more than C output channels: the layer-by-layer lowering refuses those on a tall
-    array, so the GEMM lowering takes the graph (as beside a MatMulT)."""
+    more than min(R, C) output channels: the layer-by-layer lowering refuses those on a
+    non-square array, so the GEMM lowering takes the graph (as beside a MatMulT)."""
     rng = np.random.default_rng(7)
     g = GraphBuilder("nd_twice_dense")
     t1 = g.transpose(g.input(rng.integers(-128, 128, (3, 5, 11)), name="x"), (1, 0, 2),
@@ -485,7 +489,7 @@ def test_transposes_through_dram_beside_a_wide_dense_on_a_tall_array():
                 rng.integers(-128, 128, (9, 13)), mult=1, shift=8, name="fc")
     g.transpose(h, name="ht")
     graph = g.build()
-    for cfg in (TALL, TALL4):
+    for cfg in (TALL, TALL4, WIDE):
         compiled, got = run_golden(cfg, graph)
         assert compiled.chain is None and not compiled.tiling      # the GEMM lowering
         np.testing.assert_array_equal(got["t2"], np.transpose(graph.data["x"], (2, 1, 0)))
