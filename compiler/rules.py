@@ -449,7 +449,7 @@ class TransposeRule:
             # planes the tile rows of a block's input rows
             if p.mode == "transpose":
                 return (max(layout.blocks(min(cfg.rows, 4 * p.L), n),
-                            layout.blocks(min(cfg.cols, p.Q), n)),
+                            layout.blocks(min(cfg.rows, cfg.cols, p.Q), n)),
                         layout.blocks(min(cfg.cols, 4 * p.Q), n))
             return (layout.blocks(min(cfg.rows, 4 * p.L), n),
                     layout.blocks(min(cfg.cols, 4 * p.L), n))
@@ -957,12 +957,16 @@ class TransposeRule:
                     n_out += 1
                 for sub in range(k):
                     blk = Block(index)
-                    members = [(zs[n], at_out + word_at(p.out_rows, e_out + word * E),
-                                cols, dsts[n], w.acc_slot(cfg, em.blocks + i),
-                                sub == out_subs(rows, word) - 1)
-                               for i, n in enumerate(
-                                   n for n in outs if sub < out_subs(group[n][2], word))
-                               for _, at_out, rows, cols, _, e_out in [group[n]]]
+                    # (planes, output word, rows, staging slot, accumulator rows, last)
+                    members = []
+                    for n in outs:
+                        _, at_out, rows, cols, _, e_out = group[n]
+                        subs = out_subs(rows, word)
+                        if sub < subs:
+                            members.append((
+                                zs[n], at_out + word_at(p.out_rows, e_out + word * E),
+                                cols, dsts[n], w.acc_slot(cfg, em.blocks + len(members)),
+                                sub == subs - 1))
                     if not members:
                         break
                     em.blocks += len(members)
