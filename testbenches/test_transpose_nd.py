@@ -452,8 +452,8 @@ WIDE4 = WIDE.replace(name="tiny_wide4", tile_rows=1,    # 4x16: C = 4R, one elem
 # (m, k, n, perm) of int32_graph: one block, ragged blocks, a copy (the last axis kept),
 # the explicit swap, fewer elements than a word, a transpose and back
 INT32_NONSQUARE_CASES = [(8, 8, 8, None), (20, 9, 13, None), (5, 3, 7, (0, 1)),
-                    (20, 9, 13, (1, 0)), (2, 3, 2, None), (33, 5, 17, (0, 1)),
-                    (17, 30, 40, "twice"), (1, 2, 1, None), (16, 4, 16, None)]
+                         (20, 9, 13, (1, 0)), (2, 3, 2, None), (33, 5, 17, (0, 1)),
+                         (17, 30, 40, "twice"), (1, 2, 1, None), (16, 4, 16, None)]
 
 
 @pytest.mark.parametrize("cfg", [TALL, TALL4, WIDE, WIDE4], ids=lambda c: c.name)
