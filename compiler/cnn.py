@@ -1213,7 +1213,7 @@ def emit_transpose(cfg: ChipConfig, emit: "_Emit", graph: Graph, index: int,
     if src.dtype == "int32":
         R = cfg.rows
         first = _bank_up(cfg, lay.staging)
-        planes = _bank_up(cfg, first + 6 * R)
+        planes = _bank_up(cfg, first + 5 * R + cfg.weight_rows)
         # the blocks sharing an interleaving load (TransposeRule.int32_group): fewer
         # if their two sets of planes and staging do not fit the CBUF
         for group in range(TransposeRule.int32_group(cfg, lay.half_rows), 0, -1):
@@ -1225,6 +1225,11 @@ def emit_transpose(cfg: ChipConfig, emit: "_Emit", graph: Graph, index: int,
         if not group:
             raise CompileError(f"layer {node.name!r}: CBUF too small for an int32 "
                                f"transpose's planes")
+        ring_rows = lay.staging - lay.ring
+        if 16 * cfg.weight_rows > ring_rows:
+            raise CompileError(f"layer {node.name!r}: the weight ring's {ring_rows} rows "
+                               f"cannot hold an int32 transpose's 16 interleaving blocks "
+                               f"of {cfg.weight_rows} rows")
         at = Where32(ident=first, ident_dram=ident_dram["identity"], select=first + R,
                      select_dram=ident_dram["select"], inter=lay.ring,
                      inter_dram=ident_dram["interleave"], slots=first + 2 * R,

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from ..arch.config import ChipConfig
 from .chain_lower import ChainChoice, lower_chain
-from .cnn import is_cnn, lower_cnn
+from .cnn import check_channels, is_cnn, lower_cnn
 from .errors import CompileError
 from .graph import MatMulT, Transpose, as_graph
 from .lowered import Lowered
@@ -44,7 +44,7 @@ def lower(cfg: ChipConfig, network, plan: MemoryPlan | None = None, *,
     if chain is not None and not isinstance(chain, str):
         raise CompileError(f"chain must be a ChainChoice (a graph that is one chain), a "
                            f"strategy name or None, not {chain!r}")
-    if is_cnn(graph) or _chained_nd_transposes(graph):
+    if is_cnn(graph) or (_chained_nd_transposes(graph) and _channels_fit(cfg, graph)):
         if split not in (None, 1):
             raise CompileError(f"graph {graph.name!r}: split applies to dense layers "
                                f"lowered as GEMMs, not to a convolutional network")
@@ -69,3 +69,15 @@ def _chained_nd_transposes(graph) -> bool:
         isinstance(n.op, Transpose) and graph.producer(n.inputs[0]) is not None
         and (len(graph.tensor(n.inputs[0]).shape) != 2
              or graph.tensor(n.inputs[0]).dtype == "int32") for n in graph.nodes)
+
+
+def _channels_fit(cfg: ChipConfig, graph) -> bool:
+    """Whether the layer-by-layer lowering takes `graph`'s layers' output channels
+    (:func:`.cnn.check_channels`: on a non-square array at most ``min(R, C)``). A graph
+    of dense layers and transposes with more (an int32 dense layer's N-blocks on a tall
+    array, transposed) takes the GEMM lowering, through DRAM as beside a MatMulT."""
+    try:
+        check_channels(cfg, graph)
+    except CompileError:
+        return False
+    return True

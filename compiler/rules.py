@@ -457,8 +457,20 @@ class TransposeRule:
     def tiles_used(self, cfg: ChipConfig, graph: Graph, node: Node) -> tuple[int, int]:
         """A transpose's identity rows reach the tile rows of the input's widest
         K-block, the transposed block's columns the tile columns of its rows; a copy's
-        rows the tile rows of their K-block, the identity's columns as many."""
+        rows the tile rows of their K-block, the identity's columns as many. An int32
+        tensor's are counted in bytes (four per element)."""
         p = self.pieces(cfg, graph.tensor(node.inputs[0]).shape, node.op)
+        n = cfg.tile_size
+        if graph.tensor(node.inputs[0]).dtype == "int32":
+            # the selection block (a copy's words) reaches the partitions of a word's
+            # bytes, an output word (a copied word) the columns of its bytes, the
+            # planes the tile rows of a block's input rows
+            if p.mode == "transpose":
+                return (max(layout.blocks(min(cfg.rows, 4 * p.L), n),
+                            layout.blocks(min(cfg.rows, cfg.cols, p.Q), n)),
+                        layout.blocks(min(cfg.cols, 4 * p.Q), n))
+            return (layout.blocks(min(cfg.rows, 4 * p.L), n),
+                    layout.blocks(min(cfg.cols, 4 * p.L), n))
         cols = p.Q if p.mode == "transpose" else p.L
         return (layout.blocks(min(cfg.rows, p.L), cfg.tile_size),
                 layout.blocks(min(cfg.cols, cols), cfg.tile_size))
@@ -498,13 +510,14 @@ class TransposeRule:
         if graph.tensor(node.inputs[0]).dtype == "int32":
             self._streamed(graph, node)
             G = self.int32_group(cfg, acc_half_rows(cfg))
-            # the identity, the selection block and 4 input slots; the interleaving
-            # blocks (read by the weight loader); the planes (by the feeder); the
-            # output staging (by the DMA's stores): banks of their own
+            # the identity, the selection block and 4 input slots (the last one's
+            # west load reading weight_rows); the interleaving blocks (read by the
+            # weight loader); the planes (by the feeder); the output staging (by the
+            # DMA's stores): banks of their own
             return [halves,
-                    Need("cbuf", "int32 transpose tables", 6 * R,
+                    Need("cbuf", "int32 transpose tables", 5 * R + cfg.weight_rows,
                          "int32 transpose identity, selection and input slots", shared=True),
-                    Need("cbuf", "int32 transpose interleave", 16 * R,
+                    Need("cbuf", "int32 transpose interleave", 16 * cfg.weight_rows,
                          "int32 transpose interleaving blocks", shared=True),
                     Need("cbuf", f"{node.name}.planes", 8 * G * R,
                          f"byte planes of {node.name!r}"),
@@ -782,36 +795,52 @@ class TransposeRule:
     # -- int32 (docs/contract.md, "Transposes"): bytes through the array -----------------
     @staticmethod
     def int32_params(cfg: ChipConfig) -> list[tuple[str, np.ndarray]]:
-        """The identity (a copy's weights), the selection block (row ``b*E + j`` is ``e_{4j+b}``: byte ``b`` of a word's
-        element ``j``, ``E = R // 4``) and the 16 interleaving weight blocks ``V[b, w]``
-        (row ``w*E + j`` has a 1 in column ``4j + b``), ``b`` and ``w`` in ``0..3``."""
-        R = cfg.rows
+        """The identity (a copy's weights), the selection block (row ``b*E + j`` is
+        ``e_{4j+b}``: byte ``b`` of a word's element ``j``, ``E = R // 4``) and the 16
+        interleaving weight blocks ``V[b, t]`` (row ``t*Ec + j`` has a 1 in column
+        ``4j + b``, ``Ec = min(R, C) // 4``), ``b`` and ``t`` in ``0..3``: on a square
+        or wide array ``t`` is the output word; on a tall one (``R = k*C``)
+        ``t = w*k + s`` is sub-block ``s`` (its bytes ``s*C ..``) of output word ``w``.
+        A wide grid loads its weights from the west: there each block is stored
+        transposed, in ``C`` rows (zero past ``R``)."""
+        R, WR, Ec = cfg.rows, cfg.weight_rows, min(cfg.rows, cfg.cols) // 4
         E = R // 4
         select = np.zeros((R, R), np.uint8)
         for b in range(4):
             for j in range(E):
                 select[b * E + j, 4 * j + b] = 1
-        inter = np.zeros((4, 4, R, R), np.uint8)
+        inter = np.zeros((4, 4, WR, R), np.uint8)
         for b in range(4):
-            for w in range(4):
-                for j in range(E):
-                    inter[b, w, w * E + j, 4 * j + b] = 1
+            for t in range(4):
+                for j in range(Ec):
+                    if cfg.wide:
+                        inter[b, t, 4 * j + b, t * Ec + j] = 1
+                    else:
+                        inter[b, t, t * Ec + j, 4 * j + b] = 1
         return [("identity", np.eye(R, dtype=np.uint8)), ("select", select),
-                ("interleave", inter.reshape(16 * R, R))]
+                ("interleave", inter.reshape(16 * WR, R))]
 
     def blocks_int32(self, cfg: ChipConfig, em, index: int, name: str,
                      p: permute.PermPlan, where: "Where32", op) -> list[Block]:
-        """An int32 permutation DRAM to DRAM on a square array, in blocks of ``R x R``
-        elements. Moving the last axis, per block: for each of its words ``w`` (``E``
-        elements of the block's columns, 4 bytes each) the block's rows of that word
-        are the west-loaded weights and the selection block streams through them, so
-        accumulator row ``b*E + j`` holds byte ``b`` of element ``w*E + j`` of every
-        block row, written to row ``b*R + w*E + j`` of the byte planes ``Z``; then each
-        output word ``w'`` is ``sum_b Z[b] @ V[b, w']`` (four MATMULs accumulating),
-        written back and stored with the output's row stride. Keeping the last axis:
-        every word of a row is copied as int8 bytes are."""
-        R, arw = cfg.rows, cfg.acc_row_words
-        E = R // 4
+        """An int32 permutation DRAM to DRAM, in blocks of ``QB x R`` elements
+        (``QB = min(R, C)`` input rows: on a tall array (``R = k*C``) what a west load
+        puts in the array's columns, on a wide one what a VRUN's slice writes; ``R``
+        input columns, ``k`` N-blocks on a tall array). Moving the last axis, per
+        block: for each of its words ``w`` (``E = R/4`` elements of the block's columns,
+        4 bytes each) the block's rows of that word are the west-loaded weights and the
+        selection block streams through them, so accumulator row ``b*E + j`` holds byte
+        ``b`` of element ``w*E + j`` of every block row, written to row
+        ``b*R + w*E + j`` of the byte planes ``Z`` (partitions ``0 .. QB-1``, the others
+        zeroed); then each output word ``w'`` is, per sub-block ``s`` of ``C`` of its
+        ``R`` bytes, ``sum_b Z[b] @ V[b, w'*k + s]`` (four MATMULs accumulating),
+        written into partitions ``s*C ..`` (the other groups kept after sub-block 0)
+        and stored with the output's row stride (a wide array: one sub-block, its
+        interleaving blocks west-loaded as its weights are, slice 0 written). Keeping
+        the last axis: every word of a row is copied as int8 bytes are (sub-block
+        ``s``: the identity from its row ``s*C``)."""
+        R, C, k, arw = cfg.rows, cfg.cols, cfg.sub_blocks, cfg.acc_row_words
+        QB, WR = min(R, C), cfg.weight_rows
+        E, Ec = R // 4, QB // 4
         w = where
         for what, stride in (("input", p.sq * arw), ("output", p.sl * arw)):
             if stride > STRIDE_MAX:
@@ -819,19 +848,20 @@ class TransposeRule:
                     f"layer {name!r}: the permutation's {what} rows are {stride} words "
                     f"apart in DRAM, more than a DMA's stride field takes ({STRIDE_MAX}); "
                     f"split the tensor along its outer axes")
-        if cfg.rows != cfg.cols or cfg.rows % 4:
+        if QB % 4:
             raise CompileError(
-                f"layer {name!r}: an int32 transpose moves the bytes of R x R element "
-                f"blocks on a square array whose R is a multiple of 4; chip {cfg.name!r} "
-                f"has a {cfg.rows}x{cfg.cols} array: use a square preset or transpose "
-                f"int8 data")
+                f"layer {name!r}: an int32 transpose needs an array whose shorter side "
+                f"is a multiple of 4 (its blocks of min(R, C) rows are written in whole "
+                f"4-byte elements); chip {cfg.name!r} has a {cfg.rows}x{cfg.cols} array: "
+                f"use a chip with at least 4 array rows and columns (e.g. 'tiny') or "
+                f"transpose int8 data")
         blocks: list[Block] = []
         first = ([op(Opcode.DMA, index, kind=DmaKind.LOAD_CBUF, dram_addr=w.ident_dram,
                      dram_stride=1, buf_addr=w.ident, rows=R)] if p.mode == "copy" else
                  [op(Opcode.DMA, index, kind=DmaKind.LOAD_CBUF, dram_addr=w.select_dram,
                      dram_stride=1, buf_addr=w.select, rows=R),
                   op(Opcode.DMA, index, kind=DmaKind.LOAD_CBUF, dram_addr=w.inter_dram,
-                     dram_stride=1, buf_addr=w.inter, rows=16 * R)])
+                     dram_stride=1, buf_addr=w.inter, rows=16 * WR)])
 
         def step(loads, mm) -> Step:
             nonlocal first
@@ -852,44 +882,66 @@ class TransposeRule:
         n_out = 0
         if p.mode == "copy":
             # each word of a row as R int8 bytes: the identity copy (a west-loaded
-            # identity, the words streaming through it)
-            holds: dict[int, bool] = {}
+            # identity, the words streaming through it; on a tall array sub-block s
+            # of C bytes from identity row s*C)
+            holds: dict[int, int] = {}
             for o0, i0, stride, count in p.runs:
-                for kb in range(layout.blocks(p.L, cfg.cols) * arw):
+                for kb in range(layout.blocks(p.L, C) * arw):
                     nb, word = divmod(kb, arw)
-                    blk, acc_at = block()
-                    b = bank()
                     slot = w.slots + (n_out % 4) * R
                     dst = w.staging + (n_out % 2) * R
                     n_out += 1
-                    loads = [op(Opcode.DMA, index, kind=DmaKind.LOAD_CBUF,
-                                dram_addr=w.a_dram + (nb * p.in_rows + i0) * arw + word,
-                                dram_stride=stride * arw, buf_addr=slot, rows=count)]
-                    if not holds.get(b):
-                        loads.append(op(Opcode.WLOAD, index, w_addr=w.ident, bank=b))
-                        holds[b] = True
-                    blk.steps.append(step(loads, op(Opcode.MATMUL, index, act_addr=slot,
-                                                    rows=count, acc_addr=acc_at,
-                                                    accumulate=0, bank=b)))
-                    blk.epilogue += [
-                        op(Opcode.VRUN, index, src=acc_at, rows=count, dst=dst, to_acc=0),
-                        op(Opcode.DMA, index, kind=DmaKind.STORE_CBUF,
-                           dram_addr=w.stored + (nb * p.out_rows + o0) * arw + word,
-                           dram_stride=arw, buf_addr=dst, rows=count)]
-                    blocks.append(blk)
+                    for sub in range(k):
+                        blk, acc_at = block()
+                        b = bank()
+                        loads = [] if sub else [op(
+                            Opcode.DMA, index, kind=DmaKind.LOAD_CBUF,
+                            dram_addr=w.a_dram + (nb * p.in_rows + i0) * arw + word,
+                            dram_stride=stride * arw, buf_addr=slot, rows=count)]
+                        if holds.get(b) != sub:
+                            if w.ident + sub * C + WR > cfg.cbuf_depth:
+                                raise CompileError(
+                                    f"layer {name!r}: the identity ends too close to the "
+                                    f"CBUF's end for a weight load of {WR} "
+                                    f"rows; use a chip with a larger CBUF")
+                            loads.append(op(Opcode.WLOAD, index, w_addr=w.ident + sub * C,
+                                            bank=b))
+                            holds[b] = sub
+                        blk.steps.append(step(loads, op(Opcode.MATMUL, index,
+                                                        act_addr=slot, rows=count,
+                                                        acc_addr=acc_at, accumulate=0,
+                                                        bank=b)))
+                        blk.epilogue.append(op(Opcode.VRUN, index, sub=sub, src=acc_at,
+                                               rows=count, dst=dst, to_acc=0))
+                        if sub == k - 1:
+                            blk.epilogue.append(op(
+                                Opcode.DMA, index, kind=DmaKind.STORE_CBUF,
+                                dram_addr=w.stored + (nb * p.out_rows + o0) * arw + word,
+                                dram_stride=arw, buf_addr=dst, rows=count))
+                        blocks.append(blk)
             return blocks
-        # every R x R element block: (first input word, first output word, rows, cols)
-        todo = [((lb * p.in_rows + in0 + qb * R * p.sq) * arw,
-                 (qb * p.out_rows + out0 + lb * R * p.sl) * arw,
-                 min(R, p.Q - qb * R), min(R, p.L - lb * R))
-                for in0, out0 in p.bases for qb in range(layout.blocks(p.Q, R))
+        # every QB x R element block: (its first input row's first word, of N-block
+        # 0; its first output row's, of N-block 0; rows; cols; its first input column;
+        # its first output column)
+        todo = [((in0 + qb * QB * p.sq) * arw, (out0 + lb * R * p.sl) * arw,
+                 min(QB, p.Q - qb * QB), min(R, p.L - lb * R), lb * R, qb * QB)
+                for in0, out0 in p.bases for qb in range(layout.blocks(p.Q, QB))
                 for lb in range(layout.blocks(p.L, R))]
+
+        def word_at(view_rows: int, e: int) -> int:
+            """The word holding element column `e` of a view's row, from N-block 0's."""
+            return (e // C) * view_rows * arw + (e % C) // E
+
+        def out_subs(rows: int, word: int) -> int:
+            """Sub-blocks of output word `word` holding some of a block's `rows`."""
+            return min(k, layout.blocks(rows - word * E, Ec))
+
         G = w.group
         for g0 in range(0, len(todo), G):
             group = todo[g0:g0 + G]
             # the byte planes of each block of the group, transposed (one of two sets)
             zs = []
-            for n, (at_in, _, rows, cols) in enumerate(group):
+            for n, (at_in, _, rows, cols, e_in, _) in enumerate(group):
                 z = w.planes + (((g0 // G) % 2) * G + n) * 4 * R
                 zs.append(z)
                 for word in range(layout.blocks(cols, E)):
@@ -897,7 +949,8 @@ class TransposeRule:
                     b = bank()
                     slot = w.slots + (em.steps % 4) * R
                     loads = [op(Opcode.DMA, index, kind=DmaKind.LOAD_CBUF,
-                                dram_addr=w.a_dram + at_in + word,
+                                dram_addr=w.a_dram + at_in
+                                + word_at(p.in_rows, e_in + word * E),
                                 dram_stride=p.sq * arw, buf_addr=slot, rows=rows),
                              op(Opcode.WLOAD, index, w_addr=slot, bank=b)]
                     blk.steps.append(step(loads, op(Opcode.MATMUL, index,
@@ -909,33 +962,51 @@ class TransposeRule:
                                         rows=m, dst=z + byte * R + word * E, to_acc=0)
                                      for byte in range(4)]
                     blocks.append(blk)
-            # each output word w' of every block of the group: an interleaving block
-            # V[b, w'] is loaded once for all of them (the group's planes Z[b] stream
-            # through it one after the other, each into its own accumulator rows)
-            for word in range(max(layout.blocks(rows, E) for _, _, rows, _ in group)):
-                blk = Block(index)
-                members = [(z, at_out, cols, w.acc_slot(cfg, em.blocks + n))
-                           for n, (z, (_, at_out, rows, cols)) in enumerate(zip(zs, group))
-                           if word < layout.blocks(rows, E)]
-                em.blocks += len(members)
-                for byte in range(4):
-                    b = bank()
-                    loads = [op(Opcode.WLOAD, index, w_addr=w.inter + (byte * 4 + word) * R,
-                                bank=b, west=False)]
-                    for z, _, cols, acc_at in members:
-                        blk.steps.append(step(loads, op(
-                            Opcode.MATMUL, index, act_addr=z + byte * R, rows=cols,
-                            acc_addr=acc_at, accumulate=int(byte > 0), bank=b)))
-                        loads = []
-                for z, at_out, cols, acc_at in members:
-                    dst = w.staging + (n_out % (2 * G)) * R
+            # each output word w' of every block of the group, sub-block by sub-block:
+            # an interleaving block V[b, w'*k + s] is loaded once for all of them (the
+            # group's planes Z[b] stream through it one after the other, each into its
+            # own accumulator rows)
+            for word in range(max(layout.blocks(g[2], E) for g in group)):
+                outs = [n for n, (_, _, rows, _, _, _) in enumerate(group)
+                        if word < layout.blocks(rows, E)]
+                dsts = {}
+                for n in outs:
+                    dsts[n] = w.staging + (n_out % (2 * G)) * R
                     n_out += 1
-                    blk.epilogue += [
-                        op(Opcode.VRUN, index, src=acc_at, rows=cols, dst=dst, to_acc=0),
-                        op(Opcode.DMA, index, kind=DmaKind.STORE_CBUF,
-                           dram_addr=w.stored + at_out + word,
-                           dram_stride=p.sl * arw, buf_addr=dst, rows=cols)]
-                blocks.append(blk)
+                for sub in range(k):
+                    blk = Block(index)
+                    # (planes, output word, rows, staging slot, accumulator rows, last)
+                    members = []
+                    for n in outs:
+                        _, at_out, rows, cols, _, e_out = group[n]
+                        subs = out_subs(rows, word)
+                        if sub < subs:
+                            members.append((
+                                zs[n], at_out + word_at(p.out_rows, e_out + word * E),
+                                cols, dsts[n], w.acc_slot(cfg, em.blocks + len(members)),
+                                sub == subs - 1))
+                    if not members:
+                        break
+                    em.blocks += len(members)
+                    for byte in range(4):
+                        b = bank()
+                        loads = [op(Opcode.WLOAD, index,
+                                    w_addr=w.inter + (byte * 4 + word * k + sub) * WR,
+                                    bank=b, west=False)]
+                        for z, _, cols, _, acc_at, _ in members:
+                            blk.steps.append(step(loads, op(
+                                Opcode.MATMUL, index, act_addr=z + byte * R, rows=cols,
+                                acc_addr=acc_at, accumulate=int(byte > 0), bank=b)))
+                            loads = []
+                    for z, at_out, cols, dst, acc_at, last in members:
+                        blk.epilogue.append(op(Opcode.VRUN, index, sub=sub, src=acc_at,
+                                               rows=cols, dst=dst, to_acc=0))
+                        if last:
+                            blk.epilogue.append(op(
+                                Opcode.DMA, index, kind=DmaKind.STORE_CBUF,
+                                dram_addr=w.stored + at_out,
+                                dram_stride=p.sl * arw, buf_addr=dst, rows=cols))
+                    blocks.append(blk)
         return blocks
 
 @dataclass

@@ -3,10 +3,10 @@
 in blocks of R = 16 columns; a GEMM's N-blocks of C = 8 columns are the two sub-blocks
 of one (the second written with ``wb_src = keep`` on the first's other groups), and a
 transpose cuts each 16x16 block into two 16x8 sub-blocks (seed 004's 128x128 block
-on a 128x64 array). GEMMs with ragged K, M, N, a small CNN, transposes, a transpose
-between dense layers and ``a @ bᵀ`` run on its Verilated RTL in one simulator start:
-results equal numpy and the golden model, cycles the prediction. The pure-Python part
-compiles for 4x2 and 4x1 grids and checks the refusals."""
+on a 128x64 array). GEMMs with ragged K, M, N, a small CNN, transposes (int8 and
+int32), a transpose between dense layers and ``a @ bᵀ`` run on its Verilated RTL in one
+simulator start: results equal numpy and the golden model, cycles the prediction. The
+pure-Python part compiles for 4x2 and 4x1 grids and checks the refusals."""
 
 from __future__ import annotations
 
@@ -21,6 +21,7 @@ from systolica.arch.config import ConfigError, preset
 from systolica.arch.isa import Opcode
 from systolica.compiler import CompileError, compile_network, reference
 from systolica.compiler.graph import GraphBuilder
+from test_transpose_nd import int32_graph
 from tiers import sample
 
 TALL = preset("tiny_tall")
@@ -110,6 +111,10 @@ CASES = {
     "dense_transpose_dense": dense_transpose_dense,
     "matmul_t": matmul_t,
     "cnn": cnn,
+    # int32 transposes: blocks of 8 input rows by 16 columns, each output word in two
+    # sub-blocks of 8 bytes (the second keeping the first's groups)
+    "int32_transpose_20x9x13": lambda: int32_graph(20, 9, 13, seed=3),
+    "int32_transpose_17x30x40_twice": lambda: int32_graph(17, 30, 40, seed=4, twice=True),
 }
 
 

@@ -384,7 +384,7 @@ def int32_with_matmul_t():
     return g.build()
 
 
-@pytest.mark.parametrize("chip", ["tiny", "base"])
+@pytest.mark.parametrize("chip", ["tiny", "base", "tiny_tall", "tiny_wide"])
 @pytest.mark.parametrize("make", [nd_twice_with_matmul_t, int32_with_matmul_t])
 def test_transposes_through_dram_beside_a_matmul_t(chip, make):
     """The GEMM lowering (a MatMulT has no rule in the layer-by-layer one) stores an
@@ -396,6 +396,31 @@ def test_transposes_through_dram_beside_a_matmul_t(chip, make):
     assert list(got) == list(want)
     for name in want:
         np.testing.assert_array_equal(got[name], want[name], err_msg=name)
+
+
+def int32_few_columns_with_matmul_t():
+    """An int32 transpose of a [5, 2] tensor beside a MatMulT of K = 3 (the GEMM
+    lowering): no layer's int8 data reaches past the first tile row or column, but the
+    transpose's words hold 8 bytes."""
+    rng = np.random.default_rng(9)
+    g = GraphBuilder("int32_few_columns")
+    h = g.dense(g.input(rng.integers(-128, 128, (5, 3)), name="x"),
+                rng.integers(-128, 128, (3, 2)), rng.integers(-2 ** 31, 2 ** 31 - 1, 2),
+                out_dtype="int32", name="fc")
+    g.transpose(h, name="t")
+    g.matmul_t(g.input(rng.integers(-128, 128, (3, 3)), name="q"),
+               g.input(rng.integers(-128, 128, (2, 3)), name="k"), out_dtype="int32",
+               name="s")
+    return g.build()
+
+
+@pytest.mark.parametrize("chip", ["tiny", "base"])
+def test_int32_transpose_reaches_the_tiles_of_its_bytes(chip):
+    """The tile rows and columns the GEMM lowering feeds (the others get zeros) count
+    an int32 transpose's bytes, not its elements: [5, 2] int32 is 8 bytes a row."""
+    graph = int32_few_columns_with_matmul_t()
+    _, got = run_golden(preset(chip), graph)
+    np.testing.assert_array_equal(got["t"], reference.evaluate(graph)["fc"].T)
 
 
 @pytest.mark.slow
@@ -418,10 +443,76 @@ def test_int32_transpose_twice_is_the_identity():
     np.testing.assert_array_equal(got["t2"], reference.evaluate(graph)["d"])
 
 
-def test_int32_transpose_needs_a_square_array():
-    from systolica.compiler import CompileError
-    with pytest.raises(CompileError, match="'t'.*square array.*tiny_tall"):
-        compile_network(preset("tiny_tall"), int32_graph(8, 8, 8))
+TALL = preset("tiny_tall")                              # 16x8: R = 2C
+TALL4 = TALL.replace(name="tiny_tall4", tile_cols=1)    # 16x4: R = 4C, one word per ACC row
+WIDE = preset("tiny_wide")                              # 8x16: C = 2R
+WIDE4 = WIDE.replace(name="tiny_wide4", tile_rows=1,    # 4x16: C = 4R, one element a word
+                     dram_words=1 << 16)
+
+# (m, k, n, perm) of int32_graph: one block, ragged blocks, a copy (the last axis kept),
+# the explicit swap, fewer elements than a word, a transpose and back
+INT32_NONSQUARE_CASES = [(8, 8, 8, None), (20, 9, 13, None), (5, 3, 7, (0, 1)),
+                         (20, 9, 13, (1, 0)), (2, 3, 2, None), (33, 5, 17, (0, 1)),
+                         (17, 30, 40, "twice"), (1, 2, 1, None), (16, 4, 16, None)]
+
+
+@pytest.mark.parametrize("cfg", [TALL, TALL4, WIDE, WIDE4], ids=lambda c: c.name)
+@pytest.mark.parametrize("m, k, n, perm", sample(INT32_NONSQUARE_CASES, 2),
+                         ids=lambda v: str(v).replace(" ", ""))
+def test_int32_transpose_on_non_square_arrays(cfg, m, k, n, perm):
+    """On a tall array (R = k*C): blocks of C input rows (a west load's) by R input
+    columns, each output word built in k sub-blocks of C bytes; on a wide one (C = k*R)
+    blocks of R x R elements, the interleaving blocks west-loaded, slice 0 written. The
+    golden model's result (in the predicted cycles) equals np.transpose of the dense
+    layer's numpy result."""
+    twice = perm == "twice"
+    graph = int32_graph(m, k, n, None if twice else perm, seed=m + n, twice=twice)
+    _, got = run_golden(cfg, graph)
+    d = reference.evaluate(graph)["d"]
+    if twice:       # t is read from DRAM by t2, not an output
+        np.testing.assert_array_equal(got["t2"], d)
+        return
+    assert got["t"].dtype == np.int32
+    np.testing.assert_array_equal(got["t"], d.T if perm is None else np.transpose(d, perm))
+
+
+def test_transposes_through_dram_beside_a_wide_dense_on_a_non_square_array():
+    """A graph of dense layers and transposes read through DRAM whose dense layer has
+    more than min(R, C) output channels: the layer-by-layer lowering refuses those on a
+    non-square array, so the GEMM lowering takes the graph (as beside a MatMulT)."""
+    rng = np.random.default_rng(7)
+    g = GraphBuilder("nd_twice_dense")
+    t1 = g.transpose(g.input(rng.integers(-128, 128, (3, 5, 11)), name="x"), (1, 0, 2),
+                     name="t1")
+    g.transpose(t1, (2, 0, 1), name="t2")
+    h = g.dense(g.input(rng.integers(-128, 128, (6, 9)), name="q"),
+                rng.integers(-128, 128, (9, 13)), mult=1, shift=8, name="fc")
+    g.transpose(h, name="ht")
+    graph = g.build()
+    for cfg in (TALL, TALL4, WIDE):
+        compiled, got = run_golden(cfg, graph)
+        assert compiled.chain is None and not compiled.tiling      # the GEMM lowering
+        np.testing.assert_array_equal(got["t2"], np.transpose(graph.data["x"], (2, 1, 0)))
+        np.testing.assert_array_equal(got["ht"], reference.evaluate(graph)["fc"].T)
+
+
+def test_int32_transpose_on_a_tall_array_in_sub_blocks():
+    """64x64 int32 on tiny_tall (16x8): 8 x 4 blocks of 8 x 16 elements, 4 input words
+    each (a west load of 8 rows per word) and per group one load of each of the 16
+    interleaving blocks (an output word's 2 sub-blocks of 8 bytes: 2 words x 2 sub-blocks
+    x 4 bytes); the second sub-block's VRUN keeps the first's groups."""
+    from systolica.arch import fabric, isa
+    from systolica.compiler.rules import acc_half_rows
+    compiled = compile_network(TALL, int32_graph(64, 8, 64))
+    t = [n.name for n in compiled.graph.nodes].index("t")
+    ops = [i for i, layer in zip(compiled.program, compiled.layer_of) if layer == t]
+    G = TransposeRule.int32_group(TALL, acc_half_rows(TALL))
+    wloads = [i for i in ops if i.op is Opcode.WLOAD]
+    assert len(wloads) == 32 * 4 + -(-32 // G) * 16
+    table = fabric.muxes(TALL)
+    assert any(table[i].name.startswith("wb_src") and table[i].sources[v] == fabric.KEEP
+               for ins in ops if ins.op is Opcode.SETCFG
+               for i, v in isa.setcfg_pairs(ins.fields))
 
 
 def test_convolutional_network_with_an_int32_output():
