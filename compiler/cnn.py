@@ -944,6 +944,43 @@ def check_channels(cfg: ChipConfig, graph: Graph) -> None:
                     f"channels (one block); use a square preset or fewer channels")
 
 
+def _check_map_concat(cfg: ChipConfig, graph: Graph, node, alias) -> None:
+    """A Concat of feature maps is laid out, not computed (docs/cnn.md, "Concat of
+    feature maps"): each input's producer writes its channel blocks where they lie in
+    the output's. So every input is made by a layer that stores it to DRAM, no two
+    inputs (and no other Concat) share one, and every input but the last fills whole
+    blocks of R channels."""
+    R = cfg.rows
+    who = f"layer {node.name!r}"
+    if len(set(node.inputs)) != len(node.inputs):
+        raise CompileError(f"{who}: joins one map twice; its channel blocks can be "
+                           f"written in one place only: copy it first (e.g. a 1x1 "
+                           f"convolution with identity weights)")
+    for k, t in enumerate(node.inputs):
+        producer = graph.producer(t)
+        if producer is None or isinstance(producer.op, (Flatten, Transpose)) \
+                or t in alias:
+            raise CompileError(f"{who}: input {t!r} is "
+                               f"{'a graph input' if producer is None else 'a view'}; a "
+                               f"Concat of maps joins maps that layers of the network "
+                               f"make (their blocks are written in place): pass it "
+                               f"through a layer first")
+        if t in graph.outputs:
+            raise CompileError(f"{who}: input {t!r} is also a graph output; a Concat's "
+                               f"inputs are written into its output's blocks")
+        others = [c.name for c in graph.consumers(t)
+                  if isinstance(c.op, Concat) and c is not node]
+        if others:
+            raise CompileError(f"{who}: input {t!r} is joined by {others[0]!r} too; a map "
+                               f"is written into one Concat's blocks only")
+        C = graph.tensor(t).shape[3]
+        if k < len(node.inputs) - 1 and C % R:
+            raise CompileError(f"{who}: input {t!r} has {C} channels, not a multiple of "
+                               f"the chip's {R} ({cfg.name!r}): every input but the last "
+                               f"must fill whole channel blocks, as the next starts a "
+                               f"block; give it a multiple of {R} channels or put it last")
+
+
 def lower_cnn(cfg: ChipConfig, graph: Graph,
               weights: str | Mapping[str, str] | None = None,
               buffers: int | Mapping[str, int] | None = None,
@@ -1025,10 +1062,16 @@ def lower_cnn(cfg: ChipConfig, graph: Graph,
                                    f"network reads one tensor")
             jobs.append(_dense_job(cfg, graph, i, node, srcs[0]))
         elif isinstance(op, Concat):
-            raise CompileError(f"layer {node.name!r}: a Concat runs in networks of dense "
-                               f"layers (and transposes, A·Bᵀ); in a convolutional "
-                               f"network give the dense layer after it the inputs as "
-                               f"separate tensors (it reads several, concatenated)")
+            if len(graph.tensor(node.outputs[0]).shape) != 4:
+                raise CompileError(f"layer {node.name!r}: a Concat runs in networks of "
+                                   f"dense layers (and transposes, A·Bᵀ) when it joins "
+                                   f"[M, K] tensors, and in a convolutional network when it "
+                                   f"joins feature maps; here give the dense layer after it "
+                                   f"the inputs as separate tensors (it reads several, "
+                                   f"concatenated)")
+            _check_map_concat(cfg, graph, node, alias)
+            jobs.append(None)           # a view: its inputs are written in its blocks
+            continue
         else:
             raise CompileError(f"layer {node.name!r}: no lowering rule for "
                                f"{type(op).__name__}")
@@ -1085,9 +1128,17 @@ def lower_cnn(cfg: ChipConfig, graph: Graph,
                                  f"{what} of layer {node.name!r}")
                 params[(node.name, what)] = (at[what], words.shape[0])
             job_dram[node.name] = (at, None)
+    # a Concat of maps is a view: its inputs are written in its output's channel blocks
+    joined = {t: (n, k) for n in graph.nodes if isinstance(n.op, Concat)
+              for k, t in enumerate(n.inputs)}
+    for t in joined:
+        if t in inside:
+            raise CompileError(f"tensor {t!r}: a Concat's input is kept in the CBUF by a "
+                               f"chain of convolutions; compile with chain="
+                               f"'layer_by_layer' or segments that end at {t!r}")
     for node in graph.nodes:
         for t in node.outputs:
-            if t in alias or t in graph.outputs or t in inside:
+            if t in alias or t in graph.outputs or t in inside or t in joined:
                 continue
             tt = graph.tensor(t)
             where[t] = place(f"tensor {t}", _out_words(cfg, tt), f"tensor {t!r}")
@@ -1097,6 +1148,14 @@ def lower_cnn(cfg: ChipConfig, graph: Graph,
             raise CompileError(f"tensor {t!r}: a graph output cannot be a Flatten's")
         where[t] = place(f"tensor {t}", _out_words(cfg, tt), f"output {t!r}")
         outputs[t] = (where[t], _out_words(cfg, tt))
+    for node in reversed(graph.nodes):      # an outer Concat's blocks before an inner's
+        if isinstance(node.op, Concat):
+            shape = as_map(graph.tensor(node.outputs[0]).shape)
+            at = where[node.outputs[0]]
+            for t in node.inputs:
+                where[t] = at
+                at += layout.blocks(graph.tensor(t).shape[3], R) * shape[0] * shape[1] \
+                    * shape[2]
     image = dram.image()
 
     emit = _Emit(cfg, _Counters(tile_rows=cfg.tile_rows, tile_cols=cfg.tile_cols), lay)

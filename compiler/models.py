@@ -175,6 +175,30 @@ class _Builder:
         return self.add(c, short, name=f"{name}_add")
 
 
+def inception_block(batch: int = 1, size: int = 8, cin: int = 16,
+                    widths: tuple[int, int, int, int] = (16, 16, 16, 5), seed: int = 0, *,
+                    per_channel: bool = True, head: int | None = 8) -> Graph:
+    """A GoogLeNet inception module on a post-ReLU int8 ``(batch, size, size, cin)``
+    map: a 1x1 branch, a 1x1 then 3x3 branch, a 1x1 then 5x5 branch and a 3x3 max
+    pool then 1x1 branch, of ``widths`` output channels, joined by a Concat of their
+    channels (on the chip, a layout: docs/cnn.md, "Concat of feature maps"), then a
+    1x1 convolution to `head` channels (None: the join is the output)."""
+    w1, w3, w5, wp = widths
+    net = _Builder("inception", seed, per_channel)
+    x = net.input((batch, size, size, cin), zero_point=RELU_ZP)
+    b1 = net.conv(x, 1, w1, name="branch1x1")
+    b3 = net.conv(net.conv(x, 1, max(w3 // 2, 1), name="branch3x3_reduce"), 3, w3,
+                  name="branch3x3")
+    b5 = net.conv(net.conv(x, 1, max(w5 // 2, 1), name="branch5x5_reduce"), 5, w5,
+                  name="branch5x5")
+    bp = net.conv(net.max_pool(x, 3, 1, 1, name="pool"), 1, wp, name="pool_proj")
+    joined = net.g.concat(b1, b3, b5, bp, name="join")
+    if head is not None:
+        net.calib[joined] = np.concatenate([net.calib[t] for t in (b1, b3, b5, bp)], -1)
+        net.conv(joined, 1, head, name="head")
+    return net.g.build()
+
+
 #: (width, blocks, stride of the first block) per stage.
 RESNET50_STAGES = ((64, 3, 1), (128, 4, 2), (256, 6, 2), (512, 3, 2))
 

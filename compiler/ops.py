@@ -652,10 +652,13 @@ class Transpose:
 @dataclass(frozen=True)
 class Concat:
     """``y = np.concatenate(xs, axis=-1)`` of two or more int8 tensors ``[M, K_i]`` with
-    one ``M`` and one zero point (the output's quantisation is theirs). On the chip
-    the lane router moves each input's partition groups to their place in the output's
-    rows (docs/compiler.md, "Concat through the lanes"), so every input but the last
-    must have a multiple of the lane width (``tile_size``) columns."""
+    one ``M``, or feature maps ``(N, H, W, C_i)`` of one ``N, H, W`` (their channels),
+    and one zero point (the output's quantisation is theirs). On the chip the lane
+    router moves each ``[M, K_i]`` input's partition groups to their place in the
+    output's rows (docs/compiler.md, "Concat through the lanes"), so every input but
+    the last must have a multiple of the lane width (``tile_size``) columns; feature
+    maps are laid out in DRAM as channel blocks of the output's (docs/cnn.md,
+    "Concat of feature maps"), every input but the last a multiple of ``R`` channels."""
 
     name: str = "concat"
 
@@ -668,21 +671,27 @@ class Concat:
         who = f"layer {self.name!r}"
         first = inputs[0]
         for t in inputs:
-            if t.dtype != "int8" or len(t.shape) != 2:
+            if t.dtype != "int8" or len(t.shape) not in (2, 4) \
+                    or len(t.shape) != len(first.shape):
                 raise CompileError(f"{who}: concatenates int8 [M, K] tensors (their "
-                                   f"columns), but {source(t.name)} is {t.dtype} of shape "
-                                   f"{t.shape}; feature maps are not concatenated on the "
-                                   f"chip (flatten or pool them first)")
-            if t.shape[0] != first.shape[0]:
+                                   f"columns) or int8 (N, H, W, C) feature maps (their "
+                                   f"channels), all of one kind, but {source(t.name)} is "
+                                   f"{t.dtype} of shape {t.shape} and {source(first.name)} "
+                                   f"of shape {first.shape}")
+            if len(t.shape) == 2 and t.shape[0] != first.shape[0]:
                 raise CompileError(f"{who}: {source(t.name)} has {t.shape[0]} rows and "
                                    f"{source(first.name)} {first.shape[0]}; a Concat joins "
                                    f"columns of tensors with the same rows")
+            if t.shape[:-1] != first.shape[:-1]:
+                raise CompileError(f"{who}: {source(t.name)} has (N, H, W) {t.shape[:-1]} "
+                                   f"and {source(first.name)} {first.shape[:-1]}; a Concat "
+                                   f"joins the channels of maps of one batch and size")
             if t.quant.zero_point != first.quant.zero_point or \
                     t.quant.scale != first.quant.scale:
                 raise CompileError(f"{who}: {source(t.name)} and {source(first.name)} are "
                                    f"quantised differently ({t.quant} and {first.quant}); "
                                    f"requantise them to one scale and zero point first")
-        return TensorType((first.shape[0], sum(t.shape[1] for t in inputs)), "int8",
+        return TensorType((*first.shape[:-1], sum(t.shape[-1] for t in inputs)), "int8",
                           first.quant)
 
     def macs(self, out_shape: tuple[int, ...]) -> int:

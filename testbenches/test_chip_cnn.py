@@ -1,8 +1,8 @@
 """Convolutional layers on the Verilated tiny chip: random convolutions (kernels,
 strides, asymmetric pads, dilations, 1- and few-channel inputs packed by taps, zero
 points, per-channel requantisation, ReLU/ReLU6), pools, residual adds, an input
-larger than the CBUF and the small demo CNN; residual networks tiled every way
-(docs/cnn.md, "Weights and tile buffers per layer": weights kept in the CBUF across a
+larger than the CBUF, an inception block (a Concat of maps) and the small demo CNN;
+residual networks tiled every way (docs/cnn.md, "Weights and tile buffers per layer": weights kept in the CBUF across a
 layer's tiles or streamed, two tile buffers or one). Outputs equal the numpy reference
 and the golden model bit for bit; cycles and counters equal the prediction."""
 
@@ -39,6 +39,9 @@ CASES = {
                                 dict(weights="persistent")),
     "bottleneck_stride2_one_buffer": (lambda: models.bottleneck_block(
         size=16, cin=32, width=16, stride=2), dict(weights="stream", buffers=1)),
+    # four branches joined along their channels (a layout: no instruction), read by a
+    # 1x1 convolution; the last branch's block ragged
+    "inception_block": lambda: models.inception_block(size=8, cin=16, widths=(8, 16, 8, 5)),
     "conv_two_buffers": (lambda: cnn_cases.large_conv_case(1),
                          dict(weights="stream", buffers=2)),
     "conv_one_buffer": (lambda: cnn_cases.large_conv_case(1),

@@ -180,8 +180,9 @@ def test_concats_the_chip_does_not_lower_are_refused_by_name():
         compile_network(preset("tiny"), g.build())
     maps = GraphBuilder("maps")
     a = maps.input(np.zeros((1, 4, 4, 4), np.int8), name="a")
-    with pytest.raises(CompileError, match="feature maps are not concatenated"):
-        maps.concat(a, a)
+    f = maps.flatten(maps.global_avg_pool(a, name="gap"), name="f")
+    with pytest.raises(CompileError, match="all of one kind"):
+        maps.concat(a, f)
 
 
 def test_a_concat_alone_in_passes():
