@@ -521,6 +521,8 @@ CLI = [
     ("gemm-zero-sized", ["compile", "--gemm", "0x4x4"],
      ["--gemm", "M = 0", "positive integer", "64x64x64"]),
     ("gemm-zero-n", ["compile", "--gemm", "4x4x0"], ["--gemm", "N = 0", "positive integer"]),
+    ("onnx-no-such-file", ["sim", "--onnx", "{d}/none.onnx"], ["ONNX model", "no such file"]),
+    ("onnx-not-a-model", ["sim", "--onnx", "{d}/text.bin"], ["ONNX model", "cannot be read"]),
     ("gemm-two-sizes", ["compile", "--gemm", "4x4"], ["--gemm", "MxKxN", "'4x4'", "64x64x64"]),
     ("gemm-four-sizes", ["compile", "--gemm", "4x4x4x4"], ["--gemm", "MxKxN", "'4x4x4x4'"]),
     ("gemm-letters", ["compile", "--gemm", "axbxc"], ["--gemm", "MxKxN", "'axbxc'"]),

@@ -213,6 +213,9 @@ def _check_gemm_fits(cfg, shape: tuple[int, int, int]) -> None:
 
 def _network(args, cfg):
     from . import demo
+    if getattr(args, "onnx", None):
+        from ..compiler import onnx_import
+        return onnx_import.load(args.onnx, seed=args.seed)
     if args.gemm is None:
         return {"mlp": demo.mlp, "concat": demo.concat}.get(getattr(args, "demo", "cnn"),
                                                            demo.cnn)()
@@ -232,9 +235,36 @@ def cmd_sim(args) -> int:
     _ensure_built(cfg, args.waves)         # not after minutes of building
     run = flow.run_network(cfg, net, waves=args.waves)
     report.print_run(run)
+    if args.onnx:
+        _against_onnxruntime(args.onnx, net)
     _write_trace(args.trace, run.compiled)
     _write_plot(args.plot, run.compiled, f"{run.name} on chip {cfg.name}")
     return 0 if run.ok else 1
+
+
+def _against_onnxruntime(path: str, graph) -> None:
+    """The imported model's outputs (the RTL's, which equal numpy's) against
+    onnxruntime on the same inputs, if it is installed."""
+    try:
+        import onnxruntime
+    except ImportError:
+        print("onnxruntime is not installed: pip install onnxruntime to compare with it")
+        return
+    import numpy as np
+    from ..compiler import reference
+    sess = onnxruntime.InferenceSession(path, providers=["CPUExecutionProvider"])
+    feeds = {i.name: graph.data[_onnx_name(i.name)] for i in sess.get_inputs()}
+    ours = reference.outputs(graph)
+    for out, theirs in zip(graph.outputs, sess.run(None, feeds)):
+        diff = np.abs(ours[out].astype(int) - theirs.astype(int))
+        print(f"onnxruntime, output {out!r}: {int((diff > 0).sum())} of {diff.size} values "
+              f"differ, by at most {int(diff.max())} (the chip rounds half up by a 16-bit "
+              f"multiplier, ONNX half to even by a float scale)")
+
+
+def _onnx_name(name: str) -> str:
+    from ..compiler.onnx_import import _safe
+    return _safe(name)
 
 
 def _write_plot(path: str | None, compiled, title: str) -> None:
@@ -525,7 +555,11 @@ def parser() -> argparse.ArgumentParser:
                    help="the demo network: the small CNN (default), the MLP, or dense "
                         "branches joined by a Concat through the general lanes (a chip "
                         "with them: --config tiny, tiny_tall or tiny_wide)")
-    p.add_argument("--seed", type=_seed, default=0, help="random data for --gemm")
+    p.add_argument("--onnx", metavar="FILE",
+                   help="run this ONNX model (QOperator form, int8 inputs and outputs; "
+                        "random inputs from --seed) instead of the demo, and compare with "
+                        "onnxruntime if it is installed")
+    p.add_argument("--seed", type=_seed, default=0, help="random data for --gemm, --onnx")
     p.add_argument("--waves", action="store_true", help="write an FST waveform of the run")
     p.add_argument("--trace", default="build/schedule.json", metavar="FILE",
                    help="write the schedule timeline (Chrome trace / Perfetto JSON) here")

@@ -1,0 +1,314 @@
+"""ONNX models in the QOperator form (int8 tensors between ``QLinear*`` operators) as
+graphs (docs/compiler.md, "ONNX models").
+
+What a model may hold: ``QLinearConv`` (one group, weights with zero point 0, a
+scale per tensor or per output channel, an int32 bias), ``QLinearMatMul`` (a constant
+``[K, N]`` right operand with zero point 0 and one scale), ``MaxPool``, ``Concat``
+(of maps along their channels, of ``[M, K]`` along K), ``Flatten`` of a ``1 x 1``
+map, and ``Relu`` on a tensor whose zero point is 0. Its inputs and outputs are int8
+(the host quantises before and dequantises after). Maps are NCHW in ONNX and NHWC on
+the chip: an input map enters through a transpose on the chip
+(``GraphBuilder.input(..., layout="NCHW")``) and an output map leaves through another.
+
+The requantisation differs in one way the model cannot express: ONNX scales a
+product by a float ``x_scale * w_scale / y_scale`` and rounds half to even, the chip
+by ``mult / 2**shift`` (16-bit ``mult``) and rounds half up. So an imported model
+equals the numpy reference and the golden model bit for bit, and onnxruntime within
+one step of int8 (``testbenches/test_onnx_import.py`` counts how often they differ).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Mapping
+
+import numpy as np
+
+from .errors import CompileError
+from .graph import Graph, GraphBuilder
+from .models import requant_for
+
+#: The operators :func:`load` takes (every other one is refused by name).
+SUPPORTED = ("QLinearConv", "QLinearMatMul", "MaxPool", "Concat", "Flatten", "Relu")
+
+
+def load(model, inputs: Mapping[str, np.ndarray] | None = None, *,
+         name: str | None = None, seed: int = 0) -> Graph:
+    """The graph of ONNX `model` (a path, bytes or a ``ModelProto``), its inputs the
+    int8 arrays `inputs` by ONNX input name (missing ones: seeded random data of the
+    declared shape). Raises CompileError naming the node and what to change where the
+    model holds something the chip does not run."""
+    onnx = _onnx()
+    proto = _proto(onnx, model)
+    return _Importer(onnx, proto, dict(inputs or {}), name, seed).graph
+
+
+def _onnx():
+    try:
+        import onnx
+    except ImportError:
+        raise CompileError("importing an ONNX model needs the onnx package: "
+                           "pip install 'systolica[onnx]' (or pip install onnx)") from None
+    return onnx
+
+
+def _proto(onnx, model):
+    if isinstance(model, (str, Path)):
+        path = Path(model)
+        if not path.is_file():
+            raise CompileError(f"ONNX model {str(path)!r}: no such file")
+        try:
+            return onnx.load(str(path))
+        except Exception as e:                 # a truncated or foreign file
+            raise CompileError(f"ONNX model {str(path)!r} cannot be read: {e}") from None
+    if isinstance(model, (bytes, bytearray)):
+        return onnx.load_from_string(bytes(model))
+    if isinstance(model, onnx.ModelProto):
+        return model
+    raise CompileError(f"an ONNX model is a path, bytes or onnx.ModelProto, not "
+                       f"{type(model).__name__}")
+
+
+class _Importer:
+    def __init__(self, onnx, proto, data: dict, name: str | None, seed: int):
+        from onnx import numpy_helper
+        self.onnx = onnx
+        graph = proto.graph
+        self.consts = {t.name: numpy_helper.to_array(t) for t in graph.initializer}
+        for node in graph.node:             # Constant nodes are initialisers too
+            if node.op_type == "Constant":
+                self.consts[node.output[0]] = numpy_helper.to_array(
+                    next(a.t for a in node.attribute if a.name == "value"))
+        self.g = GraphBuilder(name or graph.name or "onnx")
+        self.names: dict[str, str] = {}     # ONNX value -> graph tensor
+        self.nchw: set[str] = set()         # ONNX values that are maps (NCHW there)
+        consumers: dict[str, list] = {}
+        for node in graph.node:
+            for v in node.input:
+                consumers.setdefault(v, []).append(node)
+        self.consumers = consumers
+        self.fused: set[str] = set()        # Relu outputs folded into their producer
+        rng = np.random.default_rng(seed)
+        for vi in graph.input:
+            if vi.name in self.consts:
+                continue
+            self._input(vi, data.pop(vi.name, None), consumers.get(vi.name, []), rng)
+        if data:
+            raise CompileError(f"ONNX model {self.g.name!r} has no input(s) "
+                               f"{sorted(data)}; its inputs are "
+                               f"{[v.name for v in graph.input if v.name not in self.consts]}")
+        for node in graph.node:
+            if node.op_type != "Constant":
+                self._node(node)
+        outs = []
+        for vo in graph.output:
+            t = self.names[vo.name]
+            outs.append(self.g.nchw(t, name=_safe(vo.name)) if vo.name in self.nchw else t)
+        self.graph = self.g.build(*outs)
+
+    # -- values ---------------------------------------------------------------------
+    def _input(self, vi, x, readers, rng):
+        elem = vi.type.tensor_type.elem_type
+        if elem != self.onnx.TensorProto.INT8:
+            raise CompileError(
+                f"ONNX input {vi.name!r} is {self.onnx.TensorProto.DataType.Name(elem)}; "
+                f"the chip takes int8 inputs: quantise on the host and give the model "
+                f"from the first QLinear operator on (drop its QuantizeLinear)")
+        shape = [d.dim_value for d in vi.type.tensor_type.shape.dim]
+        if x is None:
+            if not all(shape):
+                raise CompileError(f"ONNX input {vi.name!r} has shape {shape} with "
+                                   f"unknown sizes; give its data in `inputs`")
+            x = rng.integers(-128, 128, size=shape, dtype=np.int8)
+        x = np.asarray(x)
+        if x.dtype != np.int8:
+            raise CompileError(f"input {vi.name!r}: data must be int8, not {x.dtype}")
+        zp, scale = self._input_quant(vi.name, readers)
+        tname = _safe(vi.name)
+        if x.ndim == 4:
+            self.names[vi.name] = self.g.input(x, name=tname, zero_point=zp, scale=scale,
+                                               layout="NCHW")
+            self.nchw.add(vi.name)
+        else:
+            self.names[vi.name] = self.g.input(x, name=tname, zero_point=zp, scale=scale)
+
+    def _input_quant(self, value: str, readers) -> tuple[int, float | None]:
+        """An input's zero point and scale: those its QLinear readers give it."""
+        for node in readers:
+            if node.op_type in ("QLinearConv", "QLinearMatMul"):
+                return int(self._scalar(node, 2, "zero point")), \
+                    float(self._scalar(node, 1, "scale"))
+        return 0, None
+
+    def _const(self, node, k: int, what: str) -> np.ndarray:
+        if k >= len(node.input) or not node.input[k]:
+            raise CompileError(f"ONNX node {node.name!r} ({node.op_type}): no {what}")
+        v = node.input[k]
+        if v not in self.consts:
+            raise CompileError(f"ONNX node {node.name!r} ({node.op_type}): its {what} "
+                               f"{v!r} is computed, not a constant; the chip takes "
+                               f"constant weights and quantisation parameters")
+        return self.consts[v]
+
+    def _scalar(self, node, k: int, what: str):
+        a = self._const(node, k, what)
+        if a.size != 1:
+            raise CompileError(f"ONNX node {node.name!r} ({node.op_type}): its {what} has "
+                               f"{a.size} values; the chip takes one here")
+        return a.reshape(()).item()
+
+    def _value(self, node, k: int = 0) -> str:
+        v = node.input[k]
+        if v not in self.names:
+            raise CompileError(f"ONNX node {node.name!r} ({node.op_type}) reads {v!r}, "
+                               f"which no supported node makes")
+        return self.names[v]
+
+    # -- nodes ----------------------------------------------------------------------
+    def _node(self, node):
+        if node.op_type not in SUPPORTED:
+            raise CompileError(
+                f"ONNX node {node.name!r}: {node.op_type} is not lowered to the chip; the "
+                f"importer takes {', '.join(SUPPORTED)} (QOperator form, int8 between "
+                f"them)")
+        attrs = {a.name: self.onnx.helper.get_attribute_value(a) for a in node.attribute}
+        out = getattr(self, f"_{node.op_type.lower()}")(node, attrs)
+        self.names[node.output[0]] = out
+
+    def _name(self, node) -> str:
+        return _safe(node.name or node.output[0])
+
+    def _requant(self, node, x_scale, w_scale, y_scale, per_channel: bool):
+        scale = np.atleast_1d(np.asarray(w_scale, np.float64)) * float(x_scale) \
+            / float(y_scale)
+        if np.any(scale <= 0):
+            raise CompileError(f"ONNX node {node.name!r} ({node.op_type}): its scales "
+                               f"must be positive")
+        return requant_for(scale, per_channel)
+
+    def _check_x(self, node, x: str):
+        zp = int(self._scalar(node, 2, "input zero point"))
+        have = self.g.tensor(x).quant.zero_point
+        if zp != have:
+            raise CompileError(f"ONNX node {node.name!r} ({node.op_type}): reads "
+                               f"{node.input[0]!r} with zero point {zp}, but it was made "
+                               f"with {have}; requantise it to one zero point")
+
+    def _qlinearconv(self, node, a):
+        x = self._value(node)
+        if node.input[0] not in self.nchw:
+            raise CompileError(f"ONNX node {node.name!r} (QLinearConv): its input is not "
+                               f"a map")
+        self._check_x(node, x)
+        w = self._const(node, 3, "weights")
+        w_zp = self._const(node, 5, "weight zero point")
+        if np.any(w_zp != 0) or w.dtype != np.int8:
+            raise CompileError(f"ONNX node {node.name!r} (QLinearConv): weights must be "
+                               f"int8 with zero point 0 (symmetric); quantise them so")
+        if a.get("group", 1) != 1:
+            raise CompileError(f"ONNX node {node.name!r} (QLinearConv): group "
+                               f"{a['group']}; the chip runs convolutions of one group")
+        if a.get("auto_pad", b"NOTSET") not in (b"NOTSET", "NOTSET"):
+            raise CompileError(f"ONNX node {node.name!r} (QLinearConv): auto_pad "
+                               f"{a['auto_pad']!r}; export with explicit pads")
+        pads = list(a.get("pads", [0, 0, 0, 0]))
+        cout = w.shape[0]
+        mult, shift = self._requant(node, self._scalar(node, 1, "input scale"),
+                                    self._const(node, 4, "weight scale"),
+                                    self._scalar(node, 6, "output scale"), True)
+        if np.ndim(mult) == 0:
+            mult = np.full(cout, mult)
+        bias = (self._const(node, 8, "bias").astype(np.int32) if len(node.input) > 8
+                and node.input[8] else None)
+        out = self.g.conv2d(x, np.transpose(w, (2, 3, 1, 0)), bias,
+                            stride=tuple(a.get("strides", [1, 1])),
+                            pads=(pads[0], pads[1], pads[2], pads[3]),
+                            dilation=tuple(a.get("dilations", [1, 1])),
+                            mult=mult, shift=shift,
+                            zp=int(self._scalar(node, 7, "output zero point")),
+                            relu=self._fuses_relu(node), name=self._name(node))
+        self.nchw.add(node.output[0])
+        return out
+
+    def _qlinearmatmul(self, node, a):
+        x = self._value(node)
+        if node.input[0] in self.nchw or len(self.g.tensor(x).shape) != 2:
+            raise CompileError(f"ONNX node {node.name!r} (QLinearMatMul): takes an [M, K] "
+                               f"left operand (Flatten a map first)")
+        self._check_x(node, x)
+        w = self._const(node, 3, "right operand")
+        if w.ndim != 2 or np.any(self._const(node, 5, "right zero point") != 0):
+            raise CompileError(f"ONNX node {node.name!r} (QLinearMatMul): the right "
+                               f"operand must be a constant [K, N] int8 with zero point 0")
+        w_scale = np.atleast_1d(self._const(node, 4, "right scale"))
+        if np.unique(w_scale).size != 1:
+            raise CompileError(f"ONNX node {node.name!r} (QLinearMatMul): one scale for "
+                               f"the right operand (the chip's dense layer has one "
+                               f"multiplier)")
+        mult, shift = self._requant(node, self._scalar(node, 1, "left scale"), w_scale[0],
+                                    self._scalar(node, 6, "output scale"), False)
+        # sum((x - x_zp) * w) = x @ w - x_zp * sum(w): the zero point folds into a bias
+        x_zp = self.g.tensor(x).quant.zero_point
+        bias = (-x_zp * w.astype(np.int64).sum(axis=0)).astype(np.int32) if x_zp else None
+        return self.g.dense(x, w, bias, mult=mult, shift=shift,
+                            zp=int(self._scalar(node, 7, "output zero point")),
+                            relu=self._fuses_relu(node), name=self._name(node))
+
+    def _maxpool(self, node, a):
+        x = self._value(node)
+        if a.get("ceil_mode", 0) or any(d != 1 for d in a.get("dilations", [1, 1])):
+            raise CompileError(f"ONNX node {node.name!r} (MaxPool): ceil_mode and "
+                               f"dilations are not lowered; export with ceil_mode=0")
+        pads = list(a.get("pads", [0, 0, 0, 0]))
+        out = self.g.max_pool2d(x, tuple(a["kernel_shape"]),
+                                tuple(a.get("strides", a["kernel_shape"])),
+                                (pads[0], pads[1], pads[2], pads[3]), name=self._name(node))
+        self.nchw.add(node.output[0])
+        return out
+
+    def _concat(self, node, a):
+        xs = [self._value(node, k) for k in range(len(node.input))]
+        maps = [v in self.nchw for v in node.input]
+        axis = a["axis"]
+        rank = 4 if all(maps) else 2
+        if any(maps) != all(maps) or axis not in ((1, -3) if rank == 4 else (1, -1)):
+            raise CompileError(f"ONNX node {node.name!r} (Concat): joins maps along their "
+                               f"channels (axis 1) or [M, K] tensors along K (axis 1)")
+        out = self.g.concat(*xs, name=self._name(node))
+        if rank == 4:
+            self.nchw.add(node.output[0])
+        return out
+
+    def _flatten(self, node, a):
+        x = self._value(node)
+        shape = self.g.tensor(x).shape
+        if a.get("axis", 1) != 1 or node.input[0] not in self.nchw \
+                or shape[1] * shape[2] != 1:
+            raise CompileError(f"ONNX node {node.name!r} (Flatten): flattens a 1 x 1 map "
+                               f"(axis 1) only; ONNX flattens C, H, W and the chip H, W, "
+                               f"C, so a larger map needs a global pool first")
+        return self.g.flatten(x, name=self._name(node))
+
+    def _fuses_relu(self, node) -> bool:
+        """Whether `node`'s only reader is a Relu the chip folds into it: its clamp at
+        the output zero point is ONNX's ``max(y, 0)`` when that zero point is 0."""
+        readers = self.consumers.get(node.output[0], [])
+        if len(readers) == 1 and readers[0].op_type == "Relu" \
+                and int(self._scalar(node, 7, "output zero point")) == 0:
+            self.fused.add(readers[0].output[0])
+            return True
+        return False
+
+    def _relu(self, node, a):
+        if node.output[0] not in self.fused:
+            raise CompileError(f"ONNX node {node.name!r} (Relu): folds into the layer "
+                               f"before it (QLinearConv or QLinearMatMul) when that "
+                               f"layer's output has zero point 0 and no other reader")
+        self.nchw.update(node.output[:1] if node.input[0] in self.nchw else [])
+        return self._value(node)
+
+
+def _safe(name: str) -> str:
+    """An ONNX value or node name as a graph name (they may hold any character)."""
+    out = "".join(c if c.isalnum() or c in "_" else "_" for c in name)
+    return out if out and not out[0].isdigit() else f"t_{out}"
