@@ -193,3 +193,21 @@ def test_what_the_chip_does_not_run_is_refused_by_name():
         onnx_import.load(helper.make_model(graph))
     with pytest.raises(CompileError, match="no such file"):
         onnx_import.load("/nonexistent/model.onnx")
+
+
+@pytest.mark.rtl
+def test_imported_models_on_the_rtl():
+    """The inception-like model, imported, on the Verilated
+    tiny chip: equal to numpy and the golden model, in the predicted cycles, and
+    within one step of onnxruntime."""
+    from conftest import assert_matches_prediction, assert_outputs_match, \
+        compile_and_run_on_rtl
+    feeds = {"x": np.random.default_rng(1).integers(-128, 128, (1, 6, 10, 10), np.int8)}
+    model = _inception()
+    runs = compile_and_run_on_rtl(TINY, {"inception": lambda: onnx_import.load(model, feeds)})
+    compiled, res = runs["inception"]
+    assert_outputs_match(TINY, compiled, res)
+    assert_matches_prediction(TINY, compiled, res)
+    got = compiled.results(res["dram"])
+    for t, theirs in zip(compiled.graph.outputs, _runtime(model, feeds)):
+        assert np.abs(got[t].astype(int) - theirs.astype(int)).max() <= 1
