@@ -12,76 +12,14 @@ import pytest
 
 onnx = pytest.importorskip("onnx")
 ort = pytest.importorskip("onnxruntime")
-from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+from onnx import TensorProto, helper  # noqa: E402
 
 from systolica import golden  # noqa: E402
 from systolica.arch.config import preset  # noqa: E402
 from systolica.compiler import CompileError, compile_network, onnx_import, reference  # noqa: E402
+from systolica.compiler import onnx_models  # noqa: E402
 
 TINY = preset("tiny")
-
-
-class _Model:
-    """A QOperator model under construction: int8 values, constant initialisers."""
-
-    def __init__(self, seed: int):
-        self.rng = np.random.default_rng(seed)
-        self.nodes, self.inits, self.n = [], [], 0
-
-    def const(self, array, name=None) -> str:
-        name = name or f"c{len(self.inits)}"
-        self.inits.append(numpy_helper.from_array(np.asarray(array), name))
-        return name
-
-    def q(self, scale, zp) -> list[str]:
-        return [self.const(np.float32(scale)), self.const(np.int8(zp))]
-
-    def conv(self, x, xq, cin, cout, k, yq, *, stride=1, pads=None, w_scales=None,
-             relu=False, dilation=1):
-        self.n += 1
-        w = self.rng.integers(-60, 60, (cout, cin, k, k), dtype=np.int8)
-        ws = np.float32(0.01) if w_scales is None else np.asarray(w_scales, np.float32)
-        bias = self.rng.integers(-2000, 2000, cout, dtype=np.int32)
-        y = f"conv{self.n}"
-        p = k // 2 * dilation if pads is None else pads
-        self.nodes.append(helper.make_node(
-            "QLinearConv", [x, *self.q(*xq), self.const(w), self.const(ws),
-                            self.const(np.zeros(np.shape(ws), np.int8)), *self.q(*yq),
-                            self.const(bias)],
-            [y], name=f"qconv{self.n}", strides=[stride, stride],
-            pads=[p, p, p, p] if np.ndim(p) == 0 else list(p),
-            dilations=[dilation, dilation], kernel_shape=[k, k]))
-        if relu:
-            self.nodes.append(helper.make_node("Relu", [y], [y + "_relu"], name=f"relu{self.n}"))
-            return y + "_relu"
-        return y
-
-    def matmul(self, x, xq, k, n, yq, relu=False):
-        self.n += 1
-        w = self.rng.integers(-60, 60, (k, n), dtype=np.int8)
-        y = f"mm{self.n}"
-        self.nodes.append(helper.make_node(
-            "QLinearMatMul", [x, *self.q(*xq), self.const(w), *self.q(0.02, 0), *self.q(*yq)],
-            [y], name=f"qmm{self.n}"))
-        if relu:
-            self.nodes.append(helper.make_node("Relu", [y], [y + "_relu"], name=f"relu{self.n}"))
-            return y + "_relu"
-        return y
-
-    def node(self, op, inputs, **attrs):
-        self.n += 1
-        y = f"{op.lower()}{self.n}"
-        self.nodes.append(helper.make_node(op, inputs, [y], name=f"{op}_{self.n}", **attrs))
-        return y
-
-    def build(self, inputs, outputs) -> onnx.ModelProto:
-        graph = helper.make_graph(
-            self.nodes, "m",
-            [helper.make_tensor_value_info(n, TensorProto.INT8, s) for n, s in inputs],
-            [helper.make_tensor_value_info(n, TensorProto.INT8, None) for n in outputs],
-            self.inits)
-        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-        return model
 
 
 def _runtime(model, feeds):
@@ -109,29 +47,17 @@ def _compare(model, feeds, cfg=TINY, max_differing=0.05):
     return comp
 
 
-def _inception(seed=0, channels=8):
-    m = _Model(seed)
-    xq, yq = (0.05, 3), (0.08, -5)
-    b1 = m.conv("x", xq, 6, channels, 1, yq)
-    b2 = m.conv("x", xq, 6, channels, 3, yq, w_scales=np.linspace(0.005, 0.02, channels))
-    pool = m.node("MaxPool", ["x"], kernel_shape=[3, 3], strides=[1, 1], pads=[1, 1, 1, 1])
-    b3 = m.conv(pool, xq, 6, 5, 1, yq)
-    cat = m.node("Concat", [b1, b2, b3], axis=1)
-    y = m.conv(cat, yq, 2 * channels + 5, 7, 3, (0.1, 0), stride=2, relu=True)
-    return m.build([("x", [1, 6, 10, 10])], [y])
-
-
 def test_an_inception_block_equals_onnxruntime():
     """NCHW in and out (transposes on the chip), a per-channel conv, a max pool, a
     Concat of maps, a strided conv with a Relu folded into it."""
     feeds = {"x": np.random.default_rng(1).integers(-128, 128, (1, 6, 10, 10), np.int8)}
-    _compare(_inception(), feeds)
+    _compare(onnx_models.inception(), feeds)
 
 
 def test_a_cnn_head_and_an_mlp_equal_onnxruntime():
     """A conv to a 1 x 1 map, Flatten, two QLinearMatMuls (the input zero point
     folded into a bias); and an MLP on [M, K] inputs."""
-    m = _Model(2)
+    m = onnx_models.QModel(2)
     c = m.conv("x", (0.04, 0), 5, 16, 4, (0.1, 2), pads=0)
     f = m.node("Flatten", [c], axis=1)
     h = m.matmul(f, (0.1, 2), 16, 12, (0.2, 0), relu=True)
@@ -139,7 +65,7 @@ def test_a_cnn_head_and_an_mlp_equal_onnxruntime():
     model = m.build([("x", [3, 5, 4, 4])], [y])
     _compare(model, {"x": np.random.default_rng(3).integers(-128, 128, (3, 5, 4, 4),
                                                              np.int8)})
-    m = _Model(4)
+    m = onnx_models.QModel(4)
     h = m.matmul("a", (0.03, -3), 20, 24, (0.2, 0), relu=True)
     y = m.matmul(h, (0.2, 0), 24, 9, (0.25, 4))
     model = m.build([("a", [40, 20])], [y])
@@ -149,7 +75,7 @@ def test_a_cnn_head_and_an_mlp_equal_onnxruntime():
 @pytest.mark.parametrize("seed", range(3))
 def test_random_conv_stacks_equal_onnxruntime(seed):
     rng = np.random.default_rng(seed)
-    m = _Model(seed)
+    m = onnx_models.QModel(seed)
     cin = int(rng.integers(1, 12))
     size = int(rng.integers(5, 12))
     x, q, c = "x", (0.05, int(rng.integers(-20, 20))), cin
@@ -165,7 +91,7 @@ def test_random_conv_stacks_equal_onnxruntime(seed):
 
 
 def _refused(build, words):
-    m = _Model(0)
+    m = onnx_models.QModel(0)
     inputs, outputs = build(m)
     with pytest.raises(CompileError) as info:
         onnx_import.load(m.build(inputs, outputs))
@@ -184,7 +110,7 @@ def test_what_the_chip_does_not_run_is_refused_by_name():
         m.nodes.append(helper.make_node("QuantizeLinear", ["f", *m.q(0.1, 0)], ["x"],
                                         name="quant"))
         return [("f", [1, 4])], ["x"]
-    m = _Model(0)
+    m = onnx_models.QModel(0)
     inputs, outputs = float_input(m)
     graph = helper.make_graph(
         m.nodes, "m", [helper.make_tensor_value_info("f", TensorProto.FLOAT, [1, 4])],
@@ -203,7 +129,7 @@ def test_imported_models_on_the_rtl():
     from conftest import assert_matches_prediction, assert_outputs_match, \
         compile_and_run_on_rtl
     feeds = {"x": np.random.default_rng(1).integers(-128, 128, (1, 6, 10, 10), np.int8)}
-    model = _inception()
+    model = onnx_models.inception()
     runs = compile_and_run_on_rtl(TINY, {"inception": lambda: onnx_import.load(model, feeds)})
     compiled, res = runs["inception"]
     assert_outputs_match(TINY, compiled, res)

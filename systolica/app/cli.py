@@ -262,6 +262,28 @@ def _against_onnxruntime(path: str, graph) -> None:
               f"multiplier, ONNX half to even by a float scale)")
 
 
+def _onnx_inception():
+    from ..compiler import onnx_import, onnx_models
+    return onnx_import.load(onnx_models.inception(), name="onnx_inception")
+
+
+def _onnxruntime_agreement(graph) -> dict:
+    """The bench's ONNX model: how many of its output values onnxruntime gives
+    otherwise than the chip (which equals numpy, checked by the run)."""
+    import numpy as np
+    import onnxruntime
+    from ..compiler import onnx_models, reference
+    model = onnx_models.inception()
+    sess = onnxruntime.InferenceSession(model.SerializeToString(),
+                                        providers=["CPUExecutionProvider"])
+    feeds = {i.name: graph.data[_onnx_name(i.name)] for i in sess.get_inputs()}
+    ours = reference.outputs(graph)
+    diff = np.concatenate([np.abs(ours[t].astype(int) - theirs.astype(int)).ravel()
+                           for t, theirs in zip(graph.outputs, sess.run(None, feeds))])
+    return {"values": int(diff.size), "differing": int((diff > 0).sum()),
+            "max_difference": int(diff.max())}
+
+
 def _onnx_name(name: str) -> str:
     from ..compiler.onnx_import import _safe
     return _safe(name)
@@ -328,7 +350,14 @@ def cmd_bench(args) -> int:
              *[(f"concat_120x4x4x4{'' if joined else '_separate'}", cfg_name,
                 lambda joined=joined: models.branches(120, (4, 4, 4), 6, joined=joined,
                                                       name="concat_120x4x4x4"), "cocotb")
-               for cfg_name in ("tiny", "tiny_tall", "tiny_wide") for joined in (True, False)]]
+               for cfg_name in ("tiny", "tiny_tall", "tiny_wide") for joined in (True, False)],
+             # an inception block: four branches joined by a Concat of maps (a layout:
+             # the producers store into the join's blocks), read by a 1x1 convolution
+             ("inception_block", "tiny",
+              lambda: models.inception_block(size=8, cin=16, widths=(8, 16, 8, 5)), "cocotb"),
+             # an ONNX model in the QOperator form, imported (compared with
+             # onnxruntime below)
+             ("onnx_inception", "tiny", _onnx_inception, "cocotb")]
     records = []
     plots = Path(args.out).parent / "plots"     # where each run's cycles go
     with Progress() as progress:
@@ -344,6 +373,8 @@ def cmd_bench(args) -> int:
             run = flow.run_network(preset(cfg_name), make(), harness=harness,
                                    split=split[0] if split else None)
             records.append(report.record(run, name))
+            if make is _onnx_inception:
+                records[-1]["onnxruntime"] = _onnxruntime_agreement(run.compiled.graph)
             plot.write_occupancy(plots / f"{name}_{cfg_name}.svg", run.compiled,
                                  f"{name} on chip {cfg_name}")
             progress.advance(task)
