@@ -9,22 +9,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from systolica import golden
 from systolica.arch.config import preset
-from systolica.compiler import CompileError, GraphBuilder, compile_network, models, reference
+from systolica.compiler import CompileError, GraphBuilder, compile_network, models
+from test_compiler_concat import run_golden
 
 TINY, BASE = preset("tiny"), preset("base")
-
-
-def run_golden(cfg, graph, **options):
-    comp = compile_network(cfg, graph, **options)
-    res = golden.run(cfg, comp.image, comp.dram, prog_addr=comp.prog_addr, ubuf=comp.ubuf)
-    assert res.error.name == "NONE"
-    assert res.cycles == comp.predicted_cycles
-    got, want = comp.results(res.dram), reference.outputs(graph)
-    for t in want:
-        np.testing.assert_array_equal(got[t], want[t], err_msg=t)
-    return comp
 
 
 def _conv(g, x, cout, k=1, *, seed, name, relu=True):
