@@ -1129,8 +1129,7 @@ def lower_cnn(cfg: ChipConfig, graph: Graph,
                 params[(node.name, what)] = (at[what], words.shape[0])
             job_dram[node.name] = (at, None)
     # a Concat of maps is a view: its inputs are written in its output's channel blocks
-    joined = {t: (n, k) for n in graph.nodes if isinstance(n.op, Concat)
-              for k, t in enumerate(n.inputs)}
+    joined = {t for n in graph.nodes if isinstance(n.op, Concat) for t in n.inputs}
     for t in joined:
         if t in inside:
             raise CompileError(f"tensor {t!r}: a Concat's input is kept in the CBUF by a "
