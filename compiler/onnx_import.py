@@ -1,5 +1,6 @@
-"""ONNX models in the QOperator form (int8 tensors between ``QLinear*`` operators) as
-graphs (docs/compiler.md, "ONNX models").
+"""ONNX models in the QOperator form (int8 tensors between ``QLinear*`` operators), or
+in the QDQ form folded into it (:func:`fold_qdq`), as graphs (docs/compiler.md, "ONNX
+models").
 
 What a model may hold: ``QLinearConv`` (one group, weights with zero point 0, a
 scale per tensor or per output channel, an int32 bias), ``QLinearMatMul`` (a constant
@@ -36,11 +37,159 @@ def load(model, inputs: Mapping[str, np.ndarray] | None = None, *,
          name: str | None = None, seed: int = 0) -> Graph:
     """The graph of ONNX `model` (a path, bytes or a ``ModelProto``), its inputs the
     int8 arrays `inputs` by ONNX input name (missing ones: seeded random data of the
-    declared shape). Raises CompileError naming the node and what to change where the
-    model holds something the chip does not run."""
+    declared shape). A model in the QDQ form (float operators between
+    DequantizeLinear and QuantizeLinear) is first folded into the QOperator form
+    (:func:`fold_qdq`); its float inputs are then the int8 values their
+    QuantizeLinear makes, under the input's name. Raises CompileError naming the node
+    and what to change where the model holds something the chip does not run."""
     onnx = _onnx()
     proto = _proto(onnx, model)
+    if any(n.op_type == "DequantizeLinear" for n in proto.graph.node):
+        proto = fold_qdq(proto)
     return _Importer(onnx, proto, dict(inputs or {}), name, seed).graph
+
+
+def fold_qdq(proto):
+    """A QDQ model as the QOperator model it means: ``Q(op(DQ(x), DQ(w), DQ(b)))`` for
+    Conv, MatMul and Gemm (a constant right operand, optionally ``transB``) becomes
+    ``QLinearConv`` / ``QLinearMatMul`` (a Gemm's bias as a ninth input, which only
+    this importer reads), a Relu between the op and Q folding into it (``Q(relu(v)) =
+    max(Q(v), y_zp)``: the chip's clamp at the zero point, whatever it is);
+    ``Q(MaxPool(DQ(x)))``, ``Q(Concat(DQ(x_i)))`` and ``Q(Flatten(DQ(x)))`` with one
+    scale and zero point become the int8 operators. A float input read only by a QuantizeLinear becomes
+    that int8 value (under the input's name), a float output made by a
+    DequantizeLinear the int8 value it reads."""
+    from onnx import TensorProto, helper, numpy_helper
+    g = proto.graph
+    consts = {t.name: numpy_helper.to_array(t) for t in g.initializer}
+    made = {o: n for n in g.node for o in n.output}
+    readers: dict[str, list] = {}
+    for n in g.node:
+        for v in n.input:
+            readers.setdefault(v, []).append(n)
+    rename: dict[str, str] = {}        # a float input's Q output -> the input's name
+    inputs = []
+    for vi in g.input:
+        if vi.name in consts:
+            continue
+        rs = readers.get(vi.name, [])
+        if vi.type.tensor_type.elem_type == TensorProto.FLOAT:
+            if len(rs) != 1 or rs[0].op_type != "QuantizeLinear":
+                raise CompileError(f"ONNX input {vi.name!r} is float and not quantised by "
+                                   f"one QuantizeLinear; the chip takes int8 inputs")
+            rename[rs[0].output[0]] = vi.name
+            shape = [d.dim_value for d in vi.type.tensor_type.shape.dim]
+            inputs.append(helper.make_tensor_value_info(vi.name, TensorProto.INT8, shape))
+        else:
+            inputs.append(vi)
+    out_nodes, inits = [], list(g.initializer)
+
+    def value(v):
+        return rename.get(v, v)
+
+    def dq(v, what, node):
+        """``(int8 value, scale name, zero point name)`` of a DequantizeLinear output."""
+        n = made.get(v)
+        if n is None or n.op_type != "DequantizeLinear":
+            raise CompileError(f"ONNX node {node.name!r} ({node.op_type}): its {what} "
+                               f"{v!r} is not a DequantizeLinear's output; in the QDQ form "
+                               f"every operand is dequantised int8")
+        zp = n.input[2] if len(n.input) > 2 and n.input[2] else None
+        if zp is None:
+            zp = f"{n.output[0]}__zp"
+            inits.append(numpy_helper.from_array(np.zeros(
+                np.shape(consts.get(n.input[1], 0)), np.int8), zp))
+        return value(n.input[0]), n.input[1], zp
+
+    def const_scale(name, values):
+        inits.append(numpy_helper.from_array(np.asarray(values, np.float32), name))
+        return name
+
+    for q in g.node:
+        if q.op_type != "QuantizeLinear" or q.output[0] in rename:
+            continue
+        y_s = q.input[1]
+        y_zp = q.input[2] if len(q.input) > 2 and q.input[2] else None
+        if y_zp is None:
+            y_zp = f"{q.output[0]}__zp"
+            inits.append(numpy_helper.from_array(np.int8(0), y_zp))
+        op = made.get(q.input[0])
+        relu = op is not None and op.op_type == "Relu"
+        if relu:
+            op = made.get(op.input[0])
+        if op is None:
+            raise CompileError(f"ONNX node {q.name!r} (QuantizeLinear) quantises a value no "
+                               f"node makes")
+        out = q.output[0]
+        conv_out = f"{out}__pre_relu" if relu else out
+        if op.op_type == "Conv":
+            x, x_s, x_zp = dq(op.input[0], "input", op)
+            w, w_s, w_zp = dq(op.input[1], "weights", op)
+            ins = [x, x_s, x_zp, w, w_s, w_zp, y_s, y_zp]
+            if len(op.input) > 2 and op.input[2]:
+                ins.append(dq(op.input[2], "bias", op)[0])
+            out_nodes.append(helper.make_node("QLinearConv", ins, [conv_out], name=op.name,
+                                              **{a.name: helper.get_attribute_value(a)
+                                                 for a in op.attribute}))
+        elif op.op_type in ("MatMul", "Gemm"):
+            a = {x.name: helper.get_attribute_value(x) for x in op.attribute}
+            if a.get("transA", 0) or a.get("alpha", 1.0) != 1.0 or a.get("beta", 1.0) != 1.0:
+                raise CompileError(f"ONNX node {op.name!r} (Gemm): transA, alpha and beta "
+                                   f"are not lowered; export a plain x @ W + b")
+            x, x_s, x_zp = dq(op.input[0], "left operand", op)
+            w, w_s, w_zp = dq(op.input[1], "right operand", op)
+            if a.get("transB", 0):
+                if w not in consts:
+                    raise CompileError(f"ONNX node {op.name!r} (Gemm): a transposed "
+                                       f"right operand must be a constant")
+                wt = f"{w}__t"
+                inits.append(numpy_helper.from_array(np.ascontiguousarray(consts[w].T), wt))
+                consts[wt] = consts[w].T
+                w = wt
+            ins = [x, x_s, x_zp, w, w_s, w_zp, y_s, y_zp]
+            if op.op_type == "Gemm" and len(op.input) > 2 and op.input[2]:
+                ins.append(dq(op.input[2], "bias", op)[0])
+            out_nodes.append(helper.make_node("QLinearMatMul", ins, [conv_out], name=op.name))
+        elif op.op_type in ("MaxPool", "Concat", "Flatten") and not relu:
+            parts = [dq(v, "input", op) for v in op.input]
+            for _, s_name, zp_name in parts:
+                same = (np.array_equal(consts.get(s_name), consts.get(y_s))
+                        and np.array_equal(consts.get(zp_name), consts.get(y_zp)))
+                if not same:
+                    raise CompileError(f"ONNX node {op.name!r} ({op.op_type}): its input "
+                                       f"and output are quantised differently; the chip "
+                                       f"moves int8 values unchanged here")
+            out_nodes.append(helper.make_node(op.op_type, [p[0] for p in parts], [out],
+                                              name=op.name,
+                                              **{a.name: helper.get_attribute_value(a)
+                                                 for a in op.attribute}))
+        else:
+            raise CompileError(f"ONNX node {op.name!r}: {op.op_type} between "
+                               f"DequantizeLinear and QuantizeLinear is not lowered; the "
+                               f"QDQ form takes Conv, MatMul, Gemm (each with a Relu), "
+                               f"MaxPool, Concat and Flatten")
+        if relu:
+            out_nodes.append(helper.make_node("Relu", [conv_out], [out],
+                                              name=f"{op.name}__relu", doc_string=QDQ_RELU))
+    outputs = []
+    for vo in g.output:
+        n = made.get(vo.name)
+        if n is not None and n.op_type == "DequantizeLinear":
+            outputs.append(helper.make_tensor_value_info(value(n.input[0]), TensorProto.INT8,
+                                                         None))
+        elif any(vo.name in n.output for n in out_nodes):
+            outputs.append(vo)
+        else:
+            raise CompileError(f"ONNX output {vo.name!r} is not quantised: the chip makes "
+                               f"int8 outputs, so end the model with QuantizeLinear (and, "
+                               f"optionally, DequantizeLinear)")
+    folded = helper.make_graph(out_nodes, g.name, inputs, outputs, inits)
+    return helper.make_model(folded, opset_imports=list(proto.opset_import))
+
+
+#: The doc string of a Relu a QDQ fold made: it folds into its producer at any zero
+#: point (it stood between the op and the QuantizeLinear).
+QDQ_RELU = "folded from QDQ"
 
 
 def _onnx():
@@ -249,7 +398,11 @@ class _Importer:
                                     self._scalar(node, 6, "output scale"), False)
         # sum((x - x_zp) * w) = x @ w - x_zp * sum(w): the zero point folds into a bias
         x_zp = self.g.tensor(x).quant.zero_point
-        bias = (-x_zp * w.astype(np.int64).sum(axis=0)).astype(np.int32) if x_zp else None
+        bias = (-x_zp * w.astype(np.int64).sum(axis=0)) if x_zp else None
+        if len(node.input) > 8 and node.input[8]:      # a folded Gemm's bias
+            extra = self._const(node, 8, "bias").astype(np.int64)
+            bias = extra if bias is None else bias + extra
+        bias = None if bias is None else bias.astype(np.int32)
         return self.g.dense(x, w, bias, mult=mult, shift=shift,
                             zp=int(self._scalar(node, 7, "output zero point")),
                             relu=self._fuses_relu(node), name=self._name(node))
@@ -293,8 +446,9 @@ class _Importer:
         """Whether `node`'s only reader is a Relu the chip folds into it: its clamp at
         the output zero point is ONNX's ``max(y, 0)`` when that zero point is 0."""
         readers = self.consumers.get(node.output[0], [])
-        if len(readers) == 1 and readers[0].op_type == "Relu" \
-                and int(self._scalar(node, 7, "output zero point")) == 0:
+        if len(readers) == 1 and readers[0].op_type == "Relu" and (
+                int(self._scalar(node, 7, "output zero point")) == 0
+                or readers[0].doc_string == QDQ_RELU):
             self.fused.add(readers[0].output[0])
             return True
         return False

@@ -84,3 +84,68 @@ def inception(seed: int = 0, channels: int = 8) -> ModelProto:
     cat = m.node("Concat", [b1, b2, b3], axis=1)
     y = m.conv(cat, yq, 2 * channels + 5, 7, 3, (0.1, 0), stride=2, relu=True)
     return m.build([("x", [1, 6, 10, 10])], [y])
+
+
+def qdq_cnn(seed: int = 0) -> ModelProto:
+    """The QDQ form (float operators between DequantizeLinear and QuantizeLinear), as
+    onnxruntime's quantiser writes it: a float (1, 4, 8, 8) NCHW input quantised, a
+    conv + Relu with a scale per output channel, a max pool, a second conv + Relu
+    with a nonzero output zero point, a 4x4 conv to a 1 x 1 map, Flatten, a Gemm
+    (``transB``) with a bias, and the logits dequantised to float."""
+    rng = np.random.default_rng(seed)
+    nodes, inits = [], []
+
+    def const(a, name):
+        inits.append(numpy_helper.from_array(np.asarray(a), name))
+        return name
+
+    def q(v, scale, zp, name):
+        nodes.append(helper.make_node("QuantizeLinear", [v, const(np.float32(scale), f"{name}_s"),
+                                                         const(np.int8(zp), f"{name}_z")],
+                                      [name], name=f"Q_{name}"))
+        return name
+
+    def dq(v, scale, zp, name, axis=None, zdtype=np.int8):
+        s = np.asarray(scale, np.float32)
+        z = (np.zeros(s.shape, np.int64) + zp).astype(zdtype)
+        kw = {} if axis is None else {"axis": axis}
+        nodes.append(helper.make_node("DequantizeLinear", [v, const(s, f"{name}_s"),
+                                                           const(z, f"{name}_z")],
+                                      [name], name=f"DQ_{name}", **kw))
+        return name
+
+    def conv(x, xs, cin, cout, k, name, ys, yz, *, pads=0, relu=True, stride=1):
+        ws = rng.uniform(0.004, 0.012, cout).astype(np.float32)
+        w = const(rng.integers(-80, 80, (cout, cin, k, k), dtype=np.int8), f"{name}_w")
+        b = const(rng.integers(-3000, 3000, cout, dtype=np.int32), f"{name}_b")
+        wf = dq(w, ws, 0, f"{name}_wf", axis=0)
+        bf = dq(b, (ws * xs).astype(np.float32), 0, f"{name}_bf", axis=0, zdtype=np.int32)
+        y = f"{name}_y"
+        nodes.append(helper.make_node("Conv", [x, wf, bf], [y], name=name,
+                                      kernel_shape=[k, k], pads=[pads] * 4,
+                                      strides=[stride, stride]))
+        if relu:
+            nodes.append(helper.make_node("Relu", [y], [f"{name}_r"], name=f"{name}_relu"))
+            y = f"{name}_r"
+        return dq(q(y, ys, yz, f"{name}_q"), ys, yz, f"{name}_f")
+
+    x = dq(q("x", 0.03, 2, "x_q"), 0.03, 2, "x_f")
+    h = conv(x, 0.03, 4, 8, 3, "conv1", 0.05, 0, pads=1)
+    pq = q("pool_out", 0.05, 0, "pool_q")
+    nodes.append(helper.make_node("MaxPool", [h], ["pool_out"], name="pool",
+                                  kernel_shape=[2, 2], strides=[2, 2]))
+    p = dq(pq, 0.05, 0, "pool_f")
+    h = conv(p, 0.05, 8, 12, 3, "conv2", 0.07, -20, pads=1)
+    h = conv(h, 0.07, 12, 16, 4, "conv3", 0.08, 0, relu=False)
+    nodes.append(helper.make_node("Flatten", [h], ["flat_out"], name="flatten", axis=1))
+    flat = dq(q("flat_out", 0.08, 0, "flat_q"), 0.08, 0, "flat")
+    w = const(rng.integers(-80, 80, (10, 16), dtype=np.int8), "fc_w")
+    wf = dq(w, 0.01, 0, "fc_wf")
+    bf = dq(const(rng.integers(-500, 500, 10, dtype=np.int32), "fc_b"),
+            np.float32(0.08 * 0.01), 0, "fc_bf", zdtype=np.int32)
+    nodes.append(helper.make_node("Gemm", [flat, wf, bf], ["fc_y"], name="fc", transB=1))
+    y = dq(q("fc_y", 0.4, 3, "fc_q"), 0.4, 3, "logits")
+    graph = helper.make_graph(
+        nodes, "qdq_cnn", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 8, 8])],
+        [helper.make_tensor_value_info(y, TensorProto.FLOAT, None)], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])

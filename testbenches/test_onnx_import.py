@@ -137,3 +137,56 @@ def test_imported_models_on_the_rtl():
     got = compiled.results(res["dram"])
     for t, theirs in zip(compiled.graph.outputs, _runtime(model, feeds)):
         assert np.abs(got[t].astype(int) - theirs.astype(int)).max() <= 1
+
+
+def _qdq_outputs(model, xq, x_scale, x_zp):
+    """onnxruntime's run of a QDQ model on the float input that quantises to `xq`,
+    its float outputs quantised back by their DequantizeLinear's parameters."""
+    from onnx import numpy_helper
+    consts = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
+    made = {o: n for n in model.graph.node for o in n.output}
+    xf = ((xq.astype(np.float32) - x_zp) * np.float32(x_scale)).astype(np.float32)
+    outs = []
+    for vo, of in zip(model.graph.output, _runtime(model, {"x": xf})):
+        dq = made[vo.name]
+        s, z = consts[dq.input[1]], consts[dq.input[2]]
+        outs.append(np.clip(np.round(of / s) + z, -128, 127).astype(np.int8))
+    return outs
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_a_qdq_model_equals_onnxruntime(seed):
+    """The QDQ form, folded into the QOperator form: a per-channel conv with a Relu, a
+    max pool, a conv whose Relu clamps at a nonzero zero point, a conv to 1 x 1,
+    Flatten, a Gemm with transB and a bias; equal to numpy, within a step of
+    onnxruntime."""
+    model = onnx_models.qdq_cnn()
+    xq = np.random.default_rng(seed).integers(-128, 128, (1, 4, 8, 8), dtype=np.int8)
+    graph = onnx_import.load(model, {"x": xq})
+    comp = compile_network(TINY, graph)
+    res = golden.run(TINY, comp.image, comp.dram, prog_addr=comp.prog_addr, ubuf=comp.ubuf)
+    assert res.error.name == "NONE" and res.cycles == comp.predicted_cycles
+    got, want = comp.results(res.dram), reference.outputs(graph)
+    (t,) = graph.outputs
+    np.testing.assert_array_equal(got[t], want[t])
+    (theirs,) = _qdq_outputs(model, xq, 0.03, 2)
+    assert np.abs(got[t].astype(int) - theirs.astype(int)).max() <= 1
+    assert len(np.unique(got[t])) > 3          # not all saturated
+
+
+def test_qdq_models_the_chip_does_not_run_are_refused_by_name():
+    model = onnx_models.qdq_cnn()
+    bad = onnx.ModelProto()
+    bad.CopyFrom(model)
+    for node in bad.graph.node:
+        if node.name == "pool":
+            node.op_type = "AveragePool"
+    with pytest.raises(CompileError, match="'pool': AveragePool between DequantizeLinear "
+                                           "and QuantizeLinear is not lowered"):
+        onnx_import.load(bad)
+    bad = onnx.ModelProto()
+    bad.CopyFrom(model)
+    last = bad.graph.output[0]
+    last.name = "fc_y"               # the Gemm's float output, never quantised
+    with pytest.raises(CompileError, match="output 'fc_y' is not quantised"):
+        onnx_import.load(bad)
