@@ -245,6 +245,8 @@ MANY_CHANNELS = {
                                                                 head="int32"),
     "small_cnn_16": lambda: models.small_cnn(channels=16),
     "bottleneck_32": lambda: models.bottleneck_block(size=8, cin=16, width=8),
+    # branches of 16 channels stored into their blocks of a Concat's map, a 1x1 head
+    "inception_16": lambda: models.inception_block(head=12),
 }
 
 
