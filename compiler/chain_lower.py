@@ -47,7 +47,7 @@ from ..arch.config import ChipConfig
 from ..arch.isa import CopyKind, DmaKind, Opcode
 from . import chain
 from .cnn import (PARAM_ROWS, WEIGHT_SLOTS, CnnLowered, DramLayout, Job, Layout, Source,
-                  _bank_up, check_channels,
+                  _bank_up, check_chain_channels, check_channels,
                   _check_window, _conv_job, _Counters, _Emit, _out_words, acc_param_rows,
                   as_map, pack_map, stored_weights)
 from .errors import CompileError
@@ -681,6 +681,7 @@ def plan_segment(cfg: ChipConfig, jobs: list[Job], want: ChainChoice = ChainChoi
     `pass_sizes` as :func:`choose` takes them."""
     for j in jobs:
         _check_window(j)
+        check_chain_channels(cfg, j.name, j.out_shape[3])
     # ACC: two halves, then every layer's epilogue parameters, loaded once
     param_rows = PARAM_ROWS * sum(len(j.steps) for j in jobs)
     half_rows = (cfg.acc_depth - reserve - param_rows) // 2

@@ -130,14 +130,37 @@ class Job:
     pad_byte: int
     out_shape: tuple[int, int, int, int]
     out_dtype: str
-    steps: list[list[WStep]]         # per output block
-    weights: np.ndarray              # [blocks, R, R] int8
+    steps: list[list[WStep]]         # per N-block (an accumulator row of `span` channels)
+    weights: np.ndarray              # [blocks, R, max(R, C)] int8 (columns past `span` 0)
     use_max: bool = False
     # epilogue: "params" (4 rows per output block), "bias" (1 row) or None
     post: str | None = None
     post_rows: np.ndarray | None = None   # int32 [nb * rows, C]
     vrun: dict = field(default_factory=dict)
     macs: int = 0
+    span: int = 0                    # output channels per N-block (0: R)
+
+
+def placements(cfg: ChipConfig, job: Job, nb: int) -> list[tuple[int, int]]:
+    """Where N-block `nb` of `job` (``job.span`` channels) goes: ``(block, sub)`` per
+    VRUN, `block` the output's channel block of ``R`` and `sub` the VRUN's routing
+    (docs/contract.md): on a tall grid (``span = C < R``) sub-block ``nb % k`` of block
+    ``nb // k``; on a wide one (``span = C > R``) slice ``s`` into block ``nb*k + s``,
+    one VRUN per slice holding channels; else block `nb` (slice 0)."""
+    R = cfg.rows
+    span = job.span or R
+    if span < R:
+        return [divmod(nb, R // span)]
+    if span > R:
+        k = span // R
+        out = layout.blocks(job.out_shape[3], R)
+        return [(nb * k + s, s) for s in range(min(k, out - nb * k))]
+    return [(nb, 0)]
+
+
+def _stage_parts(cfg: ChipConfig, job: Job) -> int:
+    """Staging areas an N-block's VRUNs write per accumulator half (its slices)."""
+    return max(1, (job.span or cfg.rows) // cfg.rows) if job.out_dtype == "int8" else 1
 
 
 def _tap_list(kernel, dilation) -> list[tuple[int, int]]:
@@ -150,19 +173,22 @@ def _conv_job(cfg, graph, index, node, src: Source) -> Job:
     R = cfg.rows
     KH, KW, Cin, Cout = op.weights.shape
     out = graph.tensor(node.outputs[0])
-    nb = layout.blocks(Cout, R)
+    C = cfg.cols             # an N-block: one ACC row of C output channels
+    WC = max(R, C)           # a weight block's columns (past C, or on a tall grid past
+                             # the N-block's C, zero)
+    nb = layout.blocks(Cout, C)
     w = op.weights.astype(np.int64)
     taps = [(kh, kw) for kh in range(KH) for kw in range(KW)]
     dil = op.dilation
     blocks, steps = [], []
     for n in range(nb):
-        cols = slice(n * R, min((n + 1) * R, Cout))
+        cols = slice(n * C, min((n + 1) * C, Cout))
         mine = []
         if src.copies > 1:
             g = src.copies
             for j in range(0, len(taps), g):
                 group = taps[j:j + g]
-                blk = np.zeros((R, R), dtype=np.int64)
+                blk = np.zeros((R, WC), dtype=np.int64)
                 for r, (kh, kw) in enumerate(group):
                     blk[r * Cin:(r + 1) * Cin, :cols.stop - cols.start] = w[kh, kw, :, cols]
                 mine.append(WStep(0, 0, tuple((kh * dil[0], kw * dil[1]) for kh, kw in group),
@@ -172,7 +198,7 @@ def _conv_job(cfg, graph, index, node, src: Source) -> Job:
             for cb in range(layout.blocks(Cin, R)):
                 rows = slice(cb * R, min((cb + 1) * R, Cin))
                 for kh, kw in taps:
-                    blk = np.zeros((R, R), dtype=np.int64)
+                    blk = np.zeros((R, WC), dtype=np.int64)
                     blk[:rows.stop - rows.start, :cols.stop - cols.start] = w[kh, kw, rows, cols]
                     mine.append(WStep(0, cb, ((kh * dil[0], kw * dil[1]),), len(blocks)))
                     blocks.append(blk)
@@ -188,20 +214,19 @@ def _conv_job(cfg, graph, index, node, src: Source) -> Job:
     lo = op.zp if op.relu or op.relu6 is not None else -128
     hi = op.relu6 if op.relu6 is not None else 127
     clamp = (lo & 0xFF) | ((hi & 0xFF) << 8)
-    C = cfg.cols             # an ACC row (one N-block: nb = 1 unless C = R)
     params = np.zeros((nb, PARAM_ROWS, C), dtype=np.int64)
     for n in range(nb):
-        k = min(C, Cout - n * R)
-        params[n, 0, :k] = bias[n * R:n * R + k]
-        params[n, 1, :k] = mult[n * R:n * R + k]
-        params[n, 2, :k] = shift[n * R:n * R + k]
+        k = min(C, Cout - n * C)
+        params[n, 0, :k] = bias[n * C:n * C + k]
+        params[n, 1, :k] = mult[n * C:n * C + k]
+        params[n, 2, :k] = shift[n * C:n * C + k]
         params[n, 3, :] = clamp
     Ho, Wo = out.shape[1], out.shape[2]
     return Job(node.name, index, [src], (KH, KW), op.stride, op.pads, dil,
                x_zp & 0xFF, out.shape, "int8", steps, np.stack(blocks).astype(np.int8),
                post="params", post_rows=params.reshape(-1, C).astype(np.int32),
                vrun=dict(requant=1, params=1, zp=op.zp & 0xFF),
-               macs=out.shape[0] * Ho * Wo * KH * KW * Cin * Cout)
+               macs=out.shape[0] * Ho * Wo * KH * KW * Cin * Cout, span=C)
 
 
 def stored_weights(cfg: ChipConfig, blocks: np.ndarray) -> np.ndarray:
@@ -212,9 +237,9 @@ def stored_weights(cfg: ChipConfig, blocks: np.ndarray) -> np.ndarray:
     R = cfg.rows
     if cfg.wide:
         words = np.zeros((blocks.shape[0], cfg.weight_rows, R), dtype=np.int8)
-        words[:, :R] = blocks.transpose(0, 2, 1)
+        words[:, :blocks.shape[2]] = blocks.transpose(0, 2, 1)
         blocks = words
-    return np.ascontiguousarray(blocks).reshape(-1, R).view(np.uint8)
+    return np.ascontiguousarray(blocks[:, :, :R]).reshape(-1, R).view(np.uint8)
 
 
 def _fits_int32(name: str, values: np.ndarray) -> None:
@@ -223,14 +248,26 @@ def _fits_int32(name: str, values: np.ndarray) -> None:
                            f"in does not fit int32; use smaller weights or zero point")
 
 
-def _identity_steps(cfg, C, taps, scale_per_src: list[int]) -> tuple[list, np.ndarray]:
-    """Per output block = channel block: one step per source and tap with a diagonal
-    block of that source's scale."""
-    R = cfg.rows
-    blocks = [np.diag(np.full(R, s, dtype=np.int64)) for s in scale_per_src]
-    steps = [[WStep(s, cb, (tap,), s) for s in range(len(scale_per_src)) for tap in taps]
-             for cb in range(layout.blocks(C, R))]
-    return steps, np.stack(blocks).astype(np.int8)
+def _identity_steps(cfg, C, taps, scale_per_src: list[int]
+                    ) -> tuple[list, np.ndarray, int]:
+    """Per N-block: one step per source and tap with a diagonal block of that source's
+    scale, and the N-block's channels. An N-block is a channel block (of ``R``; on a
+    wide grid slice 0), or on a tall grid (``R = k*C``) sub-block ``nb % k`` of channel
+    block ``nb // k``: its block the diagonal's columns ``(nb % k)*C ..``."""
+    R, WC = cfg.rows, cfg.weight_rows
+    span = min(R, cfg.cols)
+    k = min(R // span, layout.blocks(C, span))     # the sub-blocks any N-block takes
+    blocks = []
+    for s in scale_per_src:
+        diag = np.diag(np.full(R, s, dtype=np.int64))
+        for sub in range(k):
+            blk = np.zeros((R, WC), dtype=np.int64)
+            blk[:, :span] = diag[:, sub * span:(sub + 1) * span]
+            blocks.append(blk)
+    n = len(scale_per_src)
+    steps = [[WStep(s, nb // k, (tap,), s * k + nb % k) for s in range(n) for tap in taps]
+             for nb in range(layout.blocks(C, span))]
+    return steps, np.stack(blocks).astype(np.int8), span
 
 
 def _pool_job(cfg, graph, index, node, src: Source) -> Job:
@@ -245,17 +282,17 @@ def _pool_job(cfg, graph, index, node, src: Source) -> Job:
         kernel, stride, pads = op.kernel, op.stride, op.pads
         mult, shift = (getattr(op, "mult", 1), getattr(op, "shift", 0))
     taps = _tap_list(kernel, (1, 1))
-    steps, weights = _identity_steps(cfg, C, taps, [1])
+    steps, weights, span = _identity_steps(cfg, C, taps, [1])
     x_zp = graph.tensor(node.inputs[0]).quant.zero_point
     Ho, Wo = out.shape[1], out.shape[2]
     job = Job(node.name, index, [src], kernel, stride, pads, (1, 1), 0, out.shape, "int8",
-              steps, weights, macs=N * Ho * Wo * kernel[0] * kernel[1] * C)
+              steps, weights, macs=N * Ho * Wo * kernel[0] * kernel[1] * C, span=span)
     if isinstance(op, MaxPool2d):
         job.use_max, job.pad_byte = True, 0x80          # padding never wins
         job.vrun = dict(requant=1, mult=1, shift=0, zp=0)
     else:
         job.pad_byte = x_zp & 0xFF
-        nbk = layout.blocks(C, cfg.rows)
+        nbk = len(steps)
         job.post = "bias"
         job.post_rows = np.full((nbk, cfg.cols), -x_zp * kernel[0] * kernel[1], dtype=np.int32)
         job.vrun = dict(requant=1, mult=mult, shift=shift, zp=x_zp & 0xFF, use_bias=1)
@@ -266,11 +303,11 @@ def _add_job(cfg, graph, index, node, srcs: list[Source]) -> Job:
     op: Add = node.op
     out = graph.tensor(node.outputs[0])
     N, H, W, C = srcs[0].shape
-    steps, weights = _identity_steps(cfg, C, [(0, 0)], [op.mult_a, op.mult_b])
+    steps, weights, span = _identity_steps(cfg, C, [(0, 0)], [op.mult_a, op.mult_b])
     za, zb = (graph.tensor(t).quant.zero_point for t in node.inputs)
-    nbk = layout.blocks(C, cfg.rows)
+    nbk = len(steps)
     job = Job(node.name, index, srcs, (1, 1), (1, 1), (0, 0, 0, 0), (1, 1), 0, out.shape,
-              "int8", steps, weights, macs=2 * N * H * W * C)
+              "int8", steps, weights, macs=2 * N * H * W * C, span=span)
     job.post = "bias"
     job.post_rows = np.full((nbk, cfg.cols), -(op.mult_a * za + op.mult_b * zb),
                             dtype=np.int32)
@@ -284,14 +321,15 @@ def _dense_job(cfg, graph, index, node, src: Source) -> Job:
     R = cfg.rows
     out = graph.tensor(node.outputs[0])
     K, Nn = op.weights.shape
+    C = cfg.cols             # an N-block: one ACC row of C outputs
     w = op.weights.astype(np.int64)
-    nb, kb = layout.blocks(Nn, R), layout.blocks(K, R)
+    nb, kb = layout.blocks(Nn, C), layout.blocks(K, R)
     blocks, steps = [], []
     for n in range(nb):
         mine = []
         for k in range(kb):
-            blk = np.zeros((R, R), dtype=np.int64)
-            part = w[k * R:(k + 1) * R, n * R:(n + 1) * R]
+            blk = np.zeros((R, max(R, C)), dtype=np.int64)
+            part = w[k * R:(k + 1) * R, n * C:(n + 1) * C]
             blk[:part.shape[0], :part.shape[1]] = part
             mine.append(WStep(0, k, ((0, 0),), len(blocks)))
             blocks.append(blk)
@@ -299,7 +337,7 @@ def _dense_job(cfg, graph, index, node, src: Source) -> Job:
     M = out.shape[0]
     job = Job(node.name, index, [src], (1, 1), (1, 1), (0, 0, 0, 0), (1, 1), 0,
               (1, M, 1, Nn), out.dtype, steps, np.stack(blocks).astype(np.int8),
-              macs=M * K * Nn)
+              macs=M * K * Nn, span=C)
     if op.bias is not None:
         job.post = "bias"
         job.post_rows = np.zeros((nb, cfg.cols), dtype=np.int32)
@@ -455,7 +493,8 @@ def estimate(cfg: ChipConfig, lay: Layout, job: Job, tiling: Tiling) -> tuple[in
     if job.post is not None:
         per = PARAM_ROWS if job.post == "params" else 1
         moved += N * len(tiles) * nb * per * cfg.acc_row_words
-    moved += N * Ho * Wo * nb
+    moved += N * Ho * Wo * (layout.blocks(job.out_shape[3], R) if job.out_dtype == "int8"
+                            else nb)
     # the first MATMUL waits for the first tile's first channel block
     exposed = words[0] // sum(s.blocks(R) for s in job.sources)
     if mine.persistent:
@@ -532,10 +571,12 @@ def _tiles(cfg: ChipConfig, lay: Layout, job: Job) -> tuple[list[tuple[int, int]
     left after the staging; one tile for the whole map if it fits both buffers
     together."""
     N, Ho, Wo, _ = job.out_shape
+    parts = _stage_parts(cfg, job)
 
     def area(pixels: int) -> int:
-        """CBUF rows for the tile buffers beside staging halves of `pixels` rows."""
-        return lay.top - _tiles_lo(cfg, lay, pixels)
+        """CBUF rows for the tile buffers beside staging halves of `pixels` rows (per
+        slice on a wide grid)."""
+        return lay.top - _tiles_lo(cfg, lay, pixels * parts)
 
     def words(rows: int) -> int:
         lo, hi = _input_rows(job, 0, rows)
@@ -627,23 +668,25 @@ class _Emit:
         self.tables: dict[tuple, int] = {}     # tap deltas -> table, per layer
         self.made: dict[tuple, MicroOp] = {}
         self.bank_holds: list[int | None] = [None, None]   # DRAM block in each bank
+        self.stage_slot = None          # tall grid: the staging half of the block begun
 
-    def op(self, opcode: Opcode, layer: int, **fields) -> MicroOp:
+    def op(self, opcode: Opcode, layer: int, sub: int = 0, **fields) -> MicroOp:
         """A checked micro-op; one with the fields of an earlier one shares its checked
-        parts (a network repeats most of its instructions, tile after tile)."""
+        parts (a network repeats most of its instructions, tile after tile). `sub`: a
+        VRUN's sub-block (tall grid) or slice (wide grid), as :func:`gemm_routing`."""
         # A DMA is kept with its DRAM address at 0 (``timing.moving_field``) and moved
         # to each address it is made with: most differ in nothing else.
         moving = timing.moving_field(opcode)
         value = fields.get(moving, 0) if moving else 0
         if value:
             fields[moving] = 0
-        key = (opcode, layer, tuple(fields.items()))   # one call site, one field order
+        key = (opcode, layer, sub, tuple(fields.items()))   # one call site, one field order
         known = self.made.get(key)
         if known is None:
             known = make(self.cfg, opcode, layer, **fields)
             known.needs = gemm_routing(self.cfg, opcode, to_acc=bool(fields.get("to_acc")),
                                        tile_rows=self.em.tile_rows,
-                                       tile_cols=self.em.tile_cols)
+                                       tile_cols=self.em.tile_cols, sub=sub)
             self.made[key] = known
         if value:
             return moved(self.cfg, known, value)
@@ -663,7 +706,7 @@ class _Emit:
         table_ops = self._tables(job)
         step_table = [[self.tables.get(self._deltas(st), 0) for st in steps]
                       for steps in job.steps]
-        tiles_lo = _tiles_lo(cfg, lay, stage_half)
+        tiles_lo = _tiles_lo(cfg, lay, stage_half * _stage_parts(cfg, job))
         area = lay.top - tiles_lo
         blocks: list[Block] = []
         work = [(n, t) for n in range(N) for t in tiles]
@@ -802,11 +845,9 @@ class _Emit:
                                  taps=step_table[nb][k],
                                  in_w=s.shape[2], in_h=in_h)
                     blk.steps.append(Step(pre, mm))
-                # an int32 output's rows are accumulator rows of acc_row_words words
-                row = (nb * N + n) * Ho * Wo + oh0 * Wo
-                blk.epilogue = self._epilogue(job, i, acc_at, slot, rows, half, stage_half,
-                                              out_dram + row * (arw if job.out_dtype ==
-                                                                "int32" else 1))
+                blk.epilogue = self._epilogue(job, i, nb, acc_at, slot, rows, half,
+                                              stage_half, out_dram,
+                                              n * Ho * Wo + oh0 * Wo, N * Ho * Wo)
                 blocks.append(blk)
         self.tile_no += len(work)
         return blocks
@@ -894,12 +935,18 @@ class _Emit:
                                       for j, a in enumerate("hw")}))
         return ops
 
-    def _epilogue(self, job, i, acc_at, slot, rows, half, stage_half, out_at
-                  ) -> list[MicroOp]:
+    def _epilogue(self, job, i, nb, acc_at, slot, rows, half, stage_half, out_dram, row,
+                  plane) -> list[MicroOp]:
+        """N-block `nb`'s vector-unit pass and store: int32 as accumulator rows (block
+        `nb`, `plane` rows per block, from `row`), int8 into the output's channel blocks
+        (:func:`placements`): on a tall grid each sub-block into its block's staging
+        half (``wb_src`` keeping the others), stored once the block's last is in; on a
+        wide grid one VRUN and store per slice, each with its own staging."""
         cfg, lay = self.cfg, self.lay
         arw = cfg.acc_row_words
         v = dict(job.vrun)
         if job.out_dtype == "int32":
+            out_at = out_dram + (nb * plane + row) * arw
             ops = []
             if v.get("use_bias") or v.get("relu"):
                 ops.append(self.op(Opcode.VRUN, i, src=acc_at, rows=rows, to_acc=1,
@@ -908,11 +955,29 @@ class _Emit:
                                dram_addr=out_at, dram_stride=arw, buf_addr=acc_at,
                                rows=rows))
             return ops
-        staging = lay.staging + half * stage_half
-        return [self.op(Opcode.VRUN, i, src=acc_at, rows=rows, to_acc=0, dst=staging,
-                        bias_addr=slot, **v),
-                self.op(Opcode.DMA, i, kind=DmaKind.STORE_CBUF, dram_addr=out_at,
-                        dram_stride=1, buf_addr=staging, rows=rows)]
+        span, R = job.span or cfg.rows, cfg.rows
+        if span < R:                    # tall: sub-blocks of a block share its staging
+            (b, sub), = placements(cfg, job, nb)
+            if sub == 0:            # the accumulator half's, unless the last block's
+                self.stage_slot = half if half != self.stage_slot else 1 - half
+            staging = lay.staging + self.stage_slot * stage_half
+            ops = [self.op(Opcode.VRUN, i, sub=sub, src=acc_at, rows=rows, to_acc=0,
+                           dst=staging, bias_addr=slot, **v)]
+            if sub == R // span - 1 or nb == len(job.steps) - 1:
+                ops.append(self.op(Opcode.DMA, i, kind=DmaKind.STORE_CBUF,
+                                   dram_addr=out_dram + b * plane + row, dram_stride=1,
+                                   buf_addr=staging, rows=rows))
+            return ops
+        ops = []
+        parts = _stage_parts(cfg, job)
+        for b, s in placements(cfg, job, nb):
+            staging = lay.staging + (half * parts + s) * stage_half
+            ops += [self.op(Opcode.VRUN, i, sub=s, src=acc_at, rows=rows, to_acc=0,
+                            dst=staging, bias_addr=slot, **v),
+                    self.op(Opcode.DMA, i, kind=DmaKind.STORE_CBUF,
+                            dram_addr=out_dram + b * plane + row, dram_stride=1,
+                            buf_addr=staging, rows=rows)]
+        return ops
 
 
 # -- entry point ------------------------------------------------------------------------
@@ -924,24 +989,29 @@ class CnnLowered(Lowered):
     segments: dict = field(default_factory=dict)  # first layer -> net_chains.Chained
 
 
-def check_channels(cfg: ChipConfig, graph: Graph) -> None:
-    """On a non-square array a feature map's channels are blocks of R partitions but
-    a layer's output channels N-blocks of C columns; the feature-map lowerings (layer
-    by layer and chained) line them up for one block that is both (of ``min(R, C)``
-    channels: on a wide grid the vector unit's slice 0), so they refuse more."""
-    if cfg.rows == cfg.cols:
-        return
+def check_chain_channels(cfg: ChipConfig, name: str, channels: int) -> None:
+    """A chain of convolutions (:mod:`.chain_lower`) keeps a layer's output in the CBUF
+    as one block that is both a channel block of ``R`` and an N-block of ``C`` columns:
+    on a non-square array it takes at most ``min(R, C)`` output channels a layer (the
+    layer-by-layer lowering takes any number)."""
     most = min(cfg.rows, cfg.cols)
+    if cfg.rows != cfg.cols and channels > most:
+        raise CompileError(
+            f"layer {name!r}: {channels} output channels on chip {cfg.name!r}, whose "
+            f"{cfg.rows}x{cfg.cols} array is not square: a chain of convolutions takes "
+            f"at most {most} output channels a layer (one block); run the layer on its "
+            f"own (segments={{{name!r}: 1}} or chain='layer_by_layer'), or use a square "
+            f"preset or fewer channels")
+
+
+def check_channels(cfg: ChipConfig, graph: Graph) -> None:
+    """:func:`check_chain_channels` for every layer of `graph` but views (a graph
+    lowered as one chain)."""
     for node in graph.nodes:
         if isinstance(node.op, (Flatten, Transpose)):
             continue
         for t in node.outputs:
-            if graph.tensor(t).shape[-1] > most:
-                raise CompileError(
-                    f"layer {node.name!r}: {graph.tensor(t).shape[-1]} output channels "
-                    f"on chip {cfg.name!r}, whose {cfg.rows}x{cfg.cols} array is not "
-                    f"square: its feature-map layers take at most {most} output "
-                    f"channels (one block); use a square preset or fewer channels")
+            check_chain_channels(cfg, node.name, graph.tensor(t).shape[-1])
 
 
 def _check_map_concat(cfg: ChipConfig, graph: Graph, node, alias) -> None:
@@ -996,7 +1066,6 @@ def lower_cnn(cfg: ChipConfig, graph: Graph,
     program assumes is the cost model's (:func:`.net_chains.choose_ubuf`: the
     plan's ``cfg`` says where), else the chip's."""
     from . import chain_lower, net_chains
-    check_channels(cfg, graph)
     lay = _layout(cfg)
     R = cfg.rows
     # replicated layout for a graph input read only by convolutions with few channels

@@ -151,3 +151,42 @@ def residual_chain_case(seed: int, *, stride2: bool | None = None) -> Graph:
               shift=6, zp=-100, relu=True, name="add")
     t = g.max_pool2d(t, 2, 2, name="pool")
     return g.build(t)
+
+
+def wide_maps_case(seed: int, channels: int = 24, classes: int = 13,
+                   head: str = "int8") -> Graph:
+    """Feature maps of many channels (more than a non-square array's ``min(R, C)``;
+    docs/cnn.md, "Channels on non-square arrays"): a 3x3 convolution to `channels`
+    (ReLU), a strided 3x3 convolution and a strided 1x1 projection of its map, their
+    Add (ReLU), a 2x2 max pool and a 3x3 average pool (stride 1, padded), a global
+    average pool, Flatten and a dense head of `classes` outputs (`head`: int8 or
+    int32)."""
+    rng = np.random.default_rng(seed)
+    g = GraphBuilder(f"wide_maps{seed}_{channels}")
+    x = g.input(rng.integers(-128, 128, size=(1, 10, 9, 5), dtype=np.int8),
+                zero_point=int(rng.integers(-10, 11)))
+
+    def conv(t, cin, kh, stride, name, relu=True):
+        m, s = _scaled(70.0 * 35.0 * np.sqrt(kh * kh * cin))
+        p = kh // 2
+        return g.conv2d(t, rng.integers(-60, 61, size=(kh, kh, cin, channels), dtype=np.int8),
+                        rng.integers(-2000, 2000, size=channels, dtype=np.int32),
+                        stride=stride, pads=(p, p, p, p), mult=m, shift=s,
+                        zp=int(rng.integers(-6, 7)), relu=relu, name=name)
+
+    stem = conv(x, 5, 3, 1, "stem")
+    down = conv(stem, channels, 3, 2, "down")
+    proj = conv(stem, channels, 1, 2, "proj", relu=False)
+    t = g.add(down, proj, mult_a=int(rng.integers(20, 60)), mult_b=int(rng.integers(20, 60)),
+              shift=6, zp=int(rng.integers(-10, 11)), relu=True, name="add")
+    t = g.max_pool2d(t, 2, 1, (0, 0, 0, 0), name="maxpool")
+    t = g.avg_pool2d(t, 3, 1, (1, 1, 1, 1), name="avgpool")
+    t = g.flatten(g.global_avg_pool(t, name="gap"), name="flat")
+    m, s = _scaled(70.0 * 35.0 * np.sqrt(channels))
+    w = rng.integers(-60, 61, size=(channels, classes), dtype=np.int8)
+    bias = rng.integers(-500, 500, size=classes, dtype=np.int32)
+    if head == "int32":
+        t = g.dense(t, w, bias, out_dtype="int32", name="fc")
+    else:
+        t = g.dense(t, w, bias, mult=m, shift=s, name="fc")
+    return g.build(t)

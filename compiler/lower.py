@@ -72,10 +72,11 @@ def _chained_nd_transposes(graph) -> bool:
 
 
 def _channels_fit(cfg: ChipConfig, graph) -> bool:
-    """Whether the layer-by-layer lowering takes `graph`'s layers' output channels
-    (:func:`.cnn.check_channels`: on a non-square array at most ``min(R, C)``). A graph
-    of dense layers and transposes with more (an int32 dense layer's N-blocks on a tall
-    array, transposed) takes the GEMM lowering, through DRAM as beside a MatMulT."""
+    """Whether `graph`'s layers' output channels fit one block on a non-square array
+    (:func:`.cnn.check_channels`: at most ``min(R, C)``). A graph of dense layers and
+    transposes with more (an int32 dense layer's N-blocks on a tall array, transposed)
+    takes the GEMM lowering, through DRAM as beside a MatMulT (the layer-by-layer
+    lowering would take it too, as it takes feature maps of any channels)."""
     try:
         check_channels(cfg, graph)
     except CompileError:

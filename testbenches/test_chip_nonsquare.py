@@ -19,7 +19,7 @@ from systolica import golden
 from systolica.arch import isa
 from systolica.arch.config import ConfigError, preset
 from systolica.arch.isa import Opcode
-from systolica.compiler import CompileError, compile_network, reference
+from systolica.compiler import CompileError, cnn_cases, compile_network, models, reference
 from systolica.compiler.graph import GraphBuilder
 from test_transpose_nd import int32_graph
 from tiers import sample
@@ -111,6 +111,11 @@ CASES = {
     "dense_transpose_dense": dense_transpose_dense,
     "matmul_t": matmul_t,
     "cnn": cnn,
+    # feature maps of more channels than C = 8: a layer's N-blocks of 8 are the two
+    # sub-blocks of each 16-channel block (convolutions, strided, projection, add,
+    # pools, an int8 head of 27); a bottleneck's 1x1 expansion to 32 channels
+    "wide_maps_24": lambda: cnn_cases.wide_maps_case(1, channels=24, classes=27),
+    "bottleneck_32": lambda: models.bottleneck_block(size=8, cin=16, width=8),
     # int32 transposes: blocks of 8 input rows by 16 columns, each output word in two
     # sub-blocks of 8 bytes (the second keeping the first's groups)
     "int32_transpose_20x9x13": lambda: int32_graph(20, 9, 13, seed=3),
@@ -131,12 +136,8 @@ def _numpy_and_golden(cfg, name):
 @pytest.mark.parametrize("name", sample(sorted(CASES), 3))
 def test_compiles_and_golden_equals_numpy(cfg, name):
     """Pure Python, 4x2 and 4x1 grids: every case compiles, and the golden model
-    running the program equals numpy (the CNN's 8 channels exceed the 4x1 grid's
-    C = 4: refused)."""
-    if cfg is TALL4 and name == "cnn":
-        with pytest.raises(CompileError, match="at most 4 output channels"):
-            compile_network(cfg, CASES[name]())
-        return
+    running the program equals numpy (on the 4x1 grid the CNN's 8 channels are two
+    N-blocks of C = 4, sub-blocks 0 and 1 of a 16-channel block)."""
     _numpy_and_golden(cfg, name)
 
 
@@ -176,11 +177,121 @@ def test_geometry_refusals():
         preset("tiny").replace(name="odd", tile_rows=3, tile_cols=2)
     with pytest.raises(ConfigError, match="8x1 tile grid"):
         preset("tiny").replace(name="thin", tile_rows=8, tile_cols=1)
-    b = GraphBuilder("wide_cnn")
-    x = b.input(np.zeros((1, 4, 4, 3), np.int8))
-    g = b.build(b.conv2d(x, np.ones((1, 1, 3, 12), np.int8)))
-    with pytest.raises(CompileError, match="at most 8 output channels"):
-        compile_network(TALL, g)
+    # layer by layer a feature map takes any number of channels; a chain of
+    # convolutions at most C = 8 a layer: the cost model never chains more, and a
+    # chain asked for is refused by layer name
+    g = models.small_cnn(channels=16)
+    assert compile_network(TALL, g, segments="all").segments == {}
+    with pytest.raises(CompileError, match="layer 'block_conv1': 16 output channels on "
+                                           "chip 'tiny_tall'.* a chain of convolutions "
+                                           "takes at most 8 output channels a layer"):
+        compile_network(TALL, g, segments={"block_conv1": 2})
+    assert compile_network(TALL, models.small_cnn(channels=8), segments="all").segments
+
+
+def conv(cout, stride=1, seed=6, cin=5):
+    """One 3x3 convolution of `cout` output channels on a 7x9 map."""
+    def make():
+        rng = _rng(seed)
+        b = GraphBuilder(f"conv_{cout}_s{stride}")
+        x = b.input(rng.integers(-128, 128, (1, 7, 9, cin), dtype=np.int8), zero_point=3)
+        return b.build(b.conv2d(x, rng.integers(-60, 61, (3, 3, cin, cout), dtype=np.int8),
+                                rng.integers(-2000, 2000, cout, dtype=np.int32),
+                                stride=stride, pads=1, mult=7, shift=12, zp=-2, relu=True))
+    return make
+
+
+def pool(kind, channels=20, seed=7):
+    """A max, average or global average pool of a `channels`-channel map."""
+    def make():
+        rng = _rng(seed)
+        b = GraphBuilder(f"{kind}_{channels}")
+        x = b.input(rng.integers(-128, 128, (1, 6, 7, channels), dtype=np.int8),
+                    zero_point=-5)
+        if kind == "max":
+            t = b.max_pool2d(x, 2, 2, (0, 0, 1, 1))
+        elif kind == "avg":
+            t = b.avg_pool2d(x, 3, 1, (1, 1, 1, 1))
+        else:
+            t = b.global_avg_pool(x)
+        return b.build(t)
+    return make
+
+
+def add(channels=24, seed=8):
+    def make():
+        rng = _rng(seed)
+        b = GraphBuilder(f"add_{channels}")
+        a = b.input(rng.integers(-128, 128, (1, 5, 6, channels), dtype=np.int8),
+                    name="a", zero_point=4)
+        c = b.input(rng.integers(-128, 128, (1, 5, 6, channels), dtype=np.int8),
+                    name="b", zero_point=-9)
+        return b.build(b.add(a, c, mult_a=37, mult_b=-52, shift=6, zp=2, relu=True))
+    return make
+
+
+# feature-map layers of more output channels than min(R, C) (ragged and whole blocks)
+MANY_CHANNELS = {
+    "conv_12": conv(12),
+    "conv_16": conv(16),
+    "conv_24_stride2": conv(24, stride=2),
+    "conv_40_wide_input": conv(40, cin=20),
+    "maxpool_20": pool("max"),
+    "avgpool_20": pool("avg"),
+    "global_avgpool_20": pool("global"),
+    "add_24": add(),
+    "wide_maps_12": lambda: cnn_cases.wide_maps_case(2, channels=12, classes=11),
+    "wide_maps_16_int32_head": lambda: cnn_cases.wide_maps_case(3, channels=16, classes=21,
+                                                                head="int32"),
+    "small_cnn_16": lambda: models.small_cnn(channels=16),
+    "bottleneck_32": lambda: models.bottleneck_block(size=8, cin=16, width=8),
+    # branches of 16 channels stored into their blocks of a Concat's map, a 1x1 head
+    "inception_16": lambda: models.inception_block(head=12),
+}
+
+
+def golden_equals_numpy_on_time(cfg, graph):
+    """Compile `graph` for `cfg`: the golden model's outputs equal numpy's, its cycles
+    the prediction."""
+    c = compile_network(cfg, graph)
+    run = golden.run(cfg, c.image, c.dram, c.prog_addr, ubuf=c.ubuf)
+    gold = c.results(run.dram)
+    for k, want in reference.outputs(c.graph).items():
+        np.testing.assert_array_equal(gold[k], want, err_msg=f"{graph.name}: golden vs numpy")
+    assert run.cycles == c.predicted_cycles
+    return c
+
+
+@pytest.mark.parametrize("cfg", [TALL, TALL4], ids=lambda c: c.name)
+@pytest.mark.parametrize("name", sample(sorted(MANY_CHANNELS), 6))
+def test_feature_maps_of_more_channels_than_columns(cfg, name):
+    """On a tall array (R = k*C) a feature-map layer's N-blocks of C output channels
+    are the k sub-blocks of each R-channel block: golden equals numpy, in the
+    predicted cycles (on the 4x2 grid C = 8, on the 4x1 grid C = 4)."""
+    golden_equals_numpy_on_time(cfg, MANY_CHANNELS[name]())
+
+
+def _layer_ops(c, op):
+    return [i for i in c.program if i.op is op]
+
+
+def test_sub_blocks_of_a_feature_map_share_a_store():
+    """A 3x3 convolution to 16 channels on the 16x8 array: two N-blocks of 8 (two
+    MATMULs per tap where 8 channels take one), each VRUN into its sub-block of one
+    staging half (the second keeping the first's groups), one store per block."""
+    from systolica.arch import fabric
+    table = fabric.muxes(TALL)
+    eight, sixteen = (compile_network(TALL, conv(n)()) for n in (8, 16))
+    assert len(_layer_ops(sixteen, Opcode.MATMUL)) == 2 * len(_layer_ops(eight,
+                                                                         Opcode.MATMUL))
+    stores = [i for i in sixteen.program if i.op is Opcode.DMA
+              and i.kind == isa.DmaKind.STORE_CBUF]
+    vruns = _layer_ops(sixteen, Opcode.VRUN)
+    assert len(vruns) == 2 * len(stores)
+    assert all(a.dst == b.dst for a, b in zip(vruns[::2], vruns[1::2]))
+    assert any(table[i].name.startswith("wb_src") and table[i].sources[v] == fabric.KEEP
+               for ins in sixteen.program if ins.op is Opcode.SETCFG
+               for i, v in isa.setcfg_pairs(ins.fields))
 
 
 @pytest.mark.slow

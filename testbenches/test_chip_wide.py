@@ -22,7 +22,8 @@ from systolica.arch import fabric, isa, timing
 from systolica.arch.config import ConfigError, preset
 from systolica.arch.isa import DmaKind, Instr, Opcode
 from systolica.arch.regs import ErrorCode
-from systolica.compiler import CompileError, compile_network, layout, reference, rules
+from systolica.compiler import CompileError, cnn_cases, compile_network, layout, models, \
+    reference, rules
 from systolica.compiler.chain_cases import seed_two_layer
 from systolica.compiler.chain_lower import ChainChoice
 from systolica.compiler.lower import WEIGHT_SLOTS
@@ -30,6 +31,7 @@ from systolica.app import demo
 from systolica.compiler.graph import GraphBuilder
 from systolica.sim import randprog
 from test_chip_nonsquare import cnn, matmul_t, transpose   # its 8-channel CNN: R here
+from test_chip_nonsquare import MANY_CHANNELS, conv, golden_equals_numpy_on_time
 from test_transpose_nd import int32_graph
 from tiers import sample
 
@@ -98,6 +100,12 @@ CASES = {
     "mlp": mlp(11),                         # hidden 27 and 40 read back as K-blocks
     "mlp_passes": mlp(120),                 # a dense network in passes
     "cnn": cnn,                             # conv, pool, conv, global pool, dense
+    # feature maps of more channels than R = 8: a layer's N-block of 16 output channels
+    # leaves as two slices, each into its own 8-channel block (convolutions, strided,
+    # projection, add, pools, an int32 head of 21); a bottleneck's expansion to 32
+    "wide_maps_24": lambda: cnn_cases.wide_maps_case(4, channels=24, classes=21,
+                                                     head="int32"),
+    "bottleneck_32": lambda: models.bottleneck_block(size=8, cin=16, width=8),
     "chain_fused_crop": (lambda: seed_two_layer(8), ChainChoice("fused_crop", 8)),
     "transpose_37x21": transpose(37, 21),   # ragged R x R blocks
     "permute_2x3x4x5": permute((2, 3, 4, 5), (3, 1, 0, 2)),
@@ -256,10 +264,10 @@ def test_slices_route_acc_groups():
 def test_compiles_and_golden_equals_numpy(cfg, name):
     """Pure Python, 2x4 and 1x4 grids: every case compiles, and the golden model running
     the program equals numpy (the 1x4 grid's 4-byte rows hold the 120-row network's
-    tensors in twice the CBUF rows, and its feature-map layers take 4 channels at most:
-    refused)."""
+    tensors in twice the CBUF rows, and a chain of convolutions takes 4 channels a
+    layer at most: refused; layer by layer a map of more channels leaves in slices)."""
     refused = {"mlp_passes": "CBUF too small by 312 rows",
-               "cnn": "at most 4 output channels", "chain_fused_crop": "at most 4 output"}
+               "chain_fused_crop": "at most 4 output"}
     make, choice = CASES[name] if isinstance(CASES[name], tuple) else (CASES[name], None)
     options = choice if isinstance(choice, dict) else dict(chain=choice)
     if cfg is WIDE4 and name in refused:
@@ -351,10 +359,14 @@ def test_conv_weights_are_stored_transposed():
 
 
 def test_refusals():
-    b = GraphBuilder("wide_channels")
-    x = b.input(np.zeros((1, 4, 4, 3), np.int8))
-    with pytest.raises(CompileError, match="at most 8 output channels"):
-        compile_network(WIDE, b.build(b.conv2d(x, np.ones((1, 1, 3, 12), np.int8))))
+    # a chain of convolutions takes at most R = 8 output channels a layer (layer by
+    # layer any number): the cost model never chains more; asked for, refused by name
+    g = models.small_cnn(channels=16)
+    assert compile_network(WIDE, g, segments="all").segments == {}
+    with pytest.raises(CompileError, match="layer 'conv0': 12 output channels on chip "
+                                           "'tiny_wide'.* a chain of convolutions takes "
+                                           "at most 8 output channels a layer"):
+        compile_network(WIDE, seed_two_layer(12), chain=ChainChoice("crop_fetch", 8))
     # a chain hands each group's outputs on packed into R/s = 4 partitions: an inner
     # layer with N = 6 does not fit them
     b = GraphBuilder("chain")
@@ -363,6 +375,33 @@ def test_refusals():
     with pytest.raises(CompileError, match="N = 6 > 4: on the wide grid 'tiny_wide' a "
                                            "chain hands each group's outputs on in 4"):
         compile_network(WIDE, g, split={"layer0": 2})
+
+
+@pytest.mark.parametrize("cfg", [WIDE, WIDE4, WIDE28], ids=lambda c: c.name)
+@pytest.mark.parametrize("name", sample(sorted(MANY_CHANNELS), 6))
+def test_feature_maps_of_more_channels_than_rows(cfg, name):
+    """On a wide array (C = k*R) a feature-map layer's N-block of C output channels
+    leaves as k slices, each into its own R-channel block (pools and adds: an N-block
+    per channel block, slice 0): golden equals numpy, in the predicted cycles (R = 8 on
+    the 2x4 and 2x8 grids, 4 on the 1x4 grid)."""
+    golden_equals_numpy_on_time(cfg, MANY_CHANNELS[name]())
+
+
+def test_slices_of_a_feature_map_each_stored():
+    """A 3x3 convolution to 16 channels on the 8x16 array: one N-block (as many MATMULs
+    as 8 channels take), its two slices each a VRUN into its own staging and a store
+    into its own channel block."""
+    eight, sixteen = (compile_network(WIDE, conv(n)()) for n in (8, 16))
+    mm = [sum(i.op is Opcode.MATMUL for i in c.program) for c in (eight, sixteen)]
+    assert mm[0] == mm[1]
+    stores = [i for i in sixteen.program if i.op is Opcode.DMA
+              and i.kind == DmaKind.STORE_CBUF]
+    vruns = [i for i in sixteen.program if i.op is Opcode.VRUN]
+    assert len(vruns) == len(stores) == 2 * sum(i.op is Opcode.VRUN for i in eight.program)
+    assert vruns[0].dst != vruns[1].dst         # each slice its own staging
+    out, _ = sixteen.dram_map.outputs[sixteen.graph.outputs[0]]
+    plane = 7 * 9
+    assert {s.dram_addr - out for s in stores} == {0, plane}
 
 
 @pytest.mark.rtl

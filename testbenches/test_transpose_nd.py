@@ -478,8 +478,8 @@ def test_int32_transpose_on_non_square_arrays(cfg, m, k, n, perm):
 
 def test_transposes_through_dram_beside_a_wide_dense_on_a_non_square_array():
     """A graph of dense layers and transposes read through DRAM whose dense layer has
-    more than min(R, C) output channels: the layer-by-layer lowering refuses those on a
-    non-square array, so the GEMM lowering takes the graph (as beside a MatMulT)."""
+    more than min(R, C) output channels on a non-square array takes the GEMM lowering
+    (as beside a MatMulT), which writes its N-blocks in sub-blocks or slices directly."""
     rng = np.random.default_rng(7)
     g = GraphBuilder("nd_twice_dense")
     t1 = g.transpose(g.input(rng.integers(-128, 128, (3, 5, 11)), name="x"), (1, 0, 2),
