@@ -325,6 +325,10 @@ def cmd_bench(args) -> int:
              ("gemm_64x64x64", "base", lambda: _gemm_network(64, 64, 64, 2), "cocotb"),
              ("demo_mlp", "tiny", demo.mlp, "cocotb"),
              ("demo_cnn", "tiny", demo.cnn, "cocotb"),
+             # the same CNN on the tall and wide grids of tiny's tiles (its 10-class head
+             # is wider than min(R, C): sub-blocks on the tall grid, slices on the wide)
+             *[("demo_cnn", cfg_name, demo.cnn, "cocotb") for cfg_name in ("tiny_tall",
+                                                                            "tiny_wide")],
              *[(layer[0], "base", lambda layer=layer: cnn_bench.conv_layer(*layer), "cocotb")
                for layer in cnn_bench.RTL_LAYERS],
              (*gemm256, "cxx"),
