@@ -29,8 +29,10 @@ from .errors import CompileError
 from .graph import Graph, GraphBuilder
 from .models import requant_for
 
-#: The operators :func:`load` takes (every other one is refused by name).
-SUPPORTED = ("QLinearConv", "QLinearMatMul", "MaxPool", "Concat", "Flatten", "Relu")
+#: The operators :func:`load` takes (every other one is refused by name); the last
+#: two are onnxruntime's (domain ``com.microsoft``), which its quantiser writes.
+SUPPORTED = ("QLinearConv", "QLinearMatMul", "MaxPool", "Concat", "Flatten", "Relu",
+             "QLinearAdd", "QLinearGlobalAveragePool")
 
 
 def load(model, inputs: Mapping[str, np.ndarray] | None = None, *,
@@ -55,8 +57,10 @@ def fold_qdq(proto):
     ``QLinearConv`` / ``QLinearMatMul`` (a Gemm's bias as a ninth input, which only
     this importer reads), a Relu between the op and Q folding into it (``Q(relu(v)) =
     max(Q(v), y_zp)``: the chip's clamp at the zero point, whatever it is);
-    ``Q(MaxPool(DQ(x)))``, ``Q(Concat(DQ(x_i)))`` and ``Q(Flatten(DQ(x)))`` with one
-    scale and zero point become the int8 operators. A float input read only by a QuantizeLinear becomes
+    ``Q(Add(DQ(a), DQ(b)))`` becomes ``QLinearAdd`` (a Relu folding as before) and
+    ``Q(GlobalAveragePool(DQ(x)))`` ``QLinearGlobalAveragePool`` (onnxruntime's
+    operators); ``Q(MaxPool(DQ(x)))``, ``Q(Concat(DQ(x_i)))`` and
+    ``Q(Flatten(DQ(x)))`` with one scale and zero point become the int8 operators. A float input read only by a QuantizeLinear becomes
     that int8 value (under the input's name), a float output made by a
     DequantizeLinear the int8 value it reads."""
     from onnx import TensorProto, helper, numpy_helper
@@ -150,6 +154,16 @@ def fold_qdq(proto):
             if op.op_type == "Gemm" and len(op.input) > 2 and op.input[2]:
                 ins.append(dq(op.input[2], "bias", op)[0])
             out_nodes.append(helper.make_node("QLinearMatMul", ins, [conv_out], name=op.name))
+        elif op.op_type == "Add":
+            (a, a_s, a_zp), (b, b_s, b_zp) = (dq(v, "operand", op) for v in op.input)
+            out_nodes.append(helper.make_node("QLinearAdd", [a, a_s, a_zp, b, b_s, b_zp,
+                                                             y_s, y_zp], [conv_out],
+                                              name=op.name, domain="com.microsoft"))
+        elif op.op_type == "GlobalAveragePool" and not relu:
+            x, x_s, x_zp = dq(op.input[0], "input", op)
+            out_nodes.append(helper.make_node("QLinearGlobalAveragePool",
+                                              [x, x_s, x_zp, y_s, y_zp], [out], name=op.name,
+                                              domain="com.microsoft", channels_last=0))
         elif op.op_type in ("MaxPool", "Concat", "Flatten") and not relu:
             parts = [dq(v, "input", op) for v in op.input]
             for _, s_name, zp_name in parts:
@@ -166,8 +180,8 @@ def fold_qdq(proto):
         else:
             raise CompileError(f"ONNX node {op.name!r}: {op.op_type} between "
                                f"DequantizeLinear and QuantizeLinear is not lowered; the "
-                               f"QDQ form takes Conv, MatMul, Gemm (each with a Relu), "
-                               f"MaxPool, Concat and Flatten")
+                               f"QDQ form takes Conv, MatMul, Gemm, Add (each with a "
+                               f"Relu), GlobalAveragePool, MaxPool, Concat and Flatten")
         if relu:
             out_nodes.append(helper.make_node("Relu", [conv_out], [out],
                                               name=f"{op.name}__relu", doc_string=QDQ_RELU))
@@ -441,6 +455,50 @@ class _Importer:
                                f"(axis 1) only; ONNX flattens C, H, W and the chip H, W, "
                                f"C, so a larger map needs a global pool first")
         return self.g.flatten(x, name=self._name(node))
+
+    def _qlinearadd(self, node, a):
+        """``y = y_zp + (a_s (a - a_zp) + b_s (b - b_zp)) / y_s`` as the chip's Add:
+        8-bit multipliers over a common shift (the weights of a diagonal block), so
+        it may differ from onnxruntime by a step more than the other layers."""
+        xa, xb = self._value(node, 0), self._value(node, 3)
+        for t, k in ((xa, 2), (xb, 5)):
+            zp = int(self._scalar(node, k, "zero point"))
+            if zp != self.g.tensor(t).quant.zero_point:
+                raise CompileError(f"ONNX node {node.name!r} (QLinearAdd): reads an operand "
+                                   f"with zero point {zp}, but it was made with "
+                                   f"{self.g.tensor(t).quant.zero_point}")
+        y_s = float(self._scalar(node, 6, "output scale"))
+        ratios = np.array([float(self._scalar(node, 1, "scale")),
+                           float(self._scalar(node, 4, "scale"))]) / y_s
+        shift = 0
+        while shift < 30 and np.all(np.round(ratios * 2.0 ** (shift + 1)) <= 127):
+            shift += 1
+        ma, mb = (int(np.clip(np.round(r * 2.0 ** shift), 1, 127)) for r in ratios)
+        out = self.g.add(xa, xb, mult_a=ma, mult_b=mb, shift=shift,
+                         zp=int(self._scalar(node, 7, "output zero point")),
+                         relu=self._fuses_relu(node), name=self._name(node))
+        if node.input[0] in self.nchw:
+            self.nchw.add(node.output[0])
+        return out
+
+    def _qlinearglobalaveragepool(self, node, a):
+        x = self._value(node)
+        if a.get("channels_last", 0) or node.input[0] not in self.nchw:
+            raise CompileError(f"ONNX node {node.name!r} (QLinearGlobalAveragePool): takes "
+                               f"an NCHW map (channels_last 0)")
+        x_zp = int(self._scalar(node, 2, "input zero point"))
+        y_zp = int(self._scalar(node, 4, "output zero point"))
+        if x_zp != y_zp or x_zp != self.g.tensor(x).quant.zero_point:
+            raise CompileError(f"ONNX node {node.name!r} (QLinearGlobalAveragePool): the "
+                               f"chip's average keeps its input's zero point; give the "
+                               f"output the input's ({x_zp}, not {y_zp})")
+        _, h, w, _ = self.g.tensor(x).shape
+        scale = float(self._scalar(node, 1, "input scale")) / \
+            (float(self._scalar(node, 3, "output scale")) * h * w)
+        mult, shift = requant_for(scale, False)
+        out = self.g.global_avg_pool(x, mult=mult, shift=shift, name=self._name(node))
+        self.nchw.add(node.output[0])
+        return out
 
     def _fuses_relu(self, node) -> bool:
         """Whether `node`'s only reader is a Relu the chip folds into it: its clamp at

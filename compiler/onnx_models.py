@@ -86,66 +86,111 @@ def inception(seed: int = 0, channels: int = 8) -> ModelProto:
     return m.build([("x", [1, 6, 10, 10])], [y])
 
 
-def qdq_cnn(seed: int = 0) -> ModelProto:
-    """The QDQ form (float operators between DequantizeLinear and QuantizeLinear), as
-    onnxruntime's quantiser writes it: a float (1, 4, 8, 8) NCHW input quantised, a
-    conv + Relu with a scale per output channel, a max pool, a second conv + Relu
-    with a nonzero output zero point, a 4x4 conv to a 1 x 1 map, Flatten, a Gemm
-    (``transB``) with a bias, and the logits dequantised to float."""
-    rng = np.random.default_rng(seed)
-    nodes, inits = [], []
+class _QDQ:
+    """A QDQ model under construction: float operators between DequantizeLinear and
+    QuantizeLinear, as onnxruntime's quantiser writes them."""
 
-    def const(a, name):
-        inits.append(numpy_helper.from_array(np.asarray(a), name))
+    def __init__(self, seed: int):
+        self.rng = np.random.default_rng(seed)
+        self.nodes, self.inits = [], []
+
+    def const(self, a, name):
+        self.inits.append(numpy_helper.from_array(np.asarray(a), name))
         return name
 
-    def q(v, scale, zp, name):
-        nodes.append(helper.make_node("QuantizeLinear", [v, const(np.float32(scale), f"{name}_s"),
-                                                         const(np.int8(zp), f"{name}_z")],
-                                      [name], name=f"Q_{name}"))
+    def q(self, v, scale, zp, name):
+        self.nodes.append(helper.make_node(
+            "QuantizeLinear", [v, self.const(np.float32(scale), f"{name}_s"),
+                               self.const(np.int8(zp), f"{name}_z")], [name], name=f"Q_{name}"))
         return name
 
-    def dq(v, scale, zp, name, axis=None, zdtype=np.int8):
+    def dq(self, v, scale, zp, name, axis=None, zdtype=np.int8):
         s = np.asarray(scale, np.float32)
         z = (np.zeros(s.shape, np.int64) + zp).astype(zdtype)
         kw = {} if axis is None else {"axis": axis}
-        nodes.append(helper.make_node("DequantizeLinear", [v, const(s, f"{name}_s"),
-                                                           const(z, f"{name}_z")],
-                                      [name], name=f"DQ_{name}", **kw))
+        self.nodes.append(helper.make_node(
+            "DequantizeLinear", [v, self.const(s, f"{name}_s"), self.const(z, f"{name}_z")],
+            [name], name=f"DQ_{name}", **kw))
         return name
 
-    def conv(x, xs, cin, cout, k, name, ys, yz, *, pads=0, relu=True, stride=1):
-        ws = rng.uniform(0.004, 0.012, cout).astype(np.float32)
-        w = const(rng.integers(-80, 80, (cout, cin, k, k), dtype=np.int8), f"{name}_w")
-        b = const(rng.integers(-3000, 3000, cout, dtype=np.int32), f"{name}_b")
-        wf = dq(w, ws, 0, f"{name}_wf", axis=0)
-        bf = dq(b, (ws * xs).astype(np.float32), 0, f"{name}_bf", axis=0, zdtype=np.int32)
-        y = f"{name}_y"
-        nodes.append(helper.make_node("Conv", [x, wf, bf], [y], name=name,
-                                      kernel_shape=[k, k], pads=[pads] * 4,
-                                      strides=[stride, stride]))
-        if relu:
-            nodes.append(helper.make_node("Relu", [y], [f"{name}_r"], name=f"{name}_relu"))
-            y = f"{name}_r"
-        return dq(q(y, ys, yz, f"{name}_q"), ys, yz, f"{name}_f")
+    def qdq(self, v, scale, zp, name):
+        """`v` quantised and dequantised: the float value the next operator reads."""
+        return self.dq(self.q(v, scale, zp, f"{name}_q"), scale, zp, f"{name}_f")
 
-    x = dq(q("x", 0.03, 2, "x_q"), 0.03, 2, "x_f")
-    h = conv(x, 0.03, 4, 8, 3, "conv1", 0.05, 0, pads=1)
-    pq = q("pool_out", 0.05, 0, "pool_q")
-    nodes.append(helper.make_node("MaxPool", [h], ["pool_out"], name="pool",
-                                  kernel_shape=[2, 2], strides=[2, 2]))
-    p = dq(pq, 0.05, 0, "pool_f")
-    h = conv(p, 0.05, 8, 12, 3, "conv2", 0.07, -20, pads=1)
-    h = conv(h, 0.07, 12, 16, 4, "conv3", 0.08, 0, relu=False)
-    nodes.append(helper.make_node("Flatten", [h], ["flat_out"], name="flatten", axis=1))
-    flat = dq(q("flat_out", 0.08, 0, "flat_q"), 0.08, 0, "flat")
-    w = const(rng.integers(-80, 80, (10, 16), dtype=np.int8), "fc_w")
-    wf = dq(w, 0.01, 0, "fc_wf")
-    bf = dq(const(rng.integers(-500, 500, 10, dtype=np.int32), "fc_b"),
-            np.float32(0.08 * 0.01), 0, "fc_bf", zdtype=np.int32)
-    nodes.append(helper.make_node("Gemm", [flat, wf, bf], ["fc_y"], name="fc", transB=1))
-    y = dq(q("fc_y", 0.4, 3, "fc_q"), 0.4, 3, "logits")
-    graph = helper.make_graph(
-        nodes, "qdq_cnn", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 8, 8])],
-        [helper.make_tensor_value_info(y, TensorProto.FLOAT, None)], inits)
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    def conv(self, x, xs, cin, cout, k, name, ys, yz, *, pads=0, relu=True, stride=1,
+             quantise=True):
+        rng = self.rng
+        ws = rng.uniform(0.004, 0.012, cout).astype(np.float32)
+        w = self.const(rng.integers(-80, 80, (cout, cin, k, k), dtype=np.int8), f"{name}_w")
+        b = self.const(rng.integers(-3000, 3000, cout, dtype=np.int32), f"{name}_b")
+        wf = self.dq(w, ws, 0, f"{name}_wf", axis=0)
+        bf = self.dq(b, (ws * xs).astype(np.float32), 0, f"{name}_bf", axis=0,
+                     zdtype=np.int32)
+        y = f"{name}_y"
+        self.nodes.append(helper.make_node("Conv", [x, wf, bf], [y], name=name,
+                                           kernel_shape=[k, k], pads=[pads] * 4,
+                                           strides=[stride, stride]))
+        if relu:
+            self.nodes.append(helper.make_node("Relu", [y], [f"{name}_r"],
+                                               name=f"{name}_relu"))
+            y = f"{name}_r"
+        return self.qdq(y, ys, yz, name) if quantise else y
+
+    def node(self, op, inputs, name, ys, yz, **attrs):
+        self.nodes.append(helper.make_node(op, inputs, [f"{name}_out"], name=name, **attrs))
+        return self.qdq(f"{name}_out", ys, yz, name)
+
+    def gemm(self, x, xs, k, n, name, ys, yz):
+        w = self.const(self.rng.integers(-80, 80, (n, k), dtype=np.int8), f"{name}_w")
+        wf = self.dq(w, 0.01, 0, f"{name}_wf")
+        bf = self.dq(self.const(self.rng.integers(-500, 500, n, dtype=np.int32), f"{name}_b"),
+                     np.float32(xs * 0.01), 0, f"{name}_bf", zdtype=np.int32)
+        self.nodes.append(helper.make_node("Gemm", [x, wf, bf], [f"{name}_y"], name=name,
+                                           transB=1))
+        return self.dq(self.q(f"{name}_y", ys, yz, f"{name}_q"), ys, yz, "logits")
+
+    def build(self, name, shape, out) -> ModelProto:
+        graph = helper.make_graph(
+            self.nodes, name, [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
+            [helper.make_tensor_value_info(out, TensorProto.FLOAT, None)], self.inits)
+        return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def qdq_cnn(seed: int = 0) -> ModelProto:
+    """The QDQ form, as onnxruntime's quantiser writes it: a float (1, 4, 8, 8) NCHW
+    input quantised, a conv + Relu with a scale per output channel, a max pool, a
+    second conv + Relu with a nonzero output zero point, a 4x4 conv to a 1 x 1 map,
+    Flatten, a Gemm (``transB``) with a bias, and the logits dequantised to float."""
+    m = _QDQ(seed)
+    x = m.qdq("x", 0.03, 2, "x")
+    h = m.conv(x, 0.03, 4, 8, 3, "conv1", 0.05, 0, pads=1)
+    p = m.node("MaxPool", [h], "pool", 0.05, 0, kernel_shape=[2, 2], strides=[2, 2])
+    h = m.conv(p, 0.05, 8, 12, 3, "conv2", 0.07, -20, pads=1)
+    h = m.conv(h, 0.07, 12, 16, 4, "conv3", 0.08, 0, relu=False)
+    flat = m.node("Flatten", [h], "flatten", 0.08, 0, axis=1)
+    return m.build("qdq_cnn", [1, 4, 8, 8], m.gemm(flat, 0.08, 16, 10, "fc", 0.4, 3))
+
+
+def qdq_resnet(seed: int = 0) -> ModelProto:
+    """A small residual network in the QDQ form: a stem conv + Relu, a basic block
+    (conv + Relu, conv, Add with the shortcut, Relu), a strided block with a 1x1
+    projection, a global average pool, Flatten and a Gemm."""
+    m = _QDQ(seed)
+    x = m.qdq("x", 0.03, 0, "x")
+    h = m.conv(x, 0.03, 3, 8, 3, "stem", 0.05, -128, pads=1)
+
+    def block(h, hs, cin, cout, stride, name):
+        a = m.conv(h, hs, cin, cout, 3, f"{name}_conv1", 0.06, -128, pads=1, stride=stride)
+        b = m.conv(a, 0.06, cout, cout, 3, f"{name}_conv2", 0.07, 5, pads=1, relu=False)
+        short = h if stride == 1 and cin == cout else m.conv(
+            h, hs, cin, cout, 1, f"{name}_proj", 0.07, -3, stride=stride, relu=False)
+        m.nodes.append(helper.make_node("Add", [b, short], [f"{name}_sum"], name=f"{name}_add"))
+        m.nodes.append(helper.make_node("Relu", [f"{name}_sum"], [f"{name}_out"],
+                                        name=f"{name}_relu"))
+        return m.qdq(f"{name}_out", 0.06, -128, name)
+
+    h = block(h, 0.05, 8, 8, 1, "block1")
+    h = block(h, 0.06, 8, 16, 2, "block2")
+    g = m.node("GlobalAveragePool", [h], "gap", 0.03, -128)
+    flat = m.node("Flatten", [g], "flatten", 0.03, -128, axis=1)
+    return m.build("qdq_resnet", [1, 3, 12, 12], m.gemm(flat, 0.03, 16, 10, "fc", 0.3, 0))

@@ -123,20 +123,28 @@ def test_what_the_chip_does_not_run_is_refused_by_name():
 
 @pytest.mark.rtl
 def test_imported_models_on_the_rtl():
-    """The inception-like model, imported, on the Verilated
-    tiny chip: equal to numpy and the golden model, in the predicted cycles, and
-    within one step of onnxruntime."""
+    """The inception-like model and the QDQ residual network, imported, on the
+    Verilated tiny chip: equal to numpy and the golden model, in the predicted
+    cycles, and within one step of onnxruntime."""
     from conftest import assert_matches_prediction, assert_outputs_match, \
         compile_and_run_on_rtl
     feeds = {"x": np.random.default_rng(1).integers(-128, 128, (1, 6, 10, 10), np.int8)}
-    model = onnx_models.inception()
-    runs = compile_and_run_on_rtl(TINY, {"inception": lambda: onnx_import.load(model, feeds)})
+    model, resnet = onnx_models.inception(), onnx_models.qdq_resnet()
+    xq = np.random.default_rng(0).integers(0, 128, (1, 3, 12, 12), dtype=np.int8)
+    runs = compile_and_run_on_rtl(TINY, {
+        "inception": lambda: onnx_import.load(model, feeds),
+        "qdq_resnet": lambda: onnx_import.load(resnet, {"x": xq})})
+    for name, (compiled, res) in runs.items():
+        assert_outputs_match(TINY, compiled, res)
+        assert_matches_prediction(TINY, compiled, res)
     compiled, res = runs["inception"]
-    assert_outputs_match(TINY, compiled, res)
-    assert_matches_prediction(TINY, compiled, res)
     got = compiled.results(res["dram"])
     for t, theirs in zip(compiled.graph.outputs, _runtime(model, feeds)):
         assert np.abs(got[t].astype(int) - theirs.astype(int)).max() <= 1
+    compiled, res = runs["qdq_resnet"]
+    (t,) = compiled.graph.outputs
+    (theirs,) = _qdq_outputs(resnet, xq, 0.03, 0)
+    assert np.abs(compiled.results(res["dram"])[t].astype(int) - theirs.astype(int)).max() <= 1
 
 
 def _qdq_outputs(model, xq, x_scale, x_zp):
@@ -174,6 +182,27 @@ def test_a_qdq_model_equals_onnxruntime(seed):
     assert len(np.unique(got[t])) > 3          # not all saturated
 
 
+@pytest.mark.parametrize("seed", range(4))
+def test_a_qdq_residual_network_equals_onnxruntime(seed):
+    """Residual blocks in the QDQ form: Adds (onnxruntime's QLinearAdd, the chip's Add
+    with 8-bit multipliers) with a Relu at zero point -128, a strided 1x1
+    projection, a global average pool, Flatten, a Gemm. Equal to numpy; the logits
+    within a step of onnxruntime."""
+    model = onnx_models.qdq_resnet()
+    xq = np.random.default_rng(seed).integers(0, 128, (1, 3, 12, 12), dtype=np.int8)
+    graph = onnx_import.load(model, {"x": xq})
+    kinds = {type(n.op).__name__ for n in graph.nodes}
+    assert {"Add", "GlobalAvgPool", "Dense", "Conv2d"} <= kinds
+    comp = compile_network(TINY, graph)
+    res = golden.run(TINY, comp.image, comp.dram, prog_addr=comp.prog_addr, ubuf=comp.ubuf)
+    assert res.error.name == "NONE" and res.cycles == comp.predicted_cycles
+    got, want = comp.results(res.dram), reference.outputs(graph)
+    (t,) = graph.outputs
+    np.testing.assert_array_equal(got[t], want[t])
+    (theirs,) = _qdq_outputs(model, xq, 0.03, 0)
+    assert np.abs(got[t].astype(int) - theirs.astype(int)).max() <= 1
+
+
 def test_qdq_models_the_chip_does_not_run_are_refused_by_name():
     model = onnx_models.qdq_cnn()
     bad = onnx.ModelProto()
@@ -183,6 +212,15 @@ def test_qdq_models_the_chip_does_not_run_are_refused_by_name():
             node.op_type = "AveragePool"
     with pytest.raises(CompileError, match="'pool': AveragePool between DequantizeLinear "
                                            "and QuantizeLinear is not lowered"):
+        onnx_import.load(bad)
+    bad = onnx.ModelProto()
+    bad.CopyFrom(onnx_models.qdq_resnet())
+    from onnx import numpy_helper
+    for i, t in enumerate(bad.graph.initializer):
+        if t.name == "gap_q_z":          # the pool's output zero point, not its input's
+            bad.graph.initializer[i].CopyFrom(numpy_helper.from_array(np.int8(7), t.name))
+    with pytest.raises(CompileError, match="'gap' .*keeps its input's zero point; give the "
+                                           "output the input's \\(-128, not 7\\)"):
         onnx_import.load(bad)
     bad = onnx.ModelProto()
     bad.CopyFrom(model)

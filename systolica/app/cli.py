@@ -267,6 +267,11 @@ def _onnx_inception():
     return onnx_import.load(onnx_models.inception(), name="onnx_inception")
 
 
+def _onnx_qdq_resnet():
+    from ..compiler import onnx_import, onnx_models
+    return onnx_import.load(onnx_models.qdq_resnet(), name="onnx_qdq_resnet")
+
+
 def _onnxruntime_agreement(graph) -> dict:
     """The bench's ONNX model: how many of its output values onnxruntime gives
     otherwise than the chip (which equals numpy, checked by the run)."""
@@ -361,7 +366,9 @@ def cmd_bench(args) -> int:
               lambda: models.inception_block(size=8, cin=16, widths=(8, 16, 8, 5)), "cocotb"),
              # an ONNX model in the QOperator form, imported (compared with
              # onnxruntime below)
-             ("onnx_inception", "tiny", _onnx_inception, "cocotb")]
+             ("onnx_inception", "tiny", _onnx_inception, "cocotb"),
+             # a residual network in the QDQ form (Adds, a global pool, a Gemm)
+             ("onnx_qdq_resnet", "tiny", _onnx_qdq_resnet, "cocotb")]
     records = []
     plots = Path(args.out).parent / "plots"     # where each run's cycles go
     with Progress() as progress:
