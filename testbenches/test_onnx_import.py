@@ -162,6 +162,18 @@ def _qdq_outputs(model, xq, x_scale, x_zp):
     return outs
 
 
+def _golden_output(graph):
+    """A one-output graph compiled and run on the golden model: no fault, the
+    predicted cycles, equal to numpy; its output."""
+    comp = compile_network(TINY, graph)
+    res = golden.run(TINY, comp.image, comp.dram, prog_addr=comp.prog_addr, ubuf=comp.ubuf)
+    assert res.error.name == "NONE" and res.cycles == comp.predicted_cycles
+    got, want = comp.results(res.dram), reference.outputs(graph)
+    (t,) = graph.outputs
+    np.testing.assert_array_equal(got[t], want[t])
+    return got[t]
+
+
 @pytest.mark.parametrize("seed", range(3))
 def test_a_qdq_model_equals_onnxruntime(seed):
     """The QDQ form, folded into the QOperator form: a per-channel conv with a Relu, a
@@ -170,16 +182,10 @@ def test_a_qdq_model_equals_onnxruntime(seed):
     onnxruntime."""
     model = onnx_models.qdq_cnn()
     xq = np.random.default_rng(seed).integers(-128, 128, (1, 4, 8, 8), dtype=np.int8)
-    graph = onnx_import.load(model, {"x": xq})
-    comp = compile_network(TINY, graph)
-    res = golden.run(TINY, comp.image, comp.dram, prog_addr=comp.prog_addr, ubuf=comp.ubuf)
-    assert res.error.name == "NONE" and res.cycles == comp.predicted_cycles
-    got, want = comp.results(res.dram), reference.outputs(graph)
-    (t,) = graph.outputs
-    np.testing.assert_array_equal(got[t], want[t])
+    ours = _golden_output(onnx_import.load(model, {"x": xq}))
     (theirs,) = _qdq_outputs(model, xq, 0.03, 2)
-    assert np.abs(got[t].astype(int) - theirs.astype(int)).max() <= 1
-    assert len(np.unique(got[t])) > 3          # not all saturated
+    assert np.abs(ours.astype(int) - theirs.astype(int)).max() <= 1
+    assert len(np.unique(ours)) > 3            # not all saturated
 
 
 @pytest.mark.parametrize("seed", range(4))
@@ -193,14 +199,8 @@ def test_a_qdq_residual_network_equals_onnxruntime(seed):
     graph = onnx_import.load(model, {"x": xq})
     kinds = {type(n.op).__name__ for n in graph.nodes}
     assert {"Add", "GlobalAvgPool", "Dense", "Conv2d"} <= kinds
-    comp = compile_network(TINY, graph)
-    res = golden.run(TINY, comp.image, comp.dram, prog_addr=comp.prog_addr, ubuf=comp.ubuf)
-    assert res.error.name == "NONE" and res.cycles == comp.predicted_cycles
-    got, want = comp.results(res.dram), reference.outputs(graph)
-    (t,) = graph.outputs
-    np.testing.assert_array_equal(got[t], want[t])
     (theirs,) = _qdq_outputs(model, xq, 0.03, 0)
-    assert np.abs(got[t].astype(int) - theirs.astype(int)).max() <= 1
+    assert np.abs(_golden_output(graph).astype(int) - theirs.astype(int)).max() <= 1
 
 
 def test_qdq_models_the_chip_does_not_run_are_refused_by_name():
