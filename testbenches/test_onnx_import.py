@@ -10,8 +10,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-onnx = pytest.importorskip("onnx")
-ort = pytest.importorskip("onnxruntime")
+import onnx  # noqa: E402  (the dev extra installs it, and onnxruntime)
+import onnxruntime as ort  # noqa: E402
 from onnx import TensorProto, helper  # noqa: E402
 
 from systolica import golden  # noqa: E402
