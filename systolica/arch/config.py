@@ -104,14 +104,21 @@ class ChipConfig:
                 raise ConfigError(f"{self.name}: {what} {size} exceeds {field_} "
                                   f"(at most {limit})")
         lo, hi = sorted((self.tile_rows, self.tile_cols))
-        if hi % lo or hi > 4 * lo or hi // lo == 3:
+        if hi % lo:
             raise ConfigError(
                 f"{self.name}: a {self.tile_rows}x{self.tile_cols} tile grid is not "
-                f"supported: one of tile_rows and tile_cols must be the other, 2x or 4x "
-                f"it (docs/contract.md, 'Geometry and data'). Blocks of R columns and "
-                f"N-blocks of C columns are then sub-blocks or slices of each other; a "
-                f"tall grid's ACC row of C int32 is a whole number of R-byte DRAM words "
-                f"only up to 4x, and wide grids are built and tested up to 4x too")
+                f"supported: one of tile_rows and tile_cols must be a whole multiple of "
+                f"the other (docs/contract.md, 'Geometry and data'), so that blocks of R "
+                f"columns and N-blocks of C columns are sub-blocks or slices of each "
+                f"other; try {self._grid(lo, lo * (hi // lo))} or "
+                f"{self._grid(lo, lo * (hi // lo + 1))}")
+        if self.tile_rows > self.tile_cols and hi // lo not in (2, 4):
+            raise ConfigError(
+                f"{self.name}: a tall {self.tile_rows}x{self.tile_cols} tile grid is not "
+                f"supported: tile_rows must be 2x or 4x tile_cols (docs/contract.md, "
+                f"'Geometry and data'), as an ACC row of C int32 (4C bytes: biases in, "
+                f"int32 results out) must be a whole number of R-byte DRAM words; a wide "
+                f"grid (tile_cols a multiple of tile_rows) has no such limit")
         if self.cbuf_depth % self.cbuf_banks:
             raise ConfigError(f"{self.name}: cbuf_depth {self.cbuf_depth} must be a multiple "
                               f"of cbuf_banks {self.cbuf_banks}")
@@ -157,6 +164,10 @@ class ChipConfig:
             fabric.muxes(self)
         except ConfigError as e:
             raise ConfigError(f"{self.name}: {e}") from None
+
+    def _grid(self, short: int, long: int) -> str:
+        """``short x long`` tiles in this grid's orientation (rows first)."""
+        return f"{long}x{short}" if self.tile_rows > self.tile_cols else f"{short}x{long}"
 
     def _integer(self, name: str, lo: int) -> None:
         """A size field: an integer (numpy integers become ints) of at least `lo`."""
