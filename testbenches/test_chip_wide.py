@@ -284,8 +284,9 @@ def test_slices_route_acc_groups():
     assert sum(i.op is Opcode.VRUN for i in c.program) == 3
 
 
-@pytest.mark.parametrize("cfg", [WIDE, WIDE4, *RATIOS], ids=lambda c: c.name)
-@pytest.mark.parametrize("name", sample(sorted(CASES), 3))
+@pytest.mark.parametrize("name, cfg", sample(
+    [pytest.param(name, cfg, id=f"{name}-{cfg.name}")
+     for name in sorted(CASES) for cfg in (WIDE, WIDE4, *RATIOS)], 7))
 def test_compiles_and_golden_equals_numpy(cfg, name):
     """Pure Python, 2x4, 1x4, 1x3, 2x6 and 1x8 grids: every case compiles, and the
     golden model running the program equals numpy (the 4-byte rows of the 1xk grids
@@ -403,8 +404,9 @@ def test_refusals():
         compile_network(WIDE, g, split={"layer0": 2})
 
 
-@pytest.mark.parametrize("cfg", [WIDE, WIDE4, WIDE28, *RATIOS], ids=lambda c: c.name)
-@pytest.mark.parametrize("name", sample(sorted(MANY_CHANNELS), 6))
+@pytest.mark.parametrize("name, cfg", sample(
+    [pytest.param(name, cfg, id=f"{name}-{cfg.name}")
+     for name in sorted(MANY_CHANNELS) for cfg in (WIDE, WIDE4, WIDE28, *RATIOS)], 8))
 def test_feature_maps_of_more_channels_than_rows(cfg, name):
     """On a wide array (C = k*R) a feature-map layer's N-block of C output channels
     leaves as k slices, each into its own R-channel block (pools and adds: an N-block

@@ -456,9 +456,11 @@ INT32_NONSQUARE_CASES = [(8, 8, 8, None), (20, 9, 13, None), (5, 3, 7, (0, 1)),
                          (17, 30, 40, "twice"), (1, 2, 1, None), (16, 4, 16, None)]
 
 
-@pytest.mark.parametrize("cfg", [TALL, TALL4, WIDE, WIDE4], ids=lambda c: c.name)
-@pytest.mark.parametrize("m, k, n, perm", sample(INT32_NONSQUARE_CASES, 2),
-                         ids=lambda v: str(v).replace(" ", ""))
+@pytest.mark.parametrize(
+    "m, k, n, perm, cfg",
+    # every case on every grid; the fast tier a spread of eight, each grid twice
+    sample([pytest.param(*case, cfg, id=f"{str(case).replace(' ', '')}-{cfg.name}")
+            for case in INT32_NONSQUARE_CASES for cfg in (TALL, TALL4, WIDE, WIDE4)], 5))
 def test_int32_transpose_on_non_square_arrays(cfg, m, k, n, perm):
     """On a tall array (R = k*C): blocks of C input rows (a west load's) by R input
     columns, each output word built in k sub-blocks of C bytes; on a wide one (C = k*R)
