@@ -1066,6 +1066,8 @@ def lower_cnn(cfg: ChipConfig, graph: Graph,
     program assumes is the cost model's (:func:`.net_chains.choose_ubuf`: the
     plan's ``cfg`` says where), else the chip's."""
     from . import chain_lower, net_chains
+    from .concat_pad import pad_map_concats
+    graph = pad_map_concats(cfg, graph)     # ragged join inputs: whole channel blocks
     lay = _layout(cfg)
     R = cfg.rows
     # replicated layout for a graph input read only by convolutions with few channels

@@ -658,7 +658,8 @@ class Concat:
     output's rows (docs/compiler.md, "Concat through the lanes"), so every input but
     the last must have a multiple of the lane width (``tile_size``) columns; feature
     maps are laid out in DRAM as channel blocks of the output's (docs/cnn.md,
-    "Concat of feature maps"), every input but the last a multiple of ``R`` channels."""
+    "Concat of feature maps"), an input but the last whose channels are not a multiple
+    of ``R`` padded to one by its producer (a convolution) with zero channels."""
 
     name: str = "concat"
 

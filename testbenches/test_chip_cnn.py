@@ -42,6 +42,8 @@ CASES = {
     # four branches joined along their channels (a layout: no instruction), read by a
     # 1x1 convolution; the last branch's block ragged
     "inception_block": lambda: models.inception_block(size=8, cin=16, widths=(8, 16, 8, 5)),
+    # branches of 5, 6 and 3 channels: each padded to a block of 8 (docs/cnn.md)
+    "inception_ragged": lambda: models.inception_block(size=6, cin=8, widths=(5, 6, 3, 7)),
     "conv_two_buffers": (lambda: cnn_cases.large_conv_case(1),
                          dict(weights="stream", buffers=2)),
     "conv_one_buffer": (lambda: cnn_cases.large_conv_case(1),

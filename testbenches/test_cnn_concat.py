@@ -74,10 +74,15 @@ def _bad(build):
 
 
 @pytest.mark.parametrize("build, words", [
-    (lambda g, x: g.concat(_conv(g, x, 5, seed=1, name="a"), _conv(g, x, 8, seed=2, name="b"),
-                           name="cat"),
-     ["layer 'cat'", "input 'a' has 5 channels", "multiple of the chip's 8",
-      "every input but the last", "put it last"]),
+    # a ragged input a pool makes: only a convolution's output widens
+    (lambda g, x: g.concat(g.max_pool2d(_conv(g, x, 5, seed=1, name="a"), 1, name="p"),
+                           _conv(g, x, 8, seed=2, name="b"), name="cat"),
+     ["layer 'p' makes 'p'", "5 channels", "whole blocks of 8", "convolution", "put it last"]),
+    # padded channels an Add would mix with another map's
+    (lambda g, x: (lambda a, b: g.add(g.concat(a, b, name="cat"),
+                                      _conv(g, x, 13, seed=3, name="c"), name="sum"))(
+        _conv(g, x, 5, seed=1, name="a"), _conv(g, x, 8, seed=2, name="b")),
+     ["layer 'sum' (Add) reads 'cat'", "padded for the join 'cat'", "multiples of 8"]),
     (lambda g, x: g.concat(x, _conv(g, x, 8, seed=2, name="b"), name="cat"),
      ["layer 'cat'", "input 'x' is a graph input", "pass it through a layer"]),
     (lambda g, x: (lambda a: g.concat(a, a, name="cat"))(_conv(g, x, 8, seed=1, name="a")),
@@ -91,6 +96,51 @@ def test_what_the_layout_cannot_hold_is_refused_by_name(build, words):
         compile_network(TINY, _bad(build))
     for w in words:
         assert w in str(info.value), (w, str(info.value))
+
+
+@pytest.mark.parametrize("cfg, widths", [
+    (TINY, (5, 6, 3, 7)), (TINY, (13, 3, 17, 5)), (preset("tiny_tall"), (6, 10, 4, 9)),
+    (preset("tiny_wide"), (5, 6, 3, 7)), (BASE, (6, 10, 4, 9))],
+    ids=lambda v: getattr(v, "name", None) or "x".join(map(str, v)))
+def test_ragged_inputs_are_padded_to_whole_blocks(cfg, widths):
+    """Branches whose channels are not whole blocks of R: each producer computes zero
+    channels up to the next block and the 1x1 convolution after the join reads them
+    with zero weights. Its output equals numpy's of the graph as written; the join's
+    DRAM region holds the padded blocks."""
+    graph = models.inception_block(size=6, cin=8, widths=widths)
+    comp = run_golden(cfg, graph)
+    R = cfg.rows
+    blocks = sum(-(-w // R) for w in widths[:-1]) + -(-widths[-1] // R)
+    region = next(r for r in comp.plan.regions if r.key == "tensor join")
+    assert region.size == 6 * 6 * blocks          # one word per pixel and block
+
+
+def test_a_padded_join_carried_through_pools_and_flatten():
+    """The pad channels travel on through a max pool and a global pool, and through a
+    Flatten of a 2x2 map to a dense layer, whose weight rows for them are zero; a
+    ragged join inside another join is padded at both."""
+    g = GraphBuilder("carried")
+    x = _input(g, (2, 4, 4, 6))
+    a, b, c = (_conv(g, x, ch, k, seed=k, name=f"c{k}") for k, ch in ((1, 5), (3, 8), (5, 6)))
+    inner = g.concat(a, b, name="inner")            # 5 channels padded to 8, then 8
+    outer = g.concat(c, inner, name="outer")        # 6 padded to 8, then inner's 8 + 8
+    pooled = g.max_pool2d(outer, 2, name="pool")    # (2, 2, 2, 19), padded 24
+    rng = np.random.default_rng(7)
+    flat = g.flatten(pooled, name="flat")
+    head = g.dense(flat, rng.integers(-20, 20, (4 * 19, 5), dtype=np.int8), shift=8,
+                   name="head")
+    gap = g.flatten(g.global_avg_pool(outer, name="gap"), name="gflat")
+    cls = g.dense(gap, rng.integers(-20, 20, (19, 3), dtype=np.int8), shift=6, name="cls")
+    run_golden(TINY, g.build(head, cls))
+
+
+def test_a_padded_join_may_not_be_a_graph_output():
+    g = GraphBuilder("bad")
+    x = _input(g, (1, 4, 4, 8))
+    a, b = _conv(g, x, 5, seed=1, name="a"), _conv(g, x, 8, seed=2, name="b")
+    with pytest.raises(CompileError, match="output 'cat' is a graph output.*padded for "
+                                           "the join 'cat'.*multiples of 8"):
+        compile_network(TINY, g.build(g.concat(a, b, name="cat")))
 
 
 def test_an_input_that_is_also_a_graph_output_is_refused():
