@@ -445,23 +445,27 @@ def _fused_place(cfg: ChipConfig, jobs: list[Job], passes, k: int, base: int, ro
     if not crops:
         return 0, rows
     shifts = np.arange(U)
+    # per pass, taken rows counted along the UBUF twice round: the taken rows of the
+    # cyclic run of n from x are busy[x + n] - busy[x], for every shift at once
+    busy = {p: np.concatenate([[0], np.cumsum(np.tile(taken[p], 2), dtype=np.int64)])
+            for p, _, _ in crops}
     for extra in range(0, U, max(1, W)):          # block stride rows + extra
         stride = rows + extra
-        hits = {}
+        starts = stride * np.arange(blocks)
+        if any(np.bincount((np.arange(n)[None, :] + at + starts[:, None]).ravel() % U,
+                           minlength=U).max() > 1 for _, at, n in crops):
+            continue                                  # a crop's own blocks collide
+        free = np.ones(U, dtype=bool)
         for p, at, n in crops:
-            offsets = (np.arange(n)[None, :] + at + stride * np.arange(blocks)[:, None]).ravel()
-            if len(np.unique(offsets % U)) < len(offsets):
-                break                                 # its own blocks collide
-            hits[p] = (base + shifts[:, None] + offsets[None, :]) % U     # [shift, row]
-        else:
-            free = np.ones(U, dtype=bool)
-            for p, rows_at in hits.items():
-                free &= ~taken[p][rows_at].any(axis=1)
-            if free.any():
-                shift = int(np.argmax(free))
-                for p, rows_at in hits.items():
-                    taken[p][rows_at[shift]] = True
-                return shift, stride
+            for start in starts:
+                x = (base + shifts + at + start) % U
+                free &= busy[p][x + n] == busy[p][x]
+        if free.any():
+            shift = int(np.argmax(free))
+            for p, at, n in crops:
+                offsets = (np.arange(n)[None, :] + at + starts[:, None]).ravel()
+                taken[p][(base + shift + offsets) % U] = True
+            return shift, stride
     raise CompileError(f"layer {jobs[k - 1].name!r}: its fused crops find no UBUF rows "
                        f"apart from the other layers'; use the crop_fetch strategy for "
                        f"it or another layer")
