@@ -4,7 +4,8 @@ models").
 
 What a model may hold: ``QLinearConv`` (one group, weights with zero point 0, a
 scale per tensor or per output channel, an int32 bias), ``QLinearMatMul`` (a constant
-``[K, N]`` right operand with zero point 0 and one scale), ``MaxPool``, ``Concat``
+``[K, N]`` right operand with zero point 0 and one scale, or a scale per column when
+it reads a Flatten of a ``1 x 1`` map: a 1x1 convolution), ``MaxPool``, ``Concat``
 (of maps along their channels, of ``[M, K]`` along K), ``Flatten`` of a ``1 x 1``
 map, and ``Relu`` on a tensor whose zero point is 0. Its inputs and outputs are int8
 (the host quantises before and dequantises after). Maps are NCHW in ONNX and NHWC on
@@ -60,10 +61,13 @@ def fold_qdq(proto):
     ``Q(Add(DQ(a), DQ(b)))`` becomes ``QLinearAdd`` (a Relu folding as before) and
     ``Q(GlobalAveragePool(DQ(x)))`` ``QLinearGlobalAveragePool`` (onnxruntime's
     operators); ``Q(MaxPool(DQ(x)))``, ``Q(Concat(DQ(x_i)))`` and
-    ``Q(Flatten(DQ(x)))`` with one scale and zero point become the int8 operators. A float input read only by a QuantizeLinear becomes
-    that int8 value (under the input's name), a float output made by a
-    DequantizeLinear the int8 value it reads."""
+    ``Q(Flatten(DQ(x)))`` with one scale and zero point become the int8 operators (a
+    Concat input quantised otherwise, as onnxruntime's quantiser writes a branch, is
+    first requantised by an identity layer). A float input read only by a
+    QuantizeLinear becomes that int8 value (under the input's name), a float output
+    made by a DequantizeLinear the int8 value it reads."""
     from onnx import TensorProto, helper, numpy_helper
+    from onnx import shape_inference as onnx_shape_inference
     g = proto.graph
     consts = {t.name: numpy_helper.to_array(t) for t in g.initializer}
     made = {o: n for n in g.node for o in n.output}
@@ -104,6 +108,39 @@ def fold_qdq(proto):
             inits.append(numpy_helper.from_array(np.zeros(
                 np.shape(consts.get(n.input[1], 0)), np.int8), zp))
         return value(n.input[0]), n.input[1], zp
+
+    shapes: dict[str, list[int]] = {}
+
+    def requantised(op, k, v, s_name, zp_name, y_s, y_zp):
+        """Input `k` of Concat `op` (the int8 `v`, quantised by `s_name`, `zp_name`)
+        requantised to the join's `y_s`, `y_zp` by a 1x1 convolution (a matmul for
+        ``[M, K]`` tensors) with identity weights: ``Q_y(DQ(v))``, rounded as any
+        layer of the chip rounds."""
+        if not shapes:
+            inferred = onnx_shape_inference.infer_shapes(proto).graph
+            for vi in list(inferred.value_info) + list(inferred.input):
+                shapes[vi.name] = [d.dim_value for d in vi.type.tensor_type.shape.dim]
+        shape = shapes.get(op.input[k])
+        if not shape or len(shape) not in (2, 4) or not shape[1]:
+            raise CompileError(f"ONNX node {op.name!r} (Concat): input {op.input[k]!r} is "
+                               f"quantised differently from the output and its shape is "
+                               f"not known; give the model's value shapes (onnx shape "
+                               f"inference) or quantise the inputs as the output")
+        c = shape[1]
+        eye = np.eye(c, dtype=np.int8)
+        w = f"{op.name}__requant{k}_w"
+        inits.append(numpy_helper.from_array(eye[:, :, None, None] if len(shape) == 4
+                                             else eye, w))
+        one, zero = f"{op.name}__requant_one", f"{op.name}__requant_zero"
+        if one not in consts:
+            consts[one], consts[zero] = np.float32(1.0), np.int8(0)
+            inits.extend([numpy_helper.from_array(consts[one], one),
+                          numpy_helper.from_array(consts[zero], zero)])
+        y = f"{op.name}__requant{k}"
+        ins = [v, s_name, zp_name, w, one, zero, y_s, y_zp]
+        out_nodes.append(helper.make_node("QLinearConv" if len(shape) == 4 else
+                                          "QLinearMatMul", ins, [y], name=y))
+        return y
 
     def const_scale(name, values):
         inits.append(numpy_helper.from_array(np.asarray(values, np.float32), name))
@@ -166,14 +203,21 @@ def fold_qdq(proto):
                                               domain="com.microsoft", channels_last=0))
         elif op.op_type in ("MaxPool", "Concat", "Flatten") and not relu:
             parts = [dq(v, "input", op) for v in op.input]
-            for _, s_name, zp_name in parts:
+            ins = []
+            for k, (v, s_name, zp_name) in enumerate(parts):
                 same = (np.array_equal(consts.get(s_name), consts.get(y_s))
                         and np.array_equal(consts.get(zp_name), consts.get(y_zp)))
-                if not same:
+                if same:
+                    ins.append(v)
+                elif op.op_type == "Concat":
+                    # onnxruntime's quantiser gives each joined branch its own scale:
+                    # the branch is requantised to the join's by an identity layer
+                    ins.append(requantised(op, k, v, s_name, zp_name, y_s, y_zp))
+                else:
                     raise CompileError(f"ONNX node {op.name!r} ({op.op_type}): its input "
                                        f"and output are quantised differently; the chip "
                                        f"moves int8 values unchanged here")
-            out_nodes.append(helper.make_node(op.op_type, [p[0] for p in parts], [out],
+            out_nodes.append(helper.make_node(op.op_type, ins, [out],
                                               name=op.name,
                                               **{a.name: helper.get_attribute_value(a)
                                                  for a in op.attribute}))
@@ -251,6 +295,10 @@ class _Importer:
                 consumers.setdefault(v, []).append(node)
         self.consumers = consumers
         self.fused: set[str] = set()        # Relu outputs folded into their producer
+        # [N, C] values held as their 1 x 1 maps (:meth:`_flatten`), and the Flatten
+        # layers made of them for readers that take [N, C]
+        self.unflattened: set[str] = set()
+        self.flats: dict[str, str] = {}
         rng = np.random.default_rng(seed)
         for vi in graph.input:
             if vi.name in self.consts:
@@ -265,7 +313,7 @@ class _Importer:
                 self._node(node)
         outs = []
         for vo in graph.output:
-            t = self.names[vo.name]
+            t = self.names[vo.name]     # an [N, C] held as a 1 x 1 map: that map
             outs.append(self.g.nchw(t, name=_safe(vo.name)) if vo.name in self.nchw else t)
         self.graph = self.g.build(*outs)
 
@@ -325,7 +373,19 @@ class _Importer:
         if v not in self.names:
             raise CompileError(f"ONNX node {node.name!r} ({node.op_type}) reads {v!r}, "
                                f"which no supported node makes")
+        if v in self.unflattened and not self._per_column(node):
+            # a reader that takes the [N, C] value itself: flatten the 1 x 1 map once
+            flat = f"{_safe(v)}_flat"
+            if flat not in self.flats:
+                self.flats[flat] = self.g.flatten(self.names[v], name=flat)
+            return self.flats[flat]
         return self.names[v]
+
+    def _per_column(self, node) -> bool:
+        """Whether `node` is a matmul with a scale per output column (run as a 1x1
+        convolution when it reads a Flatten of a 1 x 1 map: :meth:`_flatten`)."""
+        return node.op_type == "QLinearMatMul" and len(node.input) > 4 \
+            and node.input[4] in self.consts and np.unique(self.consts[node.input[4]]).size > 1
 
     # -- nodes ----------------------------------------------------------------------
     def _node(self, node):
@@ -395,7 +455,9 @@ class _Importer:
 
     def _qlinearmatmul(self, node, a):
         x = self._value(node)
-        if node.input[0] in self.nchw or len(self.g.tensor(x).shape) != 2:
+        if node.input[0] in self.unflattened:
+            pass                                # a 1 x 1 map, read by a 1x1 convolution
+        elif node.input[0] in self.nchw or len(self.g.tensor(x).shape) != 2:
             raise CompileError(f"ONNX node {node.name!r} (QLinearMatMul): takes an [M, K] "
                                f"left operand (Flatten a map first)")
         self._check_x(node, x)
@@ -404,10 +466,14 @@ class _Importer:
             raise CompileError(f"ONNX node {node.name!r} (QLinearMatMul): the right "
                                f"operand must be a constant [K, N] int8 with zero point 0")
         w_scale = np.atleast_1d(self._const(node, 4, "right scale"))
+        if node.input[0] in self.unflattened:
+            return self._per_column_dense(node, x, w, w_scale)
         if np.unique(w_scale).size != 1:
             raise CompileError(f"ONNX node {node.name!r} (QLinearMatMul): one scale for "
                                f"the right operand (the chip's dense layer has one "
-                               f"multiplier)")
+                               f"multiplier), unless it reads a Flatten of a 1 x 1 map "
+                               f"(it then runs as a 1x1 convolution, a multiplier per "
+                               f"output channel); quantise its weights per tensor")
         mult, shift = self._requant(node, self._scalar(node, 1, "left scale"), w_scale[0],
                                     self._scalar(node, 6, "output scale"), False)
         # sum((x - x_zp) * w) = x @ w - x_zp * sum(w): the zero point folds into a bias
@@ -420,6 +486,20 @@ class _Importer:
         return self.g.dense(x, w, bias, mult=mult, shift=shift,
                             zp=int(self._scalar(node, 7, "output zero point")),
                             relu=self._fuses_relu(node), name=self._name(node))
+
+    def _per_column_dense(self, node, map_: str, w: np.ndarray, w_scale: np.ndarray):
+        """A QLinearMatMul with a scale per output column reading a Flatten of the
+        ``1 x 1`` map `map_`: a 1x1 convolution of that map (a multiplier per output
+        channel), flattened."""
+        mult, shift = self._requant(node, self._scalar(node, 1, "left scale"), w_scale,
+                                    self._scalar(node, 6, "output scale"), True)
+        bias = (self._const(node, 8, "bias").astype(np.int32) if len(node.input) > 8
+                and node.input[8] else None)
+        y = self.g.conv2d(map_, w[None, None], bias, mult=mult, shift=shift,
+                          zp=int(self._scalar(node, 7, "output zero point")),
+                          relu=self._fuses_relu(node), name=self._name(node))
+        self.unflattened.add(node.output[0])     # a 1 x 1 map standing for [N, C]
+        return y
 
     def _maxpool(self, node, a):
         x = self._value(node)
@@ -454,6 +534,13 @@ class _Importer:
             raise CompileError(f"ONNX node {node.name!r} (Flatten): flattens a 1 x 1 map "
                                f"(axis 1) only; ONNX flattens C, H, W and the chip H, W, "
                                f"C, so a larger map needs a global pool first")
+        readers = self.consumers.get(node.output[0], [])
+        if any(self._per_column(r) and r.input[0] == node.output[0] for r in readers):
+            # a matmul with a scale per output column reads it: it runs as a 1x1
+            # convolution of the map (a multiplier per output channel); a reader that
+            # takes the [N, C] value gets it flattened (:meth:`_value`)
+            self.unflattened.add(node.output[0])
+            return x
         return self.g.flatten(x, name=self._name(node))
 
     def _qlinearadd(self, node, a):

@@ -194,3 +194,79 @@ def qdq_resnet(seed: int = 0) -> ModelProto:
     g = m.node("GlobalAveragePool", [h], "gap", 0.03, -128)
     flat = m.node("Flatten", [g], "flatten", 0.03, -128, axis=1)
     return m.build("qdq_resnet", [1, 3, 12, 12], m.gemm(flat, 0.03, 16, 10, "fc", 0.3, 0))
+
+
+def float_cnn(seed: int = 0) -> ModelProto:
+    """A float NCHW (1, 3, 16, 16) network for onnxruntime's quantiser
+    (:func:`ort_quantized`): conv + Relu, a 2x2 max pool, conv + Relu, two branches
+    (a 1x1 conv of 6 channels and a 3x3 of 10, each + Relu) joined by a Concat, a
+    strided 3x3 conv + Relu, a global average pool, Flatten, a Gemm (``transB``) to 10
+    logits. Seeded normal weights."""
+    rng = np.random.default_rng(seed)
+    nodes, inits = [], []
+
+    def const(name, shape, scale):
+        inits.append(numpy_helper.from_array(
+            (rng.standard_normal(shape) * scale).astype(np.float32), name))
+        return name
+
+    def conv(x, cin, cout, k, name, stride=1):
+        w = const(f"{name}_w", (cout, cin, k, k), 1 / np.sqrt(cin * k * k))
+        nodes.append(helper.make_node("Conv", [x, w, const(f"{name}_b", (cout,), 0.1)],
+                                      [name], name=name, pads=[k // 2] * 4,
+                                      strides=[stride] * 2))
+        nodes.append(helper.make_node("Relu", [name], [f"{name}_relu"],
+                                      name=f"{name}_relu"))
+        return f"{name}_relu"
+
+    h = conv("x", 3, 8, 3, "conv1")
+    nodes.append(helper.make_node("MaxPool", [h], ["pool"], name="pool",
+                                  kernel_shape=[2, 2], strides=[2, 2]))
+    h = conv("pool", 8, 16, 3, "conv2")
+    a, b = conv(h, 16, 6, 1, "branch1x1"), conv(h, 16, 10, 3, "branch3x3")
+    nodes.append(helper.make_node("Concat", [a, b], ["join"], name="join", axis=1))
+    h = conv("join", 16, 16, 3, "conv3", stride=2)
+    nodes.append(helper.make_node("GlobalAveragePool", [h], ["gap"], name="gap"))
+    nodes.append(helper.make_node("Flatten", ["gap"], ["flat"], name="flatten", axis=1))
+    nodes.append(helper.make_node("Gemm", ["flat", const("fc_w", (10, 16), 0.25),
+                                           const("fc_b", (10,), 0.1)],
+                                  ["logits"], name="fc", transB=1))
+    graph = helper.make_graph(
+        nodes, "float_cnn", [helper.make_tensor_value_info("x", TensorProto.FLOAT,
+                                                           [1, 3, 16, 16])],
+        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, 10])], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def ort_quantized(model: ModelProto, *, per_channel: bool = False, seed: int = 0,
+                  samples: int = 16) -> ModelProto:
+    """`model` (float, one input) as onnxruntime's ``quantize_static`` writes it: the
+    QDQ form, int8 activations and weights (a scale per output channel with
+    `per_channel`), calibrated on `samples` seeded uniform inputs in [0, 1). Needs
+    onnxruntime."""
+    import tempfile
+    from pathlib import Path
+
+    import onnx
+    from onnxruntime.quantization import (CalibrationDataReader, QuantFormat, QuantType,
+                                          quantize_static)
+
+    vi = model.graph.input[0]
+    shape = [d.dim_value for d in vi.type.tensor_type.shape.dim]
+    rng = np.random.default_rng(seed)
+
+    class Samples(CalibrationDataReader):
+        def __init__(self):
+            self.left = iter([{vi.name: rng.random(shape, dtype=np.float32)}
+                              for _ in range(samples)])
+
+        def get_next(self):
+            return next(self.left, None)
+
+    with tempfile.TemporaryDirectory() as tmp:
+        src, dst = Path(tmp) / "float.onnx", Path(tmp) / "qdq.onnx"
+        onnx.save(model, src)
+        quantize_static(str(src), str(dst), Samples(), quant_format=QuantFormat.QDQ,
+                        activation_type=QuantType.QInt8, weight_type=QuantType.QInt8,
+                        per_channel=per_channel)
+        return onnx.load(dst)

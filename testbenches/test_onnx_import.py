@@ -122,18 +122,22 @@ def test_what_the_chip_does_not_run_is_refused_by_name():
 
 
 @pytest.mark.rtl
-def test_imported_models_on_the_rtl():
-    """The inception-like model and the QDQ residual network, imported, on the
-    Verilated tiny chip: equal to numpy and the golden model, in the predicted
-    cycles, and within one step of onnxruntime."""
+def test_imported_models_on_the_rtl(ort_models):
+    """The inception-like model, the QDQ residual network and the network onnxruntime
+    quantised (per channel), imported, on the Verilated tiny chip: equal to numpy and
+    the golden model, in the predicted cycles, and within one step of onnxruntime."""
     from conftest import assert_matches_prediction, assert_outputs_match, \
         compile_and_run_on_rtl
     feeds = {"x": np.random.default_rng(1).integers(-128, 128, (1, 6, 10, 10), np.int8)}
     model, resnet = onnx_models.inception(), onnx_models.qdq_resnet()
     xq = np.random.default_rng(0).integers(0, 128, (1, 3, 12, 12), dtype=np.int8)
+    ort_model = ort_models[True]
+    o_scale, o_zp = _quantised_input(ort_model)
+    oq = np.random.default_rng(2).integers(o_zp, 128, (1, 3, 16, 16), dtype=np.int8)
     runs = compile_and_run_on_rtl(TINY, {
         "inception": lambda: onnx_import.load(model, feeds),
-        "qdq_resnet": lambda: onnx_import.load(resnet, {"x": xq})})
+        "qdq_resnet": lambda: onnx_import.load(resnet, {"x": xq}),
+        "ort_quantized": lambda: onnx_import.load(ort_model, {"x": oq})})
     for name, (compiled, res) in runs.items():
         assert_outputs_match(TINY, compiled, res)
         assert_matches_prediction(TINY, compiled, res)
@@ -145,6 +149,11 @@ def test_imported_models_on_the_rtl():
     (t,) = compiled.graph.outputs
     (theirs,) = _qdq_outputs(resnet, xq, 0.03, 0)
     assert np.abs(compiled.results(res["dram"])[t].astype(int) - theirs.astype(int)).max() <= 1
+    compiled, res = runs["ort_quantized"]
+    (t,) = compiled.graph.outputs
+    (theirs,) = _qdq_outputs(ort_model, oq, o_scale, o_zp)
+    ours = compiled.results(res["dram"])[t].reshape(theirs.shape)
+    assert np.abs(ours.astype(int) - theirs.astype(int)).max() <= 1
 
 
 def _qdq_outputs(model, xq, x_scale, x_zp):
@@ -201,6 +210,47 @@ def test_a_qdq_residual_network_equals_onnxruntime(seed):
     assert {"Add", "GlobalAvgPool", "Dense", "Conv2d"} <= kinds
     (theirs,) = _qdq_outputs(model, xq, 0.03, 0)
     assert np.abs(_golden_output(graph).astype(int) - theirs.astype(int)).max() <= 1
+
+
+def _quantised_input(model):
+    """The scale and zero point of the QuantizeLinear that reads the model's input."""
+    from onnx import numpy_helper
+    consts = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
+    q = next(n for n in model.graph.node if n.op_type == "QuantizeLinear"
+             and n.input[0] == model.graph.input[0].name)
+    return float(consts[q.input[1]]), int(consts[q.input[2]])
+
+
+@pytest.fixture(scope="module")
+def ort_models():
+    """A float network quantised by onnxruntime's own quantiser, per tensor and per
+    channel."""
+    import logging
+    logging.getLogger().setLevel(logging.ERROR)     # its advice to pre-process
+    return {pc: onnx_models.ort_quantized(onnx_models.float_cnn(), per_channel=pc)
+            for pc in (False, True)}
+
+
+@pytest.mark.parametrize("per_channel", [False, True], ids=["per_tensor", "per_channel"])
+@pytest.mark.parametrize("seed", range(2))
+def test_a_model_quantised_by_onnxruntime_equals_it(ort_models, per_channel, seed):
+    """What quantize_static writes, taken as it is: its Concat gives each branch its
+    own scale (an identity 1x1 convolution requantises the branch to the join's), the
+    branches' 6 and 10 channels pad to whole blocks of R, and with weights per channel
+    the Gemm after the global pool runs as a 1x1 convolution (a multiplier per
+    output), its output a 1 x 1 map. Equal to numpy; within a step of onnxruntime."""
+    model = ort_models[per_channel]
+    x_scale, x_zp = _quantised_input(model)
+    xq = np.random.default_rng(seed).integers(x_zp, 128, (1, 3, 16, 16), dtype=np.int8)
+    graph = onnx_import.load(model, {"x": xq})
+    names = {n.name: type(n.op).__name__ for n in graph.nodes}
+    assert any("__requant" in n for n in names)
+    assert names["fc"] == ("Conv2d" if per_channel else "Dense")
+    ours = _golden_output(graph)
+    (theirs,) = _qdq_outputs(model, xq, x_scale, x_zp)
+    diff = np.abs(ours.reshape(theirs.shape).astype(int) - theirs.astype(int))
+    assert diff.max() <= 1 and diff.mean() <= 0.2, diff
+    assert len(np.unique(ours)) > 3            # not all saturated
 
 
 def test_qdq_models_the_chip_does_not_run_are_refused_by_name():

@@ -272,6 +272,14 @@ def _onnx_qdq_resnet():
     return onnx_import.load(onnx_models.qdq_resnet(), name="onnx_qdq_resnet")
 
 
+def _onnx_ort_quantized():
+    import logging
+    from ..compiler import onnx_import, onnx_models
+    logging.getLogger().setLevel(logging.ERROR)     # the quantiser's advice to pre-process
+    model = onnx_models.ort_quantized(onnx_models.float_cnn(), per_channel=True)
+    return onnx_import.load(model, name="onnx_ort_quantized")
+
+
 def _onnxruntime_agreement(graph) -> dict:
     """The bench's ONNX model: how many of its output values onnxruntime gives
     otherwise than the chip (which equals numpy, checked by the run)."""
@@ -364,11 +372,18 @@ def cmd_bench(args) -> int:
              # the producers store into the join's blocks), read by a 1x1 convolution
              ("inception_block", "tiny",
               lambda: models.inception_block(size=8, cin=16, widths=(8, 16, 8, 5)), "cocotb"),
+             # its branches of 5, 6, 3 and 7 channels: each but the last padded to a
+             # block of 8 (zero channels from its convolution, zero weight rows after)
+             ("inception_ragged", "tiny",
+              lambda: models.inception_block(size=8, cin=16, widths=(5, 6, 3, 7)), "cocotb"),
              # an ONNX model in the QOperator form, imported (compared with
              # onnxruntime below)
              ("onnx_inception", "tiny", _onnx_inception, "cocotb"),
              # a residual network in the QDQ form (Adds, a global pool, a Gemm)
-             ("onnx_qdq_resnet", "tiny", _onnx_qdq_resnet, "cocotb")]
+             ("onnx_qdq_resnet", "tiny", _onnx_qdq_resnet, "cocotb"),
+             # a float network quantised by onnxruntime's quantize_static (QDQ, weights
+             # per channel): its Concat requantises a branch, its Gemm a 1x1 convolution
+             ("onnx_ort_quantized", "tiny", _onnx_ort_quantized, "cocotb")]
     records = []
     plots = Path(args.out).parent / "plots"     # where each run's cycles go
     with Progress() as progress:
