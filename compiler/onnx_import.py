@@ -6,8 +6,9 @@ What a model may hold: ``QLinearConv`` (one group, weights with zero point 0, a
 scale per tensor or per output channel, an int32 bias), ``QLinearMatMul`` (a constant
 ``[K, N]`` right operand with zero point 0 and one scale, or a scale per column when
 it reads a Flatten of a ``1 x 1`` map: a 1x1 convolution), ``MaxPool``, ``Concat``
-(of maps along their channels, of ``[M, K]`` along K), ``Flatten`` of a ``1 x 1``
-map, and ``Relu`` on a tensor whose zero point is 0. Its inputs and outputs are int8
+(of maps along their channels, of ``[M, K]`` along K), ``Flatten`` of a map (of a
+larger map than ``1 x 1`` read only by matmuls, whose weight rows are reordered from
+ONNX's C, H, W to the chip's H, W, C), and ``Relu`` on a tensor whose zero point is 0. Its inputs and outputs are int8
 (the host quantises before and dequantises after). Maps are NCHW in ONNX and NHWC on
 the chip: an input map enters through a transpose on the chip
 (``GraphBuilder.input(..., layout="NCHW")``) and an output map leaves through another.
@@ -299,6 +300,9 @@ class _Importer:
         # layers made of them for readers that take [N, C]
         self.unflattened: set[str] = set()
         self.flats: dict[str, str] = {}
+        # Flatten outputs of maps larger than 1 x 1: their (H, W, C)
+        self.chw: dict[str, tuple[int, int, int]] = {}
+        self.outputs = {vo.name for vo in graph.output}
         rng = np.random.default_rng(seed)
         for vi in graph.input:
             if vi.name in self.consts:
@@ -374,7 +378,8 @@ class _Importer:
             raise CompileError(f"ONNX node {node.name!r} ({node.op_type}) reads {v!r}, "
                                f"which no supported node makes")
         if v in self.unflattened and not self._per_column(node):
-            # a reader that takes the [N, C] value itself: flatten the 1 x 1 map once
+            # a reader that takes the [N, C] value itself: flatten the map once (in the
+            # chip's H, W, C order: a matmul reading it reorders its rows, `chw`)
             flat = f"{_safe(v)}_flat"
             if flat not in self.flats:
                 self.flats[flat] = self.g.flatten(self.names[v], name=flat)
@@ -382,8 +387,8 @@ class _Importer:
         return self.names[v]
 
     def _per_column(self, node) -> bool:
-        """Whether `node` is a matmul with a scale per output column (run as a 1x1
-        convolution when it reads a Flatten of a 1 x 1 map: :meth:`_flatten`)."""
+        """Whether `node` is a matmul with a scale per output column (run as a
+        convolution when it reads a Flatten of a map: :meth:`_flatten`)."""
         return node.op_type == "QLinearMatMul" and len(node.input) > 4 \
             and node.input[4] in self.consts and np.unique(self.consts[node.input[4]]).size > 1
 
@@ -455,8 +460,9 @@ class _Importer:
 
     def _qlinearmatmul(self, node, a):
         x = self._value(node)
-        if node.input[0] in self.unflattened:
-            pass                                # a 1 x 1 map, read by a 1x1 convolution
+        per_column = node.input[0] in self.unflattened and self._per_column(node)
+        if per_column:
+            pass                                # a map, read by a convolution over it
         elif node.input[0] in self.nchw or len(self.g.tensor(x).shape) != 2:
             raise CompileError(f"ONNX node {node.name!r} (QLinearMatMul): takes an [M, K] "
                                f"left operand (Flatten a map first)")
@@ -466,8 +472,14 @@ class _Importer:
             raise CompileError(f"ONNX node {node.name!r} (QLinearMatMul): the right "
                                f"operand must be a constant [K, N] int8 with zero point 0")
         w_scale = np.atleast_1d(self._const(node, 4, "right scale"))
-        if node.input[0] in self.unflattened:
+        if per_column:
             return self._per_column_dense(node, x, w, w_scale)
+        if node.input[0] in self.chw:           # rows c, h, w in ONNX; h, w, c here
+            h, w_, c = self.chw[node.input[0]]
+            if w.shape[0] != c * h * w_:
+                raise CompileError(f"ONNX node {node.name!r} (QLinearMatMul): {w.shape[0]} "
+                                   f"weight rows for a flattened {c}x{h}x{w_} map")
+            w = w.reshape(c, h, w_, -1).transpose(1, 2, 0, 3).reshape(c * h * w_, -1)
         if np.unique(w_scale).size != 1:
             raise CompileError(f"ONNX node {node.name!r} (QLinearMatMul): one scale for "
                                f"the right operand (the chip's dense layer has one "
@@ -488,17 +500,23 @@ class _Importer:
                             relu=self._fuses_relu(node), name=self._name(node))
 
     def _per_column_dense(self, node, map_: str, w: np.ndarray, w_scale: np.ndarray):
-        """A QLinearMatMul with a scale per output column reading a Flatten of the
-        ``1 x 1`` map `map_`: a 1x1 convolution of that map (a multiplier per output
-        channel), flattened."""
+        """A QLinearMatMul with a scale per output column reading a Flatten of the map
+        `map_`: a convolution of that map whose kernel covers it (1x1 for a ``1 x 1``
+        map), a multiplier per output channel; its output a ``1 x 1`` map standing for
+        the ``[N, C]`` value."""
         mult, shift = self._requant(node, self._scalar(node, 1, "left scale"), w_scale,
                                     self._scalar(node, 6, "output scale"), True)
         bias = (self._const(node, 8, "bias").astype(np.int32) if len(node.input) > 8
                 and node.input[8] else None)
-        y = self.g.conv2d(map_, w[None, None], bias, mult=mult, shift=shift,
+        _, h, w_, c = self.g.tensor(map_).shape
+        if w.shape[0] != c * h * w_:
+            raise CompileError(f"ONNX node {node.name!r} (QLinearMatMul): {w.shape[0]} "
+                               f"weight rows for a flattened {c}x{h}x{w_} map")
+        kernel = w.reshape(c, h, w_, -1).transpose(1, 2, 0, 3)   # ONNX's rows: c, h, w
+        y = self.g.conv2d(map_, kernel, bias, mult=mult, shift=shift,
                           zp=int(self._scalar(node, 7, "output zero point")),
                           relu=self._fuses_relu(node), name=self._name(node))
-        self.unflattened.add(node.output[0])     # a 1 x 1 map standing for [N, C]
+        self.unflattened.add(node.output[0])
         return y
 
     def _maxpool(self, node, a):
@@ -529,16 +547,27 @@ class _Importer:
     def _flatten(self, node, a):
         x = self._value(node)
         shape = self.g.tensor(x).shape
-        if a.get("axis", 1) != 1 or node.input[0] not in self.nchw \
-                or shape[1] * shape[2] != 1:
-            raise CompileError(f"ONNX node {node.name!r} (Flatten): flattens a 1 x 1 map "
-                               f"(axis 1) only; ONNX flattens C, H, W and the chip H, W, "
-                               f"C, so a larger map needs a global pool first")
         readers = self.consumers.get(node.output[0], [])
+        if a.get("axis", 1) != 1 or node.input[0] not in self.nchw:
+            raise CompileError(f"ONNX node {node.name!r} (Flatten): flattens a map along "
+                               f"axis 1 only")
+        if shape[1] * shape[2] != 1:
+            # ONNX flattens C, H, W and the chip H, W, C: the matmuls reading it take
+            # their weight rows in the chip's order (:meth:`_qlinearmatmul`)
+            if not readers or node.output[0] in self.outputs or not all(
+                    r.op_type == "QLinearMatMul" and r.input[0] == node.output[0]
+                    for r in readers):
+                raise CompileError(
+                    f"ONNX node {node.name!r} (Flatten): a {shape[1]}x{shape[2]} map is "
+                    f"flattened in C, H, W order by ONNX and H, W, C by the chip, so only "
+                    f"QLinearMatMuls may read it (their weight rows are reordered); here "
+                    f"another reader or a graph output takes it: put a global pool "
+                    f"before the Flatten, or read it by a matmul")
+            self.chw[node.output[0]] = shape[1:]
         if any(self._per_column(r) and r.input[0] == node.output[0] for r in readers):
-            # a matmul with a scale per output column reads it: it runs as a 1x1
-            # convolution of the map (a multiplier per output channel); a reader that
-            # takes the [N, C] value gets it flattened (:meth:`_value`)
+            # a matmul with a scale per output column reads it: it runs as a
+            # convolution over the map (a multiplier per output channel); a reader
+            # that takes the [N, C] value gets it flattened (:meth:`_value`)
             self.unflattened.add(node.output[0])
             return x
         return self.g.flatten(x, name=self._name(node))

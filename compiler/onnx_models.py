@@ -238,6 +238,48 @@ def float_cnn(seed: int = 0) -> ModelProto:
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
 
 
+def float_lenet(seed: int = 0) -> ModelProto:
+    """A float NCHW (1, 3, 12, 12) network that flattens a map larger than 1 x 1: conv
+    + Relu, a 2x2 max pool, a strided conv + Relu to a 16-channel 3x3 map, Flatten
+    (ONNX's C, H, W order), a Gemm + Relu to 32 and a Gemm to 10 logits."""
+    rng = np.random.default_rng(seed)
+    nodes, inits = [], []
+
+    def const(name, shape, scale):
+        inits.append(numpy_helper.from_array(
+            (rng.standard_normal(shape) * scale).astype(np.float32), name))
+        return name
+
+    def relu(x):
+        nodes.append(helper.make_node("Relu", [x], [f"{x}_relu"], name=f"{x}_relu"))
+        return f"{x}_relu"
+
+    def conv(x, cin, cout, name, stride=1):
+        w = const(f"{name}_w", (cout, cin, 3, 3), 1 / np.sqrt(cin * 9))
+        nodes.append(helper.make_node("Conv", [x, w, const(f"{name}_b", (cout,), 0.1)],
+                                      [name], name=name, pads=[1] * 4,
+                                      strides=[stride] * 2))
+        return relu(name)
+
+    def gemm(x, k, n, name):
+        nodes.append(helper.make_node("Gemm", [x, const(f"{name}_w", (n, k), 1 / np.sqrt(k)),
+                                               const(f"{name}_b", (n,), 0.1)],
+                                      [name], name=name, transB=1))
+        return name
+
+    h = conv("x", 3, 8, "conv1")
+    nodes.append(helper.make_node("MaxPool", [h], ["pool"], name="pool",
+                                  kernel_shape=[2, 2], strides=[2, 2]))
+    h = conv("pool", 8, 16, "conv2", stride=2)
+    nodes.append(helper.make_node("Flatten", [h], ["flat"], name="flatten", axis=1))
+    out = gemm(relu(gemm("flat", 144, 32, "fc1")), 32, 10, "fc2")
+    graph = helper.make_graph(
+        nodes, "float_lenet", [helper.make_tensor_value_info("x", TensorProto.FLOAT,
+                                                             [1, 3, 12, 12])],
+        [helper.make_tensor_value_info(out, TensorProto.FLOAT, [1, 10])], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
 def ort_quantized(model: ModelProto, *, per_channel: bool = False, seed: int = 0,
                   samples: int = 16) -> ModelProto:
     """`model` (float, one input) as onnxruntime's ``quantize_static`` writes it: the

@@ -228,7 +228,9 @@ def ort_models():
     import logging
     logging.getLogger().setLevel(logging.ERROR)     # its advice to pre-process
     return {pc: onnx_models.ort_quantized(onnx_models.float_cnn(), per_channel=pc)
-            for pc in (False, True)}
+            for pc in (False, True)} | {
+        ("lenet", pc): onnx_models.ort_quantized(onnx_models.float_lenet(), per_channel=pc)
+        for pc in (False, True)}
 
 
 @pytest.mark.parametrize("per_channel", [False, True], ids=["per_tensor", "per_channel"])
@@ -251,6 +253,35 @@ def test_a_model_quantised_by_onnxruntime_equals_it(ort_models, per_channel, see
     diff = np.abs(ours.reshape(theirs.shape).astype(int) - theirs.astype(int))
     assert diff.max() <= 1 and diff.mean() <= 0.2, diff
     assert len(np.unique(ours)) > 3            # not all saturated
+
+
+@pytest.mark.parametrize("per_channel", [False, True], ids=["per_tensor", "per_channel"])
+def test_a_flatten_of_a_larger_map_equals_onnxruntime(ort_models, per_channel):
+    """ONNX flattens a 3x3 map of 16 channels in C, H, W order, the chip in H, W, C:
+    the Gemm reading it takes its weight rows reordered (per tensor), or runs as a 3x3
+    convolution over the map (weights per channel; the next Gemm then a 1x1 one).
+    Equal to numpy; within a step of onnxruntime."""
+    model = ort_models["lenet", per_channel]
+    x_scale, x_zp = _quantised_input(model)
+    for seed in range(2):
+        xq = np.random.default_rng(seed).integers(x_zp, 128, (1, 3, 12, 12), dtype=np.int8)
+        graph = onnx_import.load(model, {"x": xq})
+        kinds = {n.name: type(n.op).__name__ for n in graph.nodes}
+        assert kinds["fc1"] == kinds["fc2"] == ("Conv2d" if per_channel else "Dense")
+        ours = _golden_output(graph)
+        (theirs,) = _qdq_outputs(model, xq, x_scale, x_zp)
+        diff = np.abs(ours.reshape(theirs.shape).astype(int) - theirs.astype(int))
+        assert diff.max() <= 1, diff
+        assert len(np.unique(ours)) > 3
+
+
+def test_a_flatten_of_a_larger_map_read_otherwise_is_refused():
+    m = onnx_models.QModel(0)
+    h = m.conv("x", (0.02, 0), 3, 8, 3, (0.05, 0))
+    flat = m.node("Flatten", [h], axis=1)
+    with pytest.raises(CompileError, match="Flatten_2' \\(Flatten\\): a 4x4 map is "
+                                           "flattened in C, H, W order by ONNX"):
+        onnx_import.load(m.build([("x", [1, 3, 4, 4])], [flat]))
 
 
 def test_qdq_models_the_chip_does_not_run_are_refused_by_name():
