@@ -280,18 +280,73 @@ def float_lenet(seed: int = 0) -> ModelProto:
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
 
 
+def float_resnet(seed: int = 0, size: int = 32) -> ModelProto:
+    """A float NCHW (1, 3, size, size) residual network: a 3x3 stem to 16 channels + Relu,
+    a 3x3/2 max pool (padded), three basic blocks (16, then 32 with a strided 1x1
+    projection, then 32; each conv + Relu, conv, Add with the shortcut, Relu), a global
+    average pool, Flatten and a Gemm to 10 logits."""
+    rng = np.random.default_rng(seed)
+    nodes, inits = [], []
+
+    def const(name, shape, scale):
+        inits.append(numpy_helper.from_array(
+            (rng.standard_normal(shape) * scale).astype(np.float32), name))
+        return name
+
+    def relu(x, name):
+        nodes.append(helper.make_node("Relu", [x], [f"{name}_relu"], name=f"{name}_relu"))
+        return f"{name}_relu"
+
+    def conv(x, cin, cout, k, name, stride=1, act=True):
+        w = const(f"{name}_w", (cout, cin, k, k), 1 / np.sqrt(cin * k * k))
+        nodes.append(helper.make_node("Conv", [x, w, const(f"{name}_b", (cout,), 0.1)],
+                                      [name], name=name, pads=[k // 2] * 4,
+                                      strides=[stride] * 2))
+        return relu(name, name) if act else name
+
+    def block(x, cin, cout, stride, name):
+        a = conv(x, cin, cout, 3, f"{name}_conv1", stride)
+        b = conv(a, cout, cout, 3, f"{name}_conv2", act=False)
+        short = x if stride == 1 and cin == cout else \
+            conv(x, cin, cout, 1, f"{name}_proj", stride, act=False)
+        nodes.append(helper.make_node("Add", [b, short], [f"{name}_sum"], name=f"{name}_add"))
+        return relu(f"{name}_sum", name)
+
+    h = conv("x", 3, 16, 3, "stem")
+    nodes.append(helper.make_node("MaxPool", [h], ["pool"], name="pool", kernel_shape=[3, 3],
+                                  strides=[2, 2], pads=[1, 1, 1, 1]))
+    h = block(block(block("pool", 16, 16, 1, "block1"), 16, 32, 2, "block2"), 32, 32, 1,
+              "block3")
+    nodes.append(helper.make_node("GlobalAveragePool", [h], ["gap"], name="gap"))
+    nodes.append(helper.make_node("Flatten", ["gap"], ["flat"], name="flatten", axis=1))
+    nodes.append(helper.make_node("Gemm", ["flat", const("fc_w", (10, 32), 0.2),
+                                           const("fc_b", (10,), 0.1)],
+                                  ["logits"], name="fc", transB=1))
+    graph = helper.make_graph(
+        nodes, "float_resnet", [helper.make_tensor_value_info("x", TensorProto.FLOAT,
+                                                              [1, 3, size, size])],
+        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, 10])], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
 def ort_quantized(model: ModelProto, *, per_channel: bool = False, seed: int = 0,
                   samples: int = 16) -> ModelProto:
     """`model` (float, one input) as onnxruntime's ``quantize_static`` writes it: the
     QDQ form, int8 activations and weights (a scale per output channel with
     `per_channel`), calibrated on `samples` seeded uniform inputs in [0, 1). Needs
     onnxruntime."""
+    import logging
+    import sys
     import tempfile
     from pathlib import Path
 
     import onnx
-    from onnxruntime.quantization import (CalibrationDataReader, QuantFormat, QuantType,
-                                          quantize_static)
+    path = list(sys.path)
+    try:                        # its first import puts a directory on sys.path
+        from onnxruntime.quantization import (CalibrationDataReader, QuantFormat,
+                                              QuantType, quantize_static)
+    finally:
+        sys.path[:] = path
 
     vi = model.graph.input[0]
     shape = [d.dim_value for d in vi.type.tensor_type.shape.dim]
@@ -305,10 +360,16 @@ def ort_quantized(model: ModelProto, *, per_channel: bool = False, seed: int = 0
         def get_next(self):
             return next(self.left, None)
 
+    root = logging.getLogger()
+    level = root.level
     with tempfile.TemporaryDirectory() as tmp:
         src, dst = Path(tmp) / "float.onnx", Path(tmp) / "qdq.onnx"
         onnx.save(model, src)
-        quantize_static(str(src), str(dst), Samples(), quant_format=QuantFormat.QDQ,
-                        activation_type=QuantType.QInt8, weight_type=QuantType.QInt8,
-                        per_channel=per_channel)
+        root.setLevel(logging.ERROR)        # its advice to pre-process the model
+        try:
+            quantize_static(str(src), str(dst), Samples(), quant_format=QuantFormat.QDQ,
+                            activation_type=QuantType.QInt8, weight_type=QuantType.QInt8,
+                            per_channel=per_channel)
+        finally:
+            root.setLevel(level)
         return onnx.load(dst)

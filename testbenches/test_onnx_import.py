@@ -18,6 +18,7 @@ from systolica import golden  # noqa: E402
 from systolica.arch.config import preset  # noqa: E402
 from systolica.compiler import CompileError, compile_network, onnx_import, reference  # noqa: E402
 from systolica.compiler import onnx_models  # noqa: E402
+from tiers import sample  # noqa: E402
 
 TINY = preset("tiny")
 
@@ -225,8 +226,6 @@ def _quantised_input(model):
 def ort_models():
     """A float network quantised by onnxruntime's own quantiser, per tensor and per
     channel."""
-    import logging
-    logging.getLogger().setLevel(logging.ERROR)     # its advice to pre-process
     return {pc: onnx_models.ort_quantized(onnx_models.float_cnn(), per_channel=pc)
             for pc in (False, True)} | {
         ("lenet", pc): onnx_models.ort_quantized(onnx_models.float_lenet(), per_channel=pc)
@@ -273,6 +272,30 @@ def test_a_flatten_of_a_larger_map_equals_onnxruntime(ort_models, per_channel):
         diff = np.abs(ours.reshape(theirs.shape).astype(int) - theirs.astype(int))
         assert diff.max() <= 1, diff
         assert len(np.unique(ours)) > 3
+
+
+@pytest.mark.parametrize("per_channel", sample([pytest.param(False, id="per_tensor"),
+                                                 pytest.param(True, id="per_channel")], 2))
+def test_a_residual_network_quantised_by_onnxruntime_equals_it(per_channel):
+    """A float residual network (stem, padded max pool, three basic blocks, one with a
+    strided projection; global pool, Gemm) quantised by onnxruntime, on `base`: the
+    golden model equals numpy in the predicted cycles, the logits within a step of
+    onnxruntime."""
+    model = onnx_models.ort_quantized(onnx_models.float_resnet(), per_channel=per_channel)
+    x_scale, x_zp = _quantised_input(model)
+    xq = np.random.default_rng(0).integers(x_zp, 128, (1, 3, 32, 32), dtype=np.int8)
+    graph = onnx_import.load(model, {"x": xq})
+    assert sum(type(n.op).__name__ == "Add" for n in graph.nodes) == 3
+    base = preset("base")
+    comp = compile_network(base, graph)
+    res = golden.run(base, comp.image, comp.dram, prog_addr=comp.prog_addr, ubuf=comp.ubuf)
+    assert res.error.name == "NONE" and res.cycles == comp.predicted_cycles
+    got, want = comp.results(res.dram), reference.outputs(graph)
+    (t,) = graph.outputs
+    np.testing.assert_array_equal(got[t], want[t])
+    (theirs,) = _qdq_outputs(model, xq, x_scale, x_zp)
+    diff = np.abs(got[t].reshape(theirs.shape).astype(int) - theirs.astype(int))
+    assert diff.max() <= 1 and len(np.unique(got[t])) > 3, diff
 
 
 def test_a_flatten_of_a_larger_map_read_otherwise_is_refused():

@@ -273,11 +273,15 @@ def _onnx_qdq_resnet():
 
 
 def _onnx_ort_quantized():
-    import logging
     from ..compiler import onnx_import, onnx_models
-    logging.getLogger().setLevel(logging.ERROR)     # the quantiser's advice to pre-process
     model = onnx_models.ort_quantized(onnx_models.float_cnn(), per_channel=True)
     return onnx_import.load(model, name="onnx_ort_quantized")
+
+
+def _onnx_ort_resnet():
+    from ..compiler import onnx_import, onnx_models
+    model = onnx_models.ort_quantized(onnx_models.float_resnet(), per_channel=True)
+    return onnx_import.load(model, name="onnx_ort_resnet")
 
 
 def _onnxruntime_agreement(graph) -> dict:
@@ -383,7 +387,9 @@ def cmd_bench(args) -> int:
              ("onnx_qdq_resnet", "tiny", _onnx_qdq_resnet, "cocotb"),
              # a float network quantised by onnxruntime's quantize_static (QDQ, weights
              # per channel): its Concat requantises a branch, its Gemm a 1x1 convolution
-             ("onnx_ort_quantized", "tiny", _onnx_ort_quantized, "cocotb")]
+             ("onnx_ort_quantized", "tiny", _onnx_ort_quantized, "cocotb"),
+             # a residual network of three basic blocks, quantised so, on base
+             ("onnx_ort_resnet", "base", _onnx_ort_resnet, "cocotb")]
     records = []
     plots = Path(args.out).parent / "plots"     # where each run's cycles go
     with Progress() as progress:
