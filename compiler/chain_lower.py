@@ -198,6 +198,10 @@ def chain_layers(graph: Graph) -> list:
         if not isinstance(node.op, Conv2d):
             raise CompileError(f"layer {node.name!r}: a chain is made of convolutions, "
                                f"not {type(node.op).__name__}")
+        if node.op.depthwise:
+            raise CompileError(f"layer {node.name!r}: a chain is made of convolutions "
+                               f"over all input channels, not depthwise ones; run it "
+                               f"layer by layer")
         if list(node.inputs) != [prev]:
             raise CompileError(f"layer {node.name!r}: a chain layer reads the layer "
                                f"before it only")

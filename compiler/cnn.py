@@ -229,6 +229,58 @@ def _conv_job(cfg, graph, index, node, src: Source) -> Job:
                macs=out.shape[0] * Ho * Wo * KH * KW * Cin * Cout, span=C)
 
 
+def _depthwise_job(cfg, graph, index, node, src: Source) -> Job:
+    """A depthwise convolution (docs/cnn.md, "Depthwise convolution"): laid out as a
+    pool is (:func:`_identity_steps`: an N-block per channel block, or per sub-block on
+    a tall array), one step per tap whose weight block is the diagonal of that tap's
+    weights over the block's channels; requantised per channel as a convolution."""
+    op: Conv2d = node.op
+    R, WC = cfg.rows, cfg.weight_rows
+    KH, KW, _, C = op.weights.shape
+    out = graph.tensor(node.outputs[0])
+    span = min(R, cfg.cols)
+    k = min(R // span, layout.blocks(C, span))     # the sub-blocks any N-block takes
+    nbk = layout.blocks(C, span)
+    w = op.weights.astype(np.int64)[:, :, 0, :]    # [KH, KW, C]
+    dil = op.dilation
+    blocks, steps = [], []
+    for nb in range(nbk):
+        cb, sub = divmod(nb, k)
+        mine = []
+        for kh in range(KH):
+            for kw in range(KW):
+                diag = np.zeros(R, dtype=np.int64)
+                part = w[kh, kw, cb * R:(cb + 1) * R]
+                diag[:len(part)] = part
+                blk = np.zeros((R, WC), dtype=np.int64)
+                blk[:, :span] = np.diag(diag)[:, sub * span:(sub + 1) * span]
+                mine.append(WStep(0, cb, ((kh * dil[0], kw * dil[1]),), len(blocks)))
+                blocks.append(blk)
+        steps.append(mine)
+    # acc = bias + sum (x - x_zp) * w, as for a convolution (_conv_job)
+    x_zp = graph.tensor(node.inputs[0]).quant.zero_point
+    bias = np.zeros(C, dtype=np.int64) if op.bias is None else op.bias.astype(np.int64)
+    bias = bias - x_zp * w.sum(axis=(0, 1))
+    _fits_int32(node.name, bias)
+    mult = np.broadcast_to(np.asarray(op.mult, dtype=np.int64), (C,))
+    shift = np.broadcast_to(np.asarray(op.shift, dtype=np.int64), (C,))
+    lo = op.zp if op.relu or op.relu6 is not None else -128
+    hi = op.relu6 if op.relu6 is not None else 127
+    params = np.zeros((nbk, PARAM_ROWS, cfg.cols), dtype=np.int64)
+    for nb in range(nbk):
+        first, n = nb * span, min(span, C - nb * span)
+        params[nb, 0, :n] = bias[first:first + n]
+        params[nb, 1, :n] = mult[first:first + n]
+        params[nb, 2, :n] = shift[first:first + n]
+        params[nb, 3, :] = (lo & 0xFF) | ((hi & 0xFF) << 8)
+    Ho, Wo = out.shape[1], out.shape[2]
+    return Job(node.name, index, [src], (KH, KW), op.stride, op.pads, dil, x_zp & 0xFF,
+               out.shape, "int8", steps, np.stack(blocks).astype(np.int8),
+               post="params", post_rows=params.reshape(-1, cfg.cols).astype(np.int32),
+               vrun=dict(requant=1, params=1, zp=op.zp & 0xFF),
+               macs=out.shape[0] * Ho * Wo * KH * KW * C, span=span)
+
+
 def stored_weights(cfg: ChipConfig, blocks: np.ndarray) -> np.ndarray:
     """A job's weight blocks (``[n, R, R]``, array row by column) as the DRAM words a
     WLOAD reads: each block's ``R`` rows, or on a wide grid (loaded from the west) its
@@ -295,7 +347,8 @@ def _pool_job(cfg, graph, index, node, src: Source) -> Job:
         nbk = len(steps)
         job.post = "bias"
         job.post_rows = np.full((nbk, cfg.cols), -x_zp * kernel[0] * kernel[1], dtype=np.int32)
-        job.vrun = dict(requant=1, mult=mult, shift=shift, zp=x_zp & 0xFF, use_bias=1)
+        y_zp = out.quant.zero_point           # the input's, unless a global pool says
+        job.vrun = dict(requant=1, mult=mult, shift=shift, zp=y_zp & 0xFF, use_bias=1)
     return job
 
 
@@ -1075,7 +1128,8 @@ def lower_cnn(cfg: ChipConfig, graph: Graph,
     for t in graph.inputs:
         shape = graph.tensor(t).shape
         readers = graph.consumers(t)
-        if len(shape) == 4 and all(isinstance(r.op, Conv2d) for r in readers) \
+        if len(shape) == 4 and all(isinstance(r.op, Conv2d) and not r.op.depthwise
+                                   for r in readers) \
                 and replicas(cfg, shape[3]) > 1:
             copies[t] = replicas(cfg, shape[3])
     # and for a map a transpose makes (an NCHW input's NHWC map) that only such
@@ -1086,7 +1140,8 @@ def lower_cnn(cfg: ChipConfig, graph: Graph,
         readers = graph.consumers(t)
         if isinstance(node.op, Transpose) and len(shape) == 4 and readers \
                 and t not in graph.outputs \
-                and all(isinstance(r.op, Conv2d) for r in readers) \
+                and all(isinstance(r.op, Conv2d) and not r.op.depthwise
+                        for r in readers) \
                 and replicas(cfg, shape[3]) > 1 \
                 and TransposeRule.pieces(cfg, graph.tensor(node.inputs[0]).shape,
                                          node.op).mode == "transpose":
@@ -1121,7 +1176,9 @@ def lower_cnn(cfg: ChipConfig, graph: Graph,
             alias[node.outputs[0]] = alias.get(node.inputs[0], node.inputs[0])
             jobs.append(None)
             continue
-        if isinstance(op, Conv2d):
+        if isinstance(op, Conv2d) and op.depthwise:
+            jobs.append(_depthwise_job(cfg, graph, i, node, srcs[0]))
+        elif isinstance(op, Conv2d):
             jobs.append(_conv_job(cfg, graph, i, node, srcs[0]))
         elif isinstance(op, (MaxPool2d, AvgPool2d, GlobalAvgPool)):
             jobs.append(_pool_job(cfg, graph, i, node, srcs[0]))

@@ -104,11 +104,12 @@ def _widened(graph: Graph, node: Node, width: int, R: int):
     ones with zero weights and bias."""
     op, t = node.op, node.outputs[0]
     c = graph.tensor(t).shape[3]
-    if not isinstance(op, Conv2d):
+    if not isinstance(op, Conv2d) or op.depthwise:
         raise CompileError(
             f"layer {node.name!r} makes {t!r}, a map of {c} channels that a Concat joins "
             f"before another input; the join needs whole blocks of {R} channels there, "
-            f"and only a convolution's output can be widened with zero channels: give it "
+            f"and only a convolution's (not a depthwise one's) output can be widened with "
+            f"zero channels: give it "
             f"a multiple of {R} channels, put it last in the Concat, or pass it through "
             f"a convolution first")
     kh, kw, cin, _ = op.weights.shape
@@ -134,7 +135,7 @@ def _reading_padded(graph: Graph, node: Node, op, places, R: int):
     or dense layer's weights get zero rows at the pad channels; ops that carry
     channels (pools, a Flatten) and a Concat need no change."""
     t = next(t for t in node.inputs if t in places)
-    if isinstance(op, Conv2d):
+    if isinstance(op, Conv2d) and not op.depthwise:
         pos, width = places[t]
         kh, kw, _, cout = op.weights.shape
         weights = np.zeros((kh, kw, width, cout), np.int8)
@@ -150,6 +151,7 @@ def _reading_padded(graph: Graph, node: Node, op, places, R: int):
     raise CompileError(
         f"layer {node.name!r} ({type(op).__name__}) reads {t!r}, whose channels are "
         f"padded for the join {_join_of(graph, t)!r} (each input but the last of a "
-        f"Concat of maps fills whole blocks of {R} channels); only convolutions, dense "
-        f"layers, pools and Flatten can read padded channels: give the joined maps "
-        f"multiples of {R} channels, or read the join with a convolution first")
+        f"Concat of maps fills whole blocks of {R} channels); only convolutions (not "
+        f"depthwise ones), dense layers, pools and Flatten can read padded channels: "
+        f"give the joined maps multiples of {R} channels, or read the join with a "
+        f"convolution first")

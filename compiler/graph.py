@@ -473,14 +473,14 @@ class GraphBuilder:
         return self.layer(AvgPool2d(kernel, stride, pads, mult, shift, name=name), x)
 
     def global_avg_pool(self, x: str, *, mult: int | None = None, shift: int | None = None,
-                        name: str = "global_avg_pool") -> str:
+                        zp: int | None = None, name: str = "global_avg_pool") -> str:
         """A :class:`GlobalAvgPool` over `x`'s ``H x W`` (without mult/shift:
-        ``average_params(H * W)``)."""
+        ``average_params(H * W)``; `zp` the output's zero point, None: the input's)."""
         if mult is None and shift is None and x in self._tensors \
                 and len(self._tensors[x].shape) == 4:
             _, h, w, _ = self._tensors[x].shape
             mult, shift = average_params(h * w)
-        return self.layer(GlobalAvgPool(mult, shift, name=name), x)
+        return self.layer(GlobalAvgPool(mult, shift, name=name, zp=zp), x)
 
     def add(self, a, b, *, mult_a: int = 1, mult_b: int = 1, shift: int = 0, zp: int = 0,
             relu: bool = False, name: str = "add") -> str:

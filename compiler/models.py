@@ -134,6 +134,20 @@ class _Builder:
                                                 self.g.layer_op(t))
         return t
 
+    def depthwise(self, x: str, k: int, *, stride: int = 1, name: str) -> str:
+        """A depthwise ``k x k`` convolution (one kernel per channel) + ReLU."""
+        c = self.g.tensor(x).shape[3]
+        w = self.weights((k, k, 1, c))
+        geometry = dict(stride=stride, pads=k // 2, groups=c)
+        acc = reference.conv2d_acc(self.calib[x], self.zp(x),
+                                   Conv2d(w, None, name=name, **geometry))
+        bias, (mult, shift) = self._centre(acc, self.per_channel)
+        t = self.g.conv2d(x, w, bias, mult=mult, shift=shift, zp=RELU_ZP, relu=True,
+                          name=name, **geometry)
+        self.calib[t] = reference.conv2d_output(reference.wrap32(acc + bias),
+                                                self.g.layer_op(t))
+        return t
+
     def add(self, a: str, b: str, *, name: str) -> str:
         """``a + b`` scaled so the sum's spread is about TARGET, then ReLU."""
         total = (self.calib[a].astype(np.int64) - self.zp(a)) + \
@@ -196,6 +210,23 @@ def inception_block(batch: int = 1, size: int = 8, cin: int = 16,
     if head is not None:
         net.calib[joined] = np.concatenate([net.calib[t] for t in (b1, b3, b5, bp)], -1)
         net.conv(joined, 1, head, name="head")
+    return net.g.build()
+
+
+def inverted_residual_block(batch: int = 1, size: int = 8, cin: int = 8,
+                            expand: int = 4, cout: int = 8, stride: int = 1,
+                            seed: int = 0, *, per_channel: bool = True) -> Graph:
+    """MobileNetV2's block on a post-ReLU int8 ``(batch, size, size, cin)`` map: a 1x1
+    expansion to ``expand * cin`` channels (ReLU), a 3x3 depthwise convolution with
+    `stride` (ReLU), a 1x1 projection to `cout` (linear), and with stride 1 and
+    ``cin == cout`` an Add with the input (ReLU)."""
+    net = _Builder("inverted_residual", seed, per_channel)
+    x = net.input((batch, size, size, cin), zero_point=RELU_ZP)
+    h = net.conv(x, 1, expand * cin, name="expand")
+    h = net.depthwise(h, 3, stride=stride, name="depthwise")
+    h = net.conv(h, 1, cout, relu=False, name="project")
+    if stride == 1 and cin == cout:
+        net.add(h, x, name="residual")
     return net.g.build()
 
 

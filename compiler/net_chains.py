@@ -56,7 +56,8 @@ def chain_runs(graph: Graph, jobs: list) -> list[list[int]]:
 
     def chainable(i: int) -> bool:
         job = jobs[i]
-        return (isinstance(nodes[i].op, Conv2d) and job is not None
+        return (isinstance(nodes[i].op, Conv2d) and not nodes[i].op.depthwise
+                and job is not None
                 and len(job.sources) == 1 and job.sources[0].copies == 1
                 and job.sources[0].gather is None and job.out_shape[0] == 1)
 
@@ -201,7 +202,8 @@ def _parse(graph: Graph, runs: list[list[int]], segments) -> dict[int, object]:
             have = 0 if run is None else len(run) - run.index(i)
             raise CompileError(
                 f"segments[{name!r}]: cannot chain {n} layers from {name!r}: "
-                f"{max(have, 1)} chainable in a row from there (a chain's layers each read "
+                f"{max(have, 1)} chainable in a row from there (a chain's layers are "
+                f"convolutions over all input channels, not depthwise ones, each reading "
                 f"only the one before, whose output nothing else reads)")
         out[i] = (n, value[1])
     return out

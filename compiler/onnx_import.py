@@ -2,15 +2,16 @@
 in the QDQ form folded into it (:func:`fold_qdq`), as graphs (docs/compiler.md, "ONNX
 models").
 
-What a model may hold: ``QLinearConv`` (one group, weights with zero point 0, a
-scale per tensor or per output channel, an int32 bias), ``QLinearMatMul`` (a constant
-``[K, N]`` right operand with zero point 0 and one scale, or a scale per column when
-it reads a Flatten of a ``1 x 1`` map: a 1x1 convolution), ``MaxPool``, ``Concat``
-(of maps along their channels, of ``[M, K]`` along K), ``Flatten`` of a map (of a
-larger map than ``1 x 1`` read only by matmuls, whose weight rows are reordered from
-ONNX's C, H, W to the chip's H, W, C), and ``Relu`` on a tensor whose zero point is 0. Its inputs and outputs are int8
-(the host quantises before and dequantises after). Maps are NCHW in ONNX and NHWC on
-the chip: an input map enters through a transpose on the chip
+What a model may hold: ``QLinearConv`` (one group or depthwise, weights with zero
+point 0, a scale per tensor or per output channel, an int32 bias), ``QLinearMatMul`` (a
+constant ``[K, N]`` right operand with zero point 0 and one scale, or a scale per
+column when it reads a Flatten of a map: a convolution over the map), ``MaxPool``,
+``Concat`` (of maps along their channels, of ``[M, K]`` along K), ``Flatten`` of a map
+(of one larger than ``1 x 1`` read only by matmuls, whose weight rows are reordered
+from ONNX's C, H, W to the chip's H, W, C), ``Relu`` on a tensor whose zero point is
+0, and onnxruntime's ``QLinearAdd`` and ``QLinearGlobalAveragePool``. Its inputs and
+outputs are int8 (the host quantises before and dequantises after). Maps are NCHW in
+ONNX and NHWC on the chip: an input map enters through a transpose on the chip
 (``GraphBuilder.input(..., layout="NCHW")``) and an output map leaves through another.
 
 The requantisation differs in one way the model cannot express: ONNX scales a
@@ -433,9 +434,12 @@ class _Importer:
         if np.any(w_zp != 0) or w.dtype != np.int8:
             raise CompileError(f"ONNX node {node.name!r} (QLinearConv): weights must be "
                                f"int8 with zero point 0 (symmetric); quantise them so")
-        if a.get("group", 1) != 1:
-            raise CompileError(f"ONNX node {node.name!r} (QLinearConv): group "
-                               f"{a['group']}; the chip runs convolutions of one group")
+        group = a.get("group", 1)
+        if group != 1 and (w.shape[1] != 1 or group != w.shape[0]):
+            raise CompileError(f"ONNX node {node.name!r} (QLinearConv): group {group} "
+                               f"with weights of shape {list(w.shape)}; the chip runs "
+                               f"convolutions of one group and depthwise ones (group = "
+                               f"channels, weights [C, 1, kh, kw])")
         if a.get("auto_pad", b"NOTSET") not in (b"NOTSET", "NOTSET"):
             raise CompileError(f"ONNX node {node.name!r} (QLinearConv): auto_pad "
                                f"{a['auto_pad']!r}; export with explicit pads")
@@ -451,7 +455,7 @@ class _Importer:
         out = self.g.conv2d(x, np.transpose(w, (2, 3, 1, 0)), bias,
                             stride=tuple(a.get("strides", [1, 1])),
                             pads=(pads[0], pads[1], pads[2], pads[3]),
-                            dilation=tuple(a.get("dilations", [1, 1])),
+                            dilation=tuple(a.get("dilations", [1, 1])), groups=group,
                             mult=mult, shift=shift,
                             zp=int(self._scalar(node, 7, "output zero point")),
                             relu=self._fuses_relu(node), name=self._name(node))
@@ -602,17 +606,14 @@ class _Importer:
         if a.get("channels_last", 0) or node.input[0] not in self.nchw:
             raise CompileError(f"ONNX node {node.name!r} (QLinearGlobalAveragePool): takes "
                                f"an NCHW map (channels_last 0)")
-        x_zp = int(self._scalar(node, 2, "input zero point"))
         y_zp = int(self._scalar(node, 4, "output zero point"))
-        if x_zp != y_zp or x_zp != self.g.tensor(x).quant.zero_point:
-            raise CompileError(f"ONNX node {node.name!r} (QLinearGlobalAveragePool): the "
-                               f"chip's average keeps its input's zero point; give the "
-                               f"output the input's ({x_zp}, not {y_zp})")
+        self._check_x(node, x)
         _, h, w, _ = self.g.tensor(x).shape
         scale = float(self._scalar(node, 1, "input scale")) / \
             (float(self._scalar(node, 3, "output scale")) * h * w)
         mult, shift = requant_for(scale, False)
-        out = self.g.global_avg_pool(x, mult=mult, shift=shift, name=self._name(node))
+        out = self.g.global_avg_pool(x, mult=mult, shift=shift, zp=y_zp,
+                                     name=self._name(node))
         self.nchw.add(node.output[0])
         return out
 

@@ -329,6 +329,54 @@ def float_resnet(seed: int = 0, size: int = 32) -> ModelProto:
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
 
 
+def float_mobilenet(seed: int = 0) -> ModelProto:
+    """A float NCHW (1, 3, 16, 16) network of MobileNetV2's blocks: a strided 3x3 stem +
+    Relu, three inverted residual blocks (a 1x1 expansion + Relu, a 3x3 depthwise conv
+    (``group`` = channels) + Relu, a linear 1x1 projection; an Add with the input where
+    the shapes allow), a global average pool, Flatten and a Gemm to 10 logits."""
+    rng = np.random.default_rng(seed)
+    nodes, inits = [], []
+
+    def const(name, shape, scale):
+        inits.append(numpy_helper.from_array(
+            (rng.standard_normal(shape) * scale).astype(np.float32), name))
+        return name
+
+    def conv(x, cin, cout, k, name, stride=1, group=1, relu=True):
+        fan_in = cin // group * k * k
+        w = const(f"{name}_w", (cout, cin // group, k, k), 1 / np.sqrt(fan_in))
+        nodes.append(helper.make_node("Conv", [x, w, const(f"{name}_b", (cout,), 0.1)],
+                                      [name], name=name, pads=[k // 2] * 4,
+                                      strides=[stride] * 2, group=group))
+        if not relu:
+            return name
+        nodes.append(helper.make_node("Relu", [name], [f"{name}_relu"], name=f"{name}_relu"))
+        return f"{name}_relu"
+
+    def block(x, cin, cout, stride, name):
+        wide = 2 * cin
+        h = conv(x, cin, wide, 1, f"{name}_expand")
+        h = conv(h, wide, wide, 3, f"{name}_depthwise", stride, group=wide)
+        h = conv(h, wide, cout, 1, f"{name}_project", relu=False)
+        if stride != 1 or cin != cout:
+            return h
+        nodes.append(helper.make_node("Add", [h, x], [f"{name}_sum"], name=f"{name}_add"))
+        return f"{name}_sum"
+
+    h = conv("x", 3, 8, 3, "stem", 2)
+    h = block(block(block(h, 8, 8, 1, "block1"), 8, 16, 2, "block2"), 16, 16, 1, "block3")
+    nodes.append(helper.make_node("GlobalAveragePool", [h], ["gap"], name="gap"))
+    nodes.append(helper.make_node("Flatten", ["gap"], ["flat"], name="flatten", axis=1))
+    nodes.append(helper.make_node("Gemm", ["flat", const("fc_w", (10, 16), 0.25),
+                                           const("fc_b", (10,), 0.1)],
+                                  ["logits"], name="fc", transB=1))
+    graph = helper.make_graph(
+        nodes, "float_mobilenet", [helper.make_tensor_value_info("x", TensorProto.FLOAT,
+                                                                 [1, 3, 16, 16])],
+        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, 10])], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
 def ort_quantized(model: ModelProto, *, per_channel: bool = False, seed: int = 0,
                   samples: int = 16) -> ModelProto:
     """`model` (float, one input) as onnxruntime's ``quantize_static`` writes it: the

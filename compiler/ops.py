@@ -298,7 +298,9 @@ class Conv2d:
     dense layer with ``mult`` (1 to 65535) and ``shift`` (0 to 63), each an int or one per
     output channel, then ReLU clamps at ``zp``; ``relu6`` (an int8 value >= ``zp``, the
     quantised 6.0) also clamps above and implies ReLU (``relu`` becomes True).
-    Only ``groups = 1``: depthwise and grouped convolution are refused.
+    ``groups = 1``, or depthwise: ``groups = C`` with weights ``[KH, KW, 1, C]`` (output
+    channel ``c`` from input channel ``c`` alone); other grouped convolutions are
+    refused.
     """
 
     weights: np.ndarray
@@ -331,11 +333,15 @@ class Conv2d:
                                    f"have Cout = {self.Cout} output channels; they must match")
             object.__setattr__(self, "bias", b)
         if not isinstance(self.groups, (int, np.integer)) or isinstance(self.groups, bool) \
-                or self.groups != 1:
-            raise CompileError(f"{who}: groups = {self.groups!r}; depthwise and grouped "
-                               f"convolution are not supported on the array yet, only "
-                               f"groups = 1")
-        object.__setattr__(self, "groups", 1)
+                or self.groups < 1:
+            raise CompileError(f"{who}: groups = {self.groups!r}; give 1 (a convolution "
+                               f"over all input channels) or the channel count (depthwise)")
+        if self.groups != 1 and (w.shape[2] != 1 or self.groups != w.shape[3]):
+            raise CompileError(f"{who}: groups = {self.groups} with weights of shape "
+                               f"{w.shape}; the array runs groups = 1 and depthwise "
+                               f"convolution (groups = C, weights [KH, KW, 1, C]: one "
+                               f"kernel per channel), not grouped convolution in general")
+        object.__setattr__(self, "groups", int(self.groups))
         object.__setattr__(self, "stride",
                            _ints(who, "stride", self.stride, 2, 1, STRIDE_MAX, "(sh, sw)"))
         object.__setattr__(self, "dilation",
@@ -363,7 +369,14 @@ class Conv2d:
 
     @property
     def Cin(self) -> int:
-        return self.weights.shape[2]
+        """Input channels: the weights' ``Cin`` times ``groups`` (depthwise: ``C``)."""
+        return self.weights.shape[2] * self.groups
+
+    @property
+    def depthwise(self) -> bool:
+        """One ``KH x KW`` kernel per channel (``groups = C``, weights ``[KH, KW, 1, C]``):
+        output channel ``c`` reads input channel ``c`` only."""
+        return self.groups > 1
 
     @property
     def Cout(self) -> int:
@@ -386,8 +399,9 @@ class Conv2d:
         return TensorType((t.shape[0], h, w, self.Cout), "int8", Quant(self.zp))
 
     def macs(self, out_shape: tuple[int, ...]) -> int:
-        """``N * H_out * W_out * KH * KW * Cin * Cout``."""
-        return math.prod(out_shape) * self.kernel[0] * self.kernel[1] * self.Cin
+        """``N * H_out * W_out * KH * KW * Cin * Cout`` (``Cin`` per group: 1 for a
+        depthwise convolution)."""
+        return math.prod(out_shape) * self.kernel[0] * self.kernel[1] * self.weights.shape[2]
 
 
 def _pool_geometry(op, who: str) -> None:
@@ -499,11 +513,13 @@ class GlobalAvgPool:
     """:class:`AvgPool2d` over the whole ``H x W``: ``(N, H, W, C) -> (N, 1, 1, C)``.
     ``mult``/``shift`` are required here (the window size is the input's);
     ``GraphBuilder.global_avg_pool`` picks them with :func:`average_params` of
-    ``H * W`` when not given."""
+    ``H * W`` when not given. ``zp``: the output's zero point (None: the input's, the
+    average then ``x_zp + (sum(x - x_zp) * mult >> shift)``)."""
 
     mult: int
     shift: int
     name: str = "global_avg_pool"
+    zp: int | None = None
 
     arity: ClassVar[tuple[int, int | None]] = (1, 1)
 
@@ -513,12 +529,15 @@ class GlobalAvgPool:
             raise CompileError(f"{who}: a GlobalAvgPool needs mult and shift (the builder's "
                                f"global_avg_pool picks them for 1/(H*W) when not given)")
         _average_params(self, who, 1)
+        if self.zp is not None:
+            object.__setattr__(self, "zp", _int(who, "zp", self.zp, *INT8))
 
     def infer(self, inputs: Sequence, source: Callable[[str], str]) -> TensorType:
         who = f"layer {self.name!r}"
         (t,) = inputs
         _feature_map(who, "global average pool", t, source)
-        return TensorType((t.shape[0], 1, 1, t.shape[3]), "int8", Quant(t.quant.zero_point))
+        zp = t.quant.zero_point if self.zp is None else self.zp
+        return TensorType((t.shape[0], 1, 1, t.shape[3]), "int8", Quant(zp))
 
     def macs(self, out_shape: tuple[int, ...]) -> int:
         return 0

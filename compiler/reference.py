@@ -109,7 +109,8 @@ def conv2d_acc(x: np.ndarray, x_zp: int, layer: Conv2d) -> np.ndarray:
     xp = pad(x.astype(np.int64) - x_zp, layer.pads, 0)     # x_pad - x_zp
     acc = np.zeros((x.shape[0], *hw, w.shape[3]), dtype=np.int64)
     for i, j, window in taps(xp, kernel, layer.stride, layer.dilation, hw):
-        acc += window @ w[i, j]
+        # depthwise: channel c by its own kernel; else every input channel to every output
+        acc += window * w[i, j, 0] if layer.groups > 1 else window @ w[i, j]
     acc = wrap32(acc)
     if layer.bias is not None:
         acc = wrap32(acc + layer.bias.astype(np.int64))
@@ -140,7 +141,7 @@ def avg_pool2d(x: np.ndarray, x_zp: int, layer: AvgPool2d) -> np.ndarray:
 
 def global_avg_pool(x: np.ndarray, x_zp: int, layer: GlobalAvgPool) -> np.ndarray:
     total = (x.astype(np.int64) - x_zp).sum(axis=(1, 2), keepdims=True)
-    return average(total, x_zp, layer.mult, layer.shift)
+    return average(total, x_zp if layer.zp is None else layer.zp, layer.mult, layer.shift)
 
 
 def add(a: np.ndarray, a_zp: int, b: np.ndarray, b_zp: int, layer: Add) -> np.ndarray:

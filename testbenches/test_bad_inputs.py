@@ -144,7 +144,7 @@ API = [
     ("layer-name-empty", lambda: Dense(B, name=""), CompileError,
      ["name must be a non-empty string"]),
     ("conv-grouped", lambda: Conv2d(np.ones((3, 3, 4, 8)), groups=4, name="dw"),
-     CompileError, ["'dw'", "groups = 4", "depthwise", "not supported"]),
+     CompileError, ["'dw'", "groups = 4", "depthwise", "not grouped convolution"]),
     ("conv-pads-past-kernel", lambda: Conv2d(np.ones((3, 3, 4, 8)), pads=(0, 3, 0, 0),
                                              name="c"),
      CompileError, ["'c'", "pads left = 3", "kernel extent 3"]),

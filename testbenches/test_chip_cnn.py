@@ -1,7 +1,8 @@
 """Convolutional layers on the Verilated tiny chip: random convolutions (kernels,
 strides, asymmetric pads, dilations, 1- and few-channel inputs packed by taps, zero
 points, per-channel requantisation, ReLU/ReLU6), pools, residual adds, an input
-larger than the CBUF, an inception block (a Concat of maps) and the small demo CNN;
+larger than the CBUF, an inception block (a Concat of maps), MobileNetV2's inverted
+residual block (a depthwise convolution) and the small demo CNN;
 residual networks tiled every way (docs/cnn.md, "Weights and tile buffers per layer": weights kept in the CBUF across a
 layer's tiles or streamed, two tile buffers or one). Outputs equal the numpy reference
 and the golden model bit for bit; cycles and counters equal the prediction."""
@@ -44,6 +45,11 @@ CASES = {
     "inception_block": lambda: models.inception_block(size=8, cin=16, widths=(8, 16, 8, 5)),
     # branches of 5, 6 and 3 channels: each padded to a block of 8 (docs/cnn.md)
     "inception_ragged": lambda: models.inception_block(size=6, cin=8, widths=(5, 6, 3, 7)),
+    # MobileNetV2's block: a depthwise 3x3 convolution (a diagonal weight block per tap
+    # and channel block) between two 1x1s, with the residual Add, and strided
+    "inverted_residual": lambda: models.inverted_residual_block(size=6),
+    "inverted_residual_stride2": lambda: models.inverted_residual_block(
+        size=8, cin=6, expand=3, cout=12, stride=2),
     "conv_two_buffers": (lambda: cnn_cases.large_conv_case(1),
                          dict(weights="stream", buffers=2)),
     "conv_one_buffer": (lambda: cnn_cases.large_conv_case(1),

@@ -41,8 +41,11 @@ def W(kh=3, kw=3, cin=4, cout=8):
 # -- construction ------------------------------------------------------------------------
 @pytest.mark.parametrize("build, words", [
     (lambda: Conv2d(W(), groups=2, name="dw"),
-     ["layer 'dw'", "groups = 2", "depthwise", "grouped", "not supported"]),
-    (lambda: Conv2d(W(), groups=4, name="dw"), ["layer 'dw'", "groups = 4"]),
+     ["layer 'dw'", "groups = 2", "depthwise", "[KH, KW, 1, C]", "not grouped"]),
+    (lambda: Conv2d(W(cin=1), groups=4, name="dw"), ["layer 'dw'", "groups = 4",
+                                                       "(3, 3, 1, 8)"]),
+    (lambda: Conv2d(W(), groups=0, name="dw"), ["layer 'dw'", "groups = 0",
+                                                "the channel count"]),
     (lambda: Conv2d(W(), pads=(3, 0, 0, 0), name="c"),
      ["layer 'c'", "pads top = 3", "kernel extent 3"]),
     (lambda: Conv2d(W(), pads=(0, 0, 0, -1), name="c"), ["layer 'c'", "pads right = -1"]),
@@ -231,10 +234,12 @@ def conv_loops(x, x_zp, op: Conv2d):
     y = np.zeros((n_, ho, wo, cout), np.int64)
     for n, oh, ow, co in itertools.product(range(n_), range(ho), range(wo), range(cout)):
         acc = 0 if op.bias is None else int(op.bias[co])
-        for kh, kw, ci in itertools.product(range(kh_), range(kw_), range(cin)):
+        # a depthwise convolution: output channel co reads input channel co only
+        channels = [(co, 0)] if op.groups > 1 else [(ci, ci) for ci in range(cin)]
+        for kh, kw, (ci, wi) in itertools.product(range(kh_), range(kw_), channels):
             ih, iw = oh * sh + kh * dh - top, ow * sw + kw * dw - left
             v = int(x[n, ih, iw, ci]) if 0 <= ih < h_ and 0 <= iw < w_ else x_zp
-            acc += (v - x_zp) * int(op.weights[kh, kw, ci, co])
+            acc += (v - x_zp) * int(op.weights[kh, kw, wi, co])
         v = min(max(scaled(wrap(acc), int(mult[co]), int(shift[co])) + op.zp, -128), 127)
         if op.relu:
             v = max(v, op.zp)
@@ -272,6 +277,10 @@ CONVS = [      # shift "auto": scale the accumulator's spread to about 40 steps
     dict(weights=(3, 3, 3, 4), pads=1, bias=True, mult=[100, 200, 300, 400], zp=-20,
          relu6=40),
     dict(weights=(1, 1, 2, 2), bias=[(1 << 31) - 1, -(1 << 31)], shift=30),   # wraps
+    # depthwise: one kernel per channel
+    dict(weights=(3, 3, 1, 5), groups=5, pads=1, bias=True, relu=True),
+    dict(weights=(3, 3, 1, 4), groups=4, stride=2, dilation=(1, 2), pads=(1, 2, 0, 1),
+         mult=[100, 200, 300, 400], zp=-20, relu6=40),
 ]
 
 
@@ -281,7 +290,7 @@ def test_conv_reference_matches_loops(case, x_zp):
     rng = np.random.default_rng([case, x_zp + 128])
     spec = dict(CONVS[case])
     w = int8(spec.pop("weights"), rng)
-    x = int8((2, 7, 9, w.shape[2]), rng)
+    x = int8((2, 7, 9, w.shape[2] * spec.get("groups", 1)), rng)
     bias = spec.pop("bias", None)
     if bias is True:
         bias = rng.integers(-5000, 5000, w.shape[3])

@@ -284,6 +284,12 @@ def _onnx_ort_resnet():
     return onnx_import.load(model, name="onnx_ort_resnet")
 
 
+def _onnx_ort_mobilenet():
+    from ..compiler import onnx_import, onnx_models
+    model = onnx_models.ort_quantized(onnx_models.float_mobilenet(), per_channel=True)
+    return onnx_import.load(model, name="onnx_ort_mobilenet")
+
+
 def _onnxruntime_agreement(graph) -> dict:
     """The bench's ONNX model: how many of its output values onnxruntime gives
     otherwise than the chip (which equals numpy, checked by the run)."""
@@ -380,6 +386,9 @@ def cmd_bench(args) -> int:
              # block of 8 (zero channels from its convolution, zero weight rows after)
              ("inception_ragged", "tiny",
               lambda: models.inception_block(size=8, cin=16, widths=(5, 6, 3, 7)), "cocotb"),
+             # MobileNetV2's block: a depthwise 3x3 convolution between two 1x1s
+             ("inverted_residual", "tiny",
+              lambda: models.inverted_residual_block(size=8), "cocotb"),
              # an ONNX model in the QOperator form, imported (compared with
              # onnxruntime below)
              ("onnx_inception", "tiny", _onnx_inception, "cocotb"),
@@ -389,7 +398,9 @@ def cmd_bench(args) -> int:
              # per channel): its Concat requantises a branch, its Gemm a 1x1 convolution
              ("onnx_ort_quantized", "tiny", _onnx_ort_quantized, "cocotb"),
              # a residual network of three basic blocks, quantised so, on base
-             ("onnx_ort_resnet", "base", _onnx_ort_resnet, "cocotb")]
+             ("onnx_ort_resnet", "base", _onnx_ort_resnet, "cocotb"),
+             # MobileNetV2's blocks quantised so: depthwise convolutions from ONNX
+             ("onnx_ort_mobilenet", "tiny", _onnx_ort_mobilenet, "cocotb")]
     records = []
     plots = Path(args.out).parent / "plots"     # where each run's cycles go
     with Progress() as progress:
