@@ -196,88 +196,80 @@ def qdq_resnet(seed: int = 0) -> ModelProto:
     return m.build("qdq_resnet", [1, 3, 12, 12], m.gemm(flat, 0.03, 16, 10, "fc", 0.3, 0))
 
 
+class _FloatNet:
+    """A float NCHW network under construction for onnxruntime's quantiser: seeded
+    normal weights (a conv's scaled by ``1 / sqrt(fan_in)``), biases of 0.1."""
+
+    def __init__(self, seed: int):
+        self.rng = np.random.default_rng(seed)
+        self.nodes, self.inits = [], []
+
+    def const(self, name, shape, scale) -> str:
+        self.inits.append(numpy_helper.from_array(
+            (self.rng.standard_normal(shape) * scale).astype(np.float32), name))
+        return name
+
+    def node(self, op, inputs, output, name, **attrs) -> str:
+        self.nodes.append(helper.make_node(op, inputs, [output], name=name, **attrs))
+        return output
+
+    def relu(self, x, name) -> str:
+        return self.node("Relu", [x], f"{name}_relu", f"{name}_relu")
+
+    def conv(self, x, cin, cout, k, name, stride=1, group=1, relu=True) -> str:
+        w = self.const(f"{name}_w", (cout, cin // group, k, k),
+                       1 / np.sqrt(cin // group * k * k))
+        self.node("Conv", [x, w, self.const(f"{name}_b", (cout,), 0.1)], name, name,
+                  pads=[k // 2] * 4, strides=[stride] * 2,
+                  **({"group": group} if group != 1 else {}))
+        return self.relu(name, name) if relu else name
+
+    def gemm(self, x, k, n, name, scale, output=None) -> str:
+        """``x @ W.T + b`` (``transB``) of ``W`` ``[n, k]``."""
+        return self.node("Gemm", [x, self.const(f"{name}_w", (n, k), scale),
+                                  self.const(f"{name}_b", (n,), 0.1)], output or name, name,
+                         transB=1)
+
+    def head(self, h, channels, scale=0.25) -> str:
+        """Global average pool, Flatten, a Gemm (``fc``) to 10 logits."""
+        self.node("GlobalAveragePool", [h], "gap", "gap")
+        self.node("Flatten", ["gap"], "flat", "flatten", axis=1)
+        return self.gemm("flat", channels, 10, "fc", scale, "logits")
+
+    def build(self, name, shape, out, classes=10) -> ModelProto:
+        graph = helper.make_graph(
+            self.nodes, name, [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
+            [helper.make_tensor_value_info(out, TensorProto.FLOAT, [1, classes])], self.inits)
+        return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
 def float_cnn(seed: int = 0) -> ModelProto:
     """A float NCHW (1, 3, 16, 16) network for onnxruntime's quantiser
     (:func:`ort_quantized`): conv + Relu, a 2x2 max pool, conv + Relu, two branches
     (a 1x1 conv of 6 channels and a 3x3 of 10, each + Relu) joined by a Concat, a
     strided 3x3 conv + Relu, a global average pool, Flatten, a Gemm (``transB``) to 10
-    logits. Seeded normal weights."""
-    rng = np.random.default_rng(seed)
-    nodes, inits = [], []
-
-    def const(name, shape, scale):
-        inits.append(numpy_helper.from_array(
-            (rng.standard_normal(shape) * scale).astype(np.float32), name))
-        return name
-
-    def conv(x, cin, cout, k, name, stride=1):
-        w = const(f"{name}_w", (cout, cin, k, k), 1 / np.sqrt(cin * k * k))
-        nodes.append(helper.make_node("Conv", [x, w, const(f"{name}_b", (cout,), 0.1)],
-                                      [name], name=name, pads=[k // 2] * 4,
-                                      strides=[stride] * 2))
-        nodes.append(helper.make_node("Relu", [name], [f"{name}_relu"],
-                                      name=f"{name}_relu"))
-        return f"{name}_relu"
-
-    h = conv("x", 3, 8, 3, "conv1")
-    nodes.append(helper.make_node("MaxPool", [h], ["pool"], name="pool",
-                                  kernel_shape=[2, 2], strides=[2, 2]))
-    h = conv("pool", 8, 16, 3, "conv2")
-    a, b = conv(h, 16, 6, 1, "branch1x1"), conv(h, 16, 10, 3, "branch3x3")
-    nodes.append(helper.make_node("Concat", [a, b], ["join"], name="join", axis=1))
-    h = conv("join", 16, 16, 3, "conv3", stride=2)
-    nodes.append(helper.make_node("GlobalAveragePool", [h], ["gap"], name="gap"))
-    nodes.append(helper.make_node("Flatten", ["gap"], ["flat"], name="flatten", axis=1))
-    nodes.append(helper.make_node("Gemm", ["flat", const("fc_w", (10, 16), 0.25),
-                                           const("fc_b", (10,), 0.1)],
-                                  ["logits"], name="fc", transB=1))
-    graph = helper.make_graph(
-        nodes, "float_cnn", [helper.make_tensor_value_info("x", TensorProto.FLOAT,
-                                                           [1, 3, 16, 16])],
-        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, 10])], inits)
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    logits."""
+    m = _FloatNet(seed)
+    h = m.conv("x", 3, 8, 3, "conv1")
+    m.node("MaxPool", [h], "pool", "pool", kernel_shape=[2, 2], strides=[2, 2])
+    h = m.conv("pool", 8, 16, 3, "conv2")
+    a, b = m.conv(h, 16, 6, 1, "branch1x1"), m.conv(h, 16, 10, 3, "branch3x3")
+    m.node("Concat", [a, b], "join", "join", axis=1)
+    h = m.conv("join", 16, 16, 3, "conv3", stride=2)
+    return m.build("float_cnn", [1, 3, 16, 16], m.head(h, 16))
 
 
 def float_lenet(seed: int = 0) -> ModelProto:
     """A float NCHW (1, 3, 12, 12) network that flattens a map larger than 1 x 1: conv
     + Relu, a 2x2 max pool, a strided conv + Relu to a 16-channel 3x3 map, Flatten
     (ONNX's C, H, W order), a Gemm + Relu to 32 and a Gemm to 10 logits."""
-    rng = np.random.default_rng(seed)
-    nodes, inits = [], []
-
-    def const(name, shape, scale):
-        inits.append(numpy_helper.from_array(
-            (rng.standard_normal(shape) * scale).astype(np.float32), name))
-        return name
-
-    def relu(x):
-        nodes.append(helper.make_node("Relu", [x], [f"{x}_relu"], name=f"{x}_relu"))
-        return f"{x}_relu"
-
-    def conv(x, cin, cout, name, stride=1):
-        w = const(f"{name}_w", (cout, cin, 3, 3), 1 / np.sqrt(cin * 9))
-        nodes.append(helper.make_node("Conv", [x, w, const(f"{name}_b", (cout,), 0.1)],
-                                      [name], name=name, pads=[1] * 4,
-                                      strides=[stride] * 2))
-        return relu(name)
-
-    def gemm(x, k, n, name):
-        nodes.append(helper.make_node("Gemm", [x, const(f"{name}_w", (n, k), 1 / np.sqrt(k)),
-                                               const(f"{name}_b", (n,), 0.1)],
-                                      [name], name=name, transB=1))
-        return name
-
-    h = conv("x", 3, 8, "conv1")
-    nodes.append(helper.make_node("MaxPool", [h], ["pool"], name="pool",
-                                  kernel_shape=[2, 2], strides=[2, 2]))
-    h = conv("pool", 8, 16, "conv2", stride=2)
-    nodes.append(helper.make_node("Flatten", [h], ["flat"], name="flatten", axis=1))
-    out = gemm(relu(gemm("flat", 144, 32, "fc1")), 32, 10, "fc2")
-    graph = helper.make_graph(
-        nodes, "float_lenet", [helper.make_tensor_value_info("x", TensorProto.FLOAT,
-                                                             [1, 3, 12, 12])],
-        [helper.make_tensor_value_info(out, TensorProto.FLOAT, [1, 10])], inits)
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    m = _FloatNet(seed)
+    h = m.conv("x", 3, 8, 3, "conv1")
+    m.node("MaxPool", [h], "pool", "pool", kernel_shape=[2, 2], strides=[2, 2])
+    h = m.conv("pool", 8, 16, 3, "conv2", stride=2)
+    m.node("Flatten", [h], "flat", "flatten", axis=1)
+    h = m.relu(m.gemm("flat", 144, 32, "fc1", 1 / np.sqrt(144)), "fc1")
+    return m.build("float_lenet", [1, 3, 12, 12], m.gemm(h, 32, 10, "fc2", 1 / np.sqrt(32)))
 
 
 def float_resnet(seed: int = 0, size: int = 32) -> ModelProto:
@@ -285,48 +277,21 @@ def float_resnet(seed: int = 0, size: int = 32) -> ModelProto:
     a 3x3/2 max pool (padded), three basic blocks (16, then 32 with a strided 1x1
     projection, then 32; each conv + Relu, conv, Add with the shortcut, Relu), a global
     average pool, Flatten and a Gemm to 10 logits."""
-    rng = np.random.default_rng(seed)
-    nodes, inits = [], []
-
-    def const(name, shape, scale):
-        inits.append(numpy_helper.from_array(
-            (rng.standard_normal(shape) * scale).astype(np.float32), name))
-        return name
-
-    def relu(x, name):
-        nodes.append(helper.make_node("Relu", [x], [f"{name}_relu"], name=f"{name}_relu"))
-        return f"{name}_relu"
-
-    def conv(x, cin, cout, k, name, stride=1, act=True):
-        w = const(f"{name}_w", (cout, cin, k, k), 1 / np.sqrt(cin * k * k))
-        nodes.append(helper.make_node("Conv", [x, w, const(f"{name}_b", (cout,), 0.1)],
-                                      [name], name=name, pads=[k // 2] * 4,
-                                      strides=[stride] * 2))
-        return relu(name, name) if act else name
+    m = _FloatNet(seed)
 
     def block(x, cin, cout, stride, name):
-        a = conv(x, cin, cout, 3, f"{name}_conv1", stride)
-        b = conv(a, cout, cout, 3, f"{name}_conv2", act=False)
+        a = m.conv(x, cin, cout, 3, f"{name}_conv1", stride)
+        b = m.conv(a, cout, cout, 3, f"{name}_conv2", relu=False)
         short = x if stride == 1 and cin == cout else \
-            conv(x, cin, cout, 1, f"{name}_proj", stride, act=False)
-        nodes.append(helper.make_node("Add", [b, short], [f"{name}_sum"], name=f"{name}_add"))
-        return relu(f"{name}_sum", name)
+            m.conv(x, cin, cout, 1, f"{name}_proj", stride, relu=False)
+        return m.relu(m.node("Add", [b, short], f"{name}_sum", f"{name}_add"), name)
 
-    h = conv("x", 3, 16, 3, "stem")
-    nodes.append(helper.make_node("MaxPool", [h], ["pool"], name="pool", kernel_shape=[3, 3],
-                                  strides=[2, 2], pads=[1, 1, 1, 1]))
+    h = m.conv("x", 3, 16, 3, "stem")
+    m.node("MaxPool", [h], "pool", "pool", kernel_shape=[3, 3], strides=[2, 2],
+           pads=[1, 1, 1, 1])
     h = block(block(block("pool", 16, 16, 1, "block1"), 16, 32, 2, "block2"), 32, 32, 1,
               "block3")
-    nodes.append(helper.make_node("GlobalAveragePool", [h], ["gap"], name="gap"))
-    nodes.append(helper.make_node("Flatten", ["gap"], ["flat"], name="flatten", axis=1))
-    nodes.append(helper.make_node("Gemm", ["flat", const("fc_w", (10, 32), 0.2),
-                                           const("fc_b", (10,), 0.1)],
-                                  ["logits"], name="fc", transB=1))
-    graph = helper.make_graph(
-        nodes, "float_resnet", [helper.make_tensor_value_info("x", TensorProto.FLOAT,
-                                                              [1, 3, size, size])],
-        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, 10])], inits)
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    return m.build("float_resnet", [1, 3, size, size], m.head(h, 32, scale=0.2))
 
 
 def float_mobilenet(seed: int = 0) -> ModelProto:
@@ -334,47 +299,20 @@ def float_mobilenet(seed: int = 0) -> ModelProto:
     Relu, three inverted residual blocks (a 1x1 expansion + Relu, a 3x3 depthwise conv
     (``group`` = channels) + Relu, a linear 1x1 projection; an Add with the input where
     the shapes allow), a global average pool, Flatten and a Gemm to 10 logits."""
-    rng = np.random.default_rng(seed)
-    nodes, inits = [], []
-
-    def const(name, shape, scale):
-        inits.append(numpy_helper.from_array(
-            (rng.standard_normal(shape) * scale).astype(np.float32), name))
-        return name
-
-    def conv(x, cin, cout, k, name, stride=1, group=1, relu=True):
-        fan_in = cin // group * k * k
-        w = const(f"{name}_w", (cout, cin // group, k, k), 1 / np.sqrt(fan_in))
-        nodes.append(helper.make_node("Conv", [x, w, const(f"{name}_b", (cout,), 0.1)],
-                                      [name], name=name, pads=[k // 2] * 4,
-                                      strides=[stride] * 2, group=group))
-        if not relu:
-            return name
-        nodes.append(helper.make_node("Relu", [name], [f"{name}_relu"], name=f"{name}_relu"))
-        return f"{name}_relu"
+    m = _FloatNet(seed)
 
     def block(x, cin, cout, stride, name):
         wide = 2 * cin
-        h = conv(x, cin, wide, 1, f"{name}_expand")
-        h = conv(h, wide, wide, 3, f"{name}_depthwise", stride, group=wide)
-        h = conv(h, wide, cout, 1, f"{name}_project", relu=False)
+        h = m.conv(x, cin, wide, 1, f"{name}_expand")
+        h = m.conv(h, wide, wide, 3, f"{name}_depthwise", stride, group=wide)
+        h = m.conv(h, wide, cout, 1, f"{name}_project", relu=False)
         if stride != 1 or cin != cout:
             return h
-        nodes.append(helper.make_node("Add", [h, x], [f"{name}_sum"], name=f"{name}_add"))
-        return f"{name}_sum"
+        return m.node("Add", [h, x], f"{name}_sum", f"{name}_add")
 
-    h = conv("x", 3, 8, 3, "stem", 2)
+    h = m.conv("x", 3, 8, 3, "stem", 2)
     h = block(block(block(h, 8, 8, 1, "block1"), 8, 16, 2, "block2"), 16, 16, 1, "block3")
-    nodes.append(helper.make_node("GlobalAveragePool", [h], ["gap"], name="gap"))
-    nodes.append(helper.make_node("Flatten", ["gap"], ["flat"], name="flatten", axis=1))
-    nodes.append(helper.make_node("Gemm", ["flat", const("fc_w", (10, 16), 0.25),
-                                           const("fc_b", (10,), 0.1)],
-                                  ["logits"], name="fc", transB=1))
-    graph = helper.make_graph(
-        nodes, "float_mobilenet", [helper.make_tensor_value_info("x", TensorProto.FLOAT,
-                                                                 [1, 3, 16, 16])],
-        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, 10])], inits)
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    return m.build("float_mobilenet", [1, 3, 16, 16], m.head(h, 16))
 
 
 def ort_quantized(model: ModelProto, *, per_channel: bool = False, seed: int = 0,
