@@ -7,6 +7,8 @@ What the chip does not run is refused by name."""
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import pytest
 
@@ -123,7 +125,7 @@ def test_what_the_chip_does_not_run_is_refused_by_name():
 
 
 @pytest.mark.rtl
-def test_imported_models_on_the_rtl(ort_models):
+def test_imported_models_on_the_rtl():
     """The inception-like model, the QDQ residual network and the network onnxruntime
     quantised (per channel), imported, on the Verilated tiny chip: equal to numpy and
     the golden model, in the predicted cycles, and within one step of onnxruntime."""
@@ -132,13 +134,13 @@ def test_imported_models_on_the_rtl(ort_models):
     feeds = {"x": np.random.default_rng(1).integers(-128, 128, (1, 6, 10, 10), np.int8)}
     model, resnet = onnx_models.inception(), onnx_models.qdq_resnet()
     xq = np.random.default_rng(0).integers(0, 128, (1, 3, 12, 12), dtype=np.int8)
-    ort_model = ort_models[True]
-    o_scale, o_zp = _quantised_input(ort_model)
+    quantised = ort_model("cnn", True)
+    o_scale, o_zp = _quantised_input(quantised)
     oq = np.random.default_rng(2).integers(o_zp, 128, (1, 3, 16, 16), dtype=np.int8)
     runs = compile_and_run_on_rtl(TINY, {
         "inception": lambda: onnx_import.load(model, feeds),
         "qdq_resnet": lambda: onnx_import.load(resnet, {"x": xq}),
-        "ort_quantized": lambda: onnx_import.load(ort_model, {"x": oq})})
+        "ort_quantized": lambda: onnx_import.load(quantised, {"x": oq})})
     for name, (compiled, res) in runs.items():
         assert_outputs_match(TINY, compiled, res)
         assert_matches_prediction(TINY, compiled, res)
@@ -152,7 +154,7 @@ def test_imported_models_on_the_rtl(ort_models):
     assert np.abs(compiled.results(res["dram"])[t].astype(int) - theirs.astype(int)).max() <= 1
     compiled, res = runs["ort_quantized"]
     (t,) = compiled.graph.outputs
-    (theirs,) = _qdq_outputs(ort_model, oq, o_scale, o_zp)
+    (theirs,) = _qdq_outputs(quantised, oq, o_scale, o_zp)
     ours = compiled.results(res["dram"])[t].reshape(theirs.shape)
     assert np.abs(ours.astype(int) - theirs.astype(int)).max() <= 1
 
@@ -222,27 +224,32 @@ def _quantised_input(model):
     return float(consts[q.input[1]]), int(consts[q.input[2]])
 
 
-@pytest.fixture(scope="module")
-def ort_models():
-    """A float network quantised by onnxruntime's own quantiser, per tensor and per
-    channel."""
-    return {pc: onnx_models.ort_quantized(onnx_models.float_cnn(), per_channel=pc)
-            for pc in (False, True)} | {
-        (name, pc): onnx_models.ort_quantized(make(), per_channel=pc)
-        for name, make in (("lenet", onnx_models.float_lenet),
-                           ("mobilenet", onnx_models.float_mobilenet))
-        for pc in (False, True)}
+@functools.lru_cache(maxsize=None)
+def ort_model(name: str, per_channel: bool):
+    """A float network quantised by onnxruntime's own quantiser, per tensor or per
+    channel; once per worker process, when first asked for (the fast tier runs the
+    tests in a shuffled order, which would set a module's fixture up again and
+    again)."""
+    return onnx_models.ort_quantized({"cnn": onnx_models.float_cnn,
+                                      "lenet": onnx_models.float_lenet,
+                                      "mobilenet": onnx_models.float_mobilenet}[name](),
+                                     per_channel=per_channel)
 
 
-@pytest.mark.parametrize("per_channel", [False, True], ids=["per_tensor", "per_channel"])
-@pytest.mark.parametrize("seed", range(2))
-def test_a_model_quantised_by_onnxruntime_equals_it(ort_models, per_channel, seed):
+PER_CHANNEL = sample([pytest.param(False, id="per_tensor"),
+                      pytest.param(True, id="per_channel")], 2)
+
+
+@pytest.mark.parametrize("per_channel, seed", sample(
+    [pytest.param(pc, seed, id=f"{'per_channel' if pc else 'per_tensor'}-{seed}")
+     for pc in (False, True) for seed in range(2)], 2))
+def test_a_model_quantised_by_onnxruntime_equals_it(per_channel, seed):
     """What quantize_static writes, taken as it is: its Concat gives each branch its
     own scale (an identity 1x1 convolution requantises the branch to the join's), the
     branches' 6 and 10 channels pad to whole blocks of R, and with weights per channel
     the Gemm after the global pool runs as a 1x1 convolution (a multiplier per
     output), its output a 1 x 1 map. Equal to numpy; within a step of onnxruntime."""
-    model = ort_models[per_channel]
+    model = ort_model("cnn", per_channel)
     x_scale, x_zp = _quantised_input(model)
     xq = np.random.default_rng(seed).integers(x_zp, 128, (1, 3, 16, 16), dtype=np.int8)
     graph = onnx_import.load(model, {"x": xq})
@@ -256,13 +263,13 @@ def test_a_model_quantised_by_onnxruntime_equals_it(ort_models, per_channel, see
     assert len(np.unique(ours)) > 3            # not all saturated
 
 
-@pytest.mark.parametrize("per_channel", [False, True], ids=["per_tensor", "per_channel"])
-def test_a_flatten_of_a_larger_map_equals_onnxruntime(ort_models, per_channel):
+@pytest.mark.parametrize("per_channel", PER_CHANNEL)
+def test_a_flatten_of_a_larger_map_equals_onnxruntime(per_channel):
     """ONNX flattens a 3x3 map of 16 channels in C, H, W order, the chip in H, W, C:
     the Gemm reading it takes its weight rows reordered (per tensor), or runs as a 3x3
     convolution over the map (weights per channel; the next Gemm then a 1x1 one).
     Equal to numpy; within a step of onnxruntime."""
-    model = ort_models["lenet", per_channel]
+    model = ort_model("lenet", per_channel)
     x_scale, x_zp = _quantised_input(model)
     for seed in range(2):
         xq = np.random.default_rng(seed).integers(x_zp, 128, (1, 3, 12, 12), dtype=np.int8)
@@ -276,8 +283,7 @@ def test_a_flatten_of_a_larger_map_equals_onnxruntime(ort_models, per_channel):
         assert len(np.unique(ours)) > 3
 
 
-@pytest.mark.parametrize("per_channel", sample([pytest.param(False, id="per_tensor"),
-                                                 pytest.param(True, id="per_channel")], 2))
+@pytest.mark.parametrize("per_channel", PER_CHANNEL)
 def test_a_residual_network_quantised_by_onnxruntime_equals_it(per_channel):
     """A float residual network (stem, padded max pool, three basic blocks, one with a
     strided projection; global pool, Gemm) quantised by onnxruntime, on `base`: the
@@ -294,13 +300,13 @@ def test_a_residual_network_quantised_by_onnxruntime_equals_it(per_channel):
     assert diff.max() <= 1 and len(np.unique(ours)) > 3, diff
 
 
-@pytest.mark.parametrize("per_channel", [False, True], ids=["per_tensor", "per_channel"])
-def test_a_mobilenet_quantised_by_onnxruntime_equals_it(ort_models, per_channel):
+@pytest.mark.parametrize("per_channel", PER_CHANNEL)
+def test_a_mobilenet_quantised_by_onnxruntime_equals_it(per_channel):
     """MobileNetV2's blocks (depthwise convolutions: QLinearConv with ``group`` =
     channels) quantised by onnxruntime; its global pool after the linear projection
     changes the zero point. Equal to numpy; the logits within two steps of
     onnxruntime (the residual Adds' 8-bit multipliers), most within one."""
-    model = ort_models["mobilenet", per_channel]
+    model = ort_model("mobilenet", per_channel)
     x_scale, x_zp = _quantised_input(model)
     for seed in range(2):
         xq = np.random.default_rng(seed).integers(x_zp, 128, (1, 3, 16, 16), dtype=np.int8)
