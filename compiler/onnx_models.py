@@ -213,16 +213,23 @@ class _FloatNet:
         self.nodes.append(helper.make_node(op, inputs, [output], name=name, **attrs))
         return output
 
-    def relu(self, x, name) -> str:
-        return self.node("Relu", [x], f"{name}_relu", f"{name}_relu")
+    def relu(self, x, name, six=False) -> str:
+        """``max(x, 0)``, or with `six` ReLU6 as exporters write it: ``Clip(x, 0, 6)``."""
+        if not six:
+            return self.node("Relu", [x], f"{name}_relu", f"{name}_relu")
+        if "relu6_lo" not in {t.name for t in self.inits}:
+            self.inits += [numpy_helper.from_array(np.float32(0), "relu6_lo"),
+                           numpy_helper.from_array(np.float32(6), "relu6_hi")]
+        return self.node("Clip", [x, "relu6_lo", "relu6_hi"], f"{name}_relu6",
+                         f"{name}_relu6")
 
-    def conv(self, x, cin, cout, k, name, stride=1, group=1, relu=True) -> str:
+    def conv(self, x, cin, cout, k, name, stride=1, group=1, relu=True, six=False) -> str:
         w = self.const(f"{name}_w", (cout, cin // group, k, k),
                        1 / np.sqrt(cin // group * k * k))
         self.node("Conv", [x, w, self.const(f"{name}_b", (cout,), 0.1)], name, name,
                   pads=[k // 2] * 4, strides=[stride] * 2,
                   **({"group": group} if group != 1 else {}))
-        return self.relu(name, name) if relu else name
+        return self.relu(name, name, six) if relu else name
 
     def gemm(self, x, k, n, name, scale, output=None) -> str:
         """``x @ W.T + b`` (``transB``) of ``W`` ``[n, k]``."""
@@ -294,23 +301,24 @@ def float_resnet(seed: int = 0, size: int = 32) -> ModelProto:
     return m.build("float_resnet", [1, 3, size, size], m.head(h, 32, scale=0.2))
 
 
-def float_mobilenet(seed: int = 0) -> ModelProto:
+def float_mobilenet(seed: int = 0, relu6: bool = False) -> ModelProto:
     """A float NCHW (1, 3, 16, 16) network of MobileNetV2's blocks: a strided 3x3 stem +
     Relu, three inverted residual blocks (a 1x1 expansion + Relu, a 3x3 depthwise conv
     (``group`` = channels) + Relu, a linear 1x1 projection; an Add with the input where
-    the shapes allow), a global average pool, Flatten and a Gemm to 10 logits."""
+    the shapes allow), a global average pool, Flatten and a Gemm to 10 logits. With
+    `relu6` every Relu is MobileNetV2's ReLU6, ``Clip(x, 0, 6)``."""
     m = _FloatNet(seed)
 
     def block(x, cin, cout, stride, name):
         wide = 2 * cin
-        h = m.conv(x, cin, wide, 1, f"{name}_expand")
-        h = m.conv(h, wide, wide, 3, f"{name}_depthwise", stride, group=wide)
+        h = m.conv(x, cin, wide, 1, f"{name}_expand", six=relu6)
+        h = m.conv(h, wide, wide, 3, f"{name}_depthwise", stride, group=wide, six=relu6)
         h = m.conv(h, wide, cout, 1, f"{name}_project", relu=False)
         if stride != 1 or cin != cout:
             return h
         return m.node("Add", [h, x], f"{name}_sum", f"{name}_add")
 
-    h = m.conv("x", 3, 8, 3, "stem", 2)
+    h = m.conv("x", 3, 8, 3, "stem", 2, six=relu6)
     h = block(block(block(h, 8, 8, 1, "block1"), 8, 16, 2, "block2"), 16, 16, 1, "block3")
     return m.build("float_mobilenet", [1, 3, 16, 16], m.head(h, 16))
 

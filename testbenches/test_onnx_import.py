@@ -232,7 +232,9 @@ def ort_model(name: str, per_channel: bool):
     again)."""
     return onnx_models.ort_quantized({"cnn": onnx_models.float_cnn,
                                       "lenet": onnx_models.float_lenet,
-                                      "mobilenet": onnx_models.float_mobilenet}[name](),
+                                      "mobilenet": onnx_models.float_mobilenet,
+                                      "mobilenet_relu6": lambda: onnx_models.float_mobilenet(
+                                          relu6=True)}[name](),
                                      per_channel=per_channel)
 
 
@@ -300,13 +302,17 @@ def test_a_residual_network_quantised_by_onnxruntime_equals_it(per_channel):
     assert diff.max() <= 1 and len(np.unique(ours)) > 3, diff
 
 
-@pytest.mark.parametrize("per_channel", PER_CHANNEL)
-def test_a_mobilenet_quantised_by_onnxruntime_equals_it(per_channel):
+@pytest.mark.parametrize("name, per_channel", sample(
+    [pytest.param(name, pc, id=f"{name}-{'per_channel' if pc else 'per_tensor'}")
+     for name in ("mobilenet", "mobilenet_relu6") for pc in (False, True)], 2))
+def test_a_mobilenet_quantised_by_onnxruntime_equals_it(name, per_channel):
     """MobileNetV2's blocks (depthwise convolutions: QLinearConv with ``group`` =
     channels) quantised by onnxruntime; its global pool after the linear projection
-    changes the zero point. Equal to numpy; the logits within two steps of
-    onnxruntime (the residual Adds' 8-bit multipliers), most within one."""
-    model = ort_model("mobilenet", per_channel)
+    changes the zero point; with ReLU6 (``Clip(x, 0, 6)``) the quantiser folds each
+    clip into its QuantizeLinear's range. Equal to numpy; the logits within two steps
+    of onnxruntime (the residual Adds' 8-bit multipliers), most within one."""
+    model = ort_model(name, per_channel)
+    assert "Clip" not in {n.op_type for n in model.graph.node}     # folded, if any
     x_scale, x_zp = _quantised_input(model)
     for seed in range(2):
         xq = np.random.default_rng(seed).integers(x_zp, 128, (1, 3, 16, 16), dtype=np.int8)
