@@ -203,30 +203,40 @@ def _conv_job(cfg, graph, index, node, src: Source) -> Job:
                     mine.append(WStep(0, cb, ((kh * dil[0], kw * dil[1]),), len(blocks)))
                     blocks.append(blk)
         steps.append(mine)
-    # docs/cnn.md: acc = bias + sum (x - x_zp) * w; the array sums x * w over the
-    # input padded with x_zp, so the bias absorbs - x_zp * sum(w)
     x_zp = graph.tensor(node.inputs[0]).quant.zero_point
-    bias = np.zeros(Cout, dtype=np.int64) if op.bias is None else op.bias.astype(np.int64)
-    bias = bias - x_zp * w.sum(axis=(0, 1, 2))
-    _fits_int32(node.name, bias)
-    mult = np.broadcast_to(np.asarray(op.mult, dtype=np.int64), (Cout,))
-    shift = np.broadcast_to(np.asarray(op.shift, dtype=np.int64), (Cout,))
-    lo = op.zp if op.relu or op.relu6 is not None else -128
-    hi = op.relu6 if op.relu6 is not None else 127
-    clamp = (lo & 0xFF) | ((hi & 0xFF) << 8)
-    params = np.zeros((nb, PARAM_ROWS, C), dtype=np.int64)
-    for n in range(nb):
-        k = min(C, Cout - n * C)
-        params[n, 0, :k] = bias[n * C:n * C + k]
-        params[n, 1, :k] = mult[n * C:n * C + k]
-        params[n, 2, :k] = shift[n * C:n * C + k]
-        params[n, 3, :] = clamp
     Ho, Wo = out.shape[1], out.shape[2]
     return Job(node.name, index, [src], (KH, KW), op.stride, op.pads, dil,
                x_zp & 0xFF, out.shape, "int8", steps, np.stack(blocks).astype(np.int8),
-               post="params", post_rows=params.reshape(-1, C).astype(np.int32),
+               post="params",
+               post_rows=_channel_params(cfg, node.name, op, x_zp, w.sum(axis=(0, 1, 2)), C),
                vrun=dict(requant=1, params=1, zp=op.zp & 0xFF),
                macs=out.shape[0] * Ho * Wo * KH * KW * Cin * Cout, span=C)
+
+
+def _channel_params(cfg, name: str, op: Conv2d, x_zp: int, w_sum: np.ndarray,
+                    width: int) -> np.ndarray:
+    """A convolution's VRUN parameter rows (``params = 1``), per N-block of `width`
+    output channels (N-block ``n`` holds channels ``n*width ..``): bias, multiplier,
+    shift and clamp, each row ``cfg.cols`` wide. docs/cnn.md: acc = bias + sum (x -
+    x_zp) * w; the array sums x * w over the input padded with x_zp, so the bias
+    absorbs ``- x_zp * w_sum`` (`w_sum` per output channel)."""
+    channels = len(w_sum)
+    bias = np.zeros(channels, dtype=np.int64) if op.bias is None else op.bias.astype(np.int64)
+    bias = bias - x_zp * w_sum
+    _fits_int32(name, bias)
+    mult = np.broadcast_to(np.asarray(op.mult, dtype=np.int64), (channels,))
+    shift = np.broadcast_to(np.asarray(op.shift, dtype=np.int64), (channels,))
+    lo = op.zp if op.relu or op.relu6 is not None else -128
+    hi = op.relu6 if op.relu6 is not None else 127
+    nb = layout.blocks(channels, width)
+    params = np.zeros((nb, PARAM_ROWS, cfg.cols), dtype=np.int64)
+    for n in range(nb):
+        first, k = n * width, min(width, channels - n * width)
+        params[n, 0, :k] = bias[first:first + k]
+        params[n, 1, :k] = mult[first:first + k]
+        params[n, 2, :k] = shift[first:first + k]
+        params[n, 3, :] = (lo & 0xFF) | ((hi & 0xFF) << 8)
+    return params.reshape(-1, cfg.cols).astype(np.int32)
 
 
 def _depthwise_job(cfg, graph, index, node, src: Source) -> Job:
@@ -257,26 +267,12 @@ def _depthwise_job(cfg, graph, index, node, src: Source) -> Job:
                 mine.append(WStep(0, cb, ((kh * dil[0], kw * dil[1]),), len(blocks)))
                 blocks.append(blk)
         steps.append(mine)
-    # acc = bias + sum (x - x_zp) * w, as for a convolution (_conv_job)
     x_zp = graph.tensor(node.inputs[0]).quant.zero_point
-    bias = np.zeros(C, dtype=np.int64) if op.bias is None else op.bias.astype(np.int64)
-    bias = bias - x_zp * w.sum(axis=(0, 1))
-    _fits_int32(node.name, bias)
-    mult = np.broadcast_to(np.asarray(op.mult, dtype=np.int64), (C,))
-    shift = np.broadcast_to(np.asarray(op.shift, dtype=np.int64), (C,))
-    lo = op.zp if op.relu or op.relu6 is not None else -128
-    hi = op.relu6 if op.relu6 is not None else 127
-    params = np.zeros((nbk, PARAM_ROWS, cfg.cols), dtype=np.int64)
-    for nb in range(nbk):
-        first, n = nb * span, min(span, C - nb * span)
-        params[nb, 0, :n] = bias[first:first + n]
-        params[nb, 1, :n] = mult[first:first + n]
-        params[nb, 2, :n] = shift[first:first + n]
-        params[nb, 3, :] = (lo & 0xFF) | ((hi & 0xFF) << 8)
     Ho, Wo = out.shape[1], out.shape[2]
     return Job(node.name, index, [src], (KH, KW), op.stride, op.pads, dil, x_zp & 0xFF,
                out.shape, "int8", steps, np.stack(blocks).astype(np.int8),
-               post="params", post_rows=params.reshape(-1, cfg.cols).astype(np.int32),
+               post="params",
+               post_rows=_channel_params(cfg, node.name, op, x_zp, w.sum(axis=(0, 1)), span),
                vrun=dict(requant=1, params=1, zp=op.zp & 0xFF),
                macs=out.shape[0] * Ho * Wo * KH * KW * C, span=span)
 

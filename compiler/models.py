@@ -125,14 +125,8 @@ class _Builder:
     def conv(self, x: str, k: int, cout: int, *, stride: int = 1, relu: bool = True,
              name: str) -> str:
         w = self.weights((k, k, self.g.tensor(x).shape[3], cout))
-        geometry = dict(stride=stride, pads=k // 2)
         acc = _conv_sum(self.calib[x], self.zp(x), w, stride, k // 2)
-        bias, (mult, shift) = self._centre(acc, self.per_channel)
-        t = self.g.conv2d(x, w, bias, mult=mult, shift=shift, zp=RELU_ZP if relu else 0,
-                          relu=relu, name=name, **geometry)
-        self.calib[t] = reference.conv2d_output(reference.wrap32(acc + bias),
-                                                self.g.layer_op(t))
-        return t
+        return self._calibrated(x, w, acc, relu, name, stride=stride, pads=k // 2)
 
     def depthwise(self, x: str, k: int, *, stride: int = 1, name: str) -> str:
         """A depthwise ``k x k`` convolution (one kernel per channel) + ReLU."""
@@ -141,9 +135,15 @@ class _Builder:
         geometry = dict(stride=stride, pads=k // 2, groups=c)
         acc = reference.conv2d_acc(self.calib[x], self.zp(x),
                                    Conv2d(w, None, name=name, **geometry))
+        return self._calibrated(x, w, acc, True, name, **geometry)
+
+    def _calibrated(self, x: str, w: np.ndarray, acc: np.ndarray, relu: bool, name: str,
+                    **geometry) -> str:
+        """A convolution of `x` by `w` whose calibration sums are `acc`: its bias and
+        requantisation centre them, and its output becomes the next calibration."""
         bias, (mult, shift) = self._centre(acc, self.per_channel)
-        t = self.g.conv2d(x, w, bias, mult=mult, shift=shift, zp=RELU_ZP, relu=True,
-                          name=name, **geometry)
+        t = self.g.conv2d(x, w, bias, mult=mult, shift=shift, zp=RELU_ZP if relu else 0,
+                          relu=relu, name=name, **geometry)
         self.calib[t] = reference.conv2d_output(reference.wrap32(acc + bias),
                                                 self.g.layer_op(t))
         return t

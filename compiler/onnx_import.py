@@ -478,17 +478,13 @@ class _Importer:
         w_scale = np.atleast_1d(self._const(node, 4, "right scale"))
         if per_column:
             return self._per_column_dense(node, x, w, w_scale)
-        if node.input[0] in self.chw:           # rows c, h, w in ONNX; h, w, c here
-            h, w_, c = self.chw[node.input[0]]
-            if w.shape[0] != c * h * w_:
-                raise CompileError(f"ONNX node {node.name!r} (QLinearMatMul): {w.shape[0]} "
-                                   f"weight rows for a flattened {c}x{h}x{w_} map")
-            w = w.reshape(c, h, w_, -1).transpose(1, 2, 0, 3).reshape(c * h * w_, -1)
+        if node.input[0] in self.chw:
+            w = _hwc_rows(node, w, self.chw[node.input[0]]).reshape(w.shape)
         if np.unique(w_scale).size != 1:
             raise CompileError(f"ONNX node {node.name!r} (QLinearMatMul): one scale for "
                                f"the right operand (the chip's dense layer has one "
-                               f"multiplier), unless it reads a Flatten of a 1 x 1 map "
-                               f"(it then runs as a 1x1 convolution, a multiplier per "
+                               f"multiplier), unless it reads a Flatten of a map (it then "
+                               f"runs as a convolution over the map, a multiplier per "
                                f"output channel); quantise its weights per tensor")
         mult, shift = self._requant(node, self._scalar(node, 1, "left scale"), w_scale[0],
                                     self._scalar(node, 6, "output scale"), False)
@@ -512,11 +508,7 @@ class _Importer:
                                     self._scalar(node, 6, "output scale"), True)
         bias = (self._const(node, 8, "bias").astype(np.int32) if len(node.input) > 8
                 and node.input[8] else None)
-        _, h, w_, c = self.g.tensor(map_).shape
-        if w.shape[0] != c * h * w_:
-            raise CompileError(f"ONNX node {node.name!r} (QLinearMatMul): {w.shape[0]} "
-                               f"weight rows for a flattened {c}x{h}x{w_} map")
-        kernel = w.reshape(c, h, w_, -1).transpose(1, 2, 0, 3)   # ONNX's rows: c, h, w
+        kernel = _hwc_rows(node, w, self.g.tensor(map_).shape[1:])
         y = self.g.conv2d(map_, kernel, bias, mult=mult, shift=shift,
                           zp=int(self._scalar(node, 7, "output zero point")),
                           relu=self._fuses_relu(node), name=self._name(node))
@@ -635,6 +627,16 @@ class _Importer:
                                f"layer's output has zero point 0 and no other reader")
         self.nchw.update(node.output[:1] if node.input[0] in self.nchw else [])
         return self._value(node)
+
+
+def _hwc_rows(node, w: np.ndarray, hwc) -> np.ndarray:
+    """A matmul's ``[C*H*W, N]`` weights reading a flattened ``(H, W, C)`` map, its rows
+    in ONNX's C, H, W order, as ``[H, W, C, N]``: the chip flattens H, W, C."""
+    h, w_, c = hwc
+    if w.shape[0] != c * h * w_:
+        raise CompileError(f"ONNX node {node.name!r} (QLinearMatMul): {w.shape[0]} weight "
+                           f"rows for a flattened {c}x{h}x{w_} map")
+    return w.reshape(c, h, w_, -1).transpose(1, 2, 0, 3)
 
 
 def _safe(name: str) -> str:
