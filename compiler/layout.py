@@ -69,15 +69,20 @@ def pack_weights(cfg: ChipConfig, b: np.ndarray) -> np.ndarray:
 
 
 def pack_acc_rows(cfg: ChipConfig, rows: np.ndarray) -> np.ndarray:
-    """int32 ``[n, C]`` accumulator rows -> ``n * acc_row_words`` words."""
-    data = np.ascontiguousarray(rows.astype("<i4")).view(np.uint8)
-    return data.reshape(rows.shape[0] * cfg.acc_row_words, cfg.rows)
+    """int32 ``[n, C]`` accumulator rows -> ``n * acc_row_words`` words (a padded
+    row's last word ends in zero bytes)."""
+    n = rows.shape[0]
+    data = np.zeros((n, cfg.acc_row_words * cfg.rows), np.uint8)
+    data[:, :4 * cfg.cols] = np.ascontiguousarray(rows.astype("<i4")).view(
+        np.uint8).reshape(n, 4 * cfg.cols)
+    return data.reshape(n * cfg.acc_row_words, cfg.rows)
 
 
 def unpack_acc_rows(cfg: ChipConfig, words: np.ndarray) -> np.ndarray:
     """``n * acc_row_words`` words -> int32 ``[n, C]``."""
-    flat = np.ascontiguousarray(words, dtype=np.uint8).reshape(-1)
-    return flat.view("<i4").reshape(-1, cfg.cols).astype(np.int32)
+    raw = np.ascontiguousarray(words, dtype=np.uint8).reshape(
+        -1, cfg.acc_row_words * cfg.rows)[:, :4 * cfg.cols]
+    return np.ascontiguousarray(raw).view("<i4").reshape(-1, cfg.cols).astype(np.int32)
 
 
 def pack_bias(cfg: ChipConfig, bias: np.ndarray) -> np.ndarray:

@@ -932,6 +932,13 @@ class TransposeRule:
             """The word holding element column `e` of a view's row, from N-block 0's."""
             return (e // C) * view_rows * arw + (e % C) // E
 
+        def word_columns(cols: int) -> list[tuple[int, int]]:
+            """A block's first `cols` element columns as (first, count) runs, each in
+            one DRAM word: `E` a word, but never across an N-block's end (where `E`
+            does not divide `C` an ACC row's last word is padded)."""
+            return [(n0 + w0, min(E, C - w0, cols - n0 - w0))
+                    for n0 in range(0, cols, C) for w0 in range(0, min(C, cols - n0), E)]
+
         def out_subs(rows: int, word: int) -> int:
             """Sub-blocks of output word `word` holding some of a block's `rows`."""
             return min(k, layout.blocks(rows - word * E, Ec))
@@ -944,22 +951,20 @@ class TransposeRule:
             for n, (at_in, _, rows, cols, e_in, _) in enumerate(group):
                 z = w.planes + (((g0 // G) % 2) * G + n) * 4 * R
                 zs.append(z)
-                for word in range(layout.blocks(cols, E)):
+                for e, m in word_columns(cols):
                     blk, acc_at = block()
                     b = bank()
                     slot = w.slots + (em.steps % 4) * R
                     loads = [op(Opcode.DMA, index, kind=DmaKind.LOAD_CBUF,
-                                dram_addr=w.a_dram + at_in
-                                + word_at(p.in_rows, e_in + word * E),
+                                dram_addr=w.a_dram + at_in + word_at(p.in_rows, e_in + e),
                                 dram_stride=p.sq * arw, buf_addr=slot, rows=rows),
                              op(Opcode.WLOAD, index, w_addr=slot, bank=b)]
                     blk.steps.append(step(loads, op(Opcode.MATMUL, index,
                                                     act_addr=w.select, rows=R,
                                                     acc_addr=acc_at, accumulate=0,
                                                     bank=b)))
-                    m = min(E, cols - word * E)
                     blk.epilogue += [op(Opcode.VRUN, index, src=acc_at + byte * E,
-                                        rows=m, dst=z + byte * R + word * E, to_acc=0)
+                                        rows=m, dst=z + byte * R + e, to_acc=0)
                                      for byte in range(4)]
                     blocks.append(blk)
             # each output word w' of every block of the group, sub-block by sub-block:

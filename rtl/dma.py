@@ -96,9 +96,11 @@ class Dma(wiring.Component):
         s_addr = Signal(isa.DRAM_ADDR_BITS)
         m.d.sync += [s_valid.eq(active & is_store), s_first.eq(j == 0), s_j.eq(j),
                      s_addr.eq(row_base + j)]
-        row_data = Signal(cfg.cols * 32)
+        # an ACC row padded to whole words (cfg.acc_row_words): its last word's rest
+        # goes out as zero, and a load's rest is dropped (acc_write.data is 32C bits)
+        row_data = Signal(words * wbits)
         m.d.comb += row_data.eq(Mux(to_acc, self.acc_read.data, self.cbuf_read.data))
-        held = Signal(cfg.cols * 32)
+        held = Signal(words * wbits)
         with m.If(s_valid & s_first):
             m.d.sync += held.eq(row_data)
         src = Mux(s_first, row_data, held)

@@ -14,6 +14,7 @@ until ``t + timing.done`` and high after the last one.
 
 from __future__ import annotations
 
+import os
 import random
 
 import cocotb
@@ -23,7 +24,10 @@ from systolica.arch.config import preset
 from systolica.arch.isa import DmaKind, Instr, Opcode
 from tb_base import BlockTB, case_name, pack_fields, touches
 
-CFG = preset("tiny")
+# the second build (test_blocks.py) is a 3x1 grid: an ACC row of 4 int32 (16 bytes) in
+# two 12-byte words, the second padded (ChipConfig.acc_row_words)
+PADDED = preset("tiny").replace(name="tiny_3x1", tile_rows=3, tile_cols=1)
+CFG = PADDED if os.environ.get("DMA_PADDED_ROWS") == "1" else preset("tiny")
 WORD_BITS = 8 * CFG.dram_word_bytes
 WORDS = CFG.acc_row_words
 DMA = isa.PAYLOAD[Opcode.DMA]
@@ -47,7 +51,8 @@ def reference(mems: dict, a: dict) -> None:
         elif kind is DmaKind.STORE_CBUF:
             dram[base] = cbuf[buf]
         elif kind is DmaKind.LOAD_ACC:
-            acc[buf] = sum(dram[base + k] << (WORD_BITS * k) for k in range(WORDS))
+            acc[buf] = sum(dram[base + k] << (WORD_BITS * k)
+                           for k in range(WORDS)) & ((1 << 32 * CFG.cols) - 1)
         else:
             for k in range(WORDS):
                 dram[base + k] = (acc[buf] >> (WORD_BITS * k)) & WMASK

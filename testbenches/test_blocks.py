@@ -70,6 +70,10 @@ BLOCKS = [
           cases=each(tb_vpu.CASES)),
     Block(name="dma", factory=partial(Dma, cfg=tb_dma.CFG), tb="tb_dma",
           cases=each(tb_dma.CASES)),
+    # ACC rows padded to whole DRAM words (a 3x1 grid): every case again
+    Block(name="dma", variant="padded_rows", tb="tb_dma", cases=each(tb_dma.CASES),
+          env={"DMA_PADDED_ROWS": "1"},
+          factory=partial(Dma, cfg=tb_dma.PADDED)),
     Block(name="cbuf", factory=partial(Cbuf, cfg=tb_cbuf.CFG, row_reads=tb_cbuf.ROW_READS,
                                        part_reads=tb_cbuf.PART_READS,
                                        row_writes=tb_cbuf.ROW_WRITES),

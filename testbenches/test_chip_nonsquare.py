@@ -10,6 +10,8 @@ pure-Python part compiles for 4x2 and 4x1 grids and checks the refusals."""
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 
@@ -19,14 +21,23 @@ from systolica import golden
 from systolica.arch import isa
 from systolica.arch.config import ConfigError, preset
 from systolica.arch.isa import Opcode
-from systolica.compiler import CompileError, cnn_cases, compile_network, models, reference
+from systolica.arch.instructions import SPEC
+from systolica.compiler import CompileError, cnn_cases, compile_network, layout, models, \
+    reference
 from systolica.compiler.graph import GraphBuilder
 from test_transpose_nd import int32_graph
+from systolica.sim import randprog
 from tiers import sample
 
 TALL = preset("tiny_tall")
 # a 4x1 grid: R = 4C, one ACC row is one DRAM word
 TALL4 = TALL.replace(name="tiny_tall4", tile_cols=1)
+# ratios whose ACC rows end in a padded DRAM word: 3x1 (R = 12, C = 4: two 12-byte
+# words for 16 bytes), 6x2 (R = 24, C = 8) and 8x1 (R = 32, C = 4: half a word)
+TALL31 = TALL.replace(name="tiny_3x1", tile_rows=3, tile_cols=1)
+TALL62 = TALL.replace(name="tiny_6x2", tile_rows=6, tile_cols=2)
+TALL81 = TALL.replace(name="tiny_8x1", tile_rows=8, tile_cols=1)
+GRIDS = [TALL, TALL4, TALL31, TALL62, TALL81]
 
 
 def _rng(seed):
@@ -132,12 +143,14 @@ def _numpy_and_golden(cfg, name):
     return c
 
 
-@pytest.mark.parametrize("cfg", [TALL, TALL4], ids=lambda c: c.name)
+@pytest.mark.parametrize("cfg", GRIDS, ids=lambda c: c.name)
 @pytest.mark.parametrize("name", sample(sorted(CASES), 3))
 def test_compiles_and_golden_equals_numpy(cfg, name):
-    """Pure Python, 4x2 and 4x1 grids: every case compiles, and the golden model
-    running the program equals numpy (on the 4x1 grid the CNN's 8 channels are two
-    N-blocks of C = 4, sub-blocks 0 and 1 of a 16-channel block)."""
+    """Pure Python, 4x2, 4x1, 3x1, 6x2 and 8x1 grids: every case compiles, and the
+    golden model running the program equals numpy (on the 4x1 grid the CNN's 8
+    channels are two N-blocks of C = 4, sub-blocks 0 and 1 of a 16-channel block; on
+    the 3x1 grid an int32 transpose's input words hold 3, 3, 3, 1 ... elements, never
+    across an N-block's padded end)."""
     _numpy_and_golden(cfg, name)
 
 
@@ -170,13 +183,33 @@ def test_seed004_block_wider_than_the_array():
     assert len(vruns) == 2 and vruns[0].dst == vruns[1].dst
 
 
+def test_geometry_of_padded_acc_rows():
+    """A tall grid's ratio is any whole number. Where ``4C`` bytes are not whole
+    ``R``-byte words (3x1: 16 bytes in 12-byte words; 8x1: in one 32-byte word) an ACC
+    row takes whole words, the last padded: packing writes zeros there, unpacking
+    ignores it, and the golden model's LOAD_ACC / STORE_ACC do the same."""
+    for cfg, words in ((TALL31, 2), (TALL62, 2), (TALL81, 1), (TALL, 2), (TALL4, 1)):
+        assert cfg.acc_row_words == words
+        assert cfg.acc_row_padded == (cfg in (TALL31, TALL62, TALL81))
+    rows = _rng(9).integers(-2**31, 2**31, (5, TALL31.cols), dtype=np.int64).astype(np.int32)
+    words = layout.pack_acc_rows(TALL31, rows)
+    assert words.shape == (10, 12) and not words[1::2, 4:].any()
+    np.testing.assert_array_equal(layout.unpack_acc_rows(TALL31, words), rows)
+    chip = SimpleNamespace(cfg=TALL31, dram=np.full((64, 12), 0xAB, np.uint8),
+                           acc=np.zeros((32, TALL31.cols), np.int32), rd_bytes=0, wr_bytes=0)
+    chip.acc[3:8] = rows
+    store = {"kind": isa.DmaKind.STORE_ACC, "dram_addr": 10, "dram_stride": 2,
+             "buf_addr": 3, "rows": 5}
+    SPEC[Opcode.DMA].execute(chip, store)
+    np.testing.assert_array_equal(chip.dram[10:20], words)
+    chip.dram[11:20:2, 4:] = 0x5A               # a padded word's rest is not loaded
+    SPEC[Opcode.DMA].execute(chip, dict(store, kind=isa.DmaKind.LOAD_ACC, buf_addr=20))
+    np.testing.assert_array_equal(chip.acc[20:25], rows)
+
+
 def test_geometry_refusals():
-    with pytest.raises(ConfigError, match="tall 6x2 tile grid is not supported"):
-        preset("tiny").replace(name="tall3", tile_rows=6, tile_cols=2)
     with pytest.raises(ConfigError, match="3x2 tile grid"):
         preset("tiny").replace(name="odd", tile_rows=3, tile_cols=2)
-    with pytest.raises(ConfigError, match="8x1 tile grid"):
-        preset("tiny").replace(name="thin", tile_rows=8, tile_cols=1)
     # layer by layer a feature map takes any number of channels; a chain of
     # convolutions at most C = 8 a layer: the cost model never chains more, and a
     # chain asked for is refused by layer name
@@ -262,12 +295,12 @@ def golden_equals_numpy_on_time(cfg, graph):
     return c
 
 
-@pytest.mark.parametrize("cfg", [TALL, TALL4], ids=lambda c: c.name)
+@pytest.mark.parametrize("cfg", GRIDS, ids=lambda c: c.name)
 @pytest.mark.parametrize("name", sample(sorted(MANY_CHANNELS), 6))
 def test_feature_maps_of_more_channels_than_columns(cfg, name):
     """On a tall array (R = k*C) a feature-map layer's N-blocks of C output channels
     are the k sub-blocks of each R-channel block: golden equals numpy, in the
-    predicted cycles (on the 4x2 grid C = 8, on the 4x1 grid C = 4)."""
+    predicted cycles (on the 4x2 and 6x2 grids C = 8, on the others C = 4)."""
     golden_equals_numpy_on_time(cfg, MANY_CHANNELS[name]())
 
 
@@ -329,3 +362,25 @@ def test_rtl_programs_issue_eight_pair_setcfgs(rtl_runs):
     widest = max(len(isa.setcfg_pairs(i.fields)) for c, _ in rtl_runs.values()
                  for i in c.program if i.op is Opcode.SETCFG)
     assert widest == isa.SETCFG_PAIRS == TALL.max_config_updates_per_cycle
+
+
+@pytest.mark.rtl
+@pytest.mark.parametrize("cfg", [TALL31, pytest.param(TALL81, marks=pytest.mark.regress)],
+                         ids=lambda c: c.name)
+def test_padded_acc_rows_on_the_rtl(cfg):
+    """A 3x1 grid (and, in `make regress`, an 8x1): ACC rows padded to whole DRAM words,
+    three (eight) sub-blocks to a CBUF row. Every case, and the feature-map layers of
+    more channels than C, run on its Verilated RTL in one simulator start (results
+    equal numpy and the golden model, cycles the prediction); random legal and
+    illegal programs, whose LOAD_ACC / STORE_ACC move padded rows, agree between its
+    RTL and the golden model."""
+    runs = compile_and_run_on_rtl(cfg, {**CASES, **MANY_CHANNELS})
+    for name, (compiled, res) in runs.items():
+        assert_outputs_match(cfg, compiled, res)
+        assert_matches_prediction(cfg, compiled, res)
+    progs = [randprog.legal(cfg, s) for s in range(900, 912)]
+    cats = [c for c in randprog.CATEGORIES if c != "cfg_limit"]
+    progs += [randprog.illegal(cfg, s, cats[s % len(cats)])
+              for s in range(950, 950 + len(cats))]
+    failures = randprog.check_on_rtl(progs)
+    assert not failures, "\n".join(failures)

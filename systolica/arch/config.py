@@ -112,13 +112,6 @@ class ChipConfig:
                 f"columns and N-blocks of C columns are sub-blocks or slices of each "
                 f"other; try {self._grid(lo, lo * (hi // lo))} or "
                 f"{self._grid(lo, lo * (hi // lo + 1))}")
-        if self.tile_rows > self.tile_cols and hi // lo not in (2, 4):
-            raise ConfigError(
-                f"{self.name}: a tall {self.tile_rows}x{self.tile_cols} tile grid is not "
-                f"supported: tile_rows must be 2x or 4x tile_cols (docs/contract.md, "
-                f"'Geometry and data'), as an ACC row of C int32 (4C bytes: biases in, "
-                f"int32 results out) must be a whole number of R-byte DRAM words; a wide "
-                f"grid (tile_cols a multiple of tile_rows) has no such limit")
         if self.cbuf_depth % self.cbuf_banks:
             raise ConfigError(f"{self.name}: cbuf_depth {self.cbuf_depth} must be a multiple "
                               f"of cbuf_banks {self.cbuf_banks}")
@@ -242,8 +235,16 @@ class ChipConfig:
 
     @property
     def acc_row_words(self) -> int:
-        """External-memory words in one accumulator row (cols int32 values)."""
-        return 4 * self.cols // self.dram_word_bytes
+        """External-memory words in one accumulator row (``cols`` int32 values, ``4C``
+        bytes, in ``R``-byte words). Where ``4C`` is not a whole number of words (a
+        tall grid of ``R / C`` not in 1, 2, 4) the row's last word is padded: its bytes
+        past ``4C`` are written as zero and ignored on loads."""
+        return -(-4 * self.cols // self.dram_word_bytes)
+
+    @property
+    def acc_row_padded(self) -> bool:
+        """An accumulator row ends in a partly used DRAM word (see ``acc_row_words``)."""
+        return 4 * self.cols % self.dram_word_bytes != 0
 
     @property
     def cbuf_physical_rows(self) -> int:

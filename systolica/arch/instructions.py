@@ -368,12 +368,15 @@ class Dma(Instruction):
         if f["kind"] == DmaKind.LOAD_CBUF:
             chip.cbuf[buf] = chip.dram[words[:, 0]].view(np.int8)
         elif f["kind"] == DmaKind.LOAD_ACC:
-            raw = np.ascontiguousarray(chip.dram[words].reshape(rows, w * cfg.rows))
+            raw = np.ascontiguousarray(
+                chip.dram[words].reshape(rows, w * cfg.rows)[:, :4 * cfg.cols])
             chip.acc[buf] = raw.view("<i4").reshape(rows, cfg.cols)
         elif f["kind"] == DmaKind.STORE_CBUF:
             chip.dram[words[:, 0]] = chip.cbuf[buf].view(np.uint8)
         else:
-            raw = np.ascontiguousarray(chip.acc[buf].astype("<i4")).view(np.uint8)
+            raw = np.zeros((rows, w * cfg.rows), np.uint8)       # a padded word's rest: 0
+            raw[:, :4 * cfg.cols] = np.ascontiguousarray(
+                chip.acc[buf].astype("<i4")).view(np.uint8).reshape(rows, 4 * cfg.cols)
             chip.dram[words] = raw.reshape(rows, w, cfg.rows)
         if f["kind"] in (DmaKind.LOAD_CBUF, DmaKind.LOAD_ACC):
             chip.rd_bytes += moved
