@@ -312,7 +312,8 @@ def _on_chip(cfg: ChipConfig, graph: Graph, rows: Mapping[str, int],
         starts = getattr(rule_for(node), "starts", None)
         start = i if starts is None else starts(graph, node, index)
         needs = rule_for(node).needs(cfg, graph, node,
-                                     passes.get(node.name, rows[node.name]))
+                                     passes.get(node.name, rows[node.name]),
+                                     split=splits.get(node.name, 1))
         for need in needs:
             if need.shared:
                 ask(need.memory, need.key, need.size, i, i, need.what)

@@ -234,16 +234,20 @@ class DenseRule:
         """Whether the layer's inputs are one K-block in all."""
         return sum(layout.blocks(w, cfg.rows) for w in self._widths(graph, node)) == 1
 
-    def needs(self, cfg: ChipConfig, graph: Graph, node: Node, rows: int) -> list[Need]:
+    def needs(self, cfg: ChipConfig, graph: Graph, node: Node, rows: int,
+              split: int = 1) -> list[Need]:
         Mt = acc_half_rows(cfg)
         needs = [Need("cbuf", "weight ring", WEIGHT_SLOTS * cfg.weight_rows, "weight ring",
                       shared=True),
                  Need("acc", "accumulator halves", 2 * Mt, "accumulator halves",
                       shared=True),
                  Need("acc", "bias slots", 2, "bias slots", shared=True)]
-        out = node.outputs[0]
-        if graph.tensor(out).dtype == "int8" and not graph.consumers(out):
-            needs.append(Need("cbuf", f"{node.name}.staging", 2 * cfg.slices * rows,
+        out = graph.tensor(node.outputs[0])
+        if out.dtype == "int8" and not graph.consumers(out.name):
+            # a split layer's output is packed C wide (split.py)
+            N = cfg.cols if split > 1 else out.shape[1]
+            needs.append(Need("cbuf", f"{node.name}.staging",
+                              2 * staged_slices(cfg, N) * rows,
                               f"output staging of {node.name!r}"))
         return needs
 
@@ -396,13 +400,14 @@ class DenseRule:
         """On a wide grid: N-block `nb` is blocks ``nb*k ..`` of ``R`` columns
         (``k = C / R``, those of the layer's `N` columns), one VRUN each, slice ``s``
         taking ACC groups ``s*T ..``; the staging holds the N-block's ``k`` blocks per
-        accumulator half."""
+        accumulator half (only as many as the layer's `N` fills: ``staged_slices``)."""
         k, R = em.cfg.slices, em.cfg.rows
+        ks = staged_slices(em.cfg, N)
         op = partial(self._op, em)
         ops = []
         for sub in range(min(k, layout.blocks(N, R) - nb * k)):
             b = nb * k + sub
-            buf = (staging + (half * k + sub) * Mc if resident is None else
+            buf = (staging + (half * ks + sub) * Mc if resident is None else
                    resident + b * stride + m0 if stride is not None else resident + b * Mc)
             ops.append(op(Opcode.VRUN, index, sub=sub, to_acc=0, dst=buf, **post))
             if stored is not None:
@@ -410,6 +415,13 @@ class DenseRule:
                               dram_addr=stored + b * M + m0, dram_stride=1,
                               buf_addr=buf, rows=rows))
         return ops
+
+
+def staged_slices(cfg: ChipConfig, N: int) -> int:
+    """Slices of `R` columns an N-block of a dense layer with `N` outputs fills: the
+    staging slots one accumulator half needs (``k = C / R`` on a wide grid, fewer when
+    ``N < C``; 1 on other grids)."""
+    return min(cfg.slices, layout.blocks(N, cfg.rows))
 
 
 class TransposeRule:
@@ -503,7 +515,8 @@ class TransposeRule:
         plane words, an output word) in the two halves."""
         return max(1, min(INT32_GROUP, 2 * half_rows // (5 * cfg.rows)))
 
-    def needs(self, cfg: ChipConfig, graph: Graph, node: Node, rows: int) -> list[Need]:
+    def needs(self, cfg: ChipConfig, graph: Graph, node: Node, rows: int,
+              split: int = 1) -> list[Need]:
         R = cfg.rows
         halves = Need("acc", "accumulator halves", 2 * acc_half_rows(cfg),
                       "accumulator halves", shared=True)
@@ -1123,7 +1136,8 @@ class MatMulTRule(DenseRule):
         """Whether ``a`` is one K-block (``b`` is held whole, not streamed)."""
         return graph.tensor(node.inputs[0]).shape[1] <= cfg.rows
 
-    def needs(self, cfg: ChipConfig, graph: Graph, node: Node, rows: int) -> list[Need]:
+    def needs(self, cfg: ChipConfig, graph: Graph, node: Node, rows: int,
+              split: int = 1) -> list[Need]:
         a, b = node.inputs
         K = graph.tensor(a).shape[1]
         if K % cfg.rows and graph.producer(a) is not None and graph.producer(b) is not None:
@@ -1132,7 +1146,8 @@ class MatMulTRule(DenseRule):
                 f"rows and both {a!r} and {b!r} are made on chip, whose padding "
                 f"partitions are not zero; make K a multiple of {cfg.rows} or read one "
                 f"operand from the graph's inputs")
-        return [n for n in super().needs(cfg, graph, node, rows) if n.key != "weight ring"]
+        return [n for n in super().needs(cfg, graph, node, rows, split)
+                if n.key != "weight ring"]
 
     def _op(self, em: Emitter, op: Opcode, layer: int, **fields) -> MicroOp:
         mop = DenseRule._op(em, op, layer, **fields)
@@ -1262,7 +1277,8 @@ class ConcatRule:
             at += graph.tensor(t).shape[1]
         return out
 
-    def needs(self, cfg: ChipConfig, graph: Graph, node: Node, rows: int) -> list[Need]:
+    def needs(self, cfg: ChipConfig, graph: Graph, node: Node, rows: int,
+              split: int = 1) -> list[Need]:
         self.offsets(cfg, graph, node)
         out = graph.tensor(node.outputs[0])
         if on_chip_readers(graph, out.name):

@@ -415,6 +415,20 @@ def test_feature_maps_of_more_channels_than_rows(cfg, name):
     golden_equals_numpy_on_time(cfg, MANY_CHANNELS[name]())
 
 
+def test_output_staging_holds_the_slices_the_layer_fills():
+    """A dense layer's output staging holds, per accumulator half, the slices of `R`
+    columns its `N` outputs fill: one for N <= R (half what two slices took), two for
+    R < N <= C; a split layer's packed output is C wide."""
+    def staging(graph):
+        c = compile_network(WIDE, graph)
+        return c.plan.scratch("cbuf", "layer0.staging").size, c
+    one, c = staging(gemm(300, 12, 5)())
+    two, _ = staging(gemm(300, 12, 13)())
+    assert one == 2 * c.plan.rows["layer0"] and two == 2 * one
+    split, c = staging(gemm(600, 4, 8)())
+    assert c.plan.split("layer0") > 1 and split == 2 * WIDE.slices * c.plan.rows["layer0"]
+
+
 def test_slices_of_a_feature_map_each_stored():
     """A 3x3 convolution to 16 channels on the 8x16 array: one N-block (as many MATMULs
     as 8 channels take), its two slices each a VRUN into its own staging and a store
