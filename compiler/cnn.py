@@ -159,8 +159,25 @@ def placements(cfg: ChipConfig, job: Job, nb: int) -> list[tuple[int, int]]:
 
 
 def _stage_parts(cfg: ChipConfig, job: Job) -> int:
-    """Staging areas an N-block's VRUNs write per accumulator half (its slices)."""
-    return max(1, (job.span or cfg.rows) // cfg.rows) if job.out_dtype == "int8" else 1
+    """Staging areas an N-block's VRUNs write per accumulator half (its slices; on a
+    grid whose sides do not divide, the most blocks it overlaps)."""
+    if job.out_dtype != "int8":
+        return 1
+    span = job.span or cfg.rows
+    if not cfg.sides_divide:
+        return min(layout.max_pieces(cfg, span), layout.blocks(job.out_shape[3], cfg.rows))
+    return max(1, span // cfg.rows)
+
+
+def diagonal_span(cfg: ChipConfig) -> int:
+    """Channels per N-block of a diagonal job (pools, Add, depthwise): ``min(R, C)``,
+    or on a grid whose sides do not divide the most tiles' worth of columns that
+    divide ``R`` (a 12x8 array: 4), so N-blocks stay sub-blocks of a channel block."""
+    R, n = cfg.rows, cfg.tile_size
+    span = min(R, cfg.cols)
+    while R % span:
+        span -= n
+    return span
 
 
 def _tap_list(kernel, dilation) -> list[tuple[int, int]]:
@@ -248,7 +265,7 @@ def _depthwise_job(cfg, graph, index, node, src: Source) -> Job:
     R, WC = cfg.rows, cfg.weight_rows
     KH, KW, _, C = op.weights.shape
     out = graph.tensor(node.outputs[0])
-    span = min(R, cfg.cols)
+    span = diagonal_span(cfg)
     k = min(R // span, layout.blocks(C, span))     # the sub-blocks any N-block takes
     nbk = layout.blocks(C, span)
     w = op.weights.astype(np.int64)[:, :, 0, :]    # [KH, KW, C]
@@ -303,7 +320,7 @@ def _identity_steps(cfg, C, taps, scale_per_src: list[int]
     wide grid slice 0), or on a tall grid (``R = k*C``) sub-block ``nb % k`` of channel
     block ``nb // k``: its block the diagonal's columns ``(nb % k)*C ..``."""
     R, WC = cfg.rows, cfg.weight_rows
-    span = min(R, cfg.cols)
+    span = diagonal_span(cfg)
     k = min(R // span, layout.blocks(C, span))     # the sub-blocks any N-block takes
     blocks = []
     for s in scale_per_src:
@@ -1005,6 +1022,19 @@ class _Emit:
                                rows=rows))
             return ops
         span, R = job.span or cfg.rows, cfg.rows
+        if not cfg.sides_divide:
+            # pieces: a block's later pieces keep its earlier ones, stored once whole
+            ops = []
+            slots = 2 * _stage_parts(cfg, job)
+            for pc in layout.pieces(cfg, nb, job.out_shape[3], span):
+                staging = lay.staging + (pc.block % slots) * stage_half
+                ops.append(self.op(Opcode.VRUN, i, sub=pc, src=acc_at, rows=rows,
+                                   to_acc=0, dst=staging, bias_addr=slot, **v))
+                if pc.last:
+                    ops.append(self.op(Opcode.DMA, i, kind=DmaKind.STORE_CBUF,
+                                       dram_addr=out_dram + pc.block * plane + row,
+                                       dram_stride=1, buf_addr=staging, rows=rows))
+            return ops
         if span < R:                    # tall: sub-blocks of a block share its staging
             (b, sub), = placements(cfg, job, nb)
             if sub == 0:            # the accumulator half's, unless the last block's

@@ -4,6 +4,8 @@ CBUF row, and one accumulator row is ``cfg.acc_row_words`` consecutive words."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from ..arch.config import ChipConfig
@@ -11,6 +13,41 @@ from ..arch.config import ChipConfig
 
 def blocks(n: int, size: int) -> int:
     return -(-n // size)
+
+
+@dataclass(frozen=True)
+class Piece:
+    """What of an N-block one VRUN writes into one block of ``R`` columns: CBUF
+    partition group ``g`` takes ACC column group ``g + shift`` where that is one of the
+    N-block's, else zero (`first`: the block's first writer) or what it holds
+    (``wb_src = keep``); `last`: the block is whole after it (a store may follow)."""
+    block: int
+    shift: int
+    first: bool
+    last: bool
+
+
+def pieces(cfg: ChipConfig, nb: int, n: int, span: int | None = None) -> list[Piece]:
+    """The pieces of N-block `nb` (`span` columns, ``C`` unless given) of a tensor of
+    `n` columns: one per block of ``R`` columns it overlaps. On a tall grid that is
+    the block it is a sub-block of, on a wide one its slices; on a grid whose sides do
+    not divide an N-block may end inside a block that the next one finishes."""
+    R, span = cfg.rows, span or cfg.cols
+    g = cfg.tile_size
+    lo, hi = nb * span, min((nb + 1) * span, n)
+    last_nb = (n - 1) // span
+    out = []
+    for b in range(lo // R, (hi - 1) // R + 1):
+        out.append(Piece(b, (b * R - lo) // g, first=(b * R) // span == nb,
+                         last=min(((b + 1) * R - 1) // span, last_nb) == nb))
+    return out
+
+
+def max_pieces(cfg: ChipConfig, span: int | None = None) -> int:
+    """The most blocks of ``R`` columns an N-block of `span` (``C``) columns overlaps:
+    it starts at a multiple of the tile size into a block."""
+    span = span or cfg.cols
+    return blocks(span + (cfg.rows - cfg.tile_size if span % cfg.rows else 0), cfg.rows)
 
 
 def _pad(x: np.ndarray, rows: int, cols: int) -> np.ndarray:

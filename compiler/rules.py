@@ -97,6 +97,8 @@ def gemm_routing(cfg: ChipConfig, op: Opcode, *, to_acc: bool = False,
     t, cols = cfg.tile_rows, cfg.tile_cols
     tr = t if tile_rows is None else tile_rows
     tc = cols if tile_cols is None else tile_cols
+    if isinstance(sub, layout.Piece) and op is Opcode.VRUN and not to_acc:
+        return piece_routing(cfg, sub)
     if cfg.wide and op is not Opcode.MATMUL:
         return _wide_routing(cfg, op, to_acc, sub)
     if op is Opcode.WLOAD:
@@ -115,6 +117,16 @@ def gemm_routing(cfg: ChipConfig, op: Opcode, *, to_acc: bool = False,
         return {f"wb_src[{g}]": f"col.g{g - sub * cols}" if 0 <= g - sub * cols < cols
                 else rest for g in range(t)}
     return {}
+
+
+def piece_routing(cfg: ChipConfig, piece: layout.Piece) -> dict[str, str]:
+    """A VRUN writing `piece` of an N-block (:func:`layout.pieces`): CBUF group ``g``
+    takes ACC group ``g + shift`` where the N-block has it, else zero (the block's
+    first piece) or keeps what it holds. A tall grid's sub-block ``s`` is the piece of
+    shift ``-s*Tc``, a wide grid's slice ``s`` that of shift ``s*T``."""
+    rest = fabric.ZERO if piece.first else fabric.KEEP
+    return {f"wb_src[{g}]": f"col.g{g + piece.shift}"
+            if 0 <= g + piece.shift < cfg.tile_cols else rest for g in range(cfg.tile_rows)}
 
 
 def _wide_routing(cfg: ChipConfig, op: Opcode, to_acc: bool, sub: int) -> dict[str, str]:
@@ -367,6 +379,9 @@ class DenseRule:
                     else 0, use_bias=int(layer.bias is not None), relu=int(layer.relu))
         if dtype == "int8":
             post.update(requant=1, mult=layer.mult, shift=layer.shift, zp=layer.zp & 0xFF)
+            if not em.cfg.sides_divide:
+                return self._pieces(em, index, post, nb, m0, rows, M, Mc, resident, stored,
+                                    staging, N, stride)
             if em.cfg.wide and packed > 1:
                 mop = make(em.cfg, Opcode.VRUN, index, to_acc=0, **post,
                            dst=resident + m0 if stride is not None else resident)
@@ -395,6 +410,27 @@ class DenseRule:
                       buf_addr=acc_at, rows=rows))
         return ops
 
+    def _pieces(self, em, index, post, nb, m0, rows, M, Mc, resident, stored, staging,
+                N, stride) -> list[MicroOp]:
+        """On a grid whose sides do not divide: N-block `nb` goes to the blocks of
+        ``R`` columns it overlaps, one VRUN per piece (:func:`layout.pieces`), a
+        block's later pieces keeping its earlier ones; a block is stored once whole.
+        Staged blocks take slot ``b % (2 * staged_slices)``: the blocks two N-blocks
+        in flight overlap never share one."""
+        op = partial(self._op, em)
+        slots = 2 * staged_slices(em.cfg, N)
+        ops = []
+        for pc in layout.pieces(em.cfg, nb, N):
+            b = pc.block
+            buf = (staging + (b % slots) * Mc if resident is None else
+                   resident + b * stride + m0 if stride is not None else resident + b * Mc)
+            ops.append(op(Opcode.VRUN, index, sub=pc, to_acc=0, dst=buf, **post))
+            if stored is not None and pc.last:
+                ops.append(op(Opcode.DMA, index, kind=DmaKind.STORE_CBUF,
+                              dram_addr=stored + b * M + m0, dram_stride=1,
+                              buf_addr=buf, rows=rows))
+        return ops
+
     def _slices(self, em, index, post, nb, m0, rows, M, Mc, half, resident, stored,
                 staging, N, stride) -> list[MicroOp]:
         """On a wide grid: N-block `nb` is blocks ``nb*k ..`` of ``R`` columns
@@ -420,8 +456,10 @@ class DenseRule:
 def staged_slices(cfg: ChipConfig, N: int) -> int:
     """Slices of `R` columns an N-block of a dense layer with `N` outputs fills: the
     staging slots one accumulator half needs (``k = C / R`` on a wide grid, fewer when
-    ``N < C``; 1 on other grids)."""
-    return min(cfg.slices, layout.blocks(N, cfg.rows))
+    ``N < C``; 1 on a tall or square grid; on one whose sides do not divide, the most
+    blocks an N-block overlaps, :func:`layout.max_pieces`)."""
+    most = cfg.slices if cfg.sides_divide else layout.max_pieces(cfg)
+    return min(most, layout.blocks(N, cfg.rows))
 
 
 class TransposeRule:
@@ -861,6 +899,16 @@ class TransposeRule:
                     f"layer {name!r}: the permutation's {what} rows are {stride} words "
                     f"apart in DRAM, more than a DMA's stride field takes ({STRIDE_MAX}); "
                     f"split the tensor along its outer axes")
+        if not cfg.sides_divide and (R > C or C % E):
+            lo = min(cfg.tile_rows, cfg.tile_cols)
+            raise CompileError(
+                f"layer {name!r}: an int32 transpose on chip {cfg.name!r} ({R}x{C} "
+                f"array, tile grid {cfg.tile_rows}x{cfg.tile_cols}, whose sides do not "
+                f"divide): its interleaving blocks assume output words of R = {R} bytes "
+                f"that are whole C-byte sub-blocks (R < C) and whose {E} elements "
+                f"divide the C = {C}-element N-blocks; use a grid whose sides "
+                f"divide (e.g. {lo}x{lo * (max(cfg.tile_rows, cfg.tile_cols) // lo)}) or "
+                f"transpose int8 data")
         if QB % 4:
             raise CompileError(
                 f"layer {name!r}: an int32 transpose needs an array whose shorter side "

@@ -38,7 +38,10 @@ class Split:
 
 def group_counts(cfg: ChipConfig) -> list[int]:
     """The splits the grid allows: ``s`` dividing both ``tile_rows`` and ``tile_cols``
-    (each group a square of tiles on the diagonal)."""
+    (each group a square of tiles on the diagonal); none on a grid whose sides do not
+    divide, whose packed outputs would not be whole blocks or slices."""
+    if not cfg.sides_divide:
+        return [1]
     g = gcd(cfg.tile_rows, cfg.tile_cols)
     return [s for s in range(1, g + 1) if g % s == 0]
 

@@ -103,15 +103,6 @@ class ChipConfig:
             if size > limit:
                 raise ConfigError(f"{self.name}: {what} {size} exceeds {field_} "
                                   f"(at most {limit})")
-        lo, hi = sorted((self.tile_rows, self.tile_cols))
-        if hi % lo:
-            raise ConfigError(
-                f"{self.name}: a {self.tile_rows}x{self.tile_cols} tile grid is not "
-                f"supported: one of tile_rows and tile_cols must be a whole multiple of "
-                f"the other (docs/contract.md, 'Geometry and data'), so that blocks of R "
-                f"columns and N-blocks of C columns are sub-blocks or slices of each "
-                f"other; try {self._grid(lo, lo * (hi // lo))} or "
-                f"{self._grid(lo, lo * (hi // lo + 1))}")
         if self.cbuf_depth % self.cbuf_banks:
             raise ConfigError(f"{self.name}: cbuf_depth {self.cbuf_depth} must be a multiple "
                               f"of cbuf_banks {self.cbuf_banks}")
@@ -215,6 +206,15 @@ class ChipConfig:
         """N-blocks of ``cols`` columns in one block of ``rows`` columns (R / C; 1 on a
         wide grid)."""
         return max(1, self.rows // self.cols)
+
+    @property
+    def sides_divide(self) -> bool:
+        """One of ``tile_rows`` and ``tile_cols`` divides the other: blocks of ``R``
+        columns and N-blocks of ``C`` are sub-blocks or slices of each other. Where
+        they do not (a 2x3 or 3x2 grid) an N-block's outputs go to the blocks they
+        overlap, in pieces (docs/contract.md, "Grids whose sides do not divide")."""
+        lo, hi = sorted((self.tile_rows, self.tile_cols))
+        return hi % lo == 0
 
     @property
     def slices(self) -> int:

@@ -1,0 +1,138 @@
+"""Tile grids whose sides do not divide (docs/contract.md, "Grids whose sides do not
+divide"): a 2x3 grid of 4x4 tiles (an 8x12 array) and a 3x2 (12x8). An N-block of ``C``
+outputs goes to the blocks of ``R`` columns it overlaps, one VRUN per piece, a
+block's later pieces keeping its earlier ones. The wide and tall grids' cases (GEMMs,
+dense networks, CNNs, chains, transposes, Concats of maps, depthwise layers) compile
+and equal numpy on the golden model in the predicted cycles; the 2x3 grid runs them
+on its Verilated RTL (the 3x2 in `make regress`). What these grids cannot take (a
+split, a tall one's int32 transposes) is refused or never chosen."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import test_chip_nonsquare as tall
+import test_chip_wide as wide
+from conftest import assert_matches_prediction, assert_outputs_match, \
+    compile_and_run_on_rtl
+from systolica import golden
+from systolica.arch import fabric
+from systolica.arch.config import preset
+from systolica.arch.isa import Opcode
+from systolica.compiler import CompileError, compile_network, layout, models, reference, \
+    rules, split
+from systolica.compiler.layout import Piece
+from systolica.sim import randprog
+from test_depthwise import _random_depthwise
+from tiers import sample
+
+G23 = preset("tiny").replace(name="tiny_2x3", tile_rows=2, tile_cols=3)
+G32 = preset("tiny").replace(name="tiny_3x2", tile_rows=3, tile_cols=2)
+# larger ones, golden model only: 3x4 (12x16) and 2x5 (8x20)
+G34 = G23.replace(name="tiny_3x4", tile_rows=3, tile_cols=4)
+G25 = G23.replace(name="tiny_2x5", tile_rows=2, tile_cols=5)
+GRIDS = [G23, G32, G34, G25]
+
+CASES = {**{f"wide_{k}": v for k, v in wide.CASES.items()},
+         **{f"tall_{k}": v for k, v in tall.CASES.items()},
+         **{f"maps_{k}": v for k, v in tall.MANY_CHANNELS.items()},
+         "inverted_residual": lambda: models.inverted_residual_block(),
+         **{f"depthwise_{s}": (lambda s=s: _random_depthwise(s)) for s in (1, 4, 7)}}
+
+
+def refusal(cfg, name) -> str | None:
+    """What `cfg` refuses of case `name`: a tall-ish grid's int32 transposes, and
+    those whose output words do not tile an N-block (3x4: 3 elements, C = 16)."""
+    if "int32_transpose" in name and (cfg.rows > cfg.cols or cfg.cols % (cfg.rows // 4)):
+        return "an int32 transpose on chip .* whose sides do not divide"
+    return None
+
+
+def _compile(cfg, name):
+    make, choice = CASES[name] if isinstance(CASES[name], tuple) else (CASES[name], None)
+    options = choice if isinstance(choice, dict) else dict(chain=choice)
+    return compile_network(cfg, make(), **options)
+
+
+def test_pieces_of_the_2x3_grid():
+    """The contract's example: on the 8x12 array N-block 0 writes block 0 whole and
+    group 0 of block 1 (zeroing group 1); N-block 1 keeps that and writes group 1 of
+    block 1 (ACC group 0), then block 2 whole; a ragged last N-block ends its last
+    block."""
+    assert layout.pieces(G23, 0, 24) == [Piece(0, 0, True, True), Piece(1, 2, True, False)]
+    assert layout.pieces(G23, 1, 24) == [Piece(1, -1, False, True), Piece(2, 1, True, True)]
+    assert layout.pieces(G23, 1, 16) == [Piece(1, -1, False, True)]
+    assert layout.max_pieces(G23) == 2 and layout.max_pieces(G32) == 2
+    assert rules.piece_routing(G23, Piece(1, -1, False, True)) == {
+        "wb_src[0]": fabric.KEEP, "wb_src[1]": "col.g0"}
+    assert rules.piece_routing(G23, Piece(1, 2, True, False)) == {
+        "wb_src[0]": "col.g2", "wb_src[1]": fabric.ZERO}
+
+
+@pytest.mark.parametrize("cfg", [preset("tiny_tall"), preset("tiny_wide"),
+                                 wide.WIDE13], ids=lambda c: c.name)
+def test_pieces_are_the_sub_blocks_and_slices_of_other_grids(cfg):
+    """On a tall grid a piece is sub-block ``nb % k`` of block ``nb // k``, on a wide
+    one slice ``s`` of block ``nb*k + s``, with the routing those VRUNs take."""
+    T, Tc = cfg.tile_rows, cfg.tile_cols
+    N = 5 * max(cfg.rows, cfg.cols) - 4            # a ragged last block or N-block
+    for nb in range(layout.blocks(N, cfg.cols)):
+        got = layout.pieces(cfg, nb, N)
+        if cfg.sub_blocks > 1:
+            b, sub = divmod(nb, cfg.sub_blocks)
+            last = sub == cfg.sub_blocks - 1 or nb == layout.blocks(N, cfg.cols) - 1
+            assert got == [Piece(b, -sub * Tc, sub == 0, last)]
+            subs = [sub]
+        else:
+            k = cfg.slices
+            subs = list(range(min(k, layout.blocks(N, cfg.rows) - nb * k)))
+            assert got == [Piece(nb * k + s, s * T, True, True) for s in subs]
+        for pc, sub in zip(got, subs):
+            assert rules.piece_routing(cfg, pc) == rules.gemm_routing(cfg, Opcode.VRUN,
+                                                                      sub=sub)
+
+
+def test_no_split_on_these_grids():
+    assert split.group_counts(G23) == split.group_counts(G32) == [1]
+    c = compile_network(G23, wide.gemm(600, 4, 8, seed=5)())
+    assert c.plan.split("layer0") == 1
+
+
+@pytest.mark.parametrize("cfg,name", sample(
+    [pytest.param(g, n, id=f"{g.name}-{n}") for n in sorted(CASES) for g in GRIDS], 11))
+def test_compiles_and_golden_equals_numpy(cfg, name):
+    """Pure Python: every case compiles on the 2x3, 3x2, 3x4 and 2x5 grids (or is
+    refused by name), and the golden model running it equals numpy in the predicted
+    cycles."""
+    why = refusal(cfg, name)
+    if why:
+        with pytest.raises(CompileError, match=why):
+            _compile(cfg, name)
+        return
+    c = _compile(cfg, name)
+    run = golden.run(cfg, c.image, c.dram, c.prog_addr, ubuf=c.ubuf)
+    gold = c.results(run.dram)
+    for k, want in reference.outputs(c.graph).items():
+        np.testing.assert_array_equal(gold[k], want, err_msg=f"{name}: golden vs numpy")
+    assert run.cycles == c.predicted_cycles
+
+
+@pytest.mark.rtl
+@pytest.mark.parametrize("cfg", [G23, pytest.param(G32, marks=pytest.mark.regress)],
+                         ids=lambda c: c.name)
+def test_rtl_equals_numpy_golden_and_prediction(cfg):
+    """Every case the grid compiles runs on its Verilated RTL in one simulator start
+    (results equal numpy and the golden model, cycles the prediction), and random
+    legal and illegal programs agree between its RTL and the golden model."""
+    runs = compile_and_run_on_rtl(cfg, {k: v for k, v in CASES.items()
+                                        if not refusal(cfg, k)})
+    for name, (compiled, res) in runs.items():
+        assert_outputs_match(cfg, compiled, res)
+        assert_matches_prediction(cfg, compiled, res)
+    progs = [randprog.legal(cfg, s) for s in range(1000, 1012)]
+    cats = [c for c in randprog.CATEGORIES if c != "cfg_limit"]
+    progs += [randprog.illegal(cfg, s, cats[s % len(cats)])
+              for s in range(1100, 1100 + len(cats))]
+    failures = randprog.check_on_rtl(progs)
+    assert not failures, "\n".join(failures)
