@@ -328,8 +328,15 @@ def test_random_dense_graphs_golden_equals_numpy(seed):
     """Random graphs of dense layers on the 2x4, 1x4, 1x2, 2x8, 1x3, 2x6 and 1x8 grids: one or two
     inputs, layers reading up to three tensors (joins along K, fan-out), with or without
     bias and ReLU, the last layer's output int32 at times."""
-    rng = _rng(300 + seed)
     cfg = (WIDE, WIDE4, WIDE12, WIDE28, *RATIOS)[seed % 7]
+    golden_equals_numpy(cfg, random_dense_graph(cfg, seed))
+
+
+def random_dense_graph(cfg, seed: int):
+    """One or two inputs, up to three dense layers reading up to three tensors (joins
+    along K, fan-out), with or without bias and ReLU, the last one's output int32 at
+    times; the batch scaled to the grid's rows."""
+    rng = _rng(300 + seed)
     M = max(1, int(rng.integers(1, 70)) * cfg.rows // 8)   # 4-byte rows: half the batch
     b = GraphBuilder(f"graph_{seed}")
     made = [b.input(rng.integers(-128, 128, (M, int(rng.integers(1, 40))), dtype=np.int8),
@@ -348,7 +355,11 @@ def test_random_dense_graphs_golden_equals_numpy(seed):
         else:
             made.append(b.dense(reads, w, bias, mult=int(rng.integers(1, 100)), shift=13,
                                 zp=int(rng.integers(-9, 9)), relu=relu))
-    c = compile_network(cfg, b.build())
+    return b.build()
+
+
+def golden_equals_numpy(cfg, graph):
+    c = compile_network(cfg, graph)
     gold = c.results(golden.run(cfg, c.image, c.dram, c.prog_addr, ubuf=c.ubuf).dram)
     want = reference.outputs(c.graph)
     assert list(gold) == list(want)
