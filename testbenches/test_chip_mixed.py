@@ -27,8 +27,8 @@ from systolica.sim import randprog
 from test_depthwise import _random_depthwise
 from tiers import sample
 
-G23 = preset("tiny").replace(name="tiny_2x3", tile_rows=2, tile_cols=3)
-G32 = preset("tiny").replace(name="tiny_3x2", tile_rows=3, tile_cols=2)
+G23 = preset("tiny_2x3")
+G32 = G23.replace(name="tiny_3x2", tile_rows=3, tile_cols=2)
 # larger ones, golden model only: 3x4 (12x16) and 2x5 (8x20)
 G34 = G23.replace(name="tiny_3x4", tile_rows=3, tile_cols=4)
 G25 = G23.replace(name="tiny_2x5", tile_rows=2, tile_cols=5)

@@ -352,6 +352,8 @@ def cmd_bench(args) -> int:
              # is wider than min(R, C): sub-blocks on the tall grid, slices on the wide)
              *[("demo_cnn", cfg_name, demo.cnn, "cocotb") for cfg_name in ("tiny_tall",
                                                                             "tiny_wide")],
+             # and on a 2x3 grid, whose sides do not divide (N-blocks in pieces)
+             ("demo_cnn", "tiny_2x3", demo.cnn, "cocotb"),
              *[(layer[0], "base", lambda layer=layer: cnn_bench.conv_layer(*layer), "cocotb")
                for layer in cnn_bench.RTL_LAYERS],
              (*gemm256, "cxx"),
@@ -371,7 +373,7 @@ def cmd_bench(args) -> int:
                for split in (1, None)],
              # one GEMM on the square, tall and wide grids of tiny's tiles
              *[("gemm_256x128x32", cfg_name, lambda: _gemm_network(256, 128, 32, 4), "cocotb")
-               for cfg_name in ("tiny", "tiny_tall", "tiny_wide")],
+               for cfg_name in ("tiny", "tiny_tall", "tiny_wide", "tiny_2x3")],
              # three dense branches joined by a Concat through the general lanes, and
              # their twin whose last layer reads the branches as separate tensors
              *[(f"concat_120x4x4x4{'' if joined else '_separate'}", cfg_name,
@@ -628,7 +630,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--demo", choices=("cnn", "concat", "mlp"), default="cnn",
                    help="the demo network: the small CNN (default), the MLP, or dense "
                         "branches joined by a Concat through the general lanes (a chip "
-                        "with them: --config tiny, tiny_tall or tiny_wide)")
+                        "with them: --config tiny, tiny_2x3, tiny_tall or tiny_wide)")
     p.add_argument("--onnx", metavar="FILE",
                    help="run this ONNX model (QOperator form, int8 inputs and outputs; "
                         "random inputs from --seed) instead of the demo, and compare with "

@@ -363,6 +363,14 @@ PRESETS = {
                             dram_words=16384, imem_depth=2048,
                             ubuf_base=1792, ubuf_rows=256, general_lanes=True,
                             max_config_updates_per_cycle=8, power_domain_budget=8),
+    # tiny's tiles in a 2x3 grid: an 8x12 array whose sides do not divide, an N-block's
+    # outputs in pieces across blocks (docs/contract.md, "Grids whose sides do not
+    # divide")
+    "tiny_2x3": ChipConfig(name="tiny_2x3", tile_rows=2, tile_cols=3, tile_size=4,
+                           cbuf_depth=2048, cbuf_banks=8, acc_depth=256, acc_banks=16,
+                           dram_words=16384, imem_depth=2048,
+                           ubuf_base=1792, ubuf_rows=256, general_lanes=True,
+                           max_config_updates_per_cycle=8, power_domain_budget=8),
     # The ULX3S 85F (ECP5, systolica.arch.boards) at 50 MHz: a 4x4 array of 2x2 tiles
     # with the feed register and one ACC bank (no ACC crossbar on the accumulate's
     # path). Each CBUF bank is one 18 Kbit block RAM (2048 x 8) per lane, 32 in all;
