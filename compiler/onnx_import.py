@@ -345,6 +345,14 @@ class _Importer:
             self.names[vi.name] = self.g.input(x, name=tname, zero_point=zp, scale=scale,
                                                layout="NCHW")
             self.nchw.add(vi.name)
+        elif x.ndim == 2 and readers and vi.name not in self.outputs \
+                and all(self._per_column(r) for r in readers):
+            # read only by matmuls with a scale per output column: a batch of 1 x 1
+            # maps (the same DRAM words as [M, K]), each matmul a 1x1 convolution over
+            # it with a multiplier per output channel (:meth:`_per_column_dense`)
+            self.names[vi.name] = self.g.input(x.reshape(x.shape[0], 1, 1, x.shape[1]),
+                                               name=tname, zero_point=zp, scale=scale)
+            self.unflattened.add(vi.name)
         else:
             self.names[vi.name] = self.g.input(x, name=tname, zero_point=zp, scale=scale)
 
@@ -483,9 +491,11 @@ class _Importer:
         if np.unique(w_scale).size != 1:
             raise CompileError(f"ONNX node {node.name!r} (QLinearMatMul): one scale for "
                                f"the right operand (the chip's dense layer has one "
-                               f"multiplier), unless it reads a Flatten of a map (it then "
-                               f"runs as a convolution over the map, a multiplier per "
-                               f"output channel); quantise its weights per tensor")
+                               f"multiplier), unless it reads a Flatten of a map, a graph "
+                               f"input that only such matmuls read, or another such "
+                               f"matmul's output (it then runs as a convolution, a "
+                               f"multiplier per output channel); quantise its weights per "
+                               f"tensor, or all of them per channel")
         mult, shift = self._requant(node, self._scalar(node, 1, "left scale"), w_scale[0],
                                     self._scalar(node, 6, "output scale"), False)
         # sum((x - x_zp) * w) = x @ w - x_zp * sum(w): the zero point folds into a bias

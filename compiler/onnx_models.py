@@ -43,12 +43,14 @@ class QModel:
             return y + "_relu"
         return y
 
-    def matmul(self, x, xq, k, n, yq, relu=False):
+    def matmul(self, x, xq, k, n, yq, relu=False, w_scales=None):
         self.n += 1
         w = self.rng.integers(-60, 60, (k, n), dtype=np.int8)
         y = f"mm{self.n}"
+        wq = (self.q(0.02, 0) if w_scales is None else
+              [self.const(np.asarray(w_scales, np.float32)), self.const(np.zeros(n, np.int8))])
         self.nodes.append(helper.make_node(
-            "QLinearMatMul", [x, *self.q(*xq), self.const(w), *self.q(0.02, 0), *self.q(*yq)],
+            "QLinearMatMul", [x, *self.q(*xq), self.const(w), *wq, *self.q(*yq)],
             [y], name=f"qmm{self.n}"))
         if relu:
             self.nodes.append(helper.make_node("Relu", [y], [y + "_relu"], name=f"relu{self.n}"))
@@ -243,10 +245,11 @@ class _FloatNet:
         self.node("Flatten", ["gap"], "flat", "flatten", axis=1)
         return self.gemm("flat", channels, 10, "fc", scale, "logits")
 
-    def build(self, name, shape, out, classes=10) -> ModelProto:
+    def build(self, name, shape, out, classes=10, batch=1) -> ModelProto:
         graph = helper.make_graph(
             self.nodes, name, [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
-            [helper.make_tensor_value_info(out, TensorProto.FLOAT, [1, classes])], self.inits)
+            [helper.make_tensor_value_info(out, TensorProto.FLOAT, [batch, classes])],
+            self.inits)
         return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
 
 
@@ -277,6 +280,20 @@ def float_lenet(seed: int = 0) -> ModelProto:
     m.node("Flatten", [h], "flat", "flatten", axis=1)
     h = m.relu(m.gemm("flat", 144, 32, "fc1", 1 / np.sqrt(144)), "fc1")
     return m.build("float_lenet", [1, 3, 12, 12], m.gemm(h, 32, 10, "fc2", 1 / np.sqrt(32)))
+
+
+def float_mlp(seed: int = 0, batch: int = 12, widths=(20, 32, 24, 10)) -> ModelProto:
+    """A float multilayer perceptron on a ``[batch, widths[0]]`` input: Gemms through
+    `widths`, each but the last followed by a Relu (with weights per channel, its
+    first layer reads the graph input itself, not a Flatten of a map)."""
+    m = _FloatNet(seed)
+    h = "x"
+    for i, (k, n) in enumerate(zip(widths, widths[1:])):
+        last = i == len(widths) - 2
+        h = m.gemm(h, k, n, f"fc{i + 1}", 1 / np.sqrt(k), "logits" if last else None)
+        if not last:
+            h = m.relu(h, f"fc{i + 1}")
+    return m.build("float_mlp", [batch, widths[0]], h, widths[-1], batch)
 
 
 def float_resnet(seed: int = 0, size: int = 32) -> ModelProto:

@@ -109,6 +109,14 @@ def test_what_the_chip_does_not_run_is_refused_by_name():
                         [m.conv("x", (0.1, 0), 2, 4, 3, (0.1, 5), relu=True)]),
              ["'relu1'", "folds into the layer before it", "zero point 0"])
 
+    # a scale per output column after a layer with one: the matmul has an [M, K]
+    # tensor to read, not a map
+    _refused(lambda m: ([("x", [6, 8])], [m.matmul(m.matmul("x", (0.1, 0), 8, 8, (0.1, 0)),
+                                                   (0.1, 0), 8, 4, (0.1, 0),
+                                                   w_scales=np.linspace(0.01, 0.02, 4))]),
+             ["node 'qmm2'", "one scale for the right operand", "a graph input that only "
+              "such matmuls read", "all of them per channel"])
+
     def float_input(m):
         m.nodes.append(helper.make_node("QuantizeLinear", ["f", *m.q(0.1, 0)], ["x"],
                                         name="quant"))
@@ -126,8 +134,8 @@ def test_what_the_chip_does_not_run_is_refused_by_name():
 
 @pytest.mark.rtl
 def test_imported_models_on_the_rtl():
-    """The inception-like model, the QDQ residual network and the network onnxruntime
-    quantised (per channel), imported, on the Verilated tiny chip: equal to numpy and
+    """The inception-like model, the QDQ residual network and the CNN and MLP
+    onnxruntime quantised (per channel), imported, on the Verilated tiny chip: equal to numpy and
     the golden model, in the predicted cycles, and within one step of onnxruntime."""
     from conftest import assert_matches_prediction, assert_outputs_match, \
         compile_and_run_on_rtl
@@ -137,10 +145,14 @@ def test_imported_models_on_the_rtl():
     quantised = ort_model("cnn", True)
     o_scale, o_zp = _quantised_input(quantised)
     oq = np.random.default_rng(2).integers(o_zp, 128, (1, 3, 16, 16), dtype=np.int8)
+    mlp = ort_model("mlp", True)
+    m_scale, m_zp = _quantised_input(mlp)
+    mq = np.random.default_rng(3).integers(m_zp, 128, (12, 20), dtype=np.int8)
     runs = compile_and_run_on_rtl(TINY, {
         "inception": lambda: onnx_import.load(model, feeds),
         "qdq_resnet": lambda: onnx_import.load(resnet, {"x": xq}),
-        "ort_quantized": lambda: onnx_import.load(quantised, {"x": oq})})
+        "ort_quantized": lambda: onnx_import.load(quantised, {"x": oq}),
+        "ort_mlp": lambda: onnx_import.load(mlp, {"x": mq})})
     for name, (compiled, res) in runs.items():
         assert_outputs_match(TINY, compiled, res)
         assert_matches_prediction(TINY, compiled, res)
@@ -152,11 +164,13 @@ def test_imported_models_on_the_rtl():
     (t,) = compiled.graph.outputs
     (theirs,) = _qdq_outputs(resnet, xq, 0.03, 0)
     assert np.abs(compiled.results(res["dram"])[t].astype(int) - theirs.astype(int)).max() <= 1
-    compiled, res = runs["ort_quantized"]
-    (t,) = compiled.graph.outputs
-    (theirs,) = _qdq_outputs(quantised, oq, o_scale, o_zp)
-    ours = compiled.results(res["dram"])[t].reshape(theirs.shape)
-    assert np.abs(ours.astype(int) - theirs.astype(int)).max() <= 1
+    for name, m, x, scale, zp in (("ort_quantized", quantised, oq, o_scale, o_zp),
+                                  ("ort_mlp", mlp, mq, m_scale, m_zp)):
+        compiled, res = runs[name]
+        (t,) = compiled.graph.outputs
+        (theirs,) = _qdq_outputs(m, x, scale, zp)
+        ours = compiled.results(res["dram"])[t].reshape(theirs.shape)
+        assert np.abs(ours.astype(int) - theirs.astype(int)).max() <= 1, name
 
 
 def _qdq_outputs(model, xq, x_scale, x_zp):
@@ -232,6 +246,7 @@ def ort_model(name: str, per_channel: bool):
     again)."""
     return onnx_models.ort_quantized({"cnn": onnx_models.float_cnn,
                                       "lenet": onnx_models.float_lenet,
+                                      "mlp": onnx_models.float_mlp,
                                       "mobilenet": onnx_models.float_mobilenet,
                                       "mobilenet_relu6": lambda: onnx_models.float_mobilenet(
                                           relu6=True)}[name](),
@@ -263,6 +278,27 @@ def test_a_model_quantised_by_onnxruntime_equals_it(per_channel, seed):
     diff = np.abs(ours.reshape(theirs.shape).astype(int) - theirs.astype(int))
     assert diff.max() <= 1 and diff.mean() <= 0.2, diff
     assert len(np.unique(ours)) > 3            # not all saturated
+
+
+@pytest.mark.parametrize("per_channel", PER_CHANNEL)
+def test_a_multilayer_perceptron_equals_onnxruntime(per_channel):
+    """Three Gemms on a [12, 20] input (Relu between). Weights per tensor: dense
+    layers. Weights per channel: the input is read only by such matmuls, so it is
+    taken as a batch of 1 x 1 maps (the same DRAM words) and each Gemm runs as a 1x1
+    convolution with a multiplier per output. Equal to numpy; within a step of
+    onnxruntime, on tiny and on the 2x3 grid."""
+    model = ort_model("mlp", per_channel)
+    x_scale, x_zp = _quantised_input(model)
+    xq = np.random.default_rng(5).integers(x_zp, 128, (12, 20), dtype=np.int8)
+    graph = onnx_import.load(model, {"x": xq})
+    assert {type(n.op).__name__ for n in graph.nodes} == {
+        "Conv2d" if per_channel else "Dense"}
+    (theirs,) = _qdq_outputs(model, xq, x_scale, x_zp)
+    for cfg in (TINY, preset("tiny_2x3")):
+        ours = _golden_output(graph, cfg)
+        diff = np.abs(ours.reshape(theirs.shape).astype(int) - theirs.astype(int))
+        assert diff.max() <= 1, diff
+        assert len(np.unique(ours)) > 3
 
 
 @pytest.mark.parametrize("per_channel", PER_CHANNEL)
