@@ -14,8 +14,7 @@ import pytest
 
 import test_chip_nonsquare as tall
 import test_chip_wide as wide
-from conftest import assert_matches_prediction, assert_outputs_match, \
-    compile_and_run_on_rtl
+from conftest import assert_cases_and_random_programs_on_rtl
 from systolica import golden
 from systolica.arch import fabric
 from systolica.arch.config import preset
@@ -23,7 +22,6 @@ from systolica.arch.isa import Opcode
 from systolica.compiler import CompileError, compile_network, layout, models, reference, \
     rules, split
 from systolica.compiler.layout import Piece
-from systolica.sim import randprog
 from test_depthwise import _random_depthwise
 from tiers import sample
 
@@ -50,13 +48,16 @@ def refusal(cfg, name) -> str | None:
 
 
 def rtl_cases(cfg) -> set[str]:
-    """The cases run on the RTL: on the 2x3 grid (`make test`) the wide grid's, two
-    feature-map cases wider than R and one depthwise layer; on the 3x2 (`make
-    regress`) all."""
+    """The cases run on the RTL: on the 2x3 grid (`make test`) eleven of the wide
+    grid's (GEMMs ragged in every dimension, int32 output, a dense network, CNNs with
+    maps wider than R, a chain, transposes int8 and int32, ``a @ bᵀ``), two more
+    feature-map cases and one depthwise layer; on the 3x2 (`make regress`) all."""
     if cfg is not G23:
         return set(CASES)
-    return {k for k in CASES if k.startswith("wide_")} | {
-        "maps_conv_24_stride2", "maps_inception_16", "depthwise_4"}
+    return {f"wide_{k}" for k in ("gemm_ragged", "gemm_odd_slices", "gemm_int32", "mlp",
+                                  "cnn", "wide_maps_24", "bottleneck_32", "chain_fused_crop",
+                                  "transpose_37x21", "matmul_t", "int32_transpose_20x9x13")
+            } | {"maps_conv_24_stride2", "maps_inception_16", "depthwise_4"}
 
 
 def _compile(cfg, name):
@@ -135,14 +136,6 @@ def test_rtl_equals_numpy_golden_and_prediction(cfg):
     """The cases (:func:`rtl_cases`) run on its Verilated RTL in one simulator start
     (results equal numpy and the golden model, cycles the prediction), and random
     legal and illegal programs agree between its RTL and the golden model."""
-    runs = compile_and_run_on_rtl(cfg, {k: v for k, v in CASES.items()
-                                        if not refusal(cfg, k) and k in rtl_cases(cfg)})
-    for name, (compiled, res) in runs.items():
-        assert_outputs_match(cfg, compiled, res)
-        assert_matches_prediction(cfg, compiled, res)
-    progs = [randprog.legal(cfg, s) for s in range(1000, 1012)]
-    cats = [c for c in randprog.CATEGORIES if c != "cfg_limit"]
-    progs += [randprog.illegal(cfg, s, cats[s % len(cats)])
-              for s in range(1100, 1100 + len(cats))]
-    failures = randprog.check_on_rtl(progs)
-    assert not failures, "\n".join(failures)
+    assert_cases_and_random_programs_on_rtl(
+        cfg, {k: v for k, v in CASES.items() if not refusal(cfg, k) and k in rtl_cases(cfg)},
+        seed=1000)

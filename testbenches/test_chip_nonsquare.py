@@ -15,8 +15,8 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from conftest import assert_matches_prediction, assert_outputs_match, \
-    compile_and_run_on_rtl
+from conftest import assert_cases_and_random_programs_on_rtl, assert_matches_prediction, \
+    assert_outputs_match, compile_and_run_on_rtl
 from systolica import golden
 from systolica.arch import isa
 from systolica.arch.config import preset
@@ -26,7 +26,6 @@ from systolica.compiler import CompileError, cnn_cases, compile_network, layout,
     reference
 from systolica.compiler.graph import GraphBuilder
 from test_transpose_nd import int32_graph
-from systolica.sim import randprog
 from tiers import sample
 
 TALL = preset("tiny_tall")
@@ -367,22 +366,15 @@ def test_rtl_programs_issue_eight_pair_setcfgs(rtl_runs):
                          ids=lambda c: c.name)
 def test_padded_acc_rows_on_the_rtl(cfg):
     """A 3x1 grid (and, in `make regress`, an 8x1): ACC rows padded to whole DRAM words,
-    three (eight) sub-blocks to a CBUF row. Every case (on the 8x1 grid also the
-    feature-map layers of more channels than C) runs on its Verilated RTL in one
+    three (eight) sub-blocks to a CBUF row. Six cases (on the 8x1 grid every case and
+    the feature-map layers of more channels than C) run on its Verilated RTL in one
     simulator start (results equal numpy and the golden model, cycles the
     prediction); random legal and
     illegal programs, whose LOAD_ACC / STORE_ACC move padded rows, agree between its
     RTL and the golden model."""
-    # `make test` keeps to the cases (the feature-map layers run on the golden model
-    # above); `make regress` runs those too
-    cases = CASES if cfg is TALL31 else {**CASES, **MANY_CHANNELS}
-    runs = compile_and_run_on_rtl(cfg, cases)
-    for name, (compiled, res) in runs.items():
-        assert_outputs_match(cfg, compiled, res)
-        assert_matches_prediction(cfg, compiled, res)
-    progs = [randprog.legal(cfg, s) for s in range(900, 912)]
-    cats = [c for c in randprog.CATEGORIES if c != "cfg_limit"]
-    progs += [randprog.illegal(cfg, s, cats[s % len(cats)])
-              for s in range(950, 950 + len(cats))]
-    failures = randprog.check_on_rtl(progs)
-    assert not failures, "\n".join(failures)
+    # `make test` keeps to six cases that move padded rows (biases, int32 outputs and
+    # transposes; every case runs on the golden model above); `make regress` all
+    cases = ({k: CASES[k] for k in ("gemm_ragged", "gemm_int32", "mlp", "cnn",
+                                    "int32_transpose_20x9x13", "dense_transpose_dense")}
+             if cfg is TALL31 else {**CASES, **MANY_CHANNELS})
+    assert_cases_and_random_programs_on_rtl(cfg, cases, seed=1200)

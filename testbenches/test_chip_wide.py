@@ -17,8 +17,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from conftest import assert_matches_prediction, assert_outputs_match, \
-    compile_and_run_on_rtl
+from conftest import assert_cases_and_random_programs_on_rtl, assert_matches_prediction, \
+    assert_outputs_match, compile_and_run_on_rtl
 from systolica import golden
 from systolica.arch import fabric, isa, timing
 from systolica.arch.config import ConfigError, preset
@@ -527,13 +527,5 @@ def test_other_ratios_on_the_rtl(cfg):
     (results equal numpy and the golden model, cycles the prediction), and random legal
     and illegal programs agree between its RTL and the golden model."""
     refused = {"mlp_passes", "chain_fused_crop"} if cfg.rows == 4 else set()
-    runs = compile_and_run_on_rtl(cfg, {k: v for k, v in CASES.items() if k not in refused})
-    for name, (compiled, res) in runs.items():
-        assert_outputs_match(cfg, compiled, res)
-        assert_matches_prediction(cfg, compiled, res)
-    progs = [randprog.legal(cfg, s) for s in range(700, 712)]
-    cats = [c for c in randprog.CATEGORIES if c != "cfg_limit"]
-    progs += [randprog.illegal(cfg, s, cats[s % len(cats)])
-              for s in range(800, 800 + len(cats))]
-    failures = randprog.check_on_rtl(progs)
-    assert not failures, "\n".join(failures)
+    assert_cases_and_random_programs_on_rtl(
+        cfg, {k: v for k, v in CASES.items() if k not in refused}, seed=700)
