@@ -91,6 +91,11 @@ def _refusal(cfg: ChipConfig, graph: Graph, chain: list[Node], s: int) -> str | 
     if graph.consumers(out) or out not in graph.outputs:
         return f"{named(last)}its output {out!r} is read by other layers (only a graph " \
                f"output is laid out split)"
+    if not cfg.sides_divide:
+        return f"the {cfg.tile_rows}x{cfg.tile_cols} tile grid's sides do not divide, " \
+               f"so a split's packed outputs would not be whole blocks of R columns; " \
+               f"use a grid such as {min(cfg.tile_rows, cfg.tile_cols)}x" \
+               f"{min(cfg.tile_rows, cfg.tile_cols)} or split=1"
     if s not in group_counts(cfg):
         return f"the {cfg.tile_rows}x{cfg.tile_cols} tile grid has no {s} diagonal " \
                f"tile groups (splits: {', '.join(map(str, group_counts(cfg)))})"

@@ -105,9 +105,13 @@ def test_pieces_are_the_sub_blocks_and_slices_of_other_grids(cfg):
 
 
 def test_no_split_on_these_grids():
+    """The cost model never splits here, and a split asked for is refused saying why."""
     assert split.group_counts(G23) == split.group_counts(G32) == [1]
     c = compile_network(G23, wide.gemm(600, 4, 8, seed=5)())
     assert c.plan.split("layer0") == 1
+    with pytest.raises(CompileError, match="layer 'layer0' cannot run in 2 tile groups: "
+                                           "the 2x3 tile grid's sides do not divide"):
+        compile_network(G23, wide.gemm(600, 4, 8, seed=5)(), split={"layer0": 2})
 
 
 @pytest.mark.parametrize("cfg,name", sample(
