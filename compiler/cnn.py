@@ -40,7 +40,7 @@ from .ops import (Add, AvgPool2d, Concat, Conv2d, Dense, Flatten, GlobalAvgPool,
                   Transpose, average_params)
 from .pipeline import Block, Step, loop_order, pipeline
 from .plan import DramMap, MemoryPlan, Region, check_plan
-from .rules import TransposeRule, Where, Where32, gemm_routing, transpose_op
+from .rules import TransposeRule, Where, Where32, gemm_routing, int32_words, transpose_op
 from .ir import make, moved
 from .lowered import Lowered
 
@@ -1438,10 +1438,13 @@ def emit_transpose(cfg: ChipConfig, emit: "_Emit", graph: Graph, index: int,
             raise CompileError(f"layer {node.name!r}: CBUF too small for an int32 "
                                f"transpose's planes")
         ring_rows = lay.staging - lay.ring
-        if 16 * cfg.weight_rows > ring_rows:
+        blocks = 4 * int32_words(cfg)[3]
+        if blocks * cfg.weight_rows > ring_rows:
             raise CompileError(f"layer {node.name!r}: the weight ring's {ring_rows} rows "
-                               f"cannot hold an int32 transpose's 16 interleaving blocks "
-                               f"of {cfg.weight_rows} rows")
+                               f"cannot hold an int32 transpose's {blocks} interleaving "
+                               f"blocks of {cfg.weight_rows} rows; use a chip with a "
+                               f"larger CBUF, or transpose the tensor outside a "
+                               f"convolutional network")
         at = Where32(ident=first, ident_dram=ident_dram["identity"], select=first + R,
                      select_dram=ident_dram["select"], inter=lay.ring,
                      inter_dram=ident_dram["interleave"], slots=first + 2 * R,

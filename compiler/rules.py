@@ -462,6 +462,30 @@ def staged_slices(cfg: ChipConfig, N: int) -> int:
     return min(most, layout.blocks(N, cfg.rows))
 
 
+def int32_words(cfg: ChipConfig) -> tuple[int, int, int, int]:
+    """An int32 transpose's word geometry: ``E = R/4`` elements a word, ``Ec =
+    min(R, C)/4`` a sub-block of ``C`` bytes, ``k`` sub-blocks a word (``ceil(R/C)``
+    where ``R > C``, else 1; the last partial on a grid whose sides do not divide) and
+    ``T`` interleaving blocks per byte, one per (output word, sub-block) of a block of
+    ``min(R, C)`` rows, ``t = w*k + s`` up to the one holding its last row (4 on
+    every grid whose sides divide)."""
+    R, C = cfg.rows, cfg.cols
+    E, Ec = R // 4, min(R, C) // 4
+    k = -(-R // C) if R > C else 1
+    if not Ec:                  # an array under 4 wide: refused by the rule itself
+        return E, Ec, k, 0
+    w, rest = divmod(min(R, C) - 1, E)
+    return E, Ec, k, w * k + rest // Ec + 1
+
+
+def int32_block_rows(Q: int, QB: int, C: int) -> list[tuple[int, int]]:
+    """An int32 transpose's blocks of input rows (output columns): ``QB`` at a time,
+    but never across an output N-block of ``C`` columns (each block's output words
+    start at its first row); on grids whose sides divide, simply ``QB`` at a time."""
+    return [(q0, min(QB, n0 + C - q0, Q - q0)) for n0 in range(0, Q, C)
+            for q0 in range(n0, min(n0 + C, Q), QB)]
+
+
 class TransposeRule:
     """An int8 transpose on the array (seed 004, docs/contract.md "Transposes"). A 2-D
     ``[M, N] -> [N, M]`` goes block by block: ``k = ceil(M/R) * ceil(N/R)`` blocks of at
@@ -568,7 +592,8 @@ class TransposeRule:
             return [halves,
                     Need("cbuf", "int32 transpose tables", 5 * R + cfg.weight_rows,
                          "int32 transpose identity, selection and input slots", shared=True),
-                    Need("cbuf", "int32 transpose interleave", 16 * cfg.weight_rows,
+                    Need("cbuf", "int32 transpose interleave",
+                         4 * int32_words(cfg)[3] * cfg.weight_rows,
                          "int32 transpose interleaving blocks", shared=True),
                     Need("cbuf", f"{node.name}.planes", 8 * G * R,
                          f"byte planes of {node.name!r}"),
@@ -854,22 +879,26 @@ class TransposeRule:
         ``t = w*k + s`` is sub-block ``s`` (its bytes ``s*C ..``) of output word ``w``.
         A wide grid loads its weights from the west: there each block is stored
         transposed, in ``C`` rows (zero past ``R``)."""
-        R, WR, Ec = cfg.rows, cfg.weight_rows, min(cfg.rows, cfg.cols) // 4
-        E = R // 4
+        R, WR = cfg.rows, cfg.weight_rows
+        E, Ec, k, T = int32_words(cfg)
         select = np.zeros((R, R), np.uint8)
         for b in range(4):
             for j in range(E):
                 select[b * E + j, 4 * j + b] = 1
-        inter = np.zeros((4, 4, WR, R), np.uint8)
+        inter = np.zeros((4, T, WR, R), np.uint8)
         for b in range(4):
-            for t in range(4):
-                for j in range(Ec):
+            for t in range(T):
+                w, s = divmod(t, k)
+                for j in range(min(Ec, E - s * Ec)):
+                    r = w * E + s * Ec + j          # the block row: an output column
+                    if r >= WR:
+                        continue
                     if cfg.wide:
-                        inter[b, t, 4 * j + b, t * Ec + j] = 1
+                        inter[b, t, 4 * j + b, r] = 1
                     else:
-                        inter[b, t, t * Ec + j, 4 * j + b] = 1
+                        inter[b, t, r, 4 * j + b] = 1
         return [("identity", np.eye(R, dtype=np.uint8)), ("select", select),
-                ("interleave", inter.reshape(16 * WR, R))]
+                ("interleave", inter.reshape(4 * T * WR, R))]
 
     def blocks_int32(self, cfg: ChipConfig, em, index: int, name: str,
                      p: permute.PermPlan, where: "Where32", op) -> list[Block]:
@@ -889,9 +918,9 @@ class TransposeRule:
         interleaving blocks west-loaded as its weights are, slice 0 written). Keeping
         the last axis: every word of a row is copied as int8 bytes are (sub-block
         ``s``: the identity from its row ``s*C``)."""
-        R, C, k, arw = cfg.rows, cfg.cols, cfg.sub_blocks, cfg.acc_row_words
+        R, C, arw = cfg.rows, cfg.cols, cfg.acc_row_words
         QB, WR = min(R, C), cfg.weight_rows
-        E, Ec = R // 4, QB // 4
+        E, Ec, k, T = int32_words(cfg)
         w = where
         for what, stride in (("input", p.sq * arw), ("output", p.sl * arw)):
             if stride > STRIDE_MAX:
@@ -899,16 +928,6 @@ class TransposeRule:
                     f"layer {name!r}: the permutation's {what} rows are {stride} words "
                     f"apart in DRAM, more than a DMA's stride field takes ({STRIDE_MAX}); "
                     f"split the tensor along its outer axes")
-        if not cfg.sides_divide and (R > C or C % E):
-            lo = min(cfg.tile_rows, cfg.tile_cols)
-            raise CompileError(
-                f"layer {name!r}: an int32 transpose on chip {cfg.name!r} ({R}x{C} "
-                f"array, tile grid {cfg.tile_rows}x{cfg.tile_cols}, whose sides do not "
-                f"divide): its interleaving blocks assume output words of R = {R} bytes "
-                f"that are whole C-byte sub-blocks (R < C) and whose {E} elements "
-                f"divide the C = {C}-element N-blocks; use a grid whose sides "
-                f"divide (e.g. {lo}x{lo * (max(cfg.tile_rows, cfg.tile_cols) // lo)}) or "
-                f"transpose int8 data")
         if QB % 4:
             raise CompileError(
                 f"layer {name!r}: an int32 transpose needs an array whose shorter side "
@@ -922,7 +941,7 @@ class TransposeRule:
                  [op(Opcode.DMA, index, kind=DmaKind.LOAD_CBUF, dram_addr=w.select_dram,
                      dram_stride=1, buf_addr=w.select, rows=R),
                   op(Opcode.DMA, index, kind=DmaKind.LOAD_CBUF, dram_addr=w.inter_dram,
-                     dram_stride=1, buf_addr=w.inter, rows=16 * WR)])
+                     dram_stride=1, buf_addr=w.inter, rows=4 * T * WR)])
 
         def step(loads, mm) -> Step:
             nonlocal first
@@ -984,10 +1003,15 @@ class TransposeRule:
         # every QB x R element block: (its first input row's first word, of N-block
         # 0; its first output row's, of N-block 0; rows; cols; its first input column;
         # its first output column)
-        todo = [((in0 + qb * QB * p.sq) * arw, (out0 + lb * R * p.sl) * arw,
-                 min(QB, p.Q - qb * QB), min(R, p.L - lb * R), lb * R, qb * QB)
-                for in0, out0 in p.bases for qb in range(layout.blocks(p.Q, QB))
-                for lb in range(layout.blocks(p.L, R))]
+        # (a block's rows never run across an output N-block's end: its output words
+        # start at its first row)
+        # (nor, where R is not a multiple of C, its columns across an input N-block's:
+        # its input words start at its first column)
+        col_blocks = ([(l0, min(R, p.L - l0)) for l0 in range(0, p.L, R)] if R % C == 0
+                      else int32_block_rows(p.L, R, C))
+        todo = [((in0 + q0 * p.sq) * arw, (out0 + l0 * p.sl) * arw, rows, cols, l0, q0)
+                for in0, out0 in p.bases for q0, rows in int32_block_rows(p.Q, QB, C)
+                for l0, cols in col_blocks]
 
         def word_at(view_rows: int, e: int) -> int:
             """The word holding element column `e` of a view's row, from N-block 0's."""
@@ -1002,7 +1026,7 @@ class TransposeRule:
 
         def out_subs(rows: int, word: int) -> int:
             """Sub-blocks of output word `word` holding some of a block's `rows`."""
-            return min(k, layout.blocks(rows - word * E, Ec))
+            return min(k, layout.blocks(min(E, rows - word * E), Ec))
 
         G = w.group
         for g0 in range(0, len(todo), G):
@@ -1057,7 +1081,7 @@ class TransposeRule:
                     for byte in range(4):
                         b = bank()
                         loads = [op(Opcode.WLOAD, index,
-                                    w_addr=w.inter + (byte * 4 + word * k + sub) * WR,
+                                    w_addr=w.inter + (byte * T + word * k + sub) * WR,
                                     bank=b, west=False)]
                         for z, _, cols, _, acc_at, _ in members:
                             blk.steps.append(step(loads, op(
