@@ -479,9 +479,9 @@ def int32_words(cfg: ChipConfig) -> tuple[int, int, int, int]:
 
 
 def int32_block_rows(Q: int, QB: int, C: int) -> list[tuple[int, int]]:
-    """An int32 transpose's blocks of input rows (output columns): ``QB`` at a time,
-    but never across an output N-block of ``C`` columns (each block's output words
-    start at its first row); on grids whose sides divide, simply ``QB`` at a time."""
+    """An int32 transpose's blocks of `Q` rows (or columns): ``QB`` at a time, but
+    never across a multiple of `C` (an N-block's end; ``C = Q``: simply ``QB`` at a
+    time)."""
     return [(q0, min(QB, n0 + C - q0, Q - q0)) for n0 in range(0, Q, C)
             for q0 in range(n0, min(n0 + C, Q), QB)]
 
@@ -1006,11 +1006,13 @@ class TransposeRule:
         # (a block's rows never run across an output N-block's end: its output words
         # start at its first row)
         # (nor, where R is not a multiple of C, its columns across an input N-block's:
-        # its input words start at its first column)
-        col_blocks = ([(l0, min(R, p.L - l0)) for l0 in range(0, p.L, R)] if R % C == 0
-                      else int32_block_rows(p.L, R, C))
+        # its input words start at its first column). Only where a word's E elements
+        # do not tile an N-block can a block's edge fall inside a word.
+        ragged = C % E != 0
+        row_blocks = int32_block_rows(p.Q, QB, C if ragged else p.Q)
+        col_blocks = int32_block_rows(p.L, R, C if ragged and R % C else p.L)
         todo = [((in0 + q0 * p.sq) * arw, (out0 + l0 * p.sl) * arw, rows, cols, l0, q0)
-                for in0, out0 in p.bases for q0, rows in int32_block_rows(p.Q, QB, C)
+                for in0, out0 in p.bases for q0, rows in row_blocks
                 for l0, cols in col_blocks]
 
         def word_at(view_rows: int, e: int) -> int:
