@@ -9,18 +9,15 @@ split) is refused or never chosen."""
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 
 import test_chip_nonsquare as tall
 import test_chip_wide as wide
 from conftest import assert_cases_and_random_programs_on_rtl
-from systolica import golden
 from systolica.arch import fabric
 from systolica.arch.config import preset
 from systolica.arch.isa import Opcode
-from systolica.compiler import CompileError, compile_network, layout, models, reference, \
-    rules, split
+from systolica.compiler import CompileError, compile_network, layout, models, rules, split
 from systolica.compiler.layout import Piece
 from test_depthwise import _random_depthwise
 from tiers import sample
@@ -50,12 +47,6 @@ def rtl_cases(cfg) -> set[str]:
                                   "cnn", "wide_maps_24", "bottleneck_32", "chain_fused_crop",
                                   "transpose_37x21", "matmul_t", "int32_transpose_20x9x13")
             } | {"maps_conv_24_stride2", "maps_inception_16", "depthwise_4"}
-
-
-def _compile(cfg, name):
-    make, choice = CASES[name] if isinstance(CASES[name], tuple) else (CASES[name], None)
-    options = choice if isinstance(choice, dict) else dict(chain=choice)
-    return compile_network(cfg, make(), **options)
 
 
 def test_pieces_of_the_2x3_grid():
@@ -113,12 +104,9 @@ def test_compiles_and_golden_equals_numpy(cfg, name):
     golden model running it equals numpy in the predicted cycles (int32 transposes
     included: on 3x2 an output word is two sub-blocks, the second half full, and on
     3x4 a block's rows and columns stop at N-block ends)."""
-    c = _compile(cfg, name)
-    run = golden.run(cfg, c.image, c.dram, c.prog_addr, ubuf=c.ubuf)
-    gold = c.results(run.dram)
-    for k, want in reference.outputs(c.graph).items():
-        np.testing.assert_array_equal(gold[k], want, err_msg=f"{name}: golden vs numpy")
-    assert run.cycles == c.predicted_cycles
+    make, choice = CASES[name] if isinstance(CASES[name], tuple) else (CASES[name], None)
+    options = choice if isinstance(choice, dict) else dict(chain=choice)
+    tall.golden_equals_numpy_on_time(cfg, make(), **options)
 
 
 @pytest.mark.rtl

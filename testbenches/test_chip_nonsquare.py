@@ -280,10 +280,10 @@ MANY_CHANNELS = {
 }
 
 
-def golden_equals_numpy_on_time(cfg, graph):
-    """Compile `graph` for `cfg`: the golden model's outputs equal numpy's, its cycles
-    the prediction."""
-    c = compile_network(cfg, graph)
+def golden_equals_numpy_on_time(cfg, graph, **options):
+    """Compile `graph` for `cfg` (with `options`): the golden model's outputs equal
+    numpy's, its cycles the prediction."""
+    c = compile_network(cfg, graph, **options)
     run = golden.run(cfg, c.image, c.dram, c.prog_addr, ubuf=c.ubuf)
     gold = c.results(run.dram)
     for k, want in reference.outputs(c.graph).items():
