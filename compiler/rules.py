@@ -394,7 +394,7 @@ class DenseRule:
             # the sub-blocks of one block share a staging half
             slot = half if k == 1 else b % 2
             buf = (staging + slot * Mc if resident is None else
-                   resident + b * stride + m0 if stride is not None else resident + b * Mc)
+                   _resident_row(resident, b, m0, Mc, stride))
             ops = [op(Opcode.VRUN, index, sub=sub, to_acc=0, dst=buf, **post)]
             if stored is not None and (sub == k - 1 or nb == n_blocks - 1):
                 ops.append(op(Opcode.DMA, index, kind=DmaKind.STORE_CBUF,
@@ -423,7 +423,7 @@ class DenseRule:
         for pc in layout.pieces(em.cfg, nb, N):
             b = pc.block
             buf = (staging + (b % slots) * Mc if resident is None else
-                   resident + b * stride + m0 if stride is not None else resident + b * Mc)
+                   _resident_row(resident, b, m0, Mc, stride))
             ops.append(op(Opcode.VRUN, index, sub=pc, to_acc=0, dst=buf, **post))
             if stored is not None and pc.last:
                 ops.append(op(Opcode.DMA, index, kind=DmaKind.STORE_CBUF,
@@ -444,13 +444,20 @@ class DenseRule:
         for sub in range(min(k, layout.blocks(N, R) - nb * k)):
             b = nb * k + sub
             buf = (staging + (half * ks + sub) * Mc if resident is None else
-                   resident + b * stride + m0 if stride is not None else resident + b * Mc)
+                   _resident_row(resident, b, m0, Mc, stride))
             ops.append(op(Opcode.VRUN, index, sub=sub, to_acc=0, dst=buf, **post))
             if stored is not None:
                 ops.append(op(Opcode.DMA, index, kind=DmaKind.STORE_CBUF,
                               dram_addr=stored + b * M + m0, dram_stride=1,
                               buf_addr=buf, rows=rows))
         return ops
+
+
+def _resident_row(resident: int, b: int, m0: int, Mc: int, stride: int | None) -> int:
+    """The CBUF row where block `b` of an output held on chip takes its pass at `m0`:
+    blocks `stride` rows apart in a network of dense layers (the tensor whole), else
+    one pass of `Mc` rows each."""
+    return resident + b * stride + m0 if stride is not None else resident + b * Mc
 
 
 def staged_slices(cfg: ChipConfig, N: int) -> int:
@@ -1003,11 +1010,9 @@ class TransposeRule:
         # every QB x R element block: (its first input row's first word, of N-block
         # 0; its first output row's, of N-block 0; rows; cols; its first input column;
         # its first output column)
-        # (a block's rows never run across an output N-block's end: its output words
-        # start at its first row)
-        # (nor, where R is not a multiple of C, its columns across an input N-block's:
-        # its input words start at its first column). Only where a word's E elements
-        # do not tile an N-block can a block's edge fall inside a word.
+        # Where a word's E elements do not tile an N-block, a block's rows stop at
+        # output N-block ends and (where R is not a multiple of C) its columns at input
+        # ones, so every word it writes or reads starts at its edge.
         ragged = C % E != 0
         row_blocks = int32_block_rows(p.Q, QB, C if ragged else p.Q)
         col_blocks = int32_block_rows(p.L, R, C if ragged and R % C else p.L)
