@@ -29,18 +29,19 @@ class UpdateWindow:
     lo: int          # first cycle the update may issue at
     hi: int          # last cycle (inclusive)
     domain: str = ""  # power domain of the multiplexer
+    page: int = 0     # its SETCFG page: one cycle's updates share one (isa.mux_page)
 
     def __str__(self):
         return f"{self.name} [{self.lo}, {self.hi}]"
 
 
 def window_between(name: str, old_use: tuple[int, int], new_use: tuple[int, int],
-                   domain: str = "") -> UpdateWindow:
+                   domain: str = "", page: int = 0) -> UpdateWindow:
     """The update window between the last use of the old setting and the first use
     of the new one, given as ``[lo, hi)`` cycle spans (``timing.mux_use``). An update
     issued at ``t`` takes effect at ``t + 1``: it may issue from the old use's last
     cycle up to the cycle before the new use."""
-    return UpdateWindow(name, old_use[1] - 1, new_use[0] - 1, domain)
+    return UpdateWindow(name, old_use[1] - 1, new_use[0] - 1, domain, page)
 
 
 def assign_updates(windows: Iterable[UpdateWindow], *, per_cycle: int, interval: int = 1,
@@ -52,7 +53,8 @@ def assign_updates(windows: Iterable[UpdateWindow], *, per_cycle: int, interval:
     `per_cycle`: updates one cycle can take; `interval`: updates only on multiples of
     it; `domain_budget`: updates per power domain per cycle (one number for all, or
     per domain; a domain not in the mapping is unlimited); `allowed`: the cycles
-    permitted at all (a set of cycles or a predicate, e.g. free issue slots).
+    permitted at all (a set of cycles or a predicate, e.g. free issue slots). The
+    updates of one cycle share a page (one SETCFG names one page's multiplexers).
     Raises ConfigUpdateError naming the windows that collide and their cycles.
     """
     windows = list(windows)
@@ -96,9 +98,10 @@ def assign_updates(windows: Iterable[UpdateWindow], *, per_cycle: int, interval:
     cands: list[list[int] | None] = [candidates(w, limit) for w in windows]
     load: dict[int, int] = {}
     dload: dict[tuple[int, str], int] = {}
+    page_at: dict[int, int] = {}                        # cycle -> page of its updates
 
     def feasible(k: int, c: int) -> bool:
-        if load.get(c, 0) >= per_cycle:
+        if load.get(c, 0) >= per_cycle or page_at.get(c, windows[k].page) != windows[k].page:
             return False
         b = budget(windows[k].domain)
         return b is None or dload.get((c, windows[k].domain), 0) < b
@@ -139,6 +142,8 @@ def assign_updates(windows: Iterable[UpdateWindow], *, per_cycle: int, interval:
         result[w.name] = c
         placed_at.setdefault(c, []).append(k)
         was_full = load.get(c, 0) >= per_cycle
+        opened = c not in page_at                       # the cycle's page is now w's
+        page_at[c] = w.page
         load[c] = load.get(c, 0) + 1
         key = (c, w.domain)
         dload[key] = dload.get(key, 0) + 1
@@ -151,7 +156,8 @@ def assign_updates(windows: Iterable[UpdateWindow], *, per_cycle: int, interval:
             vb = budget(windows[v].domain)
             same = windows[v].domain == w.domain
             was_ok = vb is None or dload.get((c, windows[v].domain), 0) - same < vb
-            if was_ok and (now_full or (same and domain_full)):
+            other_page = opened and windows[v].page != w.page
+            if was_ok and (now_full or (same and domain_full) or other_page):
                 count[v] -= 1
                 heapq.heappush(heap, (count[v], windows[v].hi, v))
     return result
@@ -173,6 +179,10 @@ def _collision(windows, k, cands, placed_at, per_cycle, budget) -> ConfigUpdateE
     b = budget(w.domain)
     limit = f"{per_cycle} update(s) per cycle" + (
         f" and {b} per cycle in power domain {w.domain or '(default)'}" if b is not None else "")
+    if any(windows[j].page != w.page for j in rivals):
+        limit += (f", all of one SETCFG page (update {w.name} is in page {w.page}, "
+                  f"{', '.join(windows[j].name for j in rivals if windows[j].page != w.page)}"
+                  f" in another)")
     return ConfigUpdateError(
         f"configuration updates collide: windows "
         f"{', '.join(str(windows[j]) for j in rivals + [k])} compete for cycle(s) "

@@ -135,6 +135,7 @@ class Routing:
     def __init__(self, cfg: ChipConfig, ops: list[MicroOp]):
         self.cfg = cfg
         self.domain = {m.name: m.domain for m in fabric.muxes(cfg)}
+        self.page = {m.name: isa.mux_page(m.index) for m in fabric.muxes(cfg)}
         table = fabric.by_name(cfg)
         distinct = {id(op.needs): op.needs for op in ops}   # copies share their needs
         self.active = any(name not in table or src not in table[name].sources
@@ -164,6 +165,7 @@ class Routing:
         window holds no free allowed cycle (issue later)."""
         cfg = self.cfg
         taken: dict[int, list[str]] = {}             # slot -> domains of its updates
+        page_of: dict[int, int] = {}                 # slot -> the page they share
         for name, value, lo, _ in sorted(spans, key=lambda s: s[2]):
             end = self._after(name, value)
             if end is None:
@@ -172,10 +174,11 @@ class Routing:
             if phase[0] == value and t + lo >= phase[1]:
                 continue                             # inside a phase that has its slot
             first, last = max(end - 1, 0), t + lo - 1
-            domain = self.domain[name]
+            domain, page = self.domain[name], self.page[name]
             fits = next((c for c, ds in taken.items() if first <= c <= last
                          and len(ds) < cfg.max_config_updates_per_cycle
-                         and ds.count(domain) < cfg.power_domain_budget), None)
+                         and ds.count(domain) < cfg.power_domain_budget
+                         and page_of[c] == page), None)
             if fits is None:
                 fits = next((c for c in range(last - last % cfg.config_update_interval,
                                               first - 1, -cfg.config_update_interval)
@@ -184,6 +187,7 @@ class Routing:
                 if fits is None:
                     return None
             taken.setdefault(fits, []).append(domain)
+            page_of[fits] = page
         return sorted(taken)
 
     def place(self, spans: Spans, t: int) -> None:
@@ -205,7 +209,7 @@ def windows(cfg: ChipConfig, ops: list[MicroOp], cycles: list[int],
     name_of = (lambda k: who[k]) if who is not None else (lambda k: str(ops[k]))
     out = []
     for name, lst in uses(cfg, ops, cycles).items():
-        domain = table[name].domain
+        domain, page = table[name].domain, isa.mux_page(table[name].index)
         prev: Use | None = None
         for u in lst:
             if prev is not None and u.value == prev.value:
@@ -218,9 +222,9 @@ def windows(cfg: ChipConfig, ops: list[MicroOp], cycles: list[int],
             if who is not None:
                 label += f" for {who[u.op]}"
             if prev is None:
-                w = UpdateWindow(label, 0, u.lo - 1, domain)
+                w = UpdateWindow(label, 0, u.lo - 1, domain, page)
             else:
-                w = window_between(label, (prev.lo, prev.hi), (u.lo, u.hi), domain)
+                w = window_between(label, (prev.lo, prev.hi), (u.lo, u.hi), domain, page)
                 if w.lo > w.hi:
                     raise ConfigUpdateError(
                         f"multiplexer {name}: {name_of(prev.op)} needs "

@@ -13,7 +13,7 @@ from .ports import Issue, check_config
 
 class FabricRegs(wiring.Component):
     """A ``SETCFG`` issued on ``issue`` writes its ``more + 1`` (multiplexer, value) pairs
-    at once, in pair order (a later pair naming the same multiplexer wins);
+    (multiplexer ``page * 128 + index``) at once, in pair order (a later pair naming the same multiplexer wins);
     ``value[k]`` drives multiplexer ``k`` of :func:`systolica.arch.fabric.muxes`. Reset
     values route a plain GEMM. Names beyond the table change nothing (the sequencer
     faults such instructions before they issue)."""
@@ -29,8 +29,7 @@ class FabricRegs(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         args = self.issue.payload
-        pairs = [(args.index, args.value)] + [(args[f"index{j}"], args[f"value{j}"])
-                                              for j in range(1, isa.SETCFG_PAIRS)]
+        pairs = isa.setcfg_payload_pairs(args)
         # Which pair writes a multiplexer (the last naming it) and whether any does
         # come from the payload alone; ``valid`` (a deep signal: the sequencer's issue)
         # only enables the register.

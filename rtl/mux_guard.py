@@ -11,7 +11,7 @@ from systolica.arch import fabric, isa, timing
 from systolica.arch.config import ChipConfig
 from systolica.arch.isa import Instr, Opcode
 
-from .ports import check_config
+from .ports import check_config, mux_table_bits
 
 
 @dataclass(frozen=True)
@@ -179,11 +179,12 @@ class MuxGuard(wiring.Component):
                 in_use[w.mux] = in_use[w.mux] | (past[w.lo - 1] if w.lo else left != 0)
 
         m.d.comb += self.busy.eq(Cat(*in_use))
-        busy_vec = Cat(*in_use, Const(0, (1 << isa.MUX_INDEX_BITS) - len(in_use)))
+        bits = mux_table_bits(len(in_use))
+        busy_vec = Cat(*in_use, Const(0, (1 << bits) - len(in_use)))
         sc = self.setcfg
         pairs = sc.more + 1
-        hits = [busy_vec.bit_select(sc.index, 1)] + [
-            (k < pairs) & busy_vec.bit_select(sc[f"index{k}"], 1)
-            for k in range(1, isa.SETCFG_PAIRS)]
+        hits = [(k < pairs) & busy_vec.bit_select(number[:bits], 1)
+                & (number[bits:] == 0 if bits < len(number) else 1)
+                for k, (number, _) in enumerate(isa.setcfg_payload_pairs(sc))]
         m.d.comb += self.in_use.eq(Cat(*hits).any())
         return m

@@ -15,7 +15,7 @@ with ``In(...)`` and the chip joins them with ``connect``.
 
 from __future__ import annotations
 
-from amaranth.hdl import Shape
+from amaranth.hdl import Array, Const, Mux, Shape, Value
 from amaranth.lib import data, memory, wiring
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2
@@ -28,6 +28,27 @@ PC_BITS = 32        # program index: PROG_LEN is a 32-bit register
 #: Shape of an error code (:class:`systolica.arch.regs.ErrorCode`) on a port.
 ERROR_SHAPE = range(max(ErrorCode) + 1)
 BUFFERS = ("cbuf", "acc")
+
+
+def mux_lookup(count: int, values: list, width: int, pad: int):
+    """A constant per multiplexer (`values`, `count` of them), looked up by a SETCFG
+    pair's number (:func:`systolica.arch.isa.setcfg_payload_pairs`, page and index);
+    numbers past the table read `pad`. The table spans the index bits the chip's
+    multiplexers need (no fewer than a page's), so a chip of one page pays only an
+    AND with its page bit."""
+    bits = mux_table_bits(count)
+    table = Array([Const(v, width) for v in values] + [Const(pad, width)] * ((1 << bits) - count))
+
+    def lookup(number: Value) -> Value:
+        number = Value.cast(number)
+        hit = table[number[:bits]]
+        return Mux(number[bits:].any(), pad, hit) if bits < len(number) else hit
+    return lookup
+
+
+def mux_table_bits(count: int) -> int:
+    """Index bits of a table of `count` multiplexers: a page's, or more if it spans more."""
+    return max(isa.MUX_INDEX_BITS, (count - 1).bit_length())
 
 
 def check_config(cfg, block: str) -> ChipConfig:

@@ -10,7 +10,8 @@ from systolica.arch.isa import Opcode
 from systolica.arch.regs import ErrorCode
 
 from .mux_guard import MuxGuard
-from .ports import PC_BITS, DramMaster, Issue, RunControl, UbufAt, check_config, ubuf_place
+from .ports import (PC_BITS, DramMaster, Issue, RunControl, UbufAt, check_config, mux_lookup,
+                    ubuf_place)
 
 
 class Sequencer(wiring.Component):
@@ -141,7 +142,7 @@ class Sequencer(wiring.Component):
             in_range, cfg_ok = self._range_checks(m, view)
             # the multiplexers a SETCFG names (for CFG_IN_USE, against the guard's busy)
             sc = self._view(view, Opcode.SETCFG)
-            indices = [sc.index] + [sc[f"index{k}"] for k in range(1, isa.SETCFG_PAIRS)]
+            indices = [number for number, _ in isa.setcfg_payload_pairs(sc)]
             named = [Cat(*((k <= sc.more) & (ix == x) for k, ix in enumerate(indices))).any()
                      for x in range(n_mux)]
             out = Signal(Checks)
@@ -322,11 +323,10 @@ class Sequencer(wiring.Component):
             ok = ok & (cycle % cfg.config_update_interval == 0)
         muxes = fabric.muxes(cfg)
         domains = fabric.domains(cfg)
-        domain_of = Array([Const(domains.index(x.domain), 4) for x in muxes]
-                          + [Const(15, 4)] * ((1 << isa.MUX_INDEX_BITS) - len(muxes)))
-        indices = [sc.index] + [sc[f"index{k}"] for k in range(1, isa.SETCFG_PAIRS)]
+        domain_of = mux_lookup(len(muxes), [domains.index(x.domain) for x in muxes], 4, 15)
+        indices = [number for number, _ in isa.setcfg_payload_pairs(sc)]
         for d in range(len(domains)):
-            hits = [(k < pairs) & (domain_of[ix] == d) for k, ix in enumerate(indices)]
+            hits = [(k < pairs) & (domain_of(ix) == d) for k, ix in enumerate(indices)]
             count = sum(hit.as_unsigned() for hit in hits)
             ok = ok & (count <= cfg.power_domain_budget)
         limit_ok = Signal()
@@ -356,11 +356,9 @@ class Sequencer(wiring.Component):
 
         sc = view(Opcode.SETCFG)
         muxes = fabric.muxes(cfg)
-        n_sources = Array([Const(len(x.sources), 5) for x in muxes]
-                          + [Const(0, 5)] * ((1 << isa.MUX_INDEX_BITS) - len(muxes)))
-        pair_ok = [sc.value < n_sources[sc.index]] + [
-            (k > sc.more) | (sc[f"value{k}"] < n_sources[sc[f"index{k}"]])
-            for k in range(1, isa.SETCFG_PAIRS)]
+        n_sources = mux_lookup(len(muxes), [len(x.sources) for x in muxes], 5, 0)
+        pair_ok = [(k > sc.more) | (value < n_sources(number))
+                   for k, (number, value) in enumerate(isa.setcfg_payload_pairs(sc))]
         cfg_ok = Signal()
         m.d.comb += cfg_ok.eq((op != Opcode.SETCFG) | Cat(*pair_ok).all())
         return in_range, cfg_ok

@@ -1,4 +1,5 @@
-"""FabricRegs (``tiny`` preset): one 4-bit control register per multiplexer of
+"""FabricRegs (``tiny`` preset, and a 4x4 grid whose 132 multiplexers span two SETCFG
+pages): one 4-bit control register per multiplexer of
 :func:`systolica.arch.fabric.muxes`, reset to :func:`systolica.arch.fabric.defaults`, written by
 the ``more + 1`` pairs of a SETCFG payload on the issue port (``issue.valid``,
 ``issue.payload``) at the clock edge, in pair order.
@@ -9,6 +10,7 @@ compared with it.
 
 from __future__ import annotations
 
+import os
 import random
 
 import cocotb
@@ -18,7 +20,10 @@ from systolica.arch.config import preset
 from systolica.arch.isa import Opcode
 from tb_base import BlockTB, case_names, pack_fields
 
-CFG = preset("tiny")
+# the second build (test_blocks.py) is a 4x4 grid of 2x2 tiles with the general lanes:
+# 132 multiplexers, so its SETCFGs name two pages
+PAGED = preset("tiny").replace(name="tiny_4x4", tile_rows=4, tile_cols=4, tile_size=2)
+CFG = PAGED if os.environ.get("FABRIC_PAGED") == "1" else preset("tiny")
 MUXES = fabric.muxes(CFG)
 
 
@@ -27,11 +32,15 @@ SETCFG = isa.PAYLOAD[Opcode.SETCFG]
 
 
 def payload(pairs, count: int) -> int:
-    """A SETCFG payload with ``pairs`` in its fields and ``count`` of them in force."""
-    fields = {"more": count - 1}
-    for j, (index, value) in enumerate(pairs):
+    """A SETCFG payload with ``pairs`` (multiplexer numbers, all in the first one's
+    page) in its fields and ``count`` of them in force."""
+    page = isa.mux_page(pairs[0][0])
+    fields = {"more": count - 1, "page": page}
+    for j, (number, value) in enumerate(pairs):
+        assert j >= count or isa.mux_page(number) == page, pairs
         suffix = str(j) if j else ""
-        fields[f"index{suffix}"], fields[f"value{suffix}"] = index, value
+        fields[f"index{suffix}"] = number % (1 << isa.MUX_INDEX_BITS)
+        fields[f"value{suffix}"] = value
     return pack_fields(SETCFG, fields)
 
 
@@ -46,7 +55,10 @@ def case_pairs(rng):
     writes = []
     for _ in range(200):
         n = rng.randrange(1, PAIRS + 1)
-        pairs = [(rng.randrange(len(MUXES) + 3), rng.randrange(16)) for _ in range(PAIRS)]
+        page = rng.randrange(isa.mux_page(len(MUXES) + 2) + 1)
+        base = page << isa.MUX_INDEX_BITS
+        top = min(len(MUXES) + 3, base + (1 << isa.MUX_INDEX_BITS))
+        pairs = [(rng.randrange(base, top), rng.randrange(16)) for _ in range(PAIRS)]
         if rng.random() < 0.3:
             pairs[n - 1] = (pairs[0][0], rng.randrange(16))
         writes.append((rng.randrange(4) != 0, pairs, n))
@@ -71,8 +83,8 @@ def case_random(rng):
 
 
 def case_out_of_table(rng):
-    """An index beyond the table changes no register."""
-    top = (1 << isa.MUX_INDEX_BITS) - 1
+    """A number beyond the table (in any page) changes no register."""
+    top = (1 << isa.MUX_NUMBER_BITS) - 1
     return ([(1, k, 9) for k in range(len(MUXES), top + 1, 7)] + [(1, top, 15), (1, len(MUXES), 3)]
             + [(1, 3, 2), (1, len(MUXES) + 3, 1)])
 

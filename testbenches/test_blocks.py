@@ -85,6 +85,10 @@ BLOCKS = [
           cases=groups(tb_csr.GROUPS)),
     Block(name="fabric_regs", factory=partial(FabricRegs, cfg=tb_fabric_regs.CFG),
           tb="tb_fabric_regs", cases={"all": tuple(tb_fabric_regs.CASES)}),
+    # 132 multiplexers: SETCFG pages 0 and 1
+    Block(name="fabric_regs", variant="paged", tb="tb_fabric_regs",
+          cases={"all": tuple(tb_fabric_regs.CASES)}, env={"FABRIC_PAGED": "1"},
+          factory=partial(FabricRegs, cfg=tb_fabric_regs.PAGED)),
     Block(name="sequencer", tb="tb_sequencer", cases=_SEQ, env={"SEQ_UPDATE_INTERVAL": "1"},
           factory=partial(Sequencer, cfg=tb_sequencer.CFG.replace(config_update_interval=1))),
     # With an update interval of 3, SETCFG issues on cycles 0, 3, 6 and faults

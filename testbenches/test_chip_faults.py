@@ -59,6 +59,9 @@ FAULTS = {
         ErrorCode.ILLEGAL_OPCODE),
     "setcfg_no_such_mux": ([Instr(Opcode.SETCFG, 0, dict(index=100, value=0))],
                            ErrorCode.CFG_RANGE),
+    # page 1 names multiplexers 128..255: none on tiny, whatever the index
+    "setcfg_no_such_page": ([Instr(Opcode.SETCFG, 0, dict(index=1, value=0, page=1))],
+                            ErrorCode.CFG_RANGE),
     "setcfg_no_such_source": ([Instr(Opcode.SETCFG, 1, dict(index=0, value=14))],
                               ErrorCode.CFG_RANGE),
     "setcfg_too_many_pairs": ([Instr(Opcode.SETCFG, 0, isa.setcfg_fields(

@@ -90,6 +90,52 @@ def test_domain_budget_recounts_only_that_domain():
     assert got == {"a": 2, "d": 3, "b": 3, "c": 2}
 
 
+def test_one_cycle_updates_one_page():
+    """One SETCFG names one page's multiplexers (isa.mux_page): updates of two pages
+    never share a cycle, and a window left without one says why."""
+    windows = [UpdateWindow("a", 0, 1, "d", page=1), UpdateWindow("b", 0, 0, "d"),
+               UpdateWindow("c", 0, 1, "d")]
+    assert assign_updates(windows, per_cycle=8) == {"b": 0, "c": 0, "a": 1}
+    tight = [UpdateWindow("a", 0, 0, page=1), UpdateWindow("b", 0, 0)]
+    with pytest.raises(ConfigUpdateError, match=r"all of one SETCFG page \(update b is "
+                                                r"in page 0, a in another\)"):
+        assign_updates(tight, per_cycle=8)
+
+
+def test_placements_across_pages_keep_every_limit():
+    """Random windows of two pages and two domains: what the solver places keeps every
+    limit, and it places most of what a brute-force search finds placeable."""
+    import itertools
+    import random
+    rng = random.Random(7)
+    solved = solvable = 0
+    for _ in range(300):
+        windows = []
+        for k in range(rng.randrange(2, 6)):
+            lo = rng.randrange(4)
+            windows.append(UpdateWindow(f"w{k}", lo, lo + rng.randrange(3),
+                                        f"d{rng.randrange(2)}", rng.randrange(2)))
+        limits = dict(per_cycle=rng.randrange(1, 4), domain_budget=rng.randrange(1, 3))
+
+        def ok(at):
+            return all(w.lo <= at[w.name] <= w.hi for w in windows) and all(
+                sum(at[w.name] == c for w in windows) <= limits["per_cycle"]
+                and len({w.page for w in windows if at[w.name] == c}) <= 1
+                and all(sum(at[w.name] == c and w.domain == d for w in windows)
+                        <= limits["domain_budget"] for d in ("d0", "d1"))
+                for c in set(at.values()))
+        placeable = any(ok({w.name: c for w, c in zip(windows, cs)}) for cs in
+                        itertools.product(*(range(w.lo, w.hi + 1) for w in windows)))
+        solvable += placeable
+        try:
+            at = assign_updates(windows, **limits)
+        except ConfigUpdateError:
+            continue
+        assert ok(at), (windows, limits, at)
+        solved += 1
+    assert solved >= 0.9 * solvable > 100
+
+
 def test_window_between_uses():
     # old setting used in [3, 7), new one from 12: issue from 6 (effective 7) to 11
     assert window_between("u", (3, 7), (12, 15), "d") == UpdateWindow("u", 6, 11, "d")

@@ -40,10 +40,14 @@ def setcfg_fields(pairs: list[tuple[int, int]]) -> dict:
     """SETCFG fields for the pairs a disassembly shows (``more`` is 3 bits and names
     all ``SETCFG_PAIRS - 1`` further slots)."""
     fields = {name: 0 for name, _ in isa.PAYLOAD[Opcode.SETCFG]}
-    fields.update(index=pairs[0][0], value=pairs[0][1], more=len(pairs) - 1)
+    page = isa.mux_page(pairs[0][0])
+    low = (1 << isa.MUX_INDEX_BITS) - 1
+    fields.update(index=pairs[0][0] & low, value=pairs[0][1], more=len(pairs) - 1,
+                  page=page)
     assert len(pairs) <= isa.SETCFG_PAIRS
     for k, (index, value) in enumerate(pairs[1:], start=1):
-        fields[f"index{k}"], fields[f"value{k}"] = index, value
+        assert isa.mux_page(index) == page, pairs
+        fields[f"index{k}"], fields[f"value{k}"] = index & low, value
     return fields
 
 

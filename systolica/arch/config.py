@@ -371,6 +371,12 @@ PRESETS = {
                            dram_words=16384, imem_depth=2048,
                            ubuf_base=1792, ubuf_rows=256, general_lanes=True,
                            max_config_updates_per_cycle=8, power_domain_budget=8),
+    # an 8x8 grid of one-cell tiles: an 8x8 array like tiny's, but 232 multiplexers, so
+    # its SETCFGs name two pages (docs/contract.md, "SETCFG pages")
+    "tiny_8x8": ChipConfig(name="tiny_8x8", tile_rows=8, tile_cols=8, tile_size=1,
+                           cbuf_depth=2048, cbuf_banks=8, acc_depth=256, acc_banks=16,
+                           dram_words=16384, imem_depth=2048,
+                           ubuf_base=1792, ubuf_rows=256),
     # The ULX3S 85F (ECP5, systolica.arch.boards) at 50 MHz: a 4x4 array of 2x2 tiles
     # with the feed register and one ACC bank (no ACC crossbar on the accumulate's
     # path). Each CBUF bank is one 18 Kbit block RAM (2048 x 8) per lane, 32 in all;

@@ -128,15 +128,16 @@ def _muxes(t: int, tile_cols: int, general: bool = False) -> tuple[Mux, ...]:
             for i in range(t):
                 for j in range(tile_cols):
                     add(f"{kind}[{i}][{j}]", general_sources(kind, i, j, t, tile_cols), 0)
-    from .isa import MUX_INDEX_BITS, MUX_VALUE_BITS
-    too_many = len(out) > 1 << MUX_INDEX_BITS
+    from .isa import MUX_NUMBER_BITS, MUX_VALUE_BITS
+    too_many = len(out) > 1 << MUX_NUMBER_BITS
     too_wide = any(len(m.sources) > 1 << MUX_VALUE_BITS for m in out)
     if too_many or too_wide:
         from .config import ConfigError
         raise ConfigError(f"a {t}x{tile_cols} tile grid has {len(out)} multiplexers with up "
                           f"to {max(len(m.sources) for m in out)} sources, more than "
-                          f"SETCFG's {MUX_INDEX_BITS}-bit index and {MUX_VALUE_BITS}-bit "
-                          f"value can name ({1 << MUX_INDEX_BITS}, {1 << MUX_VALUE_BITS}); "
+                          f"SETCFG's {MUX_NUMBER_BITS}-bit number (page and index) and "
+                          f"{MUX_VALUE_BITS}-bit value can name ({1 << MUX_NUMBER_BITS}, "
+                          f"{1 << MUX_VALUE_BITS}); "
                           f"use fewer tiles"
                           + (" or general_lanes=False" if general and not too_wide else ""))
     return tuple(out)

@@ -23,11 +23,13 @@ TAP_TABLES = 8
 TAP_TABLE_BITS = 3
 TAPS_PER_WORD = 5     # tap table entries one TAPS writes
 GEOM_BITS = 12        # window geometry: pixels per row, rows
-MUX_INDEX_BITS = 7    # a SETCFG pair's multiplexer number (systolica.arch.fabric)
+MUX_INDEX_BITS = 7    # a SETCFG pair's multiplexer number within its page
+MUX_PAGE_BITS = 1     # a SETCFG's page: its pairs name multiplexers page*128 + index
+MUX_NUMBER_BITS = MUX_INDEX_BITS + MUX_PAGE_BITS   # systolica.arch.fabric: <= 256
 MUX_VALUE_BITS = 4    # ... and the source it selects
 ROUTE_GROUPS = 8      # tile rows and columns a ROUTE names, at most
 ROUTE_SPAN_BITS = 4   # a ROUTE's span; its per-group delays have one bit less
-SETCFG_PAIRS = 8      # pairs one SETCFG carries: 8 x (7 + 4) bits and a 3-bit count
+SETCFG_PAIRS = 8      # pairs one SETCFG carries: 8 x (7 + 4) bits, a 3-bit count, a page
 
 
 class Opcode(enum.IntEnum, shape=4):
@@ -104,6 +106,7 @@ PAYLOAD = {
         "more": 3,                     # further (index<k>, value<k>) pairs, k = 1..more
         **{f"{name}{k}": bits for k in range(1, SETCFG_PAIRS)
            for name, bits in (("index", MUX_INDEX_BITS), ("value", MUX_VALUE_BITS))},
+        "page": MUX_PAGE_BITS,         # every pair's multiplexer is page*128 + index<k>
     }),
     Opcode.CONVCFG: data.StructLayout({
         "out_w": GEOM_BITS,            # output pixels per row: ow wraps here
@@ -138,22 +141,46 @@ PAYLOAD = {
 assert SETCFG_PAIRS == 1 << PAYLOAD[Opcode.SETCFG]["more"].width   # more = 0..7
 
 
+def mux_page(number: int) -> int:
+    """The SETCFG page of multiplexer `number`: one SETCFG names one page's."""
+    return number >> MUX_INDEX_BITS
+
+
 def setcfg_pairs(fields: dict) -> list[tuple[int, int]]:
     """The (multiplexer, value) pairs of a SETCFG, in the order they are applied."""
-    pairs = [(fields.get("index", 0), fields.get("value", 0))]
+    base = fields.get("page", 0) << MUX_INDEX_BITS
+    pairs = [(base + fields.get("index", 0), fields.get("value", 0))]
     for k in range(1, fields.get("more", 0) + 1):
-        pairs.append((fields.get(f"index{k}", 0), fields.get(f"value{k}", 0)))
+        pairs.append((base + fields.get(f"index{k}", 0), fields.get(f"value{k}", 0)))
     return pairs
 
 
+def setcfg_payload_pairs(sc) -> list[tuple]:
+    """All SETCFG_PAIRS (multiplexer number, value) slots of a SETCFG payload view, the
+    page prepended to each index (hardware: the slots past ``more`` included)."""
+    from amaranth.hdl import Cat
+    return [(Cat(sc[f"index{k or ''}"], sc.page), sc[f"value{k or ''}"])
+            for k in range(SETCFG_PAIRS)]
+
+
 def setcfg_fields(pairs: list[tuple[int, int]]) -> dict:
-    """SETCFG payload fields for 1..SETCFG_PAIRS (multiplexer, value) pairs."""
+    """SETCFG payload fields for 1..SETCFG_PAIRS (multiplexer, value) pairs, all in
+    one page (:func:`mux_page`)."""
     if not 1 <= len(pairs) <= SETCFG_PAIRS:
         raise EncodingError(f"SETCFG carries 1 to {SETCFG_PAIRS} pairs, not {len(pairs)}")
+    pages = sorted({mux_page(index) for index, _ in pairs})
+    if len(pages) > 1 or pages[0] >> MUX_PAGE_BITS:
+        raise EncodingError(
+            f"a SETCFG names multiplexers of one page of {1 << MUX_INDEX_BITS} (numbers "
+            f"below {1 << MUX_NUMBER_BITS}); multiplexers "
+            f"{', '.join(str(i) for i, _ in pairs)} lie in pages "
+            f"{', '.join(map(str, pages))}: write one SETCFG per page")
+    base = pages[0] << MUX_INDEX_BITS
     fields = {name: 0 for name, _ in PAYLOAD[Opcode.SETCFG]}
-    fields.update(index=pairs[0][0], value=pairs[0][1], more=len(pairs) - 1)
+    fields.update(index=pairs[0][0] - base, value=pairs[0][1], more=len(pairs) - 1,
+                  page=pages[0])
     for k, (index, value) in enumerate(pairs[1:], start=1):
-        fields[f"index{k}"], fields[f"value{k}"] = index, value
+        fields[f"index{k}"], fields[f"value{k}"] = index - base, value
     return fields
 
 

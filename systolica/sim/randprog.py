@@ -693,9 +693,10 @@ def _addr_range(cfg, program, rng):
 
 def _cfg_limit(cfg, program, rng):
     table = fabric.muxes(cfg)
-    by_domain: dict[str, list[int]] = {}
+    # one SETCFG names one page's multiplexers (isa.mux_page): draw them from one
+    by_domain: dict[tuple[str, int], list[int]] = {}
     for m in table:
-        by_domain.setdefault(m.domain, []).append(m.index)
+        by_domain.setdefault((m.domain, isa.mux_page(m.index)), []).append(m.index)
     kinds = ["pairs"]
     if any(len(v) > cfg.power_domain_budget for v in by_domain.values()) \
             and cfg.power_domain_budget < cfg.max_config_updates_per_cycle:
@@ -705,7 +706,12 @@ def _cfg_limit(cfg, program, rng):
     kind = kinds[int(rng.integers(len(kinds)))]
     if kind == "pairs":
         n = int(rng.integers(cfg.max_config_updates_per_cycle + 1, isa.SETCFG_PAIRS + 1))
-        muxes = [int(i) for i in rng.choice(len(table), n, replace=False)]
+        pages = isa.mux_page(len(table) - 1) + 1
+        page = int(rng.integers(pages)) if pages > 1 else 0
+        pool = [m.index for m in table if isa.mux_page(m.index) == page]
+        if len(pool) < n:
+            pool = [m.index for m in table if isa.mux_page(m.index) == 0]
+        muxes = [int(i) for i in rng.choice(pool, n, replace=False)]
     elif kind == "domain":
         pool = [v for v in by_domain.values() if len(v) > cfg.power_domain_budget]
         pool = pool[int(rng.integers(len(pool)))]
