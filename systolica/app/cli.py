@@ -362,6 +362,11 @@ def cmd_bench(args) -> int:
              *[(f"gemm_2048x{k}x8{'' if split is None else '_whole'}", "base",
                 lambda k=k: _gemm_network(2048, k, 8, 3), "cocotb", split)
                for k in (4, 8, 12) for split in (1, None)],
+             # the split on eight tile rows (tiny_8x8: 8x8 one-cell tiles, its SETCFGs
+             # in two pages): K = N = 1 in eight tile groups, K = N = 2 in four
+             *[(f"gemm_2048x{k}x{k}{'' if split is None else '_whole'}", "tiny_8x8",
+                lambda k=k: _gemm_network(2048, k, k, 3), "cocotb", split)
+               for k in (1, 2) for split in (1, None)],
              # a chain of narrow dense layers inside a network, split as one
              *[(f"mlp_500x4x8x8x4{'' if split is None else '_whole'}", "base",
                 lambda: demo.mlp(batch=500, widths=(4, 8, 8, 4), name="mlp_500x4x8x8x4"),
