@@ -13,8 +13,8 @@ from .ports import Issue, check_config
 
 class FabricRegs(wiring.Component):
     """A ``SETCFG`` issued on ``issue`` writes its ``more + 1`` (multiplexer, value) pairs
-    (multiplexer ``page * 128 + index``) at once, in pair order (a later pair naming the same multiplexer wins);
-    ``value[k]`` drives multiplexer ``k`` of :func:`systolica.arch.fabric.muxes`. Reset
+    (multiplexer ``page * 128 + index``) at once, in pair order (a later pair naming the
+    same multiplexer wins); ``value[k]`` drives multiplexer ``k`` of :func:`systolica.arch.fabric.muxes`. Reset
     values route a plain GEMM. Names beyond the table change nothing (the sequencer
     faults such instructions before they issue)."""
 

@@ -30,14 +30,15 @@ ERROR_SHAPE = range(max(ErrorCode) + 1)
 BUFFERS = ("cbuf", "acc")
 
 
-def mux_lookup(count: int, values: list, width: int, pad: int):
-    """A constant per multiplexer (`values`, `count` of them), looked up by a SETCFG
-    pair's number (:func:`systolica.arch.isa.setcfg_payload_pairs`, page and index);
-    numbers past the table read `pad`. The table spans the index bits the chip's
-    multiplexers need (no fewer than a page's), so a chip of one page pays only an
-    AND with its page bit."""
-    bits = mux_table_bits(count)
-    table = Array([Const(v, width) for v in values] + [Const(pad, width)] * ((1 << bits) - count))
+def mux_lookup(values: list[int], width: int, pad: int):
+    """A constant per multiplexer (`values`, in multiplexer order), looked up by a
+    SETCFG pair's number (:func:`systolica.arch.isa.setcfg_payload_pairs`, page and
+    index); numbers past the table read `pad`. The table spans the index bits the
+    chip's multiplexers need (no fewer than a page's), so a chip of one page pays only
+    an AND with its page bit."""
+    bits = mux_table_bits(len(values))
+    table = Array([Const(v, width) for v in values]
+                  + [Const(pad, width)] * ((1 << bits) - len(values)))
 
     def lookup(number: Value) -> Value:
         number = Value.cast(number)

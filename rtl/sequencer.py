@@ -323,7 +323,7 @@ class Sequencer(wiring.Component):
             ok = ok & (cycle % cfg.config_update_interval == 0)
         muxes = fabric.muxes(cfg)
         domains = fabric.domains(cfg)
-        domain_of = mux_lookup(len(muxes), [domains.index(x.domain) for x in muxes], 4, 15)
+        domain_of = mux_lookup([domains.index(x.domain) for x in muxes], 4, 15)
         indices = [number for number, _ in isa.setcfg_payload_pairs(sc)]
         for d in range(len(domains)):
             hits = [(k < pairs) & (domain_of(ix) == d) for k, ix in enumerate(indices)]
@@ -356,7 +356,7 @@ class Sequencer(wiring.Component):
 
         sc = view(Opcode.SETCFG)
         muxes = fabric.muxes(cfg)
-        n_sources = mux_lookup(len(muxes), [len(x.sources) for x in muxes], 5, 0)
+        n_sources = mux_lookup([len(x.sources) for x in muxes], 5, 0)
         pair_ok = [(k > sc.more) | (value < n_sources(number))
                    for k, (number, value) in enumerate(isa.setcfg_payload_pairs(sc))]
         cfg_ok = Signal()

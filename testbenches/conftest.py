@@ -91,6 +91,13 @@ def random_gemm(M, K, N, seed, *, int32=False, bias=True, relu=False):
     return gemm(a, b, c, mult=mult, shift=shift, zp=-3 if relu else 4, relu=relu, name=name)
 
 
+def case_network(case) -> tuple:
+    """A case of a ``cases`` dict (a builder, or (builder, chain choice) for a chain in
+    passes, or (builder, dict of compile_network options)) as (graph, options)."""
+    make, choice = case if isinstance(case, tuple) else (case, None)
+    return make(), (choice if isinstance(choice, dict) else dict(chain=choice))
+
+
 def compile_and_run_on_rtl(cfg: ChipConfig, cases: dict) -> dict:
     """Compile every network of ``cases`` (name -> builder, or (builder, chain
     choice) for a chain in passes, or (builder, dict of compile_network options)) and
@@ -98,9 +105,8 @@ def compile_and_run_on_rtl(cfg: ChipConfig, cases: dict) -> dict:
     from systolica.compiler import compile_network
     compiled = {}
     for name, case in cases.items():
-        make, choice = case if isinstance(case, tuple) else (case, None)
-        options = choice if isinstance(choice, dict) else dict(chain=choice)
-        compiled[name] = compile_network(cfg, make(), **options)
+        graph, options = case_network(case)
+        compiled[name] = compile_network(cfg, graph, **options)
     results = run_many_on_rtl(cfg, [dict(program=c, name=n) for n, c in compiled.items()])
     return {name: (compiled[name], res) for name, res in zip(compiled, results)}
 

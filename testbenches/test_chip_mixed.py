@@ -13,7 +13,7 @@ import pytest
 
 import test_chip_nonsquare as tall
 import test_chip_wide as wide
-from conftest import assert_cases_and_random_programs_on_rtl
+from conftest import assert_cases_and_random_programs_on_rtl, case_network
 from systolica.arch import fabric
 from systolica.arch.config import preset
 from systolica.arch.isa import Opcode
@@ -104,9 +104,8 @@ def test_compiles_and_golden_equals_numpy(cfg, name):
     golden model running it equals numpy in the predicted cycles (int32 transposes
     included: on 3x2 an output word is two sub-blocks, the second half full, and on
     3x4 a block's rows and columns stop at N-block ends)."""
-    make, choice = CASES[name] if isinstance(CASES[name], tuple) else (CASES[name], None)
-    options = choice if isinstance(choice, dict) else dict(chain=choice)
-    tall.golden_equals_numpy_on_time(cfg, make(), **options)
+    graph, options = case_network(CASES[name])
+    tall.golden_equals_numpy_on_time(cfg, graph, **options)
 
 
 @pytest.mark.rtl

@@ -14,7 +14,7 @@ import pytest
 import test_chip_mixed as mixed
 import test_chip_nonsquare as tall
 import test_chip_wide as wide
-from conftest import assert_cases_and_random_programs_on_rtl
+from conftest import assert_cases_and_random_programs_on_rtl, case_network
 from systolica.arch import fabric, isa
 from systolica.arch.config import ConfigError, preset
 from systolica.arch.isa import Opcode
@@ -80,9 +80,8 @@ def test_split_programs_set_both_pages():
 def test_compiles_and_golden_equals_numpy(cfg, name):
     """Pure Python: the non-square grids' cases compile on these grids and the golden
     model running them equals numpy in the predicted cycles."""
-    make, choice = CASES[name] if isinstance(CASES[name], tuple) else (CASES[name], None)
-    options = choice if isinstance(choice, dict) else dict(chain=choice)
-    tall.golden_equals_numpy_on_time(cfg, make(), **options)
+    graph, options = case_network(CASES[name])
+    tall.golden_equals_numpy_on_time(cfg, graph, **options)
 
 
 @pytest.mark.rtl

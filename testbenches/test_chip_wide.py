@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from conftest import assert_cases_and_random_programs_on_rtl, assert_matches_prediction, \
-    assert_outputs_match, compile_and_run_on_rtl
+    assert_outputs_match, case_network, compile_and_run_on_rtl
 from systolica import golden
 from systolica.arch import fabric, isa, timing
 from systolica.arch.config import ConfigError, preset
@@ -293,13 +293,12 @@ def test_compiles_and_golden_equals_numpy(cfg, name):
     more channels leaves in slices)."""
     refused = {"mlp_passes": r"CBUF too small by \d+ rows",
                "chain_fused_crop": "at most 4 output"}
-    make, choice = CASES[name] if isinstance(CASES[name], tuple) else (CASES[name], None)
-    options = choice if isinstance(choice, dict) else dict(chain=choice)
+    graph, options = case_network(CASES[name])
     if cfg.rows == 4 and name in refused:
         with pytest.raises(CompileError, match=refused[name]):
-            compile_network(cfg, make(), **options)
+            compile_network(cfg, graph, **options)
         return
-    c = compile_network(cfg, make(), **options)
+    c = compile_network(cfg, graph, **options)
     gold = c.results(golden.run(cfg, c.image, c.dram, c.prog_addr, ubuf=c.ubuf).dram)
     for k, want in reference.outputs(c.graph).items():
         np.testing.assert_array_equal(gold[k], want, err_msg=f"{name}: golden vs numpy")
