@@ -44,7 +44,8 @@ from ..compiler.reconfigure import add_updates
 from ..compiler.schedule import schedule
 
 #: How an illegal program is broken; the seed picks one (``seed % len``).
-CATEGORIES = ("late", "unit_busy", "addr_range", "cfg_limit", "cfg_in_use", "bank_conflict")
+CATEGORIES = ("late", "unit_busy", "addr_range", "cfg_limit", "cfg_in_use", "bank_conflict",
+              "cfg_range")
 
 #: Chips beyond the presets: ``tiny`` with tight configuration-update limits (updates
 #: on even cycles only, two pairs per SETCFG, one per power domain), which makes the
@@ -729,6 +730,20 @@ def _cfg_limit(cfg, program, rng):
     return out, (ErrorCode.CFG_LIMIT, pc, ins.cycle), f"SETCFG at cycle {ins.cycle}: {kind}"
 
 
+def _cfg_range(cfg, program, rng):
+    """A SETCFG naming a multiplexer past the chip's table, in either SETCFG page (on a
+    chip of one page, page 1 names none)."""
+    count = len(fabric.muxes(cfg))
+    number = int(rng.integers(count, 1 << isa.MUX_NUMBER_BITS))
+    end = max(i.cycle for i in program) + 8
+    free = [c for c in _free_cycles(program, 0, end) if c % cfg.config_update_interval == 0]
+    ins = Instr(Opcode.SETCFG, int(rng.choice(free)),
+                isa.setcfg_fields([(number, int(rng.integers(1 << isa.MUX_VALUE_BITS)))]))
+    out, pc = _insert(program, ins)
+    return out, (ErrorCode.CFG_RANGE, pc, ins.cycle), f"SETCFG of multiplexer {number} " \
+        f"(the chip has {count}) at cycle {ins.cycle}"
+
+
 def _cfg_in_use(cfg, program, rng):
     code = getattr(ErrorCode, "CFG_IN_USE", None)
     if code is None:
@@ -829,7 +844,7 @@ def _unit_free(cfg: ChipConfig, program: list[Instr], y: Instr) -> bool:
 
 BREAK = {"late": _late, "unit_busy": _unit_busy, "addr_range": _addr_range,
          "cfg_limit": _cfg_limit, "cfg_in_use": _cfg_in_use,
-         "bank_conflict": _bank_conflict}
+         "bank_conflict": _bank_conflict, "cfg_range": _cfg_range}
 
 
 def illegal(cfg: ChipConfig, seed: int, category: str | None = None) -> RandomProgram:
