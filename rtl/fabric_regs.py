@@ -8,15 +8,17 @@ from systolica.arch import fabric, isa
 from systolica.arch.config import ChipConfig
 from systolica.arch.isa import Opcode
 
-from .ports import Issue, check_config
+from .ports import Issue, check_config, setcfg_numbers
 
 
 class FabricRegs(wiring.Component):
     """A ``SETCFG`` issued on ``issue`` writes its ``more + 1`` (multiplexer, value) pairs
     (multiplexer ``page * 128 + index``) at once, in pair order (a later pair naming the
-    same multiplexer wins); ``value[k]`` drives multiplexer ``k`` of :func:`systolica.arch.fabric.muxes`. Reset
-    values route a plain GEMM. Names beyond the table change nothing (the sequencer
-    faults such instructions before they issue)."""
+    same multiplexer wins); ``value[k]`` drives multiplexer ``k`` of
+    :func:`systolica.arch.fabric.muxes`. Reset values route a plain GEMM. Names beyond
+    the table change nothing, and a chip of one page (at most 128 multiplexers) does
+    not decode the page bit: the sequencer faults such instructions (``CFG_RANGE``)
+    before they issue."""
 
     def __init__(self, *, cfg: ChipConfig):
         self.cfg = check_config(cfg, "FabricRegs")
@@ -29,7 +31,7 @@ class FabricRegs(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         args = self.issue.payload
-        pairs = isa.setcfg_payload_pairs(args)
+        pairs = setcfg_numbers(len(self.muxes), args)
         # Which pair writes a multiplexer (the last naming it) and whether any does
         # come from the payload alone; ``valid`` (a deep signal: the sequencer's issue)
         # only enables the register.

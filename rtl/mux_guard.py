@@ -11,7 +11,7 @@ from systolica.arch import fabric, isa, timing
 from systolica.arch.config import ChipConfig
 from systolica.arch.isa import Instr, Opcode
 
-from .ports import check_config, mux_table_bits
+from .ports import check_config, mux_number_bits, setcfg_numbers
 
 
 @dataclass(frozen=True)
@@ -179,12 +179,10 @@ class MuxGuard(wiring.Component):
                 in_use[w.mux] = in_use[w.mux] | (past[w.lo - 1] if w.lo else left != 0)
 
         m.d.comb += self.busy.eq(Cat(*in_use))
-        bits = mux_table_bits(len(in_use))
-        busy_vec = Cat(*in_use, Const(0, (1 << bits) - len(in_use)))
+        busy_vec = Cat(*in_use, Const(0, (1 << mux_number_bits(len(in_use))) - len(in_use)))
         sc = self.setcfg
         pairs = sc.more + 1
-        hits = [(k < pairs) & busy_vec.bit_select(number[:bits], 1)
-                & (number[bits:] == 0 if bits < len(number) else 1)
-                for k, (number, _) in enumerate(isa.setcfg_payload_pairs(sc))]
+        hits = [(k < pairs) & busy_vec.bit_select(number, 1)
+                for k, (number, _) in enumerate(setcfg_numbers(len(in_use), sc))]
         m.d.comb += self.in_use.eq(Cat(*hits).any())
         return m

@@ -15,7 +15,7 @@ with ``In(...)`` and the chip joins them with ``connect``.
 
 from __future__ import annotations
 
-from amaranth.hdl import Array, Const, Mux, Shape, Value
+from amaranth.hdl import Array, Const, Shape, Value
 from amaranth.lib import data, memory, wiring
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2
@@ -30,26 +30,35 @@ ERROR_SHAPE = range(max(ErrorCode) + 1)
 BUFFERS = ("cbuf", "acc")
 
 
+def setcfg_numbers(count: int, sc) -> list[tuple]:
+    """A SETCFG payload view's (multiplexer number, value) slots as a chip of `count`
+    multiplexers decodes them: page and index where it has two pages, the index alone
+    where it has one. There a page-1 SETCFG is ``CFG_RANGE`` (:func:`setcfg_page_ok`),
+    a fault the sequencer raises before any other check or unit acts on the numbers."""
+    pairs = isa.setcfg_payload_pairs(sc)
+    if count > 1 << isa.MUX_INDEX_BITS:
+        return pairs
+    return [(number[:isa.MUX_INDEX_BITS], value) for number, value in pairs]
+
+
+def setcfg_page_ok(count: int, sc) -> Value:
+    """Whether a SETCFG's page exists on a chip of `count` multiplexers."""
+    pages = -(-count // (1 << isa.MUX_INDEX_BITS))
+    return sc.page < pages if pages < 1 << isa.MUX_PAGE_BITS else Const(1)
+
+
 def mux_lookup(values: list[int], width: int, pad: int):
     """A constant per multiplexer (`values`, in multiplexer order), looked up by a
-    SETCFG pair's number (:func:`systolica.arch.isa.setcfg_payload_pairs`, page and
-    index); numbers past the table read `pad`. The table spans the index bits the
-    chip's multiplexers need (no fewer than a page's), so a chip of one page pays only
-    an AND with its page bit."""
-    bits = mux_table_bits(len(values))
+    number of :func:`setcfg_numbers` for that chip; numbers past the table read `pad`."""
+    bits = mux_number_bits(len(values))
     table = Array([Const(v, width) for v in values]
                   + [Const(pad, width)] * ((1 << bits) - len(values)))
-
-    def lookup(number: Value) -> Value:
-        number = Value.cast(number)
-        hit = table[number[:bits]]
-        return Mux(number[bits:].any(), pad, hit) if bits < len(number) else hit
-    return lookup
+    return lambda number: table[number]
 
 
-def mux_table_bits(count: int) -> int:
-    """Index bits of a table of `count` multiplexers: a page's, or more if it spans more."""
-    return max(isa.MUX_INDEX_BITS, (count - 1).bit_length())
+def mux_number_bits(count: int) -> int:
+    """The bits of a multiplexer number on a chip of `count` (:func:`setcfg_numbers`)."""
+    return isa.MUX_INDEX_BITS + (isa.MUX_PAGE_BITS if count > 1 << isa.MUX_INDEX_BITS else 0)
 
 
 def check_config(cfg, block: str) -> ChipConfig:

@@ -11,7 +11,7 @@ from systolica.arch.regs import ErrorCode
 
 from .mux_guard import MuxGuard
 from .ports import (PC_BITS, DramMaster, Issue, RunControl, UbufAt, check_config, mux_lookup,
-                    ubuf_place)
+                    setcfg_numbers, setcfg_page_ok, ubuf_place)
 
 
 class Sequencer(wiring.Component):
@@ -142,7 +142,7 @@ class Sequencer(wiring.Component):
             in_range, cfg_ok = self._range_checks(m, view)
             # the multiplexers a SETCFG names (for CFG_IN_USE, against the guard's busy)
             sc = self._view(view, Opcode.SETCFG)
-            indices = [number for number, _ in isa.setcfg_payload_pairs(sc)]
+            indices = [number for number, _ in setcfg_numbers(n_mux, sc)]
             named = [Cat(*((k <= sc.more) & (ix == x) for k, ix in enumerate(indices))).any()
                      for x in range(n_mux)]
             out = Signal(Checks)
@@ -324,7 +324,7 @@ class Sequencer(wiring.Component):
         muxes = fabric.muxes(cfg)
         domains = fabric.domains(cfg)
         domain_of = mux_lookup([domains.index(x.domain) for x in muxes], 4, 15)
-        indices = [number for number, _ in isa.setcfg_payload_pairs(sc)]
+        indices = [number for number, _ in setcfg_numbers(len(muxes), sc)]
         for d in range(len(domains)):
             hits = [(k < pairs) & (domain_of(ix) == d) for k, ix in enumerate(indices)]
             count = sum(hit.as_unsigned() for hit in hits)
@@ -358,8 +358,9 @@ class Sequencer(wiring.Component):
         muxes = fabric.muxes(cfg)
         n_sources = mux_lookup([len(x.sources) for x in muxes], 5, 0)
         pair_ok = [(k > sc.more) | (value < n_sources(number))
-                   for k, (number, value) in enumerate(isa.setcfg_payload_pairs(sc))]
+                   for k, (number, value) in enumerate(setcfg_numbers(len(muxes), sc))]
         cfg_ok = Signal()
-        m.d.comb += cfg_ok.eq((op != Opcode.SETCFG) | Cat(*pair_ok).all())
+        m.d.comb += cfg_ok.eq((op != Opcode.SETCFG)
+                              | (Cat(*pair_ok).all() & setcfg_page_ok(len(muxes), sc)))
         return in_range, cfg_ok
 
