@@ -677,9 +677,14 @@ def _out_of_range(cfg: ChipConfig, ins: Instr, rng) -> dict:
         if f["rows"] > 1:
             choices.append(("rows", int(rng.integers(cfg.acc_depth - f["src"] + 1,
                                                      1 << isa.ACC_ADDR_BITS))))
-    name, value = choices[int(rng.integers(len(choices)))]
-    f[name] = value
-    return f
+    # the drawn change, or the next one that keeps the instruction legal (a VRUN's
+    # fused crop, say, takes no more rows than the UBUF: past that it is ILLEGAL_OPCODE)
+    first = int(rng.integers(len(choices)))
+    for name, value in choices[first:] + choices[:first]:
+        g = {**f, name: value}
+        if instructions.legal(cfg, ins.op, g):
+            return g
+    raise _NoSite
 
 
 def _addr_range(cfg, program, rng):
