@@ -33,15 +33,17 @@ $(STAMP): pyproject.toml
 sim: $(STAMP)
 	$(VENV)/bin/systolica sim $(SIM_FLAGS)
 
+# The chip models' C++ at -O1 (SYSTOLICA_OPT_FAST): half the compile of -O3 for short runs.
 test: $(FPGA_STAMP)
-	$(VENV)/bin/python -m pytest -n $(WORKERS) -m "not regress" --durations=25 testbenches
+	SYSTOLICA_OPT_FAST=-O1 $(VENV)/bin/python -m pytest -n $(WORKERS) -m "not regress" --durations=25 testbenches
 
 # The quick pure-Python tests (no Verilator build or run, no FPGA tool, none marked
-# slow: those run in `make test`), shuffled across
+# slow: those run in `make test`; property tests draw a quarter of their examples,
+# `testbenches/tiers.py`), shuffled across
 # modules on every run so that no test can lean on another having run first; the seed
 # is printed, and `make test-fast SEED=n` repeats that order.
 test-fast: $(STAMP)
-	$(VENV)/bin/python -m pytest -q -n 2 -m "not rtl and not fpga and not slow and not regress" \
+	SYSTOLICA_TIER=fast $(VENV)/bin/python -m pytest -q -n 2 -m "not rtl and not fpga and not slow and not regress" \
 		--random-order-bucket=global $(if $(SEED),--random-order-seed=$(SEED)) testbenches
 
 regress: $(FPGA_STAMP)

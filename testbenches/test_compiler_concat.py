@@ -45,6 +45,7 @@ def test_concats_equal_numpy(name):
         run_golden(cfg, concat_net(M, widths, seed, after=after, direct=direct))
 
 
+@pytest.mark.slow
 def test_random_concats_on_every_lane_chip():
     """Random widths and rows; a network the CBUF cannot hold (each tensor takes banks
     of its own) is refused by name, and most are not."""

@@ -12,6 +12,7 @@ from systolica.compiler import CompileError, Dense, GraphBuilder, Network, gemm,
 from systolica.compiler import layout
 from systolica.compiler.plan import Region, check_plan
 from systolica.compiler.rules import WEIGHT_SLOTS, acc_half_rows
+from tiers import sample
 
 TINY = preset("tiny")
 R = TINY.rows
@@ -203,9 +204,9 @@ def test_beside_other_layers_all_of_m_is_in_one_accumulator_half():
                                       f"at most {Mt}")
 
 
-@pytest.mark.parametrize("name, batch, widths", [
+@pytest.mark.parametrize("name, batch, widths", sample([
     ("tiny_tall", 303, (24, 18, 15, 34, 36)), ("tiny_tall", 176, (53, 44, 27, 46, 9)),
-    ("tiny_wide", 128, (56, 30, 25, 37, 26))])
+    ("tiny_wide", 128, (56, 30, 25, 37, 26))], 2))
 def test_a_network_the_largest_first_order_cannot_place_takes_another(name, batch, widths,
                                                                       monkeypatch):
     """Largest-first leaves these networks' free banks in pieces; an earlier or

@@ -39,7 +39,8 @@ def _random_depthwise(seed: int):
     return g.build(y)
 
 
-@pytest.mark.parametrize("seed", sample(range(24), 4))
+# (seed % 4 picks the chip: every 7th seed reaches each chip once in the fast tier)
+@pytest.mark.parametrize("seed", sample(range(24), 7))
 def test_random_depthwise_layers_equal_numpy(seed):
     run_golden(preset(CHIPS[seed % 4]), _random_depthwise(seed))
 

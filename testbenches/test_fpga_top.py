@@ -24,7 +24,7 @@ def build(config: str):
     return verilated.build(verilated.component(
         TOP, partial(FpgaTop, cfg=cfg, link=tb_fpga_top.LINK), label=f"fpga-top-{cfg.key}",
         public="top", build_args=tuple(rtlsim.BUILD_ARGS),
-        make_variables=rtlsim.MAKE_VARIABLES))
+        make_variables=rtlsim.make_variables()))
 
 
 def run(config: str, case: str):

@@ -135,6 +135,23 @@ def test_bad_harness_is_refused(tiny_cfg, harness, waves, message):
         rtlsim.run(tiny_cfg, [dict(program=b"")], waves=waves, harness=harness)
 
 
+def test_the_chip_build_takes_its_cxx_level_from_the_environment(monkeypatch, tiny_cfg):
+    """$SYSTOLICA_OPT_FAST replaces -O3 and so changes the build's key; a value that is
+    no optimisation level is refused by name before anything is built."""
+    from systolica.sim import verilated
+    monkeypatch.delenv(rtlsim.OPT_FAST_ENV, raising=False)
+    default = rtlsim.design(tiny_cfg)
+    assert default.make_variables["OPT_FAST"] == "-O3"
+    monkeypatch.setenv(rtlsim.OPT_FAST_ENV, "-O1")
+    quick = rtlsim.design(tiny_cfg)
+    assert quick.make_variables["OPT_FAST"] == "-O1"
+    assert verilated.digest(quick) != verilated.digest(default)
+    monkeypatch.setenv(rtlsim.OPT_FAST_ENV, "fast")
+    with pytest.raises(rtlsim.RtlSimError, match=r"SYSTOLICA_OPT_FAST='fast' is not a C\+\+ "
+                                                 r"optimisation level: set one of -O0"):
+        rtlsim.run(tiny_cfg, [dict(program=b"")])
+
+
 # -- on the RTL -------------------------------------------------------------------------
 
 def _random_dram(cfg, seed=1):

@@ -385,7 +385,7 @@ def int32_with_matmul_t():
 
 
 @pytest.mark.parametrize("chip", ["tiny", "base", "tiny_tall", "tiny_wide"])
-@pytest.mark.parametrize("make", [nd_twice_with_matmul_t, int32_with_matmul_t])
+@pytest.mark.parametrize("make", sample([nd_twice_with_matmul_t, int32_with_matmul_t], 2))
 def test_transposes_through_dram_beside_a_matmul_t(chip, make):
     """The GEMM lowering (a MatMulT has no rule in the layer-by-layer one) stores an
     N-D or int32 tensor a transpose reads and streams it back from DRAM."""
@@ -458,9 +458,9 @@ INT32_NONSQUARE_CASES = [(8, 8, 8, None), (20, 9, 13, None), (5, 3, 7, (0, 1)),
 
 @pytest.mark.parametrize(
     "m, k, n, perm, cfg",
-    # every case on every grid; the fast tier a spread of eight, each grid twice
+    # every case on every grid; the fast tier four, each grid once with another case
     sample([pytest.param(*case, cfg, id=f"{str(case).replace(' ', '')}-{cfg.name}")
-            for case in INT32_NONSQUARE_CASES for cfg in (TALL, TALL4, WIDE, WIDE4)], 5))
+            for cfg in (TALL, TALL4, WIDE, WIDE4) for case in INT32_NONSQUARE_CASES], 10))
 def test_int32_transpose_on_non_square_arrays(cfg, m, k, n, perm):
     """On a tall array (R = k*C): blocks of C input rows (a west load's) by R input
     columns, each output word built in k sub-blocks of C bytes; on a wide one (C = k*R)
@@ -498,6 +498,7 @@ def test_transposes_through_dram_beside_a_wide_dense_on_a_non_square_array():
         np.testing.assert_array_equal(got["ht"], reference.evaluate(graph)["fc"].T)
 
 
+@pytest.mark.slow
 def test_int32_transpose_on_a_tall_array_in_sub_blocks():
     """64x64 int32 on tiny_tall (16x8): 8 x 4 blocks of 8 x 16 elements, 4 input words
     each (a west load of 8 rows per word) and per group one load of each of the 16

@@ -7,8 +7,19 @@ shapes, chips) keeps an evenly spread sample in the fast tier and marks the rest
 
 from __future__ import annotations
 
+import os
+
 import pytest
 from _pytest.mark.structures import ParameterSet
+
+#: ``make test-fast`` sets SYSTOLICA_TIER=fast.
+FAST = os.environ.get("SYSTOLICA_TIER") == "fast"
+
+
+def examples(count: int) -> int:
+    """How many examples a property-based test draws: ``count``, a quarter of it in
+    the fast tier (at least 20)."""
+    return max(20, count // 4) if FAST else count
 
 
 def sample(cases, every: int):

@@ -52,6 +52,7 @@ begins in the waveform), ``wall_s`` (host seconds of that part of the simulation
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import tempfile
 from pathlib import Path
@@ -78,6 +79,21 @@ BUILD_ARGS = [*verilated.LINT_ARGS, "-O3", "--x-assign", "fast", "--x-initial", 
 #: The C++ of the model at -O3 (Verilator's makefile defaults to -Os), for both
 #: harnesses alike. No -march=native: a build must run on any x86-64.
 MAKE_VARIABLES = {"OPT_FAST": "-O3"}
+#: Set, it replaces that -O3. ``make test`` sets -O1: its dozen chip builds each run
+#: short programs, and -O1 compiles in about half the C++ time for two thirds of the
+#: speed. The level is part of a build's key: builds at each level live side by side.
+OPT_FAST_ENV = "SYSTOLICA_OPT_FAST"
+OPT_LEVELS = ("-O0", "-O1", "-O2", "-O3", "-Os", "-Og")
+
+
+def make_variables() -> dict:
+    """The make variables of a chip's C++ build: :data:`MAKE_VARIABLES`, with
+    ``$SYSTOLICA_OPT_FAST`` in place of -O3 when it is set."""
+    opt = os.environ.get(OPT_FAST_ENV, "").strip()
+    if opt and opt not in OPT_LEVELS:
+        raise RtlSimError(f"{OPT_FAST_ENV}={opt!r} is not a C++ optimisation level: "
+                          f"set one of {', '.join(OPT_LEVELS)}, or unset it")
+    return {**MAKE_VARIABLES, "OPT_FAST": opt} if opt else dict(MAKE_VARIABLES)
 TIMESCALE = verilated.TIMESCALE
 #: Who drives the chip: cocotb (Python, VPI; waveforms) or a plain C++ main
 #: (:mod:`systolica.sim.cxxsim`), the same Verilog either way.
@@ -114,7 +130,7 @@ def design(cfg: ChipConfig, waves: bool = False, harness: str = "cocotb") -> ver
         verilog=generate, generator=("systolica.rtl.verilog",), params=repr(cfg),
         sources=(SIM_TOP,),
         parameters={"WORDS": cfg.dram_words, "WIDTH": 8 * cfg.dram_word_bytes},
-        build_args=tuple(BUILD_ARGS), make_variables=MAKE_VARIABLES, waves=waves,
+        build_args=tuple(BUILD_ARGS), make_variables=make_variables(), waves=waves,
         public="top", main=CXX_MAIN if cxx else None)
 
 
