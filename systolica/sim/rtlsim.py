@@ -84,6 +84,15 @@ MAKE_VARIABLES = {"OPT_FAST": "-O3"}
 #: speed. The level is part of a build's key: builds at each level live side by side.
 OPT_FAST_ENV = "SYSTOLICA_OPT_FAST"
 OPT_LEVELS = ("-O0", "-O1", "-O2", "-O3", "-Os", "-Og")
+TIMESCALE = verilated.TIMESCALE
+#: Who drives the chip: cocotb (Python, VPI; waveforms) or a plain C++ main
+#: (:mod:`systolica.sim.cxxsim`), the same Verilog either way.
+HARNESSES = ("cocotb", "cxx")
+CXX_MAIN = HDL / "harness.cpp"
+
+
+class RtlSimError(RuntimeError):
+    """Building or running the simulator failed, or a job did not end as expected."""
 
 
 def make_variables() -> dict:
@@ -94,15 +103,6 @@ def make_variables() -> dict:
         raise RtlSimError(f"{OPT_FAST_ENV}={opt!r} is not a C++ optimisation level: "
                           f"set one of {', '.join(OPT_LEVELS)}, or unset it")
     return {**MAKE_VARIABLES, "OPT_FAST": opt} if opt else dict(MAKE_VARIABLES)
-TIMESCALE = verilated.TIMESCALE
-#: Who drives the chip: cocotb (Python, VPI; waveforms) or a plain C++ main
-#: (:mod:`systolica.sim.cxxsim`), the same Verilog either way.
-HARNESSES = ("cocotb", "cxx")
-CXX_MAIN = HDL / "harness.cpp"
-
-
-class RtlSimError(RuntimeError):
-    """Building or running the simulator failed, or a job did not end as expected."""
 
 
 def _check_harness(harness: str, waves: bool) -> None:
