@@ -304,7 +304,8 @@ def test_compiles_and_golden_equals_numpy(cfg, name):
         np.testing.assert_array_equal(gold[k], want, err_msg=f"{name}: golden vs numpy")
 
 
-@pytest.mark.parametrize("seed", sample(range(12), 4))
+# (seed % 2 picks the grid: every 5th seed reaches both in the fast tier)
+@pytest.mark.parametrize("seed", sample(range(12), 5))
 def test_random_dense_networks_golden_equals_numpy(seed):
     rng = _rng(100 + seed)
     M = int(rng.integers(1, 90))

@@ -58,7 +58,8 @@ def test_edge_shapes(cfg, M, K, N, post):
     check(cfg, gemm(a, b, **post))
 
 
-@pytest.mark.parametrize("seed", sample(range(8), 4))
+# (seed % 2 picks the chip: every 5th seed reaches both in the fast tier)
+@pytest.mark.parametrize("seed", sample(range(8), 5))
 def test_random_gemms(seed):
     rng = np.random.default_rng(seed)
     cfg = (TINY, BASE)[seed % 2]
@@ -237,7 +238,8 @@ def random_graph(seed: int):
     return g.build()
 
 
-@pytest.mark.parametrize("seed", sample(range(16), 4))
+# (seed % 2 picks the chip: every 5th seed reaches both in the fast tier)
+@pytest.mark.parametrize("seed", sample(range(16), 5))
 def test_random_graphs_match_numpy_on_the_golden_model(seed):
     cfg = (TINY, BASE)[seed % 2]
     graph = random_graph(seed)
