@@ -3,7 +3,7 @@
 `make test-fast` is the check before every commit and has to stay a matter of
 seconds; `make test` runs every case. A family of many similar cases (random seeds,
 shapes, chips) keeps an evenly spread sample in the fast tier and marks the rest
-``slow``."""
+``slow``; a property-based test draws fewer examples there (:func:`examples`)."""
 
 from __future__ import annotations
 

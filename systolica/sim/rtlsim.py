@@ -79,7 +79,7 @@ BUILD_ARGS = [*verilated.LINT_ARGS, "-O3", "--x-assign", "fast", "--x-initial", 
 #: The C++ of the model at -O3 (Verilator's makefile defaults to -Os), for both
 #: harnesses alike. No -march=native: a build must run on any x86-64.
 MAKE_VARIABLES = {"OPT_FAST": "-O3"}
-#: Set, it replaces that -O3. ``make test`` sets -O1: its dozen chip builds each run
+#: Set, it replaces that -O3. ``make test`` sets -O1: its chip builds each run
 #: short programs, and -O1 compiles in about half the C++ time for two thirds of the
 #: speed. The level is part of a build's key: builds at each level live side by side.
 OPT_FAST_ENV = "SYSTOLICA_OPT_FAST"
