@@ -9,7 +9,7 @@ statements: the compiler places them from the needs.
 
 from __future__ import annotations
 
-from ..arch import instructions
+from ..arch import instructions, isa
 from ..arch.config import ChipConfig
 from ..arch.isa import Opcode
 from .errors import CompileError
@@ -23,7 +23,7 @@ def statements(ops: list[MicroOp]) -> list[Statement]:
     routes: dict[tuple, str] = {}
     out: list[Statement] = []
     for mop in ops:
-        if mop.op is Opcode.SETCFG:
+        if mop.op in isa.SETCFGS:
             raise CompileError(f"{mop}: a SETCFG is no statement of its own; print the ops "
                                f"before configuration updates are placed, with their needs")
         entry = instructions.spec(mop.op)

@@ -112,7 +112,7 @@ def delay_for_fetch(cfg: ChipConfig, program: list[isa.Instr]) -> list[isa.Instr
     # per index, the first SETCFG at or after it (count: none)
     next_cfg = [count] * (count + 1)
     for k in range(count - 1, -1, -1):
-        next_cfg[k] = k if program[k].op is Opcode.SETCFG else next_cfg[k + 1]
+        next_cfg[k] = k if program[k].op in isa.SETCFGS else next_cfg[k + 1]
 
     t = [0] * count                  # issue cycles as placed
     shift = 0                        # delay of every instruction not placed yet ...

@@ -71,8 +71,8 @@ def accesses(cfg: ChipConfig, op: Opcode, f: dict,
                           *timing.bank_window(cfg, isa.Instr(op, 0, f))))
     if entry.uses_fabric:
         out.append(Access("cfg", 0, len(fabric.muxes(cfg)), READ))
-    if op is Opcode.SETCFG:
-        out += [Access("cfg", i, i + 1, WRITE) for i, _ in isa.setcfg_pairs(f)]
+    if op in isa.SETCFGS:
+        out += [Access("cfg", i, i + 1, WRITE) for i, _ in isa.setcfg_pairs(f, op)]
     return tuple(out)
 
 
@@ -104,7 +104,7 @@ def make(cfg: ChipConfig, op: Opcode, layer: int = 0, **fields) -> MicroOp:
             raise CompileError(f"{mop}: its {r.memory} range [{r.lo}, {r.hi}) runs past "
                                f"the end of that memory ({r.bound} rows on chip "
                                f"{cfg.name!r}); use addresses inside it")
-    if op is Opcode.SETCFG and not instructions.setcfg_in_table(cfg, fields):
+    if op in isa.SETCFGS and not instructions.setcfg_in_table(cfg, fields, op):
         raise CompileError(f"{mop}: names a multiplexer or source the fabric does not "
                            f"have ({len(fabric.muxes(cfg))} multiplexers)")
     if op is Opcode.VRUN and fields["to_acc"] \

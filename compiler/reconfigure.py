@@ -135,7 +135,8 @@ class Routing:
     def __init__(self, cfg: ChipConfig, ops: list[MicroOp]):
         self.cfg = cfg
         self.domain = {m.name: m.domain for m in fabric.muxes(cfg)}
-        self.page = {m.name: isa.mux_page(m.index) for m in fabric.muxes(cfg)}
+        page = fabric.setcfg_format(cfg).page
+        self.page = {m.name: page(m.index) for m in fabric.muxes(cfg)}
         table = fabric.by_name(cfg)
         distinct = {id(op.needs): op.needs for op in ops}   # copies share their needs
         self.active = any(name not in table or src not in table[name].sources
@@ -209,7 +210,7 @@ def windows(cfg: ChipConfig, ops: list[MicroOp], cycles: list[int],
     name_of = (lambda k: who[k]) if who is not None else (lambda k: str(ops[k]))
     out = []
     for name, lst in uses(cfg, ops, cycles).items():
-        domain, page = table[name].domain, isa.mux_page(table[name].index)
+        domain, page = table[name].domain, fabric.setcfg_format(cfg).page(table[name].index)
         prev: Use | None = None
         for u in lst:
             if prev is not None and u.value == prev.value:
@@ -267,7 +268,8 @@ def setcfgs(cfg: ChipConfig, updates: Sequence[Update]
     per_cycle: dict[int, list[Update]] = defaultdict(list)
     for u in updates:
         per_cycle[u.cycle].append(u)
-    return [(isa.Instr(Opcode.SETCFG, c, isa.setcfg_fields(
+    fmt = fabric.setcfg_format(cfg)
+    return [(isa.Instr(fmt.op, c, fmt.fields(
                 [(table[u.mux].index, u.value) for u in group])), group)
             for c, group in sorted(per_cycle.items())]
 

@@ -436,7 +436,7 @@ def to_micro_op(cfg: ChipConfig, st: Statement, filename: str = "<text>") -> Mic
                          f"{st.where()}: unit {st.component} has no operation "
                          f"'{st.op}'; it has {', '.join(ops)}")
     opcode, fixed = CHIP_OPS[key]
-    if opcode is Opcode.SETCFG:
+    if opcode in isa.SETCFGS:
         raise ParseError(filename, st.line, st.col,
                          f"{st.where()}: a cfg set is not an instruction of its own; the "
                          f"statements that read its value need the setting, and the "

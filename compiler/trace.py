@@ -52,12 +52,12 @@ def schedule_rows(schedule: Schedule, updates: Mapping[str, int] | None = None) 
 def _setcfg_text(cfg: ChipConfig, ins: isa.Instr) -> str:
     table = fabric.muxes(cfg)
     pairs = []
-    for i, v in isa.setcfg_pairs(ins.fields):
+    for i, v in isa.setcfg_pairs(ins.fields, ins.op):
         if 0 <= i < len(table) and 0 <= v < len(table[i].sources):
             pairs.append(f"{table[i].name} <- {table[i].sources[v]}")
         else:
             pairs.append(f"mux {i} <- {v}")
-    return "SETCFG " + ", ".join(pairs)
+    return f"{ins.op.name} " + ", ".join(pairs)
 
 
 def chip_rows(cfg: ChipConfig, program: Sequence[isa.Instr],
@@ -68,10 +68,10 @@ def chip_rows(cfg: ChipConfig, program: Sequence[isa.Instr],
     for n, ins in enumerate(program):
         asm = str(ins).split(":", 1)[1].strip()
         text = texts[n] if texts is not None else (
-            _setcfg_text(cfg, ins) if ins.op is Opcode.SETCFG else asm)
+            _setcfg_text(cfg, ins) if ins.op in isa.SETCFGS else asm)
         args = {"instruction": asm, "pc": n, "done": timing.done(cfg, ins),
                 **{k: int(v) for k, v in ins.fields.items()}}
-        if ins.op is Opcode.SETCFG:
+        if ins.op in isa.SETCFGS:
             rows.append(Row(ins.cycle, timing.UNIT[ins.op], 1, text, args, instant=True))
         else:
             rows.append(Row(ins.cycle, timing.UNIT[ins.op], timing.occupancy(cfg, ins),

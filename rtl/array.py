@@ -236,7 +236,7 @@ class GeneralLanes(wiring.Component):
         count = 4 * cfg.tile_rows * cfg.tile_cols
         return {"gen_in_w": In(LANE).array(rows), "gen_in_e": In(LANE).array(rows),
                 "gen_in_n": In(LANE).array(cols), "gen_in_s": In(LANE).array(cols),
-                "gen_sel": In(4).array(count),
+                "gen_sel": In(fabric.value_bits(cfg)).array(count),
                 "gen_out_e": Out(LANE).array(rows), "gen_out_w": Out(LANE).array(rows),
                 "gen_out_s": Out(LANE).array(cols), "gen_out_n": Out(LANE).array(cols)}
 

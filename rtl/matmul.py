@@ -6,7 +6,7 @@ from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2
 
-from systolica.arch import isa, timing
+from systolica.arch import fabric, isa, timing
 from systolica.arch.config import ChipConfig
 from systolica.arch.isa import Opcode
 
@@ -57,8 +57,8 @@ class WeightLoader(wiring.Component):
         super().__init__({
             "issue": In(Issue(isa.PAYLOAD[Opcode.WLOAD])),
             "cbuf_read": In(buffer_read(cfg, "cbuf")),
-            "north_feed": In(4).array(cfg.tile_cols),
-            "west_wfeed": In(4).array(cfg.tile_rows),
+            "north_feed": In(fabric.value_bits(cfg)).array(cfg.tile_cols),
+            "west_wfeed": In(fabric.value_bits(cfg)).array(cfg.tile_rows),
             "north_w": Out(WGT).array(cfg.cols), "west_w": Out(WGT).array(cfg.rows),
             "w_shift": Out(1), "w_bank": Out(1),
         })
@@ -141,7 +141,8 @@ class MatmulUnit(wiring.Component):
             "cbuf_read": In(partitioned_read(cfg)),
             "acc_read": In(buffer_read(cfg, "acc")),
             "acc_write": In(buffer_write(cfg, "acc")),
-            "west_feed": In(4).array(t), "acc_src": In(4).array(cfg.tile_cols),
+            "west_feed": In(fabric.value_bits(cfg)).array(t),
+            "acc_src": In(fabric.value_bits(cfg)).array(cfg.tile_cols),
             "west_a": Out(ACT).array(cfg.rows), "west_sel": Out(1).array(cfg.rows),
             "south_psum": In(PSUM).array(cfg.cols),
         })

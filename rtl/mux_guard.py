@@ -128,7 +128,7 @@ class MuxGuard(wiring.Component):
         self.windows = windows(cfg)
         super().__init__({
             "clear": In(1), "issue": In(1), "opcode": In(Opcode),
-            "payload": In(isa.PAYLOAD_BITS), "setcfg": In(isa.PAYLOAD[Opcode.SETCFG]),
+            "payload": In(isa.PAYLOAD_BITS), "setcfg": In(isa.PAYLOAD[fabric.setcfg_format(cfg).op]),
             "in_use": Out(1), "busy": Out(len(fabric.muxes(cfg))),
         })
 
@@ -179,10 +179,10 @@ class MuxGuard(wiring.Component):
                 in_use[w.mux] = in_use[w.mux] | (past[w.lo - 1] if w.lo else left != 0)
 
         m.d.comb += self.busy.eq(Cat(*in_use))
-        busy_vec = Cat(*in_use, Const(0, (1 << mux_number_bits(len(in_use))) - len(in_use)))
+        busy_vec = Cat(*in_use, Const(0, (1 << mux_number_bits(self.cfg)) - len(in_use)))
         sc = self.setcfg
         pairs = sc.more + 1
         hits = [(k < pairs) & busy_vec.bit_select(number, 1)
-                for k, (number, _) in enumerate(setcfg_numbers(len(in_use), sc))]
+                for k, (number, _) in enumerate(setcfg_numbers(self.cfg, sc))]
         m.d.comb += self.in_use.eq(Cat(*hits).any())
         return m

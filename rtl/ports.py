@@ -20,7 +20,7 @@ from amaranth.lib import data, memory, wiring
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2
 
-from systolica.arch import isa
+from systolica.arch import fabric, isa
 from systolica.arch.config import ChipConfig
 from systolica.arch.regs import ErrorCode
 
@@ -30,35 +30,37 @@ ERROR_SHAPE = range(max(ErrorCode) + 1)
 BUFFERS = ("cbuf", "acc")
 
 
-def setcfg_numbers(count: int, sc) -> list[tuple]:
-    """A SETCFG payload view's (multiplexer number, value) slots as a chip of `count`
-    multiplexers decodes them: page and index where it has two pages, the index alone
-    where it has one. There a page-1 SETCFG is ``CFG_RANGE`` (:func:`setcfg_page_ok`),
-    a fault the sequencer raises before any other check or unit acts on the numbers."""
-    pairs = isa.setcfg_payload_pairs(sc)
-    if count > 1 << isa.MUX_INDEX_BITS:
-        return pairs
-    return [(number[:isa.MUX_INDEX_BITS], value) for number, value in pairs]
+def setcfg_numbers(cfg: ChipConfig, sc) -> list[tuple]:
+    """A payload view's (multiplexer number, value) slots in the chip's SETCFG format
+    (:func:`systolica.arch.fabric.setcfg_format`), each number cut to the
+    :func:`mux_number_bits` that reach the chip's multiplexers. A SETCFG whose page
+    has bits past them is ``CFG_RANGE`` (:func:`setcfg_page_ok`), a fault the sequencer
+    raises before any other check or unit acts on the numbers."""
+    bits = mux_number_bits(cfg)
+    return [(number[:bits], value)
+            for number, value in fabric.setcfg_format(cfg).payload_pairs(sc)]
 
 
-def setcfg_page_ok(count: int, sc) -> Value:
-    """Whether a SETCFG's page exists on a chip of `count` multiplexers."""
-    pages = -(-count // (1 << isa.MUX_INDEX_BITS))
-    return sc.page < pages if pages < 1 << isa.MUX_PAGE_BITS else Const(1)
+def setcfg_page_ok(cfg: ChipConfig, sc) -> Value:
+    """Whether a SETCFG's page has no bits past the chip's :func:`mux_number_bits`."""
+    kept = mux_number_bits(cfg) - fabric.setcfg_format(cfg).index_bits
+    return sc.page[kept:] == 0 if kept < len(sc.page) else Const(1)
 
 
-def mux_lookup(values: list[int], width: int, pad: int):
+def mux_lookup(cfg: ChipConfig, values: list[int], width: int, pad: int):
     """A constant per multiplexer (`values`, in multiplexer order), looked up by a
     number of :func:`setcfg_numbers` for that chip; numbers past the table read `pad`."""
-    bits = mux_number_bits(len(values))
+    bits = mux_number_bits(cfg)
     table = Array([Const(v, width) for v in values]
                   + [Const(pad, width)] * ((1 << bits) - len(values)))
     return lambda number: table[number]
 
 
-def mux_number_bits(count: int) -> int:
-    """The bits of a multiplexer number on a chip of `count` (:func:`setcfg_numbers`)."""
-    return isa.MUX_INDEX_BITS + (isa.MUX_PAGE_BITS if count > 1 << isa.MUX_INDEX_BITS else 0)
+def mux_number_bits(cfg: ChipConfig) -> int:
+    """The bits of a multiplexer number the chip decodes: its SETCFG format's index,
+    and as many page bits as its multiplexers need (none on a chip of one page)."""
+    fmt = fabric.setcfg_format(cfg)
+    return max(fmt.index_bits, ceil_log2(len(fabric.muxes(cfg))))
 
 
 def check_config(cfg, block: str) -> ChipConfig:

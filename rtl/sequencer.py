@@ -3,6 +3,7 @@
 from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal, Value
 from amaranth.lib import data, memory, wiring
 from amaranth.lib.wiring import In, Out
+from amaranth.utils import ceil_log2
 
 from systolica.arch import fabric, fetch, instructions, isa
 from systolica.arch.config import ChipConfig
@@ -40,15 +41,20 @@ class Sequencer(wiring.Component):
     bank conflict is registered (its fault comes a cycle later).
     """
 
-    #: Issue port -> the opcode it carries.
+    #: Issue port -> the opcode it carries (``fabric``'s: SETCFG or SETCFGW, the chip's
+    #: format, :func:`fabric.setcfg_format`).
     UNITS = {("fabric" if entry.unit == "cfg" else entry.unit): op   # cfg: the config
-             for op, entry in instructions.SPEC.items()}                # object's name
+             for op, entry in instructions.SPEC.items()             # object's name
+             if op is not Opcode.SETCFGW}
 
     def __init__(self, *, cfg: ChipConfig):
         self.cfg = check_config(cfg, "Sequencer")
         members = {"ctrl": In(RunControl()), "mem": Out(DramMaster.of(cfg)),
                    "mem_busy": In(1), "bank_conflict": In(1), **ubuf_place(cfg)}
-        for name, op in self.UNITS.items():
+        self.setcfg_op = fabric.setcfg_format(cfg).op
+        self.units = {name: self.setcfg_op if name == "fabric" else op
+                      for name, op in self.UNITS.items()}
+        for name, op in self.units.items():
             members[name] = Out(Issue(isa.PAYLOAD[op],
                                       handshake=instructions.SPEC[op].handshake))
         super().__init__(members)
@@ -141,8 +147,8 @@ class Sequencer(wiring.Component):
             opcode = Value.cast(view.opcode)
             in_range, cfg_ok = self._range_checks(m, view)
             # the multiplexers a SETCFG names (for CFG_IN_USE, against the guard's busy)
-            sc = self._view(view, Opcode.SETCFG)
-            indices = [number for number, _ in setcfg_numbers(n_mux, sc)]
+            sc = self._view(view, self.setcfg_op)
+            indices = [number for number, _ in setcfg_numbers(cfg, sc)]
             named = [Cat(*((k <= sc.more) & (ix == x) for k, ix in enumerate(indices))).any()
                      for x in range(n_mux)]
             out = Signal(Checks)
@@ -154,7 +160,7 @@ class Sequencer(wiring.Component):
                                    for op, entry in instructions.SPEC.items())).any()),
                 out.due.eq(view.cycle == next_cycle), out.late.eq(view.cycle < next_cycle),
                 out.in_range.eq(in_range), out.cfg_ok.eq(cfg_ok),
-                out.names.eq(Mux(opcode == Opcode.SETCFG, Cat(*named), 0)),
+                out.names.eq(Mux(opcode == self.setcfg_op, Cat(*named), 0)),
                 out.limit_ok.eq(self._update_limits(m, view, next_cycle))]
             return out
 
@@ -195,9 +201,12 @@ class Sequencer(wiring.Component):
         opcode = chk.opcode
         legal, due, late = chk.legal, chk.due, chk.late
         in_range, cfg_ok, cfg_limit_ok = chk.in_range, chk.cfg_ok, chk.limit_ok
-        units = [getattr(self, name) for name in self.UNITS]
-        ready = Array([Const(1)] + [u.ready if u.signature.handshake else Const(1)
-                                    for u in units] + [Const(1)] * 10)[opcode]
+        units = [getattr(self, name) for name in self.units]
+        ready_of = [Const(1)] * (1 << len(opcode))   # register writes: every cycle
+        for unit, op in zip(units, self.units.values()):
+            if unit.signature.handshake:
+                ready_of[op] = unit.ready
+        ready = Array(ready_of)[opcode]
         m.submodules.guard = guard = MuxGuard(cfg=cfg)
         m.d.comb += [guard.clear.eq(start), guard.issue.eq(issue),
                      guard.opcode.eq(opcode), guard.payload.eq(ir.payload),
@@ -240,7 +249,7 @@ class Sequencer(wiring.Component):
             m.d.comb += [fault.eq(1), code.eq(ErrorCode.CFG_IN_USE)]
         with m.Elif(ready_head & due):
             m.d.comb += issue.eq(1)
-        for unit, op in zip(units, self.UNITS.values()):
+        for unit, op in zip(units, self.units.values()):
             m.d.comb += [unit.valid.eq(issue & (opcode == op)),
                          unit.payload.eq(ir.payload[:unit.payload.shape().size])]
 
@@ -315,22 +324,23 @@ class Sequencer(wiring.Component):
         """Whether a SETCFG keeps the chip's configuration-update limits in ``cycle``:
         pairs per instruction, the update interval, and the per-power-domain budget."""
         cfg = self.cfg
-        sc = data.View(isa.PAYLOAD[Opcode.SETCFG],
-                       Value.cast(ir.payload)[:isa.PAYLOAD[Opcode.SETCFG].size])
+        sc = self._view(ir, self.setcfg_op)
         pairs = sc.more + 1
         ok = pairs <= cfg.max_config_updates_per_cycle
         if cfg.config_update_interval > 1:
             ok = ok & (cycle % cfg.config_update_interval == 0)
         muxes = fabric.muxes(cfg)
         domains = fabric.domains(cfg)
-        domain_of = mux_lookup([domains.index(x.domain) for x in muxes], 4, 15)
-        indices = [number for number, _ in setcfg_numbers(len(muxes), sc)]
+        bits = ceil_log2(len(domains) + 1)          # and a pad no domain has
+        domain_of = mux_lookup(cfg, [domains.index(x.domain) for x in muxes], bits,
+                               (1 << bits) - 1)
+        indices = [number for number, _ in setcfg_numbers(cfg, sc)]
         for d in range(len(domains)):
             hits = [(k < pairs) & (domain_of(ix) == d) for k, ix in enumerate(indices)]
             count = sum(hit.as_unsigned() for hit in hits)
             ok = ok & (count <= cfg.power_domain_budget)
         limit_ok = Signal()
-        m.d.comb += limit_ok.eq((Value.cast(ir.opcode) != Opcode.SETCFG) | ok)
+        m.d.comb += limit_ok.eq((Value.cast(ir.opcode) != self.setcfg_op) | ok)
         return limit_ok
 
     def _range_checks(self, m, ir):
@@ -354,13 +364,14 @@ class Sequencer(wiring.Component):
             (op == opcode) & entry.in_range(at, view(opcode), select=Mux)
             for opcode, entry in instructions.SPEC.items())).any())
 
-        sc = view(Opcode.SETCFG)
+        sc = view(self.setcfg_op)
         muxes = fabric.muxes(cfg)
-        n_sources = mux_lookup([len(x.sources) for x in muxes], 5, 0)
+        n_sources = mux_lookup(cfg, [len(x.sources) for x in muxes],
+                               ceil_log2(max(len(x.sources) for x in muxes) + 1), 0)
         pair_ok = [(k > sc.more) | (value < n_sources(number))
-                   for k, (number, value) in enumerate(setcfg_numbers(len(muxes), sc))]
+                   for k, (number, value) in enumerate(setcfg_numbers(cfg, sc))]
         cfg_ok = Signal()
-        m.d.comb += cfg_ok.eq((op != Opcode.SETCFG)
-                              | (Cat(*pair_ok).all() & setcfg_page_ok(len(muxes), sc)))
+        m.d.comb += cfg_ok.eq((op != self.setcfg_op)
+                              | (Cat(*pair_ok).all() & setcfg_page_ok(cfg, sc)))
         return in_range, cfg_ok
 

@@ -41,7 +41,7 @@ class VectorUnit(wiring.Component):
         super().__init__({
             "issue": In(Issue(isa.PAYLOAD[Opcode.VRUN])),
             "acc_read": In(buffer_read(cfg, "acc")),
-            "wb_src": In(4).array(cfg.tile_rows),
+            "wb_src": In(fabric.value_bits(cfg)).array(cfg.tile_rows),
             "cbuf_write": In(buffer_write(cfg, "cbuf")),
             "acc_write": In(buffer_write(cfg, "acc")),
             "crop_write": In(buffer_write(cfg, "cbuf")),

@@ -315,7 +315,7 @@ def _moved(prepared: tuple, memory: str, off: int) -> tuple:
 def _table_fault(cfg: ChipConfig, ins: isa.Instr) -> str | None:
     """The CFG_RANGE rule: every pair names an existing multiplexer and source."""
     table = fabric.muxes(cfg)
-    for index, value in isa.setcfg_pairs(ins.fields):
+    for index, value in isa.setcfg_pairs(ins.fields, ins.op):
         if index >= len(table):
             return f"there is no multiplexer {index} (the fabric has {len(table)})"
         if value >= len(table[index].sources):
@@ -326,7 +326,7 @@ def _table_fault(cfg: ChipConfig, ins: isa.Instr) -> str | None:
 
 def _limit_fault(cfg: ChipConfig, ins: isa.Instr) -> str | None:
     """The CFG_LIMIT rule: pairs per instruction, update interval, domain budget."""
-    pairs = isa.setcfg_pairs(ins.fields)
+    pairs = isa.setcfg_pairs(ins.fields, ins.op)
     if len(pairs) > cfg.max_config_updates_per_cycle:
         return (f"it carries {len(pairs)} updates; the chip takes at most "
                 f"{cfg.max_config_updates_per_cycle} per cycle")
@@ -355,7 +355,7 @@ def _in_use_fault(cfg: ChipConfig, passing: list[tuple[int, int, int, tuple]],
     for every later SETCFG too."""
     u = ins.cycle
     passing[:] = [p for p in passing if p[0] > u]
-    for index, _ in isa.setcfg_pairs(ins.fields):
+    for index, _ in isa.setcfg_pairs(ins.fields, ins.op):
         for _, t, pc, windows in passing:
             for i, first, last in windows:
                 if i == index and t + last > u and t + first <= u:
@@ -676,7 +676,7 @@ def check(cfg: ChipConfig, program: list[isa.Instr], prog_addr: int | None = Non
                 f"(it runs pc {busy_pc})")
         elif range_fault:
             fault, reason = (ErrorCode.ADDR_RANGE, pc, ins.cycle), range_fault
-        elif ins.op is Opcode.SETCFG:
+        elif ins.op in isa.SETCFGS:
             for code, why in ((ErrorCode.CFG_RANGE, lambda: _table_fault(cfg, ins)),
                               (ErrorCode.CFG_LIMIT, lambda: _limit_fault(cfg, ins)),
                               (ErrorCode.CFG_IN_USE,
@@ -747,8 +747,8 @@ class _Chip:
         # value holds from the cycle after it issues.
         self.settings = [[(NEVER, m.default)] for m in self.table]
         for ins in timeline.issued:
-            if ins.op is Opcode.SETCFG:
-                for index, value in isa.setcfg_pairs(ins.fields):
+            if ins.op in isa.SETCFGS:
+                for index, value in isa.setcfg_pairs(ins.fields, ins.op):
                     self.settings[index].append((ins.cycle + 1, value))
         self.now: tuple[isa.Instr, Effects] | None = None
 

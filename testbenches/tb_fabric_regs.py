@@ -1,5 +1,6 @@
-"""FabricRegs (``tiny`` preset, and a 4x4 grid whose 132 multiplexers span two SETCFG
-pages): one 4-bit control register per multiplexer of
+"""FabricRegs (``tiny`` preset; a 4x4 grid whose 132 multiplexers span two SETCFG
+pages; a 2x16 grid of one-cell tiles whose 134 multiplexers of up to 18 sources take
+SETCFGW, in five pages of 32): one control register per multiplexer of
 :func:`systolica.arch.fabric.muxes`, reset to :func:`systolica.arch.fabric.defaults`, written by
 the ``more + 1`` pairs of a SETCFG payload on the issue port (``issue.valid``,
 ``issue.payload``) at the clock edge, in pair order.
@@ -21,36 +22,44 @@ from systolica.arch.isa import Opcode
 from tb_base import BlockTB, case_names, pack_fields
 
 # the second build (test_blocks.py) is a 4x4 grid of 2x2 tiles with the general lanes:
-# 132 multiplexers, so its SETCFGs name two pages
+# 132 multiplexers, so its SETCFGs name two pages; the third a 2x16 grid, whose wb_src
+# has 18 sources, past SETCFG's 4-bit values
 PAGED = preset("tiny").replace(name="tiny_4x4", tile_rows=4, tile_cols=4, tile_size=2)
-CFG = PAGED if os.environ.get("FABRIC_PAGED") == "1" else preset("tiny")
+WIDE = preset("tiny").replace(name="tiny_2x16", tile_rows=2, tile_cols=16, tile_size=1,
+                              general_lanes=False)
+CFG = {"paged": PAGED, "wide": WIDE}.get(os.environ.get("FABRIC_VARIANT"), preset("tiny"))
 MUXES = fabric.muxes(CFG)
-#: the number bits the registers compare: a chip of one page (tiny) ignores the page,
-#: whose SETCFGs the sequencer faults before they issue
-TABLE_BITS = isa.MUX_INDEX_BITS + (isa.MUX_PAGE_BITS if len(MUXES) > 1 << isa.MUX_INDEX_BITS
-                                   else 0)
-
-
+#: the chip's format, from the opcode alone (SETCFGW where SETCFG's 8-bit numbers or
+#: 4-bit values fall short: the contract's rule, not fabric.setcfg_format)
+OP = Opcode.SETCFG if len(MUXES) <= 256 and max(len(m.sources) for m in MUXES) <= 16 \
+    else Opcode.SETCFGW
+SETCFG = isa.PAYLOAD[OP]
+INDEX_BITS, VALUE_BITS = SETCFG["index"].width, SETCFG["value"].width
+PAGE_SIZE = 1 << INDEX_BITS
+#: the number bits the registers compare: as many as the multiplexers need, at least
+#: the index (a chip of one page ignores the page, whose SETCFGs the sequencer faults
+#: before they issue)
+TABLE_BITS = max(INDEX_BITS, (len(MUXES) - 1).bit_length())
 PAIRS = isa.SETCFG_PAIRS
-SETCFG = isa.PAYLOAD[Opcode.SETCFG]
 
 
 def payload(pairs, count: int) -> int:
     """A SETCFG payload with ``pairs`` (multiplexer numbers, all in the first one's
     page) in its fields and ``count`` of them in force."""
-    page = isa.mux_page(pairs[0][0])
+    page = pairs[0][0] // PAGE_SIZE
     fields = {"more": count - 1, "page": page}
     for j, (number, value) in enumerate(pairs):
-        assert j >= count or isa.mux_page(number) == page, pairs
+        assert j >= count or number // PAGE_SIZE == page, pairs
         suffix = str(j) if j else ""
-        fields[f"index{suffix}"] = number % (1 << isa.MUX_INDEX_BITS)
+        fields[f"index{suffix}"] = number % PAGE_SIZE
         fields[f"value{suffix}"] = value
     return pack_fields(SETCFG, fields)
 
 
 def case_reset(rng):
     """Nothing written: the reset values route a plain GEMM."""
-    return [(0, 0, 0)] * 3 + [(0, k, 15) for k in range(len(MUXES))]   # we low: ignored
+    top = (1 << VALUE_BITS) - 1
+    return [(0, 0, 0)] * 3 + [(0, k, top) for k in range(len(MUXES))]   # we low: ignored
 
 
 def case_pairs(rng):
@@ -59,12 +68,13 @@ def case_pairs(rng):
     writes = []
     for _ in range(200):
         n = rng.randrange(1, PAIRS + 1)
-        page = rng.randrange(isa.mux_page(len(MUXES) + 2) + 1)
-        base = page << isa.MUX_INDEX_BITS
-        top = min(len(MUXES) + 3, base + (1 << isa.MUX_INDEX_BITS))
-        pairs = [(rng.randrange(base, top), rng.randrange(16)) for _ in range(PAIRS)]
+        page = rng.randrange((len(MUXES) + 2) // PAGE_SIZE + 1)
+        base = page * PAGE_SIZE
+        top = min(len(MUXES) + 3, base + PAGE_SIZE)
+        pairs = [(rng.randrange(base, top), rng.randrange(1 << VALUE_BITS))
+                 for _ in range(PAIRS)]
         if rng.random() < 0.3:
-            pairs[n - 1] = (pairs[0][0], rng.randrange(16))
+            pairs[n - 1] = (pairs[0][0], rng.randrange(1 << VALUE_BITS))
         writes.append((rng.randrange(4) != 0, pairs, n))
     return writes
 
@@ -80,17 +90,19 @@ def case_each(rng):
 
 
 def case_random(rng):
-    """Random writes, back to back and with gaps, all 4-bit values (the sequencer
-    rejects values beyond a multiplexer's sources; the register stores what it gets)."""
-    return [(rng.randrange(2), rng.randrange(len(MUXES)), rng.randrange(16))
+    """Random writes, back to back and with gaps, all values of the format (the
+    sequencer rejects values beyond a multiplexer's sources; the register stores what
+    it gets)."""
+    return [(rng.randrange(2), rng.randrange(len(MUXES)), rng.randrange(1 << VALUE_BITS))
             for _ in range(300)]
 
 
 def case_out_of_table(rng):
-    """A number beyond the table changes no register (on a chip of one page, a page-1
-    number acts as its index: the sequencer never issues it)."""
-    top = (1 << isa.MUX_NUMBER_BITS) - 1
-    return ([(1, k, 9) for k in range(len(MUXES), top + 1, 7)] + [(1, top, 15), (1, len(MUXES), 3)]
+    """A number beyond the table changes no register (page bits past the table's acts
+    as if absent: the sequencer never issues such a SETCFG)."""
+    top = (1 << (INDEX_BITS + SETCFG["page"].width)) - 1
+    return ([(1, k, 9) for k in range(len(MUXES), top + 1, 7 if top < 1024 else 97)]
+            + [(1, top, 15), (1, len(MUXES), 3)]
             + [(1, 3, 2), (1, len(MUXES) + 3, 1)])
 
 

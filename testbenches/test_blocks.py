@@ -87,8 +87,12 @@ BLOCKS = [
           tb="tb_fabric_regs", cases={"all": tuple(tb_fabric_regs.CASES)}),
     # 132 multiplexers: SETCFG pages 0 and 1
     Block(name="fabric_regs", variant="paged", tb="tb_fabric_regs",
-          cases={"all": tuple(tb_fabric_regs.CASES)}, env={"FABRIC_PAGED": "1"},
+          cases={"all": tuple(tb_fabric_regs.CASES)}, env={"FABRIC_VARIANT": "paged"},
           factory=partial(FabricRegs, cfg=tb_fabric_regs.PAGED)),
+    # 134 multiplexers of up to 18 sources: SETCFGW, five pages of 32, 5-bit registers
+    Block(name="fabric_regs", variant="wide", tb="tb_fabric_regs",
+          cases={"all": tuple(tb_fabric_regs.CASES)}, env={"FABRIC_VARIANT": "wide"},
+          factory=partial(FabricRegs, cfg=tb_fabric_regs.WIDE)),
     Block(name="sequencer", tb="tb_sequencer", cases=_SEQ, env={"SEQ_UPDATE_INTERVAL": "1"},
           factory=partial(Sequencer, cfg=tb_sequencer.CFG.replace(config_update_interval=1))),
     # With an update interval of 3, SETCFG issues on cycles 0, 3, 6 and faults

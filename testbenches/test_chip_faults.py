@@ -64,6 +64,9 @@ FAULTS = {
                             ErrorCode.CFG_RANGE),
     "setcfg_no_such_source": ([Instr(Opcode.SETCFG, 1, dict(index=0, value=14))],
                               ErrorCode.CFG_RANGE),
+    # tiny's fabric takes SETCFG: SETCFGW, the other format, is no instruction there
+    "setcfgw_on_a_setcfg_chip": ([Instr(Opcode.SETCFGW, 1, isa.setcfg_fields(
+        [(3, 1)], Opcode.SETCFGW))], ErrorCode.ILLEGAL_OPCODE),
     "setcfg_too_many_pairs": ([Instr(Opcode.SETCFG, 0, isa.setcfg_fields(
         [(i, 0) for i in (4, 6, 8, 10, 12)]))], ErrorCode.CFG_LIMIT),
     "setcfg_power_domain_budget": ([Instr(Opcode.SETCFG, 2, isa.setcfg_fields(

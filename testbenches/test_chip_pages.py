@@ -17,7 +17,7 @@ import test_chip_nonsquare as tall
 import test_chip_wide as wide
 from conftest import assert_cases_and_random_programs_on_rtl, case_network
 from systolica.arch import fabric, isa
-from systolica.arch.config import ConfigError, preset
+from systolica.arch.config import preset
 from systolica.arch.isa import Opcode
 from systolica.compiler import compile_network
 from tiers import sample
@@ -44,15 +44,16 @@ RTL_CASES = {"wide_gemm_ragged", "split_600x4x4", "split_600x2x2", "wide_mlp", "
 def test_multiplexer_numbers_span_two_pages():
     """The grids' tables pass 128; page 1 holds the 8x8 grid's partial-sum inputs and
     its accumulator and writeback multiplexers, the 4x4 grid's last northbound lanes.
-    A grid past 256 is refused by name."""
+    A grid past 256 takes SETCFGW instead (test_chip_setcfgw.py)."""
     assert [len(fabric.muxes(g)) for g in GRIDS] == [138, 232, 132]
     names = [m.name for m in fabric.muxes(G88) if isa.mux_page(m.index) == 1]
     assert names[0] == "w_in[6][0]" and "psum_in[0][0]" in names and "acc_src[7]" in names
     assert [m.name for m in fabric.muxes(G44) if m.index >= 128] == [
         f"gen_n[3][{j}]" for j in range(4)]
-    with pytest.raises(ConfigError, match=r"a 6x6 tile grid has 282 multiplexers .* "
-                                          r"SETCFG's 8-bit number \(page and index\)"):
-        fabric.muxes(TINY.replace(tile_rows=6, tile_cols=6, tile_size=2))
+    assert all(fabric.setcfg_format(g).op is Opcode.SETCFG for g in GRIDS)
+    past = TINY.replace(tile_rows=6, tile_cols=6, tile_size=2)
+    assert len(fabric.muxes(past)) == 282
+    assert fabric.setcfg_format(past).op is Opcode.SETCFGW
 
 
 def test_a_setcfg_names_one_page():

@@ -165,10 +165,12 @@ def test_geometry_of_other_ratios():
 
 
 def test_geometry_refusals():
-    # any grid is taken (2x3 and 3x2: test_chip_mixed.py) up to SETCFG's reach
-    # a 1x16 grid's wb_src would need 18 sources: too many for a 4-bit value
-    with pytest.raises(ConfigError, match="1x16 tile grid has .* up to 18 sources"):
-        WIDE.replace(name="long", tile_rows=1, tile_cols=16, general_lanes=False)
+    # any grid is taken (2x3 and 3x2: test_chip_mixed.py) up to SETCFGW's reach: a
+    # 1x16 grid's wb_src has 18 sources (SETCFGW's 5-bit values), a 1x31 grid's 33
+    long = WIDE.replace(name="long", tile_rows=1, tile_cols=16, general_lanes=False)
+    assert fabric.setcfg_format(long).op is Opcode.SETCFGW
+    with pytest.raises(ConfigError, match="1x31 tile grid has .* up to 33 sources"):
+        WIDE.replace(name="long", tile_rows=1, tile_cols=31, general_lanes=False)
     with pytest.raises(ConfigError, match="cannot hold one weight block \\(16 rows\\)"):
         WIDE.replace(name="small", cbuf_depth=8, cbuf_banks=1, ubuf_base=0, ubuf_rows=0)
 

@@ -38,17 +38,18 @@ def instrs(draw, ops=tuple(OPCODES)):
     return Instr(op, draw(CYCLES), draw(fields_of(op)))
 
 
-def setcfg_fields(pairs: list[tuple[int, int]]) -> dict:
-    """SETCFG fields for the pairs a disassembly shows (``more`` is 3 bits and names
-    all ``SETCFG_PAIRS - 1`` further slots)."""
-    fields = {name: 0 for name, _ in isa.PAYLOAD[Opcode.SETCFG]}
-    page = isa.mux_page(pairs[0][0])
-    low = (1 << isa.MUX_INDEX_BITS) - 1
+def setcfg_fields(pairs: list[tuple[int, int]], op: Opcode) -> dict:
+    """SETCFG (or SETCFGW) fields for the pairs a disassembly shows (``more`` is 3 bits
+    and names all ``SETCFG_PAIRS - 1`` further slots)."""
+    fields = {name: 0 for name, _ in isa.PAYLOAD[op]}
+    index_bits = isa.field_bits(op, "index")
+    page = pairs[0][0] >> index_bits
+    low = (1 << index_bits) - 1
     fields.update(index=pairs[0][0] & low, value=pairs[0][1], more=len(pairs) - 1,
                   page=page)
     assert len(pairs) <= isa.SETCFG_PAIRS
     for k, (index, value) in enumerate(pairs[1:], start=1):
-        assert isa.mux_page(index) == page, pairs
+        assert index >> index_bits == page, pairs
         fields[f"index{k}"], fields[f"value{k}"] = index & low, value
     return fields
 
@@ -57,9 +58,10 @@ def canonical(ins: Instr) -> Instr:
     """What the disassembly says of `ins`: a SETCFG's pair slots past ``more`` are
     not part of the instruction (the sequencer applies only the first ``more + 1``),
     so they read as zero."""
-    if ins.op is not Opcode.SETCFG:
+    if ins.op not in isa.SETCFGS:
         return ins
-    return Instr(ins.op, ins.cycle, setcfg_fields(isa.setcfg_pairs(ins.fields)))
+    return Instr(ins.op, ins.cycle, setcfg_fields(isa.setcfg_pairs(ins.fields, ins.op),
+                                                  ins.op))
 
 
 # -- encode / decode -------------------------------------------------------------------
@@ -136,12 +138,12 @@ def parse_disassembly(line: str) -> Instr:
     pairs = []
     for arg in args:
         key, value = arg.split("=")
-        if op is Opcode.SETCFG:
+        if op in isa.SETCFGS:
             pairs.append((int(key.removeprefix("mux")), int(value)))
         else:
             fields[key] = int(value)
-    if op is Opcode.SETCFG:
-        fields = setcfg_fields(pairs)
+    if op in isa.SETCFGS:
+        fields = setcfg_fields(pairs, op)
     return Instr(op, int(m["cycle"]), fields)
 
 
@@ -189,7 +191,7 @@ def routing(draw, op: MicroOp) -> dict:
 def micro_ops(draw):
     """A micro-op the compiler accepts on CFG (every range inside its memory), with
     random multiplexer settings on its way."""
-    op = draw(st.sampled_from([o for o in OPCODES if o is not Opcode.SETCFG]))
+    op = draw(st.sampled_from([o for o in OPCODES if o not in isa.SETCFGS]))
     R, u16 = CFG.rows, (1 << 16) - 1
 
     def start(depth: int, length: int) -> int:

@@ -45,7 +45,8 @@ def program(cfg: ChipConfig, moves: dict[int, int], col0: int, skips: bool = Tru
                                              dram_stride=1, buf_addr=dst, rows=rows))]
     c = 1
     for k in range(0, len(pairs), 2):
-        prog.append(Instr(Opcode.SETCFG, c, isa.setcfg_fields(pairs[k:k + 2])))
+        fmt = fabric.setcfg_format(cfg)
+        prog.append(Instr(fmt.op, c, fmt.fields(pairs[k:k + 2])))
         c += 3
     keep = sum(1 << g for g in range(cfg.rows // cfg.tile_size)
                if (g + col0) % cfg.tile_cols not in moves)

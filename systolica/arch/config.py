@@ -143,6 +143,12 @@ class ChipConfig:
                               f"crop writes CBUF row a to UBUF row a mod ubuf_rows), not "
                               f"{self.ubuf_rows}")
         self._check_latency()
+        from . import isa
+        if self.general_lanes and max(self.tile_rows, self.tile_cols) > isa.ROUTE_GROUPS:
+            raise ConfigError(f"{self.name}: a ROUTE names at most {isa.ROUTE_GROUPS} tile "
+                              f"rows and columns (its keep and delay fields), not a "
+                              f"{self.tile_rows}x{self.tile_cols} grid's; use "
+                              f"general_lanes=False or fewer tiles")
         from . import fabric  # every multiplexer needs a SETCFG index
         try:
             fabric.muxes(self)
@@ -377,6 +383,13 @@ PRESETS = {
                            cbuf_depth=2048, cbuf_banks=8, acc_depth=256, acc_banks=16,
                            dram_words=16384, imem_depth=2048,
                            ubuf_base=1792, ubuf_rows=256),
+    # the seed's 16x16 tile grid, its tiles shrunk to one cell: a 16x16 array, 848
+    # multiplexers, `wb_src` of 18 sources, past SETCFG's reach: it takes SETCFGW
+    # (docs/contract.md, "SETCFG formats")
+    "tiny_16x16": ChipConfig(name="tiny_16x16", tile_rows=16, tile_cols=16, tile_size=1,
+                             cbuf_depth=2048, cbuf_banks=8, acc_depth=256, acc_banks=16,
+                             dram_words=16384, imem_depth=2048,
+                             ubuf_base=1792, ubuf_rows=256),
     # The ULX3S 85F (ECP5, systolica.arch.boards) at 50 MHz: a 4x4 array of 2x2 tiles
     # with the feed register and one ACC bank (no ACC crossbar on the accumulate's
     # path). Each CBUF bank is one 18 Kbit block RAM (2048 x 8) per lane, 32 in all;

@@ -128,19 +128,42 @@ def _muxes(t: int, tile_cols: int, general: bool = False) -> tuple[Mux, ...]:
             for i in range(t):
                 for j in range(tile_cols):
                     add(f"{kind}[{i}][{j}]", general_sources(kind, i, j, t, tile_cols), 0)
-    from .isa import MUX_NUMBER_BITS, MUX_VALUE_BITS
-    too_many = len(out) > 1 << MUX_NUMBER_BITS
-    too_wide = any(len(m.sources) > 1 << MUX_VALUE_BITS for m in out)
-    if too_many or too_wide:
+    if _format(len(out), max(len(m.sources) for m in out)) is None:
         from .config import ConfigError
+        from .isa import SETCFG_FORMATS, Opcode
+        wide = SETCFG_FORMATS[Opcode.SETCFGW]
         raise ConfigError(f"a {t}x{tile_cols} tile grid has {len(out)} multiplexers with up "
                           f"to {max(len(m.sources) for m in out)} sources, more than "
-                          f"SETCFG's {MUX_NUMBER_BITS}-bit number (page and index) and "
-                          f"{MUX_VALUE_BITS}-bit value can name ({1 << MUX_NUMBER_BITS}, "
-                          f"{1 << MUX_VALUE_BITS}); "
-                          f"use fewer tiles"
-                          + (" or general_lanes=False" if general and not too_wide else ""))
+                          f"SETCFGW's {wide.number_bits}-bit number (page and index) and "
+                          f"{wide.value_bits}-bit value can name ({1 << wide.number_bits}, "
+                          f"{1 << wide.value_bits}); use fewer tiles")
     return tuple(out)
+
+
+def _format(count: int, sources: int):
+    """The first SETCFG format whose numbers and values reach `count` multiplexers of
+    up to `sources` sources, or None."""
+    from .isa import SETCFG_FORMATS
+    return next((f for f in SETCFG_FORMATS.values()
+                 if count <= 1 << f.number_bits and sources <= 1 << f.value_bits), None)
+
+
+def setcfg_format(cfg: ChipConfig):
+    """The SETCFG format the chip takes (docs/contract.md, "SETCFG formats"): SETCFG
+    where its 8-bit numbers and 4-bit values reach every multiplexer and source, else
+    SETCFGW. The other opcode is ILLEGAL_OPCODE there."""
+    return _setcfg_format(cfg.tile_rows, cfg.tile_cols, cfg.general_lanes)
+
+
+@lru_cache(maxsize=None)
+def _setcfg_format(t: int, tile_cols: int, general: bool):
+    table = _muxes(t, tile_cols, general)
+    return _format(len(table), max(len(m.sources) for m in table))
+
+
+def value_bits(cfg: ChipConfig) -> int:
+    """The bits of a multiplexer's control register on the chip."""
+    return setcfg_format(cfg).value_bits
 
 
 def by_name(cfg: ChipConfig) -> dict[str, Mux]:

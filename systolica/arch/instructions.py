@@ -951,9 +951,11 @@ class Route(Instruction):
     def legal(self, cfg, f, select=py_select):
         ok = (f.span >= 1) & (f.span <= geo.route_span_max(cfg)) & \
             (f.col0 < cfg.tile_cols)
+        if not cfg.general_lanes:        # none (its grid may be wider than the fields)
+            return ok & (f.span == 0)
         for j in range(cfg.tile_cols):
             ok = ok & (getattr(f, f"delay{j}") <= f.span)
-        return ok if cfg.general_lanes else ok & (f.span == 0)
+        return ok
 
     def ranges(self, cfg, f, select=py_select):
         nonempty = f.rows != 0
@@ -1070,17 +1072,33 @@ class RegisterWrite(Instruction):
 
 class Setcfg(RegisterWrite):
     """Write up to ``isa.SETCFG_PAIRS`` multiplexer control registers; each new value
-    holds from the next cycle."""
+    holds from the next cycle. A chip takes one of the two formats, SETCFG or SETCFGW
+    (:func:`systolica.arch.fabric.setcfg_format`)."""
 
     opcode = Opcode.SETCFG
     unit = "cfg"
     text = {"set": {}}
 
+    @property
+    def legal_rule(self):
+        return (f"{self.opcode.name} on a chip whose multiplexers it can name "
+                f"(fabric.setcfg_format)")
+
+    def legal(self, cfg, f, select=py_select):
+        return fabric.setcfg_format(cfg).op is self.opcode
+
     def format(self, f):
-        return ", ".join(f"mux{i}={v}" for i, v in isa.setcfg_pairs(f))
+        return ", ".join(f"mux{i}={v}" for i, v in isa.setcfg_pairs(f, self.opcode))
 
     def execute(self, chip, f):
         """Its values act through the multiplexer settings the other instructions see."""
+
+
+class Setcfgw(Setcfg):
+    """SETCFG's wide format: pages of 32 multiplexers, 5-bit values, 9-bit pages."""
+
+    opcode = Opcode.SETCFGW
+    text = {"setw": {}}
 
 
 class Convcfg(RegisterWrite):
@@ -1118,7 +1136,7 @@ class Taps(RegisterWrite):
 
 SPEC: dict[Opcode, Instruction] = {s.opcode: s for s in (Dma(), Wload(), Matmul(), Vrun(),
                                                           Setcfg(), Convcfg(), Taps(),
-                                                          Copy(), Route())}
+                                                          Copy(), Route(), Setcfgw())}
 UNITS: tuple[str, ...] = tuple(dict.fromkeys(s.unit for s in SPEC.values()))
 #: program text (unit, operation) -> (opcode, fixed fields)
 TEXT_OPS: dict[tuple[str, str], tuple[Opcode, dict]] = {
@@ -1146,8 +1164,8 @@ def legal(cfg: ChipConfig, op: Opcode, fields: dict) -> bool:
     return bool(spec(op).legal(cfg, Fields(fields)))
 
 
-def setcfg_in_table(cfg: ChipConfig, fields: dict) -> bool:
+def setcfg_in_table(cfg: ChipConfig, fields: dict, op: Opcode = Opcode.SETCFG) -> bool:
     """The CFG_RANGE rule: every pair names an existing multiplexer and source."""
     table = fabric.muxes(cfg)
     return all(index < len(table) and value < len(table[index].sources)
-               for index, value in isa.setcfg_pairs(fields))
+               for index, value in isa.setcfg_pairs(fields, op))

@@ -27,6 +27,8 @@ MUX_INDEX_BITS = 7    # a SETCFG pair's multiplexer number within its page
 MUX_PAGE_BITS = 1     # a SETCFG's page: its pairs name multiplexers page*128 + index
 MUX_NUMBER_BITS = MUX_INDEX_BITS + MUX_PAGE_BITS   # systolica.arch.fabric: <= 256
 MUX_VALUE_BITS = 4    # ... and the source it selects
+# SETCFGW, for fabrics past SETCFG's reach: pages of 32 multiplexers, 32 sources
+WIDE_INDEX_BITS, WIDE_VALUE_BITS, WIDE_PAGE_BITS = 5, 5, 9
 ROUTE_GROUPS = 8      # tile rows and columns a ROUTE names, at most
 ROUTE_SPAN_BITS = 4   # a ROUTE's span; its per-group delays have one bit less
 SETCFG_PAIRS = 8      # pairs one SETCFG carries: 8 x (7 + 4) bits, a 3-bit count, a page
@@ -43,6 +45,7 @@ class Opcode(enum.IntEnum, shape=4):
     TAPS = 7     # write per-partition tap offsets of one tap table
     COPY = 8     # crop (CBUF -> UBUF) or fetch (UBUF -> CBUF) rows: the overlap path
     ROUTE = 9    # CBUF rows through the general lanes and back (general_lanes chips)
+    SETCFGW = 10 # SETCFG's wide format, on fabrics SETCFG cannot name (fabric.setcfg_format)
 
 
 class CopyKind(enum.IntEnum, shape=1):
@@ -55,6 +58,18 @@ class DmaKind(enum.IntEnum, shape=2):
     STORE_CBUF = 1  # CBUF -> DRAM
     LOAD_ACC = 2    # DRAM -> ACC, cfg.acc_row_words words per row (int32 little-endian)
     STORE_ACC = 3   # ACC -> DRAM
+
+
+def _setcfg_layout(index_bits: int, value_bits: int, page_bits: int) -> data.StructLayout:
+    """A SETCFG format: SETCFG_PAIRS (index, value) pairs, a count and a page."""
+    return data.StructLayout({
+        "index": index_bits,           # multiplexer number within the page, see
+        "value": value_bits,           # systolica.arch.fabric; the source it selects
+        "more": 3,                     # further (index<k>, value<k>) pairs, k = 1..more
+        **{f"{name}{k}": bits for k in range(1, SETCFG_PAIRS)
+           for name, bits in (("index", index_bits), ("value", value_bits))},
+        "page": page_bits,             # pair k names multiplexer page * 2**index_bits + index<k>
+    })
 
 
 PAYLOAD = {
@@ -100,14 +115,8 @@ PAYLOAD = {
                                        #    from bias_addr (see instructions.Vrun)
         "crop": 1,                     # 1: each CBUF row written also lands in the
     }),                                #    UBUF (the fused crop, instructions.Vrun)
-    Opcode.SETCFG: data.StructLayout({
-        "index": MUX_INDEX_BITS,       # multiplexer number, see systolica.arch.fabric
-        "value": MUX_VALUE_BITS,       # index of the source it selects
-        "more": 3,                     # further (index<k>, value<k>) pairs, k = 1..more
-        **{f"{name}{k}": bits for k in range(1, SETCFG_PAIRS)
-           for name, bits in (("index", MUX_INDEX_BITS), ("value", MUX_VALUE_BITS))},
-        "page": MUX_PAGE_BITS,         # every pair's multiplexer is page*128 + index<k>
-    }),
+    Opcode.SETCFG: _setcfg_layout(MUX_INDEX_BITS, MUX_VALUE_BITS, MUX_PAGE_BITS),
+    Opcode.SETCFGW: _setcfg_layout(WIDE_INDEX_BITS, WIDE_VALUE_BITS, WIDE_PAGE_BITS),
     Opcode.CONVCFG: data.StructLayout({
         "out_w": GEOM_BITS,            # output pixels per row: ow wraps here
         "sh": 3, "sw": 3,              # stride (rows, columns)
@@ -141,47 +150,85 @@ PAYLOAD = {
 assert SETCFG_PAIRS == 1 << PAYLOAD[Opcode.SETCFG]["more"].width   # more = 0..7
 
 
-def mux_page(number: int) -> int:
-    """The SETCFG page of multiplexer `number`: one SETCFG names one page's."""
-    return number >> MUX_INDEX_BITS
+@dataclass(frozen=True)
+class SetcfgFormat:
+    """One of the two SETCFG formats: its pairs name multiplexers ``page * page_size +
+    index<k>``. A chip takes one of them (:func:`systolica.arch.fabric.setcfg_format`)."""
+    op: Opcode
+    index_bits: int
+    value_bits: int
+    page_bits: int
+
+    @property
+    def page_size(self) -> int:
+        return 1 << self.index_bits
+
+    @property
+    def number_bits(self) -> int:
+        return self.index_bits + self.page_bits
+
+    def page(self, number: int) -> int:
+        """The page of multiplexer `number`: one SETCFG names one page's."""
+        return number >> self.index_bits
+
+    def pairs(self, fields: dict) -> list[tuple[int, int]]:
+        """The (multiplexer, value) pairs of a SETCFG, in the order they are applied."""
+        base = fields.get("page", 0) << self.index_bits
+        return [(base + fields.get(f"index{k or ''}", 0), fields.get(f"value{k or ''}", 0))
+                for k in range(fields.get("more", 0) + 1)]
+
+    def payload_pairs(self, sc) -> list[tuple]:
+        """All SETCFG_PAIRS (multiplexer number, value) slots of a payload view, the page
+        prepended to each index (hardware: the slots past ``more`` included)."""
+        from amaranth.hdl import Cat
+        return [(Cat(sc[f"index{k or ''}"], sc.page), sc[f"value{k or ''}"])
+                for k in range(SETCFG_PAIRS)]
+
+    def fields(self, pairs: list[tuple[int, int]]) -> dict:
+        """Payload fields for 1..SETCFG_PAIRS (multiplexer, value) pairs, all in one
+        page."""
+        if not 1 <= len(pairs) <= SETCFG_PAIRS:
+            raise EncodingError(f"{self.op.name} carries 1 to {SETCFG_PAIRS} pairs, not "
+                                f"{len(pairs)}")
+        pages = sorted({self.page(index) for index, _ in pairs})
+        if len(pages) > 1 or pages[0] >> self.page_bits:
+            raise EncodingError(
+                f"a {self.op.name} names multiplexers of one page of {self.page_size} "
+                f"(numbers below {1 << self.number_bits}); multiplexers "
+                f"{', '.join(str(i) for i, _ in pairs)} lie in pages "
+                f"{', '.join(map(str, pages))}: write one {self.op.name} per page")
+        base = pages[0] << self.index_bits
+        out = {name: 0 for name, _ in PAYLOAD[self.op]}
+        out.update(more=len(pairs) - 1, page=pages[0])
+        for k, (index, value) in enumerate(pairs):
+            out[f"index{k or ''}"], out[f"value{k or ''}"] = index - base, value
+        return out
 
 
-def setcfg_pairs(fields: dict) -> list[tuple[int, int]]:
-    """The (multiplexer, value) pairs of a SETCFG, in the order they are applied."""
-    base = fields.get("page", 0) << MUX_INDEX_BITS
-    pairs = [(base + fields.get("index", 0), fields.get("value", 0))]
-    for k in range(1, fields.get("more", 0) + 1):
-        pairs.append((base + fields.get(f"index{k}", 0), fields.get(f"value{k}", 0)))
-    return pairs
+SETCFG_FORMATS = {op: SetcfgFormat(op, *bits) for op, bits in (
+    (Opcode.SETCFG, (MUX_INDEX_BITS, MUX_VALUE_BITS, MUX_PAGE_BITS)),
+    (Opcode.SETCFGW, (WIDE_INDEX_BITS, WIDE_VALUE_BITS, WIDE_PAGE_BITS)))}
+SETCFGS = frozenset(SETCFG_FORMATS)     # the opcodes that write multiplexer registers
 
 
-def setcfg_payload_pairs(sc) -> list[tuple]:
-    """All SETCFG_PAIRS (multiplexer number, value) slots of a SETCFG payload view, the
-    page prepended to each index (hardware: the slots past ``more`` included)."""
-    from amaranth.hdl import Cat
-    return [(Cat(sc[f"index{k or ''}"], sc.page), sc[f"value{k or ''}"])
-            for k in range(SETCFG_PAIRS)]
+def mux_page(number: int, op: Opcode = Opcode.SETCFG) -> int:
+    """The page of multiplexer `number` in `op`'s format: one SETCFG names one page's."""
+    return SETCFG_FORMATS[op].page(number)
 
 
-def setcfg_fields(pairs: list[tuple[int, int]]) -> dict:
-    """SETCFG payload fields for 1..SETCFG_PAIRS (multiplexer, value) pairs, all in
-    one page (:func:`mux_page`)."""
-    if not 1 <= len(pairs) <= SETCFG_PAIRS:
-        raise EncodingError(f"SETCFG carries 1 to {SETCFG_PAIRS} pairs, not {len(pairs)}")
-    pages = sorted({mux_page(index) for index, _ in pairs})
-    if len(pages) > 1 or pages[0] >> MUX_PAGE_BITS:
-        raise EncodingError(
-            f"a SETCFG names multiplexers of one page of {1 << MUX_INDEX_BITS} (numbers "
-            f"below {1 << MUX_NUMBER_BITS}); multiplexers "
-            f"{', '.join(str(i) for i, _ in pairs)} lie in pages "
-            f"{', '.join(map(str, pages))}: write one SETCFG per page")
-    base = pages[0] << MUX_INDEX_BITS
-    fields = {name: 0 for name, _ in PAYLOAD[Opcode.SETCFG]}
-    fields.update(index=pairs[0][0] - base, value=pairs[0][1], more=len(pairs) - 1,
-                  page=pages[0])
-    for k, (index, value) in enumerate(pairs[1:], start=1):
-        fields[f"index{k}"], fields[f"value{k}"] = index - base, value
-    return fields
+def setcfg_pairs(fields: dict, op: Opcode = Opcode.SETCFG) -> list[tuple[int, int]]:
+    """The (multiplexer, value) pairs of a SETCFG (or SETCFGW), in the order applied."""
+    return SETCFG_FORMATS[op].pairs(fields)
+
+
+def setcfg_payload_pairs(sc, op: Opcode = Opcode.SETCFG) -> list[tuple]:
+    return SETCFG_FORMATS[op].payload_pairs(sc)
+
+
+def setcfg_fields(pairs: list[tuple[int, int]], op: Opcode = Opcode.SETCFG) -> dict:
+    """SETCFG (or SETCFGW) payload fields for 1..SETCFG_PAIRS (multiplexer, value)
+    pairs, all in one page (:func:`mux_page`)."""
+    return SETCFG_FORMATS[op].fields(pairs)
 
 
 def signed_field(value: int, bits: int) -> int:

@@ -688,7 +688,7 @@ def _out_of_range(cfg: ChipConfig, ins: Instr, rng) -> dict:
 
 
 def _addr_range(cfg, program, rng):
-    sites = [k for k, i in enumerate(program) if i.op is not Opcode.SETCFG]
+    sites = [k for k, i in enumerate(program) if i.op not in isa.SETCFGS]
     k = sites[int(rng.integers(len(sites)))]
     fields = _out_of_range(cfg, program[k], rng)
     out = list(program)
@@ -699,10 +699,11 @@ def _addr_range(cfg, program, rng):
 
 def _cfg_limit(cfg, program, rng):
     table = fabric.muxes(cfg)
-    # one SETCFG names one page's multiplexers (isa.mux_page): draw them from one
+    fmt = fabric.setcfg_format(cfg)
+    # one SETCFG names one page's multiplexers (fmt.page): draw them from one
     by_domain: dict[tuple[str, int], list[int]] = {}
     for m in table:
-        by_domain.setdefault((m.domain, isa.mux_page(m.index)), []).append(m.index)
+        by_domain.setdefault((m.domain, fmt.page(m.index)), []).append(m.index)
     kinds = ["pairs"]
     if any(len(v) > cfg.power_domain_budget for v in by_domain.values()) \
             and cfg.power_domain_budget < cfg.max_config_updates_per_cycle:
@@ -712,11 +713,11 @@ def _cfg_limit(cfg, program, rng):
     kind = kinds[int(rng.integers(len(kinds)))]
     if kind == "pairs":
         n = int(rng.integers(cfg.max_config_updates_per_cycle + 1, isa.SETCFG_PAIRS + 1))
-        pages = isa.mux_page(len(table) - 1) + 1
+        pages = fmt.page(len(table) - 1) + 1
         page = int(rng.integers(pages)) if pages > 1 else 0
-        pool = [m.index for m in table if isa.mux_page(m.index) == page]
+        pool = [m.index for m in table if fmt.page(m.index) == page]
         if len(pool) < n:
-            pool = [m.index for m in table if isa.mux_page(m.index) == 0]
+            pool = [m.index for m in table if fmt.page(m.index) == 0]
         muxes = [int(i) for i in rng.choice(pool, n, replace=False)]
     elif kind == "domain":
         pool = [v for v in by_domain.values() if len(v) > cfg.power_domain_budget]
@@ -730,22 +731,23 @@ def _cfg_limit(cfg, program, rng):
     end = max(i.cycle for i in program) + 8
     free = [c for c in _free_cycles(program, 0, end)
             if (c % cfg.config_update_interval != 0) == (kind == "interval")]
-    ins = Instr(Opcode.SETCFG, int(rng.choice(free)), isa.setcfg_fields(pairs))
+    ins = Instr(fmt.op, int(rng.choice(free)), fmt.fields(pairs))
     out, pc = _insert(program, ins)
-    return out, (ErrorCode.CFG_LIMIT, pc, ins.cycle), f"SETCFG at cycle {ins.cycle}: {kind}"
+    return out, (ErrorCode.CFG_LIMIT, pc, ins.cycle), f"{fmt.op.name} at cycle {ins.cycle}: {kind}"
 
 
 def _cfg_range(cfg, program, rng):
-    """A SETCFG naming a multiplexer past the chip's table, in either SETCFG page (on a
-    chip of one page, page 1 names none)."""
+    """A SETCFG (in the chip's format) naming a multiplexer past the chip's table, in
+    any page (on a chip of one page, page 1 names none)."""
     count = len(fabric.muxes(cfg))
-    number = int(rng.integers(count, 1 << isa.MUX_NUMBER_BITS))
+    fmt = fabric.setcfg_format(cfg)
+    number = int(rng.integers(count, 1 << fmt.number_bits))
     end = max(i.cycle for i in program) + 8
     free = [c for c in _free_cycles(program, 0, end) if c % cfg.config_update_interval == 0]
-    ins = Instr(Opcode.SETCFG, int(rng.choice(free)),
-                isa.setcfg_fields([(number, int(rng.integers(1 << isa.MUX_VALUE_BITS)))]))
+    ins = Instr(fmt.op, int(rng.choice(free)),
+                fmt.fields([(number, int(rng.integers(1 << fmt.value_bits)))]))
     out, pc = _insert(program, ins)
-    return out, (ErrorCode.CFG_RANGE, pc, ins.cycle), f"SETCFG of multiplexer {number} " \
+    return out, (ErrorCode.CFG_RANGE, pc, ins.cycle), f"{fmt.op.name} of multiplexer {number} " \
         f"(the chip has {count}) at cycle {ins.cycle}"
 
 
@@ -766,10 +768,11 @@ def _cfg_in_use(cfg, program, rng):
     if not sites:
         raise _NoSite
     m, free = sites[int(rng.integers(len(sites)))]
-    ins = Instr(Opcode.SETCFG, int(rng.choice(free)),
-                isa.setcfg_fields([(m.index, int(rng.integers(len(m.sources))))]))
+    fmt = fabric.setcfg_format(cfg)
+    ins = Instr(fmt.op, int(rng.choice(free)),
+                fmt.fields([(m.index, int(rng.integers(len(m.sources))))]))
     out, pc = _insert(program, ins)
-    return out, (code, pc, ins.cycle), f"SETCFG of {m.name} at cycle {ins.cycle}"
+    return out, (code, pc, ins.cycle), f"{fmt.op.name} of {m.name} at cycle {ins.cycle}"
 
 
 def _bank_uses(cfg: ChipConfig, ins: Instr) -> list[tuple[tuple[str, str, int], int, int]]:

@@ -1,0 +1,101 @@
+"""Grids past SETCFG's reach take SETCFGW (docs/contract.md, "SETCFG formats"): its
+pairs name multiplexers ``page * 32 + index`` with 5-bit values, so a fabric may have
+16,384 multiplexers of up to 32 sources. The grid here is the seed's 16x16 tile grid,
+its tiles shrunk to one cell (`tiny_16x16`: a 16x16 array, 848 multiplexers, `wb_src`
+of 18 sources). Its programs compile with SETCFGW alone, equal numpy on the golden
+model in the predicted cycles, and split a GEMM of K = 1 into 16 tile groups; a chip
+faults the format it does not take (ILLEGAL_OPCODE). `make regress` runs the grid's
+cases and random programs on its Verilated RTL; `make test` checks the wide registers
+block by block (`tb_fabric_regs`' 2x16 build) and the wrong format on tiny's RTL
+(`test_chip_faults`)."""
+
+from __future__ import annotations
+
+import pytest
+
+import test_chip_mixed as mixed
+import test_chip_nonsquare as tall
+import test_chip_wide as wide
+from conftest import assert_cases_and_random_programs_on_rtl, case_network
+from systolica import golden
+from systolica.arch import fabric, isa
+from systolica.arch.config import preset
+from systolica.arch.isa import Instr, Opcode
+from systolica.arch.regs import ErrorCode
+from systolica.compiler import compile_network
+from tiers import sample
+
+G16 = preset("tiny_16x16")
+#: two GEMMs the grid splits (K = 1 in 16 tile groups, K = 4 in 4) and the non-square
+#: grids' cases
+CASES = {"split_600x1x1": wide.gemm(600, 1, 1, seed=7),
+         "split_600x4x4": wide.gemm(600, 4, 4, seed=5), **mixed.CASES}
+#: on the RTL: both splits, a ragged GEMM, a dense network, a CNN and an int8 transpose
+RTL_CASES = {"split_600x1x1", "split_600x4x4", "wide_gemm_ragged", "wide_mlp", "wide_cnn",
+             "wide_transpose_37x21"}
+
+
+def test_the_grid_needs_the_wide_format():
+    """848 multiplexers, `wb_src` of 18 sources: past SETCFG's 256 and 16; SETCFGW's
+    pages of 32 hold them (27 pages)."""
+    table = fabric.muxes(G16)
+    assert len(table) == 848
+    assert max(len(m.sources) for m in table) == 18
+    assert fabric.setcfg_format(G16).op is Opcode.SETCFGW
+    assert isa.mux_page(len(table) - 1, Opcode.SETCFGW) == 26
+
+
+def test_a_setcfgw_names_one_page_of_32():
+    """Encoding keeps pairs in one page of 32 and reads them back; 5-bit values."""
+    fields = isa.setcfg_fields([(840, 17), (847, 31)], Opcode.SETCFGW)
+    assert (fields["page"], fields["index"], fields["index1"]) == (26, 8, 15)
+    word = isa.encode(Instr(Opcode.SETCFGW, 3, fields))
+    back = isa.decode(word)
+    assert back.op is Opcode.SETCFGW
+    assert isa.setcfg_pairs(back.fields, back.op) == [(840, 17), (847, 31)]
+    with pytest.raises(isa.EncodingError, match="lie in pages 0, 1: write one SETCFGW"):
+        isa.setcfg_fields([(1, 1), (40, 0)], Opcode.SETCFGW)
+    with pytest.raises(isa.EncodingError, match="value1=32 does not fit 5"):
+        isa.encode(Instr(Opcode.SETCFGW, 0, {**fields, "value1": 32}))
+
+
+@pytest.mark.parametrize("cfg,op", [(preset("tiny"), Opcode.SETCFGW), (G16, Opcode.SETCFG)],
+                         ids=["tiny-SETCFGW", "tiny_16x16-SETCFG"])
+def test_the_other_format_is_illegal(cfg, op):
+    """A chip takes one format: the other faults ILLEGAL_OPCODE, naming the rule."""
+    ins = Instr(op, 2, isa.setcfg_fields([(3, 1)], op))
+    timeline = golden.check(cfg, [ins])
+    assert timeline.fault[:2] == (ErrorCode.ILLEGAL_OPCODE, 0)
+    assert f"{op.name} on a chip whose multiplexers it can name" in timeline.fault_reason
+
+
+@pytest.mark.slow
+def test_split_programs_use_setcfgw_alone():
+    """The K = 1 GEMM splits into 16 tile groups (the cost model's choice), every
+    multiplexer update in SETCFGWs of one page each."""
+    c = compile_network(G16, CASES["split_600x1x1"]())
+    assert c.plan.split("layer0") == 16
+    ops = {ins.op for ins in c.program if ins.op in isa.SETCFGS}
+    assert ops == {Opcode.SETCFGW}
+    pages = {ins.fields["page"] for ins in c.program if ins.op is Opcode.SETCFGW}
+    assert len(pages) > 16
+
+
+@pytest.mark.parametrize("name", sample(sorted(RTL_CASES), 6) + [
+    pytest.param(n, marks=pytest.mark.regress) for n in sorted(CASES) if n not in RTL_CASES])
+def test_compiles_and_golden_equals_numpy(name):
+    """Pure Python: the cases compile on the 16x16 grid and the golden model running
+    them equals numpy in the predicted cycles (a compile here takes about ten seconds:
+    the RTL's cases in `make test`, the rest in `make regress`)."""
+    graph, options = case_network(CASES[name])
+    tall.golden_equals_numpy_on_time(G16, graph, **options)
+
+
+@pytest.mark.rtl
+@pytest.mark.regress
+def test_rtl_equals_numpy_golden_and_prediction():
+    """:data:`RTL_CASES` on the grid's Verilated RTL in one simulator start (results
+    equal numpy and the golden model, cycles the prediction), and random legal and
+    illegal programs agree between its RTL and the golden model."""
+    assert_cases_and_random_programs_on_rtl(
+        G16, {k: v for k, v in CASES.items() if k in RTL_CASES}, seed=3000)
