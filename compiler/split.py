@@ -4,7 +4,8 @@ layers").
 
 A layer split into ``s`` groups computes ``M_s = ceil(M/s)`` rows of
 ``[A_0 | A_1 | ..] @ blockdiag(W, W, ..)``: group ``g`` (the ``g``-th diagonal block of
-``R/s`` array rows and ``C/s`` columns) takes rows ``g*M_s ..`` of the input. This
+``floor(T/s)`` tile rows and ``floor(Tc/s)`` tile columns, :func:`group_rows` and
+:func:`group_cols` array rows and columns) takes rows ``g*M_s ..`` of the input. This
 module decides ``s`` per chain of dense layers (the cost model; a chain of one layer
 is the common case) and packs and unpacks the data; the dense rule lowers the packed
 layers as any other. Inside a chain each layer's packed output is the next one's
@@ -14,7 +15,6 @@ packed input as it lies on chip (docs/contract.md, "Split dense layers").
 from __future__ import annotations
 
 from dataclasses import dataclass
-from math import gcd
 from typing import Mapping
 
 import numpy as np
@@ -37,13 +37,20 @@ class Split:
 
 
 def group_counts(cfg: ChipConfig) -> list[int]:
-    """The splits the grid allows: ``s`` dividing both ``tile_rows`` and ``tile_cols``
-    (each group a square of tiles on the diagonal); none on a grid whose sides do not
-    divide, whose packed outputs would not be whole blocks or slices."""
-    if not cfg.sides_divide:
-        return [1]
-    g = gcd(cfg.tile_rows, cfg.tile_cols)
-    return [s for s in range(1, g + 1) if g % s == 0]
+    """The splits the grid allows: ``s`` up to the shorter side's tiles, group ``g``
+    the ``floor(T/s) x floor(Tc/s)`` tiles from ``(g*floor(T/s), g*floor(Tc/s))`` on
+    the diagonal (where ``s`` does not divide a side, its last tiles take no group)."""
+    return list(range(1, min(cfg.tile_rows, cfg.tile_cols) + 1))
+
+
+def group_rows(cfg: ChipConfig, s: int) -> int:
+    """The array rows of one of `s` tile groups (``R/s`` where `s` divides ``T``)."""
+    return cfg.tile_rows // s * cfg.tile_size
+
+
+def group_cols(cfg: ChipConfig, s: int) -> int:
+    """The array columns of one of `s` tile groups (``C/s`` where `s` divides ``Tc``)."""
+    return cfg.tile_cols // s * cfg.tile_size
 
 
 def rows(M: int, s: int) -> int:
@@ -91,31 +98,33 @@ def _refusal(cfg: ChipConfig, graph: Graph, chain: list[Node], s: int) -> str | 
     if graph.consumers(out) or out not in graph.outputs:
         return f"{named(last)}its output {out!r} is read by other layers (only a graph " \
                f"output is laid out split)"
-    if not cfg.sides_divide:
-        return f"the {cfg.tile_rows}x{cfg.tile_cols} tile grid's sides do not divide, " \
-               f"so a split's packed outputs would not be whole blocks of R columns; " \
-               f"use a grid such as {min(cfg.tile_rows, cfg.tile_cols)}x" \
-               f"{min(cfg.tile_rows, cfg.tile_cols)} or split=1"
     if s not in group_counts(cfg):
         return f"the {cfg.tile_rows}x{cfg.tile_cols} tile grid has no {s} diagonal " \
-               f"tile groups (splits: {', '.join(map(str, group_counts(cfg)))})"
+               f"tile groups (splits: 1 to {group_counts(cfg)[-1]})"
+    if len(chain) > 1 and not (cfg.sides_divide and cfg.tile_rows % s == 0
+                               and cfg.tile_cols % s == 0):
+        return f"{s} tile groups on a {cfg.tile_rows}x{cfg.tile_cols} tile grid leave " \
+               f"a layer's packed outputs across blocks of R columns, where the next " \
+               f"layer of the chain cannot read them as one K-block; split the chain " \
+               f"into groups that divide both sides, or split=1"
     # inside a chain a layer reads the one before's outputs where they lie: its
     # group's C/s columns, or on a wide grid the R/s partitions its VRUN packs them
     # into (rules.packed_routing)
-    inner = cfg.rows if cfg.wide else cfg.cols
+    rows_s, cols_s = group_rows(cfg, s), group_cols(cfg, s)
+    inner = rows_s if cfg.wide else cols_s
     for i, node in enumerate(chain):
         K, N = node.op.K, node.op.N
-        width = (cfg.rows if i == 0 else inner) // s
+        width = rows_s if i == 0 else inner
         if K > width:
             where = "the rows of one of" if i == 0 else \
                 "the columns of the layer before's outputs in one of"
             return f"{named(node)}K = {K} > {width}, {where} {s} tile groups"
-        if N > cfg.cols // s:
-            return f"{named(node)}N = {N} > {cfg.cols // s}, the columns of one of " \
+        if N > cols_s:
+            return f"{named(node)}N = {N} > {cols_s}, the columns of one of " \
                    f"{s} tile groups"
-        if node is not last and N > inner // s:
-            return f"{named(node)}N = {N} > {inner // s}: on the wide grid " \
-                   f"{cfg.name!r} a chain hands each group's outputs on in {inner // s} " \
+        if node is not last and N > inner:
+            return f"{named(node)}N = {N} > {inner}: on the wide grid " \
+                   f"{cfg.name!r} a chain hands each group's outputs on in {inner} " \
                    f"partitions of one {cfg.rows}-byte row"
     return None
 
@@ -217,9 +226,9 @@ def choose(cfg: ChipConfig, graph: Graph, forced: int | Mapping[str, int] | None
 
 def pack_input(cfg: ChipConfig, a: np.ndarray, s: int) -> np.ndarray:
     """``A[M, K]`` -> ``A'[M_s, R]``: row ``m`` holds ``A[g*M_s + m]`` at columns
-    ``g*R/s``."""
+    ``g*group_rows``."""
     M, K = a.shape
-    m, width = rows(M, s), cfg.rows // s
+    m, width = rows(M, s), group_rows(cfg, s)
     out = np.zeros((m, cfg.rows), dtype=a.dtype)
     for g in range(s):
         part = a[g * m:(g + 1) * m]
@@ -230,10 +239,11 @@ def pack_input(cfg: ChipConfig, a: np.ndarray, s: int) -> np.ndarray:
 def pack_weights(cfg: ChipConfig, w: np.ndarray, s: int, kw: int | None = None
                  ) -> np.ndarray:
     """``W[K, N]`` -> the block-diagonal ``W'[R, C]``, group ``g``'s block at rows
-    ``g*kw`` (the columns its inputs are in: ``R/s`` for a packed graph input, ``C/s``
-    for the layer before's output in a chain) and columns ``g*C/s``."""
+    ``g*kw`` (the columns its inputs are in: ``group_rows`` for a packed graph input,
+    ``group_cols`` for the layer before's output in a chain) and columns
+    ``g*group_cols``."""
     K, N = w.shape
-    kw, nw = cfg.rows // s if kw is None else kw, cfg.cols // s
+    kw, nw = group_rows(cfg, s) if kw is None else kw, group_cols(cfg, s)
     out = np.zeros((cfg.rows, cfg.cols), dtype=w.dtype)
     for g in range(s):
         out[g * kw:g * kw + K, g * nw:g * nw + N] = w
@@ -242,7 +252,7 @@ def pack_weights(cfg: ChipConfig, w: np.ndarray, s: int, kw: int | None = None
 
 def pack_bias(cfg: ChipConfig, bias: np.ndarray, s: int) -> np.ndarray:
     """``bias[N]`` -> ``bias'[C]``, one copy per group."""
-    nw = cfg.cols // s
+    nw = group_cols(cfg, s)
     out = np.zeros(cfg.cols, dtype=bias.dtype)
     for g in range(s):
         out[g * nw:g * nw + bias.shape[0]] = bias
@@ -251,7 +261,7 @@ def pack_bias(cfg: ChipConfig, bias: np.ndarray, s: int) -> np.ndarray:
 
 def unpack_output(cfg: ChipConfig, y: np.ndarray, M: int, N: int, s: int) -> np.ndarray:
     """``out'[M_s, C]`` -> ``out[M, N]``."""
-    m, nw = rows(M, s), cfg.cols // s
+    m, nw = rows(M, s), group_cols(cfg, s)
     parts = [y[:, g * nw:g * nw + N] for g in range(s)]
     return np.concatenate(parts, axis=0)[:M].copy()
 
@@ -264,7 +274,7 @@ def params(cfg: ChipConfig, graph: Graph, node: Node, s: int
     group columns."""
     layer = node.op
     # on a wide grid the layer before packed its outputs into the input's R/s columns
-    kw = cfg.cols // s if graph.producer(node.inputs[0]) is not None and not cfg.wide \
+    kw = group_cols(cfg, s) if graph.producer(node.inputs[0]) is not None and not cfg.wide \
         else None
     out = [("weights", layout.pack_weights(cfg, pack_weights(cfg, layer.weights, s, kw)))]
     if layer.bias is not None:

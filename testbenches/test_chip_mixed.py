@@ -4,8 +4,10 @@ outputs goes to the blocks of ``R`` columns it overlaps, one VRUN per piece, a
 block's later pieces keeping its earlier ones. The wide and tall grids' cases (GEMMs,
 dense networks, CNNs, chains, transposes, Concats of maps, depthwise layers) compile
 and equal numpy on the golden model in the predicted cycles; `make regress` runs them
-on the 2x3 and 3x2 grids' Verilated RTL. What these grids cannot take (a
-split) is refused or never chosen."""
+on the 2x3 and 3x2 grids' Verilated RTL. A dense layer of small K and N splits into
+two tile groups here too (each a tile row and a tile column on the diagonal, the last
+tile column or row in none); a chain of them, whose packed outputs would lie across
+blocks, is refused."""
 
 from __future__ import annotations
 
@@ -33,7 +35,10 @@ CASES = {**{f"wide_{k}": v for k, v in wide.CASES.items()},
          **{f"tall_{k}": v for k, v in tall.CASES.items()},
          **{f"maps_{k}": v for k, v in tall.MANY_CHANNELS.items()},
          "inverted_residual": lambda: models.inverted_residual_block(),
-         **{f"depthwise_{s}": (lambda s=s: _random_depthwise(s)) for s in (1, 4, 7)}}
+         **{f"depthwise_{s}": (lambda s=s: _random_depthwise(s)) for s in (1, 4, 7)},
+         # two tile groups, int8 and int32 (a group's K and N at most one tile's 4)
+         "split_600x4x4": wide.gemm(600, 4, 4, seed=5),
+         "split_301x3x2_int32": wide.gemm(301, 3, 2, dtype="int32", seed=6)}
 
 
 def rtl_cases(cfg) -> set[str]:
@@ -46,7 +51,8 @@ def rtl_cases(cfg) -> set[str]:
     return {f"wide_{k}" for k in ("gemm_ragged", "gemm_odd_slices", "gemm_int32", "mlp",
                                   "cnn", "wide_maps_24", "bottleneck_32", "chain_fused_crop",
                                   "transpose_37x21", "matmul_t", "int32_transpose_20x9x13")
-            } | {"maps_conv_24_stride2", "maps_inception_16", "depthwise_4"}
+            } | {"maps_conv_24_stride2", "maps_inception_16", "depthwise_4", "split_600x4x4",
+                 "split_301x3x2_int32"}
 
 
 def test_pieces_of_the_2x3_grid():
@@ -87,14 +93,21 @@ def test_pieces_are_the_sub_blocks_and_slices_of_other_grids(cfg):
                                                                       sub=sub)
 
 
-def test_no_split_on_these_grids():
-    """The cost model never splits here, and a split asked for is refused saying why."""
-    assert split.group_counts(G23) == split.group_counts(G32) == [1]
-    c = compile_network(G23, wide.gemm(600, 4, 8, seed=5)())
-    assert c.plan.split("layer0") == 1
-    with pytest.raises(CompileError, match="layer 'layer0' cannot run in 2 tile groups: "
-                                           "the 2x3 tile grid's sides do not divide"):
-        compile_network(G23, wide.gemm(600, 4, 8, seed=5)(), split={"layer0": 2})
+def test_splits_on_these_grids():
+    """Two tile groups (the shorter side's tiles): the cost model takes them for a
+    layer whose K and N fit one tile (group 1 on tile (1, 1); tile column 2, or tile
+    row 2, in no group), and not for N = 8. A chain is refused saying why."""
+    assert split.group_counts(G23) == split.group_counts(G32) == [1, 2]
+    assert (split.group_rows(G23, 2), split.group_cols(G23, 2)) == (4, 4)
+    assert compile_network(G23, CASES["split_600x4x4"]()).plan.split("layer0") == 2
+    assert compile_network(G32, CASES["split_600x4x4"]()).plan.split("layer0") == 2
+    assert compile_network(G23, wide.gemm(600, 4, 8, seed=5)()).plan.split("layer0") == 1
+    with pytest.raises(CompileError, match="layer 'layer0' cannot run in 3 tile groups: "
+                                           "the 2x3 tile grid has no 3 diagonal"):
+        compile_network(G23, wide.gemm(600, 4, 4, seed=5)(), split={"layer0": 3})
+    with pytest.raises(CompileError, match="2 tile groups on a 2x3 tile grid leave a "
+                                           "layer's packed outputs across blocks"):
+        compile_network(G23, wide.split_chain(300, (4, 4, 3, 7))(), split={"fc1": 2})
 
 
 @pytest.mark.parametrize("cfg,name", sample(

@@ -26,12 +26,14 @@ from systolica.compiler import compile_network
 from tiers import sample
 
 G16 = preset("tiny_16x16")
-#: two GEMMs the grid splits (K = 1 in 16 tile groups, K = 4 in 4) and the non-square
-#: grids' cases
+#: three GEMMs the grid splits (K = 1 in 16 tile groups, K = 4 in 4, K = 5 in 3 of
+#: five tiles each, the last tile row and column in none) and the non-square grids'
+#: cases
 CASES = {"split_600x1x1": wide.gemm(600, 1, 1, seed=7),
-         "split_600x4x4": wide.gemm(600, 4, 4, seed=5), **mixed.CASES}
-#: on the RTL: both splits, a ragged GEMM, a dense network, a CNN and an int8 transpose
-RTL_CASES = {"split_600x1x1", "split_600x4x4", "wide_gemm_ragged", "wide_mlp", "wide_cnn",
+         "split_600x4x4": wide.gemm(600, 4, 4, seed=5),
+         "split_300x5x5": wide.gemm(300, 5, 5, seed=8), **mixed.CASES}
+#: on the RTL: the splits, a ragged GEMM, a dense network, a CNN and an int8 transpose
+RTL_CASES = {"split_600x1x1", "split_600x4x4", "split_300x5x5", "wide_gemm_ragged", "wide_mlp", "wide_cnn",
              "wide_transpose_37x21"}
 
 
@@ -71,8 +73,9 @@ def test_the_other_format_is_illegal(cfg, op):
 
 @pytest.mark.slow
 def test_split_programs_use_setcfgw_alone():
-    """The K = 1 GEMM splits into 16 tile groups (the cost model's choice), every
-    multiplexer update in SETCFGWs of one page each."""
+    """The K = 1 GEMM splits into 16 tile groups and the K = 5 one into 3 (the cost
+    model's choices), every multiplexer update in SETCFGWs of one page each."""
+    assert compile_network(G16, CASES["split_300x5x5"]()).plan.split("layer0") == 3
     c = compile_network(G16, CASES["split_600x1x1"]())
     assert c.plan.split("layer0") == 16
     ops = {ins.op for ins in c.program if ins.op in isa.SETCFGS}

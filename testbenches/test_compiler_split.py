@@ -30,9 +30,17 @@ def test_group_counts_are_the_diagonal_tile_squares(cfg, groups):
     assert split.group_counts(cfg) == groups
 
 
-def test_four_groups_on_a_4x4_grid():
+def test_any_count_up_to_the_shorter_side():
+    """A 4x4 grid takes 1 to 4 groups: 3 of one tile each, the last tile row and
+    column in none."""
     g44 = TINY.replace(name="g44", tile_rows=4, tile_cols=4, general_lanes=False)
-    assert split.group_counts(g44) == [1, 2, 4]
+    assert split.group_counts(g44) == [1, 2, 3, 4]
+    assert (split.group_rows(g44, 3), split.group_cols(g44, 3)) == (4, 4)
+    a = np.arange(1, 13, dtype=np.int8).reshape(6, 2)
+    packed = split.pack_input(g44, a, 3)            # M_s = 2 rows, groups at 0, 4, 8
+    assert packed.shape == (2, 16)
+    np.testing.assert_array_equal(packed[:, 8:10], a[4:6])
+    assert not packed[:, 12:].any()
 
 
 @pytest.mark.parametrize("cfg, M, K, N, s", [
