@@ -367,6 +367,16 @@ def cmd_bench(args) -> int:
              *[(f"gemm_2048x{k}x{k}{'' if split is None else '_whole'}", "tiny_8x8",
                 lambda k=k: _gemm_network(2048, k, k, 3), "cocotb", split)
                for k in (1, 2) for split in (1, None)],
+             # the split where the grid's sides do not divide (tiny_2x3: two groups of
+             # one tile, the third tile column in none)
+             *[(f"gemm_2048x4x4{'' if split is None else '_whole'}", "tiny_2x3",
+                lambda: _gemm_network(2048, 4, 4, 3), "cocotb", split)
+               for split in (1, None)],
+             # the seed's 16x16 tile grid (one-cell tiles, 848 multiplexers set by
+             # SETCFGW): K = N = 1 in sixteen groups, K = N = 5 in three of five tiles
+             *[(f"gemm_2048x{k}x{k}{'' if split is None else '_whole'}", "tiny_16x16",
+                lambda k=k: _gemm_network(2048, k, k, 3), "cocotb", split)
+               for k in (1, 5) for split in (1, None)],
              # a chain of narrow dense layers inside a network, split as one
              *[(f"mlp_500x4x8x8x4{'' if split is None else '_whole'}", "base",
                 lambda: demo.mlp(batch=500, widths=(4, 8, 8, 4), name="mlp_500x4x8x8x4"),
