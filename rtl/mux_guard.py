@@ -128,7 +128,8 @@ class MuxGuard(wiring.Component):
         self.windows = windows(cfg)
         super().__init__({
             "clear": In(1), "issue": In(1), "opcode": In(Opcode),
-            "payload": In(isa.PAYLOAD_BITS), "setcfg": In(isa.PAYLOAD[fabric.setcfg_format(cfg).op]),
+            "payload": In(isa.PAYLOAD_BITS),
+            "setcfg": In(isa.PAYLOAD[fabric.setcfg_format(cfg).op]),   # the chip's format
             "in_use": Out(1), "busy": Out(len(fabric.muxes(cfg))),
         })
 
