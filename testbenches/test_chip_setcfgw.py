@@ -6,8 +6,9 @@ of 18 sources). Its programs compile with SETCFGW alone, equal numpy on the gold
 model in the predicted cycles, and split a GEMM of K = 1 into 16 tile groups; a chip
 faults the format it does not take (ILLEGAL_OPCODE). `make regress` runs the grid's
 cases and random programs on its Verilated RTL; `make test` checks the wide registers
-block by block (`tb_fabric_regs`' 2x16 build) and the wrong format on tiny's RTL
-(`test_chip_faults`)."""
+block by block (`tb_fabric_regs`' 2x16 build), SETCFGW's faults and a split GEMM on
+the RTL of a smaller SETCFGW chip (6x6 tiles of 2x2 with the general lanes: 282
+multiplexers), and SETCFGW's fault on tiny's RTL (`test_chip_faults`)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,11 @@ import pytest
 import test_chip_mixed as mixed
 import test_chip_nonsquare as tall
 import test_chip_wide as wide
-from conftest import assert_cases_and_random_programs_on_rtl, case_network
+import numpy as np
+
+from conftest import (assert_cases_and_random_programs_on_rtl, assert_matches_prediction,
+                      assert_outputs_match, case_network, compile_and_run_on_rtl,
+                      run_many_on_rtl)
 from systolica import golden
 from systolica.arch import fabric, isa
 from systolica.arch.config import preset
@@ -26,6 +31,8 @@ from systolica.compiler import compile_network
 from tiers import sample
 
 G16 = preset("tiny_16x16")
+#: a SETCFGW chip small enough for `make test`: 282 multiplexers, past SETCFG's 256
+G66 = preset("tiny").replace(name="tiny_6x6_lanes", tile_rows=6, tile_cols=6, tile_size=2)
 #: three GEMMs the grid splits (K = 1 in 16 tile groups, K = 4 in 4, K = 5 in 3 of
 #: five tiles each, the last tile row and column in none) and the non-square grids'
 #: cases
@@ -102,3 +109,57 @@ def test_rtl_equals_numpy_golden_and_prediction():
     illegal programs agree between its RTL and the golden model."""
     assert_cases_and_random_programs_on_rtl(
         G16, {k: v for k, v in CASES.items() if k in RTL_CASES}, seed=3000)
+
+
+def _setcfgw(cycle, pairs):
+    return Instr(Opcode.SETCFGW, cycle, isa.setcfg_fields(pairs, Opcode.SETCFGW))
+
+
+def _load(cycle):
+    return Instr(Opcode.DMA, cycle, dict(kind=isa.DmaKind.LOAD_CBUF, dram_addr=0,
+                                         dram_stride=1, buf_addr=0, rows=4))
+
+
+_LAST = len(fabric.muxes(G66)) - 1         # 281: page 8, index 25
+#: SETCFGW's faults on the 6x6 chip (code from the golden model; the RTL must agree)
+FAULTS = {
+    "setcfg_on_a_setcfgw_chip": ([Instr(Opcode.SETCFG, 1, isa.setcfg_fields([(3, 1)]))],
+                                 ErrorCode.ILLEGAL_OPCODE),
+    "past_the_table_in_the_last_page": ([_setcfgw(1, [(_LAST, 0), (_LAST + 1, 0)])],
+                                        ErrorCode.CFG_RANGE),
+    "a_page_bit_past_the_table": ([_load(0), _setcfgw(2, [(3 + 32 * 256, 0)])],
+                                  ErrorCode.CFG_RANGE),
+    "a_source_past_the_mux": ([_setcfgw(1, [(0, 1), (1, 31)])], ErrorCode.CFG_RANGE),
+    "too_many_pairs": ([_setcfgw(1, [(k, 0) for k in (0, 6, 12, 20, 21)])],
+                       ErrorCode.CFG_LIMIT),
+    "the_last_mux_set_and_used": ([_setcfgw(0, [(_LAST, 1), (_LAST - 1, 0)]), _load(1)],
+                                  ErrorCode.NONE),
+}
+
+
+@pytest.mark.rtl
+def test_setcfgw_faults_and_a_split_on_the_rtl():
+    """On the 6x6 chip's RTL: each of :data:`FAULTS` as the golden model says (code,
+    pc, cycle), then GEMMs split into three groups of two tiles (the cost model's) and
+    four of one (asked: tile rows and columns 4 and 5 in none) equal numpy and the
+    golden model in the predicted cycles, their updates in SETCFGWs."""
+    assert fabric.setcfg_format(G66).op is Opcode.SETCFGW
+    images = {name: isa.to_bytes([isa.encode(i) for i in prog])
+              for name, (prog, _) in FAULTS.items()}
+    zeros = np.zeros((G66.dram_words, G66.rows), np.uint8)
+    runs = run_many_on_rtl(G66, [dict(program=images[n], name=n, readback=[(0, 1)],
+                                      expect_fault=code is not ErrorCode.NONE)
+                                 for n, (_, code) in FAULTS.items()])
+    for (name, (_, code)), res in zip(FAULTS.items(), runs):
+        gold = golden.run(G66, images[name], zeros)
+        assert gold.error == code, name
+        assert res["error"] == code, f"{name}: chip says {res['error_name']}"
+        assert (res["fault_pc"], res["fault_cycle"]) == (gold.fault_pc, gold.fault_cycle)
+    cases = {"split_600x4x4": wide.gemm(600, 4, 4, seed=5),
+             "split_301x2x2_in_4": (wide.gemm(301, 2, 2, seed=9), {"split": {"layer0": 4}})}
+    for (name, (compiled, res)), groups in zip(compile_and_run_on_rtl(G66, cases).items(),
+                                               (3, 4)):
+        assert compiled.plan.split("layer0") == groups, name
+        assert Opcode.SETCFGW in {i.op for i in compiled.program}
+        assert_outputs_match(G66, compiled, res)
+        assert_matches_prediction(G66, compiled, res)
