@@ -270,7 +270,8 @@ def _dram(cfg: ChipConfig, graph: Graph, splits: Mapping[str, int]
         tensor = graph.tensor(t)
         who = f"layer {graph.producer(t).name!r}"
         s = splits.get(graph.producer(t).name, 1)
-        shape = tensor.shape if s == 1 else (split.rows(tensor.shape[0], s), cfg.cols)
+        shape = tensor.shape if s == 1 else (split.rows(tensor.shape[0], s),
+                                             split.packed_cols(cfg, s))
         outputs[t] = place(f"tensor {t}", layout.tensor_words(cfg, shape, tensor.dtype),
                            who, "output" if len(graph.outputs) == 1 else f"output {t!r}")
     for t in sorted(through_dram(graph) - set(graph.outputs)):

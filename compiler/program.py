@@ -141,7 +141,8 @@ class Compiled:
             rows = int(np.prod(t.shape[:-1]))     # a map's pixels are its rows
             s = self.plan.split(self.graph.producer(name).name)
             if s > 1:       # split into tile groups: docs/contract.md, "Split dense layers"
-                packed = unpack(self.cfg, words, split.rows(rows, s), self.cfg.cols)
+                packed = unpack(self.cfg, words, split.rows(rows, s),
+                                split.packed_cols(self.cfg, s))
                 out[name] = split.unpack_output(self.cfg, packed, rows, t.shape[-1], s)
                 continue
             out[name] = unpack(self.cfg, words, rows, t.shape[-1]).reshape(t.shape)

@@ -26,6 +26,7 @@ from .graph import Graph, Node
 from .ir import MicroOp, make
 from .ops import Concat, Dense, MatMulT, Transpose
 from .pipeline import Block, Step
+from .split import packed_cols
 
 if TYPE_CHECKING:
     from .plan import MemoryPlan
@@ -256,8 +257,8 @@ class DenseRule:
                  Need("acc", "bias slots", 2, "bias slots", shared=True)]
         out = graph.tensor(node.outputs[0])
         if out.dtype == "int8" and not graph.consumers(out.name):
-            # a split layer's output is packed C wide (split.py)
-            N = cfg.cols if split > 1 else out.shape[1]
+            # a split layer's output is packed its groups' columns wide (split.py)
+            N = packed_cols(cfg, split) if split > 1 else out.shape[1]
             needs.append(Need("cbuf", f"{node.name}.staging",
                               2 * staged_slices(cfg, N) * rows,
                               f"output staging of {node.name!r}"))
@@ -360,7 +361,8 @@ class DenseRule:
                 blk.epilogue = self._epilogue(em, index, layer, out.dtype, nb, m0, rows, M,
                                               Mc, half, acc_at, bias_at, resident, stored,
                                               staging, n_blocks,
-                                              C if plan.split(node.name) > 1 else layer.N,
+                                              split.packed_cols(cfg, plan.split(node.name))
+                                              if plan.split(node.name) > 1 else layer.N,
                                               stride if whole else None, packed)
                 blocks.append(blk)
         return blocks

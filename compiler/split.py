@@ -53,6 +53,12 @@ def group_cols(cfg: ChipConfig, s: int) -> int:
     return cfg.tile_cols // s * cfg.tile_size
 
 
+def packed_cols(cfg: ChipConfig, s: int) -> int:
+    """The columns of a layer's packed output in `s` groups: every group's
+    (``C`` where `s` divides ``Tc``; the columns of tiles in no group are not stored)."""
+    return s * group_cols(cfg, s)
+
+
 def rows(M: int, s: int) -> int:
     """``M_s``: rows the array streams for ``M`` output rows in ``s`` groups."""
     return -(-M // s)
@@ -137,9 +143,10 @@ def estimate(cfg: ChipConfig, M: int, out_dtype: str, s: int, loads: bool = True
     matmul unit (its rows and a weight load), the vector unit (its rows; on a wide
     grid once per slice of ``R`` columns of the output, all ``C`` of them when split)."""
     m = rows(M, s)
-    # a split layer's output is C wide, but inside a chain one R-byte row (on a
-    # wide grid packed by its VRUN; elsewhere C <= R)
-    width = (cfg.cols if stores else cfg.rows) if s > 1 else min(cfg.cols, N or cfg.rows)
+    # a split layer's output is its groups' columns wide, but inside a chain one
+    # R-byte row (on a wide grid packed by its VRUN; elsewhere C <= R)
+    width = (packed_cols(cfg, s) if stores else cfg.rows) if s > 1 \
+        else min(cfg.cols, N or cfg.rows)
     slices = 1 if out_dtype == "int32" else layout.blocks(width, cfg.rows)
     out_words = m * (cfg.acc_row_words if out_dtype == "int32" else slices) if stores else 0
     dma = (m if loads else 0) + out_words + cfg.weight_rows + cfg.acc_row_words

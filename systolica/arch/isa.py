@@ -45,7 +45,7 @@ class Opcode(enum.IntEnum, shape=4):
     TAPS = 7     # write per-partition tap offsets of one tap table
     COPY = 8     # crop (CBUF -> UBUF) or fetch (UBUF -> CBUF) rows: the overlap path
     ROUTE = 9    # CBUF rows through the general lanes and back (general_lanes chips)
-    SETCFGW = 10 # SETCFG's wide format, on fabrics SETCFG cannot name (fabric.setcfg_format)
+    SETCFGW = 10  # SETCFG's wide format, for fabrics past SETCFG (fabric.setcfg_format)
 
 
 class CopyKind(enum.IntEnum, shape=1):
@@ -68,7 +68,7 @@ def _setcfg_layout(index_bits: int, value_bits: int, page_bits: int) -> data.Str
         "more": 3,                     # further (index<k>, value<k>) pairs, k = 1..more
         **{f"{name}{k}": bits for k in range(1, SETCFG_PAIRS)
            for name, bits in (("index", index_bits), ("value", value_bits))},
-        "page": page_bits,             # pair k names multiplexer page * 2**index_bits + index<k>
+        "page": page_bits,             # pair k: multiplexer page * 2**index_bits + index<k>
     })
 
 

@@ -733,7 +733,8 @@ def _cfg_limit(cfg, program, rng):
             if (c % cfg.config_update_interval != 0) == (kind == "interval")]
     ins = Instr(fmt.op, int(rng.choice(free)), fmt.fields(pairs))
     out, pc = _insert(program, ins)
-    return out, (ErrorCode.CFG_LIMIT, pc, ins.cycle), f"{fmt.op.name} at cycle {ins.cycle}: {kind}"
+    return out, (ErrorCode.CFG_LIMIT, pc, ins.cycle), \
+        f"{fmt.op.name} at cycle {ins.cycle}: {kind}"
 
 
 def _cfg_range(cfg, program, rng):
@@ -747,7 +748,8 @@ def _cfg_range(cfg, program, rng):
     ins = Instr(fmt.op, int(rng.choice(free)),
                 fmt.fields([(number, int(rng.integers(1 << fmt.value_bits)))]))
     out, pc = _insert(program, ins)
-    return out, (ErrorCode.CFG_RANGE, pc, ins.cycle), f"{fmt.op.name} of multiplexer {number} " \
+    return out, (ErrorCode.CFG_RANGE, pc, ins.cycle), \
+        f"{fmt.op.name} of multiplexer {number} " \
         f"(the chip has {count}) at cycle {ins.cycle}"
 
 
