@@ -12,13 +12,12 @@ SETCFGW's fault on tiny's RTL (`test_chip_faults`)."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 import test_chip_mixed as mixed
 import test_chip_nonsquare as tall
 import test_chip_wide as wide
-import numpy as np
-
 from conftest import (assert_cases_and_random_programs_on_rtl, assert_matches_prediction,
                       assert_outputs_match, case_network, compile_and_run_on_rtl,
                       run_many_on_rtl)
