@@ -25,7 +25,6 @@ TAPS_PER_WORD = 5     # tap table entries one TAPS writes
 GEOM_BITS = 12        # window geometry: pixels per row, rows
 MUX_INDEX_BITS = 7    # a SETCFG pair's multiplexer number within its page
 MUX_PAGE_BITS = 1     # a SETCFG's page: its pairs name multiplexers page*128 + index
-MUX_NUMBER_BITS = MUX_INDEX_BITS + MUX_PAGE_BITS   # systolica.arch.fabric: <= 256
 MUX_VALUE_BITS = 4    # ... and the source it selects
 # SETCFGW, for fabrics past SETCFG's reach: pages of 32 multiplexers, 32 sources
 WIDE_INDEX_BITS, WIDE_VALUE_BITS, WIDE_PAGE_BITS = 5, 5, 9
@@ -219,10 +218,6 @@ def mux_page(number: int, op: Opcode = Opcode.SETCFG) -> int:
 def setcfg_pairs(fields: dict, op: Opcode = Opcode.SETCFG) -> list[tuple[int, int]]:
     """The (multiplexer, value) pairs of a SETCFG (or SETCFGW), in the order applied."""
     return SETCFG_FORMATS[op].pairs(fields)
-
-
-def setcfg_payload_pairs(sc, op: Opcode = Opcode.SETCFG) -> list[tuple]:
-    return SETCFG_FORMATS[op].payload_pairs(sc)
 
 
 def setcfg_fields(pairs: list[tuple[int, int]], op: Opcode = Opcode.SETCFG) -> dict:
