@@ -47,14 +47,16 @@ def window_between(name: str, old_use: tuple[int, int], new_use: tuple[int, int]
 def assign_updates(windows: Iterable[UpdateWindow], *, per_cycle: int, interval: int = 1,
                    domain_budget: int | Mapping[str, int] | None = None,
                    allowed: Collection[int] | Callable[[int], bool] | None = None,
-                   ) -> dict[str, int]:
+                   busy: Collection[int] | None = None) -> dict[str, int]:
     """Issue cycle of each window's update, by window name.
 
     `per_cycle`: updates one cycle can take; `interval`: updates only on multiples of
     it; `domain_budget`: updates per power domain per cycle (one number for all, or
     per domain; a domain not in the mapping is unlimited); `allowed`: the cycles
-    permitted at all (a set of cycles or a predicate, e.g. free issue slots). The
-    updates of one cycle share a page (one SETCFG names one page's multiplexers).
+    permitted at all (a set of cycles or a predicate); `busy`: instead of `allowed`,
+    the cycles taken (e.g. the program's issue slots), every other cycle from 0 on
+    being allowed -- the fast form for long programs. The updates of one cycle share a
+    page (one SETCFG names one page's multiplexers).
     Raises ConfigUpdateError naming the windows that collide and their cycles.
     """
     windows = list(windows)
@@ -73,6 +75,14 @@ def assign_updates(windows: Iterable[UpdateWindow], *, per_cycle: int, interval:
             return domain_budget.get(domain)
         return domain_budget
 
+    if busy is not None:
+        if allowed is not None:
+            raise ValueError("give assign_updates `allowed` or `busy`, not both")
+        taken = frozenset(busy)
+        allowed = lambda c: c >= 0 and c not in taken          # noqa: E731
+        # the taken cycles that are multiples of the interval, to count a window's
+        # allowed cycles without visiting them
+        taken_steps = sorted(c for c in taken if c >= 0 and c % interval == 0)
     allowed_sorted = sorted(allowed) if isinstance(allowed, Collection) else None
 
     def candidates(w: UpdateWindow, limit: int) -> list[int] | None:
@@ -86,6 +96,13 @@ def assign_updates(windows: Iterable[UpdateWindow], *, per_cycle: int, interval:
             span = range(first, w.hi + 1, interval)
             if allowed is None:
                 return list(span) if len(span) <= limit else None
+            if busy is not None:
+                span = range(max(first, 0), w.hi + 1, interval)
+                hits = (bisect_right(taken_steps, w.hi)
+                        - bisect_left(taken_steps, max(first, 0)))
+                if len(span) - hits > limit:
+                    return None
+                return [c for c in span if c not in taken]
             span = (c for c in span if allowed(c))
         out = []
         for c in span:
@@ -100,10 +117,12 @@ def assign_updates(windows: Iterable[UpdateWindow], *, per_cycle: int, interval:
     dload: dict[tuple[int, str], int] = {}
     page_at: dict[int, int] = {}                        # cycle -> page of its updates
 
+    budgets = [budget(w.domain) for w in windows]     # per window, asked often
+
     def feasible(k: int, c: int) -> bool:
         if load.get(c, 0) >= per_cycle or page_at.get(c, windows[k].page) != windows[k].page:
             return False
-        b = budget(windows[k].domain)
+        b = budgets[k]
         return b is None or dload.get((c, windows[k].domain), 0) < b
 
     cover: dict[int, list[int]] = {}
@@ -147,19 +166,22 @@ def assign_updates(windows: Iterable[UpdateWindow], *, per_cycle: int, interval:
         load[c] = load.get(c, 0) + 1
         key = (c, w.domain)
         dload[key] = dload.get(key, 0) + 1
+        if was_full:
+            continue                                    # no window lost this cycle now
         now_full = load[c] >= per_cycle
-        b = budget(w.domain)
+        b = budgets[k]
         domain_full = b is not None and dload[key] == b
         for v in cover.get(c, ()):
-            if done[v] or was_full:
+            if done[v]:
                 continue
-            vb = budget(windows[v].domain)
-            same = windows[v].domain == w.domain
-            was_ok = vb is None or dload.get((c, windows[v].domain), 0) - same < vb
-            other_page = opened and windows[v].page != w.page
-            if was_ok and (now_full or (same and domain_full) or other_page):
+            wv = windows[v]
+            same = wv.domain == w.domain
+            if not (now_full or (same and domain_full) or (opened and wv.page != w.page)):
+                continue
+            vb = budgets[v]
+            if vb is None or dload.get((c, wv.domain), 0) - same < vb:   # it was open
                 count[v] -= 1
-                heapq.heappush(heap, (count[v], windows[v].hi, v))
+                heapq.heappush(heap, (count[v], wv.hi, v))
     return result
 
 

@@ -18,8 +18,9 @@ scheduler applies while it places ops, so that every later window has a place.
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -203,13 +204,15 @@ class Routing:
 
 
 def windows(cfg: ChipConfig, ops: list[MicroOp], cycles: list[int],
-            who: Sequence[str] | None = None) -> list[tuple[UpdateWindow, str, int, int]]:
+            who: Sequence[str] | None = None, found: dict[str, list[Use]] | None = None
+            ) -> list[tuple[UpdateWindow, str, int, int]]:
     """The update windows: ``(window, mux, value, op index served)``. `who` names each
-    op for messages (default: its disassembly)."""
+    op for messages (default: its disassembly); `found`: :func:`uses` of these cycles,
+    if already known."""
     table = fabric.by_name(cfg)
     name_of = (lambda k: who[k]) if who is not None else (lambda k: str(ops[k]))
     out = []
-    for name, lst in uses(cfg, ops, cycles).items():
+    for name, lst in (found if found is not None else uses(cfg, ops, cycles)).items():
         domain, page = table[name].domain, fabric.setcfg_format(cfg).page(table[name].index)
         prev: Use | None = None
         for u in lst:
@@ -249,14 +252,14 @@ class Update:
 
 
 def _place(cfg: ChipConfig, ops: list[MicroOp], cycles: list[int],
-           who: Sequence[str] | None) -> list[Update]:
-    """The updates for a fixed schedule, in cycle order."""
-    found = windows(cfg, ops, cycles, who)
-    slots = BusyIntervals.of_cycles(cycles)
+           who: Sequence[str] | None, used: dict[str, list[Use]] | None = None
+           ) -> list[Update]:
+    """The updates for a fixed schedule, in cycle order (`used`: its :func:`uses`, if
+    known)."""
+    found = windows(cfg, ops, cycles, who, used)
     at = assign_updates([w for w, *_ in found], per_cycle=cfg.max_config_updates_per_cycle,
                         interval=cfg.config_update_interval,
-                        domain_budget=cfg.power_domain_budget,
-                        allowed=lambda c: c >= 0 and slots.is_free(c, c + 1))
+                        domain_budget=cfg.power_domain_budget, busy=cycles)
     return sorted((Update(at[w.name], name, value, served, w)
                    for w, name, value, served in found), key=lambda u: u.cycle)
 
@@ -279,22 +282,34 @@ def plan_updates(cfg: ChipConfig, ops: list[MicroOp], cycles: list[int],
     """Shift the schedule as little as needed for the configuration updates to fit;
     returns the shifted cycles and the updates. `who` names each op in messages."""
     step = cfg.config_update_interval
+    used = uses(cfg, ops, cycles)        # a shift moves every use by as much
 
     def attempt(shift: int):
         shifted = [c + shift for c in cycles]
-        return shifted, _place(cfg, ops, shifted, who)
+        moved = {name: [Use(u.mux, u.value, u.lo + shift, u.hi + shift, u.op) for u in lst]
+                 for name, lst in used.items()}
+        return shifted, _place(cfg, ops, shifted, who, moved)
 
+    first = _least_shift(cfg, used, cycles)
     try:
-        return attempt(0)
+        return attempt(first * step)
     except ConfigUpdateError:
         pass
     # With one free, allowed cycle per multiplexer before the first op, the initial
     # updates always fit; if updates still collide, they collide mid-program and no
     # shift helps (the error names them).
-    generous = step * (len(uses(cfg, ops, cycles)) + 1)
-    best = attempt(generous)
-    lo, hi = 0, generous // step          # fails at lo, fits at hi (in steps)
-    while hi - lo > 1:
+    generous = len(used) + 1 + first       # in steps
+    # Gallop up from the bound, then bisect: the shift needed is usually near it.
+    lo, gap, best = first, 1, None         # fails at lo (in steps)
+    while best is None:
+        hi = min(lo + gap, generous)
+        try:
+            best = attempt(hi * step)
+        except ConfigUpdateError:
+            if hi == generous:
+                raise
+            lo, gap = hi, gap * 2
+    while hi - lo > 1:                     # fails at lo, fits at hi
         mid = (lo + hi) // 2
         try:
             best = attempt(mid * step)
@@ -302,6 +317,40 @@ def plan_updates(cfg: ChipConfig, ops: list[MicroOp], cycles: list[int],
         except ConfigUpdateError:
             lo = mid
     return best
+
+
+def _least_shift(cfg: ChipConfig, used: dict[str, list[Use]], cycles: list[int]) -> int:
+    """A lower bound, in steps of the update interval, on the shift the updates need:
+    the updates due by each cycle ``h`` need as many SETCFG cycles as their pages (one
+    page a cycle, ``max_config_updates_per_cycle`` updates each) and power domains
+    (their budgets) demand, and cycle ``h + shift`` has no more allowed cycles before
+    it than multiples of the interval not taken by the ops issued by ``h``."""
+    step, per_cycle = cfg.config_update_interval, cfg.max_config_updates_per_cycle
+    budget = cfg.power_domain_budget
+    table = fabric.by_name(cfg)
+    fmt = fabric.setcfg_format(cfg)
+    # each multiplexer's first update: issued by the cycle before its first use
+    due = sorted((lst[0].lo - 1, fmt.page(table[name].index), table[name].domain)
+                 for name, lst in used.items())
+    taken = sorted(set(cycles))
+    pages: dict[int, int] = defaultdict(int)
+    domains: dict[str, int] = defaultdict(int)
+    least = 0
+    for k, (h, page, domain) in enumerate(due):
+        pages[page] += 1
+        domains[domain] += 1
+        if k + 1 < len(due) and due[k + 1][0] == h:
+            continue                       # count every update due by h first
+        need = sum(-(-n // per_cycle) for n in pages.values())
+        for d, n in domains.items():
+            b = budget if not isinstance(budget, Mapping) else budget.get(d)
+            if b:
+                need = max(need, -(-n // b))
+        if step == 1:                      # the ops issued by h take cycles too
+            need += bisect_right(taken, h)
+        # multiples of step in [0, h + shift] are (h + shift) // step + 1
+        least = max(least, -(-((need - 1) * step - h) // step))
+    return least
 
 
 def add_updates(cfg: ChipConfig, ops: list[MicroOp], cycles: list[int]

@@ -1,6 +1,8 @@
 """Configuration-update scheduling: seed 002 Fig. 4 (cycles x, y, z; two updates per
 cycle), its infeasible variant, the update interval and power-domain budgets."""
 
+import re
+
 import pytest
 
 from systolica.compiler import CompileError
@@ -181,3 +183,32 @@ def test_seed_fig4_with_eight_updates_per_cycle():
     # seven per cycle: the same windows do not fit either
     with pytest.raises(ConfigUpdateError, match="7 update"):
         assign_updates(windows, per_cycle=7, allowed={X, Y, Z})
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("interval", [1, 3])
+def test_busy_cycles_place_as_the_predicate_does(seed, interval):
+    """``busy`` (the fast form: every cycle from 0 on but these) places each update
+    where the equivalent predicate does, on windows wide and narrow, in two pages and
+    two power domains."""
+    import random
+    rng = random.Random(seed)
+    busy = set(rng.sample(range(200), 40))
+    windows = []
+    for k in range(60):
+        lo = rng.randrange(-5, 150)
+        hi = max(lo, 0) + rng.choice([8, 12, 30, 300])
+        windows.append(UpdateWindow(f"w{k}", lo, hi, domain=f"d{k % 2}", page=k % 3 // 2))
+    kw = dict(per_cycle=3, interval=interval, domain_budget={"d0": 2})
+    try:
+        want = assign_updates(windows, allowed=lambda c: c >= 0 and c not in busy, **kw)
+    except ConfigUpdateError as e:
+        with pytest.raises(ConfigUpdateError, match=re.escape(str(e))):
+            assign_updates(windows, busy=busy, **kw)
+        return
+    assert assign_updates(windows, busy=busy, **kw) == want
+
+
+def test_busy_and_allowed_together_are_refused():
+    with pytest.raises(ValueError, match="`allowed` or `busy`"):
+        assign_updates(FIG4, per_cycle=2, allowed={X}, busy={Y})

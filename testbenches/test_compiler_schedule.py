@@ -241,6 +241,39 @@ def test_update_slots_respect_the_interval(interval):
     assert not {u.cycle for u in updates} & set(cycles)
 
 
+@pytest.mark.parametrize("config, M, K, N", [("tiny_8x8", 300, 5, 5), ("tiny_tall", 64, 3, 4)])
+def test_the_schedule_shifts_by_the_least_the_updates_need(monkeypatch, config, M, K, N):
+    """On a grid of many multiplexers the first updates need room before the first
+    op: the shift found is at or above the bound the search starts from, and one
+    interval less does not fit."""
+    from systolica.compiler import reconfigure
+    from systolica.compiler.config_updates import ConfigUpdateError
+    seen = []
+    plan = reconfigure.plan_updates
+
+    def spy(cfg, ops, cycles, who=None):
+        got = plan(cfg, ops, cycles, who)
+        seen.append((cfg, ops, cycles, got))
+        return got
+
+    monkeypatch.setattr(reconfigure, "plan_updates", spy)
+    rng = np.random.default_rng(1)
+    compile_network(preset(config), gemm(
+        rng.integers(-128, 128, (M, K), dtype=np.int8),
+        rng.integers(-128, 128, (K, N), dtype=np.int8),
+        rng.integers(-99, 99, N, dtype=np.int32), out_dtype="int32", name="g"))
+    (cfg, ops, cycles, (shifted, _)), = seen
+    step = cfg.config_update_interval
+    shift = shifted[0] - cycles[0]
+    bound = reconfigure._least_shift(cfg, reconfigure.uses(cfg, ops, cycles), cycles)
+    assert shift >= bound * step
+    if config == "tiny_8x8":
+        assert shift > 0                    # the case this test is for
+    if shift > 0:
+        with pytest.raises(ConfigUpdateError):
+            reconfigure._place(cfg, ops, [c + shift - step for c in cycles], None)
+
+
 @pytest.mark.parametrize("op, needs, expected", [
     (lambda: make(CFG, Opcode.WLOAD, w_addr=0, bank=0), {"west_feed[0]": "zero"},
      "its data does not pass west_feed[0]"),
