@@ -4,8 +4,9 @@ layers").
 
 A layer split into ``s`` groups computes ``M_s = ceil(M/s)`` rows of
 ``[A_0 | A_1 | ..] @ blockdiag(W, W, ..)``: group ``g`` (the ``g``-th diagonal block of
-``floor(T/s)`` tile rows and ``floor(Tc/s)`` tile columns, :func:`group_rows` and
-:func:`group_cols` array rows and columns) takes rows ``g*M_s ..`` of the input. This
+``floor(T/s)`` tile rows and ``floor(Tc/s)`` tile columns, or past the shorter side's
+tiles of ``floor(R/s) x floor(C/s)`` cells; :func:`group_rows` and :func:`group_cols`
+array rows and columns) takes rows ``g*M_s ..`` of the input. This
 module decides ``s`` per chain of dense layers (the cost model; a chain of one layer
 is the common case) and packs and unpacks the data; the dense rule lowers the packed
 layers as any other. Inside a chain each layer's packed output is the next one's
@@ -37,19 +38,38 @@ class Split:
 
 
 def group_counts(cfg: ChipConfig) -> list[int]:
-    """The splits the grid allows: ``s`` up to the shorter side's tiles, group ``g``
-    the ``floor(T/s) x floor(Tc/s)`` tiles from ``(g*floor(T/s), g*floor(Tc/s))`` on
-    the diagonal (where ``s`` does not divide a side, its last tiles take no group)."""
-    return list(range(1, min(cfg.tile_rows, cfg.tile_cols) + 1))
+    """The splits the grid allows: ``s`` up to the shorter side's cells. Up to its
+    tiles, group ``g`` is the ``floor(T/s) x floor(Tc/s)`` tiles from
+    ``(g*floor(T/s), g*floor(Tc/s))`` on the diagonal (where ``s`` does not divide a
+    side, its last tiles take no group); past them, the ``floor(R/s) x floor(C/s)``
+    cells from ``(g*floor(R/s), g*floor(C/s))`` (:func:`cell_groups`)."""
+    return list(range(1, min(cfg.rows, cfg.cols) + 1))
+
+
+def cell_groups(cfg: ChipConfig, s: int) -> bool:
+    """`s` groups are smaller than a tile along the grid's shorter side. The split
+    needs no tile boundary: the routing is the plain one (array row ``p`` takes CBUF
+    partition ``p``, ACC column ``c`` array column ``c``), and the zeros off the
+    diagonal blocks keep the groups apart inside a tile as between tiles."""
+    return s > min(cfg.tile_rows, cfg.tile_cols)
+
+
+def groups(cfg: ChipConfig, s: int) -> str:
+    """`s` groups, as messages name them: tile groups, or groups of cells."""
+    return f"{s} groups of cells" if cell_groups(cfg, s) else f"{s} tile groups"
 
 
 def group_rows(cfg: ChipConfig, s: int) -> int:
-    """The array rows of one of `s` tile groups (``R/s`` where `s` divides ``T``)."""
+    """The array rows of one of `s` groups (``R/s`` where `s` divides ``T``)."""
+    if cell_groups(cfg, s):
+        return cfg.rows // s
     return cfg.tile_rows // s * cfg.tile_size
 
 
 def group_cols(cfg: ChipConfig, s: int) -> int:
-    """The array columns of one of `s` tile groups (``C/s`` where `s` divides ``Tc``)."""
+    """The array columns of one of `s` groups (``C/s`` where `s` divides ``Tc``)."""
+    if cell_groups(cfg, s):
+        return cfg.cols // s
     return cfg.tile_cols // s * cfg.tile_size
 
 
@@ -105,10 +125,17 @@ def _refusal(cfg: ChipConfig, graph: Graph, chain: list[Node], s: int) -> str | 
         return f"{named(last)}its output {out!r} is read by other layers (only a graph " \
                f"output is laid out split)"
     if s not in group_counts(cfg):
-        return f"the {cfg.tile_rows}x{cfg.tile_cols} tile grid has no {s} diagonal " \
-               f"tile groups (splits: 1 to {group_counts(cfg)[-1]})"
-    if len(chain) > 1 and not (cfg.sides_divide and cfg.tile_rows % s == 0
-                               and cfg.tile_cols % s == 0):
+        return f"the {cfg.rows}x{cfg.cols} array has no {s} diagonal groups (splits: " \
+               f"1 to {group_counts(cfg)[-1]}, its shorter side)"
+    if len(chain) > 1 and cell_groups(cfg, s) and (
+            cfg.wide or cfg.rows % s or cfg.cols % s):
+        return f"{s} groups are smaller than a tile of the {cfg.tile_rows}x" \
+               f"{cfg.tile_cols} tile grid, and on the {cfg.rows}x{cfg.cols} array " \
+               f"a chain hands its packed outputs on only where s divides both sides " \
+               f"and the grid is not wide; split the chain into at most " \
+               f"{min(cfg.tile_rows, cfg.tile_cols)} groups, or split=1"
+    if len(chain) > 1 and not cell_groups(cfg, s) and not (
+            cfg.sides_divide and cfg.tile_rows % s == 0 and cfg.tile_cols % s == 0):
         return f"{s} tile groups on a {cfg.tile_rows}x{cfg.tile_cols} tile grid leave " \
                f"a layer's packed outputs across blocks of R columns, where the next " \
                f"layer of the chain cannot read them as one K-block; split the chain " \
@@ -124,10 +151,10 @@ def _refusal(cfg: ChipConfig, graph: Graph, chain: list[Node], s: int) -> str | 
         if K > width:
             where = "the rows of one of" if i == 0 else \
                 "the columns of the layer before's outputs in one of"
-            return f"{named(node)}K = {K} > {width}, {where} {s} tile groups"
+            return f"{named(node)}K = {K} > {width}, {where} {groups(cfg, s)}"
         if N > cols_s:
             return f"{named(node)}N = {N} > {cols_s}, the columns of one of " \
-                   f"{s} tile groups"
+                   f"{groups(cfg, s)}"
         if node is not last and N > inner:
             return f"{named(node)}N = {N} > {inner}: on the wide grid " \
                    f"{cfg.name!r} a chain hands each group's outputs on in {inner} " \
@@ -224,8 +251,8 @@ def choose(cfg: ChipConfig, graph: Graph, forced: int | Mapping[str, int] | None
                 why = f"{best} groups estimate {estimates[best]} cycles, {larger[0]} " \
                       f"groups {estimates[larger[0]]}"
             else:
-                why = "the grid has no more diagonal tile groups" if best > 1 else \
-                    "the grid has one tile group"
+                why = "the array has no more diagonal groups" if best > 1 else \
+                    "the array has one group"
             choice = Split(best, estimates, why + (chained if best > 1 else ""), members)
         out.update({n: choice for n in names})
     return out

@@ -96,14 +96,17 @@ def test_pieces_are_the_sub_blocks_and_slices_of_other_grids(cfg):
 def test_splits_on_these_grids():
     """Two tile groups (the shorter side's tiles): the cost model takes them for a
     layer whose K and N fit one tile (group 1 on tile (1, 1); tile column 2, or tile
-    row 2, in no group), and not for N = 8. A chain is refused saying why."""
-    assert split.group_counts(G23) == split.group_counts(G32) == [1, 2]
+    row 2, in no group), and not for N = 8; past them groups of cells (3 of 2x4 on
+    the 8x12 array), too small for K = 4. A chain is refused saying why."""
+    for g in (G23, G32):
+        assert [s for s in split.group_counts(g) if not split.cell_groups(g, s)] == [1, 2]
     assert (split.group_rows(G23, 2), split.group_cols(G23, 2)) == (4, 4)
+    assert (split.group_rows(G23, 3), split.group_cols(G23, 3)) == (2, 4)
     assert compile_network(G23, CASES["split_600x4x4"]()).plan.split("layer0") == 2
     assert compile_network(G32, CASES["split_600x4x4"]()).plan.split("layer0") == 2
     assert compile_network(G23, wide.gemm(600, 4, 8, seed=5)()).plan.split("layer0") == 1
     with pytest.raises(CompileError, match="layer 'layer0' cannot run in 3 tile groups: "
-                                           "the 2x3 tile grid has no 3 diagonal"):
+                                           "K = 4 > 2"):
         compile_network(G23, wide.gemm(600, 4, 4, seed=5)(), split={"layer0": 3})
     with pytest.raises(CompileError, match="2 tile groups on a 2x3 tile grid leave a "
                                            "layer's packed outputs across blocks"):

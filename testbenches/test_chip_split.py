@@ -5,7 +5,9 @@ layer on the whole array.
 
 The tiny chip's 2x2 grid splits into 2 diagonal groups of 4x4 cells (K, N <= 4);
 tiny_tall's 4x2 grid into 2 groups of 8 rows x 4 columns (K <= 8, N <= 4). A chain
-of dense layers splits as one (K <= 4 after the first layer on tiny_tall).
+of dense layers splits as one (K <= 4 after the first layer on tiny_tall). Smaller K
+and N split further, into groups smaller than a tile (``split.cell_groups``): 8 groups
+of one cell and 4 of 2x2 on tiny, 4 of 4 rows x 2 columns on tiny_tall.
 """
 
 from __future__ import annotations
@@ -43,6 +45,13 @@ TINY_CASES = {
     # chip (more than the accumulator's half) in four passes of 63
     "split_chain_250x4x3x2": lambda: _chain(250, (4, 3, 2)),
     "whole_chain_250x4x3x2": (lambda: _chain(250, (4, 3, 2)), dict(split=1)),
+    # groups smaller than a tile: one cell each, 2x2 cells, and a chain in 2x2 cells
+    "cells_37x1x1_int32": lambda: _gemm(37, 1, 1, 6, int32=True),
+    "tiles_37x1x1_int32": (lambda: _gemm(37, 1, 1, 6, int32=True),
+                           dict(split={"g37x1x1": 2})),
+    "cells_101x2x2": lambda: _gemm(101, 2, 2, 7),
+    "cells_chain_60x2x2x1x2": lambda: _chain(60, (2, 2, 1, 2)),
+    "tiles_chain_60x2x2x1x2": (lambda: _chain(60, (2, 2, 1, 2)), dict(split={"fc1": 2})),
 }
 TALL_CASES = {
     "split_tall_50x8x4": lambda: _gemm(50, 8, 4, 5),
@@ -50,7 +59,12 @@ TALL_CASES = {
     # the second layer's groups at C/s = 4 columns, the first's at R/s = 8
     "split_chain_tall_60x8x4x3": lambda: _chain(60, (8, 4, 3)),
     "whole_chain_tall_60x8x4x3": (lambda: _chain(60, (8, 4, 3)), dict(split=1)),
+    "cells_tall_200x4x2": lambda: _gemm(200, 4, 2, 8),
+    "tiles_tall_200x4x2": (lambda: _gemm(200, 4, 2, 8), dict(split={"g200x4x2": 2})),
 }
+#: the groups each case runs in: 2 unless named here or whole (1)
+GROUPS = {"cells_37x1x1_int32": 8, "cells_101x2x2": 4, "cells_chain_60x2x2x1x2": 4,
+          "cells_tall_200x4x2": 4}
 
 
 def _chain(M, widths):
@@ -72,7 +86,8 @@ def tall_runs():
                          + [("tiny_tall", "tall_runs", n) for n in TALL_CASES])
 def test_split_gemm_on_the_rtl(request, chip, runs, name):
     compiled, res = request.getfixturevalue(runs)[name]
-    assert {l.split for l in compiled.layers} == {1 if name.startswith("whole") else 2}
+    assert {l.split for l in compiled.layers} == \
+        {GROUPS.get(name, 1 if name.startswith("whole") else 2)}
     assert_outputs_match(preset(chip), compiled, res)
     assert_matches_prediction(preset(chip), compiled, res)
 
@@ -84,6 +99,10 @@ def test_split_gemm_on_the_rtl(request, chip, runs, name):
     ("tiny_runs", "split_chain_101x3x4x4x2", "whole_chain_101x3x4x4x2"),
     ("tiny_runs", "split_chain_250x4x3x2", "whole_chain_250x4x3x2"),
     ("tall_runs", "split_chain_tall_60x8x4x3", "whole_chain_tall_60x8x4x3"),
+    # more groups than tiles: fewer cycles and words than the tiles' groups
+    ("tiny_runs", "cells_37x1x1_int32", "tiles_37x1x1_int32"),
+    ("tiny_runs", "cells_chain_60x2x2x1x2", "tiles_chain_60x2x2x1x2"),
+    ("tall_runs", "cells_tall_200x4x2", "tiles_tall_200x4x2"),
 ])
 def test_the_split_takes_fewer_cycles_on_the_rtl(request, runs, split, whole):
     runs = request.getfixturevalue(runs)

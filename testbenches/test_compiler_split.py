@@ -25,16 +25,43 @@ def _gemm(M, K, N, seed=0, **kw):
     return gemm(a, b, c, out_dtype="int32", name="g", **kw)
 
 
-@pytest.mark.parametrize("cfg, groups", [(TINY, [1, 2]), (BASE, [1, 2]), (TALL, [1, 2])])
-def test_group_counts_are_the_diagonal_tile_squares(cfg, groups):
-    assert split.group_counts(cfg) == groups
+@pytest.mark.parametrize("cfg, tiles, cells", [(TINY, 2, 8), (BASE, 2, 16), (TALL, 2, 8)])
+def test_group_counts_reach_the_shorter_sides_cells(cfg, tiles, cells):
+    """Diagonal tile squares up to the shorter side's tiles, then groups of cells."""
+    assert split.group_counts(cfg) == list(range(1, cells + 1))
+    assert [split.cell_groups(cfg, s) for s in (tiles, tiles + 1)] == [False, True]
+    s = tiles + 1
+    assert (split.group_rows(cfg, s), split.group_cols(cfg, s)) == \
+        (cfg.rows // s, cfg.cols // s)
+
+
+@pytest.mark.parametrize("cfg, M, K, N, s", [
+    (BASE, 2048, 4, 4, 4), (BASE, 2048, 1, 2, 8), (TINY, 37, 1, 1, 8), (TINY, 37, 2, 2, 4),
+    (TALL, 200, 4, 2, 4),            # 4 groups of one tile row and two columns
+])
+def test_groups_smaller_than_a_tile_split_further(cfg, M, K, N, s):
+    """Past the shorter side's tiles a group is ``R/s x C/s`` cells: K and N that fit
+    them split further, equal to numpy in the predicted cycles and faster."""
+    c = _golden_equals_numpy(cfg, _gemm(M, K, N))
+    assert c.layers[0].split == s
+    tiles = min(cfg.tile_rows, cfg.tile_cols)
+    fewer = _golden_equals_numpy(cfg, _gemm(M, K, N), split={"g": tiles})
+    assert c.predicted_cycles < fewer.predicted_cycles
+
+
+def test_a_chain_of_cell_groups_needs_a_square_grid_they_divide():
+    net = demo.mlp(batch=60, widths=(2, 2, 1, 2), name="chain")
+    assert [l.split for l in _golden_equals_numpy(TINY, net).layers] == [4, 4, 4]
+    why = split.choose(preset("tiny_wide"), as_graph(net))["fc1"].why
+    assert "not 3 groups: 3 groups are smaller than a tile" in why
 
 
 def test_any_count_up_to_the_shorter_side():
-    """A 4x4 grid takes 1 to 4 groups: 3 of one tile each, the last tile row and
+    """A 4x4 grid takes 1 to 4 tile groups: 3 of one tile each, the last tile row and
     column in none."""
     g44 = TINY.replace(name="g44", tile_rows=4, tile_cols=4, general_lanes=False)
-    assert split.group_counts(g44) == [1, 2, 3, 4]
+    assert [s for s in split.group_counts(g44) if not split.cell_groups(g44, s)] == \
+        [1, 2, 3, 4]
     assert (split.group_rows(g44, 3), split.group_cols(g44, 3)) == (4, 4)
     a = np.arange(1, 13, dtype=np.int8).reshape(6, 2)
     packed = split.pack_input(g44, a, 3)            # M_s = 2 rows, groups at 0, 4, 8
@@ -168,7 +195,8 @@ def test_random_split_chains_on_the_golden_model(cfg, seed):
     M = int(rng.integers(2, 2 * (cfg.acc_depth // 2 - 1)))
     net = demo.mlp(batch=M, widths=tuple(widths), seed=seed, name="r")
     c = _golden_equals_numpy(cfg, net)
-    assert [l.split for l in c.layers] == [2] * depth, (M, widths)
+    splits = [l.split for l in c.layers]
+    assert splits == [splits[0]] * depth and splits[0] >= 2, (M, widths)
 
 
 @pytest.mark.parametrize("seed", range(4))
@@ -190,7 +218,8 @@ def test_random_split_chains_on_a_wide_grid(seed):
 
 @pytest.mark.parametrize("bad, message", [
     ({"g": 2}, "cannot run in 2 tile groups: K = 12 > 8"),
-    ({"g": 3}, "no 3 diagonal tile groups"),
+    ({"g": 3}, "cannot run in 3 tile groups: K = 12 > 5"),
+    ({"g": 17}, "no 17 diagonal groups"),
     ({"nope": 2}, "no layer(s) 'nope'"),
     ({"g": 0}, "positive integer"),
     (2, "give 1 (never split)"),
@@ -249,7 +278,10 @@ def test_random_split_gemms_on_the_golden_model(cfg, seed):
     net = _gemm(M, K, N, seed, relu=bool(seed % 2))
     whole = compile_network(cfg, net, split=1)
     c = compile_network(cfg, net)
-    assert c.layers[0].split == 2
+    # K and N at most half the sides: 2 groups fit, and more where they are smaller
+    assert c.layers[0].split >= 2
+    assert K <= split.group_rows(cfg, c.layers[0].split)
+    assert N <= split.group_cols(cfg, c.layers[0].split)
     run = golden.run(cfg, c.image, c.dram, c.prog_addr, ubuf=c.ubuf)
     np.testing.assert_array_equal(c.result(run.dram), reference.outputs(net)["g"])
     assert run.cycles == c.predicted_cycles

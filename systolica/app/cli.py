@@ -362,6 +362,11 @@ def cmd_bench(args) -> int:
              *[(f"gemm_2048x{k}x8{'' if split is None else '_whole'}", "base",
                 lambda k=k: _gemm_network(2048, k, 8, 3), "cocotb", split)
                for k in (4, 8, 12) for split in (1, None)],
+             # groups smaller than a tile: K = N = 4 in four groups of 4x4 cells on
+             # base, K = 4 and N = 2 in four of a tile row and two columns on tiny_tall
+             *[(f"gemm_2048x4x{n}{'' if split is None else '_whole'}", cfg_name,
+                lambda n=n: _gemm_network(2048, 4, n, 3), "cocotb", split)
+               for cfg_name, n in (("base", 4), ("tiny_tall", 2)) for split in (1, None)],
              # the split on eight tile rows (tiny_8x8: 8x8 one-cell tiles, its SETCFGs
              # in two pages): K = N = 1 in eight tile groups, K = N = 2 in four
              *[(f"gemm_2048x{k}x{k}{'' if split is None else '_whole'}", "tiny_8x8",

@@ -16,11 +16,15 @@ def _mark(ok: bool) -> str:
 def split_lines(compiled) -> list[str]:
     """Per dense layer: the tile groups it runs in, and why not more
     (docs/compiler.md, "Splitting the array")."""
+    from ..compiler import split
+    cfg = compiled.cfg
     lines = []
     for name, choice in compiled.plan.splits.items():
         est = ", ".join(f"{s}: {c}" for s, c in sorted(choice.estimates.items()))
-        kind = (f"split into {choice.s} tile groups" if choice.s > 1
-                else "the whole array")
+        s = choice.s
+        kind = (f"split into {s} groups of {split.group_rows(cfg, s)}x"
+                f"{split.group_cols(cfg, s)} cells" if split.cell_groups(cfg, s) else
+                f"split into {s} tile groups" if s > 1 else "the whole array")
         whose = "its chain's" if choice.chain else "its"
         lines.append(f"layer {name!r}: {kind} ({choice.why}; {whose} busiest unit's "
                      f"estimated cycles by groups {est})")
