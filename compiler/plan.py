@@ -37,7 +37,7 @@ from types import MappingProxyType
 
 import numpy as np
 
-from ..arch import fetch
+from ..arch import fetch, timing
 from ..arch.config import ChipConfig
 from . import layout, split
 from .errors import CompileError
@@ -393,6 +393,11 @@ def _rows(cfg: ChipConfig, graph: Graph, splits: Mapping[str, int]
         return M, _chip(cfg, graph, M, splits)
     (name,) = M
     lo, hi = 1, min(M[name], limits[name])      # the most rows per pass that fit
+    fill = -(-M[name] // FILL_PASSES)
+    node = graph.nodes[0]
+    if type(node.op) is Dense and rule_for(node).one_block(cfg, graph, node) \
+            and fill >= timing.matmul_pipeline(cfg):
+        hi = min(hi, fill)
     best = None
     while lo <= hi:
         mid = (lo + hi) // 2
@@ -404,6 +409,15 @@ def _rows(cfg: ChipConfig, graph: Graph, splits: Mapping[str, int]
                 _chip(cfg, graph, {name: 1}, splits, note=" even with one row of M per pass")
             hi = mid - 1
     return {name: best[0]}, best[1]
+
+
+#: A dense layer alone, of one K-block (more would multiply its instructions by the
+#: passes), goes in at least this many passes where a pass is still as
+#: long as the MATMUL's pipeline (shorter, the pipeline's fill per pass outweighs the
+#: overlap): its DMA loads pass 3 while pass 1's outputs are computed, where with two
+#: passes it would wait a pass for them (a 2048x4x4 GEMM in 4 groups on base: 1,355
+#: cycles in two passes, 1,132 in three).
+FILL_PASSES = 3
 
 
 #: rows a pass of a layer in a network of dense layers aims at (docs/compiler.md,

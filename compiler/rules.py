@@ -241,9 +241,9 @@ class DenseRule:
         pass's rows load while the previous pass's stream through the array. (With
         several K-blocks, K-block ``kb`` of the next pass loads once the MATMUL of
         ``kb`` has read its rows, while the others run.)"""
-        return 2 * rows if M > rows and self._one_block(cfg, graph, node) else rows
+        return 2 * rows if M > rows and self.one_block(cfg, graph, node) else rows
 
-    def _one_block(self, cfg: ChipConfig, graph: Graph, node: Node) -> bool:
+    def one_block(self, cfg: ChipConfig, graph: Graph, node: Node) -> bool:
         """Whether the layer's inputs are one K-block in all."""
         return sum(layout.blocks(w, cfg.rows) for w in self._widths(graph, node)) == 1
 
@@ -300,7 +300,7 @@ class DenseRule:
         # own rows (docs/compiler.md, "Passes in a network of dense layers").
         whole = node.name in plan.passes
         stride, Mc = Mc, plan.passes.get(node.name, Mc)
-        buffers = 2 if M > Mc and self._one_block(cfg, graph, node) and not whole else 1
+        buffers = 2 if M > Mc and self.one_block(cfg, graph, node) and not whole else 1
         Mc = -(-M // -(-M // Mc))
         n_blocks = layout.blocks(layer.N, C)
         # a wide grid's split chain hands its inner outputs on packed into R columns
@@ -1213,7 +1213,7 @@ class MatMulTRule(DenseRule):
             return graph.tensor(tensor).shape[0]
         return super().input_rows(cfg, graph, node, tensor, rows, M)
 
-    def _one_block(self, cfg: ChipConfig, graph: Graph, node: Node) -> bool:
+    def one_block(self, cfg: ChipConfig, graph: Graph, node: Node) -> bool:
         """Whether ``a`` is one K-block (``b`` is held whole, not streamed)."""
         return graph.tensor(node.inputs[0]).shape[1] <= cfg.rows
 
