@@ -123,6 +123,8 @@ CASES = {
     # a small K and N: split into two tile groups by the cost model, and its twin
     "split_600x4x8": gemm(600, 4, 8, seed=5),
     "split_600x4x8_whole": (gemm(600, 4, 8, seed=5), dict(split=1)),
+    # smaller still: four groups of 2x4 cells, each narrower than a tile
+    "split_cells_300x2x3": gemm(300, 2, 3, seed=6),
     # a chain of split layers: each inner VRUN packs both groups' outputs into one
     # R-byte row (rules.packed_routing), where the next layer's groups read them
     "split_chain_300x4-4-3-7": split_chain(300, (4, 4, 3, 7)),
@@ -483,6 +485,14 @@ def test_a_chain_of_dense_layers_splits_as_one():
     assert rules.packed_routing(WIDE, 2) == {"wb_src[0]": "col.g0", "wb_src[1]": "col.g2"}
     whole = compile_network(WIDE, make(), split=1)
     assert c.predicted_cycles < whole.predicted_cycles
+
+
+@pytest.mark.rtl
+def test_rtl_split_into_groups_of_cells(rtl_runs):
+    """K = 2 and N = 3 fit groups of 2x4 cells: four of them, past the shorter side's
+    two tiles (outputs and cycles: test_rtl_equals_numpy_golden_and_prediction)."""
+    compiled, _ = rtl_runs["split_cells_300x2x3"]
+    assert [r.split for r in compiled.layers] == [4]
 
 
 @pytest.mark.rtl
