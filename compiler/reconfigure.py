@@ -324,7 +324,9 @@ def _least_shift(cfg: ChipConfig, used: dict[str, list[Use]], cycles: list[int])
     the updates due by each cycle ``h`` need as many SETCFG cycles as their pages (one
     page a cycle, ``max_config_updates_per_cycle`` updates each) and power domains
     (their budgets) demand, and cycle ``h + shift`` has no more allowed cycles before
-    it than multiples of the interval not taken by the ops issued by ``h``."""
+    it than multiples of the interval (at interval 1, less the issue slots of the ops
+    issued by ``h``; at others, whether an op's slot is a multiple moves with the
+    shift, so they are not counted)."""
     step, per_cycle = cfg.config_update_interval, cfg.max_config_updates_per_cycle
     budget = cfg.power_domain_budget
     table = fabric.by_name(cfg)

@@ -132,8 +132,8 @@ def _refusal(cfg: ChipConfig, graph: Graph, chain: list[Node], s: int) -> str | 
         return f"{s} groups are smaller than a tile of the {cfg.tile_rows}x" \
                f"{cfg.tile_cols} tile grid, and on the {cfg.rows}x{cfg.cols} array " \
                f"a chain hands its packed outputs on only where s divides both sides " \
-               f"and the grid is not wide; split the chain into at most " \
-               f"{min(cfg.tile_rows, cfg.tile_cols)} groups, or split=1"
+               f"and the grid is not wide; split the chain into tile groups (at " \
+               f"most {min(cfg.tile_rows, cfg.tile_cols)}), or split=1"
     if len(chain) > 1 and not cell_groups(cfg, s) and not (
             cfg.sides_divide and cfg.tile_rows % s == 0 and cfg.tile_cols % s == 0):
         return f"{s} tile groups on a {cfg.tile_rows}x{cfg.tile_cols} tile grid leave " \
@@ -237,8 +237,8 @@ def choose(cfg: ChipConfig, graph: Graph, forced: int | Mapping[str, int] | None
             ((s, who),) = asked.items()
             why = None if s == 1 else _refusal(cfg, graph, chain, s)
             if why is not None:
-                raise CompileError(f"split: layer {who!r} cannot run in {s} tile "
-                                   f"groups: {why}")
+                raise CompileError(f"split: layer {who!r} cannot run in "
+                                   f"{groups(cfg, s)}: {why}")
             choice = Split(s, estimates, "as asked" + chained, members)
         elif forced == 1:
             choice = Split(1, estimates, "split=1 was asked", members)

@@ -105,7 +105,7 @@ def test_splits_on_these_grids():
     assert compile_network(G23, CASES["split_600x4x4"]()).plan.split("layer0") == 2
     assert compile_network(G32, CASES["split_600x4x4"]()).plan.split("layer0") == 2
     assert compile_network(G23, wide.gemm(600, 4, 8, seed=5)()).plan.split("layer0") == 1
-    with pytest.raises(CompileError, match="layer 'layer0' cannot run in 3 tile groups: "
+    with pytest.raises(CompileError, match="layer 'layer0' cannot run in 3 groups of cells: "
                                            "K = 4 > 2"):
         compile_network(G23, wide.gemm(600, 4, 4, seed=5)(), split={"layer0": 3})
     with pytest.raises(CompileError, match="2 tile groups on a 2x3 tile grid leave a "

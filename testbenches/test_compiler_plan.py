@@ -80,16 +80,18 @@ def test_one_layer_computes_as_many_rows_per_pass_as_fit(M, K, rows):
     assert plan.rows == {"gemm": rows}
 
 
-@pytest.mark.parametrize("M, K, rows", [
-    (120, 4, 40),       # one pass would fit (127 rows): three, for the DMA's overlap
-    (55, 4, 55),        # a third is 19 rows, shorter than the MATMUL's pipeline (20)
-    (300, 12, Mt),      # two K-blocks: the most rows that fit
+@pytest.mark.parametrize("M, K, N, rows", [
+    (120, 4, 3, 40),    # one pass would fit (127 rows): three, for the DMA's overlap
+    (55, 4, 3, 55),     # a third is 19 rows, shorter than the MATMUL's pipeline (20)
+    (300, 12, 3, Mt),   # two K-blocks: the most rows that fit
+    (120, 4, 12, 120),  # two N-blocks: their weights reload every pass
 ])
-def test_a_one_block_layer_goes_in_three_passes_if_they_are_long(monkeypatch, M, K, rows):
+def test_a_one_block_layer_goes_in_three_passes_if_they_are_long(monkeypatch, M, K, N,
+                                                                  rows):
     from systolica.arch import timing
     from systolica.compiler import compile_network, plan as plan_module
     assert timing.matmul_pipeline(TINY) == 20
-    net = gemm(np.ones((M, K), np.int8), np.ones((K, 3), np.int8))
+    net = gemm(np.ones((M, K), np.int8), np.ones((K, N), np.int8))
     c = compile_network(TINY, net, split=1)
     assert c.plan.rows == {"gemm": rows}
     if rows != Mt and rows < M:         # ... and the three passes are faster

@@ -218,7 +218,7 @@ def test_random_split_chains_on_a_wide_grid(seed):
 
 @pytest.mark.parametrize("bad, message", [
     ({"g": 2}, "cannot run in 2 tile groups: K = 12 > 8"),
-    ({"g": 3}, "cannot run in 3 tile groups: K = 12 > 5"),
+    ({"g": 3}, "cannot run in 3 groups of cells: K = 12 > 5"),
     ({"g": 17}, "no 17 diagonal groups"),
     ({"nope": 2}, "no layer(s) 'nope'"),
     ({"g": 0}, "positive integer"),
