@@ -98,6 +98,8 @@ def assign_updates(windows: Iterable[UpdateWindow], *, per_cycle: int, interval:
                 return list(span) if len(span) <= limit else None
             if busy is not None:
                 span = range(max(first, 0), w.hi + 1, interval)
+                if not span:
+                    return []
                 hits = (bisect_right(taken_steps, w.hi)
                         - bisect_left(taken_steps, max(first, 0)))
                 if len(span) - hits > limit:
