@@ -385,7 +385,8 @@ def _rows(cfg: ChipConfig, graph: Graph, splits: Mapping[str, int]
             Mt, s = limits[n.name], splits.get(n.name, 1)
             rows = graph.tensor(n.outputs[0]).shape[0]
             held = (f"M = {rows} in {split.groups(cfg, s)} ({M[n.name]} rows each) must "
-                    f"be at most {Mt} rows each" if s > 1 else f"M = {rows} must be at most {Mt}")
+                    f"be at most {Mt} rows each" if s > 1 else
+                    f"M = {rows} must be at most {Mt}")
             raise CompileError(
                 f"layer {n.name!r}: a network of several layers keeps every activation "
                 f"on chip, so {held} (half the accumulator buffer, acc_depth "
@@ -396,7 +397,8 @@ def _rows(cfg: ChipConfig, graph: Graph, splits: Mapping[str, int]
     fill = -(-M[name] // FILL_PASSES)
     node = graph.nodes[0]
     if type(node.op) is Dense and rule_for(node).one_block(cfg, graph, node) \
-            and layout.blocks(node.op.N, cfg.cols) == 1 and fill >= timing.matmul_pipeline(cfg):
+            and layout.blocks(node.op.N, cfg.cols) == 1 \
+            and fill >= timing.matmul_pipeline(cfg):
         hi = min(hi, fill)
     best = None
     while lo <= hi:
@@ -413,11 +415,11 @@ def _rows(cfg: ChipConfig, graph: Graph, splits: Mapping[str, int]
 
 #: A dense layer alone, of one K-block and one N-block (its weights stay in their bank:
 #: more blocks would repeat their loads and instructions every pass), goes in at
-#: least this many passes where a pass is still as
-#: long as the MATMUL's pipeline (shorter, the pipeline's fill per pass outweighs the
-#: overlap): its DMA loads pass 3 while pass 1's outputs are computed, where with two
-#: passes it would wait a pass for them (a 2048x4x4 GEMM in 4 groups on base: 1,355
-#: cycles in two passes, 1,132 in three).
+#: least this many passes where a pass is still as long as the MATMUL's pipeline
+#: (shorter, the pipeline's fill per pass outweighs the overlap): its DMA loads pass 3
+#: while pass 1's outputs are computed, where with two passes it would wait a pass for
+#: them (a 2048x4x4 GEMM in 4 groups on base: 1,355 cycles in two passes, 1,132 in
+#: three).
 FILL_PASSES = 3
 
 
