@@ -304,7 +304,8 @@ class DenseRule:
         Mc = -(-M // -(-M // Mc))
         n_blocks = layout.blocks(layer.N, C)
         # a wide grid's split chain hands its inner outputs on packed into R columns
-        packed = plan.split(node.name) if cfg.wide and resident is not None else 1
+        packed = plan.split(node.name) if split.packs_inner(cfg) and resident is not None \
+            else 1
         # one weight block for the whole layer stays in its bank for every pass
         stationary = n_blocks == 1 and sum(i[0] for i in inputs) == 1
         bias_in: dict[int, int] = {}    # bias slot -> the N-block whose bias it holds

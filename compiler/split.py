@@ -79,6 +79,15 @@ def packed_cols(cfg: ChipConfig, s: int) -> int:
     return s * group_cols(cfg, s)
 
 
+def packs_inner(cfg: ChipConfig) -> bool:
+    """A chain's inner layer packs its outputs into one ``R``-byte row by whole tile
+    columns (``rules.packed_routing``): on a wide grid whose sides divide, where its
+    ``C`` columns would be several K-blocks for the next layer. Elsewhere its packed
+    output is the next layer's input as it lies, one K-block while it is at most ``R``
+    columns wide."""
+    return cfg.wide and cfg.sides_divide
+
+
 def rows(M: int, s: int) -> int:
     """``M_s``: rows the array streams for ``M`` output rows in ``s`` groups."""
     return -(-M // s)
@@ -127,24 +136,21 @@ def _refusal(cfg: ChipConfig, graph: Graph, chain: list[Node], s: int) -> str | 
     if s not in group_counts(cfg):
         return f"the {cfg.rows}x{cfg.cols} array has no {s} diagonal groups (splits: " \
                f"1 to {group_counts(cfg)[-1]}, its shorter side)"
-    if len(chain) > 1 and cell_groups(cfg, s) and (
-            cfg.wide or cfg.rows % s or cfg.cols % s):
-        return f"{s} groups are smaller than a tile of the {cfg.tile_rows}x" \
-               f"{cfg.tile_cols} tile grid, and on the {cfg.rows}x{cfg.cols} array " \
-               f"a chain hands its packed outputs on only where s divides both sides " \
-               f"and the grid is not wide; split the chain into tile groups (at " \
-               f"most {min(cfg.tile_rows, cfg.tile_cols)}), or split=1"
-    if len(chain) > 1 and not cell_groups(cfg, s) and not (
-            cfg.sides_divide and cfg.tile_rows % s == 0 and cfg.tile_cols % s == 0):
-        return f"{s} tile groups on a {cfg.tile_rows}x{cfg.tile_cols} tile grid leave " \
-               f"a layer's packed outputs across blocks of R columns, where the next " \
-               f"layer of the chain cannot read them as one K-block; split the chain " \
-               f"into groups that divide both sides, or split=1"
+    if len(chain) > 1 and packs_inner(cfg) and (
+            cell_groups(cfg, s) or cfg.tile_rows % s or cfg.tile_cols % s):
+        return f"{s} groups on the wide {cfg.tile_rows}x{cfg.tile_cols} tile grid: a " \
+               f"chain's inner layers there pack their outputs by whole tile columns " \
+               f"into one R-byte row, so a chain takes tile groups that divide both " \
+               f"sides; split it into such groups, or split=1"
+    if len(chain) > 1 and not packs_inner(cfg) and packed_cols(cfg, s) > cfg.rows:
+        return f"{s} groups' packed outputs are {packed_cols(cfg, s)} columns wide, " \
+               f"more than the {cfg.rows}-byte row the next layer of the chain reads " \
+               f"as one K-block; split the chain into fewer groups, or split=1"
     # inside a chain a layer reads the one before's outputs where they lie: its
-    # group's C/s columns, or on a wide grid the R/s partitions its VRUN packs them
-    # into (rules.packed_routing)
+    # group's C/s columns, or on a wide grid whose sides divide the R/s partitions
+    # its VRUN packs them into (rules.packed_routing)
     rows_s, cols_s = group_rows(cfg, s), group_cols(cfg, s)
-    inner = rows_s if cfg.wide else cols_s
+    inner = rows_s if packs_inner(cfg) else cols_s
     for i, node in enumerate(chain):
         K, N = node.op.K, node.op.N
         width = rows_s if i == 0 else inner
@@ -307,9 +313,10 @@ def params(cfg: ChipConfig, graph: Graph, node: Node, s: int
     reads the one before's packed output (in a chain) has its blocks at that layer's
     group columns."""
     layer = node.op
-    # on a wide grid the layer before packed its outputs into the input's R/s columns
-    kw = group_cols(cfg, s) if graph.producer(node.inputs[0]) is not None and not cfg.wide \
-        else None
+    # the layer before's outputs lie at its group columns, unless its VRUN packed
+    # them into the input's R/s columns (a wide grid whose sides divide)
+    kw = group_cols(cfg, s) if graph.producer(node.inputs[0]) is not None \
+        and not packs_inner(cfg) else None
     out = [("weights", layout.pack_weights(cfg, pack_weights(cfg, layer.weights, s, kw)))]
     if layer.bias is not None:
         out.append(("bias", layout.pack_bias(cfg, pack_bias(cfg, layer.bias, s))))

@@ -38,7 +38,9 @@ CASES = {**{f"wide_{k}": v for k, v in wide.CASES.items()},
          **{f"depthwise_{s}": (lambda s=s: _random_depthwise(s)) for s in (1, 4, 7)},
          # two tile groups, int8 and int32 (a group's K and N at most one tile's 4)
          "split_600x4x4": wide.gemm(600, 4, 4, seed=5),
-         "split_301x3x2_int32": wide.gemm(301, 3, 2, dtype="int32", seed=6)}
+         "split_301x3x2_int32": wide.gemm(301, 3, 2, dtype="int32", seed=6),
+         # a chain in two tile groups: the packed outputs, 8 columns, one K-block
+         "split_chain_200x4x4x3x4": wide.split_chain(200, (4, 4, 3, 4))}
 
 
 def rtl_cases(cfg) -> set[str]:
@@ -52,7 +54,7 @@ def rtl_cases(cfg) -> set[str]:
                                   "cnn", "wide_maps_24", "bottleneck_32", "chain_fused_crop",
                                   "transpose_37x21", "matmul_t", "int32_transpose_20x9x13")
             } | {"maps_conv_24_stride2", "maps_inception_16", "depthwise_4", "split_600x4x4",
-                 "split_301x3x2_int32"}
+                 "split_301x3x2_int32", "split_chain_200x4x4x3x4"}
 
 
 def test_pieces_of_the_2x3_grid():
@@ -97,7 +99,8 @@ def test_splits_on_these_grids():
     """Two tile groups (the shorter side's tiles): the cost model takes them for a
     layer whose K and N fit one tile (group 1 on tile (1, 1); tile column 2, or tile
     row 2, in no group), and not for N = 8; past them groups of cells (3 of 2x4 on
-    the 8x12 array), too small for K = 4. A chain is refused saying why."""
+    the 8x12 array), too small for K = 4. A chain splits where its packed outputs are
+    one K-block of R columns, and is refused saying why where they are not."""
     for g in (G23, G32):
         assert [s for s in split.group_counts(g) if not split.cell_groups(g, s)] == [1, 2]
     assert (split.group_rows(G23, 2), split.group_cols(G23, 2)) == (4, 4)
@@ -108,9 +111,12 @@ def test_splits_on_these_grids():
     with pytest.raises(CompileError, match="layer 'layer0' cannot run in 3 groups of cells: "
                                            "K = 4 > 2"):
         compile_network(G23, wide.gemm(600, 4, 4, seed=5)(), split={"layer0": 3})
-    with pytest.raises(CompileError, match="2 tile groups on a 2x3 tile grid leave a "
-                                           "layer's packed outputs across blocks"):
-        compile_network(G23, wide.split_chain(300, (4, 4, 3, 7))(), split={"fc1": 2})
+    chain = wide.split_chain(300, (4, 4, 3, 4))()
+    for g in (G23, G32):
+        assert [r.split for r in compile_network(g, chain).layers] == [2, 2, 2]
+    with pytest.raises(CompileError, match="3 groups' packed outputs are 12 columns wide, "
+                                           "more than the 8-byte row"):
+        compile_network(G23, wide.split_chain(300, (2, 2, 2))(), split={"fc1": 3})
 
 
 @pytest.mark.parametrize("cfg,name", sample(

@@ -52,6 +52,8 @@ TINY_CASES = {
     "cells_101x2x2": lambda: _gemm(101, 2, 2, 7),
     "cells_chain_60x2x2x1x2": lambda: _chain(60, (2, 2, 1, 2)),
     "tiles_chain_60x2x2x1x2": (lambda: _chain(60, (2, 2, 1, 2)), dict(split={"fc1": 2})),
+    # 3 groups of 2x2 cells, which divide neither side: the packed outputs in 6 columns
+    "cells_chain_90x2x2x2_in_3": (lambda: _chain(90, (2, 2, 2)), dict(split={"fc1": 3})),
 }
 TALL_CASES = {
     "split_tall_50x8x4": lambda: _gemm(50, 8, 4, 5),
@@ -64,7 +66,7 @@ TALL_CASES = {
 }
 #: the groups each case runs in: 2 unless named here or whole (1)
 GROUPS = {"cells_37x1x1_int32": 8, "cells_101x2x2": 4, "cells_chain_60x2x2x1x2": 4,
-          "cells_tall_200x4x2": 4}
+          "cells_tall_200x4x2": 4, "cells_chain_90x2x2x2_in_3": 3}
 
 
 def _chain(M, widths):

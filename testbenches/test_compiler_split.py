@@ -49,11 +49,17 @@ def test_groups_smaller_than_a_tile_split_further(cfg, M, K, N, s):
     assert c.predicted_cycles < fewer.predicted_cycles
 
 
-def test_a_chain_of_cell_groups_needs_a_square_grid_they_divide():
+def test_a_chain_splits_where_its_packed_outputs_are_one_k_block():
+    """Each inner layer's packed output is the next one's input as it lies: any groups
+    whose outputs fit one R-byte row, tile groups or groups of cells, dividing the
+    sides or not (3 groups on tiny: 3 x 2 of its 8 columns). A wide grid whose sides
+    divide packs them by whole tile columns, so it takes tile groups that divide."""
     net = demo.mlp(batch=60, widths=(2, 2, 1, 2), name="chain")
     assert [l.split for l in _golden_equals_numpy(TINY, net).layers] == [4, 4, 4]
+    three = _golden_equals_numpy(TINY, net, split={"fc1": 3})
+    assert [l.split for l in three.layers] == [3, 3, 3]
     why = split.choose(preset("tiny_wide"), as_graph(net))["fc1"].why
-    assert "not 3 groups: 3 groups are smaller than a tile" in why
+    assert "not 3 groups: 3 groups on the wide 2x4 tile grid" in why
 
 
 def test_any_count_up_to_the_shorter_side():
