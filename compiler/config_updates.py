@@ -44,6 +44,14 @@ def window_between(name: str, old_use: tuple[int, int], new_use: tuple[int, int]
     return UpdateWindow(name, old_use[1] - 1, new_use[0] - 1, domain, page)
 
 
+def domain_limit(domain_budget: int | Mapping[str, int] | None, domain: str) -> int | None:
+    """Updates power domain `domain` may take per cycle under `domain_budget` (one
+    number for all, or per domain), None where unlimited."""
+    if isinstance(domain_budget, Mapping):
+        return domain_budget.get(domain)
+    return domain_budget
+
+
 def assign_updates(windows: Iterable[UpdateWindow], *, per_cycle: int, interval: int = 1,
                    domain_budget: int | Mapping[str, int] | None = None,
                    allowed: Collection[int] | Callable[[int], bool] | None = None,
@@ -69,11 +77,7 @@ def assign_updates(windows: Iterable[UpdateWindow], *, per_cycle: int, interval:
                                 f"be positive")
 
     def budget(domain: str) -> int | None:
-        if domain_budget is None:
-            return None
-        if isinstance(domain_budget, Mapping):
-            return domain_budget.get(domain)
-        return domain_budget
+        return domain_limit(domain_budget, domain)
 
     if busy is not None:
         if allowed is not None:

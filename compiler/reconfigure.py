@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from bisect import bisect_right
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -29,7 +29,8 @@ from ..arch import fabric, instructions, isa, timing
 from ..arch.config import ChipConfig
 from ..arch.isa import Opcode
 from .busy import BusyIntervals
-from .config_updates import ConfigUpdateError, UpdateWindow, assign_updates, window_between
+from .config_updates import (ConfigUpdateError, UpdateWindow, assign_updates, domain_limit,
+                             window_between)
 from .graph import CompileError
 from .ir import MicroOp
 
@@ -204,15 +205,15 @@ class Routing:
 
 
 def windows(cfg: ChipConfig, ops: list[MicroOp], cycles: list[int],
-            who: Sequence[str] | None = None, found: dict[str, list[Use]] | None = None
+            who: Sequence[str] | None = None, used: dict[str, list[Use]] | None = None
             ) -> list[tuple[UpdateWindow, str, int, int]]:
     """The update windows: ``(window, mux, value, op index served)``. `who` names each
-    op for messages (default: its disassembly); `found`: :func:`uses` of these cycles,
+    op for messages (default: its disassembly); `used`: :func:`uses` of these cycles,
     if already known."""
     table = fabric.by_name(cfg)
     name_of = (lambda k: who[k]) if who is not None else (lambda k: str(ops[k]))
     out = []
-    for name, lst in (found if found is not None else uses(cfg, ops, cycles)).items():
+    for name, lst in (used if used is not None else uses(cfg, ops, cycles)).items():
         domain, page = table[name].domain, fabric.setcfg_format(cfg).page(table[name].index)
         prev: Use | None = None
         for u in lst:
@@ -345,7 +346,7 @@ def _least_shift(cfg: ChipConfig, used: dict[str, list[Use]], cycles: list[int])
             continue                       # count every update due by h first
         need = sum(-(-n // per_cycle) for n in pages.values())
         for d, n in domains.items():
-            b = budget if not isinstance(budget, Mapping) else budget.get(d)
+            b = domain_limit(budget, d)
             if b:
                 need = max(need, -(-n // b))
         if step == 1:                      # the ops issued by h take cycles too

@@ -5,7 +5,7 @@ from __future__ import annotations
 from rich.console import Console
 from rich.table import Table
 
-from ..compiler import unit_use
+from ..compiler import split, unit_use
 from .flow import NetworkRun
 
 
@@ -16,7 +16,6 @@ def _mark(ok: bool) -> str:
 def split_lines(compiled) -> list[str]:
     """Per dense layer: the tile groups it runs in, and why not more
     (docs/compiler.md, "Splitting the array")."""
-    from ..compiler import split
     cfg = compiled.cfg
     lines = []
     for name, choice in compiled.plan.splits.items():
