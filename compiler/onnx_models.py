@@ -384,3 +384,17 @@ def ort_quantized(model: ModelProto, *, per_channel: bool = False, seed: int = 0
         finally:
             root.setLevel(level)
         return onnx.load(dst)
+
+
+def runtime_session(model: ModelProto | str):
+    """An onnxruntime session computing `model` as ONNX defines it: each
+    ``DequantizeLinear``, float operator and ``QuantizeLinear`` on its own. Its graph
+    optimisations are off because they fuse QDQ patterns into int8 kernels whose
+    results depend on the CPU (on an AVX2 machine up to 5 steps from the definition in
+    a residual network), which would make the oracle differ between machines. Needs
+    onnxruntime."""
+    import onnxruntime
+    options = onnxruntime.SessionOptions()
+    options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_DISABLE_ALL
+    source = model if isinstance(model, str) else model.SerializeToString()
+    return onnxruntime.InferenceSession(source, options, providers=["CPUExecutionProvider"])

@@ -13,7 +13,6 @@ import numpy as np
 import pytest
 
 import onnx  # noqa: E402  (the dev extra installs it, and onnxruntime)
-import onnxruntime as ort  # noqa: E402
 from onnx import TensorProto, helper  # noqa: E402
 
 from systolica import golden  # noqa: E402
@@ -26,9 +25,7 @@ TINY = preset("tiny")
 
 
 def _runtime(model, feeds):
-    sess = ort.InferenceSession(model.SerializeToString(),
-                                providers=["CPUExecutionProvider"])
-    return sess.run(None, feeds)
+    return onnx_models.runtime_session(model).run(None, feeds)
 
 
 def _compare(model, feeds, cfg=TINY, max_differing=0.05):

@@ -252,7 +252,8 @@ def _against_onnxruntime(path: str, graph) -> None:
         return
     import numpy as np
     from ..compiler import reference
-    sess = onnxruntime.InferenceSession(path, providers=["CPUExecutionProvider"])
+    from ..compiler.onnx_models import runtime_session
+    sess = runtime_session(path)
     feeds = {i.name: graph.data[_onnx_name(i.name)] for i in sess.get_inputs()}
     ours = reference.outputs(graph)
     for out, theirs in zip(graph.outputs, sess.run(None, feeds)):
@@ -294,11 +295,8 @@ def _onnxruntime_agreement(graph) -> dict:
     """The bench's ONNX model: how many of its output values onnxruntime gives
     otherwise than the chip (which equals numpy, checked by the run)."""
     import numpy as np
-    import onnxruntime
     from ..compiler import onnx_models, reference
-    model = onnx_models.inception()
-    sess = onnxruntime.InferenceSession(model.SerializeToString(),
-                                        providers=["CPUExecutionProvider"])
+    sess = onnx_models.runtime_session(onnx_models.inception())
     feeds = {i.name: graph.data[_onnx_name(i.name)] for i in sess.get_inputs()}
     ours = reference.outputs(graph)
     diff = np.concatenate([np.abs(ours[t].astype(int) - theirs.astype(int)).ravel()
