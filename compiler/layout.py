@@ -164,3 +164,12 @@ def resident_rows(cfg: ChipConfig, K: int, rows: int) -> int:
     at rows ``kb*rows .. kb*rows+rows-1`` (how a dense layer reads its input and writes
     its output for the next one)."""
     return blocks(K, cfg.rows) * rows
+
+
+def staged_slices(cfg: ChipConfig, N: int) -> int:
+    """Slices of `R` columns an N-block of a dense layer with `N` outputs fills: the
+    staging slots one accumulator half needs (``k = C / R`` on a wide grid, fewer when
+    ``N < C``; 1 on a tall or square grid; on one whose sides do not divide, the most
+    blocks an N-block overlaps, :func:`max_pieces`)."""
+    most = cfg.slices if cfg.sides_divide else max_pieces(cfg)
+    return min(most, blocks(N, cfg.rows))

@@ -37,9 +37,9 @@ from types import MappingProxyType
 
 import numpy as np
 
-from ..arch import fetch, timing
+from ..arch import fetch
 from ..arch.config import ChipConfig
-from . import layout, split
+from . import layout, passes, split
 from .errors import CompileError
 from .graph import Graph, as_graph
 from .ops import Concat, Dense
@@ -394,12 +394,6 @@ def _rows(cfg: ChipConfig, graph: Graph, splits: Mapping[str, int]
         return M, _chip(cfg, graph, M, splits)
     (name,) = M
     lo, hi = 1, min(M[name], limits[name])      # the most rows per pass that fit
-    fill = -(-M[name] // FILL_PASSES)
-    node = graph.nodes[0]
-    if type(node.op) is Dense and rule_for(node).one_block(cfg, graph, node) \
-            and layout.blocks(node.op.N, cfg.cols) == 1 \
-            and fill >= timing.matmul_pipeline(cfg):
-        hi = min(hi, fill)
     best = None
     while lo <= hi:
         mid = (lo + hi) // 2
@@ -410,17 +404,26 @@ def _rows(cfg: ChipConfig, graph: Graph, splits: Mapping[str, int]
             if mid == 1:
                 _chip(cfg, graph, {name: 1}, splits, note=" even with one row of M per pass")
             hi = mid - 1
+    rows = lone_passes(cfg, graph, M[name], best[0], splits.get(name, 1))
+    if rows != best[0]:
+        best = rows, _chip(cfg, graph, {name: rows}, splits)
     return {name: best[0]}, best[1]
 
 
-#: A dense layer alone, of one K-block and one N-block (its weights stay in their bank:
-#: more blocks would repeat their loads and instructions every pass), goes in at
-#: least this many passes where a pass is still as long as the MATMUL's pipeline
-#: (shorter, the pipeline's fill per pass outweighs the overlap): its DMA loads pass 3
-#: while pass 1's outputs are computed, where with two passes it would wait a pass for
-#: them (a 2048x4x4 GEMM in 4 groups on base: 1,355 cycles in two passes, 1,132 in
-#: three).
-FILL_PASSES = 3
+def lone_passes(cfg: ChipConfig, graph: Graph, M: int, most: int, s: int = 1) -> int:
+    """Rows per pass of a layer alone of `M` rows (a split layer's: each group's) that
+    fit at most `most` a pass. A dense layer of one K-block and one N-block keeps its
+    weights in their bank for every pass, so more passes cost only their overlap's
+    fill: it takes the passes :mod:`.passes` models fastest (its DMA loads a pass while
+    the array computes the one before; a 2048x4x4 GEMM in 4 groups on base: 1,355
+    cycles in the two passes that fit, 1,132 in three). Layers of several blocks keep
+    the most rows that fit: their weights do not stay in a bank, so every further pass
+    repeats each block's loads and instructions."""
+    node = graph.nodes[0]
+    if type(node.op) is not Dense or not rule_for(node).one_block(cfg, graph, node) \
+            or layout.blocks(node.op.N, cfg.cols) > 1:
+        return most
+    return passes.best(cfg, M, most, *split.lone_shape(cfg, graph, node, s))
 
 
 #: rows a pass of a layer in a network of dense layers aims at (docs/compiler.md,

@@ -260,7 +260,7 @@ class DenseRule:
             # a split layer's output is packed its groups' columns wide (split.py)
             N = packed_cols(cfg, split) if split > 1 else out.shape[1]
             needs.append(Need("cbuf", f"{node.name}.staging",
-                              2 * staged_slices(cfg, N) * rows,
+                              2 * layout.staged_slices(cfg, N) * rows,
                               f"output staging of {node.name!r}"))
         return needs
 
@@ -394,8 +394,10 @@ class DenseRule:
                 return self._slices(em, index, post, nb, m0, rows, M, Mc, half, resident,
                                     stored, staging, N, stride)
             b, sub = divmod(nb, k)
-            # the sub-blocks of one block share a staging half
-            slot = half if k == 1 else b % 2
+            # the sub-blocks of one block share a staging half; successive blocks
+            # alternate, across passes too (else a pass's VRUN waits for the store
+            # of the pass before)
+            slot = half if k == 1 else ((m0 // Mc) * -(-n_blocks // k) + b) % 2
             buf = (staging + slot * Mc if resident is None else
                    _resident_row(resident, b, m0, Mc, stride))
             ops = [op(Opcode.VRUN, index, sub=sub, to_acc=0, dst=buf, **post)]
@@ -418,14 +420,18 @@ class DenseRule:
         """On a grid whose sides do not divide: N-block `nb` goes to the blocks of
         ``R`` columns it overlaps, one VRUN per piece (:func:`layout.pieces`), a
         block's later pieces keeping its earlier ones; a block is stored once whole.
-        Staged blocks take slot ``b % (2 * staged_slices)``: the blocks two N-blocks
-        in flight overlap never share one."""
+        Staged blocks take slot ``(p * B + b) % (2 * staged_slices)`` in pass ``p`` of
+        an output of ``B`` blocks: the blocks two N-blocks in flight overlap never share
+        one."""
         op = partial(self._op, em)
-        slots = 2 * staged_slices(em.cfg, N)
+        slots = 2 * layout.staged_slices(em.cfg, N)
+        # blocks counted across passes, so a pass's first block is not in the slot its
+        # pass before's is stored from
+        passed = (m0 // Mc) * layout.blocks(N, em.cfg.rows)
         ops = []
         for pc in layout.pieces(em.cfg, nb, N):
             b = pc.block
-            buf = (staging + (b % slots) * Mc if resident is None else
+            buf = (staging + ((passed + b) % slots) * Mc if resident is None else
                    _resident_row(resident, b, m0, Mc, stride))
             ops.append(op(Opcode.VRUN, index, sub=pc, to_acc=0, dst=buf, **post))
             if stored is not None and pc.last:
@@ -441,7 +447,7 @@ class DenseRule:
         taking ACC groups ``s*T ..``; the staging holds the N-block's ``k`` blocks per
         accumulator half (only as many as the layer's `N` fills: ``staged_slices``)."""
         k, R = em.cfg.slices, em.cfg.rows
-        ks = staged_slices(em.cfg, N)
+        ks = layout.staged_slices(em.cfg, N)
         op = partial(self._op, em)
         ops = []
         for sub in range(min(k, layout.blocks(N, R) - nb * k)):
@@ -461,15 +467,6 @@ def _resident_row(resident: int, b: int, m0: int, Mc: int, stride: int | None) -
     blocks `stride` rows apart in a network of dense layers (the tensor whole), else
     one pass of `Mc` rows each."""
     return resident + b * stride + m0 if stride is not None else resident + b * Mc
-
-
-def staged_slices(cfg: ChipConfig, N: int) -> int:
-    """Slices of `R` columns an N-block of a dense layer with `N` outputs fills: the
-    staging slots one accumulator half needs (``k = C / R`` on a wide grid, fewer when
-    ``N < C``; 1 on a tall or square grid; on one whose sides do not divide, the most
-    blocks an N-block overlaps, :func:`layout.max_pieces`)."""
-    most = cfg.slices if cfg.sides_divide else layout.max_pieces(cfg)
-    return min(most, layout.blocks(N, cfg.rows))
 
 
 def int32_words(cfg: ChipConfig) -> tuple[int, int, int, int]:

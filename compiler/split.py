@@ -21,7 +21,7 @@ from typing import Mapping
 import numpy as np
 
 from ..arch.config import ChipConfig
-from . import layout
+from . import layout, passes
 from .errors import CompileError
 from .graph import Graph, Node
 from .ops import Dense
@@ -187,6 +187,28 @@ def estimate(cfg: ChipConfig, M: int, out_dtype: str, s: int, loads: bool = True
     return max(dma, matmul, m * slices)
 
 
+def lone_estimate(cfg: ChipConfig, graph: Graph, node: Node, s: int) -> int:
+    """The cycles of a dense layer alone of one weight block in ``s`` groups, in the
+    passes the memory planner gives it (:func:`.plan.lone_passes`: as :mod:`.passes`
+    models fastest; here with no bound on a pass's rows): the first pass's load and
+    the last pass's VRUNs and stores are in the sum, not only the busiest unit."""
+    m = rows(graph.tensor(node.outputs[0]).shape[0], s)
+    shape = lone_shape(cfg, graph, node, s)
+    return passes.cycles(cfg, m, passes.best(cfg, m, m, *shape), *shape)
+
+
+def lone_shape(cfg: ChipConfig, graph: Graph, node: Node, s: int = 1
+               ) -> tuple[bool, int, bool, bool]:
+    """What :func:`.passes.cycles` needs of dense layer `node` in `s` groups: whether
+    its output is int32, its slices (split, its output is its groups' columns wide),
+    whether it has a bias, whether an int32 output passes the vector unit."""
+    op = node.op
+    width = packed_cols(cfg, s) if s > 1 else op.N
+    return (graph.tensor(node.outputs[0]).dtype == "int32",
+            layout.staged_slices(cfg, width), op.bias is not None,
+            op.bias is not None or bool(op.relu))
+
+
 def choose(cfg: ChipConfig, graph: Graph, forced: int | Mapping[str, int] | None = None
            ) -> dict[str, Split]:
     """Each dense layer's split (layers absent: not dense). `forced`: ``1`` (never
@@ -220,7 +242,13 @@ def choose(cfg: ChipConfig, graph: Graph, forced: int | Mapping[str, int] | None
         M = graph.tensor(last.outputs[0]).shape[0]
         refusals = {s: _refusal(cfg, graph, chain, s) for s in group_counts(cfg)[1:]}
 
+        # a layer alone of one weight block: its passes modelled, not only its
+        # busiest unit (the passes' fill decides between close numbers of groups)
+        lone = len(graph.nodes) == 1 and last.op.K <= cfg.rows and last.op.N <= cfg.cols
+
         def cost(s: int) -> int:
+            if lone:
+                return lone_estimate(cfg, graph, last, s)
             return sum(estimate(cfg, M, graph.tensor(n.outputs[0]).dtype, s,
                                 loads=i == 0, stores=n is last, N=n.op.N)
                        for i, n in enumerate(chain))

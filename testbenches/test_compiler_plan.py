@@ -73,30 +73,68 @@ def test_dram_image_holds_the_packed_input_and_parameters():
     # CBUF-bound passes: 200 K-blocks of 6 rows from bank 1 end in bank 5 and the
     # staging takes bank 6; with 7 rows they would end in bank 6, and bank 7 is the UBUF
     (50, 8 * 200, 6),
-    (7, 8, 7),
+    (7, 12, 7),
 ])
 def test_one_layer_computes_as_many_rows_per_pass_as_fit(M, K, rows):
     plan = plan_memory(TINY, gemm(np.ones((M, K)), np.ones((K, 3))))
     assert plan.rows == {"gemm": rows}
 
 
-@pytest.mark.parametrize("M, K, N, rows", [
-    (120, 4, 3, 40),    # one pass would fit (127 rows): three, for the DMA's overlap
-    (55, 4, 3, 55),     # a third is 19 rows, shorter than the MATMUL's pipeline (20)
-    (300, 12, 3, Mt),   # two K-blocks: the most rows that fit
-    (120, 4, 12, 120),  # two N-blocks: their weights reload every pass
-])
-def test_a_one_block_layer_goes_in_three_passes_if_they_are_long(monkeypatch, M, K, N,
-                                                                  rows):
-    from systolica.arch import timing
+@pytest.mark.parametrize("M, K, N", [(120, 4, 3), (55, 4, 3), (7, 8, 3), (200, 4, 8),
+                                     (120, 2, 2)])
+@pytest.mark.parametrize("dtype", ["int8", "int32"])
+def test_a_one_block_layer_takes_the_passes_that_run_fastest(monkeypatch, M, K, N, dtype):
+    """A dense layer alone of one weight block takes the rows per pass the pass model
+    finds fastest: against every other count of passes that fits, compiled and
+    scheduled, it is at most 2 % slower (fewer passes within 1 % of the fastest are
+    taken, and the model is a few percent from the schedule)."""
     from systolica.compiler import compile_network, plan as plan_module
-    assert timing.matmul_pipeline(TINY) == 20
+    net = gemm(np.ones((M, K), np.int8), np.ones((K, N), np.int8), out_dtype=dtype)
+    chosen = compile_network(TINY, net, split=1)
+    rows = chosen.plan.rows["gemm"]
+    monkeypatch.setattr(plan_module, "lone_passes", lambda cfg, g, M, most, s=1: most)
+    fit = compile_network(TINY, net, split=1)           # the most rows that fit
+    assert rows <= fit.plan.rows["gemm"]
+    others = {}
+    for r in sorted({-(-M // p) for p in range(1, 9)}):
+        if r <= fit.plan.rows["gemm"]:
+            monkeypatch.setattr(plan_module, "lone_passes",
+                                lambda cfg, g, M, most, s=1, r=r: r)
+            others[r] = compile_network(TINY, net, split=1).predicted_cycles
+    assert chosen.predicted_cycles <= 1.02 * min(others.values()), (rows, others)
+
+
+@pytest.mark.parametrize("M, K, N", [(300, 12, 3), (120, 4, 12)])
+def test_a_layer_of_several_blocks_takes_the_most_rows_that_fit(M, K, N):
+    """Two K-blocks, or two N-blocks: their weights reload every pass, so no more
+    passes than fit."""
     net = gemm(np.ones((M, K), np.int8), np.ones((K, N), np.int8))
-    c = compile_network(TINY, net, split=1)
-    assert c.plan.rows == {"gemm": rows}
-    if rows != Mt and rows < M:         # ... and the three passes are faster
-        monkeypatch.setattr(plan_module, "FILL_PASSES", 1)
-        assert c.predicted_cycles < compile_network(TINY, net, split=1).predicted_cycles
+    assert plan_memory(TINY, net).rows == {"gemm": min(M, Mt)}
+
+
+def test_the_pass_model_follows_the_schedule(monkeypatch):
+    """The pass model against the compiled program's predicted cycles, for every count
+    of passes, int8 and int32, with and without a bias, on a square, a tall, a wide
+    grid and one whose sides do not divide: within 5 %, and 2 % on average."""
+    from systolica.compiler import compile_network, passes, plan as plan_module
+    errors = []
+    for name in ("tiny", "tiny_tall", "tiny_wide", "tiny_2x3"):
+        cfg = preset(name)
+        for dtype in ("int8", "int32"):
+            for M, K, N, bias in ((60, 2, 2, False), (150, 4, cfg.cols, True)):
+                net = gemm(np.ones((M, K), np.int8), np.ones((K, N), np.int8),
+                           np.ones(N, np.int32) if bias else None, out_dtype=dtype)
+                slices = layout.staged_slices(cfg, N)
+                for p in (1, 2, 3, 5):
+                    r = -(-M // p)
+                    monkeypatch.setattr(plan_module, "lone_passes",
+                                        lambda cfg, g, M, most, s=1, r=r: min(r, most))
+                    c = compile_network(cfg, net, split=1)
+                    if c.plan.rows["gemm"] != r:
+                        continue        # more than fit
+                    model = passes.cycles(cfg, M, r, dtype == "int32", slices, bias, bias)
+                    errors.append(abs(model - c.predicted_cycles) / c.predicted_cycles)
+    assert len(errors) > 40 and max(errors) < 0.05 and np.mean(errors) < 0.02, errors
 
 
 def test_tensors_share_rows_when_their_lifetimes_do_not_overlap():
