@@ -25,7 +25,8 @@ free for its whole lifetime. In the CBUF every region starts at a bank boundary 
 shares no bank with another live region (a bank has one read and one write port).
 
 Rows per pass: a network of one layer computes M in passes of as many rows as fit
-(at most what the rule allows, half the accumulator buffer); a network of several
+(at most what the rule allows, half the accumulator buffer), or a dense layer of one
+weight block in the passes `lone_passes` models fastest; a network of several
 layers keeps every activation on chip for the whole of M, which must fit.
 """
 
@@ -291,7 +292,7 @@ def _on_chip(cfg: ChipConfig, graph: Graph, rows: Mapping[str, int],
     """What CBUF and ACC must hold, in the order asked for: per layer its rules'
     shared needs (for a pass of its rows: dense_passes), the tensors it is the first
     to hold (whole), its own needs."""
-    passes = dense_passes(cfg, graph, rows)
+    pass_rows = dense_passes(cfg, graph, rows)
     index = {node.name: i for i, node in enumerate(graph.nodes)}
     items: dict[str, dict[str, _Item]] = {"cbuf": {}, "acc": {}}
     order = 0
@@ -313,7 +314,7 @@ def _on_chip(cfg: ChipConfig, graph: Graph, rows: Mapping[str, int],
         starts = getattr(rule_for(node), "starts", None)
         start = i if starts is None else starts(graph, node, index)
         needs = rule_for(node).needs(cfg, graph, node,
-                                     passes.get(node.name, rows[node.name]),
+                                     pass_rows.get(node.name, rows[node.name]),
                                      split=splits.get(node.name, 1))
         for need in needs:
             if need.shared:
@@ -406,7 +407,10 @@ def _rows(cfg: ChipConfig, graph: Graph, splits: Mapping[str, int]
             hi = mid - 1
     rows = lone_passes(cfg, graph, M[name], best[0], splits.get(name, 1))
     if rows != best[0]:
-        best = rows, _chip(cfg, graph, {name: rows}, splits)
+        try:        # two input buffers of fewer rows: almost always within one of more
+            best = rows, _chip(cfg, graph, {name: rows}, splits)
+        except CompileError:
+            pass
     return {name: best[0]}, best[1]
 
 

@@ -29,8 +29,9 @@ from .ops import Dense
 
 @dataclass(frozen=True)
 class Split:
-    """A layer's split: ``s`` tile groups (1: the whole array), the estimated busiest
-    unit's rows per candidate, and why it is not split further."""
+    """A layer's split: ``s`` tile groups (1: the whole array), the estimated cycles
+    per candidate (a lone layer of one weight block: its passes modelled; a chain: its
+    busiest unit's rows), and why it is not split further."""
     s: int
     estimates: Mapping[int, int]    # the chain's, for a layer of a chain
     why: str
@@ -244,7 +245,8 @@ def choose(cfg: ChipConfig, graph: Graph, forced: int | Mapping[str, int] | None
 
         # a layer alone of one weight block: its passes modelled, not only its
         # busiest unit (the passes' fill decides between close numbers of groups)
-        lone = len(graph.nodes) == 1 and last.op.K <= cfg.rows and last.op.N <= cfg.cols
+        lone = len(graph.nodes) == 1 and last.op.N <= cfg.cols and sum(
+            layout.blocks(graph.tensor(t).shape[1], cfg.rows) for t in last.inputs) == 1
 
         def cost(s: int) -> int:
             if lone:

@@ -25,8 +25,8 @@ def split_lines(compiled) -> list[str]:
                 f"{split.group_cols(cfg, s)} cells" if split.cell_groups(cfg, s) else
                 f"split into {s} tile groups" if s > 1 else "the whole array")
         whose = "its chain's" if choice.chain else "its"
-        lines.append(f"layer {name!r}: {kind} ({choice.why}; {whose} busiest unit's "
-                     f"estimated cycles by groups {est})")
+        lines.append(f"layer {name!r}: {kind} ({choice.why}; {whose} estimated cycles "
+                     f"by groups {est})")
     return lines
 
 
