@@ -735,6 +735,7 @@ class _Emit:
         self.made: dict[tuple, MicroOp] = {}
         self.bank_holds: list[int | None] = [None, None]   # DRAM block in each bank
         self.stage_slot = None          # tall grid: the staging half of the block begun
+        self.staged = 0                 # blocks staged by earlier tiles (pieces)
 
     def op(self, opcode: Opcode, layer: int, sub: int = 0, **fields) -> MicroOp:
         """A checked micro-op; one with the fields of an earlier one shares its checked
@@ -1024,16 +1025,20 @@ class _Emit:
         span, R = job.span or cfg.rows, cfg.rows
         if not cfg.sides_divide:
             # pieces: a block's later pieces keep its earlier ones, stored once whole
+            # blocks counted across tiles, so a tile's first block is not in the slot
+            # the tile before's is stored from
             ops = []
             slots = 2 * _stage_parts(cfg, job)
             for pc in layout.pieces(cfg, nb, job.out_shape[3], span):
-                staging = lay.staging + (pc.block % slots) * stage_half
+                staging = lay.staging + ((self.staged + pc.block) % slots) * stage_half
                 ops.append(self.op(Opcode.VRUN, i, sub=pc, src=acc_at, rows=rows,
                                    to_acc=0, dst=staging, bias_addr=slot, **v))
                 if pc.last:
                     ops.append(self.op(Opcode.DMA, i, kind=DmaKind.STORE_CBUF,
                                        dram_addr=out_dram + pc.block * plane + row,
                                        dram_stride=1, buf_addr=staging, rows=rows))
+            if nb == len(job.steps) - 1:
+                self.staged += layout.blocks(job.out_shape[3], R)
             return ops
         if span < R:                    # tall: sub-blocks of a block share its staging
             (b, sub), = placements(cfg, job, nb)
