@@ -80,9 +80,9 @@ def test_one_layer_computes_as_many_rows_per_pass_as_fit(M, K, rows):
     assert plan.rows == {"gemm": rows}
 
 
-@pytest.mark.parametrize("M, K, N", [(120, 4, 3), (55, 4, 3), (7, 8, 3), (200, 4, 8),
-                                     (120, 2, 2)])
-@pytest.mark.parametrize("dtype", ["int8", "int32"])
+@pytest.mark.parametrize("M, K, N, dtype", sample(
+    [(M, K, N, dtype) for M, K, N in [(120, 4, 3), (55, 4, 3), (7, 8, 3), (200, 4, 8),
+                                      (120, 2, 2)] for dtype in ("int8", "int32")], 3))
 def test_a_one_block_layer_takes_the_passes_that_run_fastest(monkeypatch, M, K, N, dtype):
     """A dense layer alone of one weight block takes the rows per pass the pass model
     finds fastest: against every other count of passes that fits, compiled and
@@ -112,6 +112,7 @@ def test_a_layer_of_several_blocks_takes_the_most_rows_that_fit(M, K, N):
     assert plan_memory(TINY, net).rows == {"gemm": min(M, Mt)}
 
 
+@pytest.mark.slow
 def test_the_pass_model_follows_the_schedule(monkeypatch):
     """The pass model against the compiled program's predicted cycles, for every count
     of passes, int8 and int32, with and without a bias, on a square, a tall, a wide

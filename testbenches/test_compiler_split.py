@@ -13,6 +13,7 @@ from systolica.arch.config import preset
 from systolica.compiler import CompileError, compile_network, gemm, reference
 from systolica.compiler import split
 from systolica.compiler.graph import GraphBuilder, as_graph
+from tiers import sample
 
 TINY, BASE, TALL = preset("tiny"), preset("base"), preset("tiny_tall")
 
@@ -90,12 +91,12 @@ def test_the_cost_model_splits_when_k_and_n_fit_a_group(cfg, M, K, N, s):
     assert compile_network(cfg, _gemm(M, K, N)).layers[0].split == s
 
 
-@pytest.mark.parametrize("name, M, K, N, dtype", [
+@pytest.mark.parametrize("name, M, K, N, dtype", sample([
     ("base", 600, 2, 2, "int8"),        # 8 groups took 364 cycles, 5 groups 349
     ("tiny_wide", 130, 4, 4, "int8"),   # 2 groups took 384 cycles, the whole array 355
     ("tiny_tall", 600, 3, 1, "int8"),   # 5 groups took 549 cycles, 4 groups 486
     ("base", 2048, 4, 4, "int32"), ("tiny", 200, 2, 2, "int32"),
-])
+], 2))
 def test_the_cost_model_takes_a_split_as_fast_as_the_fastest(name, M, K, N, dtype):
     """The cost model weighs a lone layer's passes (its first load, its last stores):
     the split it takes runs within 2 % of the fastest any number of groups gives, each

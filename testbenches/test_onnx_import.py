@@ -211,7 +211,7 @@ def test_a_qdq_model_equals_onnxruntime(seed):
     assert len(np.unique(ours)) > 3            # not all saturated
 
 
-@pytest.mark.parametrize("seed", sample(range(4), 2))
+@pytest.mark.parametrize("seed", sample(range(4), 4))
 def test_a_qdq_residual_network_equals_onnxruntime(seed):
     """Residual blocks in the QDQ form: Adds (onnxruntime's QLinearAdd, the chip's Add
     with 8-bit multipliers) with a Relu at zero point -128, a strided 1x1
@@ -256,7 +256,7 @@ PER_CHANNEL = sample([pytest.param(False, id="per_tensor"),
 
 @pytest.mark.parametrize("per_channel, seed", sample(
     [pytest.param(pc, seed, id=f"{'per_channel' if pc else 'per_tensor'}-{seed}")
-     for pc in (False, True) for seed in range(2)], 2))
+     for pc in (False, True) for seed in range(2)], 4))
 def test_a_model_quantised_by_onnxruntime_equals_it(per_channel, seed):
     """What quantize_static writes, taken as it is: its Concat gives each branch its
     own scale (an identity 1x1 convolution requantises the branch to the join's), the
