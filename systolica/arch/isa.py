@@ -30,6 +30,7 @@ MUX_VALUE_BITS = 4    # ... and the source it selects
 WIDE_INDEX_BITS, WIDE_VALUE_BITS, WIDE_PAGE_BITS = 5, 5, 9
 ROUTE_GROUPS = 8      # tile rows and columns a ROUTE names, at most
 ROUTE_SPAN_BITS = 4   # a ROUTE's span; its per-group delays have one bit less
+EXIT_BITS = 5         # a MATMUL's partial-sum exit: grids of up to 32 tile rows
 SETCFG_PAIRS = 8      # pairs one SETCFG carries: 8 x (7 + 4) bits, a 3-bit count, a page
 
 
@@ -97,6 +98,7 @@ PAYLOAD = {
         "taps": TAP_TABLE_BITS,        # conv: per-partition tap table
         "in_w": GEOM_BITS,             # conv: the tile's input pixels per row
         "in_h": GEOM_BITS,             # conv: the tile's input rows
+        "early": EXIT_BITS,            # sums leave tile row tile_rows - 1 - early
     }),
     Opcode.VRUN: data.StructLayout({
         "src": ACC_ADDR_BITS,

@@ -40,6 +40,17 @@ def done(cfg: ChipConfig, ins: Instr) -> int:
     return SPEC[ins.op].done(cfg, ins.fields)
 
 
+def exit_lead(cfg: ChipConfig, ins: Instr) -> int:
+    """Cycles by which a MATMUL's effects from the accumulate stage on come sooner
+    than with ``early = 0``: its sums leave the array ``early`` tile rows up, past
+    ``n + 1`` registers fewer per tile row (0 for any other opcode). Two MATMULs reach
+    the accumulate stage in issue order: ``B`` issues at or after ``t_A + rows_A +
+    max(0, exit_lead(B) - exit_lead(A))`` (docs/contract.md, "Partial-sum exits")."""
+    if ins.op is not Opcode.MATMUL:
+        return 0
+    return ins.fields.get("early", 0) * (cfg.tile_size + 1)
+
+
 def moving_field(op: Opcode) -> str | None:
     """The field that only moves `op` within one memory (``moves`` in its entry: a
     DMA's ``dram_addr``): nothing in this module depends on it. None: no such field."""
@@ -101,6 +112,6 @@ def mux_use(cfg: ChipConfig, ins: Instr, mux_name: str) -> tuple[int, int] | Non
     return SPEC[ins.op].mux_use(cfg, ins.fields, kind, idx)
 
 
-__all__ = ["UNIT", "array_span", "bank_window", "dma_words", "done", "feed_stages", "matmul_pipeline",
+__all__ = ["UNIT", "array_span", "bank_window", "dma_words", "done", "exit_lead", "feed_stages", "matmul_pipeline",
            "moving_field", "mux_use", "occupancy", "run_cycles", "skew", "skew_max",
            "weight_shifts"]
