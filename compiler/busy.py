@@ -161,3 +161,70 @@ class BusyBanks:
 
     def __repr__(self) -> str:
         return f"BusyBanks({list(self)})"
+
+
+class IssueOrder:
+    """The MATMULs of one unit, by issue cycle, for the collector order rule
+    (docs/contract.md, "Partial-sum exits"): a MATMUL's rows reach the accumulate
+    stage ``lead`` cycles sooner (``timing.exit_lead``), yet after every row of the
+    MATMUL issued before it. In collector time ``c = t - lead`` the MATMULs' intervals
+    ``[c, c + rows)`` must then be disjoint and in issue order, besides their issue
+    intervals ``[t, t + rows)``. A scheduler that fills gaps places ops out of time
+    order, so both the MATMUL issued just before a candidate cycle and the one just
+    after it are checked: sorted lists and one bisection.
+
+    With every lead 0 the rule is the unit's occupancy, which ``BusyIntervals``
+    checks: until the first lead, :meth:`clash_end` answers at once and :meth:`add`
+    only appends (sorted when a lead first comes)."""
+
+    def __init__(self):
+        self._issues: list[int] = []      # issue cycles, sorted
+        self._firsts: list[int] = []      # their collector cycles t - lead
+        self._rows: list[int] = []
+        self._unsorted: list[tuple[int, int, int]] | None = []   # None once a lead came
+
+    def _sort(self) -> None:
+        for t, c, m in sorted(self._unsorted):
+            self._issues.append(t)
+            self._firsts.append(c)
+            self._rows.append(m)
+        self._unsorted = None
+
+    def clash_end(self, t: int, rows: int, lead: int) -> int | None:
+        """None if a MATMUL of `rows` rows and `lead` may issue at `t` between the ones
+        booked, else the next issue cycle worth trying: the first the one before allows,
+        or, if it would reach the collector late for the one after, the first that
+        allows it past that one (no cycle in between can keep both in order)."""
+        if self._unsorted is not None:
+            if not lead:
+                return None
+            self._sort()
+        issues, firsts, rows_ = self._issues, self._firsts, self._rows
+        k = bisect_left(issues, t)
+        if k:                                     # the one before: issued before t
+            need = max(issues[k - 1], firsts[k - 1] + lead) + rows_[k - 1]
+            if t < need:
+                return need
+        if k < len(issues) and (t + rows > issues[k] or t - lead + rows > firsts[k]):
+            return max(issues[k], firsts[k] + lead) + rows_[k]   # past the one after
+        return None
+
+    def add(self, t: int, rows: int, lead: int) -> None:
+        if self._unsorted is not None:
+            if not lead:
+                self._unsorted.append((t, t, rows))
+                return
+            self._sort()
+        k = bisect_left(self._issues, t)
+        self._issues.insert(k, t)
+        self._firsts.insert(k, t - lead)
+        self._rows.insert(k, rows)
+
+    def __iter__(self) -> Iterator[tuple[int, int, int]]:
+        """``(issue cycle, collector cycle, rows)`` of each MATMUL, in issue order."""
+        if self._unsorted is not None:
+            return iter(sorted(self._unsorted))
+        return iter(zip(self._issues, self._firsts, self._rows))
+
+    def __repr__(self) -> str:
+        return f"IssueOrder({list(self)})"

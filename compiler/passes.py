@@ -28,10 +28,11 @@ def _times(cfg: ChipConfig, op: Opcode, **fields) -> tuple[int, int]:
 
 
 def cycles(cfg: ChipConfig, M: int, rows: int, int32: bool = False, slices: int = 1,
-           bias: bool = True, vector: bool = True) -> int:
+           bias: bool = True, vector: bool = True, early: int = 0) -> int:
     """Cycles of a lone one-block dense layer of `M` rows in passes of `rows` (the
     last takes the rest), its output int32 or int8 in `slices` R-byte slices, with or
-    without a `bias`; an int32 output passes the `vector` unit (bias, ReLU) or not.
+    without a `bias`; an int32 output passes the `vector` unit (bias, ReLU) or not;
+    its MATMULs' sums leave the array `early` tile rows up.
 
     The order and the buffers are the dense rule's: the weights' DMA, its WLOAD, pass
     0's rows and the bias slots first; pass ``i``'s rows load into the input buffer
@@ -80,7 +81,7 @@ def cycles(cfg: ChipConfig, M: int, rows: int, int32: bool = False, slices: int 
             if i not in loaded or before is None or free is None:
                 return None
             occ_prev = sizes[i - 1] if i else 0
-            occ, done = _times(cfg, Opcode.MATMUL, rows=sizes[i])
+            occ, done = _times(cfg, Opcode.MATMUL, rows=sizes[i], early=early)
             start = max(loaded[i], wload, before[0] + occ_prev, free)
             mm[i] = start, start + done
         return mm[i]
@@ -121,7 +122,7 @@ def cycles(cfg: ChipConfig, M: int, rows: int, int32: bool = False, slices: int 
 
 
 def best(cfg: ChipConfig, M: int, most_rows: int, int32: bool = False, slices: int = 1,
-         bias: bool = True, vector: bool = True) -> int:
+         bias: bool = True, vector: bool = True, early: int = 0) -> int:
     """Rows per pass for a lone one-block dense layer of `M` rows that fit at most
     `most_rows` a pass: of the fewest passes that fit and up to :data:`MORE_PASSES`
     more, the fewest whose :func:`cycles` are within :data:`CLOSE` of the least (a
@@ -129,6 +130,6 @@ def best(cfg: ChipConfig, M: int, most_rows: int, int32: bool = False, slices: i
     fewest = -(-M // most_rows)
     options = sorted({-(-M // p) for p in range(fewest, fewest + MORE_PASSES + 1)},
                      reverse=True)
-    cost = {r: cycles(cfg, M, r, int32, slices, bias, vector) for r in options}
+    cost = {r: cycles(cfg, M, r, int32, slices, bias, vector, early) for r in options}
     least = min(cost.values())
     return next(r for r in options if cost[r] <= least * (1 + CLOSE))

@@ -21,6 +21,7 @@ from .fetch_delay import delay_for_fetch
 from .plan import MemoryPlan, program_region
 from .rules import rule_for
 from .reconfigure import add_updates
+from .exits import take_exits
 from .schedule import schedule
 from .verify import ScheduleError, check_regions, verify
 
@@ -261,6 +262,7 @@ def _compile(cfg: ChipConfig, network: Network | Graph, chain: ChainChoice | Non
     # A program too long for the DRAM is refused now, not after scheduling it: the
     # configuration updates scheduling adds only make it longer.
     program_region(cfg, lowered.plan, len(lowered.ops), at_least=True)
+    lowered.ops = take_exits(cfg, lowered.ops)
     cycles = schedule(cfg, lowered.ops)
     clock.lap("schedule")
     cycles, updates = add_updates(cfg, lowered.ops, cycles)

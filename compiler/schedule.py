@@ -13,7 +13,10 @@ issue later),
 (e) keeps each CBUF and ACC bank port it uses (``timing.bank_claims``: the read or
 write port of every bank its ranges meet, over the closed-form window of that port)
 clear of every other unit's use (docs/contract.md, "CBUF banks": a bank has one read
-and one write port).
+and one write port),
+(f) for a MATMUL, keeps the collector order with the MATMULs issued just before and
+just after it (``busy.IssueOrder``; docs/contract.md, "Partial-sum exits": one with
+a larger ``timing.exit_lead`` than the one before it waits the difference longer).
 Later ops may land before earlier ones in time when they are independent, which is
 what overlaps loads, compute and stores. All latencies come from systolica.arch.timing.
 """
@@ -22,7 +25,7 @@ from __future__ import annotations
 
 from ..arch import isa, timing
 from ..arch.config import ChipConfig
-from .busy import BusyBanks, BusyIntervals
+from .busy import BusyBanks, BusyIntervals, IssueOrder
 from .graph import CompileError
 from .ir import ACCUMULATE, READ, WRITE, MicroOp, resource_sizes
 from .reconfigure import Routing
@@ -101,6 +104,7 @@ def schedule(cfg: ChipConfig, ops: list[MicroOp]) -> list[int]:
     slots = BusyIntervals()         # issue cycles already taken
     routing = Routing(cfg, ops)
     banks = _BankPorts()
+    collector = IssueOrder()        # the MATMULs, for the collector order
     cycles = []
     # What an op's fields decide, once per distinct op: lowering shares one fields
     # dict (and one needs dict and accesses tuple) among the copies of a repeated
@@ -122,10 +126,12 @@ def schedule(cfg: ChipConfig, ops: list[MicroOp]) -> list[int]:
                 probe = op.instr(0)
                 fixed = timed[same] = (timing.occupancy(cfg, probe), timing.done(cfg, probe),
                                        routing.settings(op),
-                                       banks.claims(timing.bank_claims(cfg, probe)))
+                                       banks.claims(timing.bank_claims(cfg, probe)),
+                                       timing.exit_lead(cfg, probe)
+                                       if op.op is isa.Opcode.MATMUL else None)
             got = known[key] = (*fixed, _waits(resources, op.accesses),
                                 _marks(resources, op.accesses, fixed[1]))
-        occupancy, done, spans, claims, waits, marks = got
+        occupancy, done, spans, claims, lead, waits, marks = got
         unit_name = timing.UNIT[op.op]
         unit = units[unit_name]
         t = 0
@@ -137,6 +143,8 @@ def schedule(cfg: ChipConfig, ops: list[MicroOp]) -> list[int]:
             t = max(t, routing.earliest(spans))
         while True:
             end = unit.clash_end(t, t + occupancy)
+            if end is None and lead is not None:
+                end = collector.clash_end(t, occupancy, lead)
             if end is None:
                 end = slots.clash_end(t, t + 1)
             if end is None and claims:
@@ -151,6 +159,8 @@ def schedule(cfg: ChipConfig, ops: list[MicroOp]) -> list[int]:
             raise CompileError(f"cannot schedule {op}: it would issue at cycle {t}, past "
                                f"the {isa.CYCLE_BITS}-bit cycle field")
         unit.add(t, t + occupancy)
+        if lead is not None:
+            collector.add(t, occupancy, lead)
         slots.add(t, t + 1)
         if claims:
             banks.add(unit_name, claims, t)

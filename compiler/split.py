@@ -199,15 +199,18 @@ def lone_estimate(cfg: ChipConfig, graph: Graph, node: Node, s: int) -> int:
 
 
 def lone_shape(cfg: ChipConfig, graph: Graph, node: Node, s: int = 1
-               ) -> tuple[bool, int, bool, bool]:
+               ) -> tuple[bool, int, bool, bool, int]:
     """What :func:`.passes.cycles` needs of dense layer `node` in `s` groups: whether
     its output is int32, its slices (split, its output is its groups' columns wide),
-    whether it has a bias, whether an int32 output passes the vector unit."""
+    whether it has a bias, whether an int32 output passes the vector unit, and the
+    tile rows its MATMULs' sums skip (``early``: unsplit, the tile rows below its
+    K-block are fed zeros, so its sums leave above them; :mod:`.exits`)."""
     op = node.op
     width = packed_cols(cfg, s) if s > 1 else op.N
+    early = 0 if s > 1 else cfg.tile_rows - layout.blocks(min(cfg.rows, op.K), cfg.tile_size)
     return (graph.tensor(node.outputs[0]).dtype == "int32",
             layout.staged_slices(cfg, width), op.bias is not None,
-            op.bias is not None or bool(op.relu))
+            op.bias is not None or bool(op.relu), early)
 
 
 def choose(cfg: ChipConfig, graph: Graph, forced: int | Mapping[str, int] | None = None

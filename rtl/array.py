@@ -129,6 +129,10 @@ class Grid(wiring.Component):
     """The ``T x Tc`` grid of tiles (``cfg.tile_rows x cfg.tile_cols``): activations enter on the west edge (one lane per
     array row, already skewed by the feeder), weights on the north edge, and column
     partial sums leave on the south edge from the last tile row's conveyor registers.
+    ``exit_psum`` shows the conveyor registers of the tile rows above it too (tile row
+    ``i < T - 1``, column ``c`` at ``i*cols + c``: what tile row ``i + 1`` takes from
+    the north), for a MATMUL whose sums leave early (docs/contract.md, "Partial-sum
+    exits").
 
     ``act_sel``, ``w_sel``, ``psum_sel``, ``w_west`` hold one control bit per tile,
     row-major (tile ``(i, j)`` at ``i*Tc + j``). Weights also enter on the west edge
@@ -156,6 +160,7 @@ class Grid(wiring.Component):
             "act_sel": In(t), "w_sel": In(t), "psum_sel": In(t),
             "w_west": In(t),
             "south_psum": Out(PSUM).array(cols),
+            "exit_psum": Out(PSUM).array((cfg.tile_rows - 1) * cols),
             **(GeneralLanes.members(cfg) if cfg.general_lanes else {}),
         })
 
@@ -195,6 +200,9 @@ class Grid(wiring.Component):
                             m.d.comb += tile.north_w[x].eq(tiles[i - 1][j].south_w[x])
                     if i == t - 1:
                         m.d.comb += self.south_psum[j * n + x].eq(tile.south_psum[x])
+                    else:
+                        m.d.comb += self.exit_psum[i * cfg.cols + j * n + x].eq(
+                            tile.south_psum[x])
         if cfg.general_lanes:
             m.submodules.lanes = lanes = GeneralLanes(cfg=cfg, **self.lanes)
             for name in GeneralLanes.members(cfg):

@@ -124,6 +124,8 @@ class Chip(wiring.Component):
                          grid.west_w[r].eq(wl.west_w[r])]
         for c in range(cfg.cols):
             m.d.comb += [grid.north_w[c].eq(wl.north_w[c]), mm.south_psum[c].eq(grid.south_psum[c])]
+        for k in range(len(grid.exit_psum)):     # the partial-sum exits
+            m.d.comb += mm.exit_psum[k].eq(grid.exit_psum[k])
 
         # Memory ports: each reader and writer has its own port on a crossbar.
         connect(m, wl.cbuf_read, cbuf.row_read[0])

@@ -1,7 +1,7 @@
 """The two units that drive the grid: the weight loader (north edge) and the matmul
 unit (west edge in, south edge out into the accumulator buffer)."""
 
-from amaranth.hdl import Array, Cat, Module, Mux, Signal, signed
+from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal, signed
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2
@@ -21,6 +21,18 @@ def _delayed(m, value, cycles, name):
         m.d.sync += reg.eq(value)
         value = reg
     return value
+
+
+def _one_of(default, choices):
+    """``value`` of the ``(select, value)`` choice whose select is high, ``default`` if
+    none is (at most one may be: an AND-OR, no priority chain)."""
+    if not choices:
+        return default
+    none = ~Cat(*(sel for sel, _ in choices)).any()
+    out = default & none.replicate(len(default))
+    for sel, value in choices:
+        out = out | (value & sel.replicate(len(value)))
+    return out
 
 
 def _group_select(m, sources, sel, width, n, groups):
@@ -117,6 +129,17 @@ class MatmulUnit(wiring.Component):
     stage forwards the previous cycle's write, so back-to-back MATMULs on the same ACC
     rows accumulate correctly.
 
+    With ``early = u`` (partial-sum exits, docs/contract.md) the sums come from tile row
+    ``T - 1 - u``'s ``exit_psum``, ``L = u*(n + 1)`` cycles sooner (a cell register per
+    array row and a conveyor per tile row fewer). The de-skew is the same, so the row
+    is collected from delay-line stage ``k_u = len - 1 - L``: the control word carries
+    ``u`` (one-hot), each column's de-skew input takes the exit of the row ``d_c``
+    stages before ``k_u``, and the accumulate stage's register loads the row leaving
+    ``k_u - 1``; past ``k_u`` the row is no longer valid (so ``drained`` comes ``L``
+    sooner too). Rows must reach the accumulate stage in issue order, one a cycle:
+    ``ready`` also needs ``L_B <= L_A + `` the cycles since the previous MATMUL ``A``'s
+    last read (the collector order; ``UNIT_BUSY`` otherwise).
+
     With ``conv = 1`` the read stage walks a window instead of consecutive rows
     (docs/cnn.md): each CBUF partition has its own read address, the sum of the
     output pixel's position and that partition's tap, and a pixel outside the tile
@@ -128,7 +151,8 @@ class MatmulUnit(wiring.Component):
     activation row enters the array: the MAC counter), ``cbuf_read`` (one address per
     partition), ``acc_read``,
     ``acc_write``, the ``west_feed`` and ``acc_src`` multiplexer settings, and the
-    grid's west inputs (``west_a``, ``west_sel``) and south outputs (``south_psum``).
+    grid's west inputs (``west_a``, ``west_sel``), south outputs (``south_psum``) and
+    partial-sum exits (``exit_psum``, :class:`~.array.Grid`'s).
     """
 
     def __init__(self, *, cfg: ChipConfig):
@@ -145,11 +169,12 @@ class MatmulUnit(wiring.Component):
             "acc_src": In(fabric.value_bits(cfg)).array(cfg.tile_cols),
             "west_a": Out(ACT).array(cfg.rows), "west_sel": Out(1).array(cfg.rows),
             "south_psum": In(PSUM).array(cfg.cols),
+            "exit_psum": In(PSUM).array((t - 1) * cfg.cols),
         })
 
     def elaborate(self, platform):
         m = Module()
-        cfg, n = self.cfg, self.cfg.tile_size
+        cfg, n, t_rows = self.cfg, self.cfg.tile_size, self.cfg.tile_rows
 
         # Read stage: one activation row per cycle.
         active = Signal()
@@ -159,15 +184,35 @@ class MatmulUnit(wiring.Component):
         accum, use_max = Signal(), Signal()
         bank = Signal()
         last = Signal()
-        m.d.comb += [last.eq(active & (left == 1)), self.issue.ready.eq(~active | last)]
+        hot = Signal(t_rows - 1)    # the exit: bit u - 1 for early = u >= 1
         args = self.issue.payload
+        free = ~active | last
+        m.d.comb += last.eq(active & (left == 1))
         with m.If(self.issue.valid):
             m.d.sync += [active.eq(1), left.eq(args.rows), ptr.eq(args.act_addr),
                          acc_ptr.eq(args.acc_addr), accum.eq(args.accumulate),
-                         use_max.eq(args.max), bank.eq(args.bank)]
+                         use_max.eq(args.max), bank.eq(args.bank),
+                         hot.eq(Cat(*(args.early == u for u in range(1, t_rows))))]
         with m.Elif(active):
             m.d.sync += [active.eq(~last), left.eq(left - 1), ptr.eq(ptr + 1),
                          acc_ptr.eq(acc_ptr + 1)]
+        # The collector order: MATMUL B (lead L_B = early*(n+1)) after A may issue once
+        # L_B <= L_A + (cycles since A's read stage freed). ``lead`` and ``sub`` count
+        # that sum as lead*(n+1) + sub, held from A's issue through its last read and
+        # saturating at T - 1 tile rows; leads being multiples of n + 1, the test is
+        # early <= lead (a short compare on the head's payload: ready is a deep path).
+        order_ok = Const(1)
+        if t_rows > 1:
+            lead = Signal(range(t_rows), init=t_rows - 1)
+            sub = Signal(range(n + 1))
+            with m.If(self.issue.valid):
+                m.d.sync += [lead.eq(args.early), sub.eq(0)]
+            with m.Elif(free):
+                m.d.sync += sub.eq(Mux(sub == n, 0, sub + 1))
+                with m.If((sub == n) & (lead != t_rows - 1)):
+                    m.d.sync += lead.eq(lead + 1)
+            order_ok = args.early <= lead
+        m.d.comb += self.issue.ready.eq(free & order_ok)
         addrs, inside, pad, conv = self._window(m, args, active, ptr)
         for p in range(cfg.rows):
             m.d.comb += self.cbuf_read.addr[p].eq(addrs[p])
@@ -186,13 +231,26 @@ class MatmulUnit(wiring.Component):
         m.d.comb += [self.cbuf_read.en.eq(active),
                      self.cbuf_read.banks.eq(Mux(conv, tile_banks, row_bank))]
 
-        # Control delay line: stage k holds the row whose data arrived k cycles ago.
+        # Control delay line: stage k holds the row whose data arrived k cycles ago
+        # (valid, bank, accumulate, max, ACC address, the exit one-hot). The last
+        # stage is the accumulate stage's: the row at k_u - 1 whose exit is u, else
+        # the one before it. A row is valid until it is collected (its stage k_u).
         ctrl_len = timing.matmul_pipeline(cfg) - 1
-        ctrl = [Signal(1 + 1 + 1 + 1 + isa.ACC_ADDR_BITS, name=f"ctrl_{k}")
-                for k in range(ctrl_len)]
-        m.d.sync += ctrl[0].eq(Cat(active, bank, accum, use_max, acc_ptr))
-        for k in range(1, ctrl_len):
-            m.d.sync += ctrl[k].eq(ctrl[k - 1])
+        hot_at = 4 + isa.ACC_ADDR_BITS
+        ctrl = [Signal(hot_at + t_rows - 1, name=f"ctrl_{k}") for k in range(ctrl_len)]
+        tap = {u: ctrl_len - 1 - u * (n + 1) for u in range(t_rows)}     # k_u
+        exits = {k: u for u, k in tap.items() if u}
+        m.d.sync += ctrl[0].eq(Cat(active, bank, accum, use_max, acc_ptr,
+                                   Mux(active, hot, 0)))
+        for k in range(1, ctrl_len - 1):
+            prev = ctrl[k - 1]
+            if k in exits:      # collected from k_u - 1: invalid past it
+                u = exits[k]
+                prev = Cat(prev[0] & ~prev[hot_at + u - 1], prev[1:])
+            m.d.sync += ctrl[k].eq(prev)
+        m.d.sync += ctrl[-1].eq(_one_of(ctrl[-2], [(ctrl[tap[u] - 1][hot_at + u - 1],
+                                                    ctrl[tap[u] - 1])
+                                                   for u in range(1, t_rows)]))
         valid1, sel1 = ctrl[0][0], ctrl[0][1]
         m.d.comb += self.row_fed.eq(valid1)
 
@@ -213,19 +271,26 @@ class MatmulUnit(wiring.Component):
                     s = _delayed(m, s, stages, f"{name}_s_{r}")
                 m.d.comb += [self.west_a[r].eq(a), self.west_sel[r].eq(s)]
 
-        # Collector: column de-skew, then ACC partition routing.
+        # Collector: column de-skew, then ACC partition routing. Column c's de-skew
+        # (d_c stages) takes the exit of a row d_c stages before its collection (k_u).
         smax = timing.skew_max(cfg)
         aligned = []
         for c in range(cfg.cols):
-            aligned.append(_delayed(m, self.south_psum[c], smax - timing.skew(cfg, c),
-                                    f"deskew_{c}"))
+            d = smax - timing.skew(cfg, c)
+            src = Signal(PSUM, name=f"collect_{c}")
+            m.d.comb += src.eq(_one_of(
+                self.south_psum[c],
+                [(ctrl[tap[u] - d + 1][hot_at + u - 1],
+                  self.exit_psum[(t_rows - 1 - u) * cfg.cols + c])
+                 for u in range(1, t_rows)]))
+            aligned.append(_delayed(m, src, d, f"deskew_{c}"))
         routed = []
         for g in range(cfg.tile_cols):
             routed += _group_select(m, aligned, self.acc_src[g], 32, n, cfg.tile_cols)
 
         # Accumulate stage A (read ACC) then W (add, write) with forwarding.
         ca = ctrl[-1]
-        a_valid, a_accum, a_max, a_addr = ca[0], ca[2], ca[3], ca[4:]
+        a_valid, a_accum, a_max, a_addr = ca[0], ca[2], ca[3], ca[4:hot_at]
         # the ACC bank's read port is busy only for an accumulating MATMUL
         m.d.comb += [self.acc_read.addr.eq(a_addr), self.acc_read.en.eq(a_valid & a_accum)]
         w_valid, w_accum, w_max = Signal(), Signal(), Signal()

@@ -7,7 +7,7 @@ from amaranth.hdl import Cat, Const, Module, Mux, Signal
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
-from systolica.arch import fabric, isa, timing
+from systolica.arch import fabric, instructions, isa, timing
 from systolica.arch.config import ChipConfig
 from systolica.arch.isa import Instr, Opcode
 
@@ -46,8 +46,9 @@ class GuardError(ValueError):
 def windows(cfg: ChipConfig) -> tuple[Window, ...]:
     """Every (multiplexer, opcode) window, found by asking :func:`timing.mux_use` about
     sample instructions: all fields zero but ``rows`` (1, 2 and 3) and one 1-bit flag
-    at a time. A flag may close the window; at most one flag per opcode may move or
-    resize it (then there is a window for each of its values). Raises
+    at a time. A flag may close the window; at most one field per opcode may move or
+    resize it, a flag or a wider field (a MATMUL's ``early``), and then there is a
+    window for each of its legal values. Raises
     :class:`GuardError` if a window's start depends on the rows, its length is not
     linear in them, or the flags change it in another way."""
     out = []
@@ -62,6 +63,7 @@ def _windows(cfg: ChipConfig, op: Opcode, mux: fabric.Mux) -> list[Window]:
     layout = isa.PAYLOAD[op]
     names = [name for name, _ in layout]
     flags = [name for name, fld in layout if fld.width == 1 and name != "rows"]
+    wide = [name for name, fld in layout if fld.width > 1 and name != "rows"]
     has_rows = "rows" in names
 
     def probe(rows=1, **fields):
@@ -73,16 +75,22 @@ def _windows(cfg: ChipConfig, op: Opcode, mux: fabric.Mux) -> list[Window]:
 
     what = f"{op.name} on {mux.name}"
     plain = probe()
-    moving = [f for f in flags if probe(**{f: 1}) not in (None, plain)]
+    moving = [f for f in flags + wide if probe(**{f: 1}) not in (None, plain)]
     if plain is None and moving:
         raise GuardError(f"{what}: setting {moving[0]} opens a window "
                          f"({probe(**{moving[0]: 1})})")
     if len(moving) > 1:
-        raise GuardError(f"{what}: more than one flag moves the window ({moving})")
+        raise GuardError(f"{what}: more than one field moves the window ({moving})")
     if plain is None:
         return []
+    values = [0, 1]
+    if moving and moving[0] in wide:
+        # the values an instruction can issue with (others fault ILLEGAL_OPCODE)
+        zeros = dict.fromkeys(names, 0)
+        values = [v for v in range(1 << layout[moving[0]].width)
+                  if instructions.legal(cfg, op, {**zeros, moving[0]: v})]
     out = []
-    for when in ([((moving[0], 0),), ((moving[0], 1),)] if moving else [()]):
+    for when in ([((moving[0], v),) for v in values] if moving else [()]):
         fixed = dict(when)
         mode = probe(**fixed)
         others = [f for f in flags if f not in fixed]

@@ -293,8 +293,8 @@ def _range_fault(cfg: ChipConfig, op: Opcode, fields: dict) -> str | None:
 def _moved(prepared: tuple, memory: str, off: int) -> tuple:
     """What ``check`` prepares for an instruction (see its ``decided``), for the
     instruction whose addresses of `memory` are all `off` further on."""
-    legal, fault, fx, last, reads, writes, port_runs, dram_writes, bank_uses, muxes = \
-        prepared
+    legal, fault, fx, last, reads, writes, port_runs, dram_writes, bank_uses, muxes, \
+        collect_first = prepared
     new: dict[int, tuple[Touch, _Rows | None]] = {}
     for tc in fx.reads + fx.writes:
         if tc.resource == memory:
@@ -305,11 +305,11 @@ def _moved(prepared: tuple, memory: str, off: int) -> tuple:
     reads = tuple((board, *new.get(id(tc), (tc, rows)), k) for board, tc, rows, k in reads)
     writes = tuple((board, *new.get(id(tc), (tc, rows)), k) for board, tc, rows, k in writes)
     fx = Effects(fx.accept, [new.get(id(tc), (tc,))[0] for tc in fx.reads],
-                 [new.get(id(tc), (tc,))[0] for tc in fx.writes], fx.muxes)
+                 [new.get(id(tc), (tc,))[0] for tc in fx.writes], fx.muxes, fx.collect)
     dram_writes = tuple((new[id(tc)][0], rows.moved(off)) if id(tc) in new else (tc, rows)
                         for tc, rows in dram_writes)
     return (legal, fault, fx, last, reads, writes, port_runs, dram_writes, bank_uses,
-            muxes)
+            muxes, collect_first)
 
 
 def _table_fault(cfg: ChipConfig, ins: isa.Instr) -> str | None:
@@ -561,6 +561,7 @@ def check(cfg: ChipConfig, program: list[isa.Instr], prog_addr: int | None = Non
         mine = {n: sizes[n] for n in _BoardHelper.BOARDS}
     boards = {name: _Scoreboard(name, size) for name, size in mine.items()}
     unit_free: dict[str, tuple[int, int]] = {}      # unit -> (accepts from, busy pc)
+    collected: dict[str, tuple[int, int]] = {}      # unit -> (its collector free from, pc)
     ports = _BankPorts(cfg)
     passing: list[tuple[int, int, int, tuple]] = []   # see _in_use_fault
     issued: list[isa.Instr] = []
@@ -585,8 +586,10 @@ def check(cfg: ChipConfig, program: list[isa.Instr], prog_addr: int | None = Non
         legal = entry is not None and instructions.legal(cfg, op, fields)
         fault_ = _range_fault(cfg, op, fields) if legal else None
         fx_ = entry.effects(cfg, fields) if legal and not fault_ else None
+        # the collector's order is checked before the range (a MATMUL of no rows too)
+        first = entry.collect_first(cfg, fields) if legal else None
         if fx_ is None:
-            return (legal, fault_, None, 0, (), (), [], (), (), None)
+            return (legal, fault_, None, 0, (), (), [], (), (), None, first)
         dram = [tc for tc in fx_.reads + fx_.writes if tc.resource == "dram"]
         # each touch of this process's boards, with its index among the instruction's
         touched = [(boards.get(tc.resource), tc, k) for k, tc in enumerate(fx_.reads
@@ -599,7 +602,7 @@ def check(cfg: ChipConfig, program: list[isa.Instr], prog_addr: int | None = Non
             tuple((tc, _rows(tc)) for tc in fx_.writes
                   if tc.resource == "dram" and len(tc.addrs)),
             _port_uses(entry.bank_ports(cfg, fields, fx_)),
-            _mux_windows(fx_, mux_index))
+            _mux_windows(fx_, mux_index), first)
 
     def decided(ins: isa.Instr):
         entry = instructions.SPEC.get(ins.op)
@@ -654,7 +657,7 @@ def check(cfg: ChipConfig, program: list[isa.Instr], prog_addr: int | None = Non
             break
         entry = instructions.SPEC.get(ins.op)
         legal, range_fault, fx, fx_last, reads, writes, port_runs, dram_writes, \
-            bank_uses, mux_windows = decided(ins)
+            bank_uses, mux_windows, collect_first = decided(ins)
         if not legal:
             fault = (ErrorCode.ILLEGAL_OPCODE, pc, reach)
             reason = "no such opcode" if entry is None else entry.legal_rule
@@ -669,11 +672,18 @@ def check(cfg: ChipConfig, program: list[isa.Instr], prog_addr: int | None = Non
                 reason = f"it reaches issue in cycle {reach}, after its cycle {ins.cycle}"
             break
         free, busy_pc = unit_free.get(entry.unit, (0, 0))
+        after, before_pc = collected.get(entry.unit, (0, 0))
         # In the sequencer's order; each check assumes the ones before it passed.
         if ins.cycle < free:
             fault, reason = (ErrorCode.UNIT_BUSY, pc, ins.cycle), (
                 f"the {entry.unit} unit takes its next instruction from cycle {free} "
                 f"(it runs pc {busy_pc})")
+        elif collect_first is not None and ins.cycle + collect_first < after:
+            fault, reason = (ErrorCode.UNIT_BUSY, pc, ins.cycle), (
+                f"its rows would reach the {entry.unit} unit's collector from cycle "
+                f"{ins.cycle + collect_first}, before pc {before_pc}'s last one has passed it "
+                f"(cycle {after - 1}): rows reach it in issue order, so it may issue from "
+                f"cycle {after - collect_first}")
         elif range_fault:
             fault, reason = (ErrorCode.ADDR_RANGE, pc, ins.cycle), range_fault
         elif ins.op in isa.SETCFGS:
@@ -689,6 +699,8 @@ def check(cfg: ChipConfig, program: list[isa.Instr], prog_addr: int | None = Non
             break
         t = ins.cycle
         unit_free[entry.unit] = (t + fx.accept, pc)
+        if fx.collect:
+            collected[entry.unit] = (t + fx.collect[1], pc)
         ports.use(entry.unit, pc, bank_uses, t)
         if mux_windows:
             passing.append((t + mux_windows[0], t, pc, mux_windows[1]))

@@ -8,7 +8,9 @@ value driven on ``north_w[c]`` at shift ``k`` ends in the cell row ``r`` with
 ``skew(r) == weight_shifts - 1 - k``, and the shift that lands in a conveyor register
 carries junk the array must not keep. Activation row ``m`` enters array row ``r`` at
 ``s + m + skew(r)``; column ``c``'s sum leaves ``south_psum[c]`` at
-``s + m + skew_max + skew(c) + 2`` (the last cell's register and the psum conveyor).
+``s + m + skew_max + skew(c) + 2`` (the last cell's register and the psum conveyor);
+tile row ``i``'s partial sums (``exit_psum[i*C + c]``, ``i < T - 1``: rows above
+``(i+1)*n`` only) ``(T-1-i)*(n+1)`` cycles sooner.
 """
 
 from __future__ import annotations
@@ -77,13 +79,15 @@ class GridModel:
         self.banks[bank] = self.effective_weights(w, w_west)
         return start + shifts
 
-    def product(self, a_row: np.ndarray, bank: int) -> list[int]:
+    def product(self, a_row: np.ndarray, bank: int, exit_row: int = T - 1) -> list[int]:
+        """The column sums leaving tile row ``exit_row``."""
         out = []
         for c in range(C):
             j = c // n
-            i0 = max([i for i in range(T) if (i, j) in self.psum_zero], default=0)
+            i0 = max([i for i in range(exit_row + 1) if (i, j) in self.psum_zero],
+                     default=0)
             total = 0
-            for r in range(n * i0, R):
+            for r in range(n * i0, n * (exit_row + 1)):
                 seen = all((r // n, jj) not in self.act_zero for jj in range(j + 1))
                 if seen:
                     total += int(a_row[r]) * int(self.banks[bank][r][c])
@@ -99,6 +103,10 @@ class GridModel:
                 plan.drive(t, ("west_sel", r), sel[m])
             for c, want in enumerate(self.product(a[m], sel[m])):
                 plan.expect(start + m + smax + timing.skew(CFG, c) + 2, ("south_psum", c), want)
+            for i in range(T - 1):
+                for c, want in enumerate(self.product(a[m], sel[m], i)):
+                    plan.expect(start + m + smax + timing.skew(CFG, c) + 2
+                                - (T - 1 - i) * (n + 1), ("exit_psum", i * C + c), want)
         return start + a.shape[0] + 2 * smax + 3
 
 
@@ -162,12 +170,14 @@ CASES = {
 INPUT_KEYS = ([(p, k) for p in ("west_a", "west_sel") for k in range(R)]
               + [("north_w", c) for c in range(C)] + [("west_w", r) for r in range(R)]
               + ["w_shift", "w_bank", "act_sel", "w_sel", "psum_sel", "w_west"])
-OUTPUTS = [("south_psum", c) for c in range(C)]
+OUTPUTS = [("south_psum", c) for c in range(C)] + [("exit_psum", k)
+                                                   for k in range((T - 1) * C)]
 
 
 class GridTB(BlockTB):
     async def run(self, plan: Plan) -> None:
-        await self.run_plan(plan.inputs, plan.expected, INPUT_KEYS, OUTPUTS, {"south_psum"})
+        await self.run_plan(plan.inputs, plan.expected, INPUT_KEYS, OUTPUTS,
+                            {"south_psum", "exit_psum"})
 
 
 @cocotb.test()

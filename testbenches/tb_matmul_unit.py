@@ -1,11 +1,14 @@
-"""MatmulUnit (``tiny`` preset, and tiny with the feed register): MATMULs against
-Python models of the CBUF read port, the accumulator buffer (read latency 1, not
-transparent: a read sees the contents before a write in the same cycle) and the grid.
+"""MatmulUnit (``tiny`` preset, tiny with the feed register, and the partial-sum
+exits on ``tiny_tall``'s four tile rows): MATMULs against Python models of the CBUF
+read port, the accumulator buffer (read latency 1, not transparent: a read sees the
+contents before a write in the same cycle) and the grid.
 
 The grid model holds two fixed random weight banks and computes ``south_psum`` from
 what the unit put on ``west_a`` / ``west_sel``, with the cell timing of the Grid block
 test: the value on ``west_a[r]`` at cycle ``y`` meets column ``c`` in cell ``(r, c)``
 and its product leaves ``south_psum[c]`` at ``y + skew_max - skew(r) + skew(c) + 2``.
+Tile row ``i``'s exit (``exit_psum[i*C + c]``, ``i < T - 1``) sums the rows
+``r < (i+1)*n`` only, ``(T-1-i)*(n+1)`` cycles sooner.
 
 For a MATMUL issued at ``t``, row ``i`` of CBUF data arrives at ``t + FEED + i``
 (``FEED`` = CBUF read latency + 1, the start of :func:`systolica.arch.timing.mux_use`'s
@@ -19,17 +22,24 @@ For a MATMUL issued at ``t``, row ``i`` of CBUF data arrives at ``t + FEED + i``
   feed register);
 * ``acc_read.en`` (with its address) and ``acc_write.en`` high exactly in the cycles
   the instructions' effects list an ACC read or write (reads only when accumulating);
-* exactly one ACC write per row, at ``t + timing.matmul_pipeline + 1 + i`` to
-  ``acc_addr + i``, of ``(accumulate ? acc : 0) + sum`` with ACC group ``g`` taking
-  column group ``acc_src[g]`` (0 for the zero source) as in force at
-  ``t + matmul_pipeline + i``; the ACC model after the run equals the contract's
+* exactly one ACC write per row, at ``t + timing.matmul_pipeline - L + 1 + i`` to
+  ``acc_addr + i`` (``L = timing.exit_lead``: ``early*(n+1)``), of
+  ``(accumulate ? acc : 0) + sum`` (``sum`` over the array rows above the exit tile
+  row ``T - 1 - early``) with ACC group ``g`` taking column group ``acc_src[g]`` (0
+  for the zero source) as in force at ``t + matmul_pipeline - L + i``; the ACC model
+  after the run equals the contract's
   semantics applied in instruction order (so MATMULs issued back to back into the
   same rows accumulate, through the forwarding path when they are one cycle apart);
-* ``ready`` low from ``t + 1`` until ``t + timing.occupancy`` and high then;
-  ``drained`` low until ``t + timing.done`` and high from the last one's ``done`` on.
+* ``ready`` in every cycle exactly as the collector order says for the ``early`` on
+  the payload (docs/contract.md): after MATMUL ``A`` (issued ``t_A``, ``m_A`` rows,
+  ``early`` ``u_A``) high iff ``x >= t_A + m_A + (n+1)*max(0, early - u_A)``
+  (``x >= t_A + m_A``: the occupancy); ``drained`` low until ``t + timing.done`` and
+  high from the last one's ``done`` on.
 
 ``west_feed`` and ``acc_src`` take random values outside every instruction's window,
-and the arguments are junk without ``issue``: the unit must not use them then.
+and the arguments are junk without ``issue``: the unit must not use them then. The
+payload's ``early`` between issues is, like the sequencer's head, the next MATMUL's
+(always in the cycle before it issues), or junk (``ready`` unchecked if illegal).
 """
 
 from __future__ import annotations
@@ -45,8 +55,11 @@ from systolica.arch.isa import Instr, Opcode
 from tb_base import BlockTB, case_names, pack, pack_fields, touches, unpack, wrap32
 
 # the second build (test_blocks.py) has the feed register: every row a cycle later
-# into the array and the ACC
-CFG = preset("tiny").replace(feed_register=os.environ.get("MATMUL_FEED_REGISTER") == "1")
+# into the array and the ACC; the third is TALL (MATMUL_PRESET), for the exits
+TALL = preset("tiny_tall")
+CFG = preset(os.environ.get("MATMUL_PRESET", "tiny"))
+if "MATMUL_FEED_REGISTER" in os.environ:
+    CFG = CFG.replace(feed_register=os.environ["MATMUL_FEED_REGISTER"] == "1")
 R, C, n, T = CFG.rows, CFG.cols, CFG.tile_size, CFG.tile_rows
 TC = CFG.tile_cols
 MATMUL = isa.PAYLOAD[Opcode.MATMUL]
@@ -55,11 +68,12 @@ EDGE = FEED + timing.feed_stages(CFG)     # ... and to its arrival at the west e
 PIPE = timing.matmul_pipeline(CFG)        # issue to the ACC read of row 0
 SMAX = timing.skew_max(CFG)
 GRID_DELAY = [[SMAX - timing.skew(CFG, r) + timing.skew(CFG, c) + 2 for c in range(C)]
-              for r in range(R)]          # west_a[r] -> south_psum[c]
+              for r in range(R)]          # west_a[r] -> south_psum[c] (square or tall)
+EXIT_LEAD = [(T - 1 - i) * (n + 1) for i in range(T)]   # tile row i's exit: sooner
 
 
-def matmul(act_addr, rows, acc_addr, accumulate=0, bank=0, west_feed=(0, 1),
-           acc_src=(0, 1), **window) -> dict:
+def matmul(act_addr, rows, acc_addr, accumulate=0, bank=0, west_feed=tuple(range(T)),
+           acc_src=tuple(range(TC)), **window) -> dict:
     """A MATMUL; ``window`` (conv=1, dh, dw, taps, in_w, in_h, max) makes it walk a
     window with the geometry and tap tables in force when it issues."""
     return dict(act_addr=act_addr, rows=rows, acc_addr=acc_addr, accumulate=accumulate,
@@ -100,7 +114,7 @@ def window_reads(a: dict, geom: dict, table: list) -> list[list[int | None]]:
 def _instr(t: int, a: dict) -> Instr:
     return Instr(Opcode.MATMUL, t, {k: a.get(k, 0) for k in
                                     ("act_addr", "rows", "acc_addr", "accumulate", "bank",
-                                     "conv", "max", "in_w", "in_h")})
+                                     "conv", "max", "in_w", "in_h", "early")})
 
 
 def activations(row: list[int], west_feed: list[int]) -> list[int]:
@@ -130,7 +144,48 @@ def sequential(*instrs, gap: int = 0):
     return out
 
 
-Z = TC   # the zero source of west_feed / acc_src (T == TC)
+def earliest(plan, gap=0, rng=None):
+    """MATMULs each issued at the first cycle the collector order allows after the
+    one before: ``t_A + m_A + (n+1)*max(0, u_B - u_A)`` (plus up to ``gap``)."""
+    out, t, prev = [], 0, None
+    for a in plan:
+        if prev is not None:
+            t += prev["rows"] + (n + 1) * max(0, a.get("early", 0) - prev.get("early", 0))
+            t += rng.randrange(gap + 1) if gap else 0
+        out.append((t, a))
+        prev = a
+    return out
+
+
+def exits_ladder():
+    """Each exit going up one tile row at a time, then every step down and up from
+    the bottom exit; each MATMUL accumulates onto the previous one's last row (its
+    first row is collected the cycle after that row: the forwarding path)."""
+    us = [*range(T), *range(T - 1, -1, -1), T - 1, 0, T - 1, T - 1, 0, 0]
+    plan, acc = [], 40
+    for k, u in enumerate(us):
+        rows = 1 + (3 * k) % 5
+        plan.append(matmul(100 + 7 * k, rows, acc, accumulate=int(k > 0), bank=k % 2,
+                           early=u))
+        acc += rows - 1
+    return earliest(plan)
+
+
+def exits_random(seed, count, gap=0):
+    """Random MATMULs (exit, rows, routing, bank, overlapping ACC rows)."""
+    rng = random.Random(seed)
+    plan = []
+    for _ in range(count):
+        rows = rng.choice([1, 1, 2, 3, 5, 8])
+        plan.append(matmul(rng.randrange(CFG.cbuf_depth - rows), rows,
+                           rng.randrange(20, 32), accumulate=rng.randrange(2),
+                           bank=rng.randrange(2), early=rng.randrange(T),
+                           west_feed=[rng.randrange(T + 1) for _ in range(T)],
+                           acc_src=[rng.randrange(TC + 1) for _ in range(TC)]))
+    return earliest(plan, gap, rng)
+
+
+Z = TC   # the zero source of west_feed / acc_src (T == TC in the tiny preset)
 CASES = {
     "plain": [(0, matmul(100, 10, 20))],
     "accumulate_bank1": [(0, matmul(40, 7, 3, accumulate=1, bank=1))],
@@ -174,6 +229,11 @@ CASES = {
                            in_w=5, in_h=6, bank=1)),
                (20, matmul(250, 5, 40, accumulate=1, conv=1, dh=2, dw=0, taps=0,
                            in_w=7, in_h=3, west_feed=(1, 0)))],
+    # Partial-sum exits (any T >= 2): back to back at the earliest cycle the collector
+    # order allows, and with random slack.
+    "exits_ladder": exits_ladder(),
+    "exits_random": exits_random("exits_random", 24),
+    "exits_slack": exits_random("exits_slack", 16, gap=n + 2),
 }
 
 GROUPS = {
@@ -181,6 +241,7 @@ GROUPS = {
                 "acc_src_swap_zero", "memory_tops"],
     "sequences": ["same_rows", "rows1_forward", "tail_overlap", "gaps"],
     "windows": ["window"],
+    "exits": ["exits_ladder", "exits_random", "exits_slack"],
 }
 assert sorted(sum(GROUPS.values(), [])) == sorted(CASES)
 
@@ -188,7 +249,8 @@ IDLE = {"issue__valid": 0, "issue__payload": 0, "cbuf_read__data": 0, "acc_read_
         "convcfg__valid": 0, "convcfg__payload": 0, "taps__valid": 0, "taps__payload": 0,
         **{("west_feed", i): i for i in range(T)},
         **{("acc_src", g): g for g in range(TC)},
-        **{("south_psum", c): 0 for c in range(C)}}
+        **{("south_psum", c): 0 for c in range(C)},
+        **{("exit_psum", k): 0 for k in range((T - 1) * C)}}
 
 
 class MatmulTB(BlockTB):
@@ -198,15 +260,20 @@ class MatmulTB(BlockTB):
         self.cbuf_next = 0      # read data for the next cycle
         self.acc_next = 0
 
-    def grid_psum(self, z: int, weights) -> list[int]:
-        """``south_psum`` at cycle ``z`` from what entered the west edge earlier."""
+    def grid_psum(self, z: int, weights) -> list[list[int]]:
+        """Per tile row ``i``, the sums leaving its conveyor registers at cycle ``z``
+        (the last one's: ``south_psum``) from what entered the west edge earlier."""
         out = []
-        for c in range(C):
-            total = 0
-            for r in range(R):
-                a, sel = self.west.get(z - GRID_DELAY[r][c], ([0] * R, [0] * R))
-                total += a[r] * weights[sel[r]][r][c]
-            out.append(wrap32(total))
+        idle = ([0] * R, [0] * R)
+        for i in range(T):
+            sums = []
+            for c in range(C):
+                total = 0
+                for r in range((i + 1) * n):
+                    a, sel = self.west.get(z - GRID_DELAY[r][c] + EXIT_LEAD[i], idle)
+                    total += a[r] * weights[sel[r]][r][c]
+                sums.append(wrap32(total))
+            out.append(sums)
         return out
 
     async def run(self, instrs, rng) -> None:
@@ -237,6 +304,9 @@ class MatmulTB(BlockTB):
                         isa.field_signed(a[f"tw{k}"], isa.TAP_DELTA_BITS))
                 continue
             walk = window_reads(a, geom, tables[a["taps"]]) if a.get("conv") else None
+            early = a.get("early", 0)
+            lead = timing.exit_lead(CFG, _instr(t, a))
+            assert lead == early * (n + 1)
             pad = geom["pad"] - 256 if geom["pad"] >= 128 else geom["pad"]
             shift = CFG.cbuf_bank_shift
             tile_banks = sum(1 << b for b in range(
@@ -254,14 +324,15 @@ class MatmulTB(BlockTB):
                            for p, addr in enumerate(walk[i])]
                 fed.add(t + FEED + i)
                 feeds[t + FEED + i] = a["west_feed"]
-                srcs[t + PIPE + i] = a["acc_src"]
+                assert t + PIPE - lead + i not in srcs, "collector order broken"
+                srcs[t + PIPE - lead + i] = a["acc_src"]
                 act = activations(row, a["west_feed"])
                 for r in range(R):
                     key = (t + EDGE + i + timing.skew(CFG, r), r)
                     assert key not in lanes
                     lanes[key] = (act[r], a["bank"])
-                cols = [wrap32(sum(act[r] * weights[a["bank"]][r][c] for r in range(R)))
-                        for c in range(C)]
+                cols = [wrap32(sum(act[r] * weights[a["bank"]][r][c]
+                                   for r in range(n * (T - early)))) for c in range(C)]
                 addr = a["acc_addr"] + i
                 new = acc_route(cols, a["acc_src"])
                 if a["accumulate"] and a.get("max"):
@@ -269,19 +340,33 @@ class MatmulTB(BlockTB):
                 else:
                     old = want_acc[addr] if a["accumulate"] else [0] * C
                     want_acc[addr] = [wrap32(x + y) for x, y in zip(old, new)]
-                writes.append((t + PIPE + 1 + i, addr, want_acc[addr]))
+                writes.append((t + PIPE - lead + 1 + i, addr, want_acc[addr]))
         end = max(t + timing.done(CFG, _instr(t, a)) for t, a in at.items())
         acc_reads, acc_writes = touches(CFG, Opcode.MATMUL, sorted(at.items()), "acc")
 
+        # The collector order: after A (issued t_A), B may issue from
+        # t_A + m_A + (n+1)*max(0, u_B - u_A); the schedule keeps it.
+        issued = sorted(at.items())
+        for (ta, pa), (tb, pb) in zip(issued, issued[1:]):
+            lag = (n + 1) * max(0, pb.get("early", 0) - pa.get("early", 0))
+            assert tb >= ta + pa["rows"] + lag, f"MATMUL at {tb} breaks the order"
+
         got_writes, ready, drained = [], {}, {}
+        heads = {}      # cycle -> early on the payload
         while self.cycle < end + 3:
             await self.next_cycle()
             x = self.cycle
             a = at.get(x)
             self.set("issue__valid", int(a is not None))
-            self.set("issue__payload", pack_fields(MATMUL, {
-                name: a.get(name, 0) if a else rng.randrange(1 << fld.width)
-                for name, fld in MATMUL}))
+            junk = {name: rng.randrange(1 << fld.width) for name, fld in MATMUL}
+            head = next((b for tb, b in issued if tb > x), None)
+            if a is None and head is not None and (at.get(x + 1) or rng.randrange(2)):
+                junk["early"] = head.get("early", 0)   # the sequencer's head
+            elif rng.randrange(4):
+                junk["early"] = rng.randrange(T)
+            payload = {name: a.get(name, 0) for name, _ in MATMUL} if a else junk
+            heads[x] = payload["early"]
+            self.set("issue__payload", pack_fields(MATMUL, payload))
             for port in ("convcfg", "taps"):
                 b = side.get(x)
                 mine = b is not None and b["kind"] == port
@@ -296,8 +381,12 @@ class MatmulTB(BlockTB):
             src = srcs.get(x) or [rng.randrange(TC + 1) for _ in range(TC)]
             for g, s in enumerate(src):
                 self.set("acc_src", s, g)
-            for c, p in enumerate(self.grid_psum(x, weights)):
+            sums = self.grid_psum(x, weights)
+            for c, p in enumerate(sums[T - 1]):
                 self.set("south_psum", p, c)
+            for i in range(T - 1):
+                for c, p in enumerate(sums[i]):
+                    self.set("exit_psum", p, i * C + c)
             self.set("cbuf_read__data", self.cbuf_next)
             self.set("acc_read__data", self.acc_next)
             await self.settle()
@@ -350,8 +439,42 @@ class MatmulTB(BlockTB):
             if acc[addr] != want_acc[addr]:
                 self.fail(f"acc[{addr}] after the run: got {acc[addr]}, "
                           f"expected {want_acc[addr]}")
-        self.check_handshake(CFG, [_instr(t, a) for t, a in at.items()], ready, drained,
-                             end)
+        self.check_ready(issued, ready, heads)
+        # drained as check_handshake has it (its ready check assumes the head may
+        # issue once the unit's occupancy ends: not so for a later exit)
+        for t, a in issued:
+            done = timing.done(CFG, _instr(t, a))
+            for x in range(t + 1, t + done):
+                self.cycle = x
+                self.expect(f"drained (MATMUL issued {t}, done {done})", drained[x], 0)
+        for x in range(end, max(drained) + 1):
+            self.cycle = x
+            self.expect(f"drained after the last done ({end})", drained[x], 1)
+        self.cycle = max(drained)
+
+    def check_ready(self, issued, ready, heads) -> None:
+        """``ready`` in every cycle whose payload has a legal ``early``: after MATMUL A,
+        from ``t_A + m_A + (n+1)*max(0, early - u_A)`` on. And explicitly: low in
+        the cycle before a MATMUL B whose exit is above A's issues at its earliest."""
+        last = self.cycle
+        for x in sorted(ready):
+            if heads[x] >= T:
+                continue        # ILLEGAL_OPCODE: the sequencer faults before ready
+            prev = [(t, a) for t, a in issued if t < x]
+            want = 1
+            if prev:
+                t, a = prev[-1]
+                want = int(x >= t + a["rows"]
+                           + (n + 1) * max(0, heads[x] - a.get("early", 0)))
+            self.cycle = x
+            self.expect(f"ready (early {heads[x]} on the payload)", ready[x], want)
+        for (ta, pa), (tb, pb) in zip(issued, issued[1:]):
+            ua, ub = pa.get("early", 0), pb.get("early", 0)
+            if ub > ua and tb == ta + pa["rows"] + (n + 1) * (ub - ua):
+                self.cycle = tb - 1
+                self.expect(f"ready a cycle before MATMUL {tb} (early {ua} -> {ub})",
+                            (heads[tb - 1], ready[tb - 1]), (ub, 0))
+        self.cycle = last
 
     def check_writes(self, got, want) -> None:
         last = self.cycle

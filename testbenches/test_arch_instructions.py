@@ -33,7 +33,8 @@ def _random_fields(cfg, op, rng):
                     bank=int(rng.integers(0, 2)), conv=conv, max=int(rng.integers(0, 2)),
                     dh=int(rng.integers(0, 4)), dw=int(rng.integers(0, 4)),
                     taps=int(rng.integers(0, isa.TAP_TABLES)),
-                    in_w=int(rng.integers(1, 20)) * conv, in_h=int(rng.integers(1, 9)) * conv)
+                    in_w=int(rng.integers(1, 20)) * conv, in_h=int(rng.integers(1, 9)) * conv,
+                    early=int(rng.integers(0, cfg.tile_rows)))
     if op is Opcode.CONVCFG:
         return dict(out_w=int(rng.integers(1, 20)), sh=int(rng.integers(1, 5)),
                     sw=int(rng.integers(1, 5)), top=int(rng.integers(0, 4)),
@@ -84,6 +85,9 @@ def test_closed_forms_agree_with_effects(cfg, op, seed):
     fx = instructions.SPEC[op].effects(cfg, f)
     assert timing.occupancy(cfg, ins) == fx.accept
     assert timing.done(cfg, ins) == fx.last + 1
+    if fx.collect:     # the collector takes a row a cycle, the first where the order check says
+        assert fx.collect[1] - fx.collect[0] == timing.occupancy(cfg, ins)
+        assert fx.collect[0] == instructions.SPEC[op].collect_first(cfg, f)
     banks = [t for t in fx.reads + fx.writes if t.resource.startswith("wbank")]
     if banks:
         span = (min(int(t.cycles.min()) for t in banks),

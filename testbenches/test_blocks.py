@@ -64,6 +64,11 @@ BLOCKS = [
           cases=groups(tb_matmul_unit.GROUPS), env={"MATMUL_FEED_REGISTER": "1"},
           factory=partial(MatmulUnit,
                           cfg=tb_matmul_unit.CFG.replace(feed_register=True))),
+    # four tile rows (tiny_tall, with its feed register): every partial-sum exit
+    Block(name="matmul_unit", variant="tall", tb="tb_matmul_unit",
+          cases={"exits": tuple(tb_matmul_unit.GROUPS["exits"])},
+          env={"MATMUL_PRESET": tb_matmul_unit.TALL.name},
+          factory=partial(MatmulUnit, cfg=tb_matmul_unit.TALL)),
     Block(name="weight_loader", factory=partial(WeightLoader, cfg=tb_weight_loader.CFG),
           tb="tb_weight_loader", cases=groups(tb_weight_loader.GROUPS)),
     Block(name="vpu", factory=partial(VectorUnit, cfg=tb_vpu.CFG), tb="tb_vpu",

@@ -302,3 +302,128 @@ def test_a_moved_dma_is_the_dma_made_at_its_address(kind):
         assert got.fields is not base.fields and base.fields["dram_addr"] == 0
     with pytest.raises(CompileError, match="runs past the end of that memory"):
         moved(CFG, base, CFG.dram_words - 3 * 9)
+
+
+# -- partial-sum exits: the collector order ----------------------------------------------------
+def _mm(cfg, act, acc, early, rows=6, bank=0):
+    return make(cfg, Opcode.MATMUL, act_addr=act, rows=rows, acc_addr=acc, accumulate=0,
+                bank=bank, early=early)
+
+
+def _load(cfg, buf, rows):
+    return make(cfg, Opcode.DMA, kind=DmaKind.LOAD_CBUF, dram_addr=0, dram_stride=1,
+                buf_addr=buf, rows=rows)
+
+
+def collector_faults(cfg, ops, cycles):
+    """Consecutive MATMULs (in issue order) A, B with ``t_B < t_A + rows_A + max(0,
+    lead_B - lead_A)``, the lead ``early * (n + 1)`` (docs/contract.md)."""
+    mms = sorted((t, op.fields["rows"], op.fields["early"] * (cfg.tile_size + 1))
+                 for op, t in zip(ops, cycles) if op.op is Opcode.MATMUL)
+    return [(a, b) for a, b in zip(mms, mms[1:])
+            if b[0] < a[0] + a[1] + max(0, b[2] - a[2])]
+
+
+def mixed_exits(cfg, seed, count=24):
+    """MATMULs of random early, rows and operands, some behind loads of random length
+    (they wait, and the ones after fill the gaps in front of them)."""
+    rng = random.Random(seed)
+    ops = []
+    for k in range(count):
+        act = 64 * k
+        if rng.random() < 0.4:
+            ops.append(_load(cfg, act, rng.randrange(1, 40)))
+        ops.append(_mm(cfg, act, 8 * (k % 24), rng.randrange(cfg.tile_rows),
+                       rows=rng.randrange(1, 9), bank=rng.randrange(2)))
+    return ops
+
+
+def _without_collector_order(monkeypatch):
+    """The scheduler as it was: no collector order check."""
+    from systolica.compiler import schedule as schedule_module
+
+    class Nothing:
+        def clash_end(self, t, rows, lead):
+            return None
+
+        def add(self, t, rows, lead):
+            pass
+
+    monkeypatch.setattr(schedule_module, "IssueOrder", Nothing)
+
+
+def _program(ops, cycles):
+    return sorted((op.instr(t) for op, t in zip(ops, cycles)), key=lambda i: i.cycle)
+
+
+def _golden_knows_collector_order(cfg) -> bool:
+    from systolica import golden
+    a, b = _mm(cfg, 0, 0, 0), _mm(cfg, 100, 8, 1)
+    return golden.check(cfg, [a.instr(0), b.instr(a.fields["rows"])]).fault is not None
+
+
+@pytest.mark.parametrize("config", ["tiny", "tiny_tall"])
+@pytest.mark.parametrize("seed", range(6))
+def test_mixed_exits_reach_the_collector_in_issue_order(config, seed, monkeypatch):
+    cfg = preset(config)
+    ops = mixed_exits(cfg, seed)
+    cycles = schedule(cfg, ops)
+    assert collector_faults(cfg, ops, cycles) == []
+    assert len(set(cycles)) == len(cycles)
+    _without_collector_order(monkeypatch)
+    if seed == 0:                       # the rule is what moved them
+        assert collector_faults(cfg, ops, schedule(cfg, ops))
+
+
+@pytest.mark.parametrize("config", ["tiny", "tiny_tall"])
+@pytest.mark.parametrize("seed", range(3))
+def test_mixed_exits_pass_the_golden_timing_check(config, seed):
+    from systolica import golden
+    cfg = preset(config)
+    if not _golden_knows_collector_order(cfg):
+        pytest.skip("the golden model does not check the collector order yet")
+    ops = mixed_exits(cfg, seed)
+    timeline = golden.check(cfg, _program(ops, schedule(cfg, ops)))
+    assert timeline.fault is None, timeline
+
+
+@pytest.mark.parametrize("wait", range(1, 30))
+def test_a_gap_takes_a_matmul_only_if_it_keeps_the_collector_order(wait, monkeypatch):
+    """A load of `wait` rows holds back a MATMUL exiting one tile row up (5 cycles
+    sooner on ``tiny``); the independent plain MATMUL after it may fill the gap in
+    front of it only if it reaches the collector in time, else it goes behind."""
+    lead = CFG.tile_size + 1
+    ops = [_load(CFG, 200, wait), _mm(CFG, 0, 0, 0), _mm(CFG, 200, 8, 1),
+           _mm(CFG, 20, 16, 0)]
+    _, first, held, filler = cycles = schedule(CFG, ops)
+    m = 6
+    assert collector_faults(CFG, ops, cycles) == []
+    assert held == max(first + m + lead, cycles[0] + done(ops[0]))   # and its load's
+    gap = held - (first + m)
+    if gap >= m + lead:                 # fits with the lead: in the gap
+        assert filler == first + m
+    else:                               # only its occupancy would fit: behind
+        assert filler == held + m
+        if gap >= m:                    # the successor check is what moved it
+            _without_collector_order(monkeypatch)
+            unchecked = schedule(CFG, ops)
+            assert unchecked[3] < unchecked[2]
+            assert collector_faults(CFG, ops, unchecked)
+
+
+@pytest.mark.parametrize("which", range(len(NETS) + 1))
+def test_without_exits_the_collector_order_changes_no_cycle(which, monkeypatch):
+    """With every early 0 the rule is the unit's occupancy: the schedules of whole
+    networks (the NETS, a small CNN) are the ones without the check."""
+    from systolica.compiler import models, program
+    seen = []
+    monkeypatch.setattr(program, "schedule",
+                        lambda cfg, ops: seen.append((cfg, ops)) or schedule(cfg, ops))
+    net = NETS[which] if which < len(NETS) else models.small_cnn()
+    compile_network(CFG, net)
+    (cfg, ops), = seen
+    assert any(op.op is Opcode.MATMUL for op in ops)
+    assert not any(op.fields.get("early") for op in ops)
+    cycles = schedule(cfg, ops)
+    _without_collector_order(monkeypatch)
+    assert schedule(cfg, ops) == cycles

@@ -92,10 +92,12 @@ def test_issue_ports_match_their_units():
         assert getattr(block(cfg=TINY), member).signature.flip() == port
 
 
-def _sample(rng, op: Opcode) -> Instr:
+def _sample(rng, op: Opcode, cfg) -> Instr:
     fields = {name: rng.randrange(1 << fld.width) for name, fld in isa.PAYLOAD[op]}
     if "rows" in fields:
         fields["rows"] = rng.choice([1, 2, 3, rng.randrange(1, 1 << 12)])
+    if "early" in fields:       # a MATMUL's exit is one of the tile rows, else illegal
+        fields["early"] %= cfg.tile_rows
     return Instr(op, rng.randrange(1000), fields)
 
 
@@ -112,7 +114,7 @@ def test_windows_restate_mux_use(name):
         if op is Opcode.ILLEGAL:
             continue
         for _ in range(40):
-            ins = _sample(rng, op)
+            ins = _sample(rng, op, cfg)
             for mux in fabric.muxes(cfg):
                 use = timing.mux_use(cfg, ins, mux.name)
                 want = (set() if use is None
@@ -158,7 +160,7 @@ def test_guard_matches_the_contract():
             elif rng.random() < 0.35:
                 op = rng.choice(list(units))
                 if free[units[op]] <= u:
-                    ins = _sample(rng, op)
+                    ins = _sample(rng, op, cfg)
                     if "rows" in ins.fields:
                         ins.fields["rows"] = rng.randrange(1, 13)
                     ins = Instr(op, u, ins.fields)

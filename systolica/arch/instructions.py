@@ -109,6 +109,10 @@ class Effects:
     reads: list[Touch] = field(default_factory=list)
     writes: list[Touch] = field(default_factory=list)
     muxes: dict[str, tuple[int, int]] = field(default_factory=dict)  # name -> [first, last]
+    #: ``[first, end)``: the cycles its rows pass its unit's collector (a MATMUL's
+    #: accumulate stage), which takes them in issue order: a later instruction of the
+    #: unit may reach it from ``end`` on
+    collect: tuple[int, int] | None = None
 
     @property
     def last(self) -> int:
@@ -218,6 +222,12 @@ class Instruction(ABC):
     @abstractmethod
     def done(self, cfg: ChipConfig, f: dict) -> int:
         """Cycles after issue from which all its effects are visible."""
+
+    def collect_first(self, cfg: ChipConfig, f: dict) -> int | None:
+        """The cycle after issue its first row would reach its unit's collector
+        (:attr:`Effects.collect`), for the order check made before its range is (None:
+        it has no collector)."""
+        return None
 
     def bank_window(self, cfg: ChipConfig, f: dict) -> tuple[int, int] | None:
         return None
@@ -491,13 +501,29 @@ class Matmul(Instruction):
     pixel ``(oh*sh + dh + th[p] - top, ow*sw + dw + tw[p] - left)`` of the tile of
     ``in_h`` rows of ``in_w`` pixels held from ``act_addr``, or the geometry's ``pad``
     byte where that pixel lies outside the tile (docs/cnn.md). The geometry and the
-    tap table are latched when it issues."""
+    tap table are latched when it issues.
+
+    With ``early = u`` the sums leave the array at tile row ``tile_rows - 1 - u``
+    (partial-sum exits, docs/contract.md): everything from the accumulate stage on
+    comes :func:`lead` cycles sooner, and the rows still reach that stage in issue
+    order (:attr:`Effects.collect`)."""
 
     opcode = Opcode.MATMUL
     unit = "mm"
     text = {"matmul": {}}
     uses_fabric = True
     bank_mode = READ
+    legal_rule = "early < tile_rows: the sums leave the array at one of its tile rows"
+
+    def legal(self, cfg, f, select=py_select):
+        return _field(f, "early") < cfg.tile_rows
+
+    @staticmethod
+    def lead(cfg: ChipConfig, f) -> int:
+        """Cycles the accumulate stage and what follows it come sooner: ``n + 1``
+        registers (a cell per array row, a conveyor per tile row) per tile row the
+        sums skip."""
+        return _field(f, "early") * (cfg.tile_size + 1)
 
     def ranges(self, cfg, f, select=py_select):
         nonempty = (f.rows != 0) & ((f.conv == 0) | ((f.in_w != 0) & (f.in_h != 0)))
@@ -544,16 +570,21 @@ class Matmul(Instruction):
         return f["rows"]
 
     def done(self, cfg, f):
-        return f["rows"] + geo.matmul_pipeline(cfg) + cfg.latency["acc_read"]
+        return f["rows"] + geo.matmul_pipeline(cfg) - self.lead(cfg, f) + cfg.latency["acc_read"]
+
+    def collect_first(self, cfg, f):
+        return geo.matmul_pipeline(cfg) - self.lead(cfg, f)
 
     def bank_window(self, cfg, f):
+        # an early exit's rows are done with the bank past its exit tile row: the
+        # rows below compute with it still, and their sums are not collected
         first = cfg.latency["cbuf_read"] + geo.feed_stages(cfg) + 1
-        return first, first + f["rows"] + geo.array_span(cfg)
+        return first, first + f["rows"] + geo.array_span(cfg) - self.lead(cfg, f)
 
     def port_windows(self, cfg, f):
         # the accumulate stage reads row i P cycles after issue and writes it once
         # the read data is back
-        p, m = geo.matmul_pipeline(cfg), f["rows"]
+        p, m = geo.matmul_pipeline(cfg) - self.lead(cfg, f), f["rows"]
         w = p + cfg.latency["acc_read"]
         return ([("cbuf", READ, 1, 1 + m)]
                 + ([("acc", READ, p, p + m)] if f["accumulate"] else [])
@@ -577,7 +608,7 @@ class Matmul(Instruction):
             return (feed + skew(i * n) + skew(j * n),
                     feed + m + skew(i * n) + skew(j * n + n - 1))
         if kind == "acc_src":
-            p = geo.matmul_pipeline(cfg)
+            p = geo.matmul_pipeline(cfg) - self.lead(cfg, f)
             return p, p + m
         return None
 
@@ -596,8 +627,9 @@ class Matmul(Instruction):
         edge = leave + geo.feed_stages(cfg)     # past the feed register, if any
         # the far corner cell, its output register, the conveyor out of the last tile
         # row; the column de-skew (skew_max - skew(c), skew_max along the longer side)
-        # brings every column to the cycle the last row's would reach in the farthest
-        acc_read = edge + geo.array_span(cfg) + 2
+        # brings every column to the cycle the last row's would reach in the farthest;
+        # an early exit skips the tile rows below it
+        acc_read = edge + geo.array_span(cfg) + 2 - self.lead(cfg, f)
         acc_write = acc_read + cfg.latency["acc_read"]
         muxes = {f"west_feed[{i}]": (int(leave[0]), int(leave[-1]))
                  for i in range(cfg.tile_rows)}
@@ -615,7 +647,7 @@ class Matmul(Instruction):
         # last row's at the far corner.
         # (counted as the array's span, as the closed form does: on a tall array a few
         # cycles more than the corner needs)
-        bank_last = int(edge[-1]) + geo.array_span(cfg)
+        bank_last = int(edge[-1]) + geo.array_span(cfg) - self.lead(cfg, f)
         acc_rows = _rows(f["acc_addr"], m)
         if f.get("conv"):
             # which tile pixel a row reads depends on the latched geometry: the whole
@@ -633,7 +665,7 @@ class Matmul(Instruction):
                    *([Touch("acc", acc_rows, acc_read, forward=True)]
                      if f["accumulate"] else [])],
             writes=[Touch("acc", acc_rows, acc_write, forward=True)],
-            muxes=muxes)
+            muxes=muxes, collect=(int(acc_read[0]), int(acc_read[-1]) + 1) if m else None)
 
     def bank_ports(self, cfg, f, fx):
         uses = super().bank_ports(cfg, f, fx)
@@ -663,6 +695,9 @@ class Matmul(Instruction):
         mask = np.repeat(np.repeat(seen, n, axis=0), n, axis=1)       # [r, c]
         chain = np.zeros((cfg.tile_rows, cfg.tile_cols), dtype=bool)
         chain[1:] = chip.lanes("psum_in", fabric.ZERO, first_row=1)   # reduction starts
+        exit_row = cfg.tile_rows - 1 - f.get("early", 0)
+        chain = chain[:exit_row + 1]
+        mask[n * (exit_row + 1):] = False                             # below the exit
         for j in range(cfg.tile_cols):
             starts = np.flatnonzero(chain[:, j])
             i0 = int(starts[-1]) if len(starts) else 0
