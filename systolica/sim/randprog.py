@@ -306,10 +306,17 @@ class _Builder:
                 [f"psum_in[{i}][{j}]" for i in range(1, t) for j in range(tc)] + \
                 [f"acc_src[{g}]" for g in range(tc)]
         self.add(Opcode.MATMUL, self.routing(names), act_addr=act[0], rows=n, acc_addr=acc,
-                 accumulate=accumulate, bank=bank)
+                 accumulate=accumulate, bank=bank, early=self.early())
         self.acc[acc:acc + n] = True
         self.outputs.append(("acc", acc, n))
         return True
+
+    def early(self) -> int:
+        """A MATMUL's partial-sum exit: half of them leave the array at a random tile
+        row (the sums of the rows above it), the rest at the last."""
+        if self.rng.random() < 0.5:
+            return 0
+        return int(self.rng.integers(0, self.cfg.tile_rows))
 
     def window(self) -> bool:
         """A window-walking MATMUL over a tile of written CBUF rows, often after a
@@ -353,7 +360,7 @@ class _Builder:
         self.add(Opcode.MATMUL, self.routing(names), act_addr=lo, rows=n, acc_addr=acc,
                  accumulate=accumulate, bank=bank, conv=1, max=int(rng.random() < 0.4),
                  dh=int(rng.integers(0, 5)), dw=int(rng.integers(0, 5)), taps=table,
-                 in_w=in_w, in_h=in_h)
+                 in_w=in_w, in_h=in_h, early=self.early())
         self.acc[acc:acc + n] = True
         self.outputs.append(("acc", acc, n))
         return True
