@@ -209,7 +209,7 @@ class MatmulUnit(wiring.Component):
                 m.d.sync += [lead.eq(args.early), sub.eq(0)]
             with m.Elif(free):
                 m.d.sync += sub.eq(Mux(sub == n, 0, sub + 1))
-                with m.If((sub == n - 1) & (lead != t_rows - 1)):
+                with m.If((sub == n) & (lead != t_rows - 1)):
                     m.d.sync += lead.eq(lead + 1)
             order_ok = args.early <= lead
         m.d.comb += self.issue.ready.eq(free & order_ok)
@@ -281,7 +281,7 @@ class MatmulUnit(wiring.Component):
             m.d.comb += src.eq(_one_of(
                 self.south_psum[c],
                 [(ctrl[tap[u] - d][hot_at + u - 1],
-                  self.exit_psum[(t_rows - 1 - u) * cfg.cols + c])
+                  self.exit_psum[(u - 1) * cfg.cols + c])
                  for u in range(1, t_rows)]))
             aligned.append(_delayed(m, src, d, f"deskew_{c}"))
         routed = []

@@ -615,7 +615,11 @@ def _unit_busy(cfg, program, rng):
         unit = timing.UNIT[ins.op]
         if unit in last:
             p = program[last[unit]]
-            free = _free_cycles(program, p.cycle + 1, p.cycle + timing.occupancy(cfg, p) - 1)
+            # its unit's occupancy, or a MATMUL's collector still taking the rows of
+            # one with a later exit (docs/contract.md, "Collector order")
+            lag = max(0, timing.exit_lead(cfg, ins) - timing.exit_lead(cfg, p))
+            free = _free_cycles(program, p.cycle + 1,
+                                p.cycle + timing.occupancy(cfg, p) + lag - 1)
             if free:
                 sites.append((k, free))
         last[unit] = k
