@@ -281,7 +281,7 @@ class MatmulUnit(wiring.Component):
             m.d.comb += src.eq(_one_of(
                 self.south_psum[c],
                 [(ctrl[tap[u] - d][hot_at + u - 1],
-                  self.exit_psum[(u - 1) * cfg.cols + c])
+                  self.exit_psum[(t_rows - 1 - u) * cfg.cols + c])
                  for u in range(1, t_rows)]))
             aligned.append(_delayed(m, src, d, f"deskew_{c}"))
         routed = []
