@@ -114,6 +114,7 @@ CASES = {
     "gemm_odd_subblocks": gemm(5, 20, 13),      # 2 N-blocks: one block of 16, both subs
     "gemm_one_subblock": gemm(33, 16, 8),       # N = C: sub-block 0 only
     "gemm_int32": gemm(7, 9, 21, "int32"),      # ACC rows: 2 DRAM words each
+    "gemm_exit_top": gemm(40, 3, 6),            # sums leave tile row 0 (early = 3)
     "mlp": mlp,                                 # hidden 27 > C read back as K-blocks
     "transpose_16x16": transpose(16, 16),       # seed 004: one block, two 16x8 subs
     "transpose_12x7": transpose(12, 7),         # 12 block rows: two sub-blocks
@@ -350,6 +351,14 @@ def test_rtl_equals_numpy_golden_and_prediction(rtl_runs, name):
     compiled, res = rtl_runs[name]
     assert_outputs_match(TALL, compiled, res)
     assert_matches_prediction(TALL, compiled, res)
+
+
+@pytest.mark.rtl
+def test_rtl_programs_take_every_exit(rtl_runs):
+    """The cases' MATMULs leave the array at every tile row (partial-sum exits)."""
+    early = {i.fields["early"] for c, _ in rtl_runs.values() for i in c.program
+             if i.op is Opcode.MATMUL}
+    assert early == set(range(TALL.tile_rows))
 
 
 @pytest.mark.rtl

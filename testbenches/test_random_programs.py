@@ -72,6 +72,7 @@ def test_legal_programs_cover_every_instruction_mode_and_multiplexer():
             elif ins.op is Opcode.MATMUL:
                 seen[f"matmul accumulate={f['accumulate']}"] += 1
                 seen[f"matmul conv={f['conv']}"] += 1
+                seen[f"matmul early={min(f['early'], 1)}"] += 1
                 if f["accumulate"] and f["max"]:
                     seen["matmul max"] += 1
             elif ins.op is Opcode.VRUN:
@@ -88,6 +89,7 @@ def test_legal_programs_cover_every_instruction_mode_and_multiplexer():
     want = {k.name for k in DmaKind} | {"WLOAD", "dma stride 0", "dma stride other"} \
         | {f"matmul accumulate={v}" for v in (0, 1)} \
         | {f"matmul conv={v}" for v in (0, 1)} | {"matmul max", "CONVCFG", "TAPS"} \
+        | {f"matmul early={v}" for v in (0, 1)} \
         | {"COPY CROP", "COPY FETCH"} \
         | {f"vrun {k}={v}" for k in ("to_acc", "requant", "relu", "use_bias", "crop")
            for v in (0, 1)} \
