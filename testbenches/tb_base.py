@@ -212,9 +212,17 @@ class BlockTB:
                 self.expect(f"ready ({what}, occupancy {occ})", ready[x], 0)
             self.cycle = t + occ
             self.expect(f"ready ({what}, occupancy {occ})", ready[t + occ], 1)
+        self.check_drained(cfg, instrs, drained, end)
+
+    def check_drained(self, cfg, instrs, drained, end: int) -> None:
+        """``drained`` (indexed by cycle): not before each instruction's ``done``,
+        drained from ``end`` (the last one's done) on."""
+        from systolica.arch import timing
+        for ins in instrs:
+            t, done = ins.cycle, timing.done(cfg, ins)
             for x in range(t + 1, t + done):
                 self.cycle = x
-                self.expect(f"drained ({what}, done {done})", drained[x], 0)
+                self.expect(f"drained ({ins.op.name} issued {t}, done {done})", drained[x], 0)
         for x in range(end, max(drained) + 1):
             self.cycle = x
             self.expect(f"drained after the last done ({end})", drained[x], 1)

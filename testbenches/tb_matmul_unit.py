@@ -442,15 +442,7 @@ class MatmulTB(BlockTB):
         self.check_ready(issued, ready, heads)
         # drained as check_handshake has it (its ready check assumes the head may
         # issue once the unit's occupancy ends: not so for a later exit)
-        for t, a in issued:
-            done = timing.done(CFG, _instr(t, a))
-            for x in range(t + 1, t + done):
-                self.cycle = x
-                self.expect(f"drained (MATMUL issued {t}, done {done})", drained[x], 0)
-        for x in range(end, max(drained) + 1):
-            self.cycle = x
-            self.expect(f"drained after the last done ({end})", drained[x], 1)
-        self.cycle = max(drained)
+        self.check_drained(CFG, [_instr(t, a) for t, a in issued], drained, end)
 
     def check_ready(self, issued, ready, heads) -> None:
         """``ready`` in every cycle whose payload has a legal ``early``: after MATMUL A,
