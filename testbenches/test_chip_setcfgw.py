@@ -142,6 +142,7 @@ FAULTS = {
 
 
 @pytest.mark.rtl
+@pytest.mark.regress   # its own 17x3 chip build; SETCFGW decoding: tb_fabric_regs
 def test_setcfgw_faults_and_a_split_on_the_rtl():
     """On the 17x3 chip's RTL: each of :data:`FAULTS` as the golden model says (code,
     pc, cycle), then GEMMs split into three groups (the cost model's: tile row 15 and

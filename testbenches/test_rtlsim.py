@@ -216,6 +216,7 @@ TINY_64MIB = preset("tiny").replace(name="tiny-64mib", dram_words=1 << 23)
 
 
 @pytest.mark.rtl
+@pytest.mark.regress   # a build of its own, for a 64 MiB memory
 def test_large_dram_loads_and_reads_back_only_the_regions_used():
     cfg, top = TINY_64MIB, TINY_64MIB.dram_words
     rng = np.random.default_rng(3)

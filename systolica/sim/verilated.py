@@ -13,7 +13,9 @@ this process or any other, built the same inputs:
   takes seconds, so it happens only when a build is needed;
 * a file lock in that directory lets concurrent processes (pytest-xdist workers) wait
   for one build and reuse it; a stamp written last marks a finished build;
-* within a process the answer is remembered, so later calls cost nothing.
+* within a process the answer is remembered, so later calls cost nothing;
+* the Verilator runtime library, the same C++ in every build, is compiled once per
+  set of compiler options and shared (:mod:`systolica.sim.objcache`).
 
 Builds of a design family (same label) that have not been used for a while are
 deleted when a newer one is made.
@@ -52,6 +54,8 @@ TIMESCALE = ("1ns", "1ps")
 #: so the split (parallel) build passes the header's name as an input file and fails;
 #: ``-include`` is that option for GCC and Clang alike.
 MAKE_VARIABLES = {"CFG_CXXFLAGS_PCH_I": "-include"}
+#: Verilator's makefile runs each compile through ``$OBJCACHE``: this script.
+OBJCACHE_SCRIPT = Path(__file__).resolve().parent / "objcache.py"
 #: What replaces cocotb's ``--public-flat-rw`` for each :attr:`Design.public`.
 PUBLIC = {"flat": ("--public-flat-rw",), "top": ("--public-depth", "1")}
 #: Builds of other inputs in the same family are deleted once unused for this long.
@@ -160,17 +164,30 @@ def cocotb_environment(building: bool = False, make_variables: Mapping | None = 
     argument only, so that a build without tracing is never run with it. The runner
     offers no way to pass make variables, so for a build they go in through MAKEFLAGS
     (replacing that of any make we run under); `make_variables` adds to them."""
-    names = ("WAVES", "GUI") + (("MAKEFLAGS", "MFLAGS", "MAKELEVEL") if building else ())
+    names = ("WAVES", "GUI") + (("MAKEFLAGS", "MFLAGS", "MAKELEVEL", "OBJCACHE")
+                                if building else ())
     saved = {k: os.environ.pop(k) for k in names if k in os.environ}
     if building:
         variables = {**MAKE_VARIABLES, **(make_variables or {})}
         os.environ["MAKEFLAGS"] = " ".join(f"{k}={v}" for k, v in variables.items())
+        os.environ["OBJCACHE"] = objcache_command()
     try:
         yield
     finally:
         if building:
             os.environ.pop("MAKEFLAGS", None)
+            os.environ.pop("OBJCACHE", None)
         os.environ.update(saved)
+
+
+def objcache_command() -> str:
+    """The value of ``$OBJCACHE`` (a shell command prefix) for a build: the runtime
+    library's objects come from ``<build root>/verilated/.objcache``. (An environment
+    variable, since ``verilated.mk`` sets it with ``?=``; make variables passed in
+    MAKEFLAGS cannot hold spaces.)"""
+    import shlex
+    cache = build_root().resolve() / "verilated" / ".objcache"
+    return " ".join(map(shlex.quote, (sys.executable, str(OBJCACHE_SCRIPT), str(cache))))
 
 
 @contextlib.contextmanager
@@ -401,6 +418,7 @@ def _verilate_plain(design: Design, generated: Path, sim_build: Path, log: Path)
             *(f"{k}={v}" for k, v in {**MAKE_VARIABLES, **design.make_variables}.items())]
     env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS",
                                                             "MAKELEVEL")}
+    env["OBJCACHE"] = objcache_command()
     with open(log, "w") as f:
         for cmd in (verilate, make):
             f.write(" ".join(cmd) + "\n")
