@@ -123,18 +123,33 @@ class BankedBuffer(wiring.Component):
                         m.d.comb += rd[p][b].addr.eq(addrs[p][low])
 
         # Read data: the select (bank of the address) registered with the address.
+        # With a read latency of 2 each bank's output is registered once more (the
+        # block RAM's own output register on an FPGA), and the select with it.
+        latency = self.cfg.latency[f"{self.buffer}_read"]
+        out = [[rd[p][b].data for b in range(banks)] for p in range(lanes)]
+        for _ in range(latency - 1):
+            regs = [[Signal.like(d, name=f"{self.memory_name(p, b)}_out")
+                     for b, d in enumerate(per_p)] for p, per_p in enumerate(out)]
+            m.d.sync += [r.eq(d) for rs, ds in zip(regs, out) for r, d in zip(rs, ds)]
+            out = regs
+
         def bank_data(p, sel):
-            return Array(rd[p][b].data for b in range(banks))[sel]
+            return Array(out[p])[sel]
+
+        def registered(value, name):
+            for k in range(latency):
+                reg = Signal.like(value, name=f"{name}_{k}" if k else name)
+                m.d.sync += reg.eq(value)
+                value = reg
+            return value
 
         for k, port in enumerate(self.row_read):
-            sel = Signal(range(banks), name=f"row_read_{k}_bank")
-            m.d.sync += sel.eq(port.addr[high])
+            sel = registered(port.addr[high], f"row_read_{k}_bank")
             m.d.comb += port.data.eq(Cat(*(bank_data(p, sel) for p in range(lanes))))
         for k, port in enumerate(part_read):
             data = []
             for p in range(lanes):
-                sel = Signal(range(banks), name=f"part_read_{k}_bank_{p}")
-                m.d.sync += sel.eq(port.addr[p][high])
+                sel = registered(port.addr[p][high], f"part_read_{k}_bank_{p}")
                 data.append(bank_data(p, sel))
             m.d.comb += port.data.eq(Cat(*data))
 

@@ -52,8 +52,7 @@ class Dma(wiring.Component):
         buf = Signal(isa.CBUF_ADDR_BITS)
         row_end = Signal()
         last = Signal()
-        m.d.comb += [row_end.eq(j == per_row - 1), last.eq(active & row_end & (rows_left == 1)),
-                     self.issue.ready.eq(~active)]
+        m.d.comb += [row_end.eq(j == per_row - 1), last.eq(active & row_end & (rows_left == 1))]
         args = self.issue.payload
         with m.If(self.issue.valid):
             m.d.sync += [active.eq(1), kind.eq(args.kind), rows_left.eq(args.rows),
@@ -89,17 +88,43 @@ class Dma(wiring.Component):
                                    else Cat(gather, self.mem.rdata)),
         ]
 
-        # Stores: the buffer row read at the row's first word arrives the next cycle;
-        # word 0 goes out from the read data, the rest from a held copy.
-        s_valid, s_first = Signal(), Signal()
-        s_j = Signal.like(j)
-        s_addr = Signal(isa.DRAM_ADDR_BITS)
-        m.d.sync += [s_valid.eq(active & is_store), s_first.eq(j == 0), s_j.eq(j),
-                     s_addr.eq(row_base + j)]
+        # Stores: the buffer row read at the row's first word arrives a read latency
+        # later (cfg.latency: the CBUF's, or the ACC's); word 0 goes out from the read
+        # data, the rest from a held copy. The address side waits with it. With the
+        # ACC slower than the CBUF an ACC store has a path of its own, and the next
+        # DMA issues only once its last word is out.
+        lat = {"cbuf": cfg.latency["cbuf_read"], "acc": cfg.latency["acc_read"]}
+        store = active & is_store
+        paths = ([(store, lat["cbuf"])] if lat["cbuf"] == lat["acc"] else
+                 [(store & ~to_acc, lat["cbuf"]), (store & to_acc, lat["acc"])])
+        arrived, waiting = [], []
+        for k, (go, delay) in enumerate(paths):
+            v, first, jj, addr, acc = go, j == 0, j, row_base + j, to_acc
+            for d in range(delay):
+                regs = (Signal(name=f"s{k}_valid_{d}"), Signal(name=f"s{k}_first_{d}"),
+                        Signal.like(j, name=f"s{k}_j_{d}"),
+                        Signal(isa.DRAM_ADDR_BITS, name=f"s{k}_addr_{d}"),
+                        Signal(name=f"s{k}_acc_{d}"))
+                m.d.sync += [r.eq(x) for r, x in zip(regs, (v, first, jj, addr, acc))]
+                v, first, jj, addr, acc = regs
+                if d < delay - 1:
+                    waiting.append(v)
+            arrived.append((v, first, jj, addr, acc))
+        s_valid = Cat(*(a[0] for a in arrived)).any()
+
+        def pick(i):
+            out = arrived[0][i]
+            for a in arrived[1:]:
+                out = Mux(a[0], a[i], out)
+            return out
+
+        s_first, s_j, s_addr, s_acc = pick(1), pick(2), pick(3), pick(4)
+        busy_after = Cat(*waiting).any() if waiting else 0
+        m.d.comb += self.issue.ready.eq(~active & ~busy_after)
         # an ACC row padded to whole words (cfg.acc_row_words): its last word's rest
         # goes out as zero, and a load's rest is dropped (acc_write.data is 32C bits)
         row_data = Signal(words * wbits)
-        m.d.comb += row_data.eq(Mux(to_acc, self.acc_read.data, self.cbuf_read.data))
+        m.d.comb += row_data.eq(Mux(s_acc, self.acc_read.data, self.cbuf_read.data))
         held = Signal(words * wbits)
         with m.If(s_valid & s_first):
             m.d.sync += held.eq(row_data)
@@ -109,6 +134,6 @@ class Dma(wiring.Component):
         m.d.comb += [
             self.mem.we.eq(s_valid), self.mem.wdata.eq(word),
             self.mem.addr.eq(Mux(s_valid, s_addr, row_base + j)),
-            self.issue.drained.eq(~(active | r_valid | s_valid)),
+            self.issue.drained.eq(~(active | r_valid | s_valid | busy_after)),
         ]
         return m

@@ -288,22 +288,49 @@ class MatmulUnit(wiring.Component):
         for g in range(cfg.tile_cols):
             routed += _group_select(m, aligned, self.acc_src[g], 32, n, cfg.tile_cols)
 
-        # Accumulate stage A (read ACC) then W (add, write) with forwarding.
+        # Accumulate: stage A reads the ACC, the row waits out the read latency L
+        # (cfg.latency["acc_read"]: 1, or 2 with the banks' output registered), then
+        # stage W adds and writes. The read misses this unit's writes of the L cycles
+        # from its own on, so W forwards the newest of them to the same row.
         ca = ctrl[-1]
         a_valid, a_accum, a_max, a_addr = ca[0], ca[2], ca[3], ca[4:hot_at]
+        lat = cfg.latency["acc_read"]
         # the ACC bank's read port is busy only for an accumulating MATMUL
         m.d.comb += [self.acc_read.addr.eq(a_addr), self.acc_read.en.eq(a_valid & a_accum)]
-        w_valid, w_accum, w_max = Signal(), Signal(), Signal()
-        w_addr = Signal(isa.ACC_ADDR_BITS)
-        w_psum = Signal(cfg.cols * 32)
-        m.d.sync += [w_valid.eq(a_valid), w_accum.eq(a_accum), w_max.eq(a_max),
-                     w_addr.eq(a_addr), w_psum.eq(Cat(*routed))]
-        # forward when the row written last cycle is this one's: compared a cycle
-        # early, as both addresses enter their registers, for the clock rate
-        forward = Signal()
-        f_data = Signal(cfg.cols * 32)
-        m.d.sync += forward.eq(w_valid & (w_addr == a_addr))
-        old = Mux(forward, f_data, self.acc_read.data)
+        valid, accum, maxed, addr = a_valid, a_accum, a_max, a_addr
+        psum = Cat(*routed)
+        stages = []         # the row's registers after A: [(valid, addr)], W last
+        for k in range(lat):
+            last_stage = k == lat - 1
+            v, ac, mx = (Signal(name=f"{x}_{k}") for x in ("acc_valid", "acc_accum", "acc_max"))
+            ad = Signal(isa.ACC_ADDR_BITS, name=f"acc_addr_{k}")
+            ps = Signal(cfg.cols * 32, name=f"acc_psum_{k}")
+            m.d.sync += [v.eq(valid), ac.eq(accum), mx.eq(maxed), ad.eq(addr), ps.eq(psum)]
+            valid, accum, maxed, addr, psum = v, ac, mx, ad, ps
+            stages.append((v, ad))
+        w_valid, w_accum, w_max, w_addr, w_psum = valid, accum, maxed, addr, psum
+        # The write d cycles before W (d = 1 .. L) is to the row W holds when the row
+        # then in W (written then) had W's address; each compare is made as both
+        # addresses enter their registers, for the clock rate, and carried along.
+        # ``f_data[d-1]``: what was written d cycles ago.
+        f_data = []
+        prev = None
+        for d in range(1, lat + 1):
+            reg = Signal(cfg.cols * 32, name=f"fwd_data_{d}")
+            m.d.sync += reg.eq(self.acc_write.data if prev is None else prev)
+            f_data.append(reg)
+            prev = reg
+        hits = []
+        for d in range(1, lat + 1):
+            # in the cycle this row was at stage A + (L - d), W held the row written
+            # d cycles before this row reaches W
+            here_addr = a_addr if d == lat else stages[lat - d - 1][1]
+            hit = Signal(name=f"fwd_hit_{d}")
+            m.d.sync += hit.eq(w_valid & (w_addr == here_addr))
+            hits.append(_delayed(m, hit, d - 1, f"fwd_hit_{d}_carry"))
+        old = self.acc_read.data
+        for d in range(lat, 0, -1):             # the newest write wins
+            old = Mux(hits[d - 1], f_data[d - 1], old)
         total = Signal(cfg.cols * 32)
         for c in range(cfg.cols):
             lo = 32 * c
@@ -312,9 +339,10 @@ class MatmulUnit(wiring.Component):
                 Mux(w_accum, Mux(w_max, Mux(o > ps, o, ps), o + ps), ps))
         m.d.comb += [self.acc_write.en.eq(w_valid), self.acc_write.addr.eq(w_addr),
                      self.acc_write.data.eq(total)]
-        m.d.sync += f_data.eq(total)
 
-        busy = active | w_valid
+        busy = active
+        for v, _ in stages:
+            busy = busy | v
         for k in range(ctrl_len):
             busy = busy | ctrl[k][0]
         m.d.comb += self.issue.drained.eq(~busy)

@@ -10,7 +10,7 @@ from systolica.arch.config import ChipConfig, ConfigError
 from systolica.arch.instructions import PARAM_ROWS
 from systolica.arch.isa import Opcode
 
-from .matmul import _group_select
+from .matmul import _delayed, _group_select
 from .ports import Issue, buffer_read, buffer_write, check_config, ubuf_place
 
 STAGES = 3  # bias add; multiply (+ rounding constant); shift, zero point, clamp, ReLU
@@ -82,11 +82,16 @@ class VectorUnit(wiring.Component):
             with m.Else():
                 m.d.sync += [left.eq(left - 1), ptr.eq(ptr + 1), active.eq(~last)]
 
-        # The cycle after a read its data is on acc_rdata.
-        got_par, got_row = Signal(), Signal()
-        got_idx = Signal.like(par_idx)
-        m.d.sync += [got_par.eq(active & par_phase), got_idx.eq(par_idx),
-                     got_row.eq(active & ~par_phase)]
+        # The read latency (cfg.latency["acc_read"]) after a read its data is on
+        # acc_rdata. The parameter registers' timing above holds for any latency: a
+        # row and the next VRUN's parameter rows are delayed alike.
+        lat = cfg.latency["acc_read"]
+        got_par = _delayed(m, active & par_phase, lat, "got_par")
+        got_idx = _delayed(m, par_idx, lat, "got_idx")
+        reading = [active & ~par_phase]          # a row read, and its wait for the data
+        for k in range(lat):
+            reading.append(_delayed(m, reading[-1], 1, f"got_row_{k}"))
+        got_row = reading[-1]
         rdata = [self.acc_read.data[32 * c:32 * c + 32] for c in range(cols)]
         bias = [Signal(signed(32), name=f"bias_{c}") for c in range(cols)]
         p_mult = [Signal(16, name=f"mult_{c}") for c in range(cols)]
@@ -113,7 +118,9 @@ class VectorUnit(wiring.Component):
         with m.Elif(active & ~par_phase):
             m.d.sync += row_dst.eq(row_dst + 1)
         stage = []
-        prev_args, prev_dst = args, row_dst
+        # a row's arguments wait out the read latency's extra cycles with it
+        prev_args = _delayed(m, args, lat - 1, "args_wait")
+        prev_dst = _delayed(m, row_dst, lat - 1, "dst_wait")
         for k in (1, 2, 3, 4):
             a_k = Signal.like(self.issue.payload, name=f"args_{k}")
             d_k = Signal(isa.CBUF_ADDR_BITS, name=f"dst_{k}")
@@ -206,6 +213,6 @@ class VectorUnit(wiring.Component):
             self.cbuf_write.data.eq(Cat(*routed)),
             self.acc_write.en.eq(v3 & to_acc), self.acc_write.addr.eq(dst),
             self.acc_write.data.eq(Cat(*out32)),
-            self.issue.drained.eq(~(active | got_row | got_par | v1 | v2 | v3)),
+            self.issue.drained.eq(~(Cat(active, *reading[1:], got_par, v1, v2, v3).any())),
         ]
         return m

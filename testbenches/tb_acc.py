@@ -1,5 +1,5 @@
-"""Acc (``tiny`` preset: 16 banks of 16 rows of C int32): the banked ACC and its
-crossbar against a Python model of the memory and of the bank-port rule
+"""Acc (``tiny`` preset: 16 banks of 16 rows of C int32; and with the read latency
+2, each bank's output registered): the banked ACC and its crossbar against a Python model of the memory and of the bank-port rule
 (docs/contract.md, "ACC banks").
 
 Clients, as in the chip: three row readers (the matmul unit's accumulate read, the
@@ -10,8 +10,8 @@ The checker requires, every cycle:
 
 * ``conflict`` = some bank has two readers with ``en`` on addresses in it, or two
   writers;
-* each read (data the next cycle) returns the model's row at that address before
-  this cycle's writes (memories are not transparent), unless its bank's read port
+* each read (data the read latency later) returns the model's row at that address
+  before this cycle's writes (memories are not transparent), unless its bank's read port
   was contested (then any data will do);
 * a write lands at the clock edge; two writers on one bank make both rows unknown
   (the crossbar may pick either) until written again.
@@ -30,9 +30,10 @@ import random
 import cocotb
 
 from systolica.arch.config import preset
-from tb_base import BlockTB, case_names, pack, unpack
+from tb_base import BlockTB, acc_latency, case_names, pack, unpack
 
-CFG = preset("tiny")
+CFG = acc_latency(preset("tiny"))
+LATENCY = CFG.latency["acc_read"]
 C, BANKS, BANK_ROWS, SHIFT = CFG.cols, CFG.acc_banks, CFG.acc_bank_rows, CFG.acc_bank_shift
 ROW_READS, ROW_WRITES = 3, 3
 CYCLES = 600                      # per random case
@@ -151,15 +152,16 @@ class AccTB(BlockTB):
         return conflict, want, landed
 
     async def run(self, cycles: list[dict]) -> None:
-        pending = []
-        for c in cycles + [idle()]:
+        pending = [[] for _ in range(LATENCY)]          # the reads of the last cycles
+        for c in cycles + [idle()] * LATENCY:
             await self.next_cycle()
             self.drive(c)
             await self.settle()
-            for port, addr, want in pending:           # last cycle's reads
+            for port, addr, want in pending.pop(0):     # the reads LATENCY cycles ago
                 self.expect(f"{port} (address {addr})", unpack(self.get(port), 32, C), want)
                 self.checked["reads"] += 1
-            conflict, pending, landed = self.model(c)
+            conflict, reads, landed = self.model(c)
+            pending.append(reads)
             if c.get("want") is not None:
                 assert conflict == c["want"], f"directed cycle {self.cycle}: model says {conflict}"
             self.expect("conflict", self.get("conflict"), int(conflict))

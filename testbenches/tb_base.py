@@ -6,7 +6,8 @@ begins it; the testbench then drives the inputs for this cycle; :meth:`BlockTB.s
 waits until the values are stable, and the outputs read then belong to this cycle
 (registers as updated by that edge, combinational outputs from this cycle's inputs).
 The next rising edge samples what was driven. A memory model with a read latency of
-one cycle answers, in cycle ``t + 1``, the address it read in cycle ``t``.
+``L`` cycles answers, in cycle ``t + L``, the address it read in cycle ``t``
+(:class:`ReadPort`).
 
 Amaranth flattens an ``.array(n)`` member ``west_a`` into ports ``west_a__0`` ...;
 :meth:`BlockTB.port` hides that.
@@ -35,6 +36,32 @@ def case_name() -> str:
     except KeyError:
         raise RuntimeError("BLOCK_CASE is not set: run block tests through pytest "
                            "(testbenches/test_blocks.py)") from None
+
+
+def acc_latency(cfg):
+    """``cfg`` with the ACC read latency ``ACC_READ_LATENCY`` names (a block's second
+    build, test_blocks.py), or as it is."""
+    lat = os.environ.get("ACC_READ_LATENCY")
+    return cfg if lat is None else cfg.replace(latency={**cfg.latency, "acc_read": int(lat)})
+
+
+class ReadPort:
+    """A memory read port of ``latency`` cycles, as the RTL's buffers have: what a read
+    (``en``) latches in cycle ``t`` shows from ``t + latency``; without ``en`` the
+    memory keeps what it last read (and an output register copies it)."""
+
+    def __init__(self, latency: int):
+        self.pipe = [0] * latency
+
+    @property
+    def data(self) -> int:
+        """The port's data this cycle."""
+        return self.pipe[0]
+
+    def clock(self, read: int | None = None) -> None:
+        """End the cycle: ``read`` is the data latched by this cycle's read, None
+        without one."""
+        self.pipe = self.pipe[1:] + [self.pipe[-1] if read is None else read]
 
 
 def wrap32(x: int) -> int:

@@ -1,6 +1,7 @@
-"""Dma (``tiny`` preset): all four transfer kinds with strides, against Python models of
-the DRAM (``mem``: read data the cycle after ``re``) and of the CBUF and ACC ports
-(``cbuf_read`` ...: read latency 1, write at the clock edge).
+"""Dma (``tiny`` preset, a 3x1 grid, and tiny with the ACC's read latency 2): all four
+transfer kinds with strides, against Python models of the DRAM (``mem``: read data
+the cycle after ``re``) and of the CBUF and ACC ports (``cbuf_read`` ...: read
+latency 1, the ACC's 1 or 2; writes at the clock edge).
 
 The checker compares the final DRAM, CBUF and ACC with the functional semantics of
 ``docs/contract.md`` applied in instruction order; counts the words moved through
@@ -22,12 +23,14 @@ import cocotb
 from systolica.arch import isa, timing
 from systolica.arch.config import preset
 from systolica.arch.isa import DmaKind, Instr, Opcode
-from tb_base import BlockTB, case_name, pack_fields, touches
+from tb_base import BlockTB, ReadPort, acc_latency, case_name, pack_fields, touches
 
 # the second build (test_blocks.py) is a 3x1 grid: an ACC row of 4 int32 (16 bytes) in
 # two 12-byte words, the second padded (ChipConfig.acc_row_words)
 PADDED = preset("tiny").replace(name="tiny_3x1", tile_rows=3, tile_cols=1)
-CFG = PADDED if os.environ.get("DMA_PADDED_ROWS") == "1" else preset("tiny")
+# the third, tiny with the ACC's read latency 2 (ACC_READ_LATENCY): an ACC store's
+# words a cycle later
+CFG = acc_latency(PADDED if os.environ.get("DMA_PADDED_ROWS") == "1" else preset("tiny"))
 WORD_BITS = 8 * CFG.dram_word_bytes
 WORDS = CFG.acc_row_words
 DMA = isa.PAYLOAD[Opcode.DMA]
@@ -145,7 +148,8 @@ class DmaTB(BlockTB):
         at = {t: a for t, a in instrs}
         end = max(t + timing.done(CFG, Instr(Opcode.DMA, t, a)) for t, a in instrs)
         ready, drained = {}, {}
-        mem_next = cbuf_next = acc_next = 0
+        mem_next = cbuf_next = 0
+        acc_port = ReadPort(CFG.latency["acc_read"])
         # the CBUF read port is enabled exactly in a STORE_CBUF's read cycles
         cbuf_reads = {t + 1 + i for t, a in instrs if a["kind"] == DmaKind.STORE_CBUF
                       for i in range(a["rows"])}
@@ -159,7 +163,7 @@ class DmaTB(BlockTB):
             self.set("issue__payload", pack_fields(DMA, at[t]) if t in at else 0)
             self.set("mem__rdata", mem_next)
             self.set("cbuf_read__data", cbuf_next)
-            self.set("acc_read__data", acc_next)
+            self.set("acc_read__data", acc_port.data)
             await self.settle()
             ready[t], drained[t] = self.get("issue__ready"), self.get("issue__drained")
             # Read ports answer next cycle; a DRAM without a read returns junk.
@@ -177,8 +181,8 @@ class DmaTB(BlockTB):
             self.expect("acc_read__en", acc_en, int(t in acc_reads))
             if t in acc_reads:
                 self.expect("acc_read__addr", self.get("acc_read__addr"), acc_reads[t])
-            if acc_en:
-                acc_next = self.mem.read("acc", self.get("acc_read__addr") % CFG.acc_depth)
+            acc_port.clock(self.mem.read("acc", self.get("acc_read__addr") % CFG.acc_depth)
+                           if acc_en else None)
             self.expect("acc_write__en", self.get("acc_write__en"), int(t in acc_writes))
             for we, addr, data, mem in (("mem__we", "mem__addr", "mem__wdata", "dram"),
                                         *((f"{b}_write__en", f"{b}_write__addr",

@@ -1,7 +1,8 @@
-"""MatmulUnit (``tiny`` preset, tiny with the feed register, and the partial-sum
-exits on ``tiny_tall``'s four tile rows): MATMULs against Python models of the CBUF
-read port, the accumulator buffer (read latency 1, not transparent: a read sees the
-contents before a write in the same cycle) and the grid.
+"""MatmulUnit (``tiny`` preset, tiny with the feed register, tiny with the ACC's read
+latency 2, and the partial-sum exits on ``tiny_tall``'s four tile rows): MATMULs
+against Python models of the CBUF read port, the accumulator buffer (read latency
+``A`` = 1 or 2, not transparent: a read sees the contents before a write in the same
+cycle) and the grid.
 
 The grid model holds two fixed random weight banks and computes ``south_psum`` from
 what the unit put on ``west_a`` / ``west_sel``, with the cell timing of the Grid block
@@ -22,14 +23,15 @@ For a MATMUL issued at ``t``, row ``i`` of CBUF data arrives at ``t + FEED + i``
   feed register);
 * ``acc_read.en`` (with its address) and ``acc_write.en`` high exactly in the cycles
   the instructions' effects list an ACC read or write (reads only when accumulating);
-* exactly one ACC write per row, at ``t + timing.matmul_pipeline - L + 1 + i`` to
+* exactly one ACC write per row, at ``t + timing.matmul_pipeline - L + A + i`` to
   ``acc_addr + i`` (``L = timing.exit_lead``: ``early*(n+1)``), of
   ``(accumulate ? acc : 0) + sum`` (``sum`` over the array rows above the exit tile
   row ``T - 1 - early``) with ACC group ``g`` taking column group ``acc_src[g]`` (0
   for the zero source) as in force at ``t + matmul_pipeline - L + i``; the ACC model
   after the run equals the contract's
   semantics applied in instruction order (so MATMULs issued back to back into the
-  same rows accumulate, through the forwarding path when they are one cycle apart);
+  same rows accumulate, through the forwarding path when they are up to ``A``
+  cycles apart);
 * ``ready`` in every cycle exactly as the collector order says for the ``early`` on
   the payload (docs/contract.md): after MATMUL ``A`` (issued ``t_A``, ``m_A`` rows,
   ``early`` ``u_A``) high iff ``x >= t_A + m_A + (n+1)*max(0, early - u_A)``
@@ -52,12 +54,13 @@ import cocotb
 from systolica.arch import isa, timing
 from systolica.arch.config import preset
 from systolica.arch.isa import Instr, Opcode
-from tb_base import BlockTB, case_names, pack, pack_fields, touches, unpack, wrap32
+from tb_base import (BlockTB, ReadPort, acc_latency, case_names, pack, pack_fields,
+                     touches, unpack, wrap32)
 
 # the second build (test_blocks.py) has the feed register: every row a cycle later
 # into the array and the ACC; the third is TALL (MATMUL_PRESET), for the exits
 TALL = preset("tiny_tall")
-CFG = preset(os.environ.get("MATMUL_PRESET", "tiny"))
+CFG = acc_latency(preset(os.environ.get("MATMUL_PRESET", "tiny")))
 if "MATMUL_FEED_REGISTER" in os.environ:
     CFG = CFG.replace(feed_register=os.environ["MATMUL_FEED_REGISTER"] == "1")
 R, C, n, T = CFG.rows, CFG.cols, CFG.tile_size, CFG.tile_rows
@@ -66,6 +69,7 @@ MATMUL = isa.PAYLOAD[Opcode.MATMUL]
 FEED = CFG.latency["cbuf_read"] + 1       # cycles from issue to row 0's CBUF data
 EDGE = FEED + timing.feed_stages(CFG)     # ... and to its arrival at the west edge
 PIPE = timing.matmul_pipeline(CFG)        # issue to the ACC read of row 0
+ACC_LAT = CFG.latency["acc_read"]         # the ACC read to the write of the row
 SMAX = timing.skew_max(CFG)
 GRID_DELAY = [[SMAX - timing.skew(CFG, r) + timing.skew(CFG, c) + 2 for c in range(C)]
               for r in range(R)]          # west_a[r] -> south_psum[c] (square or tall)
@@ -258,7 +262,7 @@ class MatmulTB(BlockTB):
         super().__init__(dut)
         self.west = {}          # cycle -> (west_a list, west_sel list) as seen
         self.cbuf_next = 0      # read data for the next cycle
-        self.acc_next = 0
+        self.acc_port = ReadPort(ACC_LAT)
 
     def grid_psum(self, z: int, weights) -> list[list[int]]:
         """Per tile row ``i``, the sums leaving its conveyor registers at cycle ``z``
@@ -340,7 +344,7 @@ class MatmulTB(BlockTB):
                 else:
                     old = want_acc[addr] if a["accumulate"] else [0] * C
                     want_acc[addr] = [wrap32(x + y) for x, y in zip(old, new)]
-                writes.append((t + PIPE - lead + 1 + i, addr, want_acc[addr]))
+                writes.append((t + PIPE - lead + ACC_LAT + i, addr, want_acc[addr]))
         end = max(t + timing.done(CFG, _instr(t, a)) for t, a in at.items())
         acc_reads, acc_writes = touches(CFG, Opcode.MATMUL, sorted(at.items()), "acc")
 
@@ -388,7 +392,7 @@ class MatmulTB(BlockTB):
                 for c, p in enumerate(sums[i]):
                     self.set("exit_psum", p, i * C + c)
             self.set("cbuf_read__data", self.cbuf_next)
-            self.set("acc_read__data", self.acc_next)
+            self.set("acc_read__data", self.acc_port.data)
             await self.settle()
 
             ready[x], drained[x] = self.get("issue__ready"), self.get("issue__drained")
@@ -422,8 +426,8 @@ class MatmulTB(BlockTB):
             self.expect("acc_read__en", en, int(x in acc_reads))
             if x in acc_reads:
                 self.expect("acc_read__addr", self.get("acc_read__addr"), acc_reads[x])
-            if en:
-                self.acc_next = pack(acc[self.get("acc_read__addr") % CFG.acc_depth], 32)
+            self.acc_port.clock(pack(acc[self.get("acc_read__addr") % CFG.acc_depth], 32)
+                                if en else None)
             self.expect("acc_write__en", self.get("acc_write__en"), int(x in acc_writes))
             if self.get("acc_write__en"):
                 waddr = self.get("acc_write__addr")

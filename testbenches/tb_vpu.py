@@ -1,5 +1,5 @@
-"""VectorUnit (``tiny`` preset): VRUN rows from a model of the accumulator memory
-(read latency 1) through bias, requantisation, ReLU and clamping (or, with
+"""VectorUnit (``tiny`` preset, and tiny with the ACC's read latency 2): VRUN rows
+from a model of the accumulator memory (read latency 1 or 2) through bias, requantisation, ReLU and clamping (or, with
 ``params``, per-column bias, multiplier, shift and clamp bounds) to the CBUF (routed
 by ``wb_src``) or back to the ACC.
 
@@ -21,10 +21,10 @@ import cocotb
 from systolica.arch import isa, timing
 from systolica.arch.config import preset
 from systolica.arch.isa import Instr, Opcode
-from tb_base import (BlockTB, case_name, pack, pack_fields, to_signed, touches, unpack,
-                     wrap32)
+from tb_base import (BlockTB, ReadPort, acc_latency, case_name, pack, pack_fields,
+                     to_signed, touches, unpack, wrap32)
 
-CFG = preset("tiny")
+CFG = acc_latency(preset("tiny"))
 R, C, n, T = CFG.rows, CFG.cols, CFG.tile_size, CFG.tile_rows
 VRUN = isa.PAYLOAD[Opcode.VRUN]
 
@@ -236,21 +236,21 @@ class VpuTB(BlockTB):
         # the ACC read and write ports: enabled exactly in the effects' touches
         acc_reads, acc_writes = touches(CFG, Opcode.VRUN, instrs, "acc")
         ready, drained = {}, {}
-        read_data = 0
+        port = ReadPort(CFG.latency["acc_read"])
         for _ in range(end + 4):
             await self.next_cycle()
             t = self.cycle
             self.set("issue__valid", int(t in at))
             self.set("issue__payload", pack_fields(VRUN, at[t]) if t in at else 0)
-            self.set("acc_read__data", read_data)
+            self.set("acc_read__data", port.data)
             await self.settle()
             ready[t], drained[t] = self.get("issue__ready"), self.get("issue__drained")
             en = self.get("acc_read__en")
             self.expect("acc_read__en", en, int(t in acc_reads))
             if t in acc_reads:
                 self.expect("acc_read__addr", self.get("acc_read__addr"), acc_reads[t])
-            if en:              # the row before this cycle's write; without en the
-                read_data = pack(self.acc[self.get("acc_read__addr")], 32)  # data stays
+            # the row before this cycle's write; without en the data stays
+            port.clock(pack(self.acc[self.get("acc_read__addr")], 32) if en else None)
             self.expect("acc_write__en", self.get("acc_write__en"), int(t in acc_writes))
             if self.get("cbuf_write__en"):
                 self.writes.append((t, "cbuf", self.get("cbuf_write__addr"),

@@ -389,6 +389,8 @@ CONFIG = [
      ["latency key 3", "operation name"]),
     ("slow-memory-read", dict(latency={**DEFAULT_LATENCY, "dram_read": 2}),
      ["memory read latency 1 only", "dram_read to 1"]),
+    ("slow-acc-read", dict(latency={**DEFAULT_LATENCY, "acc_read": 3}),
+     ["latency['acc_read'] is 1, or 2", "not 3"]),
     ("cbuf-beyond-isa", dict(cbuf_depth=1 << 17, ubuf_base=0, ubuf_rows=0),
      ["cbuf_depth 131072", "16-bit address field"]),
     ("acc-beyond-isa", dict(acc_depth=1 << 13), ["acc_depth 8192", "12-bit address field"]),

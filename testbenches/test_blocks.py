@@ -45,6 +45,14 @@ def groups(table) -> dict[str, tuple[str, ...]]:
     return {group: tuple(cases) for group, cases in table.items()}
 
 
+def acc2(cfg):
+    """``cfg`` with the ACC's read latency 2 (each bank's output registered, as the
+    ``ulx3s`` preset has it); its testbench reads ``ACC_READ_LATENCY``."""
+    return cfg.replace(latency={**cfg.latency, "acc_read": 2})
+
+
+ACC2 = {"ACC_READ_LATENCY": "2"}
+
 #: SETCFG only on multiples of this in the sequencer's second build.
 INTERVAL = 3
 _SEQ = {g: c for g, c in groups(tb_sequencer.GROUPS).items() if g != "interval"}
@@ -69,12 +77,20 @@ BLOCKS = [
           cases={"exits": tuple(tb_matmul_unit.GROUPS["exits"])},
           env={"MATMUL_PRESET": tb_matmul_unit.TALL.name},
           factory=partial(MatmulUnit, cfg=tb_matmul_unit.TALL)),
+    # the ACC's read latency 2: every case again, each ACC write a cycle later
+    Block(name="matmul_unit", variant="acc_read2", tb="tb_matmul_unit",
+          cases=groups(tb_matmul_unit.GROUPS), env=ACC2,
+          factory=partial(MatmulUnit, cfg=acc2(tb_matmul_unit.CFG))),
     Block(name="weight_loader", factory=partial(WeightLoader, cfg=tb_weight_loader.CFG),
           tb="tb_weight_loader", cases=groups(tb_weight_loader.GROUPS)),
     Block(name="vpu", factory=partial(VectorUnit, cfg=tb_vpu.CFG), tb="tb_vpu",
           cases=each(tb_vpu.CASES)),
+    Block(name="vpu", variant="acc_read2", factory=partial(VectorUnit, cfg=acc2(tb_vpu.CFG)),
+          tb="tb_vpu", cases=each(tb_vpu.CASES), env=ACC2),
     Block(name="dma", factory=partial(Dma, cfg=tb_dma.CFG), tb="tb_dma",
           cases=each(tb_dma.CASES)),
+    Block(name="dma", variant="acc_read2", factory=partial(Dma, cfg=acc2(tb_dma.CFG)),
+          tb="tb_dma", cases=each(tb_dma.CASES), env=ACC2),
     # ACC rows padded to whole DRAM words (a 3x1 grid): every case again
     Block(name="dma", variant="padded_rows", tb="tb_dma", cases=each(tb_dma.CASES),
           env={"DMA_PADDED_ROWS": "1"},
@@ -86,6 +102,9 @@ BLOCKS = [
     Block(name="acc", factory=partial(Acc, cfg=tb_acc.CFG, row_reads=tb_acc.ROW_READS,
                                       row_writes=tb_acc.ROW_WRITES),
           tb="tb_acc", cases=each(tb_acc.CASES)),
+    Block(name="acc", variant="acc_read2", tb="tb_acc", cases=each(tb_acc.CASES), env=ACC2,
+          factory=partial(Acc, cfg=acc2(tb_acc.CFG), row_reads=tb_acc.ROW_READS,
+                          row_writes=tb_acc.ROW_WRITES)),
     Block(name="csr", factory=partial(RegisterFile, cfg=tb_csr.CFG), tb="tb_csr",
           cases=groups(tb_csr.GROUPS)),
     Block(name="fabric_regs", factory=partial(FabricRegs, cfg=tb_fabric_regs.CFG),

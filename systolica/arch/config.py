@@ -182,10 +182,13 @@ class ChipConfig:
             if not isinstance(v, int) or isinstance(v, bool) or v < 1:
                 raise ConfigError(f"{self.name}: latency[{k!r}] must be a positive "
                                   f"integer, not {v!r}")
-        slow = [k for k in ("dram_read", "cbuf_read", "acc_read") if self.latency[k] != 1]
+        slow = [k for k in ("dram_read", "cbuf_read") if self.latency[k] != 1]
         if slow:
             raise ConfigError(f"{self.name}: this RTL revision implements memory read "
                               f"latency 1 only; set latency {', '.join(slow)} to 1")
+        if self.latency["acc_read"] not in (1, 2):
+            raise ConfigError(f"{self.name}: latency['acc_read'] is 1, or 2 with the ACC "
+                              f"banks' outputs registered; not {self.latency['acc_read']}")
 
     # -- derived geometry -------------------------------------------------------------
     @property

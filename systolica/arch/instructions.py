@@ -329,11 +329,21 @@ class Dma(Instruction):
     def words(self, cfg, f):
         return f["rows"] * (cfg.acc_row_words if self.to_acc(Fields(f)) else 1)
 
+    @classmethod
+    def store_wait(cls, cfg, f):
+        """The cycles a store's words leave after their row's buffer read: the
+        buffer's read latency (``dram_read`` being 1, the store's last word leaves as
+        a load's last read would)."""
+        F = Fields(f)
+        if cls.is_load(F):
+            return cfg.latency["dram_read"]
+        return cfg.latency["acc_read" if cls.to_acc(F) else "cbuf_read"]
+
     def occupancy(self, cfg, f):
-        return self.words(cfg, f) + cfg.latency["dram_read"]
+        return self.words(cfg, f) + self.store_wait(cfg, f)
 
     def done(self, cfg, f):
-        return self.words(cfg, f) + cfg.latency["dram_read"] + 1
+        return self.words(cfg, f) + self.store_wait(cfg, f) + 1
 
     def port_windows(self, cfg, f):
         # A row every w words: loads write it with its last word, stores read it
@@ -364,7 +374,7 @@ class Dma(Instruction):
                            writes=[Touch(buf, rows_at, step[w - 1::w] + 1)])
         return Effects(accept=1 + n,
                        reads=[Touch(buf, rows_at, step[::w])],
-                       writes=[Touch("dram", dram, step + 1)])
+                       writes=[Touch("dram", dram, step + self.store_wait(cfg, f))])
 
     def execute(self, chip, f):
         cfg = chip.cfg
@@ -819,20 +829,24 @@ class Vrun(Instruction):
         return ok
 
     def occupancy(self, cfg, f):
-        return f["rows"] + cfg.latency["acc_read"] + self.extra(f)
+        return f["rows"] + 1 + self.extra(f)       # the parameter cycles, then the rows
+
+    def first_write(self, cfg, f):
+        """Row 0's write: read in cycle ``2 + extra``, then the read latency and the
+        stages (as :meth:`effects`)."""
+        return 2 + self.extra(f) + cfg.latency["acc_read"] + cfg.latency["vpu"]
 
     def done(self, cfg, f):
-        return (f["rows"] + 2 * cfg.latency["acc_read"] + 1 + cfg.latency["vpu"]
-                + self.extra(f))
+        return self.first_write(cfg, f) + f["rows"]
 
     def mux_use(self, cfg, f, kind, idx):
         if kind == "wb_src" and not f["to_acc"]:
-            first = 2 * cfg.latency["acc_read"] + 1 + cfg.latency["vpu"] + self.extra(f)
+            first = self.first_write(cfg, f)
             return first, first + f["rows"]
         return None
 
     def port_windows(self, cfg, f):
-        first = 2 * cfg.latency["acc_read"] + 1 + cfg.latency["vpu"] + self.extra(f)
+        first = self.first_write(cfg, f)
         head = 1 + self.extra(f)
         return [("acc", READ, 1, 1 + head + f["rows"]),
                 ("acc" if f["to_acc"] else "cbuf", WRITE, first, first + f["rows"])]
