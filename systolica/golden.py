@@ -104,10 +104,13 @@ def _raise(since: np.ndarray, at, cycles) -> None:
 
 class _Scoreboard:
     """Per address of one resource: the cycle of the last write (and whether the
-    matmul unit made it, which its accumulate read sees a cycle early) and of the
-    last read, with the instructions that made them."""
+    matmul unit made it, which its accumulate read sees up to ``ahead`` cycles early:
+    the writes still in flight when the read's data arrives, ``latency["acc_read"]``
+    of them, which it forwards) and of the last read, with the instructions that made
+    them."""
 
-    def __init__(self, name: str, size: int):
+    def __init__(self, name: str, size: int, ahead: int = 1):
+        self.ahead = ahead
         # Cycles are kept as ``cycle - NEVER``, so that a zero means "never": the
         # arrays are then plain zeros, which the OS hands out lazily, and a run pays
         # only for the addresses it touches (the DRAM has millions of words).
@@ -138,7 +141,7 @@ class _Scoreboard:
         c = rows.last + off
         seen = c > w
         if touch.forward:
-            seen |= self.w_fwd[rows.at] & (c == w)
+            seen |= self.w_fwd[rows.at] & (w < c + self.ahead)
         return bool(seen.all())
 
     def _lands_in_order(self, pc: int, rows: _Rows, off: int) -> bool:
@@ -171,7 +174,7 @@ class _Scoreboard:
         w_cycle = self.w_cycle(a)
         seen = c > w_cycle
         if touch.forward:
-            seen |= self.w_fwd[a] & (c == w_cycle)
+            seen |= self.w_fwd[a] & (w_cycle < c + self.ahead)
         if not seen.all():
             k = int(np.flatnonzero(~seen)[0])
             wc = int(w_cycle[k])
@@ -559,7 +562,8 @@ def check(cfg: ChipConfig, program: list[isa.Instr], prog_addr: int | None = Non
                                          if n not in _BoardHelper.BOARDS}
     if helper is not None and helper.is_child:
         mine = {n: sizes[n] for n in _BoardHelper.BOARDS}
-    boards = {name: _Scoreboard(name, size) for name, size in mine.items()}
+    boards = {name: _Scoreboard(name, size, cfg.latency["acc_read"] if name == "acc" else 1)
+              for name, size in mine.items()}
     unit_free: dict[str, tuple[int, int]] = {}      # unit -> (accepts from, busy pc)
     collected: dict[str, tuple[int, int]] = {}      # unit -> (its collector free from, pc)
     ports = _BankPorts(cfg)

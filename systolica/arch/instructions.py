@@ -23,7 +23,8 @@ model and Amaranth values for the sequencer's range check.
 Cycle numbers in effects are relative to the issue cycle ``t``. A buffer written in
 cycle ``c`` shows the new data to reads addressed in cycle ``c + 1`` or later (the
 memories are not transparent); the matmul unit's accumulate read also sees its own
-write of the same cycle (forwarding). The RTL (``rtl/``) is the pipeline these
+writes of the ``latency["acc_read"]`` cycles from its own on (forwarding: the writes
+still in flight when its data arrives). The RTL (``rtl/``) is the pipeline these
 numbers describe.
 """
 
@@ -94,8 +95,8 @@ class Range:
 @dataclass
 class Touch:
     """Addresses of ``resource`` and the cycle (after issue) each is read or written.
-    ``forward``: a read that also sees its unit's own write of the same cycle, or a
-    write that such a read sees."""
+    ``forward``: a read that also sees its unit's own writes of the read latency's
+    cycles from its own on (one: the same cycle), or a write that such a read sees."""
     resource: str
     addrs: np.ndarray
     cycles: np.ndarray
