@@ -394,15 +394,17 @@ PRESETS = {
                              dram_words=16384, imem_depth=2048,
                              ubuf_base=1792, ubuf_rows=256),
     # The ULX3S 85F (ECP5, systolica.arch.boards) at 50 MHz: a 4x4 array of 2x2 tiles
-    # with the feed register and one ACC bank (no ACC crossbar on the accumulate's
-    # path). Each CBUF bank is one 18 Kbit block RAM (2048 x 8) per lane, 32 in all;
+    # with the feed register, one ACC bank (no ACC crossbar on the accumulate's path)
+    # and the ACC's read latency 2 (its block RAM's output registered: the
+    # accumulate's add starts from a register). Each CBUF bank is one 18 Kbit block RAM (2048 x 8) per lane, 32 in all;
     # the DRAM 32 more (64 KiB), the program memory's four copies 60. The UBUF is the
     # last bank. Tiny's 8x8 array on the same board (tile_size=4, 4 ACC banks, no feed
     # register) does not reach 50 MHz (docs/fpga.md).
     "ulx3s": ChipConfig(name="ulx3s", tile_rows=2, tile_cols=2, tile_size=2,
                         cbuf_depth=16384, cbuf_banks=8, acc_depth=256, acc_banks=1,
                         dram_words=16384, imem_depth=2048,
-                        ubuf_base=14336, ubuf_rows=2048, feed_register=True),
+                        ubuf_base=14336, ubuf_rows=2048, feed_register=True,
+                        latency={**DEFAULT_LATENCY, "acc_read": 2}),
     # The Gowin boards (systolica.arch.boards): a 2x2 array, the smallest one, since
     # the chip's control (sequencer, registers, DMA, fabric, host link) alone takes
     # some 6,000 LUT4s whatever the array; with a 4x4 array the chip needs 18,400
