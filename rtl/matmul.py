@@ -301,7 +301,6 @@ class MatmulUnit(wiring.Component):
         psum = Cat(*routed)
         stages = []         # the row's registers after A: [(valid, addr)], W last
         for k in range(lat):
-            last_stage = k == lat - 1
             v, ac, mx = (Signal(name=f"{x}_{k}") for x in ("acc_valid", "acc_accum", "acc_max"))
             ad = Signal(isa.ACC_ADDR_BITS, name=f"acc_addr_{k}")
             ps = Signal(cfg.cols * 32, name=f"acc_psum_{k}")
@@ -309,10 +308,10 @@ class MatmulUnit(wiring.Component):
             valid, accum, maxed, addr, psum = v, ac, mx, ad, ps
             stages.append((v, ad))
         w_valid, w_accum, w_max, w_addr, w_psum = valid, accum, maxed, addr, psum
-        # The write d cycles before W (d = 1 .. L) is to the row W holds when the row
-        # then in W (written then) had W's address; each compare is made as both
-        # addresses enter their registers, for the clock rate, and carried along.
-        # ``f_data[d-1]``: what was written d cycles ago.
+        # ``f_data[d-1]``: what was written d cycles ago (d = 1 .. L). It is this
+        # row's when the row then in W had this row's address: compared in that
+        # cycle, both addresses from registers (for the clock rate), and the result
+        # carried along to W.
         f_data = []
         prev = None
         for d in range(1, lat + 1):
@@ -322,8 +321,7 @@ class MatmulUnit(wiring.Component):
             prev = reg
         hits = []
         for d in range(1, lat + 1):
-            # in the cycle this row was at stage A + (L - d), W held the row written
-            # d cycles before this row reaches W
+            # d cycles before W this row was L - d stages past A
             here_addr = a_addr if d == lat else stages[lat - d - 1][1]
             hit = Signal(name=f"fwd_hit_{d}")
             m.d.sync += hit.eq(w_valid & (w_addr == here_addr))
