@@ -123,8 +123,8 @@ class BankedBuffer(wiring.Component):
                         m.d.comb += rd[p][b].addr.eq(addrs[p][low])
 
         # Read data: the select (bank of the address) registered with the address.
-        # With a read latency of 2 each bank's output is registered once more (the
-        # block RAM's own output register on an FPGA), and the select with it.
+        # With a read latency of 2 each bank's output is registered once more, and
+        # the select with it (on the ECP5 yosys keeps that register in the fabric).
         latency = self.cfg.latency[f"{self.buffer}_read"]
         out = [[rd[p][b].data for b in range(banks)] for p in range(lanes)]
         for _ in range(latency - 1):
