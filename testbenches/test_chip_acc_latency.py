@@ -18,6 +18,7 @@ from conftest import assert_cases_and_random_programs_on_rtl
 from systolica import golden
 from systolica.arch import timing
 from systolica.arch.config import ConfigError, preset
+from systolica.arch.instructions import SPEC
 from systolica.arch.isa import Instr, Opcode
 from systolica.compiler import cnn_cases, compile_network, models, reference
 from test_chip_nonsquare import gemm, transpose
@@ -64,6 +65,9 @@ def test_the_latency_moves_the_units_it_should():
         dma = dict(kind=kind, dram_addr=0, dram_stride=4, buf_addr=0, rows=3)
         for f in (timing.occupancy, timing.done):
             assert f(ACC2, at(ACC2, Opcode.DMA, **dma)) == f(TINY, at(TINY, Opcode.DMA, **dma)) + later
+        # the cycle-level view agrees (the golden model takes the unit's accept from it)
+        assert (SPEC[Opcode.DMA].effects(ACC2, dma).accept
+                == timing.occupancy(ACC2, at(ACC2, Opcode.DMA, **dma)))
 
 
 def test_other_latencies_are_refused():

@@ -373,9 +373,10 @@ class Dma(Instruction):
             return Effects(accept=1 + n,
                            reads=[Touch("dram", dram, step)],
                            writes=[Touch(buf, rows_at, step[w - 1::w] + 1)])
-        return Effects(accept=1 + n,
+        wait = self.store_wait(cfg, f)
+        return Effects(accept=wait + n,
                        reads=[Touch(buf, rows_at, step[::w])],
-                       writes=[Touch("dram", dram, step + self.store_wait(cfg, f))])
+                       writes=[Touch("dram", dram, step + wait)])
 
     def execute(self, chip, f):
         cfg = chip.cfg
