@@ -26,6 +26,7 @@ import pytest
 from systolica.arch import config as chip_config
 from systolica.arch import isa
 from systolica.arch.config import ChipConfig, preset
+import tiers
 from systolica.sim import rtlsim, verilated
 
 REPO = Path(__file__).resolve().parent.parent
@@ -197,6 +198,12 @@ def pytest_unconfigure(config):
     verilated.build = _build
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config, items):
+    """Before ``-m`` deselects: the fast tier's sample of each family (tiers.py)."""
+    tiers.thin_families(items)
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_protocol(item, nextitem):
     global _running
@@ -216,7 +223,9 @@ _OWN_ENV = {"PATH", "VERILATOR_ROOT", "PYTEST_CURRENT_TEST"}
 
 def _shared_state() -> dict:
     return {
-        "the chip presets": {name: cfg.to_dict() for name, cfg in chip_config.PRESETS.items()},
+        # every field's repr (the latency table the only mutable one): as exact as
+        # to_dict() at a tenth of its cost, which every test pays twice
+        "the chip presets": {name: repr(cfg) for name, cfg in chip_config.PRESETS.items()},
         "the environment": {k: v for k, v in os.environ.items() if k not in _OWN_ENV},
         "the working directory": os.getcwd(),
         "sys.path": list(sys.path),

@@ -18,6 +18,8 @@ cycle-level effects, so a wrong closed form here shows up there as a broken sche
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 from .config import ChipConfig
 from .geometry import array_span, feed_stages, matmul_pipeline, skew, skew_max, weight_shifts  # noqa: F401
 from .instructions import ACCUMULATE, SPEC, Dma, bank_shift, ranges
@@ -107,9 +109,16 @@ def mux_use(cfg: ChipConfig, ins: Instr, mux_name: str) -> tuple[int, int] | Non
     that multiplexer issues in ``[t + lo, t + hi - 1)``; the last update it needs may
     issue at ``t + lo - 1``.
     """
-    kind, _, rest = mux_name.partition("[")
-    idx = [int(x) for x in rest.replace("]", " ").replace("[", " ").split()]
+    kind, idx = _kind_and_index(mux_name)
     return SPEC[ins.op].mux_use(cfg, ins.fields, kind, idx)
+
+
+@lru_cache(maxsize=None)
+def _kind_and_index(mux_name: str) -> tuple[str, tuple[int, ...]]:
+    """``"act_in[1][0]"`` -> ``("act_in", (1, 0))``: parsed once per name (the
+    scheduler asks every multiplexer of the chip about every distinct op)."""
+    kind, _, rest = mux_name.partition("[")
+    return kind, tuple(int(x) for x in rest.replace("]", " ").replace("[", " ").split())
 
 
 __all__ = ["UNIT", "array_span", "bank_window", "dma_words", "done", "exit_lead", "feed_stages", "matmul_pipeline",
