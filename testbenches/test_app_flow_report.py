@@ -66,7 +66,8 @@ def golden_run(cfg, network) -> flow.NetworkRun:
         layers=layers, fetch_rd_bytes=full.fetch_bytes_read)
 
 
-@pytest.fixture(scope="module")
+# session-wide: the fast tier shuffles modules together, which would rebuild it
+@pytest.fixture(scope="session")
 def demo_run() -> flow.NetworkRun:
     return golden_run(preset("tiny"), demo.mlp())
 

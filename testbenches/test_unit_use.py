@@ -19,7 +19,8 @@ from systolica.compiler.unit_use import Busy
 SVG = "{http://www.w3.org/2000/svg}"
 
 
-@pytest.fixture(scope="module")
+# session-wide: the fast tier shuffles modules together, which would rebuild it
+@pytest.fixture(scope="session")
 def compiled():
     return compile_network(preset("tiny"), demo.cnn())
 

@@ -3,11 +3,15 @@
 `make test-fast` is the check before every commit and has to stay a matter of
 seconds; `make test` runs every case. A family of many similar cases (random seeds,
 shapes, chips) keeps an evenly spread sample in the fast tier and marks the rest
-``slow``; a property-based test draws fewer examples there (:func:`examples`)."""
+``slow`` (:func:`sample`); a property-based test draws fewer examples there
+(:func:`examples`); and what is left of every family of three cases or more is
+sampled once more, one case in three (:func:`thin_families`, from ``conftest.py``),
+which keeps the tier well under 45 s on two cores."""
 
 from __future__ import annotations
 
 import os
+from collections import defaultdict
 
 import pytest
 from _pytest.mark.structures import ParameterSet
@@ -39,3 +43,28 @@ def sample(cases, every: int):
             values = case if isinstance(case, tuple) else (case,)
             out.append(pytest.param(*values, marks=pytest.mark.slow))
     return out
+
+
+#: The fast tier keeps one case in this many of a family (:func:`thin_families`).
+THIN = 3
+
+#: Markers that already keep a test out of the fast tier.
+OUT_OF_FAST = ("slow", "rtl", "fpga", "regress")
+
+
+def thin_families(items) -> None:
+    """In the fast tier, keep one case in :data:`THIN` (the first included, in
+    collection order) of each test function that still has three cases or more
+    there, and mark the rest ``slow``: families of random seeds, shapes and chips
+    keep an even spread, and ``make test`` runs them all."""
+    if not FAST:
+        return
+    families = defaultdict(list)
+    for item in items:
+        if not any(item.get_closest_marker(m) for m in OUT_OF_FAST):
+            families[(item.path, getattr(item, "originalname", item.name))].append(item)
+    for family in families.values():
+        if len(family) >= 3:
+            for k, item in enumerate(family):
+                if k % THIN:
+                    item.add_marker(pytest.mark.slow)
