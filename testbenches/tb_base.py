@@ -38,11 +38,17 @@ def case_name() -> str:
                            "(testbenches/test_blocks.py)") from None
 
 
+def with_acc_read(cfg, latency: int, **changes):
+    """``cfg`` with the ACC's read latency ``latency`` (2: each bank's output
+    registered, as the ``ulx3s`` preset has it)."""
+    return cfg.replace(latency={**cfg.latency, "acc_read": latency}, **changes)
+
+
 def acc_latency(cfg):
     """``cfg`` with the ACC read latency ``ACC_READ_LATENCY`` names (a block's second
     build, test_blocks.py), or as it is."""
     lat = os.environ.get("ACC_READ_LATENCY")
-    return cfg if lat is None else cfg.replace(latency={**cfg.latency, "acc_read": int(lat)})
+    return cfg if lat is None else with_acc_read(cfg, int(lat))
 
 
 class ReadPort:

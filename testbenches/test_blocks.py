@@ -26,6 +26,7 @@ import tb_tile
 import tb_vpu
 import tb_weight_loader
 from blocks import Block, run_case
+from tb_base import with_acc_read
 from systolica.rtl.array import Cell, Grid, Tile
 from systolica.rtl.cbuf import Acc, Cbuf
 from systolica.rtl.csr import RegisterFile
@@ -46,9 +47,8 @@ def groups(table) -> dict[str, tuple[str, ...]]:
 
 
 def acc2(cfg):
-    """``cfg`` with the ACC's read latency 2 (each bank's output registered, as the
-    ``ulx3s`` preset has it); its testbench reads ``ACC_READ_LATENCY``."""
-    return cfg.replace(latency={**cfg.latency, "acc_read": 2})
+    """``cfg`` with the ACC's read latency 2; its testbench reads ``ACC_READ_LATENCY``."""
+    return with_acc_read(cfg, 2)
 
 
 ACC2 = {"ACC_READ_LATENCY": "2"}

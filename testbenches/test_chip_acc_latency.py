@@ -21,10 +21,11 @@ from systolica.arch.config import ConfigError, preset
 from systolica.arch.instructions import SPEC
 from systolica.arch.isa import Instr, Opcode
 from systolica.compiler import cnn_cases, compile_network, models, reference
+from tb_base import with_acc_read
 from test_chip_nonsquare import gemm, transpose
 
 TINY = preset("tiny")
-ACC2 = TINY.replace(name="tiny_acc2", latency={**TINY.latency, "acc_read": 2})
+ACC2 = with_acc_read(TINY, 2, name="tiny_acc2")
 
 CASES = {
     "gemm_ragged": gemm(19, 37, 30),        # 5 K-blocks of 8 accumulate in the ACC
