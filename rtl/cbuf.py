@@ -21,7 +21,7 @@ from amaranth.lib.wiring import In, Out
 
 from systolica.arch.config import ChipConfig
 
-from .ports import buffer_read, buffer_write, check_config, partitioned_read
+from .ports import buffer_read, buffer_write, check_config, delayed, partitioned_read
 
 
 class BankedBuffer(wiring.Component):
@@ -136,20 +136,13 @@ class BankedBuffer(wiring.Component):
         def bank_data(p, sel):
             return Array(out[p])[sel]
 
-        def registered(value, name):
-            for k in range(latency):
-                reg = Signal.like(value, name=f"{name}_{k}" if k else name)
-                m.d.sync += reg.eq(value)
-                value = reg
-            return value
-
         for k, port in enumerate(self.row_read):
-            sel = registered(port.addr[high], f"row_read_{k}_bank")
+            sel = delayed(m, port.addr[high], latency, f"row_read_{k}_bank")
             m.d.comb += port.data.eq(Cat(*(bank_data(p, sel) for p in range(lanes))))
         for k, port in enumerate(part_read):
             data = []
             for p in range(lanes):
-                sel = registered(port.addr[p][high], f"part_read_{k}_bank_{p}")
+                sel = delayed(m, port.addr[p][high], latency, f"part_read_{k}_bank_{p}")
                 data.append(bank_data(p, sel))
             m.d.comb += port.data.eq(Cat(*data))
 

@@ -11,16 +11,7 @@ from systolica.arch.config import ChipConfig
 from systolica.arch.isa import Opcode
 
 from .array import ACT, PSUM, WGT
-from .ports import Issue, buffer_read, buffer_write, check_config, partitioned_read
-
-
-def _delayed(m, value, cycles, name):
-    """``value`` through ``cycles`` registers (``name_0`` first)."""
-    for k in range(cycles):
-        reg = Signal.like(value, name=f"{name}_{k}")
-        m.d.sync += reg.eq(value)
-        value = reg
-    return value
+from .ports import Issue, buffer_read, buffer_write, check_config, delayed, partitioned_read
 
 
 def _one_of(default, choices):
@@ -267,8 +258,8 @@ class MatmulUnit(wiring.Component):
                 m.d.comb += [a.eq(Mux(valid1, grp[x].as_signed(), 0)), s.eq(sel1)]
                 for stages, name in ((timing.feed_stages(cfg), "feed_reg"),
                                      (timing.skew(cfg, r), "skew")):
-                    a = _delayed(m, a, stages, f"{name}_a_{r}")
-                    s = _delayed(m, s, stages, f"{name}_s_{r}")
+                    a = delayed(m, a, stages, f"{name}_a_{r}")
+                    s = delayed(m, s, stages, f"{name}_s_{r}")
                 m.d.comb += [self.west_a[r].eq(a), self.west_sel[r].eq(s)]
 
         # Collector: column de-skew, then ACC partition routing. Column c's de-skew
@@ -283,7 +274,7 @@ class MatmulUnit(wiring.Component):
                 [(ctrl[tap[u] - d][hot_at + u - 1],
                   self.exit_psum[(t_rows - 1 - u) * cfg.cols + c])
                  for u in range(1, t_rows)]))
-            aligned.append(_delayed(m, src, d, f"deskew_{c}"))
+            aligned.append(delayed(m, src, d, f"deskew_{c}"))
         routed = []
         for g in range(cfg.tile_cols):
             routed += _group_select(m, aligned, self.acc_src[g], 32, n, cfg.tile_cols)
@@ -325,7 +316,7 @@ class MatmulUnit(wiring.Component):
             here_addr = a_addr if d == lat else stages[lat - d - 1][1]
             hit = Signal(name=f"fwd_hit_{d}")
             m.d.sync += hit.eq(w_valid & (w_addr == here_addr))
-            hits.append(_delayed(m, hit, d - 1, f"fwd_hit_{d}_carry"))
+            hits.append(delayed(m, hit, d - 1, f"fwd_hit_{d}_carry"))
         old = self.acc_read.data
         for d in range(lat, 0, -1):             # the newest write wins
             old = Mux(hits[d - 1], f_data[d - 1], old)

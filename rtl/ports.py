@@ -15,7 +15,7 @@ with ``In(...)`` and the chip joins them with ``connect``.
 
 from __future__ import annotations
 
-from amaranth.hdl import Array, Const, Shape, Value
+from amaranth.hdl import Array, Const, Shape, Signal, Value
 from amaranth.lib import data, memory, wiring
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2
@@ -61,6 +61,15 @@ def mux_number_bits(cfg: ChipConfig) -> int:
     and as many page bits as its multiplexers need (none on a chip of one page)."""
     fmt = fabric.setcfg_format(cfg)
     return max(fmt.index_bits, ceil_log2(len(fabric.muxes(cfg))))
+
+
+def delayed(m, value, cycles: int, name: str):
+    """``value`` through ``cycles`` registers of module ``m`` (``name_0`` first)."""
+    for k in range(cycles):
+        reg = Signal.like(value, name=f"{name}_{k}")
+        m.d.sync += reg.eq(value)
+        value = reg
+    return value
 
 
 def check_config(cfg, block: str) -> ChipConfig:

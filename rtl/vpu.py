@@ -10,8 +10,8 @@ from systolica.arch.config import ChipConfig, ConfigError
 from systolica.arch.instructions import PARAM_ROWS
 from systolica.arch.isa import Opcode
 
-from .matmul import _delayed, _group_select
-from .ports import Issue, buffer_read, buffer_write, check_config, ubuf_place
+from .matmul import _group_select
+from .ports import Issue, buffer_read, buffer_write, check_config, delayed, ubuf_place
 
 STAGES = 3  # bias add; multiply (+ rounding constant); shift, zero point, clamp, ReLU
 
@@ -86,11 +86,11 @@ class VectorUnit(wiring.Component):
         # acc_rdata. The parameter registers' timing above holds for any latency: a
         # row and the next VRUN's parameter rows are delayed alike.
         lat = cfg.latency["acc_read"]
-        got_par = _delayed(m, active & par_phase, lat, "got_par")
-        got_idx = _delayed(m, par_idx, lat, "got_idx")
+        got_par = delayed(m, active & par_phase, lat, "got_par")
+        got_idx = delayed(m, par_idx, lat, "got_idx")
         reading = [active & ~par_phase]          # a row read, and its wait for the data
         for k in range(lat):
-            reading.append(_delayed(m, reading[-1], 1, f"got_row_{k}"))
+            reading.append(delayed(m, reading[-1], 1, f"got_row_{k}"))
         got_row = reading[-1]
         rdata = [self.acc_read.data[32 * c:32 * c + 32] for c in range(cols)]
         bias = [Signal(signed(32), name=f"bias_{c}") for c in range(cols)]
@@ -119,8 +119,8 @@ class VectorUnit(wiring.Component):
             m.d.sync += row_dst.eq(row_dst + 1)
         stage = []
         # a row's arguments wait out the read latency's extra cycles with it
-        prev_args = _delayed(m, args, lat - 1, "args_wait")
-        prev_dst = _delayed(m, row_dst, lat - 1, "dst_wait")
+        prev_args = delayed(m, args, lat - 1, "args_wait")
+        prev_dst = delayed(m, row_dst, lat - 1, "dst_wait")
         for k in (1, 2, 3, 4):
             a_k = Signal.like(self.issue.payload, name=f"args_{k}")
             d_k = Signal(isa.CBUF_ADDR_BITS, name=f"dst_{k}")
