@@ -190,6 +190,18 @@ def _build_if_marked(design: verilated.Design):
     return _build(design)
 
 
+def pytest_addoption(parser):
+    parser.addoption("--update-golden", action="store_true",
+                     help="rewrite the golden files (testbenches/golden) from this run "
+                          "instead of comparing with them")
+
+
+@pytest.fixture
+def update_golden(request) -> bool:
+    """Whether this run rewrites the golden files (``--update-golden``)."""
+    return request.config.getoption("--update-golden")
+
+
 def pytest_configure(config):
     verilated.build = _build_if_marked
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from systolica.app import cli
+from systolica.app import bench_cases, cli
 from systolica.arch.config import PRESETS
 from systolica.arch import isa
 from systolica.arch.config import preset
@@ -80,7 +80,7 @@ def test_compile_of_a_long_program_names_its_dram_address(capsys):
     told where to load it and what to write to PROG_ADDR."""
     from systolica.compiler import compile_network
     status, out, _ = run(["compile", "--gemm", "48x256x96", "--seed", "3"], capsys)
-    compiled = compile_network(preset("tiny"), cli._gemm_network(48, 256, 96, seed=3))
+    compiled = compile_network(preset("tiny"), bench_cases.gemm_network(48, 256, 96, seed=3))
     assert status == 0 and len(compiled.program) > preset("tiny").imem_depth
     assert f"set PROG_ADDR to {compiled.prog_addr}" in out
     status, out, _ = run(["compile", "--gemm", "8x16x8"], capsys)

@@ -274,7 +274,7 @@ def test_cxx_harness_agrees_with_cocotb(tiny_cfg, tiny_build):
     """The plain C++ harness and cocotb, on the same Verilog and the same jobs, leave
     the same registers and the same DRAM: a GEMM (whole DRAM read back), a copy with
     ranges, a fault, and a job after them that finds the memory zeroed."""
-    from systolica.app.cli import _gemm_network
+    from systolica.app.bench_cases import gemm_network as _gemm_network
     from systolica.compiler import compile_network
     cfg = tiny_cfg
     gemm = compile_network(cfg, _gemm_network(24, 40, 20, 3))

@@ -184,20 +184,6 @@ def _ensure_built(cfg, waves: bool = False, harness: str = "cocotb") -> None:
 
 
 # -- commands ----------------------------------------------------------------------------
-def _gemm_network(M: int, K: int, N: int, seed: int, int32: bool = False):
-    from ..compiler import gemm
-    from .demo import calibrate
-    rng = np.random.default_rng(seed)
-    a = rng.integers(-128, 128, size=(M, K), dtype=np.int8)
-    b = rng.integers(-128, 128, size=(K, N), dtype=np.int8)
-    bias = rng.integers(-5000, 5000, size=N, dtype=np.int32)
-    name = f"gemm_{M}x{K}x{N}"
-    if int32:
-        return gemm(a, b, bias, out_dtype="int32", name=name)
-    mult, shift = calibrate(a, b, bias)
-    return gemm(a, b, bias, mult=mult, shift=shift, name=name)
-
-
 def _check_gemm_fits(cfg, shape: tuple[int, int, int]) -> None:
     """Refuse a GEMM whose operands alone overflow the chip's DRAM before making them
     (a huge --gemm would otherwise allocate gigabytes first)."""
@@ -220,7 +206,8 @@ def _network(args, cfg):
         return {"mlp": demo.mlp, "concat": demo.concat}.get(getattr(args, "demo", "cnn"),
                                                            demo.cnn)()
     _check_gemm_fits(cfg, args.gemm)
-    return _gemm_network(*args.gemm, seed=args.seed, int32=getattr(args, "int32", False))
+    from .bench_cases import gemm_network
+    return gemm_network(*args.gemm, seed=args.seed, int32=getattr(args, "int32", False))
 
 
 def cmd_sim(args) -> int:
@@ -261,34 +248,6 @@ def _against_onnxruntime(path: str, graph) -> None:
         print(f"onnxruntime, output {out!r}: {int((diff > 0).sum())} of {diff.size} values "
               f"differ, by at most {int(diff.max())} (the chip rounds half up by a 16-bit "
               f"multiplier, ONNX half to even by a float scale)")
-
-
-def _onnx_inception():
-    from ..compiler import onnx_import, onnx_models
-    return onnx_import.load(onnx_models.inception(), name="onnx_inception")
-
-
-def _onnx_qdq_resnet():
-    from ..compiler import onnx_import, onnx_models
-    return onnx_import.load(onnx_models.qdq_resnet(), name="onnx_qdq_resnet")
-
-
-def _onnx_ort_quantized():
-    from ..compiler import onnx_import, onnx_models
-    model = onnx_models.ort_quantized(onnx_models.float_cnn(), per_channel=True)
-    return onnx_import.load(model, name="onnx_ort_quantized")
-
-
-def _onnx_ort_resnet():
-    from ..compiler import onnx_import, onnx_models
-    model = onnx_models.ort_quantized(onnx_models.float_resnet(), per_channel=True)
-    return onnx_import.load(model, name="onnx_ort_resnet")
-
-
-def _onnx_ort_mobilenet():
-    from ..compiler import onnx_import, onnx_models
-    model = onnx_models.ort_quantized(onnx_models.float_mobilenet(), per_channel=True)
-    return onnx_import.load(model, name="onnx_ort_mobilenet")
 
 
 def _onnxruntime_agreement(graph) -> dict:
@@ -332,114 +291,31 @@ def _write_trace(path: str | None, compiled) -> None:
 def cmd_bench(args) -> int:
     from rich.progress import Progress
 
-    from . import demo, flow, plot, report
+    from . import bench_cases, chain_bench, cnn_bench, flow, plot, report, route_bench
     from ..sim import rtlsim
     from ..arch.config import preset
     from ..compiler import CompileError
     _check_output(args.out, "--out")
-    gemm256 = ("gemm_256x256x256", "base", lambda: _gemm_network(256, 256, 256, 1))
-    # Each case as cocotb drives it (as the tests do), then the long GEMM again with
-    # the plain C++ harness: the simulation speed of both, on the same Verilog.
-    from . import chain_bench, cnn_bench, route_bench
-    from ..compiler import models
-    cases = [(*gemm256, "cocotb"),
-             ("gemm_64x64x64", "base", lambda: _gemm_network(64, 64, 64, 2), "cocotb"),
-             ("demo_mlp", "tiny", demo.mlp, "cocotb"),
-             ("demo_cnn", "tiny", demo.cnn, "cocotb"),
-             # the same CNN on the tall and wide grids of tiny's tiles (its 10-class head
-             # is wider than min(R, C): sub-blocks on the tall grid, slices on the wide)
-             *[("demo_cnn", cfg_name, demo.cnn, "cocotb") for cfg_name in ("tiny_tall",
-                                                                            "tiny_wide")],
-             # and on a 2x3 grid, whose sides do not divide (N-blocks in pieces)
-             ("demo_cnn", "tiny_2x3", demo.cnn, "cocotb"),
-             *[(layer[0], "base", lambda layer=layer: cnn_bench.conv_layer(*layer), "cocotb")
-               for layer in cnn_bench.RTL_LAYERS],
-             (*gemm256, "cxx"),
-             # small K and N: the whole array, then the cost model's split (issue: K = 4
-             # and 8 fit one of base's two diagonal tile groups, 12 does not)
-             *[(f"gemm_2048x{k}x8{'' if split is None else '_whole'}", "base",
-                lambda k=k: _gemm_network(2048, k, 8, 3), "cocotb", split)
-               for k in (4, 8, 12) for split in (1, None)],
-             # groups smaller than a tile: K = N = 4 in four groups of 4x4 cells on
-             # base, K = 4 and N = 2 in four of a tile row and two columns on tiny_tall
-             *[(f"gemm_2048x4x{n}{'' if split is None else '_whole'}", cfg_name,
-                lambda n=n: _gemm_network(2048, 4, n, 3), "cocotb", split)
-               for cfg_name, n in (("base", 4), ("tiny_tall", 2)) for split in (1, None)],
-             # the split on eight tile rows (tiny_8x8: 8x8 one-cell tiles, its SETCFGs
-             # in two pages): K = N = 1 in eight tile groups, K = N = 2 in four
-             *[(f"gemm_2048x{k}x{k}{'' if split is None else '_whole'}", "tiny_8x8",
-                lambda k=k: _gemm_network(2048, k, k, 3), "cocotb", split)
-               for k in (1, 2) for split in (1, None)],
-             # the split where the grid's sides do not divide (tiny_2x3: two groups of
-             # one tile, the third tile column in none)
-             *[(f"gemm_2048x4x4{'' if split is None else '_whole'}", "tiny_2x3",
-                lambda: _gemm_network(2048, 4, 4, 3), "cocotb", split)
-               for split in (1, None)],
-             # the seed's 16x16 tile grid (one-cell tiles, 848 multiplexers set by
-             # SETCFGW): K = N = 1 in sixteen groups, K = N = 5 in three of five tiles
-             *[(f"gemm_2048x{k}x{k}{'' if split is None else '_whole'}", "tiny_16x16",
-                lambda k=k: _gemm_network(2048, k, k, 3), "cocotb", split)
-               for k in (1, 5) for split in (1, None)],
-             # a chain of narrow dense layers inside a network, split as one
-             *[(f"mlp_500x4x8x8x4{'' if split is None else '_whole'}", "base",
-                lambda: demo.mlp(batch=500, widths=(4, 8, 8, 4), name="mlp_500x4x8x8x4"),
-                "cocotb", split) for split in (1, None)],
-             # the same on a wide grid, each inner layer's outputs packed into one row
-             *[(f"mlp_300x4x4x3x7{'' if split is None else '_whole'}", "tiny_wide",
-                lambda: demo.mlp(batch=300, widths=(4, 4, 3, 7), seed=4,
-                                 name="mlp_300x4x4x3x7"), "cocotb", split)
-               for split in (1, None)],
-             # one GEMM on the square, tall and wide grids of tiny's tiles
-             *[("gemm_256x128x32", cfg_name, lambda: _gemm_network(256, 128, 32, 4), "cocotb")
-               for cfg_name in ("tiny", "tiny_tall", "tiny_wide", "tiny_2x3")],
-             # three dense branches joined by a Concat through the general lanes, and
-             # their twin whose last layer reads the branches as separate tensors
-             *[(f"concat_120x4x4x4{'' if joined else '_separate'}", cfg_name,
-                lambda joined=joined: models.branches(120, (4, 4, 4), 6, joined=joined,
-                                                      name="concat_120x4x4x4"), "cocotb")
-               for cfg_name in ("tiny", "tiny_tall", "tiny_wide") for joined in (True, False)],
-             # an inception block: four branches joined by a Concat of maps (a layout:
-             # the producers store into the join's blocks), read by a 1x1 convolution
-             ("inception_block", "tiny",
-              lambda: models.inception_block(size=8, cin=16, widths=(8, 16, 8, 5)), "cocotb"),
-             # its branches of 5, 6, 3 and 7 channels: each but the last padded to a
-             # block of 8 (zero channels from its convolution, zero weight rows after)
-             ("inception_ragged", "tiny",
-              lambda: models.inception_block(size=8, cin=16, widths=(5, 6, 3, 7)), "cocotb"),
-             # MobileNetV2's block: a depthwise 3x3 convolution between two 1x1s
-             ("inverted_residual", "tiny",
-              lambda: models.inverted_residual_block(size=8), "cocotb"),
-             # an ONNX model in the QOperator form, imported (compared with
-             # onnxruntime below)
-             ("onnx_inception", "tiny", _onnx_inception, "cocotb"),
-             # a residual network in the QDQ form (Adds, a global pool, a Gemm)
-             ("onnx_qdq_resnet", "tiny", _onnx_qdq_resnet, "cocotb"),
-             # a float network quantised by onnxruntime's quantize_static (QDQ, weights
-             # per channel): its Concat requantises a branch, its Gemm a 1x1 convolution
-             ("onnx_ort_quantized", "tiny", _onnx_ort_quantized, "cocotb"),
-             # a residual network of three basic blocks, quantised so, on base
-             ("onnx_ort_resnet", "base", _onnx_ort_resnet, "cocotb"),
-             # MobileNetV2's blocks quantised so: depthwise convolutions from ONNX
-             ("onnx_ort_mobilenet", "tiny", _onnx_ort_mobilenet, "cocotb")]
+    cases = bench_cases.cases()
     records = []
     plots = Path(args.out).parent / "plots"     # where each run's cycles go
     with Progress() as progress:
         task = progress.add_task("bench", total=len(cases) + len(chain_bench.runs()))
-        for name, cfg_name, make, harness, *split in cases:
-            progress.update(task, description=f"{name} on {cfg_name} ({harness}): "
-                                              f"building the chip")
+        for case in cases:
+            where = f"{case.name} on {case.config} ({case.harness})"
+            progress.update(task, description=f"{where}: building the chip")
             if progress.console.is_terminal:
-                rtlsim.build(preset(cfg_name), harness=harness)
+                rtlsim.build(preset(case.config), harness=case.harness)
             else:
-                _ensure_built(preset(cfg_name), harness=harness)
-            progress.update(task, description=f"{name} on {cfg_name} ({harness}): running")
-            run = flow.run_network(preset(cfg_name), make(), harness=harness,
-                                   split=split[0] if split else None)
-            records.append(report.record(run, name))
-            if make is _onnx_inception:
+                _ensure_built(preset(case.config), harness=case.harness)
+            progress.update(task, description=f"{where}: running")
+            run = flow.run_network(preset(case.config), case.make(), harness=case.harness,
+                                   **case.options)
+            records.append(report.record(run, case.name))
+            if case.make is bench_cases.onnx_inception:
                 records[-1]["onnxruntime"] = _onnxruntime_agreement(run.compiled.graph)
-            plot.write_occupancy(plots / f"{name}_{cfg_name}.svg", run.compiled,
-                                 f"{name} on chip {cfg_name}")
+            plot.write_occupancy(plots / f"{case.name}_{case.config}.svg", run.compiled,
+                                 f"{case.name} on chip {case.config}")
             progress.advance(task)
         chains = []
         for chain, cfg_name, strategy, choice in chain_bench.runs():
