@@ -29,8 +29,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from .errors import CompileError
-from .tiling import output_size
+from systolica.compiler.errors import CompileError
+from systolica.compiler.tiling import output_size
 
 Rows = tuple[int, int]          # [lo, hi)
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .graph import Graph, GraphBuilder
-from .models import requant_for
+from systolica.compiler.graph import Graph, GraphBuilder
+from systolica.compiler.models import requant_for
 
 
 def _chain(name: str, rng, size: tuple[int, int], channels: list[int],

@@ -43,18 +43,18 @@ from types import MappingProxyType
 
 import numpy as np
 
-from ..arch.config import ChipConfig
-from ..arch.isa import CopyKind, DmaKind, Opcode
-from . import chain
-from .cnn import (PARAM_ROWS, WEIGHT_SLOTS, CnnLowered, DramLayout, Job, Layout, Source,
+from systolica.arch.config import ChipConfig
+from systolica.arch.isa import CopyKind, DmaKind, Opcode
+from systolica.compiler import chain
+from systolica.compiler.cnn import (PARAM_ROWS, WEIGHT_SLOTS, CnnLowered, DramLayout, Job, Layout, Source,
                   _bank_up, check_chain_channels, check_channels,
                   _check_window, _conv_job, _Counters, _Emit, _out_words, acc_param_rows,
                   as_map, pack_map, stored_weights)
-from .errors import CompileError
-from .graph import Graph
-from .ops import Conv2d
-from .pipeline import Block, Step, loop_order, pipeline
-from .plan import DramMap, MemoryPlan, Region, check_plan
+from systolica.compiler.errors import CompileError
+from systolica.compiler.graph import Graph
+from systolica.compiler.ops import Conv2d
+from systolica.compiler.pipeline import Block, Step, loop_order, pipeline
+from systolica.compiler.plan import DramMap, MemoryPlan, Region, check_plan
 
 STRATEGIES = ("baseline", "crop_fetch", "fused_crop")
 DMA_ROWS = 1 << 12       # rows per load of persistent weights (each a DMA of its own)

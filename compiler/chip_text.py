@@ -9,12 +9,12 @@ statements: the compiler places them from the needs.
 
 from __future__ import annotations
 
-from ..arch import instructions, isa
-from ..arch.config import ChipConfig
-from ..arch.isa import Opcode
-from .errors import CompileError
-from .ir import MicroOp
-from .text import Statement, cfg_settings, format_statement, parse, to_micro_op
+from systolica.arch import instructions, isa
+from systolica.arch.config import ChipConfig
+from systolica.arch.isa import Opcode
+from systolica.compiler.errors import CompileError
+from systolica.compiler.ir import MicroOp
+from systolica.compiler.text import Statement, cfg_settings, format_statement, parse, to_micro_op
 
 
 def statements(ops: list[MicroOp]) -> list[Statement]:

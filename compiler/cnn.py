@@ -29,20 +29,20 @@ from types import MappingProxyType
 
 import numpy as np
 
-from ..arch.config import ChipConfig
-from ..arch import isa, timing
-from ..arch.isa import DmaKind, Opcode
-from . import layout
-from .errors import CompileError
-from .graph import Graph
-from .ir import MicroOp
-from .ops import (Add, AvgPool2d, Concat, Conv2d, Dense, Flatten, GlobalAvgPool, MaxPool2d,
+from systolica.arch.config import ChipConfig
+from systolica.arch import isa, timing
+from systolica.arch.isa import DmaKind, Opcode
+from systolica.compiler import layout
+from systolica.compiler.errors import CompileError
+from systolica.compiler.graph import Graph
+from systolica.compiler.ir import MicroOp
+from systolica.compiler.ops import (Add, AvgPool2d, Concat, Conv2d, Dense, Flatten, GlobalAvgPool, MaxPool2d,
                   Transpose, average_params)
-from .pipeline import Block, Step, loop_order, pipeline
-from .plan import DramMap, MemoryPlan, Region, check_plan
-from .rules import TransposeRule, Where, Where32, gemm_routing, int32_words, transpose_op
-from .ir import make, moved
-from .lowered import Lowered
+from systolica.compiler.pipeline import Block, Step, loop_order, pipeline
+from systolica.compiler.plan import DramMap, MemoryPlan, Region, check_plan
+from systolica.compiler.rules import TransposeRule, Where, Where32, gemm_routing, int32_words, transpose_op
+from systolica.compiler.ir import make, moved
+from systolica.compiler.lowered import Lowered
 
 CNN_OPS = (Conv2d, MaxPool2d, AvgPool2d, GlobalAvgPool, Add, Flatten)
 PARAM_ROWS = 4            # VRUN params: bias, multiplier, shift, clamp
@@ -1149,8 +1149,8 @@ def lower_cnn(cfg: ChipConfig, graph: Graph,
     run as chains in passes (:mod:`.net_chains`); with `choose_ubuf`, the UBUF the
     program assumes is the cost model's (:func:`.net_chains.choose_ubuf`: the
     plan's ``cfg`` says where), else the chip's."""
-    from . import chain_lower, net_chains
-    from .concat_pad import pad_map_concats
+    from systolica.compiler import chain_lower, net_chains
+    from systolica.compiler.concat_pad import pad_map_concats
     graph = pad_map_concats(cfg, graph)     # ragged join inputs: whole channel blocks
     lay = _layout(cfg)
     R = cfg.rows

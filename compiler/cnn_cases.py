@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .graph import Graph, GraphBuilder
-from .models import requant_for
+from systolica.compiler.graph import Graph, GraphBuilder
+from systolica.compiler.models import requant_for
 
 
 def _scaled(acc_std: float) -> tuple[int, int]:

@@ -18,10 +18,10 @@ import dataclasses
 
 import numpy as np
 
-from ..arch.config import ChipConfig
-from .errors import CompileError
-from .graph import Graph, Node, Tensor
-from .ops import AvgPool2d, Concat, Conv2d, Dense, Flatten, GlobalAvgPool, MaxPool2d
+from systolica.arch.config import ChipConfig
+from systolica.compiler.errors import CompileError
+from systolica.compiler.graph import Graph, Node, Tensor
+from systolica.compiler.ops import AvgPool2d, Concat, Conv2d, Dense, Flatten, GlobalAvgPool, MaxPool2d
 
 # ops that keep channels where they are: their output is padded as their input
 _CARRY = (MaxPool2d, AvgPool2d, GlobalAvgPool)

@@ -16,7 +16,7 @@ from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass
 
-from .graph import CompileError
+from systolica.compiler.graph import CompileError
 
 
 class ConfigUpdateError(CompileError):

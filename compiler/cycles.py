@@ -19,10 +19,10 @@ from collections import defaultdict, deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from ..arch.config import ChipConfig
-from .busy import BusyIntervals
-from .graph import CompileError
-from .text import Program, Statement, format_statement
+from systolica.arch.config import ChipConfig
+from systolica.compiler.busy import BusyIntervals
+from systolica.compiler.graph import CompileError
+from systolica.compiler.text import Program, Statement, format_statement
 
 DELAY_OP, DELAY_UNIT = "delay", "dreg"
 

@@ -9,10 +9,10 @@ MATMUL needs, so it holds for every rule that lowers one."""
 
 from __future__ import annotations
 
-from ..arch import fabric, isa
-from ..arch.config import ChipConfig
-from ..arch.isa import Opcode
-from .ir import MicroOp, make
+from systolica.arch import fabric, isa
+from systolica.arch.config import ChipConfig
+from systolica.arch.isa import Opcode
+from systolica.compiler.ir import MicroOp, make
 
 
 def early(cfg: ChipConfig, needs: dict) -> int:

@@ -24,10 +24,10 @@ from dataclasses import replace
 
 import numpy as np
 
-from ..arch import fabric, fetch, instructions, isa, timing
-from ..arch.config import ChipConfig
-from ..arch.isa import Opcode
-from .errors import CompileError
+from systolica.arch import fabric, fetch, instructions, isa, timing
+from systolica.arch.config import ChipConfig
+from systolica.arch.isa import Opcode
+from systolica.compiler.errors import CompileError
 
 #: Delays of one instruction after which the pass gives up (it cannot happen when the
 #: instruction memory is deeper than the few instructions a multiplexer window spans).

@@ -23,8 +23,8 @@ from types import MappingProxyType
 
 import numpy as np
 
-from .errors import CompileError
-from .ops import (DTYPES, INT8, INT32, MULT_BITS, OPS, OUT_DTYPES, SHIFT_MAX, Add, AvgPool2d,
+from systolica.compiler.errors import CompileError
+from systolica.compiler.ops import (DTYPES, INT8, INT32, MULT_BITS, OPS, OUT_DTYPES, SHIFT_MAX, Add, AvgPool2d,
                   Concat, Conv2d, Dense, Flatten, GlobalAvgPool, MatMulT, MaxPool2d, Quant,
                   TensorType, Transpose, average_params, integer_array)
 

@@ -11,12 +11,12 @@ from __future__ import annotations
 from bisect import bisect_right, insort
 from dataclasses import dataclass, field
 
-from ..arch import fabric, instructions, isa, timing
-from ..arch.config import ChipConfig
-from ..arch.instructions import ACCUMULATE, READ, WRITE
-from ..arch.isa import Opcode
-from .graph import CompileError
-from .running_max import RunningMax
+from systolica.arch import fabric, instructions, isa, timing
+from systolica.arch.config import ChipConfig
+from systolica.arch.instructions import ACCUMULATE, READ, WRITE
+from systolica.arch.isa import Opcode
+from systolica.compiler.graph import CompileError
+from systolica.compiler.running_max import RunningMax
 
 
 @dataclass(frozen=True)

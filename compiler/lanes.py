@@ -15,9 +15,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Mapping
 
-from ..arch import fabric, geometry
-from ..arch.config import ChipConfig
-from .errors import CompileError
+from systolica.arch import fabric, geometry
+from systolica.arch.config import ChipConfig
+from systolica.compiler.errors import CompileError
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..arch.config import ChipConfig
+from systolica.arch.config import ChipConfig
 
 
 def blocks(n: int, size: int) -> int:

@@ -11,15 +11,15 @@ three parts with one entry point each:
 
 from __future__ import annotations
 
-from ..arch.config import ChipConfig
-from .chain_lower import ChainChoice, lower_chain
-from .cnn import check_channels, is_cnn, lower_cnn
-from .errors import CompileError
-from .graph import MatMulT, Transpose, as_graph
-from .lowered import Lowered
-from .pipeline import hoist, loop_order, pipeline
-from .plan import DramMap, MemoryPlan, plan_memory
-from .rules import WEIGHT_SLOTS, Emitter, acc_half_rows, rule_for
+from systolica.arch.config import ChipConfig
+from systolica.compiler.chain_lower import ChainChoice, lower_chain
+from systolica.compiler.cnn import check_channels, is_cnn, lower_cnn
+from systolica.compiler.errors import CompileError
+from systolica.compiler.graph import MatMulT, Transpose, as_graph
+from systolica.compiler.lowered import Lowered
+from systolica.compiler.pipeline import hoist, loop_order, pipeline
+from systolica.compiler.plan import DramMap, MemoryPlan, plan_memory
+from systolica.compiler.rules import WEIGHT_SLOTS, Emitter, acc_half_rows, rule_for
 
 __all__ = ["DramMap", "Lowered", "WEIGHT_SLOTS", "acc_half_rows", "lower"]
 

@@ -6,8 +6,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .ir import MicroOp
-from .plan import DramMap, MemoryPlan
+from systolica.compiler.ir import MicroOp
+from systolica.compiler.plan import DramMap, MemoryPlan
 
 
 @dataclass

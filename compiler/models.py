@@ -23,9 +23,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import reference
-from .graph import Graph, GraphBuilder
-from .ops import ADD_MULT, MULT_BITS, SHIFT_MAX, Add, Conv2d, Dense
+from systolica.compiler import reference
+from systolica.compiler.graph import Graph, GraphBuilder
+from systolica.compiler.ops import ADD_MULT, MULT_BITS, SHIFT_MAX, Add, Conv2d, Dense
 
 __all__ = ["RELU_ZP", "TARGET", "bottleneck_block", "branches", "layer_macs",
            "macs", "requant_for", "resnet50", "small_cnn"]

@@ -25,14 +25,14 @@ import itertools
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
-from ..arch.config import ChipConfig
-from . import cnn
-from .chain_lower import (STRATEGIES, ChainChoice, Segment, _chunks, estimate,
+from systolica.arch.config import ChipConfig
+from systolica.compiler import cnn
+from systolica.compiler.chain_lower import (STRATEGIES, ChainChoice, Segment, _chunks, estimate,
                           plan_segment)
-from .cnn import PARAM_ROWS
-from .errors import CompileError
-from .graph import Graph
-from .ops import Conv2d
+from systolica.compiler.cnn import PARAM_ROWS
+from systolica.compiler.errors import CompileError
+from systolica.compiler.graph import Graph
+from systolica.compiler.ops import Conv2d
 
 #: The network-level option: every layer on its own, or chains with one strategy.
 NETWORK_STRATEGIES = ("layer_by_layer",) + STRATEGIES
@@ -144,8 +144,8 @@ def _drain(cfg: ChipConfig) -> int:
     """Cycles from a MATMUL's last row issued to its results in the ACC (the array's
     depth): about what a layer waits, at the start of its rows of a pass, for the
     layer before's last rows."""
-    from ..arch import isa, timing
-    from ..arch.isa import Opcode
+    from systolica.arch import isa, timing
+    from systolica.arch.isa import Opcode
     mm = isa.Instr(Opcode.MATMUL, 0, dict(act_addr=0, rows=1, acc_addr=0, accumulate=0,
                                           max=0, bank=0, conv=0, dh=0, dw=0, taps=0,
                                           in_w=1, in_h=1))

@@ -28,9 +28,9 @@ from typing import Mapping
 
 import numpy as np
 
-from .errors import CompileError
-from .graph import Graph, GraphBuilder
-from .models import requant_for
+from systolica.compiler.errors import CompileError
+from systolica.compiler.graph import Graph, GraphBuilder
+from systolica.compiler.models import requant_for
 
 #: The operators :func:`load` takes (every other one is refused by name); the last
 #: two are onnxruntime's (domain ``com.microsoft``), which its quantiser writes.

@@ -23,7 +23,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from .errors import CompileError
+from systolica.compiler.errors import CompileError
 
 INT8 = (-128, 127)
 INT32 = (-(1 << 31), (1 << 31) - 1)

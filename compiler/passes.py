@@ -7,9 +7,9 @@ and the golden model decide what a program takes."""
 
 from __future__ import annotations
 
-from ..arch import timing
-from ..arch.config import ChipConfig
-from ..arch.isa import DmaKind, Instr, Opcode
+from systolica.arch import timing
+from systolica.arch.config import ChipConfig
+from systolica.arch.isa import DmaKind, Instr, Opcode
 
 #: the most passes :func:`best` weighs beyond the fewest that fit
 MORE_PASSES = 8

@@ -12,10 +12,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..arch.config import ChipConfig
-from ..arch.isa import Opcode
-from .errors import CompileError
-from .ir import MicroOp, conflict, verify_reorder
+from systolica.arch.config import ChipConfig
+from systolica.arch.isa import Opcode
+from systolica.compiler.errors import CompileError
+from systolica.compiler.ir import MicroOp, conflict, verify_reorder
 
 
 @dataclass

@@ -38,13 +38,13 @@ from types import MappingProxyType
 
 import numpy as np
 
-from ..arch import fetch
-from ..arch.config import ChipConfig
-from . import layout, passes, split
-from .errors import CompileError
-from .graph import Graph, as_graph
-from .ops import Concat, Dense
-from .rules import rule_for, through_dram
+from systolica.arch import fetch
+from systolica.arch.config import ChipConfig
+from systolica.compiler import layout, passes, split
+from systolica.compiler.errors import CompileError
+from systolica.compiler.graph import Graph, as_graph
+from systolica.compiler.ops import Concat, Dense
+from systolica.compiler.rules import rule_for, through_dram
 
 MEMORIES = ("cbuf", "acc", "dram")
 UNITS = {"cbuf": "rows", "acc": "rows", "dram": "words"}

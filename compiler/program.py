@@ -10,20 +10,20 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..arch import fetch, isa, timing
-from ..arch.config import ChipConfig, ConfigError
-from ..arch.isa import CopyKind, DmaKind, Opcode
-from . import layout, split
-from .graph import CompileError, Graph, Network
-from .chain_lower import ChainChoice
-from .lower import DramMap, lower
-from .fetch_delay import delay_for_fetch
-from .plan import MemoryPlan, program_region
-from .rules import rule_for
-from .reconfigure import add_updates
-from .exits import take_exits
-from .schedule import schedule
-from .verify import ScheduleError, check_regions, verify
+from systolica.arch import fetch, isa, timing
+from systolica.arch.config import ChipConfig, ConfigError
+from systolica.arch.isa import CopyKind, DmaKind, Opcode
+from systolica.compiler import layout, split
+from systolica.compiler.graph import CompileError, Graph, Network
+from systolica.compiler.chain_lower import ChainChoice
+from systolica.compiler.lower import DramMap, lower
+from systolica.compiler.fetch_delay import delay_for_fetch
+from systolica.compiler.plan import MemoryPlan, program_region
+from systolica.compiler.rules import rule_for
+from systolica.compiler.reconfigure import add_updates
+from systolica.compiler.exits import take_exits
+from systolica.compiler.schedule import schedule
+from systolica.compiler.verify import ScheduleError, check_regions, verify
 
 
 @dataclass(frozen=True)

@@ -25,14 +25,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..arch import fabric, instructions, isa, timing
-from ..arch.config import ChipConfig
-from ..arch.isa import Opcode
-from .busy import BusyIntervals
-from .config_updates import (ConfigUpdateError, UpdateWindow, assign_updates, domain_limit,
+from systolica.arch import fabric, instructions, isa, timing
+from systolica.arch.config import ChipConfig
+from systolica.arch.isa import Opcode
+from systolica.compiler.busy import BusyIntervals
+from systolica.compiler.config_updates import (ConfigUpdateError, UpdateWindow, assign_updates, domain_limit,
                              window_between)
-from .graph import CompileError
-from .ir import MicroOp
+from systolica.compiler.graph import CompileError
+from systolica.compiler.ir import MicroOp
 
 FABRIC_OPS = tuple(op for op, entry in instructions.SPEC.items() if entry.uses_fabric)
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .graph import (Add, AvgPool2d, Concat, Conv2d, Dense, Flatten, GlobalAvgPool, Graph, MatMulT,
+from systolica.compiler.graph import (Add, AvgPool2d, Concat, Conv2d, Dense, Flatten, GlobalAvgPool, Graph, MatMulT,
                     MaxPool2d, Network, Transpose, as_graph)
 
 

@@ -17,19 +17,19 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..arch import fabric, timing
-from ..arch.config import ChipConfig
-from ..arch.isa import DmaKind, Opcode
-from . import lanes, layout, permute, split
-from .errors import CompileError
-from .graph import Graph, Node
-from .ir import MicroOp, make
-from .ops import Concat, Dense, MatMulT, Transpose
-from .pipeline import Block, Step
-from .split import packed_cols
+from systolica.arch import fabric, timing
+from systolica.arch.config import ChipConfig
+from systolica.arch.isa import DmaKind, Opcode
+from systolica.compiler import lanes, layout, permute, split
+from systolica.compiler.errors import CompileError
+from systolica.compiler.graph import Graph, Node
+from systolica.compiler.ir import MicroOp, make
+from systolica.compiler.ops import Concat, Dense, MatMulT, Transpose
+from systolica.compiler.pipeline import Block, Step
+from systolica.compiler.split import packed_cols
 
 if TYPE_CHECKING:
-    from .plan import MemoryPlan
+    from systolica.compiler.plan import MemoryPlan
 
 WEIGHT_SLOTS = 4  # CBUF weight blocks in flight: DMA, WLOAD and two of slack
 

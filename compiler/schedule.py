@@ -23,13 +23,13 @@ what overlaps loads, compute and stores. All latencies come from systolica.arch.
 
 from __future__ import annotations
 
-from ..arch import isa, timing
-from ..arch.config import ChipConfig
-from .busy import BusyBanks, BusyIntervals, IssueOrder
-from .graph import CompileError
-from .ir import ACCUMULATE, READ, WRITE, MicroOp, resource_sizes
-from .reconfigure import Routing
-from .running_max import RunningMaxes
+from systolica.arch import isa, timing
+from systolica.arch.config import ChipConfig
+from systolica.compiler.busy import BusyBanks, BusyIntervals, IssueOrder
+from systolica.compiler.graph import CompileError
+from systolica.compiler.ir import ACCUMULATE, READ, WRITE, MicroOp, resource_sizes
+from systolica.compiler.reconfigure import Routing
+from systolica.compiler.running_max import RunningMaxes
 
 
 class _Resource:

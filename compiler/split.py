@@ -20,11 +20,11 @@ from typing import Mapping
 
 import numpy as np
 
-from ..arch.config import ChipConfig
-from . import layout, passes
-from .errors import CompileError
-from .graph import Graph, Node
-from .ops import Dense
+from systolica.arch.config import ChipConfig
+from systolica.compiler import layout, passes
+from systolica.compiler.errors import CompileError
+from systolica.compiler.graph import Graph, Node
+from systolica.compiler.ops import Dense
 
 
 @dataclass(frozen=True)

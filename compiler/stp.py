@@ -9,18 +9,18 @@ import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..arch import fabric, isa, timing
-from ..arch.config import ChipConfig
-from . import trace
-from .config_updates import ConfigUpdateError
-from .cycles import CycleError, Schedule, check_latency, producers, schedule_program, \
+from systolica.arch import fabric, isa, timing
+from systolica.arch.config import ChipConfig
+from systolica.compiler import trace
+from systolica.compiler.config_updates import ConfigUpdateError
+from systolica.compiler.cycles import CycleError, Schedule, check_latency, producers, schedule_program, \
     topological_order
-from .graph import CompileError
-from .ir import MicroOp, required_gap
-from .reconfigure import Update, plan_updates, setcfgs
-from .schedule import schedule
-from .verify import verify
-from .text import ParseError, Program, Statement, cfg_settings, format_statement, \
+from systolica.compiler.graph import CompileError
+from systolica.compiler.ir import MicroOp, required_gap
+from systolica.compiler.reconfigure import Update, plan_updates, setcfgs
+from systolica.compiler.schedule import schedule
+from systolica.compiler.verify import verify
+from systolica.compiler.text import ParseError, Program, Statement, cfg_settings, format_statement, \
     parse_file, to_micro_ops
 
 

@@ -24,11 +24,11 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..arch import fabric, instructions, isa
-from ..arch.config import ChipConfig
-from ..arch.isa import Opcode
-from .graph import CompileError
-from .ir import MicroOp, make
+from systolica.arch import fabric, instructions, isa
+from systolica.arch.config import ChipConfig
+from systolica.arch.isa import Opcode
+from systolica.compiler.graph import CompileError
+from systolica.compiler.ir import MicroOp, make
 
 #: Components that are chip units: each statement on them is one instruction.
 CHIP_UNITS = instructions.UNITS

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .errors import CompileError
+from systolica.compiler.errors import CompileError
 
 
 @dataclass(frozen=True)

@@ -15,10 +15,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..arch import fabric, isa, timing
-from ..arch.config import ChipConfig
-from ..arch.isa import Opcode
-from .cycles import Schedule
+from systolica.arch import fabric, isa, timing
+from systolica.arch.config import ChipConfig
+from systolica.arch.isa import Opcode
+from systolica.compiler.cycles import Schedule
 
 CONFIG_TRACK = "config"
 

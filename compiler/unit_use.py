@@ -14,9 +14,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ..arch import isa, timing
-from ..arch.config import ChipConfig
-from ..arch.instructions import UNITS
+from systolica.arch import isa, timing
+from systolica.arch.config import ChipConfig
+from systolica.arch.instructions import UNITS
 
 #: units that take a configuration (SETCFG, CONVCFG, TAPS), busy a cycle or none:
 #: left out

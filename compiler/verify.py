@@ -13,11 +13,11 @@ from __future__ import annotations
 
 from bisect import bisect_right
 
-from .. import golden
-from ..arch import instructions, isa
-from ..arch.config import ChipConfig
-from ..arch.regs import ErrorCode
-from .graph import CompileError
+from systolica import golden
+from systolica.arch import instructions, isa
+from systolica.arch.config import ChipConfig
+from systolica.arch.regs import ErrorCode
+from systolica.compiler.graph import CompileError
 
 
 class ScheduleError(CompileError):

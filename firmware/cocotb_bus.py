@@ -18,8 +18,8 @@ from cocotb.clock import Clock
 from cocotb.simtime import get_sim_time
 from cocotb.triggers import FallingEdge, First, RisingEdge, Timer
 
-from ..arch.regs import Reg
-from . import dramfile
+from systolica.arch.regs import Reg
+from systolica.firmware import dramfile
 
 
 class CocotbBus:

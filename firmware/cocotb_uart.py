@@ -9,7 +9,7 @@ from cocotb.triggers import FallingEdge, SimTimeoutError, Timer, with_timeout
 
 import cocotb
 
-from .link import LinkCorrupt, LinkTimeout
+from systolica.firmware.link import LinkCorrupt, LinkTimeout
 
 _FRAMING_ERROR = -1
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from ..arch.isa import WORD_BITS
-from ..arch.regs import (CTRL_IRQ_ACK, CTRL_START, STATUS_DONE, STATUS_ERROR, STATUS_RUNNING,
+from systolica.arch.isa import WORD_BITS
+from systolica.arch.regs import (CTRL_IRQ_ACK, CTRL_START, STATUS_DONE, STATUS_ERROR, STATUS_RUNNING,
                     ErrorCode, Reg)
 
 _WORD_BYTES = WORD_BITS // 8

@@ -16,9 +16,9 @@ from typing import Protocol
 
 import numpy as np
 
-from ..arch import link
-from ..arch.link import Command, LinkTiming, Status
-from ..arch.regs import STATUS_DONE, STATUS_ERROR, Reg
+from systolica.arch import link
+from systolica.arch.link import Command, LinkTiming, Status
+from systolica.arch.regs import STATUS_DONE, STATUS_ERROR, Reg
 
 
 class LinkError(RuntimeError):

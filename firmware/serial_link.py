@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import time
 
-from .link import LinkTimeout
+from systolica.firmware.link import LinkTimeout
 
 
 class SerialTransport:

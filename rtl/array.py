@@ -8,7 +8,7 @@ from amaranth.lib.wiring import In, Out
 from systolica.arch import fabric
 from systolica.arch.config import ChipConfig
 
-from .ports import check_config
+from systolica.rtl.ports import check_config
 
 LANE = 8            # a general lane carries one byte per array row (column)
 ACT = signed(8)

@@ -21,7 +21,7 @@ from amaranth.lib.wiring import In, Out
 
 from systolica.arch.config import ChipConfig
 
-from .ports import buffer_read, buffer_write, check_config, delayed, partitioned_read
+from systolica.rtl.ports import buffer_read, buffer_write, check_config, delayed, partitioned_read
 
 
 class BankedBuffer(wiring.Component):

@@ -10,17 +10,17 @@ from amaranth.lib.wiring import In, Out, connect
 from systolica.arch import fabric, regs
 from systolica.arch.config import ChipConfig
 
-from .array import Grid
-from .cbuf import Acc, Cbuf
-from .csr import RegisterFile
-from .dma import Dma
-from .fabric_regs import FabricRegs
-from .matmul import MatmulUnit, WeightLoader
-from .ports import DramMaster, check_config
-from .route import LaneRouter
-from .sequencer import Sequencer
-from .ubuf import CopyUnit
-from .vpu import VectorUnit
+from systolica.rtl.array import Grid
+from systolica.rtl.cbuf import Acc, Cbuf
+from systolica.rtl.csr import RegisterFile
+from systolica.rtl.dma import Dma
+from systolica.rtl.fabric_regs import FabricRegs
+from systolica.rtl.matmul import MatmulUnit, WeightLoader
+from systolica.rtl.ports import DramMaster, check_config
+from systolica.rtl.route import LaneRouter
+from systolica.rtl.sequencer import Sequencer
+from systolica.rtl.ubuf import CopyUnit
+from systolica.rtl.vpu import VectorUnit
 
 
 class Chip(wiring.Component):

@@ -8,7 +8,7 @@ from systolica.arch import isa, regs
 from systolica.arch.config import ChipConfig
 from systolica.arch.regs import Reg
 
-from .ports import RunControl, check_config
+from systolica.rtl.ports import RunControl, check_config
 
 
 class RegisterFile(wiring.Component):

@@ -8,7 +8,7 @@ from systolica.arch import isa
 from systolica.arch.config import ChipConfig
 from systolica.arch.isa import Opcode
 
-from .ports import DramMaster, Issue, buffer_read, buffer_write, check_config
+from systolica.rtl.ports import DramMaster, Issue, buffer_read, buffer_write, check_config
 
 
 class Dma(wiring.Component):

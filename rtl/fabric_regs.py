@@ -7,7 +7,7 @@ from amaranth.lib.wiring import In, Out
 from systolica.arch import fabric, isa
 from systolica.arch.config import ChipConfig
 
-from .ports import Issue, check_config, setcfg_numbers
+from systolica.rtl.ports import Issue, check_config, setcfg_numbers
 
 
 class FabricRegs(wiring.Component):

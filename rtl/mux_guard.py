@@ -11,7 +11,7 @@ from systolica.arch import fabric, instructions, isa, timing
 from systolica.arch.config import ChipConfig
 from systolica.arch.isa import Instr, Opcode
 
-from .ports import check_config, mux_number_bits, setcfg_numbers
+from systolica.rtl.ports import check_config, mux_number_bits, setcfg_numbers
 
 
 @dataclass(frozen=True)

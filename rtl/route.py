@@ -9,8 +9,8 @@ from systolica.arch import geometry as geo, isa
 from systolica.arch.config import ChipConfig
 from systolica.arch.isa import Opcode
 
-from .array import LANE
-from .ports import Issue, buffer_read, buffer_write, check_config
+from systolica.rtl.array import LANE
+from systolica.rtl.ports import Issue, buffer_read, buffer_write, check_config
 
 
 class LaneRouter(wiring.Component):

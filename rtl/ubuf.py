@@ -9,7 +9,7 @@ from systolica.arch import isa
 from systolica.arch.config import ChipConfig
 from systolica.arch.isa import CopyKind, Opcode
 
-from .ports import Issue, buffer_read, buffer_write, check_config, ubuf_place
+from systolica.rtl.ports import Issue, buffer_read, buffer_write, check_config, ubuf_place
 
 
 class CopyUnit(wiring.Component):

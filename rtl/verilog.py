@@ -4,7 +4,7 @@ from amaranth.back import verilog as _verilog
 
 from systolica.arch.config import ChipConfig
 
-from .chip import Chip
+from systolica.rtl.chip import Chip
 
 TOP = "systolica_chip"
 

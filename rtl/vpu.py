@@ -10,8 +10,8 @@ from systolica.arch.config import ChipConfig, ConfigError
 from systolica.arch.instructions import PARAM_ROWS
 from systolica.arch.isa import Opcode
 
-from .matmul import _group_select
-from .ports import Issue, buffer_read, buffer_write, check_config, delayed, ubuf_place
+from systolica.rtl.matmul import _group_select
+from systolica.rtl.ports import Issue, buffer_read, buffer_write, check_config, delayed, ubuf_place
 
 STAGES = 3  # bias add; multiply (+ rounding constant); shift, zero point, clamp, ReLU
 

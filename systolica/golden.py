@@ -38,11 +38,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .arch import fabric, fetch, instructions, isa
-from .arch.config import ChipConfig
-from .arch.instructions import Effects, Touch
-from .arch.isa import Opcode
-from .arch.regs import ErrorCode
+from systolica.arch import fabric, fetch, instructions, isa
+from systolica.arch.config import ChipConfig
+from systolica.arch.instructions import Effects, Touch
+from systolica.arch.isa import Opcode
+from systolica.arch.regs import ErrorCode
 
 NEVER = -(1 << 62)
 _max = np.maximum.reduce       # ndarray.max without its Python wrapper

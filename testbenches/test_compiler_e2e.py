@@ -145,7 +145,7 @@ def test_image_round_trips_and_disassembles():
 
 # -- graphs: fan-out, joins, several outputs --------------------------------------------
 
-from systolica.app import cli, demo  # noqa: E402
+from systolica.app import bench_cases, demo  # noqa: E402
 from systolica.compiler import GraphBuilder  # noqa: E402
 
 
@@ -192,9 +192,9 @@ def test_several_outputs_are_read_with_results_not_result():
 
 
 def test_bench_cycle_counts_are_unchanged():
-    assert compile_network(BASE, cli._gemm_network(256, 256, 256, 1)).predicted_cycles \
+    assert compile_network(BASE, bench_cases.gemm_network(256, 256, 256, 1)).predicted_cycles \
         == 66648
-    assert compile_network(BASE, cli._gemm_network(64, 64, 64, 2)).predicted_cycles == 1344
+    assert compile_network(BASE, bench_cases.gemm_network(64, 64, 64, 2)).predicted_cycles == 1344
     assert compile_network(TINY, demo.mlp()).predicted_cycles == 2264
 
 

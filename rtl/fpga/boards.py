@@ -7,8 +7,8 @@ from amaranth.lib import io
 from systolica.arch.boards import Board
 from systolica.arch.config import ChipConfig
 
-from .clocks import Ecp5Clock
-from .top import FpgaTop
+from systolica.rtl.fpga.clocks import Ecp5Clock
+from systolica.rtl.fpga.top import FpgaTop
 
 
 class BoardTop(Elaboratable):

@@ -10,7 +10,7 @@ from systolica.arch.config import ChipConfig
 from systolica.arch.link import Command, Status
 from systolica.arch.regs import Reg
 
-from ..ports import DramMaster, check_config
+from systolica.rtl.ports import DramMaster, check_config
 
 
 def crc8_next(crc, byte):

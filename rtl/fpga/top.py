@@ -8,10 +8,10 @@ from amaranth.lib.wiring import In, Out, connect
 from systolica.arch.config import ChipConfig
 from systolica.arch.link import LinkTiming
 
-from ..chip import Chip
-from ..ports import check_config
-from .bridge import LinkBridge
-from .uart import UartRx, UartTx
+from systolica.rtl.chip import Chip
+from systolica.rtl.ports import check_config
+from systolica.rtl.fpga.bridge import LinkBridge
+from systolica.rtl.fpga.uart import UartRx, UartTx
 
 
 class FpgaTop(wiring.Component):

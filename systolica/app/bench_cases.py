@@ -22,8 +22,8 @@ class BenchCase:
 def gemm_network(M: int, K: int, N: int, seed: int, int32: bool = False):
     """A random int8 GEMM ``M x K x N`` with a calibrated requantisation (int32 out
     with `int32`)."""
-    from ..compiler import gemm
-    from .demo import calibrate
+    from systolica.compiler import gemm
+    from systolica.app.demo import calibrate
     rng = np.random.default_rng(seed)
     a = rng.integers(-128, 128, size=(M, K), dtype=np.int8)
     b = rng.integers(-128, 128, size=(K, N), dtype=np.int8)
@@ -36,29 +36,29 @@ def gemm_network(M: int, K: int, N: int, seed: int, int32: bool = False):
 
 
 def onnx_inception():
-    from ..compiler import onnx_import, onnx_models
+    from systolica.compiler import onnx_import, onnx_models
     return onnx_import.load(onnx_models.inception(), name="onnx_inception")
 
 
 def onnx_qdq_resnet():
-    from ..compiler import onnx_import, onnx_models
+    from systolica.compiler import onnx_import, onnx_models
     return onnx_import.load(onnx_models.qdq_resnet(), name="onnx_qdq_resnet")
 
 
 def onnx_ort_quantized():
-    from ..compiler import onnx_import, onnx_models
+    from systolica.compiler import onnx_import, onnx_models
     model = onnx_models.ort_quantized(onnx_models.float_cnn(), per_channel=True)
     return onnx_import.load(model, name="onnx_ort_quantized")
 
 
 def onnx_ort_resnet():
-    from ..compiler import onnx_import, onnx_models
+    from systolica.compiler import onnx_import, onnx_models
     model = onnx_models.ort_quantized(onnx_models.float_resnet(), per_channel=True)
     return onnx_import.load(model, name="onnx_ort_resnet")
 
 
 def onnx_ort_mobilenet():
-    from ..compiler import onnx_import, onnx_models
+    from systolica.compiler import onnx_import, onnx_models
     model = onnx_models.ort_quantized(onnx_models.float_mobilenet(), per_channel=True)
     return onnx_import.load(model, name="onnx_ort_mobilenet")
 
@@ -69,8 +69,8 @@ def _split(split) -> dict:
 
 def cases() -> list[BenchCase]:
     """Every RTL case of the bench, in the order it runs them."""
-    from . import cnn_bench, demo
-    from ..compiler import models
+    from systolica.app import cnn_bench, demo
+    from systolica.compiler import models
 
     def gemm256(harness):
         return BenchCase("gemm_256x256x256", "base", lambda: gemm_network(256, 256, 256, 1),

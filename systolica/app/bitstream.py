@@ -22,8 +22,8 @@ import sys
 import time
 from pathlib import Path
 
-from ..arch.boards import BOARDS, board
-from ..arch.config import PRESETS, preset
+from systolica.arch.boards import BOARDS, board
+from systolica.arch.config import PRESETS, preset
 
 #: Per family: the synthesis command, the cells counted, and the tools.
 FAMILIES = {
@@ -94,7 +94,7 @@ def _prepare(spec, cfg, out: Path, name: str, overrides) -> tuple[dict, list]:
     return the tools' environment and the build's commands (each an argument list
     with the tool's path first). ``overrides(platform)`` gives the platform's template
     overrides."""
-    from ..rtl.fpga.boards import BoardTop
+    from systolica.rtl.fpga.boards import BoardTop
 
     module, _, cls = spec.platform.partition(":")
     try:

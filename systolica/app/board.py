@@ -7,11 +7,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .. import golden
-from ..arch import fetch
-from ..compiler import Compiled, reference
-from ..firmware.driver import ChipTimeout, Driver, describe_status, error_name
-from ..firmware.link import LinkBus
+from systolica import golden
+from systolica.arch import fetch
+from systolica.compiler import Compiled, reference
+from systolica.firmware.driver import ChipTimeout, Driver, describe_status, error_name
+from systolica.firmware.link import LinkBus
 
 
 @dataclass
@@ -94,10 +94,10 @@ def run_on_port(port: str, board_name: str, network) -> int:
     predicted cycles, else 1."""
     import asyncio
 
-    from ..arch.boards import board
-    from ..arch.config import preset
-    from ..compiler import compile_network
-    from ..firmware.serial_link import SerialTransport
+    from systolica.arch.boards import board
+    from systolica.arch.config import preset
+    from systolica.compiler import compile_network
+    from systolica.firmware.serial_link import SerialTransport
 
     spec = board(board_name)
     cfg = preset(spec.config)

@@ -11,11 +11,11 @@ from typing import Callable
 
 import numpy as np
 
-from ..compiler.chain import listing
-from ..compiler.chain_cases import seed_two_layer
-from ..compiler.chain_lower import STRATEGIES, ChainChoice
-from ..compiler.graph import Graph, GraphBuilder
-from ..compiler.models import requant_for
+from systolica.compiler.chain import listing
+from systolica.compiler.chain_cases import seed_two_layer
+from systolica.compiler.chain_lower import STRATEGIES, ChainChoice
+from systolica.compiler.graph import Graph, GraphBuilder
+from systolica.compiler.models import requant_for
 
 
 @dataclass(frozen=True)
@@ -57,7 +57,7 @@ def minimum_bytes(graph: Graph) -> int:
 def record(chain: Chain, strategy: str, run) -> dict:
     """One bench record of a chain's RTL run (`strategy` "layer_by_layer": the
     streaming lowering, every map through DRAM, each layer with its tiling)."""
-    from . import report
+    from systolica.app import report
     rec = report.record(run, chain.name)
     minimum = minimum_bytes(run.compiled.graph)
     rec.update(kind="chain", strategy=strategy, min_bytes=minimum,

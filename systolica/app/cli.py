@@ -16,8 +16,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ..arch.boards import BOARDS
-from ..arch.config import PRESETS
+from systolica.arch.boards import BOARDS
+from systolica.arch.config import PRESETS
 
 #: Exit status for anything wrong with the input (argparse uses it too).
 EXIT_USAGE = 2
@@ -130,7 +130,7 @@ def _write_bytes(path: str, data: bytes) -> None:
 
 def _program_words(path: str, image: bytes) -> list[int]:
     """The words of a program image, or a UsageError saying why it is not one."""
-    from ..arch import isa
+    from systolica.arch import isa
     n = isa.WORD_BITS // 8
     if not image:
         raise UsageError(f"{path} is empty (0 bytes); {IMAGE_HINT} holds at least one "
@@ -177,7 +177,7 @@ def _notice(text: str):
 def _ensure_built(cfg, waves: bool = False, harness: str = "cocotb") -> None:
     """Build (or find) the Verilated chip, saying so: the first build of a configuration
     takes minutes, and even finding a cached one takes seconds."""
-    from ..sim import rtlsim
+    from systolica.sim import rtlsim
     with _notice(f"building the Verilated {cfg.name} chip (minutes the first time for a "
                  f"configuration; later runs reuse it)..."):
         rtlsim.build(cfg, waves=waves, harness=harness)
@@ -198,22 +198,22 @@ def _check_gemm_fits(cfg, shape: tuple[int, int, int]) -> None:
 
 
 def _network(args, cfg):
-    from . import demo
+    from systolica.app import demo
     if getattr(args, "onnx", None):
-        from ..compiler import onnx_import
+        from systolica.compiler import onnx_import
         return onnx_import.load(args.onnx, seed=args.seed)
     if args.gemm is None:
         return {"mlp": demo.mlp, "concat": demo.concat}.get(getattr(args, "demo", "cnn"),
                                                            demo.cnn)()
     _check_gemm_fits(cfg, args.gemm)
-    from .bench_cases import gemm_network
+    from systolica.app.bench_cases import gemm_network
     return gemm_network(*args.gemm, seed=args.seed, int32=getattr(args, "int32", False))
 
 
 def cmd_sim(args) -> int:
-    from . import flow, report
-    from ..arch.config import preset
-    from ..compiler import compile_network
+    from systolica.app import flow, report
+    from systolica.arch.config import preset
+    from systolica.compiler import compile_network
     cfg = preset(args.config)
     _check_output(args.trace, "--trace")
     _check_output(args.plot, "--plot")
@@ -238,8 +238,8 @@ def _against_onnxruntime(path: str, graph) -> None:
         print("onnxruntime is not installed: pip install onnxruntime to compare with it")
         return
     import numpy as np
-    from ..compiler import reference
-    from ..compiler.onnx_models import runtime_session
+    from systolica.compiler import reference
+    from systolica.compiler.onnx_models import runtime_session
     sess = runtime_session(path)
     feeds = {i.name: graph.data[_onnx_name(i.name)] for i in sess.get_inputs()}
     ours = reference.outputs(graph)
@@ -254,7 +254,7 @@ def _onnxruntime_agreement(graph) -> dict:
     """The bench's ONNX model: how many of its output values onnxruntime gives
     otherwise than the chip (which equals numpy, checked by the run)."""
     import numpy as np
-    from ..compiler import onnx_models, reference
+    from systolica.compiler import onnx_models, reference
     sess = onnx_models.runtime_session(onnx_models.inception())
     feeds = {i.name: graph.data[_onnx_name(i.name)] for i in sess.get_inputs()}
     ours = reference.outputs(graph)
@@ -265,7 +265,7 @@ def _onnxruntime_agreement(graph) -> dict:
 
 
 def _onnx_name(name: str) -> str:
-    from ..compiler.onnx_import import _safe
+    from systolica.compiler.onnx_import import _safe
     return _safe(name)
 
 
@@ -273,7 +273,7 @@ def _write_plot(path: str | None, compiled, title: str) -> None:
     """The compiled program's unit occupancy plot (SVG)."""
     if not path:
         return
-    from . import plot
+    from systolica.app import plot
     plot.write_occupancy(path, compiled, title)
     print(f"unit occupancy plot: {path} (open in a web browser)")
 
@@ -282,7 +282,7 @@ def _write_trace(path: str | None, compiled) -> None:
     """The compiled program's timeline as Chrome trace / Perfetto JSON."""
     if not path:
         return
-    from ..compiler import trace
+    from systolica.compiler import trace
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     trace.write_trace(path, trace.chip_events(compiled.cfg, compiled.program))
     print(f"schedule timeline: {path} (open in https://ui.perfetto.dev or chrome://tracing)")
@@ -291,10 +291,10 @@ def _write_trace(path: str | None, compiled) -> None:
 def cmd_bench(args) -> int:
     from rich.progress import Progress
 
-    from . import bench_cases, chain_bench, cnn_bench, flow, plot, report, route_bench
-    from ..sim import rtlsim
-    from ..arch.config import preset
-    from ..compiler import CompileError
+    from systolica.app import bench_cases, chain_bench, cnn_bench, flow, plot, report, route_bench
+    from systolica.sim import rtlsim
+    from systolica.arch.config import preset
+    from systolica.compiler import CompileError
     _check_output(args.out, "--out")
     cases = bench_cases.cases()
     records = []
@@ -329,7 +329,7 @@ def cmd_bench(args) -> int:
                 chains.append(chain_bench.record(chain, strategy, run))
             progress.advance(task)
         task = progress.add_task("transposes on tiny: on chip and through DRAM", total=1)
-        from . import transpose_bench
+        from systolica.app import transpose_bench
         _ensure_built(preset(transpose_bench.CONFIG))
         transposes = (transpose_bench.records() + transpose_bench.nd_records()
                       + transpose_bench.int32_records())
@@ -385,21 +385,21 @@ def _per_layer(text: str, names: tuple[str, ...]):
 
 
 def _chain_weights(text: str):
-    from ..compiler.chain_lower import WEIGHTS
+    from systolica.compiler.chain_lower import WEIGHTS
     return _per_layer(text, WEIGHTS)
 
 
 def _chain_strategy(text: str):
-    from ..compiler.chain_lower import STRATEGIES
+    from systolica.compiler.chain_lower import STRATEGIES
     return "all" if text == "all" else _per_layer(text, STRATEGIES)
 
 
 def cmd_chain(args) -> int:
-    from . import flow, report
-    from ..arch.config import preset
-    from ..compiler import chain_cases, compile_network
-    from ..compiler.chain import listing
-    from ..compiler.chain_lower import STRATEGIES, ChainChoice
+    from systolica.app import flow, report
+    from systolica.arch.config import preset
+    from systolica.compiler import chain_cases, compile_network
+    from systolica.compiler.chain import listing
+    from systolica.compiler.chain_lower import STRATEGIES, ChainChoice
     cfg = preset(args.config)
     builder, per = CHAIN_EXAMPLES[args.example]
     per = args.outputs_per_pass or per
@@ -437,10 +437,10 @@ def cmd_chain(args) -> int:
 
 
 def cmd_compile(args) -> int:
-    from ..arch import fetch
-    from ..compiler import compile_network
-    from ..arch.config import preset
-    from . import report
+    from systolica.arch import fetch
+    from systolica.compiler import compile_network
+    from systolica.arch.config import preset
+    from systolica.app import report
     cfg = preset(args.config)
     _check_output(args.out, "--out")
     _check_output(args.trace, "--trace")
@@ -465,7 +465,7 @@ def cmd_compile(args) -> int:
 
 
 def cmd_disasm(args) -> int:
-    from ..arch import isa
+    from systolica.arch import isa
     words = _program_words(args.image, _read_bytes(args.image, IMAGE_HINT))
     for pc, word in enumerate(words):
         print(f"{pc:5d} {isa.disassemble_one(isa.decode(word))}")
@@ -473,8 +473,8 @@ def cmd_disasm(args) -> int:
 
 
 def cmd_schedule(args) -> int:
-    from ..compiler import stp, text, trace
-    from ..arch.config import preset
+    from systolica.compiler import stp, text, trace
+    from systolica.arch.config import preset
     cfg = preset(args.config)
     _check_output(args.image, "--image")
     _check_output(args.trace, "--trace")
@@ -495,10 +495,10 @@ def cmd_schedule(args) -> int:
 
 
 def cmd_run(args) -> int:
-    from ..arch.boards import board
-    from ..arch.config import preset
-    from ..firmware.link import LinkError
-    from .board import run_on_port
+    from systolica.arch.boards import board
+    from systolica.arch.config import preset
+    from systolica.firmware.link import LinkError
+    from systolica.app.board import run_on_port
     net = _network(args, preset(board(args.board).config))
     try:
         return run_on_port(args.port, args.board, net)
@@ -615,10 +615,10 @@ def main(argv: list[str] | None = None) -> int:
     argv = _join_negative_values(sys.argv[1:] if argv is None else list(argv))
     args = parser().parse_args(argv)
 
-    from ..compiler import CompileError
-    from ..arch.config import ConfigError
-    from ..arch.isa import EncodingError
-    from ..sim.rtlsim import RtlSimError
+    from systolica.compiler import CompileError
+    from systolica.arch.config import ConfigError
+    from systolica.arch.isa import EncodingError
+    from systolica.sim.rtlsim import RtlSimError
     try:
         status = args.func(args)
         sys.stdout.flush()

@@ -10,12 +10,12 @@ import time
 
 import numpy as np
 
-from ..arch.config import ChipConfig
-from ..arch.isa import DmaKind, Opcode
-from ..compiler import compile_network
-from ..compiler.graph import Graph, GraphBuilder
-from ..compiler.models import requant_for, resnet50
-from ..compiler.ops import Conv2d
+from systolica.arch.config import ChipConfig
+from systolica.arch.isa import DmaKind, Opcode
+from systolica.compiler import compile_network
+from systolica.compiler.graph import Graph, GraphBuilder
+from systolica.compiler.models import requant_for, resnet50
+from systolica.compiler.ops import Conv2d
 
 #: The layers run on the RTL: (name, input size, Cin, Cout, kernel, stride, pads).
 RTL_LAYERS = (("resnet50_stem_7x7s2", 224, 3, 64, 7, 2, 3),

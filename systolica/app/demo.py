@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..compiler import Dense, Network
-from ..compiler.reference import dense as reference_dense
+from systolica.compiler import Dense, Network
+from systolica.compiler.reference import dense as reference_dense
 
 
 def calibrate(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None = None,
@@ -42,7 +42,7 @@ def concat(seed: int = 6):
     """Three dense branches 4 wide from one ``[120, 6]`` input, joined by a Concat
     through the general lanes and read by a dense layer
     (:func:`systolica.compiler.models.branches`; ``make bench``'s ``concat_120x4x4x4``)."""
-    from ..compiler.models import branches
+    from systolica.compiler.models import branches
     return branches(120, (4, 4, 4), seed, name="demo_concat")
 
 
@@ -50,5 +50,5 @@ def cnn(seed: int = 0):
     """The default demo: :func:`systolica.compiler.models.small_cnn` on a 16x16x3
     image (a 3x3 convolution with ReLU, 2x2 max pool, a residual block of two 3x3
     convolutions and an add with ReLU, global average pool, flatten, dense to 10)."""
-    from ..compiler.models import small_cnn
+    from systolica.compiler.models import small_cnn
     return small_cnn(seed)

@@ -8,13 +8,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .. import golden
-from ..arch import isa, timing
-from ..sim import rtlsim
-from ..compiler import Compiled, Graph, Network, compile_network
-from ..compiler import reference
-from ..compiler.chain_lower import ChainChoice
-from ..arch.config import ChipConfig
+from systolica import golden
+from systolica.arch import isa, timing
+from systolica.sim import rtlsim
+from systolica.compiler import Compiled, Graph, Network, compile_network
+from systolica.compiler import reference
+from systolica.compiler.chain_lower import ChainChoice
+from systolica.arch.config import ChipConfig
 
 
 @dataclass

@@ -5,8 +5,8 @@ from __future__ import annotations
 from rich.console import Console
 from rich.table import Table
 
-from ..compiler import split, unit_use
-from .flow import NetworkRun
+from systolica.compiler import split, unit_use
+from systolica.app.flow import NetworkRun
 
 
 def _mark(ok: bool) -> str:

@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..arch import fabric, isa, timing
-from ..arch.config import ChipConfig, preset
-from ..arch.isa import DmaKind, Instr, Opcode
-from ..compiler import lanes
+from systolica.arch import fabric, isa, timing
+from systolica.arch.config import ChipConfig, preset
+from systolica.arch.isa import DmaKind, Instr, Opcode
+from systolica.compiler import lanes
 
 M, SRC, DST, OUT = 24, 0, 100, 200
 
@@ -88,7 +88,7 @@ def expected(cfg: ChipConfig, image: np.ndarray, moves: dict[int, int], col0: in
 def skip_records(rows: int = 256) -> list[dict]:
     """Each :data:`SKIP_CASES` move of `rows` rows on the RTL with and without the skip
     links: cycles, span, the rows equal to the contract's."""
-    from ..sim import rtlsim
+    from systolica.sim import rtlsim
     out = []
     for name, moves, col0 in SKIP_CASES:
         cfg = preset(name)

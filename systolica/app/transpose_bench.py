@@ -29,13 +29,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..arch import isa
-from ..arch.config import ChipConfig, preset
-from ..arch.isa import DmaKind, Opcode
-from ..compiler import layout
-from ..compiler.ir import MicroOp, make
-from ..compiler.reconfigure import add_updates
-from ..compiler.schedule import schedule
+from systolica.arch import isa
+from systolica.arch.config import ChipConfig, preset
+from systolica.arch.isa import DmaKind, Opcode
+from systolica.compiler import layout
+from systolica.compiler.ir import MicroOp, make
+from systolica.compiler.reconfigure import add_updates
+from systolica.compiler.schedule import schedule
 
 #: (M, N) shapes: square, and ragged in both directions.
 SHAPES = ((64, 64), (100, 37))
@@ -110,7 +110,7 @@ def nd_programs(cfg: ChipConfig, x: np.ndarray, perm: tuple[int, ...]):
     """The compiled N-D transpose of `x` and the DMA-only round trip (load ``X`` into
     the CBUF in chunks, store it back to the output's words), each an RTL job, and the
     compiled program (its output map, predicted cycles)."""
-    from ..compiler import GraphBuilder, compile_network
+    from systolica.compiler import GraphBuilder, compile_network
     g = GraphBuilder(f"transpose_{'x'.join(map(str, x.shape))}")
     g.transpose(g.input(x, name="x"), perm, name="t")
     compiled = compile_network(cfg, g.build())
@@ -142,7 +142,7 @@ def nd_programs(cfg: ChipConfig, x: np.ndarray, perm: tuple[int, ...]):
 
 def nd_records(cfg_name: str = CONFIG, cases=ND_CASES) -> list[dict]:
     """Run every N-D case's two programs on the RTL (one simulator start)."""
-    from ..sim import rtlsim
+    from systolica.sim import rtlsim
     cfg = preset(cfg_name)
     rng = np.random.default_rng(5)
     jobs, meta = [], []
@@ -177,7 +177,7 @@ INT32_CASE = (64, 64, 64)
 def int32_graphs(m: int, k: int, n: int, seed: int = 6):
     """An int32 tensor (a dense layer's int32 output, its bias over the whole int32
     range) transposed, and the same graph without the transpose (its output ``d``)."""
-    from ..compiler import GraphBuilder
+    from systolica.compiler import GraphBuilder
     rng = np.random.default_rng(seed)
     x = rng.integers(-128, 128, (m, k))
     w = rng.integers(-128, 128, (k, n))
@@ -197,8 +197,8 @@ def int32_records(cfg_name: str = CONFIG, case=INT32_CASE) -> list[dict]:
     (``on_chip``: the dense layer, its int32 output through DRAM, the transpose DRAM to
     DRAM) against the dense layer alone (``base``); its cost is the difference. The
     result is checked against numpy and the prediction."""
-    from ..compiler import compile_network, reference
-    from ..sim import rtlsim
+    from systolica.compiler import compile_network, reference
+    from systolica.sim import rtlsim
     cfg = preset(cfg_name)
     graphs = int32_graphs(*case)
     compiled = [compile_network(cfg, g) for g in graphs]
@@ -237,7 +237,7 @@ def _placed(compiled, words: np.ndarray) -> np.ndarray:
 def records(cfg_name: str = CONFIG, shapes=SHAPES) -> list[dict]:
     """Run every shape's three programs on the RTL (one simulator start); one record
     per shape."""
-    from ..sim import rtlsim
+    from systolica.sim import rtlsim
     cfg = preset(cfg_name)
     rng = np.random.default_rng(4)
     jobs, meta = [], []

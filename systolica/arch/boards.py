@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .link import LinkTiming
+from systolica.arch.link import LinkTiming
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -82,7 +82,7 @@ class ChipConfig:
             if not isinstance(getattr(self, n), bool):
                 raise ConfigError(f"{self.name}: {n} must be True or False, not "
                                   f"{getattr(self, n)!r}")
-        from . import isa  # field widths bound the sizes
+        from systolica.arch import isa  # field widths bound the sizes
         if self.max_config_updates_per_cycle > isa.SETCFG_PAIRS:
             raise ConfigError(f"{self.name}: max_config_updates_per_cycle "
                               f"{self.max_config_updates_per_cycle} exceeds the "
@@ -143,13 +143,13 @@ class ChipConfig:
                               f"crop writes CBUF row a to UBUF row a mod ubuf_rows), not "
                               f"{self.ubuf_rows}")
         self._check_latency()
-        from . import isa
+        from systolica.arch import isa
         if self.general_lanes and max(self.tile_rows, self.tile_cols) > isa.ROUTE_GROUPS:
             raise ConfigError(f"{self.name}: a ROUTE names at most {isa.ROUTE_GROUPS} tile "
                               f"rows and columns (its keep and delay fields), not a "
                               f"{self.tile_rows}x{self.tile_cols} grid's; use "
                               f"general_lanes=False or fewer tiles")
-        from . import fabric  # every multiplexer needs a SETCFG index
+        from systolica.arch import fabric  # every multiplexer needs a SETCFG index
         try:
             fabric.muxes(self)
         except ConfigError as e:

@@ -49,7 +49,7 @@ from functools import lru_cache
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:       # config checks a chip's fabric through this module
-    from .config import ChipConfig
+    from systolica.arch.config import ChipConfig
 
 ZERO = "zero"
 KEEP = "keep"   # wb_src only: the writeback leaves this CBUF partition group as it is
@@ -129,8 +129,8 @@ def _muxes(t: int, tile_cols: int, general: bool = False) -> tuple[Mux, ...]:
                 for j in range(tile_cols):
                     add(f"{kind}[{i}][{j}]", general_sources(kind, i, j, t, tile_cols), 0)
     if _format(len(out), max(len(m.sources) for m in out)) is None:
-        from .config import ConfigError
-        from .isa import SETCFG_FORMATS, Opcode
+        from systolica.arch.config import ConfigError
+        from systolica.arch.isa import SETCFG_FORMATS, Opcode
         wide = SETCFG_FORMATS[Opcode.SETCFGW]
         raise ConfigError(f"a {t}x{tile_cols} tile grid has {len(out)} multiplexers with up "
                           f"to {max(len(m.sources) for m in out)} sources, more than "
@@ -143,7 +143,7 @@ def _muxes(t: int, tile_cols: int, general: bool = False) -> tuple[Mux, ...]:
 def _format(count: int, sources: int):
     """The first SETCFG format whose numbers and values reach `count` multiplexers of
     up to `sources` sources, or None."""
-    from .isa import SETCFG_FORMATS
+    from systolica.arch.isa import SETCFG_FORMATS
     return next((f for f in SETCFG_FORMATS.values()
                  if count <= 1 << f.number_bits and sources <= 1 << f.value_bits), None)
 

@@ -43,9 +43,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import isa
-from .config import ChipConfig
-from .isa import DmaKind, Opcode
+from systolica.arch import isa
+from systolica.arch.config import ChipConfig
+from systolica.arch.isa import DmaKind, Opcode
 
 #: Cycles from the address of an instruction's last word to the first cycle it can
 #: issue, beyond the DRAM read latency: the ring write lands, then the sequencer's

@@ -4,7 +4,7 @@ builds its skew registers from these, and both views of the instruction timing
 
 from __future__ import annotations
 
-from .config import ChipConfig
+from systolica.arch.config import ChipConfig
 
 
 def skew(cfg: ChipConfig, i: int) -> int:

@@ -36,9 +36,9 @@ from typing import Any, Callable
 
 import numpy as np
 
-from . import fabric, geometry as geo, isa
-from .config import ChipConfig
-from .isa import CopyKind, DmaKind, Opcode
+from systolica.arch import fabric, geometry as geo, isa
+from systolica.arch.config import ChipConfig
+from systolica.arch.isa import CopyKind, DmaKind, Opcode
 
 READ, WRITE, ACCUMULATE = "read", "write", "accumulate"
 

@@ -382,7 +382,7 @@ def from_bytes(image: bytes) -> list[int]:
 
 
 def disassemble_one(instr: Instr) -> str:
-    from .instructions import SPEC   # the entries import this module
+    from systolica.arch.instructions import SPEC   # the entries import this module
     entry = SPEC.get(instr.op)
     args = entry.format(instr.fields) if entry else ", ".join(
         f"{k}={v}" for k, v in instr.fields.items())

@@ -20,10 +20,10 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-from .config import ChipConfig
-from .geometry import array_span, feed_stages, matmul_pipeline, skew, skew_max, weight_shifts  # noqa: F401
-from .instructions import ACCUMULATE, SPEC, Dma, bank_shift, ranges
-from .isa import Instr, Opcode
+from systolica.arch.config import ChipConfig
+from systolica.arch.geometry import array_span, feed_stages, matmul_pipeline, skew, skew_max, weight_shifts  # noqa: F401
+from systolica.arch.instructions import ACCUMULATE, SPEC, Dma, bank_shift, ranges
+from systolica.arch.isa import Instr, Opcode
 
 #: The unit that executes each opcode.
 UNIT = {op: s.unit for op, s in SPEC.items()}

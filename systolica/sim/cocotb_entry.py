@@ -27,8 +27,8 @@ from pathlib import Path
 import cocotb
 import numpy as np
 
-from ..firmware.cocotb_bus import CocotbBus
-from ..firmware.driver import ChipTimeout, Driver, describe_status, error_name
+from systolica.firmware.cocotb_bus import CocotbBus
+from systolica.firmware.driver import ChipTimeout, Driver, describe_status, error_name
 
 
 @cocotb.test()

@@ -16,9 +16,9 @@ from pathlib import Path
 
 import numpy as np
 
-from ..arch.regs import CTRL_START, Reg
-from ..firmware import dramfile
-from ..firmware.driver import COUNTER_REGS, Driver, counters_from
+from systolica.arch.regs import CTRL_START, Reg
+from systolica.firmware import dramfile
+from systolica.firmware.driver import COUNTER_REGS, Driver, counters_from
 
 
 class ScriptBus:

@@ -29,19 +29,19 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .. import golden
-from ..arch import fabric, geometry, instructions, isa, timing
-from ..arch.config import PRESETS, ChipConfig, preset
-from ..arch.instructions import READ
-from ..arch.isa import CopyKind, DmaKind, Instr, Opcode
-from ..arch.regs import ErrorCode
-from ..compiler.chip_text import format_ops
-from ..compiler.config_updates import ConfigUpdateError
-from ..compiler import lanes
-from ..compiler.errors import CompileError
-from ..compiler.ir import MicroOp, make
-from ..compiler.reconfigure import add_updates
-from ..compiler.schedule import schedule
+from systolica import golden
+from systolica.arch import fabric, geometry, instructions, isa, timing
+from systolica.arch.config import PRESETS, ChipConfig, preset
+from systolica.arch.instructions import READ
+from systolica.arch.isa import CopyKind, DmaKind, Instr, Opcode
+from systolica.arch.regs import ErrorCode
+from systolica.compiler.chip_text import format_ops
+from systolica.compiler.config_updates import ConfigUpdateError
+from systolica.compiler import lanes
+from systolica.compiler.errors import CompileError
+from systolica.compiler.ir import MicroOp, make
+from systolica.compiler.reconfigure import add_updates
+from systolica.compiler.schedule import schedule
 
 #: How an illegal program is broken; the seed picks one (``seed % len``).
 CATEGORIES = ("late", "unit_busy", "addr_range", "cfg_limit", "cfg_in_use", "bank_conflict",
@@ -957,7 +957,7 @@ def report(prog: RandomProgram, problems: list[str]) -> str:
 def check_on_rtl(progs: list[RandomProgram]) -> list[str]:
     """Run `progs` in one simulator process; one failure report per program that
     differs from the golden model."""
-    from . import rtlsim
+    from systolica.sim import rtlsim
     if not progs:
         return []
     cfg = progs[0].cfg

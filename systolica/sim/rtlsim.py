@@ -59,13 +59,13 @@ from pathlib import Path
 
 import numpy as np
 
-from ..arch import fetch, isa, timing
-from ..arch.config import ChipConfig
-from ..arch.regs import STATUS_ERROR
-from ..firmware import dramfile
-from ..firmware.driver import describe_status, error_name
-from . import verilated
-from .verilated import build_root, cocotb_environment, log_tail
+from systolica.arch import fetch, isa, timing
+from systolica.arch.config import ChipConfig
+from systolica.arch.regs import STATUS_ERROR
+from systolica.firmware import dramfile
+from systolica.firmware.driver import describe_status, error_name
+from systolica.sim import verilated
+from systolica.sim.verilated import build_root, cocotb_environment, log_tail
 
 HDL = verilated.HDL
 SIM_TOP = HDL / "sim_top.v"
@@ -121,7 +121,7 @@ def design(cfg: ChipConfig, waves: bool = False, harness: str = "cocotb") -> ver
     _check_harness(harness, waves)
 
     def generate() -> str:
-        from ..rtl import verilog
+        from systolica.rtl import verilog
         return verilog.generate(cfg)
 
     cxx = harness == "cxx"
@@ -308,7 +308,7 @@ def run(cfg: ChipConfig, jobs: list[dict], waves: bool = False, *,
 def _run_cxx(cfg: ChipConfig, out: Path, run_dir: Path, specs: list[dict]) -> list[dict]:
     """Each job in its own harness process, from its DRAM load file (an empty one
     when it has none: the load zeroes the memory), dumping only its readback ranges."""
-    from . import cxxsim
+    from systolica.sim import cxxsim
     raw = []
     for index, spec in enumerate(specs):
         dram_in = run_dir / (spec["dram"] or f"job{index}-dram.hex")
