@@ -6,10 +6,10 @@ pipeliner) -> schedule (issue cycles) -> reconfigure (configuration updates) ->
 program (encoded image, predictions). ``lower`` runs the middle three.
 """
 
-from systolica.compiler.graph import CompileError, Dense, Graph, GraphBuilder, Network, Node, Quant, Tensor, gemm
-from systolica.compiler.ops import Add, AvgPool2d, Concat, Conv2d, Flatten, GlobalAvgPool, MaxPool2d
-from systolica.compiler.plan import MemoryPlan, plan_memory
-from systolica.compiler.program import Compiled, LayerRecord, compile_network
+from systolica.compiler.graph.graph import CompileError, Dense, Graph, GraphBuilder, Network, Node, Quant, Tensor, gemm
+from systolica.compiler.graph.ops import Add, AvgPool2d, Concat, Conv2d, Flatten, GlobalAvgPool, MaxPool2d
+from systolica.compiler.planning.memory import MemoryPlan, plan_memory
+from systolica.compiler.driver import Compiled, LayerRecord, compile_network
 
 __all__ = ["Add", "AvgPool2d", "CompileError", "Compiled", "Concat", "Conv2d", "Dense", "Flatten",
            "GlobalAvgPool", "Graph", "GraphBuilder", "LayerRecord", "MaxPool2d", "MemoryPlan",

@@ -17,7 +17,7 @@ timing (:mod:`systolica.arch.timing`), its scheduler or its lowering:
    not yet written, a write that lands before an earlier instruction has read the
    old data, or two writes out of order is a *hazard*: the hardware would compute
    something other than the program's sequential meaning. The cycle count is the
-   cycle after the last effect. The schedule verifier (:mod:`systolica.compiler.verify`)
+   cycle after the last effect. The schedule verifier (:mod:`systolica.compiler.scheduling.verify`)
    is this pass.
 2. :func:`run` -- the data pass: each issued instruction's semantics
    (``execute`` in its entry) on numpy state, in issue order, with the multiplexer

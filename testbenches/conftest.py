@@ -116,7 +116,7 @@ def assert_outputs_match(cfg: ChipConfig, compiled, res: dict) -> None:
     """Every graph output read back from the RTL run equals numpy and the golden model."""
     import numpy as np
     from systolica import golden
-    from systolica.compiler import reference
+    from systolica.compiler.graph import reference
     assert res["error_name"] == "NONE", f"chip fault {res['error_name']} at pc {res['fault_pc']}"
     got = compiled.results(res["dram"])
     want = reference.outputs(compiled.graph)

@@ -134,7 +134,7 @@ def _routes() -> list[Case]:
 
 def _resnet50() -> list[Case]:
     from systolica.app import cnn_bench
-    from systolica.compiler import models
+    from systolica.models import zoo as models
     cfg = preset("base")
     runs = [(suffix, options) for suffix, _, options in cnn_bench.RESNET50_STRATEGIES]
     runs += [("_cost_model", {}),
@@ -145,8 +145,8 @@ def _resnet50() -> list[Case]:
 
 def _chain_examples() -> list[Case]:
     from systolica.app.cli import CHAIN_EXAMPLES
-    from systolica.compiler import chain_cases
-    from systolica.compiler.chain_lower import STRATEGIES, ChainChoice
+    from systolica.models import chain_cases
+    from systolica.compiler.lowering.chain import STRATEGIES, ChainChoice
     out = []
     for example, (builder, per) in CHAIN_EXAMPLES.items():
         make = getattr(chain_cases, builder)
@@ -163,7 +163,7 @@ def _chain_examples() -> list[Case]:
 
 
 def _cnn_cases() -> list[Case]:
-    from systolica.compiler import cnn_cases
+    from systolica.models import cnn_cases
     makers = [*[(f"conv_case_{s}", lambda s=s: cnn_cases.conv_case(s)) for s in range(6)],
               *[(f"pool_case_{s}", lambda s=s: cnn_cases.pool_case(s)) for s in range(3)],
               *[(f"add_case_{s}", lambda s=s: cnn_cases.add_case(s)) for s in range(3)],
@@ -178,7 +178,7 @@ def _cnn_cases() -> list[Case]:
 
 def _models() -> list[Case]:
     from systolica.app import demo
-    from systolica.compiler import models
+    from systolica.models import zoo as models
     makers = [("small_cnn", models.small_cnn),
               ("bottleneck_block", models.bottleneck_block),
               ("branches", lambda: models.branches(96, (4, 6, 5), 3)),
@@ -194,7 +194,8 @@ def _models() -> list[Case]:
 def _onnx() -> list[Case]:
     def load(build, name, quantise=None):
         def make():
-            from systolica.compiler import onnx_import, onnx_models
+            from systolica.compiler.frontend import onnx_import
+            from systolica.models import onnx_zoo as onnx_models
             model = getattr(onnx_models, build)()
             if quantise is not None:
                 model = onnx_models.ort_quantized(model, per_channel=quantise)
@@ -233,7 +234,8 @@ def _transpose_graphs() -> list[Case]:
 def _program_text() -> list[Case]:
     from pathlib import Path
 
-    from systolica.compiler import stp, text
+    from systolica.compiler.frontend import stp
+    from systolica.compiler.frontend import text
     root = Path(__file__).resolve().parents[1] / "examples"
 
     def run(path: Path) -> dict:

@@ -20,7 +20,8 @@ from systolica import golden
 from systolica.app import demo, flow, report
 from systolica.arch import isa, timing
 from systolica.arch.config import preset
-from systolica.compiler import compile_network, reference
+from systolica.compiler import compile_network
+from systolica.compiler.graph import reference
 
 #: The bench record's fields (``build/bench.json``); a change here is a change of format.
 RECORD_KEYS = {

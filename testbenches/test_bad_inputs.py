@@ -20,8 +20,9 @@ from systolica.arch import isa
 from systolica.arch.config import DEFAULT_LATENCY, PRESETS, ChipConfig, ConfigError, preset
 from systolica.compiler import (CompileError, Dense, GraphBuilder, Network, compile_network,
                                 gemm)
-from systolica.compiler.ops import Conv2d
-from systolica.compiler import stp, text
+from systolica.compiler.graph.ops import Conv2d
+from systolica.compiler.frontend import stp
+from systolica.compiler.frontend import text
 from tiers import sample
 
 TINY = preset("tiny")

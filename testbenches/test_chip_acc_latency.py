@@ -20,7 +20,10 @@ from systolica.arch import timing
 from systolica.arch.config import ConfigError, preset
 from systolica.arch.instructions import SPEC
 from systolica.arch.isa import Instr, Opcode
-from systolica.compiler import cnn_cases, compile_network, models, reference
+from systolica.compiler import compile_network
+from systolica.models import cnn_cases
+from systolica.models import zoo as models
+from systolica.compiler.graph import reference
 from tb_base import with_acc_read
 from test_chip_nonsquare import gemm, transpose
 

@@ -10,9 +10,9 @@ import pytest
 
 from conftest import assert_matches_prediction, assert_outputs_match, compile_and_run_on_rtl
 from systolica.arch.config import preset
-from systolica.compiler.chain_cases import (bank_split_pair, random_chain, seed_four_layer,
+from systolica.models.chain_cases import (bank_split_pair, random_chain, seed_four_layer,
                                              seed_two_layer)
-from systolica.compiler.chain_lower import ChainChoice
+from systolica.compiler.lowering.chain import ChainChoice
 
 pytestmark = pytest.mark.rtl
 

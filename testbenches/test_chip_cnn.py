@@ -13,7 +13,8 @@ import pytest
 
 from conftest import assert_matches_prediction, assert_outputs_match, compile_and_run_on_rtl
 from systolica.arch.config import preset
-from systolica.compiler import cnn_cases, models
+from systolica.models import cnn_cases
+from systolica.models import zoo as models
 
 pytestmark = pytest.mark.rtl
 

@@ -12,8 +12,9 @@ from conftest import run_many_on_rtl
 from systolica import golden
 from systolica.arch import fetch, isa, timing
 from systolica.arch.config import preset
-from systolica.compiler import compile_network, gemm, reference
-from systolica.compiler.fetch_delay import delay_for_fetch
+from systolica.compiler import compile_network, gemm
+from systolica.compiler.graph import reference
+from systolica.compiler.scheduling.fetch_delay import delay_for_fetch
 from test_fetch import hog
 
 pytestmark = pytest.mark.rtl

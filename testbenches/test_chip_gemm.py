@@ -12,7 +12,7 @@ import pytest
 
 from conftest import assert_matches_prediction, compile_and_run_on_rtl, random_gemm
 from systolica import golden
-from systolica.compiler import reference
+from systolica.compiler.graph import reference
 from systolica.arch.config import preset
 from systolica.app.demo import mlp
 

@@ -19,8 +19,12 @@ from conftest import assert_cases_and_random_programs_on_rtl, case_network
 from systolica.arch import fabric
 from systolica.arch.config import preset
 from systolica.arch.isa import Opcode
-from systolica.compiler import CompileError, compile_network, layout, models, rules, split
-from systolica.compiler.layout import Piece
+from systolica.compiler import CompileError, compile_network
+from systolica.compiler.planning import layout
+from systolica.models import zoo as models
+from systolica.compiler.lowering import rules
+from systolica.compiler.planning import split
+from systolica.compiler.planning.layout import Piece
 from test_depthwise import _random_depthwise
 from tiers import sample
 

@@ -22,9 +22,12 @@ from systolica.arch import isa
 from systolica.arch.config import preset
 from systolica.arch.isa import Opcode
 from systolica.arch.instructions import SPEC
-from systolica.compiler import CompileError, cnn_cases, compile_network, layout, models, \
-    reference
-from systolica.compiler.graph import GraphBuilder
+from systolica.compiler import CompileError, compile_network
+from systolica.models import cnn_cases
+from systolica.compiler.planning import layout
+from systolica.models import zoo as models
+from systolica.compiler.graph import reference
+from systolica.compiler.graph.graph import GraphBuilder
 from test_transpose_nd import int32_graph
 from tiers import sample
 
@@ -330,8 +333,8 @@ def test_sub_blocks_of_a_feature_map_share_a_store():
 def test_chain_in_passes(strategy):
     """Seed 001's two chained convolutions in passes through the UBUF, 8 channels:
     golden equals numpy; 12 channels (more than C) are refused, not miscompiled."""
-    from systolica.compiler.chain_cases import seed_two_layer
-    from systolica.compiler.chain_lower import ChainChoice
+    from systolica.models.chain_cases import seed_two_layer
+    from systolica.compiler.lowering.chain import ChainChoice
     c = compile_network(TALL, seed_two_layer(8), chain=ChainChoice(strategy, 8))
     gold = c.results(golden.run(TALL, c.image, c.dram, c.prog_addr).dram)
     for k, want in reference.outputs(c.graph).items():

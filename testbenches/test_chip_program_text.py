@@ -16,7 +16,7 @@ from systolica import golden
 from systolica.arch import timing
 from systolica.arch.config import preset
 from systolica.arch.regs import ErrorCode
-from systolica.compiler.stp import compile_file
+from systolica.compiler.frontend.stp import compile_file
 
 pytestmark = pytest.mark.rtl
 

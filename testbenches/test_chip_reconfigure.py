@@ -12,9 +12,9 @@ import pytest
 from conftest import run_on_rtl
 from systolica import golden
 from systolica.arch import isa, timing
-from systolica.compiler.reconfigure import add_updates, windows
-from systolica.compiler.ir import make
-from systolica.compiler.schedule import schedule
+from systolica.compiler.scheduling.reconfigure import add_updates, windows
+from systolica.compiler.microops.ir import make
+from systolica.compiler.scheduling.schedule import schedule
 from systolica.arch.config import preset
 from systolica.arch.isa import DmaKind, Opcode
 

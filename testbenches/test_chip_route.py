@@ -19,7 +19,8 @@ from systolica.arch.isa import Instr, Opcode
 from systolica.arch.regs import ErrorCode
 from systolica.app import route_bench
 from systolica.app.route_bench import M, OUT
-from systolica.compiler import compile_network, lanes
+from systolica.compiler import compile_network
+from systolica.compiler.planning import lanes
 from test_compiler_concat import concat_net
 
 # (moves: column group -> west tile row, col0) per preset; each preset's first case

@@ -15,9 +15,9 @@ from systolica import golden
 from systolica.arch import fabric, isa, timing
 from systolica.arch.config import preset
 from systolica.arch.isa import DmaKind, Opcode
-from systolica.compiler.ir import make
-from systolica.compiler.reconfigure import add_updates
-from systolica.compiler.schedule import schedule
+from systolica.compiler.microops.ir import make
+from systolica.compiler.scheduling.reconfigure import add_updates
+from systolica.compiler.scheduling.schedule import schedule
 
 # tiny, with the seed's eight updates per cycle (and no per-domain limit below that:
 # all eight multiplexers are at the array's edge)

@@ -23,9 +23,9 @@ from systolica import golden
 from systolica.arch import fabric, isa, timing
 from systolica.arch.config import preset
 from systolica.arch.isa import DmaKind, Opcode
-from systolica.compiler.ir import make
-from systolica.compiler.reconfigure import add_updates
-from systolica.compiler.schedule import schedule
+from systolica.compiler.microops.ir import make
+from systolica.compiler.scheduling.reconfigure import add_updates
+from systolica.compiler.scheduling.schedule import schedule
 from tiers import sample
 
 CFG = preset("tiny")
@@ -162,7 +162,7 @@ def test_west_is_a_source_of_every_tile_weight_input():
         assert table[f"west_wfeed[{i}]"].default == i
 
 
-# -- compiled transposes (compiler/rules.py TransposeRule) -----------------------------
+# -- compiled transposes (compiler/lowering/rules.py TransposeRule) -----------------------------
 def transpose_graph(m: int, n: int, seed: int):
     from systolica.compiler import GraphBuilder
     rng = np.random.default_rng(seed)
@@ -265,7 +265,7 @@ def test_compiled_transpose_256x256():
 def test_block_count_is_the_seeds_k(m, n):
     """k = (floor((m-1)/p)+1) * (floor((n-1)/q)+1) blocks for p = q = R: one WLOAD, one
     identity MATMUL of the block's columns and one VRUN each."""
-    from systolica.compiler.lower import lower
+    from systolica.compiler.lowering.lower import lower
     ops = lower(CFG, transpose_graph(m, n, 0)).ops
     k = ((m - 1) // R + 1) * ((n - 1) // R + 1)
     by = {op: [o for o in ops if o.op is op] for op in (Opcode.WLOAD, Opcode.MATMUL,
@@ -279,7 +279,8 @@ def test_block_count_is_the_seeds_k(m, n):
 
 @pytest.mark.parametrize("m, n", sample([(1, 1), (5, 3), (64, 64), (300, 37), (37, 300)], 2))
 def test_golden_model_agrees_with_numpy(m, n):
-    from systolica.compiler import compile_network, reference
+    from systolica.compiler import compile_network
+    from systolica.compiler.graph import reference
     graph = transpose_graph(m, n, m + n)
     compiled = compile_network(CFG, graph)
     gold = golden.run(CFG, compiled.image, compiled.dram, compiled.prog_addr)
@@ -294,7 +295,7 @@ def test_bench_programs_transpose_on_the_golden_model():
     on-chip one and the DRAM round trip leave Xᵀ in DRAM; the on-chip one moves only
     the identity beyond the base program."""
     from systolica.app import transpose_bench
-    from systolica.compiler import layout
+    from systolica.compiler.planning import layout
     x = np.random.default_rng(2).integers(-128, 128, (20, 11), dtype=np.int8)
     progs, image, (at, words) = transpose_bench.programs(CFG, x)
     runs = {}
@@ -313,8 +314,9 @@ def test_bench_programs_transpose_on_the_golden_model():
                                      (130, 17, 21)])
 def test_matmul_t_agrees_with_numpy_on_the_golden_model(m, k, n):
     """a @ bᵀ through west weight loads of b's rows (no transposed copy of b)."""
-    from systolica.compiler import compile_network, reference
-    from systolica.compiler.lower import lower
+    from systolica.compiler import compile_network
+    from systolica.compiler.graph import reference
+    from systolica.compiler.lowering.lower import lower
     graph = qk_graph(m, k, n, m + k + n)
     compiled = compile_network(CFG, graph)
     gold = golden.run(CFG, compiled.image, compiled.dram, compiled.prog_addr)
@@ -335,7 +337,8 @@ def test_graphs_with_transposes_compile_for_every_chip(chip, make_graph):
     """Between other layers (the pipeliner hoists a layer's first loads into the one
     before: the identity's rows may still be another region's there), with tight
     configuration-update limits (the west routing takes several SETCFGs), and on base."""
-    from systolica.compiler import compile_network, reference
+    from systolica.compiler import compile_network
+    from systolica.compiler.graph import reference
     cfg = (preset("tiny").replace(name="tiny-tight", config_update_interval=2,
                                   max_config_updates_per_cycle=2, power_domain_budget=1)
            if chip == "tiny-tight" else preset(chip))

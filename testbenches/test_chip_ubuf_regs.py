@@ -19,8 +19,8 @@ from systolica.arch.config import ConfigError, preset
 from systolica.arch.isa import CopyKind, DmaKind, Instr, Opcode
 from systolica.arch.regs import ErrorCode, Reg
 from systolica.compiler import compile_network
-from systolica.compiler.chain_cases import seed_four_layer, seed_two_layer
-from systolica.compiler.chain_lower import ChainChoice
+from systolica.models.chain_cases import seed_four_layer, seed_two_layer
+from systolica.compiler.lowering.chain import ChainChoice
 from systolica.firmware.driver import Driver, UbufRefused
 
 CFG = preset("tiny")                  # UBUF: rows [1792, 2048), banks of 256 rows

@@ -24,13 +24,17 @@ from systolica.arch import fabric, isa, timing
 from systolica.arch.config import ConfigError, preset
 from systolica.arch.isa import DmaKind, Instr, Opcode
 from systolica.arch.regs import ErrorCode
-from systolica.compiler import CompileError, cnn_cases, compile_network, layout, models, \
-    reference, rules
-from systolica.compiler.chain_cases import seed_two_layer
-from systolica.compiler.chain_lower import ChainChoice
-from systolica.compiler.lower import WEIGHT_SLOTS
+from systolica.compiler import CompileError, compile_network
+from systolica.models import cnn_cases
+from systolica.compiler.planning import layout
+from systolica.models import zoo as models
+from systolica.compiler.graph import reference
+from systolica.compiler.lowering import rules
+from systolica.models.chain_cases import seed_two_layer
+from systolica.compiler.lowering.chain import ChainChoice
+from systolica.compiler.lowering.lower import WEIGHT_SLOTS
 from systolica.app import demo
-from systolica.compiler.graph import GraphBuilder
+from systolica.compiler.graph.graph import GraphBuilder
 from systolica.sim import randprog
 from test_chip_nonsquare import cnn, matmul_t, transpose   # its 8-channel CNN: R here
 from test_chip_nonsquare import MANY_CHANNELS, conv, golden_equals_numpy_on_time

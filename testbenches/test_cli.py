@@ -16,7 +16,7 @@ from systolica.app import bench_cases, cli
 from systolica.arch.config import PRESETS
 from systolica.arch import isa
 from systolica.arch.config import preset
-from systolica.compiler import stp
+from systolica.compiler.frontend import stp
 from systolica.sim import rtlsim
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"

@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from systolica.compiler.busy import BusyBanks, BusyIntervals
+from systolica.compiler.scheduling.busy import BusyBanks, BusyIntervals
 
 
 def busy(*spans):

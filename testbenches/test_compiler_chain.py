@@ -1,4 +1,4 @@
-"""Chained layers in passes with and without the overlap buffer (compiler/chain.py):
+"""Chained layers in passes with and without the overlap buffer (compiler/planning/chain_passes.py):
 seed 001's two worked examples, and random chains executed pass by pass from the
 plan alone -- each step may use only the rows the plan says are in DRAM, in the CBUF
 from this pass or in the UBUF -- against a direct numpy computation of the chain."""
@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from systolica.compiler import CompileError
-from systolica.compiler.chain import Axis, listing, plan, sizes, ubuf_peak_rows
-from systolica.compiler.tiling import halo
+from systolica.compiler.planning.chain_passes import Axis, listing, plan, sizes, ubuf_peak_rows
+from systolica.compiler.planning.tiling import halo
 
 SEED_CHAIN = [Axis(7, pad_before=3, pad_after=3), Axis(5, pad_before=2, pad_after=2)]
 

@@ -1,4 +1,4 @@
-"""Chains of convolutions lowered in passes (compiler/chain_lower.py), on the golden
+"""Chains of convolutions lowered in passes (compiler/lowering/chain.py), on the golden
 model: seed 001's worked examples with the seed's own figures, random chains equal
 to numpy and to the baseline bit for bit, the cost model's choices, and the errors."""
 
@@ -9,13 +9,14 @@ import pytest
 
 from systolica import golden
 from systolica.arch.config import preset
-from systolica.compiler import compile_network, reference
-from systolica.compiler.chain import listing
-from systolica.compiler.chain_cases import (bank_split_pair, random_chain, seed_four_layer,
+from systolica.compiler import compile_network
+from systolica.compiler.graph import reference
+from systolica.compiler.planning.chain_passes import listing
+from systolica.models.chain_cases import (bank_split_pair, random_chain, seed_four_layer,
                                              seed_two_layer)
-from systolica.compiler.chain_lower import ChainChoice
+from systolica.compiler.lowering.chain import ChainChoice
 from systolica.compiler.errors import CompileError
-from systolica.compiler.graph import GraphBuilder
+from systolica.compiler.graph.graph import GraphBuilder
 
 #: whole compiles of many networks: `make test`, not `make test-fast`
 pytestmark = pytest.mark.slow
@@ -242,7 +243,7 @@ def test_sharing_banks_in_time_takes_fewer_passes():
 def test_plan_checker_refuses_regions_live_together_on_the_same_rows():
     from dataclasses import replace
 
-    from systolica.compiler.plan import check_plan
+    from systolica.compiler.planning.memory import check_plan
     compiled = compile_network(CFG, bank_split_pair(), chain=ChainChoice("crop_fetch"))
     plan = compiled.plan
     check_plan(plan)

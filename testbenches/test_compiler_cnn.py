@@ -10,7 +10,9 @@ import pytest
 
 from systolica import golden
 from systolica.arch.config import preset
-from systolica.compiler import cnn_cases, compile_network, reference
+from systolica.compiler import compile_network
+from systolica.models import cnn_cases
+from systolica.compiler.graph import reference
 from tiers import sample
 
 CASES = [(kind, seed) for kind in ("conv", "pool", "add") for seed in range(100, 124)] \

@@ -9,9 +9,11 @@ import itertools
 import numpy as np
 import pytest
 
-from systolica.compiler import CompileError, models, reference
-from systolica.compiler.graph import GraphBuilder, Tensor
-from systolica.compiler.ops import (Add, AvgPool2d, Conv2d, Dense, Flatten, GlobalAvgPool,
+from systolica.compiler import CompileError
+from systolica.models import zoo as models
+from systolica.compiler.graph import reference
+from systolica.compiler.graph.graph import GraphBuilder, Tensor
+from systolica.compiler.graph.ops import (Add, AvgPool2d, Conv2d, Dense, Flatten, GlobalAvgPool,
                                     MaxPool2d, average_params)
 
 RNG = np.random.default_rng(7)
@@ -26,7 +28,7 @@ def fmap(shape, zp=0):
 
 
 def _quant(zp):
-    from systolica.compiler.ops import Quant
+    from systolica.compiler.graph.ops import Quant
     return Quant(zp)
 
 

@@ -14,11 +14,14 @@ from systolica import golden
 from systolica.app.cnn_bench import conv_layer
 from systolica.arch.config import preset
 from systolica.arch.isa import DmaKind, Opcode
-from systolica.compiler import CompileError, cnn_cases, compile_network, models, reference
-from systolica.compiler.chain_cases import seed_two_layer
-from systolica.compiler.chain_lower import ChainChoice
-from systolica.compiler.cnn import Tiling, _layout, _tiles, choose, estimate, job_layout
-from systolica.compiler.lower import lower
+from systolica.compiler import CompileError, compile_network
+from systolica.models import cnn_cases
+from systolica.models import zoo as models
+from systolica.compiler.graph import reference
+from systolica.models.chain_cases import seed_two_layer
+from systolica.compiler.lowering.chain import ChainChoice
+from systolica.compiler.lowering.cnn import Tiling, _layout, _tiles, choose, estimate, job_layout
+from systolica.compiler.lowering.lower import lower
 
 #: whole compiles of many networks: `make test`, not `make test-fast`
 pytestmark = pytest.mark.slow

@@ -6,7 +6,7 @@ import re
 import pytest
 
 from systolica.compiler import CompileError
-from systolica.compiler.config_updates import ConfigUpdateError, UpdateWindow, \
+from systolica.compiler.scheduling.config_updates import ConfigUpdateError, UpdateWindow, \
     assign_updates, window_between
 
 X, Y, Z = 10, 20, 30

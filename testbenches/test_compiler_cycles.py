@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from systolica.compiler.cycles import CycleError, assign_cycles, latency_of, \
+from systolica.compiler.scheduling.datapath import CycleError, assign_cycles, latency_of, \
     occupancy_of, schedule_program
-from systolica.compiler.text import parse, parse_file
+from systolica.compiler.frontend.text import parse, parse_file
 from systolica.arch.config import preset
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"

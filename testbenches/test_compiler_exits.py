@@ -1,4 +1,4 @@
-"""Partial-sum exits (docs/contract.md, "Partial-sum exits"; `compiler/exits.py`): a
+"""Partial-sum exits (docs/contract.md, "Partial-sum exits"; `compiler/lowering/exits.py`): a
 MATMUL whose last tile rows are fed zeros takes its sums out above them. The rule reads
 the routing alone; the golden model, which collects only the rows above a MATMUL's
 exit, shows that a program with exits still equals numpy, and that a wrong exit
@@ -13,8 +13,10 @@ from systolica import golden
 from systolica.arch import fabric, isa
 from systolica.arch.config import preset
 from systolica.arch.isa import Instr, Opcode
-from systolica.compiler import compile_network, exits, reference
-from systolica.compiler.graph import GraphBuilder
+from systolica.compiler import compile_network
+from systolica.compiler.lowering import exits
+from systolica.compiler.graph import reference
+from systolica.compiler.graph.graph import GraphBuilder
 
 TALL = preset("tiny_tall")      # 4 tile rows of 4
 

@@ -66,7 +66,7 @@ def test_layers_get_default_names_and_int8_arrays():
 from dataclasses import replace  # noqa: E402
 
 from systolica.compiler import Graph, GraphBuilder, Node, Quant, Tensor  # noqa: E402
-from systolica.compiler.graph import verify  # noqa: E402
+from systolica.compiler.graph.graph import verify  # noqa: E402
 
 
 def two_heads() -> Graph:

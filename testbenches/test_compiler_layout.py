@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from systolica.compiler import layout
+from systolica.compiler.planning import layout
 from systolica.arch.config import preset
 
 CFG = preset("tiny")  # R = C = 8, acc_row_words = 4

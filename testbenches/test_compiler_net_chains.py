@@ -1,4 +1,4 @@
-"""Chains inside whole networks (compiler/net_chains.py, docs/cnn.md "Chains in
+"""Chains inside whole networks (compiler/planning/network_chains.py, docs/cnn.md "Chains in
 networks"), on the golden model: residual networks whose runs of convolutions are
 chained with each strategy equal numpy and the same network lowered layer by layer,
 bit for bit, with the predicted cycles and UBUF counters; the cost rule; the user's
@@ -11,11 +11,14 @@ import pytest
 
 from systolica import golden
 from systolica.arch.config import preset
-from systolica.compiler import cnn_cases, compile_network, models, reference
-from systolica.compiler.chain_lower import ChainChoice
-from systolica.compiler.cnn import lower_cnn
+from systolica.compiler import compile_network
+from systolica.models import cnn_cases
+from systolica.models import zoo as models
+from systolica.compiler.graph import reference
+from systolica.compiler.lowering.chain import ChainChoice
+from systolica.compiler.lowering.cnn import lower_cnn
 from systolica.compiler.errors import CompileError
-from systolica.compiler.net_chains import chain_runs
+from systolica.compiler.planning.network_chains import chain_runs
 from tiers import sample
 
 CFG = preset("tiny")

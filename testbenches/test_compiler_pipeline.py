@@ -7,11 +7,11 @@ import pytest
 from systolica.arch.config import preset
 from systolica.arch.isa import DmaKind, Opcode
 from systolica.compiler import CompileError, Dense, Network, gemm, plan_memory
-from systolica.compiler import pipeline as pipeliner
-from systolica.compiler.graph import as_graph
-from systolica.compiler.ir import make
-from systolica.compiler.pipeline import Block, Step, loop_order, pipeline
-from systolica.compiler.rules import Emitter, rule_for
+from systolica.compiler.scheduling import pipeline as pipeliner
+from systolica.compiler.graph.graph import as_graph
+from systolica.compiler.microops.ir import make
+from systolica.compiler.scheduling.pipeline import Block, Step, loop_order, pipeline
+from systolica.compiler.lowering.rules import Emitter, rule_for
 
 CFG = preset("tiny")
 R = CFG.rows

@@ -9,9 +9,9 @@ import pytest
 
 from systolica.arch.config import preset
 from systolica.compiler import CompileError, Dense, GraphBuilder, Network, gemm, plan_memory
-from systolica.compiler import layout
-from systolica.compiler.plan import Region, check_plan
-from systolica.compiler.rules import WEIGHT_SLOTS, acc_half_rows
+from systolica.compiler.planning import layout
+from systolica.compiler.planning.memory import Region, check_plan
+from systolica.compiler.lowering.rules import WEIGHT_SLOTS, acc_half_rows
 from tiers import sample
 
 TINY = preset("tiny")
@@ -89,7 +89,8 @@ def test_a_one_block_layer_takes_the_passes_that_run_fastest(monkeypatch, M, K, 
     scheduled, it is at most 3 % slower (fewer passes within 1 % of the fastest are
     taken, and the model is a few percent from the schedule: on M = 120 it puts 4
     passes at 280 cycles, the schedule at 301, the fastest count at 295)."""
-    from systolica.compiler import compile_network, plan as plan_module
+    from systolica.compiler import compile_network
+    from systolica.compiler.planning import memory as plan_module
     net = gemm(np.ones((M, K), np.int8), np.ones((K, N), np.int8), out_dtype=dtype)
     chosen = compile_network(TINY, net, split=1)
     rows = chosen.plan.rows["gemm"]
@@ -118,7 +119,9 @@ def test_the_pass_model_follows_the_schedule(monkeypatch):
     """The pass model against the compiled program's predicted cycles, for every count
     of passes, int8 and int32, with and without a bias, on a square, a tall, a wide
     grid and one whose sides do not divide: within 5 %, and 2 % on average."""
-    from systolica.compiler import compile_network, passes, plan as plan_module
+    from systolica.compiler import compile_network
+    from systolica.compiler.planning import dense_passes as passes
+    from systolica.compiler.planning import memory as plan_module
     errors = []
     for name in ("tiny", "tiny_tall", "tiny_wide", "tiny_2x3"):
         cfg = preset(name)
@@ -275,7 +278,9 @@ def test_a_network_the_largest_first_order_cannot_place_takes_another(name, batc
     fits largest-first keeps that placement (every compiled program before stays)."""
     from systolica import golden
     from systolica.app import demo
-    from systolica.compiler import compile_network, plan as planner, reference
+    from systolica.compiler import compile_network
+    from systolica.compiler.planning import memory as planner
+    from systolica.compiler.graph import reference
     cfg, graph = preset(name), demo.mlp(batch=batch, widths=widths)
     with monkeypatch.context() as m:
         m.setattr(planner, "PLACE_ORDERS", planner.PLACE_ORDERS[:1])

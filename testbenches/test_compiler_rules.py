@@ -8,12 +8,12 @@ from systolica import golden
 from systolica.arch import fabric, isa
 from systolica.arch.config import preset
 from systolica.arch.isa import DmaKind, Opcode
-from systolica.compiler import (Dense, GraphBuilder, Network, compile_network, gemm,
-                                plan_memory, reference)
-from systolica.compiler.graph import OPS, as_graph
-from systolica.compiler.lower import lower
-from systolica.compiler.cnn import CNN_OPS
-from systolica.compiler.rules import (RULES, Emitter, acc_half_rows, gemm_routing,
+from systolica.compiler import Dense, GraphBuilder, Network, compile_network, gemm, plan_memory
+from systolica.compiler.graph import reference
+from systolica.compiler.graph.graph import OPS, as_graph
+from systolica.compiler.lowering.lower import lower
+from systolica.compiler.lowering.cnn import CNN_OPS
+from systolica.compiler.lowering.rules import (RULES, Emitter, acc_half_rows, gemm_routing,
                                       multiplexers_passed, rule_for)
 
 TINY, BASE = preset("tiny"), preset("base")
@@ -50,7 +50,7 @@ def fan_out_join():
 
 
 def test_every_op_type_has_a_rule():
-    assert set(RULES) | set(CNN_OPS) == set(OPS)   # the rest: compiler/cnn.py
+    assert set(RULES) | set(CNN_OPS) == set(OPS)   # the rest: compiler/lowering/cnn.py
     for op, rule in RULES.items():
         for method in ("max_rows", "params", "needs", "tiles_used", "macs", "emit"):
             assert callable(getattr(rule, method)), (op, method)

@@ -6,7 +6,7 @@ one kept in numpy."""
 import numpy as np
 import pytest
 
-from systolica.compiler.running_max import SMALL, RunningMax, RunningMaxes
+from systolica.compiler.microops.running_max import SMALL, RunningMax, RunningMaxes
 
 
 @pytest.mark.parametrize("size", [1, 8, SMALL, SMALL + 1, 1000])

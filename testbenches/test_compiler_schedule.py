@@ -11,9 +11,9 @@ from tiers import sample
 
 from systolica.arch import isa, timing
 from systolica.compiler import CompileError, Dense, Network, compile_network, gemm
-from systolica.compiler.ir import conflict, make, required_gap, verify_reorder
-from systolica.compiler.lower import lower
-from systolica.compiler.schedule import schedule
+from systolica.compiler.microops.ir import conflict, make, required_gap, verify_reorder
+from systolica.compiler.lowering.lower import lower
+from systolica.compiler.scheduling.schedule import schedule
 from systolica.arch.config import preset
 from systolica.arch.isa import DmaKind, Opcode
 
@@ -144,7 +144,7 @@ def test_reorder_check_sees_far_moves_and_agrees_with_the_address_check(
     """A swap of conflicting ops far apart is caught, by the pair walk or (more ops
     moved ahead than it keeps) address by address, and on random permutations the
     two checks agree."""
-    from systolica.compiler import ir
+    from systolica.compiler.microops import ir
     if far_limit is not None:
         monkeypatch.setattr(ir, "_FAR", far_limit)
     seq = lower(CFG, NETS[0]).sequential
@@ -178,7 +178,7 @@ def _raises(check) -> bool:
 def test_every_multiplexer_is_set_before_its_first_use():
     """Programs never depend on settings an earlier program left behind."""
     from systolica.arch import fabric
-    from systolica.compiler.reconfigure import add_updates, uses
+    from systolica.compiler.scheduling.reconfigure import add_updates, uses
     compiled = compile_network(CFG, NETS[0])
     table = fabric.muxes(CFG)
     set_at: dict[int, list[tuple[int, int]]] = {}
@@ -215,7 +215,7 @@ def test_default_needs_schedule_as_no_needs():
 
 
 def test_other_setting_waits_for_the_uses_and_keeps_an_update_slot():
-    from systolica.compiler.reconfigure import plan_updates
+    from systolica.compiler.scheduling.reconfigure import plan_updates
     ops = routed([SWAP, {}, SWAP])
     cycles = schedule(CFG, ops)
     plain = schedule(CFG, routed([{}] * 3))
@@ -234,7 +234,7 @@ def test_other_setting_waits_for_the_uses_and_keeps_an_update_slot():
 
 @pytest.mark.parametrize("interval", [1, 2, 5])
 def test_update_slots_respect_the_interval(interval):
-    from systolica.compiler.reconfigure import plan_updates
+    from systolica.compiler.scheduling.reconfigure import plan_updates
     cfg = CFG.replace(config_update_interval=interval)
     ops = routed([SWAP, {}, SWAP, {}], rows=3)
     cycles, updates = plan_updates(cfg, ops, schedule(cfg, ops))
@@ -247,8 +247,8 @@ def test_the_schedule_shifts_by_the_least_the_updates_need(monkeypatch, config, 
     """On a grid of many multiplexers the first updates need room before the first
     op: the shift found is at or above the bound the search starts from, and one
     interval less does not fit."""
-    from systolica.compiler import reconfigure
-    from systolica.compiler.config_updates import ConfigUpdateError
+    from systolica.compiler.scheduling import reconfigure
+    from systolica.compiler.scheduling.config_updates import ConfigUpdateError
     seen = []
     plan = reconfigure.plan_updates
 
@@ -293,7 +293,7 @@ def test_needs_that_could_never_take_effect_are_errors(op, needs, expected):
 def test_a_moved_dma_is_the_dma_made_at_its_address(kind):
     """``ir.moved`` gives what ``make`` gives for the DMA at the new DRAM address, and
     an address past the DRAM gets ``make``'s error."""
-    from systolica.compiler.ir import moved
+    from systolica.compiler.microops.ir import moved
     base = make(CFG, Opcode.DMA, 3, kind=kind, buf_addr=5, rows=4, dram_stride=9)
     for addr in (1, 700, CFG.dram_words - 3 * 9 - CFG.acc_row_words):
         want = make(CFG, Opcode.DMA, 3, kind=kind, buf_addr=5, rows=4, dram_stride=9,
@@ -341,7 +341,7 @@ def mixed_exits(cfg, seed, count=24):
 
 def _without_collector_order(monkeypatch):
     """The scheduler as it was: no collector order check."""
-    from systolica.compiler import schedule as schedule_module
+    from systolica.compiler.scheduling import schedule as schedule_module
 
     class Nothing:
         def clash_end(self, t, rows, lead):
@@ -415,7 +415,8 @@ def test_a_gap_takes_a_matmul_only_if_it_keeps_the_collector_order(wait, monkeyp
 def test_without_exits_the_collector_order_changes_no_cycle(which, monkeypatch):
     """With every early 0 the rule is the unit's occupancy: the schedules of whole
     networks (the NETS, a small CNN) are the ones without the check."""
-    from systolica.compiler import models, program
+    from systolica.models import zoo as models
+    from systolica.compiler import driver as program
     seen = []
     monkeypatch.setattr(program, "schedule",
                         lambda cfg, ops: seen.append((cfg, ops)) or schedule(cfg, ops))

@@ -10,9 +10,10 @@ import pytest
 from systolica import golden
 from systolica.app import demo
 from systolica.arch.config import preset
-from systolica.compiler import CompileError, compile_network, gemm, reference
-from systolica.compiler import split
-from systolica.compiler.graph import GraphBuilder, as_graph
+from systolica.compiler import CompileError, compile_network, gemm
+from systolica.compiler.graph import reference
+from systolica.compiler.planning import split
+from systolica.compiler.graph.graph import GraphBuilder, as_graph
 from tiers import sample
 
 TINY, BASE, TALL = preset("tiny"), preset("base"), preset("tiny_tall")
@@ -177,7 +178,7 @@ def test_a_network_of_dense_layers_goes_in_passes(monkeypatch):
     """Each layer of a network of dense layers in passes of about PASS_ROWS rows, at
     their own rows of the tensors held whole: the same outputs as in one pass, in
     fewer cycles (a pass's VRUN and stores overlap the next pass's MATMUL)."""
-    from systolica.compiler import plan as plan_module
+    from systolica.compiler.planning import memory as plan_module
     net = demo.mlp(batch=300, widths=(20, 12, 9, 5), name="passes")
     c = _golden_equals_numpy(BASE, net)
     assert dict(c.plan.passes) == {"fc1": 60, "fc2": 60, "fc3": 60}

@@ -15,8 +15,8 @@ from systolica.arch.config import preset
 from systolica.arch.isa import Opcode
 from systolica.arch.regs import ErrorCode
 from systolica.compiler import CompileError
-from systolica.compiler.stp import compile_file, compile_program
-from systolica.compiler.text import ParseError, parse
+from systolica.compiler.frontend.stp import compile_file, compile_program
+from systolica.compiler.frontend.text import ParseError, parse
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 CFG = preset("tiny")

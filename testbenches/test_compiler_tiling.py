@@ -1,4 +1,4 @@
-"""Cutting an axis into passes (compiler/tiling.py): seed 001's worked example, and every
+"""Cutting an axis into passes (compiler/planning/tiling.py): seed 001's worked example, and every
 pass against a brute-force walk of the windows."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import itertools
 import pytest
 
 from systolica.compiler import CompileError
-from systolica.compiler.tiling import halo, input_span, output_size, passes
+from systolica.compiler.planning.tiling import halo, input_span, output_size, passes
 
 
 def test_seed_example_three_passes_of_160():

@@ -10,12 +10,12 @@ import pytest
 from systolica import golden
 from systolica.arch import isa, timing
 from systolica.app.cli import main
-from systolica.compiler import stp
-from systolica.compiler.ir import make, required_gap
-from systolica.compiler.config_updates import UpdateWindow, assign_updates
-from systolica.compiler.cycles import assign_cycles
-from systolica.compiler.text import parse
-from systolica.compiler.trace import chip_events, events, listing, schedule_events, \
+from systolica.compiler.frontend import stp
+from systolica.compiler.microops.ir import make, required_gap
+from systolica.compiler.scheduling.config_updates import UpdateWindow, assign_updates
+from systolica.compiler.scheduling.datapath import assign_cycles
+from systolica.compiler.frontend.text import parse
+from systolica.compiler.backend.trace import chip_events, events, listing, schedule_events, \
     schedule_rows, write_trace
 from systolica.arch.config import preset
 from systolica.arch.isa import DmaKind, Opcode

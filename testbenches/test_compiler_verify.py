@@ -12,7 +12,7 @@ from systolica.arch import fabric, isa
 from systolica.arch.config import preset
 from systolica.arch.isa import DmaKind, Instr, Opcode
 from systolica.compiler import compile_network
-from systolica.compiler.verify import ScheduleError, check_regions, verify
+from systolica.compiler.scheduling.verify import ScheduleError, check_regions, verify
 
 CFG = preset("tiny")
 R, M = CFG.rows, 8

@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 from systolica.arch.config import preset
-from systolica.compiler import CompileError, GraphBuilder, compile_network, models
+from systolica.compiler import CompileError, GraphBuilder, compile_network
+from systolica.models import zoo as models
 from test_compiler_concat import run_golden
 from tiers import sample
 

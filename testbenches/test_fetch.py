@@ -9,16 +9,17 @@ import asyncio
 import numpy as np
 import pytest
 
-import systolica.compiler.program as program_pass
+import systolica.compiler.driver as program_pass
 from systolica import golden
 from systolica.arch import fetch, isa, timing
 from systolica.arch.config import preset
 from systolica.arch.instructions import SPEC
 from systolica.arch.isa import DmaKind, Instr, Opcode
 from systolica.arch.regs import ErrorCode, Reg
-from systolica.compiler import compile_network, gemm, reference
-from systolica.compiler.fetch_delay import _late, _port_cycles, delay_for_fetch
-from systolica.compiler.verify import ScheduleError
+from systolica.compiler import compile_network, gemm
+from systolica.compiler.graph import reference
+from systolica.compiler.scheduling.fetch_delay import _late, _port_cycles, delay_for_fetch
+from systolica.compiler.scheduling.verify import ScheduleError
 from systolica.firmware.driver import Driver
 from systolica.sim import rtlsim
 

@@ -67,7 +67,8 @@ def test_each_board_names_a_preset_and_a_link_its_clock_can_run(name):
 def test_each_boards_preset_compiles_a_gemm_the_golden_model_runs_as_predicted(name):
     import numpy as np
     from systolica import golden
-    from systolica.compiler import compile_network, gemm, reference
+    from systolica.compiler import compile_network, gemm
+    from systolica.compiler.graph import reference
     cfg = preset(BOARDS[name].config)
     rng = np.random.default_rng(5)
     a = rng.integers(-128, 128, (20, 24), dtype=np.int8)

@@ -18,12 +18,13 @@ from systolica.arch import isa, timing
 from systolica.arch.config import preset
 from systolica.arch.isa import DmaKind, Opcode
 from systolica.arch.regs import ErrorCode
-from systolica.compiler import CompileError, compile_network, gemm, program as program_pass
-from systolica.compiler import reference
-from systolica.compiler.ir import make
-from systolica.compiler.reconfigure import add_updates
-from systolica.compiler.schedule import schedule
-from systolica.compiler.verify import ScheduleError, verify
+from systolica.compiler import CompileError, compile_network, gemm
+from systolica.compiler import driver as program_pass
+from systolica.compiler.graph import reference
+from systolica.compiler.microops.ir import make
+from systolica.compiler.scheduling.reconfigure import add_updates
+from systolica.compiler.scheduling.schedule import schedule
+from systolica.compiler.scheduling.verify import ScheduleError, verify
 from tiers import sample
 
 CFG = preset("tiny")

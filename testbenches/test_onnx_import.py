@@ -17,8 +17,10 @@ from onnx import TensorProto, helper  # noqa: E402
 
 from systolica import golden  # noqa: E402
 from systolica.arch.config import preset  # noqa: E402
-from systolica.compiler import CompileError, compile_network, onnx_import, reference  # noqa: E402
-from systolica.compiler import onnx_models  # noqa: E402
+from systolica.compiler import CompileError, compile_network
+from systolica.compiler.frontend import onnx_import
+from systolica.compiler.graph import reference  # noqa: E402
+from systolica.models import onnx_zoo as onnx_models  # noqa: E402
 from tiers import sample  # noqa: E402
 
 TINY = preset("tiny")

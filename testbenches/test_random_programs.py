@@ -140,8 +140,8 @@ def test_compiler_rejects_vrun_the_chip_does_not_run_as_written(fields, rule):
     """An unused but out-of-range bias address faults ADDR_RANGE on the chip; a VRUN
     into the ACC whose destination starts inside its source (dst = src + 10 here)
     reads rows it has already rewritten on the RTL, unlike the golden model."""
-    from systolica.compiler.graph import CompileError
-    from systolica.compiler.ir import make
+    from systolica.compiler.graph.graph import CompileError
+    from systolica.compiler.microops.ir import make
     with pytest.raises(CompileError, match=rule):
         make(CFG, Opcode.VRUN, **fields)
     for ok in (dict(fields, bias_addr=0, dst=0), dict(fields, bias_addr=0, dst=30)):
@@ -155,7 +155,7 @@ def test_golden_model_rejects_a_vrun_reading_rows_it_rewrote():
     from systolica import golden
     from systolica.arch import isa, timing
     from systolica.arch.isa import Instr
-    from systolica.compiler.verify import ScheduleError, verify
+    from systolica.compiler.scheduling.verify import ScheduleError, verify
     load = Instr(Opcode.DMA, 0, dict(kind=DmaKind.LOAD_ACC, dram_addr=0, dram_stride=4,
                                      buf_addr=0, rows=40))
     vrun = Instr(Opcode.VRUN, timing.done(CFG, load), dict(

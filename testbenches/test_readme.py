@@ -11,7 +11,8 @@ import pytest
 
 from systolica.app import cli
 from systolica.arch.config import preset
-from systolica.compiler import stp, text
+from systolica.compiler.frontend import stp
+from systolica.compiler.frontend import text
 
 README = Path(__file__).resolve().parent.parent / "README.md"
 

@@ -9,10 +9,11 @@ import pytest
 
 from conftest import run_many_on_rtl
 from systolica import golden
-from systolica.compiler import compile_network, gemm, reference
+from systolica.compiler import compile_network, gemm
+from systolica.compiler.graph import reference
 from systolica.arch.config import preset
 from systolica.app.demo import calibrate, mlp
-from systolica.compiler.models import bottleneck_block
+from systolica.models.zoo import bottleneck_block
 
 pytestmark = [pytest.mark.regress, pytest.mark.rtl]
 CFG = preset("base")

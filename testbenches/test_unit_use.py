@@ -1,4 +1,4 @@
-"""Where a program's cycles go (systolica.compiler.unit_use) and the unit occupancy
+"""Where a program's cycles go (systolica.compiler.backend.unit_use) and the unit occupancy
 plot drawn from it (systolica.app.plot): busy cycles in a window, the busiest unit,
 and a plot whose bars add up to each unit's busy cycles."""
 
@@ -13,8 +13,9 @@ import pytest
 from systolica.app import demo, plot
 from systolica.arch import timing
 from systolica.arch.config import preset
-from systolica.compiler import compile_network, gemm, unit_use
-from systolica.compiler.unit_use import Busy
+from systolica.compiler import compile_network, gemm
+from systolica.compiler.backend import unit_use
+from systolica.compiler.backend.unit_use import Busy
 
 SVG = "{http://www.w3.org/2000/svg}"
 

@@ -17,8 +17,8 @@ from systolica.arch.config import preset
 from systolica.arch.isa import DmaKind, Instr, Opcode
 from systolica.arch.regs import ErrorCode
 from systolica.compiler import CompileError
-from systolica.compiler.ir import make
-from systolica.compiler.schedule import schedule
+from systolica.compiler.microops.ir import make
+from systolica.compiler.scheduling.schedule import schedule
 
 CFG = preset("tiny")
 R, C, W = CFG.rows, CFG.cols, CFG.acc_row_words

@@ -36,29 +36,34 @@ def gemm_network(M: int, K: int, N: int, seed: int, int32: bool = False):
 
 
 def onnx_inception():
-    from systolica.compiler import onnx_import, onnx_models
+    from systolica.compiler.frontend import onnx_import
+    from systolica.models import onnx_zoo as onnx_models
     return onnx_import.load(onnx_models.inception(), name="onnx_inception")
 
 
 def onnx_qdq_resnet():
-    from systolica.compiler import onnx_import, onnx_models
+    from systolica.compiler.frontend import onnx_import
+    from systolica.models import onnx_zoo as onnx_models
     return onnx_import.load(onnx_models.qdq_resnet(), name="onnx_qdq_resnet")
 
 
 def onnx_ort_quantized():
-    from systolica.compiler import onnx_import, onnx_models
+    from systolica.compiler.frontend import onnx_import
+    from systolica.models import onnx_zoo as onnx_models
     model = onnx_models.ort_quantized(onnx_models.float_cnn(), per_channel=True)
     return onnx_import.load(model, name="onnx_ort_quantized")
 
 
 def onnx_ort_resnet():
-    from systolica.compiler import onnx_import, onnx_models
+    from systolica.compiler.frontend import onnx_import
+    from systolica.models import onnx_zoo as onnx_models
     model = onnx_models.ort_quantized(onnx_models.float_resnet(), per_channel=True)
     return onnx_import.load(model, name="onnx_ort_resnet")
 
 
 def onnx_ort_mobilenet():
-    from systolica.compiler import onnx_import, onnx_models
+    from systolica.compiler.frontend import onnx_import
+    from systolica.models import onnx_zoo as onnx_models
     model = onnx_models.ort_quantized(onnx_models.float_mobilenet(), per_channel=True)
     return onnx_import.load(model, name="onnx_ort_mobilenet")
 
@@ -70,7 +75,7 @@ def _split(split) -> dict:
 def cases() -> list[BenchCase]:
     """Every RTL case of the bench, in the order it runs them."""
     from systolica.app import cnn_bench, demo
-    from systolica.compiler import models
+    from systolica.models import zoo as models
 
     def gemm256(harness):
         return BenchCase("gemm_256x256x256", "base", lambda: gemm_network(256, 256, 256, 1),

@@ -9,7 +9,8 @@ import numpy as np
 
 from systolica import golden
 from systolica.arch import fetch
-from systolica.compiler import Compiled, reference
+from systolica.compiler import Compiled
+from systolica.compiler.graph import reference
 from systolica.firmware.driver import ChipTimeout, Driver, describe_status, error_name
 from systolica.firmware.link import LinkBus
 

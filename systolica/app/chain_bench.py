@@ -11,11 +11,11 @@ from typing import Callable
 
 import numpy as np
 
-from systolica.compiler.chain import listing
-from systolica.compiler.chain_cases import seed_two_layer
-from systolica.compiler.chain_lower import STRATEGIES, ChainChoice
-from systolica.compiler.graph import Graph, GraphBuilder
-from systolica.compiler.models import requant_for
+from systolica.compiler.planning.chain_passes import listing
+from systolica.models.chain_cases import seed_two_layer
+from systolica.compiler.lowering.chain import STRATEGIES, ChainChoice
+from systolica.compiler.graph.graph import Graph, GraphBuilder
+from systolica.compiler.graph.ops import requant_for
 
 
 @dataclass(frozen=True)

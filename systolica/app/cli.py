@@ -200,7 +200,7 @@ def _check_gemm_fits(cfg, shape: tuple[int, int, int]) -> None:
 def _network(args, cfg):
     from systolica.app import demo
     if getattr(args, "onnx", None):
-        from systolica.compiler import onnx_import
+        from systolica.compiler.frontend import onnx_import
         return onnx_import.load(args.onnx, seed=args.seed)
     if args.gemm is None:
         return {"mlp": demo.mlp, "concat": demo.concat}.get(getattr(args, "demo", "cnn"),
@@ -238,8 +238,8 @@ def _against_onnxruntime(path: str, graph) -> None:
         print("onnxruntime is not installed: pip install onnxruntime to compare with it")
         return
     import numpy as np
-    from systolica.compiler import reference
-    from systolica.compiler.onnx_models import runtime_session
+    from systolica.compiler.graph import reference
+    from systolica.models.onnx_zoo import runtime_session
     sess = runtime_session(path)
     feeds = {i.name: graph.data[_onnx_name(i.name)] for i in sess.get_inputs()}
     ours = reference.outputs(graph)
@@ -254,7 +254,8 @@ def _onnxruntime_agreement(graph) -> dict:
     """The bench's ONNX model: how many of its output values onnxruntime gives
     otherwise than the chip (which equals numpy, checked by the run)."""
     import numpy as np
-    from systolica.compiler import onnx_models, reference
+    from systolica.models import onnx_zoo as onnx_models
+    from systolica.compiler.graph import reference
     sess = onnx_models.runtime_session(onnx_models.inception())
     feeds = {i.name: graph.data[_onnx_name(i.name)] for i in sess.get_inputs()}
     ours = reference.outputs(graph)
@@ -265,7 +266,7 @@ def _onnxruntime_agreement(graph) -> dict:
 
 
 def _onnx_name(name: str) -> str:
-    from systolica.compiler.onnx_import import _safe
+    from systolica.compiler.frontend.onnx_import import _safe
     return _safe(name)
 
 
@@ -282,7 +283,7 @@ def _write_trace(path: str | None, compiled) -> None:
     """The compiled program's timeline as Chrome trace / Perfetto JSON."""
     if not path:
         return
-    from systolica.compiler import trace
+    from systolica.compiler.backend import trace
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     trace.write_trace(path, trace.chip_events(compiled.cfg, compiled.program))
     print(f"schedule timeline: {path} (open in https://ui.perfetto.dev or chrome://tracing)")
@@ -385,21 +386,22 @@ def _per_layer(text: str, names: tuple[str, ...]):
 
 
 def _chain_weights(text: str):
-    from systolica.compiler.chain_lower import WEIGHTS
+    from systolica.compiler.lowering.chain import WEIGHTS
     return _per_layer(text, WEIGHTS)
 
 
 def _chain_strategy(text: str):
-    from systolica.compiler.chain_lower import STRATEGIES
+    from systolica.compiler.lowering.chain import STRATEGIES
     return "all" if text == "all" else _per_layer(text, STRATEGIES)
 
 
 def cmd_chain(args) -> int:
     from systolica.app import flow, report
     from systolica.arch.config import preset
-    from systolica.compiler import chain_cases, compile_network
-    from systolica.compiler.chain import listing
-    from systolica.compiler.chain_lower import STRATEGIES, ChainChoice
+    from systolica.compiler import compile_network
+    from systolica.models import chain_cases
+    from systolica.compiler.planning.chain_passes import listing
+    from systolica.compiler.lowering.chain import STRATEGIES, ChainChoice
     cfg = preset(args.config)
     builder, per = CHAIN_EXAMPLES[args.example]
     per = args.outputs_per_pass or per
@@ -473,7 +475,9 @@ def cmd_disasm(args) -> int:
 
 
 def cmd_schedule(args) -> int:
-    from systolica.compiler import stp, text, trace
+    from systolica.compiler.frontend import stp
+    from systolica.compiler.frontend import text
+    from systolica.compiler.backend import trace
     from systolica.arch.config import preset
     cfg = preset(args.config)
     _check_output(args.image, "--image")

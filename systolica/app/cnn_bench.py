@@ -13,9 +13,10 @@ import numpy as np
 from systolica.arch.config import ChipConfig
 from systolica.arch.isa import DmaKind, Opcode
 from systolica.compiler import compile_network
-from systolica.compiler.graph import Graph, GraphBuilder
-from systolica.compiler.models import requant_for, resnet50
-from systolica.compiler.ops import Conv2d
+from systolica.compiler.graph.graph import Graph, GraphBuilder
+from systolica.compiler.graph.ops import requant_for
+from systolica.models.zoo import resnet50
+from systolica.compiler.graph.ops import Conv2d
 
 #: The layers run on the RTL: (name, input size, Cin, Cout, kernel, stride, pads).
 RTL_LAYERS = (("resnet50_stem_7x7s2", 224, 3, 64, 7, 2, 3),

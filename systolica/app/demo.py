@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from systolica.compiler import Dense, Network
-from systolica.compiler.reference import dense as reference_dense
+from systolica.compiler.graph.reference import dense as reference_dense
 
 
 def calibrate(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None = None,
@@ -41,14 +41,14 @@ def mlp(batch: int = 16, widths: tuple[int, ...] = (64, 64, 32, 10), seed: int =
 def concat(seed: int = 6):
     """Three dense branches 4 wide from one ``[120, 6]`` input, joined by a Concat
     through the general lanes and read by a dense layer
-    (:func:`systolica.compiler.models.branches`; ``make bench``'s ``concat_120x4x4x4``)."""
-    from systolica.compiler.models import branches
+    (:func:`systolica.models.zoo.branches`; ``make bench``'s ``concat_120x4x4x4``)."""
+    from systolica.models.zoo import branches
     return branches(120, (4, 4, 4), seed, name="demo_concat")
 
 
 def cnn(seed: int = 0):
-    """The default demo: :func:`systolica.compiler.models.small_cnn` on a 16x16x3
+    """The default demo: :func:`systolica.models.zoo.small_cnn` on a 16x16x3
     image (a 3x3 convolution with ReLU, 2x2 max pool, a residual block of two 3x3
     convolutions and an add with ReLU, global average pool, flatten, dense to 10)."""
-    from systolica.compiler.models import small_cnn
+    from systolica.models.zoo import small_cnn
     return small_cnn(seed)

@@ -12,8 +12,8 @@ from systolica import golden
 from systolica.arch import isa, timing
 from systolica.sim import rtlsim
 from systolica.compiler import Compiled, Graph, Network, compile_network
-from systolica.compiler import reference
-from systolica.compiler.chain_lower import ChainChoice
+from systolica.compiler.graph import reference
+from systolica.compiler.lowering.chain import ChainChoice
 from systolica.arch.config import ChipConfig
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 from html import escape
 from pathlib import Path
 
-from systolica.compiler import unit_use
+from systolica.compiler.backend import unit_use
 
 PALETTE = ("#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2", "#edc948",
            "#b07aa1", "#ff9da7", "#9c755f", "#bab0ac")

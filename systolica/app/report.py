@@ -5,7 +5,8 @@ from __future__ import annotations
 from rich.console import Console
 from rich.table import Table
 
-from systolica.compiler import split, unit_use
+from systolica.compiler.planning import split
+from systolica.compiler.backend import unit_use
 from systolica.app.flow import NetworkRun
 
 

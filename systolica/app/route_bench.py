@@ -15,7 +15,7 @@ import numpy as np
 from systolica.arch import fabric, isa, timing
 from systolica.arch.config import ChipConfig, preset
 from systolica.arch.isa import DmaKind, Instr, Opcode
-from systolica.compiler import lanes
+from systolica.compiler.planning import lanes
 
 M, SRC, DST, OUT = 24, 0, 100, 200
 

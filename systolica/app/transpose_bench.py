@@ -32,10 +32,10 @@ import numpy as np
 from systolica.arch import isa
 from systolica.arch.config import ChipConfig, preset
 from systolica.arch.isa import DmaKind, Opcode
-from systolica.compiler import layout
-from systolica.compiler.ir import MicroOp, make
-from systolica.compiler.reconfigure import add_updates
-from systolica.compiler.schedule import schedule
+from systolica.compiler.planning import layout
+from systolica.compiler.microops.ir import MicroOp, make
+from systolica.compiler.scheduling.reconfigure import add_updates
+from systolica.compiler.scheduling.schedule import schedule
 
 #: (M, N) shapes: square, and ragged in both directions.
 SHAPES = ((64, 64), (100, 37))
@@ -197,7 +197,8 @@ def int32_records(cfg_name: str = CONFIG, case=INT32_CASE) -> list[dict]:
     (``on_chip``: the dense layer, its int32 output through DRAM, the transpose DRAM to
     DRAM) against the dense layer alone (``base``); its cost is the difference. The
     result is checked against numpy and the prediction."""
-    from systolica.compiler import compile_network, reference
+    from systolica.compiler import compile_network
+    from systolica.compiler.graph import reference
     from systolica.sim import rtlsim
     cfg = preset(cfg_name)
     graphs = int32_graphs(*case)

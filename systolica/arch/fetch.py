@@ -34,7 +34,7 @@ The rule, in cycles of the run (cycle 0 is the first running cycle), for ``L > D
   iff its last word is addressed by cycle ``t - 3`` (``t`` its issue cycle).
 
 The compiler delays instructions so that every one is on time
-(``compiler/fetch_delay.py``); the golden model runs its own fetcher
+(``compiler/scheduling/fetch_delay.py``); the golden model runs its own fetcher
 (:func:`systolica.golden.check`); the RTL is ``rtl/sequencer.py``. Fetch reads are not
 counted in ``DRAM_RD_BYTES``.
 """

@@ -35,13 +35,13 @@ from systolica.arch.config import PRESETS, ChipConfig, preset
 from systolica.arch.instructions import READ
 from systolica.arch.isa import CopyKind, DmaKind, Instr, Opcode
 from systolica.arch.regs import ErrorCode
-from systolica.compiler.chip_text import format_ops
-from systolica.compiler.config_updates import ConfigUpdateError
-from systolica.compiler import lanes
+from systolica.compiler.frontend.chip_text import format_ops
+from systolica.compiler.scheduling.config_updates import ConfigUpdateError
+from systolica.compiler.planning import lanes
 from systolica.compiler.errors import CompileError
-from systolica.compiler.ir import MicroOp, make
-from systolica.compiler.reconfigure import add_updates
-from systolica.compiler.schedule import schedule
+from systolica.compiler.microops.ir import MicroOp, make
+from systolica.compiler.scheduling.reconfigure import add_updates
+from systolica.compiler.scheduling.schedule import schedule
 
 #: How an illegal program is broken; the seed picks one (``seed % len``).
 CATEGORIES = ("late", "unit_busy", "addr_range", "cfg_limit", "cfg_in_use", "bank_conflict",
