@@ -17,10 +17,11 @@ from systolica.compiler.planning import layout
 from systolica.compiler.planning import split
 from systolica.compiler.graph.graph import CompileError, Graph, Network
 from systolica.compiler.lowering.chain import ChainChoice
-from systolica.compiler.lowering.lower import DramMap, lower
+from systolica.compiler.lowering.lower import lower
 from systolica.compiler.scheduling.fetch_delay import delay_for_fetch
-from systolica.compiler.planning.memory import MemoryPlan, program_region
-from systolica.compiler.lowering.rules import rule_for
+from systolica.compiler.planning.memory import DramMap, MemoryPlan, program_region
+from systolica.compiler.lowering.registry import rule_for
+from systolica.compiler.graph.ops import Dense
 from systolica.compiler.scheduling.reconfigure import add_updates
 from systolica.compiler.lowering.exits import take_exits
 from systolica.compiler.scheduling.schedule import schedule
@@ -178,13 +179,12 @@ def _counted_bytes(cfg: ChipConfig, program: list[isa.Instr]) -> dict[str, int]:
 def _mkn(lowered, graph: Graph, node) -> tuple[int, int, int, int]:
     """A layer as a matrix product ``M x K x N`` and its useful MACs: a convolution's
     M is its output pixels, K its kernel taps times input channels."""
-    jobs = getattr(lowered, "jobs", None)
-    if jobs is None or node.name not in jobs:      # a 2-D view of any rank's tensor
+    job = lowered.jobs.get(node.name)
+    if job is None:      # the dense lowering, or a 2-D view of any rank's tensor
         shape = graph.tensor(node.outputs[0]).shape
         M, N = int(np.prod(shape[:-1])), shape[-1]
         macs = rule_for(node).macs(graph, node)
-        return M, getattr(node.op, "K", macs // max(M * N, 1)), N, macs
-    job = jobs[node.name]
+        return M, node.op.K if isinstance(node.op, Dense) else macs // max(M * N, 1), N, macs
     N, Ho, Wo, C = job.out_shape
     M = N * Ho * Wo
     return M, job.macs // max(M * C, 1), C, job.macs
@@ -326,5 +326,4 @@ def _compile(cfg: ChipConfig, network: Network | Graph, chain: ChainChoice | Non
         plan=lowered.plan, phase_seconds=clock.laps,
         ubuf_bytes_written=counted["ubuf_written"], ubuf_bytes_read=counted["ubuf_read"],
         chain=lowered if isinstance(chain, ChainChoice) else None,
-        segments=dict(getattr(lowered, "segments", {})),
-        tiling=dict(getattr(lowered, "tiling", {})))
+        segments=dict(lowered.segments), tiling=dict(lowered.tiling))

@@ -22,7 +22,7 @@ from systolica.arch.isa import Opcode
 from systolica.compiler import CompileError, compile_network
 from systolica.compiler.planning import layout
 from systolica.models import zoo as models
-from systolica.compiler.lowering import rules
+from systolica.compiler.lowering import routing
 from systolica.compiler.planning import split
 from systolica.compiler.planning.layout import Piece
 from test_depthwise import _random_depthwise
@@ -70,9 +70,9 @@ def test_pieces_of_the_2x3_grid():
     assert layout.pieces(G23, 1, 24) == [Piece(1, -1, False, True), Piece(2, 1, True, True)]
     assert layout.pieces(G23, 1, 16) == [Piece(1, -1, False, True)]
     assert layout.max_pieces(G23) == 2 and layout.max_pieces(G32) == 2
-    assert rules.piece_routing(G23, Piece(1, -1, False, True)) == {
+    assert routing.piece_routing(G23, Piece(1, -1, False, True)) == {
         "wb_src[0]": fabric.KEEP, "wb_src[1]": "col.g0"}
-    assert rules.piece_routing(G23, Piece(1, 2, True, False)) == {
+    assert routing.piece_routing(G23, Piece(1, 2, True, False)) == {
         "wb_src[0]": "col.g2", "wb_src[1]": fabric.ZERO}
 
 
@@ -95,7 +95,7 @@ def test_pieces_are_the_sub_blocks_and_slices_of_other_grids(cfg):
             subs = list(range(min(k, layout.blocks(N, cfg.rows) - nb * k)))
             assert got == [Piece(nb * k + s, s * T, True, True) for s in subs]
         for pc, sub in zip(got, subs):
-            assert rules.piece_routing(cfg, pc) == rules.gemm_routing(cfg, Opcode.VRUN,
+            assert routing.piece_routing(cfg, pc) == routing.gemm_routing(cfg, Opcode.VRUN,
                                                                       sub=sub)
 
 

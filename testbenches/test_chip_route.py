@@ -62,7 +62,7 @@ def test_skip_links_shorten_the_routes_that_can_take_them():
         assert short.skips > 0 and short.span == plain.span - 1
         assert timing.run_cycles(cfg, p1) == timing.run_cycles(cfg, p0) - 1
     # tiny has no tile two back: nothing to skip
-    tiny = lanes.plan(preset("tiny"), {0: 0, 1: 0})
+    tiny = lanes.plan_route(preset("tiny"), {0: 0, 1: 0})
     assert tiny.skips == 0
 
 

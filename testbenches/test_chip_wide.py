@@ -29,10 +29,10 @@ from systolica.models import cnn_cases
 from systolica.compiler.planning import layout
 from systolica.models import zoo as models
 from systolica.compiler.graph import reference
-from systolica.compiler.lowering import rules
+from systolica.compiler.lowering import routing
 from systolica.models.chain_cases import seed_two_layer
 from systolica.compiler.lowering.chain import ChainChoice
-from systolica.compiler.lowering.lower import WEIGHT_SLOTS
+from systolica.compiler.lowering.dense import DENSE_RING_BLOCKS
 from systolica.app import demo
 from systolica.compiler.graph.graph import GraphBuilder
 from systolica.sim import randprog
@@ -130,7 +130,7 @@ CASES = {
     # smaller still: four groups of 2x4 cells, each narrower than a tile
     "split_cells_300x2x3": gemm(300, 2, 3, seed=6),
     # a chain of split layers: each inner VRUN packs both groups' outputs into one
-    # R-byte row (rules.packed_routing), where the next layer's groups read them
+    # R-byte row (routing.packed_routing), where the next layer's groups read them
     "split_chain_300x4-4-3-7": split_chain(300, (4, 4, 3, 7)),
     "split_chain_300x4-4-3-7_whole": (split_chain(300, (4, 4, 3, 7)), dict(split=1)),
     # int32 transposes: R x R element blocks, the interleaving blocks west-loaded (stored
@@ -251,18 +251,18 @@ def _windows_apart(windows, every):
                                        (WIDE, "gemm_ragged"), (WIDE4, "gemm_passes")],
                          ids=lambda v: getattr(v, "name", v))
 def test_weight_ring_and_staging_slots_are_apart(cfg, name):
-    """The weight ring holds WEIGHT_SLOTS blocks of ``C`` rows, the output staging an
+    """The weight ring holds DENSE_RING_BLOCKS blocks of ``C`` rows, the output staging an
     N-block's ``k`` slices per accumulator half: every WLOAD and staging VRUN stays in
     its region, and blocks (slices) in flight together never share CBUF rows (a
     shared row would only serialise the program, so results alone cannot tell)."""
     c = compile_network(cfg, CASES[name]())
     plan = c.plan
     ring = plan.region("cbuf", "weight ring")
-    assert ring.size == WEIGHT_SLOTS * cfg.cols
+    assert ring.size == DENSE_RING_BLOCKS * cfg.cols
     loads = [(i.fields["w_addr"], i.fields["w_addr"] + cfg.weight_rows)
              for i in c.program if i.op is Opcode.WLOAD]
     assert loads and all(ring.lo <= lo and hi <= ring.hi for lo, hi in loads)
-    assert _windows_apart(loads, WEIGHT_SLOTS)
+    assert _windows_apart(loads, DENSE_RING_BLOCKS)
     last = c.graph.nodes[-1].name
     staging = plan.region("cbuf", f"{last}.staging")
     rows = plan.passes.get(last, plan.rows[last])       # rows per pass
@@ -486,7 +486,7 @@ def test_a_chain_of_dense_layers_splits_as_one():
     # the inner layers: one VRUN per MATMUL; the last: one per slice of its C columns
     assert count(0, Opcode.VRUN) == count(0, Opcode.MATMUL)
     assert count(2, Opcode.VRUN) == 2 * count(2, Opcode.MATMUL)
-    assert rules.packed_routing(WIDE, 2) == {"wb_src[0]": "col.g0", "wb_src[1]": "col.g2"}
+    assert routing.packed_routing(WIDE, 2) == {"wb_src[0]": "col.g0", "wb_src[1]": "col.g2"}
     whole = compile_network(WIDE, make(), split=1)
     assert c.predicted_cycles < whole.predicted_cycles
 

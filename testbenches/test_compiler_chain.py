@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from systolica.compiler import CompileError
-from systolica.compiler.planning.chain_passes import Axis, listing, plan, sizes, ubuf_peak_rows
+from systolica.compiler.planning.chain_passes import Axis, listing, sizes, ubuf_peak_rows
+from systolica.compiler.planning.chain_passes import plan_passes as plan
 from systolica.compiler.planning.tiling import halo
 
 SEED_CHAIN = [Axis(7, pad_before=3, pad_after=3), Axis(5, pad_before=2, pad_after=2)]

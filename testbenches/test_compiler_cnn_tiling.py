@@ -20,7 +20,11 @@ from systolica.models import zoo as models
 from systolica.compiler.graph import reference
 from systolica.models.chain_cases import seed_two_layer
 from systolica.compiler.lowering.chain import ChainChoice
-from systolica.compiler.lowering.cnn import Tiling, _layout, _tiles, choose, estimate, job_layout
+from systolica.compiler.lowering.maps.layout import network_layout as _layout
+from systolica.compiler.planning.map_tiling import Tiling, job_layout
+from systolica.compiler.planning.map_tiling import choose_tiling as choose
+from systolica.compiler.planning.map_tiling import estimate_tiling as estimate
+from systolica.compiler.planning.map_tiling import output_tiles as _tiles
 from systolica.compiler.lowering.lower import lower
 
 #: whole compiles of many networks: `make test`, not `make test-fast`

@@ -98,23 +98,23 @@ def test_the_routes_take_the_skip_links():
     n = cfg.tile_size
     comp = run_golden(cfg, concat_net(20, (n, n), 0, after=False, direct=True))
     spans = {i.fields["span"] for i in _routes(comp)}
-    assert spans and all(s <= lanes.plan(cfg, {0: 0}).span for s in spans)
-    assert lanes.plan(cfg, {0: 0}).span == lanes.plan(cfg, {0: 0}, skips=False).span - 1
-    assert lanes.plan(cfg, {0: 0}).skips == 1
+    assert spans and all(s <= lanes.plan_route(cfg, {0: 0}).span for s in spans)
+    assert lanes.plan_route(cfg, {0: 0}).span == lanes.plan_route(cfg, {0: 0}, skips=False).span - 1
+    assert lanes.plan_route(cfg, {0: 0}).skips == 1
 
 
 def test_plans_are_the_shortest_chains():
     cfg = preset("tiny_wide")
-    route = lanes.plan(cfg, {3: 0, 1: 1})
+    route = lanes.plan_route(cfg, {3: 0, 1: 1})
     # row 0: E(0,0) -> skip -> E(0,2), turn at column 3, S(0,3), S(1,3): 4 registers
     assert route.latency == {3: 4, 1: 2} and route.span == 4
     assert route.routing["gen_e[0][2]"] == "skip" and route.routing["gen_s[0][3]"] == "west"
     assert route.delays() == {"delay3": 0, "delay1": 2}
-    assert lanes.plan(cfg, {3: 0}, skips=False).latency == {3: 5}
+    assert lanes.plan_route(cfg, {3: 0}, skips=False).latency == {3: 5}
     with pytest.raises(CompileError, match="off the 2x4 grid"):
-        lanes.plan(cfg, {4: 0})
+        lanes.plan_route(cfg, {4: 0})
     with pytest.raises(CompileError, match="no general lanes"):
-        lanes.plan(preset("base"), {0: 0})
+        lanes.plan_route(preset("base"), {0: 0})
 
 
 def test_refusals_name_the_layer_and_the_fix():

@@ -8,7 +8,7 @@ from systolica import golden
 from systolica.arch import isa
 from systolica.compiler import CompileError, Dense, Network, compile_network, gemm
 from systolica.compiler.graph import reference
-from systolica.compiler.lowering.lower import acc_half_rows
+from systolica.compiler.planning.memory import acc_half_rows
 from systolica.arch.config import preset
 from systolica.arch.regs import ErrorCode
 from tiers import sample

@@ -16,7 +16,7 @@ from systolica.models import cnn_cases
 from systolica.models import zoo as models
 from systolica.compiler.graph import reference
 from systolica.compiler.lowering.chain import ChainChoice
-from systolica.compiler.lowering.cnn import lower_cnn
+from systolica.compiler.lowering.maps.network import lower_maps as lower_cnn
 from systolica.compiler.errors import CompileError
 from systolica.compiler.planning.network_chains import chain_runs
 from tiers import sample

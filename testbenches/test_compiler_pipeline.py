@@ -6,12 +6,14 @@ import pytest
 
 from systolica.arch.config import preset
 from systolica.arch.isa import DmaKind, Opcode
+from systolica.compiler.errors import InternalError
 from systolica.compiler import CompileError, Dense, Network, gemm, plan_memory
 from systolica.compiler.scheduling import pipeline as pipeliner
 from systolica.compiler.graph.graph import as_graph
 from systolica.compiler.microops.ir import make
 from systolica.compiler.scheduling.pipeline import Block, Step, loop_order, pipeline
-from systolica.compiler.lowering.rules import Emitter, rule_for
+from systolica.compiler.lowering.emitter import Emitter
+from systolica.compiler.lowering.registry import rule_for
 
 CFG = preset("tiny")
 R = CFG.rows
@@ -19,7 +21,7 @@ R = CFG.rows
 
 def emitted(net):
     graph = as_graph(net)
-    em = Emitter(CFG, graph, plan_memory(CFG, graph))
+    em = Emitter.for_plan(CFG, graph, plan_memory(CFG, graph))
     return [blk for i, n in enumerate(graph.nodes) for blk in rule_for(n).emit(em, i, n)]
 
 
@@ -110,7 +112,7 @@ def test_next_block_loads_wait_for_an_epilogue_that_uses_their_rows():
 def test_the_pipelined_order_is_checked_against_the_loop_order(monkeypatch):
     blocks = [Block(0, steps=[_step(100, 0, 0, 0), _step(200, 8, 1, 1)])]
     monkeypatch.setattr(pipeliner, "_reorder", lambda blks: loop_order(blks)[::-1])
-    with pytest.raises(CompileError, match="reordering moved"):
+    with pytest.raises(InternalError, match="reordering moved"):
         pipeline(CFG, blocks)
 
 

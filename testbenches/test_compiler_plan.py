@@ -8,10 +8,12 @@ import numpy as np
 import pytest
 
 from systolica.arch.config import preset
+from systolica.compiler.errors import InternalError
 from systolica.compiler import CompileError, Dense, GraphBuilder, Network, gemm, plan_memory
 from systolica.compiler.planning import layout
 from systolica.compiler.planning.memory import Region, check_plan
-from systolica.compiler.lowering.rules import WEIGHT_SLOTS, acc_half_rows
+from systolica.compiler.lowering.dense import DENSE_RING_BLOCKS as WEIGHT_SLOTS
+from systolica.compiler.planning.memory import acc_half_rows
 from tiers import sample
 
 TINY = preset("tiny")
@@ -204,10 +206,10 @@ def test_check_plan_refuses_regions_that_share_rows_while_live():
     check_plan(plan)
     a = plan.tensor("cbuf", "layer0")
     clash = Region("cbuf", "clash", a.lo + 1, 4, a.last, a.last, "clash")
-    with pytest.raises(CompileError, match="'clash' overlap while both are live"):
+    with pytest.raises(InternalError, match="'clash' overlap while both are live"):
         check_plan(replace(plan, regions=plan.regions + (clash,)))
     outside = Region("acc", "past", TINY.acc_depth - 1, 2, 0, 0, "past")
-    with pytest.raises(CompileError, match="outside the memory"):
+    with pytest.raises(InternalError, match="outside the memory"):
         check_plan(replace(plan, regions=plan.regions + (outside,)))
 
 

@@ -60,7 +60,7 @@ def test_a_chain_splits_where_its_packed_outputs_are_one_k_block():
     assert [l.split for l in _golden_equals_numpy(TINY, net).layers] == [4, 4, 4]
     three = _golden_equals_numpy(TINY, net, split={"fc1": 3})
     assert [l.split for l in three.layers] == [3, 3, 3]
-    why = split.choose(preset("tiny_wide"), as_graph(net))["fc1"].why
+    why = split.choose_split(preset("tiny_wide"), as_graph(net))["fc1"].why
     assert "not 3 groups: 3 groups on the wide 2x4 tile grid" in why
 
 
@@ -86,7 +86,7 @@ def test_any_count_up_to_the_shorter_side():
     (TINY, 37, 4, 4, 2), (TINY, 37, 5, 4, 1), (TALL, 50, 8, 4, 2), (TALL, 50, 8, 5, 1),
 ])
 def test_the_cost_model_splits_when_k_and_n_fit_a_group(cfg, M, K, N, s):
-    choice = split.choose(cfg, as_graph(_gemm(M, K, N)))["g"]
+    choice = split.choose_split(cfg, as_graph(_gemm(M, K, N)))["g"]
     assert choice.s == s
     assert choice.estimates[1] >= choice.estimates[s]
     assert compile_network(cfg, _gemm(M, K, N)).layers[0].split == s
@@ -121,9 +121,9 @@ def test_the_cost_model_takes_a_split_as_fast_as_the_fastest(name, M, K, N, dtyp
 
 
 def test_the_refusal_names_the_constraint():
-    why = split.choose(BASE, as_graph(_gemm(64, 12, 8)))["g"].why
+    why = split.choose_split(BASE, as_graph(_gemm(64, 12, 8)))["g"].why
     assert "K = 12 > 8" in why
-    why = split.choose(BASE, as_graph(_gemm(64, 4, 9)))["g"].why
+    why = split.choose_split(BASE, as_graph(_gemm(64, 4, 9)))["g"].why
     assert "N = 9 > 8" in why
 
 
@@ -141,7 +141,7 @@ def test_a_chain_of_dense_layers_splits_as_one():
     """A graph input through dense layers to a graph output: every layer in the same
     groups, each reading the one before's packed output where it lies."""
     net = demo.mlp(batch=40, widths=(4, 4, 3, 2), name="chain")
-    choices = split.choose(TINY, as_graph(net))
+    choices = split.choose_split(TINY, as_graph(net))
     assert [choices[n].s for n in ("fc1", "fc2", "fc3")] == [2, 2, 2]
     assert "one chain with 'fc1', 'fc2', 'fc3'" in choices["fc2"].why
     c = _golden_equals_numpy(TINY, net)
@@ -196,7 +196,7 @@ def test_layers_sharing_a_tensor_are_not_split():
     g.dense(h, rng.integers(-9, 9, size=(4, 4), dtype=np.int8), name="d1")
     g.dense(h, rng.integers(-9, 9, size=(4, 2), dtype=np.int8), name="d2")
     graph = g.build()
-    choices = split.choose(TINY, graph)
+    choices = split.choose_split(TINY, graph)
     assert [choices[n].s for n in ("d0", "d1", "d2")] == [1, 1, 1]
     assert "its output 'd0' is read by other layers" in choices["d0"].why
     assert "its input 'd0' is made or read by other layers" in choices["d1"].why
@@ -207,7 +207,7 @@ def test_a_later_layer_of_a_chain_takes_the_group_columns():
     """On tiny_tall a group's inputs are R/s = 8 wide, the outputs it hands on C/s =
     4: a second layer with K = 8 does not fit, and the refusal names it."""
     net = demo.mlp(batch=40, widths=(8, 8, 4), name="wide")
-    why = split.choose(TALL, as_graph(net))["fc1"].why
+    why = split.choose_split(TALL, as_graph(net))["fc1"].why
     assert "layer 'fc1': N = 8 > 4" in why
     net = demo.mlp(batch=40, widths=(8, 4, 4), name="fits")
     assert [l.split for l in _golden_equals_numpy(TALL, net).layers] == [2, 2]

@@ -19,8 +19,8 @@ from systolica.compiler import GraphBuilder, compile_network
 from systolica.compiler.graph import reference
 from systolica.compiler.graph.graph import NCHW_TO_NHWC, NHWC_TO_NCHW
 from systolica.compiler.lowering.lower import lower
-from systolica.compiler.planning.permute import plan
-from systolica.compiler.lowering.rules import TransposeRule
+from systolica.compiler.planning.permute import plan_pieces as plan
+from systolica.compiler.lowering.transpose import TransposeRule
 from tiers import sample
 
 TINY = preset("tiny")
@@ -429,7 +429,7 @@ def test_int32_transpose_shares_the_interleaving_loads():
     """64x64 int32 on tiny: 64 blocks of 8 x 8 elements, 4 input words each (a west load
     per word), and per group of 4 blocks one load of each of the 16 interleaving blocks
     (not 16 per block)."""
-    from systolica.compiler.lowering.rules import INT32_GROUP
+    from systolica.compiler.lowering.transpose_int32 import INT32_GROUP
     compiled = compile_network(TINY, int32_graph(64, 8, 64))
     t = [n.name for n in compiled.graph.nodes].index("t")
     wloads = [i for i, layer in zip(compiled.program, compiled.layer_of)
@@ -506,11 +506,12 @@ def test_int32_transpose_on_a_tall_array_in_sub_blocks():
     interleaving blocks (an output word's 2 sub-blocks of 8 bytes: 2 words x 2 sub-blocks
     x 4 bytes); the second sub-block's VRUN keeps the first's groups."""
     from systolica.arch import fabric, isa
-    from systolica.compiler.lowering.rules import acc_half_rows
+    from systolica.compiler.lowering.transpose_int32 import int32_group
+    from systolica.compiler.planning.memory import acc_half_rows
     compiled = compile_network(TALL, int32_graph(64, 8, 64))
     t = [n.name for n in compiled.graph.nodes].index("t")
     ops = [i for i, layer in zip(compiled.program, compiled.layer_of) if layer == t]
-    G = TransposeRule.int32_group(TALL, acc_half_rows(TALL))
+    G = int32_group(TALL, acc_half_rows(TALL))
     wloads = [i for i in ops if i.op is Opcode.WLOAD]
     assert len(wloads) == 32 * 4 + -(-32 // G) * 16
     table = fabric.muxes(TALL)

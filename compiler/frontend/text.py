@@ -461,8 +461,7 @@ def to_micro_op(cfg: ChipConfig, st: Statement, filename: str = "<text>") -> Mic
     try:
         return make(cfg, opcode, **{**given, **fixed})
     except CompileError as e:
-        msg = str(e).removeprefix("internal: ")
-        raise ParseError(filename, st.line, st.col, f"{st.where()}: {msg}") from None
+        raise ParseError(filename, st.line, st.col, f"{st.where()}: {e}") from None
 
 
 def to_micro_ops(cfg: ChipConfig, statements: list[Statement],

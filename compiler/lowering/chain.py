@@ -3,7 +3,7 @@ docs/cnn.md "Chains"). Entry point: :func:`lower_chain`.
 
 A chain's intermediate maps never go to DRAM. Each pass loads the band of the
 network input its first layer reads; every layer then computes its rows of the pass
-(:func:`.chain.plan`) from the previous layer's rows in the CBUF, and the last
+(:func:`.chain.plan_passes`) from the previous layer's rows in the CBUF, and the last
 layer's rows are stored. Three strategies (:data:`STRATEGIES`):
 
 * ``baseline``: every pass computes all the rows it reads, halo rows again, and the
@@ -46,13 +46,18 @@ import numpy as np
 from systolica.arch.config import ChipConfig
 from systolica.arch.isa import CopyKind, DmaKind, Opcode
 from systolica.compiler.planning import chain_passes as chain
-from systolica.compiler.lowering.cnn import (PARAM_ROWS, WEIGHT_SLOTS, CnnLowered, DramLayout, Job, Layout, Source,
-                  _bank_up, check_chain_channels, check_channels,
-                  _check_window, _conv_job, _Counters, _Emit, _out_words, acc_param_rows,
-                  as_map, pack_map, stored_weights)
-from systolica.compiler.errors import CompileError
+from systolica.arch.instructions import PARAM_ROWS
+from systolica.compiler.errors import CompileError, InternalError
 from systolica.compiler.graph.graph import Graph
-from systolica.compiler.graph.ops import Conv2d
+from systolica.compiler.lowering.conv import conv_job
+from systolica.compiler.lowering.emitter import Emitter
+from systolica.compiler.lowering.lowered import Lowered
+from systolica.compiler.lowering.maps.jobs import Job, Source, check_window, stored_weights
+from systolica.compiler.lowering.maps.layout import (MAP_RING_BLOCKS, DramLayout, Layout,
+                                                     acc_param_rows, as_map, bank_up,
+                                                     out_words, pack_map)
+from systolica.compiler.lowering.maps.tile_loop import TileLoop
+from systolica.compiler.lowering.registry import rule_for
 from systolica.compiler.scheduling.pipeline import Block, Step, loop_order, pipeline
 from systolica.compiler.planning.memory import DramMap, MemoryPlan, Region, check_plan
 
@@ -63,7 +68,7 @@ WEIGHTS = ("persistent", "pass", "stream")   # least DRAM traffic first, most CB
 
 @dataclass(frozen=True)
 class ChainChoice:
-    """How a chain runs; None leaves a choice to :func:`choose`. ``strategy``: one of
+    """How a chain runs; None leaves a choice to :func:`choose_chain`. ``strategy``: one of
     :data:`STRATEGIES` for the chain, or a tuple of one per layer (how the halo rows
     of the layer's output are had; the last layer's output has none, so its entry
     says nothing); ``outputs_per_pass``: rows of the last layer's output per pass; ``weights``: one of :data:`WEIGHTS` for
@@ -187,6 +192,31 @@ class _Buffers:
         return out
 
 
+def check_chain_channels(cfg: ChipConfig, name: str, channels: int) -> None:
+    """A chain of convolutions (:mod:`.chain_lower`) keeps a layer's output in the CBUF
+    as one block that is both a channel block of ``R`` and an N-block of ``C`` columns:
+    on a non-square array it takes at most ``min(R, C)`` output channels a layer (the
+    layer-by-layer lowering takes any number)."""
+    most = min(cfg.rows, cfg.cols)
+    if cfg.rows != cfg.cols and channels > most:
+        raise CompileError(
+            f"layer {name!r}: {channels} output channels on chip {cfg.name!r}, whose "
+            f"{cfg.rows}x{cfg.cols} array is not square: a chain of convolutions takes "
+            f"at most {most} output channels a layer (one block); run the layer on its "
+            f"own (segments={{{name!r}: 1}} or chain='layer_by_layer'), or use a square "
+            f"preset or fewer channels")
+
+
+def check_channels(cfg: ChipConfig, graph: Graph) -> None:
+    """:func:`check_chain_channels` for every layer of `graph` but views (a graph
+    lowered as one chain)."""
+    for node in graph.nodes:
+        if not rule_for(node).stores_blocks:
+            continue
+        for t in node.outputs:
+            check_chain_channels(cfg, node.name, graph.tensor(t).shape[-1])
+
+
 def chain_layers(graph: Graph) -> list:
     """The graph's nodes if they form a chain of convolutions (each reading the one
     before, batch 1, no replicated input); else a CompileError saying what breaks it."""
@@ -195,13 +225,9 @@ def chain_layers(graph: Graph) -> list:
         raise CompileError(f"graph {graph.name!r}: a chain has one input and one output")
     prev = graph.inputs[0]
     for node in nodes:
-        if not isinstance(node.op, Conv2d):
-            raise CompileError(f"layer {node.name!r}: a chain is made of convolutions, "
-                               f"not {type(node.op).__name__}")
-        if node.op.depthwise:
-            raise CompileError(f"layer {node.name!r}: a chain is made of convolutions "
-                               f"over all input channels, not depthwise ones; run it "
-                               f"layer by layer")
+        refusal = rule_for(node).chain_refusal(node)
+        if refusal is not None:
+            raise CompileError(refusal)
         if list(node.inputs) != [prev]:
             raise CompileError(f"layer {node.name!r}: a chain layer reads the layer "
                                f"before it only")
@@ -224,10 +250,6 @@ def _band_row(passes: list[list[chain.Step]], k: int, p: int, r: int) -> int:
     rows a layer keeps, the last of the band, sit at the same place in every pass."""
     tallest = max(s[k].read for s in passes)
     return r - passes[p][k].reads[1] + tallest
-
-
-def _chunks(rows: tuple[int, int], per: int) -> list[tuple[int, int]]:
-    return [(a, min(a + per, rows[1])) for a in range(rows[0], rows[1], per)]
 
 
 def _chunk_input(job: Job, a: int, b: int) -> tuple[int, int]:
@@ -283,7 +305,7 @@ def _layout(cfg: ChipConfig, jobs: list[Job], passes: list[list[chain.Step]],
     asks: list[_Ask] = []
     streamed = [k for k, m in enumerate(modes) if m == "stream"]
     if streamed:
-        asks.append(_Ask("weight ring", WEIGHT_SLOTS * cfg.weight_rows, *life(streamed[0], streamed[-1]),
+        asks.append(_Ask("weight ring", MAP_RING_BLOCKS * cfg.weight_rows, *life(streamed[0], streamed[-1]),
                          "weight ring"))
     for want in ("persistent", "pass"):
         for k, j in enumerate(jobs):
@@ -376,7 +398,7 @@ def _place_asks(cfg: ChipConfig, jobs: list[Job], passes, asks: list[_Ask], apar
         with room for `rows`, and the room there; else (-1, the largest room)."""
         busy = sorted((r for r in placed if r.first <= last and first <= r.last),
                       key=lambda r: r.lo)
-        at, largest = _bank_up(cfg, after), 0
+        at, largest = bank_up(cfg, after), 0
         for r in busy + [Region("cbuf", "end", cfg.cbuf_depth, 0, first, last)]:
             if r.hi <= at:
                 continue
@@ -384,7 +406,7 @@ def _place_asks(cfg: ChipConfig, jobs: list[Job], passes, asks: list[_Ask], apar
             if room >= rows:
                 return at, room
             largest = max(largest, room)
-            at = max(at, _bank_up(cfg, r.hi))
+            at = max(at, bank_up(cfg, r.hi))
         return -1, largest
 
     def spot(ask: _Ask, rows: int, after: int = 0) -> tuple[int, int]:
@@ -490,7 +512,7 @@ def _check_fetches(jobs: list[Job], passes: list[list[chain.Step]]) -> None:
                     f"pass (the halo is taller than a pass)")
 
 
-def estimate(cfg: ChipConfig, jobs: list[Job], passes: list[list[chain.Step]],
+def estimate_chain(cfg: ChipConfig, jobs: list[Job], passes: list[list[chain.Step]],
              modes: tuple[str, ...], bufs: _Buffers, half_rows: int) -> tuple[int, int]:
     """``(cycles, dram_bytes)`` a way of running the chain should take: the rows the
     array streams (every MATMUL, halo recomputation included) against the words the
@@ -506,7 +528,7 @@ def estimate(cfg: ChipConfig, jobs: list[Job], passes: list[list[chain.Step]],
         per = max(1, half_rows // Wo) if k < len(jobs) - 1 else bufs.stage_half // Wo
         steps = sum(len(s) for s in j.steps)
         computing = [p for p in passes if p[k].compute is not None]
-        chunks = sum(len(_chunks(p[k].compute, per)) for p in computing)
+        chunks = sum(len(chain.row_chunks(p[k].compute, per)) for p in computing)
         streamed += sum(p[k].computed * Wo for p in passes) * steps
         loads = {"persistent": 1, "pass": len(computing), "stream": chunks}[modes[k]]
         moved += j.weights.shape[0] * cfg.weight_rows * loads
@@ -531,7 +553,7 @@ def _waits(bufs: _Buffers, key: str, step: int) -> bool:
 def _weight_modes(cfg: ChipConfig, jobs: list[Job], passes, fixed, half_rows: int,
                   fused: tuple[bool, ...], share: bool):
     """The weight placement per layer for these passes: the user's (`fixed`), else
-    all ``persistent`` if that fits, else the cheapest (:func:`estimate`) of the same
+    all ``persistent`` if that fits, else the cheapest (:func:`estimate_chain`) of the same
     placement for every layer (``pass``, ``stream``) and of :func:`_downgrade`'s mix
     (a layer at a time down :data:`WEIGHTS`: less CBUF, more DRAM traffic).
     ``(modes, buffers)``; CompileError (the last shortfall) when nothing fits."""
@@ -554,7 +576,7 @@ def _weight_modes(cfg: ChipConfig, jobs: list[Job], passes, fixed, half_rows: in
             bufs = fit((kind,) * L)
         except CompileError:
             continue
-        found.append((estimate(cfg, jobs, passes, (kind,) * L, bufs, half_rows),
+        found.append((estimate_chain(cfg, jobs, passes, (kind,) * L, bufs, half_rows),
                       (kind,) * L, bufs))
     try:
         found.append(_downgrade(cfg, jobs, passes, modes, fit, half_rows, error))
@@ -586,23 +608,23 @@ def _downgrade(cfg: ChipConfig, jobs: list[Job], passes, modes, fit, half_rows: 
             except CompileError as e:
                 error = e
                 continue
-            fitting.append((estimate(cfg, jobs, passes, t, bufs, half_rows), t, bufs))
+            fitting.append((estimate_chain(cfg, jobs, passes, t, bufs, half_rows), t, bufs))
         if fitting:
             return min(fitting, key=lambda f: f[0])
 
         def freed(t):           # rows the change takes off the layer's busiest moment
             k = next(i for i in range(L) if t[i] != modes[i])
             return jobs[k].weights.shape[0] if t[k] == "pass" else \
-                jobs[k].weights.shape[0] - WEIGHT_SLOTS
+                jobs[k].weights.shape[0] - MAP_RING_BLOCKS
         modes = max(trials, key=freed)
 
 
-def choose(cfg: ChipConfig, jobs: list[Job], want: ChainChoice, half_rows: int,
+def choose_chain(cfg: ChipConfig, jobs: list[Job], want: ChainChoice, half_rows: int,
            cost=None, pass_sizes: list[int] | None = None
            ) -> tuple[ChainChoice, list[list[chain.Step]], _Buffers]:
     """The cost model: of the pass sizes, halo keeps and weight placements per layer
     (:func:`_weight_modes`) that fit the CBUF, the UBUF and the halo rule, the one
-    :func:`estimate` says runs in the fewest cycles, then moves the fewest DRAM
+    :func:`estimate_chain` says runs in the fewest cycles, then moves the fewest DRAM
     bytes, then takes the fewest passes. A user's choice in `want` stands. `cost`
     (``(jobs, passes, modes, bufs) -> key``, the least taken; `modes` one weight
     placement per layer) and `pass_sizes` (the outputs per pass to try) replace the
@@ -633,7 +655,7 @@ def choose(cfg: ChipConfig, jobs: list[Job], want: ChainChoice, half_rows: int,
     best = None                       # no pass keeps its halo
     for per in counts:
         for keep in keeps:
-            passes = chain.plan(H, _axes(jobs), per, ubuf=keep)
+            passes = chain.plan_passes(H, _axes(jobs), per, ubuf=keep)
             try:
                 _check_fetches(jobs, passes)
             except CompileError as e:
@@ -648,7 +670,7 @@ def choose(cfg: ChipConfig, jobs: list[Job], want: ChainChoice, half_rows: int,
                 except CompileError as e:
                     fit_error = (per, e)
                     continue
-                key = (*estimate(cfg, jobs, passes, modes, bufs, half_rows),
+                key = (*estimate_chain(cfg, jobs, passes, modes, bufs, half_rows),
                        len(passes)) if cost is None else cost(jobs, passes, modes, bufs)
                 if best is None or key < best[0]:
                     weights = modes[0] if len(set(modes)) == 1 else modes
@@ -683,12 +705,12 @@ def plan_segment(cfg: ChipConfig, jobs: list[Job], want: ChainChoice = ChainChoi
                  reserve: int = 0, cost=None, pass_sizes: list[int] | None = None
                  ) -> Segment:
     """Plan convolutions `jobs` (each reading the one before) as a chain: the checks
-    and the cost model (:func:`choose`); a CompileError naming the layer otherwise.
+    and the cost model (:func:`choose_chain`); a CompileError naming the layer otherwise.
     The top `reserve` ACC rows are left alone (in a network: the epilogue slots of
     the layers run on their own, which the next one's may load early); `cost` and
-    `pass_sizes` as :func:`choose` takes them."""
+    `pass_sizes` as :func:`choose_chain` takes them."""
     for j in jobs:
-        _check_window(j)
+        check_window(j)
         check_chain_channels(cfg, j.name, j.out_shape[3])
     # ACC: two halves, then every layer's epilogue parameters, loaded once
     param_rows = PARAM_ROWS * sum(len(j.steps) for j in jobs)
@@ -698,11 +720,11 @@ def plan_segment(cfg: ChipConfig, jobs: list[Job], want: ChainChoice = ChainChoi
             raise CompileError(f"layer {j.name!r}: one output row ({j.out_shape[2]} "
                                f"pixels) is more than an accumulator half "
                                f"({half_rows} rows)")
-    choice, passes, bufs = choose(cfg, jobs, want, half_rows, cost, pass_sizes)
+    choice, passes, bufs = choose_chain(cfg, jobs, want, half_rows, cost, pass_sizes)
     return Segment(jobs, choice, passes, bufs, half_rows, param_rows)
 
 
-def emit_segment(cfg: ChipConfig, emit: _Emit, seg: Segment, x_at: int, w_at: list[int],
+def emit_segment(cfg: ChipConfig, emit: TileLoop, seg: Segment, x_at: int, w_at: list[int],
                  p_at: list[int], out_at: int) -> list[Block]:
     """The blocks of a planned chain, emitted with `emit` (its counters go on; its
     layout is the chain's while it runs): the input from `x_at` in DRAM, each layer's
@@ -739,16 +761,15 @@ def segment_regions(cfg: ChipConfig, seg: Segment, first: int, last: int
 
 
 def lower_chain(cfg: ChipConfig, graph: Graph, want: ChainChoice = ChainChoice()
-                ) -> CnnLowered:
+                ) -> Lowered:
     """Lower a chain of convolutions (:func:`chain_layers`) to run in passes."""
-    R = cfg.rows
     nodes = chain_layers(graph)
     check_channels(cfg, graph)
     jobs = []
     for i, node in enumerate(nodes):
         shape = as_map(graph.tensor(node.inputs[0]).shape)
-        job = _conv_job(cfg, graph, i, node, Source(node.inputs[0], shape, 1))
-        _check_window(job)
+        job = conv_job(cfg, graph, i, node, Source(node.inputs[0], shape, 1))
+        check_window(job)
         jobs.append(job)
     seg = plan_segment(cfg, jobs, want)
 
@@ -772,16 +793,15 @@ def lower_chain(cfg: ChipConfig, graph: Graph, want: ChainChoice = ChainChoice()
         w_at.append(w)
         p_at.append(p)
     out_name = graph.outputs[0]
-    out_words = _out_words(cfg, graph.tensor(out_name))
-    out_at = place(f"tensor {out_name}", out_words, f"output {out_name!r}")
+    out_n = out_words(cfg, graph.tensor(out_name))
+    out_at = place(f"tensor {out_name}", out_n, f"output {out_name!r}")
     image = dram.image()
 
-    emit = _Emit(cfg, _Counters(tile_rows=cfg.tile_rows, tile_cols=cfg.tile_cols),
-                 None)
+    emit = TileLoop(Emitter(cfg, cfg.tile_rows, cfg.tile_cols), None)
     blocks = emit_segment(cfg, emit, seg, x_at, w_at, p_at, out_at)
     chip_regions = segment_regions(cfg, seg, 0, steps - 1)
     dmap = DramMap(MappingProxyType({x_name: (x_at, x_words.shape[0])}),
-                   MappingProxyType(params), MappingProxyType({out_name: (out_at, out_words)}),
+                   MappingProxyType(params), MappingProxyType({out_name: (out_at, out_n)}),
                    dram.cursor)
     plan = MemoryPlan(cfg, graph, MappingProxyType({}), tuple(chip_regions + dram.regions),
                       image, dmap)
@@ -792,7 +812,7 @@ def lower_chain(cfg: ChipConfig, graph: Graph, want: ChainChoice = ChainChoice()
 
 
 @dataclass
-class ChainLowered(CnnLowered):
+class ChainLowered(Lowered):
     """A lowered chain, with what the cost model chose, the passes it runs and, per
     layer, how many CBUF banks its live regions take (``weights``, ``features``,
     ``ubuf``, ``free``: :meth:`_Buffers.banks`)."""
@@ -820,7 +840,7 @@ def _split(a: int, b: int, crop: tuple[int, int] | None) -> list[tuple[int, int,
             for r0, r1 in zip(cuts, cuts[1:]) if r0 < r1]
 
 
-def _emit_passes(cfg, emit: _Emit, jobs: list[Job], passes, bufs: _Buffers, x_at: int,
+def _emit_passes(cfg, emit: TileLoop, jobs: list[Job], passes, bufs: _Buffers, x_at: int,
                  w_at: list[int], p_at: list[int], slots: list[int], out_at: int,
                  fused: tuple[bool, ...]) -> list[Block]:
     R, WR, arw = cfg.rows, cfg.weight_rows, cfg.acc_row_words
@@ -900,7 +920,7 @@ def _emit_passes(cfg, emit: _Emit, jobs: list[Job], passes, bufs: _Buffers, x_at
             # land in lives from this layer on (_layout)
             if k < last and steps[k + 1].fetch is not None and \
                     steps[k + 1].compute is None:
-                raise CompileError(f"internal: layer {jobs[k + 1].name!r} fetches halo "
+                raise InternalError(f"layer {jobs[k + 1].name!r} fetches halo "
                                    f"rows in pass {p} but computes nothing")
             # a fused crop's fetch at the pass's start: the fused crops of this pass
             # may land on rows the pass before's crops of later layers took
@@ -917,7 +937,7 @@ def _emit_passes(cfg, emit: _Emit, jobs: list[Job], passes, bufs: _Buffers, x_at
             per = max(1, lay.half_rows // Wo)
             if k == last:
                 per = bufs.stage_half // Wo
-            chunks = _chunks(s.compute, per)
+            chunks = chain.row_chunks(s.compute, per)
             for ci, (a, b) in enumerate(chunks):
                 clo, chi = _chunk_input(job, a, b)
                 geom = emit.op(Opcode.CONVCFG, i, out_w=Wo, sh=job.stride[0],
@@ -936,7 +956,7 @@ def _emit_passes(cfg, emit: _Emit, jobs: list[Job], passes, bufs: _Buffers, x_at
                             pre += (head if ci == 0 else []) + [geom]
                         bank = em.steps % 2
                         if bufs.weights[k] is None:
-                            ring = bufs.ring + (em.steps % WEIGHT_SLOTS) * WR
+                            ring = bufs.ring + (em.steps % MAP_RING_BLOCKS) * WR
                             pre.append(emit.op(Opcode.DMA, i, kind=DmaKind.LOAD_CBUF,
                                                dram_addr=w_at[k] + st.block * WR,
                                                dram_stride=1, buf_addr=ring, rows=WR))

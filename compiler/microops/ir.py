@@ -16,6 +16,7 @@ from systolica.arch.config import ChipConfig
 from systolica.arch.instructions import ACCUMULATE, READ, WRITE
 from systolica.arch.isa import Opcode
 from systolica.compiler.graph.graph import CompileError
+from systolica.compiler.errors import InternalError
 from systolica.compiler.microops.running_max import RunningMax
 
 
@@ -82,7 +83,7 @@ def make(cfg: ChipConfig, op: Opcode, layer: int = 0, **fields) -> MicroOp:
     names = isa.payload_fields(op)
     unknown = fields.keys() - set(names)
     if unknown:
-        raise CompileError(f"internal: {op.name} has no field(s) {sorted(unknown)}")
+        raise CompileError(f"{op.name} has no field(s) {sorted(unknown)}")
     # every field spelled out (0 by default), as isa.decode returns them
     mop = MicroOp(op, {name: int(fields.get(name, 0)) for name in names},
                   (), layer)
@@ -90,10 +91,10 @@ def make(cfg: ChipConfig, op: Opcode, layer: int = 0, **fields) -> MicroOp:
     try:
         isa.encode(mop.instr(0))
     except isa.EncodingError as e:
-        raise CompileError(f"internal: {mop}: {e}") from None
+        raise CompileError(f"{mop}: {e}") from None
     # the sequencer's ILLEGAL_OPCODE, ADDR_RANGE and CFG_RANGE rules, from the table
     if not instructions.legal(cfg, op, fields):
-        raise CompileError(f"internal: {mop}: {instructions.spec(op).legal_rule} (else "
+        raise CompileError(f"{mop}: {instructions.spec(op).legal_rule} (else "
                            f"the chip faults ILLEGAL_OPCODE)")
     ranges = instructions.ranges(cfg, op, fields)
     for r in ranges:
@@ -174,7 +175,7 @@ def verify_reorder(cfg: ChipConfig, before: list[MicroOp], after: list[MicroOp])
     every conflicting pair, i.e. computes the same thing."""
     pos = {id(m): i for i, m in enumerate(after)}
     if len(pos) != len(before) or any(id(m) not in pos for m in before):
-        raise CompileError("internal: reordered program is not a permutation")
+        raise InternalError("reordered program is not a permutation")
     # Only the pairs the permutation swaps need a look. Walking `before`, ``ahead``
     # holds the ops already seen that `after` places beyond the first position not yet
     # taken: the current op must not pass those of them that `after` places after it.
@@ -188,7 +189,7 @@ def verify_reorder(cfg: ChipConfig, before: list[MicroOp], after: list[MicroOp])
     for j, p in enumerate(order):
         for _, i in ahead[bisect_right(ahead, (p, len(order))):]:
             if _touch_same(before[i], before[j]):
-                raise CompileError(f"internal: reordering moved {before[j]} before "
+                raise InternalError(f"reordering moved {before[j]} before "
                                    f"{before[i]}, which touches the same data")
         taken[p] = 1
         if p == first_free:
@@ -229,6 +230,6 @@ def _verify_reorder_by_address(cfg: ChipConfig, before: list[MicroOp], pos: dict
             if a.mode != READ:
                 last = max(last, reads[a.resource].max(a.lo, a.hi))
             if p <= last:
-                raise CompileError(f"internal: reordering moved {m} before a conflicting op")
+                raise InternalError(f"reordering moved {m} before a conflicting op")
         for a in m.accesses:
             (reads if a.mode == READ else writes)[a.resource].raise_to(a.lo, a.hi, p)

@@ -15,7 +15,7 @@ them:
   (as in the seed), and it is smaller: it covers the first layer's window over its
   new rows only, not over the whole chain's halo.
 
-:func:`plan` gives, per pass and layer, which rows are computed, which input rows they
+:func:`plan_passes` gives, per pass and layer, which rows are computed, which input rows they
 read, which of those come from the UBUF, and which computed rows go there. Rows are
 along the cut axis of each layer's own output (or, for ``reads``, its input); the
 other axes are whole. Seed 001's worked example (two 16-row layers, 7x7 pad 3 then
@@ -87,7 +87,7 @@ def sizes(in_size: int, layers: list[Axis]) -> list[int]:
     return out
 
 
-def plan(in_size: int, layers: list[Axis], outputs_per_pass: int, *,
+def plan_passes(in_size: int, layers: list[Axis], outputs_per_pass: int, *,
          ubuf: bool | Sequence[bool]) -> list[list[Step]]:
     """The chain's passes (each a list of steps, first layer first), the last layer's
     output cut into bands of ``outputs_per_pass`` rows. ``ubuf``: whether each layer's
@@ -215,3 +215,8 @@ def listing(passes: list[list[Step]], names: list[str] | None = None,
 
 def _count(rows: Rows | None) -> int:
     return 0 if rows is None else rows[1] - rows[0]
+
+
+def row_chunks(rows: tuple[int, int], per: int) -> list[tuple[int, int]]:
+    """Rows ``[a, b)`` in chunks of at most `per`."""
+    return [(a, min(a + per, rows[1])) for a in range(rows[0], rows[1], per)]

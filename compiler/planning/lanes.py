@@ -48,7 +48,7 @@ def _chain(start: int, stops: list[int], skips: bool) -> list[tuple[int, bool]]:
     return out
 
 
-def plan(cfg: ChipConfig, moves: Mapping[int, int], *, skips: bool = True) -> LaneRoute:
+def plan_route(cfg: ChipConfig, moves: Mapping[int, int], *, skips: bool = True) -> LaneRoute:
     """The route taking west tile row ``moves[j]`` to column group ``j`` for every
     ``j`` in `moves`; without `skips`, every chain goes one tile per register."""
     if not cfg.general_lanes:

@@ -10,7 +10,7 @@ addresses only if their lifetimes are disjoint.
   reads, in the resident layout (``layout.resident_rows``), from its producer to its
   last reader (a graph input: from the layer before its first reader, which loads
   it, as the pipeliner fetches a layer's first loads during the previous layer); and
-  the scratch areas the layers' rules ask for (``rules.Need``: weight ring, output
+  the scratch areas the layers' rules ask for (``rule.Need``: weight ring, output
   staging).
 * ACC: the rules' scratch (accumulator halves, bias slots).
 * DRAM: graph inputs, the layers' parameters, graph outputs, in that order. The host
@@ -43,10 +43,12 @@ from systolica.arch.config import ChipConfig
 from systolica.compiler.planning import layout
 from systolica.compiler.planning import dense_passes as passes
 from systolica.compiler.planning import split
-from systolica.compiler.errors import CompileError
+from systolica.compiler.errors import CompileError, InternalError
 from systolica.compiler.graph.graph import Graph, as_graph
 from systolica.compiler.graph.ops import Concat, Dense
-from systolica.compiler.lowering.rules import rule_for, through_dram
+from systolica.compiler.graph.graph import Node
+from systolica.compiler.graph.ops import Transpose
+from systolica.compiler.lowering.registry import rule_for
 
 MEMORIES = ("cbuf", "acc", "dram")
 UNITS = {"cbuf": "rows", "acc": "rows", "dram": "words"}
@@ -133,6 +135,36 @@ class MemoryPlan:
         """Regions of `memory` live during layer number `layer`, by address."""
         return sorted((r for r in self.regions if r.memory == memory
                        and r.first <= layer <= r.last), key=lambda r: r.lo)
+
+
+def acc_half_rows(cfg: ChipConfig) -> int:
+    """Mt: rows of one accumulator half (two halves plus two bias rows fill ACC)."""
+    return (cfg.acc_depth - 2) // 2
+
+
+def through_dram(graph: Graph) -> frozenset[str]:
+    """Tensors made on chip that a transpose reads from DRAM in the GEMM lowering: of
+    rank other than 2 (their rows are strided in DRAM) or int32 (moved DRAM to DRAM).
+    Their producer stores them; only transposes read them."""
+    return frozenset(
+        n.inputs[0] for n in graph.nodes
+        if isinstance(n.op, Transpose) and graph.producer(n.inputs[0]) is not None
+        and (len(graph.tensor(n.inputs[0]).shape) != 2
+             or graph.tensor(n.inputs[0]).dtype == "int32"))
+
+
+def stored_at(plan, t: str) -> int | None:
+    """The DRAM address a layer stores its output `t` at: a graph output or a tensor
+    read through DRAM (:func:`through_dram`); None: kept on chip only."""
+    graph = plan.graph
+    if t in graph.outputs or t in through_dram(graph):
+        return plan.tensor("dram", t).lo
+    return None
+
+
+def on_chip_readers(graph: Graph, t: str) -> list[Node]:
+    """The layers that read `t` on chip (not through DRAM)."""
+    return [] if t in through_dram(graph) else graph.consumers(t)
 
 
 @dataclass
@@ -313,8 +345,7 @@ def _on_chip(cfg: ChipConfig, graph: Graph, rows: Mapping[str, int],
     for i, node in enumerate(graph.nodes):
         # a rule whose ops may run before its layer's turn (a Concat's moves follow
         # the layers that make its inputs) holds its output and needs from then
-        starts = getattr(rule_for(node), "starts", None)
-        start = i if starts is None else starts(graph, node, index)
+        start = rule_for(node).first_layer(graph, node, index)
         needs = rule_for(node).needs(cfg, graph, node,
                                      pass_rows.get(node.name, rows[node.name]),
                                      split=splits.get(node.name, 1))
@@ -326,15 +357,14 @@ def _on_chip(cfg: ChipConfig, graph: Graph, rows: Mapping[str, int],
             producer = graph.producer(t)
             holder = index[producer.name] if producer is not None else index[readers[0].name]
             streamed = t in spilled or producer is None and all(
-                getattr(rule_for(r), "streams_input", False) for r in readers)
+                rule_for(r).streams_input for r in readers)
             if readers and holder == i and not streamed:
                 # a graph input's load is fetched ahead, during the layer before
                 first = start if producer is not None else max(min(start, holder) - 1, 0)
                 tensor = graph.tensor(t)
-                held = getattr(rule_for(node), "input_rows", None)
                 m = split.rows(graph.tensor(node.outputs[0]).shape[0], splits.get(node.name, 1))
-                per_block = (held(cfg, graph, node, t, rows[node.name], m)
-                             if held is not None and producer is None else rows[node.name])
+                per_block = (rule_for(node).input_rows(cfg, graph, node, t, rows[node.name], m)
+                             if producer is None else rows[node.name])
                 ask("cbuf", f"tensor {t}", layout.resident_rows(cfg, tensor.shape[1],
                                                                 per_block),
                     first, index[readers[-1].name], f"tensor {t!r}")
@@ -491,7 +521,7 @@ def check_plan(plan: MemoryPlan) -> None:
         # a UBUF in its own SRAM follows the CBUF's rows
         end = cfg.cbuf_physical_rows if r.memory == "cbuf" else _capacity(cfg, r.memory)
         if not 0 <= r.lo <= r.hi <= end or r.size < 0:
-            raise CompileError(f"internal: {r.memory} region {r.key!r} [{r.lo}, {r.hi}) "
+            raise InternalError(f"{r.memory} region {r.key!r} [{r.lo}, {r.hi}) "
                                f"is outside the memory")
     for memory in MEMORIES:
         rs = sorted((r for r in plan.regions if r.memory == memory and r.size),
@@ -501,7 +531,7 @@ def check_plan(plan: MemoryPlan) -> None:
                 if b.lo >= a.hi:
                     break
                 if a.overlaps(b):
-                    raise CompileError(f"internal: {memory} regions {a.key!r} and "
+                    raise InternalError(f"{memory} regions {a.key!r} and "
                                        f"{b.key!r} overlap while both are live")
 
 
@@ -509,9 +539,9 @@ def plan_memory(cfg: ChipConfig, network, split_groups=None) -> MemoryPlan:
     """Place `network` (a Graph or Network) in `cfg`'s memories; CompileError naming
     the layer, the tensor and the shortfall when it does not fit. `split_groups`: the
     dense layers' tile groups, None for the cost model's, or what
-    :func:`.split.choose` takes."""
+    :func:`.split.choose_split` takes."""
     graph = as_graph(network)
-    choices = split.choose(cfg, graph, split_groups)
+    choices = split.choose_split(cfg, graph, split_groups)
     splits = {name: c.s for name, c in choices.items() if c.s > 1}
     rows, chip = _rows(cfg, graph, splits)
     dram_regions, image, dmap = _dram(cfg, graph, splits)

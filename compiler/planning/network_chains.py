@@ -4,8 +4,8 @@ A *run* is a stretch of consecutive convolutions in graph order where each one b
 the first reads only the one before, whose output no other layer reads and is no
 graph output (a ResNet bottleneck's 1x1, 3x3, 1x1: the shortcut reads the block's
 input, the add the last output). A run may be cut into *segments*: each either one
-layer lowered on its own (layer by layer, its :class:`.cnn.Tiling`) or two or more
-layers lowered as a chain in passes (:mod:`.chain_lower`), reading its input from
+layer lowered on its own (layer by layer, its :class:`~.map_tiling.Tiling`) or two or more
+layers lowered as a chain in passes (:mod:`systolica.compiler.lowering.chain`), reading its input from
 DRAM and writing only its last output there.
 
 The cost rule (:func:`choose_segments`), per run: of the ways to cut it into
@@ -26,13 +26,16 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
 from systolica.arch.config import ChipConfig
-from systolica.compiler.lowering import cnn
-from systolica.compiler.lowering.chain import (STRATEGIES, ChainChoice, Segment, _chunks, estimate,
-                          plan_segment)
-from systolica.compiler.lowering.cnn import PARAM_ROWS
+from systolica.arch import isa, timing
+from systolica.arch.instructions import PARAM_ROWS
+from systolica.arch.isa import Opcode
 from systolica.compiler.errors import CompileError
 from systolica.compiler.graph.graph import Graph
-from systolica.compiler.graph.ops import Conv2d
+from systolica.compiler.lowering.chain import (STRATEGIES, ChainChoice, Segment, estimate_chain,
+                                               plan_segment)
+from systolica.compiler.lowering.registry import rule_for
+from systolica.compiler.planning.chain_passes import row_chunks
+from systolica.compiler.planning.map_tiling import bank_turn, estimate_tiling
 
 #: The network-level option: every layer on its own, or chains with one strategy.
 NETWORK_STRATEGIES = ("layer_by_layer",) + STRATEGIES
@@ -56,7 +59,7 @@ def chain_runs(graph: Graph, jobs: list) -> list[list[int]]:
 
     def chainable(i: int) -> bool:
         job = jobs[i]
-        return (isinstance(nodes[i].op, Conv2d) and not nodes[i].op.depthwise
+        return (rule_for(nodes[i]).chain_refusal(nodes[i]) is None
                 and job is not None
                 and len(job.sources) == 1 and job.sources[0].copies == 1
                 and job.sources[0].gather is None and job.out_shape[0] == 1)
@@ -103,8 +106,8 @@ def segment_estimate(cfg: ChipConfig, seg: Segment) -> tuple[int, int]:
 
 def chain_cost(cfg: ChipConfig, jobs: list, passes: list, weights, bufs,
                half_rows: int) -> tuple[int, int]:
-    """``(cycles, dram_bytes)`` of a chain, on the scale of :func:`.cnn.estimate`:
-    :func:`.chain_lower.estimate`'s bytes; for cycles the rows the array streams, a
+    """``(cycles, dram_bytes)`` of a chain, on the scale of :func:`~.map_tiling.estimate_tiling`:
+    :func:`~systolica.compiler.lowering.chain.estimate_chain`'s bytes; for cycles the rows the array streams, a
     step taking at least half of ``rows + turn`` as layer by layer, against the words
     the DMA moves, plus what no overlap hides: the first pass's first input block and
     each layer's epilogue parameters and, kept in the CBUF, weights (each loaded
@@ -112,9 +115,9 @@ def chain_cost(cfg: ChipConfig, jobs: list, passes: list, weights, bufs,
     DMA). `weights`: one placement for every layer, or a tuple of one per layer."""
     R = cfg.rows
     modes = weights if isinstance(weights, tuple) else (weights,) * len(jobs)
-    turn = cnn._bank_turn(cfg)
+    turn = bank_turn(cfg)
     drain = _drain(cfg)
-    _, moved_bytes = estimate(cfg, jobs, passes, modes, bufs, half_rows)
+    _, moved_bytes = estimate_chain(cfg, jobs, passes, modes, bufs, half_rows)
     streamed = 0
     last = len(jobs) - 1
     for k, j in enumerate(jobs):
@@ -124,7 +127,7 @@ def chain_cost(cfg: ChipConfig, jobs: list, passes: list, weights, bufs,
         for p in passes:
             if p[k].compute is None:
                 continue
-            chunks = _chunks(p[k].compute, per)
+            chunks = row_chunks(p[k].compute, per)
             for a, b in chunks:
                 rows = (b - a) * Wo
                 streamed += steps * max(rows, (rows + turn) // 2)
@@ -144,8 +147,6 @@ def _drain(cfg: ChipConfig) -> int:
     """Cycles from a MATMUL's last row issued to its results in the ACC (the array's
     depth): about what a layer waits, at the start of its rows of a pass, for the
     layer before's last rows."""
-    from systolica.arch import isa, timing
-    from systolica.arch.isa import Opcode
     mm = isa.Instr(Opcode.MATMUL, 0, dict(act_addr=0, rows=1, acc_addr=0, accumulate=0,
                                           max=0, bank=0, conv=0, dh=0, dw=0, taps=0,
                                           in_w=1, in_h=1))
@@ -237,7 +238,7 @@ def choose_segments(cfg: ChipConfig, lay, graph: Graph, jobs: list, tilings: dic
     alone = {}
     for run in runs:
         for i in run:
-            alone[i] = cnn.estimate(cfg, lay, jobs[i], tilings[jobs[i].name])
+            alone[i] = estimate_tiling(cfg, lay, jobs[i], tilings[jobs[i].name])
     plans: dict[tuple[int, int, str | ChainChoice], tuple | None] = {}
 
     def chain_plan(run, a, b, want: ChainChoice):
@@ -285,7 +286,7 @@ def choose_segments(cfg: ChipConfig, lay, graph: Graph, jobs: list, tilings: dic
 
     user_wants: set = set()
     same: dict[tuple, ChainChoice | None] = {}     # a piece's shape -> its choice
-    reserve = 2 * cnn.PARAM_ROWS
+    reserve = 2 * PARAM_ROWS
     out: dict[int, tuple[Segment, Chained]] = {}
     for run in runs:
         named = [i for i in run if i in user]

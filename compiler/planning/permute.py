@@ -1,5 +1,5 @@
 """An N-D permutation of an int8 tensor as the pieces the array moves (docs/contract.md,
-"Transposes"). Entry point: :func:`plan`.
+"Transposes"). Entry point: :func:`plan_pieces`.
 
 A tensor of any rank is stored as its 2-D view ``[prod(shape[:-1]), shape[-1]]`` in the
 activation layout: its rows are the index tuples of the leading axes, in order, its
@@ -46,7 +46,7 @@ def row_strides(shape: tuple[int, ...]) -> list[int]:
 
 
 @lru_cache(maxsize=256)
-def plan(shape: tuple[int, ...], perm: tuple[int, ...], run: int,
+def plan_pieces(shape: tuple[int, ...], perm: tuple[int, ...], run: int,
          max_stride: int) -> PermPlan:
     """The pieces of ``np.transpose(x, perm)`` for ``x`` of `shape` (``perm`` already
     normalised: a permutation of ``range(len(shape))``); copy runs of at most `run`

@@ -170,7 +170,7 @@ def _refusal(cfg: ChipConfig, graph: Graph, chain: list[Node], s: int) -> str | 
     return None
 
 
-def estimate(cfg: ChipConfig, M: int, out_dtype: str, s: int, loads: bool = True,
+def estimate_split(cfg: ChipConfig, M: int, out_dtype: str, s: int, loads: bool = True,
              stores: bool = True, N: int | None = None) -> int:
     """The busiest unit's cycles for a one-block layer of ``M`` rows and `N` columns
     (None: at most ``R``) in ``s`` groups: the DMA (input words if it `loads` its
@@ -214,7 +214,7 @@ def lone_shape(cfg: ChipConfig, graph: Graph, node: Node, s: int = 1
             op.bias is not None or bool(op.relu), early)
 
 
-def choose(cfg: ChipConfig, graph: Graph, forced: int | Mapping[str, int] | None = None
+def choose_split(cfg: ChipConfig, graph: Graph, forced: int | Mapping[str, int] | None = None
            ) -> dict[str, Split]:
     """Each dense layer's split (layers absent: not dense). `forced`: ``1`` (never
     split) or ``{layer: s}`` overrides the cost model; a forced split the layer cannot
@@ -255,7 +255,7 @@ def choose(cfg: ChipConfig, graph: Graph, forced: int | Mapping[str, int] | None
         def cost(s: int) -> int:
             if lone:
                 return lone_estimate(cfg, graph, last, s)
-            return sum(estimate(cfg, M, graph.tensor(n.outputs[0]).dtype, s,
+            return sum(estimate_split(cfg, M, graph.tensor(n.outputs[0]).dtype, s,
                                 loads=i == 0, stores=n is last, N=n.op.N)
                        for i, n in enumerate(chain))
         estimates = {1: cost(1)}

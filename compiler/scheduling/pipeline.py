@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from systolica.arch.config import ChipConfig
 from systolica.arch.isa import Opcode
-from systolica.compiler.errors import CompileError
+from systolica.compiler.errors import CompileError, InternalError
 from systolica.compiler.microops.ir import MicroOp, conflict, verify_reorder
 
 
@@ -113,7 +113,7 @@ def pipeline(cfg: ChipConfig, blocks: list[Block]) -> list[MicroOp]:
     """The software-pipelined program order of `blocks`, verified to compute what
     the loop nest does."""
     if not blocks:
-        raise CompileError("internal: nothing to pipeline")
+        raise InternalError("nothing to pipeline")
     # A block without MATMUL steps (a Concat's ROUTEs) keeps its place: the runs of
     # blocks with steps between such blocks are pipelined each on their own.
     ops: list[MicroOp] = []

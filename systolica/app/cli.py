@@ -620,6 +620,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
 
     from systolica.compiler import CompileError
+    from systolica.compiler.errors import InternalError
     from systolica.arch.config import ConfigError
     from systolica.arch.isa import EncodingError
     from systolica.sim.rtlsim import RtlSimError
@@ -632,6 +633,9 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_BROKEN_PIPE
     except (UsageError, CompileError, ConfigError, EncodingError, RtlSimError) as exc:
         return _fail(str(exc))
+    except InternalError as exc:
+        return _fail(f"{exc} (a bug in the compiler, not in what it was given: please "
+                     f"report it with the command that ran into it)")
     except OSError as exc:
         where = f"{exc.filename}: " if exc.filename else ""
         return _fail(f"{where}{exc.strerror or exc}; check the path and its permissions")

@@ -33,9 +33,9 @@ SKIP_CASES = (("tiny_tall", {0: 0, 1: 1}, 0), ("tiny_wide", {3: 0, 2: 1}, 2))
 def program(cfg: ChipConfig, moves: dict[int, int], col0: int, skips: bool = True,
             delay_shift: int = 0, rows: int = M):
     """``(route, keep, program)``: `moves` (column group -> west tile row) routed by
-    :func:`.lanes.plan`, every partition group whose column group carries nothing
+    :func:`.lanes.plan_route`, every partition group whose column group carries nothing
     kept; `delay_shift` more cycles of span and of every delay (the same result)."""
-    route = lanes.plan(cfg, moves, skips=skips)
+    route = lanes.plan_route(cfg, moves, skips=skips)
     src, dst, out = places(rows)
     table = fabric.by_name(cfg)
     pairs = [(table[k].index, table[k].value_of(v)) for k, v in route.routing.items()]

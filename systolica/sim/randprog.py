@@ -464,7 +464,7 @@ class _Builder:
         t, tc, G = cfg.tile_rows, cfg.tile_cols, cfg.rows // cfg.tile_size
         targets = [j for j in range(tc) if rng.random() < 0.7] or [int(rng.integers(tc))]
         try:
-            route = lanes.plan(cfg, {j: int(rng.integers(t)) for j in targets},
+            route = lanes.plan_route(cfg, {j: int(rng.integers(t)) for j in targets},
                                skips=bool(rng.random() < 0.8))
         except CompileError:     # longer than the delay lines (8 tile rows, no skips)
             return False

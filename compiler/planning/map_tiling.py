@@ -1,0 +1,238 @@
+"""The map lowering's tiling per layer (docs/cnn.md, "Weights and tile buffers per
+layer"): a layer's output-row tiles, what a :class:`Tiling` costs it (cycles and
+DRAM bytes, by a model of its units), and the cost model's choice."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+
+from systolica.arch import isa, timing
+from systolica.arch.config import ChipConfig
+from systolica.arch.instructions import PARAM_ROWS
+from systolica.arch.isa import Opcode
+from systolica.compiler.errors import CompileError
+from systolica.compiler.lowering.maps.jobs import Job, check_window, input_rows, stage_parts
+from systolica.compiler.lowering.maps.layout import WEIGHT_GROUP, Layout, bank_up, tiles_lo
+from systolica.compiler.planning import layout
+
+#: Where a layer keeps its weights, and how many tile buffers it takes.
+WEIGHTS = ("stream", "persistent")
+BUFFERS = (2, 1)
+
+
+@dataclass(frozen=True)
+class Tiling:
+    """How one layer runs its tiles (docs/cnn.md, "Weights and tile buffers per
+    layer"). ``weights``: ``stream`` (the weight ring, a block per step, reloaded every
+    tile) or ``persistent`` (the layer's whole weight image kept in the CBUF, each
+    block loaded once in the first tile). ``buffers``: 2 (two tile buffers: the next
+    tile loads into one while this tile computes from the other) or 1 (one buffer of
+    twice the rows: each channel block of the next tile loads once this tile's last
+    MATMUL reading that block has issued; fewer tiles, so fewer weight reloads)."""
+    weights: str = "stream"
+    buffers: int = 2
+
+    def __post_init__(self):
+        if self.weights not in WEIGHTS:
+            raise CompileError(f"weights {self.weights!r} is not one of "
+                               f"{', '.join(WEIGHTS)}")
+        if self.buffers not in BUFFERS or isinstance(self.buffers, bool):
+            raise CompileError(f"buffers {self.buffers!r} is not one of "
+                               f"{', '.join(map(str, BUFFERS))}")
+
+
+def job_layout(cfg: ChipConfig, lay: Layout, job: Job, tiling: Tiling) -> Layout:
+    """The layout one layer runs in: `lay` with the weight ring, or with the layer's
+    whole weight image where the ring was and the staging and tile buffers above it
+    (fewer rows for the tiles); its tile buffers as `tiling` says."""
+    if tiling.weights == "stream":
+        return replace(lay, buffers=tiling.buffers)
+    return replace(lay, staging=bank_up(cfg, lay.ring + job.weights.shape[0] * cfg.weight_rows),
+                   persistent=True, buffers=tiling.buffers)
+
+
+def per_layer(names: set[str], value, what: str, kinds: tuple) -> dict:
+    """A user's choice for every layer (one value) or by layer name, checked."""
+    if value is None:
+        return {}
+    if isinstance(value, Mapping):
+        unknown = sorted(set(value) - names)
+        if unknown:
+            raise CompileError(f"{what} names layer(s) {', '.join(map(repr, unknown))} "
+                               f"the network does not have (or that have no "
+                               f"instructions)")
+        return dict(value)
+    if isinstance(value, type(kinds[0])) and not isinstance(value, bool):
+        return dict.fromkeys(names, value)
+    raise CompileError(f"{what} must be one of {', '.join(map(repr, kinds))} or a "
+                       f"mapping of layer name to one of them, not {value!r}")
+
+
+def choose_tilings(cfg: ChipConfig, lay: Layout, jobs: list, weights, buffers
+             ) -> dict[str, Tiling]:
+    """Each layer's tiling: the user's (`weights`, `buffers`: one for all layers, or
+    by layer name) where given, the cost model's (:func:`choose_tiling`) for the rest."""
+    names = {j.name for j in jobs if j is not None}
+    want_w = per_layer(names, weights, "weights", WEIGHTS)
+    want_b = per_layer(names, buffers, "buffers", BUFFERS)
+    for want, what, kinds in ((want_w, "weights", WEIGHTS), (want_b, "buffers", BUFFERS)):
+        for name, value in want.items():
+            if value not in kinds or isinstance(value, bool):
+                raise CompileError(f"layer {name!r}: {what} {value!r} is not one of "
+                                   f"{', '.join(map(repr, kinds))}")
+    out = {}
+    for job in jobs:
+        if job is None:
+            continue
+        check_window(job)
+        out[job.name] = choose_tiling(cfg, lay, job, want_w.get(job.name), want_b.get(job.name))
+    return out
+
+
+SLOWER = 0.01       # how much slower (by estimate) a tiling may run to move fewer bytes,
+SAVES = 0.05        # if it moves at least this much fewer
+
+
+def estimate_tiling(cfg: ChipConfig, lay: Layout, job: Job, tiling: Tiling) -> tuple[int, int]:
+    """``(cycles, dram_bytes)`` one layer should take so (a CompileError if its tiles
+    do not fit): the rows the array streams against the words the DMA moves (every
+    tile's input rows, the weight blocks each tile loads, or each once when kept, the
+    epilogue parameters per tile and output block, the output), the run bounded by the
+    larger, after the first tile's first channel block. Kept weights also wait, at the
+    layer's start, for the load of their first group: their CBUF rows held the buffers
+    of the layers before. With one tile buffer, a tile's input loads wait where they
+    outrun the steps they share the DMA with."""
+    R = cfg.rows
+    mine = job_layout(cfg, lay, job, tiling)
+    tiles, _ = output_tiles(cfg, mine, job)
+    N, Ho, Wo, _ = job.out_shape
+    nb = len(job.steps)
+    # a step streams its rows, or waits for its weight bank: the bank it uses was
+    # last used two steps before, then loaded (:func:`bank_turn`)
+    turn = bank_turn(cfg)
+    steps = sum(len(s) for s in job.steps)
+    streamed = N * sum(steps * max((oh1 - oh0) * Wo, ((oh1 - oh0) * Wo + turn) // 2)
+                       for oh0, oh1 in tiles)
+    words = []
+    for oh0, oh1 in tiles:
+        lo, hi = input_rows(job, oh0, oh1)
+        words.append(sum((hi - lo) * s.shape[2] * s.blocks(R) for s in job.sources))
+    moved = N * sum(words)
+    blocks = job.weights.shape[0]
+    if mine.persistent:
+        moved += blocks * cfg.weight_rows
+    else:                # a step whose bank (they alternate) holds its block loads none
+        seq = [st.block for steps in job.steps for st in steps] * (N * len(tiles))
+        moved += cfg.weight_rows * sum(1 for f, b in enumerate(seq) if f < 2 or seq[f - 2] != b)
+    if job.post is not None:
+        per = PARAM_ROWS if job.post == "params" else 1
+        moved += N * len(tiles) * nb * per * cfg.acc_row_words
+    moved += N * Ho * Wo * (layout.blocks(job.out_shape[3], R) if job.out_dtype == "int8"
+                            else nb)
+    # the first MATMUL waits for the first tile's first channel block
+    exposed = words[0] // sum(s.blocks(R) for s in job.sources)
+    if mine.persistent:
+        exposed += min(blocks, WEIGHT_GROUP) * R
+    if mine.buffers == 1 and N * len(tiles) > 1:
+        # one buffer: a tile's loads share the DMA with the weights in the steps from
+        # the first that frees a block (the first reading one, for the first tile) to
+        # the tile's end, and wait where those steps stream fewer rows than they move
+        flat = [(st.src, st.cb) for steps in job.steps for st in steps]
+        last = {key: t for t, key in enumerate(flat)}
+        span0 = max(flat.index(key) for key in last) + 1
+        span = len(flat) - min(last.values())
+        per_step = 0 if mine.persistent else R
+        rows = [(oh1 - oh0) * Wo for oh0, oh1 in tiles]
+        exposed += N * max(0, words[0] + span0 * (R - rows[0]))
+        exposed += N * sum(max(0, words[k] + span * (per_step - rows[k - 1]))
+                           for k in range(1, len(tiles)))
+    return max(streamed, moved) + exposed, moved * R
+
+
+def bank_turn(cfg: ChipConfig) -> int:
+    """Cycles from a MATMUL's issue, less its rows, to the earliest issue of the
+    MATMUL that uses its weight bank next, with a WLOAD between them
+    (``timing.bank_window``): two steps on alternating banks take at least ``rows +
+    turn`` cycles."""
+    rows = 2 * cfg.rows
+    mm = isa.Instr(Opcode.MATMUL, 0, dict(act_addr=0, rows=rows, acc_addr=0, accumulate=0,
+                                          max=0, bank=0, conv=0, dh=0, dw=0, taps=0,
+                                          in_w=1, in_h=1))
+    wl = isa.Instr(Opcode.WLOAD, 0, dict(w_addr=0, bank=0))
+    mm_lo, mm_hi = timing.bank_window(cfg, mm)
+    wl_lo, wl_hi = timing.bank_window(cfg, wl)
+    return mm_hi - rows - wl_lo + wl_hi - mm_lo
+
+
+def choose_tiling(cfg: ChipConfig, lay: Layout, job: Job, weights: str | None = None,
+           buffers: int | None = None) -> Tiling:
+    """The cost model's tiling for one layer (`weights`, `buffers`: the user's, where
+    not None): of those whose tiles fit, the fastest by :func:`estimate_tiling` (the first of
+    ``stream`` before ``persistent``, 2 buffers before 1, on a tie), unless one moves
+    at least ``SAVES`` fewer DRAM bytes in at most ``SLOWER`` more cycles: then the one
+    of those that moves the fewest."""
+    options = [Tiling(w, b) for w in ([weights] if weights is not None else WEIGHTS)
+               for b in ([buffers] if buffers is not None else BUFFERS)]
+    costs, errors = [], {}
+    for t in options:
+        try:
+            costs.append((*estimate_tiling(cfg, lay, job, t), t))
+        except CompileError as e:
+            errors[t] = e
+    if not costs:
+        # the shortfall of the tiling with the most room: streamed weights, fewest buffers
+        raise errors[min(errors, key=lambda t: (t.weights != "stream", t.buffers))]
+    fastest = min(costs, key=lambda c: c[0])
+    cheaper = [c for c in costs if c[0] <= fastest[0] * (1 + SLOWER)
+               and c[1] <= fastest[1] * (1 - SAVES)]
+    return min(cheaper, key=lambda c: c[1])[2] if cheaper else fastest[2]
+
+
+def output_tiles(cfg: ChipConfig, lay: Layout, job: Job) -> tuple[list[tuple[int, int]], int]:
+    """Output-row tiles ``[oh0, oh1)`` of one image, and the rows of each of the two
+    output staging halves: as many output rows as fit an accumulator half while
+    their input rows fit one of the ``lay.buffers`` tile buffers that share the CBUF
+    left after the staging; one tile for the whole map if it fits both buffers
+    together."""
+    N, Ho, Wo, _ = job.out_shape
+    parts = stage_parts(cfg, job)
+
+    def area(pixels: int) -> int:
+        """CBUF rows for the tile buffers beside staging halves of `pixels` rows (per
+        slice on a wide grid)."""
+        return lay.top - tiles_lo(cfg, lay, pixels * parts)
+
+    def words(rows: int) -> int:
+        lo, hi = input_rows(job, 0, rows)
+        return sum((hi - lo) * s.shape[2] * s.blocks(cfg.rows) for s in job.sources)
+
+    if Ho * Wo <= lay.half_rows and \
+            words(Ho) <= (area(Ho * Wo) if N == 1 else area(Ho * Wo) // lay.buffers):
+        return [(0, Ho)], Ho * Wo
+    per = min(Ho, max(1, lay.half_rows // Wo))
+    while per > 1 and tile_words(job, cfg, per) > area(per * Wo) // lay.buffers:
+        per -= 1
+    if Wo > lay.half_rows:
+        raise CompileError(
+            f"layer {job.name!r}: one output row ({Wo} pixels) is more than an "
+            f"accumulator half ({lay.half_rows} rows), even with one-row tiles; use a "
+            f"smaller input width or a chip with a larger ACC")
+    need, have = tile_words(job, cfg, per), area(per * Wo) // lay.buffers
+    if need > have:
+        raise CompileError(
+            f"layer {job.name!r}: even with one-row tiles, a tile needs {need} CBUF rows "
+            f"of input and a tile buffer has {have}: short by {(need - have) * cfg.rows} "
+            f"bytes (with {lay.buffers} tile buffer{'s' if lay.buffers > 1 else ''}); "
+            f"use a smaller input width or fewer input channels, or a chip with a "
+            f"larger CBUF")
+    return [(o, min(o + per, Ho)) for o in range(0, Ho, per)], per * Wo
+
+
+def tile_words(job: Job, cfg: ChipConfig, rows: int) -> int:
+    worst = 0
+    for oh0 in range(0, job.out_shape[1], rows):
+        lo, hi = input_rows(job, oh0, min(oh0 + rows, job.out_shape[1]))
+        worst = max(worst, sum((hi - lo) * s.shape[2] * s.blocks(cfg.rows)
+                               for s in job.sources))
+    return worst
