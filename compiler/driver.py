@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from systolica.arch import fetch, isa, timing
+from systolica.arch import disasm, fetch, isa, timing
 from systolica.arch.config import ChipConfig, ConfigError
 from systolica.arch.isa import CopyKind, DmaKind, Opcode
 from systolica.compiler.planning import layout
@@ -152,7 +152,7 @@ class Compiled:
         return out
 
     def disassemble(self) -> str:
-        return isa.disassemble(self.image)
+        return disasm.disassemble(self.image)
 
 
 def _counted_bytes(cfg: ChipConfig, program: list[isa.Instr]) -> dict[str, int]:

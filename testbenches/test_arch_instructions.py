@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from systolica.arch import fabric, instructions, isa, timing
+from systolica.arch import disasm, fabric, instructions, isa, timing
 from systolica.arch.config import PRESETS
 from systolica.arch.instructions import Range
 from systolica.arch.isa import DmaKind, Instr, Opcode
@@ -252,7 +252,7 @@ def test_text_names_and_units_come_from_the_table():
     assert instructions.UNITS == ("dma", "wload", "mm", "vpu", "cfg", "convcfg", "taps",
                                   "ubuf", "lanes")
     assert {timing.UNIT[op] for op in instructions.SPEC} == set(instructions.UNITS)
-    dis = isa.disassemble_one(Instr(Opcode.DMA, 5, dict(kind=DmaKind.STORE_CBUF, dram_addr=1,
+    dis = disasm.disassemble_one(Instr(Opcode.DMA, 5, dict(kind=DmaKind.STORE_CBUF, dram_addr=1,
                                                         dram_stride=1, buf_addr=2, rows=3)))
     assert dis.split() == ["5:", "DMA", "STORE_CBUF,", "dram_addr=1,", "dram_stride=1,",
                            "buf_addr=2,", "rows=3"]

@@ -14,7 +14,7 @@ import pytest
 
 from systolica.app import bench_cases, cli
 from systolica.arch.config import PRESETS
-from systolica.arch import isa
+from systolica.arch import disasm, isa
 from systolica.arch.config import preset
 from systolica.compiler.frontend import stp
 from systolica.sim import rtlsim
@@ -50,7 +50,7 @@ def test_compile_then_disasm_round_trip(tmp_path, capsys):
     assert len(isa.from_bytes(image.read_bytes())) == int(n)
     status, listing, err = run(["disasm", str(image)], capsys)
     assert status == 0 and err == ""
-    assert listing == isa.disassemble(image.read_bytes()) + "\n"
+    assert listing == disasm.disassemble(image.read_bytes()) + "\n"
     status, listed, _ = run(["compile", "--gemm", "8x16x8", "--listing"], capsys)
     code = "".join(line for line in listed.splitlines(keepends=True)
                    if not line.startswith("# "))
@@ -115,7 +115,7 @@ def test_output_piped_into_head_ends_quietly(tmp_path):
     proc = subprocess.run(["bash", "-c", script], cwd=tmp_path, capture_output=True,
                           text=True, timeout=120)
     assert proc.stderr == ""
-    assert proc.stdout.splitlines() == [f"{0:5d} {isa.disassemble_one(isa.decode(word))}"]
+    assert proc.stdout.splitlines() == [f"{0:5d} {disasm.disassemble_one(isa.decode(word))}"]
     assert (tmp_path / "status").read_text().strip() == str(cli.EXIT_BROKEN_PIPE)
 
 

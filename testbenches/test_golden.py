@@ -4,7 +4,7 @@ multiplexer), the sequencer's faults, counters, and the ISA's encode/decode."""
 import numpy as np
 import pytest
 
-from systolica.arch import fabric, isa, timing
+from systolica.arch import disasm, fabric, isa, timing
 from systolica import golden
 from systolica.arch.config import preset
 from systolica.arch.instructions import SPEC
@@ -350,7 +350,7 @@ def test_encode_decode_disassemble(ins):
     assert back.op is ins.op and back.cycle == ins.cycle
     assert {k: back.fields[k] for k in ins.fields} == ins.fields
     assert all(v == 0 for k, v in back.fields.items() if k not in ins.fields)
-    text = isa.disassemble(isa.to_bytes([word]))
+    text = disasm.disassemble(isa.to_bytes([word]))
     assert ins.op.name in text and str(ins.cycle) in text
 
 

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from systolica.arch import fabric, isa, timing
+from systolica.arch import disasm, fabric, isa, timing
 from systolica.arch.config import preset
 from systolica.arch.isa import CopyKind, DmaKind, Instr, Opcode
 from systolica.compiler.frontend import stp
@@ -151,7 +151,7 @@ def parse_disassembly(line: str) -> Instr:
 @EXAMPLES
 @given(instrs())
 def test_disassembly_parses_back_to_the_instruction(ins):
-    assert parse_disassembly(isa.disassemble_one(ins)) == canonical(ins)
+    assert parse_disassembly(disasm.disassemble_one(ins)) == canonical(ins)
 
 
 @EXAMPLES
@@ -159,7 +159,7 @@ def test_disassembly_parses_back_to_the_instruction(ins):
 def test_program_listing_reassembles_to_the_image(program):
     program = [canonical(i) for i in program]
     image = isa.to_bytes([isa.encode(i) for i in program])
-    lines = isa.disassemble(image).split("\n")
+    lines = disasm.disassemble(image).split("\n")
     assert [int(line.split()[0]) for line in lines] == list(range(len(program)))
     again = [parse_disassembly(line) for line in lines]
     assert isa.to_bytes([isa.encode(i) for i in again]) == image
@@ -173,11 +173,11 @@ def test_distinct_instructions_disassemble_differently(word):
     ins = isa.decode(word)
     if ins.op is Opcode.ILLEGAL:
         raw = ins.fields.get("raw_opcode", 0)
-        assert isa.disassemble_one(ins).split() == [f"{ins.cycle}:", "ILLEGAL"] + \
+        assert disasm.disassemble_one(ins).split() == [f"{ins.cycle}:", "ILLEGAL"] + \
             ([f"raw_opcode={raw}"] if raw else [])
         return
-    assert isa.disassemble_one(ins) == isa.disassemble_one(canonical(ins))
-    assert parse_disassembly(isa.disassemble_one(ins)) == canonical(ins)
+    assert disasm.disassemble_one(ins) == disasm.disassemble_one(canonical(ins))
+    assert parse_disassembly(disasm.disassemble_one(ins)) == canonical(ins)
 
 
 # -- chip program text -------------------------------------------------------------------

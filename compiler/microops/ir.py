@@ -11,7 +11,7 @@ from __future__ import annotations
 from bisect import bisect_right, insort
 from dataclasses import dataclass, field
 
-from systolica.arch import fabric, instructions, isa, timing
+from systolica.arch import disasm, fabric, instructions, isa, timing
 from systolica.arch.config import ChipConfig
 from systolica.arch.instructions import ACCUMULATE, READ, WRITE
 from systolica.arch.isa import Opcode
@@ -47,7 +47,7 @@ class MicroOp:
         return isa.Instr(self.op, cycle, dict(self.fields))
 
     def __str__(self):
-        return isa.disassemble_one(self.instr(0)).split(":", 1)[1].strip()
+        return disasm.disassemble_one(self.instr(0)).split(":", 1)[1].strip()
 
 
 def resource_sizes(cfg: ChipConfig) -> dict[str, int]:

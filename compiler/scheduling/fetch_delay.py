@@ -24,7 +24,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from systolica.arch import fabric, fetch, instructions, isa, timing
+from systolica.arch import disasm, fabric, fetch, instructions, isa, timing
 from systolica.arch.config import ChipConfig
 from systolica.arch.isa import Opcode
 from systolica.compiler.errors import CompileError
@@ -157,7 +157,7 @@ def delay_for_fetch(cfg: ChipConfig, program: list[isa.Instr]) -> list[isa.Instr
                 if late[i] > MAX_ROUNDS:
                     raise CompileError(
                         f"internal: instruction {i} "
-                        f"({isa.disassemble_one(program[i]).strip()}) stays late for the "
+                        f"({disasm.disassemble_one(program[i]).strip()}) stays late for the "
                         f"fetcher after {MAX_ROUNDS} delays; the instruction memory "
                         f"(imem_depth {depth}) is too shallow for this schedule")
                 deficit = -(-(ready - ti) // step) * step

@@ -14,7 +14,7 @@ from __future__ import annotations
 from bisect import bisect_right
 
 from systolica import golden
-from systolica.arch import instructions, isa
+from systolica.arch import disasm, instructions, isa
 from systolica.arch.config import ChipConfig
 from systolica.arch.regs import ErrorCode
 from systolica.compiler.graph.graph import CompileError
@@ -116,4 +116,4 @@ def check_regions(cfg: ChipConfig, regions, program: list[isa.Instr], layer_of,
 
 
 def _show(program: list[isa.Instr], pc: int) -> str:
-    return isa.disassemble_one(program[pc]).strip() if pc < len(program) else "end"
+    return disasm.disassemble_one(program[pc]).strip() if pc < len(program) else "end"

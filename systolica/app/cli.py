@@ -467,10 +467,10 @@ def cmd_compile(args) -> int:
 
 
 def cmd_disasm(args) -> int:
-    from systolica.arch import isa
+    from systolica.arch import disasm, isa
     words = _program_words(args.image, _read_bytes(args.image, IMAGE_HINT))
     for pc, word in enumerate(words):
-        print(f"{pc:5d} {isa.disassemble_one(isa.decode(word))}")
+        print(f"{pc:5d} {disasm.disassemble_one(isa.decode(word))}")
     return 0
 
 

@@ -9,9 +9,7 @@ import numbers
 import re
 from dataclasses import dataclass, field
 
-
-class ConfigError(ValueError):
-    """A chip configuration that cannot be built."""
+from systolica.arch.errors import ConfigError
 
 
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")

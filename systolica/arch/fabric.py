@@ -48,6 +48,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import TYPE_CHECKING
 
+from systolica.arch.errors import ConfigError
+
 if TYPE_CHECKING:       # config checks a chip's fabric through this module
     from systolica.arch.config import ChipConfig
 
@@ -129,7 +131,6 @@ def _muxes(t: int, tile_cols: int, general: bool = False) -> tuple[Mux, ...]:
                 for j in range(tile_cols):
                     add(f"{kind}[{i}][{j}]", general_sources(kind, i, j, t, tile_cols), 0)
     if _format(len(out), max(len(m.sources) for m in out)) is None:
-        from systolica.arch.config import ConfigError
         from systolica.arch.isa import SETCFG_FORMATS, Opcode
         wide = SETCFG_FORMATS[Opcode.SETCFGW]
         raise ConfigError(f"a {t}x{tile_cols} tile grid has {len(out)} multiplexers with up "

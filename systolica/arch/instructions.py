@@ -1189,6 +1189,7 @@ SPEC: dict[Opcode, Instruction] = {s.opcode: s for s in (Dma(), Wload(), Matmul(
                                                           Setcfg(), Convcfg(), Taps(),
                                                           Copy(), Route(), Setcfgw())}
 UNITS: tuple[str, ...] = tuple(dict.fromkeys(s.unit for s in SPEC.values()))
+isa.FIELD_FORMATS.update({op: entry.format for op, entry in SPEC.items()})
 #: program text (unit, operation) -> (opcode, fixed fields)
 TEXT_OPS: dict[tuple[str, str], tuple[Opcode, dict]] = {
     (s.unit, op): (s.opcode, fixed) for s in SPEC.values() for op, fixed in s.text.items()}

@@ -275,7 +275,14 @@ class Instr:
             raise AttributeError(name) from None
 
     def __str__(self):
-        return disassemble_one(self)
+        fmt = FIELD_FORMATS.get(self.op)
+        args = fmt(self.fields) if fmt else ", ".join(f"{k}={v}" for k, v in self.fields.items())
+        return f"{self.cycle:>8}: {self.op.name:<7} {args}"
+
+
+#: Per opcode, how its fields read as text: filled by :mod:`systolica.arch.instructions`,
+#: whose entries know each instruction's fields (this module imports nothing of ours).
+FIELD_FORMATS: dict = {}
 
 
 _FIELDS: dict[int, tuple[tuple[str, int, int], ...]] = {}
@@ -379,16 +386,3 @@ def from_bytes(image: bytes) -> list[int]:
     if len(image) % n:
         raise EncodingError(f"program image length {len(image)} is not a multiple of {n}")
     return [int.from_bytes(image[i:i + n], "little") for i in range(0, len(image), n)]
-
-
-def disassemble_one(instr: Instr) -> str:
-    from systolica.arch.instructions import SPEC   # the entries import this module
-    entry = SPEC.get(instr.op)
-    args = entry.format(instr.fields) if entry else ", ".join(
-        f"{k}={v}" for k, v in instr.fields.items())
-    return f"{instr.cycle:>8}: {instr.op.name:<7} {args}"
-
-
-def disassemble(image: bytes) -> str:
-    return "\n".join(f"{pc:5d} {disassemble_one(decode(w))}"
-                     for pc, w in enumerate(from_bytes(image)))

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from systolica import golden
-from systolica.arch import fabric, geometry, instructions, isa, timing
+from systolica.arch import disasm, fabric, geometry, instructions, isa, timing
 from systolica.arch.config import PRESETS, ChipConfig, preset
 from systolica.arch.instructions import READ
 from systolica.arch.isa import CopyKind, DmaKind, Instr, Opcode
@@ -106,7 +106,7 @@ class RandomProgram:
                 f"{self.seed}")
 
     def listing(self) -> str:
-        return "\n".join(f"{pc:5d} {isa.disassemble_one(i)}"
+        return "\n".join(f"{pc:5d} {disasm.disassemble_one(i)}"
                          for pc, i in enumerate(self.program))
 
     def text(self) -> str:
@@ -848,7 +848,7 @@ def _bank_conflict(cfg, program, rng):
     cycle = _first_conflict(cfg, out) + 1
     pc = sum(1 for i in out if i.cycle < cycle)
     return out, (ErrorCode.BANK_CONFLICT, pc, cycle), \
-        f"{isa.disassemble_one(y).strip()} added"
+        f"{disasm.disassemble_one(y).strip()} added"
 
 
 def _unit_free(cfg: ChipConfig, program: list[Instr], y: Instr) -> bool:
