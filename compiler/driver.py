@@ -13,10 +13,12 @@ import numpy as np
 from systolica.arch import disasm, fetch, isa, timing
 from systolica.arch.config import ChipConfig, ConfigError
 from systolica.arch.isa import CopyKind, DmaKind, Opcode
+from systolica.arch.loadable import Loadable
 from systolica.compiler.planning import layout
 from systolica.compiler.planning import split
 from systolica.compiler.graph.graph import CompileError, Graph, Network
 from systolica.compiler.lowering.chain import ChainChoice
+from systolica.compiler.options import CompileOptions
 from systolica.compiler.lowering.lower import lower
 from systolica.compiler.scheduling.fetch_delay import delay_for_fetch
 from systolica.compiler.planning.memory import DramMap, MemoryPlan, program_region
@@ -51,7 +53,7 @@ class LayerRecord:
 
 @dataclass(frozen=True, eq=False)
 class Compiled:
-    cfg: ChipConfig
+    cfg: ChipConfig               # the chip it was compiled for (hardware only)
     network: Network | Graph      # as given
     program: list[isa.Instr]      # sorted by issue cycle
     layer_of: tuple[int, ...]     # layer index of each program instruction
@@ -70,6 +72,9 @@ class Compiled:
     phase_seconds: dict = field(default_factory=dict)   # compile time per phase
     ubuf_bytes_written: int = 0   # what UBUF_WR_BYTES will read (crops)
     ubuf_bytes_read: int = 0      # ... and UBUF_RD_BYTES (fetches)
+    ubuf: tuple[int, int] = (0, 0)    # (UBUF_BASE, UBUF_ROWS) the program assumes (the
+                                      # chip's reset values unless it was compiled for a
+                                      # moved UBUF): the driver writes them before the run
     chain: object = None          # a chain's ChainLowered (choice, passes), else None
     segments: dict = field(default_factory=dict)  # a network's chains: first layer ->
                                                   # net_chains.Chained
@@ -90,11 +95,10 @@ class Compiled:
         return {name: t.buffers for name, t in self.tiling.items()}
 
     @property
-    def ubuf(self) -> tuple[int, int]:
-        """``(UBUF_BASE, UBUF_ROWS)`` the program assumes (the configuration's unless it
-        was compiled for a moved UBUF, ``cfg.at_ubuf``): the driver writes them before
-        starting it."""
-        return self.cfg.ubuf_base, self.cfg.ubuf_rows
+    def loadable(self) -> Loadable:
+        """What the chip is given to run it: the program and DRAM images, PROG_ADDR and
+        the UBUF registers."""
+        return Loadable(self.image, self.dram, self.prog_addr, self.ubuf)
 
     @property
     def macs(self) -> int:
@@ -203,7 +207,8 @@ class _PhaseClock:
         self._last = now
 
 
-def compile_network(cfg: ChipConfig, network: Network | Graph, *,
+def compile_network(cfg: ChipConfig, network: Network | Graph,
+                    options: CompileOptions | None = None, *,
                     chain: ChainChoice | str | None = None,
                     weights: str | Mapping[str, str] | None = None,
                     buffers: int | Mapping[str, int] | None = None,
@@ -225,28 +230,39 @@ def compile_network(cfg: ChipConfig, network: Network | Graph, *,
     chains take the cost model's (docs/cnn.md, "The UBUF a network takes");
     ``Compiled.ubuf`` says what the driver writes. `split`: the tile groups of dense
     layers with small K and N (docs/compiler.md, "Splitting the array"): None, the
-    cost model's; 1, none; ``{layer: s}``, as given."""
+    cost model's; 1, none; ``{layer: s}``, as given. The same knobs may come as one
+    :class:`~.options.CompileOptions` (`options`), not both."""
+    knobs = CompileOptions(chain=chain, segments=segments, weights=weights,
+                           buffers=buffers, ubuf=ubuf, split=split)
+    if options is None:
+        options = knobs
+    elif knobs != CompileOptions():
+        raise CompileError("compile_network: give the options either as a CompileOptions "
+                           "or as keywords, not both")
+    elif not isinstance(options, CompileOptions):
+        raise CompileError(f"compile_network: options must be a CompileOptions, not "
+                           f"{type(options).__name__}")
     # A network's compile makes millions of small objects, nearly all alive until it
     # ends; the cyclic collector would only walk them over and over (a fifth of
     # ResNet-50's compile time), so it waits until the end.
     enabled = gc.isenabled()
     gc.disable()
     try:
-        return _compile(cfg, network, chain, weights, buffers, segments, ubuf, split)
+        return _compile(cfg, network, options)
     finally:
         if enabled:
             gc.enable()
 
 
-def _compile(cfg: ChipConfig, network: Network | Graph, chain: ChainChoice | None,
-             weights=None, buffers=None, segments=None, ubuf=None,
-             split_groups=None) -> Compiled:
+def _compile(cfg: ChipConfig, network: Network | Graph, options: CompileOptions) -> Compiled:
     if not isinstance(cfg, ChipConfig):
         raise CompileError(f"compile_network(cfg, network): cfg must be a ChipConfig "
                            f"(e.g. preset('tiny')), not {type(cfg).__name__}")
     if not isinstance(network, (Network, Graph)):
         raise CompileError(f"compile_network takes a Network or Graph, not "
                            f"{type(network).__name__}")
+    chip = cfg                      # the hardware; cfg becomes the registers' view
+    ubuf = options.ubuf
     if ubuf is not None:
         if not (isinstance(ubuf, tuple) and len(ubuf) == 2):
             raise CompileError(f"compile_network: ubuf must be (base, rows), not {ubuf!r}")
@@ -255,8 +271,7 @@ def _compile(cfg: ChipConfig, network: Network | Graph, chain: ChainChoice | Non
         except ConfigError as e:
             raise CompileError(f"compile_network: ubuf {ubuf}: {e}") from None
     clock = _PhaseClock()
-    lowered = lower(cfg, network, chain=chain, weights=weights, buffers=buffers,
-                    segments=segments, choose_ubuf=ubuf is None, split=split_groups)
+    lowered = lower(cfg, network, options, choose_ubuf=ubuf is None)
     cfg = lowered.plan.cfg          # with the UBUF the program assumes
     clock.lap("lower")
     graph = lowered.plan.graph
@@ -313,7 +328,7 @@ def _compile(cfg: ChipConfig, network: Network | Graph, chain: ChainChoice | Non
         running_end = max(running_end, end)
     counted = _counted_bytes(cfg, program)
     return Compiled(
-        cfg=cfg, network=network, program=program,
+        cfg=chip, network=network, program=program,
         layer_of=layer_of, image=image, dram=lowered.dram,
         dram_map=lowered.dram_map, predicted_cycles=predicted,
         prog_addr=prog_addr,
@@ -325,5 +340,6 @@ def _compile(cfg: ChipConfig, network: Network | Graph, chain: ChainChoice | Non
         dram_bytes_read=counted["dram_read"], dram_bytes_written=counted["dram_written"],
         plan=lowered.plan, phase_seconds=clock.laps,
         ubuf_bytes_written=counted["ubuf_written"], ubuf_bytes_read=counted["ubuf_read"],
-        chain=lowered if isinstance(chain, ChainChoice) else None,
+        ubuf=(cfg.ubuf_base, cfg.ubuf_rows),
+        chain=lowered if isinstance(options.chain, ChainChoice) else None,
         segments=dict(lowered.segments), tiling=dict(lowered.tiling))

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
+from systolica.arch.loadable import Loadable
 from systolica.arch.isa import WORD_BITS
 from systolica.arch.regs import (CTRL_IRQ_ACK, CTRL_START, STATUS_DONE, STATUS_ERROR, STATUS_RUNNING,
                     ErrorCode, Reg)
@@ -111,6 +112,12 @@ class Driver:
             await self.bus.write(Reg.IMEM_DATA,
                                  int.from_bytes(image[offset:offset + 4], "little"))
         return count
+
+    async def load(self, program: Loadable, *, imem_depth: int | None = None) -> int:
+        """:meth:`load_program` for a :class:`~systolica.arch.loadable.Loadable` (its
+        image, PROG_ADDR and UBUF registers; its DRAM images are the bus's to write)."""
+        return await self.load_program(program.image, prog_addr=program.prog_addr or 0,
+                                       imem_depth=imem_depth, ubuf=program.ubuf)
 
     async def start(self) -> None:
         await self.bus.write(Reg.CTRL, CTRL_START)

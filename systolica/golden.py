@@ -42,6 +42,7 @@ from systolica.arch import fabric, fetch, instructions, isa
 from systolica.arch.config import ChipConfig
 from systolica.arch.instructions import Effects, Touch
 from systolica.arch.isa import Opcode
+from systolica.arch.loadable import Loadable
 from systolica.arch.regs import ErrorCode
 
 NEVER = -(1 << 62)
@@ -820,21 +821,23 @@ class _Chip:
         return out
 
 
-def run(cfg: ChipConfig, image: bytes, dram: np.ndarray, prog_addr: int | None = None,
-        ubuf: tuple[int, int] | None = None) -> GoldenResult:
-    """Run a program image on a copy of `dram`, the initial DRAM from word 0 (uint8
-    ``(words, cfg.rows)`` with ``words <= cfg.dram_words``; the rest is zeros).
-    ``prog_addr`` (the PROG_ADDR register): a program longer than the instruction
-    memory is also written there, as the host does before the run.
+def run(cfg: ChipConfig, program: Loadable) -> GoldenResult:
+    """Run `program` (its image on a copy of its DRAM image, the initial DRAM from word
+    0, uint8 ``(words, cfg.rows)`` with ``words <= cfg.dram_words``; the rest is
+    zeros). A program longer than the instruction memory is also written at its
+    ``prog_addr`` (the PROG_ADDR register), as the host does before the run; its
+    ``ubuf`` is what the host wrote to the UBUF registers (a placement the registers
+    would refuse is a ConfigError).
 
     The result's ``dram`` has all ``cfg.dram_words`` words, but only those the image
     or the program touch take memory or time: give the used part (e.g.
-    ``compiled.dram``), not a full-size copy, and a large DRAM costs nothing.
-    ``ubuf``: ``(UBUF_BASE, UBUF_ROWS)`` as the host set them before the run (e.g.
-    ``compiled.ubuf``; None: the configuration's, the registers' reset values); a
-    placement the registers would refuse is a ConfigError."""
-    if ubuf is not None:
-        cfg = cfg.at_ubuf(*ubuf)
+    ``compiled.dram``), not a full-size copy, and a large DRAM costs nothing."""
+    if not isinstance(program, Loadable):
+        raise TypeError(f"golden.run takes a Loadable (compiled.loadable, or "
+                        f"Loadable(image, dram)), not {type(program).__name__}")
+    image, dram, prog_addr = program.image, program.dram, program.prog_addr
+    if program.ubuf is not None:
+        cfg = cfg.at_ubuf(*program.ubuf)
     given = np.asarray(dram, dtype=np.uint8)
     if given.ndim != 2 or given.shape[1] != cfg.rows or given.shape[0] > cfg.dram_words:
         raise ValueError(f"DRAM image must have shape (<= {cfg.dram_words}, {cfg.rows}), "

@@ -120,8 +120,7 @@ def assert_outputs_match(cfg: ChipConfig, compiled, res: dict) -> None:
     assert res["error_name"] == "NONE", f"chip fault {res['error_name']} at pc {res['fault_pc']}"
     got = compiled.results(res["dram"])
     want = reference.outputs(compiled.graph)
-    gold = compiled.results(golden.run(cfg, compiled.image, compiled.dram,
-                                       compiled.prog_addr, ubuf=compiled.ubuf).dram)
+    gold = compiled.results(golden.run(cfg, compiled.loadable).dram)
     assert list(got) == list(want) == list(compiled.graph.outputs)
     for name in want:
         assert got[name].dtype == want[name].dtype and got[name].shape == want[name].shape
@@ -133,8 +132,7 @@ def assert_matches_prediction(cfg: ChipConfig, compiled, res: dict) -> None:
     """The RTL run's cycle and performance counters equal the compiler's prediction and
     the golden model's, and the run ended with the interrupt."""
     from systolica import golden
-    gold = golden.run(cfg, compiled.image, compiled.dram, compiled.prog_addr,
-                      ubuf=compiled.ubuf)
+    gold = golden.run(cfg, compiled.loadable)
     assert res["cycles"] == compiled.predicted_cycles == gold.cycles
     assert res["macs"] == compiled.array_macs == gold.macs
     assert res["dram_rd_bytes"] == compiled.dram_bytes_read == gold.dram_bytes_read

@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 from rich.console import Console
 
+from systolica.arch.loadable import Loadable
 from systolica import golden
 from systolica.app import demo, flow, report
 from systolica.arch import isa, timing
@@ -46,11 +47,11 @@ def golden_run(cfg, network) -> flow.NetworkRun:
     instruction (the chip's counters then give the layer's end and DRAM traffic)."""
     compiled = compile_network(cfg, network)
     words = isa.from_bytes(compiled.image)
-    full = golden.run(cfg, compiled.image, compiled.dram)
+    full = golden.run(cfg, Loadable(compiled.image, compiled.dram))
     layers, start, rd, wr = [], 0, 0, 0
     for index, layer in enumerate(compiled.layers):
         upto = 1 + max(pc for pc, of in enumerate(compiled.layer_of) if of == index)
-        part = golden.run(cfg, isa.to_bytes(words[:upto]), compiled.dram)
+        part = golden.run(cfg, Loadable(isa.to_bytes(words[:upto]), compiled.dram))
         layers.append(flow.LayerRun(layer.name, layer.M, layer.K, layer.N, layer.macs,
                                     part.cycles, part.cycles, part.dram_bytes_read - rd,
                                     part.dram_bytes_written - wr, start))
@@ -192,7 +193,7 @@ def test_a_fetch_count_off_the_prediction_is_shown_and_fails(demo_run):
 def test_flow_on_rtl_measures_what_the_golden_model_says(demo_run):
     """One run of the demo on the tiny chip's RTL: every figure of the run and of each
     layer (cycles, DRAM traffic, MAC counter) equals the golden model's."""
-    run = flow.run_network(preset("tiny"), demo.mlp())
+    run = flow.run_network(compile_network(preset("tiny"), demo.mlp()))
     assert run.ok, printed(run)
     assert run.sim_s > 0 and run.compile_s > 0 and run.fst is None
     for field in dataclasses.fields(flow.NetworkRun):

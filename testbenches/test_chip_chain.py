@@ -5,7 +5,6 @@ and the seed's figures come from the RTL's own counters."""
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 
 from conftest import assert_matches_prediction, assert_outputs_match, compile_and_run_on_rtl

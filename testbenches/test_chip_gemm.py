@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from conftest import assert_matches_prediction, compile_and_run_on_rtl, random_gemm
+from systolica.arch.loadable import Loadable
 from systolica import golden
 from systolica.compiler.graph import reference
 from systolica.arch.config import preset
@@ -55,7 +56,7 @@ def test_outputs_match_numpy_and_golden(runs, case):
     assert res["error_name"] == "NONE", f"chip fault {res['error_name']} at pc {res['fault_pc']}"
     got = compiled.result(res["dram"])
     want = reference.run(compiled.network)
-    gold = golden.run(CFG, compiled.image, compiled.dram)
+    gold = golden.run(CFG, Loadable(compiled.image, compiled.dram))
     assert got.dtype == want.dtype and got.shape == want.shape
     np.testing.assert_array_equal(got, want, err_msg="RTL vs numpy")
     np.testing.assert_array_equal(got, compiled.result(gold.dram), err_msg="RTL vs golden")

@@ -17,6 +17,7 @@ import pytest
 
 from conftest import assert_cases_and_random_programs_on_rtl, assert_matches_prediction, \
     assert_outputs_match, compile_and_run_on_rtl
+from systolica.arch.loadable import Loadable
 from systolica import golden
 from systolica.arch import isa
 from systolica.arch.config import preset
@@ -139,7 +140,7 @@ CASES = {
 
 def _numpy_and_golden(cfg, name):
     c = compile_network(cfg, CASES[name]())
-    gold = c.results(golden.run(cfg, c.image, c.dram, c.prog_addr).dram)
+    gold = c.results(golden.run(cfg, Loadable(c.image, c.dram, c.prog_addr)).dram)
     want = reference.outputs(c.graph)
     for k in want:
         np.testing.assert_array_equal(gold[k], want[k], err_msg=f"{name}: golden vs numpy")
@@ -288,7 +289,7 @@ def golden_equals_numpy_on_time(cfg, graph, **options):
     """Compile `graph` for `cfg` (with `options`): the golden model's outputs equal
     numpy's, its cycles the prediction."""
     c = compile_network(cfg, graph, **options)
-    run = golden.run(cfg, c.image, c.dram, c.prog_addr, ubuf=c.ubuf)
+    run = golden.run(cfg, c.loadable)
     gold = c.results(run.dram)
     for k, want in reference.outputs(c.graph).items():
         np.testing.assert_array_equal(gold[k], want, err_msg=f"{graph.name}: golden vs numpy")
@@ -336,7 +337,7 @@ def test_chain_in_passes(strategy):
     from systolica.models.chain_cases import seed_two_layer
     from systolica.compiler.lowering.chain import ChainChoice
     c = compile_network(TALL, seed_two_layer(8), chain=ChainChoice(strategy, 8))
-    gold = c.results(golden.run(TALL, c.image, c.dram, c.prog_addr).dram)
+    gold = c.results(golden.run(TALL, Loadable(c.image, c.dram, c.prog_addr)).dram)
     for k, want in reference.outputs(c.graph).items():
         np.testing.assert_array_equal(gold[k], want)
     with pytest.raises(CompileError, match="12 output channels"):

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from conftest import run_on_rtl
+from systolica.arch.loadable import Loadable
 from systolica import golden
 from systolica.arch import isa, timing
 from systolica.compiler.scheduling.reconfigure import add_updates, windows
@@ -91,7 +92,7 @@ def test_updates_sit_inside_their_windows(case):
 def test_results_match_golden_numpy_and_prediction(case):
     a, w1, w2, dram, ops, cycles, program, image, res = case
     assert res["error_name"] == "NONE"
-    gold = golden.run(CFG, image, dram)
+    gold = golden.run(CFG, Loadable(image, dram))
     got = res["readback"][0].reshape(2 * M, 4 * R).view("<i4")
     want_gold = gold.dram[200:200 + 2 * M * CFG.acc_row_words].reshape(2 * M, 4 * R).view("<i4")
     np.testing.assert_array_equal(got, want_gold)

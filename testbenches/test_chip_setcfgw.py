@@ -21,6 +21,7 @@ import test_chip_wide as wide
 from conftest import (assert_cases_and_random_programs_on_rtl, assert_matches_prediction,
                       assert_outputs_match, case_network, compile_and_run_on_rtl,
                       run_many_on_rtl)
+from systolica.arch.loadable import Loadable
 from systolica import golden
 from systolica.arch import fabric, isa
 from systolica.arch.config import preset
@@ -156,7 +157,7 @@ def test_setcfgw_faults_and_a_split_on_the_rtl():
                                       expect_fault=code is not ErrorCode.NONE)
                                  for n, (_, code) in FAULTS.items()])
     for (name, (_, code)), res in zip(FAULTS.items(), runs):
-        gold = golden.run(G173, images[name], zeros)
+        gold = golden.run(G173, Loadable(images[name], zeros))
         assert gold.error == code, name
         assert res["error"] == code, f"{name}: chip says {res['error_name']}"
         assert (res["fault_pc"], res["fault_cycle"]) == (gold.fault_pc, gold.fault_cycle)

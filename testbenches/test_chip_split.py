@@ -12,7 +12,6 @@ of one cell and 4 of 2x2 on tiny, 4 of 4 rows x 2 columns on tiny_tall.
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 
 from conftest import (assert_matches_prediction, assert_outputs_match,

@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 
 from conftest import run_on_rtl
+from systolica.arch.loadable import Loadable
 from systolica import golden
 from systolica.arch import fabric, isa, timing
 from systolica.arch.config import preset
@@ -91,7 +92,7 @@ def test_fig3_block_comes_back_transposed():
     assert [list(got[:, p]) for p in range(4)] == [[1, 5, 9, 13], [2, 6, 10, 14],
                                                    [3, 7, 11, 15], [4, 8, 12, 16]]
     np.testing.assert_array_equal(got[:, :4], block.T)
-    gold = golden.run(CFG, image, dram)
+    gold = golden.run(CFG, Loadable(image, dram))
     np.testing.assert_array_equal(got, gold.dram[100:104].view(np.int8))
     assert res["cycles"] == gold.cycles == timing.run_cycles(CFG, program)
 
@@ -99,7 +100,7 @@ def test_fig3_block_comes_back_transposed():
 def test_fig3_on_the_golden_model():
     block = fig3_block()
     program, image, dram = run(block)
-    got = golden.run(CFG, image, dram).dram[100:104].view(np.int8)
+    got = golden.run(CFG, Loadable(image, dram)).dram[100:104].view(np.int8)
     np.testing.assert_array_equal(got[:, :4], block.T)
 
 
@@ -108,7 +109,7 @@ def test_the_north_load_does_not_transpose():
     transpose): the west lane is what transposes."""
     block = fig3_block()
     program, image, dram = run(block, west={})
-    got = golden.run(CFG, image, dram).dram[100:104].view(np.int8)
+    got = golden.run(CFG, Loadable(image, dram)).dram[100:104].view(np.int8)
     np.testing.assert_array_equal(got[:, :4], block)
 
 
@@ -119,7 +120,7 @@ def test_a_west_tile_behind_a_north_tile_gets_zeros():
     block = rng.integers(-128, 128, (R, R), dtype=np.int8)
     west = {**WEST, "w_in[0][0]": "lane"}
     program, image, dram = run(block, west=west)
-    got = golden.run(CFG, image, dram).dram[100:100 + R].view(np.int8)
+    got = golden.run(CFG, Loadable(image, dram)).dram[100:100 + R].view(np.int8)
     n = CFG.tile_size
     want = block.T.copy()
     want[:n, n:] = 0                                 # tile (0, 1): gated
@@ -142,7 +143,7 @@ def test_full_and_mixed_blocks_on_the_rtl():
     for block, west in cases:
         program, image, dram = run(block, west=west)
         jobs.append(dict(program=image, dram=dram, readback=[(100, R)]))
-        golds.append((golden.run(CFG, image, dram), program))
+        golds.append((golden.run(CFG, Loadable(image, dram)), program))
     results = run_many_on_rtl(CFG, jobs)
     for (block, west), res, (gold, program) in zip(cases, results, golds):
         assert res["error_name"] == "NONE"
@@ -283,7 +284,7 @@ def test_golden_model_agrees_with_numpy(m, n):
     from systolica.compiler.graph import reference
     graph = transpose_graph(m, n, m + n)
     compiled = compile_network(CFG, graph)
-    gold = golden.run(CFG, compiled.image, compiled.dram, compiled.prog_addr)
+    gold = golden.run(CFG, Loadable(compiled.image, compiled.dram, compiled.prog_addr))
     got = compiled.results(gold.dram)["t"]
     np.testing.assert_array_equal(got, reference.outputs(graph)["t"])
     np.testing.assert_array_equal(got, graph.data["x"].T)
@@ -300,7 +301,7 @@ def test_bench_programs_transpose_on_the_golden_model():
     progs, image, (at, words) = transpose_bench.programs(CFG, x)
     runs = {}
     for name, program in progs.items():
-        runs[name] = golden.run(CFG, isa.to_bytes([isa.encode(i) for i in program]), image)
+        runs[name] = golden.run(CFG, Loadable(isa.to_bytes([isa.encode(i) for i in program]), image))
         assert runs[name].cycles == timing.run_cycles(CFG, program)
     for name in ("on_chip", "dram_round_trip"):
         got = layout.unpack_int8(CFG, runs[name].dram[at:at + words], 11, 20)
@@ -319,7 +320,7 @@ def test_matmul_t_agrees_with_numpy_on_the_golden_model(m, k, n):
     from systolica.compiler.lowering.lower import lower
     graph = qk_graph(m, k, n, m + k + n)
     compiled = compile_network(CFG, graph)
-    gold = golden.run(CFG, compiled.image, compiled.dram, compiled.prog_addr)
+    gold = golden.run(CFG, Loadable(compiled.image, compiled.dram, compiled.prog_addr))
     got = compiled.results(gold.dram)["s"]
     want = graph.data["q"].astype(np.int64) @ graph.data["k"].astype(np.int64).T
     np.testing.assert_array_equal(got, want)
@@ -344,7 +345,7 @@ def test_graphs_with_transposes_compile_for_every_chip(chip, make_graph):
            if chip == "tiny-tight" else preset(chip))
     graph = make_graph()
     compiled = compile_network(cfg, graph)
-    gold = golden.run(cfg, compiled.image, compiled.dram, compiled.prog_addr)
+    gold = golden.run(cfg, Loadable(compiled.image, compiled.dram, compiled.prog_addr))
     got = compiled.results(gold.dram)
     for name, want in reference.outputs(graph).items():
         np.testing.assert_array_equal(got[name], want, err_msg=name)

@@ -19,6 +19,7 @@ import pytest
 
 from conftest import assert_cases_and_random_programs_on_rtl, assert_matches_prediction, \
     assert_outputs_match, case_network, compile_and_run_on_rtl
+from systolica.arch.loadable import Loadable
 from systolica import golden
 from systolica.arch import fabric, isa, timing
 from systolica.arch.config import ConfigError, preset
@@ -210,7 +211,7 @@ def _serial(cfg, *ops):
 def _golden(cfg, program, dram=None):
     if dram is None:
         dram = np.zeros((cfg.dram_words, cfg.rows), np.uint8)
-    return golden.run(cfg, isa.to_bytes([isa.encode(i) for i in program]), dram)
+    return golden.run(cfg, Loadable(isa.to_bytes([isa.encode(i) for i in program]), dram))
 
 
 def test_wload_takes_c_rows_from_the_west():
@@ -307,7 +308,7 @@ def test_compiles_and_golden_equals_numpy(cfg, name):
             compile_network(cfg, graph, **options)
         return
     c = compile_network(cfg, graph, **options)
-    gold = c.results(golden.run(cfg, c.image, c.dram, c.prog_addr, ubuf=c.ubuf).dram)
+    gold = c.results(golden.run(cfg, c.loadable).dram)
     for k, want in reference.outputs(c.graph).items():
         np.testing.assert_array_equal(gold[k], want, err_msg=f"{name}: golden vs numpy")
 
@@ -326,7 +327,7 @@ def test_random_dense_networks_golden_equals_numpy(seed):
                     relu=bool(rng.integers(2)))
     cfg = WIDE if seed % 2 else WIDE4
     c = compile_network(cfg, b.build(x))
-    gold = c.results(golden.run(cfg, c.image, c.dram, c.prog_addr).dram)
+    gold = c.results(golden.run(cfg, Loadable(c.image, c.dram, c.prog_addr)).dram)
     for k, want in reference.outputs(c.graph).items():
         np.testing.assert_array_equal(gold[k], want)
 
@@ -368,7 +369,7 @@ def random_dense_graph(cfg, seed: int):
 
 def golden_equals_numpy(cfg, graph):
     c = compile_network(cfg, graph)
-    gold = c.results(golden.run(cfg, c.image, c.dram, c.prog_addr, ubuf=c.ubuf).dram)
+    gold = c.results(golden.run(cfg, c.loadable).dram)
     want = reference.outputs(c.graph)
     assert list(gold) == list(want)
     for k in want:
@@ -383,7 +384,7 @@ def test_random_permutations_golden_equals_numpy(seed):
     perm = tuple(int(p) for p in rng.permutation(nd))
     cfg = WIDE if seed % 2 else WIDE4
     c = compile_network(cfg, permute(shape, perm, seed)())
-    gold = c.results(golden.run(cfg, c.image, c.dram, c.prog_addr).dram)
+    gold = c.results(golden.run(cfg, Loadable(c.image, c.dram, c.prog_addr)).dram)
     for k, want in reference.outputs(c.graph).items():
         np.testing.assert_array_equal(gold[k], want, err_msg=f"{shape} {perm}")
 

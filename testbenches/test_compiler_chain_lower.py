@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from systolica.arch.loadable import Loadable
 from systolica import golden
 from systolica.arch.config import preset
 from systolica.compiler import compile_network
@@ -27,7 +28,7 @@ R = CFG.rows
 
 def run(graph, choice: ChainChoice, cfg=CFG):
     compiled = compile_network(cfg, graph, chain=choice)
-    gold = golden.run(cfg, compiled.image, compiled.dram, compiled.prog_addr)
+    gold = golden.run(cfg, Loadable(compiled.image, compiled.dram, compiled.prog_addr))
     assert gold.error.name == "NONE" and gold.cycles == compiled.predicted_cycles
     assert (gold.ubuf_bytes_written, gold.ubuf_bytes_read) == \
         (compiled.ubuf_bytes_written, compiled.ubuf_bytes_read)

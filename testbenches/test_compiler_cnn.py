@@ -8,6 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from systolica.arch.loadable import Loadable
 from systolica import golden
 from systolica.arch.config import preset
 from systolica.compiler import compile_network
@@ -21,7 +22,7 @@ CASES = [(kind, seed) for kind in ("conv", "pool", "add") for seed in range(100,
 
 def _golden_outputs(cfg, graph):
     compiled = compile_network(cfg, graph)
-    result = golden.run(cfg, compiled.image, compiled.dram)
+    result = golden.run(cfg, Loadable(compiled.image, compiled.dram))
     assert result.cycles == compiled.predicted_cycles
     return compiled, compiled.results(result.dram)
 

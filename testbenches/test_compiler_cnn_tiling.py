@@ -10,10 +10,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from systolica.arch.loadable import Loadable
 from systolica import golden
 from systolica.app.cnn_bench import conv_layer
 from systolica.arch.config import preset
 from systolica.arch.isa import DmaKind, Opcode
+from systolica.compiler.options import CompileOptions
 from systolica.compiler import CompileError, compile_network
 from systolica.models import cnn_cases
 from systolica.models import zoo as models
@@ -48,7 +50,7 @@ TILINGS = [Tiling("persistent", 2), Tiling("stream", 1), Tiling("persistent", 1)
 
 
 def _one_layer(graph):
-    return next(iter(lower(TINY, graph, weights="stream", buffers=2).jobs.values()))
+    return next(iter(lower(TINY, graph, CompileOptions(weights="stream", buffers=2)).jobs.values()))
 
 
 def _big_weights():
@@ -78,7 +80,7 @@ def test_tilings_match_numpy_and_golden(case, tiling):
     graph = GRAPHS[case]()
     options = {} if tiling is None else dict(weights=tiling.weights, buffers=tiling.buffers)
     compiled = compile_network(TINY, graph, **options)
-    result = golden.run(TINY, compiled.image, compiled.dram, compiled.prog_addr)
+    result = golden.run(TINY, Loadable(compiled.image, compiled.dram, compiled.prog_addr))
     assert result.cycles == compiled.predicted_cycles
     got = compiled.results(result.dram)
     for name, want in reference.outputs(graph).items():
@@ -127,7 +129,7 @@ def test_estimate_counts_the_program_s_dram_bytes(case):
                 words = ins.fields["rows"] * (TINY.acc_row_words if kind in (
                     DmaKind.LOAD_ACC, DmaKind.STORE_ACC) else 1)
                 moved[names[layer]] = moved.get(names[layer], 0) + words * TINY.rows
-        for name, job in lower(TINY, graph, **options).jobs.items():
+        for name, job in lower(TINY, graph, CompileOptions(**options)).jobs.items():
             if job.out_dtype != "int8":
                 continue                     # an int32 output's words are ACC rows
             assert estimate(TINY, _layout(TINY), job, tiling)[1] == moved[name], \
@@ -144,7 +146,7 @@ def test_estimate_counts_the_program_s_dram_bytes(case):
 ])
 def test_cost_model_choices(chip, shape, want):
     cfg = preset(chip)
-    (job,) = lower(cfg, conv_layer("l", *shape), weights="stream", buffers=2).jobs.values()
+    (job,) = lower(cfg, conv_layer("l", *shape), CompileOptions(weights="stream", buffers=2)).jobs.values()
     assert choose(cfg, _layout(cfg), job) == want
 
 

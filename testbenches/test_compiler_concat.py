@@ -27,7 +27,7 @@ def run_golden(cfg, graph, **options):
     """Compile, run on the golden model: no fault, the predicted cycles, numpy's
     outputs."""
     comp = compile_network(cfg, graph, **options)
-    res = golden.run(cfg, comp.image, comp.dram, prog_addr=comp.prog_addr, ubuf=comp.ubuf)
+    res = golden.run(cfg, comp.loadable)
     assert res.error.name == "NONE"
     assert res.cycles == comp.predicted_cycles
     got, want = comp.results(res.dram), reference.outputs(graph)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from systolica.arch.loadable import Loadable
 from systolica import golden
 from systolica.arch import fabric, isa
 from systolica.arch.config import preset
@@ -53,8 +54,7 @@ def _dense(M, K, N, seed=1):
 
 
 def _golden_output(cfg, c, image=None):
-    run = golden.run(cfg, c.image if image is None else image, c.dram, c.prog_addr,
-                     ubuf=c.ubuf)
+    run = golden.run(cfg, Loadable(c.image if image is None else image, c.dram, c.prog_addr, ubuf=c.ubuf))
     return run, next(iter(c.results(run.dram).values()))
 
 

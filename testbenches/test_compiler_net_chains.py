@@ -11,6 +11,7 @@ import pytest
 
 from systolica import golden
 from systolica.arch.config import preset
+from systolica.compiler.options import CompileOptions
 from systolica.compiler import compile_network
 from systolica.models import cnn_cases
 from systolica.models import zoo as models
@@ -27,8 +28,7 @@ STRATEGIES = ("baseline", "crop_fetch", "fused_crop")
 
 def run(graph, **options):
     compiled = compile_network(CFG, graph, **options)
-    gold = golden.run(CFG, compiled.image, compiled.dram, compiled.prog_addr,
-                      ubuf=compiled.ubuf)
+    gold = golden.run(CFG, compiled.loadable)
     assert gold.error.name == "NONE", gold.error.name
     assert gold.cycles == compiled.predicted_cycles
     assert (gold.ubuf_bytes_written, gold.ubuf_bytes_read) == \
@@ -46,14 +46,14 @@ def bottleneck(stride=1):
 def test_a_bottleneck_has_one_run_the_shortcut_aside():
     graph = bottleneck()
     compiled = compile_network(CFG, graph, chain="layer_by_layer")
-    lowered = lower_cnn(CFG, graph, chain="layer_by_layer")
+    lowered = lower_cnn(CFG, graph, CompileOptions(chain="layer_by_layer"))
     jobs = [lowered.jobs.get(n.name) for n in graph.nodes]
     assert [[graph.nodes[i].name for i in run] for run in chain_runs(graph, jobs)] == \
         [["block_conv1", "block_conv2", "block_conv3"]]
     assert compiled.segments == {}
     # the small CNN's two 3x3 layers form a run too; the stem reads a replicated input
     small = models.small_cnn()
-    lowered = lower_cnn(CFG, small, chain="layer_by_layer")
+    lowered = lower_cnn(CFG, small, CompileOptions(chain="layer_by_layer"))
     jobs = [lowered.jobs.get(n.name) for n in small.nodes]
     assert [[small.nodes[i].name for i in r] for r in chain_runs(small, jobs)] == \
         [["block_conv1", "block_conv2"]]

@@ -7,7 +7,7 @@ import pytest
 from systolica.arch.config import preset
 from systolica.arch.isa import DmaKind, Opcode
 from systolica.compiler.errors import InternalError
-from systolica.compiler import CompileError, Dense, Network, gemm, plan_memory
+from systolica.compiler import Dense, Network, gemm, plan_memory
 from systolica.compiler.scheduling import pipeline as pipeliner
 from systolica.compiler.graph.graph import as_graph
 from systolica.compiler.microops.ir import make

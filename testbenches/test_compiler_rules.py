@@ -4,6 +4,7 @@ the multiplexer settings every micro-op states it relies on."""
 import numpy as np
 import pytest
 
+from systolica.arch.loadable import Loadable
 from systolica import golden
 from systolica.arch import fabric, isa
 from systolica.arch.config import preset
@@ -187,7 +188,7 @@ def test_tile_rows_and_columns_no_layer_reaches_are_fed_zeros_for_the_whole_prog
     set_to = settings(compiled)
     assert set_to["west_feed[1]"] == ["zero"] and set_to["north_feed[1]"] == ["zero"]
     assert set_to["west_feed[0]"] == ["cbuf.g0"] and set_to["north_feed[0]"] == ["cbuf.g0"]
-    run = golden.run(TINY, compiled.image, compiled.dram)
+    run = golden.run(TINY, Loadable(compiled.image, compiled.dram))
     want = reference.outputs(compiled.graph)
     got = compiled.results(run.dram)
     assert all(np.array_equal(got[k], want[k]) for k in want)

@@ -129,7 +129,7 @@ def test_the_refusal_names_the_constraint():
 
 def _golden_equals_numpy(cfg, net, **options):
     c = compile_network(cfg, net, **options)
-    run = golden.run(cfg, c.image, c.dram, c.prog_addr, ubuf=c.ubuf)
+    run = golden.run(cfg, c.loadable)
     got, want = c.results(run.dram), reference.outputs(net)
     for name in want:
         np.testing.assert_array_equal(got[name], want[name])
@@ -318,7 +318,7 @@ def test_random_split_gemms_on_the_golden_model(cfg, seed):
     assert c.layers[0].split >= 2
     assert K <= split.group_rows(cfg, c.layers[0].split)
     assert N <= split.group_cols(cfg, c.layers[0].split)
-    run = golden.run(cfg, c.image, c.dram, c.prog_addr, ubuf=c.ubuf)
+    run = golden.run(cfg, c.loadable)
     np.testing.assert_array_equal(c.result(run.dram), reference.outputs(net)["g"])
     assert run.cycles == c.predicted_cycles
     assert c.predicted_cycles < whole.predicted_cycles

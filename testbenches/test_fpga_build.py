@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from systolica.arch.loadable import Loadable
 from systolica.app import bitstream
 from systolica.arch.boards import BOARDS
 from systolica.arch.config import preset
@@ -74,7 +75,7 @@ def test_each_boards_preset_compiles_a_gemm_the_golden_model_runs_as_predicted(n
     a = rng.integers(-128, 128, (20, 24), dtype=np.int8)
     b = rng.integers(-128, 128, (24, 12), dtype=np.int8)
     compiled = compile_network(cfg, gemm(a, b, out_dtype="int32", name="g"))
-    run = golden.run(cfg, compiled.image, compiled.dram, compiled.prog_addr)
+    run = golden.run(cfg, Loadable(compiled.image, compiled.dram, compiled.prog_addr))
     assert run.cycles == compiled.predicted_cycles
     np.testing.assert_array_equal(compiled.result(run.dram),
                                   reference.outputs(compiled.graph)["g"])

@@ -4,6 +4,7 @@ multiplexer), the sequencer's faults, counters, and the ISA's encode/decode."""
 import numpy as np
 import pytest
 
+from systolica.arch.loadable import Loadable
 from systolica.arch import disasm, fabric, isa, timing
 from systolica import golden
 from systolica.arch.config import preset
@@ -60,7 +61,7 @@ def operands(dram):
 
 
 def run(program, dram):
-    result = golden.run(CFG, image(program), dram)
+    result = golden.run(CFG, Loadable(image(program), dram))
     assert result.error is ErrorCode.NONE
     return result
 
@@ -215,7 +216,7 @@ def with_opcode(word, opcode):
 
 def faulting(program_words, cfg=CFG):
     dram = fresh_dram()
-    return golden.run(cfg, isa.to_bytes(program_words), dram), dram
+    return golden.run(cfg, Loadable(isa.to_bytes(program_words), dram)), dram
 
 
 NOP = setcfg("west_feed[0]", "cbuf.g0")
@@ -316,7 +317,7 @@ def test_prog_range(prog_addr, error):
     at cycle 0 if its region (two words an instruction on tiny) runs past the end."""
     cfg = CFG.replace(imem_depth=2)
     program = [Instr(NOP[0], 10 * k, NOP[1]) for k in range(4)]   # fetched in time
-    result = golden.run(cfg, isa.to_bytes(words_of(program)), fresh_dram(), prog_addr)
+    result = golden.run(cfg, Loadable(isa.to_bytes(words_of(program)), fresh_dram(), prog_addr))
     expected = (error, 0, 0, 0) if error else (error, 0, 0, 4)
     assert (result.error, result.fault_pc, result.fault_cycle, result.issued) == expected
 
@@ -366,10 +367,10 @@ def test_matmul_before_its_weights_are_in_is_a_hazard():
     early = [*program[:-1], Instr(Opcode.MATMUL, wload.cycle + timing.weight_shifts(CFG) - 1,
                                   mm.fields)]
     with pytest.raises(golden.GoldenError, match=r"read before write: pc 2 reads wbank1"):
-        golden.run(CFG, image(early), fresh_dram())
+        golden.run(CFG, Loadable(image(early), fresh_dram()))
     on_time = [*program[:-1], Instr(Opcode.MATMUL, wload.cycle + timing.weight_shifts(CFG),
                                     mm.fields)]
-    assert golden.run(CFG, image(on_time), fresh_dram()).error is ErrorCode.NONE
+    assert golden.run(CFG, Loadable(image(on_time), fresh_dram())).error is ErrorCode.NONE
 
 
 def test_store_before_the_vector_unit_wrote_is_a_hazard():
@@ -378,9 +379,8 @@ def test_store_before_the_vector_unit_wrote_is_a_hazard():
     store = dma(DmaKind.STORE_CBUF, 100, 16, 4)[1]
     # the vector unit writes CBUF row 16 in cycle 6; a store reads it in t+1
     with pytest.raises(golden.GoldenError, match=r"cbuf\[16\] in cycle 6"):
-        golden.run(CFG, image([vrun, Instr(Opcode.DMA, 5, store)]), fresh_dram())
-    assert golden.run(CFG, image([vrun, Instr(Opcode.DMA, 6, store)]),
-                      fresh_dram()).error is ErrorCode.NONE
+        golden.run(CFG, Loadable(image([vrun, Instr(Opcode.DMA, 5, store)]), fresh_dram()))
+    assert golden.run(CFG, Loadable(image([vrun, Instr(Opcode.DMA, 6, store)]), fresh_dram())).error is ErrorCode.NONE
 
 
 def test_setcfg_inside_a_window_faults_and_before_it_routes():
@@ -396,9 +396,9 @@ def test_setcfg_inside_a_window_faults_and_before_it_routes():
     act, w = operands(dram)
     assert np.array_equal(result.acc[:5], groups(act, [1, 0]) @ w)
     inside = program + [Instr(Opcode.SETCFG, t + 2, isa.setcfg_fields(swap))]
-    result = golden.run(CFG, image(inside), dram)
+    result = golden.run(CFG, Loadable(image(inside), dram))
     assert (result.error, result.fault_pc, result.fault_cycle, result.cycles) == \
         (ErrorCode.CFG_IN_USE, len(program), t + 2, t + 2)
     last_row = program[-1].cycle + 2 + 5 - 1     # the window's last cycle: u = it is legal
     after = program + [Instr(Opcode.SETCFG, last_row, isa.setcfg_fields(swap))]
-    assert golden.run(CFG, image(after), dram).error is ErrorCode.NONE
+    assert golden.run(CFG, Loadable(image(after), dram)).error is ErrorCode.NONE

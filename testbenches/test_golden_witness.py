@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 import test_vrun_params
+from systolica.arch.loadable import Loadable
 from systolica import golden
 from systolica.app import demo
 from systolica.arch import isa, timing
@@ -135,7 +136,7 @@ def _params_vrun():
 def _golden_disagrees(cfg, image, dram, predicted, want, result) -> str | None:
     """Why the golden model's run shows the program is wrong, or None if it does not."""
     try:
-        run = golden.run(cfg, image, dram)
+        run = golden.run(cfg, Loadable(image, dram))
     except golden.GoldenError as e:
         return f"hazard: {e}"
     if run.error != ErrorCode.NONE:

@@ -35,7 +35,7 @@ def _compare(model, feeds, cfg=TINY, max_differing=0.05):
     prediction; against onnxruntime at most one step apart, and rarely that."""
     graph = onnx_import.load(model, feeds)
     comp = compile_network(cfg, graph)
-    res = golden.run(cfg, comp.image, comp.dram, prog_addr=comp.prog_addr, ubuf=comp.ubuf)
+    res = golden.run(cfg, comp.loadable)
     assert res.error.name == "NONE" and res.cycles == comp.predicted_cycles
     got, want = comp.results(res.dram), reference.outputs(graph)
     for t in want:
@@ -191,7 +191,7 @@ def _golden_output(graph, cfg=TINY):
     """A one-output graph compiled for `cfg` and run on the golden model: no fault,
     the predicted cycles, equal to numpy; its output."""
     comp = compile_network(cfg, graph)
-    res = golden.run(cfg, comp.image, comp.dram, prog_addr=comp.prog_addr, ubuf=comp.ubuf)
+    res = golden.run(cfg, comp.loadable)
     assert res.error.name == "NONE" and res.cycles == comp.predicted_cycles
     got, want = comp.results(res.dram), reference.outputs(graph)
     (t,) = graph.outputs

@@ -15,6 +15,7 @@ from collections import Counter
 import numpy as np
 import pytest
 
+from systolica.arch.loadable import Loadable
 from systolica.arch import fabric
 from systolica.arch.config import preset
 from systolica.arch.isa import DmaKind, Opcode
@@ -163,7 +164,7 @@ def test_golden_model_rejects_a_vrun_reading_rows_it_rewrote():
         mult=0, shift=0, zp=0))
     image = isa.to_bytes([isa.encode(load), isa.encode(vrun)])
     with pytest.raises(golden.GoldenError, match="its own read"):
-        golden.run(CFG, image, np.zeros((CFG.dram_words, CFG.rows), np.uint8))
+        golden.run(CFG, Loadable(image, np.zeros((CFG.dram_words, CFG.rows), np.uint8)))
     with pytest.raises(ScheduleError, match="pc 1 .*its own read"):
         verify(CFG, [load, vrun])
     in_place = Instr(vrun.op, vrun.cycle, dict(vrun.fields, dst=0))

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from conftest import run_many_on_rtl
+from systolica.arch.loadable import Loadable
 from systolica import golden
 from systolica.compiler import compile_network, gemm
 from systolica.compiler.graph import reference
@@ -61,6 +62,6 @@ def test_base_preset(runs, case):
     got = compiled.result(res["readback"][0])
     np.testing.assert_array_equal(got, reference.outputs(compiled.network)[
         compiled.graph.outputs[0]])
-    gold = golden.run(CFG, compiled.image, compiled.dram, compiled.prog_addr)
+    gold = golden.run(CFG, Loadable(compiled.image, compiled.dram, compiled.prog_addr))
     np.testing.assert_array_equal(got, compiled.result(gold.dram))
     assert res["cycles"] == compiled.predicted_cycles == gold.cycles

@@ -12,6 +12,7 @@ import itertools
 import numpy as np
 import pytest
 
+from systolica.arch.loadable import Loadable
 from systolica import golden
 from systolica.arch.config import preset
 from systolica.arch.isa import DmaKind, Opcode
@@ -37,7 +38,7 @@ def perm_graph(shape, perm, seed=0):
 
 def run_golden(cfg, graph):
     compiled = compile_network(cfg, graph)
-    gold = golden.run(cfg, compiled.image, compiled.dram, compiled.prog_addr)
+    gold = golden.run(cfg, Loadable(compiled.image, compiled.dram, compiled.prog_addr))
     assert gold.cycles == compiled.predicted_cycles
     return compiled, compiled.results(gold.dram)
 
@@ -308,7 +309,7 @@ def test_bench_nd_programs_on_the_golden_model():
     from systolica.app import transpose_bench
     x = np.random.default_rng(3).integers(-128, 128, (2, 4, 5, 6), dtype=np.int8)
     jobs, compiled = transpose_bench.nd_programs(TINY, x, NCHW_TO_NHWC)
-    runs = {name: golden.run(TINY, job["program"], job["dram"], job.get("prog_addr", 0))
+    runs = {name: golden.run(TINY, Loadable(job["program"], job["dram"], job.get("prog_addr", 0)))
             for name, job in jobs.items()}
     (at, n), = compiled.dram_map.outputs.values()
     got = compiled.results(transpose_bench._placed(compiled, runs["on_chip"].dram[at:at + n]))

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from conftest import run_many_on_rtl
+from systolica.arch.loadable import Loadable
 from systolica import golden
 from systolica.arch import isa, timing
 from systolica.arch.config import preset
@@ -143,7 +144,7 @@ GOLDEN_CASES = {
 @pytest.mark.parametrize("name", list(GOLDEN_CASES))
 def test_golden_model_equals_the_formula(name):
     image, dram, want, predicted = case(*GOLDEN_CASES[name])
-    run = golden.run(CFG, image, dram)
+    run = golden.run(CFG, Loadable(image, dram))
     assert run.error == ErrorCode.NONE
     assert run.cycles == predicted
     for got, w in zip(outputs(run.dram, want), want):
@@ -220,7 +221,7 @@ def test_rtl_equals_the_formula_in_the_predicted_cycles(rtl_runs, name):
     image, dram, want, predicted = built[name]
     res = results[name]
     assert res["error_name"] == "NONE", f"chip fault {res['error_name']} at pc {res['fault_pc']}"
-    gold = golden.run(CFG, image, dram)
+    gold = golden.run(CFG, Loadable(image, dram))
     assert res["cycles"] == predicted == gold.cycles
     for got, g, w in zip(outputs(res["dram"], want), outputs(gold.dram, want), want):
         if w is not None:

@@ -17,7 +17,6 @@ from pathlib import Path
 
 from systolica.arch import fabric, isa, timing
 from systolica.arch.config import ChipConfig
-from systolica.arch.isa import Opcode
 from systolica.compiler.scheduling.datapath import Schedule
 
 CONFIG_TRACK = "config"

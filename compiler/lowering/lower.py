@@ -27,26 +27,26 @@ from systolica.compiler.lowering.emitter import Emitter
 from systolica.compiler.lowering.lowered import Lowered
 from systolica.compiler.lowering.maps.network import lower_maps
 from systolica.compiler.lowering.registry import rule_for
+from systolica.compiler.options import CompileOptions
 from systolica.compiler.planning.memory import MemoryPlan, plan_memory
 from systolica.compiler.scheduling.pipeline import hoist, loop_order, pipeline
 
 __all__ = ["Lowered", "lower", "takes_maps"]
 
 
-def lower(cfg: ChipConfig, network, plan: MemoryPlan | None = None, *,
-          chain: ChainChoice | str | None = None, weights=None, buffers=None,
-          segments=None, choose_ubuf: bool = True, split=None) -> Lowered:
-    """Lower `network` (Graph or Network), with `plan` or the planner's own; with a
-    ChainChoice `chain`, a graph that is one chain of convolutions in passes; `chain`
-    as a strategy name (or None: the cost model's) and `segments`: which runs of
-    convolutions in a convolutional network run as chains; `weights`, `buffers`: a
-    convolutional network's tiling per layer; `choose_ubuf`: the UBUF a network's
-    chains assume is the cost model's (:func:`.maps.network.lower_maps`); `split`:
-    dense layers' tile groups (:func:`systolica.compiler.planning.split.choose_split`)."""
+def lower(cfg: ChipConfig, network, options: CompileOptions = CompileOptions(), *,
+          plan: MemoryPlan | None = None, choose_ubuf: bool = True) -> Lowered:
+    """Lower `network` (Graph or Network) as `options` say (``chain``: a ChainChoice
+    runs a graph that is one chain of convolutions in passes, a strategy name or None
+    the cost model's chains in a convolutional network, as ``segments`` cut them;
+    ``weights``, ``buffers``: a convolutional network's tiling per layer; ``split``:
+    dense layers' tile groups), with `plan` or the planner's own; `choose_ubuf`: the
+    UBUF a network's chains assume is the cost model's
+    (:func:`.maps.network.lower_maps`)."""
     graph = as_graph(network)
-    tiled = weights is not None or buffers is not None
+    chain = options.chain
     if isinstance(chain, ChainChoice):
-        if tiled or segments is not None:
+        if options.tiled or options.segments is not None:
             raise CompileError("weights, buffers and segments apply to a network lowered "
                                "layer by layer; a chain takes ChainChoice.weights")
         return lower_chain(cfg, graph, chain)
@@ -54,15 +54,15 @@ def lower(cfg: ChipConfig, network, plan: MemoryPlan | None = None, *,
         raise CompileError(f"chain must be a ChainChoice (a graph that is one chain), a "
                            f"strategy name or None, not {chain!r}")
     if takes_maps(cfg, graph):
-        if split not in (None, 1):
+        if options.split not in (None, 1):
             raise CompileError(f"graph {graph.name!r}: split applies to dense layers "
                                f"lowered as GEMMs, not to a convolutional network")
-        return lower_maps(cfg, graph, weights, buffers, chain, segments, choose_ubuf)
-    if tiled or segments is not None:
+        return lower_maps(cfg, graph, options, choose_ubuf)
+    if options.tiled or options.segments is not None:
         raise CompileError(f"graph {graph.name!r}: weights, buffers and segments apply to "
                            f"convolutional networks (the GEMM lowering streams its "
                            f"weights)")
-    plan = plan_memory(cfg, graph, split) if plan is None else plan
+    plan = plan_memory(cfg, graph, options.split) if plan is None else plan
     em = Emitter.for_plan(cfg, graph, plan)
     blocks = hoist([blk for i, node in enumerate(graph.nodes)
                     for blk in rule_for(node).emit(em, i, node)])

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from systolica.arch.config import ChipConfig
 from systolica.arch.isa import Opcode
-from systolica.compiler.errors import CompileError, InternalError
+from systolica.compiler.errors import InternalError
 from systolica.compiler.microops.ir import MicroOp, conflict, verify_reorder
 
 

@@ -27,7 +27,6 @@ import numpy as np
 
 from systolica.arch import fabric, instructions, isa, timing
 from systolica.arch.config import ChipConfig
-from systolica.arch.isa import Opcode
 from systolica.compiler.scheduling.busy import BusyIntervals
 from systolica.compiler.scheduling.config_updates import (ConfigUpdateError, UpdateWindow, assign_updates, domain_limit,
                              window_between)

@@ -51,8 +51,7 @@ async def run_compiled(bus: LinkBus, compiled: Compiled) -> BoardRun:
     if fetch.fetches(cfg, count):
         await bus.write_dram(compiled.prog_addr, fetch.program_words(cfg, compiled.image))
     driver = Driver(bus)
-    await driver.load_program(compiled.image, prog_addr=compiled.prog_addr,
-                              imem_depth=cfg.imem_depth, ubuf=compiled.ubuf)
+    await driver.load(compiled.loadable, imem_depth=cfg.imem_depth)
     await driver.start()
     try:
         await driver.wait_done(timeout_cycles(compiled))
@@ -75,8 +74,7 @@ def problems(compiled: Compiled, run: BoardRun) -> list[str]:
         out.append(f"the chip faulted {run.error} at pc {run.counters['fault_pc']} "
                    f"({describe_status(run.counters['status'])})")
     want = reference.outputs(compiled.graph)
-    gold = compiled.results(golden.run(compiled.cfg, compiled.image, compiled.dram,
-                                       compiled.prog_addr).dram)
+    gold = compiled.results(golden.run(compiled.cfg, compiled.loadable).dram)
     for name in want:
         got = run.outputs.get(name)
         if got is None or not np.array_equal(got, want[name]):

@@ -218,9 +218,9 @@ def cmd_sim(args) -> int:
     _check_output(args.trace, "--trace")
     _check_output(args.plot, "--plot")
     net = _network(args, cfg)
-    compile_network(cfg, net)              # a network that cannot compile fails now,
+    compiled = compile_network(cfg, net)   # a network that cannot compile fails now,
     _ensure_built(cfg, args.waves)         # not after minutes of building
-    run = flow.run_network(cfg, net, waves=args.waves)
+    run = flow.run_network(compiled, waves=args.waves)
     report.print_run(run)
     if args.onnx:
         _against_onnxruntime(args.onnx, net)
@@ -237,7 +237,6 @@ def _against_onnxruntime(path: str, graph) -> None:
     except ImportError:
         print("onnxruntime is not installed: pip install onnxruntime to compare with it")
         return
-    import numpy as np
     from systolica.compiler.graph import reference
     from systolica.models.onnx_zoo import runtime_session
     sess = runtime_session(path)
@@ -253,7 +252,6 @@ def _against_onnxruntime(path: str, graph) -> None:
 def _onnxruntime_agreement(graph) -> dict:
     """The bench's ONNX model: how many of its output values onnxruntime gives
     otherwise than the chip (which equals numpy, checked by the run)."""
-    import numpy as np
     from systolica.models import onnx_zoo as onnx_models
     from systolica.compiler.graph import reference
     sess = onnx_models.runtime_session(onnx_models.inception())
@@ -295,7 +293,7 @@ def cmd_bench(args) -> int:
     from systolica.app import bench_cases, chain_bench, cnn_bench, flow, plot, report, route_bench
     from systolica.sim import rtlsim
     from systolica.arch.config import preset
-    from systolica.compiler import CompileError
+    from systolica.compiler import CompileError, compile_network
     _check_output(args.out, "--out")
     cases = bench_cases.cases()
     records = []
@@ -310,8 +308,8 @@ def cmd_bench(args) -> int:
             else:
                 _ensure_built(preset(case.config), harness=case.harness)
             progress.update(task, description=f"{where}: running")
-            run = flow.run_network(preset(case.config), case.make(), harness=case.harness,
-                                   **case.options)
+            compiled = compile_network(preset(case.config), case.make(), **case.options)
+            run = flow.run_network(compiled, harness=case.harness)
             records.append(report.record(run, case.name))
             if case.make is bench_cases.onnx_inception:
                 records[-1]["onnxruntime"] = _onnxruntime_agreement(run.compiled.graph)
@@ -323,11 +321,12 @@ def cmd_bench(args) -> int:
             progress.update(task, description=f"{chain.name} on {cfg_name} ({strategy})")
             _ensure_built(preset(cfg_name))
             try:
-                run = flow.run_network(preset(cfg_name), chain.make(), chain=choice)
+                compiled = compile_network(preset(cfg_name), chain.make(), chain=choice)
             except CompileError as e:     # a strategy this chain cannot use, and why
                 chains.append(chain_bench.refused(chain, strategy, e))
             else:
-                chains.append(chain_bench.record(chain, strategy, run))
+                chains.append(chain_bench.record(chain, strategy,
+                                                 flow.run_network(compiled)))
             progress.advance(task)
         task = progress.add_task("transposes on tiny: on chip and through DRAM", total=1)
         from systolica.app import transpose_bench
@@ -409,12 +408,12 @@ def cmd_chain(args) -> int:
     strategies = STRATEGIES if args.strategy == "all" else (args.strategy,)
     choices = [ChainChoice(s, per, args.weights, share=not args.no_share)
                for s in strategies]
-    for choice in choices:                 # a chain that cannot compile fails now,
-        compile_network(cfg, make(), chain=choice)     # not after the build
+    # a chain that cannot compile fails now, not after the build
+    compiled = [compile_network(cfg, make(), chain=choice) for choice in choices]
     _ensure_built(cfg)
     runs = []
-    for choice in choices:
-        run = flow.run_network(cfg, make(), chain=choice)
+    for choice, program in zip(choices, compiled):
+        run = flow.run_network(program)
         graph = run.compiled.graph
         widths = [graph.tensor(t).shape[2]
                   for t in [graph.inputs[0]] + [n.outputs[0] for n in graph.nodes]]

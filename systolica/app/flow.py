@@ -3,7 +3,6 @@ RTL, and check both against numpy, cycle counts included."""
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -11,9 +10,8 @@ import numpy as np
 from systolica import golden
 from systolica.arch import isa, timing
 from systolica.sim import rtlsim
-from systolica.compiler import Compiled, Graph, Network, compile_network
+from systolica.compiler import Compiled
 from systolica.compiler.graph import reference
-from systolica.compiler.lowering.chain import ChainChoice
 from systolica.arch.config import ChipConfig
 
 
@@ -98,21 +96,18 @@ def _layer_prefixes(compiled: Compiled) -> list[int]:
     return [last[layer.index] + 1 for layer in compiled.layers]
 
 
-def run_network(cfg: ChipConfig, network: Network | Graph, *, waves: bool = False,
-                per_layer: bool = True, harness: str = "cocotb",
-                chain: ChainChoice | None = None, split=None) -> NetworkRun:
-    """Compile `network` (a chain in passes with `chain`), run it on the RTL, and
-    check it against numpy and the golden model; with `per_layer`, also run each
-    layer's prefix of the program for per-layer cycles (not for a chain, whose layers
-    interleave pass by pass). `split`: as ``compile_network`` takes it."""
-    began = time.perf_counter()
-    compiled = compile_network(cfg, network, chain=chain, split=split)
-    per_layer = per_layer and chain is None
-    compile_s = time.perf_counter() - began
+def run_network(compiled: Compiled, *, waves: bool = False, per_layer: bool = True,
+                harness: str = "cocotb") -> NetworkRun:
+    """Run a compiled network on the RTL of the chip it was compiled for and check it
+    against numpy and the golden model; with `per_layer`, also run each layer's prefix
+    of the program for per-layer cycles (not for a chain, whose layers interleave pass
+    by pass)."""
+    cfg, network = compiled.cfg, compiled.network
+    compile_s = sum(compiled.phase_seconds.values())
+    per_layer = per_layer and compiled.chain is None
 
     want = reference.outputs(network)
-    gold = golden.run(cfg, compiled.image, compiled.dram, compiled.prog_addr,
-                      ubuf=compiled.ubuf)
+    gold = golden.run(cfg, compiled.loadable)
     out_words = (compiled.dram_map.output, compiled.dram_map.output_words)
 
     jobs = [dict(name=network.name, program=compiled.image, dram=compiled.dram,

@@ -25,7 +25,7 @@ import numpy as np
 
 from systolica.compiler.graph import reference
 from systolica.compiler.graph.graph import Graph, GraphBuilder
-from systolica.compiler.graph.ops import ADD_MULT, Add, Conv2d, Dense, requant_for
+from systolica.compiler.graph.ops import ADD_MULT, Conv2d, requant_for
 
 __all__ = ["RELU_ZP", "TARGET", "bottleneck_block", "branches", "layer_macs",
            "macs", "requant_for", "resnet50", "small_cnn"]

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from systolica.arch.loadable import Loadable
 from systolica import golden
 from systolica.arch import disasm, fabric, geometry, instructions, isa, timing
 from systolica.arch.config import PRESETS, ChipConfig, preset
@@ -893,7 +894,7 @@ def illegal(cfg: ChipConfig, seed: int, category: str | None = None) -> RandomPr
 # -- comparison ----------------------------------------------------------------------------
 def expected(prog: RandomProgram):
     """The golden model's result for `prog` (a :class:`systolica.golden.GoldenResult`)."""
-    return golden.run(prog.cfg, prog.image, prog.dram)
+    return golden.run(prog.cfg, Loadable(prog.image, prog.dram))
 
 
 def compare(prog: RandomProgram, rtl: dict) -> list[str]:

@@ -9,7 +9,6 @@ run as chains in passes (seed 001), as the cost model picks."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from types import MappingProxyType
 
 import numpy as np
@@ -28,6 +27,7 @@ from systolica.compiler.lowering.maps.layout import (DramLayout, acc_param_rows,
                                                      replicas)
 from systolica.compiler.lowering.maps.tile_loop import TileLoop
 from systolica.compiler.lowering.registry import rule_for
+from systolica.compiler.options import CompileOptions
 from systolica.compiler.lowering.lowered import Lowered
 from systolica.compiler.planning import layout
 from systolica.compiler.planning.map_tiling import BUFFERS, WEIGHTS, choose_tilings, per_layer
@@ -36,24 +36,23 @@ from systolica.compiler.planning import network_chains
 from systolica.compiler.scheduling.pipeline import Block, loop_order, pipeline
 
 
-def lower_maps(cfg: ChipConfig, graph: Graph,
-              weights: str | Mapping[str, str] | None = None,
-              buffers: int | Mapping[str, int] | None = None,
-              chain: str | None = None, segments=None, choose_ubuf: bool = True
-              ) -> Lowered:
+def lower_maps(cfg: ChipConfig, graph: Graph, options: CompileOptions = CompileOptions(),
+               choose_ubuf: bool = True) -> Lowered:
     """Lower a graph with feature-map ops: plan DRAM, emit every layer's tile loops,
-    software-pipeline them. `weights` (``stream`` or ``persistent``) and `buffers` (2
-    or 1): each layer's :class:`~systolica.compiler.planning.map_tiling.Tiling`, for
+    software-pipeline them. `options`: ``weights`` (``stream`` or ``persistent``) and
+    ``buffers`` (2 or 1): each layer's :class:`~systolica.compiler.planning.map_tiling.Tiling`, for
     all layers or per layer name; what is not given is the cost model's choice
-    (:func:`~systolica.compiler.planning.map_tiling.choose_tiling`). `chain` (one of
+    (:func:`~systolica.compiler.planning.map_tiling.choose_tiling`). ``chain`` (one of
     :data:`~systolica.compiler.planning.network_chains.NETWORK_STRATEGIES`, None: the
-    cost model's pick per segment) and `segments` (the user's cut, by first layer
+    cost model's pick per segment) and ``segments`` (the user's cut, by first layer
     name): which runs of convolutions run as chains in passes
     (:mod:`systolica.compiler.planning.network_chains`); with `choose_ubuf`, the
     UBUF the program assumes is the cost model's (``choose_ubuf``: the plan's ``cfg``
     says where), else the chip's.
 
     Each layer is its rule's job (:meth:`.Rule.map_job`), or a view."""
+    weights, buffers = options.weights, options.buffers
+    chain, segments = options.chain, options.segments
     graph = pad_map_concats(cfg, graph)     # ragged join inputs: whole channel blocks
     lay = network_layout(cfg)
     R = cfg.rows

@@ -1,0 +1,39 @@
+"""The knobs a compile takes beyond the chip and the network, in one typed carrier."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from systolica.compiler.lowering.chain import ChainChoice
+
+
+@dataclass(frozen=True)
+class CompileOptions:
+    """How to compile (every knob None: the cost models' choices; see
+    :func:`systolica.compiler.compile_network` for each in full).
+
+    * ``chain``: a ``ChainChoice`` (the graph is one chain of convolutions, run in
+      passes as it says), or the strategy of a convolutional network's chains
+      (``layer_by_layer``, ``baseline``, ``crop_fetch``, ``fused_crop``);
+    * ``segments``: the user's cut of a network's runs of convolutions into chains, by
+      a segment's first layer (or ``"all"``);
+    * ``weights``, ``buffers``: each layer's tiling in a convolutional network
+      (``stream`` / ``persistent``; 2 / 1 tile buffers), for all layers or by name;
+    * ``ubuf``: ``(base, rows)``, the UBUF registers the program assumes;
+    * ``split``: the tile groups of dense layers with small K and N (1: none; or by
+      layer name).
+    """
+    chain: ChainChoice | str | None = None
+    segments: Mapping | str | None = None
+    weights: str | Mapping[str, str] | None = None
+    buffers: int | Mapping[str, int] | None = None
+    ubuf: tuple[int, int] | None = None
+    split: int | Mapping[str, int] | None = None
+
+    @property
+    def tiled(self) -> bool:
+        """Whether a layer-by-layer tiling is given."""
+        return self.weights is not None or self.buffers is not None
