@@ -236,7 +236,7 @@ def _program_text() -> list[Case]:
 
     from systolica.compiler.frontend import stp
     from systolica.compiler.frontend import text
-    root = Path(__file__).resolve().parents[1] / "examples"
+    from paths import EXAMPLES as root
 
     def run(path: Path) -> dict:
         result = stp.compile_program(preset("tiny"), text.parse_file(str(path)),

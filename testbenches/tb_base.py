@@ -35,7 +35,7 @@ def case_name() -> str:
         return os.environ["BLOCK_CASE"]
     except KeyError:
         raise RuntimeError("BLOCK_CASE is not set: run block tests through pytest "
-                           "(testbenches/test_blocks.py)") from None
+                           "(testbenches/blocks/test_blocks.py)") from None
 
 
 def with_acc_read(cfg, latency: int, **changes):

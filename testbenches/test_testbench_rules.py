@@ -48,7 +48,7 @@ def test_builds_unmarked():
 
 @pytest.mark.slow
 def test_leaks_and_unmarked_builds_fail(tmp_path):
-    for name in ("conftest.py", "tiers.py"):        # the conftest imports tiers
+    for name in ("conftest.py", "tiers.py", "paths.py"):     # the conftest imports both
         shutil.copy(HERE / name, tmp_path / name)
     (tmp_path / "test_probe.py").write_text(LEAKY)
     (tmp_path / "pytest.ini").write_text(textwrap.dedent("""

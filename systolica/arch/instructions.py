@@ -13,7 +13,7 @@ One entry per opcode states everything about it that is neither RTL nor lowering
   which cycle, when the unit accepts the next instruction, which multiplexers the
   data passes and when. The golden model executes these, cycle by cycle, and never
   the closed forms, so a wrong closed form shows up as a broken schedule there;
-  ``testbenches/test_arch_instructions.py`` checks the two views agree;
+  ``testbenches/arch/test_instructions.py`` checks the two views agree;
 * its **semantics** (``execute``) on the golden model's state.
 
 Field expressions in ``ranges`` use only ``+ - * == != < <= & |`` and the ``select``

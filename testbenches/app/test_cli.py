@@ -1,0 +1,184 @@
+"""The command line as a user meets it: version, choices, round trips between its
+commands, output cut short by the reader, and word of a long build when no terminal
+shows a spinner. Bad arguments and files are in test_bad_inputs.py."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from importlib import metadata
+from pathlib import Path
+
+import pytest
+
+from systolica.app import bench_cases, cli
+from systolica.arch.config import PRESETS
+from systolica.arch import disasm, isa
+from systolica.arch.config import preset
+from systolica.compiler.frontend import stp
+from systolica.sim import rtlsim
+
+from paths import EXAMPLES
+
+
+def run(argv, capsys) -> tuple[int, str, str]:
+    try:
+        status = cli.main(argv)
+    except SystemExit as exc:
+        status = exc.code
+    out, err = capsys.readouterr()
+    return status, out, err
+
+
+def test_version_comes_from_the_package_metadata(capsys):
+    status, out, _ = run(["--version"], capsys)
+    assert status == 0 and out.strip() == f"systolica {metadata.version('systolica')}"
+
+
+@pytest.mark.parametrize("command", ["sim", "compile", "schedule", "chain"])
+def test_config_lists_its_choices(command, capsys):
+    status, out, _ = run([command, "--help"], capsys)
+    assert status == 0 and f"--config {{{','.join(sorted(PRESETS))}}}" in out
+
+
+def test_compile_then_disasm_round_trip(tmp_path, capsys):
+    image = tmp_path / "out" / "g.bin"               # the directory is made for it
+    status, out, _ = run(["compile", "--gemm", "8x16x8", "--out", str(image)], capsys)
+    assert status == 0 and "instructions" in out and "cycles predicted" in out
+    n = out.split()[0]
+    assert len(isa.from_bytes(image.read_bytes())) == int(n)
+    status, listing, err = run(["disasm", str(image)], capsys)
+    assert status == 0 and err == ""
+    assert listing == disasm.disassemble(image.read_bytes()) + "\n"
+    status, listed, _ = run(["compile", "--gemm", "8x16x8", "--listing"], capsys)
+    code = "".join(line for line in listed.splitlines(keepends=True)
+                   if not line.startswith("# "))
+    assert status == 0 and code == listing
+    # the split the cost model chose (here none: K = 16 fills a tile group's 4 rows)
+    assert "# layer 'gemm_8x16x8': the whole array (not 2 groups: K = 16 > 4" in listed
+
+
+def test_compile_draws_the_predicted_unit_occupancy(tmp_path, capsys):
+    plot = tmp_path / "plots" / "g.svg"
+    status, out, _ = run(["compile", "--gemm", "64x16x8", "--plot", str(plot)], capsys)
+    assert status == 0 and f"unit occupancy plot: {plot}" in out
+    svg = plot.read_text()
+    assert svg.startswith("<svg") and "gemm_64x16x8 on chip tiny (predicted)" in svg
+    assert ">mm</text>" in svg and ">dma</text>" in svg
+
+
+def test_compile_names_the_split_it_chose(capsys):
+    status, out, _ = run(["compile", "--gemm", "64x3x4"], capsys)
+    assert status == 0
+    assert "layer 'gemm_64x3x4': split into 2 tile groups" in out
+
+
+@pytest.mark.slow
+def test_compile_of_a_long_program_names_its_dram_address(capsys):
+    """A program longer than the instruction memory is fetched from DRAM: the user is
+    told where to load it and what to write to PROG_ADDR."""
+    from systolica.compiler import compile_network
+    status, out, _ = run(["compile", "--gemm", "48x256x96", "--seed", "3"], capsys)
+    compiled = compile_network(preset("tiny"), bench_cases.gemm_network(48, 256, 96, seed=3))
+    assert status == 0 and len(compiled.program) > preset("tiny").imem_depth
+    assert f"set PROG_ADDR to {compiled.prog_addr}" in out
+    status, out, _ = run(["compile", "--gemm", "8x16x8"], capsys)
+    assert status == 0 and "PROG_ADDR" not in out
+
+
+def test_schedule_writes_the_chip_image(tmp_path, capsys):
+    image = tmp_path / "g.bin"
+    status, out, _ = run(["schedule", str(EXAMPLES / "gemm_tiny.stp"), "--image", str(image)],
+                         capsys)
+    assert status == 0 and "mm" in out
+    expected = stp.compile_file(preset("tiny"), EXAMPLES / "gemm_tiny.stp").chip.image
+    assert image.read_bytes() == expected
+
+
+def test_program_text_with_a_byte_order_mark_is_read(tmp_path, capsys):
+    source = tmp_path / "bom.stp"
+    source.write_bytes(b"\xef\xbb\xbf" + (EXAMPLES / "seed_table1.stp").read_bytes())
+    status, out, err = run(["schedule", str(source)], capsys)
+    assert status == 0 and err == "" and "add0" in out
+
+
+@pytest.mark.slow
+def test_output_piped_into_head_ends_quietly(tmp_path):
+    """The reader stops after one line; the rest goes nowhere, with no traceback, and
+    the exit status is that of a process ended by SIGPIPE."""
+    word = isa.encode(isa.Instr(isa.Opcode.DMA, 5, dict(kind=0, dram_addr=1, dram_stride=1,
+                                                        buf_addr=2, rows=3)))
+    (tmp_path / "big.bin").write_bytes(isa.to_bytes([word] * 20000))   # ~1.5 MB of text
+    script = (f"{sys.executable} -m systolica.app.cli disasm big.bin | head -1; "
+              f"echo ${{PIPESTATUS[0]}} > status")
+    proc = subprocess.run(["bash", "-c", script], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=120)
+    assert proc.stderr == ""
+    assert proc.stdout.splitlines() == [f"{0:5d} {disasm.disassemble_one(isa.decode(word))}"]
+    assert (tmp_path / "status").read_text().strip() == str(cli.EXIT_BROKEN_PIPE)
+
+
+def test_console_script_reports_an_error_in_one_line():
+    script = Path(sys.executable).parent / "systolica"
+    proc = subprocess.run([str(script), "compile", "--gemm", "0x4x4"], capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr.splitlines()[-1].startswith("systolica: error: argument --gemm: ")
+    assert "Traceback" not in proc.stderr
+
+
+def test_a_slow_build_says_so_without_a_terminal(monkeypatch, capsys):
+    monkeypatch.setattr(cli, "BUILD_NOTICE_SECONDS", 0.05)
+    monkeypatch.setattr(rtlsim, "build",
+                        lambda cfg, waves=False, harness="cocotb": time.sleep(0.5))
+    cli._ensure_built(preset("tiny"))
+    err = capsys.readouterr().err
+    assert err.startswith("systolica: building the Verilated tiny chip")
+    assert err.count("\n") == 1
+
+
+def test_a_quick_build_says_nothing(monkeypatch, capsys):
+    monkeypatch.setattr(rtlsim, "build", lambda cfg, waves=False, harness="cocotb": None)
+    cli._ensure_built(preset("tiny"))
+    time.sleep(0.1)
+    assert capsys.readouterr().err == ""
+
+
+def test_sim_checks_the_network_before_building(monkeypatch, capsys):
+    """An argument error in `sim` comes before the minutes-long build, not after."""
+    built = []
+    monkeypatch.setattr(rtlsim, "build",
+                        lambda cfg, waves=False, harness="cocotb": built.append(cfg))
+    status, _, err = run(["sim", "--gemm", "8x3500x8"], capsys)
+    assert status == 2 and built == [] and "imem_depth" in err
+
+
+def test_chain_checks_the_chain_before_building(monkeypatch, capsys):
+    """A pass smaller than the halo is refused, with what to do, before the build."""
+    built = []
+    monkeypatch.setattr(rtlsim, "build",
+                        lambda cfg, waves=False, harness="cocotb": built.append(cfg))
+    status, _, err = run(["chain", "--strategy", "crop_fetch", "--outputs-per-pass", "1"],
+                         capsys)
+    assert status == 2 and built == [] and "more outputs per pass" in err
+
+
+def test_chain_takes_a_strategy_per_layer(monkeypatch, capsys):
+    """`--strategy` names one per layer, comma-separated; a wrong name or count is
+    refused before the build."""
+    built = []
+    monkeypatch.setattr(rtlsim, "build",
+                        lambda cfg, waves=False, harness="cocotb": built.append(cfg))
+    status, _, err = run(["chain", "--strategy", "crop_fetch,fused"], capsys)
+    assert status == 2 and "fused: not one of baseline, crop_fetch, fused_crop" in err
+    status, _, err = run(["chain", "--strategy", "fused_crop,crop_fetch,baseline"], capsys)
+    assert status == 2 and built == [] and "3 entries for 2 layers" in err
+
+
+def test_interrupt_ends_with_one_line(monkeypatch, capsys):
+    def interrupted(args):
+        raise KeyboardInterrupt
+    monkeypatch.setattr(cli, "cmd_disasm", interrupted)
+    status, _, err = run(["disasm", "x.bin"], capsys)
+    assert status == 130 and err == "systolica: interrupted\n"

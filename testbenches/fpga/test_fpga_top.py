@@ -1,0 +1,43 @@
+"""The FPGA top on Verilator: the chip, its block-RAM DRAM and the UART host link,
+driven bit by bit from the host's side (cocotb module ``tb_fpga_top.py``)."""
+
+from __future__ import annotations
+
+from functools import partial
+
+import pytest
+
+import tb_fpga_top
+from block_runner import run_block
+from systolica.arch.boards import BOARDS
+from systolica.arch.config import preset
+from systolica.rtl.fpga.top import FpgaTop
+from systolica.sim import rtlsim, verilated
+
+pytestmark = pytest.mark.rtl
+
+TOP = "fpga_top"
+
+
+def build(config: str):
+    cfg = preset(config)
+    return verilated.build(verilated.component(
+        TOP, partial(FpgaTop, cfg=cfg, link=tb_fpga_top.LINK), label=f"fpga-top-{cfg.key}",
+        public="top", build_args=tuple(rtlsim.BUILD_ARGS),
+        make_variables=rtlsim.make_variables()))
+
+
+def run(config: str, case: str):
+    run_block(build(config), TOP, "tb_fpga_top", testcase=case,
+              extra_env={"FPGA_TOP_CONFIG": config})
+
+
+@pytest.mark.parametrize("case", ["gemm_runs", "link_errors", "chip_reset"])
+def test_fpga_top(case):
+    run(tb_fpga_top.CFG.name, case)
+
+
+@pytest.mark.regress
+@pytest.mark.parametrize("config", sorted({spec.config for spec in BOARDS.values()}))
+def test_fpga_top_of_each_boards_preset(config):
+    run(config, "gemm_runs")
