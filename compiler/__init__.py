@@ -10,8 +10,25 @@ use). :func:`compile_network` (``driver``) runs them all.
 
 from systolica.compiler.driver import Compiled, LayerRecord, compile_network
 from systolica.compiler.errors import CompileError, InternalError
-from systolica.compiler.graph.graph import Dense, Graph, GraphBuilder, Network, Node, Quant, Tensor, gemm
-from systolica.compiler.graph.ops import Add, AvgPool2d, Concat, Conv2d, Flatten, GlobalAvgPool, MaxPool2d
+from systolica.compiler.graph.graph import (
+           Dense,
+           Graph,
+           GraphBuilder,
+           Network,
+           Node,
+           Quant,
+           Tensor,
+           gemm,
+)
+from systolica.compiler.graph.ops import (
+           Add,
+           AvgPool2d,
+           Concat,
+           Conv2d,
+           Flatten,
+           GlobalAvgPool,
+           MaxPool2d,
+)
 from systolica.compiler.options import CompileOptions
 from systolica.compiler.planning.memory import MemoryPlan, plan_memory
 

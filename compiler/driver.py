@@ -14,18 +14,17 @@ from systolica.arch import disasm, fetch, isa, timing
 from systolica.arch.config import ChipConfig, ConfigError
 from systolica.arch.isa import CopyKind, DmaKind, Opcode
 from systolica.arch.loadable import Loadable
-from systolica.compiler.planning import layout
-from systolica.compiler.planning import split
 from systolica.compiler.graph.graph import CompileError, Graph, Network
-from systolica.compiler.lowering.chain import ChainChoice
-from systolica.compiler.options import CompileOptions
-from systolica.compiler.lowering.lower import lower
-from systolica.compiler.scheduling.fetch_delay import delay_for_fetch
-from systolica.compiler.planning.memory import DramMap, MemoryPlan, program_region
-from systolica.compiler.lowering.registry import rule_for
 from systolica.compiler.graph.ops import Dense
-from systolica.compiler.scheduling.reconfigure import add_updates
+from systolica.compiler.lowering.chain import ChainChoice
 from systolica.compiler.lowering.exits import take_exits
+from systolica.compiler.lowering.lower import lower
+from systolica.compiler.lowering.registry import rule_for
+from systolica.compiler.options import CompileOptions
+from systolica.compiler.planning import layout, split
+from systolica.compiler.planning.memory import DramMap, MemoryPlan, program_region
+from systolica.compiler.scheduling.fetch_delay import delay_for_fetch
+from systolica.compiler.scheduling.reconfigure import add_updates
 from systolica.compiler.scheduling.schedule import schedule
 from systolica.compiler.scheduling.verify import ScheduleError, check_regions, verify
 

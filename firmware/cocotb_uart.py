@@ -3,11 +3,10 @@ the UART, driving ``rx`` and sampling ``tx`` bit by bit (:mod:`.link`)."""
 
 from __future__ import annotations
 
+import cocotb
 from cocotb.queue import Queue
 from cocotb.simtime import get_sim_time
 from cocotb.triggers import FallingEdge, SimTimeoutError, Timer, with_timeout
-
-import cocotb
 
 from systolica.firmware.link import LinkCorrupt, LinkTimeout
 

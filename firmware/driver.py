@@ -6,10 +6,17 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from systolica.arch.loadable import Loadable
 from systolica.arch.isa import WORD_BITS
-from systolica.arch.regs import (CTRL_IRQ_ACK, CTRL_START, STATUS_DONE, STATUS_ERROR, STATUS_RUNNING,
-                    ErrorCode, Reg)
+from systolica.arch.loadable import Loadable
+from systolica.arch.regs import (
+    CTRL_IRQ_ACK,
+    CTRL_START,
+    STATUS_DONE,
+    STATUS_ERROR,
+    STATUS_RUNNING,
+    ErrorCode,
+    Reg,
+)
 
 _WORD_BYTES = WORD_BITS // 8
 _WRITES_PER_WORD = WORD_BITS // 32

@@ -7,7 +7,6 @@ from amaranth.lib.wiring import In, Out
 
 from systolica.arch import fabric
 from systolica.arch.config import ChipConfig
-
 from systolica.rtl.ports import check_config
 
 LANE = 8            # a general lane carries one byte per array row (column)

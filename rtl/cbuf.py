@@ -20,7 +20,6 @@ from amaranth.lib import memory, wiring
 from amaranth.lib.wiring import In, Out
 
 from systolica.arch.config import ChipConfig
-
 from systolica.rtl.ports import buffer_read, buffer_write, check_config, delayed, partitioned_read
 
 

@@ -9,7 +9,6 @@ from amaranth.lib.wiring import In, Out, connect
 
 from systolica.arch import fabric, regs
 from systolica.arch.config import ChipConfig
-
 from systolica.rtl.array import Grid
 from systolica.rtl.cbuf import Acc, Cbuf
 from systolica.rtl.csr import RegisterFile

@@ -7,7 +7,6 @@ from amaranth.lib.wiring import In, Out
 from systolica.arch import isa, regs
 from systolica.arch.config import ChipConfig
 from systolica.arch.regs import Reg
-
 from systolica.rtl.ports import RunControl, check_config
 
 

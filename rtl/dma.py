@@ -7,7 +7,6 @@ from amaranth.lib.wiring import In, Out
 from systolica.arch import isa
 from systolica.arch.config import ChipConfig
 from systolica.arch.isa import Opcode
-
 from systolica.rtl.ports import DramMaster, Issue, buffer_read, buffer_write, check_config
 
 

@@ -6,7 +6,6 @@ from amaranth.lib.wiring import In, Out
 
 from systolica.arch import fabric, isa
 from systolica.arch.config import ChipConfig
-
 from systolica.rtl.ports import Issue, check_config, setcfg_numbers
 
 

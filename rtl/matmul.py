@@ -9,9 +9,15 @@ from amaranth.utils import ceil_log2
 from systolica.arch import fabric, isa, timing
 from systolica.arch.config import ChipConfig
 from systolica.arch.isa import Opcode
-
 from systolica.rtl.array import ACT, PSUM, WGT
-from systolica.rtl.ports import Issue, buffer_read, buffer_write, check_config, delayed, partitioned_read
+from systolica.rtl.ports import (
+    Issue,
+    buffer_read,
+    buffer_write,
+    check_config,
+    delayed,
+    partitioned_read,
+)
 
 
 def _one_of(default, choices):

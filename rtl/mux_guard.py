@@ -10,7 +10,6 @@ from amaranth.lib.wiring import In, Out
 from systolica.arch import fabric, instructions, isa, timing
 from systolica.arch.config import ChipConfig
 from systolica.arch.isa import Instr, Opcode
-
 from systolica.rtl.ports import check_config, mux_number_bits, setcfg_numbers
 
 

@@ -159,7 +159,7 @@ class DramMaster(wiring.Signature):
         })
 
     @classmethod
-    def of(cls, cfg: ChipConfig) -> "DramMaster":
+    def of(cls, cfg: ChipConfig) -> DramMaster:
         return cls(word_bits=8 * cfg.dram_word_bytes)
 
     def __eq__(self, other):

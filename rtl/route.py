@@ -5,10 +5,10 @@ from amaranth.hdl import Cat, Module, Mux, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
-from systolica.arch import geometry as geo, isa
+from systolica.arch import geometry as geo
+from systolica.arch import isa
 from systolica.arch.config import ChipConfig
 from systolica.arch.isa import Opcode
-
 from systolica.rtl.array import LANE
 from systolica.rtl.ports import Issue, buffer_read, buffer_write, check_config
 

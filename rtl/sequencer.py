@@ -9,10 +9,19 @@ from systolica.arch import fabric, fetch, instructions, isa
 from systolica.arch.config import ChipConfig
 from systolica.arch.isa import Opcode
 from systolica.arch.regs import ErrorCode
-
 from systolica.rtl.mux_guard import MuxGuard
-from systolica.rtl.ports import (PC_BITS, DramMaster, Issue, RunControl, UbufAt, check_config, mux_lookup,
-                    setcfg_numbers, setcfg_page_ok, ubuf_place)
+from systolica.rtl.ports import (
+    PC_BITS,
+    DramMaster,
+    Issue,
+    RunControl,
+    UbufAt,
+    check_config,
+    mux_lookup,
+    setcfg_numbers,
+    setcfg_page_ok,
+    ubuf_place,
+)
 
 
 class Sequencer(wiring.Component):

@@ -8,7 +8,6 @@ from amaranth.lib.wiring import In, Out
 from systolica.arch import isa
 from systolica.arch.config import ChipConfig
 from systolica.arch.isa import CopyKind, Opcode
-
 from systolica.rtl.ports import Issue, buffer_read, buffer_write, check_config, ubuf_place
 
 
@@ -35,7 +34,6 @@ class CopyUnit(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        cfg = self.cfg
         active = Signal()
         fetch = Signal()
         rows_left = Signal(16)

@@ -3,7 +3,6 @@
 from amaranth.back import verilog as _verilog
 
 from systolica.arch.config import ChipConfig
-
 from systolica.rtl.chip import Chip
 
 TOP = "systolica_chip"

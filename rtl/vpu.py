@@ -9,7 +9,6 @@ from systolica.arch import fabric, isa
 from systolica.arch.config import ChipConfig, ConfigError
 from systolica.arch.instructions import PARAM_ROWS
 from systolica.arch.isa import Opcode
-
 from systolica.rtl.matmul import _group_select
 from systolica.rtl.ports import Issue, buffer_read, buffer_write, check_config, delayed, ubuf_place
 

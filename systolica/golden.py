@@ -487,7 +487,7 @@ class _BoardHelper:
         self.is_child = pid == 0
 
     @classmethod
-    def start(cls, length: int) -> "_BoardHelper | None":
+    def start(cls, length: int) -> _BoardHelper | None:
         for pid in list(cls._unreaped):
             if os.waitpid(pid, os.WNOHANG)[0]:
                 cls._unreaped.remove(pid)

@@ -22,9 +22,9 @@ import shutil
 import sys
 import tempfile
 import xml.etree.ElementTree as ET
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Mapping
 
 from systolica.sim import verilated
 from systolica.sim.verilated import build_root, cocotb_environment, log_tail, setup_verilator

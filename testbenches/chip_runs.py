@@ -98,6 +98,7 @@ def compile_and_run_on_rtl(cfg: ChipConfig, cases: dict) -> dict:
 def assert_outputs_match(cfg: ChipConfig, compiled, res: dict) -> None:
     """Every graph output read back from the RTL run equals numpy and the golden model."""
     import numpy as np
+
     from systolica import golden
     from systolica.compiler.graph import reference
     assert res["error_name"] == "NONE", f"chip fault {res['error_name']} at pc {res['fault_pc']}"

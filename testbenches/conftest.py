@@ -19,9 +19,9 @@ import pytest
 
 from systolica.arch import config as chip_config
 from systolica.arch.config import ChipConfig, preset
-import tiers
 from systolica.sim import rtlsim, verilated
 
+import tiers
 from paths import REPO, TESTBENCHES
 
 # Tests live in folders that mirror the source tree, and some read another's case

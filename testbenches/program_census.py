@@ -145,8 +145,8 @@ def _resnet50() -> list[Case]:
 
 def _chain_examples() -> list[Case]:
     from systolica.app.cli import CHAIN_EXAMPLES
-    from systolica.models import chain_cases
     from systolica.compiler.lowering.chain import STRATEGIES, ChainChoice
+    from systolica.models import chain_cases
     out = []
     for example, (builder, per) in CHAIN_EXAMPLES.items():
         make = getattr(chain_cases, builder)
@@ -234,8 +234,8 @@ def _transpose_graphs() -> list[Case]:
 def _program_text() -> list[Case]:
     from pathlib import Path
 
-    from systolica.compiler.frontend import stp
-    from systolica.compiler.frontend import text
+    from systolica.compiler.frontend import stp, text
+
     from paths import EXAMPLES as root
 
     def run(path: Path) -> dict:

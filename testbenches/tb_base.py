@@ -237,7 +237,7 @@ class BlockTB:
         from systolica.arch import timing
         for ins in instrs:
             t, what = ins.cycle, f"{ins.op.name} issued {ins.cycle}"
-            occ, done = timing.occupancy(cfg, ins), timing.done(cfg, ins)
+            occ = timing.occupancy(cfg, ins)
             self.cycle = t
             self.expect(f"ready when {what}", ready[t], 1)
             for x in range(t + 1, t + occ):

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from paths import REPO
+
 #: source folder -> the package it installs as (pyproject.toml's package-dir)
 TREES = {"systolica": "systolica", "rtl": "systolica.rtl", "compiler": "systolica.compiler",
          "firmware": "systolica.firmware"}

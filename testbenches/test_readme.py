@@ -11,8 +11,7 @@ import pytest
 
 from systolica.app import cli
 from systolica.arch.config import preset
-from systolica.compiler.frontend import stp
-from systolica.compiler.frontend import text
+from systolica.compiler.frontend import stp, text
 
 README = Path(__file__).resolve().parent.parent / "README.md"
 

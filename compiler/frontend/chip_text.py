@@ -12,8 +12,14 @@ from __future__ import annotations
 from systolica.arch import instructions, isa
 from systolica.arch.config import ChipConfig
 from systolica.compiler.errors import CompileError
+from systolica.compiler.frontend.text import (
+    Statement,
+    cfg_settings,
+    format_statement,
+    parse,
+    to_micro_op,
+)
 from systolica.compiler.microops.ir import MicroOp
-from systolica.compiler.frontend.text import Statement, cfg_settings, format_statement, parse, to_micro_op
 
 
 def statements(ops: list[MicroOp]) -> list[Statement]:

@@ -23,8 +23,8 @@ one step of int8 (``testbenches/test_onnx_import.py`` counts how often they diff
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Mapping
 
 import numpy as np
 

@@ -12,16 +12,29 @@ from pathlib import Path
 from systolica.arch import fabric, isa, timing
 from systolica.arch.config import ChipConfig
 from systolica.compiler.backend import trace
-from systolica.compiler.scheduling.config_updates import ConfigUpdateError
-from systolica.compiler.scheduling.datapath import CycleError, Schedule, check_latency, producers, schedule_program, \
-    topological_order
+from systolica.compiler.frontend.text import (
+    ParseError,
+    Program,
+    Statement,
+    cfg_settings,
+    format_statement,
+    parse_file,
+    to_micro_ops,
+)
 from systolica.compiler.graph.graph import CompileError
 from systolica.compiler.microops.ir import MicroOp, required_gap
+from systolica.compiler.scheduling.config_updates import ConfigUpdateError
+from systolica.compiler.scheduling.datapath import (
+    CycleError,
+    Schedule,
+    check_latency,
+    producers,
+    schedule_program,
+    topological_order,
+)
 from systolica.compiler.scheduling.reconfigure import Update, plan_updates, setcfgs
 from systolica.compiler.scheduling.schedule import schedule
 from systolica.compiler.scheduling.verify import verify
-from systolica.compiler.frontend.text import ParseError, Program, Statement, cfg_settings, format_statement, \
-    parse_file, to_micro_ops
 
 
 @dataclass(frozen=True)

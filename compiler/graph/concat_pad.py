@@ -21,7 +21,15 @@ import numpy as np
 from systolica.arch.config import ChipConfig
 from systolica.compiler.errors import CompileError
 from systolica.compiler.graph.graph import Graph, Node, Tensor
-from systolica.compiler.graph.ops import AvgPool2d, Concat, Conv2d, Dense, Flatten, GlobalAvgPool, MaxPool2d
+from systolica.compiler.graph.ops import (
+    AvgPool2d,
+    Concat,
+    Conv2d,
+    Dense,
+    Flatten,
+    GlobalAvgPool,
+    MaxPool2d,
+)
 
 # ops that keep channels where they are: their output is padded as their input
 _CARRY = (MaxPool2d, AvgPool2d, GlobalAvgPool)

@@ -24,9 +24,29 @@ from types import MappingProxyType
 import numpy as np
 
 from systolica.compiler.errors import CompileError
-from systolica.compiler.graph.ops import (DTYPES, INT8, INT32, MULT_BITS, OPS, OUT_DTYPES, SHIFT_MAX, Add, AvgPool2d,
-                  Concat, Conv2d, Dense, Flatten, GlobalAvgPool, MatMulT, MaxPool2d, Quant,
-                  TensorType, Transpose, average_params, integer_array)
+from systolica.compiler.graph.ops import (
+    DTYPES,
+    INT8,
+    INT32,
+    MULT_BITS,
+    OPS,
+    OUT_DTYPES,
+    SHIFT_MAX,
+    Add,
+    AvgPool2d,
+    Concat,
+    Conv2d,
+    Dense,
+    Flatten,
+    GlobalAvgPool,
+    MatMulT,
+    MaxPool2d,
+    Quant,
+    TensorType,
+    Transpose,
+    average_params,
+    integer_array,
+)
 
 __all__ = ["Add", "AvgPool2d", "CompileError", "Concat", "Conv2d", "DTYPES", "Dense", "Flatten",
            "GlobalAvgPool", "Graph", "GraphBuilder", "INT32", "INT8", "MULT_BITS",

@@ -659,7 +659,6 @@ class Transpose:
         return norm
 
     def infer(self, inputs: Sequence, source: Callable[[str], str]) -> TensorType:
-        who = f"layer {self.name!r}"
         (t,) = inputs
         perm = self.axes(len(t.shape), f"{source(t.name)} (shape {t.shape})")
         return TensorType(tuple(t.shape[a] for a in perm), t.dtype, t.quant)

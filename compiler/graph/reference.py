@@ -9,8 +9,21 @@ from __future__ import annotations
 
 import numpy as np
 
-from systolica.compiler.graph.graph import (Add, AvgPool2d, Concat, Conv2d, Dense, Flatten, GlobalAvgPool, Graph, MatMulT,
-                    MaxPool2d, Network, Transpose, as_graph)
+from systolica.compiler.graph.graph import (
+    Add,
+    AvgPool2d,
+    Concat,
+    Conv2d,
+    Dense,
+    Flatten,
+    GlobalAvgPool,
+    Graph,
+    MatMulT,
+    MaxPool2d,
+    Network,
+    Transpose,
+    as_graph,
+)
 
 
 def wrap32(x: np.ndarray) -> np.ndarray:

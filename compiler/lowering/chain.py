@@ -44,22 +44,29 @@ from types import MappingProxyType
 import numpy as np
 
 from systolica.arch.config import ChipConfig
-from systolica.arch.isa import CopyKind, DmaKind, Opcode
-from systolica.compiler.planning import chain_passes as chain
 from systolica.arch.instructions import PARAM_ROWS
+from systolica.arch.isa import CopyKind, DmaKind, Opcode
 from systolica.compiler.errors import CompileError, InternalError
 from systolica.compiler.graph.graph import Graph
 from systolica.compiler.lowering.conv import conv_job
 from systolica.compiler.lowering.emitter import Emitter
 from systolica.compiler.lowering.lowered import Lowered
 from systolica.compiler.lowering.maps.jobs import Job, Source, check_window, stored_weights
-from systolica.compiler.lowering.maps.layout import (MAP_RING_BLOCKS, DramLayout, Layout,
-                                                     acc_param_rows, as_map, bank_up,
-                                                     out_words, pack_map)
+from systolica.compiler.lowering.maps.layout import (
+    MAP_RING_BLOCKS,
+    DramLayout,
+    Layout,
+    acc_param_rows,
+    as_map,
+    bank_up,
+    out_words,
+    pack_map,
+)
 from systolica.compiler.lowering.maps.tile_loop import TileLoop
 from systolica.compiler.lowering.registry import rule_for
-from systolica.compiler.scheduling.pipeline import Block, Step, loop_order, pipeline
+from systolica.compiler.planning import chain_passes as chain
 from systolica.compiler.planning.memory import DramMap, MemoryPlan, Region, check_plan
+from systolica.compiler.scheduling.pipeline import Block, Step, loop_order, pipeline
 
 STRATEGIES = ("baseline", "crop_fetch", "fused_crop")
 DMA_ROWS = 1 << 12       # rows per load of persistent weights (each a DMA of its own)

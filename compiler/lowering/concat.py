@@ -20,6 +20,7 @@ from systolica.compiler.planning import lanes, layout
 from systolica.compiler.planning.memory import on_chip_readers, stored_at
 from systolica.compiler.scheduling.pipeline import Block
 
+
 @register
 class ConcatRule(Rule):
     """A :class:`~.ops.Concat` through the general lanes (docs/compiler.md, "Concat
@@ -86,7 +87,7 @@ class ConcatRule(Rule):
                      f"output staging of {node.name!r}")]
 
     @staticmethod
-    def routes(cfg: ChipConfig, groups: dict[int, int]) -> list[tuple[int, "lanes.LaneRoute", int]]:
+    def routes(cfg: ChipConfig, groups: dict[int, int]) -> list[tuple[int, lanes.LaneRoute, int]]:
         """``(col0, route, keep)`` per ROUTE that moves `groups` (output partition group
         -> input partition group): one where every partition group has a column group of
         its own, else (a tall grid) one per ``Tc`` partition groups; each with the

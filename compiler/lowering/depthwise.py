@@ -9,8 +9,7 @@ import numpy as np
 from systolica.arch.config import ChipConfig
 from systolica.compiler.graph.graph import Graph, Node
 from systolica.compiler.graph.ops import Conv2d
-from systolica.compiler.lowering.maps.jobs import (Job, Source, WStep, channel_params,
-                                                   diagonal_span)
+from systolica.compiler.lowering.maps.jobs import Job, Source, WStep, channel_params, diagonal_span
 from systolica.compiler.planning import layout
 
 

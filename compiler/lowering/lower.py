@@ -19,9 +19,9 @@ from __future__ import annotations
 from systolica.arch.config import ChipConfig
 from systolica.compiler.errors import CompileError
 from systolica.compiler.graph.graph import Graph, as_graph
+
 # every op family's rules, registered as they are imported
-from systolica.compiler.lowering import (add, concat, conv, dense, flatten,  # noqa: F401
-                                         matmul_t, pool, transpose)
+from systolica.compiler.lowering import add, concat, conv, dense, flatten, matmul_t, pool, transpose  # noqa: F401
 from systolica.compiler.lowering.chain import ChainChoice, check_channels, lower_chain
 from systolica.compiler.lowering.emitter import Emitter
 from systolica.compiler.lowering.lowered import Lowered

@@ -20,6 +20,7 @@ from systolica.compiler.planning import layout
 from systolica.compiler.planning.memory import acc_half_rows, on_chip_readers, stored_at
 from systolica.compiler.scheduling.pipeline import Block, Step
 
+
 @register
 class MatMulTRule(DenseRule):
     """``a @ bᵀ`` of two tensors as a dense layer whose weight block ``(nb, kb)`` is

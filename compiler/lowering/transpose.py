@@ -23,14 +23,26 @@ from systolica.compiler.lowering.maps.layout import Layout, bank_up
 from systolica.compiler.lowering.maps.tile_loop import TileLoop
 from systolica.compiler.lowering.registry import register
 from systolica.compiler.lowering.rule import Need, Rule
-from systolica.compiler.lowering.transpose_int32 import (DMA_STRIDE_MAX, Where32, acc_ring_slot,
-                                                         int32_blocks, int32_group,
-                                                         int32_params, int32_words)
+from systolica.compiler.lowering.transpose_int32 import (
+    DMA_STRIDE_MAX,
+    Where32,
+    acc_ring_slot,
+    int32_blocks,
+    int32_group,
+    int32_params,
+    int32_words,
+)
 from systolica.compiler.microops.ir import MicroOp
 from systolica.compiler.planning import layout, permute
-from systolica.compiler.planning.memory import (Region, acc_half_rows, on_chip_readers,
-                                                stored_at, through_dram)
+from systolica.compiler.planning.memory import (
+    Region,
+    acc_half_rows,
+    on_chip_readers,
+    stored_at,
+    through_dram,
+)
 from systolica.compiler.scheduling.pipeline import Block, Step
+
 
 @register
 class TransposeRule(Rule):
@@ -230,7 +242,7 @@ class TransposeRule(Rule):
                            transpose_ops(em))
 
     def blocks(self, cfg: ChipConfig, em, index: int, name: str, src: str,
-               p: permute.PermPlan, where: "Where", op) -> list[Block]:
+               p: permute.PermPlan, where: Where, op) -> list[Block]:
         """The layer's blocks: `em` counts weight steps and output blocks across layers
         (``steps``, ``blocks``), `where` says where things are, `op` makes a micro-op
         (``op(opcode, layer, sub=0, **fields)``) with its routing."""

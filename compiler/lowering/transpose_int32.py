@@ -114,7 +114,7 @@ class Where32:
     acc_slot = acc_ring_slot
 
 def int32_blocks(cfg: ChipConfig, em, index: int, name: str,
-                 p: permute.PermPlan, where: "Where32", op) -> list[Block]:
+                 p: permute.PermPlan, where: Where32, op) -> list[Block]:
     """An int32 permutation DRAM to DRAM, in blocks of ``QB x R`` elements
     (``QB = min(R, C)`` input rows: on a tall array (``R = k*C``) what a west load
     puts in the array's columns, on a wide one what a VRUN's slice writes; ``R``
@@ -301,7 +301,7 @@ def int32_blocks(cfg: ChipConfig, em, index: int, name: str,
                             Opcode.MATMUL, index, act_addr=z + byte * R, rows=cols,
                             acc_addr=acc_at, accumulate=int(byte > 0), bank=b)))
                         loads = []
-                for z, at_out, cols, dst, acc_at, last in members:
+                for _, _, cols, dst, acc_at, last in members:
                     blk.epilogue.append(op(Opcode.VRUN, index, sub=sub, src=acc_at,
                                            rows=cols, dst=dst, to_acc=0))
                     if last:

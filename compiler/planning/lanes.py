@@ -12,8 +12,8 @@ allows. The per-group delays then line every group up with the longest.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Mapping
 
 from systolica.arch import fabric, geometry
 from systolica.arch.config import ChipConfig

@@ -40,15 +40,12 @@ import numpy as np
 
 from systolica.arch import fetch
 from systolica.arch.config import ChipConfig
-from systolica.compiler.planning import layout
-from systolica.compiler.planning import dense_passes as passes
-from systolica.compiler.planning import split
 from systolica.compiler.errors import CompileError, InternalError
-from systolica.compiler.graph.graph import Graph, as_graph
-from systolica.compiler.graph.ops import Concat, Dense
-from systolica.compiler.graph.graph import Node
-from systolica.compiler.graph.ops import Transpose
+from systolica.compiler.graph.graph import Graph, Node, as_graph
+from systolica.compiler.graph.ops import Concat, Dense, Transpose
 from systolica.compiler.lowering.registry import rule_for
+from systolica.compiler.planning import dense_passes as passes
+from systolica.compiler.planning import layout, split
 
 MEMORIES = ("cbuf", "acc", "dram")
 UNITS = {"cbuf": "rows", "acc": "rows", "dram": "words"}
@@ -69,7 +66,7 @@ class Region:
     def hi(self) -> int:
         return self.lo + self.size
 
-    def overlaps(self, other: "Region") -> bool:
+    def overlaps(self, other: Region) -> bool:
         return (self.memory == other.memory and self.lo < other.hi and other.lo < self.hi
                 and self.first <= other.last and other.first <= self.last)
 

@@ -25,14 +25,19 @@ import itertools
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
-from systolica.arch.config import ChipConfig
 from systolica.arch import isa, timing
+from systolica.arch.config import ChipConfig
 from systolica.arch.instructions import PARAM_ROWS
 from systolica.arch.isa import Opcode
 from systolica.compiler.errors import CompileError
 from systolica.compiler.graph.graph import Graph
-from systolica.compiler.lowering.chain import (STRATEGIES, ChainChoice, Segment, estimate_chain,
-                                               plan_segment)
+from systolica.compiler.lowering.chain import (
+    STRATEGIES,
+    ChainChoice,
+    Segment,
+    estimate_chain,
+    plan_segment,
+)
 from systolica.compiler.lowering.registry import rule_for
 from systolica.compiler.planning.chain_passes import row_chunks
 from systolica.compiler.planning.map_tiling import bank_turn, estimate_tiling

@@ -15,17 +15,17 @@ packed input as it lies on chip (docs/contract.md, "Split dense layers").
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Mapping
 
 import numpy as np
 
 from systolica.arch.config import ChipConfig
-from systolica.compiler.planning import layout
-from systolica.compiler.planning import dense_passes as passes
 from systolica.compiler.errors import CompileError
 from systolica.compiler.graph.graph import Graph, Node
 from systolica.compiler.graph.ops import Dense
+from systolica.compiler.planning import dense_passes as passes
+from systolica.compiler.planning import layout
 
 
 @dataclass(frozen=True)
@@ -335,7 +335,7 @@ def pack_bias(cfg: ChipConfig, bias: np.ndarray, s: int) -> np.ndarray:
 
 def unpack_output(cfg: ChipConfig, y: np.ndarray, M: int, N: int, s: int) -> np.ndarray:
     """``out'[M_s, C]`` -> ``out[M, N]``."""
-    m, nw = rows(M, s), group_cols(cfg, s)
+    nw = group_cols(cfg, s)
     parts = [y[:, g * nw:g * nw + N] for g in range(s)]
     return np.concatenate(parts, axis=0)[:M].copy()
 

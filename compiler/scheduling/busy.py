@@ -19,7 +19,7 @@ class BusyIntervals:
         self._ends: list[int] = []
 
     @classmethod
-    def of_cycles(cls, cycles) -> "BusyIntervals":
+    def of_cycles(cls, cycles) -> BusyIntervals:
         """Single busy cycles (an interval ``[c, c + 1)`` each), booked at once."""
         out = cls()
         for c in sorted(set(cycles)):

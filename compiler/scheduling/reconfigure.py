@@ -27,11 +27,16 @@ import numpy as np
 
 from systolica.arch import fabric, instructions, isa, timing
 from systolica.arch.config import ChipConfig
-from systolica.compiler.scheduling.busy import BusyIntervals
-from systolica.compiler.scheduling.config_updates import (ConfigUpdateError, UpdateWindow, assign_updates, domain_limit,
-                             window_between)
 from systolica.compiler.graph.graph import CompileError
 from systolica.compiler.microops.ir import MicroOp
+from systolica.compiler.scheduling.busy import BusyIntervals
+from systolica.compiler.scheduling.config_updates import (
+    ConfigUpdateError,
+    UpdateWindow,
+    assign_updates,
+    domain_limit,
+    window_between,
+)
 
 FABRIC_OPS = tuple(op for op, entry in instructions.SPEC.items() if entry.uses_fabric)
 
@@ -103,7 +108,7 @@ def uses(cfg: ChipConfig, ops: list[MicroOp], cycles: list[int]) -> dict[str, li
     for name, lst in per_mux.items():
         if len({value for value, *_ in lst}) == 1:
             first, last, first_op = None, None, 0
-            for value, lo, hi, idx in lst:
+            for _, lo, hi, idx in lst:
                 cy = at[idx]
                 k = int(np.argmin(cy))
                 if first is None or cy[k] + lo < first:

@@ -6,7 +6,6 @@ from amaranth.lib import io
 
 from systolica.arch.boards import Board
 from systolica.arch.config import ChipConfig
-
 from systolica.rtl.fpga.clocks import Ecp5Clock
 from systolica.rtl.fpga.top import FpgaTop
 

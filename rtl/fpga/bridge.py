@@ -9,7 +9,6 @@ from systolica.arch import link, regs
 from systolica.arch.config import ChipConfig
 from systolica.arch.link import Command, Status
 from systolica.arch.regs import Reg
-
 from systolica.rtl.ports import DramMaster, check_config
 
 

@@ -7,11 +7,10 @@ from amaranth.lib.wiring import In, Out, connect
 
 from systolica.arch.config import ChipConfig
 from systolica.arch.link import LinkTiming
-
 from systolica.rtl.chip import Chip
-from systolica.rtl.ports import check_config
 from systolica.rtl.fpga.bridge import LinkBridge
 from systolica.rtl.fpga.uart import UartRx, UartTx
+from systolica.rtl.ports import check_config
 
 
 class FpgaTop(wiring.Component):

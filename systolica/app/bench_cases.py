@@ -22,8 +22,8 @@ class BenchCase:
 def gemm_network(M: int, K: int, N: int, seed: int, int32: bool = False):
     """A random int8 GEMM ``M x K x N`` with a calibrated requantisation (int32 out
     with `int32`)."""
-    from systolica.compiler import gemm
     from systolica.app.demo import calibrate
+    from systolica.compiler import gemm
     rng = np.random.default_rng(seed)
     a = rng.integers(-128, 128, size=(M, K), dtype=np.int8)
     b = rng.integers(-128, 128, size=(K, N), dtype=np.int8)

@@ -6,16 +6,16 @@ weights and output moved once), MACs the array computed, UBUF bytes written and 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import numpy as np
 
-from systolica.compiler.planning.chain_passes import listing
-from systolica.models.chain_cases import seed_two_layer
-from systolica.compiler.lowering.chain import STRATEGIES, ChainChoice
 from systolica.compiler.graph.graph import Graph, GraphBuilder
 from systolica.compiler.graph.ops import requant_for
+from systolica.compiler.lowering.chain import STRATEGIES, ChainChoice
+from systolica.compiler.planning.chain_passes import listing
+from systolica.models.chain_cases import seed_two_layer
 
 
 @dataclass(frozen=True)

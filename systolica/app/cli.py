@@ -232,9 +232,8 @@ def cmd_sim(args) -> int:
 def _against_onnxruntime(path: str, graph) -> None:
     """The imported model's outputs (the RTL's, which equal numpy's) against
     onnxruntime on the same inputs, if it is installed."""
-    try:
-        import onnxruntime
-    except ImportError:
+    import importlib.util
+    if importlib.util.find_spec("onnxruntime") is None:
         print("onnxruntime is not installed: pip install onnxruntime to compare with it")
         return
     from systolica.compiler.graph import reference
@@ -252,8 +251,8 @@ def _against_onnxruntime(path: str, graph) -> None:
 def _onnxruntime_agreement(graph) -> dict:
     """The bench's ONNX model: how many of its output values onnxruntime gives
     otherwise than the chip (which equals numpy, checked by the run)."""
-    from systolica.models import onnx_zoo as onnx_models
     from systolica.compiler.graph import reference
+    from systolica.models import onnx_zoo as onnx_models
     sess = onnx_models.runtime_session(onnx_models.inception())
     feeds = {i.name: graph.data[_onnx_name(i.name)] for i in sess.get_inputs()}
     ours = reference.outputs(graph)
@@ -291,9 +290,9 @@ def cmd_bench(args) -> int:
     from rich.progress import Progress
 
     from systolica.app import bench_cases, chain_bench, cnn_bench, flow, plot, report, route_bench
-    from systolica.sim import rtlsim
     from systolica.arch.config import preset
     from systolica.compiler import CompileError, compile_network
+    from systolica.sim import rtlsim
     _check_output(args.out, "--out")
     cases = bench_cases.cases()
     records = []
@@ -398,9 +397,9 @@ def cmd_chain(args) -> int:
     from systolica.app import flow, report
     from systolica.arch.config import preset
     from systolica.compiler import compile_network
-    from systolica.models import chain_cases
-    from systolica.compiler.planning.chain_passes import listing
     from systolica.compiler.lowering.chain import STRATEGIES, ChainChoice
+    from systolica.compiler.planning.chain_passes import listing
+    from systolica.models import chain_cases
     cfg = preset(args.config)
     builder, per = CHAIN_EXAMPLES[args.example]
     per = args.outputs_per_pass or per
@@ -438,10 +437,10 @@ def cmd_chain(args) -> int:
 
 
 def cmd_compile(args) -> int:
-    from systolica.arch import fetch
-    from systolica.compiler import compile_network
-    from systolica.arch.config import preset
     from systolica.app import report
+    from systolica.arch import fetch
+    from systolica.arch.config import preset
+    from systolica.compiler import compile_network
     cfg = preset(args.config)
     _check_output(args.out, "--out")
     _check_output(args.trace, "--trace")
@@ -474,10 +473,9 @@ def cmd_disasm(args) -> int:
 
 
 def cmd_schedule(args) -> int:
-    from systolica.compiler.frontend import stp
-    from systolica.compiler.frontend import text
-    from systolica.compiler.backend import trace
     from systolica.arch.config import preset
+    from systolica.compiler.backend import trace
+    from systolica.compiler.frontend import stp, text
     cfg = preset(args.config)
     _check_output(args.image, "--image")
     _check_output(args.trace, "--trace")
@@ -498,10 +496,10 @@ def cmd_schedule(args) -> int:
 
 
 def cmd_run(args) -> int:
+    from systolica.app.board import run_on_port
     from systolica.arch.boards import board
     from systolica.arch.config import preset
     from systolica.firmware.link import LinkError
-    from systolica.app.board import run_on_port
     net = _network(args, preset(board(args.board).config))
     try:
         return run_on_port(args.port, args.board, net)
@@ -618,10 +616,10 @@ def main(argv: list[str] | None = None) -> int:
     argv = _join_negative_values(sys.argv[1:] if argv is None else list(argv))
     args = parser().parse_args(argv)
 
-    from systolica.compiler import CompileError
-    from systolica.compiler.errors import InternalError
     from systolica.arch.config import ConfigError
     from systolica.arch.isa import EncodingError
+    from systolica.compiler import CompileError
+    from systolica.compiler.errors import InternalError
     from systolica.sim.rtlsim import RtlSimError
     try:
         status = args.func(args)

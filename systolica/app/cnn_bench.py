@@ -14,9 +14,8 @@ from systolica.arch.config import ChipConfig
 from systolica.arch.isa import DmaKind, Opcode
 from systolica.compiler import compile_network
 from systolica.compiler.graph.graph import Graph, GraphBuilder
-from systolica.compiler.graph.ops import requant_for
+from systolica.compiler.graph.ops import Conv2d, requant_for
 from systolica.models.zoo import resnet50
-from systolica.compiler.graph.ops import Conv2d
 
 #: The layers run on the RTL: (name, input size, Cin, Cout, kernel, stride, pads).
 RTL_LAYERS = (("resnet50_stem_7x7s2", 224, 3, 64, 7, 2, 3),

@@ -9,10 +9,10 @@ import numpy as np
 
 from systolica import golden
 from systolica.arch import isa, timing
-from systolica.sim import rtlsim
+from systolica.arch.config import ChipConfig
 from systolica.compiler import Compiled
 from systolica.compiler.graph import reference
-from systolica.arch.config import ChipConfig
+from systolica.sim import rtlsim
 
 
 @dataclass

@@ -5,9 +5,9 @@ from __future__ import annotations
 from rich.console import Console
 from rich.table import Table
 
-from systolica.compiler.planning import split
-from systolica.compiler.backend import unit_use
 from systolica.app.flow import NetworkRun
+from systolica.compiler.backend import unit_use
+from systolica.compiler.planning import split
 
 
 def _mark(ok: bool) -> str:

@@ -32,8 +32,8 @@ import numpy as np
 from systolica.arch import isa
 from systolica.arch.config import ChipConfig, preset
 from systolica.arch.isa import DmaKind, Opcode
-from systolica.compiler.planning import layout
 from systolica.compiler.microops.ir import MicroOp, make
+from systolica.compiler.planning import layout
 from systolica.compiler.scheduling.reconfigure import add_updates
 from systolica.compiler.scheduling.schedule import schedule
 
@@ -122,7 +122,7 @@ def nd_programs(cfg: ChipConfig, x: np.ndarray, perm: tuple[int, ...]):
         return make(cfg, Opcode.DMA, kind=kind, dram_addr=dram, dram_stride=1,
                     buf_addr=buf, rows=rows)
 
-    ops, at = [], 0
+    ops = []
     for k, w in enumerate(range(0, max(x_words, out_words), chunk)):
         buf = (k % 2) * 2 * cfg.cbuf_bank_rows
         if w < x_words:

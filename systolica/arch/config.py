@@ -11,7 +11,6 @@ from dataclasses import dataclass, field
 
 from systolica.arch.errors import ConfigError
 
-
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 _LATENCY_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
 
@@ -311,7 +310,7 @@ class ChipConfig:
                     f"it may take on chip {self.name!r}")
         return None
 
-    def at_ubuf(self, base: int, rows: int) -> "ChipConfig":
+    def at_ubuf(self, base: int, rows: int) -> ChipConfig:
         """This chip with its UBUF registers set to ``base``, ``rows`` (what a program
         compiled for a moved UBUF assumes); a ConfigError if that is not allowed."""
         for what, v in (("base", base), ("rows", rows)):
@@ -336,7 +335,7 @@ class ChipConfig:
         blob = json.dumps(self.to_dict(), sort_keys=True).encode()
         return f"{self.name}-{hashlib.sha256(blob).hexdigest()[:10]}"
 
-    def replace(self, **changes) -> "ChipConfig":
+    def replace(self, **changes) -> ChipConfig:
         unknown = sorted(set(changes) - {f.name for f in dataclasses.fields(self)})
         if unknown:
             raise ConfigError(f"{self.name}: ChipConfig has no field(s) "

@@ -45,7 +45,7 @@ Tile ``(i, j)`` is tile row ``i`` (north to south), tile column ``j`` (west to e
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache
 from typing import TYPE_CHECKING
 
 from systolica.arch.errors import ConfigError
@@ -92,7 +92,7 @@ def muxes(cfg: ChipConfig) -> tuple[Mux, ...]:
     return _muxes(cfg.tile_rows, cfg.tile_cols, cfg.general_lanes)
 
 
-@lru_cache(maxsize=None)
+@cache
 def _muxes(t: int, tile_cols: int, general: bool = False) -> tuple[Mux, ...]:
     groups = tuple(f"cbuf.g{g}" for g in range(t)) + (ZERO,)
     cols = tuple(f"col.g{g}" for g in range(tile_cols)) + (ZERO,)
@@ -156,7 +156,7 @@ def setcfg_format(cfg: ChipConfig):
     return _setcfg_format(cfg.tile_rows, cfg.tile_cols, cfg.general_lanes)
 
 
-@lru_cache(maxsize=None)
+@cache
 def _setcfg_format(t: int, tile_cols: int, general: bool):
     table = _muxes(t, tile_cols, general)
     return _format(len(table), max(len(m.sources) for m in table))

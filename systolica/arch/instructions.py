@@ -31,12 +31,14 @@ numbers describe.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
-from systolica.arch import fabric, geometry as geo, isa
+from systolica.arch import fabric, isa
+from systolica.arch import geometry as geo
 from systolica.arch.config import ChipConfig
 from systolica.arch.isa import CopyKind, DmaKind, Opcode
 

@@ -7,10 +7,9 @@ absolute cycle at which the sequencer issues it) and an opcode-specific payload.
 
 from __future__ import annotations
 
-from amaranth.lib import enum
 from dataclasses import dataclass
 
-from amaranth.lib import data
+from amaranth.lib import data, enum
 
 WORD_BITS = 128
 CYCLE_BITS = 32
@@ -317,7 +316,7 @@ def field_bits(op: Opcode, name: str) -> int:
     return next(width for field, _, width in _fields(PAYLOAD[op]) if field == name)
 
 
-def _pack(layout: data.StructLayout, values: dict, instr: "Instr") -> int:
+def _pack(layout: data.StructLayout, values: dict, instr: Instr) -> int:
     word = 0
     fields = _fields(layout)
     for name, offset, width in fields:
@@ -332,7 +331,7 @@ def _pack(layout: data.StructLayout, values: dict, instr: "Instr") -> int:
     return word
 
 
-def _what(instr: "Instr") -> str:
+def _what(instr: Instr) -> str:
     """An instruction as encoding errors name it (built only for the message)."""
     return f"{instr.op.name} @ cycle {instr.cycle}"
 

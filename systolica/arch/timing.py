@@ -18,10 +18,17 @@ cycle-level effects, so a wrong closed form here shows up there as a broken sche
 
 from __future__ import annotations
 
-from functools import lru_cache
+from functools import cache
 
 from systolica.arch.config import ChipConfig
-from systolica.arch.geometry import array_span, feed_stages, matmul_pipeline, skew, skew_max, weight_shifts  # noqa: F401
+from systolica.arch.geometry import (  # noqa: F401
+    array_span,
+    feed_stages,
+    matmul_pipeline,
+    skew,
+    skew_max,
+    weight_shifts,
+)
 from systolica.arch.instructions import ACCUMULATE, SPEC, Dma, bank_shift, ranges
 from systolica.arch.isa import Instr, Opcode
 
@@ -113,7 +120,7 @@ def mux_use(cfg: ChipConfig, ins: Instr, mux_name: str) -> tuple[int, int] | Non
     return SPEC[ins.op].mux_use(cfg, ins.fields, kind, idx)
 
 
-@lru_cache(maxsize=None)
+@cache
 def _kind_and_index(mux_name: str) -> tuple[str, tuple[int, ...]]:
     """``"act_in[1][0]"`` -> ``("act_in", (1, 0))``: parsed once per name (the
     scheduler asks every multiplexer of the chip about every distinct op)."""

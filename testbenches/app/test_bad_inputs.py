@@ -18,17 +18,16 @@ import pytest
 from systolica.app import cli
 from systolica.arch import isa
 from systolica.arch.config import DEFAULT_LATENCY, PRESETS, ChipConfig, ConfigError, preset
-from systolica.compiler import (CompileError, Dense, GraphBuilder, Network, compile_network,
-                                gemm)
+from systolica.compiler import CompileError, Dense, GraphBuilder, Network, compile_network, gemm
+from systolica.compiler.frontend import stp, text
 from systolica.compiler.graph.ops import Conv2d
-from systolica.compiler.frontend import stp
-from systolica.compiler.frontend import text
+
+from paths import EXAMPLES
 from tiers import sample
 
 TINY = preset("tiny")
 A = np.ones((4, 8), dtype=np.int8)
 B = np.ones((8, 4), dtype=np.int8)
-from paths import EXAMPLES
 
 
 def assert_clear(message: str, words) -> None:

@@ -13,9 +13,8 @@ from pathlib import Path
 import pytest
 
 from systolica.app import bench_cases, cli
-from systolica.arch.config import PRESETS
 from systolica.arch import disasm, isa
-from systolica.arch.config import preset
+from systolica.arch.config import PRESETS, preset
 from systolica.compiler.frontend import stp
 from systolica.sim import rtlsim
 

@@ -16,11 +16,11 @@ import numpy as np
 import pytest
 from rich.console import Console
 
-from systolica.arch.loadable import Loadable
 from systolica import golden
 from systolica.app import demo, flow, report
 from systolica.arch import isa, timing
 from systolica.arch.config import preset
+from systolica.arch.loadable import Loadable
 from systolica.compiler import compile_network
 from systolica.compiler.graph import reference
 

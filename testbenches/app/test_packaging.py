@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from paths import REPO
+
 #: Import package -> source directory, as pyproject.toml maps them.
 SOURCE_DIRS = {"systolica": "systolica", "systolica/rtl": "rtl",
                "systolica/compiler": "compiler", "systolica/firmware": "firmware"}

@@ -10,12 +10,12 @@ import numpy as np
 import pytest
 
 import systolica.compiler.driver as program_pass
-from systolica.arch.loadable import Loadable
 from systolica import golden
 from systolica.arch import fetch, isa, timing
 from systolica.arch.config import preset
 from systolica.arch.instructions import SPEC
 from systolica.arch.isa import DmaKind, Instr, Opcode
+from systolica.arch.loadable import Loadable
 from systolica.arch.regs import ErrorCode, Reg
 from systolica.compiler import compile_network, gemm
 from systolica.compiler.graph import reference

@@ -12,6 +12,7 @@ from systolica.arch import disasm, fabric, instructions, isa, timing
 from systolica.arch.config import PRESETS
 from systolica.arch.instructions import Range
 from systolica.arch.isa import DmaKind, Instr, Opcode
+
 from tiers import sample
 
 CONFIGS = [PRESETS[name] for name in sorted(PRESETS)]

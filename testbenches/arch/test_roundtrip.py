@@ -12,11 +12,11 @@ from hypothesis import strategies as st
 from systolica.arch import disasm, fabric, isa, timing
 from systolica.arch.config import preset
 from systolica.arch.isa import CopyKind, DmaKind, Instr, Opcode
-from systolica.compiler.frontend import stp
-from systolica.compiler.frontend import text
+from systolica.compiler.frontend import stp, text
 from systolica.compiler.frontend.chip_text import format_ops, parse_ops
 from systolica.compiler.microops.ir import MicroOp, make
 from systolica.sim import randprog
+
 from tiers import examples, sample
 
 CFG = preset("tiny")

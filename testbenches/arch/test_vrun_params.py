@@ -10,16 +10,17 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from chip_runs import run_many_on_rtl
-from systolica.arch.loadable import Loadable
 from systolica import golden
 from systolica.arch import isa, timing
 from systolica.arch.config import preset
 from systolica.arch.isa import DmaKind, Instr, Opcode
+from systolica.arch.loadable import Loadable
 from systolica.arch.regs import ErrorCode
 from systolica.compiler import CompileError
 from systolica.compiler.microops.ir import make
 from systolica.compiler.scheduling.schedule import schedule
+
+from chip_runs import run_many_on_rtl
 
 CFG = preset("tiny")
 R, C, W = CFG.rows, CFG.cols, CFG.acc_row_words

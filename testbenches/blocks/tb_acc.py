@@ -30,6 +30,7 @@ import random
 import cocotb
 
 from systolica.arch.config import preset
+
 from tb_base import BlockTB, acc_latency, case_names, pack, unpack
 
 CFG = acc_latency(preset("tiny"))

@@ -32,6 +32,7 @@ import random
 import cocotb
 
 from systolica.arch.config import preset
+
 from tb_base import BlockTB, case_names, pack, unpack
 
 CFG = preset("tiny")

@@ -16,6 +16,7 @@ import cocotb
 from systolica.arch import regs
 from systolica.arch.config import preset
 from systolica.arch.regs import Reg
+
 from tb_base import BlockTB, case_names
 
 CFG = preset("tiny")

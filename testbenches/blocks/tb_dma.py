@@ -23,6 +23,7 @@ import cocotb
 from systolica.arch import isa, timing
 from systolica.arch.config import preset
 from systolica.arch.isa import DmaKind, Instr, Opcode
+
 from tb_base import BlockTB, ReadPort, acc_latency, case_name, pack_fields, touches
 
 # the second build (test_blocks.py) is a 3x1 grid: an ACC row of 4 int32 (16 bytes) in

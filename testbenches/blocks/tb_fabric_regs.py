@@ -19,6 +19,7 @@ import cocotb
 from systolica.arch import fabric, isa
 from systolica.arch.config import preset
 from systolica.arch.isa import Opcode
+
 from tb_base import BlockTB, case_names, pack_fields
 
 # the second build (test_blocks.py) is a 4x4 grid of 2x2 tiles with the general lanes:

@@ -19,11 +19,12 @@ import random
 
 import cocotb
 import numpy as np
+from tb_tile import Plan
 
 from systolica.arch import timing
 from systolica.arch.config import preset
+
 from tb_base import BlockTB, case_name, wrap32
-from tb_tile import Plan
 
 CFG = preset("tiny")
 T, n, R, C = CFG.tile_rows, CFG.tile_size, CFG.rows, CFG.cols

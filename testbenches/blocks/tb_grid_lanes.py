@@ -22,11 +22,12 @@ from __future__ import annotations
 import random
 
 import cocotb
+from tb_tile import Plan
 
 from systolica.arch import fabric
 from systolica.arch.config import preset
+
 from tb_base import BlockTB, case_name
-from tb_tile import Plan
 
 CFG = preset("tiny").replace(name="lanes3x3", tile_rows=3, tile_cols=3, tile_size=2)
 T, TC, n, R, C = CFG.tile_rows, CFG.tile_cols, CFG.tile_size, CFG.rows, CFG.cols

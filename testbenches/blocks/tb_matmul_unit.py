@@ -54,8 +54,18 @@ import cocotb
 from systolica.arch import isa, timing
 from systolica.arch.config import preset
 from systolica.arch.isa import Instr, Opcode
-from tb_base import (BlockTB, ReadPort, acc_latency, case_names, pack, pack_fields,
-                     touches, unpack, wrap32)
+
+from tb_base import (
+    BlockTB,
+    ReadPort,
+    acc_latency,
+    case_names,
+    pack,
+    pack_fields,
+    touches,
+    unpack,
+    wrap32,
+)
 
 # the second build (test_blocks.py) has the feed register: every row a cycle later
 # into the array and the ACC; the third is TALL (MATMUL_PRESET), for the exits

@@ -26,6 +26,7 @@ from systolica.arch import fabric, fetch, isa, timing
 from systolica.arch.config import preset
 from systolica.arch.isa import CopyKind, DmaKind, Instr, Opcode
 from systolica.arch.regs import ErrorCode
+
 from tb_base import BlockTB, case_names
 
 #: The tiny preset; the pytest side may ask for another configuration-update interval
@@ -42,7 +43,7 @@ BUSY_UNITS = UNITS[:-1]
 HEADER_BITS = isa.WORD_BITS - isa.PAYLOAD_BITS
 
 
-def I(op, cycle, **fields):
+def I(op, cycle, **fields):  # noqa: E743  (I for instruction, as in the listings)
     return Instr(op, cycle, fields)
 
 

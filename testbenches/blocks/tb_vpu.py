@@ -21,8 +21,19 @@ import cocotb
 from systolica.arch import isa, timing
 from systolica.arch.config import preset
 from systolica.arch.isa import Instr, Opcode
-from tb_base import (BlockTB, ReadPort, acc_latency, case_name, pack, pack_fields,
-                     to_signed, touches, unpack, wrap32)
+
+from tb_base import (
+    BlockTB,
+    ReadPort,
+    acc_latency,
+    case_name,
+    pack,
+    pack_fields,
+    to_signed,
+    touches,
+    unpack,
+    wrap32,
+)
 
 CFG = acc_latency(preset("tiny"))
 R, C, n, T = CFG.rows, CFG.cols, CFG.tile_size, CFG.tile_rows
@@ -129,7 +140,7 @@ def case_back_to_back(rng):
     """Each VRUN issues the cycle its predecessor's occupancy ends, with other
     arguments, so rows of two instructions share the pipeline."""
     instrs, t = [], 0
-    for k, args in enumerate([
+    for args in (
             _args(src=0, rows=5, dst=50, use_bias=1, bias_addr=9, requant=1, mult=900,
                   shift=12, zp=250, relu=1),
             _args(src=5, rows=1, dst=60, to_acc=1, use_bias=1, bias_addr=8),
@@ -137,7 +148,7 @@ def case_back_to_back(rng):
             _args(src=10, rows=7, dst=200, to_acc=1, requant=1, mult=12345, shift=20,
                   zp=0x10),
             _args(src=17, rows=3, dst=70, use_bias=1, bias_addr=100, requant=1, mult=2,
-                  shift=0, zp=0)]):
+                  shift=0, zp=0)):
         instrs.append((t, args))
         t += timing.occupancy(CFG, Instr(Opcode.VRUN, t, args))
     return instrs, [0, 1]
@@ -286,6 +297,7 @@ class VpuTB(BlockTB):
 
     def check_writes(self, instrs, expected) -> None:
         self.expect("number of writes", len(self.writes), len(expected))
+        row_cycle = None    # the cycle of the CBUF write a fused crop goes with
         for (cycle, mem, addr, data), (k, want_mem, want_addr, want) in zip(self.writes, expected):
             self.cycle = cycle
             t, a = instrs[k]

@@ -36,6 +36,7 @@ import cocotb
 from systolica.arch import isa, timing
 from systolica.arch.config import preset
 from systolica.arch.isa import Instr, Opcode
+
 from tb_base import BlockTB, case_names, pack, pack_fields, unpack
 
 CFG = preset("tiny")

@@ -11,7 +11,6 @@ from __future__ import annotations
 from functools import partial
 
 import pytest
-
 import tb_acc
 import tb_cbuf
 import tb_cell
@@ -25,8 +24,7 @@ import tb_sequencer
 import tb_tile
 import tb_vpu
 import tb_weight_loader
-from block_runner import Block, run_case
-from tb_base import with_acc_read
+
 from systolica.rtl.array import Cell, Grid, Tile
 from systolica.rtl.cbuf import Acc, Cbuf
 from systolica.rtl.csr import RegisterFile
@@ -35,6 +33,9 @@ from systolica.rtl.fabric_regs import FabricRegs
 from systolica.rtl.matmul import MatmulUnit, WeightLoader
 from systolica.rtl.sequencer import Sequencer
 from systolica.rtl.vpu import VectorUnit
+
+from block_runner import Block, run_case
+from tb_base import with_acc_read
 
 
 def each(cases) -> dict[str, tuple[str]]:

@@ -8,7 +8,6 @@ from __future__ import annotations
 import random
 
 import numpy as np
-
 import pytest
 from amaranth.sim import Simulator
 
@@ -197,9 +196,9 @@ def test_range_check_in_hardware(name, op):
     its memory (each range's end, one past it, the field extremes, random fields)."""
     from amaranth.hdl import Module, Mux, Signal
     from amaranth.lib import data
+    from test_instructions import RANGE_CASES, ranges_rule
 
     from systolica.arch import instructions
-    from test_instructions import RANGE_CASES, ranges_rule
 
     cfg = preset(name)
     layout = isa.PAYLOAD[op]
@@ -228,10 +227,10 @@ def test_vrun_range_check_in_hardware(name):
     memory, for several register values."""
     from amaranth.hdl import Module, Mux, Signal
     from amaranth.lib import data
+    from test_instructions import _At, ranges_rule, vrun_range_cases
 
     from systolica.arch import instructions
     from systolica.rtl.ports import UbufAt
-    from test_instructions import _At, ranges_rule, vrun_range_cases
 
     cfg = preset(name)
     layout = isa.PAYLOAD[Opcode.VRUN]

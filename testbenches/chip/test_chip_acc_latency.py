@@ -13,20 +13,21 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from test_chip_nonsquare import gemm, transpose
 
-from chip_runs import assert_cases_and_random_programs_on_rtl
-from systolica.arch.loadable import Loadable
 from systolica import golden
 from systolica.arch import timing
 from systolica.arch.config import ConfigError, preset
 from systolica.arch.instructions import SPEC
 from systolica.arch.isa import Instr, Opcode
+from systolica.arch.loadable import Loadable
 from systolica.compiler import compile_network
+from systolica.compiler.graph import reference
 from systolica.models import cnn_cases
 from systolica.models import zoo as models
-from systolica.compiler.graph import reference
+
+from chip_runs import assert_cases_and_random_programs_on_rtl
 from tb_base import with_acc_read
-from test_chip_nonsquare import gemm, transpose
 
 TINY = preset("tiny")
 ACC2 = with_acc_read(TINY, 2, name="tiny_acc2")

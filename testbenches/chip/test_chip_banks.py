@@ -9,16 +9,17 @@ convolutions show it on real schedules."""
 from __future__ import annotations
 
 import pytest
-
 import test_chip_cnn
 import test_chip_gemm
-from bank_ports import first_conflict
-from chip_runs import program_image, run_many_on_rtl
+
 from systolica.arch import timing
 from systolica.arch.config import preset
 from systolica.arch.instructions import Wload
 from systolica.arch.isa import DmaKind, Instr, Opcode
 from systolica.arch.regs import ErrorCode
+
+from bank_ports import first_conflict
+from chip_runs import program_image, run_many_on_rtl
 
 pytestmark = pytest.mark.rtl
 

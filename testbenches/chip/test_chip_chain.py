@@ -7,11 +7,21 @@ from __future__ import annotations
 
 import pytest
 
-from chip_runs import case_table, assert_matches_prediction, assert_outputs_match, compile_and_run_on_rtl
 from systolica.arch.config import preset
-from systolica.models.chain_cases import (bank_split_pair, random_chain, seed_four_layer,
-                                             seed_two_layer)
 from systolica.compiler.lowering.chain import ChainChoice
+from systolica.models.chain_cases import (
+    bank_split_pair,
+    random_chain,
+    seed_four_layer,
+    seed_two_layer,
+)
+
+from chip_runs import (
+    assert_matches_prediction,
+    assert_outputs_match,
+    case_table,
+    compile_and_run_on_rtl,
+)
 
 pytestmark = pytest.mark.rtl
 

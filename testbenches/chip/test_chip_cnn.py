@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import pytest
 
-from chip_runs import case_table
 from systolica.arch.config import preset
 from systolica.models import cnn_cases
 from systolica.models import zoo as models
+
+from chip_runs import case_table
 
 pytestmark = pytest.mark.rtl
 

@@ -8,13 +8,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from chip_runs import run_many_on_rtl
-from systolica.arch.loadable import Loadable
-from systolica.arch import fabric, isa, timing
 from systolica import golden
+from systolica.arch import fabric, isa, timing
 from systolica.arch.config import preset
 from systolica.arch.isa import DmaKind, Instr, Opcode
+from systolica.arch.loadable import Loadable
 from systolica.arch.regs import ErrorCode
+
+from chip_runs import run_many_on_rtl
 
 pytestmark = pytest.mark.rtl
 

@@ -7,16 +7,17 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from test_fetch import hog
 
-from chip_runs import run_many_on_rtl
-from systolica.arch.loadable import Loadable
 from systolica import golden
 from systolica.arch import fetch, isa, timing
 from systolica.arch.config import preset
+from systolica.arch.loadable import Loadable
 from systolica.compiler import compile_network, gemm
 from systolica.compiler.graph import reference
 from systolica.compiler.scheduling.fetch_delay import delay_for_fetch
-from test_fetch import hog
+
+from chip_runs import run_many_on_rtl
 
 pytestmark = pytest.mark.rtl
 TINY = preset("tiny")

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import pytest
 
-from chip_runs import case_table, random_gemm
-from systolica.arch.config import preset
 from systolica.app.demo import mlp
+from systolica.arch.config import preset
+
+from chip_runs import case_table, random_gemm
 
 pytestmark = pytest.mark.rtl
 

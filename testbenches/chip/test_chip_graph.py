@@ -8,9 +8,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from chip_runs import case_table
 from systolica.arch.config import preset
 from systolica.compiler import GraphBuilder
+
+from chip_runs import case_table
 
 pytestmark = pytest.mark.rtl
 

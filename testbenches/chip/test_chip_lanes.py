@@ -8,15 +8,16 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from test_chip_setcfg8 import OUT, M, _program
 
-from chip_runs import run_many_on_rtl
-from systolica.arch.loadable import Loadable
 from systolica import golden
 from systolica.arch import fabric, geometry, isa, timing
 from systolica.arch.config import preset
 from systolica.arch.isa import Instr, Opcode
+from systolica.arch.loadable import Loadable
 from systolica.arch.regs import ErrorCode
-from test_chip_setcfg8 import M, OUT, _program
+
+from chip_runs import run_many_on_rtl
 
 CFG = preset("tiny")
 
@@ -91,7 +92,7 @@ def test_lane_multiplexers_follow_the_existing_table(name):
     t, tc = cfg.tile_rows, cfg.tile_cols
     assert len(lanes) == 4 * t * tc
     straight = {"gen_e": "west", "gen_w": "east", "gen_s": "north", "gen_n": "south"}
-    from systolica.rtl.mux_guard import windows     # every opcode's update windows
+    from systolica.rtl.mux_guard import windows  # every opcode's update windows
     used = {w.mux: w for w in windows(cfg) if w.mux >= len(plain)}
     assert set(used) == {m.index for m in lanes}
     assert {(w.op, w.lo, w.base, w.per_row) for w in used.values()} == {

@@ -12,20 +12,20 @@ blocks, is refused."""
 from __future__ import annotations
 
 import pytest
-
 import test_chip_nonsquare as tall
 import test_chip_wide as wide
-from chip_runs import assert_cases_and_random_programs_on_rtl, case_network
+from test_depthwise import _random_depthwise
+
 from systolica.arch import fabric
 from systolica.arch.config import preset
 from systolica.arch.isa import Opcode
 from systolica.compiler import CompileError, compile_network
-from systolica.compiler.planning import layout
-from systolica.models import zoo as models
 from systolica.compiler.lowering import routing
-from systolica.compiler.planning import split
+from systolica.compiler.planning import layout, split
 from systolica.compiler.planning.layout import Piece
-from test_depthwise import _random_depthwise
+from systolica.models import zoo as models
+
+from chip_runs import assert_cases_and_random_programs_on_rtl, case_network
 from tiers import sample
 
 G23 = preset("tiny_2x3")

@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import pytest
 
-from chip_runs import case_table
 from systolica.arch.config import preset
+from systolica.compiler.lowering.chain import ChainChoice
 from systolica.models import cnn_cases
 from systolica.models import zoo as models
-from systolica.compiler.lowering.chain import ChainChoice
+
+from chip_runs import case_table
 
 pytestmark = pytest.mark.rtl
 

@@ -14,22 +14,27 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
+from test_transpose_nd import int32_graph
 
-from chip_runs import assert_cases_and_random_programs_on_rtl, assert_matches_prediction, \
-    assert_outputs_match, compile_and_run_on_rtl
-from systolica.arch.loadable import Loadable
 from systolica import golden
 from systolica.arch import isa
 from systolica.arch.config import preset
-from systolica.arch.isa import Opcode
 from systolica.arch.instructions import SPEC
+from systolica.arch.isa import Opcode
+from systolica.arch.loadable import Loadable
 from systolica.compiler import CompileError, compile_network
-from systolica.models import cnn_cases
-from systolica.compiler.planning import layout
-from systolica.models import zoo as models
 from systolica.compiler.graph import reference
 from systolica.compiler.graph.graph import GraphBuilder
-from test_transpose_nd import int32_graph
+from systolica.compiler.planning import layout
+from systolica.models import cnn_cases
+from systolica.models import zoo as models
+
+from chip_runs import (
+    assert_cases_and_random_programs_on_rtl,
+    assert_matches_prediction,
+    assert_outputs_match,
+    compile_and_run_on_rtl,
+)
 from tiers import sample
 
 TALL = preset("tiny_tall")
@@ -334,8 +339,8 @@ def test_sub_blocks_of_a_feature_map_share_a_store():
 def test_chain_in_passes(strategy):
     """Seed 001's two chained convolutions in passes through the UBUF, 8 channels:
     golden equals numpy; 12 channels (more than C) are refused, not miscompiled."""
-    from systolica.models.chain_cases import seed_two_layer
     from systolica.compiler.lowering.chain import ChainChoice
+    from systolica.models.chain_cases import seed_two_layer
     c = compile_network(TALL, seed_two_layer(8), chain=ChainChoice(strategy, 8))
     gold = c.results(golden.run(TALL, Loadable(c.image, c.dram, c.prog_addr)).dram)
     for k, want in reference.outputs(c.graph).items():

@@ -11,15 +11,16 @@ the fabric registers' paged build, the sequencer's and the chip's page faults)."
 from __future__ import annotations
 
 import pytest
-
 import test_chip_mixed as mixed
 import test_chip_nonsquare as tall
 import test_chip_wide as wide
-from chip_runs import assert_cases_and_random_programs_on_rtl, case_network
+
 from systolica.arch import fabric, isa
 from systolica.arch.config import preset
 from systolica.arch.isa import Opcode
 from systolica.compiler import compile_network
+
+from chip_runs import assert_cases_and_random_programs_on_rtl, case_network
 from tiers import sample
 
 TINY = preset("tiny")

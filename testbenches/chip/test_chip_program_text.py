@@ -6,22 +6,23 @@ setting used to land before the first MATMUL and give wrong sums)."""
 
 from __future__ import annotations
 
-
 import numpy as np
 import pytest
 
-from chip_runs import run_many_on_rtl
-from systolica.arch.loadable import Loadable
 from systolica import golden
 from systolica.arch import timing
 from systolica.arch.config import preset
+from systolica.arch.loadable import Loadable
 from systolica.arch.regs import ErrorCode
 from systolica.compiler.frontend.stp import compile_file
+
+from chip_runs import run_many_on_rtl
+from paths import EXAMPLES
 
 pytestmark = pytest.mark.rtl
 
 CFG = preset("tiny")
-from paths import EXAMPLES
+
 PERM = np.r_[4:8, 0:4]          # west_feed swapped: tile row 0 gets partitions 4..7
 
 

@@ -15,10 +15,10 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from systolica.arch.loadable import Loadable
 from systolica.arch import fabric
 from systolica.arch.config import preset
 from systolica.arch.isa import DmaKind, Opcode
+from systolica.arch.loadable import Loadable
 from systolica.arch.regs import ErrorCode
 from systolica.sim import randprog
 

@@ -7,14 +7,15 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from chip_runs import run_many_on_rtl
-from systolica.arch.loadable import Loadable
 from systolica import golden
+from systolica.app.demo import calibrate, mlp
+from systolica.arch.config import preset
+from systolica.arch.loadable import Loadable
 from systolica.compiler import compile_network, gemm
 from systolica.compiler.graph import reference
-from systolica.arch.config import preset
-from systolica.app.demo import calibrate, mlp
 from systolica.models.zoo import bottleneck_block
+
+from chip_runs import run_many_on_rtl
 
 pytestmark = [pytest.mark.regress, pytest.mark.rtl]
 CFG = preset("base")

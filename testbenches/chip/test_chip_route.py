@@ -10,19 +10,20 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from test_concat_lanes import concat_net
 
-from chip_runs import assert_matches_prediction, assert_outputs_match, run_many_on_rtl
-from systolica.arch.loadable import Loadable
 from systolica import golden
+from systolica.app import route_bench
+from systolica.app.route_bench import OUT, M
 from systolica.arch import fabric, isa, timing
 from systolica.arch.config import preset
 from systolica.arch.isa import Instr, Opcode
+from systolica.arch.loadable import Loadable
 from systolica.arch.regs import ErrorCode
-from systolica.app import route_bench
-from systolica.app.route_bench import M, OUT
 from systolica.compiler import compile_network
 from systolica.compiler.planning import lanes
-from test_concat_lanes import concat_net
+
+from chip_runs import assert_matches_prediction, assert_outputs_match, run_many_on_rtl
 
 # (moves: column group -> west tile row, col0) per preset; each preset's first case
 # takes a skip link where the grid has one

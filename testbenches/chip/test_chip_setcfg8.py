@@ -10,15 +10,16 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from chip_runs import run_on_rtl
-from systolica.arch.loadable import Loadable
 from systolica import golden
 from systolica.arch import fabric, isa, timing
 from systolica.arch.config import preset
 from systolica.arch.isa import DmaKind, Opcode
+from systolica.arch.loadable import Loadable
 from systolica.compiler.microops.ir import make
 from systolica.compiler.scheduling.reconfigure import add_updates
 from systolica.compiler.scheduling.schedule import schedule
+
+from chip_runs import run_on_rtl
 
 # tiny, with the seed's eight updates per cycle (and no per-domain limit below that:
 # all eight multiplexers are at the array's edge)

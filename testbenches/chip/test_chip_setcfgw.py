@@ -14,20 +14,26 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
 import test_chip_mixed as mixed
 import test_chip_nonsquare as tall
 import test_chip_wide as wide
-from chip_runs import (assert_cases_and_random_programs_on_rtl, assert_matches_prediction,
-                      assert_outputs_match, case_network, compile_and_run_on_rtl,
-                      run_many_on_rtl)
-from systolica.arch.loadable import Loadable
+
 from systolica import golden
 from systolica.arch import fabric, isa
 from systolica.arch.config import preset
 from systolica.arch.isa import Instr, Opcode
+from systolica.arch.loadable import Loadable
 from systolica.arch.regs import ErrorCode
 from systolica.compiler import compile_network
+
+from chip_runs import (
+    assert_cases_and_random_programs_on_rtl,
+    assert_matches_prediction,
+    assert_outputs_match,
+    case_network,
+    compile_and_run_on_rtl,
+    run_many_on_rtl,
+)
 
 G16 = preset("tiny_16x16")
 #: a SETCFGW chip small enough for `make test` (a 17x3 array): 210 multiplexers,

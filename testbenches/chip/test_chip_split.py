@@ -14,10 +14,15 @@ from __future__ import annotations
 
 import pytest
 
-from chip_runs import (assert_matches_prediction, assert_outputs_match,
-                      compile_and_run_on_rtl, random_gemm)
 from systolica.app import demo
 from systolica.arch.config import preset
+
+from chip_runs import (
+    assert_matches_prediction,
+    assert_outputs_match,
+    compile_and_run_on_rtl,
+    random_gemm,
+)
 
 pytestmark = pytest.mark.rtl
 

@@ -18,15 +18,16 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from chip_runs import run_on_rtl
-from systolica.arch.loadable import Loadable
 from systolica import golden
 from systolica.arch import fabric, isa, timing
 from systolica.arch.config import preset
 from systolica.arch.isa import DmaKind, Opcode
+from systolica.arch.loadable import Loadable
 from systolica.compiler.microops.ir import make
 from systolica.compiler.scheduling.reconfigure import add_updates
 from systolica.compiler.scheduling.schedule import schedule
+
+from chip_runs import run_on_rtl
 from tiers import sample
 
 CFG = preset("tiny")
@@ -254,8 +255,7 @@ def test_compiled_transpose_matches_numpy_golden_and_prediction(compiled_runs, n
 def test_compiled_transpose_256x256():
     """On base: tiny's DRAM (16,384 words of 8 bytes) cannot hold a 256x256 input
     and output at once."""
-    from chip_runs import (assert_matches_prediction, assert_outputs_match,
-                          compile_and_run_on_rtl)
+    from chip_runs import assert_matches_prediction, assert_outputs_match, compile_and_run_on_rtl
     ((compiled, res),) = compile_and_run_on_rtl(
         BASE, {"256x256": lambda: transpose_graph(256, 256, 3)}).values()
     assert_outputs_match(BASE, compiled, res)

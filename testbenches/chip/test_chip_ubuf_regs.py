@@ -12,17 +12,18 @@ import asyncio
 import numpy as np
 import pytest
 
-from chip_runs import assert_matches_prediction, assert_outputs_match, run_many_on_rtl
-from systolica.arch.loadable import Loadable
 from systolica import golden
 from systolica.arch import isa
 from systolica.arch.config import ConfigError, preset
 from systolica.arch.isa import CopyKind, DmaKind, Instr, Opcode
+from systolica.arch.loadable import Loadable
 from systolica.arch.regs import ErrorCode, Reg
 from systolica.compiler import compile_network
-from systolica.models.chain_cases import seed_four_layer, seed_two_layer
 from systolica.compiler.lowering.chain import ChainChoice
 from systolica.firmware.driver import Driver, UbufRefused
+from systolica.models.chain_cases import seed_four_layer, seed_two_layer
+
+from chip_runs import assert_matches_prediction, assert_outputs_match, run_many_on_rtl
 
 CFG = preset("tiny")                  # UBUF: rows [1792, 2048), banks of 256 rows
 MOVED = (1536, 512)                   # two banks, the last two

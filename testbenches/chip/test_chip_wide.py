@@ -16,30 +16,42 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from test_chip_nonsquare import (  # its 8-channel CNN: R here
+    MANY_CHANNELS,
+    cnn,
+    conv,
+    golden_equals_numpy_on_time,
+    matmul_t,
+    transpose,
+)
+from test_transpose_nd import int32_graph
 
-from chip_runs import assert_cases_and_random_programs_on_rtl, assert_matches_prediction, \
-    assert_outputs_match, case_network, compile_and_run_on_rtl
-from systolica.arch.loadable import Loadable
 from systolica import golden
+from systolica.app import demo
 from systolica.arch import fabric, isa, timing
 from systolica.arch.config import ConfigError, preset
 from systolica.arch.isa import DmaKind, Instr, Opcode
+from systolica.arch.loadable import Loadable
 from systolica.arch.regs import ErrorCode
 from systolica.compiler import CompileError, compile_network
-from systolica.models import cnn_cases
-from systolica.compiler.planning import layout
-from systolica.models import zoo as models
 from systolica.compiler.graph import reference
+from systolica.compiler.graph.graph import GraphBuilder
 from systolica.compiler.lowering import routing
-from systolica.models.chain_cases import seed_two_layer
 from systolica.compiler.lowering.chain import ChainChoice
 from systolica.compiler.lowering.dense import DENSE_RING_BLOCKS
-from systolica.app import demo
-from systolica.compiler.graph.graph import GraphBuilder
+from systolica.compiler.planning import layout
+from systolica.models import cnn_cases
+from systolica.models import zoo as models
+from systolica.models.chain_cases import seed_two_layer
 from systolica.sim import randprog
-from test_chip_nonsquare import cnn, matmul_t, transpose   # its 8-channel CNN: R here
-from test_chip_nonsquare import MANY_CHANNELS, conv, golden_equals_numpy_on_time
-from test_transpose_nd import int32_graph
+
+from chip_runs import (
+    assert_cases_and_random_programs_on_rtl,
+    assert_matches_prediction,
+    assert_outputs_match,
+    case_network,
+    compile_and_run_on_rtl,
+)
 from tiers import sample
 
 WIDE = preset("tiny_wide")
@@ -502,7 +514,7 @@ def test_rtl_split_into_groups_of_cells(rtl_runs):
 
 @pytest.mark.rtl
 def test_rtl_split_chain_is_faster(rtl_runs):
-    (split, s_res), (whole, w_res) = (rtl_runs["split_chain_300x4-4-3-7"],
+    (split, s_res), (_, w_res) = (rtl_runs["split_chain_300x4-4-3-7"],
                                       rtl_runs["split_chain_300x4-4-3-7_whole"])
     assert [r.split for r in split.layers] == [2, 2, 2]
     assert s_res["cycles"] < w_res["cycles"]

@@ -4,14 +4,15 @@ the cycle count and counters the compiler predicted."""
 import numpy as np
 import pytest
 
-from systolica.arch.loadable import Loadable
 from systolica import golden
 from systolica.arch import isa
+from systolica.arch.config import preset
+from systolica.arch.loadable import Loadable
+from systolica.arch.regs import ErrorCode
 from systolica.compiler import CompileError, Dense, Network, compile_network, gemm
 from systolica.compiler.graph import reference
 from systolica.compiler.planning.memory import acc_half_rows
-from systolica.arch.config import preset
-from systolica.arch.regs import ErrorCode
+
 from tiers import sample
 
 TINY, BASE = preset("tiny"), preset("base")

@@ -8,13 +8,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from golden_files import update_text
-from paths import EXPECTED
 from systolica.app.demo import mlp
 from systolica.arch.config import preset
 from systolica.compiler import CompileOptions, GraphBuilder, compile_network
 from systolica.compiler.lowering.chain import ChainChoice
 from systolica.models import chain_cases
+
+from golden_files import update_text
+from paths import EXPECTED
 
 LISTINGS = EXPECTED / "listings"
 

@@ -4,7 +4,6 @@ records (``--update-golden`` rewrites the entries of the cases run)."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 

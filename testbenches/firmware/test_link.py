@@ -11,8 +11,7 @@ import pytest
 from systolica.arch import link
 from systolica.arch.link import Command, LinkTiming, Status
 from systolica.arch.regs import Reg
-from systolica.firmware.link import (LinkBus, LinkCorrupt, LinkError, LinkRejected,
-                                     LinkTimeout)
+from systolica.firmware.link import LinkBus, LinkCorrupt, LinkError, LinkRejected, LinkTimeout
 
 TIMING = LinkTiming(clock_hz=1_000_000, divisor=4, idle_timeout=100)
 WORD_BYTES, DRAM_WORDS = 8, 16384

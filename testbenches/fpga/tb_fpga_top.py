@@ -7,9 +7,8 @@ from __future__ import annotations
 
 import os
 
-import numpy as np
-
 import cocotb
+import numpy as np
 from cocotb.clock import Clock
 from cocotb.triggers import ClockCycles
 
@@ -24,6 +23,7 @@ from systolica.compiler import compile_network, gemm
 from systolica.firmware.cocotb_uart import CocotbUart
 from systolica.firmware.driver import ChipTimeout, Driver
 from systolica.firmware.link import LinkBus, LinkRejected, LinkTimeout
+
 from tb_base import CLOCK_NS
 
 #: The chip preset, chosen by the pytest side (``test_fpga_top.py``).

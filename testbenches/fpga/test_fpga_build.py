@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from systolica.arch.loadable import Loadable
 from systolica.app import bitstream
 from systolica.arch.boards import BOARDS
 from systolica.arch.config import preset
+from systolica.arch.loadable import Loadable
 from systolica.rtl.fpga.clocks import ecp5_pll_dividers
 
 NEXTPNR_LOG = """\
@@ -67,6 +67,7 @@ def test_each_board_names_a_preset_and_a_link_its_clock_can_run(name):
 @pytest.mark.parametrize("name", sorted(BOARDS))
 def test_each_boards_preset_compiles_a_gemm_the_golden_model_runs_as_predicted(name):
     import numpy as np
+
     from systolica import golden
     from systolica.compiler import compile_network, gemm
     from systolica.compiler.graph import reference

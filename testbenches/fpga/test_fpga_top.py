@@ -6,13 +6,14 @@ from __future__ import annotations
 from functools import partial
 
 import pytest
-
 import tb_fpga_top
-from block_runner import run_block
+
 from systolica.arch.boards import BOARDS
 from systolica.arch.config import preset
 from systolica.rtl.fpga.top import FpgaTop
 from systolica.sim import rtlsim, verilated
+
+from block_runner import run_block
 
 pytestmark = pytest.mark.rtl
 

@@ -4,12 +4,12 @@ multiplexer), the sequencer's faults, counters, and the ISA's encode/decode."""
 import numpy as np
 import pytest
 
-from systolica.arch.loadable import Loadable
-from systolica.arch import disasm, fabric, isa, timing
 from systolica import golden
+from systolica.arch import disasm, fabric, isa, timing
 from systolica.arch.config import preset
 from systolica.arch.instructions import SPEC
 from systolica.arch.isa import DmaKind, Instr, Opcode
+from systolica.arch.loadable import Loadable
 from systolica.arch.regs import ErrorCode
 
 CFG = preset("tiny")        # 2x2 tiles of 4x4: R = C = 8

@@ -10,14 +10,14 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
 import test_vrun_params
-from systolica.arch.loadable import Loadable
+
 from systolica import golden
 from systolica.app import demo
 from systolica.arch import isa, timing
 from systolica.arch.config import preset
 from systolica.arch.isa import DmaKind, Opcode
+from systolica.arch.loadable import Loadable
 from systolica.arch.regs import ErrorCode
 from systolica.compiler import CompileError, compile_network, gemm
 from systolica.compiler import driver as program_pass
@@ -26,6 +26,7 @@ from systolica.compiler.microops.ir import make
 from systolica.compiler.scheduling.reconfigure import add_updates
 from systolica.compiler.scheduling.schedule import schedule
 from systolica.compiler.scheduling.verify import ScheduleError, verify
+
 from tiers import sample
 
 CFG = preset("tiny")

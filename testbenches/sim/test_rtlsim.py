@@ -10,15 +10,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from chip_runs import rtl_job, run_many_on_rtl, run_on_rtl
 from systolica.arch import isa, timing
-from systolica.sim import rtlsim
-from systolica.firmware import dramfile
-from systolica.firmware.driver import Driver
 from systolica.arch.config import preset
 from systolica.arch.isa import DmaKind, Instr, Opcode
 from systolica.arch.regs import CTRL_IRQ_ACK, CTRL_START, ErrorCode, Reg, hwcfg_word
+from systolica.firmware import dramfile
+from systolica.firmware.driver import Driver
+from systolica.sim import rtlsim
 
+from chip_runs import rtl_job, run_many_on_rtl, run_on_rtl
 
 # -- host side, no simulator ------------------------------------------------------------
 

@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from block_runner import OPT_VARIABLES, Block, build
 from systolica.arch.config import preset
 from systolica.sim import rtlsim, verilated
 
+from block_runner import OPT_VARIABLES, Block, build
 from paths import REPO
 
 

@@ -16,6 +16,7 @@ from systolica.compiler.graph.ops import Conv2d
 from systolica.compiler.lowering.maps.layout import as_map
 from systolica.compiler.planning import layout
 
+
 @dataclass
 class Source:
     tensor: str

@@ -21,18 +21,23 @@ from systolica.compiler.graph.graph import Graph
 from systolica.compiler.graph.ops import Conv2d
 from systolica.compiler.lowering.chain import emit_segment, segment_regions
 from systolica.compiler.lowering.emitter import Emitter
+from systolica.compiler.lowering.lowered import Lowered
 from systolica.compiler.lowering.maps.jobs import Job, MapInputs, stored_weights
-from systolica.compiler.lowering.maps.layout import (DramLayout, acc_param_rows, as_map,
-                                                     network_layout, out_words, pack_map,
-                                                     replicas)
+from systolica.compiler.lowering.maps.layout import (
+    DramLayout,
+    acc_param_rows,
+    as_map,
+    network_layout,
+    out_words,
+    pack_map,
+    replicas,
+)
 from systolica.compiler.lowering.maps.tile_loop import TileLoop
 from systolica.compiler.lowering.registry import rule_for
 from systolica.compiler.options import CompileOptions
-from systolica.compiler.lowering.lowered import Lowered
-from systolica.compiler.planning import layout
+from systolica.compiler.planning import layout, network_chains
 from systolica.compiler.planning.map_tiling import BUFFERS, WEIGHTS, choose_tilings, per_layer
 from systolica.compiler.planning.memory import DramMap, MemoryPlan, Region, check_plan
-from systolica.compiler.planning import network_chains
 from systolica.compiler.scheduling.pipeline import Block, loop_order, pipeline
 
 

@@ -12,13 +12,21 @@ from systolica.arch.instructions import PARAM_ROWS
 from systolica.arch.isa import DmaKind, Opcode
 from systolica.compiler.errors import CompileError
 from systolica.compiler.lowering.emitter import Emitter
-from systolica.compiler.lowering.maps.jobs import (Job, WStep, input_rows, picks_rows,
-                                                   placements, stage_parts, check_window)
+from systolica.compiler.lowering.maps.jobs import (
+    Job,
+    WStep,
+    check_window,
+    input_rows,
+    picks_rows,
+    placements,
+    stage_parts,
+)
 from systolica.compiler.lowering.maps.layout import MAP_RING_BLOCKS, WEIGHT_GROUP, Layout, tiles_lo
 from systolica.compiler.microops.ir import MicroOp
 from systolica.compiler.planning import layout
 from systolica.compiler.planning.map_tiling import Tiling, job_layout, output_tiles
 from systolica.compiler.scheduling.pipeline import Block, Step
+
 
 class TileLoop:
     """Emits a map network's layers as tile loops (docs/cnn.md), through the lowering's

@@ -7,21 +7,28 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from systolica.arch.loadable import Loadable
 from systolica import golden
-from systolica.arch import isa, timing
 from systolica.app.cli import main
+from systolica.arch import isa, timing
+from systolica.arch.config import preset
+from systolica.arch.isa import DmaKind, Opcode
+from systolica.arch.loadable import Loadable
+from systolica.compiler.backend.trace import (
+    chip_events,
+    events,
+    listing,
+    schedule_events,
+    schedule_rows,
+    write_trace,
+)
 from systolica.compiler.frontend import stp
+from systolica.compiler.frontend.text import parse
 from systolica.compiler.microops.ir import make, required_gap
 from systolica.compiler.scheduling.config_updates import UpdateWindow, assign_updates
 from systolica.compiler.scheduling.datapath import assign_cycles
-from systolica.compiler.frontend.text import parse
-from systolica.compiler.backend.trace import chip_events, events, listing, schedule_events, \
-    schedule_rows, write_trace
-from systolica.arch.config import preset
-from systolica.arch.isa import DmaKind, Opcode
 
 from paths import EXAMPLES
+
 CFG = preset("tiny")
 FIG2 = {"read": 1, "read.bigram": 2, "mul": 4, "add": 3, "write": 1, "mul.mul.occupancy": 2}
 TABLE1 = (EXAMPLES / "seed_table1.stp").read_text()

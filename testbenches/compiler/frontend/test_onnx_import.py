@@ -10,9 +10,8 @@ from __future__ import annotations
 import functools
 
 import numpy as np
-import pytest
-
 import onnx  # noqa: E402  (the dev extra installs it, and onnxruntime)
+import pytest
 from onnx import TensorProto, helper  # noqa: E402
 
 from systolica import golden  # noqa: E402
@@ -21,6 +20,7 @@ from systolica.compiler import CompileError, compile_network
 from systolica.compiler.frontend import onnx_import
 from systolica.compiler.graph import reference  # noqa: E402
 from systolica.models import onnx_zoo as onnx_models  # noqa: E402
+
 from tiers import sample  # noqa: E402
 
 TINY = preset("tiny")
@@ -136,8 +136,7 @@ def test_imported_models_on_the_rtl():
     """The inception-like model, the QDQ residual network and the CNN and MLP
     onnxruntime quantised (per channel), imported, on the Verilated tiny chip: equal to numpy and
     the golden model, in the predicted cycles, and within one step of onnxruntime."""
-    from chip_runs import assert_matches_prediction, assert_outputs_match, \
-        compile_and_run_on_rtl
+    from chip_runs import assert_matches_prediction, assert_outputs_match, compile_and_run_on_rtl
     feeds = {"x": np.random.default_rng(1).integers(-128, 128, (1, 6, 10, 10), np.int8)}
     model, resnet = onnx_models.inception(), onnx_models.qdq_resnet()
     xq = np.random.default_rng(0).integers(0, 128, (1, 3, 12, 12), dtype=np.int8)
@@ -152,7 +151,7 @@ def test_imported_models_on_the_rtl():
         "qdq_resnet": lambda: onnx_import.load(resnet, {"x": xq}),
         "ort_quantized": lambda: onnx_import.load(quantised, {"x": oq}),
         "ort_mlp": lambda: onnx_import.load(mlp, {"x": mq})})
-    for name, (compiled, res) in runs.items():
+    for compiled, res in runs.values():
         assert_outputs_match(TINY, compiled, res)
         assert_matches_prediction(TINY, compiled, res)
     compiled, res = runs["inception"]
@@ -237,7 +236,7 @@ def _quantised_input(model):
     return float(consts[q.input[1]]), int(consts[q.input[2]])
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def ort_model(name: str, per_channel: bool):
     """A float network quantised by onnxruntime's own quantiser, per tensor or per
     channel; once per worker process, when first asked for (the fast tier runs the

@@ -4,22 +4,22 @@ scheduler keeps each change clear of the other setting's uses, and the SETCFGs l
 their windows under the chip's limits. The result is checked with the golden model
 against numpy."""
 
-from pathlib import Path
 
 import numpy as np
 import pytest
 
-from systolica.arch.loadable import Loadable
 from systolica import golden
 from systolica.arch import fabric, isa, timing
 from systolica.arch.config import preset
 from systolica.arch.isa import Opcode
+from systolica.arch.loadable import Loadable
 from systolica.arch.regs import ErrorCode
 from systolica.compiler import CompileError
 from systolica.compiler.frontend.stp import compile_file, compile_program
 from systolica.compiler.frontend.text import ParseError, parse
 
 from paths import EXAMPLES
+
 CFG = preset("tiny")
 TABLE = fabric.by_name(CFG)
 PERM = np.r_[4:8, 0:4]            # west_feed swapped: tile row 0 gets partitions 4..7

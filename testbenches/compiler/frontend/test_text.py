@@ -4,11 +4,19 @@ statements turned into checked micro-ops."""
 import pytest
 
 from systolica.arch import isa
-from systolica.compiler import CompileError
-from systolica.compiler.frontend.text import ParseError, Statement, cfg_settings, \
-    format_statement, parse, parse_file, to_micro_op, to_micro_ops
 from systolica.arch.config import preset
 from systolica.arch.isa import DmaKind, Opcode
+from systolica.compiler import CompileError
+from systolica.compiler.frontend.text import (
+    ParseError,
+    Statement,
+    cfg_settings,
+    format_statement,
+    parse,
+    parse_file,
+    to_micro_op,
+    to_micro_ops,
+)
 
 CFG = preset("tiny")
 

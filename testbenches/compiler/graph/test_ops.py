@@ -10,11 +10,19 @@ import numpy as np
 import pytest
 
 from systolica.compiler import CompileError
-from systolica.models import zoo as models
 from systolica.compiler.graph import reference
 from systolica.compiler.graph.graph import GraphBuilder, Tensor
-from systolica.compiler.graph.ops import (Add, AvgPool2d, Conv2d, Dense, Flatten, GlobalAvgPool,
-                                    MaxPool2d, average_params)
+from systolica.compiler.graph.ops import (
+    Add,
+    AvgPool2d,
+    Conv2d,
+    Dense,
+    Flatten,
+    GlobalAvgPool,
+    MaxPool2d,
+    average_params,
+)
+from systolica.models import zoo as models
 
 RNG = np.random.default_rng(7)
 

@@ -7,17 +7,21 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from systolica.arch.loadable import Loadable
 from systolica import golden
 from systolica.arch.config import preset
+from systolica.arch.loadable import Loadable
 from systolica.compiler import compile_network
-from systolica.compiler.graph import reference
-from systolica.compiler.planning.chain_passes import listing
-from systolica.models.chain_cases import (bank_split_pair, random_chain, seed_four_layer,
-                                             seed_two_layer)
-from systolica.compiler.lowering.chain import ChainChoice
 from systolica.compiler.errors import CompileError
+from systolica.compiler.graph import reference
 from systolica.compiler.graph.graph import GraphBuilder
+from systolica.compiler.lowering.chain import ChainChoice
+from systolica.compiler.planning.chain_passes import listing
+from systolica.models.chain_cases import (
+    bank_split_pair,
+    random_chain,
+    seed_four_layer,
+    seed_two_layer,
+)
 
 #: whole compiles of many networks: `make test`, not `make test-fast`
 pytestmark = pytest.mark.slow
@@ -115,7 +119,7 @@ def test_a_layer_may_keep_its_halo_while_another_recomputes():
     runs = {keep: run(graph, ChainChoice("crop_fetch", 8, keep=keep))
             for keep in [(True, True, False), (True, False, False), (False, True, False)]}
     _, base, _ = run(graph, ChainChoice("baseline", 8))
-    for keep, (compiled, gold, out) in runs.items():
+    for keep, (compiled, _, out) in runs.items():
         np.testing.assert_array_equal(out, want, err_msg=str(keep))
         assert compiled.chain.choice.keep == keep
     both, first = runs[(True, True, False)][1], runs[(True, False, False)][1]

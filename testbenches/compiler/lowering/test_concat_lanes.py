@@ -12,9 +12,9 @@ from systolica import golden
 from systolica.arch.config import preset
 from systolica.arch.isa import Opcode
 from systolica.compiler import CompileError, GraphBuilder, compile_network
+from systolica.compiler.graph import reference
 from systolica.compiler.planning import lanes
 from systolica.models import zoo as models
-from systolica.compiler.graph import reference
 
 LANE_CHIPS = ("tiny", "tiny_tall", "tiny_wide")
 

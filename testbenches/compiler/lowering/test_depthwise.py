@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from test_concat_lanes import run_golden
 
 from systolica.arch.config import preset
 from systolica.compiler import CompileError, GraphBuilder, compile_network
 from systolica.models import zoo as models
-from test_concat_lanes import run_golden
+
 from tiers import sample
 
 CHIPS = ("tiny", "tiny_tall", "tiny_wide", "base")

@@ -9,15 +9,15 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from systolica.arch.loadable import Loadable
 from systolica import golden
 from systolica.arch import fabric, isa
 from systolica.arch.config import preset
 from systolica.arch.isa import Instr, Opcode
+from systolica.arch.loadable import Loadable
 from systolica.compiler import compile_network
-from systolica.compiler.lowering import exits
 from systolica.compiler.graph import reference
 from systolica.compiler.graph.graph import GraphBuilder
+from systolica.compiler.lowering import exits
 
 TALL = preset("tiny_tall")      # 4 tile rows of 4
 

@@ -8,12 +8,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from systolica.arch.loadable import Loadable
 from systolica import golden
 from systolica.arch.config import preset
+from systolica.arch.loadable import Loadable
 from systolica.compiler import compile_network
-from systolica.models import cnn_cases
 from systolica.compiler.graph import reference
+from systolica.models import cnn_cases
+
 from tiers import sample
 
 CASES = [(kind, seed) for kind in ("conv", "pool", "add") for seed in range(100, 124)] \

@@ -4,19 +4,19 @@ the multiplexer settings every micro-op states it relies on."""
 import numpy as np
 import pytest
 
-from systolica.arch.loadable import Loadable
 from systolica import golden
 from systolica.arch import fabric, isa
 from systolica.arch.config import preset
 from systolica.arch.isa import DmaKind, Opcode
+from systolica.arch.loadable import Loadable
 from systolica.compiler import Dense, GraphBuilder, Network, compile_network, gemm, plan_memory
 from systolica.compiler.graph import reference
 from systolica.compiler.graph.graph import OPS, as_graph
-from systolica.compiler.lowering.lower import lower
 from systolica.compiler.lowering.emitter import Emitter
+from systolica.compiler.lowering.lower import lower
 from systolica.compiler.lowering.registry import RULES, rule_for
-from systolica.compiler.lowering.rule import Rule
 from systolica.compiler.lowering.routing import gemm_routing, multiplexers_passed
+from systolica.compiler.lowering.rule import Rule
 from systolica.compiler.planning.memory import acc_half_rows
 
 TINY, BASE = preset("tiny"), preset("base")

@@ -12,16 +12,17 @@ import itertools
 import numpy as np
 import pytest
 
-from systolica.arch.loadable import Loadable
 from systolica import golden
 from systolica.arch.config import preset
 from systolica.arch.isa import DmaKind, Opcode
+from systolica.arch.loadable import Loadable
 from systolica.compiler import GraphBuilder, compile_network
 from systolica.compiler.graph import reference
 from systolica.compiler.graph.graph import NCHW_TO_NHWC, NHWC_TO_NCHW
 from systolica.compiler.lowering.lower import lower
-from systolica.compiler.planning.permute import plan_pieces as plan
 from systolica.compiler.lowering.transpose import TransposeRule
+from systolica.compiler.planning.permute import plan_pieces as plan
+
 from tiers import sample
 
 TINY = preset("tiny")

@@ -3,8 +3,8 @@
 import numpy as np
 import pytest
 
-from systolica.compiler.planning import layout
 from systolica.arch.config import preset
+from systolica.compiler.planning import layout
 
 CFG = preset("tiny")  # R = C = 8, acc_row_words = 4
 R, C = CFG.rows, CFG.cols

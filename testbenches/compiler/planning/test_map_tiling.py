@@ -10,24 +10,24 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from systolica.arch.loadable import Loadable
 from systolica import golden
 from systolica.app.cnn_bench import conv_layer
 from systolica.arch.config import preset
 from systolica.arch.isa import DmaKind, Opcode
-from systolica.compiler.options import CompileOptions
+from systolica.arch.loadable import Loadable
 from systolica.compiler import CompileError, compile_network
-from systolica.models import cnn_cases
-from systolica.models import zoo as models
 from systolica.compiler.graph import reference
-from systolica.models.chain_cases import seed_two_layer
 from systolica.compiler.lowering.chain import ChainChoice
+from systolica.compiler.lowering.lower import lower
 from systolica.compiler.lowering.maps.layout import network_layout as _layout
+from systolica.compiler.options import CompileOptions
 from systolica.compiler.planning.map_tiling import Tiling, job_layout
 from systolica.compiler.planning.map_tiling import choose_tiling as choose
 from systolica.compiler.planning.map_tiling import estimate_tiling as estimate
 from systolica.compiler.planning.map_tiling import output_tiles as _tiles
-from systolica.compiler.lowering.lower import lower
+from systolica.models import cnn_cases
+from systolica.models import zoo as models
+from systolica.models.chain_cases import seed_two_layer
 
 #: whole compiles of many networks: `make test`, not `make test-fast`
 pytestmark = pytest.mark.slow

@@ -7,14 +7,14 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from systolica.arch.loadable import Loadable
 from systolica.arch.config import preset
-from systolica.compiler.errors import InternalError
+from systolica.arch.loadable import Loadable
 from systolica.compiler import CompileError, Dense, GraphBuilder, Network, gemm, plan_memory
-from systolica.compiler.planning import layout
-from systolica.compiler.planning.memory import Region, check_plan
+from systolica.compiler.errors import InternalError
 from systolica.compiler.lowering.dense import DENSE_RING_BLOCKS as WEIGHT_SLOTS
-from systolica.compiler.planning.memory import acc_half_rows
+from systolica.compiler.planning import layout
+from systolica.compiler.planning.memory import Region, acc_half_rows, check_plan
+
 from tiers import sample
 
 TINY = preset("tiny")
@@ -282,8 +282,8 @@ def test_a_network_the_largest_first_order_cannot_place_takes_another(name, batc
     from systolica import golden
     from systolica.app import demo
     from systolica.compiler import compile_network
-    from systolica.compiler.planning import memory as planner
     from systolica.compiler.graph import reference
+    from systolica.compiler.planning import memory as planner
     cfg, graph = preset(name), demo.mlp(batch=batch, widths=widths)
     with monkeypatch.context() as m:
         m.setattr(planner, "PLACE_ORDERS", planner.PLACE_ORDERS[:1])

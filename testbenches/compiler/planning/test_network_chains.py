@@ -11,15 +11,16 @@ import pytest
 
 from systolica import golden
 from systolica.arch.config import preset
-from systolica.compiler.options import CompileOptions
 from systolica.compiler import compile_network
-from systolica.models import cnn_cases
-from systolica.models import zoo as models
+from systolica.compiler.errors import CompileError
 from systolica.compiler.graph import reference
 from systolica.compiler.lowering.chain import ChainChoice
 from systolica.compiler.lowering.maps.network import lower_maps as lower_cnn
-from systolica.compiler.errors import CompileError
+from systolica.compiler.options import CompileOptions
 from systolica.compiler.planning.network_chains import chain_runs
+from systolica.models import cnn_cases
+from systolica.models import zoo as models
+
 from tiers import sample
 
 CFG = preset("tiny")

@@ -12,8 +12,9 @@ from systolica.app import demo
 from systolica.arch.config import preset
 from systolica.compiler import CompileError, compile_network, gemm
 from systolica.compiler.graph import reference
-from systolica.compiler.planning import split
 from systolica.compiler.graph.graph import GraphBuilder, as_graph
+from systolica.compiler.planning import split
+
 from tiers import sample
 
 TINY, BASE, TALL = preset("tiny"), preset("base"), preset("tiny_tall")

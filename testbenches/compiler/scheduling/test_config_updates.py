@@ -6,8 +6,12 @@ import re
 import pytest
 
 from systolica.compiler import CompileError
-from systolica.compiler.scheduling.config_updates import ConfigUpdateError, UpdateWindow, \
-    assign_updates, window_between
+from systolica.compiler.scheduling.config_updates import (
+    ConfigUpdateError,
+    UpdateWindow,
+    assign_updates,
+    window_between,
+)
 
 X, Y, Z = 10, 20, 30
 # Fig. 4: update windows 412 (only x), 422 (x..z), 435 (only z), 443 (only x), 445 (only z);

@@ -2,16 +2,21 @@
 latency tables, path-latency mismatches and delay insertion, dependency cycles,
 missing latencies and component overlaps."""
 
-from pathlib import Path
 
 import pytest
 
-from systolica.compiler.scheduling.datapath import CycleError, assign_cycles, latency_of, \
-    occupancy_of, schedule_program
-from systolica.compiler.frontend.text import parse, parse_file
 from systolica.arch.config import preset
+from systolica.compiler.frontend.text import parse, parse_file
+from systolica.compiler.scheduling.datapath import (
+    CycleError,
+    assign_cycles,
+    latency_of,
+    occupancy_of,
+    schedule_program,
+)
 
 from paths import EXAMPLES
+
 CFG = preset("tiny")
 # seed 002, Fig. 2
 FIG2 = {"read": 1, "read.bigram": 2, "mul": 4, "add": 3, "write": 1}

@@ -6,14 +6,14 @@ import pytest
 
 from systolica.arch.config import preset
 from systolica.arch.isa import DmaKind, Opcode
-from systolica.compiler.errors import InternalError
 from systolica.compiler import Dense, Network, gemm, plan_memory
-from systolica.compiler.scheduling import pipeline as pipeliner
+from systolica.compiler.errors import InternalError
 from systolica.compiler.graph.graph import as_graph
-from systolica.compiler.microops.ir import make
-from systolica.compiler.scheduling.pipeline import Block, Step, loop_order, pipeline
 from systolica.compiler.lowering.emitter import Emitter
 from systolica.compiler.lowering.registry import rule_for
+from systolica.compiler.microops.ir import make
+from systolica.compiler.scheduling import pipeline as pipeliner
+from systolica.compiler.scheduling.pipeline import Block, Step, loop_order, pipeline
 
 CFG = preset("tiny")
 R = CFG.rows

@@ -5,18 +5,18 @@ import random
 import re
 
 import numpy as np
-
 import pytest
-from tiers import sample
 
 from systolica.arch import isa, timing
-from systolica.compiler.errors import InternalError
-from systolica.compiler import CompileError, Dense, Network, compile_network, gemm
-from systolica.compiler.microops.ir import conflict, make, required_gap, verify_reorder
-from systolica.compiler.lowering.lower import lower
-from systolica.compiler.scheduling.schedule import schedule
 from systolica.arch.config import preset
 from systolica.arch.isa import DmaKind, Opcode
+from systolica.compiler import CompileError, Dense, Network, compile_network, gemm
+from systolica.compiler.errors import InternalError
+from systolica.compiler.lowering.lower import lower
+from systolica.compiler.microops.ir import conflict, make, required_gap, verify_reorder
+from systolica.compiler.scheduling.schedule import schedule
+
+from tiers import sample
 
 CFG = preset("tiny")
 R = CFG.rows
@@ -416,8 +416,8 @@ def test_a_gap_takes_a_matmul_only_if_it_keeps_the_collector_order(wait, monkeyp
 def test_without_exits_the_collector_order_changes_no_cycle(which, monkeypatch):
     """With every early 0 the rule is the unit's occupancy: the schedules of whole
     networks (the NETS, a small CNN) are the ones without the check."""
-    from systolica.models import zoo as models
     from systolica.compiler import driver as program
+    from systolica.models import zoo as models
     seen = []
     monkeypatch.setattr(program, "schedule",
                         lambda cfg, ops: seen.append((cfg, ops)) or schedule(cfg, ops))
