@@ -301,7 +301,7 @@ def int32_blocks(cfg: ChipConfig, em, index: int, name: str,
                             Opcode.MATMUL, index, act_addr=z + byte * R, rows=cols,
                             acc_addr=acc_at, accumulate=int(byte > 0), bank=b)))
                         loads = []
-                for _, _, cols, dst, acc_at, last in members:
+                for _, at_out, cols, dst, acc_at, last in members:
                     blk.epilogue.append(op(Opcode.VRUN, index, sub=sub, src=acc_at,
                                            rows=cols, dst=dst, to_acc=0))
                     if last:
