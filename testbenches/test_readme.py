@@ -47,6 +47,12 @@ def synopsis() -> list[list[str]]:
 
 @pytest.mark.parametrize("words", synopsis(), ids=lambda w: " ".join(w[:1]))
 def test_command_line_synopsis_matches_the_parser(words):
+    check_command_line(words)
+
+
+def check_command_line(words: list[str]) -> None:
+    """`words` (a ``systolica`` line without its first word) name a command the CLI
+    has, only options it takes, and each ``--option {a,b}`` list its choices in full."""
     top = cli.parser()
     parser = top
     if not words[0].startswith("--"):
