@@ -10,8 +10,8 @@ Feature maps are int8 ``(N, H, W, C)`` (NHWC); docs/cnn.md states each op's inte
 semantics and ``compiler/graph/reference.py`` is their numpy statement. Every op also says
 how many multiply-accumulates its weights cost (``macs``; 0 for ops without weights).
 
-Adding an op type: its class here and in ``OPS``, and its lowering rule
-(``compiler/lowering/rules.py``).
+Adding an op type: its class here and in ``OPS``, and its lowering rule (a module of
+``compiler/lowering/`` registering a ``Rule``; docs/walkthrough.md lists the rest).
 """
 
 from __future__ import annotations

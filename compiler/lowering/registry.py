@@ -1,5 +1,6 @@
 """The one table of lowering rules, by op type. A rule registers itself where it is
-defined (``@register``); ``systolica.compiler.lowering`` imports every rule module."""
+defined (``@register``); :mod:`systolica.compiler.lowering.lower` imports every rule
+module."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Routes through the general lanes for ``ROUTE`` (docs/contract.md, "ROUTE"; design:
-docs/compiler.md, "Moving partition groups through the lanes").
+docs/compiler.md, "Concat through the lanes").
 
 A move sends the west edge's tile row ``i`` (partition group ``i`` of a CBUF row) to
 the south edge's column group ``j``: east along tile row ``i`` to tile column ``j``,
