@@ -221,7 +221,8 @@ def compile_network(cfg: ChipConfig, network: Network | Graph,
     (``layer_by_layer``: none; ``baseline``, ``crop_fetch``, ``fused_crop``; None, the
     default: the cost model's pick per segment) and `segments` overrides the cut by
     a segment's first layer name: a number of layers (1: on its own), a ChainChoice,
-    or both as a tuple (docs/cnn.md, "Chains in networks"). `weights` (``stream`` or ``persistent``) and
+    or both as a tuple (docs/cnn.md, "Chains in networks"). `weights` (``stream`` or
+    ``persistent``) and
     `buffers` (2 or 1), for a convolutional network run layer by layer: each layer's
     tiling for every layer or per layer name, overriding the cost model (docs/cnn.md,
     "Weights and tile buffers per layer"). `ubuf` ``(base, rows)``: the UBUF registers

@@ -125,7 +125,8 @@ class Tile(wiring.Component):
 
 
 class Grid(wiring.Component):
-    """The ``T x Tc`` grid of tiles (``cfg.tile_rows x cfg.tile_cols``): activations enter on the west edge (one lane per
+    """The ``T x Tc`` grid of tiles (``cfg.tile_rows x cfg.tile_cols``): activations enter
+    on the west edge (one lane per
     array row, already skewed by the feeder), weights on the north edge, and column
     partial sums leave on the south edge from the last tile row's conveyor registers.
     ``exit_psum`` shows the conveyor registers of the tile rows above it too (tile row

@@ -161,7 +161,8 @@ class BankedBuffer(wiring.Component):
 
 class Cbuf(BankedBuffer):
     """The banked CBUF: per partition ``cfg.cbuf_physical_banks`` byte-wide memories
-    of ``cfg.cbuf_bank_rows`` rows (the CBUF's banks, then a UBUF's of its own). Members as :class:`BankedBuffer`, with
+    of ``cfg.cbuf_bank_rows`` rows (the CBUF's banks, then a UBUF's of its own).
+    Members as :class:`BankedBuffer`, with
     ``part_reads`` partitioned readers."""
 
     buffer = "cbuf"

@@ -78,7 +78,8 @@ class ChainChoice:
     """How a chain runs; None leaves a choice to :func:`choose_chain`. ``strategy``: one of
     :data:`STRATEGIES` for the chain, or a tuple of one per layer (how the halo rows
     of the layer's output are had; the last layer's output has none, so its entry
-    says nothing); ``outputs_per_pass``: rows of the last layer's output per pass; ``weights``: one of :data:`WEIGHTS` for
+    says nothing); ``outputs_per_pass``: rows of the last layer's output per pass;
+    ``weights``: one of :data:`WEIGHTS` for
     every layer, or a tuple of one per layer; ``keep``: per layer, whether its
     output's halo rows are kept in the UBUF (else computed again in the next pass);
     ``share``: whether regions whose lifetimes within a pass do not overlap may take
@@ -312,8 +313,8 @@ def _layout(cfg: ChipConfig, jobs: list[Job], passes: list[list[chain.Step]],
     asks: list[_Ask] = []
     streamed = [k for k, m in enumerate(modes) if m == "stream"]
     if streamed:
-        asks.append(_Ask("weight ring", MAP_RING_BLOCKS * cfg.weight_rows, *life(streamed[0], streamed[-1]),
-                         "weight ring"))
+        asks.append(_Ask("weight ring", MAP_RING_BLOCKS * cfg.weight_rows,
+                         *life(streamed[0], streamed[-1]), "weight ring"))
     for want in ("persistent", "pass"):
         for k, j in enumerate(jobs):
             if modes[k] == want:
@@ -973,7 +974,8 @@ def _emit_passes(cfg, emit: TileLoop, jobs: list[Job], passes, bufs: _Buffers, x
                         em.steps += 1
                         pre.append(emit.op(Opcode.WLOAD, i, w_addr=w_addr, bank=bank))
                         dh, dw = st.taps[0]
-                        act = bufs.inputs[k] + st.cb * bufs.stride[k] + _band_row(passes, k, p, clo) * W
+                        act = (bufs.inputs[k] + st.cb * bufs.stride[k]
+                               + _band_row(passes, k, p, clo) * W)
                         mm = emit.op(Opcode.MATMUL, i, act_addr=act, rows=rows,
                                      acc_addr=acc_at, accumulate=int(j > 0), max=0,
                                      bank=bank, conv=1, dh=dh, dw=dw, taps=0, in_w=W,
@@ -981,7 +983,8 @@ def _emit_passes(cfg, emit: TileLoop, jobs: list[Job], passes, bufs: _Buffers, x
                         blk.steps.append(Step(pre, mm))
                     v = dict(job.vrun)
                     if k < last:
-                        dst = bufs.inputs[k + 1] + nb * bufs.stride[k + 1] + _band_row(passes, k + 1, p, a) * Wo
+                        dst = (bufs.inputs[k + 1] + nb * bufs.stride[k + 1]
+                               + _band_row(passes, k + 1, p, a) * Wo)
                         crops = s.crop if fused[k] else None
                         blk.epilogue = [
                             emit.op(Opcode.VRUN, i, src=acc_at + (r0 - a) * Wo,

@@ -126,7 +126,8 @@ class MatMulTRule(DenseRule):
                     WR = cfg.weight_rows
                     if w_addr + WR > cfg.cbuf_depth:
                         raise CompileError(
-                            f"layer {node.name!r}: {b_t.name!r} ends {w_addr + WR - cfg.cbuf_depth} "
+                            f"layer {node.name!r}: {b_t.name!r} ends "
+                            f"{w_addr + WR - cfg.cbuf_depth} "
                             f"rows short of what a weight load reads ({WR} rows) at the CBUF's "
                             f"end; use a chip with a larger CBUF")
                     loads = []

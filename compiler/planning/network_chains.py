@@ -5,7 +5,8 @@ the first reads only the one before, whose output no other layer reads and is no
 graph output (a ResNet bottleneck's 1x1, 3x3, 1x1: the shortcut reads the block's
 input, the add the last output). A run may be cut into *segments*: each either one
 layer lowered on its own (layer by layer, its :class:`~.map_tiling.Tiling`) or two or more
-layers lowered as a chain in passes (:mod:`systolica.compiler.lowering.chain`), reading its input from
+layers lowered as a chain in passes (:mod:`systolica.compiler.lowering.chain`),
+reading its input from
 DRAM and writing only its last output there.
 
 The cost rule (:func:`choose_segments`), per run: of the ways to cut it into
@@ -112,7 +113,8 @@ def segment_estimate(cfg: ChipConfig, seg: Segment) -> tuple[int, int]:
 def chain_cost(cfg: ChipConfig, jobs: list, passes: list, weights, bufs,
                half_rows: int) -> tuple[int, int]:
     """``(cycles, dram_bytes)`` of a chain, on the scale of :func:`~.map_tiling.estimate_tiling`:
-    :func:`~systolica.compiler.lowering.chain.estimate_chain`'s bytes; for cycles the rows the array streams, a
+    :func:`~systolica.compiler.lowering.chain.estimate_chain`'s bytes; for cycles the
+    rows the array streams, a
     step taking at least half of ``rows + turn`` as layer by layer, against the words
     the DMA moves, plus what no overlap hides: the first pass's first input block and
     each layer's epilogue parameters and, kept in the CBUF, weights (each loaded
@@ -327,7 +329,8 @@ def choose_segments(cfg: ChipConfig, lay, graph: Graph, jobs: list, tilings: dic
                 moved = sum(alone[run[a]][1] for a, b in cut if b - a == 1)
                 got = {}
                 for a, b, kind in picks:
-                    planned = chain_plan(run, a, b, ChainChoice(kind, share=False))  # see chain_plan
+                    # see chain_plan
+                    planned = chain_plan(run, a, b, ChainChoice(kind, share=False))
                     if planned is None:
                         break
                     got[a] = (b, planned)

@@ -4,7 +4,8 @@ When a layer's input does not fit the CBUF it is computed in passes of output ro
 (or columns). A pass producing outputs ``[o0, o1)`` reads the input rows that the
 window of any of those outputs touches::
 
-    first = stride*o0 - pad_before            last = stride*(o1-1) + (kernel-1)*dilation - pad_before
+    first = stride*o0 - pad_before
+    last = stride*(o1-1) + (kernel-1)*dilation - pad_before
 
 clipped to the input; what falls outside is padding, which the pass supplies itself.
 So a pass of ``n`` outputs reads ``stride*(n-1) + (kernel-1)*dilation + 1`` rows less

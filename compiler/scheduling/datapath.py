@@ -50,7 +50,8 @@ def latency_of(table: Mapping[str, int], op: str, component: str) -> int:
     if op == DELAY_OP:
         return 1
     raise CycleError(f"no latency for operation '{op}' on component '{component}': the "
-                     f"latency table has neither {' nor '.join(map(repr, latency_keys(op, component)))} "
+                     f"latency table has neither "
+                     f"{' nor '.join(map(repr, latency_keys(op, component)))} "
                      f"(add a line like `latency {op} = 1` to the program)")
 
 

@@ -14,7 +14,9 @@ from test_readme import check_command_line
 
 from systolica.app import figures
 
-ROOT = Path(__file__).resolve().parents[1]
+from paths import REPO
+
+ROOT = REPO
 DOCS = ROOT / "docs"
 PAGES = [ROOT / "README.md", *sorted(DOCS.rglob("*.md"))]
 #: files the walk-through's "Where to change things" names as ones to add

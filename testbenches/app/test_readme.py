@@ -5,7 +5,6 @@ every option its command-line synopsis shows exists."""
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import pytest
 
@@ -13,7 +12,9 @@ from systolica.app import cli
 from systolica.arch.config import preset
 from systolica.compiler.frontend import stp, text
 
-README = Path(__file__).resolve().parent.parent / "README.md"
+from paths import REPO
+
+README = REPO / "README.md"
 
 
 def blocks(language: str) -> list[str]:

@@ -14,7 +14,8 @@ from systolica.compiler.errors import CompileError
 from systolica.compiler.planning import layout
 from systolica.compiler.planning.memory import Region
 
-__all__ = ["PARAM_ROWS", "MAP_RING_BLOCKS", "WEIGHT_GROUP", "DramLayout", "Layout", "acc_param_rows",
+__all__ = ["PARAM_ROWS", "MAP_RING_BLOCKS", "WEIGHT_GROUP", "DramLayout", "Layout",
+           "acc_param_rows",
            "as_map", "bank_up", "map_words", "network_layout", "out_words", "pack_map",
            "replicas", "tiles_lo"]
 
@@ -65,7 +66,8 @@ def acc_param_rows(cfg: ChipConfig, rows: np.ndarray) -> np.ndarray:
 class Layout:
     """Where the streaming program keeps things (CBUF rows, ACC rows). From
     ``staging`` to ``top`` each layer puts its two output staging halves, then its
-    two tile buffers (sized per layer: :func:`~systolica.compiler.planning.map_tiling.output_tiles`)."""
+    two tile buffers (sized per layer:
+    :func:`~systolica.compiler.planning.map_tiling.output_tiles`)."""
     ring: int
     staging: int
     top: int
