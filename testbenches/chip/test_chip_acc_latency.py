@@ -1,8 +1,8 @@
 """The ACC's read latency 2 (``latency["acc_read"] = 2``: each ACC bank's output
 registered, as the ``ulx3s`` preset has it for its clock;
 docs/notes/fpga-ulx3s-timing.md). On ``tiny`` with that latency the matmul unit adds a
-row two cycles after reading it and forwards from both of its writes still in flight, the vector unit and
-an ACC store wait a cycle more, and the compiler, the schedule verifier and the golden
+row two cycles after reading it and forwards from both of its writes still in flight,
+the vector unit and an ACC store wait a cycle more, and the compiler, the schedule verifier and the golden
 model take every one of those cycles from the latency table. Networks that
 accumulate across K-blocks, one-row MATMULs back to back into one ACC row, int32
 outputs (ACC stores), convolutions, pools and a residual run on its Verilated RTL in
