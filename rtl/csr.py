@@ -17,7 +17,8 @@ class RegisterFile(wiring.Component):
     stores the instruction and advances ``IMEM_ADDR``. The program's registers
     (``PROG_LEN``, ``PROG_ADDR``, ``IMEM_ADDR``, ``IMEM_DATA``) take writes only while
     the chip is stopped: while it runs the instruction memory's write port is the
-    fetcher's, and a run's length and program region stay what it started with. ``irq`` stays high from the end of
+    fetcher's, and a run's length and program region stay what it started with.
+    ``irq`` stays high from the end of
     a run (done or fault) until ``CTRL.IRQ_ACK`` or the next ``START``.
 
     Members: the bus (``reg_*``) and ``irq``; ``seq`` (:class:`~.ports.RunControl`,

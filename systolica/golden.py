@@ -418,7 +418,8 @@ class _BankPorts:
             runs.append((lo, hi, unit, pc, banks))
 
 
-def _port_uses(uses: list[instructions.BankUse]) -> tuple[tuple[tuple[str, str], int, int, int], ...]:
+def _port_uses(uses: list[instructions.BankUse]
+               ) -> tuple[tuple[tuple[str, str], int, int, int], ...]:
     """An instruction's bank ports as ``((memory, mode), first, last, banks)``: the
     banks whose port it uses over the same cycles, as one bit mask."""
     masks: dict[tuple[tuple[str, str], int, int], int] = {}

@@ -95,7 +95,8 @@ def _failed_tests(results_xml: Path) -> list[str]:
 
 def run_block(build_dir: Path, name: str, test_module: str, testcase: str | None = None,
               extra_env: dict | None = None) -> Path:
-    """Run cocotb module ``test_module`` (a module in ``testbenches/`` or its ``blocks/`` and ``fpga/``) on the block
+    """Run cocotb module ``test_module`` (a module in ``testbenches/`` or its
+    ``blocks/`` and ``fpga/``) on the block
     built in ``build_dir`` (top ``name``); ``testcase`` selects one cocotb test by name.
     Raises ``AssertionError`` if a cocotb test failed or none ran. Returns the run
     directory (kept only when a test failed)."""

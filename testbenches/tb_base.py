@@ -265,5 +265,6 @@ class BlockTB:
         """End of a test: every check passed."""
         if self.errors:
             shown = "\n  ".join(self.errors[:limit])
-            more = f"\n  ... and {len(self.errors) - limit} more" if len(self.errors) > limit else ""
+            more = (f"\n  ... and {len(self.errors) - limit} more"
+                    if len(self.errors) > limit else "")
             raise AssertionError(f"{len(self.errors)} mismatch(es):\n  {shown}{more}")

@@ -31,7 +31,8 @@ class LinkBridge(wiring.Component):
     ``reg_addr`` is ``STATUS``, whose low bits ``status`` holds, a cycle late:
     running, done, error); ``dram`` (a :class:`~systolica.rtl.ports.DramMaster` on
     the DRAM, used only while the chip is not running); ``chip_reset`` (one cycle, the
-    cycle after the bridge takes a ``RESET``). ``idle_timeout`` is the quiet time, in clock cycles, after which a
+    cycle after the bridge takes a ``RESET``). ``idle_timeout`` is the quiet time, in
+    clock cycles, after which a
     request that broke off is answered ``TIMEOUT`` and after which the line is read
     again once an error was answered.
     """

@@ -74,7 +74,8 @@ def table(cfg: ChipConfig, yosys: str) -> str:
     for label, lanes in STEPS:
         got = synthesise(cfg, lanes, yosys)
         extra = ("" if before is None else
-                 f"{got['LUT4'] - before['LUT4']:>+8}{got['TRELLIS_FF'] - before['TRELLIS_FF']:>+7}")
+                 f"{got['LUT4'] - before['LUT4']:>+8}"
+                 f"{got['TRELLIS_FF'] - before['TRELLIS_FF']:>+7}")
         lines.append(f"{label:36}" + "".join(f"{got[c]:>12}" for c in CELLS) + extra)
         before = got
     return "\n".join(lines)

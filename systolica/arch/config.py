@@ -70,7 +70,8 @@ class ChipConfig:
                               f"digits, '_', '.' or '-' (it names build directories), "
                               f"not {self.name!r}")
         for n in ("tile_rows", "tile_cols", "tile_size", "cbuf_depth", "cbuf_banks",
-                  "acc_depth", "acc_banks", "dram_words", "imem_depth", "max_config_updates_per_cycle",
+                  "acc_depth", "acc_banks", "dram_words", "imem_depth",
+                  "max_config_updates_per_cycle",
                   "config_update_interval", "power_domain_budget"):
             self._integer(n, 1)
         for n in ("ubuf_base", "ubuf_rows"):
@@ -393,7 +394,8 @@ PRESETS = {
     # The ULX3S 85F (ECP5, systolica.arch.boards) at 50 MHz: a 4x4 array of 2x2 tiles
     # with the feed register, one ACC bank (no ACC crossbar on the accumulate's path)
     # and the ACC's read latency 2 (its block RAM's output registered: the
-    # accumulate's add starts from a register). Each CBUF bank is one 18 Kbit block RAM (2048 x 8) per lane, 32 in all;
+    # accumulate's add starts from a register).
+    # Each CBUF bank is one 18 Kbit block RAM (2048 x 8) per lane, 32 in all;
     # the DRAM 32 more (64 KiB), the program memory's four copies 60. The UBUF is the
     # last bank. Tiny's 8x8 array on the same board (tile_size=4, 4 ACC banks, no feed
     # register) does not reach 50 MHz (docs/fpga.md).

@@ -27,7 +27,8 @@ Tile ``(i, j)`` is tile row ``i`` (north to south), tile column ``j`` (west to e
   partition group's results, zero, or ``keep`` (the group is not written: the row's
   bytes there stay, so ``R / C`` writebacks of ``C`` columns fill one ``R``-byte row,
   the sub-blocks of a tall array). Resets to group ``g`` (zero for ``g >= tile_cols``).
-  It moves whole groups of ``n`` columns; every byte keeps its lane within the group, so it permutes blocks and does not transpose elements.
+  It moves whole groups of ``n`` columns; every byte keeps its lane within the group,
+  so it permutes blocks and does not transpose elements.
   Element transposes come from the west weight load (``w_in = west``): the block
   becomes the stationary weights with its CBUF rows in array columns, an identity
   streams through, and the accumulator rows are the transposed block (seed 004).

@@ -265,7 +265,8 @@ class Instruction(ABC):
     def execute(self, chip, f: dict) -> None:
         """The instruction's meaning on the golden model's state ``chip``: its
         memories (``dram``, ``cbuf``, ``acc``, ``banks``), counters (``macs``,
-        ``rd_bytes``, ``wr_bytes``, ``ubuf_wr_bytes``, ``ubuf_rd_bytes``) and the fabric as this instruction sees it
+        ``rd_bytes``, ``wr_bytes``, ``ubuf_wr_bytes``, ``ubuf_rd_bytes``) and the fabric as this
+        instruction sees it
         (``group``, ``lanes``, ``feed``, ``regroup``)."""
 
 
@@ -758,7 +759,8 @@ class Vrun(Instruction):
     parameters: with ``b = x + bias[c]`` (wrapping int32) and ``rnd = 1 << (shift[c] -
     1)`` (0 for shift 0), ``y = min(max(((b*mult[c] + rnd) >> shift[c]) + zp, lo[c]),
     hi[c])`` (exact, arithmetic shift; ``hi`` wins if ``lo > hi``). The bias is always
-    added; ``use_bias``, ``mult`` and ``shift`` are unused. It needs ``requant = 1``, ``to_acc = 0`` and ``relu = 0`` (a ReLU is a
+    added; ``use_bias``, ``mult`` and ``shift`` are unused. It needs ``requant = 1``,
+    ``to_acc = 0`` and ``relu = 0`` (a ReLU is a
     clamp bound), else the sequencer faults ``ILLEGAL_OPCODE``.
 
     With ``crop = 1`` (the fused crop) every row written to CBUF row ``a`` is written,

@@ -128,6 +128,7 @@ def _kind_and_index(mux_name: str) -> tuple[str, tuple[int, ...]]:
     return kind, tuple(int(x) for x in rest.replace("]", " ").replace("[", " ").split())
 
 
-__all__ = ["UNIT", "array_span", "bank_window", "dma_words", "done", "exit_lead", "feed_stages", "matmul_pipeline",
+__all__ = ["UNIT", "array_span", "bank_window", "dma_words", "done", "exit_lead", "feed_stages",
+           "matmul_pipeline",
            "moving_field", "mux_use", "occupancy", "run_cycles", "skew", "skew_max",
            "weight_shifts"]

@@ -606,7 +606,8 @@ def _late(cfg, program, rng):
     cycle = int(rng.integers(max(0, prev - 20), prev + 1))
     out = list(program)
     out[k] = Instr(program[k].op, cycle, program[k].fields)
-    return out, (ErrorCode.LATE, k, prev + 1), f"pc {k} moved from cycle {program[k].cycle} to {cycle}"
+    return (out, (ErrorCode.LATE, k, prev + 1),
+            f"pc {k} moved from cycle {program[k].cycle} to {cycle}")
 
 
 def _unit_busy(cfg, program, rng):

@@ -1,5 +1,6 @@
 """Acc (``tiny`` preset: 16 banks of 16 rows of C int32; and with the read latency
-2, each bank's output registered): the banked ACC and its crossbar against a Python model of the memory and of the bank-port rule
+2, each bank's output registered): the banked ACC and its crossbar against a Python
+model of the memory and of the bank-port rule
 (docs/contract.md, "ACC banks").
 
 Clients, as in the chip: three row readers (the matmul unit's accumulate read, the

@@ -113,7 +113,8 @@ class GridModel:
 
 def plan_gemm(rng, act_zero=(), w_zero=(), psum_zero=(), rows=12):
     plan, model = Plan(), GridModel(act_zero, w_zero, psum_zero)
-    rand = lambda *shape: np.array(rng.choices(range(-128, 128), k=int(np.prod(shape)))).reshape(shape)
+    rand = lambda *shape: np.array(
+        rng.choices(range(-128, 128), k=int(np.prod(shape)))).reshape(shape)
     t = model.load(plan, 0, 0, rand(R, C), rng)
     t = model.load(plan, t, 1, rand(R, C), rng)
     t = model.stream(plan, t + 1, rand(rows, R), [rng.randrange(2) for _ in range(rows)])
@@ -128,7 +129,8 @@ def plan_gemm(rng, act_zero=(), w_zero=(), psum_zero=(), rows=12):
 def plan_west(rng, west, w_zero=(), rows=10):
     """Weights from both edges at once, the tiles in `west` taking the west lane."""
     plan, model = Plan(), GridModel(w_zero=w_zero, west=west)
-    rand = lambda *shape: np.array(rng.choices(range(-128, 128), k=int(np.prod(shape)))).reshape(shape)
+    rand = lambda *shape: np.array(
+        rng.choices(range(-128, 128), k=int(np.prod(shape)))).reshape(shape)
     t = model.load(plan, 0, 0, rand(R, C), rng, rand(R, C))
     t = model.load(plan, t, 1, rand(R, C), rng, rand(R, C))
     t = model.stream(plan, t + 1, rand(rows, R), [rng.randrange(2) for _ in range(rows)])

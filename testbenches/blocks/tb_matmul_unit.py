@@ -15,7 +15,8 @@ For a MATMUL issued at ``t``, row ``i`` of CBUF data arrives at ``t + FEED + i``
 (``FEED`` = CBUF read latency + 1, the start of :func:`systolica.arch.timing.mux_use`'s
 ``west_feed`` window). The checker requires:
 
-* ``cbuf_read.addr`` = ``act_addr + i`` (every partition's) in cycle ``t + 1 + i``; ``row_fed`` high exactly in
+* ``cbuf_read.addr`` = ``act_addr + i`` (every partition's) in cycle ``t + 1 + i``;
+  ``row_fed`` high exactly in
   the cycles ``t + FEED + i``;
 * ``west_a[r]`` = ``cbuf[act_addr + i]`` partition ``g*n + r%n`` (``g`` =
   ``west_feed[r//n]`` in that cycle, 0 for the zero source) and ``west_sel[r]`` = the

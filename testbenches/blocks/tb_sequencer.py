@@ -162,7 +162,8 @@ def _reference(imem: dict, prog_len: int, held_low: dict) -> dict:
         word = imem.get(pc, 0)
         ins = isa.decode(word)
         if ins.op is Opcode.ILLEGAL or not defined(ins):
-            return {"issues": issues, "fault": (ErrorCode.ILLEGAL_OPCODE, pc, arrive), "end": arrive}
+            return {"issues": issues, "fault": (ErrorCode.ILLEGAL_OPCODE, pc, arrive),
+                    "end": arrive}
         if ins.cycle < arrive:
             return {"issues": issues, "fault": (ErrorCode.LATE, pc, arrive), "end": arrive}
         t, unit = ins.cycle, UNIT_OF[ins.op]

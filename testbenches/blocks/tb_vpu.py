@@ -1,5 +1,6 @@
 """VectorUnit (``tiny`` preset, and tiny with the ACC's read latency 2): VRUN rows
-from a model of the accumulator memory (read latency 1 or 2) through bias, requantisation, ReLU and clamping (or, with
+from a model of the accumulator memory (read latency 1 or 2) through bias, requantisation,
+ReLU and clamping (or, with
 ``params``, per-column bias, multiplier, shift and clamp bounds) to the CBUF (routed
 by ``wb_src``) or back to the ACC.
 
@@ -7,7 +8,8 @@ The checker compares every write with the formula of ``docs/contract.md``
 (:func:`vrun_row`), requires the writes in instruction and row order inside
 ``[t, t + timing.done)``, ``acc_read.en`` (with its address) and ``acc_write.en``
 high exactly in the cycles the instructions' effects list an ACC read or write (the
-bias row only with ``use_bias`` or ``params``: the bank port is busy then), ``ready`` low from ``t + 1`` until ``t + timing.occupancy``
+bias row only with ``use_bias`` or ``params``: the bank port is busy then), ``ready``
+low from ``t + 1`` until ``t + timing.occupancy``
 and high then, and ``drained`` low until ``t + timing.done`` and high from the last
 instruction's ``done`` on.
 """

@@ -2,7 +2,8 @@
 registered, as the ``ulx3s`` preset has it for its clock;
 docs/notes/fpga-ulx3s-timing.md). On ``tiny`` with that latency the matmul unit adds a
 row two cycles after reading it and forwards from both of its writes still in flight,
-the vector unit and an ACC store wait a cycle more, and the compiler, the schedule verifier and the golden
+the vector unit and an ACC store wait a cycle more, and the compiler, the schedule verifier
+and the golden
 model take every one of those cycles from the latency table. Networks that
 accumulate across K-blocks, one-row MATMULs back to back into one ACC row, int32
 outputs (ACC stores), convolutions, pools and a residual run on its Verilated RTL in
@@ -70,7 +71,8 @@ def test_the_latency_moves_the_units_it_should():
     for kind, later in ((3, 1), (2, 0), (0, 0), (1, 0)):    # STORE_ACC, STORE_CBUF, loads
         dma = dict(kind=kind, dram_addr=0, dram_stride=4, buf_addr=0, rows=3)
         for f in (timing.occupancy, timing.done):
-            assert f(ACC2, at(ACC2, Opcode.DMA, **dma)) == f(TINY, at(TINY, Opcode.DMA, **dma)) + later
+            assert (f(ACC2, at(ACC2, Opcode.DMA, **dma))
+                    == f(TINY, at(TINY, Opcode.DMA, **dma)) + later)
         # the cycle-level view agrees (the golden model takes the unit's accept from it)
         assert (SPEC[Opcode.DMA].effects(ACC2, dma).accept
                 == timing.occupancy(ACC2, at(ACC2, Opcode.DMA, **dma)))

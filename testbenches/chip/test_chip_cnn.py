@@ -3,7 +3,8 @@ strides, asymmetric pads, dilations, 1- and few-channel inputs packed by taps, z
 points, per-channel requantisation, ReLU/ReLU6), pools, residual adds, an input
 larger than the CBUF, an inception block (a Concat of maps), MobileNetV2's inverted
 residual block (a depthwise convolution) and the small demo CNN;
-residual networks tiled every way (docs/cnn.md, "Weights and tile buffers per layer": weights kept in the CBUF across a
+residual networks tiled every way (docs/cnn.md, "Weights and tile buffers per layer":
+weights kept in the CBUF across a
 layer's tiles or streamed, two tile buffers or one). Outputs equal the numpy reference
 and the golden model bit for bit; cycles and counters equal the prediction."""
 

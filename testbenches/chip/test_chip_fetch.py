@@ -61,7 +61,8 @@ def test_long_programs_on_a_small_instruction_memory():
                                      ("prog_range", late, over, True)):
         jobs.append(dict(program=_image(program), name=name, prog_addr=at,
                          expect_fault=fault, readback=[(0, 1)]))
-        golds.append(golden.run(SMALL, Loadable(_image(program), np.zeros((1, SMALL.rows), np.uint8), at)))
+        golds.append(golden.run(SMALL, Loadable(_image(program),
+                                                np.zeros((1, SMALL.rows), np.uint8), at)))
     res = dict(zip([j["name"] for j in jobs], run_many_on_rtl(SMALL, jobs)))
     np.testing.assert_array_equal(deep.result(res["deep_k"]["readback"][0]),
                                   reference.run(deep.network))

@@ -158,13 +158,15 @@ def test_route_faults():
     assert with_fields(dst=cfg.cbuf_depth - 1) == ErrorCode.ADDR_RANGE
     assert with_fields(rows=0) == ErrorCode.ADDR_RANGE
     base = preset("base")
-    assert golden.run(base, Loadable(_image([Instr(Opcode.ROUTE, 0, dict(prog[at].fields))]), np.zeros((64, base.dram_word_bytes), np.uint8))).error \
+    assert golden.run(base, Loadable(_image([Instr(Opcode.ROUTE, 0, dict(prog[at].fields))]),
+                                     np.zeros((64, base.dram_word_bytes), np.uint8))).error \
         == ErrorCode.ILLEGAL_OPCODE
     table = fabric.by_name(cfg)
     mux = table["gen_e[3][1]"]           # on no path, but every lane is in use
     late = Instr(Opcode.SETCFG, prog[at].cycle + 5,
                  isa.setcfg_fields([(mux.index, mux.value_of("zero"))]))
-    res = golden.run(cfg, Loadable(_image(sorted(prog + [late], key=lambda i: i.cycle)), _dram(cfg, 0)))
+    res = golden.run(cfg, Loadable(_image(sorted(prog + [late], key=lambda i: i.cycle)),
+                                   _dram(cfg, 0)))
     assert res.error == ErrorCode.CFG_IN_USE
 
 

@@ -301,7 +301,8 @@ def test_bench_programs_transpose_on_the_golden_model():
     progs, image, (at, words) = transpose_bench.programs(CFG, x)
     runs = {}
     for name, program in progs.items():
-        runs[name] = golden.run(CFG, Loadable(isa.to_bytes([isa.encode(i) for i in program]), image))
+        runs[name] = golden.run(CFG, Loadable(isa.to_bytes([isa.encode(i) for i in program]),
+                                              image))
         assert runs[name].cycles == timing.run_cycles(CFG, program)
     for name in ("on_chip", "dram_round_trip"):
         got = layout.unpack_int8(CFG, runs[name].dram[at:at + words], 11, 20)

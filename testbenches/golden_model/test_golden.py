@@ -380,7 +380,8 @@ def test_store_before_the_vector_unit_wrote_is_a_hazard():
     # the vector unit writes CBUF row 16 in cycle 6; a store reads it in t+1
     with pytest.raises(golden.GoldenError, match=r"cbuf\[16\] in cycle 6"):
         golden.run(CFG, Loadable(image([vrun, Instr(Opcode.DMA, 5, store)]), fresh_dram()))
-    assert golden.run(CFG, Loadable(image([vrun, Instr(Opcode.DMA, 6, store)]), fresh_dram())).error is ErrorCode.NONE
+    assert golden.run(CFG, Loadable(image([vrun, Instr(Opcode.DMA, 6, store)]),
+                                    fresh_dram())).error is ErrorCode.NONE
 
 
 def test_setcfg_inside_a_window_faults_and_before_it_routes():

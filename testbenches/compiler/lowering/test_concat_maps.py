@@ -155,5 +155,6 @@ def test_an_input_that_is_also_a_graph_output_is_refused():
 def test_maps_of_different_sizes_do_not_join():
     g = GraphBuilder("bad")
     x = _input(g, (1, 4, 4, 8))
-    with pytest.raises(CompileError, match=r"the input has \(N, H, W\) \(1, 4, 4\) and layer 'p' \(1, 2, 2\)"):
+    with pytest.raises(CompileError, match=r"the input has \(N, H, W\) \(1, 4, 4\) and layer "
+                                           r"'p' \(1, 2, 2\)"):
         g.concat(g.max_pool2d(x, 2, name="p"), x, name="cat")

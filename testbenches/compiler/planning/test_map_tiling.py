@@ -146,7 +146,8 @@ def test_estimate_counts_the_program_s_dram_bytes(case):
 ])
 def test_cost_model_choices(chip, shape, want):
     cfg = preset(chip)
-    (job,) = lower(cfg, conv_layer("l", *shape), CompileOptions(weights="stream", buffers=2)).jobs.values()
+    (job,) = lower(cfg, conv_layer("l", *shape),
+                   CompileOptions(weights="stream", buffers=2)).jobs.values()
     assert choose(cfg, _layout(cfg), job) == want
 
 
