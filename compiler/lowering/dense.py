@@ -3,6 +3,8 @@ the weight ring, in the map lowering as a 1x1 convolution."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from systolica.arch.config import ChipConfig
@@ -24,6 +26,43 @@ from systolica.compiler.scheduling.pipeline import Block, Step
 #: The dense lowering's weight ring, in blocks: in flight are a DMA, a WLOAD and two
 #: of slack.
 DENSE_RING_BLOCKS = 4
+
+
+@dataclass(frozen=True)
+class Destination:
+    """Where a dense layer's output blocks go, the same for all of them: ``M`` rows in
+    passes of ``Mc`` (a split layer's: each group's), ``n_blocks`` N-blocks of ``C``
+    columns of ``N`` in all (a split layer's packed ``C``); to its tensor on chip
+    (``resident``; blocks ``stride`` rows apart when the tensor is there whole, else a
+    pass each), to the output staging (``staging``), and stored to DRAM at ``stored``;
+    ``packed``: a wide grid's split chain hands it on packed into ``R`` columns."""
+    dtype: str
+    M: int
+    Mc: int
+    n_blocks: int
+    N: int
+    resident: int | None
+    stored: int | None
+    staging: int | None
+    stride: int | None = None
+    packed: int = 1
+
+    def resident_row(self, b: int, m0: int) -> int:
+        """The CBUF row where block `b` of the output held on chip takes its pass at
+        `m0`."""
+        return _resident_row(self.resident, b, m0, self.Mc, self.stride)
+
+
+@dataclass(frozen=True)
+class BlockAt:
+    """One output block: N-block `nb` of the pass at row `m0` (`rows` rows), in
+    accumulator half `half` at ACC row `acc_at`, its bias at `bias_at`."""
+    nb: int
+    m0: int
+    rows: int
+    half: int
+    acc_at: int
+    bias_at: int
 
 
 @register
@@ -146,6 +185,10 @@ class DenseRule(Rule):
             else 1
         # one weight block for the whole layer stays in its bank for every pass
         stationary = n_blocks == 1 and sum(i[0] for i in inputs) == 1
+        dest = Destination(out.dtype, M, Mc, n_blocks,
+                           split.packed_cols(cfg, plan.split(node.name))
+                           if plan.split(node.name) > 1 else layer.N,
+                           resident, stored, staging, stride if whole else None, packed)
         bias_in: dict[int, int] = {}    # bias slot -> the N-block whose bias it holds
         blocks: list[Block] = []
         em.passes[index] = [(m0, min(Mc, M - m0)) for m0 in range(0, M, Mc)]
@@ -197,12 +240,8 @@ class DenseRule(Rule):
                         blk.steps.append(Step(loads, mm))
                         em.steps += 1
                         first = False
-                blk.epilogue = self._epilogue(em, index, layer, out.dtype, nb, m0, rows, M,
-                                              Mc, half, acc_at, bias_at, resident, stored,
-                                              staging, n_blocks,
-                                              split.packed_cols(cfg, plan.split(node.name))
-                                              if plan.split(node.name) > 1 else layer.N,
-                                              stride if whole else None, packed)
+                blk.epilogue = self._epilogue(em, index, layer, dest,
+                                              BlockAt(nb, m0, rows, half, acc_at, bias_at))
                 blocks.append(blk)
         return blocks
 
@@ -245,97 +284,98 @@ class DenseRule(Rule):
         job.vrun = post
         return job
 
-    def _epilogue(self, em, index, layer, dtype, nb, m0, rows, M, Mc, half, acc_at,
-                  bias_at, resident, stored, staging, n_blocks, N, stride=None,
-                  packed=1) -> list[MicroOp]:
-        """N-block `nb` (of `n_blocks`) of ``C`` columns: int8 into sub-block ``nb % k``
-        of block ``nb // k`` of ``R`` columns (``k = R / C``; the activation layout a
-        later layer reads), stored once the block's last sub-block is in; on a wide grid
-        as slices of the output's `N` columns (the layer's, or a split layer's packed
-        ``C``); int32 as accumulator rows."""
+    def _epilogue(self, em: Emitter, index: int, layer: Dense, dest: Destination,
+                  at: BlockAt) -> list[MicroOp]:
+        """Block `at`: int8 into sub-block ``nb % k`` of block ``nb // k`` of ``R``
+        columns (``k = R / C``; the activation layout a later layer reads), stored once
+        the block's last sub-block is in; on a wide grid as slices of the output's
+        columns; int32 as accumulator rows."""
         arw, k = em.cfg.acc_row_words, em.cfg.sub_blocks
         op = em.op
-        post = dict(src=acc_at, rows=rows, bias_addr=bias_at if layer.bias is not None
-                    else 0, use_bias=int(layer.bias is not None), relu=int(layer.relu))
-        if dtype == "int8":
+        nb, m0, rows, M, Mc = at.nb, at.m0, at.rows, dest.M, dest.Mc
+        post = dict(src=at.acc_at, rows=rows,
+                    bias_addr=at.bias_at if layer.bias is not None else 0,
+                    use_bias=int(layer.bias is not None), relu=int(layer.relu))
+        if dest.dtype == "int8":
             post.update(requant=1, mult=layer.mult, shift=layer.shift, zp=layer.zp & 0xFF)
             if not em.cfg.sides_divide:
-                return self._pieces(em, index, post, nb, m0, rows, M, Mc, resident, stored,
-                                    staging, N, stride)
-            if em.cfg.wide and packed > 1:
+                return self._pieces(em, index, post, dest, at)
+            if em.cfg.wide and dest.packed > 1:
                 mop = make(em.cfg, Opcode.VRUN, index, to_acc=0, **post,
-                           dst=resident + m0 if stride is not None else resident)
-                mop.needs = packed_routing(em.cfg, packed)
+                           dst=dest.resident + m0 if dest.stride is not None
+                           else dest.resident)
+                mop.needs = packed_routing(em.cfg, dest.packed)
                 return [mop]
             if em.cfg.wide:
-                return self._slices(em, index, post, nb, m0, rows, M, Mc, half, resident,
-                                    stored, staging, N, stride)
+                return self._slices(em, index, post, dest, at)
             b, sub = divmod(nb, k)
             # the sub-blocks of one block share a staging half; successive blocks
             # alternate, across passes too (else a pass's VRUN waits for the store
             # of the pass before)
-            slot = half if k == 1 else ((m0 // Mc) * -(-n_blocks // k) + b) % 2
-            buf = (staging + slot * Mc if resident is None else
-                   _resident_row(resident, b, m0, Mc, stride))
+            slot = at.half if k == 1 else ((m0 // Mc) * -(-dest.n_blocks // k) + b) % 2
+            buf = (dest.staging + slot * Mc if dest.resident is None else
+                   dest.resident_row(b, m0))
             ops = [op(Opcode.VRUN, index, sub=sub, to_acc=0, dst=buf, **post)]
-            if stored is not None and (sub == k - 1 or nb == n_blocks - 1):
+            if dest.stored is not None and (sub == k - 1 or nb == dest.n_blocks - 1):
                 ops.append(op(Opcode.DMA, index, kind=DmaKind.STORE_CBUF,
-                              dram_addr=stored + b * M + m0, dram_stride=1,
+                              dram_addr=dest.stored + b * M + m0, dram_stride=1,
                               buf_addr=buf, rows=rows))
             return ops
         ops = []
         if layer.bias is not None or layer.relu:
             # in place: each row is read before it is rewritten
-            ops.append(op(Opcode.VRUN, index, to_acc=1, dst=acc_at, **post))
+            ops.append(op(Opcode.VRUN, index, to_acc=1, dst=at.acc_at, **post))
         ops.append(op(Opcode.DMA, index, kind=DmaKind.STORE_ACC,
-                      dram_addr=stored + (nb * M + m0) * arw, dram_stride=arw,
-                      buf_addr=acc_at, rows=rows))
+                      dram_addr=dest.stored + (nb * M + m0) * arw, dram_stride=arw,
+                      buf_addr=at.acc_at, rows=rows))
         return ops
 
-    def _pieces(self, em, index, post, nb, m0, rows, M, Mc, resident, stored, staging,
-                N, stride) -> list[MicroOp]:
+    @staticmethod
+    def _pieces(em: Emitter, index: int, post: dict, dest: Destination,
+                at: BlockAt) -> list[MicroOp]:
         """On a grid whose sides do not divide: N-block `nb` goes to the blocks of
         ``R`` columns it overlaps, one VRUN per piece (:func:`layout.pieces`), a
         block's later pieces keeping its earlier ones; a block is stored once whole.
         Staged blocks take slot ``(p * B + b) % (2 * staged_slices)`` in pass ``p`` of
         an output of ``B`` blocks: the blocks two N-blocks in flight overlap never share
         one."""
-        op = em.op
+        op, N, Mc = em.op, dest.N, dest.Mc
         slots = 2 * layout.staged_slices(em.cfg, N)
         # blocks counted across passes, so a pass's first block is not in the slot its
         # pass before's is stored from
-        passed = (m0 // Mc) * layout.blocks(N, em.cfg.rows)
+        passed = (at.m0 // Mc) * layout.blocks(N, em.cfg.rows)
         ops = []
-        for pc in layout.pieces(em.cfg, nb, N):
+        for pc in layout.pieces(em.cfg, at.nb, N):
             b = pc.block
-            buf = (staging + ((passed + b) % slots) * Mc if resident is None else
-                   _resident_row(resident, b, m0, Mc, stride))
+            buf = (dest.staging + ((passed + b) % slots) * Mc if dest.resident is None else
+                   dest.resident_row(b, at.m0))
             ops.append(op(Opcode.VRUN, index, sub=pc, to_acc=0, dst=buf, **post))
-            if stored is not None and pc.last:
+            if dest.stored is not None and pc.last:
                 ops.append(op(Opcode.DMA, index, kind=DmaKind.STORE_CBUF,
-                              dram_addr=stored + b * M + m0, dram_stride=1,
-                              buf_addr=buf, rows=rows))
+                              dram_addr=dest.stored + b * dest.M + at.m0, dram_stride=1,
+                              buf_addr=buf, rows=at.rows))
         return ops
 
-    def _slices(self, em, index, post, nb, m0, rows, M, Mc, half, resident, stored,
-                staging, N, stride) -> list[MicroOp]:
+    @staticmethod
+    def _slices(em: Emitter, index: int, post: dict, dest: Destination,
+                at: BlockAt) -> list[MicroOp]:
         """On a wide grid: N-block `nb` is blocks ``nb*k ..`` of ``R`` columns
         (``k = C / R``, those of the layer's `N` columns), one VRUN each, slice ``s``
         taking ACC groups ``s*T ..``; the staging holds the N-block's ``k`` blocks per
         accumulator half (only as many as the layer's `N` fills: ``staged_slices``)."""
         k, R = em.cfg.slices, em.cfg.rows
-        ks = layout.staged_slices(em.cfg, N)
+        ks = layout.staged_slices(em.cfg, dest.N)
         op = em.op
         ops = []
-        for sub in range(min(k, layout.blocks(N, R) - nb * k)):
-            b = nb * k + sub
-            buf = (staging + (half * ks + sub) * Mc if resident is None else
-                   _resident_row(resident, b, m0, Mc, stride))
+        for sub in range(min(k, layout.blocks(dest.N, R) - at.nb * k)):
+            b = at.nb * k + sub
+            buf = (dest.staging + (at.half * ks + sub) * dest.Mc if dest.resident is None
+                   else dest.resident_row(b, at.m0))
             ops.append(op(Opcode.VRUN, index, sub=sub, to_acc=0, dst=buf, **post))
-            if stored is not None:
+            if dest.stored is not None:
                 ops.append(op(Opcode.DMA, index, kind=DmaKind.STORE_CBUF,
-                              dram_addr=stored + b * M + m0, dram_stride=1,
-                              buf_addr=buf, rows=rows))
+                              dram_addr=dest.stored + b * dest.M + at.m0, dram_stride=1,
+                              buf_addr=buf, rows=at.rows))
         return ops
 
 

@@ -12,7 +12,7 @@ from systolica.arch.isa import DmaKind, Opcode
 from systolica.compiler.errors import CompileError
 from systolica.compiler.graph.graph import Graph, Node
 from systolica.compiler.graph.ops import MatMulT
-from systolica.compiler.lowering.dense import DenseRule
+from systolica.compiler.lowering.dense import BlockAt, DenseRule, Destination
 from systolica.compiler.lowering.emitter import Emitter
 from systolica.compiler.lowering.registry import register
 from systolica.compiler.lowering.rule import Need
@@ -105,6 +105,8 @@ class MatMulTRule(DenseRule):
         staging = (plan.scratch("cbuf", f"{node.name}.staging").lo
                    if out.dtype == "int8" and resident is None else None)
         halves = plan.scratch("acc", "accumulator halves").lo
+        dest = Destination(out.dtype, M, Mc, layout.blocks(N, C), N, resident, stored,
+                           staging)
 
         # a graph input loaded pass by pass alternates between two buffers (input_rows)
         buffers = 2 if M > Mc and KB == 1 else 1
@@ -141,8 +143,7 @@ class MatMulTRule(DenseRule):
                             acc_addr=acc_at, accumulate=int(kb > 0), bank=bank)
                     blk.steps.append(Step(loads, mm))
                     em.steps += 1
-                blk.epilogue = self._epilogue(em, index, layer, out.dtype, nb, m0, rows, M,
-                                              Mc, half, acc_at, 0, resident, stored, staging,
-                                              layout.blocks(N, C), N)
+                blk.epilogue = self._epilogue(em, index, layer, dest,
+                                              BlockAt(nb, m0, rows, half, acc_at, 0))
                 blocks.append(blk)
         return blocks
