@@ -35,14 +35,16 @@ sim: $(STAMP)
 
 # The chip models' C++ at -O1 (SYSTOLICA_OPT_FAST): half the compile of -O3 for short runs.
 test: $(FPGA_STAMP)
+	$(VENV)/bin/ruff check .
 	SYSTOLICA_OPT_FAST=-O1 $(VENV)/bin/python -m pytest -n $(WORKERS) -m "not regress" --durations=25 testbenches
 
-# The quick pure-Python tests (no Verilator build or run, no FPGA tool, none marked
-# slow: those run in `make test`; property tests draw a quarter of their examples,
-# `testbenches/tiers.py`), shuffled across
-# modules on every run so that no test can lean on another having run first; the seed
-# is printed, and `make test-fast SEED=n` repeats that order.
+# The lint (ruff, its rules in pyproject.toml), then the quick pure-Python tests (no
+# Verilator build or run, no FPGA tool, none marked slow: those run in `make test`;
+# property tests draw a quarter of their examples, `testbenches/tiers.py`), shuffled
+# across modules on every run so that no test can lean on another having run first;
+# the seed is printed, and `make test-fast SEED=n` repeats that order.
 test-fast: $(STAMP)
+	$(VENV)/bin/ruff check .
 	SYSTOLICA_TIER=fast $(VENV)/bin/python -m pytest -q -n 2 -m "not rtl and not fpga and not slow and not regress" \
 		--random-order-bucket=global $(if $(SEED),--random-order-seed=$(SEED)) testbenches
 
