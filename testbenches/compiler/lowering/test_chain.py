@@ -11,7 +11,7 @@ from systolica import golden
 from systolica.arch.config import preset
 from systolica.arch.loadable import Loadable
 from systolica.compiler import compile_network
-from systolica.compiler.errors import CompileError
+from systolica.compiler.errors import CompileError, InternalError
 from systolica.compiler.graph import reference
 from systolica.compiler.graph.graph import GraphBuilder
 from systolica.compiler.lowering.chain import ChainChoice
@@ -257,7 +257,7 @@ def test_plan_checker_refuses_regions_live_together_on_the_same_rows():
     moved = replace(regions["conv1.input"], lo=regions["conv0.input"].lo)
     bad = replace(plan, regions=tuple(moved if r.key == "conv1.input" else r
                                       for r in plan.regions))
-    with pytest.raises(CompileError, match="'conv0.input' and 'conv1.input' overlap|"
+    with pytest.raises(InternalError, match="'conv0.input' and 'conv1.input' overlap|"
                                            "'conv1.input' and 'conv0.input' overlap"):
         check_plan(bad)
 

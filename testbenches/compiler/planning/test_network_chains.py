@@ -246,7 +246,8 @@ def test_the_ubuf_a_network_takes_is_the_cost_models():
     chosen, _, out = run(graph)
     np.testing.assert_array_equal(out[graph.outputs[0]],
                                   reference.outputs(graph)[graph.outputs[0]])
-    assert chosen.ubuf == (0, 0) and chosen.cfg.ubuf_rows == 0
+    # the program assumes no UBUF; the chip it was compiled for is the one given
+    assert chosen.ubuf == (0, 0) and chosen.plan.cfg.ubuf_rows == 0 and chosen.cfg == CFG
     sizes = {0: (0, 0), 256: (CFG.ubuf_base, 256), 512: (CFG.cbuf_depth - 512, 512)}
     fixed = {rows: compile_network(CFG, graph, ubuf=at) for rows, at in sizes.items()}
     assert fixed[0].image == chosen.image and fixed[256].ubuf == (CFG.ubuf_base, 256)
