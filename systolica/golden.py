@@ -836,7 +836,7 @@ def run(cfg: ChipConfig, program: Loadable) -> GoldenResult:
     if not isinstance(program, Loadable):
         raise TypeError(f"golden.run takes a Loadable (compiled.loadable, or "
                         f"Loadable(image, dram)), not {type(program).__name__}")
-    image, dram, prog_addr = program.image, program.dram, program.prog_addr
+    image, dram, prog_addr = program.image, program.dram_image(), program.prog_addr
     if program.ubuf is not None:
         cfg = cfg.at_ubuf(*program.ubuf)
     given = np.asarray(dram, dtype=np.uint8)

@@ -14,7 +14,9 @@ import pytest
 
 from systolica.arch import isa
 from systolica.arch.config import ChipConfig
+from systolica.arch.loadable import Loadable
 from systolica.sim import rtlsim
+from systolica.sim.jobs import RtlJob, RtlResult
 
 
 def program_image(program) -> bytes:
@@ -30,33 +32,35 @@ def program_image(program) -> bytes:
     return isa.to_bytes(words)
 
 
-def rtl_job(program, dram=None, **options) -> dict:
-    """A job for :func:`systolica.sim.rtlsim.run`. ``dram`` (an image from word 0 or
-    ``(first_word, image)`` segments) defaults to the compiler result's ``.dram`` when
-    ``program`` has one, and so does ``prog_addr``; ``options`` are the other job keys
-    (``readback``, ``expect_fault``, ``timeout_cycles``, ``name``, ``prog_addr``,
-    ``ubuf``, which also defaults to the compiled program's)."""
+def rtl_job(program, dram=None, *, prog_addr=None, ubuf=None, readback=None,
+            expect_fault=False, timeout_cycles=None, name="") -> RtlJob:
+    """An :class:`~systolica.sim.jobs.RtlJob` from what a test has at hand (a compiler
+    result, image bytes, instructions or words: :func:`program_image`). ``dram`` (an
+    image from word 0 or ``(first_word, image)`` segments), ``prog_addr`` and ``ubuf``
+    default to the compiler result's."""
     if dram is None:
         dram = getattr(program, "dram", None)
-    job = {"program": program_image(program), **options}
-    if getattr(program, "prog_addr", None) is not None:
-        job.setdefault("prog_addr", program.prog_addr)
-    if getattr(program, "ubuf", None) is not None:
-        job.setdefault("ubuf", program.ubuf)
-    if dram is not None:
-        job["dram"] = dram if isinstance(dram, (list, tuple)) else np.asarray(dram)
-    return job
+    if prog_addr is None:
+        prog_addr = getattr(program, "prog_addr", None)
+    if ubuf is None:
+        ubuf = getattr(program, "ubuf", None)
+    if dram is not None and not isinstance(dram, (list, tuple)):
+        dram = np.asarray(dram)
+    return RtlJob(Loadable(program_image(program), dram, prog_addr, ubuf),
+                  readback=None if readback is None else tuple(map(tuple, readback)),
+                  expect_fault=expect_fault, timeout_cycles=timeout_cycles, name=name)
 
 
-def run_on_rtl(cfg: ChipConfig, program, dram=None, **options) -> dict:
-    """Run one program on the RTL; the result dict of :func:`systolica.sim.rtlsim.run`."""
+def run_on_rtl(cfg: ChipConfig, program, dram=None, **options) -> RtlResult:
+    """Run one program on the RTL (:func:`rtl_job`'s arguments)."""
     return rtlsim.run(cfg, [rtl_job(program, dram, **options)])[0]
 
 
-def run_many_on_rtl(cfg: ChipConfig, jobs: list[dict]) -> list[dict]:
-    """Several runs in one simulator process; ``jobs`` are keyword dicts for
+def run_many_on_rtl(cfg: ChipConfig, jobs: list) -> list[RtlResult]:
+    """Several runs in one simulator process; ``jobs`` are RtlJobs or keyword dicts for
     :func:`rtl_job` (``program`` plus optional ``dram`` and options)."""
-    return rtlsim.run(cfg, [rtl_job(**job) for job in jobs])
+    return rtlsim.run(cfg, [job if isinstance(job, RtlJob) else rtl_job(**job)
+                            for job in jobs])
 
 
 def random_gemm(M, K, N, seed, *, int32=False, bias=True, relu=False):
@@ -95,14 +99,14 @@ def compile_and_run_on_rtl(cfg: ChipConfig, cases: dict) -> dict:
     return {name: (compiled[name], res) for name, res in zip(compiled, results)}
 
 
-def assert_outputs_match(cfg: ChipConfig, compiled, res: dict) -> None:
+def assert_outputs_match(cfg: ChipConfig, compiled, res: RtlResult) -> None:
     """Every graph output read back from the RTL run equals numpy and the golden model."""
     import numpy as np
 
     from systolica import golden
     from systolica.compiler.graph import reference
-    assert res["error_name"] == "NONE", f"chip fault {res['error_name']} at pc {res['fault_pc']}"
-    got = compiled.results(res["dram"])
+    assert res.error_name == "NONE", f"chip fault {res.error_name} at pc {res.fault_pc}"
+    got = compiled.results(res.dram)
     want = reference.outputs(compiled.graph)
     gold = compiled.results(golden.run(cfg, compiled.loadable).dram)
     assert list(got) == list(want) == list(compiled.graph.outputs)
@@ -112,19 +116,19 @@ def assert_outputs_match(cfg: ChipConfig, compiled, res: dict) -> None:
         np.testing.assert_array_equal(got[name], gold[name], err_msg=f"{name}: RTL vs golden")
 
 
-def assert_matches_prediction(cfg: ChipConfig, compiled, res: dict) -> None:
+def assert_matches_prediction(cfg: ChipConfig, compiled, res: RtlResult) -> None:
     """The RTL run's cycle and performance counters equal the compiler's prediction and
     the golden model's, and the run ended with the interrupt."""
     from systolica import golden
     gold = golden.run(cfg, compiled.loadable)
-    assert res["cycles"] == compiled.predicted_cycles == gold.cycles
-    assert res["macs"] == compiled.array_macs == gold.macs
-    assert res["dram_rd_bytes"] == compiled.dram_bytes_read == gold.dram_bytes_read
-    assert res["dram_wr_bytes"] == compiled.dram_bytes_written == gold.dram_bytes_written
-    assert res["fetch_rd_bytes"] == compiled.fetch_bytes_read == gold.fetch_bytes_read
-    assert res["ubuf_wr_bytes"] == compiled.ubuf_bytes_written == gold.ubuf_bytes_written
-    assert res["ubuf_rd_bytes"] == compiled.ubuf_bytes_read == gold.ubuf_bytes_read
-    assert res["irq"] and not res["timed_out"]
+    assert res.cycles == compiled.predicted_cycles == gold.cycles
+    assert res.macs == compiled.array_macs == gold.macs
+    assert res.dram_rd_bytes == compiled.dram_bytes_read == gold.dram_bytes_read
+    assert res.dram_wr_bytes == compiled.dram_bytes_written == gold.dram_bytes_written
+    assert res.fetch_rd_bytes == compiled.fetch_bytes_read == gold.fetch_bytes_read
+    assert res.ubuf_wr_bytes == compiled.ubuf_bytes_written == gold.ubuf_bytes_written
+    assert res.ubuf_rd_bytes == compiled.ubuf_bytes_read == gold.ubuf_bytes_read
+    assert res.irq and not res.timed_out
 
 
 def assert_cases_and_random_programs_on_rtl(cfg: ChipConfig, cases: dict, seed: int) -> None:

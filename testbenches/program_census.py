@@ -105,7 +105,7 @@ def _transposes() -> list[Case]:
             jobs, compiled = tb.nd_programs(cfg, x, perm)
             key = f"{'x'.join(map(str, shape))}/{''.join(map(str, perm))}"
             out[key] = compiled_record(compiled)
-            out[f"{key}/round_trip"] = _sha(jobs["dram_round_trip"]["program"])
+            out[f"{key}/round_trip"] = _sha(jobs["dram_round_trip"].program.image)
         return out
 
     def int32() -> dict:

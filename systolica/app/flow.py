@@ -3,6 +3,7 @@ RTL, and check both against numpy, cycle counts included."""
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -13,6 +14,7 @@ from systolica.arch.config import ChipConfig
 from systolica.compiler import Compiled
 from systolica.compiler.graph import reference
 from systolica.sim import rtlsim
+from systolica.sim.jobs import RtlJob
 
 
 @dataclass
@@ -110,20 +112,18 @@ def run_network(compiled: Compiled, *, waves: bool = False, per_layer: bool = Tr
     gold = golden.run(cfg, compiled.loadable)
     out_words = (compiled.dram_map.output, compiled.dram_map.output_words)
 
-    jobs = [dict(name=network.name, program=compiled.image, dram=compiled.dram,
-                 prog_addr=compiled.prog_addr, ubuf=compiled.ubuf, readback=[out_words])]
+    jobs = [RtlJob(compiled.loadable, readback=(out_words,), name=network.name)]
     prefixes = _layer_prefixes(compiled) if per_layer and len(compiled.layers) > 1 else []
     words = isa.from_bytes(compiled.image)
     for layer, n in zip(compiled.layers, prefixes):
         prefix = isa.to_bytes(words[:n])
-        jobs.append(dict(name=f"{network.name}:{layer.name}", program=prefix,
-                         dram=compiled.dram, prog_addr=compiled.prog_addr,
-                         ubuf=compiled.ubuf, readback=[(0, 1)]))
+        jobs.append(RtlJob(dataclasses.replace(compiled.loadable, image=prefix),
+                           readback=((0, 1),), name=f"{network.name}:{layer.name}"))
     results = rtlsim.run(cfg, jobs, waves=waves, harness=harness)
     full = results[0]
 
     dram_after = np.zeros((compiled.dram_map.end, cfg.dram_word_bytes), np.uint8)
-    dram_after[out_words[0]:out_words[0] + out_words[1]] = full["readback"][0]
+    dram_after[out_words[0]:out_words[0] + out_words[1]] = full.readback[0]
     got = compiled.results(dram_after)
     golden_out = compiled.results(gold.dram)
 
@@ -133,24 +133,24 @@ def run_network(compiled: Compiled, *, waves: bool = False, per_layer: bool = Tr
         for layer, n, res in zip(compiled.layers, prefixes, results[1:]):
             predicted = timing.run_cycles(cfg, compiled.program[:n])
             layers.append(LayerRun(layer.name, layer.M, layer.K, layer.N, layer.macs,
-                                   predicted, res["cycles"], res["dram_rd_bytes"] - rd0,
-                                   res["dram_wr_bytes"] - wr0, start))
-            start, rd0, wr0 = res["cycles"], res["dram_rd_bytes"], res["dram_wr_bytes"]
+                                   predicted, res.cycles, res.dram_rd_bytes - rd0,
+                                   res.dram_wr_bytes - wr0, start))
+            start, rd0, wr0 = res.cycles, res.dram_rd_bytes, res.dram_wr_bytes
     else:
         layer = compiled.layers[0] if len(compiled.layers) == 1 else None
         if layer is not None:
             layers.append(LayerRun(layer.name, layer.M, layer.K, layer.N, layer.macs,
-                                   compiled.predicted_cycles, full["cycles"],
-                                   full["dram_rd_bytes"], full["dram_wr_bytes"]))
+                                   compiled.predicted_cycles, full.cycles,
+                                   full.dram_rd_bytes, full.dram_wr_bytes))
     return NetworkRun(
         cfg=cfg, name=network.name, compiled=compiled, compile_s=compile_s,
-        predicted_cycles=compiled.predicted_cycles, measured_cycles=full["cycles"],
+        predicted_cycles=compiled.predicted_cycles, measured_cycles=full.cycles,
         golden_cycles=gold.cycles,
         rtl_matches_golden=all(np.array_equal(got[k], golden_out[k]) for k in got),
         rtl_matches_numpy=set(got) == set(want)
         and all(np.array_equal(got[k], want[k]) for k in got),
-        macs_counter=full["macs"], dram_rd_bytes=full["dram_rd_bytes"],
-        dram_wr_bytes=full["dram_wr_bytes"], sim_s=full["wall_s"],
-        error=full["error_name"], layers=layers, fst=full.get("fst"), harness=harness,
-        fetch_rd_bytes=full["fetch_rd_bytes"], ubuf_wr_bytes=full["ubuf_wr_bytes"],
-        ubuf_rd_bytes=full["ubuf_rd_bytes"])
+        macs_counter=full.macs, dram_rd_bytes=full.dram_rd_bytes,
+        dram_wr_bytes=full.dram_wr_bytes, sim_s=full.wall_s,
+        error=full.error_name, layers=layers, fst=full.fst, harness=harness,
+        fetch_rd_bytes=full.fetch_rd_bytes, ubuf_wr_bytes=full.ubuf_wr_bytes,
+        ubuf_rd_bytes=full.ubuf_rd_bytes)

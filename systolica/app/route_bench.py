@@ -15,7 +15,9 @@ import numpy as np
 from systolica.arch import fabric, isa, timing
 from systolica.arch.config import ChipConfig, preset
 from systolica.arch.isa import DmaKind, Instr, Opcode
+from systolica.arch.loadable import Loadable
 from systolica.compiler.planning import lanes
+from systolica.sim.jobs import RtlJob
 
 M, SRC, DST, OUT = 24, 0, 100, 200
 
@@ -96,19 +98,19 @@ def skip_records(rows: int = 256) -> list[dict]:
         for skips in (False, True):
             route, keep, prog = program(cfg, moves, col0, skips, rows=rows)
             image = dram(cfg, 5, rows)
-            jobs.append({"program": isa.to_bytes([isa.encode(i) for i in prog]),
-                         "dram": image, "readback": [(places(rows)[2], rows)],
-                         "name": f"route_{name}_{'skips' if skips else 'plain'}"})
+            jobs.append(RtlJob(Loadable(isa.to_bytes([isa.encode(i) for i in prog]), image),
+                               readback=((places(rows)[2], rows),),
+                               name=f"route_{name}_{'skips' if skips else 'plain'}"))
             meta.append((skips, route, prog, expected(cfg, image, moves, col0, keep, rows)))
         rec = {"name": f"route_{rows}_rows", "config": name, "kind": "lane_route",
                "moves": {str(j): i for j, i in moves.items()}, "ok": True}
         for res, (skips, route, prog, want) in zip(rtlsim.run(cfg, jobs), meta):
-            got = res["readback"][0].reshape(rows, -1)[:, :cfg.rows]
-            ok = (res["error_name"] == "NONE" and np.array_equal(got, want)
-                  and res["cycles"] == timing.run_cycles(cfg, prog))
+            got = res.readback[0].reshape(rows, -1)[:, :cfg.rows]
+            ok = (res.error_name == "NONE" and np.array_equal(got, want)
+                  and res.cycles == timing.run_cycles(cfg, prog))
             rec["ok"] = rec["ok"] and ok
             rec["with_skip_links" if skips else "without_skip_links"] = {
-                "cycles": res["cycles"], "span": route.span, "skip_links": route.skips,
+                "cycles": res.cycles, "span": route.span, "skip_links": route.skips,
                 "route_cycles": timing.done(cfg, next(i for i in prog
                                                       if i.op is Opcode.ROUTE))}
         out.append(rec)

@@ -27,15 +27,19 @@ DRAM to DRAM; its cost is the difference to the dense layer alone."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
 from systolica.arch import isa
 from systolica.arch.config import ChipConfig, preset
 from systolica.arch.isa import DmaKind, Opcode
+from systolica.arch.loadable import Loadable
 from systolica.compiler.microops.ir import MicroOp, make
 from systolica.compiler.planning import layout
 from systolica.compiler.scheduling.reconfigure import add_updates
 from systolica.compiler.scheduling.schedule import schedule
+from systolica.sim.jobs import RtlJob
 
 #: (M, N) shapes: square, and ragged in both directions.
 SHAPES = ((64, 64), (100, 37))
@@ -132,11 +136,10 @@ def nd_programs(cfg: ChipConfig, x: np.ndarray, perm: tuple[int, ...]):
     cycles, updates = add_updates(cfg, ops, schedule(cfg, ops))
     trip = sorted([op.instr(c) for op, c in zip(ops, cycles)] + [u for u, _ in updates],
                   key=lambda i: i.cycle)
-    readback = [(out_at, out_words)]
-    jobs = {"on_chip": {"program": compiled.image, "dram": compiled.dram,
-                        "prog_addr": compiled.prog_addr, "readback": readback},
-            "dram_round_trip": {"program": isa.to_bytes([isa.encode(i) for i in trip]),
-                                "dram": compiled.dram, "readback": readback}}
+    readback = ((out_at, out_words),)
+    jobs = {"on_chip": RtlJob(compiled.loadable, readback=readback),
+            "dram_round_trip": RtlJob(Loadable(isa.to_bytes([isa.encode(i) for i in trip]),
+                                               compiled.dram), readback=readback)}
     return jobs, compiled
 
 
@@ -150,7 +153,7 @@ def nd_records(cfg_name: str = CONFIG, cases=ND_CASES) -> list[dict]:
         x = rng.integers(-128, 128, shape, dtype=np.int8)
         progs, compiled = nd_programs(cfg, x, perm)
         for name, job in progs.items():
-            jobs.append({**job, "name": f"{compiled.graph.name}_{name}"})
+            jobs.append(dataclasses.replace(job, name=f"{compiled.graph.name}_{name}"))
             meta.append((shape, perm, name, x, compiled))
     results = rtlsim.run(cfg, jobs)
     out: dict[tuple, dict] = {}
@@ -159,14 +162,14 @@ def nd_records(cfg_name: str = CONFIG, cases=ND_CASES) -> list[dict]:
             "name": f"transpose_{'x'.join(map(str, shape))}_{''.join(map(str, perm))}",
             "config": cfg_name, "kind": "transpose_nd", "shape": list(shape),
             "perm": list(perm), "ok": True})
-        ok = res["error_name"] == "NONE"
+        ok = res.error_name == "NONE"
         if name == "on_chip":
-            got = compiled.results(_placed(compiled, res["readback"][0]))["t"]
+            got = compiled.results(_placed(compiled, res.readback[0]))["t"]
             ok = ok and np.array_equal(got, np.transpose(x, perm)) \
-                and res["cycles"] == compiled.predicted_cycles
+                and res.cycles == compiled.predicted_cycles
         rec["ok"] = rec["ok"] and ok
-        rec[name] = {"cycles": res["cycles"],
-                     "dram_bytes": res["dram_rd_bytes"] + res["dram_wr_bytes"]}
+        rec[name] = {"cycles": res.cycles,
+                     "dram_bytes": res.dram_rd_bytes + res.dram_wr_bytes}
     return list(out.values())
 
 
@@ -203,23 +206,22 @@ def int32_records(cfg_name: str = CONFIG, case=INT32_CASE) -> list[dict]:
     cfg = preset(cfg_name)
     graphs = int32_graphs(*case)
     compiled = [compile_network(cfg, g) for g in graphs]
-    jobs = [{"program": c.image, "dram": c.dram, "prog_addr": c.prog_addr,
-             "readback": [c.dram_map.outputs[c.graph.outputs[0]]],
-             "name": c.graph.name} for c in compiled]
+    jobs = [RtlJob(c.loadable, readback=(c.dram_map.outputs[c.graph.outputs[0]],),
+                   name=c.graph.name) for c in compiled]
     results = rtlsim.run(cfg, jobs)
     rec = {"name": f"transpose_int32_{case[0]}x{case[2]}", "config": cfg_name,
            "kind": "transpose_int32", "shape": [case[0], case[2]], "ok": True}
     for name, c, res in zip(("on_chip", "base"), compiled, results):
         (at, n), = c.dram_map.outputs.values()
         image = np.zeros((at + n, cfg.rows), np.uint8)
-        image[at:at + n] = res["readback"][0]
+        image[at:at + n] = res.readback[0]
         want = reference.outputs(c.graph)
         got = c.results(image)
-        rec["ok"] = rec["ok"] and res["error_name"] == "NONE" \
-            and res["cycles"] == c.predicted_cycles \
+        rec["ok"] = rec["ok"] and res.error_name == "NONE" \
+            and res.cycles == c.predicted_cycles \
             and all(np.array_equal(got[k], want[k]) for k in want)
-        rec[name] = {"cycles": res["cycles"],
-                     "dram_bytes": res["dram_rd_bytes"] + res["dram_wr_bytes"]}
+        rec[name] = {"cycles": res.cycles,
+                     "dram_bytes": res.dram_rd_bytes + res.dram_wr_bytes}
         if name == "on_chip":
             rec["transpose_layer_cycles"] = next(l.cycles for l in c.layers if l.name == "t")
     rec["on_chip_extra"] = {k: rec["on_chip"][k] - rec["base"][k]
@@ -246,20 +248,19 @@ def records(cfg_name: str = CONFIG, shapes=SHAPES) -> list[dict]:
         x = rng.integers(-128, 128, (M, N), dtype=np.int8)
         progs, image, (at, words) = programs(cfg, x)
         for name, program in progs.items():
-            jobs.append({"program": isa.to_bytes([isa.encode(i) for i in program]),
-                         "dram": image, "readback": [(at, words)],
-                         "name": f"transpose_{M}x{N}_{name}"})
+            jobs.append(RtlJob(Loadable(isa.to_bytes([isa.encode(i) for i in program]), image),
+                               readback=((at, words),), name=f"transpose_{M}x{N}_{name}"))
             meta.append((M, N, name, x))
     results = rtlsim.run(cfg, jobs)
     by_shape: dict[tuple[int, int], dict] = {}
     for (M, N, name, x), res in zip(meta, results):
         rec = by_shape.setdefault((M, N), {"name": f"transpose_{M}x{N}", "config": cfg_name,
                                            "kind": "transpose", "ok": True})
-        got = layout.unpack_int8(cfg, res["readback"][0], N, M)
-        ok = res["error_name"] == "NONE" and (name == "base" or np.array_equal(got, x.T))
+        got = layout.unpack_int8(cfg, res.readback[0], N, M)
+        ok = res.error_name == "NONE" and (name == "base" or np.array_equal(got, x.T))
         rec["ok"] = rec["ok"] and ok
-        rec[name] = {"cycles": res["cycles"],
-                     "dram_bytes": res["dram_rd_bytes"] + res["dram_wr_bytes"]}
+        rec[name] = {"cycles": res.cycles,
+                     "dram_bytes": res.dram_rd_bytes + res.dram_wr_bytes}
     out = []
     for rec in by_shape.values():
         for name in ("on_chip", "dram_round_trip"):

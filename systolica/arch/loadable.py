@@ -14,8 +14,8 @@ class Loadable:
     """A program ready to run.
 
     * ``image``: the program image (``isa.to_bytes`` of its 128-bit words);
-    * ``dram``: the initial DRAM image from word 0, uint8 ``(words, cfg.rows)`` (the
-      words past it are zeros);
+    * ``dram``: the initial DRAM image from word 0, uint8 ``(words, cfg.rows)``, or
+      ``(first_word, image)`` segments; the words outside it are zeros;
     * ``prog_addr``: the PROG_ADDR register, where a program longer than the
       instruction memory is fetched from (the host writes the image there too); None:
       the program is not fetched (it must fit the instruction memory);
@@ -23,7 +23,7 @@ class Loadable:
       None: the registers' reset values (the chip's configuration).
     """
     image: bytes
-    dram: np.ndarray
+    dram: np.ndarray | tuple[tuple[int, np.ndarray], ...]
     prog_addr: int | None = None
     ubuf: tuple[int, int] | None = None
 
@@ -34,3 +34,16 @@ class Loadable:
         if self.ubuf is not None and (not isinstance(self.ubuf, tuple) or len(self.ubuf) != 2):
             raise TypeError(f"a Loadable's ubuf must be (base, rows) or None, not "
                             f"{self.ubuf!r}")
+
+    def dram_image(self) -> np.ndarray:
+        """The DRAM image from word 0 up to the last word given (segments merged)."""
+        if not isinstance(self.dram, (list, tuple)):
+            return np.asarray(self.dram)
+        pieces = [(int(first), np.asarray(data)) for first, data in self.dram]
+        end = max((first + data.shape[0] for first, data in pieces), default=0)
+        width = next((data.shape[1] for _, data in pieces if data.ndim == 2), 1)
+        out = np.zeros((end, width), dtype=np.uint8)
+        for first, data in pieces:
+            out[first:first + data.shape[0]] = data.view(np.uint8) \
+                if data.dtype == np.int8 else data
+        return out

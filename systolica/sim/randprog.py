@@ -43,6 +43,7 @@ from systolica.compiler.planning import lanes
 from systolica.compiler.scheduling.config_updates import ConfigUpdateError
 from systolica.compiler.scheduling.reconfigure import add_updates
 from systolica.compiler.scheduling.schedule import schedule
+from systolica.sim.jobs import RtlJob
 
 #: How an illegal program is broken; the seed picks one (``seed % len``).
 CATEGORIES = ("late", "unit_busy", "addr_range", "cfg_limit", "cfg_in_use", "bank_conflict",
@@ -94,11 +95,11 @@ class RandomProgram:
     def image(self) -> bytes:
         return isa.to_bytes([isa.encode(i) for i in self.program])
 
-    def job(self) -> dict:
+    def job(self) -> RtlJob:
         """A job for :func:`systolica.sim.rtlsim.run`; faults are judged by
         :func:`compare`, not by the runner."""
-        return {"program": self.image, "dram": self.dram, "name": self.name,
-                "readback": list(self.readback) or [(0, 1)], "expect_fault": None}
+        return RtlJob(Loadable(self.image, self.dram), readback=tuple(self.readback) or ((0, 1),),
+                      expect_fault=None, name=self.name)
 
     def reproduce(self) -> str:
         """A shell command that regenerates this program and reruns the comparison."""
@@ -909,10 +910,10 @@ def compare(prog: RandomProgram, rtl: dict) -> list[str]:
     problems = []
     if rtl.get("timed_out"):
         problems.append("RTL: no interrupt (timed out)")
-    regs = [("error", int(gold.error), rtl["error"]),
-            ("fault_pc", gold.fault_pc, rtl["fault_pc"]),
-            ("fault_cycle", gold.fault_cycle, rtl["fault_cycle"]),
-            ("cycles", gold.cycles, rtl["cycles"])]
+    regs = [("error", int(gold.error), rtl.error),
+            ("fault_pc", gold.fault_pc, rtl.fault_pc),
+            ("fault_cycle", gold.fault_cycle, rtl.fault_cycle),
+            ("cycles", gold.cycles, rtl.cycles)]
     if prog.legal:
         if gold.error != ErrorCode.NONE:
             problems.append(f"golden model faults on a legal program: {gold.error.name} at "
@@ -920,12 +921,12 @@ def compare(prog: RandomProgram, rtl: dict) -> list[str]:
         predicted = timing.run_cycles(prog.cfg, list(prog.program))
         if gold.cycles != predicted:
             problems.append(f"golden cycles {gold.cycles} != predicted {predicted}")
-        regs += [("macs", gold.macs, rtl["macs"]),
-                 ("dram_rd_bytes", gold.dram_bytes_read, rtl["dram_rd_bytes"]),
-                 ("dram_wr_bytes", gold.dram_bytes_written, rtl["dram_wr_bytes"]),
-                 ("fetch_rd_bytes", gold.fetch_bytes_read, rtl["fetch_rd_bytes"]),
-                 ("ubuf_wr_bytes", gold.ubuf_bytes_written, rtl["ubuf_wr_bytes"]),
-                 ("ubuf_rd_bytes", gold.ubuf_bytes_read, rtl["ubuf_rd_bytes"])]
+        regs += [("macs", gold.macs, rtl.macs),
+                 ("dram_rd_bytes", gold.dram_bytes_read, rtl.dram_rd_bytes),
+                 ("dram_wr_bytes", gold.dram_bytes_written, rtl.dram_wr_bytes),
+                 ("fetch_rd_bytes", gold.fetch_bytes_read, rtl.fetch_rd_bytes),
+                 ("ubuf_wr_bytes", gold.ubuf_bytes_written, rtl.ubuf_wr_bytes),
+                 ("ubuf_rd_bytes", gold.ubuf_bytes_read, rtl.ubuf_rd_bytes)]
     else:
         code, pc, cycle = prog.expect
         if (gold.error, gold.fault_pc, gold.fault_cycle) != (code, pc, cycle):
@@ -937,7 +938,7 @@ def compare(prog: RandomProgram, rtl: dict) -> list[str]:
             show = (lambda v: ErrorCode(v).name) if name == "error" else str
             problems.append(f"{name}: RTL {show(got)}, golden {show(want)}")
     if prog.legal:
-        for (lo, n), got in zip(prog.readback, rtl["readback"]):
+        for (lo, n), got in zip(prog.readback, rtl.readback):
             want = gold.dram[lo:lo + n]
             if not np.array_equal(got, want):
                 bad = np.flatnonzero((np.asarray(got) != want).any(axis=1))

@@ -9,48 +9,18 @@ other on the same chip, and returns what each left in the registers and the DRAM
 chip is driven by cocotb (the default) or by a plain C++ harness (``harness="cxx"``,
 :mod:`systolica.sim.cxxsim`), which is faster and writes no waveforms.
 
-A job is a dict:
-
-``program`` (bytes)
-    program image, :func:`systolica.arch.isa.to_bytes` format.
-``dram`` (``numpy.uint8`` array ``(words, cfg.dram_word_bytes)``, or a list of
-``(first_word, array)`` segments; optional)
-    initial DRAM contents: an array from word 0, or each segment's array from its
-    first word; every other word is zero, and missing means all zeros. Only the
-    non-zero words given travel to the simulator, so give the part a run uses (e.g.
-    ``compiled.dram``), not a full-size image.
-``prog_addr`` (int, optional)
-    DRAM word address of the program region (the PROG_ADDR register; default 0). A
-    program longer than ``cfg.imem_depth`` needs it: its image is written there, with
-    the DRAM data, and the chip fetches from it (:mod:`systolica.arch.fetch`).
-``ubuf`` (``(base, rows)``, optional)
-    the UBUF placement the program assumes (``compiled.ubuf``): the driver writes the
-    UBUF registers before the run (missing: they keep their reset values, the
-    configuration's). One the chip would refuse is an error here.
-``readback`` (list of ``(first_word, words)``, optional)
-    DRAM word ranges to return after the run; only these are dumped. Missing means
-    the whole DRAM, which on a large memory (``base`` has 64 MiB) costs seconds:
-    name the ranges instead.
-``expect_fault`` (bool or None, default False)
-    whether the run must end in a fault; None accepts either.
-``timeout_cycles`` (int, optional)
-    cycles to wait for the interrupt; the default is derived from the program's
-    issue cycles.
-``name`` (str, optional)
-    label for logs.
-
-A result is a dict with the register values ``status``, ``error``, ``fault_pc``,
-``fault_cycle``, ``cycles``, ``macs``, ``dram_rd_bytes``, ``dram_wr_bytes``, ``hwcfg``;
-``status_flags`` and ``error_name`` (readable forms), ``faulted`` (bool), ``irq``,
-``timed_out``; ``readback`` (list of arrays, one per requested range) and ``dram``
-(the whole image when no ranges were given, else None); ``sim_cycles`` (clock cycles
-from start to interrupt as seen by the testbench), ``start_time_ns`` (where the run
-begins in the waveform), ``wall_s`` (host seconds of that part of the simulation);
-``fst`` (waveform path when ``waves``, else None), ``name`` and ``harness``.
+A job is an :class:`~systolica.sim.jobs.RtlJob` (a :class:`~systolica.arch.loadable.Loadable`
+with the DRAM ranges to read back, whether it must fault, a timeout and a name), a
+result an :class:`~systolica.sim.jobs.RtlResult`. A program longer than
+``cfg.imem_depth`` needs the Loadable's ``prog_addr``: its image is written there, with
+the DRAM data, and the chip fetches from it (:mod:`systolica.arch.fetch`); its ``ubuf``
+is written to the UBUF registers before the run (one the chip would refuse is an error
+here).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -65,6 +35,7 @@ from systolica.arch.regs import STATUS_ERROR
 from systolica.firmware import dramfile
 from systolica.firmware.driver import describe_status, error_name
 from systolica.sim import verilated
+from systolica.sim.jobs import RtlJob, RtlResult
 from systolica.sim.verilated import build_root, cocotb_environment, log_tail
 
 HDL = verilated.HDL
@@ -197,27 +168,26 @@ def _check_ranges(cfg: ChipConfig, ranges) -> list[list[int]]:
     return out
 
 
-def _write_jobs(cfg: ChipConfig, jobs: list[dict], run_dir: Path) -> list[dict]:
+def _write_jobs(cfg: ChipConfig, jobs: list[RtlJob], run_dir: Path) -> list[dict]:
     """Check ``jobs`` and write their programs and DRAM load files into ``run_dir``;
     return their entries of the jobs file (before any simulator is built)."""
     specs = []
     for index, job in enumerate(jobs):
-        unknown = set(job) - {"program", "dram", "readback", "expect_fault",
-                              "timeout_cycles", "name", "prog_addr", "ubuf"}
-        if unknown:
-            raise RtlSimError(f"job {index}: unknown key(s) {sorted(unknown)}")
-        image = bytes(job["program"])
+        if not isinstance(job, RtlJob):
+            raise RtlSimError(f"job {index} must be an RtlJob, not {type(job).__name__}")
+        program = job.program
+        image = bytes(program.image)
         prog = f"job{index}.bin"
         (run_dir / prog).write_bytes(image)
-        segments = [] if job.get("dram") is None else _dram_segments(cfg, job["dram"])
-        prog_addr = job.get("prog_addr")
+        segments = [] if program.dram is None else _dram_segments(cfg, program.dram)
+        prog_addr = program.prog_addr
         count = len(image) // (isa.WORD_BITS // 8)
         if fetch.fetches(cfg, count):
             if prog_addr is None:
                 raise RtlSimError(
                     f"job {index}: the program has {count} instructions, more than "
                     f"imem_depth {cfg.imem_depth}, so the chip fetches it from DRAM: give "
-                    f"the job a 'prog_addr' (e.g. the compiled program's .prog_addr)")
+                    f"its Loadable a prog_addr (e.g. the compiled program's .prog_addr)")
             region = fetch.program_words(cfg, image)
             if isinstance(prog_addr, bool) or not isinstance(prog_addr, (int, np.integer)) \
                     or not 0 <= prog_addr < 1 << 32:
@@ -229,8 +199,7 @@ def _write_jobs(cfg: ChipConfig, jobs: list[dict], run_dir: Path) -> list[dict]:
         if segments:
             dram = f"job{index}-dram.hex"
             dramfile.write_segments(run_dir / dram, segments)
-        readback = job.get("readback")
-        ubuf = job.get("ubuf")
+        ubuf = program.ubuf
         if ubuf is not None:
             try:
                 base, rows = (int(v) for v in ubuf)
@@ -242,21 +211,20 @@ def _write_jobs(cfg: ChipConfig, jobs: list[dict], run_dir: Path) -> list[dict]:
                 raise RtlSimError(f"job {index}: UBUF base {base}, rows {rows}: {why}")
             ubuf = [base, rows]
         specs.append({
-            "name": job.get("name", f"job{index}"),
+            "name": job.name or f"job{index}",
             "program": prog,
             "prog_addr": int(prog_addr or 0),
             "ubuf": ubuf,
             "dram": dram,
-            "readback": _check_ranges(cfg, [(0, cfg.dram_words)] if readback is None
-                                      else readback),
-            "timeout_cycles": int(job.get("timeout_cycles")
-                                  or _default_timeout(cfg, image)),
+            "readback": _check_ranges(cfg, [(0, cfg.dram_words)] if job.readback is None
+                                      else job.readback),
+            "timeout_cycles": int(job.timeout_cycles or _default_timeout(cfg, image)),
         })
     return specs
 
 
-def run(cfg: ChipConfig, jobs: list[dict], waves: bool = False, *,
-        keep: bool = False, harness: str = "cocotb") -> list[dict]:
+def run(cfg: ChipConfig, jobs: list[RtlJob], waves: bool = False, *,
+        keep: bool = False, harness: str = "cocotb") -> list[RtlResult]:
     """Run ``jobs`` one after another in one simulator process (cocotb) or one
     process each (``harness="cxx"``, no waveforms); return one result per job (see
     the module docstring). The jobs are checked before any simulator is built. The run
@@ -282,20 +250,17 @@ def run(cfg: ChipConfig, jobs: list[dict], waves: bool = False, *,
     fst = str(run_dir / "dump.fst") if waves else None
     results = []
     problems = []
-    for index, (job, spec, res) in enumerate(zip(jobs, specs, raw, strict=True)):
-        res["dram"] = res["readback"][0] if job.get("readback") is None else None
-        res["faulted"] = bool(res["status"] & STATUS_ERROR)
-        res["fst"] = fst
-        res["harness"] = harness
-        if res["timed_out"]:
+    for index, (job, spec, raw_res) in enumerate(zip(jobs, specs, raw, strict=True)):
+        res = _result(raw_res, whole=job.readback is None, fst=fst, harness=harness)
+        if res.timed_out:
             problems.append(f"job {index} ({spec['name']}): no interrupt within "
-                            f"{spec['timeout_cycles']} cycles ({res['status_flags']})")
-        expect = job.get("expect_fault", False)
-        if expect is not None and not res["timed_out"] and res["faulted"] != expect:
+                            f"{spec['timeout_cycles']} cycles ({res.status_flags})")
+        expect = job.expect_fault
+        if expect is not None and not res.timed_out and res.faulted != expect:
             problems.append(
                 f"job {index} ({spec['name']}): "
-                + (f"faulted with {res['error_name']} at pc {res['fault_pc']}, "
-                   f"cycle {res['fault_cycle']}" if res["faulted"]
+                + (f"faulted with {res.error_name} at pc {res.fault_pc}, "
+                   f"cycle {res.fault_cycle}" if res.faulted
                    else "finished without the expected fault"))
         results.append(res)
     if problems:
@@ -303,6 +268,14 @@ def run(cfg: ChipConfig, jobs: list[dict], waves: bool = False, *,
     if not (keep or waves):
         shutil.rmtree(run_dir, ignore_errors=True)
     return results
+
+
+def _result(raw: dict, *, whole: bool, fst: str | None, harness: str) -> RtlResult:
+    """A simulator process's result (a dict of registers and figures) as a result."""
+    fields = {f.name for f in dataclasses.fields(RtlResult)}
+    given = {k: v for k, v in raw.items() if k in fields}
+    return RtlResult(**given, faulted=bool(raw["status"] & STATUS_ERROR),
+                     dram=raw["readback"][0] if whole else None, fst=fst, harness=harness)
 
 
 def _run_cxx(cfg: ChipConfig, out: Path, run_dir: Path, specs: list[dict]) -> list[dict]:

@@ -23,6 +23,7 @@ from systolica.compiler.scheduling.fetch_delay import _late, _port_cycles, delay
 from systolica.compiler.scheduling.verify import ScheduleError
 from systolica.firmware.driver import Driver
 from systolica.sim import rtlsim
+from systolica.sim.jobs import RtlJob
 
 TINY = preset("tiny")
 BASE = preset("base")
@@ -244,5 +245,5 @@ def test_driver_preloads_only_the_instruction_memory():
 
 def test_harness_needs_the_program_region_of_a_long_program():
     image = isa.to_bytes([isa.encode(i) for i in hog(SMALL, 25, 27)])
-    with pytest.raises(rtlsim.RtlSimError, match="give the job a 'prog_addr'"):
-        rtlsim.run(SMALL, [dict(program=image)])
+    with pytest.raises(rtlsim.RtlSimError, match="give its Loadable a prog_addr"):
+        rtlsim.run(SMALL, [RtlJob(Loadable(image, None))])

@@ -221,10 +221,10 @@ def test_rtl_equals_the_formula_in_the_predicted_cycles(rtl_runs, name):
     built, results = rtl_runs
     image, dram, want, predicted = built[name]
     res = results[name]
-    assert res["error_name"] == "NONE", f"chip fault {res['error_name']} at pc {res['fault_pc']}"
+    assert res.error_name == "NONE", f"chip fault {res.error_name} at pc {res.fault_pc}"
     gold = golden.run(CFG, Loadable(image, dram))
-    assert res["cycles"] == predicted == gold.cycles
-    for got, g, w in zip(outputs(res["dram"], want), outputs(gold.dram, want), want):
+    assert res.cycles == predicted == gold.cycles
+    for got, g, w in zip(outputs(res.dram, want), outputs(gold.dram, want), want):
         if w is not None:
             np.testing.assert_array_equal(got, w, err_msg="RTL vs formula")
         else:
@@ -236,5 +236,5 @@ def test_rtl_equals_the_formula_in_the_predicted_cycles(rtl_runs, name):
 def test_rtl_faults_an_undefined_combination(rtl_runs, which):
     _, results = rtl_runs
     res = results[f"fault_{which}"]
-    assert res["error_name"] == "ILLEGAL_OPCODE"
-    assert (res["fault_pc"], res["fault_cycle"]) == (0, 0)
+    assert res.error_name == "ILLEGAL_OPCODE"
+    assert (res.fault_pc, res.fault_cycle) == (0, 0)

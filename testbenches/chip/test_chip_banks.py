@@ -90,8 +90,8 @@ def test_bank_conflict_where_the_rule_says(runs, case):
     image, res = runs[case]
     want = first_conflict(CFG, image)
     if want is None:        # and no other fault either
-        assert res["error_name"] == ErrorCode.NONE.name, (
-            f"{res['error_name']} at pc {res['fault_pc']}, cycle {res['fault_cycle']}")
+        assert res.error_name == ErrorCode.NONE.name, (
+            f"{res.error_name} at pc {res.fault_pc}, cycle {res.fault_cycle}")
     else:
-        got = (res["error_name"], res["fault_pc"], res["fault_cycle"])
+        got = (res.error_name, res.fault_pc, res.fault_cycle)
         assert got == (ErrorCode.BANK_CONFLICT.name, *want)

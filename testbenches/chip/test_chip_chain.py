@@ -74,22 +74,22 @@ def test_seed_two_layer_figures_from_the_rtl_counters(runs):
     row = 16 * R                        # one map row: 16 pixels of 8 channels
     for name in ("dram_rd_bytes", "macs", "ubuf_wr_bytes", "ubuf_rd_bytes"):
         assert fused[name] == kept[name], name       # the same rows, no COPY CROP
-    assert base["dram_rd_bytes"] - kept["dram_rd_bytes"] == (13 - 9) * row
-    assert base["macs"] - kept["macs"] == (10 - 6) * 16 * 7 * 7 * CFG.macs
-    assert (kept["ubuf_wr_bytes"], kept["ubuf_rd_bytes"]) == (4 * row, 4 * row)
-    assert (base["ubuf_wr_bytes"], base["ubuf_rd_bytes"]) == (0, 0)
-    assert base["dram_wr_bytes"] == kept["dram_wr_bytes"] == 16 * row
+    assert base.dram_rd_bytes - kept.dram_rd_bytes == (13 - 9) * row
+    assert base.macs - kept.macs == (10 - 6) * 16 * 7 * 7 * CFG.macs
+    assert (kept.ubuf_wr_bytes, kept.ubuf_rd_bytes) == (4 * row, 4 * row)
+    assert (base.ubuf_wr_bytes, base.ubuf_rd_bytes) == (0, 0)
+    assert base.dram_wr_bytes == kept.dram_wr_bytes == 16 * row
 
 
 def test_seed_four_layer_figures_from_the_rtl_counters(runs):
     """Three passes: every row of the three layers computed once with the UBUF; the
     baseline recomputes each boundary's halo (2 rows of layer 1, 4 of layer 0)."""
     (_, base), (_, kept) = runs["seed_four_baseline"], runs["seed_four_ubuf"]
-    assert kept["macs"] == 3 * 24 * 8 * 9 * CFG.macs
-    assert base["macs"] - kept["macs"] == 2 * (2 + 4) * 8 * 9 * CFG.macs
-    assert kept["ubuf_wr_bytes"] == kept["ubuf_rd_bytes"] == 2 * 2 * 2 * 8 * R
+    assert kept.macs == 3 * 24 * 8 * 9 * CFG.macs
+    assert base.macs - kept.macs == 2 * (2 + 4) * 8 * 9 * CFG.macs
+    assert kept.ubuf_wr_bytes == kept.ubuf_rd_bytes == 2 * 2 * 2 * 8 * R
     # the first layer re-reads 2 input rows per boundary instead of 6
-    assert base["dram_rd_bytes"] - kept["dram_rd_bytes"] == 2 * (6 - 2) * 8 * R
+    assert base.dram_rd_bytes - kept.dram_rd_bytes == 2 * (6 - 2) * 8 * R
 
 
 #: The variant of seed 001 with the UBUF in its own SRAM: banks after the CBUF's

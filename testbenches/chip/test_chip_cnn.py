@@ -71,8 +71,8 @@ def test_kept_weights_read_fewer_bytes_on_the_chip(runs):
     streamed, streamed_res = runs["small_cnn32_streamed_weights"]
     assert set(kept.weights.values()) == {"persistent"}
     assert set(streamed.weights.values()) == {"stream"}
-    assert kept_res["dram_rd_bytes"] < streamed_res["dram_rd_bytes"]
-    assert kept_res["dram_wr_bytes"] == streamed_res["dram_wr_bytes"]
+    assert kept_res.dram_rd_bytes < streamed_res.dram_rd_bytes
+    assert kept_res.dram_wr_bytes == streamed_res.dram_wr_bytes
 
 
 def test_one_buffer_reloads_fewer_weights_on_the_chip(runs):
@@ -81,5 +81,5 @@ def test_one_buffer_reloads_fewer_weights_on_the_chip(runs):
     two, two_res = runs["conv_two_buffers"]
     one, one_res = runs["conv_one_buffer"]
     assert set(two.buffers.values()) == {2} and set(one.buffers.values()) == {1}
-    assert one_res["dram_rd_bytes"] < two_res["dram_rd_bytes"]
-    assert one_res["dram_wr_bytes"] == two_res["dram_wr_bytes"]
+    assert one_res.dram_rd_bytes < two_res.dram_rd_bytes
+    assert one_res.dram_wr_bytes == two_res.dram_wr_bytes

@@ -90,9 +90,9 @@ def test_fault_is_reported_like_the_golden_model(fault_runs, case):
     res = fault_runs[case]
     gold = golden.run(CFG, Loadable(image(program), np.zeros((CFG.dram_words, R), np.uint8)))
     assert gold.error == code
-    assert res["error"] == code, f"chip says {res['error_name']}"
-    assert res["irq"] and res["faulted"] and not res["timed_out"]
-    assert (res["fault_pc"], res["fault_cycle"]) == (gold.fault_pc, gold.fault_cycle)
+    assert res.error == code, f"chip says {res.error_name}"
+    assert res.irq and res.faulted and not res.timed_out
+    assert (res.fault_pc, res.fault_cycle) == (gold.fault_pc, gold.fault_cycle)
 
 
 def touch(cycle, *names):
@@ -141,13 +141,13 @@ def test_setcfg_on_a_multiplexer_in_use_faults(in_use_runs, case):
     program, (code, pc, cycle) = IN_USE[case]
     res = in_use_runs[case]
     gold = golden.run(CFG, Loadable(image(program), np.zeros((CFG.dram_words, R), np.uint8)))
-    assert res["irq"] and not res["timed_out"]
-    assert res["error_name"] == code.name
+    assert res.irq and not res.timed_out
+    assert res.error_name == code.name
     assert gold.error == code
     if code is ErrorCode.NONE:
-        assert res["cycles"] == gold.cycles == timing.run_cycles(CFG, program)
+        assert res.cycles == gold.cycles == timing.run_cycles(CFG, program)
     else:
-        assert (res["fault_pc"], res["fault_cycle"], res["cycles"]) == (pc, cycle, cycle)
+        assert (res.fault_pc, res.fault_cycle, res.cycles) == (pc, cycle, cycle)
         assert (gold.fault_pc, gold.fault_cycle) == (pc, cycle)
 
 
@@ -195,9 +195,9 @@ def routing_runs():
 def test_fabric_routing_matches_golden(routing_runs, case):
     (program, dram), res = routing_runs[case]
     gold = golden.run(CFG, Loadable(image(program), dram))
-    assert res["error_name"] == "NONE"
-    np.testing.assert_array_equal(res["readback"][0], gold.dram[200:224])
-    assert res["cycles"] == gold.cycles == timing.run_cycles(CFG, program)
-    plain = routing_runs["plain"][1]["readback"][0]
+    assert res.error_name == "NONE"
+    np.testing.assert_array_equal(res.readback[0], gold.dram[200:224])
+    assert res.cycles == gold.cycles == timing.run_cycles(CFG, program)
+    plain = routing_runs["plain"][1].readback[0]
     if case != "plain":
-        assert not np.array_equal(res["readback"][0], plain), "routing changed nothing"
+        assert not np.array_equal(res.readback[0], plain), "routing changed nothing"

@@ -64,26 +64,26 @@ def test_long_programs_on_a_small_instruction_memory():
         golds.append(golden.run(SMALL, Loadable(_image(program),
                                                 np.zeros((1, SMALL.rows), np.uint8), at)))
     res = dict(zip([j["name"] for j in jobs], run_many_on_rtl(SMALL, jobs)))
-    np.testing.assert_array_equal(deep.result(res["deep_k"]["readback"][0]),
+    np.testing.assert_array_equal(deep.result(res["deep_k"].readback[0]),
                                   reference.run(deep.network))
-    assert res["deep_k"]["error_name"] == "NONE"
-    assert res["deep_k"]["cycles"] == deep.predicted_cycles == deep_gold.cycles
+    assert res["deep_k"].error_name == "NONE"
+    assert res["deep_k"].cycles == deep.predicted_cycles == deep_gold.cycles
 
-    got = compiled.result(res["gemm"]["readback"][0])
+    got = compiled.result(res["gemm"].readback[0])
     np.testing.assert_array_equal(got, reference.run(compiled.network))
-    assert res["gemm"]["cycles"] == compiled.predicted_cycles == golds[0].cycles
-    assert res["gemm"]["error_name"] == "NONE"
+    assert res["gemm"].cycles == compiled.predicted_cycles == golds[0].cycles
+    assert res["gemm"].error_name == "NONE"
     # the FETCH_RD_BYTES counter: every fetched word once, as predicted
-    assert res["gemm"]["fetch_rd_bytes"] == compiled.fetch_bytes_read \
+    assert res["gemm"].fetch_rd_bytes == compiled.fetch_bytes_read \
         == golds[0].fetch_bytes_read > 0
-    assert res["delayed"]["fetch_rd_bytes"] == golds[2].fetch_bytes_read > 0
+    assert res["delayed"].fetch_rd_bytes == golds[2].fetch_bytes_read > 0
     for name, gold in zip(["late", "delayed", "prog_range"], golds[1:]):
         r = res[name]
-        assert (r["error_name"], r["fault_pc"], r["fault_cycle"], r["cycles"]) == \
+        assert (r.error_name, r.fault_pc, r.fault_cycle, r.cycles) == \
             (gold.error.name, gold.fault_pc, gold.fault_cycle, gold.cycles), name
-    assert (res["late"]["error_name"], res["late"]["fault_cycle"]) == ("FETCH_LATE", 25)
-    assert res["delayed"]["cycles"] == timing.run_cycles(SMALL, delayed) == 28
-    assert res["prog_range"]["error_name"] == "PROG_RANGE"
+    assert (res["late"].error_name, res["late"].fault_cycle) == ("FETCH_LATE", 25)
+    assert res["delayed"].cycles == timing.run_cycles(SMALL, delayed) == 28
+    assert res["prog_range"].error_name == "PROG_RANGE"
 
 
 def test_program_longer_than_the_tiny_instruction_memory():
@@ -91,8 +91,8 @@ def test_program_longer_than_the_tiny_instruction_memory():
     assert len(compiled.program) > TINY.imem_depth
     job, gold = _compiled_case(TINY, compiled, "gemm_32x512x64")
     (res,) = run_many_on_rtl(TINY, [job])
-    assert res["error_name"] == "NONE"
-    np.testing.assert_array_equal(compiled.result(res["readback"][0]),
+    assert res.error_name == "NONE"
+    np.testing.assert_array_equal(compiled.result(res.readback[0]),
                                   reference.run(compiled.network))
-    assert res["cycles"] == compiled.predicted_cycles == gold.cycles
-    assert res["fetch_rd_bytes"] == compiled.fetch_bytes_read == gold.fetch_bytes_read > 0
+    assert res.cycles == compiled.predicted_cycles == gold.cycles
+    assert res.fetch_rd_bytes == compiled.fetch_bytes_read == gold.fetch_bytes_read > 0

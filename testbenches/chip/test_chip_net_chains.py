@@ -63,15 +63,15 @@ def test_the_ubuf_counters_show_the_kept_halos(runs):
     fused = runs["bottleneck_fused_crop"][1]
     passes = len(runs["bottleneck_crop_fetch"][0].segments["block_conv1"].passes)
     if passes > 1:
-        assert kept["ubuf_wr_bytes"] == kept["ubuf_rd_bytes"] > 0
-        assert fused["ubuf_wr_bytes"] == kept["ubuf_wr_bytes"]
-    assert base["ubuf_wr_bytes"] == base["ubuf_rd_bytes"] == 0
+        assert kept.ubuf_wr_bytes == kept.ubuf_rd_bytes > 0
+        assert fused.ubuf_wr_bytes == kept.ubuf_wr_bytes
+    assert base.ubuf_wr_bytes == base.ubuf_rd_bytes == 0
     four = runs["bottleneck_fused_4_passes"]
     assert len(four[0].segments["block_conv1"].passes) == 4
-    assert four[1]["ubuf_wr_bytes"] == four[1]["ubuf_rd_bytes"] > 0
+    assert four[1].ubuf_wr_bytes == four[1].ubuf_rd_bytes > 0
 
 
 def test_the_program_runs_with_the_ubuf_it_was_compiled_for(runs):
     compiled, res = runs["residual4_cost_model"]
-    assert compiled.ubuf == (0, 0) and res["error_name"] == "NONE"
+    assert compiled.ubuf == (0, 0) and res.error_name == "NONE"
 

@@ -63,11 +63,11 @@ def runs():
 @pytest.mark.parametrize("name", ["gemm_tiny", "reroute_tiny"])
 def test_program_text_on_rtl(runs, name):
     chip, (dram, want), res = runs[name]
-    assert res["error_name"] == "NONE"
-    got = res["readback"][0].reshape(len(want), 4 * CFG.cols).view("<i4")
+    assert res.error_name == "NONE"
+    got = res.readback[0].reshape(len(want), 4 * CFG.cols).view("<i4")
     np.testing.assert_array_equal(got, want)
     gold = golden.run(CFG, Loadable(chip.image, dram))
     assert gold.error is ErrorCode.NONE
-    np.testing.assert_array_equal(res["readback"][0],
+    np.testing.assert_array_equal(res.readback[0],
                                   gold.dram[128:128 + len(want) * CFG.acc_row_words])
-    assert res["cycles"] == gold.cycles == timing.run_cycles(CFG, chip.program)
+    assert res.cycles == gold.cycles == timing.run_cycles(CFG, chip.program)

@@ -92,9 +92,9 @@ def test_updates_sit_inside_their_windows(case):
 
 def test_results_match_golden_numpy_and_prediction(case):
     a, w1, w2, dram, ops, cycles, program, image, res = case
-    assert res["error_name"] == "NONE"
+    assert res.error_name == "NONE"
     gold = golden.run(CFG, Loadable(image, dram))
-    got = res["readback"][0].reshape(2 * M, 4 * R).view("<i4")
+    got = res.readback[0].reshape(2 * M, 4 * R).view("<i4")
     want_gold = gold.dram[200:200 + 2 * M * CFG.acc_row_words].reshape(2 * M, 4 * R).view("<i4")
     np.testing.assert_array_equal(got, want_gold)
     perm = np.r_[R // 2:R, 0:R // 2]                      # swap the two partition groups
@@ -102,4 +102,4 @@ def test_results_match_golden_numpy_and_prediction(case):
     phase2 = (a[:, perm].astype(np.int64) @ w2[:, perm].astype(np.int64))[:, perm]
     np.testing.assert_array_equal(got[:M], phase1)
     np.testing.assert_array_equal(got[M:], phase2)
-    assert res["cycles"] == gold.cycles == timing.run_cycles(CFG, program)
+    assert res.cycles == gold.cycles == timing.run_cycles(CFG, program)

@@ -59,10 +59,10 @@ def runs():
 @pytest.mark.parametrize("case", list(CASES))
 def test_base_preset(runs, case):
     compiled, res = runs[case]
-    assert res["error_name"] == "NONE"
-    got = compiled.result(res["readback"][0])
+    assert res.error_name == "NONE"
+    got = compiled.result(res.readback[0])
     np.testing.assert_array_equal(got, reference.outputs(compiled.network)[
         compiled.graph.outputs[0]])
     gold = golden.run(CFG, Loadable(compiled.image, compiled.dram, compiled.prog_addr))
     np.testing.assert_array_equal(got, compiled.result(gold.dram))
-    assert res["cycles"] == compiled.predicted_cycles == gold.cycles
+    assert res.cycles == compiled.predicted_cycles == gold.cycles

@@ -309,10 +309,10 @@ def test_routes_and_concats_on_rtl(name):
     nets = _concats(cfg)
     runs = run_many_on_rtl(cfg, jobs + [dict(program=c, name=k) for k, c in nets.items()])
     for res, (prog, dram, expected) in zip(runs, want):
-        assert res["error_name"] == "NONE"
-        got = res["readback"][0].reshape(M, -1)[:, :cfg.rows]
+        assert res.error_name == "NONE"
+        got = res.readback[0].reshape(M, -1)[:, :cfg.rows]
         np.testing.assert_array_equal(got, expected)
-        assert res["cycles"] == golden.run(cfg, Loadable(_image(prog), dram)).cycles \
+        assert res.cycles == golden.run(cfg, Loadable(_image(prog), dram)).cycles \
             == timing.run_cycles(cfg, prog)
     for res, compiled in zip(runs[len(jobs):], nets.values()):
         assert_outputs_match(cfg, compiled, res)

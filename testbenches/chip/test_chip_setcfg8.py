@@ -98,9 +98,9 @@ def test_eight_pair_setcfg_on_rtl():   # tiny_tall (test_chip_nonsquare.py)
     assert max(len(p) for p in _setcfgs(program)) == 8
     image = isa.to_bytes([isa.encode(i) for i in program])
     res = run_on_rtl(cfg, image, dram, readback=[(OUT, M)])
-    assert res["error_name"] == "NONE"
+    assert res.error_name == "NONE"
     gold = golden.run(cfg, Loadable(image, dram))
-    got = res["readback"][0].reshape(M, -1)
+    got = res.readback[0].reshape(M, -1)
     np.testing.assert_array_equal(got, gold.dram[OUT:OUT + M])
     # numpy: reversed groups of n partitions (rows), of weight bytes, of accumulator
     # groups and of writeback groups
@@ -113,4 +113,4 @@ def test_eight_pair_setcfg_on_rtl():   # tiny_tall (test_chip_nonsquare.py)
     want[:, :C] = y
     want = want[:, rev(R)].astype(np.int8)
     np.testing.assert_array_equal(got.view(np.int8)[:, :R], want)
-    assert res["cycles"] == gold.cycles == timing.run_cycles(cfg, program)
+    assert res.cycles == gold.cycles == timing.run_cycles(cfg, program)

@@ -165,8 +165,8 @@ def test_setcfgw_faults_and_a_split_on_the_rtl():
     for (name, (_, code)), res in zip(FAULTS.items(), runs):
         gold = golden.run(G173, Loadable(images[name], zeros))
         assert gold.error == code, name
-        assert res["error"] == code, f"{name}: chip says {res['error_name']}"
-        assert (res["fault_pc"], res["fault_cycle"]) == (gold.fault_pc, gold.fault_cycle)
+        assert res.error == code, f"{name}: chip says {res.error_name}"
+        assert (res.fault_pc, res.fault_cycle) == (gold.fault_pc, gold.fault_cycle)
     cases = {"split_301x1x1": wide.gemm(301, 1, 1, seed=9),
              "split_301x1x1_in_2": (wide.gemm(301, 1, 1, seed=9), {"split": {"layer0": 2}})}
     for (name, (compiled, res)), groups in zip(compile_and_run_on_rtl(G173, cases).items(),

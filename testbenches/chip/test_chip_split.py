@@ -112,7 +112,7 @@ def test_split_gemm_on_the_rtl(request, chip, runs, name):
 ])
 def test_the_split_takes_fewer_cycles_on_the_rtl(request, runs, split, whole):
     runs = request.getfixturevalue(runs)
-    assert runs[split][1]["cycles"] < runs[whole][1]["cycles"]
+    assert runs[split][1].cycles < runs[whole][1].cycles
     # ... and reads and writes fewer DRAM words: s rows share a word
-    assert runs[split][1]["dram_rd_bytes"] < runs[whole][1]["dram_rd_bytes"]
-    assert runs[split][1]["dram_wr_bytes"] < runs[whole][1]["dram_wr_bytes"]
+    assert runs[split][1].dram_rd_bytes < runs[whole][1].dram_rd_bytes
+    assert runs[split][1].dram_wr_bytes < runs[whole][1].dram_wr_bytes

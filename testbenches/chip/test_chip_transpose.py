@@ -87,15 +87,15 @@ def test_fig3_block_comes_back_transposed():
     block = fig3_block()
     program, image, dram = run(block)
     res = run_on_rtl(CFG, image, dram, readback=[(100, 4)])
-    assert res["error_name"] == "NONE"
-    got = res["readback"][0].reshape(4, R).view(np.int8)
+    assert res.error_name == "NONE"
+    got = res.readback[0].reshape(4, R).view(np.int8)
     # partition p of the result (column p of the CBUF rows) holds seed row p's column
     assert [list(got[:, p]) for p in range(4)] == [[1, 5, 9, 13], [2, 6, 10, 14],
                                                    [3, 7, 11, 15], [4, 8, 12, 16]]
     np.testing.assert_array_equal(got[:, :4], block.T)
     gold = golden.run(CFG, Loadable(image, dram))
     np.testing.assert_array_equal(got, gold.dram[100:104].view(np.int8))
-    assert res["cycles"] == gold.cycles == timing.run_cycles(CFG, program)
+    assert res.cycles == gold.cycles == timing.run_cycles(CFG, program)
 
 
 def test_fig3_on_the_golden_model():
@@ -147,13 +147,13 @@ def test_full_and_mixed_blocks_on_the_rtl():
         golds.append((golden.run(CFG, Loadable(image, dram)), program))
     results = run_many_on_rtl(CFG, jobs)
     for (block, west), res, (gold, program) in zip(cases, results, golds):
-        assert res["error_name"] == "NONE"
+        assert res.error_name == "NONE"
         rows, cols = block.shape
-        got = res["readback"][0].reshape(R, R).view(np.int8)
+        got = res.readback[0].reshape(R, R).view(np.int8)
         np.testing.assert_array_equal(got[:cols], gold.dram[100:100 + cols].view(np.int8))
         if west is WEST:
             np.testing.assert_array_equal(got[:cols, :rows], block.T)
-        assert res["cycles"] == gold.cycles == timing.run_cycles(CFG, program)
+        assert res.cycles == gold.cycles == timing.run_cycles(CFG, program)
 
 
 def test_west_is_a_source_of_every_tile_weight_input():

@@ -187,10 +187,10 @@ def test_chip_checks_copies_against_the_registers(chip_runs, case):
     program, ubuf, code = COPIES[case]
     res = chip_runs[1][case]
     gold = golden.run(CFG, Loadable(_image(program), DRAM, ubuf=ubuf))
-    assert (res["error"], res["fault_pc"], res["fault_cycle"]) == \
+    assert (res.error, res.fault_pc, res.fault_cycle) == \
         (code, gold.fault_pc, gold.fault_cycle)
     if code == ErrorCode.NONE:
         if program[0].op == Opcode.DMA:     # fetched back, and read in the UBUF
-            np.testing.assert_array_equal(res["readback"][0][:8], DRAM)
-            np.testing.assert_array_equal(res["readback"][0][16:], DRAM)
-        assert res["cycles"] == gold.cycles and res["ubuf_wr_bytes"] == gold.ubuf_bytes_written
+            np.testing.assert_array_equal(res.readback[0][:8], DRAM)
+            np.testing.assert_array_equal(res.readback[0][16:], DRAM)
+        assert res.cycles == gold.cycles and res.ubuf_wr_bytes == gold.ubuf_bytes_written

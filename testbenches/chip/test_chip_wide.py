@@ -483,9 +483,9 @@ def test_rtl_split_is_faster_with_fewer_dram_bytes(rtl_runs):
     streams both slices of the packed output, so the gain is short of 2x)."""
     (split, s_res), (whole, w_res) = rtl_runs["split_600x4x8"], rtl_runs["split_600x4x8_whole"]
     assert [r.split for r in split.layers] == [2] and [r.split for r in whole.layers] == [1]
-    assert s_res["cycles"] < w_res["cycles"]
-    assert s_res["dram_rd_bytes"] + s_res["dram_wr_bytes"] < \
-        w_res["dram_rd_bytes"] + w_res["dram_wr_bytes"]
+    assert s_res.cycles < w_res.cycles
+    assert s_res.dram_rd_bytes + s_res.dram_wr_bytes < \
+        w_res.dram_rd_bytes + w_res.dram_wr_bytes
 
 
 def test_a_chain_of_dense_layers_splits_as_one():
@@ -517,7 +517,7 @@ def test_rtl_split_chain_is_faster(rtl_runs):
     (split, s_res), (_, w_res) = (rtl_runs["split_chain_300x4-4-3-7"],
                                       rtl_runs["split_chain_300x4-4-3-7_whole"])
     assert [r.split for r in split.layers] == [2, 2, 2]
-    assert s_res["cycles"] < w_res["cycles"]
+    assert s_res.cycles < w_res.cycles
 
 
 @pytest.fixture(scope="module")

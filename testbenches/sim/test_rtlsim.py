@@ -13,10 +13,12 @@ import pytest
 from systolica.arch import isa, timing
 from systolica.arch.config import preset
 from systolica.arch.isa import DmaKind, Instr, Opcode
+from systolica.arch.loadable import Loadable
 from systolica.arch.regs import CTRL_IRQ_ACK, CTRL_START, ErrorCode, Reg, hwcfg_word
 from systolica.firmware import dramfile
 from systolica.firmware.driver import Driver
 from systolica.sim import rtlsim
+from systolica.sim.jobs import RtlJob
 
 from chip_runs import rtl_job, run_many_on_rtl, run_on_rtl
 
@@ -49,7 +51,7 @@ def test_dram_load_file_holds_only_nonzero_runs(tmp_path):
 ])
 def test_bad_dram_segments_are_refused_before_building(tiny_cfg, dram, why):
     with pytest.raises(rtlsim.RtlSimError, match=why):
-        rtlsim.run(tiny_cfg, [dict(program=b"", dram=dram)])
+        rtlsim.run(tiny_cfg, [RtlJob(Loadable(b"", dram))])
 
 
 class RecordingBus:
@@ -132,7 +134,7 @@ def test_cxx_script_follows_the_driver():
 ])
 def test_bad_harness_is_refused(tiny_cfg, harness, waves, message):
     with pytest.raises(rtlsim.RtlSimError, match=message):
-        rtlsim.run(tiny_cfg, [dict(program=b"")], waves=waves, harness=harness)
+        rtlsim.run(tiny_cfg, [RtlJob(Loadable(b"", None))], waves=waves, harness=harness)
 
 
 def test_the_chip_build_takes_its_cxx_level_from_the_environment(monkeypatch, tiny_cfg):
@@ -149,7 +151,7 @@ def test_the_chip_build_takes_its_cxx_level_from_the_environment(monkeypatch, ti
     monkeypatch.setenv(rtlsim.OPT_FAST_ENV, "fast")
     with pytest.raises(rtlsim.RtlSimError, match=r"SYSTOLICA_OPT_FAST='fast' is not a C\+\+ "
                                                  r"optimisation level: set one of -O0"):
-        rtlsim.run(tiny_cfg, [dict(program=b"")])
+        rtlsim.run(tiny_cfg, [RtlJob(Loadable(b"", None))])
 
 
 # -- on the RTL -------------------------------------------------------------------------
@@ -173,12 +175,12 @@ def _copy_program(cfg, src: int, dst: int, rows: int) -> list[Instr]:
 def test_empty_program_keeps_dram(tiny_cfg, tiny_build):
     dram = _random_dram(tiny_cfg)
     res = run_on_rtl(tiny_cfg, b"", dram)
-    assert res["status_flags"] == "DONE" and res["error_name"] == "NONE"
-    assert (res["cycles"], res["macs"], res["dram_rd_bytes"], res["dram_wr_bytes"]) \
+    assert res.status_flags == "DONE" and res.error_name == "NONE"
+    assert (res.cycles, res.macs, res.dram_rd_bytes, res.dram_wr_bytes) \
         == (0, 0, 0, 0)
-    assert res["hwcfg"] == hwcfg_word(tiny_cfg.tile_rows, tiny_cfg.tile_cols,
+    assert res.hwcfg == hwcfg_word(tiny_cfg.tile_rows, tiny_cfg.tile_cols,
                                       tiny_cfg.tile_size)
-    assert np.array_equal(res["dram"], dram)
+    assert np.array_equal(res.dram, dram)
 
 
 @pytest.mark.rtl
@@ -194,21 +196,21 @@ def test_jobs_share_one_simulator(tiny_cfg, tiny_build):
              name="short image"),
     ])
     first, illegal, short = results
-    assert first["status_flags"] == "DONE", first
-    assert np.array_equal(first["readback"][0], dram[10:16])
-    assert np.array_equal(first["readback"][1], dram[0:4])
-    assert first["cycles"] == timing.run_cycles(cfg, copy)
-    assert first["dram_rd_bytes"] == first["dram_wr_bytes"] == 6 * cfg.dram_word_bytes
-    assert first["dram"] is None
+    assert first.status_flags == "DONE", first
+    assert np.array_equal(first.readback[0], dram[10:16])
+    assert np.array_equal(first.readback[1], dram[0:4])
+    assert first.cycles == timing.run_cycles(cfg, copy)
+    assert first.dram_rd_bytes == first.dram_wr_bytes == 6 * cfg.dram_word_bytes
+    assert first.dram is None
 
-    assert illegal["faulted"] and illegal["error"] == ErrorCode.ILLEGAL_OPCODE
-    assert illegal["fault_pc"] == 0
-    assert illegal["readback"] == []
+    assert illegal.faulted and illegal.error == ErrorCode.ILLEGAL_OPCODE
+    assert illegal.fault_pc == 0
+    assert illegal.readback == []
 
     # each job starts from its own image: a short one is zero-padded, whatever the
     # jobs before it left in the memory
-    assert np.array_equal(short["readback"][0], dram[10:16])
-    assert not short["readback"][1].any() and short["readback"][1].shape == (30, 8)
+    assert np.array_equal(short.readback[0], dram[10:16])
+    assert not short.readback[1].any() and short.readback[1].shape == (30, 8)
 
 
 #: ``tiny`` with a 64 MiB external memory, as large as ``base``'s.
@@ -229,13 +231,13 @@ def test_large_dram_loads_and_reads_back_only_the_regions_used():
         rtl_job(b"", readback=[(3, 6), (100, 6), (top - 40, 20)], name="after"),
     ], keep=True)
     far, after = results
-    assert far["status_flags"] == "DONE" and far["cycles"] == timing.run_cycles(cfg, copy)
-    moved, got_low, got_high, past_high, empty = far["readback"]
+    assert far.status_flags == "DONE" and far.cycles == timing.run_cycles(cfg, copy)
+    moved, got_low, got_high, past_high, empty = far.readback
     assert np.array_equal(moved, high[:6])
     assert np.array_equal(got_low, low) and np.array_equal(got_high, high)
     assert not past_high.any() and empty.shape == (0, 8)
     # the next job starts from zeros: the first one's data and writes are gone
-    assert not any(r.any() for r in after["readback"])
+    assert not any(r.any() for r in after.readback)
     # what travels between host and simulator follows the data, not the memory
     run_dir = max(Path(rtlsim.build_root(), "runs").glob(f"{cfg.key}-*"),
                   key=lambda d: d.stat().st_mtime)
@@ -268,8 +270,8 @@ SMALL = preset("tangnano9k")
 
 @pytest.mark.rtl
 def test_waves_write_fst():
-    res = rtlsim.run(SMALL, [dict(program=b"", readback=[])], waves=True)[0]
-    fst = Path(res["fst"])
+    res = rtlsim.run(SMALL, [RtlJob(Loadable(b"", None), readback=())], waves=True)[0]
+    fst = Path(res.fst)
     assert fst.name == "dump.fst" and fst.stat().st_size > 0
     assert fst.read_bytes()[0] == 0   # FST header block
 
@@ -294,15 +296,16 @@ def test_cxx_harness_agrees_with_cocotb():
                  "dram_rd_bytes", "dram_wr_bytes", "hwcfg", "irq", "faulted",
                  "timed_out", "status_flags", "error_name", "name")
     for a, b in zip(cocotb, cxx, strict=True):
-        assert (a["harness"], b["harness"]) == ("cocotb", "cxx")
-        assert {k: a[k] for k in registers} == {k: b[k] for k in registers}, a["name"]
-        assert len(a["readback"]) == len(b["readback"])
-        assert all(np.array_equal(x, y) for x, y in zip(a["readback"], b["readback"]))
-        assert (a["dram"] is None) == (b["dram"] is None)
-    assert cxx[0]["cycles"] == gemm.predicted_cycles and cxx[0]["macs"] > 0
-    assert np.array_equal(cxx[0]["dram"], cocotb[0]["dram"])
-    assert not np.array_equal(cxx[0]["dram"][:len(gemm.dram)], gemm.dram)  # it wrote
-    assert cxx[2]["error"] == ErrorCode.ILLEGAL_OPCODE
+        assert (a.harness, b.harness) == ("cocotb", "cxx")
+        assert {k: getattr(a, k) for k in registers} == {k: getattr(b, k) for k in registers}, \
+            a.name
+        assert len(a.readback) == len(b.readback)
+        assert all(np.array_equal(x, y) for x, y in zip(a.readback, b.readback))
+        assert (a.dram is None) == (b.dram is None)
+    assert cxx[0].cycles == gemm.predicted_cycles and cxx[0].macs > 0
+    assert np.array_equal(cxx[0].dram, cocotb[0].dram)
+    assert not np.array_equal(cxx[0].dram[:len(gemm.dram)], gemm.dram)  # it wrote
+    assert cxx[2].error == ErrorCode.ILLEGAL_OPCODE
     # each job starts from a zeroed memory, and an empty range is an empty array
-    assert not any(r.any() for r in cxx[3]["readback"])
-    assert cxx[3]["readback"][2].shape == (0, cfg.dram_word_bytes)
+    assert not any(r.any() for r in cxx[3].readback)
+    assert cxx[3].readback[2].shape == (0, cfg.dram_word_bytes)

@@ -155,19 +155,19 @@ def test_imported_models_on_the_rtl():
         assert_outputs_match(TINY, compiled, res)
         assert_matches_prediction(TINY, compiled, res)
     compiled, res = runs["inception"]
-    got = compiled.results(res["dram"])
+    got = compiled.results(res.dram)
     for t, theirs in zip(compiled.graph.outputs, _runtime(model, feeds)):
         assert np.abs(got[t].astype(int) - theirs.astype(int)).max() <= 1
     compiled, res = runs["qdq_resnet"]
     (t,) = compiled.graph.outputs
     (theirs,) = _qdq_outputs(resnet, xq, 0.03, 0)
-    assert np.abs(compiled.results(res["dram"])[t].astype(int) - theirs.astype(int)).max() <= 1
+    assert np.abs(compiled.results(res.dram)[t].astype(int) - theirs.astype(int)).max() <= 1
     for name, m, x, scale, zp in (("ort_quantized", quantised, oq, o_scale, o_zp),
                                   ("ort_mlp", mlp, mq, m_scale, m_zp)):
         compiled, res = runs[name]
         (t,) = compiled.graph.outputs
         (theirs,) = _qdq_outputs(m, x, scale, zp)
-        ours = compiled.results(res["dram"])[t].reshape(theirs.shape)
+        ours = compiled.results(res.dram)[t].reshape(theirs.shape)
         assert np.abs(ours.astype(int) - theirs.astype(int)).max() <= 1, name
 
 

@@ -310,8 +310,7 @@ def test_bench_nd_programs_on_the_golden_model():
     from systolica.app import transpose_bench
     x = np.random.default_rng(3).integers(-128, 128, (2, 4, 5, 6), dtype=np.int8)
     jobs, compiled = transpose_bench.nd_programs(TINY, x, NCHW_TO_NHWC)
-    runs = {name: golden.run(TINY, Loadable(job["program"], job["dram"], job.get("prog_addr", 0)))
-            for name, job in jobs.items()}
+    runs = {name: golden.run(TINY, job.program) for name, job in jobs.items()}
     (at, n), = compiled.dram_map.outputs.values()
     got = compiled.results(transpose_bench._placed(compiled, runs["on_chip"].dram[at:at + n]))
     np.testing.assert_array_equal(got["t"], np.transpose(x, NCHW_TO_NHWC))
