@@ -908,7 +908,7 @@ def compare(prog: RandomProgram, rtl: dict) -> list[str]:
     except golden.GoldenError as e:
         return [f"golden model rejects the program: {e}"]
     problems = []
-    if rtl.get("timed_out"):
+    if rtl.timed_out:
         problems.append("RTL: no interrupt (timed out)")
     regs = [("error", int(gold.error), rtl.error),
             ("fault_pc", gold.fault_pc, rtl.fault_pc),

@@ -73,7 +73,7 @@ def test_seed_two_layer_figures_from_the_rtl_counters(runs):
     fused = runs["seed_two_fused"][1]
     row = 16 * R                        # one map row: 16 pixels of 8 channels
     for name in ("dram_rd_bytes", "macs", "ubuf_wr_bytes", "ubuf_rd_bytes"):
-        assert fused[name] == kept[name], name       # the same rows, no COPY CROP
+        assert getattr(fused, name) == getattr(kept, name), name   # the same rows, no COPY CROP
     assert base.dram_rd_bytes - kept.dram_rd_bytes == (13 - 9) * row
     assert base.macs - kept.macs == (10 - 6) * 16 * 7 * 7 * CFG.macs
     assert (kept.ubuf_wr_bytes, kept.ubuf_rd_bytes) == (4 * row, 4 * row)
@@ -114,4 +114,4 @@ def test_ubuf_in_its_own_sram(own_runs, runs, case):
     assert_matches_prediction(OWN, compiled, res)
     inside = runs[case][1]
     for name in ("dram_rd_bytes", "macs", "ubuf_wr_bytes", "ubuf_rd_bytes"):
-        assert res[name] == inside[name], name
+        assert getattr(res, name) == getattr(inside, name), name
