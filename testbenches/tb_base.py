@@ -29,6 +29,13 @@ def case_names() -> list[str]:
     return [c for c in case_name().split(",") if c]
 
 
+def requested_cases() -> list[str]:
+    """:func:`case_names` for ``cocotb.parametrize`` at import: none when the module is
+    imported outside a block run (the pytest side reads its tables; a run without a
+    case fails there as "no cocotb test ran")."""
+    return case_names() if "BLOCK_CASE" in os.environ else []
+
+
 def case_name() -> str:
     """The case the pytest side asked for (``BLOCK_CASE`` in the environment)."""
     try:

@@ -10,7 +10,7 @@ import random
 
 import cocotb
 
-from tb_base import BlockTB, case_name, wrap32
+from tb_base import BlockTB, requested_cases, wrap32
 
 INPUTS = ("a_in", "sel_in", "psum_in", "w_in", "w_shift", "w_bank")
 SIGNED = {"a_in", "psum_in", "w_in", "a_out", "psum_out", "w_out"}
@@ -114,8 +114,8 @@ class CellTB(BlockTB):
 
 
 @cocotb.test()
-async def run_case(dut):
-    case = case_name()
+@cocotb.parametrize(case=requested_cases())
+async def run_case(dut, case):
     tb = CellTB(dut)
     await tb.run(CASES[case](random.Random(case)))
     assert tb.checked > 10

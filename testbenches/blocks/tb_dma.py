@@ -24,7 +24,7 @@ from systolica.arch import isa, timing
 from systolica.arch.config import preset
 from systolica.arch.isa import DmaKind, Instr, Opcode
 
-from tb_base import BlockTB, ReadPort, acc_latency, case_name, pack_fields, touches
+from tb_base import BlockTB, ReadPort, acc_latency, pack_fields, requested_cases, touches
 
 # the second build (test_blocks.py) is a 3x1 grid: an ACC row of 4 int32 (16 bytes) in
 # two 12-byte words, the second padded (ChipConfig.acc_row_words)
@@ -226,8 +226,8 @@ class DmaTB(BlockTB):
 
 
 @cocotb.test()
-async def run_case(dut):
-    case = case_name()
+@cocotb.parametrize(case=requested_cases())
+async def run_case(dut, case):
     tb = DmaTB(dut, random.Random(case))
     await tb.run(CASES[case])
     tb.finish()

@@ -24,7 +24,7 @@ from tb_tile import Plan
 from systolica.arch import timing
 from systolica.arch.config import preset
 
-from tb_base import BlockTB, case_name, wrap32
+from tb_base import BlockTB, requested_cases, wrap32
 
 CFG = preset("tiny")
 T, n, R, C = CFG.tile_rows, CFG.tile_size, CFG.rows, CFG.cols
@@ -184,8 +184,8 @@ class GridTB(BlockTB):
 
 
 @cocotb.test()
-async def run_case(dut):
-    case = case_name()
+@cocotb.parametrize(case=requested_cases())
+async def run_case(dut, case):
     tb = GridTB(dut)
     plan = CASES[case](random.Random(case))
     assert len(plan.expected) >= 3 * C

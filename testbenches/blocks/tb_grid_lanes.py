@@ -27,7 +27,7 @@ from tb_tile import Plan
 from systolica.arch import fabric
 from systolica.arch.config import preset
 
-from tb_base import BlockTB, case_name
+from tb_base import BlockTB, requested_cases
 
 CFG = preset("tiny").replace(name="lanes3x3", tile_rows=3, tile_cols=3, tile_size=2)
 T, TC, n, R, C = CFG.tile_rows, CFG.tile_cols, CFG.tile_size, CFG.rows, CFG.cols
@@ -258,8 +258,8 @@ class LanesTB(BlockTB):
 
 
 @cocotb.test()
-async def run_case(dut):
-    case = case_name()
+@cocotb.parametrize(case=requested_cases())
+async def run_case(dut, case):
     tb = LanesTB(dut)
     plan = CASES[case](random.Random(case))
     assert len(plan.expected) >= 10 * (2 * R + 2 * C)

@@ -21,7 +21,7 @@ import random
 import cocotb
 import numpy as np
 
-from tb_base import BlockTB, case_name, wrap32
+from tb_base import BlockTB, requested_cases, wrap32
 
 N = 4
 
@@ -150,8 +150,8 @@ class TileTB(BlockTB):
 
 
 @cocotb.test()
-async def run_case(dut):
-    case = case_name()
+@cocotb.parametrize(case=requested_cases())
+async def run_case(dut, case):
     tb = TileTB(dut)
     plan = CASES[case](random.Random(case))
     assert len(plan.expected) > 50

@@ -28,9 +28,9 @@ from tb_base import (
     BlockTB,
     ReadPort,
     acc_latency,
-    case_name,
     pack,
     pack_fields,
+    requested_cases,
     to_signed,
     touches,
     unpack,
@@ -314,8 +314,8 @@ class VpuTB(BlockTB):
 
 
 @cocotb.test()
-async def run_case(dut):
-    case = case_name()
+@cocotb.parametrize(case=requested_cases())
+async def run_case(dut, case):
     rng = random.Random(case)
     acc = _acc_rows(rng)
     instrs, wb_src, *rows = CASES[case](rng)     # rows: ACC rows a case sets itself

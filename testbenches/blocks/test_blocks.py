@@ -2,7 +2,8 @@
 (``tb_<block>.py``) and checked against that testbench's reference model.
 
 One row of :data:`BLOCKS` per block (and configuration): the component, the cocotb
-module, and the cases, grouped so that each group is one simulator start. Each row
+module, and the cases, grouped so that each group is one simulator start (a block's
+short directed cases all in one). Each row
 is built once (:func:`block_runner.build`) and every test of it reuses the build.
 """
 
@@ -38,9 +39,10 @@ from block_runner import Block, run_case
 from tb_base import with_acc_read
 
 
-def each(cases) -> dict[str, tuple[str]]:
-    """One test per case."""
-    return {case: (case,) for case in cases}
+def together(cases) -> dict[str, tuple[str, ...]]:
+    """Every case in one simulator start (a start costs about as much as a case; a
+    failure names its cocotb case)."""
+    return {"all": tuple(cases)}
 
 
 def groups(table) -> dict[str, tuple[str, ...]]:
@@ -59,13 +61,13 @@ INTERVAL = 3
 _SEQ = {g: c for g, c in groups(tb_sequencer.GROUPS).items() if g != "interval"}
 
 BLOCKS = [
-    Block(name="cell", factory=partial(Cell), tb="tb_cell", cases=each(tb_cell.CASES)),
+    Block(name="cell", factory=partial(Cell), tb="tb_cell", cases=together(tb_cell.CASES)),
     Block(name="tile", factory=partial(Tile, n=tb_tile.N), tb="tb_tile",
-          cases=each(tb_tile.CASES)),
+          cases=together(tb_tile.CASES)),
     Block(name="grid", factory=partial(Grid, cfg=tb_grid.CFG), tb="tb_grid",
-          cases=each(tb_grid.CASES)),
+          cases=together(tb_grid.CASES)),
     Block(name="grid", variant="lanes", factory=partial(Grid, cfg=tb_grid_lanes.CFG),
-          tb="tb_grid_lanes", cases=each(tb_grid_lanes.CASES)),
+          tb="tb_grid_lanes", cases=together(tb_grid_lanes.CASES)),
     Block(name="matmul_unit", factory=partial(MatmulUnit, cfg=tb_matmul_unit.CFG),
           tb="tb_matmul_unit", cases=groups(tb_matmul_unit.GROUPS)),
     # the feed register (ChipConfig.feed_register): every case again, a cycle later
@@ -85,25 +87,25 @@ BLOCKS = [
     Block(name="weight_loader", factory=partial(WeightLoader, cfg=tb_weight_loader.CFG),
           tb="tb_weight_loader", cases=groups(tb_weight_loader.GROUPS)),
     Block(name="vpu", factory=partial(VectorUnit, cfg=tb_vpu.CFG), tb="tb_vpu",
-          cases=each(tb_vpu.CASES)),
+          cases=together(tb_vpu.CASES)),
     Block(name="vpu", variant="acc_read2", factory=partial(VectorUnit, cfg=acc2(tb_vpu.CFG)),
-          tb="tb_vpu", cases=each(tb_vpu.CASES), env=ACC2),
+          tb="tb_vpu", cases=together(tb_vpu.CASES), env=ACC2),
     Block(name="dma", factory=partial(Dma, cfg=tb_dma.CFG), tb="tb_dma",
-          cases=each(tb_dma.CASES)),
+          cases=together(tb_dma.CASES)),
     Block(name="dma", variant="acc_read2", factory=partial(Dma, cfg=acc2(tb_dma.CFG)),
-          tb="tb_dma", cases=each(tb_dma.CASES), env=ACC2),
+          tb="tb_dma", cases=together(tb_dma.CASES), env=ACC2),
     # ACC rows padded to whole DRAM words (a 3x1 grid): every case again
-    Block(name="dma", variant="padded_rows", tb="tb_dma", cases=each(tb_dma.CASES),
+    Block(name="dma", variant="padded_rows", tb="tb_dma", cases=together(tb_dma.CASES),
           env={"DMA_PADDED_ROWS": "1"},
           factory=partial(Dma, cfg=tb_dma.PADDED)),
     Block(name="cbuf", factory=partial(Cbuf, cfg=tb_cbuf.CFG, row_reads=tb_cbuf.ROW_READS,
                                        part_reads=tb_cbuf.PART_READS,
                                        row_writes=tb_cbuf.ROW_WRITES),
-          tb="tb_cbuf", cases=each(tb_cbuf.CASES)),
+          tb="tb_cbuf", cases=together(tb_cbuf.CASES)),
     Block(name="acc", factory=partial(Acc, cfg=tb_acc.CFG, row_reads=tb_acc.ROW_READS,
                                       row_writes=tb_acc.ROW_WRITES),
-          tb="tb_acc", cases=each(tb_acc.CASES)),
-    Block(name="acc", variant="acc_read2", tb="tb_acc", cases=each(tb_acc.CASES), env=ACC2,
+          tb="tb_acc", cases=together(tb_acc.CASES)),
+    Block(name="acc", variant="acc_read2", tb="tb_acc", cases=together(tb_acc.CASES), env=ACC2,
           factory=partial(Acc, cfg=acc2(tb_acc.CFG), row_reads=tb_acc.ROW_READS,
                           row_writes=tb_acc.ROW_WRITES)),
     Block(name="csr", factory=partial(RegisterFile, cfg=tb_csr.CFG), tb="tb_csr",
