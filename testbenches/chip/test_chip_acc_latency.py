@@ -2,13 +2,15 @@
 registered, as the ``ulx3s`` preset has it for its clock;
 docs/notes/fpga-ulx3s-timing.md). On ``tiny`` with that latency the matmul unit adds a
 row two cycles after reading it and forwards from both of its writes still in flight,
-the vector unit and an ACC store wait a cycle more, and the compiler, the schedule verifier
-and the golden
-model take every one of those cycles from the latency table. Networks that
-accumulate across K-blocks, one-row MATMULs back to back into one ACC row, int32
-outputs (ACC stores), convolutions, pools and a residual run on its Verilated RTL in
-one simulator start: results equal numpy and the golden model, cycles the prediction;
-random legal and illegal programs agree between its RTL and the golden model."""
+the vector unit and an ACC store wait a cycle more, and the compiler, the schedule
+verifier and the golden model take every one of those cycles from the latency table.
+Networks that accumulate across K-blocks, one-row MATMULs back to back into one ACC
+row, int32 outputs (ACC stores), convolutions, pools and a residual compile and equal
+numpy on the golden model. On the chip's own Verilated RTL (a build of its own, in
+``make regress``) they equal numpy and the golden model, cycles the prediction, and
+random legal and illegal programs agree between its RTL and the golden model; ``make
+test`` runs each unit the latency moves on its RTL at latency 2 (the block tests of
+the matmul unit, the vector unit, the DMA and the ACC)."""
 
 from __future__ import annotations
 
@@ -84,6 +86,7 @@ def test_other_latencies_are_refused():
 
 
 @pytest.mark.rtl
+@pytest.mark.regress    # a chip build of its own; the units at latency 2: test_blocks.py
 def test_rtl_equals_numpy_golden_and_prediction():
     """Every case on the Verilated RTL of ``tiny`` with the ACC's read latency 2, then
     random legal and illegal programs against the golden model."""
