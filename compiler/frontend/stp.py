@@ -12,6 +12,7 @@ from pathlib import Path
 from systolica.arch import fabric, isa, timing
 from systolica.arch.config import ChipConfig
 from systolica.compiler.backend import trace
+from systolica.compiler.errors import CompileError
 from systolica.compiler.frontend.text import (
     ParseError,
     Program,
@@ -21,7 +22,6 @@ from systolica.compiler.frontend.text import (
     parse_file,
     to_micro_ops,
 )
-from systolica.compiler.graph.graph import CompileError
 from systolica.compiler.microops.ir import MicroOp, required_gap
 from systolica.compiler.scheduling.config_updates import ConfigUpdateError
 from systolica.compiler.scheduling.datapath import (

@@ -27,7 +27,7 @@ from pathlib import Path
 from systolica.arch import fabric, instructions, isa
 from systolica.arch.config import ChipConfig
 from systolica.arch.isa import Opcode
-from systolica.compiler.graph.graph import CompileError
+from systolica.compiler.errors import CompileError
 from systolica.compiler.microops.ir import MicroOp, make
 
 #: Components that are chip units: each statement on them is one instruction.

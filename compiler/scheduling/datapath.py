@@ -20,8 +20,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from systolica.arch.config import ChipConfig
+from systolica.compiler.errors import CompileError
 from systolica.compiler.frontend.text import Program, Statement, format_statement
-from systolica.compiler.graph.graph import CompileError
 from systolica.compiler.scheduling.busy import BusyIntervals
 
 DELAY_OP, DELAY_UNIT = "delay", "dreg"
