@@ -1,7 +1,8 @@
-"""Which cases of a large pure-Python family `make test-fast` runs.
+"""Which cases of a large pure-Python family `make test-fast` and `make test` run.
 
 `make test-fast` is the check before every commit and has to stay a matter of
-seconds; `make test` runs every case. A family of many similar cases (random seeds,
+seconds; `make test` runs every case, but for the largest families (whole compiles on
+many grids), of which it runs an even spread and `make regress` the rest. A family of many similar cases (random seeds,
 shapes, chips) keeps an evenly spread sample in the fast tier and marks the rest
 ``slow`` (:func:`sample`); a property-based test draws fewer examples there
 (:func:`examples`); and what is left of every family of three cases or more is
@@ -26,22 +27,25 @@ def examples(count: int) -> int:
     return max(20, count // 4) if FAST else count
 
 
-def sample(cases, every: int):
+def sample(cases, every: int, regress_every: int = 1):
     """``cases`` for ``pytest.mark.parametrize`` with all but every ``every``-th one
-    (the first included) marked ``slow``. A case is a ``pytest.param``, a tuple of the
-    arguments of several names, or the value of one name (not a tuple); its id and
-    marks are kept."""
+    (the first included) marked ``slow`` (``make test`` runs them, ``make test-fast``
+    does not); with `regress_every`, all but every ``regress_every``-th of those marked
+    ``regress`` too (``make regress`` runs the whole family, ``make test`` an even
+    spread of it). A case is a ``pytest.param``, a tuple of the arguments of several
+    names, or the value of one name (not a tuple); its id and marks are kept."""
     out = []
     for index, case in enumerate(cases):
         if index % every == 0:
             out.append(case)
             continue
+        marks = (pytest.mark.slow,) if index % regress_every == 0 else \
+            (pytest.mark.slow, pytest.mark.regress)
         if isinstance(case, ParameterSet):
-            out.append(pytest.param(*case.values, id=case.id,
-                                    marks=(*case.marks, pytest.mark.slow)))
+            out.append(pytest.param(*case.values, id=case.id, marks=(*case.marks, *marks)))
         else:
             values = case if isinstance(case, tuple) else (case,)
-            out.append(pytest.param(*values, marks=pytest.mark.slow))
+            out.append(pytest.param(*values, marks=marks))
     return out
 
 

@@ -305,7 +305,7 @@ def test_slices_route_acc_groups():
 
 @pytest.mark.parametrize("name, cfg", sample(
     [pytest.param(name, cfg, id=f"{name}-{cfg.name}")
-     for name in sorted(CASES) for cfg in (WIDE, WIDE4, *RATIOS)], 19))
+     for name in sorted(CASES) for cfg in (WIDE, WIDE4, *RATIOS)], 19, 2))
 def test_compiles_and_golden_equals_numpy(cfg, name):
     """Pure Python, 2x4, 1x4, 1x3, 2x6 and 1x8 grids: every case compiles, and the
     golden model running the program equals numpy (the 4-byte rows of the 1xk grids
