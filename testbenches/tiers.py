@@ -4,10 +4,10 @@
 seconds; `make test` runs every case, but for the largest families (whole compiles on
 many grids), of which it runs an even spread and `make regress` the rest. A family of
 many similar cases (random seeds, shapes, chips) keeps an evenly spread sample in the
-fast tier and marks the rest ``slow`` (:func:`sample`); a property-based test draws fewer examples there
-(:func:`examples`); and what is left of every family of three cases or more is
-sampled once more, one case in three (:func:`thin_families`, from ``conftest.py``),
-which keeps the tier well under 45 s on two cores."""
+fast tier and marks the rest ``slow`` (:func:`sample`); a property-based test draws
+fewer examples there (:func:`examples`); and what is left of every family of three
+cases or more is sampled once more, one case in three (:func:`thin_families`, from
+``conftest.py``), which keeps the tier well under 45 s on two cores."""
 
 from __future__ import annotations
 
