@@ -46,6 +46,7 @@ from .arch.regs import ErrorCode
 
 NEVER = -(1 << 62)
 _max = np.maximum.reduce       # ndarray.max without its Python wrapper
+_min = np.minimum.reduce
 
 
 @dataclass
@@ -240,10 +241,11 @@ class _Rows:
 
     def __init__(self, touch: Touch):
         a, c = touch.addrs, touch.cycles
-        self.first, self.top = int(c.min()), int(c.max())
+        self.first, self.top = int(_min(c)), int(_max(c))
         if len(a) == 1 or (a[1:] > a[:-1]).all():
             self.lo, self.hi = int(a[0]), int(a[-1]) + 1
-            self.at, self.last = a, c
+            # one cycle for every row: a number, which the boards take without an array
+            self.at, self.last = a, c if self.first < self.top else self.top
             if len(a) == self.hi - self.lo:     # increasing and as many as the bounds
                 self.at = slice(self.lo, self.hi)
         else:
@@ -392,10 +394,13 @@ class _BankPorts:
         """Instruction `pc` on `unit`, issued at `t`, uses ports ``uses`` (``(memory,
         mode), first, last, banks`` after issue, `banks` a bit mask: see
         :func:`_port_uses`); instructions arrive in issue order."""
+        placed = []     # its own runs, added once all are checked: a unit meets no other
         for port, first, last, banks in uses:
             lo, hi = t + first, t + last
-            runs = self.live.setdefault(port, [])
-            if len(runs) > 8:       # a run over by now meets no later one
+            runs = self.live.get(port)
+            if runs is None:
+                runs = self.live[port] = []
+            elif len(runs) > 4:     # a run over by now meets no later one
                 runs[:] = [r for r in runs if r[1] >= t]
             for r_lo, r_hi, r_unit, r_pc, r_banks in runs:
                 if r_unit != unit and r_lo <= hi and lo <= r_hi and r_banks & banks:
@@ -414,7 +419,9 @@ class _BankPorts:
                             f"{(bank + 1) * size - 1}); a bank has one read and one write "
                             f"port: place their rows in different banks or their "
                             f"accesses in different cycles")
-            runs.append((lo, hi, unit, pc, banks))
+            placed.append((runs, (lo, hi, unit, pc, banks)))
+        for runs, run in placed:
+            runs.append(run)
 
 
 def _port_uses(uses: list[instructions.BankUse]) -> tuple[tuple[tuple[str, str], int, int, int], ...]:
@@ -584,6 +591,7 @@ def check(cfg: ChipConfig, program: list[isa.Instr], prog_addr: int | None = Non
     # room its ranges of that memory leave (None: it faults there or is illegal), and
     # each instance is that, moved.
     at_zero: dict[tuple, tuple[tuple, int | None]] = {}
+    child = helper is not None and helper.is_child
 
     def prepare(op: Opcode, fields: dict) -> tuple:
         entry = instructions.SPEC.get(op)
@@ -594,14 +602,16 @@ def check(cfg: ChipConfig, program: list[isa.Instr], prog_addr: int | None = Non
         first = entry.collect_first(cfg, fields) if legal else None
         if fx_ is None:
             return (legal, fault_, None, 0, (), (), [], (), (), None, first)
-        dram = [tc for tc in fx_.reads + fx_.writes if tc.resource == "dram"]
         # each touch of this process's boards, with its index among the instruction's
         touched = [(boards.get(tc.resource), tc, k) for k, tc in enumerate(fx_.reads
                                                                             + fx_.writes)]
+        reads = tuple((b, tc, _rows(tc), k) for b, tc, k in touched[:len(fx_.reads)] if b)
+        writes = tuple((b, tc, _rows(tc), k) for b, tc, k in touched[len(fx_.reads):] if b)
+        if child:           # it keeps scoreboards only: the rest is the parent's
+            return (legal, fault_, fx_, 0, reads, writes, [], (), (), None, first)
+        dram = [tc for tc in fx_.reads + fx_.writes if tc.resource == "dram"]
         return (
-            legal, fault_, fx_, fx_.last,
-            tuple((b, tc, _rows(tc), k) for b, tc, k in touched[:len(fx_.reads)] if b),
-            tuple((b, tc, _rows(tc), k) for b, tc, k in touched[len(fx_.reads):] if b),
+            legal, fault_, fx_, fx_.last, reads, writes,
             [run for tc in dram for run in _port_runs(tc.cycles)],
             tuple((tc, _rows(tc)) for tc in fx_.writes
                   if tc.resource == "dram" and len(tc.addrs)),
@@ -612,10 +622,15 @@ def check(cfg: ChipConfig, program: list[isa.Instr], prog_addr: int | None = Non
         entry = instructions.SPEC.get(ins.op)
         if entry is not None and entry.moves is not None:
             name, memory = entry.moves
-            key = (ins.op, tuple((k, 0 if k == name else v) for k, v in ins.fields.items()))
+            off = ins.fields.get(name, 0)
+            fields = ins.fields
+            if off:
+                fields = dict(fields)
+                fields[name] = 0
+            key = (ins.op, tuple(fields.items()))
             got = at_zero.get(key)
             if got is None:
-                fields = dict(key[1])
+                fields = dict(fields)
                 got = prepare(ins.op, fields)
                 room = None
                 if got[0] and not got[1]:
@@ -623,7 +638,6 @@ def check(cfg: ChipConfig, program: list[isa.Instr], prog_addr: int | None = Non
                                instructions.ranges(cfg, ins.op, fields) if r.memory == memory)
                 got = at_zero[key] = (got, room)
             base, room = got
-            off = ins.fields.get(name, 0)
             if room is not None and off <= room:
                 return _moved(base, memory, off)
         key = (ins.op, tuple(ins.fields.items()))
