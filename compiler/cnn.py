@@ -747,7 +747,8 @@ class _Emit:
         value = fields.get(moving, 0) if moving else 0
         if value:
             fields[moving] = 0
-        key = (opcode, layer, sub, tuple(fields.items()))   # one call site, one field order
+        # layers share them too: nothing checked depends on the layer
+        key = (opcode, sub, tuple(fields.items()))   # one call site, one field order
         known = self.made.get(key)
         if known is None:
             known = make(self.cfg, opcode, layer, **fields)
@@ -756,8 +757,10 @@ class _Emit:
                                        tile_cols=self.em.tile_cols, sub=sub)
             self.made[key] = known
         if value:
-            return moved(self.cfg, known, value)
-        return MicroOp(known.op, known.fields, known.accesses, known.layer, known.needs)
+            mop = moved(self.cfg, known, value)
+            mop.layer = layer
+            return mop
+        return MicroOp(known.op, known.fields, known.accesses, layer, known.needs)
 
     def job(self, job: Job, w_dram: int, post_dram: int | None, out_dram: int,
             tiling: Tiling = Tiling()) -> list[Block]:
