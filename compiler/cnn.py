@@ -610,7 +610,7 @@ def choose(cfg: ChipConfig, lay: Layout, job: Job, weights: str | None = None,
         try:
             costs.append((*estimate(cfg, lay, job, t), t))
         except CompileError as e:
-            errors[t] = e
+            errors[t] = e.with_traceback(None)
     if not costs:
         # the shortfall of the tiling with the most room: streamed weights, fewest buffers
         raise errors[min(errors, key=lambda t: (t.weights != "stream", t.buffers))]
