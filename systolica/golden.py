@@ -249,10 +249,14 @@ class _Rows:
             if len(a) == self.hi - self.lo:     # increasing and as many as the bounds
                 self.at = slice(self.lo, self.hi)
         else:
-            self.lo, self.hi = int(a.min()), int(a.max()) + 1
-            self.at, where = np.unique(a, return_inverse=True)
-            self.last = np.full(len(self.at), np.iinfo(np.int64).min, dtype=np.int64)
-            np.maximum.at(self.last, where, c)
+            self.lo, self.hi = int(_min(a)), int(_max(a)) + 1
+            if self.hi - self.lo == 1:      # one row in several cycles (a weight bank)
+                self.at = np.array([self.lo], dtype=a.dtype)
+                self.last = np.array([self.top], dtype=np.int64)
+            else:
+                self.at, where = np.unique(a, return_inverse=True)
+                self.last = np.full(len(self.at), np.iinfo(np.int64).min, dtype=np.int64)
+                np.maximum.at(self.last, where, c)
         self.one = self.hi - self.lo == 1
 
 
@@ -295,24 +299,30 @@ def _range_fault(cfg: ChipConfig, op: Opcode, fields: dict) -> str | None:
     return None
 
 
-def _moved(prepared: tuple, memory: str, off: int) -> tuple:
+def _moved(prepared: tuple, memory: str, off: int, boards_only: bool = False) -> tuple:
     """What ``check`` prepares for an instruction (see its ``decided``), for the
-    instruction whose addresses of `memory` are all `off` further on."""
+    instruction whose addresses of `memory` are all `off` further on; `boards_only`:
+    only its touches of the scoreboards (the forked process's), the rest as prepared."""
     legal, fault, fx, last, reads, writes, port_runs, dram_writes, bank_uses, muxes, \
         collect_first = prepared
-    new: dict[int, tuple[Touch, _Rows | None]] = {}
-    for tc in fx.reads + fx.writes:
-        if tc.resource == memory:
-            new[id(tc)] = (Touch(memory, tc.addrs + off, tc.cycles, tc.forward), None)
-    for _, tc, rows, _ in reads + writes:
-        if tc.resource == memory:
-            new[id(tc)] = (new[id(tc)][0], rows and rows.moved(off))
-    reads = tuple((board, *new.get(id(tc), (tc, rows)), k) for board, tc, rows, k in reads)
-    writes = tuple((board, *new.get(id(tc), (tc, rows)), k) for board, tc, rows, k in writes)
-    fx = Effects(fx.accept, [new.get(id(tc), (tc,))[0] for tc in fx.reads],
-                 [new.get(id(tc), (tc,))[0] for tc in fx.writes], fx.muxes, fx.collect)
-    dram_writes = tuple((new[id(tc)][0], rows.moved(off)) if id(tc) in new else (tc, rows)
-                        for tc, rows in dram_writes)
+    new: dict[int, Touch] = {}
+
+    def move(tc: Touch) -> Touch:
+        got = new.get(id(tc))
+        if got is None:
+            got = new[id(tc)] = Touch(memory, tc.addrs + off, tc.cycles, tc.forward)
+        return got
+
+    reads = tuple((board, move(tc), rows and rows.moved(off), k) if tc.resource == memory
+                  else (board, tc, rows, k) for board, tc, rows, k in reads)
+    writes = tuple((board, move(tc), rows and rows.moved(off), k) if tc.resource == memory
+                   else (board, tc, rows, k) for board, tc, rows, k in writes)
+    if not boards_only:
+        fx = Effects(fx.accept, [move(tc) if tc.resource == memory else tc for tc in fx.reads],
+                     [move(tc) if tc.resource == memory else tc for tc in fx.writes],
+                     fx.muxes, fx.collect)
+        dram_writes = tuple((move(tc), rows.moved(off)) if tc.resource == memory
+                            else (tc, rows) for tc, rows in dram_writes)
     return (legal, fault, fx, last, reads, writes, port_runs, dram_writes, bank_uses,
             muxes, collect_first)
 
@@ -391,47 +401,62 @@ class _BankPorts:
         self.reason = ""
 
     def use(self, unit: str, pc: int, uses, t: int) -> None:
-        """Instruction `pc` on `unit`, issued at `t`, uses ports ``uses`` (``(memory,
-        mode), first, last, banks`` after issue, `banks` a bit mask: see
+        """Instruction `pc` on `unit`, issued at `t`, uses ports ``uses`` (see
         :func:`_port_uses`); instructions arrive in issue order."""
-        placed = []     # its own runs, added once all are checked: a unit meets no other
-        for port, first, last, banks in uses:
-            lo, hi = t + first, t + last
+        each, spans = uses
+        # Each port's span and banks first: only where a run of another unit meets
+        # them are the uses looked at one by one.
+        meets = False
+        for port, first, last, banks in spans:
             runs = self.live.get(port)
             if runs is None:
-                runs = self.live[port] = []
-            elif len(runs) > 4:     # a run over by now meets no later one
+                self.live[port] = []
+                continue
+            if len(runs) > 4:       # a run over by now meets no later one
                 runs[:] = [r for r in runs if r[1] >= t]
-            for r_lo, r_hi, r_unit, r_pc, r_banks in runs:
+            lo, hi = t + first, t + last
+            for r_lo, r_hi, r_unit, _, r_banks in runs:
                 if r_unit != unit and r_lo <= hi and lo <= r_hi and r_banks & banks:
-                    c = max(lo, r_lo)
-                    if self.conflict is None or c < self.conflict:
-                        self.conflict = c
-                        memory, mode = port
-                        common = r_banks & banks
-                        bank = (common & -common).bit_length() - 1
-                        size = (self.cfg.cbuf_bank_rows if memory == "cbuf"
-                                else self.cfg.acc_bank_rows)
-                        self.reason = (
-                            f"in cycle {c} the {unit} unit (pc {pc}) and the {r_unit} "
-                            f"unit (pc {r_pc}) both use the {mode} port of "
-                            f"{memory.upper()} bank {bank} (rows {bank * size}.."
-                            f"{(bank + 1) * size - 1}); a bank has one read and one write "
-                            f"port: place their rows in different banks or their "
-                            f"accesses in different cycles")
-            placed.append((runs, (lo, hi, unit, pc, banks)))
-        for runs, run in placed:
-            runs.append(run)
+                    meets = True
+        if meets:
+            for port, first, last, banks in each:
+                lo, hi = t + first, t + last
+                for r_lo, r_hi, r_unit, r_pc, r_banks in self.live[port]:
+                    if r_unit != unit and r_lo <= hi and lo <= r_hi and r_banks & banks:
+                        c = max(lo, r_lo)
+                        if self.conflict is None or c < self.conflict:
+                            self.conflict = c
+                            memory, mode = port
+                            common = r_banks & banks
+                            bank = (common & -common).bit_length() - 1
+                            size = (self.cfg.cbuf_bank_rows if memory == "cbuf"
+                                    else self.cfg.acc_bank_rows)
+                            self.reason = (
+                                f"in cycle {c} the {unit} unit (pc {pc}) and the {r_unit} "
+                                f"unit (pc {r_pc}) both use the {mode} port of "
+                                f"{memory.upper()} bank {bank} (rows {bank * size}.."
+                                f"{(bank + 1) * size - 1}); a bank has one read and one "
+                                f"write port: place their rows in different banks or "
+                                f"their accesses in different cycles")
+        # its own runs, added once all are checked: a unit meets no other of its own
+        for port, first, last, banks in each:
+            self.live[port].append((t + first, t + last, unit, pc, banks))
 
 
-def _port_uses(uses: list[instructions.BankUse]) -> tuple[tuple[tuple[str, str], int, int, int], ...]:
+def _port_uses(uses: list[instructions.BankUse]) -> tuple[tuple, tuple]:
     """An instruction's bank ports as ``((memory, mode), first, last, banks)``: the
-    banks whose port it uses over the same cycles, as one bit mask."""
+    banks whose port it uses over the same cycles, as one bit mask; and per port
+    the same over all its uses (from the first cycle to the last, every bank)."""
     masks: dict[tuple[tuple[str, str], int, int], int] = {}
     for u in uses:
         key = ((u.memory, u.mode), u.first, u.last)
         masks[key] = masks.get(key, 0) | 1 << u.bank
-    return tuple((port, first, last, banks) for (port, first, last), banks in masks.items())
+    each = tuple((port, first, last, banks) for (port, first, last), banks in masks.items())
+    spans: dict[tuple[str, str], tuple[int, int, int]] = {}
+    for port, first, last, banks in each:
+        lo, hi, union = spans.get(port, (first, last, 0))
+        spans[port] = (min(lo, first), max(hi, last), union | banks)
+    return each, tuple((port, *span) for port, span in spans.items())
 
 
 class _Fetcher:
@@ -601,14 +626,14 @@ def check(cfg: ChipConfig, program: list[isa.Instr], prog_addr: int | None = Non
         # the collector's order is checked before the range (a MATMUL of no rows too)
         first = entry.collect_first(cfg, fields) if legal else None
         if fx_ is None:
-            return (legal, fault_, None, 0, (), (), [], (), (), None, first)
+            return (legal, fault_, None, 0, (), (), [], (), ((), ()), None, first)
         # each touch of this process's boards, with its index among the instruction's
         touched = [(boards.get(tc.resource), tc, k) for k, tc in enumerate(fx_.reads
                                                                             + fx_.writes)]
         reads = tuple((b, tc, _rows(tc), k) for b, tc, k in touched[:len(fx_.reads)] if b)
         writes = tuple((b, tc, _rows(tc), k) for b, tc, k in touched[len(fx_.reads):] if b)
         if child:           # it keeps scoreboards only: the rest is the parent's
-            return (legal, fault_, fx_, 0, reads, writes, [], (), (), None, first)
+            return (legal, fault_, fx_, 0, reads, writes, [], (), ((), ()), None, first)
         dram = [tc for tc in fx_.reads + fx_.writes if tc.resource == "dram"]
         return (
             legal, fault_, fx_, fx_.last, reads, writes,
@@ -639,7 +664,7 @@ def check(cfg: ChipConfig, program: list[isa.Instr], prog_addr: int | None = Non
                 got = at_zero[key] = (got, room)
             base, room = got
             if room is not None and off <= room:
-                return _moved(base, memory, off)
+                return _moved(base, memory, off, child)
         key = (ins.op, tuple(ins.fields.items()))
         got = known.get(key)
         if got is None:
