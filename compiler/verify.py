@@ -12,6 +12,7 @@ the instruction and the rule it breaks.
 from __future__ import annotations
 
 from bisect import bisect_right
+from collections.abc import Callable
 
 from .. import golden
 from ..arch import instructions, isa
@@ -29,7 +30,19 @@ def verify(cfg: ChipConfig, program: list[isa.Instr], what: str = "program",
     """Check a scheduled program (sorted by issue cycle), with its image at DRAM word
     ``prog_addr`` if given; return the cycle count the chip will report, or raise
     :class:`ScheduleError` naming the instruction at fault and the rule it breaks."""
-    timeline = golden.check(cfg, program, prog_addr)
+    return begin_verify(cfg, program, what, prog_addr)()
+
+
+def begin_verify(cfg: ChipConfig, program: list[isa.Instr], what: str = "program",
+                 prog_addr: int | None = None) -> Callable[[], int]:
+    """:func:`verify` in two steps (:func:`systolica.golden.begin_check`): the caller
+    may work while the golden model's forked process finishes, then calls the
+    function returned, which returns or raises what :func:`verify` would."""
+    timeline_of = golden.begin_check(cfg, program, prog_addr)
+    return lambda: _judged(timeline_of(), program, what)
+
+
+def _judged(timeline: golden.Timeline, program: list[isa.Instr], what: str) -> int:
     if timeline.fault is not None:
         code, pc, cycle = timeline.fault
         if code is ErrorCode.BANK_CONFLICT:     # between two issued instructions

@@ -33,6 +33,7 @@ from __future__ import annotations
 import os
 import pickle
 import tempfile
+from collections.abc import Callable
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
@@ -572,14 +573,22 @@ def check(cfg: ChipConfig, program: list[isa.Instr], prog_addr: int | None = Non
     cycle count, and every hazard among the issued instructions. ``prog_addr`` is
     the PROG_ADDR register (None: the program region is taken to fit); a DMA that
     writes into the fetched part of the program region is a hazard."""
+    return begin_check(cfg, program, prog_addr)()
+
+
+def begin_check(cfg: ChipConfig, program: list[isa.Instr], prog_addr: int | None = None
+                ) -> Callable[[], Timeline]:
+    """:func:`check` in two steps: this process's share of the work now, and a
+    function that waits for the forked process's share (if any) and returns the
+    timeline. The caller may work in between; it must call the function."""
     words = fetch.words_per_instruction(cfg)
     long_program = len(program) > cfg.imem_depth
     if long_program and prog_addr is not None and \
             prog_addr + len(program) * words > cfg.dram_words:
-        return Timeline([], [], (ErrorCode.PROG_RANGE, 0, 0), 0, [],
-                        f"the program region [{prog_addr}, "
-                        f"{prog_addr + len(program) * words}) runs past the end of the "
-                        f"DRAM ({cfg.dram_words} words)")
+        return lambda: Timeline([], [], (ErrorCode.PROG_RANGE, 0, 0), 0, [],
+                                f"the program region [{prog_addr}, "
+                                f"{prog_addr + len(program) * words}) runs past the end "
+                                f"of the DRAM ({cfg.dram_words} words)")
     fetched = (prog_addr + cfg.imem_depth * words, prog_addr + len(program) * words) \
         if long_program and prog_addr is not None else None
     fetcher = _Fetcher(cfg)
@@ -767,17 +776,21 @@ def check(cfg: ChipConfig, program: list[isa.Instr], prog_addr: int | None = Non
     if fault is None and ports.conflict is not None:
         fault = (ErrorCode.BANK_CONFLICT, len(issued), ports.conflict + 1)
         reason = ports.reason
-    if helper is not None:
-        # the other boards' hazards among the issued instructions, in the order one
-        # process would have found them: by pc, then by touch
-        found = [(place, h) for place, h in helper.result() if place[0] < len(issued)]
-        if found:
-            found += list(zip(places, hazards))
-            found.sort(key=lambda x: x[0])
-            hazards = [h for _, h in found]
-    cycles = fault[2] if fault else end
-    return Timeline(issued, effects, fault, cycles, hazards, reason or "",
-                    fetcher.words_read)
+
+    def timeline() -> Timeline:
+        found = hazards
+        if helper is not None:
+            # the other boards' hazards among the issued instructions, in the order one
+            # process would have found them: by pc, then by touch
+            theirs = [(place, h) for place, h in helper.result() if place[0] < len(issued)]
+            if theirs:
+                theirs += list(zip(places, hazards))
+                theirs.sort(key=lambda x: x[0])
+                found = [h for _, h in theirs]
+        cycles = fault[2] if fault else end
+        return Timeline(issued, effects, fault, cycles, found, reason or "",
+                        fetcher.words_read)
+    return timeline
 
 
 # -- the data pass --------------------------------------------------------------------
