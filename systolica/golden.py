@@ -131,33 +131,40 @@ class _Scoreboard:
 
     # The hazard-free cases without indexing by address, or with one comparison per
     # row over a contiguous block; anything else takes read's and write's full check,
-    # which also words the hazard. A touch of one row is taken with plain numbers.
+    # which also words the hazard. A touch of one row is taken with plain numbers. A
+    # forwarding touch of a block (an accumulate's) goes row by row at once: its rows
+    # follow the writes of the instruction before row by row, seldom all of them.
     def _sees_writes(self, touch: Touch, rows: _Rows, off: int) -> bool:
         """Whether every read of the touch (cycles shifted by `off`) comes after the
         write of its row the board holds."""
         w = self.w_since[rows.lo:rows.hi]
-        if rows.first + off > _max(w):
+        block = rows.at.__class__ is slice
+        if not (block and touch.forward) and rows.first + off > _max(w):
             return True         # even the earliest read is after the latest write
-        if not isinstance(rows.at, slice):
+        if not block:
             return False
         c = rows.last + off
         seen = c > w
-        if touch.forward:
+        if touch.forward and not seen.all():
             seen |= self.w_fwd[rows.at] & (w < c + self.ahead)
         return bool(seen.all())
 
-    def _lands_in_order(self, pc: int, rows: _Rows, off: int) -> bool:
+    def _lands_in_order(self, pc: int, touch: Touch, rows: _Rows, off: int) -> bool:
         """Whether every write of the touch (cycles shifted by `off`) comes at or
         after the last read and after the last write of its row by another
         instruction."""
         r, w = self.r_since[rows.lo:rows.hi], self.w_since[rows.lo:rows.hi]
+        block = rows.at.__class__ is slice
         since = rows.first + off
-        if since >= _max(r) and since > _max(w):
+        if not (block and touch.forward) and since >= _max(r) and since > _max(w):
             return True         # even the earliest write is after all of them
-        if not isinstance(rows.at, slice):
+        if not block:
             return False
         c = rows.last + off
-        return not ((c < r).any() or ((c <= w) & (self.w_pc[rows.at] != pc)).any())
+        if (c < r).any():
+            return False
+        later = c <= w          # fine if the instruction's own (a write of several)
+        return not later.any() or not (later & (self.w_pc[rows.at] != pc)).any()
 
     def read(self, pc: int, touch: Touch, t: int, hazards: list[Hazard],
              rows: _Rows | None = None) -> None:
@@ -197,7 +204,7 @@ class _Scoreboard:
                 self.w_pc[a] = pc
                 self.w_fwd[a] = touch.forward
                 return
-            if self._lands_in_order(pc, rows, off):
+            if self._lands_in_order(pc, touch, rows, off):
                 _raise(self.w_since, rows.at, rows.last + off)
                 self.w_pc[rows.at] = pc
                 self.w_fwd[rows.at] = touch.forward
