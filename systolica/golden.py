@@ -166,6 +166,17 @@ class _Scoreboard:
         later = c <= w          # fine if the instruction's own (a write of several)
         return not later.any() or not (later & (self.w_pc[rows.at] != pc)).any()
 
+    def read_twice(self, pc: int, twice: _Twice, t: int) -> bool:
+        """Both reads of `twice` at once, where the earlier comes after every write
+        of its rows (then so does the later): whether they were taken."""
+        rows, later = twice.first[1], twice.then[1]
+        off = t - NEVER
+        if rows.first + off > _max(self.w_since[rows.lo:rows.hi]):
+            _raise(self.r_since, rows.at, later.top + off)
+            self.r_pc[rows.at] = pc
+            return True
+        return False
+
     def read(self, pc: int, touch: Touch, t: int, hazards: list[Hazard],
              rows: _Rows | None = None) -> None:
         if rows is not None:
@@ -280,6 +291,37 @@ class _Rows:
 def _rows(touch: Touch) -> _Rows | None:
     """The touch prepared for the scoreboard's fast paths, None if it is empty."""
     return _Rows(touch) if len(touch.addrs) else None
+
+
+class _Twice:
+    """Two reads of one block of rows by one instruction, each in one cycle, the
+    later second (a window walk's tile, read from its first row's cycle to its last
+    row's): ``first`` and ``then``, each ``(touch, rows, index)``."""
+
+    __slots__ = ("first", "then")
+
+    def __init__(self, first: tuple, then: tuple):
+        self.first, self.then = first, then
+
+
+def _twice(reads: tuple) -> tuple:
+    """`reads` (``(board, touch, rows, index)`` each) with every two successive reads
+    of one board's same block of rows, each in one cycle, no forwarding, the later
+    second, as one ``(board, _Twice, rows, index)``."""
+    out, k = [], 0
+    while k < len(reads):
+        if k + 1 < len(reads):
+            (b1, t1, r1, k1), (b2, t2, r2, k2) = reads[k], reads[k + 1]
+            if b1 is b2 and r1 is not None and r2 is not None \
+                    and r1.at.__class__ is slice and r1.at == r2.at \
+                    and r1.first == r1.top <= r2.first == r2.top \
+                    and not t1.forward and not t2.forward:
+                out.append((b1, _Twice((t1, r1, k1), (t2, r2, k2)), r1, k1))
+                k += 2
+                continue
+        out.append(reads[k])
+        k += 1
+    return tuple(out)
 
 
 def _port_runs(cycles: np.ndarray) -> list[tuple[int, int]]:
@@ -647,6 +689,8 @@ def begin_check(cfg: ChipConfig, program: list[isa.Instr], prog_addr: int | None
         touched = [(boards.get(tc.resource), tc, k) for k, tc in enumerate(fx_.reads
                                                                             + fx_.writes)]
         reads = tuple((b, tc, _rows(tc), k) for b, tc, k in touched[:len(fx_.reads)] if b)
+        if entry.moves is None:     # (a moved instruction's touches are moved one by one)
+            reads = _twice(reads)
         writes = tuple((b, tc, _rows(tc), k) for b, tc, k in touched[len(fx_.reads):] if b)
         if child:           # it keeps scoreboards only: the rest is the parent's
             return (legal, fault_, fx_, 0, reads, writes, [], (), ((), ()), None, first)
@@ -690,6 +734,14 @@ def begin_check(cfg: ChipConfig, program: list[isa.Instr], prog_addr: int | None
     def touch(pc: int, t: int, reads, writes) -> None:
         """The instruction's touches of this process's boards, issued at `t`."""
         for board, tc, rows, k in reads:
+            if tc.__class__ is _Twice:
+                if board.read_twice(pc, tc, t):
+                    continue
+                for tc, rows, k in (tc.first, tc.then):
+                    board.read(pc, tc, t, hazards, rows)
+                    if len(places) < len(hazards):
+                        places.append((pc, k))
+                continue
             board.read(pc, tc, t, hazards, rows)
             if len(places) < len(hazards):
                 places.append((pc, k))
