@@ -446,7 +446,9 @@ class _BankPorts:
 
     def __init__(self, cfg: ChipConfig):
         self.cfg = cfg
-        self.live: dict[tuple[str, str], list[tuple[int, int, str, int, int]]] = {}
+        # per port, per instruction using it: (first cycle, last cycle, unit, pc, banks,
+        # issue cycle, its uses of the port: (first, last, banks) after issue)
+        self.live: dict[tuple[str, str], list[tuple]] = {}
         self.conflict: int | None = None            # the first conflicting cycle
         self.reason = ""
 
@@ -454,59 +456,71 @@ class _BankPorts:
         """Instruction `pc` on `unit`, issued at `t`, uses ports ``uses`` (see
         :func:`_port_uses`); instructions arrive in issue order."""
         each, spans = uses
-        # Each port's span and banks first: only where a run of another unit meets
-        # them are the uses looked at one by one.
+        # Each port's span and banks first: only where another unit's instruction
+        # meets them are the uses looked at one by one.
         meets = False
-        for port, first, last, banks in spans:
-            runs = self.live.get(port)
-            if runs is None:
+        for port, first, last, banks, _ in spans:
+            users = self.live.get(port)
+            if users is None:
                 self.live[port] = []
                 continue
-            if len(runs) > 4:       # a run over by now meets no later one
-                runs[:] = [r for r in runs if r[1] >= t]
+            if len(users) > 2:      # an instruction over by now meets no later one
+                users[:] = [u for u in users if u[1] >= t]
             lo, hi = t + first, t + last
-            for r_lo, r_hi, r_unit, _, r_banks in runs:
-                if r_unit != unit and r_lo <= hi and lo <= r_hi and r_banks & banks:
+            for u_lo, u_hi, u_unit, _, u_banks, _, _ in users:
+                if u_unit != unit and u_lo <= hi and lo <= u_hi and u_banks & banks:
                     meets = True
         if meets:
             for port, first, last, banks in each:
                 lo, hi = t + first, t + last
-                for r_lo, r_hi, r_unit, r_pc, r_banks in self.live[port]:
-                    if r_unit != unit and r_lo <= hi and lo <= r_hi and r_banks & banks:
-                        c = max(lo, r_lo)
-                        if self.conflict is None or c < self.conflict:
-                            self.conflict = c
-                            memory, mode = port
-                            common = r_banks & banks
-                            bank = (common & -common).bit_length() - 1
-                            size = (self.cfg.cbuf_bank_rows if memory == "cbuf"
-                                    else self.cfg.acc_bank_rows)
-                            self.reason = (
-                                f"in cycle {c} the {unit} unit (pc {pc}) and the {r_unit} "
-                                f"unit (pc {r_pc}) both use the {mode} port of "
-                                f"{memory.upper()} bank {bank} (rows {bank * size}.."
-                                f"{(bank + 1) * size - 1}); a bank has one read and one "
-                                f"write port: place their rows in different banks or "
-                                f"their accesses in different cycles")
-        # its own runs, added once all are checked: a unit meets no other of its own
-        for port, first, last, banks in each:
-            self.live[port].append((t + first, t + last, unit, pc, banks))
+                for _, _, r_unit, r_pc, _, r_t, r_uses in self.live[port]:
+                    for r_first, r_last, r_banks in r_uses:
+                        r_lo, r_hi = r_t + r_first, r_t + r_last
+                        if r_unit != unit and r_lo <= hi and lo <= r_hi and r_banks & banks:
+                            self._clash(port, max(lo, r_lo), unit, pc, r_unit, r_pc,
+                                        r_banks & banks)
+        # its own, added once all are checked: a unit meets no other of its own
+        for port, first, last, banks, mine in spans:
+            self.live[port].append((t + first, t + last, unit, pc, banks, t, mine))
+
+    def _clash(self, port, c: int, unit: str, pc: int, r_unit: str, r_pc: int,
+               common: int) -> None:
+        """Two units on one port of the banks `common` in cycle `c`: the first such
+        cycle is the conflict."""
+        if self.conflict is None or c < self.conflict:
+            self.conflict = c
+            memory, mode = port
+            bank = (common & -common).bit_length() - 1
+            size = self.cfg.cbuf_bank_rows if memory == "cbuf" else self.cfg.acc_bank_rows
+            self.reason = (
+                f"in cycle {c} the {unit} unit (pc {pc}) and the {r_unit} unit (pc "
+                f"{r_pc}) both use the {mode} port of {memory.upper()} bank {bank} (rows "
+                f"{bank * size}..{(bank + 1) * size - 1}); a bank has one read and one "
+                f"write port: place their rows in different banks or their accesses in "
+                f"different cycles")
 
 
 def _port_uses(uses: list[instructions.BankUse]) -> tuple[tuple, tuple]:
     """An instruction's bank ports as ``((memory, mode), first, last, banks)``: the
-    banks whose port it uses over the same cycles, as one bit mask; and per port
-    the same over all its uses (from the first cycle to the last, every bank)."""
+    banks whose port it uses over the same cycles, as one bit mask; and per port the
+    same over all its uses (from the first cycle to the last, every bank), with
+    them: ``(port, first, last, banks, ((first, last, banks), ...))``."""
     masks: dict[tuple[tuple[str, str], int, int], int] = {}
     for u in uses:
         key = ((u.memory, u.mode), u.first, u.last)
         masks[key] = masks.get(key, 0) | 1 << u.bank
     each = tuple((port, first, last, banks) for (port, first, last), banks in masks.items())
-    spans: dict[tuple[str, str], tuple[int, int, int]] = {}
+    spans: dict[tuple[str, str], list] = {}
     for port, first, last, banks in each:
-        lo, hi, union = spans.get(port, (first, last, 0))
-        spans[port] = (min(lo, first), max(hi, last), union | banks)
-    return each, tuple((port, *span) for port, span in spans.items())
+        span = spans.get(port)
+        if span is None:
+            spans[port] = [first, last, banks, [(first, last, banks)]]
+        else:
+            span[0], span[1] = min(span[0], first), max(span[1], last)
+            span[2] |= banks
+            span[3].append((first, last, banks))
+    return each, tuple((port, lo, hi, banks, tuple(mine))
+                       for port, (lo, hi, banks, mine) in spans.items())
 
 
 class _Fetcher:
