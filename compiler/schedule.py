@@ -126,13 +126,17 @@ def schedule(cfg: ChipConfig, ops: list[MicroOp]) -> list[int]:
     # DMA's DRAM address) at 0: most DMAs differ in nothing else.
     known: dict[tuple[int, int, int], tuple] = {}
     timed: dict[tuple, tuple] = {}
+    limit = 1 << isa.CYCLE_BITS
     for op in ops:
         key = (id(op.fields), id(op.needs), id(op.accesses))
         got = known.get(key)
         if got is None:
             moving = timing.moving_field(op.op)
-            same = (op.op, tuple((k, 0 if k == moving else v) for k, v in op.fields.items()),
-                    tuple(op.needs.items()))
+            fields = op.fields
+            if moving is not None and fields.get(moving):
+                fields = dict(fields)
+                fields[moving] = 0
+            same = (op.op, tuple(fields.items()), tuple(op.needs.items()))
             fixed = timed.get(same)
             if fixed is None:
                 probe = op.instr(0)
@@ -141,11 +145,11 @@ def schedule(cfg: ChipConfig, ops: list[MicroOp]) -> list[int]:
                                        banks.claims(timing.UNIT[op.op],
                                                     timing.bank_claims(cfg, probe)),
                                        timing.exit_lead(cfg, probe)
-                                       if op.op is isa.Opcode.MATMUL else None)
+                                       if op.op is isa.Opcode.MATMUL else None,
+                                       units[timing.UNIT[op.op]])
             got = known[key] = (*fixed, _waits(resources, op.accesses),
                                 _marks(resources, op.accesses, fixed[1]))
-        occupancy, done, spans, claims, lead, waits, marks = got
-        unit = units[timing.UNIT[op.op]]
+        occupancy, done, spans, claims, lead, unit, waits, marks = got
         t = 0
         for since, lo, hi, column, start in waits:
             after = since.max(lo, hi, column) - start
@@ -167,7 +171,7 @@ def schedule(cfg: ChipConfig, ops: list[MicroOp]) -> list[int]:
                     break
                 end = t + 1
             t = end
-        if t + done >= 1 << isa.CYCLE_BITS:
+        if t + done >= limit:
             raise CompileError(f"cannot schedule {op}: it would issue at cycle {t}, past "
                                f"the {isa.CYCLE_BITS}-bit cycle field")
         unit.add(t, t + occupancy)
