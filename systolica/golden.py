@@ -566,13 +566,13 @@ class _Fetcher:
 
 
 class _BoardHelper:
-    """A forked process that keeps the DRAM's, the CBUF's and the ACC's scoreboards
-    of a long program while this one checks the issue rules and keeps the weight
-    banks': two near halves of the work at once, on a machine with two cores or
-    more (ResNet-50's check takes some 8 s instead of 13). It reports the hazards it
-    found, each with its pc and touch, through a temporary file."""
+    """A forked process that keeps every scoreboard of a long program while this one
+    checks the issue rules (and the compiler checks the program's regions and
+    encodes it): two near halves of the work at once, on a machine with two cores or
+    more. It reports the hazards it found, each with its pc and touch, through a
+    temporary file."""
 
-    BOARDS = ("dram", "cbuf", "acc")
+    BOARDS = ("dram", "cbuf", "acc", "wbank0", "wbank1")
     #: Programs shorter than this are checked in one process (a fork costs more).
     FROM = 50_000
     _unreaped: list[int] = []       # children of checks that ended early
