@@ -53,9 +53,11 @@ class _BankPorts:
     port of each bank (``timing.bank_claims``)."""
 
     def __init__(self):
-        self.ports: dict[tuple[str, str], dict[str, BusyBanks]] = {}
+        # per port and unit: its uses of the port, and the cycle the last one ends
+        # (none of them meets a claim from there on)
+        self.ports: dict[tuple[str, str], dict[str, list]] = {}
         # per port and unit, the other units' uses of the port, in the order they came
-        self.others: dict[tuple[tuple[str, str], str], list[BusyBanks]] = {}
+        self.others: dict[tuple[tuple[str, str], str], list[list]] = {}
 
     def claims(self, unit: str, bank_claims) -> list[tuple]:
         """``timing.bank_claims`` of an op on `unit` as ``(lo, hi, banks, others,
@@ -69,7 +71,7 @@ class _BankPorts:
         for (port, lo, hi), banks in masks.items():
             users = self.ports.setdefault(port, {})
             if unit not in users:       # a new user of the port: the others' lists take it in
-                mine = BusyBanks()
+                mine = [BusyBanks(), -1]
                 self.others[(port, unit)] = list(users.values())
                 for other in users:
                     self.others[(port, other)].append(mine)
@@ -80,15 +82,19 @@ class _BankPorts:
     @staticmethod
     def clash_end(claims, t: int) -> int | None:
         for lo, hi, banks, others, _ in claims:
-            for busy in others:
-                if (end := busy.clash_end(t + lo, t + hi, banks)) is not None:
+            start = t + lo
+            for busy, ends in others:
+                if ends > start and \
+                        (end := busy.clash_end(start, t + hi, banks)) is not None:
                     return end - lo
         return None
 
     @staticmethod
     def add(claims, t: int) -> None:
         for lo, hi, banks, _, mine in claims:
-            mine.add(t + lo, t + hi, banks)
+            mine[0].add(t + lo, t + hi, banks)
+            if t + hi > mine[1]:
+                mine[1] = t + hi
 
 
 _NEXT_ACCUMULATE = slice(2, 3)
