@@ -726,7 +726,7 @@ def begin_check(cfg: ChipConfig, program: list[isa.Instr], prog_addr: int | None
             if off:
                 fields = dict(fields)
                 fields[name] = 0
-            key = (ins.op, tuple(fields.items()))
+            key = (ins.op, tuple(fields), tuple(fields.values()))
             got = at_zero.get(key)
             if got is None:
                 fields = dict(fields)
@@ -739,7 +739,7 @@ def begin_check(cfg: ChipConfig, program: list[isa.Instr], prog_addr: int | None
             base, room = got
             if room is not None and off <= room:
                 return _moved(base, memory, off, child)
-        key = (ins.op, tuple(ins.fields.items()))
+        key = (ins.op, tuple(ins.fields), tuple(ins.fields.values()))
         got = known.get(key)
         if got is None:
             got = known[key] = prepare(ins.op, ins.fields)
