@@ -48,6 +48,8 @@ from .arch.regs import ErrorCode
 NEVER = -(1 << 62)
 _max = np.maximum.reduce       # ndarray.max without its Python wrapper
 _min = np.minimum.reduce
+_all = np.logical_and.reduce    # ... ndarray.all
+_any = np.logical_or.reduce     # ... ndarray.any
 
 
 @dataclass
@@ -97,7 +99,7 @@ class Timeline:
 # -- the timing pass ------------------------------------------------------------------
 def _raise(since: np.ndarray, at, cycles) -> None:
     """``since[at] = max(since[at], cycles)``; a slice of rows in place."""
-    if isinstance(at, slice):
+    if at.__class__ is slice:
         view = since[at]
         np.maximum(view, cycles, out=view)
     else:
@@ -145,9 +147,9 @@ class _Scoreboard:
             return False
         c = rows.last + off
         seen = c > w
-        if touch.forward and not seen.all():
+        if touch.forward and not _all(seen):
             seen |= self.w_fwd[rows.at] & (w < c + self.ahead)
-        return bool(seen.all())
+        return bool(_all(seen))
 
     def _lands_in_order(self, pc: int, touch: Touch, rows: _Rows, off: int) -> bool:
         """Whether every write of the touch (cycles shifted by `off`) comes at or
@@ -161,10 +163,10 @@ class _Scoreboard:
         if not block:
             return False
         c = rows.last + off
-        if (c < r).any():
+        if _any(c < r):
             return False
         later = c <= w          # fine if the instruction's own (a write of several)
-        return not later.any() or not (later & (self.w_pc[rows.at] != pc)).any()
+        return not _any(later) or not _any(later & (self.w_pc[rows.at] != pc))
 
     def read_twice(self, pc: int, twice: _Twice, t: int) -> bool:
         """Both reads of `twice` at once, where the earlier comes after every write
@@ -261,7 +263,7 @@ class _Rows:
     def __init__(self, touch: Touch):
         a, c = touch.addrs, touch.cycles
         self.first, self.top = int(_min(c)), int(_max(c))
-        if len(a) == 1 or (a[1:] > a[:-1]).all():
+        if len(a) == 1 or _all(a[1:] > a[:-1]):
             self.lo, self.hi = int(a[0]), int(a[-1]) + 1
             # one cycle for every row: a number, which the boards take without an array
             self.at, self.last = a, c if self.first < self.top else self.top
