@@ -26,7 +26,7 @@ from systolica.compiler.planning.memory import DramMap, MemoryPlan, program_regi
 from systolica.compiler.scheduling.fetch_delay import delay_for_fetch
 from systolica.compiler.scheduling.reconfigure import add_updates
 from systolica.compiler.scheduling.schedule import schedule
-from systolica.compiler.scheduling.verify import ScheduleError, check_regions, verify
+from systolica.compiler.scheduling.verify import ScheduleError, begin_verify, check_regions
 
 
 @dataclass(frozen=True)
@@ -194,7 +194,7 @@ def _mkn(lowered, graph: Graph, node) -> tuple[int, int, int, int]:
 
 
 class _PhaseClock:
-    """Seconds spent in each phase of a compile, in order."""
+    """Seconds spent in each phase of a compile, in order (a phase may come back)."""
 
     def __init__(self):
         self.laps: dict[str, float] = {}
@@ -202,8 +202,15 @@ class _PhaseClock:
 
     def lap(self, phase: str) -> None:
         now = time.perf_counter()
-        self.laps[phase] = round(now - self._last, 3)
+        self.laps[phase] = round(self.laps.get(phase, 0) + now - self._last, 3)
         self._last = now
+
+
+def _ends_as_predicted(replayed: int, predicted: int, what: str) -> None:
+    if replayed != predicted:
+        raise ScheduleError(
+            f"{what}: internal: the compiler predicts {predicted} cycles but the "
+            f"program's effects end in cycle {replayed - 1}")
 
 
 def compile_network(cfg: ChipConfig, network: Network | Graph,
@@ -303,15 +310,25 @@ def _compile(cfg: ChipConfig, network: Network | Graph, options: CompileOptions)
     program = delay_for_fetch(cfg, scheduled)   # the same instructions, some later
     clock.lap("order")
     predicted = max((ins.cycle + d for ins, d in zip(program, dones)), default=0)
-    replayed = verify(cfg, program, f"network {graph.name!r}", prog_addr=prog_addr)
-    check_regions(cfg, lowered.plan.regions, program, layer_of, f"network {graph.name!r}")
+    what = f"network {graph.name!r}"
+    replayed = begin_verify(cfg, program, what, prog_addr=prog_addr)
+    # The region check and the encoding while the golden model's forked process
+    # finishes; the verdicts still come in their order: the replay's, the regions',
+    # the predicted cycles', the encoding's.
+    try:
+        check_regions(cfg, lowered.plan.regions, program, layer_of, what)
+    except ScheduleError:
+        replayed()
+        raise
     clock.lap("verify")
-    if replayed != predicted:
-        raise ScheduleError(
-            f"network {graph.name!r}: internal: the compiler predicts {predicted} cycles "
-            f"but the program's effects end in cycle {replayed - 1}")
-    image = isa.to_bytes(isa.encode_all(program))
+    try:
+        image = isa.to_bytes(isa.encode_all(program))
+    except isa.EncodingError:
+        _ends_as_predicted(replayed(), predicted, what)
+        raise
     clock.lap("encode")
+    _ends_as_predicted(replayed(), predicted, what)
+    clock.lap("verify")
 
     spans: dict[int, tuple[int, int]] = {}     # layer -> (first issue, last done)
     for ins, owner, d in zip(program, layer_of, dones):

@@ -33,6 +33,7 @@ from __future__ import annotations
 import os
 import pickle
 import tempfile
+from collections.abc import Callable
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
@@ -47,6 +48,9 @@ from systolica.arch.regs import ErrorCode
 
 NEVER = -(1 << 62)
 _max = np.maximum.reduce       # ndarray.max without its Python wrapper
+_min = np.minimum.reduce
+_all = np.logical_and.reduce    # ... ndarray.all
+_any = np.logical_or.reduce     # ... ndarray.any
 
 
 @dataclass
@@ -96,7 +100,7 @@ class Timeline:
 # -- the timing pass ------------------------------------------------------------------
 def _raise(since: np.ndarray, at, cycles) -> None:
     """``since[at] = max(since[at], cycles)``; a slice of rows in place."""
-    if isinstance(at, slice):
+    if at.__class__ is slice:
         view = since[at]
         np.maximum(view, cycles, out=view)
     else:
@@ -130,33 +134,51 @@ class _Scoreboard:
 
     # The hazard-free cases without indexing by address, or with one comparison per
     # row over a contiguous block; anything else takes read's and write's full check,
-    # which also words the hazard. A touch of one row is taken with plain numbers.
+    # which also words the hazard. A touch of one row is taken with plain numbers. A
+    # forwarding touch of a block (an accumulate's) goes row by row at once: its rows
+    # follow the writes of the instruction before row by row, seldom all of them.
     def _sees_writes(self, touch: Touch, rows: _Rows, off: int) -> bool:
         """Whether every read of the touch (cycles shifted by `off`) comes after the
         write of its row the board holds."""
         w = self.w_since[rows.lo:rows.hi]
-        if rows.first + off > _max(w):
+        block = rows.at.__class__ is slice
+        if not (block and touch.forward) and rows.first + off > _max(w):
             return True         # even the earliest read is after the latest write
-        if not isinstance(rows.at, slice):
+        if not block:
             return False
         c = rows.last + off
         seen = c > w
-        if touch.forward:
+        if touch.forward and not _all(seen):
             seen |= self.w_fwd[rows.at] & (w < c + self.ahead)
-        return bool(seen.all())
+        return bool(_all(seen))
 
-    def _lands_in_order(self, pc: int, rows: _Rows, off: int) -> bool:
+    def _lands_in_order(self, pc: int, touch: Touch, rows: _Rows, off: int) -> bool:
         """Whether every write of the touch (cycles shifted by `off`) comes at or
         after the last read and after the last write of its row by another
         instruction."""
         r, w = self.r_since[rows.lo:rows.hi], self.w_since[rows.lo:rows.hi]
+        block = rows.at.__class__ is slice
         since = rows.first + off
-        if since >= _max(r) and since > _max(w):
+        if not (block and touch.forward) and since >= _max(r) and since > _max(w):
             return True         # even the earliest write is after all of them
-        if not isinstance(rows.at, slice):
+        if not block:
             return False
         c = rows.last + off
-        return not ((c < r).any() or ((c <= w) & (self.w_pc[rows.at] != pc)).any())
+        if _any(c < r):
+            return False
+        later = c <= w          # fine if the instruction's own (a write of several)
+        return not _any(later) or not _any(later & (self.w_pc[rows.at] != pc))
+
+    def read_twice(self, pc: int, twice: _Twice, t: int) -> bool:
+        """Both reads of `twice` at once, where the earlier comes after every write
+        of its rows (then so does the later): whether they were taken."""
+        rows, later = twice.first[1], twice.then[1]
+        off = t - NEVER
+        if rows.first + off > _max(self.w_since[rows.lo:rows.hi]):
+            _raise(self.r_since, rows.at, later.top + off)
+            self.r_pc[rows.at] = pc
+            return True
+        return False
 
     def read(self, pc: int, touch: Touch, t: int, hazards: list[Hazard],
              rows: _Rows | None = None) -> None:
@@ -196,7 +218,7 @@ class _Scoreboard:
                 self.w_pc[a] = pc
                 self.w_fwd[a] = touch.forward
                 return
-            if self._lands_in_order(pc, rows, off):
+            if self._lands_in_order(pc, touch, rows, off):
                 _raise(self.w_since, rows.at, rows.last + off)
                 self.w_pc[rows.at] = pc
                 self.w_fwd[rows.at] = touch.forward
@@ -241,17 +263,22 @@ class _Rows:
 
     def __init__(self, touch: Touch):
         a, c = touch.addrs, touch.cycles
-        self.first, self.top = int(c.min()), int(c.max())
-        if len(a) == 1 or (a[1:] > a[:-1]).all():
+        self.first, self.top = int(_min(c)), int(_max(c))
+        if len(a) == 1 or _all(a[1:] > a[:-1]):
             self.lo, self.hi = int(a[0]), int(a[-1]) + 1
-            self.at, self.last = a, c
+            # one cycle for every row: a number, which the boards take without an array
+            self.at, self.last = a, c if self.first < self.top else self.top
             if len(a) == self.hi - self.lo:     # increasing and as many as the bounds
                 self.at = slice(self.lo, self.hi)
         else:
-            self.lo, self.hi = int(a.min()), int(a.max()) + 1
-            self.at, where = np.unique(a, return_inverse=True)
-            self.last = np.full(len(self.at), np.iinfo(np.int64).min, dtype=np.int64)
-            np.maximum.at(self.last, where, c)
+            self.lo, self.hi = int(_min(a)), int(_max(a)) + 1
+            if self.hi - self.lo == 1:      # one row in several cycles (a weight bank)
+                self.at = np.array([self.lo], dtype=a.dtype)
+                self.last = np.array([self.top], dtype=np.int64)
+            else:
+                self.at, where = np.unique(a, return_inverse=True)
+                self.last = np.full(len(self.at), np.iinfo(np.int64).min, dtype=np.int64)
+                np.maximum.at(self.last, where, c)
         self.one = self.hi - self.lo == 1
 
 
@@ -267,6 +294,37 @@ class _Rows:
 def _rows(touch: Touch) -> _Rows | None:
     """The touch prepared for the scoreboard's fast paths, None if it is empty."""
     return _Rows(touch) if len(touch.addrs) else None
+
+
+class _Twice:
+    """Two reads of one block of rows by one instruction, each in one cycle, the
+    later second (a window walk's tile, read from its first row's cycle to its last
+    row's): ``first`` and ``then``, each ``(touch, rows, index)``."""
+
+    __slots__ = ("first", "then")
+
+    def __init__(self, first: tuple, then: tuple):
+        self.first, self.then = first, then
+
+
+def _twice(reads: tuple) -> tuple:
+    """`reads` (``(board, touch, rows, index)`` each) with every two successive reads
+    of one board's same block of rows, each in one cycle, no forwarding, the later
+    second, as one ``(board, _Twice, rows, index)``."""
+    out, k = [], 0
+    while k < len(reads):
+        if k + 1 < len(reads):
+            (b1, t1, r1, k1), (b2, t2, r2, k2) = reads[k], reads[k + 1]
+            if b1 is b2 and r1 is not None and r2 is not None \
+                    and r1.at.__class__ is slice and r1.at == r2.at \
+                    and r1.first == r1.top <= r2.first == r2.top \
+                    and not t1.forward and not t2.forward:
+                out.append((b1, _Twice((t1, r1, k1), (t2, r2, k2)), r1, k1))
+                k += 2
+                continue
+        out.append(reads[k])
+        k += 1
+    return tuple(out)
 
 
 def _port_runs(cycles: np.ndarray) -> list[tuple[int, int]]:
@@ -294,24 +352,30 @@ def _range_fault(cfg: ChipConfig, op: Opcode, fields: dict) -> str | None:
     return None
 
 
-def _moved(prepared: tuple, memory: str, off: int) -> tuple:
+def _moved(prepared: tuple, memory: str, off: int, boards_only: bool = False) -> tuple:
     """What ``check`` prepares for an instruction (see its ``decided``), for the
-    instruction whose addresses of `memory` are all `off` further on."""
+    instruction whose addresses of `memory` are all `off` further on; `boards_only`:
+    only its touches of the scoreboards (the forked process's), the rest as prepared."""
     legal, fault, fx, last, reads, writes, port_runs, dram_writes, bank_uses, muxes, \
         collect_first = prepared
-    new: dict[int, tuple[Touch, _Rows | None]] = {}
-    for tc in fx.reads + fx.writes:
-        if tc.resource == memory:
-            new[id(tc)] = (Touch(memory, tc.addrs + off, tc.cycles, tc.forward), None)
-    for _, tc, rows, _ in reads + writes:
-        if tc.resource == memory:
-            new[id(tc)] = (new[id(tc)][0], rows and rows.moved(off))
-    reads = tuple((board, *new.get(id(tc), (tc, rows)), k) for board, tc, rows, k in reads)
-    writes = tuple((board, *new.get(id(tc), (tc, rows)), k) for board, tc, rows, k in writes)
-    fx = Effects(fx.accept, [new.get(id(tc), (tc,))[0] for tc in fx.reads],
-                 [new.get(id(tc), (tc,))[0] for tc in fx.writes], fx.muxes, fx.collect)
-    dram_writes = tuple((new[id(tc)][0], rows.moved(off)) if id(tc) in new else (tc, rows)
-                        for tc, rows in dram_writes)
+    new: dict[int, Touch] = {}
+
+    def move(tc: Touch) -> Touch:
+        got = new.get(id(tc))
+        if got is None:
+            got = new[id(tc)] = Touch(memory, tc.addrs + off, tc.cycles, tc.forward)
+        return got
+
+    reads = tuple((board, move(tc), rows and rows.moved(off), k) if tc.resource == memory
+                  else (board, tc, rows, k) for board, tc, rows, k in reads)
+    writes = tuple((board, move(tc), rows and rows.moved(off), k) if tc.resource == memory
+                   else (board, tc, rows, k) for board, tc, rows, k in writes)
+    if not boards_only:
+        fx = Effects(fx.accept, [move(tc) if tc.resource == memory else tc for tc in fx.reads],
+                     [move(tc) if tc.resource == memory else tc for tc in fx.writes],
+                     fx.muxes, fx.collect)
+        dram_writes = tuple((move(tc), rows.moved(off)) if tc.resource == memory
+                            else (tc, rows) for tc, rows in dram_writes)
     return (legal, fault, fx, last, reads, writes, port_runs, dram_writes, bank_uses,
             muxes, collect_first)
 
@@ -385,48 +449,81 @@ class _BankPorts:
 
     def __init__(self, cfg: ChipConfig):
         self.cfg = cfg
-        self.live: dict[tuple[str, str], list[tuple[int, int, str, int, int]]] = {}
+        # per port, per instruction using it: (first cycle, last cycle, unit, pc, banks,
+        # issue cycle, its uses of the port: (first, last, banks) after issue)
+        self.live: dict[tuple[str, str], list[tuple]] = {}
         self.conflict: int | None = None            # the first conflicting cycle
         self.reason = ""
 
     def use(self, unit: str, pc: int, uses, t: int) -> None:
-        """Instruction `pc` on `unit`, issued at `t`, uses ports ``uses`` (``(memory,
-        mode), first, last, banks`` after issue, `banks` a bit mask: see
+        """Instruction `pc` on `unit`, issued at `t`, uses ports ``uses`` (see
         :func:`_port_uses`); instructions arrive in issue order."""
-        for port, first, last, banks in uses:
+        each, spans = uses
+        # Each port's span and banks first: only where another unit's instruction
+        # meets them are the uses looked at one by one.
+        meets = False
+        for port, first, last, banks, _ in spans:
+            users = self.live.get(port)
+            if users is None:
+                self.live[port] = []
+                continue
+            if len(users) > 2:      # an instruction over by now meets no later one
+                users[:] = [u for u in users if u[1] >= t]
             lo, hi = t + first, t + last
-            runs = self.live.setdefault(port, [])
-            if len(runs) > 8:       # a run over by now meets no later one
-                runs[:] = [r for r in runs if r[1] >= t]
-            for r_lo, r_hi, r_unit, r_pc, r_banks in runs:
-                if r_unit != unit and r_lo <= hi and lo <= r_hi and r_banks & banks:
-                    c = max(lo, r_lo)
-                    if self.conflict is None or c < self.conflict:
-                        self.conflict = c
-                        memory, mode = port
-                        common = r_banks & banks
-                        bank = (common & -common).bit_length() - 1
-                        size = (self.cfg.cbuf_bank_rows if memory == "cbuf"
-                                else self.cfg.acc_bank_rows)
-                        self.reason = (
-                            f"in cycle {c} the {unit} unit (pc {pc}) and the {r_unit} "
-                            f"unit (pc {r_pc}) both use the {mode} port of "
-                            f"{memory.upper()} bank {bank} (rows {bank * size}.."
-                            f"{(bank + 1) * size - 1}); a bank has one read and one write "
-                            f"port: place their rows in different banks or their "
-                            f"accesses in different cycles")
-            runs.append((lo, hi, unit, pc, banks))
+            for u_lo, u_hi, u_unit, _, u_banks, _, _ in users:
+                if u_unit != unit and u_lo <= hi and lo <= u_hi and u_banks & banks:
+                    meets = True
+        if meets:
+            for port, first, last, banks in each:
+                lo, hi = t + first, t + last
+                for _, _, r_unit, r_pc, _, r_t, r_uses in self.live[port]:
+                    for r_first, r_last, r_banks in r_uses:
+                        r_lo, r_hi = r_t + r_first, r_t + r_last
+                        if r_unit != unit and r_lo <= hi and lo <= r_hi and r_banks & banks:
+                            self._clash(port, max(lo, r_lo), unit, pc, r_unit, r_pc,
+                                        r_banks & banks)
+        # its own, added once all are checked: a unit meets no other of its own
+        for port, first, last, banks, mine in spans:
+            self.live[port].append((t + first, t + last, unit, pc, banks, t, mine))
+
+    def _clash(self, port, c: int, unit: str, pc: int, r_unit: str, r_pc: int,
+               common: int) -> None:
+        """Two units on one port of the banks `common` in cycle `c`: the first such
+        cycle is the conflict."""
+        if self.conflict is None or c < self.conflict:
+            self.conflict = c
+            memory, mode = port
+            bank = (common & -common).bit_length() - 1
+            size = self.cfg.cbuf_bank_rows if memory == "cbuf" else self.cfg.acc_bank_rows
+            self.reason = (
+                f"in cycle {c} the {unit} unit (pc {pc}) and the {r_unit} unit (pc "
+                f"{r_pc}) both use the {mode} port of {memory.upper()} bank {bank} (rows "
+                f"{bank * size}..{(bank + 1) * size - 1}); a bank has one read and one "
+                f"write port: place their rows in different banks or their accesses in "
+                f"different cycles")
 
 
-def _port_uses(uses: list[instructions.BankUse]
-               ) -> tuple[tuple[tuple[str, str], int, int, int], ...]:
+def _port_uses(uses: list[instructions.BankUse]) -> tuple[tuple, tuple]:
     """An instruction's bank ports as ``((memory, mode), first, last, banks)``: the
-    banks whose port it uses over the same cycles, as one bit mask."""
+    banks whose port it uses over the same cycles, as one bit mask; and per port the
+    same over all its uses (from the first cycle to the last, every bank), with
+    them: ``(port, first, last, banks, ((first, last, banks), ...))``."""
     masks: dict[tuple[tuple[str, str], int, int], int] = {}
     for u in uses:
         key = ((u.memory, u.mode), u.first, u.last)
         masks[key] = masks.get(key, 0) | 1 << u.bank
-    return tuple((port, first, last, banks) for (port, first, last), banks in masks.items())
+    each = tuple((port, first, last, banks) for (port, first, last), banks in masks.items())
+    spans: dict[tuple[str, str], list] = {}
+    for port, first, last, banks in each:
+        span = spans.get(port)
+        if span is None:
+            spans[port] = [first, last, banks, [(first, last, banks)]]
+        else:
+            span[0], span[1] = min(span[0], first), max(span[1], last)
+            span[2] |= banks
+            span[3].append((first, last, banks))
+    return each, tuple((port, lo, hi, banks, tuple(mine))
+                       for port, (lo, hi, banks, mine) in spans.items())
 
 
 class _Fetcher:
@@ -472,13 +569,13 @@ class _Fetcher:
 
 
 class _BoardHelper:
-    """A forked process that keeps the DRAM's, the CBUF's and the ACC's scoreboards
-    of a long program while this one checks the issue rules and keeps the weight
-    banks': two near halves of the work at once, on a machine with two cores or
-    more (ResNet-50's check takes some 8 s instead of 13). It reports the hazards it
-    found, each with its pc and touch, through a temporary file."""
+    """A forked process that keeps every scoreboard of a long program while this one
+    checks the issue rules (and the compiler checks the program's regions and
+    encodes it): two near halves of the work at once, on a machine with two cores or
+    more. It reports the hazards it found, each with its pc and touch, through a
+    temporary file."""
 
-    BOARDS = ("dram", "cbuf", "acc")
+    BOARDS = ("dram", "cbuf", "acc", "wbank0", "wbank1")
     #: Programs shorter than this are checked in one process (a fork costs more).
     FROM = 50_000
     _unreaped: list[int] = []       # children of checks that ended early
@@ -542,14 +639,22 @@ def check(cfg: ChipConfig, program: list[isa.Instr], prog_addr: int | None = Non
     cycle count, and every hazard among the issued instructions. ``prog_addr`` is
     the PROG_ADDR register (None: the program region is taken to fit); a DMA that
     writes into the fetched part of the program region is a hazard."""
+    return begin_check(cfg, program, prog_addr)()
+
+
+def begin_check(cfg: ChipConfig, program: list[isa.Instr], prog_addr: int | None = None
+                ) -> Callable[[], Timeline]:
+    """:func:`check` in two steps: this process's share of the work now, and a
+    function that waits for the forked process's share (if any) and returns the
+    timeline. The caller may work in between; it must call the function."""
     words = fetch.words_per_instruction(cfg)
     long_program = len(program) > cfg.imem_depth
     if long_program and prog_addr is not None and \
             prog_addr + len(program) * words > cfg.dram_words:
-        return Timeline([], [], (ErrorCode.PROG_RANGE, 0, 0), 0, [],
-                        f"the program region [{prog_addr}, "
-                        f"{prog_addr + len(program) * words}) runs past the end of the "
-                        f"DRAM ({cfg.dram_words} words)")
+        return lambda: Timeline([], [], (ErrorCode.PROG_RANGE, 0, 0), 0, [],
+                                f"the program region [{prog_addr}, "
+                                f"{prog_addr + len(program) * words}) runs past the end "
+                                f"of the DRAM ({cfg.dram_words} words)")
     fetched = (prog_addr + cfg.imem_depth * words, prog_addr + len(program) * words) \
         if long_program and prog_addr is not None else None
     fetcher = _Fetcher(cfg)
@@ -586,6 +691,7 @@ def check(cfg: ChipConfig, program: list[isa.Instr], prog_addr: int | None = Non
     # room its ranges of that memory leave (None: it faults there or is illegal), and
     # each instance is that, moved.
     at_zero: dict[tuple, tuple[tuple, int | None]] = {}
+    child = helper is not None and helper.is_child
 
     def prepare(op: Opcode, fields: dict) -> tuple:
         entry = instructions.SPEC.get(op)
@@ -595,15 +701,19 @@ def check(cfg: ChipConfig, program: list[isa.Instr], prog_addr: int | None = Non
         # the collector's order is checked before the range (a MATMUL of no rows too)
         first = entry.collect_first(cfg, fields) if legal else None
         if fx_ is None:
-            return (legal, fault_, None, 0, (), (), [], (), (), None, first)
-        dram = [tc for tc in fx_.reads + fx_.writes if tc.resource == "dram"]
+            return (legal, fault_, None, 0, (), (), [], (), ((), ()), None, first)
         # each touch of this process's boards, with its index among the instruction's
         touched = [(boards.get(tc.resource), tc, k) for k, tc in enumerate(fx_.reads
                                                                             + fx_.writes)]
+        reads = tuple((b, tc, _rows(tc), k) for b, tc, k in touched[:len(fx_.reads)] if b)
+        if entry.moves is None:     # (a moved instruction's touches are moved one by one)
+            reads = _twice(reads)
+        writes = tuple((b, tc, _rows(tc), k) for b, tc, k in touched[len(fx_.reads):] if b)
+        if child:           # it keeps scoreboards only: the rest is the parent's
+            return (legal, fault_, fx_, 0, reads, writes, [], (), ((), ()), None, first)
+        dram = [tc for tc in fx_.reads + fx_.writes if tc.resource == "dram"]
         return (
-            legal, fault_, fx_, fx_.last,
-            tuple((b, tc, _rows(tc), k) for b, tc, k in touched[:len(fx_.reads)] if b),
-            tuple((b, tc, _rows(tc), k) for b, tc, k in touched[len(fx_.reads):] if b),
+            legal, fault_, fx_, fx_.last, reads, writes,
             [run for tc in dram for run in _port_runs(tc.cycles)],
             tuple((tc, _rows(tc)) for tc in fx_.writes
                   if tc.resource == "dram" and len(tc.addrs)),
@@ -614,10 +724,15 @@ def check(cfg: ChipConfig, program: list[isa.Instr], prog_addr: int | None = Non
         entry = instructions.SPEC.get(ins.op)
         if entry is not None and entry.moves is not None:
             name, memory = entry.moves
-            key = (ins.op, tuple((k, 0 if k == name else v) for k, v in ins.fields.items()))
+            off = ins.fields.get(name, 0)
+            fields = ins.fields
+            if off:
+                fields = dict(fields)
+                fields[name] = 0
+            key = (ins.op, tuple(fields), tuple(fields.values()))
             got = at_zero.get(key)
             if got is None:
-                fields = dict(key[1])
+                fields = dict(fields)
                 got = prepare(ins.op, fields)
                 room = None
                 if got[0] and not got[1]:
@@ -625,10 +740,9 @@ def check(cfg: ChipConfig, program: list[isa.Instr], prog_addr: int | None = Non
                                instructions.ranges(cfg, ins.op, fields) if r.memory == memory)
                 got = at_zero[key] = (got, room)
             base, room = got
-            off = ins.fields.get(name, 0)
             if room is not None and off <= room:
-                return _moved(base, memory, off)
-        key = (ins.op, tuple(ins.fields.items()))
+                return _moved(base, memory, off, child)
+        key = (ins.op, tuple(ins.fields), tuple(ins.fields.values()))
         got = known.get(key)
         if got is None:
             got = known[key] = prepare(ins.op, ins.fields)
@@ -637,6 +751,14 @@ def check(cfg: ChipConfig, program: list[isa.Instr], prog_addr: int | None = Non
     def touch(pc: int, t: int, reads, writes) -> None:
         """The instruction's touches of this process's boards, issued at `t`."""
         for board, tc, rows, k in reads:
+            if tc.__class__ is _Twice:
+                if board.read_twice(pc, tc, t):
+                    continue
+                for one, one_rows, one_k in (tc.first, tc.then):
+                    board.read(pc, one, t, hazards, one_rows)
+                    if len(places) < len(hazards):
+                        places.append((pc, one_k))
+                continue
             board.read(pc, tc, t, hazards, rows)
             if len(places) < len(hazards):
                 places.append((pc, k))
@@ -730,17 +852,21 @@ def check(cfg: ChipConfig, program: list[isa.Instr], prog_addr: int | None = Non
     if fault is None and ports.conflict is not None:
         fault = (ErrorCode.BANK_CONFLICT, len(issued), ports.conflict + 1)
         reason = ports.reason
-    if helper is not None:
-        # the other boards' hazards among the issued instructions, in the order one
-        # process would have found them: by pc, then by touch
-        found = [(place, h) for place, h in helper.result() if place[0] < len(issued)]
-        if found:
-            found += list(zip(places, hazards))
-            found.sort(key=lambda x: x[0])
-            hazards = [h for _, h in found]
-    cycles = fault[2] if fault else end
-    return Timeline(issued, effects, fault, cycles, hazards, reason or "",
-                    fetcher.words_read)
+
+    def timeline() -> Timeline:
+        found = hazards
+        if helper is not None:
+            # the other boards' hazards among the issued instructions, in the order one
+            # process would have found them: by pc, then by touch
+            theirs = [(place, h) for place, h in helper.result() if place[0] < len(issued)]
+            if theirs:
+                theirs += list(zip(places, hazards))
+                theirs.sort(key=lambda x: x[0])
+                found = [h for _, h in theirs]
+        cycles = fault[2] if fault else end
+        return Timeline(issued, effects, fault, cycles, found, reason or "",
+                        fetcher.words_read)
+    return timeline
 
 
 # -- the data pass --------------------------------------------------------------------

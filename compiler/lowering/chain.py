@@ -367,7 +367,7 @@ def _layout(cfg: ChipConfig, jobs: list[Job], passes: list[list[chain.Step]],
                                             reserved=u)
             break
         except CompileError as e:
-            error = e
+            error = e.with_traceback(None)
     else:
         raise error
     at = {r.key: r.lo for r in regions}
@@ -577,7 +577,7 @@ def _weight_modes(cfg: ChipConfig, jobs: list[Job], passes, fixed, half_rows: in
     try:
         return modes, fit(modes)
     except CompileError as e:
-        error = e
+        error = e.with_traceback(None)
     found = []                  # the same placement for every layer, where it fits
     for kind in WEIGHTS[1:]:
         try:
@@ -614,7 +614,7 @@ def _downgrade(cfg: ChipConfig, jobs: list[Job], passes, modes, fit, half_rows: 
             try:
                 bufs = fit(t)
             except CompileError as e:
-                error = e
+                error = e.with_traceback(None)
                 continue
             fitting.append((estimate_chain(cfg, jobs, passes, t, bufs, half_rows), t, bufs))
         if fitting:
@@ -667,7 +667,7 @@ def choose_chain(cfg: ChipConfig, jobs: list[Job], want: ChainChoice, half_rows:
             try:
                 _check_fetches(jobs, passes)
             except CompileError as e:
-                halo_error = halo_error or e
+                halo_error = halo_error or e.with_traceback(None)
                 continue
             tries = [fixed] if cost is None or fixed is not None else \
                 [(kind,) * L for kind in WEIGHTS]   # a network's rule weighs each
@@ -676,7 +676,7 @@ def choose_chain(cfg: ChipConfig, jobs: list[Job], want: ChainChoice, half_rows:
                     modes, bufs = _weight_modes(cfg, jobs, passes, modes, half_rows,
                                                 want.fused(keep), want.share)
                 except CompileError as e:
-                    fit_error = (per, e)
+                    fit_error = (per, e.with_traceback(None))
                     continue
                 key = (*estimate_chain(cfg, jobs, passes, modes, bufs, half_rows),
                        len(passes)) if cost is None else cost(jobs, passes, modes, bufs)

@@ -61,8 +61,9 @@ class Emitter:
         value = fields.get(moving, 0) if moving else 0
         if value:
             fields[moving] = 0
-        key = (opcode, layer, sub, west, tuple(fields.items()))   # one call site, one
-        known = self._made.get(key)                               # field order
+        # layers share them too: nothing checked depends on the layer
+        key = (opcode, sub, west, tuple(fields.items()))   # one call site, one field order
+        known = self._made.get(key)
         if known is None:
             known = make(self.cfg, opcode, layer, **fields)
             routing = gemm_routing(self.cfg, opcode, to_acc=bool(fields.get("to_acc")),
@@ -73,5 +74,7 @@ class Emitter:
             known.needs = routing
             self._made[key] = known
         if value:
-            return moved(self.cfg, known, value)
-        return MicroOp(known.op, known.fields, known.accesses, known.layer, known.needs)
+            mop = moved(self.cfg, known, value)
+            mop.layer = layer
+            return mop
+        return MicroOp(known.op, known.fields, known.accesses, layer, known.needs)

@@ -163,9 +163,10 @@ def conflict(a: MicroOp, b: MicroOp) -> bool:
     """Whether the two ops' order matters (overlapping ranges, at least one writes;
     accumulates count as writes here because their order fixes the overwrite)."""
     for x in a.accesses:
+        resource, lo, hi, writes = x.resource, x.lo, x.hi, x.mode != READ
         for y in b.accesses:
-            if x.resource == y.resource and x.lo < y.hi and y.lo < x.hi \
-                    and (x.mode != READ or y.mode != READ):
+            if y.resource == resource and lo < y.hi and y.lo < hi \
+                    and (writes or y.mode != READ):
                 return True
     return False
 
@@ -174,7 +175,8 @@ def verify_reorder(cfg: ChipConfig, before: list[MicroOp], after: list[MicroOp])
     """Raise unless `after` is a permutation of `before` keeping the relative order of
     every conflicting pair, i.e. computes the same thing."""
     pos = {id(m): i for i, m in enumerate(after)}
-    if len(pos) != len(before) or any(id(m) not in pos for m in before):
+    order = [pos.get(id(m), -1) for m in before]
+    if len(pos) != len(before) or -1 in order:
         raise InternalError("reordered program is not a permutation")
     # Only the pairs the permutation swaps need a look. Walking `before`, ``ahead``
     # holds the ops already seen that `after` places beyond the first position not yet
@@ -182,20 +184,22 @@ def verify_reorder(cfg: ChipConfig, before: list[MicroOp], after: list[MicroOp])
     # The pipeliner moves an op at most a block's length (a few hundred ops in
     # ResNet-50); a permutation that moves more ops further is checked address by
     # address instead.
-    order = [pos[id(m)] for m in before]
-    taken = bytearray(len(order))
+    n = len(order)
+    taken = bytearray(n)
     first_free = 0
     ahead: list[tuple[int, int]] = []     # (position in `after`, index in `before`), sorted
     for j, p in enumerate(order):
-        for _, i in ahead[bisect_right(ahead, (p, len(order))):]:
-            if _touch_same(before[i], before[j]):
-                raise InternalError(f"reordering moved {before[j]} before "
-                                   f"{before[i]}, which touches the same data")
+        if ahead and ahead[-1][0] > p:
+            for _, i in ahead[bisect_right(ahead, (p, n)):]:
+                if _touch_same(before[i], before[j]):
+                    raise InternalError(f"reordering moved {before[j]} before "
+                                        f"{before[i]}, which touches the same data")
         taken[p] = 1
         if p == first_free:
-            while first_free < len(taken) and taken[first_free]:
+            while first_free < n and taken[first_free]:
                 first_free += 1
-            del ahead[:bisect_right(ahead, (first_free, len(order)))]
+            if ahead:
+                del ahead[:bisect_right(ahead, (first_free, n))]
         else:
             insort(ahead, (p, j))
             if len(ahead) > _FAR:
@@ -210,9 +214,10 @@ def _touch_same(a: MicroOp, b: MicroOp) -> bool:
     """Whether the two ops touch a common address and at least one of them writes
     (the reorder check's own test; the pipeliner decides with ``conflict``)."""
     for x in a.accesses:
+        resource, lo, hi, reads = x.resource, x.lo, x.hi, x.mode == READ
         for y in b.accesses:
-            if x.resource == y.resource and x.lo < y.hi and y.lo < x.hi \
-                    and not (x.mode == READ and y.mode == READ):
+            if y.resource == resource and lo < y.hi and y.lo < hi \
+                    and not (reads and y.mode == READ):
                 return True
     return False
 

@@ -179,7 +179,7 @@ def choose_tiling(cfg: ChipConfig, lay: Layout, job: Job, weights: str | None = 
         try:
             costs.append((*estimate_tiling(cfg, lay, job, t), t))
         except CompileError as e:
-            errors[t] = e
+            errors[t] = e.with_traceback(None)     # no frames kept alive
     if not costs:
         # the shortfall of the tiling with the most room: streamed weights, fewest buffers
         raise errors[min(errors, key=lambda t: (t.weights != "stream", t.buffers))]

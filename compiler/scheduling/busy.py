@@ -60,12 +60,20 @@ class BusyIntervals:
         """Mark ``[lo, hi)`` busy (it may overlap or touch intervals already busy)."""
         if type(lo) is not int or type(hi) is not int or hi <= lo:
             self._reject(lo, hi)
-        a = bisect_left(self._ends, lo)           # first interval ending at/after lo
-        b = bisect_right(self._starts, hi)        # intervals starting at/before hi
-        if a < b:                                 # touching or overlapping: merge
-            lo, hi = min(lo, self._starts[a]), max(hi, self._ends[b - 1])
-        self._starts[a:b] = [lo]
-        self._ends[a:b] = [hi]
+        starts, ends = self._starts, self._ends
+        a = bisect_left(ends, lo)                 # first interval ending at/after lo
+        b = bisect_right(starts, hi)              # intervals starting at/before hi
+        if a == b:                                # apart from every one
+            starts.insert(a, lo)
+            ends.insert(a, hi)
+        elif b == a + 1:                          # touching or overlapping one: grow it
+            if lo < starts[a]:
+                starts[a] = lo
+            if hi > ends[a]:
+                ends[a] = hi
+        else:                                     # several: merge them
+            starts[a:b] = [min(lo, starts[a])]
+            ends[a:b] = [max(hi, ends[b - 1])]
 
     def __iter__(self) -> Iterator[tuple[int, int]]:
         """The busy intervals, merged, in time order."""

@@ -97,28 +97,31 @@ def uses(cfg: ChipConfig, ops: list[MicroOp], cycles: list[int]) -> dict[str, li
         if op.op in FABRIC_OPS or op.needs:
             groups[(op.op, id(op.fields), id(op.needs))].append(k)
     at = np.asarray(cycles, dtype=np.int64)
-    per_mux: dict[str, list[tuple[int, int, int, np.ndarray]]] = defaultdict(list)
+    per_mux: dict[str, list[tuple]] = defaultdict(list)
     for idx in groups.values():
         spans = settings(cfg, ops[idx[0]])
         if spans:
             idx_arr = np.asarray(idx, dtype=np.int64)
+            # the group's first issue (the first op issued then) and last, once for
+            # all the multiplexers it passes
+            cy = at[idx_arr]
+            k = int(np.argmin(cy))
+            bounds = (int(cy[k]), int(idx_arr[k]), int(cy.max()))
             for name, value, lo, hi in spans:
-                per_mux[name].append((value, lo, hi, idx_arr))
+                per_mux[name].append((value, lo, hi, idx_arr, bounds))
     out: dict[str, list[Use]] = {}
     for name, lst in per_mux.items():
         if len({value for value, *_ in lst}) == 1:
             first, last, first_op = None, None, 0
-            for _, lo, hi, idx in lst:
-                cy = at[idx]
-                k = int(np.argmin(cy))
-                if first is None or cy[k] + lo < first:
-                    first, first_op = int(cy[k]) + lo, int(idx[k])
-                end = int(cy.max()) + hi
+            for _, lo, hi, _, (c_first, op_first, c_last) in lst:
+                if first is None or c_first + lo < first:
+                    first, first_op = c_first + lo, op_first
+                end = c_last + hi
                 last = end if last is None else max(last, end)
             out[name] = [Use(name, lst[0][0], first, last, first_op)]
             continue
         expanded = [Use(name, value, int(at[k]) + lo, int(at[k]) + hi, int(k))
-                    for value, lo, hi, idx in lst for k in idx]
+                    for value, lo, hi, idx, _ in lst for k in idx]
         expanded.sort(key=lambda u: (u.lo, u.op))
         out[name] = expanded
     return out

@@ -53,30 +53,48 @@ class _BankPorts:
     port of each bank (``timing.bank_claims``)."""
 
     def __init__(self):
-        self.ports: dict[tuple[str, str], dict[str, BusyBanks]] = {}
+        # per port and unit: its uses of the port, and the cycle the last one ends
+        # (none of them meets a claim from there on)
+        self.ports: dict[tuple[str, str], dict[str, list]] = {}
+        # per port and unit, the other units' uses of the port, in the order they came
+        self.others: dict[tuple[tuple[str, str], str], list[list]] = {}
 
-    @staticmethod
-    def claims(bank_claims) -> list[tuple[tuple[str, str], int, int, int]]:
-        """``timing.bank_claims`` as ``((memory, mode), lo, hi, banks)``: the banks
-        whose port it claims over the same cycles, as one mask."""
+    def claims(self, unit: str, bank_claims) -> list[tuple]:
+        """``timing.bank_claims`` of an op on `unit` as ``(lo, hi, banks, others,
+        mine)``: the banks whose port it claims over the same cycles, as one mask, the
+        other units' uses of that port (kept up to date as units come) and its own."""
         masks: dict[tuple[tuple[str, str], int, int], int] = {}
         for (memory, mode, bank), lo, hi in bank_claims:
             key = ((memory, mode), lo, hi)
             masks[key] = masks.get(key, 0) | 1 << bank
-        return [(port, lo, hi, banks) for (port, lo, hi), banks in masks.items()]
+        out = []
+        for (port, lo, hi), banks in masks.items():
+            users = self.ports.setdefault(port, {})
+            if unit not in users:       # a new user of the port: the others' lists take it in
+                mine = [BusyBanks(), -1]
+                self.others[(port, unit)] = list(users.values())
+                for other in users:
+                    self.others[(port, other)].append(mine)
+                users[unit] = mine
+            out.append((lo, hi, banks, self.others[(port, unit)], users[unit]))
+        return out
 
-    def clash_end(self, unit: str, claims, t: int) -> int | None:
-        for port, lo, hi, banks in claims:
-            for other, busy in self.ports.get(port, {}).items():
-                if other != unit and \
-                        (end := busy.clash_end(t + lo, t + hi, banks)) is not None:
+    @staticmethod
+    def clash_end(claims, t: int) -> int | None:
+        for lo, hi, banks, others, _ in claims:
+            start = t + lo
+            for busy, ends in others:
+                if ends > start and \
+                        (end := busy.clash_end(start, t + hi, banks)) is not None:
                     return end - lo
         return None
 
-    def add(self, unit: str, claims, t: int) -> None:
-        for port, lo, hi, banks in claims:
-            busy = self.ports.setdefault(port, {}).setdefault(unit, BusyBanks())
-            busy.add(t + lo, t + hi, banks)
+    @staticmethod
+    def add(claims, t: int) -> None:
+        for lo, hi, banks, _, mine in claims:
+            mine[0].add(t + lo, t + hi, banks)
+            if t + hi > mine[1]:
+                mine[1] = t + hi
 
 
 _NEXT_ACCUMULATE = slice(2, 3)
@@ -114,26 +132,30 @@ def schedule(cfg: ChipConfig, ops: list[MicroOp]) -> list[int]:
     # DMA's DRAM address) at 0: most DMAs differ in nothing else.
     known: dict[tuple[int, int, int], tuple] = {}
     timed: dict[tuple, tuple] = {}
+    limit = 1 << isa.CYCLE_BITS
     for op in ops:
         key = (id(op.fields), id(op.needs), id(op.accesses))
         got = known.get(key)
         if got is None:
             moving = timing.moving_field(op.op)
-            same = (op.op, tuple((k, 0 if k == moving else v) for k, v in op.fields.items()),
-                    tuple(op.needs.items()))
+            fields = op.fields
+            if moving is not None and fields.get(moving):
+                fields = dict(fields)
+                fields[moving] = 0
+            same = (op.op, tuple(fields.items()), tuple(op.needs.items()))
             fixed = timed.get(same)
             if fixed is None:
                 probe = op.instr(0)
                 fixed = timed[same] = (timing.occupancy(cfg, probe), timing.done(cfg, probe),
                                        routing.settings(op),
-                                       banks.claims(timing.bank_claims(cfg, probe)),
+                                       banks.claims(timing.UNIT[op.op],
+                                                    timing.bank_claims(cfg, probe)),
                                        timing.exit_lead(cfg, probe)
-                                       if op.op is isa.Opcode.MATMUL else None)
+                                       if op.op is isa.Opcode.MATMUL else None,
+                                       units[timing.UNIT[op.op]])
             got = known[key] = (*fixed, _waits(resources, op.accesses),
                                 _marks(resources, op.accesses, fixed[1]))
-        occupancy, done, spans, claims, lead, waits, marks = got
-        unit_name = timing.UNIT[op.op]
-        unit = units[unit_name]
+        occupancy, done, spans, claims, lead, unit, waits, marks = got
         t = 0
         for since, lo, hi, column, start in waits:
             after = since.max(lo, hi, column) - start
@@ -148,14 +170,14 @@ def schedule(cfg: ChipConfig, ops: list[MicroOp]) -> list[int]:
             if end is None:
                 end = slots.clash_end(t, t + 1)
             if end is None and claims:
-                end = banks.clash_end(unit_name, claims, t)
+                end = banks.clash_end(claims, t)
             if end is None:
                 reserved = routing.reserve(spans, t, slots) if spans else ()
                 if reserved is not None:
                     break
                 end = t + 1
             t = end
-        if t + done >= 1 << isa.CYCLE_BITS:
+        if t + done >= limit:
             raise CompileError(f"cannot schedule {op}: it would issue at cycle {t}, past "
                                f"the {isa.CYCLE_BITS}-bit cycle field")
         unit.add(t, t + occupancy)
@@ -163,7 +185,7 @@ def schedule(cfg: ChipConfig, ops: list[MicroOp]) -> list[int]:
             collector.add(t, occupancy, lead)
         slots.add(t, t + 1)
         if claims:
-            banks.add(unit_name, claims, t)
+            banks.add(claims, t)
         for c in reserved:                  # kept free for configuration updates
             slots.add(c, c + 1)
         if spans:

@@ -12,6 +12,7 @@ the instruction and the rule it breaks.
 from __future__ import annotations
 
 from bisect import bisect_right
+from collections.abc import Callable
 
 from systolica import golden
 from systolica.arch import disasm, instructions, isa
@@ -29,7 +30,19 @@ def verify(cfg: ChipConfig, program: list[isa.Instr], what: str = "program",
     """Check a scheduled program (sorted by issue cycle), with its image at DRAM word
     ``prog_addr`` if given; return the cycle count the chip will report, or raise
     :class:`ScheduleError` naming the instruction at fault and the rule it breaks."""
-    timeline = golden.check(cfg, program, prog_addr)
+    return begin_verify(cfg, program, what, prog_addr)()
+
+
+def begin_verify(cfg: ChipConfig, program: list[isa.Instr], what: str = "program",
+                 prog_addr: int | None = None) -> Callable[[], int]:
+    """:func:`verify` in two steps (:func:`systolica.golden.begin_check`): the caller
+    may work while the golden model's forked process finishes, then calls the
+    function returned, which returns or raises what :func:`verify` would."""
+    timeline_of = golden.begin_check(cfg, program, prog_addr)
+    return lambda: _judged(timeline_of(), program, what)
+
+
+def _judged(timeline: golden.Timeline, program: list[isa.Instr], what: str) -> int:
     if timeline.fault is not None:
         code, pc, cycle = timeline.fault
         if code is ErrorCode.BANK_CONFLICT:     # between two issued instructions
@@ -72,29 +85,29 @@ def check_regions(cfg: ChipConfig, regions, program: list[isa.Instr], layer_of,
         i = bisect_right(starts, lo) - 1
         return i >= 0 and hi <= ends[i]
 
-    # Most instructions repeat with another DRAM address only (the entry's ``moves``
-    # field, which shifts that memory's rows and nothing else): their writes are
-    # worked out once per shape, at address 0, and shifted; the lowering shares one
-    # fields dict among an instruction's copies, so a dict is looked at once.
+    # Most instructions repeat, or repeat with another DRAM address only (the entry's
+    # ``moves`` field, which shifts that memory's rows and nothing else): their writes
+    # are worked out once per shape, at address 0, and shifted.
     shapes: dict[tuple, int] = {}
     writes: list[list[tuple[str, int, int]]] = []
-    by_dict: dict[int, tuple[int, str | None, int]] = {}
+    known_of: dict[tuple, tuple[int, str | None, int]] = {}
     checked: set = set()
     for pc, (ins, layer) in enumerate(zip(program, layer_of)):
-        known = by_dict.get(id(ins.fields))
+        key = (ins.op, *ins.fields.values())     # all spelled out, in payload order (make)
+        known = known_of.get(key)
         if known is None:
             moves = instructions.spec(ins.op).moves
             field, moved = moves if moves else (None, None)
-            shape = (ins.op, tuple(0 if k == field else v for k, v in ins.fields.items()))
+            fields = dict(ins.fields, **({field: 0} if field else {}))
+            shape = (ins.op, *fields.values())
             n = shapes.get(shape)
             if n is None:
                 n = shapes[shape] = len(writes)
-                fields = dict(ins.fields, **({field: 0} if field else {}))
                 writes.append([(r.memory, int(r.lo), int(r.hi))
                                for r in instructions.ranges(cfg, ins.op, fields)
                                if r.mode != instructions.READ and r.touched
                                and r.memory in ("cbuf", "acc", "dram")])
-            known = by_dict[id(ins.fields)] = (n, moved, ins.fields[field] if field else 0)
+            known = known_of[key] = (n, moved, ins.fields[field] if field else 0)
         n, moved, at = known
         once = (n, layer) in checked
         for memory, lo, hi in writes[n]:
@@ -112,7 +125,8 @@ def check_regions(cfg: ChipConfig, regions, program: list[isa.Instr], layer_of,
                     f"{memory.upper()} rows [{lo}, {hi}), outside every region the "
                     f"memory plan holds live in its layer (number {layer}); regions "
                     f"near: {near}")
-        checked.add((n, layer))
+        if not once:
+            checked.add((n, layer))
 
 
 def _show(program: list[isa.Instr], pc: int) -> str:

@@ -43,6 +43,7 @@ from systolica.arch.config import ChipConfig
 from systolica.arch.isa import CopyKind, DmaKind, Opcode
 
 READ, WRITE, ACCUMULATE = "read", "write", "accumulate"
+_max = np.maximum.reduce       # ndarray.max without its Python wrapper
 
 
 def py_select(cond, if_true, if_false):
@@ -120,7 +121,7 @@ class Effects:
     @property
     def last(self) -> int:
         """The last cycle in which anything happens (0: only the issue itself)."""
-        return max([0] + [int(t.cycles.max()) for t in self.reads + self.writes
+        return max([0] + [int(_max(t.cycles)) for t in self.reads + self.writes
                           if len(t.cycles)])
 
 
@@ -159,6 +160,18 @@ def bank_runs(memory: str, mode: str, banks: np.ndarray, cycles: np.ndarray
     lasts = np.concatenate((cut, [len(c) - 1]))
     return [BankUse(memory, mode, bank, first, last) for bank, first, last in
             zip(b[firsts].tolist(), c[firsts].tolist(), c[lasts].tolist())]
+
+
+def _touch_ports(cfg: ChipConfig, fx: Effects, memories: tuple[str, ...]) -> list[BankUse]:
+    """The bank ports the touches of `memories` use: each touch of row ``a`` in cycle
+    ``c`` uses bank ``a >> bank_shift``'s read or write port in cycle ``c``."""
+    out = []
+    for mode, touches in ((READ, fx.reads), (WRITE, fx.writes)):
+        for tc in touches:
+            if tc.resource in memories:
+                out += bank_runs(tc.resource, mode,
+                                 tc.addrs >> bank_shift(cfg, tc.resource), tc.cycles)
+    return out
 
 
 def wrap32(x: np.ndarray) -> np.ndarray:
@@ -253,13 +266,7 @@ class Instruction(ABC):
         """Which bank ports of the CBUF and the ACC it uses in which cycles
         (docs/contract.md, "CBUF banks"): every touch of row ``a`` in cycle ``c`` uses
         bank ``a >> bank_shift``'s read or write port in cycle ``c``."""
-        out = []
-        for mode, touches in ((READ, fx.reads), (WRITE, fx.writes)):
-            for tc in touches:
-                if tc.resource in BANKED:
-                    out += bank_runs(tc.resource, mode,
-                                     tc.addrs >> bank_shift(cfg, tc.resource), tc.cycles)
-        return out
+        return _touch_ports(cfg, fx, BANKED)
 
     @abstractmethod
     def execute(self, chip, f: dict) -> None:
@@ -683,14 +690,13 @@ class Matmul(Instruction):
             muxes=muxes, collect=(int(acc_read[0]), int(acc_read[-1]) + 1) if m else None)
 
     def bank_ports(self, cfg, f, fx):
-        uses = super().bank_ports(cfg, f, fx)
         if not f.get("conv"):
-            return uses
+            return super().bank_ports(cfg, f, fx)
         # A window walk reads another tile pixel in every partition: each read cycle
-        # uses every bank its tile meets.
+        # uses every bank its tile meets (whatever its CBUF touches say).
         shift = cfg.cbuf_bank_shift
         lo, hi = f["act_addr"] >> shift, (f["act_addr"] + f["in_h"] * f["in_w"] - 1) >> shift
-        return ([u for u in uses if u.memory != "cbuf"]
+        return (_touch_ports(cfg, fx, ("acc",))
                 + [BankUse("cbuf", READ, b, 1, f["rows"]) for b in range(lo, hi + 1)])
 
     def execute(self, chip, f):

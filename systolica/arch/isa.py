@@ -8,6 +8,7 @@ absolute cycle at which the sequencer issues it) and an opcode-specific payload.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cache
 
 from amaranth.lib import data, enum
 
@@ -311,6 +312,7 @@ def payload_fields(op: Opcode) -> tuple[str, ...]:
     return tuple(name for name, _, _ in _fields(PAYLOAD[op]))
 
 
+@cache
 def field_bits(op: Opcode, name: str) -> int:
     """The width in bits of `op`'s payload field `name`."""
     return next(width for field, _, width in _fields(PAYLOAD[op]) if field == name)
@@ -356,7 +358,7 @@ def encode_all(program: list[Instr]) -> list[int]:
     known: dict[tuple, int] = {}
     out = []
     for ins in program:
-        key = (ins.op, tuple(ins.fields.items()))
+        key = (ins.op, tuple(ins.fields), tuple(ins.fields.values()))
         word = known.get(key)
         if word is None:
             word = known[key] = encode(Instr(ins.op, 0, ins.fields))

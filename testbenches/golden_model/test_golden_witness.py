@@ -194,8 +194,9 @@ def test_golden_model_alone_catches_mutated_timing(mutation, monkeypatch):
     name, fn = MUTATIONS[mutation]
     monkeypatch.setattr(timing, name, fn)
     # take the verifier out of the compiler: only the golden model is left to notice
-    monkeypatch.setattr(program_pass, "verify",
-                        lambda cfg, program, what="", **_: timing.run_cycles(cfg, program))
+    monkeypatch.setattr(program_pass, "begin_verify",
+                        lambda cfg, program, what="", **_:
+                        lambda: timing.run_cycles(cfg, program))
     found = []
     for net in _networks():
         c = compile_network(CFG, net)
@@ -234,8 +235,9 @@ def test_scoreboards_split_between_two_processes_find_what_one_finds(mutation,
     the same order as from one process, on programs broken by each mutation."""
     if mutation is not None:
         monkeypatch.setattr(timing, *MUTATIONS[mutation])
-    monkeypatch.setattr(program_pass, "verify",
-                        lambda cfg, program, what="", **_: timing.run_cycles(cfg, program))
+    monkeypatch.setattr(program_pass, "begin_verify",
+                        lambda cfg, program, what="", **_:
+                        lambda: timing.run_cycles(cfg, program))
     programs = [compile_network(CFG, net).program for net in _networks()]
     hazards = 0
     for program in programs:
