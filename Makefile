@@ -34,9 +34,10 @@ sim: $(STAMP)
 	$(VENV)/bin/systolica sim $(SIM_FLAGS)
 
 # The chip models' C++ at -O1 (SYSTOLICA_OPT_FAST): half the compile of -O3 for short runs.
+# Work stealing: the tests' durations range from milliseconds to minutes (chip builds).
 test: $(FPGA_STAMP)
 	$(VENV)/bin/ruff check .
-	SYSTOLICA_OPT_FAST=-O1 $(VENV)/bin/python -m pytest -n $(WORKERS) -m "not regress" --durations=25 testbenches
+	SYSTOLICA_OPT_FAST=-O1 $(VENV)/bin/python -m pytest -n $(WORKERS) --dist worksteal -m "not regress" --durations=25 testbenches
 
 # The lint (ruff, its rules in pyproject.toml), then the quick pure-Python tests (no
 # Verilator build or run, no FPGA tool, none marked slow: those run in `make test`;
