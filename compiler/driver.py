@@ -14,7 +14,8 @@ from systolica.arch import disasm, fetch, isa, timing
 from systolica.arch.config import ChipConfig, ConfigError
 from systolica.arch.isa import CopyKind, DmaKind, Opcode
 from systolica.arch.loadable import Loadable
-from systolica.compiler.graph.graph import CompileError, Graph, Network
+from systolica.compiler.errors import CompileError
+from systolica.compiler.graph.graph import Graph, Network
 from systolica.compiler.graph.ops import Dense
 from systolica.compiler.lowering.chain import ChainChoice
 from systolica.compiler.lowering.exits import take_exits

@@ -15,8 +15,7 @@ from systolica.arch import disasm, fabric, instructions, isa, timing
 from systolica.arch.config import ChipConfig
 from systolica.arch.instructions import ACCUMULATE, READ, WRITE
 from systolica.arch.isa import Opcode
-from systolica.compiler.errors import InternalError
-from systolica.compiler.graph.graph import CompileError
+from systolica.compiler.errors import CompileError, InternalError
 from systolica.compiler.microops.running_max import RunningMax
 
 

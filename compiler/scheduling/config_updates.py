@@ -16,7 +16,7 @@ from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass
 
-from systolica.compiler.graph.graph import CompileError
+from systolica.compiler.errors import CompileError
 
 
 class ConfigUpdateError(CompileError):

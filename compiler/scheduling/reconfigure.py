@@ -27,7 +27,7 @@ import numpy as np
 
 from systolica.arch import fabric, instructions, isa, timing
 from systolica.arch.config import ChipConfig
-from systolica.compiler.graph.graph import CompileError
+from systolica.compiler.errors import CompileError
 from systolica.compiler.microops.ir import MicroOp
 from systolica.compiler.scheduling.busy import BusyIntervals
 from systolica.compiler.scheduling.config_updates import (

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from systolica.arch import isa, timing
 from systolica.arch.config import ChipConfig
-from systolica.compiler.graph.graph import CompileError
+from systolica.compiler.errors import CompileError
 from systolica.compiler.microops.ir import ACCUMULATE, READ, WRITE, MicroOp, resource_sizes
 from systolica.compiler.microops.running_max import RunningMaxes
 from systolica.compiler.scheduling.busy import BusyBanks, BusyIntervals, IssueOrder

@@ -18,7 +18,7 @@ from systolica import golden
 from systolica.arch import disasm, instructions, isa
 from systolica.arch.config import ChipConfig
 from systolica.arch.regs import ErrorCode
-from systolica.compiler.graph.graph import CompileError
+from systolica.compiler.errors import CompileError
 
 
 class ScheduleError(CompileError):

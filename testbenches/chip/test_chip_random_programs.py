@@ -141,7 +141,7 @@ def test_compiler_rejects_vrun_the_chip_does_not_run_as_written(fields, rule):
     """An unused but out-of-range bias address faults ADDR_RANGE on the chip; a VRUN
     into the ACC whose destination starts inside its source (dst = src + 10 here)
     reads rows it has already rewritten on the RTL, unlike the golden model."""
-    from systolica.compiler.graph.graph import CompileError
+    from systolica.compiler.errors import CompileError
     from systolica.compiler.microops.ir import make
     with pytest.raises(CompileError, match=rule):
         make(CFG, Opcode.VRUN, **fields)
