@@ -1,0 +1,160 @@
+"""An ONNX model as the assigner takes it: read, its opset checked, its symbolic
+dimensions bound to the inputs given, its shapes inferred (docs/assignment.md,
+"The pipeline", step 1)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from systolica.compiler.errors import CompileError
+
+#: The default domain's opsets the front end reads (older models: convert them with
+#: ``onnx.version_converter.convert_version(model, 13)``).
+OPSETS = range(13, 22)
+
+#: ONNX element types the host and the chip pass between them, as numpy dtypes.
+_DTYPES = {1: np.float32, 2: np.uint8, 3: np.int8, 6: np.int32, 7: np.int64,
+           9: np.bool_, 10: np.float16, 11: np.float64}
+
+
+@dataclass
+class OnnxModel:
+    """A checked model (`proto`) and the inputs it will run on, by name."""
+    proto: object
+    name: str
+    inputs: dict[str, np.ndarray]
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def graph(self):
+        return self.proto.graph
+
+    def value_shapes(self) -> dict[str, tuple[int, ...]]:
+        """Every value's inferred static shape (values of unknown shape left out)."""
+        out = {}
+        g = self.proto.graph
+        for vi in list(g.value_info) + list(g.input) + list(g.output):
+            dims = vi.type.tensor_type.shape.dim
+            if vi.type.tensor_type.HasField("shape") and all(d.HasField("dim_value")
+                                                             for d in dims):
+                out[vi.name] = tuple(d.dim_value for d in dims)
+        for t in g.initializer:
+            out[t.name] = tuple(t.dims)
+        return out
+
+    def is_float(self) -> bool:
+        """Whether the model computes in float (no QuantizeLinear, no QLinear or
+        integer operator): it needs quantising before the chip can run it."""
+        quantised = ("QuantizeLinear", "DequantizeLinear", "QLinearConv", "QLinearMatMul",
+                     "ConvInteger", "MatMulInteger")
+        return not any(n.op_type in quantised for n in self.proto.graph.node)
+
+
+def read(model, what: str = "ONNX model"):
+    """A ModelProto from a path, bytes or a ModelProto; a clear error otherwise."""
+    import onnx
+    if isinstance(model, onnx.ModelProto):
+        return model
+    if isinstance(model, (bytes, bytearray)):
+        try:
+            return onnx.load_from_string(bytes(model))
+        except Exception as e:
+            raise CompileError(f"{what}: the bytes are not an ONNX model ({e})") from None
+    if isinstance(model, (str, Path)):
+        path = Path(model)
+        if not path.is_file():
+            raise CompileError(f"{what} {str(path)!r}: no such file")
+        try:
+            return onnx.load(str(path))
+        except Exception as e:                 # a truncated or foreign file
+            raise CompileError(f"{what} {str(path)!r} cannot be read: {e}") from None
+    raise CompileError(f"an ONNX model is a path, bytes or onnx.ModelProto, not "
+                       f"{type(model).__name__}")
+
+
+def opset(proto, where: str) -> int:
+    """The default domain's opset of `proto`; an error naming it if not in OPSETS."""
+    versions = [o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")]
+    if not versions:
+        raise CompileError(f"{where}: imports no opset of the default ONNX domain")
+    v = versions[0]
+    if v not in OPSETS:
+        raise CompileError(
+            f"{where}: opset {v}; the front end reads opsets {OPSETS.start} to "
+            f"{OPSETS.stop - 1}: convert the model first, e.g. "
+            f"onnx.version_converter.convert_version(model, {OPSETS.start})")
+    return v
+
+
+def load(model, inputs: Mapping[str, np.ndarray] | None = None, *, seed: int = 0,
+         name: str | None = None) -> OnnxModel:
+    """Read and check `model`; bind its inputs to `inputs` (by ONNX name; missing
+    ones: seeded random data of the declared shape, which must then be static) and
+    infer every value's shape."""
+    import onnx
+    from onnx import shape_inference
+    where = f"ONNX model {str(model)!r}" if isinstance(model, (str, Path)) else "ONNX model"
+    proto = read(model, where)
+    opset(proto, where)
+    try:
+        onnx.checker.check_model(proto)
+    except Exception as e:
+        raise CompileError(f"{where} is not valid ONNX: {str(e).splitlines()[0]}") from None
+    g = proto.graph
+    consts = {t.name for t in g.initializer}
+    declared = [vi for vi in g.input if vi.name not in consts]
+    given = dict(inputs or {})
+    unknown = sorted(set(given) - {vi.name for vi in declared})
+    if unknown:
+        raise CompileError(f"{where} has no input(s) {unknown}; its inputs are "
+                           f"{[vi.name for vi in declared]}")
+    rng = np.random.default_rng(seed)
+    bound: dict[str, np.ndarray] = {}
+    for vi in declared:
+        bound[vi.name] = _bind(vi, given.get(vi.name), rng, where)
+    # the bound shapes replace symbolic dimensions, so inference sees static ones
+    for vi in declared:
+        dims = vi.type.tensor_type.shape.dim
+        for d, n in zip(dims, bound[vi.name].shape):
+            d.Clear()
+            d.dim_value = int(n)
+    try:
+        proto = shape_inference.infer_shapes(proto, strict_mode=True, data_prop=True)
+    except Exception as e:
+        raise CompileError(f"{where}: its shapes do not agree with its inputs' "
+                           f"({str(e).splitlines()[0]})") from None
+    return OnnxModel(proto, name or g.name or "onnx", bound)
+
+
+def _bind(vi, x, rng, where: str) -> np.ndarray:
+    """Input `vi`'s data: `x` checked against the declared type and shape, or random
+    data of that shape (a symbolic dimension then must be given)."""
+    tt = vi.type.tensor_type
+    dtype = _DTYPES.get(tt.elem_type)
+    if dtype is None:
+        raise CompileError(f"{where}: input {vi.name!r} has ONNX element type "
+                           f"{tt.elem_type}, which the host does not pass")
+    dims = [d.dim_value if d.HasField("dim_value") else (d.dim_param or "?")
+            for d in tt.shape.dim]
+    if x is None:
+        if not all(isinstance(d, int) and d > 0 for d in dims):
+            raise CompileError(f"{where}: input {vi.name!r} has shape {dims}; give its "
+                               f"data so that the symbolic sizes are bound")
+        if np.issubdtype(dtype, np.floating):
+            return rng.standard_normal(dims).astype(dtype)
+        info = np.iinfo(dtype)
+        return rng.integers(max(info.min, -128), min(info.max, 127) + 1, size=dims,
+                            dtype=dtype)
+    x = np.asarray(x)
+    if x.dtype != dtype:
+        raise CompileError(f"input {vi.name!r}: the model takes {np.dtype(dtype).name}, "
+                           f"the data given is {x.dtype.name}")
+    if len(dims) != x.ndim or any(isinstance(d, int) and d != n for d, n in
+                                  zip(dims, x.shape)):
+        raise CompileError(f"input {vi.name!r}: the model takes shape {dims}, the data "
+                           f"given has {list(x.shape)}")
+    return x

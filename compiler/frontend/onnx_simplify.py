@@ -1,0 +1,211 @@
+"""The scalar clean-up of an ONNX model before its operations are assigned
+(docs/assignment.md, step 2): constant propagation, identity operators removed,
+BatchNormalization folded into the convolution before it, dead code dropped. Each
+change the user might look for is said in a note."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from systolica.compiler.errors import CompileError
+from systolica.compiler.frontend.onnx_model import OnnxModel
+
+#: Operators that pass their input through at inference (Dropout's mask aside).
+IDENTITIES = ("Identity", "Dropout")
+
+#: Never folded although their operands are constant: the QDQ form's weights stay
+#: int8 behind their DequantizeLinear, where the importer reads their quantisation.
+_KEPT = ("QuantizeLinear", "DequantizeLinear")
+
+
+def simplify(model: OnnxModel) -> OnnxModel:
+    """`model` cleaned up, in place; returns it."""
+    g = model.proto.graph
+    _remove_identities(model)
+    _fold_constants(model)
+    _fold_batch_norms(model)
+    _drop_dead(model)
+    # shapes again: folding replaced values
+    from onnx import shape_inference
+    del g.value_info[:]
+    model.proto = shape_inference.infer_shapes(model.proto, data_prop=True)
+    return model
+
+
+def _consts(g) -> dict[str, np.ndarray]:
+    from onnx import numpy_helper
+    return {t.name: numpy_helper.to_array(t) for t in g.initializer}
+
+
+def _rewire(g, old: str, new: str) -> None:
+    for n in g.node:
+        for k, v in enumerate(n.input):
+            if v == old:
+                n.input[k] = new
+
+
+def _remove_identities(model: OnnxModel) -> None:
+    g = model.proto.graph
+    outputs = {o.name for o in g.output}
+    keep, removed = [], 0
+    for n in g.node:
+        extra = [o for o in n.output[1:] if o]      # Dropout's mask
+        if n.op_type in IDENTITIES and n.output[0] not in outputs and not any(
+                o in {v for m in g.node for v in m.input} for o in extra):
+            _rewire(g, n.output[0], n.input[0])
+            removed += 1
+            continue
+        keep.append(n)
+    if removed:
+        del g.node[:]
+        g.node.extend(keep)
+        model.notes.append(f"removed {removed} identity operator(s) (Identity, Dropout "
+                           f"at inference)")
+
+
+def _fold_constants(model: OnnxModel) -> None:
+    """Evaluate every node whose operands are all known (constants, or a tensor's
+    static shape for ``Shape``) by the ONNX reference evaluator; its results become
+    initialisers."""
+    from onnx import helper, numpy_helper
+    from onnx.reference import ReferenceEvaluator
+    g = model.proto.graph
+    consts = _consts(g)
+    shapes = model.value_shapes()
+    opsets = list(model.proto.opset_import)
+    keep, folded = [], 0
+    for n in g.node:
+        if n.op_type == "Constant":
+            value = _constant_value(n)
+            if value is not None:
+                consts[n.output[0]] = value
+                g.initializer.append(numpy_helper.from_array(value, n.output[0]))
+                folded += 1
+                continue
+        if n.op_type == "Shape" and n.input[0] in shapes and len(n.attribute) == 0:
+            value = np.array(shapes[n.input[0]], np.int64)
+            consts[n.output[0]] = value
+            g.initializer.append(numpy_helper.from_array(value, n.output[0]))
+            folded += 1
+            continue
+        ins = [v for v in n.input if v]
+        if (n.op_type in _KEPT or n.domain not in ("", "ai.onnx") or not ins
+                and n.op_type != "ConstantOfShape" or not all(v in consts for v in ins)):
+            keep.append(n)
+            continue
+        one = helper.make_model(
+            helper.make_graph([n], "fold", [], [helper.make_tensor_value_info(
+                o, 0, None) for o in n.output if o],
+                [numpy_helper.from_array(consts[v], v) for v in dict.fromkeys(ins)]),
+            opset_imports=opsets)
+        try:
+            values = ReferenceEvaluator(one).run(None, {})
+        except Exception as e:
+            raise CompileError(f"ONNX node {n.name!r} ({n.op_type}): its operands are "
+                               f"constant but it cannot be evaluated ({e})") from None
+        for o, v in zip([o for o in n.output if o], values):
+            v = np.asarray(v)
+            consts[o] = v
+            g.initializer.append(numpy_helper.from_array(v, o))
+        folded += 1
+    if folded:
+        del g.node[:]
+        g.node.extend(keep)
+        model.notes.append(f"evaluated {folded} node(s) of constant operands on the way "
+                           f"in (constant propagation)")
+
+
+def _constant_value(n):
+    from onnx import helper, numpy_helper
+    for a in n.attribute:
+        if a.name == "value":
+            return numpy_helper.to_array(a.t)
+        if a.name in ("value_float", "value_int"):
+            return np.array(helper.get_attribute_value(a),
+                            np.float32 if a.name == "value_float" else np.int64)
+        if a.name in ("value_floats", "value_ints"):
+            return np.array(helper.get_attribute_value(a),
+                            np.float32 if a.name == "value_floats" else np.int64)
+    return None
+
+
+def _fold_batch_norms(model: OnnxModel) -> None:
+    """``BatchNormalization(Conv(x, w, b))`` with constant parameters, the Conv read by
+    the normalisation alone, as one Conv: ``w * s``, ``(b - mean) * s + beta`` with
+    ``s = gamma / sqrt(var + eps)`` per output channel."""
+    from onnx import helper, numpy_helper
+    g = model.proto.graph
+    consts = _consts(g)
+    made = {o: n for n in g.node for o in n.output}
+    readers: dict[str, int] = {}
+    for n in g.node:
+        for v in n.input:
+            readers[v] = readers.get(v, 0) + 1
+    outputs = {o.name for o in g.output}
+    keep, folded = [], 0
+    drop: set[int] = set()
+    for n in g.node:
+        if n.op_type != "BatchNormalization" or len([o for o in n.output if o]) != 1:
+            continue
+        conv = made.get(n.input[0])
+        params = n.input[1:5]
+        if (conv is None or conv.op_type != "Conv" or readers.get(conv.output[0]) != 1
+                or conv.output[0] in outputs or not all(p in consts for p in params)
+                or conv.input[1] not in consts
+                or (len(conv.input) > 2 and conv.input[2] and conv.input[2] not in consts)):
+            continue
+        eps = next((helper.get_attribute_value(a) for a in n.attribute
+                    if a.name == "epsilon"), 1e-5)
+        gamma, beta, mean, var = (consts[p].astype(np.float64) for p in params)
+        s = gamma / np.sqrt(var + eps)
+        w = consts[conv.input[1]].astype(np.float64)
+        b = (consts[conv.input[2]].astype(np.float64)
+             if len(conv.input) > 2 and conv.input[2] else np.zeros(w.shape[0]))
+        w_name, b_name = f"{conv.name or conv.output[0]}__bn_w", \
+            f"{conv.name or conv.output[0]}__bn_b"
+        g.initializer.extend([
+            numpy_helper.from_array((w * s.reshape(-1, *[1] * (w.ndim - 1))).astype(
+                np.float32), w_name),
+            numpy_helper.from_array(((b - mean) * s + beta).astype(np.float32), b_name)])
+        del conv.input[1:]
+        conv.input.extend([w_name, b_name])
+        conv.output[0] = n.output[0]
+        drop.add(id(n))
+        folded += 1
+    if folded:
+        keep = [n for n in g.node if id(n) not in drop]
+        del g.node[:]
+        g.node.extend(keep)
+        model.notes.append(f"folded {folded} BatchNormalization(s) into the Conv before "
+                           f"each")
+
+
+def _drop_dead(model: OnnxModel) -> None:
+    """Nodes that no graph output needs, initialisers nothing reads and inputs no
+    node reads are dropped, with a note naming them."""
+    g = model.proto.graph
+    needed = {o.name for o in g.output}
+    live = []
+    for n in reversed(list(g.node)):
+        if any(o in needed for o in n.output if o):
+            live.append(n)
+            needed.update(v for v in n.input if v)
+    live.reverse()
+    dead = [n.name or n.output[0] for n in g.node if n not in live]
+    if dead:
+        del g.node[:]
+        g.node.extend(live)
+        shown = ", ".join(dead[:5]) + (f" and {len(dead) - 5} more" if len(dead) > 5 else "")
+        model.notes.append(f"dropped {len(dead)} node(s) no output needs: {shown}")
+    unused = [i.name for i in g.input if i.name not in needed]
+    if unused:
+        keep = [i for i in g.input if i.name in needed]
+        del g.input[:]
+        g.input.extend(keep)
+        for name in unused:
+            model.inputs.pop(name, None)
+        model.notes.append(f"dropped input(s) no output needs: {', '.join(unused)}")
+    inits = [t for t in g.initializer if t.name in needed]
+    if len(inits) != len(g.initializer):
+        del g.initializer[:]
+        g.initializer.extend(inits)

@@ -1,0 +1,200 @@
+"""Running a planned ONNX model (docs/assignment.md, step 7): its segments in order,
+chip programs on the golden model (each also checked against the numpy reference of
+its graph, and its cycles against the compiler's prediction), host segments in
+numpy; then, with `rtl`, every chip program again on the Verilated chip in one
+simulator process, fed the inputs the golden pass gave it, its outputs compared bit
+for bit and its cycles with the prediction. By induction the RTL's chain of programs
+computes what the golden chain did. The outputs are then compared with onnxruntime
+running the same quantised model on the same inputs."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from systolica import golden
+from systolica.compiler.assignment.partition import Plan, Segment
+
+
+@dataclass
+class SegmentRun:
+    segment: Segment
+    seconds: float                  # host: the kernels' wall time; chip: cycles / clock
+    compile_s: float = 0.0
+    compiled: object = None         # the chip program (chip segments)
+    cycles: int = 0                 # predicted
+    golden_cycles: int = 0
+    rtl_cycles: int | None = None
+    macs: int = 0
+    dram_bytes: int = 0
+    matches_reference: bool = True  # golden = the graph's numpy reference
+    rtl_matches_golden: bool | None = None
+    rtl_error: str = "NONE"
+
+
+@dataclass
+class Agreement:
+    """One output against onnxruntime: values differing, and by how much (steps of
+    its int8 scale for a quantised value, else absolute)."""
+    name: str
+    values: int
+    differing: int
+    max_difference: float
+    tolerance: float
+
+    @property
+    def ok(self) -> bool:
+        return self.max_difference <= self.tolerance
+
+
+@dataclass
+class ModelRun:
+    plan: Plan
+    segments: list[SegmentRun]
+    outputs: dict[str, np.ndarray]
+    agreement: list[Agreement] = field(default_factory=list)
+    golden_s: float = 0.0
+    rtl_s: float | None = None
+
+    @property
+    def chip_cycles(self) -> int:
+        return sum(s.cycles for s in self.segments if s.segment.processor == "chip")
+
+    @property
+    def host_seconds(self) -> float:
+        return sum(s.seconds for s in self.segments if s.segment.processor == "host")
+
+    @property
+    def macs(self) -> int:
+        return sum(s.macs for s in self.segments)
+
+    def problems(self) -> list[str]:
+        """Why the run failed (empty: it passed)."""
+        out = []
+        for s in self.segments:
+            if s.segment.processor != "chip":
+                continue
+            label = f"chip segment {s.segment.index}"
+            if not s.matches_reference:
+                out.append(f"{label}: the golden model differs from numpy")
+            if s.golden_cycles != s.cycles:
+                out.append(f"{label}: golden {s.golden_cycles} cycles, predicted {s.cycles}")
+            if s.rtl_matches_golden is False:
+                out.append(f"{label}: the RTL's outputs differ from the golden model's")
+            if s.rtl_cycles is not None and s.rtl_cycles != s.cycles:
+                out.append(f"{label}: RTL {s.rtl_cycles} cycles, predicted {s.cycles}")
+            if s.rtl_error != "NONE":
+                out.append(f"{label}: the chip reported {s.rtl_error}")
+        for a in self.agreement:
+            if not a.ok:
+                out.append(f"output {a.name!r} differs from onnxruntime by "
+                           f"{a.max_difference:g} (tolerance {a.tolerance:g}; "
+                           f"{a.differing} of {a.values} values differ)")
+        return out
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems()
+
+
+def run_plan(plan: Plan, *, rtl: bool = False, compare: bool = True,
+             tolerance: float | None = None,
+             progress: Callable[[str, int, int], None] | None = None) -> ModelRun:
+    """Run `plan` (see the module docstring). `progress(what, done, total)` is told
+    of each step. `tolerance`: the largest difference from onnxruntime allowed per
+    output (None: docs/assignment.md's per operator)."""
+    from systolica.compiler import compile_network
+    from systolica.compiler.frontend import onnx_import
+    from systolica.compiler.graph import reference
+    from systolica.host.kernels import HostModel
+    cfg, lib = plan.cfg, plan.library
+    values: dict[str, np.ndarray] = dict(plan.model.inputs)
+    runs: list[SegmentRun] = []
+    t0 = time.perf_counter()
+    for k, seg in enumerate(plan.segments):
+        if progress:
+            progress(f"segment {seg.index} ({seg.processor})", k, len(plan.segments))
+        feeds = {v: values[v] for v in seg.reads}
+        if seg.processor == "host":
+            host = HostModel(seg.proto)
+            t = time.perf_counter()
+            out = host.run(feeds)
+            runs.append(SegmentRun(seg, time.perf_counter() - t))
+        else:
+            t = time.perf_counter()
+            graph = onnx_import.load(seg.proto, inputs=feeds, name=f"segment_{seg.index}")
+            compiled = compile_network(cfg, graph)
+            compile_s = time.perf_counter() - t
+            gold = golden.run(cfg, compiled.loadable)
+            got = compiled.results(gold.dram)
+            want = reference.outputs(graph)
+            out = {v: got[t_name].reshape(values_shape(seg, v, got[t_name]))
+                   for v, t_name in zip(seg.writes, graph.outputs)}
+            runs.append(SegmentRun(
+                seg, compiled.predicted_cycles / lib.clock_hz, compile_s, compiled,
+                compiled.predicted_cycles, gold.cycles, macs=compiled.macs,
+                dram_bytes=compiled.dram_bytes_read + compiled.dram_bytes_written,
+                matches_reference=all(np.array_equal(got[n], want[n]) for n in got)))
+        values.update(out)
+    run = ModelRun(plan, runs, {o: values[o] for o in plan.outputs},
+                   golden_s=time.perf_counter() - t0)
+    if rtl:
+        _on_rtl(run, progress)
+    if compare:
+        run.agreement = _against_onnxruntime(plan, run.outputs, tolerance)
+    return run
+
+
+def values_shape(seg: Segment, value: str, array: np.ndarray) -> tuple[int, ...]:
+    """The ONNX shape of `value` (a chip program gives ``[M, N]`` for a vector)."""
+    from systolica.compiler.assignment.operations import value_types
+    shape = value_types(seg.proto).get(value, (0, None))[1]
+    return tuple(shape) if shape and int(np.prod(shape)) == array.size else array.shape
+
+
+def _on_rtl(run: ModelRun, progress) -> None:
+    from systolica.sim import rtlsim
+    from systolica.sim.jobs import RtlJob
+    chips = [s for s in run.segments if s.segment.processor == "chip"]
+    jobs = [RtlJob(s.compiled.loadable,
+                   readback=tuple(s.compiled.dram_map.outputs.values()),
+                   name=f"segment_{s.segment.index}") for s in chips]
+    if progress:
+        progress(f"{len(jobs)} chip programs on the RTL", 0, len(jobs))
+    t = time.perf_counter()
+    results = rtlsim.run(run.plan.cfg, jobs)
+    run.rtl_s = time.perf_counter() - t
+    for s, res in zip(chips, results):
+        gold = golden.run(run.plan.cfg, s.compiled.loadable).dram
+        s.rtl_cycles = res.cycles
+        s.rtl_error = res.error_name
+        s.rtl_matches_golden = all(
+            np.array_equal(np.asarray(words), gold[at:at + n])
+            for (at, n), words in zip(s.compiled.dram_map.outputs.values(), res.readback))
+
+
+#: The largest difference from onnxruntime an output may show: int8 values in steps
+#: of their scale, float ones absolute (a Softmax's probabilities).
+DEFAULT_TOLERANCE = {"int8": 8.0, "float": 0.05}
+
+
+def _against_onnxruntime(plan: Plan, ours: dict[str, np.ndarray],
+                         tolerance: float | None) -> list[Agreement]:
+    from systolica.models.onnx_zoo import runtime_session
+    sess = runtime_session(plan.model.proto)
+    feeds = {i.name: plan.model.inputs[i.name] for i in sess.get_inputs()}
+    out = []
+    for o, theirs in zip([o.name for o in sess.get_outputs()], sess.run(None, feeds)):
+        mine = ours[o]
+        if mine.dtype == np.int8 or mine.dtype == np.uint8:
+            diff = np.abs(mine.astype(np.int64) - theirs.astype(np.int64))
+            tol = DEFAULT_TOLERANCE["int8"] if tolerance is None else tolerance
+        else:
+            diff = np.abs(mine.astype(np.float64) - theirs.astype(np.float64))
+            tol = DEFAULT_TOLERANCE["float"] if tolerance is None else tolerance
+        out.append(Agreement(o, int(diff.size), int((diff > 0).sum()),
+                             float(diff.max()) if diff.size else 0.0, tol))
+    return out

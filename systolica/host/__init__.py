@@ -1,0 +1,1 @@
+"""The host processor: numpy kernels that run between chip programs."""
