@@ -215,6 +215,8 @@ def cmd_sim(args) -> int:
     from systolica.arch.config import preset
     from systolica.compiler import compile_network
     cfg = preset(args.config)
+    if args.onnx:
+        return _sim_onnx(args, cfg)
     _check_output(args.trace, "--trace")
     _check_output(args.plot, "--plot")
     net = _network(args, cfg)
@@ -222,30 +224,79 @@ def cmd_sim(args) -> int:
     _ensure_built(cfg, args.waves)         # not after minutes of building
     run = flow.run_network(compiled, waves=args.waves)
     report.print_run(run)
-    if args.onnx:
-        _against_onnxruntime(args.onnx, net)
     _write_trace(args.trace, run.compiled)
     _write_plot(args.plot, run.compiled, f"{run.name} on chip {cfg.name}")
     return 0 if run.ok else 1
 
 
-def _against_onnxruntime(path: str, graph) -> None:
-    """The imported model's outputs (the RTL's, which equal numpy's) against
-    onnxruntime on the same inputs, if it is installed."""
-    import importlib.util
-    if importlib.util.find_spec("onnxruntime") is None:
-        print("onnxruntime is not installed: pip install onnxruntime to compare with it")
-        return
-    from systolica.compiler.graph import reference
-    from systolica.models.onnx_zoo import runtime_session
-    sess = runtime_session(path)
-    feeds = {i.name: graph.data[_onnx_name(i.name)] for i in sess.get_inputs()}
-    ours = reference.outputs(graph)
-    for out, theirs in zip(graph.outputs, sess.run(None, feeds)):
-        diff = np.abs(ours[out].astype(int) - theirs.astype(int))
-        print(f"onnxruntime, output {out!r}: {int((diff > 0).sum())} of {diff.size} values "
-              f"differ, by at most {int(diff.max())} (the chip rounds half up by a 16-bit "
-              f"multiplier, ONNX half to even by a float scale)")
+def _onnx_source(text: str):
+    """An ONNX file, or the name of a light model the onnx package ships (given
+    weights: systolica.models.light)."""
+    from systolica.models import light
+    if text in light.NAMES:
+        return light.model(text)
+    return text
+
+
+def _assignments(items: list[str] | None) -> dict[str, str]:
+    out = {}
+    for item in items or []:
+        node, sep, proc = item.partition("=")
+        if not sep or not node or not proc:
+            raise UsageError(f"--assign {item!r}: write NODE=PROCESSOR, e.g. "
+                             f"--assign conv1=host")
+        out[node] = proc
+    return out
+
+
+def _sim_onnx(args, cfg) -> int:
+    """Plan the model (assignment, segments), run it on the golden model and the host,
+    then its chip programs on the RTL (unless --golden-only), and compare the outputs
+    with onnxruntime (docs/assignment.md)."""
+    from rich.console import Console
+    from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
+
+    from systolica.app import onnx_report
+    from systolica.app.onnx_run import run_plan
+    from systolica.compiler.assignment.assign import Thresholds
+    from systolica.compiler.assignment.partition import PlanOptions, plan_model
+    _check_output(args.report_json, "--report-json")
+    options = PlanOptions(Thresholds(args.benefit_threshold, args.cost_threshold),
+                          _assignments(args.assign), seed=args.seed)
+    plan = plan_model(cfg, _onnx_source(args.onnx), options=options)
+    print("\n".join(onnx_report.plan_lines(plan)))
+    if not args.golden_only:
+        _ensure_built(cfg)
+    columns = (TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/"
+               "{task.total}"), TimeRemainingColumn())
+    with Progress(*columns, transient=True,
+                  console=Console(stderr=True)) as bar:
+        task = bar.add_task("segments", total=len(plan.segments))
+
+        def progress(what, done, total):
+            bar.update(task, description=what, completed=done, total=total)
+
+        run = run_plan(plan, rtl=not args.golden_only, tolerance=args.tolerance,
+                       progress=progress)
+    print("\n".join(onnx_report.run_lines(run)))
+    if args.report_json:
+        onnx_report.write_json(run, args.report_json)
+    return 0 if run.ok else 1
+
+
+def cmd_library(args) -> int:
+    """Measure the function library of a chip (docs/assignment.md)."""
+    from systolica.arch.config import preset
+    from systolica.compiler.assignment import calibrate, library
+    cfg = preset(args.config)
+    out = args.out or library.path_for(cfg)
+    with _notice(f"measuring the function library of {cfg.name} (chip kernels compiled, "
+                 f"host kernels timed)..."):
+        lib = calibrate.measure(cfg)
+    library.save(lib, out)
+    print(f"wrote {out}: chip kinds {', '.join(sorted(lib.kinds['chip']))}; host kinds "
+          f"{', '.join(sorted(lib.kinds['host']))}")
+    return 0
 
 
 def _onnxruntime_agreement(graph) -> dict:
@@ -527,9 +578,27 @@ def parser() -> argparse.ArgumentParser:
                         "branches joined by a Concat through the general lanes (a chip "
                         "with them: --config tiny, tiny_2x3, tiny_tall or tiny_wide)")
     p.add_argument("--onnx", metavar="FILE",
-                   help="run this ONNX model (QOperator form, int8 inputs and outputs; "
-                        "random inputs from --seed) instead of the demo, and compare with "
-                        "onnxruntime if it is installed")
+                   help="run this ONNX model (float, QDQ or QOperator; or the name of a "
+                        "model the onnx package ships, e.g. light_squeezenet) instead of "
+                        "the demo: each operation on the chip or the host, random inputs "
+                        "from --seed, outputs compared with onnxruntime "
+                        "(docs/assignment.md)")
+    p.add_argument("--golden-only", action="store_true",
+                   help="with --onnx: run the chip programs on the golden model only")
+    p.add_argument("--assign", action="append", metavar="NODE=PROCESSOR",
+                   help="with --onnx: run this operation on this processor (chip, host); "
+                        "repeat for more")
+    p.add_argument("--benefit-threshold", type=float, default=0.0, metavar="TH1",
+                   help="with --onnx: a processor takes an operation when its benefit is "
+                        "at least this (default 0)")
+    p.add_argument("--cost-threshold", type=float, default=float("inf"), metavar="TH2",
+                   help="with --onnx: ... and its cost at most this many seconds "
+                        "(default: no limit)")
+    p.add_argument("--tolerance", type=float, metavar="STEPS",
+                   help="with --onnx: the largest difference from onnxruntime an output "
+                        "may show (default: docs/assignment.md's)")
+    p.add_argument("--report-json", metavar="FILE",
+                   help="with --onnx: write the assignment and the run as JSON here")
     p.add_argument("--seed", type=_seed, default=0, help="random data for --gemm, --onnx")
     p.add_argument("--waves", action="store_true", help="write an FST waveform of the run")
     p.add_argument("--trace", default="build/schedule.json", metavar="FILE",
@@ -585,6 +654,11 @@ def parser() -> argparse.ArgumentParser:
                    help="write the schedule timeline (Chrome trace JSON) here")
     p.add_argument("--plot", metavar="FILE", help="write the unit occupancy plot (SVG) here")
     p.set_defaults(func=cmd_compile)
+    p = sub.add_parser("library", help="measure the function library the assigner "
+                                       "looks costs up in")
+    config(p)
+    p.add_argument("--out", metavar="FILE", help="write it here (default: the preset's)")
+    p.set_defaults(func=cmd_library)
     p = sub.add_parser("disasm", help="disassemble a program image")
     p.add_argument("image", help="program image, e.g. from `systolica compile --out`")
     p.set_defaults(func=cmd_disasm)
