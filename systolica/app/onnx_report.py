@@ -49,9 +49,19 @@ def run_lines(run: ModelRun) -> list[str]:
                  f"{util:.1%}; host: {run.host_seconds:.4g} s")
     lines.append(f"golden model and host: {run.golden_s:.1f} s"
                  + ("" if run.rtl_s is None else f"; RTL: {run.rtl_s:.1f} s"))
-    for a in run.agreement:
+    outputs = [a for a in run.agreement if a.name in plan.outputs]
+    inner = [a for a in run.agreement if a.name not in plan.outputs]
+    for a in outputs:
         lines.append(f"onnxruntime, output {a.name!r}: {a.differing} of {a.values} values "
                      f"differ, by at most {a.max_difference:g} (tolerance {a.tolerance:g})")
+    if inner:
+        first = next((a for a in inner if a.differing), None)
+        worst = max(inner, key=lambda a: a.max_difference)
+        lines.append(f"onnxruntime, {len(inner)} tensors between segments: "
+                     + ("all equal" if first is None else
+                        f"the first differing is {first.name!r} ({first.differing} of "
+                        f"{first.values} values); the largest difference "
+                        f"{worst.max_difference:g} steps in {worst.name!r}"))
     for note in plan.notes:
         lines.append(f"note: {note}")
     problems = run.problems()
