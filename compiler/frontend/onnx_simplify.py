@@ -23,6 +23,7 @@ def simplify(model: OnnxModel) -> OnnxModel:
     g = model.proto.graph
     _remove_identities(model)
     _fold_constants(model)
+    _canonicalise(model)
     _fold_batch_norms(model)
     _drop_dead(model)
     # shapes again: folding replaced values
@@ -127,6 +128,45 @@ def _constant_value(n):
             return np.array(helper.get_attribute_value(a),
                             np.float32 if a.name == "value_floats" else np.int64)
     return None
+
+
+def _canonicalise(model: OnnxModel) -> None:
+    """Operators written in the form the rest of the compiler knows, where ONNX
+    defines both alike: a two-input ``Sum`` is an ``Add``; an ``AveragePool`` whose
+    window is its whole unpadded map a ``GlobalAveragePool``; a ``Reshape`` of
+    ``[N, ...]`` to ``[N, rest]`` a ``Flatten``."""
+    from onnx import helper
+    g = model.proto.graph
+    shapes = model.value_shapes()
+    consts = _consts(g)
+    changed = 0
+    for k, n in enumerate(g.node):
+        new = None
+        if n.op_type == "Sum" and len(n.input) == 2:
+            new = helper.make_node("Add", list(n.input), list(n.output), name=n.name)
+        elif n.op_type == "AveragePool" and len(shapes.get(n.input[0], ())) == 4:
+            a = {x.name: helper.get_attribute_value(x) for x in n.attribute}
+            _, _, h, w = shapes[n.input[0]]
+            if (list(a.get("kernel_shape", [])) == [h, w] and not any(a.get("pads", []))
+                    and a.get("auto_pad", b"NOTSET") in (b"NOTSET", "NOTSET", b"VALID")
+                    and not a.get("ceil_mode", 0)):
+                new = helper.make_node("GlobalAveragePool", [n.input[0]], list(n.output),
+                                       name=n.name)
+        elif (n.op_type == "Reshape" and n.input[1] in consts
+              and len(shapes.get(n.input[0], ())) >= 2):
+            src = shapes[n.input[0]]
+            want = [int(d) for d in consts[n.input[1]]]
+            rest = int(np.prod(src[1:]))
+            if len(want) == 2 and want[0] in (src[0], 0) and want[1] in (rest, -1):
+                new = helper.make_node("Flatten", [n.input[0]], list(n.output), name=n.name,
+                                       axis=1)
+        if new is not None:
+            g.node[k].CopyFrom(new)
+            changed += 1
+    if changed:
+        model.notes.append(f"wrote {changed} operator(s) in the form the chip lowers (a "
+                           f"two-input Sum as Add, a whole-map AveragePool as "
+                           f"GlobalAveragePool, a Reshape to [N, rest] as Flatten)")
 
 
 def _fold_batch_norms(model: OnnxModel) -> None:

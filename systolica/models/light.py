@@ -31,14 +31,17 @@ def model(name: str, seed: int = 0):
     g = proto.graph
     rng = np.random.default_rng(seed)
     consts = {t.name: numpy_helper.to_array(t) for t in g.initializer}
+    # a BatchNormalization's scale, bias, mean and variance by its input position
+    role = {n.input[k]: r for n in g.node if n.op_type == "BatchNormalization"
+            for k, r in enumerate(("", "scale", "bias", "mean", "var")) if k}
     keep, weights = [], []
     for n in g.node:
         if n.op_type != "ConstantOfShape":
             keep.append(n)
             continue
         shape = [int(d) for d in consts[n.input[0]]]
-        weights.append(numpy_helper.from_array(_weights(rng, shape, n.output[0]),
-                                               n.output[0]))
+        weights.append(numpy_helper.from_array(
+            _weights(rng, shape, role.get(n.output[0], "")), n.output[0]))
     del g.node[:]
     g.node.extend(keep)
     g.initializer.extend(weights)
@@ -54,13 +57,11 @@ def model(name: str, seed: int = 0):
     return version_converter.convert_version(proto, 13)
 
 
-def _weights(rng, shape, name: str) -> np.ndarray:
+def _weights(rng, shape, role: str) -> np.ndarray:
+    """Weights of `shape`; `role`: a normalisation's parameter it is, if one."""
     if len(shape) >= 2:                          # Conv [O, I, kh, kw], Gemm [N, K] or [K, N]
         fan_in = int(np.prod(shape[1:])) if len(shape) == 4 else min(shape)
         return (rng.standard_normal(shape) * np.sqrt(2.0 / fan_in)).astype(np.float32)
-    lowered = name.lower()
-    if "var" in lowered:                         # BatchNormalization's variance
-        return rng.uniform(0.5, 1.5, shape).astype(np.float32)
-    if "scale" in lowered or "gamma" in lowered:
+    if role in ("scale", "var"):                 # positive, near 1
         return rng.uniform(0.5, 1.5, shape).astype(np.float32)
     return (rng.standard_normal(shape) * 0.05).astype(np.float32)
