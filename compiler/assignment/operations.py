@@ -86,7 +86,7 @@ def operations(proto) -> list[Operation]:
                              sum(_nbytes(types, v) for v in dict.fromkeys(writes)), scalar))
 
     for n in g.node:
-        if n.op_type in QDQ:
+        if n.op_type in QDQ or id(n) in owned:
             continue
         nodes, reads, writes = [n], [], []
         for v in n.input:
@@ -99,7 +99,13 @@ def operations(proto) -> list[Operation]:
                     reads.append(p.input[0])
             else:
                 reads.append(v)
-        for o in n.output:
+        outs = list(n.output)
+        act = _activation(n, readers, graph_outputs)
+        if act is not None:         # op -> Relu -> Q: the activation is the op's clamp
+            nodes.append(act)
+            owned.add(id(act))
+            outs = list(act.output)
+        for o in outs:
             if not o:
                 continue
             rs = readers.get(o, [])
@@ -122,6 +128,18 @@ def operations(proto) -> list[Operation]:
             add(n.op_type, n.name or n.output[0], [n], [n.input[0]], [n.output[0]],
                 _elements(types, n.output[0]))
     return _link(ops)
+
+
+def _activation(n, readers, graph_outputs):
+    """The Relu that is `n`'s only reader and is quantised by QuantizeLinears alone
+    (the QDQ form's ``Q(Relu(op))``), else None."""
+    rs = readers.get(n.output[0], []) if n.output else []
+    if len(rs) != 1 or rs[0].op_type != "Relu" or n.output[0] in graph_outputs:
+        return None
+    after = readers.get(rs[0].output[0], [])
+    if after and all(r.op_type == "QuantizeLinear" for r in after):
+        return rs[0]
+    return None
 
 
 def _link(ops: list[Operation]) -> list[Operation]:

@@ -46,6 +46,8 @@ class Chip(Processor):
             return "quantising and dequantising at the model's edges are the host's"
         if op.kind not in CHIP_FAMILIES:
             return f"the chip has no {op.kind}"
+        if CHIP_FAMILIES[op.kind] == "move":
+            return None         # a view or clamp of its producer: its segment decides
         from systolica.compiler.frontend import onnx_import
         try:
             onnx_import.load(submodel(proto, [op], f"try_{op.index}"))

@@ -95,15 +95,10 @@ def load(model, inputs: Mapping[str, np.ndarray] | None = None, *, seed: int = 0
     """Read and check `model`; bind its inputs to `inputs` (by ONNX name; missing
     ones: seeded random data of the declared shape, which must then be static) and
     infer every value's shape."""
-    import onnx
     from onnx import shape_inference
     where = f"ONNX model {str(model)!r}" if isinstance(model, (str, Path)) else "ONNX model"
     proto = read(model, where)
     opset(proto, where)
-    try:
-        onnx.checker.check_model(proto)
-    except Exception as e:
-        raise CompileError(f"{where} is not valid ONNX: {str(e).splitlines()[0]}") from None
     g = proto.graph
     consts = {t.name for t in g.initializer}
     declared = [vi for vi in g.input if vi.name not in consts]
