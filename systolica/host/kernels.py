@@ -76,8 +76,22 @@ class DequantizeLinear(OpRun):
         return (_dq(x, _along(s, axis, x.ndim), _along(zp, axis, x.ndim)),)
 
 
+class BatchNormalization(OpRun):
+    """Inference: ``scale (x - mean) / sqrt(var + eps) + bias`` per channel. The
+    evaluator's opset 9 to 13 kernel takes the schema's default momentum as a request
+    to update the statistics from the batch (training), which a model run for
+    inference never means."""
+
+    def _run(self, x, scale, bias, mean, var, epsilon=None, **unused):
+        eps = 1e-5 if epsilon is None else epsilon
+        shape = (-1,) + (1,) * (x.ndim - 2)
+        y = (scale.reshape(shape) * (x - mean.reshape(shape))
+             / np.sqrt(var.reshape(shape) + eps) + bias.reshape(shape))
+        return (y.astype(x.dtype),)
+
+
 _CUSTOM = {c.__name__: c for c in (QLinearAdd, QLinearConcat, QLinearGlobalAveragePool,
-                                   QuantizeLinear, DequantizeLinear)}
+                                   QuantizeLinear, DequantizeLinear, BatchNormalization)}
 
 
 def missing(nodes: Iterable) -> list[str]:
