@@ -21,6 +21,8 @@ def quantise(model: OnnxModel, calibration: Iterable[Mapping[str, np.ndarray]] |
     """`model` (float) in the QDQ form. `calibration`: input dicts by ONNX name; None:
     `samples` random ones like the model's inputs (noted). The run's inputs stay the
     float ones the model was given; the graph's first QuantizeLinear quantises them."""
+    import sys
+    path = list(sys.path)     # onnxruntime's quantiser puts its transformers on the path
     try:
         from onnxruntime.quantization import (
             CalibrationDataReader,
@@ -31,6 +33,8 @@ def quantise(model: OnnxModel, calibration: Iterable[Mapping[str, np.ndarray]] |
     except ImportError:
         raise CompileError("quantising a float model needs onnxruntime: pip install "
                            "'systolica[onnx]'") from None
+    finally:
+        sys.path[:] = path
     import onnx
     if calibration is None:
         rng = np.random.default_rng(seed)
