@@ -123,6 +123,7 @@ def load(cfg: ChipConfig, path: Path | None = None) -> Library:
     return lib
 
 
-def save(lib: Library, path: Path) -> None:
+def save(lib: Library, path) -> None:
+    path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(lib.to_json(), indent=1) + "\n")

@@ -1,0 +1,139 @@
+"""Any ONNX model end to end (docs/assignment.md, step 7): planned, its chip programs
+on the golden model (and the RTL), its host operations in numpy, the outputs against
+onnxruntime; a run whose numbers disagree fails, and `systolica sim --onnx` says so
+in its exit status. Corrupting either processor's result must fail the run."""
+
+from __future__ import annotations
+
+import functools
+import json
+
+import numpy as np
+import onnx
+import pytest
+
+from systolica.app import cli, onnx_run
+from systolica.arch.config import preset
+from systolica.compiler.assignment.partition import plan_model
+from systolica.models import onnx_zoo
+
+TINY = preset("tiny")
+
+
+@functools.cache
+def _plan(make):
+    return plan_model(TINY, make())
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("make", [onnx_zoo.float_cnn, onnx_zoo.float_resnet,
+                                  onnx_zoo.float_mobilenet, onnx_zoo.qdq_resnet],
+                         ids=lambda m: m.__name__)
+def test_float_and_qdq_models_run_on_both_processors(make):
+    run = onnx_run.run_plan(_plan(make))
+    assert run.ok, run.problems()
+    assert {"chip", "host"} <= set(run.plan.per_processor())
+    convs = [p for p in run.plan.placements if p.op.kind == "Conv"]
+    assert convs and all(p.processor == "chip" for p in convs)
+    chips = [s for s in run.segments if s.segment.processor == "chip"]
+    assert all(s.golden_cycles == s.cycles and s.matches_reference for s in chips)
+    outputs = [a for a in run.agreement if a.name in run.plan.outputs]
+    assert outputs and all(a.ok for a in outputs)
+
+
+@pytest.mark.slow
+def test_a_wrong_host_result_fails_the_run(monkeypatch):
+    from systolica.host import kernels
+    real = kernels.HostModel.run
+
+    def off_by_a_lot(self, feeds):
+        return {k: (v * 3 if v.dtype.kind == "f" else v) for k, v in
+                real(self, feeds).items()}
+
+    monkeypatch.setattr(kernels.HostModel, "run", off_by_a_lot)
+    run = onnx_run.run_plan(_plan(onnx_zoo.float_cnn))
+    assert not run.ok and any("differs from onnxruntime" in p for p in run.problems())
+
+
+@pytest.mark.slow
+def test_a_wrong_chip_result_fails_the_run(monkeypatch):
+    from systolica import golden
+    real = golden.run
+
+    def flipped(cfg, loadable):
+        res = real(cfg, loadable)
+        res.dram[:] ^= 0x55
+        return res
+
+    monkeypatch.setattr(onnx_run.golden, "run", flipped)
+    run = onnx_run.run_plan(_plan(onnx_zoo.float_cnn))
+    assert any("differs from numpy" in p for p in run.problems())
+
+
+@pytest.mark.rtl
+def test_chip_programs_on_the_rtl_equal_golden_and_prediction(tiny_build):
+    run = onnx_run.run_plan(_plan(onnx_zoo.float_resnet), rtl=True)
+    assert run.ok, run.problems()
+    chips = [s for s in run.segments if s.segment.processor == "chip"]
+    assert chips and all(s.rtl_cycles == s.cycles and s.rtl_matches_golden for s in chips)
+
+
+def _cli(argv, capsys):
+    try:
+        status = cli.main(argv)
+    except SystemExit as exc:
+        status = exc.code
+    out, err = capsys.readouterr()
+    return status, out, err
+
+
+@pytest.mark.slow
+def test_sim_onnx_reports_and_writes_json(tmp_path, capsys):
+    model = tmp_path / "cnn.onnx"
+    onnx.save(onnx_zoo.float_cnn(), str(model))
+    report = tmp_path / "run.json"
+    status, out, _ = _cli(["sim", "--config", "tiny", "--onnx", str(model), "--golden-only",
+                           "--report-json", str(report)], capsys)
+    assert status == 0 and "PASS" in out and "on the chip" in out
+    data = json.loads(report.read_text())
+    assert data["ok"] and data["per_processor"]["chip"] >= 4
+    assert {o["processor"] for o in data["operations"]} == {"chip", "host"}
+
+
+@pytest.mark.slow
+def test_sim_onnx_fails_when_onnxruntime_disagrees(tmp_path, capsys):
+    model = tmp_path / "cnn.onnx"
+    onnx.save(onnx_zoo.float_cnn(), str(model))
+    status, out, _ = _cli(["sim", "--config", "tiny", "--onnx", str(model), "--golden-only",
+                           "--tolerance", "-1"], capsys)
+    assert status == 1 and "FAIL" in out and "differs from onnxruntime" in out
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["--assign", "conv1"], "NODE=PROCESSOR"),
+    (["--assign", "nosuch=host"], "names no operation"),
+    (["--assign", "conv1=gpu"], "the processors are chip, host"),
+])
+def test_bad_assignments_are_clear_errors(tmp_path, capsys, argv, words):
+    model = tmp_path / "cnn.onnx"
+    onnx.save(onnx_zoo.float_cnn(), str(model))
+    status, _, err = _cli(["sim", "--config", "tiny", "--onnx", str(model), "--golden-only",
+                           *argv], capsys)
+    assert status == 2 and words in err
+
+
+def test_an_old_opset_is_refused_before_any_work(tmp_path, capsys):
+    model = onnx_zoo.float_cnn()
+    model.opset_import[0].version = 9
+    path = tmp_path / "old.onnx"
+    onnx.save(model, str(path))
+    status, _, err = _cli(["sim", "--config", "tiny", "--onnx", str(path)], capsys)
+    assert status == 2 and "opset 9" in err and "version_converter" in err
+
+
+def test_library_is_measured_on_request(tmp_path, capsys):
+    out = tmp_path / "lib.json"
+    status, text, _ = _cli(["library", "--config", "tiny", "--out", str(out)], capsys)
+    assert status == 0 and "conv" in text
+    data = json.loads(out.read_text())
+    assert data["chip"] == "tiny" and np.isfinite(data["kinds"]["chip"]["conv"][0][1])
