@@ -62,6 +62,14 @@ def run_lines(run: ModelRun) -> list[str]:
                         f"the first differing is {first.name!r} ({first.differing} of "
                         f"{first.values} values); the largest difference "
                         f"{worst.max_difference:g} steps in {worst.name!r}"))
+    if run.isolated:
+        within = sum(a.ok for a in run.isolated)
+        exact = sum(a.differing == 0 for a in run.isolated)
+        worst = max(run.isolated, key=lambda a: a.max_difference)
+        lines.append(f"onnxruntime, each chip operation fed its inputs: {within} of "
+                     f"{len(run.isolated)} within their bound, {exact} exact; the largest "
+                     f"difference {worst.max_difference:g} steps in {worst.name!r} (bound "
+                     f"{worst.tolerance:g})")
     for note in plan.notes:
         lines.append(f"note: {note}")
     problems = run.problems()
@@ -93,7 +101,11 @@ def to_json(run: ModelRun) -> dict:
                       "seconds": s.seconds} for s in run.segments],
         "onnxruntime": [{"output": a.name, "values": a.values, "differing": a.differing,
                          "max_difference": a.max_difference, "tolerance": a.tolerance}
-                        for a in run.agreement],
+                        for a in run.agreement if a.name in plan.outputs],
+        "onnxruntime_isolated": [{"operation": a.name, "values": a.values,
+                                  "differing": a.differing,
+                                  "max_difference": a.max_difference, "bound": a.tolerance}
+                                 for a in run.isolated],
         "notes": plan.notes,
     }
 

@@ -9,7 +9,6 @@ running the same quantised model on the same inputs."""
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -17,12 +16,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from systolica import golden
+from systolica.app.onnx_oracle import Agreement, against_onnxruntime
 from systolica.compiler.assignment.partition import Plan, Segment
-from systolica.compiler.errors import CompileError
-
-
-class OracleError(CompileError):
-    """onnxruntime could not run the model to compare with."""
 
 
 @dataclass
@@ -42,26 +37,12 @@ class SegmentRun:
 
 
 @dataclass
-class Agreement:
-    """One output against onnxruntime: values differing, and by how much (steps of
-    its int8 scale for a quantised value, else absolute)."""
-    name: str
-    values: int
-    differing: int
-    max_difference: float
-    tolerance: float
-
-    @property
-    def ok(self) -> bool:
-        return self.max_difference <= self.tolerance
-
-
-@dataclass
 class ModelRun:
     plan: Plan
     segments: list[SegmentRun]
     outputs: dict[str, np.ndarray]
-    agreement: list[Agreement] = field(default_factory=list)
+    agreement: list[Agreement] = field(default_factory=list)    # outputs, then values
+    isolated: list[Agreement] = field(default_factory=list)     # each chip operation
     golden_s: float = 0.0
     rtl_s: float | None = None
     values: dict[str, np.ndarray] = field(default_factory=dict)   # every tensor passed
@@ -100,6 +81,11 @@ class ModelRun:
                 out.append(f"output {a.name!r} differs from onnxruntime by "
                            f"{a.max_difference:g} (tolerance {a.tolerance:g}; "
                            f"{a.differing} of {a.values} values differ)")
+        for a in self.isolated:
+            if not a.ok:
+                out.append(f"operation {a.name!r}, fed onnxruntime's inputs, differs from "
+                           f"it by {a.max_difference:g} steps, past its bound of "
+                           f"{a.tolerance:g} ({a.differing} of {a.values} values differ)")
         return out
 
     @property
@@ -151,7 +137,7 @@ def run_plan(plan: Plan, *, rtl: bool = False, compare: bool = True,
     if rtl:
         _on_rtl(run, progress)
     if compare:
-        run.agreement = _against_onnxruntime(plan, run.values, tolerance)
+        run.agreement, run.isolated = against_onnxruntime(plan, run.values, tolerance)
     return run
 
 
@@ -181,47 +167,3 @@ def _on_rtl(run: ModelRun, progress) -> None:
         s.rtl_matches_golden = all(
             np.array_equal(np.asarray(words), gold[at:at + n])
             for (at, n), words in zip(s.compiled.dram_map.outputs.values(), res.readback))
-
-
-#: The largest difference from onnxruntime an output may show: int8 values in steps
-#: of their scale, float ones absolute (a Softmax's probabilities).
-DEFAULT_TOLERANCE = {"int8": 8.0, "float": 0.05}
-
-
-def _against_onnxruntime(plan: Plan, ours: dict[str, np.ndarray],
-                         tolerance: float | None) -> list[Agreement]:
-    """The model's outputs, then every value a chip segment gave (in run order),
-    against onnxruntime's; the tolerance binds the outputs (the values between
-    segments show where a difference began)."""
-    from onnx import helper
-
-    from systolica.models.onnx_zoo import runtime_session
-    proto = type(plan.model.proto)()
-    proto.CopyFrom(plan.model.proto)
-    inner = [v for s in plan.segments if s.processor == "chip" for v in s.writes
-             if v not in plan.outputs and v in ours]
-    from systolica.compiler.assignment.operations import value_types
-    types = value_types(plan.model.proto)
-    proto.graph.output.extend(helper.make_tensor_value_info(v, types[v][0], None)
-                              for v in inner)
-    try:
-        sess = runtime_session(proto)
-        feeds = {i.name: plan.model.inputs[i.name] for i in sess.get_inputs()}
-        results = sess.run(None, feeds)
-    except Exception as e:          # onnxruntime's own errors are plain RuntimeErrors
-        raise OracleError(f"onnxruntime cannot run model {plan.model.name!r} to compare "
-                          f"with: {str(e).splitlines()[0]}") from None
-    out = []
-    for o, theirs in zip([o.name for o in sess.get_outputs()], results):
-        mine = ours[o]
-        if mine.dtype == np.int8 or mine.dtype == np.uint8:
-            diff = np.abs(mine.astype(np.int64) - theirs.astype(np.int64))
-            tol = DEFAULT_TOLERANCE["int8"] if tolerance is None else tolerance
-        else:
-            diff = np.abs(mine.astype(np.float64) - theirs.astype(np.float64))
-            tol = DEFAULT_TOLERANCE["float"] if tolerance is None else tolerance
-        if o not in plan.outputs:
-            tol = math.inf
-        out.append(Agreement(o, int(diff.size), int((diff > 0).sum()),
-                             float(diff.max()) if diff.size else 0.0, tol))
-    return out

@@ -39,6 +39,8 @@ def test_float_and_qdq_models_run_on_both_processors(make):
     assert all(s.golden_cycles == s.cycles and s.matches_reference for s in chips)
     outputs = [a for a in run.agreement if a.name in run.plan.outputs]
     assert outputs and all(a.ok for a in outputs)
+    chip_ops = [op for s in run.plan.segments if s.processor == "chip" for op in s.ops]
+    assert len(run.isolated) == len(chip_ops) and all(a.ok for a in run.isolated)
 
 
 @pytest.mark.slow
@@ -68,6 +70,33 @@ def test_a_wrong_chip_result_fails_the_run(monkeypatch):
     monkeypatch.setattr(onnx_run.golden, "run", flipped)
     run = onnx_run.run_plan(_plan(onnx_zoo.float_cnn))
     assert any("differs from numpy" in p for p in run.problems())
+
+
+@pytest.mark.slow
+def test_a_chip_operation_past_its_bound_fails_the_run(monkeypatch):
+    """Multipliers 3 % off: fed onnxruntime's inputs, a convolution is then more than
+    its one step away."""
+    from systolica.compiler.frontend import onnx_import
+    real = onnx_import.requant_for
+
+    def off(scale, per_channel=True):
+        return real(np.asarray(scale) * 1.03, per_channel)
+
+    monkeypatch.setattr(onnx_import, "requant_for", off)
+    run = onnx_run.run_plan(plan_model(TINY, onnx_zoo.float_cnn()))
+    assert any("past its bound" in p for p in run.problems())
+    assert all(s.matches_reference for s in run.segments)      # the chip is consistent
+
+
+def test_bounds_per_layer():
+    from systolica.app.onnx_oracle import layer_bound
+    from systolica.compiler.graph.ops import Add, Dense, MaxPool2d
+    w = np.ones((4, 4), np.int8)
+    assert layer_bound(Dense(w, mult=40000, shift=20)) == 1
+    assert layer_bound(Dense(w, mult=100, shift=10)) == 2
+    assert layer_bound(Dense(w, out_dtype="int32")) == 0
+    assert layer_bound(Add(3, 5, 6)) == 1 + 255 // 64
+    assert layer_bound(MaxPool2d(2)) == 0
 
 
 @pytest.mark.rtl

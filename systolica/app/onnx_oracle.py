@@ -1,0 +1,143 @@
+"""How far a chip operation may be from onnxruntime, and the check that it is not
+farther (docs/assignment.md, "Agreement with onnxruntime"; the derivation is
+docs/notes/onnx-agreement.md).
+
+ONNX requantises by a float scale, the chip by ``mult / 2**shift``. Fed the same int8
+inputs, one operation of the chip differs from ONNX by at most ``1 + floor(256 e)``
+steps, ``e`` the multiplier's relative error (at most ``0.5 / mult``): one step for a
+16-bit multiplier of at least 129. An Add's two 8-bit multipliers over a common shift
+are each within ``2**-(shift+1)`` of their ratio: ``1 + floor(255 / 2**shift)``. A max
+pool, a Flatten, a folded Relu and a Concat of one quantisation move int8 values and
+are exact. End to end there is no useful bound (each layer amplifies what it is fed),
+so the check is per operation, each fed onnxruntime's own inputs."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from systolica.compiler.assignment.partition import Plan
+from systolica.compiler.errors import CompileError
+from systolica.compiler.graph.ops import Add, AvgPool2d, Conv2d, Dense, GlobalAvgPool, MatMulT
+
+
+class OracleError(CompileError):
+    """onnxruntime could not run the model to compare with."""
+
+
+@dataclass
+class Agreement:
+    """One output against onnxruntime: values differing, and by how much (steps of
+    its int8 scale for a quantised value, else absolute)."""
+    name: str
+    values: int
+    differing: int
+    max_difference: float
+    tolerance: float
+
+    @property
+    def ok(self) -> bool:
+        return self.max_difference <= self.tolerance
+
+
+def layer_bound(op) -> int:
+    """The steps one layer of the chip may differ from ONNX given the same inputs."""
+    if isinstance(op, Add):
+        return 1 + math.floor(255 / 2 ** op.shift)
+    if isinstance(op, (Dense, MatMulT)) and op.out_dtype == "int32":
+        return 0                        # no requantisation: exact
+    if isinstance(op, (Conv2d, Dense, MatMulT, GlobalAvgPool, AvgPool2d)):
+        mult = int(np.min(np.atleast_1d(op.mult)))
+        return 1 + math.floor(256 * 0.5 / mult)
+    return 0                            # moves int8 values
+
+
+def graph_bound(graph) -> int:
+    """An operation's bound: its graph's largest layer bound (its layers are fed by
+    each other only through exact moves, or it is one layer and its requantisations
+    of the inputs, each bounded alike)."""
+    return max((layer_bound(n.op) for n in graph.nodes), default=0)
+
+
+#: The largest difference end to end an output may show: int8 values in steps, float
+#: ones absolute (a Softmax's probabilities). Not a bound (there is none end to end):
+#: a guard against a run gone wrong, past the per-operation bounds that are checked.
+DEFAULT_TOLERANCE = {"int8": 8.0, "float": 0.05}
+
+
+def against_onnxruntime(plan: Plan, ours: dict[str, np.ndarray],
+                        tolerance: float | None
+                        ) -> tuple[list[Agreement], list[Agreement]]:
+    """``(end to end, isolated)``: the model's outputs and then every value a chip
+    segment gave (the tolerance binds the outputs; the values between segments show
+    where a difference began), against onnxruntime's; and each chip operation run by
+    the numpy reference of its import on onnxruntime's inputs, against onnxruntime's
+    output, within its bound."""
+    chip_ops = [op for s in plan.segments if s.processor == "chip" for op in s.ops]
+    watched = [v for s in plan.segments if s.processor == "chip" for v in s.writes]
+    watched += [v for op in chip_ops for v in op.reads + op.writes]
+    theirs = _onnxruntime_values(plan, [v for v in dict.fromkeys(watched)
+                                        if v not in plan.outputs])
+    end_to_end = []
+    for o in list(plan.outputs) + [v for s in plan.segments if s.processor == "chip"
+                                   for v in s.writes if v not in plan.outputs]:
+        if o not in ours or o not in theirs:
+            continue
+        tol = math.inf if o not in plan.outputs else tolerance
+        end_to_end.append(_agreement(o, ours[o], theirs[o], tol))
+    return end_to_end, [_isolated(plan, op, theirs) for op in chip_ops]
+
+
+def _onnxruntime_values(plan: Plan, extra: list[str]) -> dict[str, np.ndarray]:
+    """Every output of the model and the values `extra`, as onnxruntime computes them
+    on the run's inputs."""
+    from onnx import helper
+
+    from systolica.compiler.assignment.operations import value_types
+    from systolica.models.onnx_zoo import runtime_session
+    proto = type(plan.model.proto)()
+    proto.CopyFrom(plan.model.proto)
+    types = value_types(plan.model.proto)
+    proto.graph.output.extend(helper.make_tensor_value_info(v, types[v][0], None)
+                              for v in extra)
+    try:
+        sess = runtime_session(proto)
+        feeds = {i.name: plan.model.inputs[i.name] for i in sess.get_inputs()}
+        results = sess.run(None, feeds)
+    except Exception as e:          # onnxruntime's own errors are plain RuntimeErrors
+        raise OracleError(f"onnxruntime cannot run model {plan.model.name!r} to compare "
+                          f"with: {str(e).splitlines()[0]}") from None
+    return {o.name: np.asarray(r) for o, r in zip(sess.get_outputs(), results)}
+
+
+def _agreement(name, mine, theirs, tolerance) -> Agreement:
+    if mine.dtype.kind in "iu":
+        diff = np.abs(mine.astype(np.int64) - theirs.astype(np.int64).reshape(mine.shape))
+        tol = DEFAULT_TOLERANCE["int8"] if tolerance is None else tolerance
+    else:
+        diff = np.abs(mine.astype(np.float64) - theirs.astype(np.float64).reshape(mine.shape))
+        tol = DEFAULT_TOLERANCE["float"] if tolerance is None else tolerance
+    return Agreement(name, int(diff.size), int((diff > 0).sum()),
+                     float(diff.max()) if diff.size else 0.0, tol)
+
+
+def _isolated(plan: Plan, op, theirs: dict[str, np.ndarray]) -> Agreement:
+    """Chip operation `op` imported alone, fed onnxruntime's inputs, its numpy
+    reference (which the golden model and the RTL equal) against onnxruntime."""
+    from systolica.compiler.assignment.submodel import submodel
+    from systolica.compiler.frontend import onnx_import
+    from systolica.compiler.graph import reference
+    sub = submodel(plan.model.proto, [op], f"op_{op.index}")
+    feeds = {i.name: theirs[i.name] for i in sub.graph.input}
+    graph = onnx_import.load(sub, inputs=feeds)
+    got = reference.outputs(graph)
+    values, differing, worst = 0, 0, 0.0
+    for v, t in zip([o.name for o in sub.graph.output], graph.outputs):
+        mine = got[t].reshape(theirs[v].shape)
+        diff = np.abs(mine.astype(np.int64) - theirs[v].astype(np.int64))
+        values += diff.size
+        differing += int((diff > 0).sum())
+        worst = max(worst, float(diff.max()) if diff.size else 0.0)
+    return Agreement(op.name, values, differing, worst, float(graph_bound(graph)))
