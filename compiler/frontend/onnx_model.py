@@ -111,6 +111,7 @@ def load(model, inputs: Mapping[str, np.ndarray] | None = None, *, seed: int = 0
     bound: dict[str, np.ndarray] = {}
     for vi in declared:
         bound[vi.name] = _bind(vi, given.get(vi.name), rng, where)
+    _sort(proto, where)
     # the bound shapes replace symbolic dimensions, so inference sees static ones
     for vi in declared:
         dims = vi.type.tensor_type.shape.dim
@@ -123,6 +124,35 @@ def load(model, inputs: Mapping[str, np.ndarray] | None = None, *, seed: int = 0
         raise CompileError(f"{where}: its shapes do not agree with its inputs' "
                            f"({str(e).splitlines()[0]})") from None
     return OnnxModel(proto, name or g.name or "onnx", bound)
+
+
+def _sort(proto, where: str) -> None:
+    """The nodes in an order where every value is made before it is read (ONNX asks
+    for it; some exporters do not keep it); a value nothing makes is an error naming
+    its reader."""
+    g = proto.graph
+    known = {vi.name for vi in g.input} | {t.name for t in g.initializer} | {""}
+    left, done = list(g.node), []
+    while left:
+        ready = [n for n in left if all(v in known for v in n.input)]
+        if not ready:
+            n = left[0]
+            v = next(v for v in n.input if v not in known)
+            made = any(v in m.output for m in left)
+            raise CompileError(f"{where}: node {n.name or n.op_type!r} reads {v!r}, which "
+                               + ("is made only in a cycle of nodes" if made else
+                                  "no node, input or initialiser makes"))
+        for n in ready:
+            known.update(n.output)
+        ids = {id(n) for n in ready}
+        done += ready
+        left = [n for n in left if id(n) not in ids]
+    if [id(n) for n in done] != [id(n) for n in g.node]:
+        copies = [type(n)() for n in done]
+        for c, n in zip(copies, done):
+            c.CopyFrom(n)
+        del g.node[:]
+        g.node.extend(copies)
 
 
 def _bind(vi, x, rng, where: str) -> np.ndarray:

@@ -59,3 +59,19 @@ def test_not_a_model_is_a_clear_error(tmp_path):
         onnx_model.load(bad)
     with pytest.raises(CompileError, match="no such file"):
         onnx_model.load(tmp_path / "none.onnx")
+
+
+def test_nodes_out_of_order_are_sorted_and_a_dangling_value_is_named():
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    nodes = [helper.make_node("Relu", ["a"], ["y"], name="second"),
+             helper.make_node("Sigmoid", ["x"], ["a"], name="first")]
+    model = helper.make_model(helper.make_graph(nodes, "g", [x], [y]),
+                              opset_imports=[helper.make_opsetid("", 13)])
+    m = onnx_model.load(model)
+    assert [n.name for n in m.graph.node] == ["first", "second"]
+    nodes = [helper.make_node("Relu", ["nowhere"], ["y"], name="lost")]
+    model = helper.make_model(helper.make_graph(nodes, "g", [x], [y]),
+                              opset_imports=[helper.make_opsetid("", 13)])
+    with pytest.raises(CompileError, match="'lost' reads 'nowhere'"):
+        onnx_model.load(model)
