@@ -16,7 +16,7 @@ from onnx import TensorProto, helper  # noqa: E402
 
 from systolica import golden  # noqa: E402
 from systolica.arch.config import preset  # noqa: E402
-from systolica.compiler import CompileError, compile_network
+from systolica.compiler import CompileError, OnnxNodeError, compile_network
 from systolica.compiler.frontend import onnx_import
 from systolica.compiler.graph import reference  # noqa: E402
 from systolica.models import onnx_zoo as onnx_models  # noqa: E402
@@ -116,16 +116,21 @@ def test_what_the_chip_does_not_run_is_refused_by_name():
              ["node 'qmm2'", "one scale for the right operand", "a graph input that only "
               "such matmuls read", "all of them per channel"])
 
-    def float_input(m):
-        m.nodes.append(helper.make_node("QuantizeLinear", ["f", *m.q(0.1, 0)], ["x"],
-                                        name="quant"))
-        return [("f", [1, 4])], ["x"]
-    m = onnx_models.QModel(0)
-    inputs, outputs = float_input(m)
+    m = onnx_models.QModel(0)                  # a float input no QuantizeLinear reads
+    y = m.matmul("f", (0.1, 0), 4, 3, (0.1, 0))
+    graph = helper.make_graph(
+        m.nodes, "m", [helper.make_tensor_value_info("f", TensorProto.FLOAT, [1, 4])],
+        [helper.make_tensor_value_info(y, TensorProto.INT8, None)], m.inits)
+    with pytest.raises(CompileError, match="input 'f' is FLOAT; the chip takes int8") as info:
+        onnx_import.load(helper.make_model(graph))
+    assert not isinstance(info.value, OnnxNodeError)
+    m = onnx_models.QModel(0)                  # quantised, and nothing else
+    m.nodes.append(helper.make_node("QuantizeLinear", ["f", *m.q(0.1, 0)], ["x"],
+                                    name="quant"))
     graph = helper.make_graph(
         m.nodes, "m", [helper.make_tensor_value_info("f", TensorProto.FLOAT, [1, 4])],
         [helper.make_tensor_value_info("x", TensorProto.INT8, None)], m.inits)
-    with pytest.raises(CompileError, match="input 'f' is FLOAT; the chip takes int8"):
+    with pytest.raises(CompileError, match="output 'x' is the input 'f' quantised"):
         onnx_import.load(helper.make_model(graph))
     with pytest.raises(CompileError, match="no such file"):
         onnx_import.load("/nonexistent/model.onnx")
@@ -260,21 +265,28 @@ PER_CHANNEL = sample([pytest.param(False, id="per_tensor"),
      for pc in (False, True) for seed in range(2)], 4))
 def test_a_model_quantised_by_onnxruntime_equals_it(per_channel, seed):
     """What quantize_static writes, taken as it is: its Concat gives each branch its
-    own scale (an identity 1x1 convolution requantises the branch to the join's), the
-    branches' 6 and 10 channels pad to whole blocks of R, and with weights per channel
+    own scale (each branch's convolution writes at the join's instead, no identity
+    layer between), the branches' 6 and 10 channels pad to whole blocks of R, and
+    with weights per channel
     the Gemm after the global pool runs as a 1x1 convolution (a multiplier per
-    output), its output a 1 x 1 map. Equal to numpy; within a step of onnxruntime."""
+    output), its output a 1 x 1 map. Equal to numpy. onnxruntime rounds a branch twice
+    (to its own scale, then the join's) where the chip rounds once, so the join differs
+    from it by a step in about 3 % of its values (test_a_join_is_written_by_its_branches),
+    and the logits by up to two steps (in 14 % of them over 40 inputs, 2 steps in 2 of
+    400)."""
     model = ort_model("cnn", per_channel)
     x_scale, x_zp = _quantised_input(model)
     xq = np.random.default_rng(seed).integers(x_zp, 128, (1, 3, 16, 16), dtype=np.int8)
     graph = onnx_import.load(model, {"x": xq})
     names = {n.name: type(n.op).__name__ for n in graph.nodes}
-    assert any("__requant" in n for n in names)
+    assert not any("__requant" in n for n in names)
+    join = graph.tensor("join").quant
+    assert graph.tensor("branch1x1").quant == graph.tensor("branch3x3").quant == join
     assert names["fc"] == ("Conv2d" if per_channel else "Dense")
     ours = _golden_output(graph)
     (theirs,) = _qdq_outputs(model, xq, x_scale, x_zp)
     diff = np.abs(ours.reshape(theirs.shape).astype(int) - theirs.astype(int))
-    assert diff.max() <= 1 and diff.mean() <= 0.2, diff
+    assert diff.max() <= 2 and (diff > 0).sum() <= 5, diff
     assert len(np.unique(ours)) > 3            # not all saturated
 
 
