@@ -98,7 +98,7 @@ def _scale_fault(a: np.ndarray) -> str | None:
     if not bad.any():
         return None
     i = int(np.flatnonzero(bad.ravel())[0])
-    v = a.ravel()[i]
+    v = str(a.ravel()[i])                   # as the model holds it (float32)
     return f"is {v}" if a.size == 1 else f"has {v} at index {i}"
 
 
@@ -113,7 +113,7 @@ def _zero_point_fault(a: np.ndarray) -> str | None:
     if not bad.any():
         return None
     i = int(np.flatnonzero(bad.ravel())[0])
-    v = a.ravel()[i]
+    v = str(a.ravel()[i])
     where = "" if a.size == 1 else f" at index {i}"
     return f"is {v}{where}, outside int8's [-128, 127]"
 
@@ -200,6 +200,8 @@ def fold_qdq(proto):
             inputs.append(vi)
     float_inputs = set(floating)
     out_nodes, inits = [], list(g.initializer)
+    host = [made[o] for o in rename] + [made[vo.name] for vo in g.output if vo.name in made
+                                        and made[vo.name].op_type == "DequantizeLinear"]
 
     def value(v):
         return rename.get(v, v)
@@ -379,6 +381,8 @@ def fold_qdq(proto):
             out_nodes.append(helper.make_node("Relu", [conv_out], [out], name=relu.name,
                                               doc_string=QDQ_RELU))
 
+    for n in host:          # the host quantises the inputs and dequantises the outputs
+        quant(n, n, "input" if n.op_type == "QuantizeLinear" else "output")
     # the pattern each QuantizeLinear closes: the op it quantises, a Relu between
     taken: set[int] = set()
     for q in g.node:
