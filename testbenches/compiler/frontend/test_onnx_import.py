@@ -831,10 +831,11 @@ def test_every_scale_and_zero_point_is_checked(build, tensor, value, node, words
 
 
 def test_a_qlinearadd_with_an_output_scale_of_0_is_refused():
-    """It imported, and 271 of its 512 values differed from onnxruntime."""
+    """It imported, and gave 271 of 512 values otherwise than onnxruntime (247 of 512
+    here, before the check)."""
     m = onnx_models.QModel(0)
     scale = m.const(np.float32(0), "sum_scale")
-    m.nodes.append(helper.make_node("QLinearAdd", ["a", *m.q(0.04, 1), "b", *m.q(0.03, -2),
+    m.nodes.append(helper.make_node("QLinearAdd", ["a", *m.q(0.04, 0), "b", *m.q(0.03, 0),
                                                    scale, m.const(np.int8(0))], ["sum"],
                                     name="add", domain="com.microsoft"))
     model = m.build([("a", [1, 8, 8, 8]), ("b", [1, 8, 8, 8])], ["sum"])
