@@ -498,6 +498,8 @@ class _Importer:
         self.consumers = consumers
         self.producers = {o: n for n in self.nodes for o in n.output}
         self.fused: set[str] = set()        # Relu outputs folded into their producer
+        # layers written at a join's quantisation: the range (int8 there) they clamp to
+        self.clamps: dict[int, tuple[int, int]] = {}
         # [N, C] values held as their 1 x 1 maps (:meth:`_flatten`), and the Flatten
         # layers made of them for readers that take [N, C]
         self.unflattened: set[str] = set()
@@ -649,22 +651,37 @@ class _Importer:
         only the join reads (through Relus and MaxPools nothing else reads): that layer
         writes at the join's scale and zero point (its multiplier computed for the
         join's scale), so the join moves its values unchanged and no identity layer is
-        needed (:meth:`_requantised`). Outer joins first: a join written at its
-        reader's quantisation passes it on to its own inputs."""
+        needed (:meth:`_requantised`). The branch's own int8 range still bounds its
+        values (onnxruntime clips them there before requantising them to the join's):
+        the layer clamps to that range at the join's scale, which the chip's clamps
+        take at the output zero point (below; a ReLU's, which the range of a branch
+        after a Relu starts at) and at any value above (a convolution's, ``relu6``);
+        where it needs another clamp, an identity layer stays. Outer joins first: a
+        join written at its reader's quantisation passes it on to its own inputs."""
         for join in reversed(self.nodes):
             if join.op_type != "QLinearConcat":
                 continue
             y = self._quant_at(join, 0, 1, "output")
             for k in range(2, len(join.input) - 2, 3):
-                if self._same(self._quant_at(join, k + 1, k + 2, "input"), y):
+                x = self._quant_at(join, k + 1, k + 2, "input")
+                if self._same(x, y):
                     continue
-                maker = self._requantiser(join, join.input[k])
-                if maker is None:
+                found = self._requantiser(join, join.input[k])
+                if found is None:
                     continue
+                maker, relu = found
                 s_at, zp_at = _OUT_QUANT[maker.op_type]
-                if not self._same(self._quant_at(maker, s_at, zp_at, "output"),
-                                  self._quant_at(join, k + 1, k + 2, "input")):
+                if not self._same(self._quant_at(maker, s_at, zp_at, "output"), x):
                     continue                        # read otherwise than made: as it is
+                lo, hi = (int(np.clip(np.round((q - x[1][0]) * (float(x[0][0]) /
+                                                                  float(y[0][0])))
+                                      + y[1][0], -128, 127)) for q in (-128, 127))
+                low = relu or lo == -128 or lo == y[1][0]      # a clamp at the zero point
+                high = hi == 127 or (maker.op_type == "QLinearConv"
+                                     and (relu or lo == y[1][0]))    # relu6 clamps at zp too
+                if not (low and high) or id(maker) in self.clamps:
+                    continue
+                self.clamps[id(maker)] = (lo, hi)
                 maker.input[s_at], maker.input[zp_at] = join.input[0], join.input[1]
                 join.input[k + 1], join.input[k + 2] = join.input[0], join.input[1]
 
@@ -679,9 +696,9 @@ class _Importer:
 
     def _requantiser(self, join, v: str):
         """The layer that makes `v`, input of `join`, if it requantises and `join` alone
-        reads its output (through Relus and MaxPools nothing else reads); else None. A
-        Relu on the way then clamps at the join's zero point (``Q(relu(v)) =
-        max(Q(v), zp)`` at any zero point)."""
+        reads its output (through Relus and MaxPools nothing else reads), and whether a
+        Relu is on the way; else None. The Relu then clamps at the join's zero point
+        (``Q(relu(v)) = max(Q(v), zp)`` at any zero point)."""
         reader, relus = join, []
         while True:
             rs = self.consumers.get(v, [])
@@ -697,7 +714,7 @@ class _Importer:
                     return None                     # a Relu it cannot take
                 for relu in relus:
                     relu.doc_string = QDQ_RELU
-                return maker
+                return maker, bool(relus)
             if maker.op_type not in ("Relu", "MaxPool") or len(relus) > 1:
                 return None
             if maker.op_type == "Relu":
@@ -813,7 +830,8 @@ class _Importer:
                             dilation=tuple(a.get("dilations", [1, 1])), groups=group,
                             mult=mult, shift=shift,
                             zp=self._zero_point(node, 7, "output zero point"),
-                            relu=self._fuses_relu(node), name=self._name(node))
+                            relu=self._fuses_relu(node), relu6=self._clamp_above(node),
+                            name=self._name(node))
         self.nchw.add(node.output[0])
         return out
 
@@ -1060,15 +1078,23 @@ class _Importer:
         return out
 
     def _fuses_relu(self, node) -> bool:
-        """Whether `node`'s only reader is a Relu the chip folds into it: its clamp at
-        the output zero point is ONNX's ``max(y, 0)`` when that zero point is 0."""
+        """Whether `node` clamps at its output zero point: its only reader is a Relu the
+        chip folds into it (its clamp at the output zero point is ONNX's ``max(y, 0)``
+        when that zero point is 0), or it writes at a join's quantisation within a
+        range that starts there (:meth:`_requantise_in_producers`)."""
         readers = self.consumers.get(node.output[0], [])
         if len(readers) == 1 and readers[0].op_type == "Relu" and (
                 self._zero_point(node, _OUT_QUANT[node.op_type][1], "output zero point") == 0
                 or readers[0].doc_string == QDQ_RELU):
             self.fused.add(readers[0].output[0])
             return True
-        return False
+        return self.clamps.get(id(node), (-128, 127))[0] > -128
+
+    def _clamp_above(self, node) -> int | None:
+        """The int8 value a convolution written at a join's quantisation clamps to from
+        above (its branch's largest), or None."""
+        hi = self.clamps.get(id(node), (-128, 127))[1]
+        return hi if hi < 127 else None
 
     def _relu(self, node, a):
         if node.output[0] not in self.fused:

@@ -273,8 +273,8 @@ def test_a_model_quantised_by_onnxruntime_equals_it(per_channel, seed):
     output), its output a 1 x 1 map. Equal to numpy. onnxruntime rounds a branch twice
     (to its own scale, then the join's) where the chip rounds once, so the join differs
     from it by a step in about 3 % of its values (test_a_join_is_written_by_its_branches),
-    and the logits by up to two steps (in 14 % of them over 40 inputs, 2 steps in 2 of
-    400)."""
+    and the logits by a step in 13 % of them over 40 inputs (4 % with an identity
+    layer, which rounds twice too)."""
     model = ort_model("cnn", per_channel)
     x_scale, x_zp = _quantised_input(model)
     xq = np.random.default_rng(seed).integers(x_zp, 128, (1, 3, 16, 16), dtype=np.int8)
@@ -287,7 +287,7 @@ def test_a_model_quantised_by_onnxruntime_equals_it(per_channel, seed):
     ours = _golden_output(graph)
     (theirs,) = _qdq_outputs(model, xq, x_scale, x_zp)
     diff = np.abs(ours.reshape(theirs.shape).astype(int) - theirs.astype(int))
-    assert diff.max() <= 2 and (diff > 0).sum() <= 5, diff
+    assert diff.max() <= 1 and (diff > 0).sum() <= 5, diff
     assert len(np.unique(ours)) > 3            # not all saturated
 
 
@@ -924,3 +924,25 @@ def test_identity_layers_left_in_densenet_and_squeezenet(build, identities):
     exact = exact.reshape(theirs.shape) / consts[dq.input[1]] + consts[dq.input[2]]
     assert np.abs(ours - exact).mean() <= 1.1 * np.abs(theirs - exact).mean()
     assert len(np.unique(ours)) > 3
+
+
+def test_a_branch_written_at_the_join_keeps_its_own_range():
+    """onnxruntime clips a branch to its own int8 range before requantising it to the
+    join's: a branch after a Relu (0 to 127 x 0.05, saturated here) written at the
+    join's scale (0.15) clamps at 39 (``relu6``) and at the join's zero point. A
+    branch that would need a clamp the chip has not (below, not at the zero point)
+    keeps its identity layer. Equal to numpy, within a step of onnxruntime."""
+    m = onnx_models.QModel(0)
+    a = m.conv("x", (0.05, 3), 8, 8, 3, (0.05, 0), relu=True)
+    b = m.conv("x", (0.05, 3), 8, 8, 1, (0.07, 2))
+    m.nodes.append(helper.make_node("QLinearConcat", [*m.q(0.15, -3), a, *m.q(0.05, 0),
+                                                      b, *m.q(0.07, 2)], ["join"],
+                                    name="join", axis=1, domain="com.microsoft"))
+    model = m.build([("x", [1, 8, 6, 6])], [m.conv("join", (0.15, -3), 16, 4, 1, (0.2, 0)),
+                                            "join"])
+    feeds = {"x": np.random.default_rng(0).integers(-128, 128, (1, 8, 6, 6), np.int8)}
+    graph = onnx_import.load(model, feeds)
+    conv = graph.node("qconv1").op
+    assert (conv.zp, conv.relu, conv.relu6) == (-3, True, 39)
+    assert [n.name for n in graph.nodes if "__requant" in n.name] == ["join__requant1"]
+    _compare(model, feeds, max_differing=0.1)
