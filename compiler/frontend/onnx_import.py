@@ -26,10 +26,12 @@ int8 integer.
 
 A ``QLinearConcat`` input quantised otherwise than the join is written at the join's
 scale and zero point by the layer that makes it, where that layer requantises (a
-convolution, matmul, Add, global pool or join) and the join alone reads its output:
-the chip then rounds once where onnxruntime rounds twice (to the branch's scale, then
-the join's), so they may differ by a step there. Elsewhere an identity layer
-requantises the input (:meth:`_Importer._requantised`).
+convolution, matmul, Add, global pool or join), the join alone reads its output and
+the chip's clamps hold the branch's own range there
+(:meth:`_Importer._requantise_in_producers`): the chip then rounds once where
+onnxruntime rounds twice (to the branch's scale, then the join's), so they may differ
+by a step there. Elsewhere an identity layer requantises the input
+(:meth:`_Importer._requantised`).
 
 The requantisation differs in one way the model cannot express: ONNX scales a
 product by a float ``x_scale * w_scale / y_scale`` and rounds half to even, the chip
