@@ -223,8 +223,9 @@ def fold_qdq(proto):
         zp = qdq.input[2] if len(qdq.input) > 2 and qdq.input[2] else None
         if zp is None:
             zp = f"{qdq.output[0]}__zp"
-            consts[zp] = np.zeros(np.shape(consts[s]), np.int8)
-            inits.append(numpy_helper.from_array(consts[zp], zp))
+            if zp not in consts:
+                consts[zp] = np.zeros(np.shape(consts[s]), np.int8)
+                inits.append(numpy_helper.from_array(consts[zp], zp))
         else:
             _checked(node, zp, const(node, zp, f"{what}'s zero point"),
                      f"{what}'s zero point", "zero point")
