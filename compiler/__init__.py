@@ -9,7 +9,7 @@ use). :func:`compile_network` (``driver``) runs them all.
 """
 
 from systolica.compiler.driver import Compiled, LayerRecord, compile_network
-from systolica.compiler.errors import CompileError, InternalError
+from systolica.compiler.errors import CompileError, InternalError, OnnxNodeError
 from systolica.compiler.graph.graph import (
            Dense,
            Graph,
@@ -35,4 +35,4 @@ from systolica.compiler.planning.memory import MemoryPlan, plan_memory
 __all__ = ["Add", "AvgPool2d", "CompileError", "CompileOptions", "Compiled", "Concat",
            "Conv2d", "Dense", "Flatten", "GlobalAvgPool", "Graph", "GraphBuilder",
            "InternalError", "LayerRecord", "MaxPool2d", "MemoryPlan", "Network", "Node",
-           "Quant", "Tensor", "compile_network", "gemm", "plan_memory"]
+           "OnnxNodeError", "Quant", "Tensor", "compile_network", "gemm", "plan_memory"]

@@ -11,3 +11,25 @@ class InternalError(RuntimeError):
 
     def __init__(self, message: str):
         super().__init__(f"internal: {message}")
+
+
+class OnnxNodeError(CompileError):
+    """One node of an ONNX model that the importer does not take: ``node`` is its name as
+    the model gives it (empty for an unnamed node), ``op_type`` its operator as the model
+    writes it (``"Conv"`` for a QDQ convolution, even where the message speaks of the
+    ``QLinearConv`` it was folded into). The message names the node and what to change.
+    A caller that places operations (the chip or the host) runs such a node elsewhere;
+    a model-level refusal (a file that cannot be read, an input or output of the wrong
+    type) is a plain CompileError."""
+
+    def __init__(self, message: str, *, node: str, op_type: str):
+        super().__init__(message)
+        self.node = node
+        self.op_type = op_type
+
+    def __reduce__(self):                   # keyword arguments survive pickling
+        return _onnx_node_error, (str(self), self.node, self.op_type)
+
+
+def _onnx_node_error(message: str, node: str, op_type: str) -> OnnxNodeError:
+    return OnnxNodeError(message, node=node, op_type=op_type)

@@ -1,6 +1,6 @@
 """ONNX models in the QOperator form (int8 tensors between ``QLinear*`` operators), or
-in the QDQ form folded into it (:func:`fold_qdq`), as graphs (docs/compiler.md, "ONNX
-models").
+in the QDQ form folded into it (:func:`fold_qdq`), or a mix of the two, as graphs
+(docs/compiler.md, "ONNX models").
 
 What a model may hold: ``QLinearConv`` (one group or depthwise, weights with zero
 point 0, a scale per tensor or per output channel, an int32 bias), ``QLinearMatMul`` (a
@@ -9,16 +9,36 @@ column when it reads a Flatten of a map: a convolution over the map), ``MaxPool`
 ``Concat`` (of maps along their channels, of ``[M, K]`` along K), ``Flatten`` of a map
 (of one larger than ``1 x 1`` read only by matmuls, whose weight rows are reordered
 from ONNX's C, H, W to the chip's H, W, C), ``Relu`` on a tensor whose zero point is
-0, and onnxruntime's ``QLinearAdd`` and ``QLinearGlobalAveragePool``. Its inputs and
-outputs are int8 (the host quantises before and dequantises after). Maps are NCHW in
-ONNX and NHWC on the chip: an input map enters through a transpose on the chip
-(``GraphBuilder.input(..., layout="NCHW")``) and an output map leaves through another.
+0, and onnxruntime's (domain ``com.microsoft``) ``QLinearAdd``,
+``QLinearGlobalAveragePool``, ``QLinearConcat`` (each input with its own scale and
+zero point) and ``QGemm`` (``transB``, ``alpha``, an int32 bias ``C``; the matmul's
+rules for the right operand). Its inputs and outputs are int8 (the host quantises
+before and dequantises after: a float input's QuantizeLinear and an output's
+DequantizeLinear are left to it). Maps are NCHW in ONNX and NHWC on the chip: an input
+map enters through a transpose on the chip (``GraphBuilder.input(..., layout="NCHW")``)
+and an output map leaves through another.
+
+A node the chip does not run is refused by :class:`OnnxNodeError`, which names the
+node (``.node``, ``.op_type``) and what to change; a model-level fault (a file that
+cannot be read, an input or output of the wrong type) by a plain CompileError. Every
+scale and zero point read is checked: a scale positive and finite, a zero point an
+int8 integer.
+
+A ``QLinearConcat`` input quantised otherwise than the join is written at the join's
+scale and zero point by the layer that makes it, where that layer requantises (a
+convolution, matmul, Add, global pool or join), the join alone reads its output and
+the chip's clamps hold the branch's own range there
+(:meth:`_Importer._requantise_in_producers`): the chip then rounds once where
+onnxruntime rounds twice (to the branch's scale, then the join's), so they may differ
+by a step there. Elsewhere an identity layer requantises the input
+(:meth:`_Importer._requantised`).
 
 The requantisation differs in one way the model cannot express: ONNX scales a
 product by a float ``x_scale * w_scale / y_scale`` and rounds half to even, the chip
 by ``mult / 2**shift`` (16-bit ``mult``) and rounds half up. So an imported model
 equals the numpy reference and the golden model bit for bit, and onnxruntime within
-one step of int8 (``testbenches/test_onnx_import.py`` counts how often they differ).
+one step of int8 (``testbenches/compiler/frontend/test_onnx_import.py`` counts how
+often they differ).
 """
 
 from __future__ import annotations
@@ -28,57 +48,144 @@ from pathlib import Path
 
 import numpy as np
 
-from systolica.compiler.errors import CompileError
+from systolica.compiler.errors import CompileError, OnnxNodeError
 from systolica.compiler.graph.graph import Graph, GraphBuilder
-from systolica.compiler.graph.ops import requant_for
+from systolica.compiler.graph.ops import MULT_BITS, requant_for
+
+__all__ = ["OnnxNodeError", "QDQ_OPS", "SUPPORTED", "fold_qdq", "load"]
 
 #: The operators :func:`load` takes (every other one is refused by name); the last
-#: two are onnxruntime's (domain ``com.microsoft``), which its quantiser writes.
+#: four are onnxruntime's (domain ``com.microsoft``), which its quantiser writes.
 SUPPORTED = ("QLinearConv", "QLinearMatMul", "MaxPool", "Concat", "Flatten", "Relu",
-             "QLinearAdd", "QLinearGlobalAveragePool")
+             "QLinearAdd", "QLinearGlobalAveragePool", "QLinearConcat", "QGemm")
+
+#: The float operators :func:`fold_qdq` takes between DequantizeLinear and
+#: QuantizeLinear; a Relu folds into the first four.
+QDQ_OPS = ("Conv", "MatMul", "Gemm", "Add", "GlobalAveragePool", "MaxPool", "Concat",
+           "Flatten")
+
+#: Where an operator that requantises declares its output's scale and zero point
+#: (input indices): the layers that can write at another scale (a join's).
+_OUT_QUANT = {"QLinearConv": (6, 7), "QLinearMatMul": (6, 7), "QLinearAdd": (6, 7),
+              "QGemm": (7, 8), "QLinearGlobalAveragePool": (3, 4), "QLinearConcat": (0, 1)}
+
+#: The int8 operators that keep their input's quantisation.
+_KEEPS_QUANT = ("MaxPool", "Flatten", "Relu", "Concat")
+
+
+def _in_quant(node, k: int) -> tuple[int, int] | None:
+    """Where `node` declares the scale and zero point of its input `k` (input
+    indices), or None where it declares none."""
+    t = node.op_type
+    if k == 0 and t in ("QLinearConv", "QLinearMatMul", "QGemm", "QLinearGlobalAveragePool"):
+        return 1, 2
+    if t == "QLinearAdd" and k in (0, 3):
+        return k + 1, k + 2
+    if t == "QLinearConcat" and k >= 2 and (k - 2) % 3 == 0:
+        return k + 1, k + 2
+    return None
+
+
+def _node_error(node, message: str, op_type: str | None = None) -> OnnxNodeError:
+    return OnnxNodeError(message, node=node.name, op_type=op_type or node.op_type)
+
+
+def _scale_fault(a: np.ndarray) -> str | None:
+    """What is wrong with the scale values `a` (a float, positive and finite), or None."""
+    if not np.issubdtype(a.dtype, np.floating):
+        return f"is {a.dtype}, not a float"
+    if a.size == 0:
+        return "is empty"
+    bad = ~(np.isfinite(a) & (a > 0))
+    if not bad.any():
+        return None
+    i = int(np.flatnonzero(bad.ravel())[0])
+    v = str(a.ravel()[i])                   # as the model holds it (float32)
+    return f"is {v}" if a.size == 1 else f"has {v} at index {i}"
+
+
+def _zero_point_fault(a: np.ndarray) -> str | None:
+    """What is wrong with the zero points `a` (integers in int8's range), or None."""
+    if a.dtype == np.uint8:
+        return ("is uint8: the tensor it quantises is uint8, and the chip computes int8 "
+                "(quantise activations and weights to int8, onnxruntime's QuantType.QInt8)")
+    if not np.issubdtype(a.dtype, np.integer):
+        return f"is {a.dtype}, not an integer"
+    bad = (a < -128) | (a > 127)
+    if not bad.any():
+        return None
+    i = int(np.flatnonzero(bad.ravel())[0])
+    v = str(a.ravel()[i])
+    where = "" if a.size == 1 else f" at index {i}"
+    return f"is {v}{where}, outside int8's [-128, 127]"
+
+
+def _checked(node, tensor: str, a: np.ndarray, what: str, kind: str, error=_node_error):
+    """`a`, the values of `node`'s `what` (the initialiser `tensor`), if they are a
+    good scale (`kind` "scale") or zero point ("zero point"); else the node's error
+    naming the tensor."""
+    fault = (_scale_fault if kind == "scale" else _zero_point_fault)(np.asarray(a))
+    if fault:
+        rule = ("a scale must be a positive, finite float" if kind == "scale" else
+                "a zero point must be an int8 integer")
+        raise error(node, f"ONNX node {node.name!r} ({node.op_type}): its {what} "
+                          f"{tensor!r} {fault}; {rule}")
+    return a
 
 
 def load(model, inputs: Mapping[str, np.ndarray] | None = None, *,
          name: str | None = None, seed: int = 0) -> Graph:
     """The graph of ONNX `model` (a path, bytes or a ``ModelProto``), its inputs the
     int8 arrays `inputs` by ONNX input name (missing ones: seeded random data of the
-    declared shape). A model in the QDQ form (float operators between
-    DequantizeLinear and QuantizeLinear) is first folded into the QOperator form
-    (:func:`fold_qdq`); its float inputs are then the int8 values their
-    QuantizeLinear makes, under the input's name. Raises CompileError naming the node
-    and what to change where the model holds something the chip does not run."""
+    declared shape). A model that holds QuantizeLinear or DequantizeLinear (the QDQ
+    form, or a QOperator model whose float input is quantised and output dequantised)
+    is first folded (:func:`fold_qdq`); its float inputs are then the int8 values their
+    QuantizeLinear makes, under the input's name. Raises OnnxNodeError naming the node
+    (as the model names it, with its operator) and what to change where a node holds
+    something the chip does not run, CompileError where the model as a whole does."""
     onnx = _onnx()
     proto = _proto(onnx, model)
-    if any(n.op_type == "DequantizeLinear" for n in proto.graph.node):
+    origin: dict[str, str] = {}
+    if any(n.op_type in ("QuantizeLinear", "DequantizeLinear") for n in proto.graph.node):
+        origin = {n.name: n.op_type for n in proto.graph.node if n.name}
         proto = fold_qdq(proto)
-    return _Importer(onnx, proto, dict(inputs or {}), name, seed).graph
+    return _Importer(onnx, proto, dict(inputs or {}), name, seed, origin).graph
 
 
 def fold_qdq(proto):
-    """A QDQ model as the QOperator model it means: ``Q(op(DQ(x), DQ(w), DQ(b)))`` for
-    Conv, MatMul and Gemm (a constant right operand, optionally ``transB``) becomes
-    ``QLinearConv`` / ``QLinearMatMul`` (a Gemm's bias as a ninth input, which only
-    this importer reads), a Relu between the op and Q folding into it (``Q(relu(v)) =
-    max(Q(v), y_zp)``: the chip's clamp at the zero point, whatever it is);
-    ``Q(Add(DQ(a), DQ(b)))`` becomes ``QLinearAdd`` (a Relu folding as before) and
-    ``Q(GlobalAveragePool(DQ(x)))`` ``QLinearGlobalAveragePool`` (onnxruntime's
-    operators); ``Q(MaxPool(DQ(x)))``, ``Q(Concat(DQ(x_i)))`` and
-    ``Q(Flatten(DQ(x)))`` with one scale and zero point become the int8 operators (a
-    Concat input quantised otherwise, as onnxruntime's quantiser writes a branch, is
-    first requantised by an identity layer). A float input read only by a
-    QuantizeLinear becomes that int8 value (under the input's name), a float output
-    made by a DequantizeLinear the int8 value it reads."""
-    from onnx import TensorProto, helper, numpy_helper
-    from onnx import shape_inference as onnx_shape_inference
+    """A QDQ model as the QOperator model it means. ``Q(op(DQ(x), DQ(w), DQ(b)))``
+    becomes ``QLinearConv`` for Conv, ``QLinearMatMul`` for MatMul (a constant right
+    operand) and onnxruntime's ``QGemm`` for Gemm (its ``beta`` folded into the bias);
+    a bias quantised at another scale than ``x_scale * w_scale`` is rescaled to it. A
+    Relu between the op and Q folds into it (``Q(relu(v)) = max(Q(v), y_zp)``: the
+    chip's clamp at the zero point, whatever it is). ``Q(Add(DQ(a), DQ(b)))`` becomes
+    ``QLinearAdd`` (a Relu folding as before), ``Q(GlobalAveragePool(DQ(x)))``
+    ``QLinearGlobalAveragePool`` and ``Q(Concat(DQ(x_i)))`` ``QLinearConcat`` (each
+    input keeps its own scale, as onnxruntime's quantiser writes a branch; the
+    importer has the branch's layer write at the join's); ``Q(DQ(x))`` a one-input
+    ``QLinearConcat`` (a requantisation; at one scale and zero point, nothing);
+    ``Q(MaxPool(DQ(x)))``, ``Q(Flatten(DQ(x)))`` and ``Q(Relu(DQ(x)))`` with one scale
+    and zero point the int8 operators. Other nodes (QOperator ones, int8 pools) stay
+    as they are. A float input read only by a QuantizeLinear becomes that int8 value
+    (under the input's name), a float output made by a DequantizeLinear the int8
+    value it reads. Each scale and zero point read is checked; a float operator the
+    chip does not run, or whose output no QuantizeLinear quantises, is refused by an
+    OnnxNodeError naming it."""
+    from onnx import NodeProto, TensorProto, helper, numpy_helper
     g = proto.graph
     consts = {t.name: numpy_helper.to_array(t) for t in g.initializer}
+    for n in g.node:
+        if n.op_type == "Constant":
+            for a in n.attribute:
+                if a.name == "value":
+                    consts[n.output[0]] = numpy_helper.to_array(a.t)
     made = {o: n for n in g.node for o in n.output}
     readers: dict[str, list] = {}
     for n in g.node:
         for v in n.input:
             readers.setdefault(v, []).append(n)
     rename: dict[str, str] = {}        # a float input's Q output -> the input's name
-    inputs = []
+    inputs, floating = [], set()
     for vi in g.input:
         if vi.name in consts:
             continue
@@ -88,167 +195,256 @@ def fold_qdq(proto):
                 raise CompileError(f"ONNX input {vi.name!r} is float and not quantised by "
                                    f"one QuantizeLinear; the chip takes int8 inputs")
             rename[rs[0].output[0]] = vi.name
+            floating.add(vi.name)
             shape = [d.dim_value for d in vi.type.tensor_type.shape.dim]
             inputs.append(helper.make_tensor_value_info(vi.name, TensorProto.INT8, shape))
         else:
             inputs.append(vi)
+    float_inputs = set(floating)
     out_nodes, inits = [], list(g.initializer)
+    host = [made[o] for o in rename] + [made[vo.name] for vo in g.output if vo.name in made
+                                        and made[vo.name].op_type == "DequantizeLinear"]
 
     def value(v):
         return rename.get(v, v)
 
-    def dq(v, what, node):
-        """``(int8 value, scale name, zero point name)`` of a DequantizeLinear output."""
+    def const(node, name, what):
+        if name not in consts:
+            raise _node_error(node, f"ONNX node {node.name!r} ({node.op_type}): its {what} "
+                                    f"{name!r} is computed, not a constant; the chip takes "
+                                    f"constant quantisation parameters")
+        return consts[name]
+
+    def quant(node, qdq, what):
+        """The scale and zero point (initialiser names) of QuantizeLinear or
+        DequantizeLinear `qdq`, `node`'s `what`, checked."""
+        s = qdq.input[1]
+        _checked(node, s, const(node, s, f"{what}'s scale"), f"{what}'s scale", "scale")
+        zp = qdq.input[2] if len(qdq.input) > 2 and qdq.input[2] else None
+        if zp is None:
+            zp = f"{qdq.output[0]}__zp"
+            if zp not in consts:
+                consts[zp] = np.zeros(np.shape(consts[s]), np.int8)
+                inits.append(numpy_helper.from_array(consts[zp], zp))
+        else:
+            _checked(node, zp, const(node, zp, f"{what}'s zero point"),
+                     f"{what}'s zero point", "zero point")
+        return s, zp
+
+    def dequantised(v, what, node):
+        """The DequantizeLinear making `v`, which `node` reads as its `what`."""
         n = made.get(v)
         if n is None or n.op_type != "DequantizeLinear":
-            raise CompileError(f"ONNX node {node.name!r} ({node.op_type}): its {what} "
-                               f"{v!r} is not a DequantizeLinear's output; in the QDQ form "
-                               f"every operand is dequantised int8")
-        zp = n.input[2] if len(n.input) > 2 and n.input[2] else None
-        if zp is None:
-            zp = f"{n.output[0]}__zp"
-            inits.append(numpy_helper.from_array(np.zeros(
-                np.shape(consts.get(n.input[1], 0)), np.int8), zp))
-        return value(n.input[0]), n.input[1], zp
+            raise _node_error(node, f"ONNX node {node.name!r} ({node.op_type}): its {what} "
+                                    f"{v!r} is not a DequantizeLinear's output; in the QDQ "
+                                    f"form every operand is dequantised int8")
+        return n
 
-    shapes: dict[str, list[int]] = {}
+    def dq(v, what, node):
+        """``(int8 value, scale name, zero point name)`` of a DequantizeLinear output."""
+        n = dequantised(v, what, node)
+        s, zp = quant(node, n, what)
+        return value(n.input[0]), s, zp
 
-    def requantised(op, k, v, s_name, zp_name, y_s, y_zp):
-        """Input `k` of Concat `op` (the int8 `v`, quantised by `s_name`, `zp_name`)
-        requantised to the join's `y_s`, `y_zp` by a 1x1 convolution (a matmul for
-        ``[M, K]`` tensors) with identity weights: ``Q_y(DQ(v))``, rounded as any
-        layer of the chip rounds."""
-        if not shapes:
-            inferred = onnx_shape_inference.infer_shapes(proto).graph
-            for vi in list(inferred.value_info) + list(inferred.input):
-                shapes[vi.name] = [d.dim_value for d in vi.type.tensor_type.shape.dim]
-        shape = shapes.get(op.input[k])
-        if not shape or len(shape) not in (2, 4) or not shape[1]:
-            raise CompileError(f"ONNX node {op.name!r} (Concat): input {op.input[k]!r} is "
-                               f"quantised differently from the output and its shape is "
-                               f"not known; give the model's value shapes (onnx shape "
-                               f"inference) or quantise the inputs as the output")
-        c = shape[1]
-        eye = np.eye(c, dtype=np.int8)
-        w = f"{op.name}__requant{k}_w"
-        inits.append(numpy_helper.from_array(eye[:, :, None, None] if len(shape) == 4
-                                             else eye, w))
-        one, zero = f"{op.name}__requant_one", f"{op.name}__requant_zero"
-        if one not in consts:
-            consts[one], consts[zero] = np.float32(1.0), np.int8(0)
-            inits.extend([numpy_helper.from_array(consts[one], one),
-                          numpy_helper.from_array(consts[zero], zero)])
-        y = f"{op.name}__requant{k}"
-        ins = [v, s_name, zp_name, w, one, zero, y_s, y_zp]
-        out_nodes.append(helper.make_node("QLinearConv" if len(shape) == 4 else
-                                          "QLinearMatMul", ins, [y], name=y))
-        return y
-
-    def const_scale(name, values):
-        inits.append(numpy_helper.from_array(np.asarray(values, np.float32), name))
+    def bias(node, v, x_s, w_s, factor=1.0):
+        """The int32 bias `v` (dequantised) of `node` in units of ``x_scale * w_scale /
+        factor``: its own initialiser, or one rescaled to those units."""
+        n = dequantised(v, "bias", node)
+        b_name, b_s = value(n.input[0]), n.input[1]
+        _checked(node, b_s, const(node, b_s, "bias's scale"), "bias's scale", "scale")
+        if len(n.input) > 2 and n.input[2] and np.any(const(node, n.input[2],
+                                                            "bias's zero point") != 0):
+            raise _node_error(node, f"ONNX node {node.name!r} ({node.op_type}): its bias's "
+                                    f"zero point {n.input[2]!r} is not 0; a bias is "
+                                    f"quantised with zero point 0")
+        b = const(node, b_name, "bias")
+        if b.dtype != np.int32:
+            raise _node_error(node, f"ONNX node {node.name!r} ({node.op_type}): its bias "
+                                    f"{b_name!r} is {b.dtype}; the chip adds an int32 bias")
+        ratio = factor * consts[b_s].astype(np.float64) / (
+            consts[x_s].astype(np.float64) * consts[w_s].astype(np.float64))
+        scaled = np.round(b.astype(np.float64) * ratio)
+        if np.array_equal(scaled, b):
+            return b_name
+        if np.any(np.abs(scaled) > np.iinfo(np.int32).max):
+            raise _node_error(node, f"ONNX node {node.name!r} ({node.op_type}): its bias "
+                                    f"{b_name!r} in units of the input's and weights' "
+                                    f"scales does not fit int32")
+        name = f"{b_name}__rescaled"
+        consts[name] = scaled.astype(np.int32)
+        inits.append(numpy_helper.from_array(consts[name], name))
         return name
 
-    for q in g.node:
-        if q.op_type != "QuantizeLinear" or q.output[0] in rename:
-            continue
-        y_s = q.input[1]
-        y_zp = q.input[2] if len(q.input) > 2 and q.input[2] else None
-        if y_zp is None:
-            y_zp = f"{q.output[0]}__zp"
-            inits.append(numpy_helper.from_array(np.int8(0), y_zp))
+    def same(s1, z1, s2, z2) -> bool:
+        return (np.array_equal(consts[s1], consts[s2])
+                and np.array_equal(consts[z1], consts[z2]))
+
+    def not_lowered(op):
+        return _node_error(op, f"ONNX node {op.name!r}: {op.op_type} between "
+                               f"DequantizeLinear and QuantizeLinear is not lowered; the "
+                               f"QDQ form takes {', '.join(QDQ_OPS[:4])} (each with a Relu), "
+                               f"{', '.join(QDQ_OPS[4:-1])} and {QDQ_OPS[-1]}")
+
+    def fold(q):
+        """The QOperator nodes of the pattern QuantizeLinear `q` closes."""
         op = made.get(q.input[0])
-        relu = op is not None and op.op_type == "Relu"
-        if relu:
-            op = made.get(op.input[0])
+        relu = None
+        if op is not None and op.op_type == "Relu":
+            relu, op = op, made.get(op.input[0])
         if op is None:
-            raise CompileError(f"ONNX node {q.name!r} (QuantizeLinear) quantises a value no "
-                               f"node makes")
+            who = relu or q
+            raise _node_error(who, f"ONNX node {who.name!r} ({who.op_type}) reads "
+                                   f"{who.input[0]!r}, a value no node makes; the chip "
+                                   f"takes int8 inputs")
         out = q.output[0]
+        if op.op_type == "DequantizeLinear":            # a requantisation, or a Relu
+            who = relu or q
+            y_s, y_zp = quant(who, q, "output")
+            x, x_s, x_zp = dq(op.output[0], "input", who)
+            if relu is not None:
+                if not same(x_s, x_zp, y_s, y_zp):
+                    raise _node_error(relu, f"ONNX node {relu.name!r} (Relu): its input and "
+                                            f"output are quantised differently; the chip "
+                                            f"folds a Relu into the layer before it")
+                out_nodes.append(helper.make_node("Relu", [x], [out], name=relu.name,
+                                                  doc_string=QDQ_RELU))
+            elif same(x_s, x_zp, y_s, y_zp):
+                rename[out] = x
+            else:
+                out_nodes.append(helper.make_node("QLinearConcat", [y_s, y_zp, x, x_s, x_zp],
+                                                  [out], name=q.name, axis=1,
+                                                  domain="com.microsoft"))
+            return
+        if op.op_type not in QDQ_OPS:
+            raise not_lowered(op)
+        if relu is not None and op.op_type not in QDQ_OPS[:4]:
+            raise _node_error(relu, f"ONNX node {relu.name!r} (Relu): follows "
+                                    f"{op.op_type} {op.name!r}; the chip folds a Relu only "
+                                    f"into the {', '.join(QDQ_OPS[:3])} or {QDQ_OPS[3]} "
+                                    f"before it: quantise the {op.op_type}'s output too, or "
+                                    f"put the Relu before it")
+        y_s, y_zp = quant(op, q, "output")
         conv_out = f"{out}__pre_relu" if relu else out
+        attrs = {a.name: helper.get_attribute_value(a) for a in op.attribute}
         if op.op_type == "Conv":
             x, x_s, x_zp = dq(op.input[0], "input", op)
             w, w_s, w_zp = dq(op.input[1], "weights", op)
             ins = [x, x_s, x_zp, w, w_s, w_zp, y_s, y_zp]
             if len(op.input) > 2 and op.input[2]:
-                ins.append(dq(op.input[2], "bias", op)[0])
+                ins.append(bias(op, op.input[2], x_s, w_s))
             out_nodes.append(helper.make_node("QLinearConv", ins, [conv_out], name=op.name,
-                                              **{a.name: helper.get_attribute_value(a)
-                                                 for a in op.attribute}))
+                                              **attrs))
         elif op.op_type in ("MatMul", "Gemm"):
-            a = {x.name: helper.get_attribute_value(x) for x in op.attribute}
-            if a.get("transA", 0) or a.get("alpha", 1.0) != 1.0 or a.get("beta", 1.0) != 1.0:
-                raise CompileError(f"ONNX node {op.name!r} (Gemm): transA, alpha and beta "
-                                   f"are not lowered; export a plain x @ W + b")
             x, x_s, x_zp = dq(op.input[0], "left operand", op)
             w, w_s, w_zp = dq(op.input[1], "right operand", op)
-            if a.get("transB", 0):
-                if w not in consts:
-                    raise CompileError(f"ONNX node {op.name!r} (Gemm): a transposed "
-                                       f"right operand must be a constant")
-                wt = f"{w}__t"
-                inits.append(numpy_helper.from_array(np.ascontiguousarray(consts[w].T), wt))
-                consts[wt] = consts[w].T
-                w = wt
-            ins = [x, x_s, x_zp, w, w_s, w_zp, y_s, y_zp]
-            if op.op_type == "Gemm" and len(op.input) > 2 and op.input[2]:
-                ins.append(dq(op.input[2], "bias", op)[0])
-            out_nodes.append(helper.make_node("QLinearMatMul", ins, [conv_out], name=op.name))
+            if op.op_type == "MatMul":
+                out_nodes.append(helper.make_node("QLinearMatMul", [x, x_s, x_zp, w, w_s, w_zp,
+                                                                    y_s, y_zp], [conv_out],
+                                                  name=op.name))
+            else:
+                alpha, beta = attrs.pop("alpha", 1.0), attrs.pop("beta", 1.0)
+                if not (np.isfinite(alpha) and alpha > 0):
+                    raise _node_error(op, f"ONNX node {op.name!r} (Gemm): alpha {alpha}; "
+                                          f"the chip scales a product by a positive factor")
+                c = (bias(op, op.input[2], x_s, w_s, beta / alpha)
+                     if len(op.input) > 2 and op.input[2] else "")
+                if alpha != 1.0:
+                    attrs["alpha"] = alpha
+                out_nodes.append(helper.make_node("QGemm", [x, x_s, x_zp, w, w_s, w_zp, c,
+                                                            y_s, y_zp], [conv_out],
+                                                  name=op.name, domain="com.microsoft",
+                                                  **attrs))
         elif op.op_type == "Add":
             (a, a_s, a_zp), (b, b_s, b_zp) = (dq(v, "operand", op) for v in op.input)
             out_nodes.append(helper.make_node("QLinearAdd", [a, a_s, a_zp, b, b_s, b_zp,
                                                              y_s, y_zp], [conv_out],
                                               name=op.name, domain="com.microsoft"))
-        elif op.op_type == "GlobalAveragePool" and not relu:
+        elif op.op_type == "GlobalAveragePool":
             x, x_s, x_zp = dq(op.input[0], "input", op)
             out_nodes.append(helper.make_node("QLinearGlobalAveragePool",
                                               [x, x_s, x_zp, y_s, y_zp], [out], name=op.name,
                                               domain="com.microsoft", channels_last=0))
-        elif op.op_type in ("MaxPool", "Concat", "Flatten") and not relu:
-            parts = [dq(v, "input", op) for v in op.input]
+        elif op.op_type == "Concat":
+            ins = [y_s, y_zp]
+            for v in op.input:
+                ins.extend(dq(v, "input", op))
+            out_nodes.append(helper.make_node("QLinearConcat", ins, [out], name=op.name,
+                                              domain="com.microsoft", **attrs))
+        else:                                           # MaxPool, Flatten
             ins = []
-            for k, (v, s_name, zp_name) in enumerate(parts):
-                same = (np.array_equal(consts.get(s_name), consts.get(y_s))
-                        and np.array_equal(consts.get(zp_name), consts.get(y_zp)))
-                if same:
-                    ins.append(v)
-                elif op.op_type == "Concat":
-                    # onnxruntime's quantiser gives each joined branch its own scale:
-                    # the branch is requantised to the join's by an identity layer
-                    ins.append(requantised(op, k, v, s_name, zp_name, y_s, y_zp))
-                else:
-                    raise CompileError(f"ONNX node {op.name!r} ({op.op_type}): its input "
-                                       f"and output are quantised differently; the chip "
-                                       f"moves int8 values unchanged here")
-            out_nodes.append(helper.make_node(op.op_type, ins, [out],
-                                              name=op.name,
-                                              **{a.name: helper.get_attribute_value(a)
-                                                 for a in op.attribute}))
-        else:
-            raise CompileError(f"ONNX node {op.name!r}: {op.op_type} between "
-                               f"DequantizeLinear and QuantizeLinear is not lowered; the "
-                               f"QDQ form takes Conv, MatMul, Gemm, Add (each with a "
-                               f"Relu), GlobalAveragePool, MaxPool, Concat and Flatten")
-        if relu:
-            out_nodes.append(helper.make_node("Relu", [conv_out], [out],
-                                              name=f"{op.name}__relu", doc_string=QDQ_RELU))
+            for v in op.input:
+                x, s_name, zp_name = dq(v, "input", op)
+                if not same(s_name, zp_name, y_s, y_zp):
+                    raise _node_error(op, f"ONNX node {op.name!r} ({op.op_type}): its input "
+                                          f"and output are quantised differently; the chip "
+                                          f"moves int8 values unchanged here")
+                ins.append(x)
+            out_nodes.append(helper.make_node(op.op_type, ins, [out], name=op.name, **attrs))
+        if relu is not None:
+            out_nodes.append(helper.make_node("Relu", [conv_out], [out], name=relu.name,
+                                              doc_string=QDQ_RELU))
+
+    for n in host:          # the host quantises the inputs and dequantises the outputs
+        quant(n, n, "input" if n.op_type == "QuantizeLinear" else "output")
+    # the pattern each QuantizeLinear closes: the op it quantises, a Relu between
+    taken: set[int] = set()
+    for q in g.node:
+        if q.op_type != "QuantizeLinear" or q.output[0] in rename:
+            continue
+        op = made.get(q.input[0])
+        if op is not None and op.op_type == "Relu":
+            taken.add(id(op))
+            op = made.get(op.input[0])
+        if op is not None and op.op_type != "DequantizeLinear":
+            taken.add(id(op))
+    floating |= {o for n in g.node if n.op_type == "DequantizeLinear" or id(n) in taken
+                 for o in n.output}
+    for n in g.node:
+        if n.op_type == "QuantizeLinear":
+            if n.output[0] not in rename:
+                fold(n)
+        elif n.op_type != "DequantizeLinear" and id(n) not in taken:
+            v = next((v for v in n.input if v in floating), None)
+            if v is not None and n.op_type not in QDQ_OPS + ("Relu",):
+                raise not_lowered(n)
+            if v is not None:
+                raise _node_error(n, f"ONNX node {n.name!r} ({n.op_type}): reads the float "
+                                     f"{v!r}, and no QuantizeLinear quantises its output "
+                                     f"{n.output[0]!r}; the chip computes int8: quantise it "
+                                     f"(QuantizeLinear, then DequantizeLinear for its "
+                                     f"readers)")
+            kept = NodeProto()
+            kept.CopyFrom(n)
+            kept.input[:] = [value(v) for v in n.input]
+            out_nodes.append(kept)
+    made_now = {o for n in out_nodes for o in n.output}
     outputs = []
     for vo in g.output:
         n = made.get(vo.name)
         if n is not None and n.op_type == "DequantizeLinear":
             outputs.append(helper.make_tensor_value_info(value(n.input[0]), TensorProto.INT8,
                                                          None))
-        elif any(vo.name in n.output for n in out_nodes):
-            outputs.append(vo)
+        elif value(vo.name) in float_inputs:
+            raise CompileError(f"ONNX output {vo.name!r} is the input {value(vo.name)!r} "
+                               f"quantised, which no operator reads; the chip's outputs are "
+                               f"its layers'")
+        elif value(vo.name) in made_now:
+            outputs.append(vo if value(vo.name) == vo.name else
+                           helper.make_tensor_value_info(value(vo.name), TensorProto.INT8, None))
         else:
             raise CompileError(f"ONNX output {vo.name!r} is not quantised: the chip makes "
                                f"int8 outputs, so end the model with QuantizeLinear (and, "
                                f"optionally, DequantizeLinear)")
     folded = helper.make_graph(out_nodes, g.name, inputs, outputs, inits)
-    return helper.make_model(folded, opset_imports=list(proto.opset_import))
+    opsets = list(proto.opset_import)
+    if not any(o.domain == "com.microsoft" for o in opsets):
+        opsets.append(helper.make_opsetid("com.microsoft", 1))
+    return helper.make_model(folded, opset_imports=opsets)
 
 
-#: The doc string of a Relu a QDQ fold made: it folds into its producer at any zero
-#: point (it stood between the op and the QuantizeLinear).
+#: The doc string of a Relu a QDQ fold made (or the importer moved to a join's
+#: quantisation): it folds into its producer at any zero point (it stood between the
+#: op and the QuantizeLinear).
 QDQ_RELU = "folded from QDQ"
 
 
@@ -279,12 +475,19 @@ def _proto(onnx, model):
 
 
 class _Importer:
-    def __init__(self, onnx, proto, data: dict, name: str | None, seed: int):
-        from onnx import numpy_helper
+    def __init__(self, onnx, proto, data: dict, name: str | None, seed: int,
+                 origin: Mapping[str, str]):
+        from onnx import NodeProto, numpy_helper
         self.onnx = onnx
+        self.origin = origin                # node name -> its operator in the model
         graph = proto.graph
         self.consts = {t.name: numpy_helper.to_array(t) for t in graph.initializer}
-        for node in graph.node:             # Constant nodes are initialisers too
+        self.nodes = []                     # copies: _requantise_in_producers edits some
+        for node in graph.node:
+            copy = NodeProto()
+            copy.CopyFrom(node)
+            self.nodes.append(copy)
+        for node in self.nodes:             # Constant nodes are initialisers too
             if node.op_type == "Constant":
                 self.consts[node.output[0]] = numpy_helper.to_array(
                     next(a.t for a in node.attribute if a.name == "value"))
@@ -292,11 +495,14 @@ class _Importer:
         self.names: dict[str, str] = {}     # ONNX value -> graph tensor
         self.nchw: set[str] = set()         # ONNX values that are maps (NCHW there)
         consumers: dict[str, list] = {}
-        for node in graph.node:
+        for node in self.nodes:
             for v in node.input:
                 consumers.setdefault(v, []).append(node)
         self.consumers = consumers
+        self.producers = {o: n for n in self.nodes for o in n.output}
         self.fused: set[str] = set()        # Relu outputs folded into their producer
+        # layers written at a join's quantisation: the range (int8 there) they clamp to
+        self.clamps: dict[int, tuple[int, int]] = {}
         # [N, C] values held as their 1 x 1 maps (:meth:`_flatten`), and the Flatten
         # layers made of them for readers that take [N, C]
         self.unflattened: set[str] = set()
@@ -304,6 +510,7 @@ class _Importer:
         # Flatten outputs of maps larger than 1 x 1: their (H, W, C)
         self.chw: dict[str, tuple[int, int, int]] = {}
         self.outputs = {vo.name for vo in graph.output}
+        self._requantise_in_producers()
         rng = np.random.default_rng(seed)
         for vi in graph.input:
             if vi.name in self.consts:
@@ -313,14 +520,23 @@ class _Importer:
             raise CompileError(f"ONNX model {self.g.name!r} has no input(s) "
                                f"{sorted(data)}; its inputs are "
                                f"{[v.name for v in graph.input if v.name not in self.consts]}")
-        for node in graph.node:
+        for node in self.nodes:
             if node.op_type != "Constant":
                 self._node(node)
         outs = []
         for vo in graph.output:
+            if vo.name not in self.names:
+                raise CompileError(f"ONNX output {vo.name!r} is made by no operator; the "
+                                   f"chip's outputs are its layers'")
             t = self.names[vo.name]     # an [N, C] held as a 1 x 1 map: that map
-            outs.append(self.g.nchw(t, name=_safe(vo.name)) if vo.name in self.nchw else t)
+            outs.append(self.g.nchw(t, name=self._fresh(_safe(vo.name)))
+                        if vo.name in self.nchw else t)
         self.graph = self.g.build(*outs)
+
+    def _error(self, node, message: str) -> OnnxNodeError:
+        """`node`'s refusal, under its operator in the model (a folded QDQ node's)."""
+        return OnnxNodeError(message, node=node.name,
+                             op_type=self.origin.get(node.name, node.op_type))
 
     # -- values ---------------------------------------------------------------------
     def _input(self, vi, x, readers, rng):
@@ -339,7 +555,7 @@ class _Importer:
         x = np.asarray(x)
         if x.dtype != np.int8:
             raise CompileError(f"input {vi.name!r}: data must be int8, not {x.dtype}")
-        zp, scale = self._input_quant(vi.name, readers)
+        zp, scale = self._input_quant(vi.name)
         tname = _safe(vi.name)
         if x.ndim == 4:
             self.names[vi.name] = self.g.input(x, name=tname, zero_point=zp, scale=scale,
@@ -356,36 +572,66 @@ class _Importer:
         else:
             self.names[vi.name] = self.g.input(x, name=tname, zero_point=zp, scale=scale)
 
-    def _input_quant(self, value: str, readers) -> tuple[int, float | None]:
-        """An input's zero point and scale: those its QLinear readers give it."""
-        for node in readers:
-            if node.op_type in ("QLinearConv", "QLinearMatMul"):
-                return int(self._scalar(node, 2, "zero point")), \
-                    float(self._scalar(node, 1, "scale"))
+    def _input_quant(self, value: str) -> tuple[int, float | None]:
+        """An input's zero point and scale: those the first QLinear operator reading it
+        declares, directly or through operators that keep its quantisation (MaxPool,
+        Flatten, Relu, Concat); 0 and unknown if none does."""
+        level, seen = [value], {value}
+        while level:
+            after = []
+            for v in level:
+                for node in self.consumers.get(v, []):
+                    for k, u in enumerate(node.input):
+                        at = _in_quant(node, k) if u == v else None
+                        if at:
+                            return (self._zero_point(node, at[1], "zero point"),
+                                    self._scale(node, at[0], "scale"))
+                    if node.op_type in _KEEPS_QUANT and node.output[0] not in seen:
+                        seen.add(node.output[0])
+                        after.append(node.output[0])
+            level = after
         return 0, None
 
     def _const(self, node, k: int, what: str) -> np.ndarray:
         if k >= len(node.input) or not node.input[k]:
-            raise CompileError(f"ONNX node {node.name!r} ({node.op_type}): no {what}")
+            raise self._error(node, f"ONNX node {node.name!r} ({node.op_type}): no {what}")
         v = node.input[k]
         if v not in self.consts:
-            raise CompileError(f"ONNX node {node.name!r} ({node.op_type}): its {what} "
-                               f"{v!r} is computed, not a constant; the chip takes "
-                               f"constant weights and quantisation parameters")
+            raise self._error(node, f"ONNX node {node.name!r} ({node.op_type}): its {what} "
+                                    f"{v!r} is computed, not a constant; the chip takes "
+                                    f"constant weights and quantisation parameters")
         return self.consts[v]
 
-    def _scalar(self, node, k: int, what: str):
-        a = self._const(node, k, what)
+    def _one(self, node, a: np.ndarray, what: str):
         if a.size != 1:
-            raise CompileError(f"ONNX node {node.name!r} ({node.op_type}): its {what} has "
-                               f"{a.size} values; the chip takes one here")
+            raise self._error(node, f"ONNX node {node.name!r} ({node.op_type}): its {what} "
+                                    f"has {a.size} values; the chip takes one here")
         return a.reshape(()).item()
+
+    def _scales(self, node, k: int, what: str) -> np.ndarray:
+        """`node`'s scales at input `k` (one, or one per channel), checked."""
+        a = self._const(node, k, what)
+        return np.atleast_1d(_checked(node, node.input[k], a, what, "scale", self._error))
+
+    def _scale(self, node, k: int, what: str) -> float:
+        return float(self._one(node, self._scales(node, k, what), what))
+
+    def _zero_points(self, node, k: int, what: str) -> np.ndarray:
+        """`node`'s zero points at input `k` (0 where it gives none), checked."""
+        if k >= len(node.input) or not node.input[k]:
+            return np.zeros(1, np.int8)
+        a = self._const(node, k, what)
+        return np.atleast_1d(_checked(node, node.input[k], a, what, "zero point",
+                                      self._error))
+
+    def _zero_point(self, node, k: int, what: str) -> int:
+        return int(self._one(node, self._zero_points(node, k, what), what))
 
     def _value(self, node, k: int = 0) -> str:
         v = node.input[k]
         if v not in self.names:
-            raise CompileError(f"ONNX node {node.name!r} ({node.op_type}) reads {v!r}, "
-                               f"which no supported node makes")
+            raise self._error(node, f"ONNX node {node.name!r} ({node.op_type}) reads {v!r}, "
+                                    f"which no supported node makes")
         if v in self.unflattened and not self._per_column(node):
             # a reader that takes the [N, C] value itself: flatten the map once (in the
             # chip's H, W, C order: a matmul reading it reorders its rows, `chw`)
@@ -398,64 +644,185 @@ class _Importer:
     def _per_column(self, node) -> bool:
         """Whether `node` is a matmul with a scale per output column (run as a
         convolution when it reads a Flatten of a map: :meth:`_flatten`)."""
-        return node.op_type == "QLinearMatMul" and len(node.input) > 4 \
+        return node.op_type in ("QLinearMatMul", "QGemm") and len(node.input) > 4 \
             and node.input[4] in self.consts and np.unique(self.consts[node.input[4]]).size > 1
+
+    # -- joins at one quantisation ---------------------------------------------------
+    def _requantise_in_producers(self):
+        """Each QLinearConcat input quantised otherwise than the join, made by a layer
+        that requantises (a convolution, matmul, Add, global pool or join) whose output
+        only the join reads (through Relus and MaxPools nothing else reads): that layer
+        writes at the join's scale and zero point (its multiplier computed for the
+        join's scale), so the join moves its values unchanged and no identity layer is
+        needed (:meth:`_requantised`). The branch's own int8 range still bounds its
+        values (onnxruntime clips them there before requantising them to the join's):
+        the layer clamps to that range at the join's scale, which the chip's clamps
+        take at the output zero point (below; a ReLU's, which the range of a branch
+        after a Relu starts at) and at any value above (a convolution's, ``relu6``);
+        where it needs another clamp, an identity layer stays. Outer joins first: a
+        join written at its reader's quantisation passes it on to its own inputs."""
+        for join in reversed(self.nodes):
+            if join.op_type != "QLinearConcat":
+                continue
+            y = self._quant_at(join, 0, 1, "output")
+            for k in range(2, len(join.input) - 2, 3):
+                x = self._quant_at(join, k + 1, k + 2, "input")
+                if self._same(x, y):
+                    continue
+                found = self._requantiser(join, join.input[k])
+                if found is None:
+                    continue
+                maker, relu = found
+                s_at, zp_at = _OUT_QUANT[maker.op_type]
+                if not self._same(self._quant_at(maker, s_at, zp_at, "output"), x):
+                    continue                        # read otherwise than made: as it is
+                lo, hi = (int(np.clip(np.round((q - x[1][0]) * (float(x[0][0]) /
+                                                                  float(y[0][0])))
+                                      + y[1][0], -128, 127)) for q in (-128, 127))
+                low = relu or lo == -128 or lo == y[1][0]      # a clamp at the zero point
+                high = hi == 127 or (maker.op_type == "QLinearConv"
+                                     and (relu or lo == y[1][0]))    # relu6 clamps at zp too
+                if not (low and high) or id(maker) in self.clamps:
+                    continue
+                self.clamps[id(maker)] = (lo, hi)
+                maker.input[s_at], maker.input[zp_at] = join.input[0], join.input[1]
+                join.input[k + 1], join.input[k + 2] = join.input[0], join.input[1]
+
+    def _quant_at(self, node, s_at: int, zp_at: int, what: str):
+        """`node`'s scale and zero point at inputs `s_at`, `zp_at` (checked), as arrays."""
+        return (self._scales(node, s_at, f"{what} scale"),
+                self._zero_points(node, zp_at, f"{what} zero point").astype(np.int64))
+
+    @staticmethod
+    def _same(a, b) -> bool:
+        return all(np.array_equal(x, y) for x, y in zip(a, b))
+
+    def _requantiser(self, join, v: str):
+        """The layer that makes `v`, input of `join`, if it requantises and `join` alone
+        reads its output (through Relus and MaxPools nothing else reads), and whether a
+        Relu is on the way; else None. The Relu then clamps at the join's zero point
+        (``Q(relu(v)) = max(Q(v), zp)`` at any zero point)."""
+        reader, relus = join, []
+        while True:
+            rs = self.consumers.get(v, [])
+            if v in self.outputs or len(rs) != 1 or rs[0] is not reader \
+                    or list(reader.input).count(v) != 1:
+                return None
+            maker = self.producers.get(v)
+            if maker is None:
+                return None
+            if maker.op_type in _OUT_QUANT:
+                if relus and maker.op_type not in ("QLinearConv", "QLinearMatMul", "QGemm",
+                                                   "QLinearAdd"):
+                    return None                     # a Relu it cannot take
+                for relu in relus:
+                    relu.doc_string = QDQ_RELU
+                return maker, bool(relus)
+            if maker.op_type not in ("Relu", "MaxPool") or len(relus) > 1:
+                return None
+            if maker.op_type == "Relu":
+                relus.append(maker)
+            reader, v = maker, maker.input[0]
+
+    def _requantised(self, node, i: int, x: str, x_scale: float, y_scale: float,
+                     y_zp: int) -> str:
+        """Input `i` of join `node` (the tensor `x`, quantised by `x_scale` and its zero
+        point) requantised to the join's `y_scale` and `y_zp` by an identity layer: a
+        1x1 convolution of a map, a matmul of an ``[M, K]`` tensor, ``Q_y(DQ(x))``
+        rounded as any layer of the chip rounds. Kept only where no layer can write at
+        the join's quantisation itself (:meth:`_requantise_in_producers`): a graph
+        input, a value other nodes read too, the output of a pool or Flatten."""
+        name = self._fresh(_safe(f"{node.name or node.output[0]}__requant{i}"))
+        mult, shift = self._requant(node, x_scale, 1.0, y_scale, True)
+        t = self.g.tensor(x)
+        eye = np.eye(t.shape[-1], dtype=np.int8)
+        if len(t.shape) == 4:
+            mult = np.full(t.shape[-1], mult) if np.ndim(mult) == 0 else mult
+            return self.g.conv2d(x, eye[None, None], None, mult=mult, shift=shift, zp=y_zp,
+                                 name=name)
+        zp = t.quant.zero_point
+        bias = np.full(t.shape[-1], -zp, np.int32) if zp else None
+        return self.g.dense(x, eye, bias, mult=mult, shift=shift, zp=y_zp, name=name)
 
     # -- nodes ----------------------------------------------------------------------
     def _node(self, node):
         if node.op_type not in SUPPORTED:
-            raise CompileError(
-                f"ONNX node {node.name!r}: {node.op_type} is not lowered to the chip; the "
-                f"importer takes {', '.join(SUPPORTED)} (QOperator form, int8 between "
-                f"them)")
+            raise self._error(
+                node, f"ONNX node {node.name!r}: {node.op_type} is not lowered to the chip; "
+                      f"the importer takes {', '.join(SUPPORTED)} (QOperator form, int8 "
+                      f"between them)")
         attrs = {a.name: self.onnx.helper.get_attribute_value(a) for a in node.attribute}
-        out = getattr(self, f"_{node.op_type.lower()}")(node, attrs)
+        try:
+            out = getattr(self, f"_{node.op_type.lower()}")(node, attrs)
+        except OnnxNodeError:
+            raise
+        except CompileError as e:              # the graph's own check of the layer
+            raise self._error(node, f"ONNX node {node.name!r} ({node.op_type}): {e}") \
+                from None
         self.names[node.output[0]] = out
 
+    def _fresh(self, base: str) -> str:
+        """`base`, or `base` with a number, whichever no tensor of the graph has (ONNX
+        names need not be unique, and a node and a value may share one)."""
+        name, i = base, 1
+        while self._taken(name):
+            name, i = f"{base}_{i}", i + 1
+        return name
+
+    def _taken(self, name: str) -> bool:
+        try:
+            self.g.tensor(name)
+        except CompileError:
+            return False
+        return True
+
     def _name(self, node) -> str:
-        return _safe(node.name or node.output[0])
+        return self._fresh(_safe(node.name or node.output[0]))
 
     def _requant(self, node, x_scale, w_scale, y_scale, per_channel: bool):
         scale = np.atleast_1d(np.asarray(w_scale, np.float64)) * float(x_scale) \
             / float(y_scale)
-        if np.any(scale <= 0):
-            raise CompileError(f"ONNX node {node.name!r} ({node.op_type}): its scales "
-                               f"must be positive")
+        limit = (1 << MULT_BITS) - 1
+        if np.round(scale.max()) > limit:
+            raise self._error(node, f"ONNX node {node.name!r} ({node.op_type}): its "
+                                    f"x_scale * w_scale / y_scale is {scale.max():.6g}, more "
+                                    f"than the chip's multiplier takes ({limit}); check the "
+                                    f"output scale")
         return requant_for(scale, per_channel)
 
     def _check_x(self, node, x: str):
-        zp = int(self._scalar(node, 2, "input zero point"))
+        zp = self._zero_point(node, 2, "input zero point")
         have = self.g.tensor(x).quant.zero_point
         if zp != have:
-            raise CompileError(f"ONNX node {node.name!r} ({node.op_type}): reads "
-                               f"{node.input[0]!r} with zero point {zp}, but it was made "
-                               f"with {have}; requantise it to one zero point")
+            raise self._error(node, f"ONNX node {node.name!r} ({node.op_type}): reads "
+                                    f"{node.input[0]!r} with zero point {zp}, but it was "
+                                    f"made with {have}; requantise it to one zero point")
 
     def _qlinearconv(self, node, a):
         x = self._value(node)
         if node.input[0] not in self.nchw:
-            raise CompileError(f"ONNX node {node.name!r} (QLinearConv): its input is not "
-                               f"a map")
+            raise self._error(node, f"ONNX node {node.name!r} (QLinearConv): its input is "
+                                    f"not a map")
         self._check_x(node, x)
         w = self._const(node, 3, "weights")
-        w_zp = self._const(node, 5, "weight zero point")
+        w_zp = self._zero_points(node, 5, "weight zero point")
         if np.any(w_zp != 0) or w.dtype != np.int8:
-            raise CompileError(f"ONNX node {node.name!r} (QLinearConv): weights must be "
-                               f"int8 with zero point 0 (symmetric); quantise them so")
+            raise self._error(node, f"ONNX node {node.name!r} (QLinearConv): weights must "
+                                    f"be int8 with zero point 0 (symmetric); quantise them so")
         group = a.get("group", 1)
         if group != 1 and (w.shape[1] != 1 or group != w.shape[0]):
-            raise CompileError(f"ONNX node {node.name!r} (QLinearConv): group {group} "
-                               f"with weights of shape {list(w.shape)}; the chip runs "
-                               f"convolutions of one group and depthwise ones (group = "
-                               f"channels, weights [C, 1, kh, kw])")
+            raise self._error(node, f"ONNX node {node.name!r} (QLinearConv): group {group} "
+                                    f"with weights of shape {list(w.shape)}; the chip runs "
+                                    f"convolutions of one group and depthwise ones (group = "
+                                    f"channels, weights [C, 1, kh, kw])")
         if a.get("auto_pad", b"NOTSET") not in (b"NOTSET", "NOTSET"):
-            raise CompileError(f"ONNX node {node.name!r} (QLinearConv): auto_pad "
-                               f"{a['auto_pad']!r}; export with explicit pads")
+            raise self._error(node, f"ONNX node {node.name!r} (QLinearConv): auto_pad "
+                                    f"{a['auto_pad']!r}; export with explicit pads")
         pads = list(a.get("pads", [0, 0, 0, 0]))
         cout = w.shape[0]
-        mult, shift = self._requant(node, self._scalar(node, 1, "input scale"),
-                                    self._const(node, 4, "weight scale"),
-                                    self._scalar(node, 6, "output scale"), True)
+        mult, shift = self._requant(node, self._scale(node, 1, "input scale"),
+                                    self._scales(node, 4, "weight scale"),
+                                    self._scale(node, 6, "output scale"), True)
         if np.ndim(mult) == 0:
             mult = np.full(cout, mult)
         bias = (self._const(node, 8, "bias").astype(np.int32) if len(node.input) > 8
@@ -465,71 +832,123 @@ class _Importer:
                             pads=(pads[0], pads[1], pads[2], pads[3]),
                             dilation=tuple(a.get("dilations", [1, 1])), groups=group,
                             mult=mult, shift=shift,
-                            zp=int(self._scalar(node, 7, "output zero point")),
-                            relu=self._fuses_relu(node), name=self._name(node))
+                            zp=self._zero_point(node, 7, "output zero point"),
+                            relu=self._fuses_relu(node), relu6=self._clamp_above(node),
+                            name=self._name(node))
         self.nchw.add(node.output[0])
         return out
 
     def _qlinearmatmul(self, node, a):
+        return self._matmul(node, self._const(node, 3, "right operand"), 1.0)
+
+    def _qgemm(self, node, a):
+        """onnxruntime's ``Y = alpha * (A - a_zp) @ (B - b_zp) + C`` (``C`` int32 at the
+        scale ``alpha * a_scale * b_scale``) quantised to ``y_scale``: a matmul whose
+        right operand is ``B`` (``B.T`` with ``transB``), its scale ``alpha *
+        b_scale``, its bias ``C``."""
+        if a.get("transA", 0):
+            raise self._error(node, f"ONNX node {node.name!r} (QGemm): transA is not "
+                                    f"lowered; the chip's left operand is [M, K]")
+        if len(node.input) < 9 or not node.input[7]:
+            raise self._error(node, f"ONNX node {node.name!r} (QGemm): no output scale (a "
+                                    f"float output); the chip makes int8: quantise it")
+        alpha = float(a.get("alpha", 1.0))
+        if not (np.isfinite(alpha) and alpha > 0):
+            raise self._error(node, f"ONNX node {node.name!r} (QGemm): alpha {alpha}; the "
+                                    f"chip scales a product by a positive factor")
+        w = self._const(node, 3, "right operand")
+        if w.ndim == 2 and a.get("transB", 0):
+            w = np.ascontiguousarray(w.T)
+        return self._matmul(node, w, alpha)
+
+    def _bias(self, node, n: int) -> np.ndarray | None:
+        """A QGemm's int32 ``C`` as one value per output column (int64), or None."""
+        if node.op_type != "QGemm" or len(node.input) < 7 or not node.input[6]:
+            return None
+        c = self._const(node, 6, "bias")
+        if c.dtype != np.int32 or c.size not in (1, n) or c.ndim > 2 \
+                or (c.ndim == 2 and c.shape[0] != 1):
+            raise self._error(node, f"ONNX node {node.name!r} (QGemm): its C is {c.dtype} "
+                                    f"of shape {list(c.shape)}; the chip adds an int32 bias "
+                                    f"per output column ([N] or [1, N])")
+        return np.broadcast_to(c.reshape(-1), (n,)).astype(np.int64)
+
+    def _matmul(self, node, w: np.ndarray, alpha: float):
+        """A QLinearMatMul or QGemm (right operand `w` ``[K, N]``, its scale times
+        `alpha`): the chip's dense layer, or a convolution over a map."""
         x = self._value(node)
         per_column = node.input[0] in self.unflattened and self._per_column(node)
         if per_column:
             pass                                # a map, read by a convolution over it
         elif node.input[0] in self.nchw or len(self.g.tensor(x).shape) != 2:
-            raise CompileError(f"ONNX node {node.name!r} (QLinearMatMul): takes an [M, K] "
-                               f"left operand (Flatten a map first)")
+            raise self._error(node, f"ONNX node {node.name!r} ({node.op_type}): takes an "
+                                    f"[M, K] left operand (Flatten a map first)")
         self._check_x(node, x)
-        w = self._const(node, 3, "right operand")
-        if w.ndim != 2 or np.any(self._const(node, 5, "right zero point") != 0):
-            raise CompileError(f"ONNX node {node.name!r} (QLinearMatMul): the right "
-                               f"operand must be a constant [K, N] int8 with zero point 0")
-        w_scale = np.atleast_1d(self._const(node, 4, "right scale"))
+        if w.ndim != 2 or np.any(self._zero_points(node, 5, "right zero point") != 0):
+            raise self._error(node, f"ONNX node {node.name!r} ({node.op_type}): the right "
+                                    f"operand must be a constant [K, N] int8 with zero "
+                                    f"point 0")
+        w_scale = self._scales(node, 4, "right scale")
+        if alpha != 1.0:
+            w_scale = w_scale * alpha
+        bias = self._bias(node, w.shape[1])
         if per_column:
-            return self._per_column_dense(node, x, w, w_scale)
+            return self._per_column_dense(node, x, w, w_scale, bias)
         if node.input[0] in self.chw:
-            w = _hwc_rows(node, w, self.chw[node.input[0]]).reshape(w.shape)
+            w = self._hwc_rows(node, w, self.chw[node.input[0]]).reshape(w.shape)
         if np.unique(w_scale).size != 1:
-            raise CompileError(f"ONNX node {node.name!r} (QLinearMatMul): one scale for "
-                               f"the right operand (the chip's dense layer has one "
-                               f"multiplier), unless it reads a Flatten of a map, a graph "
-                               f"input that only such matmuls read, or another such "
-                               f"matmul's output (it then runs as a convolution, a "
-                               f"multiplier per output channel); quantise its weights per "
-                               f"tensor, or all of them per channel")
-        mult, shift = self._requant(node, self._scalar(node, 1, "left scale"), w_scale[0],
-                                    self._scalar(node, 6, "output scale"), False)
+            raise self._error(node, f"ONNX node {node.name!r} ({node.op_type}): one scale "
+                                    f"for the right operand (the chip's dense layer has one "
+                                    f"multiplier), unless it reads a Flatten of a map, a "
+                                    f"graph input that only such matmuls read, or another "
+                                    f"such matmul's output (it then runs as a convolution, "
+                                    f"a multiplier per output channel); quantise its weights "
+                                    f"per tensor, or all of them per channel")
+        y_s, y_zp = _OUT_QUANT[node.op_type]
+        mult, shift = self._requant(node, self._scale(node, 1, "left scale"), w_scale[0],
+                                    self._scale(node, y_s, "output scale"), False)
         # sum((x - x_zp) * w) = x @ w - x_zp * sum(w): the zero point folds into a bias
         x_zp = self.g.tensor(x).quant.zero_point
-        bias = (-x_zp * w.astype(np.int64).sum(axis=0)) if x_zp else None
-        if len(node.input) > 8 and node.input[8]:      # a folded Gemm's bias
-            extra = self._const(node, 8, "bias").astype(np.int64)
-            bias = extra if bias is None else bias + extra
-        bias = None if bias is None else bias.astype(np.int32)
-        return self.g.dense(x, w, bias, mult=mult, shift=shift,
-                            zp=int(self._scalar(node, 7, "output zero point")),
+        folded = (-x_zp * w.astype(np.int64).sum(axis=0)) if x_zp else None
+        if bias is not None:
+            folded = bias if folded is None else folded + bias
+        folded = None if folded is None else folded.astype(np.int32)
+        return self.g.dense(x, w, folded, mult=mult, shift=shift,
+                            zp=self._zero_point(node, y_zp, "output zero point"),
                             relu=self._fuses_relu(node), name=self._name(node))
 
-    def _per_column_dense(self, node, map_: str, w: np.ndarray, w_scale: np.ndarray):
-        """A QLinearMatMul with a scale per output column reading a Flatten of the map
-        `map_`: a convolution of that map whose kernel covers it (1x1 for a ``1 x 1``
-        map), a multiplier per output channel; its output a ``1 x 1`` map standing for
-        the ``[N, C]`` value."""
-        mult, shift = self._requant(node, self._scalar(node, 1, "left scale"), w_scale,
-                                    self._scalar(node, 6, "output scale"), True)
-        bias = (self._const(node, 8, "bias").astype(np.int32) if len(node.input) > 8
-                and node.input[8] else None)
-        kernel = _hwc_rows(node, w, self.g.tensor(map_).shape[1:])
-        y = self.g.conv2d(map_, kernel, bias, mult=mult, shift=shift,
-                          zp=int(self._scalar(node, 7, "output zero point")),
+    def _per_column_dense(self, node, map_: str, w: np.ndarray, w_scale: np.ndarray,
+                          bias: np.ndarray | None):
+        """A matmul with a scale per output column reading a Flatten of the map `map_`:
+        a convolution of that map whose kernel covers it (1x1 for a ``1 x 1`` map), a
+        multiplier per output channel; its output a ``1 x 1`` map standing for the
+        ``[N, C]`` value."""
+        y_s, y_zp = _OUT_QUANT[node.op_type]
+        mult, shift = self._requant(node, self._scale(node, 1, "left scale"), w_scale,
+                                    self._scale(node, y_s, "output scale"), True)
+        kernel = self._hwc_rows(node, w, self.g.tensor(map_).shape[1:])
+        y = self.g.conv2d(map_, kernel, None if bias is None else bias.astype(np.int32),
+                          mult=mult, shift=shift,
+                          zp=self._zero_point(node, y_zp, "output zero point"),
                           relu=self._fuses_relu(node), name=self._name(node))
         self.unflattened.add(node.output[0])
         return y
 
+    def _hwc_rows(self, node, w: np.ndarray, hwc) -> np.ndarray:
+        """A matmul's ``[C*H*W, N]`` weights reading a flattened ``(H, W, C)`` map, its
+        rows in ONNX's C, H, W order, as ``[H, W, C, N]``: the chip flattens H, W, C."""
+        h, w_, c = hwc
+        if w.shape[0] != c * h * w_:
+            raise self._error(node, f"ONNX node {node.name!r} ({node.op_type}): "
+                                    f"{w.shape[0]} weight rows for a flattened {c}x{h}x{w_} "
+                                    f"map")
+        return w.reshape(c, h, w_, -1).transpose(1, 2, 0, 3)
+
     def _maxpool(self, node, a):
         x = self._value(node)
         if a.get("ceil_mode", 0) or any(d != 1 for d in a.get("dilations", [1, 1])):
-            raise CompileError(f"ONNX node {node.name!r} (MaxPool): ceil_mode and "
-                               f"dilations are not lowered; export with ceil_mode=0")
+            raise self._error(node, f"ONNX node {node.name!r} (MaxPool): ceil_mode and "
+                                    f"dilations are not lowered; export with ceil_mode=0")
         pads = list(a.get("pads", [0, 0, 0, 0]))
         out = self.g.max_pool2d(x, tuple(a["kernel_shape"]),
                                 tuple(a.get("strides", a["kernel_shape"])),
@@ -539,12 +958,47 @@ class _Importer:
 
     def _concat(self, node, a):
         xs = [self._value(node, k) for k in range(len(node.input))]
-        maps = [v in self.nchw for v in node.input]
-        axis = a["axis"]
+        return self._join(node, xs, list(node.input), a.get("axis"))
+
+    def _qlinearconcat(self, node, a):
+        """onnxruntime's ``Y = Q_y(concat(DQ(x_i)))``: each input at the join's scale
+        and zero point joins as it is (its layer writes there where it can:
+        :meth:`_requantise_in_producers`), another through an identity layer."""
+        if len(node.input) < 5 or (len(node.input) - 2) % 3:
+            raise self._error(node, f"ONNX node {node.name!r} (QLinearConcat): takes "
+                                    f"y_scale, y_zero_point and a (x, x_scale, "
+                                    f"x_zero_point) for each input, not {len(node.input)} "
+                                    f"inputs")
+        y_s = self._scale(node, 0, "output scale")
+        y_zp = self._zero_point(node, 1, "output zero point")
+        xs = []
+        for i, k in enumerate(range(2, len(node.input), 3)):
+            x = self._value(node, k)
+            s = self._scale(node, k + 1, "input scale")
+            zp = self._zero_point(node, k + 2, "input zero point")
+            have = self.g.tensor(x).quant.zero_point
+            if zp != have:
+                raise self._error(node, f"ONNX node {node.name!r} (QLinearConcat): reads "
+                                        f"{node.input[k]!r} with zero point {zp}, but it was "
+                                        f"made with {have}")
+            xs.append(x if (s, zp) == (y_s, y_zp) else
+                      self._requantised(node, i, x, s, y_s, y_zp))
+        if len(xs) > 1:
+            return self._join(node, xs, list(node.input[2::3]), a.get("axis"))
+        v = node.input[2]                       # a requantisation, or nothing
+        if v in self.nchw:
+            self.nchw.add(node.output[0])
+        if v in self.chw and xs[0] == self.names[v]:
+            self.chw[node.output[0]] = self.chw[v]
+        return xs[0]
+
+    def _join(self, node, xs: list[str], inputs: list[str], axis) -> str:
+        maps = [v in self.nchw for v in inputs]
         rank = 4 if all(maps) else 2
         if any(maps) != all(maps) or axis not in ((1, -3) if rank == 4 else (1, -1)):
-            raise CompileError(f"ONNX node {node.name!r} (Concat): joins maps along their "
-                               f"channels (axis 1) or [M, K] tensors along K (axis 1)")
+            raise self._error(node, f"ONNX node {node.name!r} ({node.op_type}): joins maps "
+                                    f"along their channels (axis 1) or [M, K] tensors along "
+                                    f"K (axis 1)")
         out = self.g.concat(*xs, name=self._name(node))
         if rank == 4:
             self.nchw.add(node.output[0])
@@ -555,20 +1009,20 @@ class _Importer:
         shape = self.g.tensor(x).shape
         readers = self.consumers.get(node.output[0], [])
         if a.get("axis", 1) != 1 or node.input[0] not in self.nchw:
-            raise CompileError(f"ONNX node {node.name!r} (Flatten): flattens a map along "
-                               f"axis 1 only")
+            raise self._error(node, f"ONNX node {node.name!r} (Flatten): flattens a map "
+                                    f"along axis 1 only")
         if shape[1] * shape[2] != 1:
             # ONNX flattens C, H, W and the chip H, W, C: the matmuls reading it take
-            # their weight rows in the chip's order (:meth:`_qlinearmatmul`)
+            # their weight rows in the chip's order (:meth:`_matmul`)
             if not readers or node.output[0] in self.outputs or not all(
-                    r.op_type == "QLinearMatMul" and r.input[0] == node.output[0]
+                    r.op_type in ("QLinearMatMul", "QGemm") and r.input[0] == node.output[0]
                     for r in readers):
-                raise CompileError(
-                    f"ONNX node {node.name!r} (Flatten): a {shape[1]}x{shape[2]} map is "
-                    f"flattened in C, H, W order by ONNX and H, W, C by the chip, so only "
-                    f"QLinearMatMuls may read it (their weight rows are reordered); here "
-                    f"another reader or a graph output takes it: put a global pool "
-                    f"before the Flatten, or read it by a matmul")
+                raise self._error(
+                    node, f"ONNX node {node.name!r} (Flatten): a {shape[1]}x{shape[2]} map "
+                          f"is flattened in C, H, W order by ONNX and H, W, C by the chip, "
+                          f"so only QLinearMatMuls may read it (their weight rows are "
+                          f"reordered); here another reader or a graph output takes it: "
+                          f"put a global pool before the Flatten, or read it by a matmul")
             self.chw[node.output[0]] = shape[1:]
         if any(self._per_column(r) and r.input[0] == node.output[0] for r in readers):
             # a matmul with a scale per output column reads it: it runs as a
@@ -584,20 +1038,27 @@ class _Importer:
         it may differ from onnxruntime by a step more than the other layers."""
         xa, xb = self._value(node, 0), self._value(node, 3)
         for t, k in ((xa, 2), (xb, 5)):
-            zp = int(self._scalar(node, k, "zero point"))
+            zp = self._zero_point(node, k, "zero point")
             if zp != self.g.tensor(t).quant.zero_point:
-                raise CompileError(f"ONNX node {node.name!r} (QLinearAdd): reads an operand "
-                                   f"with zero point {zp}, but it was made with "
-                                   f"{self.g.tensor(t).quant.zero_point}")
-        y_s = float(self._scalar(node, 6, "output scale"))
-        ratios = np.array([float(self._scalar(node, 1, "scale")),
-                           float(self._scalar(node, 4, "scale"))]) / y_s
+                raise self._error(node, f"ONNX node {node.name!r} (QLinearAdd): reads an "
+                                        f"operand with zero point {zp}, but it was made "
+                                        f"with {self.g.tensor(t).quant.zero_point}")
+        y_s = self._scale(node, 6, "output scale")
+        ratios = np.array([self._scale(node, 1, "scale"), self._scale(node, 4, "scale")]) / y_s
         shift = 0
         while shift < 30 and np.all(np.round(ratios * 2.0 ** (shift + 1)) <= 127):
             shift += 1
-        ma, mb = (int(np.clip(np.round(r * 2.0 ** shift), 1, 127)) for r in ratios)
+        mults = np.round(ratios * 2.0 ** shift)
+        if np.any(mults > 127) or np.any(mults < 1):
+            raise self._error(node, f"ONNX node {node.name!r} (QLinearAdd): its operands' "
+                                    f"scales over the output's ({node.input[6]!r}) are "
+                                    f"{ratios[0]:.6g} and {ratios[1]:.6g}; the chip's Add "
+                                    f"multiplies by 1 to 127 over a common shift of at most "
+                                    f"30, so each must lie in [2**-31, 127.5] and their "
+                                    f"ratio within about 127")
+        ma, mb = (int(m) for m in mults)
         out = self.g.add(xa, xb, mult_a=ma, mult_b=mb, shift=shift,
-                         zp=int(self._scalar(node, 7, "output zero point")),
+                         zp=self._zero_point(node, 7, "output zero point"),
                          relu=self._fuses_relu(node), name=self._name(node))
         if node.input[0] in self.nchw:
             self.nchw.add(node.output[0])
@@ -606,13 +1067,13 @@ class _Importer:
     def _qlinearglobalaveragepool(self, node, a):
         x = self._value(node)
         if a.get("channels_last", 0) or node.input[0] not in self.nchw:
-            raise CompileError(f"ONNX node {node.name!r} (QLinearGlobalAveragePool): takes "
-                               f"an NCHW map (channels_last 0)")
-        y_zp = int(self._scalar(node, 4, "output zero point"))
+            raise self._error(node, f"ONNX node {node.name!r} (QLinearGlobalAveragePool): "
+                                    f"takes an NCHW map (channels_last 0)")
+        y_zp = self._zero_point(node, 4, "output zero point")
         self._check_x(node, x)
         _, h, w, _ = self.g.tensor(x).shape
-        scale = float(self._scalar(node, 1, "input scale")) / \
-            (float(self._scalar(node, 3, "output scale")) * h * w)
+        scale = self._scale(node, 1, "input scale") / \
+            (self._scale(node, 3, "output scale") * h * w)
         mult, shift = requant_for(scale, False)
         out = self.g.global_avg_pool(x, mult=mult, shift=shift, zp=y_zp,
                                      name=self._name(node))
@@ -620,33 +1081,31 @@ class _Importer:
         return out
 
     def _fuses_relu(self, node) -> bool:
-        """Whether `node`'s only reader is a Relu the chip folds into it: its clamp at
-        the output zero point is ONNX's ``max(y, 0)`` when that zero point is 0."""
+        """Whether `node` clamps at its output zero point: its only reader is a Relu the
+        chip folds into it (its clamp at the output zero point is ONNX's ``max(y, 0)``
+        when that zero point is 0), or it writes at a join's quantisation within a
+        range that starts there (:meth:`_requantise_in_producers`)."""
         readers = self.consumers.get(node.output[0], [])
         if len(readers) == 1 and readers[0].op_type == "Relu" and (
-                int(self._scalar(node, 7, "output zero point")) == 0
+                self._zero_point(node, _OUT_QUANT[node.op_type][1], "output zero point") == 0
                 or readers[0].doc_string == QDQ_RELU):
             self.fused.add(readers[0].output[0])
             return True
-        return False
+        return self.clamps.get(id(node), (-128, 127))[0] > -128
+
+    def _clamp_above(self, node) -> int | None:
+        """The int8 value a convolution written at a join's quantisation clamps to from
+        above (its branch's largest), or None."""
+        hi = self.clamps.get(id(node), (-128, 127))[1]
+        return hi if hi < 127 else None
 
     def _relu(self, node, a):
         if node.output[0] not in self.fused:
-            raise CompileError(f"ONNX node {node.name!r} (Relu): folds into the layer "
-                               f"before it (QLinearConv or QLinearMatMul) when that "
-                               f"layer's output has zero point 0 and no other reader")
+            raise self._error(node, f"ONNX node {node.name!r} (Relu): folds into the layer "
+                                    f"before it (QLinearConv or QLinearMatMul) when that "
+                                    f"layer's output has zero point 0 and no other reader")
         self.nchw.update(node.output[:1] if node.input[0] in self.nchw else [])
         return self._value(node)
-
-
-def _hwc_rows(node, w: np.ndarray, hwc) -> np.ndarray:
-    """A matmul's ``[C*H*W, N]`` weights reading a flattened ``(H, W, C)`` map, its rows
-    in ONNX's C, H, W order, as ``[H, W, C, N]``: the chip flattens H, W, C."""
-    h, w_, c = hwc
-    if w.shape[0] != c * h * w_:
-        raise CompileError(f"ONNX node {node.name!r} (QLinearMatMul): {w.shape[0]} weight "
-                           f"rows for a flattened {c}x{h}x{w_} map")
-    return w.reshape(c, h, w_, -1).transpose(1, 2, 0, 3)
 
 
 def _safe(name: str) -> str:

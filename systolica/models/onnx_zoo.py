@@ -4,6 +4,8 @@ for the importer's tests, ``make bench`` and trying ``systolica sim --onnx``
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 from onnx import ModelProto, TensorProto, helper, numpy_helper
 
@@ -225,9 +227,12 @@ class _FloatNet:
         return self.node("Clip", [x, "relu6_lo", "relu6_hi"], f"{name}_relu6",
                          f"{name}_relu6")
 
-    def conv(self, x, cin, cout, k, name, stride=1, group=1, relu=True, six=False) -> str:
+    def conv(self, x, cin, cout, k, name, stride=1, group=1, relu=True, six=False,
+             gain=None) -> str:
+        """A conv (its weights' scale ``gain / sqrt(fan_in)``, 1 by default) + Relu."""
+        scale = 1 / np.sqrt(cin // group * k * k)
         w = self.const(f"{name}_w", (cout, cin // group, k, k),
-                       1 / np.sqrt(cin // group * k * k))
+                       scale if gain is None else gain * scale)
         self.node("Conv", [x, w, self.const(f"{name}_b", (cout,), 0.1)], name, name,
                   pads=[k // 2] * 4, strides=[stride] * 2,
                   **({"group": group} if group != 1 else {}))
@@ -340,16 +345,87 @@ def float_mobilenet(seed: int = 0, relu6: bool = False) -> ModelProto:
     return m.build("float_mobilenet", [1, 3, 16, 16], m.head(h, 16))
 
 
+def float_densenet(seed: int = 0, blocks: int = 2, layers: int = 3, growth: int = 4,
+                   size: int = 16, gain: float = 3.0) -> ModelProto:
+    """A float NCHW (1, 3, size, size) network of DenseNet's blocks, joined as the ONNX
+    model zoo's DenseNet-121 joins them: a 3x3 stem + Relu, a 2x2 max pool, `blocks`
+    dense blocks of `layers` layers (a 1x1 conv to ``4 * growth`` + Relu, a 3x3 conv
+    to `growth` + Relu, its weights `gain` times larger, a Concat of the block so far
+    with it: ``cat_k = Concat(cat_k-1, new_k)``, so each join's first input is also
+    read by the next layer, and its range may be the new features' or the block's), a
+    1x1 transition conv + Relu halving the channels and a 2x2 max pool between blocks
+    (the chip's importer takes no AveragePool in the QDQ form), a global average pool,
+    Flatten and a Gemm to 10 logits."""
+    m = _FloatNet(seed)
+    h = m.conv("x", 3, 8, 3, "stem")
+    h = m.node("MaxPool", [h], "pool", "pool", kernel_shape=[2, 2], strides=[2, 2])
+    c = 8
+    for b in range(1, blocks + 1):
+        for n in range(1, layers + 1):
+            name = f"block{b}_layer{n}"
+            a = m.conv(h, c, 4 * growth, 1, f"{name}_1x1")
+            new = m.conv(a, 4 * growth, growth, 3, f"{name}_3x3", gain=gain)
+            h = m.node("Concat", [h, new], f"{name}_cat", f"{name}_cat", axis=1)
+            c += growth
+        if b < blocks:
+            t = m.conv(h, c, c // 2, 1, f"transition{b}")
+            h = m.node("MaxPool", [t], f"transition{b}_pool", f"transition{b}_pool",
+                       kernel_shape=[2, 2], strides=[2, 2])
+            c //= 2
+    return m.build("float_densenet", [1, 3, size, size], m.head(h, c))
+
+
+def float_squeezenet(seed: int = 0, size: int = 64) -> ModelProto:
+    """SqueezeNet 1.1 as the onnx package ships it for its backend tests
+    (``onnx/backend/test/data/light/light_squeezenet.onnx``, its weights left out as
+    ConstantOfShape) with seeded weights (He's scale), a float NCHW (1, 3, size, size)
+    input ``x`` and without its Dropout and Softmax: eight fire modules (a 1x1
+    squeeze conv + Relu, then a 1x1 and a 3x3 expand conv + Relu joined by a Concat),
+    three 3x3/2 max pools, a 1x1 conv to 1000 classes + Relu and a global average pool
+    to the (1, 1000, 1, 1) ``logits``."""
+    import onnx
+    src = onnx.load(str(Path(onnx.__file__).parent / "backend" / "test" / "data" / "light"
+                        / "light_squeezenet.onnx"))
+    rng = np.random.default_rng(seed)
+    known = {t.name: numpy_helper.to_array(t) for t in src.graph.initializer}
+    inits = [t for t in src.graph.initializer if not t.name.endswith("__SHAPE")]
+    first = next(vi.name for vi in src.graph.input if vi.name not in known)
+    rename = {first: "x"}
+    nodes, out = [], None
+    for n in src.graph.node:
+        ins = [rename.get(v, v) for v in n.input]
+        if n.op_type == "ConstantOfShape":            # a weight or bias left out
+            shape = tuple(int(d) for d in known[n.input[0]])
+            scale = np.sqrt(2 / np.prod(shape[1:])) if len(shape) > 1 else 0.1
+            inits.append(numpy_helper.from_array(
+                (rng.standard_normal(shape) * scale).astype(np.float32), n.output[0]))
+        elif n.op_type == "Dropout":
+            rename[n.output[0]] = ins[0]
+        elif n.op_type == "Softmax":
+            out = ins[0]
+        else:
+            nodes.append(helper.make_node(n.op_type, ins, list(n.output), name=n.name,
+                                          **{a.name: helper.get_attribute_value(a)
+                                             for a in n.attribute}))
+    for node in nodes:
+        node.output[:] = ["logits" if o == out else o for o in node.output]
+    graph = helper.make_graph(
+        nodes, "float_squeezenet",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, size, size])],
+        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, None)], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
 def ort_quantized(model: ModelProto, *, per_channel: bool = False, seed: int = 0,
-                  samples: int = 16) -> ModelProto:
+                  samples: int = 16, quant_format: str = "QDQ") -> ModelProto:
     """`model` (float, one input) as onnxruntime's ``quantize_static`` writes it: the
-    QDQ form, int8 activations and weights (a scale per output channel with
-    `per_channel`), calibrated on `samples` seeded uniform inputs in [0, 1). Needs
-    onnxruntime."""
+    QDQ form (or with `quant_format` ``"QOperator"`` its QLinear operators, a float
+    input quantised and the outputs dequantised), int8 activations and weights (a
+    scale per output channel with `per_channel`), calibrated on `samples` seeded
+    uniform inputs in [0, 1). Needs onnxruntime."""
     import logging
     import sys
     import tempfile
-    from pathlib import Path
 
     import onnx
     path = list(sys.path)
@@ -382,7 +458,8 @@ def ort_quantized(model: ModelProto, *, per_channel: bool = False, seed: int = 0
         onnx.save(model, src)
         root.setLevel(logging.ERROR)        # its advice to pre-process the model
         try:
-            quantize_static(str(src), str(dst), Samples(), quant_format=QuantFormat.QDQ,
+            quantize_static(str(src), str(dst), Samples(),
+                            quant_format=getattr(QuantFormat, quant_format),
                             activation_type=QuantType.QInt8, weight_type=QuantType.QInt8,
                             per_channel=per_channel)
         finally:
