@@ -65,16 +65,21 @@ def _map_in(h, c):
     return g.build(x), h * h * c
 
 
-#: The chip's calibration kernels per family, three shape classes each.
+#: The chip's calibration kernels per family, four shape classes each (the smallest
+#: for the FPGA presets' small memories).
 CHIP_KERNELS: dict[str, list[Callable]] = {
-    "conv": [lambda: _conv(8, 16), lambda: _conv(16, 32), lambda: _conv(28, 64)],
-    "dense": [lambda: _dense(16, 64, 64), lambda: _dense(64, 256, 256),
-              lambda: _dense(128, 512, 512)],
-    "max_pool": [lambda: _max_pool(8, 16), lambda: _max_pool(16, 32),
-                 lambda: _max_pool(32, 64)],
-    "add": [lambda: _add(8, 16), lambda: _add(16, 32), lambda: _add(32, 64)],
-    "global_avg_pool": [lambda: _gap(4, 16), lambda: _gap(7, 64), lambda: _gap(7, 256)],
-    "concat": [lambda: _concat(64, 32), lambda: _concat(256, 64), lambda: _concat(1024, 64)],
+    "conv": [lambda: _conv(4, 4), lambda: _conv(8, 16), lambda: _conv(16, 32),
+             lambda: _conv(28, 64)],
+    "dense": [lambda: _dense(4, 16, 16), lambda: _dense(16, 64, 64),
+              lambda: _dense(64, 256, 256), lambda: _dense(128, 512, 512)],
+    "max_pool": [lambda: _max_pool(4, 4), lambda: _max_pool(8, 16),
+                 lambda: _max_pool(16, 32), lambda: _max_pool(32, 64)],
+    "add": [lambda: _add(4, 4), lambda: _add(8, 16), lambda: _add(16, 32),
+            lambda: _add(32, 64)],
+    "global_avg_pool": [lambda: _gap(2, 4), lambda: _gap(4, 16), lambda: _gap(7, 64),
+                        lambda: _gap(7, 256)],
+    "concat": [lambda: _concat(16, 8), lambda: _concat(64, 32), lambda: _concat(256, 64),
+               lambda: _concat(1024, 64)],
 }
 
 
@@ -108,7 +113,7 @@ def chip_transfer(cfg: ChipConfig, clock_hz: float):
     (its transpose on the chip; leaving costs the same)."""
     from systolica.compiler import compile_network
     pts = []
-    for h, c in ((8, 16), (16, 32), (28, 64)):
+    for h, c in ((4, 4), (8, 16), (16, 32), (28, 64)):
         graph, nbytes = _map_in(h, c)
         try:
             pts.append((float(nbytes), compile_network(cfg, graph).predicted_cycles

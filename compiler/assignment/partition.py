@@ -5,7 +5,6 @@ context moves to the host, with the importer's reason)."""
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
@@ -16,7 +15,7 @@ from systolica.compiler.assignment import library as library_module
 from systolica.compiler.assignment.assign import Placement, Thresholds, assign
 from systolica.compiler.assignment.operations import Operation, operations
 from systolica.compiler.assignment.submodel import submodel
-from systolica.compiler.errors import CompileError
+from systolica.compiler.errors import CompileError, OnnxNodeError
 from systolica.compiler.frontend import onnx_model, onnx_quantise, onnx_simplify
 
 
@@ -136,9 +135,6 @@ def _segments(proto, ops, placements) -> list[Segment]:
     return segments
 
 
-_NODE = re.compile(r"ONNX node '([^']*)'")
-
-
 def _check_chip_segments(segments: list[Segment]) -> tuple[int, str] | None:
     """The first operation a chip segment's import turns down, with the reason;
     None when every chip segment imports."""
@@ -148,11 +144,12 @@ def _check_chip_segments(segments: list[Segment]) -> tuple[int, str] | None:
             continue
         try:
             onnx_import.load(seg.proto)
-        except CompileError as e:
-            found = _NODE.search(str(e))
+        except OnnxNodeError as e:
             for op in seg.ops:
-                if found and any(n.name == found.group(1) for n in op.nodes):
+                if any(n.name == e.node for n in op.nodes):
                     return op.index, str(e)
+            raise CompileError(f"chip segment {seg.index}: {e}") from None
+        except CompileError as e:
             # not one node's fault (a capacity or model-level error): the user's to see
             raise CompileError(f"chip segment {seg.index} (operations "
                                f"{', '.join(op.name for op in seg.ops[:4])}...): "

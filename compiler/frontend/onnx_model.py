@@ -112,6 +112,7 @@ def load(model, inputs: Mapping[str, np.ndarray] | None = None, *, seed: int = 0
     for vi in declared:
         bound[vi.name] = _bind(vi, given.get(vi.name), rng, where)
     _sort(proto, where)
+    _name_nodes(proto)
     # the bound shapes replace symbolic dimensions, so inference sees static ones
     for vi in declared:
         dims = vi.type.tensor_type.shape.dim
@@ -124,6 +125,19 @@ def load(model, inputs: Mapping[str, np.ndarray] | None = None, *, seed: int = 0
         raise CompileError(f"{where}: its shapes do not agree with its inputs' "
                            f"({str(e).splitlines()[0]})") from None
     return OnnxModel(proto, name or g.name or "onnx", bound)
+
+
+def _name_nodes(proto) -> None:
+    """Every node named (``<op_type>_<index>`` where the model gives none): reports,
+    refusals and ``--assign`` name operations by their nodes."""
+    taken = {n.name for n in proto.graph.node}
+    for k, n in enumerate(proto.graph.node):
+        if not n.name:
+            name = f"{n.op_type}_{k}"
+            while name in taken:
+                name += "_"
+            n.name = name
+            taken.add(name)
 
 
 def _sort(proto, where: str) -> None:

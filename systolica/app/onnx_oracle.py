@@ -61,8 +61,9 @@ def graph_bound(graph) -> int:
     return max((layer_bound(n.op) for n in graph.nodes), default=0)
 
 
-#: The largest difference end to end an output may show: int8 values in steps, float
-#: ones absolute (a Softmax's probabilities). Not a bound (there is none end to end):
+#: The largest difference end to end an output may show: int8 values in steps (and
+#: float ones a DequantizeLinear made, in its steps), other float ones absolute (a
+#: Softmax's probabilities). Not a bound (there is none end to end):
 #: a guard against a run gone wrong, past the per-operation bounds that are checked.
 DEFAULT_TOLERANCE = {"int8": 8.0, "float": 0.05}
 
@@ -80,13 +81,14 @@ def against_onnxruntime(plan: Plan, ours: dict[str, np.ndarray],
     watched += [v for op in chip_ops for v in op.reads + op.writes]
     theirs = _onnxruntime_values(plan, [v for v in dict.fromkeys(watched)
                                         if v not in plan.outputs])
+    steps = _dequantised_steps(plan)
     end_to_end = []
     for o in list(plan.outputs) + [v for s in plan.segments if s.processor == "chip"
                                    for v in s.writes if v not in plan.outputs]:
         if o not in ours or o not in theirs:
             continue
         tol = math.inf if o not in plan.outputs else tolerance
-        end_to_end.append(_agreement(o, ours[o], theirs[o], tol))
+        end_to_end.append(_agreement(o, ours[o], theirs[o], tol, steps.get(o)))
     return end_to_end, [_isolated(plan, op, theirs) for op in chip_ops]
 
 
@@ -112,7 +114,25 @@ def _onnxruntime_values(plan: Plan, extra: list[str]) -> dict[str, np.ndarray]:
     return {o.name: np.asarray(r) for o, r in zip(sess.get_outputs(), results)}
 
 
-def _agreement(name, mine, theirs, tolerance) -> Agreement:
+def _dequantised_steps(plan: Plan) -> dict[str, float]:
+    """The model's float outputs made by a DequantizeLinear of one scale: that scale
+    (they are compared in its steps)."""
+    from onnx import numpy_helper
+    g = plan.model.proto.graph
+    consts = {t.name: t for t in g.initializer}
+    out = {}
+    for n in g.node:
+        if (n.op_type == "DequantizeLinear" and n.output[0] in plan.outputs
+                and n.input[1] in consts):
+            scale = numpy_helper.to_array(consts[n.input[1]])
+            if scale.size == 1:
+                out[n.output[0]] = float(scale)
+    return out
+
+
+def _agreement(name, mine, theirs, tolerance, step: float | None = None) -> Agreement:
+    if step:                    # a dequantised int8 value: compared in its steps
+        mine, theirs = np.rint(mine / step).astype(np.int64), np.rint(theirs / step)
     if mine.dtype.kind in "iu":
         diff = np.abs(mine.astype(np.int64) - theirs.astype(np.int64).reshape(mine.shape))
         tol = DEFAULT_TOLERANCE["int8"] if tolerance is None else tolerance

@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from systolica.arch.config import preset
+from systolica.arch.config import PRESETS, preset
 from systolica.compiler.assignment import calibrate, library
 from systolica.compiler.errors import CompileError
 
@@ -22,7 +22,7 @@ def test_lookups_interpolate_in_log_log_and_scale_past_the_last_point():
     assert library.interpolate(pts, 4000) == pytest.approx(40.0)
 
 
-@pytest.mark.parametrize("chip", ["tiny", "base"])
+@pytest.mark.parametrize("chip", sorted(PRESETS))
 def test_the_presets_libraries_are_fresh(chip):
     """A change to a chip's configuration or to the cycle model must come with its
     library measured again: systolica library --config <chip>."""
