@@ -102,7 +102,7 @@ def test_bounds_per_layer():
 
 @pytest.mark.rtl
 def test_chip_programs_on_the_rtl_equal_golden_and_prediction(tiny_build):
-    run = onnx_run.run_plan(_plan(onnx_zoo.float_resnet), rtl=True)
+    run = onnx_run.run_plan(_plan(onnx_zoo.float_mobilenet), rtl=True)
     assert run.ok, run.problems()
     chips = [s for s in run.segments if s.segment.processor == "chip"]
     assert chips and all(s.rtl_cycles == s.cycles and s.rtl_matches_golden for s in chips)
