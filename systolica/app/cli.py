@@ -220,7 +220,7 @@ def cmd_sim(args) -> int:
     net = _network(args, cfg)
     compiled = compile_network(cfg, net)   # a network that cannot compile fails now,
     _ensure_built(cfg, args.waves)         # not after minutes of building
-    run = flow.run_network(compiled, waves=args.waves)
+    run = flow.run_network(compiled, waves=args.waves, progress=True)
     report.print_run(run)
     if args.onnx:
         _against_onnxruntime(args.onnx, net)
