@@ -4,11 +4,11 @@ one simulated chip.
 The environment variable ``SYSTOLICA_JOBS`` names a JSON file written by the host::
 
     {"word_bytes": R, "dram_words": N, "imem_depth": D, "dram_in": path,
-     "dram_out": path, "results": path, "progress": path | null,
+     "dram_out": path, "results": path,
      "jobs": [{"name": str, "program": path, "prog_addr": int, "ubuf": [base, rows] | null,
                "dram": path | null,
                "readback": [[first_word, words], ...], "timeout_cycles": int,
-               "samples": [cycle, ...]}]}
+               "samples": [cycle, ...], "progress": path | null}]}
 
 (relative paths are relative to the jobs file). For each job the chip is reset, the
 DRAM is zeroed and loaded from the job's load file (:func:`dramfile.write_segments`
@@ -16,8 +16,9 @@ format; nothing more when ``dram`` is null), the program is loaded and started, 
 counters are read once the cycle counter reaches each of ``samples``, and after the
 interrupt (done or fault) or the timeout the counters are read and each requested
 word range is dumped and saved as a ``.npy`` file. The results file is rewritten
-after every job, so a crash leaves what was finished; the progress file, if named, a
-few times a second with ``<job index> <cycles since its start>``.
+after every job, so a crash leaves what was finished; a job's progress file, if it
+names one, a few times a second while it runs, and at its end, with ``<job index>
+<cycles since its start>``.
 """
 
 from __future__ import annotations
@@ -79,8 +80,8 @@ async def run_jobs(dut):
 
         wall = time.perf_counter()
         start_cycle = bus.sim_cycle()
-        if spec.get("progress"):
-            bus.progress = _progress_writer(base / spec["progress"], index, start_cycle)
+        if job.get("progress"):
+            bus.progress = _progress_writer(base / job["progress"], index, start_cycle)
         await driver.start()
         samples = []
         for cycle in job.get("samples", []):

@@ -20,9 +20,9 @@ counters while the program runs (once the chip's cycle counter reads each; the
 result's ``samples``): the C++ harness in its own loop, cocotb with one timer per
 sample, so no Python runs per cycle either way.
 
-How far a long run has got: the harness rewrites a file in the run directory a few
-times a second, and ``run(..., progress=f)`` calls ``f(job index, job name, cycles
-simulated, cycles the program should take)`` from a thread that watches it
+How far a long run has got: the harness rewrites a file per job in the run directory
+a few times a second, and ``run(..., progress=f)`` calls ``f(job index, job name,
+cycles simulated, cycles the program should take)`` from a thread that watches them
 (:class:`systolica.sim.progress.Display` shows it).
 """
 
@@ -71,9 +71,9 @@ TIMESCALE = verilated.TIMESCALE
 #: (:mod:`systolica.sim.cxxsim`), the same Verilog either way.
 HARNESSES = ("cocotb", "cxx")
 CXX_MAIN = HDL / "harness.cpp"
-#: The file in the run directory in which the harness says how far it has got:
-#: ``<job index> <cycles since start>``.
-PROGRESS_FILE = "progress"
+#: The file in the run directory in which the harness says how far job ``index`` has
+#: got: ``<job index> <cycles since its start>``.
+PROGRESS_FILE = "job{index}.progress"
 #: How often the host looks at it (seconds).
 PROGRESS_POLL_S = 0.2
 
@@ -272,12 +272,14 @@ def run(cfg: ChipConfig, jobs: list[RtlJob], waves: bool = False, *,
     except RtlSimError:
         shutil.rmtree(run_dir, ignore_errors=True)
         raise
+    for index, spec in enumerate(specs):
+        spec["progress"] = PROGRESS_FILE.format(index=index) if progress else None
     out = build(cfg, waves, harness)
-    with _watching(run_dir / PROGRESS_FILE, specs, progress):
+    with _watching(run_dir, specs, progress):
         if harness == "cxx":
-            raw = _run_cxx(cfg, out, run_dir, specs, progress is not None)
+            raw = _run_cxx(cfg, out, run_dir, specs)
         else:
-            raw = _run_cocotb(cfg, out, run_dir, specs, waves, progress is not None)
+            raw = _run_cocotb(cfg, out, run_dir, specs, waves)
     fst = str(run_dir / "dump.fst") if waves else None
     results = []
     problems = []
@@ -302,32 +304,30 @@ def run(cfg: ChipConfig, jobs: list[RtlJob], waves: bool = False, *,
 
 
 @contextlib.contextmanager
-def _watching(path: Path, specs: list[dict], progress: Progress | None):
-    """While the simulator runs, tell ``progress`` what the harness writes in
-    ``path`` whenever it changes."""
+def _watching(run_dir: Path, specs: list[dict], progress: Progress | None):
+    """While the simulator runs, tell ``progress`` what the harness writes in each
+    job's progress file whenever it changes, and once more at the end."""
     if progress is None:
         yield
         return
     stop = threading.Event()
+    seen = [""] * len(specs)
 
-    def look(last: str) -> str:
-        try:
-            text = path.read_text()
-        except OSError:
-            return last
-        index, _, cycles = text.strip().partition(" ")
-        if text != last and index.isdigit() and cycles.isdigit() \
-                and int(index) < len(specs):
-            spec = specs[int(index)]
-            progress(int(index), spec["name"], int(cycles), spec["expected_cycles"])
-            return text
-        return last
+    def look():
+        for index, spec in enumerate(specs):
+            try:
+                text = (run_dir / spec["progress"]).read_text()
+            except OSError:
+                continue
+            _, _, cycles = text.strip().partition(" ")
+            if text != seen[index] and cycles.isdigit():
+                seen[index] = text
+                progress(index, spec["name"], int(cycles), spec["expected_cycles"])
 
     def watch():
-        last = ""
         while not stop.wait(PROGRESS_POLL_S):
-            last = look(last)
-        look(last)                  # what it wrote last
+            look()
+        look()                  # what each job wrote last
 
     thread = threading.Thread(target=watch, name="rtlsim-progress", daemon=True)
     thread.start()
@@ -346,11 +346,10 @@ def _result(raw: dict, *, whole: bool, fst: str | None, harness: str) -> RtlResu
                      dram=raw["readback"][0] if whole else None, fst=fst, harness=harness)
 
 
-def _run_cxx(cfg: ChipConfig, out: Path, run_dir: Path, specs: list[dict],
-             progress: bool) -> list[dict]:
+def _run_cxx(cfg: ChipConfig, out: Path, run_dir: Path, specs: list[dict]) -> list[dict]:
     """Each job in its own harness process, from its DRAM load file (an empty one
-    when it has none: the load zeroes the memory), dumping only its readback ranges;
-    with ``progress``, each says how far it has got in :data:`PROGRESS_FILE`."""
+    when it has none: the load zeroes the memory), dumping only its readback ranges
+    and saying how far it has got in its progress file, if it has one."""
     from systolica.sim import cxxsim
     raw = []
     for index, spec in enumerate(specs):
@@ -366,7 +365,7 @@ def _run_cxx(cfg: ChipConfig, out: Path, run_dir: Path, specs: list[dict],
                                  word_bytes=cfg.dram_word_bytes,
                                  timeout_cycles=spec["timeout_cycles"],
                                  samples=spec["samples"],
-                                 progress=run_dir / PROGRESS_FILE if progress else None)
+                                 progress=spec["progress"] and run_dir / spec["progress"])
         except (RuntimeError, OSError) as exc:
             raise RtlSimError(f"simulation in {run_dir} failed: {exc}") from None
         res.update(name=spec["name"], status_flags=describe_status(res["status"]),
@@ -376,7 +375,7 @@ def _run_cxx(cfg: ChipConfig, out: Path, run_dir: Path, specs: list[dict],
 
 
 def _run_cocotb(cfg: ChipConfig, out: Path, run_dir: Path, specs: list[dict],
-                waves: bool, progress: bool) -> list[dict]:
+                waves: bool) -> list[dict]:
     # The DRAM file names are relative to the run directory, the simulator's working
     # directory: sim_top.v holds a name in 128 characters, less than a deep path.
     jobs_file = run_dir / "jobs.json"
@@ -384,8 +383,7 @@ def _run_cocotb(cfg: ChipConfig, out: Path, run_dir: Path, specs: list[dict],
         "word_bytes": cfg.dram_word_bytes, "dram_words": cfg.dram_words,
         "imem_depth": cfg.imem_depth,
         "dram_in": "dram_in.hex", "dram_out": "dram_out.hex",
-        "results": "results.json", "progress": PROGRESS_FILE if progress else None,
-        "jobs": specs,
+        "results": "results.json", "jobs": specs,
     }, indent=1))
 
     from cocotb_tools.check_results import get_results
