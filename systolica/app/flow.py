@@ -161,7 +161,7 @@ def run_network(compiled: Compiled, *, waves: bool = False, per_layer: bool = Tr
     job = RtlJob(compiled.loadable, readback=(out_words,), name=network.name,
                  samples=samples)
     if progress is True:
-        with Display(f"{network.name} on chip {cfg.name}") as show:
+        with Display(f"{network.name} on {cfg.name}") as show:
             full, = rtlsim.run(cfg, [job], waves=waves, harness=harness, progress=show)
     else:
         full, = rtlsim.run(cfg, [job], waves=waves, harness=harness,

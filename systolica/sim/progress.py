@@ -18,7 +18,6 @@ from rich.progress import (
     Progress,
     TaskID,
     TextColumn,
-    TimeElapsedColumn,
     TimeRemainingColumn,
 )
 
@@ -36,7 +35,8 @@ class Display:
 
     On a terminal (``console.is_terminal``) a bar per job, its cycles and the time
     left, gone once the run ends; otherwise, a line on ``stream`` every
-    ``every_s`` seconds of the run (none for a run shorter than that).
+    ``every_s`` seconds of the run (none for a run shorter than that). ``title``
+    names the run (e.g. ``"demo on tiny"``).
     """
 
     #: Seconds between two lines when stderr is not a terminal.
@@ -58,9 +58,9 @@ class Display:
         self._began = self._said = time.monotonic()
         if self.console.is_terminal:
             self._bar = Progress(
-                TextColumn("[bold]{task.description}"), BarColumn(),
-                TextColumn("{task.completed:,} of {task.total:,} cycles"),
-                TimeElapsedColumn(), TextColumn("left"), TimeRemainingColumn(),
+                TextColumn("{task.description}"), BarColumn(bar_width=16),
+                TextColumn("{task.completed:,}/{task.total:,} cycles"),
+                TimeRemainingColumn(compact=True), TextColumn("left"),
                 console=self.console, transient=True)
             self._bar.start()
         return self
@@ -78,7 +78,7 @@ class Display:
             task = self._tasks.get(index)
             if task is None:
                 task = self._tasks[index] = self._bar.add_task(
-                    f"simulating {self.title}" + (f", job {index} ({name})" if index else ""),
+                    self.title + (f", job {index} ({name})" if index else ""),
                     total=max(expected, 1))
             self._bar.update(task, completed=done)
             return

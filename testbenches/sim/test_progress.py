@@ -34,7 +34,7 @@ def plain() -> Console:
 
 def test_a_log_gets_a_line_now_and_then_with_the_time_left(clock):
     out = io.StringIO()
-    with progress.Display("net on chip tiny", console=plain(), stream=out,
+    with progress.Display("net on tiny", console=plain(), stream=out,
                           every_s=30) as show:
         clock.now += 10
         show(0, "net", 1_000, 4_000)          # too soon for a line
@@ -45,10 +45,10 @@ def test_a_log_gets_a_line_now_and_then_with_the_time_left(clock):
         clock.now += 3600
         show(0, "net", 9_000, 4_000)          # past the prediction: said as done
     assert out.getvalue().splitlines() == [
-        "systolica: simulating net on chip tiny: 2,000 of 4,000 cycles (50%), 1:00 so far, "
-        "about 1:00 left",
-        "systolica: simulating net on chip tiny: 4,000 of 4,000 cycles (100%), 1:01:05 so "
-        "far, about 0:00 left"]
+        "systolica: simulating net on tiny: 2,000 of 4,000 cycles (50%), 1:00 so far, about "
+        "1:00 left",
+        "systolica: simulating net on tiny: 4,000 of 4,000 cycles (100%), 1:01:05 so far, "
+        "about 0:00 left"]
 
 
 def test_a_short_run_says_nothing(clock):
@@ -61,15 +61,15 @@ def test_a_short_run_says_nothing(clock):
 
 def test_a_terminal_gets_a_bar_that_goes_when_the_run_ends():
     out = io.StringIO()
-    console = Console(file=out, force_terminal=True, width=120)
-    with progress.Display("net on chip tiny", console=console) as show:
+    console = Console(file=out, force_terminal=True, width=80)
+    with progress.Display("net on tiny", console=console) as show:
         show(0, "net", 1_234, 5_000)
         bar = show._bar
         task, = bar.tasks
         assert (task.description, task.completed, task.total) \
-            == ("simulating net on chip tiny", 1_234, 5_000)
+            == ("net on tiny", 1_234, 5_000)
         bar.refresh()
-        assert "1,234 of 5,000 cycles" in out.getvalue()
+        assert "1,234/5,000 cycles" in out.getvalue()
     assert show._bar is None and bar.live.transient
 
 
