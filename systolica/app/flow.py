@@ -40,6 +40,7 @@ class LayerRun:
     predicted_end: int      # cycle at which the program up to its last instruction
                             # has drained (the compiler's timing)
     measured_end: int       # what the chip's cycle counter read when sampled there
+                            # (for the layer that ends the run, the run's end)
     measured: dict[str, int]    # each of COUNTERS' growth over the layer's cycles: chip
     predicted: dict[str, int]   # ... the golden model's
     start: int = 0          # previous layer's end (0 for the first)
@@ -181,8 +182,10 @@ def run_network(compiled: Compiled, *, waves: bool = False, per_layer: bool = Tr
         chip, gold_at = measured_at[end], predicted_at[end]
         if end < start:             # drained before an earlier layer: no cycles of its own
             chip, gold_at, end = before_chip, before_gold, start
+        # the run ends with the last layer: its end is the run's, however long it took
+        reached = full.cycles if end == compiled.predicted_cycles else chip["cycles"]
         layers.append(LayerRun(
-            layer.name, layer.M, layer.K, layer.N, layer.macs, end, chip["cycles"],
+            layer.name, layer.M, layer.K, layer.N, layer.macs, end, reached,
             {k: chip[k] - before_chip[k] for k in COUNTERS},
             {k: gold_at[k] - before_gold[k] for k in COUNTERS}, start))
         start, before_chip, before_gold = end, chip, gold_at
