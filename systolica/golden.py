@@ -25,7 +25,10 @@ timing (:mod:`systolica.arch.timing`), its scheduler or its lowering:
    cycle order for every program without hazards, so :func:`run` raises
    :class:`GoldenError` on a hazard instead of guessing.
 
-The RTL must produce the same DRAM image, counters and fault registers.
+The RTL must produce the same DRAM image, counters and fault registers. Given
+``sample_at`` cycles, :func:`run` also says what the counter registers read at each
+while the program runs (each instruction's ``counts``, and the fetcher's words): the
+per-layer figures of one run (:func:`systolica.app.flow.run_network`).
 """
 
 from __future__ import annotations
@@ -71,6 +74,14 @@ class GoldenResult:
                               # chip's fetcher may have read further ahead)
     ubuf_bytes_written: int = 0   # UBUF_WR_BYTES: crops
     ubuf_bytes_read: int = 0      # UBUF_RD_BYTES: fetches
+    #: per cycle of ``sample_at``: the counters as the chip's registers read them while
+    #: its cycle counter reads that cycle (:data:`SAMPLED`; after the run, its end)
+    samples: list[dict[str, int]] = field(default_factory=list)
+
+
+#: What a sample holds: the cycle counter and the performance counters, by the names
+#: of :func:`systolica.firmware.driver.counters_from`.
+SAMPLED = ("cycles", *instructions.COUNTERS, "fetch_rd_bytes")
 
 
 class GoldenError(ValueError):
@@ -95,6 +106,7 @@ class Timeline:
     hazards: list[Hazard] = field(default_factory=list)
     fault_reason: str = ""                        # why the fault was raised
     fetched_words: int = 0                        # words the fetcher read
+    fetch_cycles: list[int] = field(default_factory=list)   # ... the cycle of each
 
 
 # -- the timing pass ------------------------------------------------------------------
@@ -540,6 +552,7 @@ class _Fetcher:
         self.next = 0                               # index of the first run still ahead
         self.free_from = 0                          # the next word's earliest cycle
         self.words_read = 0
+        self.word_cycles: list[int] = []            # the cycle each word is addressed
 
     def dma(self, runs: list[tuple[int, int]], t: int) -> None:
         """A DMA issued at `t` uses the port in `runs` (:func:`_port_runs`, relative
@@ -563,6 +576,7 @@ class _Fetcher:
                 else:
                     break
             word_at = c
+            self.word_cycles.append(c)
             c += 1
         self.free_from = c
         return word_at + self.lands
@@ -865,7 +879,7 @@ def begin_check(cfg: ChipConfig, program: list[isa.Instr], prog_addr: int | None
                 found = [h for _, h in theirs]
         cycles = fault[2] if fault else end
         return Timeline(issued, effects, fault, cycles, found, reason or "",
-                        fetcher.words_read)
+                        fetcher.words_read, fetcher.word_cycles)
     return timeline
 
 
@@ -948,7 +962,39 @@ class _Chip:
         return out
 
 
-def run(cfg: ChipConfig, program: Loadable) -> GoldenResult:
+def sample(cfg: ChipConfig, timeline: Timeline, at) -> list[dict[str, int]]:
+    """What the chip's counter registers read while its cycle counter reads each
+    cycle of `at` (:data:`SAMPLED`, one dict per cycle): each counter holds what the
+    issued instructions' ``counts`` and the fetcher's words added in the cycles before
+    (after the run's end, what they added in all). Every count is a run of
+    consecutive cycles or a few, so a sample costs a pass over the runs, not the
+    cycles."""
+    at = [int(c) for c in at]
+    runs: dict[str, list[tuple[int, int, int]]] = {name: [] for name in SAMPLED[1:]}
+    known: dict[tuple, list] = {}
+    for ins, fx in zip(timeline.issued, timeline.effects):
+        entry = instructions.SPEC[ins.op]
+        # a count does not depend on a field that only moves the instruction
+        moving = entry.moves[0] if entry.moves else None
+        key = (ins.op, tuple((k, v) for k, v in ins.fields.items() if k != moving))
+        counted = known.get(key)
+        if counted is None:
+            counted = known[key] = [(c.counter, c.amount, first, last)
+                                    for c in entry.counts(cfg, ins.fields, fx)
+                                    for first, last in _port_runs(c.cycles)]
+        for counter, amount, first, last in counted:
+            runs[counter].append((ins.cycle + first, ins.cycle + last, amount))
+    runs["fetch_rd_bytes"] = [(c, c, cfg.dram_word_bytes) for c in timeline.fetch_cycles]
+    out = [{"cycles": min(c, timeline.cycles)} for c in at]
+    for name, rs in runs.items():
+        first, last, amount = (np.array(v, dtype=np.int64).reshape(-1)
+                               for v in zip(*rs)) if rs else (np.zeros(0, np.int64),) * 3
+        for c, into in zip(at, out):
+            into[name] = int((amount * np.clip(c - first, 0, last - first + 1)).sum())
+    return out
+
+
+def run(cfg: ChipConfig, program: Loadable, sample_at=()) -> GoldenResult:
     """Run `program` (its image on a copy of its DRAM image, the initial DRAM from word
     0, uint8 ``(words, cfg.rows)`` with ``words <= cfg.dram_words``; the rest is
     zeros). A program longer than the instruction memory is also written at its
@@ -958,7 +1004,10 @@ def run(cfg: ChipConfig, program: Loadable) -> GoldenResult:
 
     The result's ``dram`` has all ``cfg.dram_words`` words, but only those the image
     or the program touch take memory or time: give the used part (e.g.
-    ``compiled.dram``), not a full-size copy, and a large DRAM costs nothing."""
+    ``compiled.dram``), not a full-size copy, and a large DRAM costs nothing.
+
+    ``sample_at``: cycles at which to say what the counter registers read
+    (:func:`sample`), in the result's ``samples``."""
     if not isinstance(program, Loadable):
         raise TypeError(f"golden.run takes a Loadable (compiled.loadable, or "
                         f"Loadable(image, dram)), not {type(program).__name__}")
@@ -989,4 +1038,5 @@ def run(cfg: ChipConfig, program: Loadable) -> GoldenResult:
     return GoldenResult(chip.dram, chip.cbuf, chip.acc, timeline.cycles, error, pc, cycle,
                         len(timeline.issued), chip.macs, chip.rd_bytes, chip.wr_bytes,
                         timeline.fetched_words * cfg.dram_word_bytes,
-                        chip.ubuf_wr_bytes, chip.ubuf_rd_bytes)
+                        chip.ubuf_wr_bytes, chip.ubuf_rd_bytes,
+                        sample(cfg, timeline, sample_at) if len(sample_at) else [])

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from systolica.arch import isa
-from systolica.arch.config import ChipConfig
+from systolica.arch.config import ChipConfig, preset
 from systolica.arch.loadable import Loadable
 from systolica.sim import rtlsim
 from systolica.sim.jobs import RtlJob, RtlResult
@@ -176,3 +176,37 @@ def case_table(cfg: ChipConfig, cases: dict, also=None):
         assert_matches_prediction(cfg, compiled, res)
 
     return runs, test_outputs_match_numpy_and_golden, test_cycles_and_counters_match_prediction
+
+
+def _counting_chain(strategy: str):
+    from systolica.compiler import compile_network
+    from systolica.compiler.lowering.chain import ChainChoice
+    from systolica.models import chain_cases
+    return compile_network(preset("tiny"), chain_cases.seed_two_layer(),
+                           chain=ChainChoice(strategy, 8))
+
+
+def _counting_cnn():
+    from systolica.app import demo
+    from systolica.compiler import compile_network
+    return compile_network(preset("tiny"), demo.cnn())
+
+
+def _counting_fetched():
+    from systolica.app.bench_cases import gemm_network
+    from systolica.compiler import compile_network
+    return compile_network(preset("tiny"), gemm_network(48, 256, 96, seed=3))
+
+
+#: Programs for the tiny chip that move every performance counter, by name: the demo
+#: CNN (MACs, DRAM both ways), a chain through the UBUF (its crops and fetches, and a
+#: fused crop), a GEMM longer than the instruction memory (its fetch).
+COUNTING = {"cnn": _counting_cnn, "crop_fetch": lambda: _counting_chain("crop_fetch"),
+            "fused_crop": lambda: _counting_chain("fused_crop"),
+            "fetched": _counting_fetched}
+
+
+def sample_cycles(end: int, count: int = 97) -> list[int]:
+    """About `count` cycles spread over a run of `end` cycles, with its first, its
+    last, its end and one past it."""
+    return sorted({*range(0, end, max(1, end // count)), end - 1, end, end + 50})

@@ -222,7 +222,7 @@ def cmd_sim(args) -> int:
     net = _network(args, cfg)
     compiled = compile_network(cfg, net)   # a network that cannot compile fails now,
     _ensure_built(cfg, args.waves)         # not after minutes of building
-    run = flow.run_network(compiled, waves=args.waves)
+    run = flow.run_network(compiled, waves=args.waves, progress=True)
     report.print_run(run)
     _write_trace(args.trace, run.compiled)
     _write_plot(args.plot, run.compiled, f"{run.name} on chip {cfg.name}")
@@ -493,6 +493,9 @@ def cmd_compile(args) -> int:
     from systolica.arch.config import preset
     from systolica.compiler import compile_network
     cfg = preset(args.config)
+    if args.onnx and args.int32:
+        raise UsageError("--int32 is for --gemm: an ONNX model's outputs have the types "
+                         "the model gives them; drop --int32")
     _check_output(args.out, "--out")
     _check_output(args.trace, "--trace")
     _check_output(args.plot, "--plot")
@@ -643,11 +646,18 @@ def parser() -> argparse.ArgumentParser:
     p = sub.add_parser("bench", help="benchmark GEMMs and the demo; write JSON records")
     p.add_argument("--out", default="build/bench.json", metavar="FILE")
     p.set_defaults(func=cmd_bench)
-    p = sub.add_parser("compile", help="compile a random MxKxN GEMM; print or save it")
-    p.add_argument("--gemm", type=_shape, required=True, metavar="MxKxN")
+    p = sub.add_parser("compile", help="compile a random MxKxN GEMM or an ONNX model; "
+                                       "print or save it")
+    what = p.add_mutually_exclusive_group(required=True)
+    what.add_argument("--gemm", type=_shape, metavar="MxKxN",
+                      help="compile one random MxKxN int8 GEMM")
+    what.add_argument("--onnx", metavar="FILE",
+                      help="compile this ONNX model (QOperator form, int8 inputs and "
+                           "outputs; random inputs from --seed), as `sim --onnx` does")
     config(p)
     p.add_argument("--seed", type=_seed, default=0, help="random data")
-    p.add_argument("--int32", action="store_true", help="int32 output, no requantisation")
+    p.add_argument("--int32", action="store_true",
+                   help="int32 output, no requantisation (--gemm only)")
     p.add_argument("--out", metavar="FILE", help="write the program image here")
     p.add_argument("--listing", action="store_true", help="print the disassembly")
     p.add_argument("--trace", metavar="FILE",

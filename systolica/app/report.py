@@ -49,7 +49,7 @@ def print_run(run: NetworkRun, console: Console | None = None) -> None:
                   f"({cfg.rows}x{cfg.cols} = {cfg.macs} MACs), "
                   f"{len(run.compiled.program)} instructions")
     table = Table(show_edge=False, header_style="bold")
-    for col in ("layer", "M", "K", "N", "cycles pred", "cycles RTL", "cycle match",
+    for col in ("layer", "M", "K", "N", "cycles pred", "cycles RTL", "match",
                 "MAC util", "DRAM rd B", "DRAM wr B", "busiest"):
         table.add_column(col, justify="left" if col == "layer" else "right")
     busy = unit_busy(run)
@@ -57,7 +57,7 @@ def print_run(run: NetworkRun, console: Console | None = None) -> None:
         unit, share = unit_use.busiest(busy.get(layer.name, {}), layer.predicted_cycles)
         table.add_row(layer.name, str(layer.M), str(layer.K), str(layer.N),
                       str(layer.predicted_cycles), str(layer.measured_cycles),
-                      _mark(layer.predicted_end == layer.measured_end),
+                      _mark(layer.ok),
                       f"{layer.utilisation(cfg):.3f}", str(layer.dram_rd_bytes),
                       str(layer.dram_wr_bytes), f"{unit} {share:.2f}" if unit else "")
     table.add_row("[bold]total", "", "", "", str(run.predicted_cycles),
@@ -65,8 +65,16 @@ def print_run(run: NetworkRun, console: Console | None = None) -> None:
                   f"{run.utilisation:.3f}", str(run.dram_rd_bytes), str(run.dram_wr_bytes), "",
                   style="bold")
     console.print(table)
+    if run.layers:
+        console.print("per layer, one run: the chip's counters read where each layer ends "
+                      "(as predicted); match: the cycle counter and every counter (MACs, "
+                      "DRAM, fetch, UBUF bytes) as the golden model says at that cycle",
+                      highlight=False)
     console.print("busiest: the unit busy longest in the layer's cycles and its share of "
                   "them (near 1: it sets the pace)", highlight=False)
+    for layer in run.layers:
+        for line in layer.mismatches():
+            console.print(f"layer {layer.name!r}: {line}", highlight=False)
     for line in split_lines(run.compiled):
         console.print(line, highlight=False)
     console.print(f"outputs: RTL == golden model {_mark(run.rtl_matches_golden)}, "

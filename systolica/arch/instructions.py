@@ -14,7 +14,10 @@ One entry per opcode states everything about it that is neither RTL nor lowering
   data passes and when. The golden model executes these, cycle by cycle, and never
   the closed forms, so a wrong closed form shows up as a broken schedule there;
   ``testbenches/arch/test_instructions.py`` checks the two views agree;
-* its **semantics** (``execute``) on the golden model's state.
+* its **semantics** (``execute``) on the golden model's state;
+* the **performance counters** it moves and in which cycles (``counts``): what the
+  chip's counter registers read at any cycle of a run (the golden model's
+  :func:`systolica.golden.run` ``sample_at``).
 
 Field expressions in ``ranges`` use only ``+ - * == != < <= & |`` and the ``select``
 argument, so the same code yields Python integers for the compiler and the golden
@@ -123,6 +126,22 @@ class Effects:
         """The last cycle in which anything happens (0: only the issue itself)."""
         return max([0] + [int(_max(t.cycles)) for t in self.reads + self.writes
                           if len(t.cycles)])
+
+
+#: The performance counters instructions move (:class:`Count`), named as the firmware
+#: driver names the registers (:func:`systolica.firmware.driver.counters_from`).
+COUNTERS = ("macs", "dram_rd_bytes", "dram_wr_bytes", "ubuf_wr_bytes", "ubuf_rd_bytes")
+
+
+@dataclass(frozen=True)
+class Count:
+    """A performance counter adding ``amount`` in each of ``cycles`` (after issue).
+    The register shows an addition made in cycle ``c`` from cycle ``c + 1`` on: read
+    while the cycle counter reads ``c``, a counter holds what was added in the cycles
+    before ``c``."""
+    counter: str
+    amount: int
+    cycles: np.ndarray
 
 
 #: The banked buffers (docs/contract.md, "CBUF banks", "ACC banks").
@@ -268,6 +287,12 @@ class Instruction(ABC):
         bank ``a >> bank_shift``'s read or write port in cycle ``c``."""
         return _touch_ports(cfg, fx, BANKED)
 
+    def counts(self, cfg: ChipConfig, f: dict, fx: Effects) -> list[Count]:
+        """The performance counters it moves, and in which cycles after issue (its
+        effects ``fx`` given): the same totals as :meth:`execute` adds to the golden
+        model's counters, spread over the cycles the chip counts them in."""
+        return []
+
     @abstractmethod
     def execute(self, chip, f: dict) -> None:
         """The instruction's meaning on the golden model's state ``chip``: its
@@ -387,6 +412,12 @@ class Dma(Instruction):
         return Effects(accept=wait + n,
                        reads=[Touch(buf, rows_at, step[::w])],
                        writes=[Touch("dram", dram, step + wait)])
+
+    def counts(self, cfg, f, fx):
+        # a word read or written in each of its DRAM port cycles
+        counter = "dram_rd_bytes" if self.is_load(Fields(f)) else "dram_wr_bytes"
+        return [Count(counter, cfg.dram_word_bytes, tc.cycles)
+                for tc in fx.reads + fx.writes if tc.resource == "dram"]
 
     def execute(self, chip, f):
         cfg = chip.cfg
@@ -699,6 +730,11 @@ class Matmul(Instruction):
         return (_touch_ports(cfg, fx, ("acc",))
                 + [BankUse("cbuf", READ, b, 1, f["rows"]) for b in range(lo, hi + 1)])
 
+    def counts(self, cfg, f, fx):
+        # a row counts as fed to the array the cycle after its CBUF read (1 + i), a
+        # conv's as a dense one's: every cell of the array, used or not
+        return [Count("macs", cfg.macs, 2 + np.arange(f["rows"], dtype=np.int64))]
+
     def execute(self, chip, f):
         cfg, n = chip.cfg, chip.n
         rows = f["rows"]
@@ -886,6 +922,12 @@ class Vrun(Instruction):
         """The CBUF rows a fused crop writes, for rows ``dst ..`` written."""
         return cfg.ubuf_base + (_rows(dst, rows) & (cfg.ubuf_rows - 1))
 
+    def counts(self, cfg, f, fx):
+        # a fused crop's rows, as they are written into the UBUF
+        if not _field(f, "crop"):
+            return []
+        return [Count("ubuf_wr_bytes", cfg.rows, fx.writes[-1].cycles)]
+
     def execute(self, chip, f):
         cfg = chip.cfg
         rows = f["rows"]
@@ -983,6 +1025,12 @@ class Copy(Instruction):
                        reads=[Touch("cbuf", _rows(src, f["rows"]), read)],
                        writes=[Touch("cbuf", _rows(dst, f["rows"]),
                                      read + cfg.latency["cbuf_read"])])
+
+    def counts(self, cfg, f, fx):
+        # a crop's rows as they are written into the UBUF, a fetch's as they are read
+        if f["kind"] == CopyKind.FETCH:
+            return [Count("ubuf_rd_bytes", cfg.rows, fx.reads[0].cycles)]
+        return [Count("ubuf_wr_bytes", cfg.rows, fx.writes[0].cycles)]
 
     def execute(self, chip, f):
         src, dst = self.endpoints(chip.cfg, f)

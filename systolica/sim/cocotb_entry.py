@@ -7,14 +7,18 @@ The environment variable ``SYSTOLICA_JOBS`` names a JSON file written by the hos
      "dram_out": path, "results": path,
      "jobs": [{"name": str, "program": path, "prog_addr": int, "ubuf": [base, rows] | null,
                "dram": path | null,
-               "readback": [[first_word, words], ...], "timeout_cycles": int}]}
+               "readback": [[first_word, words], ...], "timeout_cycles": int,
+               "samples": [cycle, ...], "progress": path | null}]}
 
 (relative paths are relative to the jobs file). For each job the chip is reset, the
 DRAM is zeroed and loaded from the job's load file (:func:`dramfile.write_segments`
-format; nothing more when ``dram`` is null), the program is loaded and started, and
-after the interrupt (done or fault) or the timeout the counters are read and each
-requested word range is dumped and saved as a ``.npy`` file. The results file is
-rewritten after every job, so a crash leaves what was finished.
+format; nothing more when ``dram`` is null), the program is loaded and started, the
+counters are read once the cycle counter reaches each of ``samples``, and after the
+interrupt (done or fault) or the timeout the counters are read and each requested
+word range is dumped and saved as a ``.npy`` file. The results file is rewritten
+after every job, so a crash leaves what was finished; a job's progress file, if it
+names one, a few times a second while it runs, and at its end, with ``<job index>
+<cycles since its start>``.
 """
 
 from __future__ import annotations
@@ -27,8 +31,27 @@ from pathlib import Path
 import cocotb
 import numpy as np
 
+from systolica.arch.regs import Reg
 from systolica.firmware.cocotb_bus import CocotbBus
-from systolica.firmware.driver import ChipTimeout, Driver, describe_status, error_name
+from systolica.firmware.driver import (
+    COUNTER_REGS,
+    ChipTimeout,
+    Driver,
+    counters_from,
+    describe_status,
+    error_name,
+)
+
+
+def _progress_writer(path: Path, index: int, start_cycle: int):
+    """What the bus calls with the simulation's cycle: rewrites `path` with the job
+    and its cycles since `start_cycle`, in one step (the host reads it meanwhile)."""
+    part = path.with_name(path.name + ".part")
+
+    def write(cycle: int) -> None:
+        part.write_text(f"{index} {cycle - start_cycle}\n")
+        os.replace(part, path)
+    return write
 
 
 @cocotb.test()
@@ -57,7 +80,13 @@ async def run_jobs(dut):
 
         wall = time.perf_counter()
         start_cycle = bus.sim_cycle()
+        if job.get("progress"):
+            bus.progress = _progress_writer(base / job["progress"], index, start_cycle)
         await driver.start()
+        samples = []
+        for cycle in job.get("samples", []):
+            got = await bus.sample(Reg.CYCLES, cycle, COUNTER_REGS, job["timeout_cycles"])
+            samples.append(counters_from(got))
         timed_out = False
         try:
             await driver.wait_done(job["timeout_cycles"])
@@ -66,6 +95,9 @@ async def run_jobs(dut):
             dut._log.error("job %d (%s): %s", index, job["name"], exc)
         end_cycle = bus.sim_cycle()
         wall = time.perf_counter() - wall
+        if bus.progress is not None:
+            bus.progress(end_cycle)
+            bus.progress = None
 
         result = await driver.counters()
         result.update(
@@ -78,6 +110,7 @@ async def run_jobs(dut):
             start_time_ns=start_cycle * bus.period_ns,
             wall_s=wall,
             readback=[],
+            samples=samples,
         )
         for k, (first, count) in enumerate(job["readback"]):
             name = f"job{index}-readback{k}.npy"

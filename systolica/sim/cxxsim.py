@@ -47,19 +47,27 @@ class ScriptBus:
 
 
 def script(program: bytes, timeout_cycles: int, dumps=(), *, prog_addr: int = 0,
-           imem_depth: int | None = None, ubuf: tuple[int, int] | None = None) -> str:
+           imem_depth: int | None = None, ubuf: tuple[int, int] | None = None,
+           samples=(), progress: tuple[str, str] | None = None) -> str:
     """The harness commands of one job: reset, zero the DRAM and load its file, load
-    the program, start, wait for the interrupt, read the counters, dump each
-    ``(first_word, words, path)`` of ``dumps`` (empty ranges are skipped),
-    acknowledge."""
+    the program, start, read the counters once the cycle counter reaches each cycle
+    of ``samples`` (as ``s<k>.<register>``), wait for the interrupt, read the
+    counters, dump each ``(first_word, words, path)`` of ``dumps`` (empty ranges are
+    skipped), acknowledge. ``progress``: ``(path, label)``, the file the harness
+    keeps telling how far the run has got."""
     bus = ScriptBus()
     driver = Driver(bus)
     bus.lines += ["reset 2", "load"]
+    if progress is not None:
+        bus.lines.append(f"progress {progress[0]} {progress[1]}")
 
     async def session():
         await driver.load_program(program, prog_addr=prog_addr, imem_depth=imem_depth,
                                   ubuf=ubuf)
         await driver.start()
+        for k, cycle in enumerate(samples):
+            bus.lines.append(f"until {int(Reg.CYCLES)} {int(cycle)} {int(timeout_cycles)}")
+            bus.lines += [f"read s{k}.{reg.name} {int(reg)}" for reg in COUNTER_REGS]
         await bus.wait_irq(timeout_cycles)
         for reg in COUNTER_REGS:
             await bus.read(reg)
@@ -74,18 +82,23 @@ def script(program: bytes, timeout_cycles: int, dumps=(), *, prog_addr: int = 0,
 def run_job(executable: Path, run_dir: Path, index: int, *, program: bytes,
             dram_in: Path, readback: list, word_bytes: int, timeout_cycles: int,
             prog_addr: int = 0, imem_depth: int | None = None, period_ns: int = 10,
-            ubuf: tuple[int, int] | None = None) -> dict:
+            ubuf: tuple[int, int] | None = None, samples=(),
+            progress: Path | None = None) -> dict:
     """Run one job from the DRAM load file ``dram_in``
     (:func:`systolica.firmware.dramfile.write_segments` format); the raw result (the
-    registers by name, the measured window and one array per ``readback`` range, only
-    those words dumped). Raises RuntimeError if the harness fails."""
+    registers by name, the counters at each cycle of ``samples``, the measured window
+    and one array per ``readback`` range, only those words dumped). ``progress``: a
+    file the harness rewrites with ``<index> <cycles>`` while it runs. Raises
+    RuntimeError if the harness fails."""
     dram_out = f"job{index}-out.hex"   # in run_dir, the working directory: sim_top.v
                                        # holds a file name in 128 characters
     dumps = [(first, count, run_dir / f"job{index}-readback{k}.hex")
              for k, (first, count) in enumerate(readback)]
     commands = run_dir / f"job{index}.script"
     commands.write_text(script(program, timeout_cycles, dumps, prog_addr=prog_addr,
-                               imem_depth=imem_depth, ubuf=ubuf))
+                               imem_depth=imem_depth, ubuf=ubuf, samples=samples,
+                               progress=None if progress is None
+                               else (str(Path(progress).relative_to(run_dir)), str(index))))
     log = run_dir / f"job{index}.log"
     with open(log, "w") as err:
         done = subprocess.run([str(executable),
@@ -95,13 +108,20 @@ def run_job(executable: Path, run_dir: Path, index: int, *, program: bytes,
     if done.returncode:
         raise RuntimeError(f"{executable.name} exited with {done.returncode}; see {log}")
     values = {}
+    sampled = [{} for _ in samples]
     for line in done.stdout.splitlines():
         key, _, value = line.partition(" ")
-        values[key] = float(value) if key == "wall_s" else int(value)
+        at, dot, name = key.partition(".")
+        if dot:                                         # s<k>.<register>
+            sampled[int(at[1:])][name] = int(value)
+        else:
+            values[key] = float(value) if key == "wall_s" else int(value)
     result = counters_from({reg: values[reg.name] for reg in COUNTER_REGS})
     result.update(irq=bool(values["irq"]), timed_out=not values["irq"],
                   sim_cycles=values["sim_cycles"],
                   start_time_ns=values["start_cycle"] * period_ns, wall_s=values["wall_s"],
+                  samples=[counters_from({reg: got[reg.name] for reg in COUNTER_REGS})
+                           for got in sampled],
                   readback=[dramfile.read_hex(path, word_bytes) if count
                             else np.zeros((0, word_bytes), np.uint8)
                             for _, count, path in dumps])

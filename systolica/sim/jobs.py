@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -21,18 +21,28 @@ class RtlJob:
     * ``expect_fault``: whether the run must end in a fault (None: either);
     * ``timeout_cycles``: cycles to wait for the interrupt (None: from the program's
       issue cycles);
-    * ``name``: its label in logs.
+    * ``name``: its label in logs;
+    * ``samples``: cycles, increasing, at which to read the performance counters
+      while the program runs: each once the chip's cycle counter reads it (or the
+      run has ended), all registers in one cycle (e.g. where each layer ends).
     """
     program: Loadable
     readback: tuple[tuple[int, int], ...] | None = None
     expect_fault: bool | None = False
     timeout_cycles: int | None = None
     name: str = ""
+    samples: tuple[int, ...] = ()
 
     def __post_init__(self):
         if not isinstance(self.program, Loadable):
             raise TypeError(f"an RtlJob runs a Loadable (compiled.loadable, or "
                             f"Loadable(image, dram)), not {type(self.program).__name__}")
+        cycles = list(self.samples)
+        if not all(isinstance(c, (int, np.integer)) and not isinstance(c, bool) and c >= 0
+                   for c in cycles) or cycles != sorted(cycles):
+            raise TypeError(f"RtlJob samples must be cycles (non-negative integers) in "
+                            f"increasing order, not {self.samples!r}")
+        object.__setattr__(self, "samples", tuple(int(c) for c in cycles))
 
 
 @dataclass(frozen=True, eq=False)
@@ -40,7 +50,9 @@ class RtlResult:
     """What one run left: the chip's status and performance registers, the readable
     forms of the first two, the interrupt, the DRAM read back, and the simulation's own
     figures (clock cycles from start to interrupt, where the run begins in the
-    waveform, host seconds), the waveform (``waves``) and the harness that drove it."""
+    waveform, host seconds), the waveform (``waves``) and the harness that drove it.
+    ``samples``: per cycle of the job's ``samples``, the registers read then (as
+    :func:`systolica.firmware.driver.counters_from` names them)."""
     name: str
     harness: str
     status: int
@@ -66,3 +78,4 @@ class RtlResult:
     start_time_ns: int
     wall_s: float
     fst: str | None = None
+    samples: list[dict] = field(default_factory=list)

@@ -15,16 +15,27 @@ result an :class:`~systolica.sim.jobs.RtlResult`. A program longer than
 ``cfg.imem_depth`` needs the Loadable's ``prog_addr``: its image is written there, with
 the DRAM data, and the chip fetches from it (:mod:`systolica.arch.fetch`); its ``ubuf``
 is written to the UBUF registers before the run (one the chip would refuse is an error
-here).
+here). A job's ``samples`` are cycles at which the harness reads the performance
+counters while the program runs (once the chip's cycle counter reads each; the
+result's ``samples``): the C++ harness in its own loop, cocotb with one timer per
+sample, so no Python runs per cycle either way.
+
+How far a long run has got: the harness rewrites a file per job in the run directory
+a few times a second, and ``run(..., progress=f)`` calls ``f(job index, job name,
+cycles simulated, cycles the program should take)`` from a thread that watches them
+(:class:`systolica.sim.progress.Display` shows it).
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
 import shutil
 import tempfile
+import threading
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -60,6 +71,14 @@ TIMESCALE = verilated.TIMESCALE
 #: (:mod:`systolica.sim.cxxsim`), the same Verilog either way.
 HARNESSES = ("cocotb", "cxx")
 CXX_MAIN = HDL / "harness.cpp"
+#: The file in the run directory in which the harness says how far job ``index`` has
+#: got: ``<job index> <cycles since its start>``.
+PROGRESS_FILE = "job{index}.progress"
+#: How often the host looks at it (seconds).
+PROGRESS_POLL_S = 0.2
+
+#: ``progress(job index, job name, cycles simulated, cycles the program should take)``
+Progress = Callable[[int, str, int, int], None]
 
 
 class RtlSimError(RuntimeError):
@@ -116,8 +135,9 @@ def build(cfg: ChipConfig, waves: bool = False, harness: str = "cocotb") -> Path
         raise RtlSimError(f"chip {cfg.key}: {exc}") from None
 
 
-def _default_timeout(cfg: ChipConfig, image: bytes) -> int:
-    """Twice the cycle by which every instruction should be done, plus slack."""
+def _expected_end(cfg: ChipConfig, image: bytes) -> int:
+    """The cycle by which every instruction should be done (what the cycle counter
+    reads at the end of a run without faults)."""
     end = 0
     for word in isa.from_bytes(image):
         ins = isa.decode(word)
@@ -125,6 +145,11 @@ def _default_timeout(cfg: ChipConfig, image: bytes) -> int:
             end = max(end, ins.cycle + timing.done(cfg, ins))
         except (ValueError, AttributeError, KeyError):
             end = max(end, ins.cycle + 1)
+    return end
+
+
+def _default_timeout(end: int) -> int:
+    """Twice the cycle by which every instruction should be done, plus slack."""
     return 2 * end + 10_000
 
 
@@ -210,6 +235,7 @@ def _write_jobs(cfg: ChipConfig, jobs: list[RtlJob], run_dir: Path) -> list[dict
             if why:
                 raise RtlSimError(f"job {index}: UBUF base {base}, rows {rows}: {why}")
             ubuf = [base, rows]
+        end = _expected_end(cfg, image)
         specs.append({
             "name": job.name or f"job{index}",
             "program": prog,
@@ -218,18 +244,22 @@ def _write_jobs(cfg: ChipConfig, jobs: list[RtlJob], run_dir: Path) -> list[dict
             "dram": dram,
             "readback": _check_ranges(cfg, [(0, cfg.dram_words)] if job.readback is None
                                       else job.readback),
-            "timeout_cycles": int(job.timeout_cycles or _default_timeout(cfg, image)),
+            "timeout_cycles": int(job.timeout_cycles or _default_timeout(end)),
+            "samples": list(job.samples),
+            "expected_cycles": end,
         })
     return specs
 
 
 def run(cfg: ChipConfig, jobs: list[RtlJob], waves: bool = False, *,
-        keep: bool = False, harness: str = "cocotb") -> list[RtlResult]:
+        keep: bool = False, harness: str = "cocotb",
+        progress: Progress | None = None) -> list[RtlResult]:
     """Run ``jobs`` one after another in one simulator process (cocotb) or one
     process each (``harness="cxx"``, no waveforms); return one result per job (see
     the module docstring). The jobs are checked before any simulator is built. The run
     directory under ``build/runs/`` is deleted afterwards unless ``keep``, ``waves``
-    or a failure."""
+    or a failure. ``progress`` is told how far the simulation has got, a few times a
+    second (from another thread)."""
     _check_harness(harness, waves)
     if not jobs:
         return []
@@ -242,11 +272,14 @@ def run(cfg: ChipConfig, jobs: list[RtlJob], waves: bool = False, *,
     except RtlSimError:
         shutil.rmtree(run_dir, ignore_errors=True)
         raise
+    for index, spec in enumerate(specs):
+        spec["progress"] = PROGRESS_FILE.format(index=index) if progress else None
     out = build(cfg, waves, harness)
-    if harness == "cxx":
-        raw = _run_cxx(cfg, out, run_dir, specs)
-    else:
-        raw = _run_cocotb(cfg, out, run_dir, specs, waves)
+    with _watching(run_dir, specs, progress):
+        if harness == "cxx":
+            raw = _run_cxx(cfg, out, run_dir, specs)
+        else:
+            raw = _run_cocotb(cfg, out, run_dir, specs, waves)
     fst = str(run_dir / "dump.fst") if waves else None
     results = []
     problems = []
@@ -270,6 +303,41 @@ def run(cfg: ChipConfig, jobs: list[RtlJob], waves: bool = False, *,
     return results
 
 
+@contextlib.contextmanager
+def _watching(run_dir: Path, specs: list[dict], progress: Progress | None):
+    """While the simulator runs, tell ``progress`` what the harness writes in each
+    job's progress file whenever it changes, and once more at the end."""
+    if progress is None:
+        yield
+        return
+    stop = threading.Event()
+    seen = [""] * len(specs)
+
+    def look():
+        for index, spec in enumerate(specs):
+            try:
+                text = (run_dir / spec["progress"]).read_text()
+            except OSError:
+                continue
+            _, _, cycles = text.strip().partition(" ")
+            if text != seen[index] and cycles.isdigit():
+                seen[index] = text
+                progress(index, spec["name"], int(cycles), spec["expected_cycles"])
+
+    def watch():
+        while not stop.wait(PROGRESS_POLL_S):
+            look()
+        look()                  # what each job wrote last
+
+    thread = threading.Thread(target=watch, name="rtlsim-progress", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
+
+
 def _result(raw: dict, *, whole: bool, fst: str | None, harness: str) -> RtlResult:
     """A simulator process's result (a dict of registers and figures) as a result."""
     fields = {f.name for f in dataclasses.fields(RtlResult)}
@@ -280,7 +348,8 @@ def _result(raw: dict, *, whole: bool, fst: str | None, harness: str) -> RtlResu
 
 def _run_cxx(cfg: ChipConfig, out: Path, run_dir: Path, specs: list[dict]) -> list[dict]:
     """Each job in its own harness process, from its DRAM load file (an empty one
-    when it has none: the load zeroes the memory), dumping only its readback ranges."""
+    when it has none: the load zeroes the memory), dumping only its readback ranges
+    and saying how far it has got in its progress file, if it has one."""
     from systolica.sim import cxxsim
     raw = []
     for index, spec in enumerate(specs):
@@ -294,7 +363,9 @@ def _run_cxx(cfg: ChipConfig, out: Path, run_dir: Path, specs: list[dict]) -> li
                                  ubuf=spec["ubuf"],
                                  dram_in=dram_in, readback=spec["readback"],
                                  word_bytes=cfg.dram_word_bytes,
-                                 timeout_cycles=spec["timeout_cycles"])
+                                 timeout_cycles=spec["timeout_cycles"],
+                                 samples=spec["samples"],
+                                 progress=spec["progress"] and run_dir / spec["progress"])
         except (RuntimeError, OSError) as exc:
             raise RtlSimError(f"simulation in {run_dir} failed: {exc}") from None
         res.update(name=spec["name"], status_flags=describe_status(res["status"]),

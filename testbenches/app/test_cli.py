@@ -10,6 +10,7 @@ import time
 from importlib import metadata
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from systolica.app import bench_cases, cli
@@ -56,6 +57,51 @@ def test_compile_then_disasm_round_trip(tmp_path, capsys):
     assert status == 0 and code == listing
     # the split the cost model chose (here none: K = 16 fills a tile group's 4 rows)
     assert "# layer 'gemm_8x16x8': the whole array (not 2 groups: K = 16 > 4" in listed
+
+
+def test_compile_an_onnx_model(tmp_path, capsys):
+    """`compile --onnx` compiles what `sim --onnx` would run: the same program image
+    (the model imported with the seed's random inputs), its listing and the predicted
+    figures, and the trace and the plot."""
+    import onnx
+
+    from systolica.compiler import compile_network
+    from systolica.compiler.frontend import onnx_import
+    from systolica.models import onnx_zoo
+    model, image = tmp_path / "inception.onnx", tmp_path / "inception.bin"
+    onnx.save(onnx_zoo.inception(), model)
+    trace, plot = tmp_path / "t.json", tmp_path / "p.svg"
+    status, out, err = run(["compile", "--onnx", str(model), "--seed", "3", "--out",
+                            str(image), "--trace", str(trace), "--plot", str(plot)], capsys)
+    want = compile_network(preset("tiny"), onnx_import.load(str(model), seed=3))
+    assert status == 0 and err == ""
+    assert (f"{len(want.program)} instructions, {want.predicted_cycles} cycles predicted, "
+            f"MAC utilisation {want.utilisation:.3f}") in out.splitlines()
+    assert image.read_bytes() == want.image
+    assert trace.read_text().startswith(("{", "[")) and plot.read_text().startswith("<svg")
+    assert f"{want.network.name} on chip tiny (predicted)" in plot.read_text()
+    # another seed, other inputs: the same program, other data in DRAM
+    other = compile_network(preset("tiny"), onnx_import.load(str(model), seed=4))
+    assert other.image == want.image and not np.array_equal(other.dram, want.dram)
+    status, listed, _ = run(["compile", "--onnx", str(model), "--listing"], capsys)
+    code = [line for line in listed.splitlines() if not line.startswith("# ")]
+    assert status == 0 and code == want.disassemble().splitlines()
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["--gemm", "8x8x8", "--onnx", "m.onnx"], ["--onnx", "not allowed with", "--gemm"]),
+    ([], ["one of the arguments --gemm --onnx is required"]),
+    (["--onnx", "{model}", "--int32"], ["--int32 is for --gemm", "drop --int32"]),
+])
+def test_compile_takes_a_gemm_or_a_model(argv, words, tmp_path, capsys):
+    import onnx
+
+    from systolica.models import onnx_zoo
+    model = tmp_path / "m.onnx"
+    onnx.save(onnx_zoo.inception(), model)
+    status, out, err = run(["compile", *(a.format(model=model) for a in argv)], capsys)
+    assert status == 2 and out == ""
+    assert all(w in err.splitlines()[-1] for w in words), err
 
 
 def test_compile_draws_the_predicted_unit_occupancy(tmp_path, capsys):

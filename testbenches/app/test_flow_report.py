@@ -3,7 +3,8 @@ per-layer table people read and the bench record machines read.
 
 The report tests take a real compiled network with the golden model's results in the
 RTL's place (no simulator); one run of the flow on the tiny chip's RTL then checks
-that the flow measures what the golden model says, layer by layer.
+that the flow measures what the golden model says, layer by layer: the chip's
+counters read where each layer ends, in the one run of the whole program.
 """
 
 from __future__ import annotations
@@ -43,19 +44,23 @@ DEMO_CYCLES = 2264
 
 def golden_run(cfg, network) -> flow.NetworkRun:
     """What :func:`flow.run_network` reports, with the golden model standing in for the
-    RTL: the whole program, and for each layer the program up to that layer's last
-    instruction (the chip's counters then give the layer's end and DRAM traffic)."""
+    RTL: each layer's end from the golden model's run of the program up to that
+    layer's last instruction (not from the compiler's timing, as the flow's), and the
+    counters there from its samples of the whole program's run."""
     compiled = compile_network(cfg, network)
     words = isa.from_bytes(compiled.image)
-    full = golden.run(cfg, Loadable(compiled.image, compiled.dram))
-    layers, start, rd, wr = [], 0, 0, 0
-    for index, layer in enumerate(compiled.layers):
-        upto = 1 + max(pc for pc, of in enumerate(compiled.layer_of) if of == index)
-        part = golden.run(cfg, Loadable(isa.to_bytes(words[:upto]), compiled.dram))
+    ends = []
+    for layer in compiled.layers:
+        upto = 1 + max(pc for pc, of in enumerate(compiled.layer_of) if of == layer.index)
+        ends.append(golden.run(cfg, Loadable(isa.to_bytes(words[:upto]),
+                                             compiled.dram)).cycles)
+    full = golden.run(cfg, Loadable(compiled.image, compiled.dram), sample_at=ends)
+    layers, start, before = [], 0, dict.fromkeys(flow.COUNTERS, 0)
+    for layer, end, at in zip(compiled.layers, ends, full.samples):
+        share = {k: at[k] - before[k] for k in flow.COUNTERS}
         layers.append(flow.LayerRun(layer.name, layer.M, layer.K, layer.N, layer.macs,
-                                    part.cycles, part.cycles, part.dram_bytes_read - rd,
-                                    part.dram_bytes_written - wr, start))
-        start, rd, wr = part.cycles, part.dram_bytes_read, part.dram_bytes_written
+                                    end, at["cycles"], share, dict(share), start))
+        start, before = end, at
     got, want = compiled.results(full.dram), reference.outputs(network)
     return flow.NetworkRun(
         cfg=cfg, name=network.name, compiled=compiled, compile_s=0.5,
@@ -106,6 +111,17 @@ def test_golden_stand_in_is_a_passing_run(demo_run):
     assert all(a.measured_end == b.start for a, b in zip(demo_run.layers, demo_run.layers[1:]))
     assert sum(l.dram_rd_bytes for l in demo_run.layers) == demo_run.dram_rd_bytes
     assert sum(l.dram_wr_bytes for l in demo_run.layers) == demo_run.dram_wr_bytes
+    assert sum(l.measured["macs"] for l in demo_run.layers) == demo_run.macs_counter
+    assert all(l.measured["macs"] > 0 for l in demo_run.layers)
+
+
+@pytest.mark.parametrize("make", [demo.mlp, demo.cnn, demo.concat])
+def test_layers_end_where_their_prefix_drains(make):
+    """The flow's layer ends (the compiler's timing, in one pass over the program) are
+    where the golden model's run of each layer's prefix of the program ends."""
+    stand_in = golden_run(preset("tiny"), make())
+    assert flow.layer_ends(stand_in.compiled) == [l.predicted_end for l in stand_in.layers]
+    assert flow.layer_ends(stand_in.compiled)[-1] == stand_in.predicted_cycles
 
 
 def test_table_has_a_row_per_layer_and_a_total(demo_run):
@@ -139,6 +155,23 @@ def test_a_layer_off_by_one_cycle_fails_the_run(demo_run):
     lines = printed(run)
     assert next(l for l in lines if l.startswith("fc2 ")).split()[6] == "NO"
     assert next(l for l in lines if l.startswith("fc1 ")).split()[6] == "yes"
+    assert lines[-1] == "FAIL"
+
+
+@pytest.mark.parametrize("counter", flow.COUNTERS)
+def test_a_layer_counter_off_the_prediction_fails_the_run(demo_run, counter):
+    """A counter that counted otherwise than the golden model in one layer's cycles
+    fails the layer and the run, and says which, by how much."""
+    fc2 = demo_run.layers[1]
+    off = dataclasses.replace(fc2, measured={**fc2.measured,
+                                             counter: fc2.measured[counter] + 8})
+    run = dataclasses.replace(demo_run, layers=[demo_run.layers[0], off,
+                                                *demo_run.layers[2:]])
+    assert not off.ok and not run.ok
+    lines = printed(run)
+    assert next(l for l in lines if l.startswith("fc2 ")).split()[6] == "NO"
+    assert (f"layer 'fc2': {counter} {fc2.measured[counter] + 8} on the chip, "
+            f"{fc2.predicted[counter]} predicted") in lines
     assert lines[-1] == "FAIL"
 
 
@@ -192,9 +225,13 @@ def test_a_fetch_count_off_the_prediction_is_shown_and_fails(demo_run):
 @pytest.mark.rtl
 def test_flow_on_rtl_measures_what_the_golden_model_says(demo_run):
     """One run of the demo on the tiny chip's RTL: every figure of the run and of each
-    layer (cycles, DRAM traffic, MAC counter) equals the golden model's."""
-    run = flow.run_network(compile_network(preset("tiny"), demo.mlp()))
+    layer (cycles, the counters at each layer's end) equals the golden model's; the
+    harness said how far it had got."""
+    told = []
+    run = flow.run_network(compile_network(preset("tiny"), demo.mlp()),
+                           progress=lambda *args: told.append(args))
     assert run.ok, printed(run)
+    assert told[-1][:2] == (0, "demo_mlp") and told[-1][3] == DEMO_CYCLES
     assert run.sim_s > 0 and run.compile_s > 0 and run.fst is None
     for field in dataclasses.fields(flow.NetworkRun):
         if field.name not in TIMING | {"compiled"}:

@@ -12,6 +12,8 @@ from systolica.arch.isa import DmaKind, Instr, Opcode
 from systolica.arch.loadable import Loadable
 from systolica.arch.regs import ErrorCode
 
+from chip_runs import COUNTING, sample_cycles
+
 CFG = preset("tiny")        # 2x2 tiles of 4x4: R = C = 8
 R, C, n = CFG.rows, CFG.cols, CFG.tile_size
 MUX = fabric.by_name(CFG)
@@ -403,3 +405,51 @@ def test_setcfg_inside_a_window_faults_and_before_it_routes():
     last_row = program[-1].cycle + 2 + 5 - 1     # the window's last cycle: u = it is legal
     after = program + [Instr(Opcode.SETCFG, last_row, isa.setcfg_fields(swap))]
     assert golden.run(CFG, Loadable(image(after), dram)).error is ErrorCode.NONE
+
+
+# -- the counters while the program runs ----------------------------------------------------
+def test_counters_sampled_while_running():
+    """What the counter registers read at a cycle of the run: a load's words from the
+    cycle after each is read (cycles 1..13), a MATMUL's rows from the cycle after each
+    is fed (two cycles after its CBUF read), the cycle counter itself; past the end,
+    the run's totals."""
+    program = gemm_program()
+    mm = program[-1]
+    at = [0, 1, 2, 13, 14, mm.cycle + 2, mm.cycle + 3, mm.cycle + 7, mm.cycle + 8, 10**6]
+    result = golden.run(CFG, Loadable(image(program), fresh_dram()), sample_at=at)
+    end = timing.run_cycles(CFG, program)
+    got = [(s["cycles"], s["dram_rd_bytes"] // R, s["macs"] // (R * C))
+           for s in result.samples]
+    assert got == [(0, 0, 0), (1, 0, 0), (2, 1, 0), (13, 12, 0), (14, 13, 0),
+                   (mm.cycle + 2, 13, 0), (mm.cycle + 3, 13, 1), (mm.cycle + 7, 13, 5),
+                   (mm.cycle + 8, 13, 5), (end, 13, 5)]
+    assert all(s["dram_wr_bytes"] == s["fetch_rd_bytes"] == s["ubuf_wr_bytes"]
+               == s["ubuf_rd_bytes"] == 0 for s in result.samples)
+    assert set(result.samples[0]) == set(golden.SAMPLED)
+    assert golden.run(CFG, Loadable(image(program), fresh_dram())).samples == []
+
+
+@pytest.mark.parametrize("case", sorted(COUNTING))
+def test_samples_add_up_to_the_run(case):
+    """Sampled every few cycles, every counter starts at 0, never falls, and reads the
+    run's total from its end on; the cycle counter reads the cycle, then the end."""
+    compiled = COUNTING[case]()
+    end = compiled.predicted_cycles
+    at = sample_cycles(end)
+    result = golden.run(CFG, compiled.loadable, sample_at=at)
+    totals = {"cycles": result.cycles, "macs": result.macs,
+              "dram_rd_bytes": result.dram_bytes_read,
+              "dram_wr_bytes": result.dram_bytes_written,
+              "fetch_rd_bytes": result.fetch_bytes_read,
+              "ubuf_wr_bytes": result.ubuf_bytes_written,
+              "ubuf_rd_bytes": result.ubuf_bytes_read}
+    assert result.samples[0] == dict.fromkeys(golden.SAMPLED, 0)
+    assert [s["cycles"] for s in result.samples] == [min(c, end) for c in at]
+    for name in golden.SAMPLED:
+        values = [s[name] for s in result.samples]
+        assert values == sorted(values), name
+        assert all(v == totals[name] for c, v in zip(at, values) if c >= end), name
+    # the totals are the compiler's, and the program moves what it is here for
+    assert (totals["fetch_rd_bytes"], totals["ubuf_wr_bytes"], totals["ubuf_rd_bytes"]) \
+        == (compiled.fetch_bytes_read, compiled.ubuf_bytes_written,
+            compiled.ubuf_bytes_read)

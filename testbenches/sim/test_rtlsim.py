@@ -4,6 +4,7 @@ model, several jobs in one simulator, faults, timeouts, waveforms)."""
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 from pathlib import Path
 
@@ -14,13 +15,20 @@ from systolica.arch import isa, timing
 from systolica.arch.config import preset
 from systolica.arch.isa import DmaKind, Instr, Opcode
 from systolica.arch.loadable import Loadable
-from systolica.arch.regs import CTRL_IRQ_ACK, CTRL_START, ErrorCode, Reg, hwcfg_word
+from systolica.arch.regs import (
+    CTRL_IRQ_ACK,
+    CTRL_START,
+    STATUS_RUNNING,
+    ErrorCode,
+    Reg,
+    hwcfg_word,
+)
 from systolica.firmware import dramfile
 from systolica.firmware.driver import Driver
 from systolica.sim import rtlsim
 from systolica.sim.jobs import RtlJob
 
-from chip_runs import rtl_job, run_many_on_rtl, run_on_rtl
+from chip_runs import COUNTING, rtl_job, run_many_on_rtl, run_on_rtl, sample_cycles
 
 # -- host side, no simulator ------------------------------------------------------------
 
@@ -126,6 +134,28 @@ def test_cxx_script_follows_the_driver():
     assert lines[11:-3] == [f"read {r.name} {int(r)}" for r in COUNTER_REGS]
     assert lines[-3:] == ["dump 300 6 /r/a b.hex", f"dump {1 << 22} 2 /r/c.hex",
                           f"write {int(Reg.CTRL)} {CTRL_IRQ_ACK}"]
+
+
+def test_cxx_script_samples_the_counters_and_says_how_far_it_got():
+    """Each sample waits until the cycle counter reads its cycle (or the run ends, or
+    the timeout passes), then reads every counter as ``s<k>.<register>``, before the
+    wait for the interrupt; the progress file is named before anything runs."""
+    from systolica.firmware.driver import COUNTER_REGS
+    from systolica.sim import cxxsim
+    lines = cxxsim.script(isa.to_bytes([5]), 77, samples=(10, 40),
+                          progress=("progress", "3")).splitlines()
+    assert lines[:3] == ["reset 2", "load", "progress progress 3"]
+    start = lines.index(f"write {int(Reg.CTRL)} {CTRL_START}")
+    reads = [[f"read s{k}.{r.name} {int(r)}" for r in COUNTER_REGS] for k in (0, 1)]
+    assert lines[start + 1:lines.index("wait 77")] == [
+        f"until {int(Reg.CYCLES)} 10 77", *reads[0], f"until {int(Reg.CYCLES)} 40 77",
+        *reads[1]]
+
+
+@pytest.mark.parametrize("samples", [(5, 3), (-1,), (2.5,), (True,)])
+def test_samples_are_increasing_cycles(samples):
+    with pytest.raises(TypeError, match="samples must be cycles"):
+        RtlJob(Loadable(b"", None), samples=samples)
 
 
 @pytest.mark.parametrize("harness, waves, message", [
@@ -250,6 +280,42 @@ def test_large_dram_loads_and_reads_back_only_the_regions_used():
 
 
 @pytest.mark.rtl
+@pytest.mark.parametrize("case", sorted(COUNTING))
+def test_counters_read_while_running_are_the_golden_models(tiny_cfg, tiny_build, case):
+    """The counters the harness reads at about a hundred cycles of a run (each once
+    the chip's cycle counter reads it) are, register for register, what the golden
+    model says they read there: the MACs as rows are fed, DRAM words as they move,
+    instruction words as they are fetched, UBUF rows as they are cropped and fetched;
+    and the run ends as it would without the samples."""
+    from systolica import golden
+    compiled = COUNTING[case]()
+    end = compiled.predicted_cycles
+    # and in the middle of the first few instructions that move the counter the case is
+    # here for (a UBUF copy is over in a few dozen cycles)
+    name, op = {"cnn": ("macs", Opcode.MATMUL), "crop_fetch": ("ubuf_rd_bytes", Opcode.COPY),
+                "fused_crop": ("ubuf_wr_bytes", Opcode.VRUN),
+                "fetched": ("fetch_rd_bytes", None)}[case]
+    middles = [ins.cycle + timing.done(tiny_cfg, ins) // 2 for ins in compiled.program
+               if ins.op is op][:10]
+    at = tuple(sorted({*sample_cycles(end), *middles}))
+    job = rtl_job(compiled, readback=[(compiled.dram_map.output, 4)])
+    alone, sampled = rtlsim.run(tiny_cfg, [job, dataclasses.replace(job, samples=at)])
+    want = golden.run(tiny_cfg, compiled.loadable, sample_at=at).samples
+    got = [{k: s[k] for k in golden.SAMPLED} for s in sampled.samples]
+    wrong = [(c, w, g) for c, w, g in zip(at, want, got) if w != g]
+    assert not wrong and len(got) == len(at), wrong[:3]
+    # running until the end (the cycle counter reads it in the run's last cycle), then
+    # the run's registers
+    assert [s["status"] & STATUS_RUNNING for s in sampled.samples] \
+        == [int(c <= end) for c in at]
+    assert {k: getattr(sampled, k) for k in golden.SAMPLED} \
+        == {k: getattr(alone, k) for k in golden.SAMPLED} == got[-1]
+    assert np.array_equal(sampled.readback[0], alone.readback[0])
+    # the counter the case is here for is read with some counted and not all
+    assert any(0 < s[name] < got[-1][name] for s in got), name
+
+
+@pytest.mark.rtl
 def test_unexpected_fault_is_reported(tiny_cfg, tiny_build):
     with pytest.raises(rtlsim.RtlSimError, match="faulted with ILLEGAL_OPCODE at pc 1"):
         run_on_rtl(tiny_cfg, [Instr(Opcode.SETCFG, 0, {"index": 0, "value": 0}), 0],
@@ -285,16 +351,20 @@ def test_cxx_harness_agrees_with_cocotb():
     from systolica.compiler import compile_network
     cfg = SMALL
     gemm = compile_network(cfg, _gemm_network(12, 10, 6, 3))
-    jobs = [rtl_job(gemm, name="gemm"),
+    at = (0, 7, gemm.predicted_cycles // 2, gemm.predicted_cycles, gemm.predicted_cycles + 9)
+    jobs = [dataclasses.replace(rtl_job(gemm, name="gemm"), samples=at),
             rtl_job(_copy_program(cfg, src=10, dst=300, rows=6), _random_dram(cfg, 4),
                     readback=[(300, 6), (0, 4)], name="copy"),
             rtl_job([Instr(Opcode.ILLEGAL, 0, {})], readback=[], expect_fault=True,
                     name="illegal"),
             rtl_job(b"", readback=[(300, 6), (10, 4), (5, 0)], name="after")]
-    cocotb, cxx = (rtlsim.run(cfg, jobs, harness=h) for h in ("cocotb", "cxx"))
+    told = {"cocotb": [], "cxx": []}
+    cocotb, cxx = (rtlsim.run(cfg, jobs, harness=h,
+                              progress=lambda *args, h=h: told[h].append(args))
+                   for h in ("cocotb", "cxx"))
     registers = ("status", "error", "fault_pc", "fault_cycle", "cycles", "macs",
                  "dram_rd_bytes", "dram_wr_bytes", "hwcfg", "irq", "faulted",
-                 "timed_out", "status_flags", "error_name", "name")
+                 "timed_out", "status_flags", "error_name", "name", "samples")
     for a, b in zip(cocotb, cxx, strict=True):
         assert (a.harness, b.harness) == ("cocotb", "cxx")
         assert {k: getattr(a, k) for k in registers} == {k: getattr(b, k) for k in registers}, \
@@ -303,6 +373,18 @@ def test_cxx_harness_agrees_with_cocotb():
         assert all(np.array_equal(x, y) for x, y in zip(a.readback, b.readback))
         assert (a.dram is None) == (b.dram is None)
     assert cxx[0].cycles == gemm.predicted_cycles and cxx[0].macs > 0
+    # the counters read while it ran, as the golden model says
+    from systolica import golden
+    want = golden.run(cfg, gemm.loadable, sample_at=at).samples
+    assert [{k: s[k] for k in golden.SAMPLED} for s in cxx[0].samples] == want
+    assert 0 < want[2]["macs"] < want[3]["macs"]
+    # each harness said how far each job had got, last at its end
+    for harness, results in (("cocotb", cocotb), ("cxx", cxx)):
+        last = {index: (name, cycles, expected)
+                for index, name, cycles, expected in told[harness]}
+        assert last[0] == ("gemm", results[0].sim_cycles, gemm.predicted_cycles), harness
+        assert sorted(last) == [0, 1, 2, 3], harness
+        assert all(last[i][1] == r.sim_cycles for i, r in enumerate(results)), harness
     assert np.array_equal(cxx[0].dram, cocotb[0].dram)
     assert not np.array_equal(cxx[0].dram[:len(gemm.dram)], gemm.dram)  # it wrote
     assert cxx[2].error == ErrorCode.ILLEGAL_OPCODE

@@ -15,7 +15,14 @@
 //   write <reg> <value>     one register write (set on a falling edge, taken on the rise)
 //   mark                    start the measured window: cycle count and wall clock
 //   wait <cycles>           clock until irq is high or the cycles have passed
+//   until <reg> <value> <cycles>
+//                           clock until register <reg> reads <value> or more, irq is
+//                           high or the cycles have passed (the counters sampled while
+//                           the chip runs: <reg> is its cycle counter)
 //   read <name> <reg>       print "<name> <value>"
+//   progress <path> <label> from now on, while clocking in `wait` and `until`, rewrite
+//                           <path> a few times a second with "<label> <cycles since
+//                           mark>" (how far a long run has got, for the host to show)
 //
 // `wait` prints "irq <0|1>", "sim_cycles <n>" (rising edges since `mark`),
 // "start_cycle <n>" and "wall_s <seconds>". Any other line is an error (exit 2).
@@ -33,6 +40,29 @@
 #include "verilated.h"
 
 namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// How far a run has got, written to a file a few times a second (`progress`).
+struct Progress {
+    std::string path, label;
+    Clock::time_point last = Clock::now();
+
+    // Called every cycle; looks at the wall clock every 4096 cycles only (`force`:
+    // write whatever the time).
+    void tick(unsigned long long cycles, bool force = false) {
+        if (path.empty() || (!force && (cycles & 4095) != 0)) return;
+        const Clock::time_point now = Clock::now();
+        if (!force && now - last < std::chrono::milliseconds(200)) return;
+        last = now;
+        const std::string part = path + ".part";
+        if (FILE* f = std::fopen(part.c_str(), "w")) {
+            std::fprintf(f, "%s %llu\n", label.c_str(), cycles);
+            std::fclose(f);
+            std::rename(part.c_str(), path.c_str());
+        }
+    }
+};
 
 struct Chip {
     VerilatedContext* ctx;
@@ -86,7 +116,8 @@ int main(int argc, char** argv) {
         *dram_out ? std::string(dram_out + std::strlen("+DRAM_OUT=")) : std::string();
 
     unsigned long long mark_cycle = 0;
-    auto mark_wall = std::chrono::steady_clock::now();
+    auto mark_wall = Clock::now();
+    Progress progress;
     std::string line;
     int number = 0;
     while (std::getline(script, line)) {
@@ -134,16 +165,32 @@ int main(int argc, char** argv) {
             top->reg_we = 0;
         } else if (cmd == "mark") {
             mark_cycle = chip.cycle;
-            mark_wall = std::chrono::steady_clock::now();
+            mark_wall = Clock::now();
+        } else if (cmd == "progress") {
+            in >> progress.path >> progress.label;
         } else if (cmd == "wait") {
             unsigned long long limit = 0;
             in >> limit;
-            for (unsigned long long i = 0; i < limit && !top->irq; ++i) chip.tick();
-            const std::chrono::duration<double> wall =
-                std::chrono::steady_clock::now() - mark_wall;
+            for (unsigned long long i = 0; i < limit && !top->irq; ++i) {
+                chip.tick();
+                progress.tick(chip.cycle - mark_cycle);
+            }
+            progress.tick(chip.cycle - mark_cycle, true);
+            const std::chrono::duration<double> wall = Clock::now() - mark_wall;
             std::printf("irq %d\nsim_cycles %llu\nstart_cycle %llu\nwall_s %.6f\n",
                         top->irq ? 1 : 0, chip.cycle - mark_cycle, mark_cycle,
                         wall.count());
+        } else if (cmd == "until") {
+            unsigned long reg = 0, value = 0;
+            unsigned long long limit = 0;
+            in >> reg >> value >> limit;
+            top->reg_addr = reg;
+            top->eval();
+            for (unsigned long long i = 0; i < limit && !top->irq && top->reg_rdata < value;
+                 ++i) {
+                chip.tick();
+                progress.tick(chip.cycle - mark_cycle);
+            }
         } else if (cmd == "read") {
             std::string name;
             unsigned long reg = 0;
