@@ -256,10 +256,11 @@ def _sim_onnx(args, cfg) -> int:
     from rich.console import Console
     from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 
-    from systolica.app import onnx_report
+    from systolica.app import onnx_report, onnx_run
     from systolica.app.onnx_run import run_plan
     from systolica.compiler.assignment.assign import Thresholds
     from systolica.compiler.assignment.partition import PlanOptions, plan_model
+    from systolica.sim.progress import Display
     _check_output(args.report_json, "--report-json")
     options = PlanOptions(Thresholds(args.benefit_threshold, args.cost_threshold),
                           _assignments(args.assign), seed=args.seed)
@@ -269,15 +270,17 @@ def _sim_onnx(args, cfg) -> int:
         _ensure_built(cfg)
     columns = (TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/"
                "{task.total}"), TimeRemainingColumn())
-    with Progress(*columns, transient=True,
-                  console=Console(stderr=True)) as bar:
+    with Progress(*columns, transient=True, console=Console(stderr=True)) as bar:
         task = bar.add_task("segments", total=len(plan.segments))
 
         def progress(what, done, total):
             bar.update(task, description=what, completed=done, total=total)
 
-        run = run_plan(plan, rtl=not args.golden_only, tolerance=args.tolerance,
-                       progress=progress)
+        run = run_plan(plan, compare=False, progress=progress)
+    if not args.golden_only:
+        with Display(f"{plan.model.name}'s chip programs on chip {cfg.name}") as show:
+            onnx_run.run_on_rtl(run, progress=show)
+    onnx_run.compare_with_onnxruntime(run, args.tolerance)
     print("\n".join(onnx_report.run_lines(run)))
     if args.report_json:
         onnx_report.write_json(run, args.report_json)

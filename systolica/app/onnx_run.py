@@ -135,10 +135,15 @@ def run_plan(plan: Plan, *, rtl: bool = False, compare: bool = True,
     run = ModelRun(plan, runs, {o: values[o] for o in plan.outputs},
                    golden_s=time.perf_counter() - t0, values=values)
     if rtl:
-        _on_rtl(run, progress)
+        run_on_rtl(run)
     if compare:
-        run.agreement, run.isolated = against_onnxruntime(plan, run.values, tolerance)
+        compare_with_onnxruntime(run, tolerance)
     return run
+
+
+def compare_with_onnxruntime(run: ModelRun, tolerance: float | None = None) -> None:
+    """Fill `run`'s agreement with onnxruntime, end to end and per chip operation."""
+    run.agreement, run.isolated = against_onnxruntime(run.plan, run.values, tolerance)
 
 
 def values_shape(seg: Segment, value: str, array: np.ndarray) -> tuple[int, ...]:
@@ -148,17 +153,18 @@ def values_shape(seg: Segment, value: str, array: np.ndarray) -> tuple[int, ...]
     return tuple(shape) if shape and int(np.prod(shape)) == array.size else array.shape
 
 
-def _on_rtl(run: ModelRun, progress) -> None:
+def run_on_rtl(run: ModelRun, progress=None) -> None:
+    """Every chip program of `run` again on the Verilated chip, in one simulator
+    process, fed what the golden pass fed it; its outputs and cycles filled in.
+    `progress`: an :data:`systolica.sim.rtlsim.Progress`."""
     from systolica.sim import rtlsim
     from systolica.sim.jobs import RtlJob
     chips = [s for s in run.segments if s.segment.processor == "chip"]
     jobs = [RtlJob(s.compiled.loadable,
                    readback=tuple(s.compiled.dram_map.outputs.values()),
                    name=f"segment_{s.segment.index}") for s in chips]
-    if progress:
-        progress(f"{len(jobs)} chip programs on the RTL", 0, len(jobs))
     t = time.perf_counter()
-    results = rtlsim.run(run.plan.cfg, jobs)
+    results = rtlsim.run(run.plan.cfg, jobs, progress=progress)
     run.rtl_s = time.perf_counter() - t
     for s, res in zip(chips, results):
         gold = golden.run(run.plan.cfg, s.compiled.loadable).dram
