@@ -343,7 +343,16 @@ def _write_trace(path: str | None, compiled) -> None:
 def cmd_bench(args) -> int:
     from rich.progress import Progress
 
-    from systolica.app import bench_cases, chain_bench, cnn_bench, flow, plot, report, route_bench
+    from systolica.app import (
+        bench_cases,
+        chain_bench,
+        cnn_bench,
+        flow,
+        onnx_bench,
+        plot,
+        report,
+        route_bench,
+    )
     from systolica.arch.config import preset
     from systolica.compiler import CompileError, compile_network
     from systolica.sim import rtlsim
@@ -394,9 +403,16 @@ def cmd_bench(args) -> int:
                                  "strategy", total=1)
         resnets = cnn_bench.resnet50_records(preset("base"))
         progress.advance(task)
+        task = progress.add_task("real ONNX models on base", total=len(onnx_bench.CASES))
+        _ensure_built(preset(onnx_bench.CONFIG))
+        models = []
+        for case in onnx_bench.CASES:
+            progress.update(task, description=f"{case.name} on {onnx_bench.CONFIG}")
+            models.append(onnx_bench.record(case))
+            progress.advance(task)
     out = Path(args.out)
-    _write_bytes(args.out, (json.dumps(records + resnets + chains + transposes + routes,
-                                       indent=2) + "\n").encode())
+    _write_bytes(args.out, (json.dumps(records + resnets + chains + transposes + routes
+                                       + models, indent=2) + "\n").encode())
     for r in records:
         print(f"{r['name']:>18} on {r['config']:<5} cycles {r['cycles']:>7} "
               f"(predicted {r['predicted_cycles']}) util {r['mac_utilization']:.3f} "
@@ -417,8 +433,9 @@ def cmd_bench(args) -> int:
               f"{r['ubuf_bytes_written']:>6} B  {'ok' if r['ok'] else 'MISMATCH'}")
     transpose_bench.print_records(transposes)
     route_bench.print_records(routes)
+    onnx_bench.print_records(models)
     print(f"wrote {out}")
-    return 0 if all(r["ok"] for r in records + chains + transposes + routes
+    return 0 if all(r["ok"] for r in records + chains + transposes + routes + models
                     if "error" not in r) else 1
 
 

@@ -201,6 +201,23 @@ def _route_row(r: Record) -> list[str]:
             both("cycles"), yes(r.flag("ok"))]
 
 
+def _model_row(r: Record) -> list[str]:
+    per = r.data.get("per_processor", {})
+    outs = r.data.get("onnxruntime_outputs", [])
+    agree = "; ".join(f"{o['differing']}/{o['values']}, max {o['max_difference']:g}"
+                      for o in outs) or "-"
+    return [r.text("name"), r.text("config"),
+            f"{per.get('chip', 0)} / {per.get('host', 0)}",
+            ", ".join(f"{k} {v}" for k, v in sorted(r.data.get("host_kinds", {}).items())),
+            count(r.number("chip_cycles")),
+            count(r.number("rtl_cycles")) if r.data.get("rtl_cycles") is not None else "-",
+            seconds(r.number("host_seconds")), fraction(r.number("mac_utilization")),
+            count(r.number("dram_bytes")), seconds(r.number("compile_seconds")),
+            seconds(r.number("golden_seconds")),
+            seconds(r.number("rtl_seconds")) if r.data.get("rtl_seconds") is not None
+            else "-", agree, yes(r.flag("ok"))]
+
+
 SECTIONS: tuple[Section, ...] = (
     Section(RUN, "Networks on the RTL",
             "Each network compiled for its chip and run on the Verilated RTL. The run "
@@ -249,6 +266,16 @@ SECTIONS: tuple[Section, ...] = (
             "is its rows plus its span.",
             ("route", "chip", "span", "skip links", "ROUTE cycles", "run cycles", "ok"),
             _route_row),
+    Section("onnx_model", "Real ONNX models, chip and host",
+            "The onnx package's topologies given weights, quantised with random "
+            "calibration data and run whole ([assignment.md](assignment.md)): operations "
+            "on the chip / the host and the host's kinds, the chip's cycles (predicted = "
+            "golden; the RTL's where it ran), the host's kernel seconds, compile, golden "
+            "and RTL wall times, and the outputs against onnxruntime (values differing / "
+            "values, the largest difference in steps).",
+            ("model", "chip", "ops chip / host", "host kinds", "chip cycles",
+             "RTL cycles", "host s", "MAC utilisation", "DRAM bytes", "compile s",
+             "golden s", "RTL s", "onnxruntime", "ok"), _model_row),
 )
 KNOWN = {s.kind: s for s in SECTIONS}
 
