@@ -705,13 +705,15 @@ class Concat:
                 raise CompileError(f"{who}: {source(t.name)} has (N, H, W) {t.shape[:-1]} "
                                    f"and {source(first.name)} {first.shape[:-1]}; a Concat "
                                    f"joins the channels of maps of one batch and size")
-            if t.quant.zero_point != first.quant.zero_point or \
-                    t.quant.scale != first.quant.scale:
+            if t.quant.zero_point != first.quant.zero_point or None not in (
+                    t.quant.scale, first.quant.scale) and t.quant.scale != first.quant.scale:
                 raise CompileError(f"{who}: {source(t.name)} and {source(first.name)} are "
                                    f"quantised differently ({t.quant} and {first.quant}); "
                                    f"requantise them to one scale and zero point first")
+        # a scale left unknown by a layer (None) takes a joined input's
+        scale = next((t.quant.scale for t in inputs if t.quant.scale is not None), None)
         return TensorType((*first.shape[:-1], sum(t.shape[-1] for t in inputs)), "int8",
-                          first.quant)
+                          Quant(first.quant.zero_point, scale))
 
     def macs(self, out_shape: tuple[int, ...]) -> int:
         return 0

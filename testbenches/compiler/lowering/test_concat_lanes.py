@@ -200,3 +200,15 @@ def test_a_concat_alone_in_passes():
         comp = run_golden(cfg, concat_net(1000, (R + n, R - n, 3), 1, after=False,
                                           direct=True))
         assert comp.plan.rows["cat"] < 1000, "expected passes"
+
+
+def test_a_join_takes_an_unknown_scale_as_its_known_one():
+    """A layer's output scale is unknown (None) to the graph; joined to an input of a
+    known scale at one zero point it is the same quantisation, not another."""
+    g = GraphBuilder("scales")
+    a = g.input(np.zeros((4, 4), np.int8), name="a", scale=0.5)
+    b = g.dense(g.input(np.zeros((4, 4), np.int8), name="b"), np.eye(4, dtype=np.int8))
+    assert g.tensor(g.concat(a, b, name="cat")).quant.scale == 0.5
+    c = g.input(np.zeros((4, 4), np.int8), name="c", scale=0.25)
+    with pytest.raises(CompileError, match="quantised differently"):
+        g.concat(a, c, name="cat2")
