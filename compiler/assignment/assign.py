@@ -23,7 +23,7 @@ from systolica.compiler.errors import CompileError
 #: datapath rather than in float on the host: multiplies count 1, additions and
 #: comparisons 1/2, moving data 0 (the seed's "a multiply is more complex than an
 #: add; a float multiply more than an integer one").
-COMPLEXITY = {"conv": 1.0, "dense": 1.0, "add": 0.5, "max_pool": 0.5,
+COMPLEXITY = {"conv": 1.0, "dense": 1.0, "add": 0.5, "max_pool": 0.5, "avg_pool": 0.5,
               "global_avg_pool": 0.5, "concat": 0.0, "move": 0.0}
 
 

@@ -39,6 +39,12 @@ def _max_pool(h, c):
     return g.build(g.max_pool2d(x, 2, 2)), (h // 2) * (h // 2) * c
 
 
+def _avg_pool(h, c):
+    g = GraphBuilder(f"cal_avg_{h}_{c}")
+    x = g.input(_i8(1, h, h, c))
+    return g.build(g.avg_pool2d(x, 3, 1, 1)), h * h * c
+
+
 def _add(h, c):
     g = GraphBuilder(f"cal_add_{h}_{c}")
     a, b = g.input(_i8(1, h, h, c), name="a"), g.input(_i8(1, h, h, c), name="b")
@@ -74,6 +80,8 @@ CHIP_KERNELS: dict[str, list[Callable]] = {
               lambda: _dense(64, 256, 256), lambda: _dense(128, 512, 512)],
     "max_pool": [lambda: _max_pool(4, 4), lambda: _max_pool(8, 16),
                  lambda: _max_pool(16, 32), lambda: _max_pool(32, 64)],
+    "avg_pool": [lambda: _avg_pool(4, 4), lambda: _avg_pool(8, 16),
+                 lambda: _avg_pool(16, 32), lambda: _avg_pool(32, 64)],
     "add": [lambda: _add(4, 4), lambda: _add(8, 16), lambda: _add(16, 32),
             lambda: _add(32, 64)],
     "global_avg_pool": [lambda: _gap(2, 4), lambda: _gap(4, 16), lambda: _gap(7, 64),

@@ -15,7 +15,8 @@ from systolica.compiler.errors import CompileError
 CHIP_FAMILIES = {
     "Conv": "conv", "QLinearConv": "conv",
     "MatMul": "dense", "Gemm": "dense", "QLinearMatMul": "dense", "QGemm": "dense",
-    "MaxPool": "max_pool", "Add": "add", "QLinearAdd": "add",
+    "MaxPool": "max_pool", "GlobalMaxPool": "max_pool", "AveragePool": "avg_pool",
+    "Add": "add", "QLinearAdd": "add",
     "GlobalAveragePool": "global_avg_pool", "QLinearGlobalAveragePool": "global_avg_pool",
     "Concat": "concat", "QLinearConcat": "concat", "Flatten": "move", "Relu": "move",
 }

@@ -56,13 +56,14 @@ __all__ = ["OnnxNodeError", "QDQ_OPS", "SUPPORTED", "fold_qdq", "load"]
 
 #: The operators :func:`load` takes (every other one is refused by name); the last
 #: four are onnxruntime's (domain ``com.microsoft``), which its quantiser writes.
-SUPPORTED = ("QLinearConv", "QLinearMatMul", "MaxPool", "Concat", "Flatten", "Relu",
+SUPPORTED = ("QLinearConv", "QLinearMatMul", "MaxPool", "AveragePool", "GlobalMaxPool",
+             "Concat", "Flatten", "Relu",
              "QLinearAdd", "QLinearGlobalAveragePool", "QLinearConcat", "QGemm")
 
 #: The float operators :func:`fold_qdq` takes between DequantizeLinear and
 #: QuantizeLinear; a Relu folds into the first four.
-QDQ_OPS = ("Conv", "MatMul", "Gemm", "Add", "GlobalAveragePool", "MaxPool", "Concat",
-           "Flatten")
+QDQ_OPS = ("Conv", "MatMul", "Gemm", "Add", "GlobalAveragePool", "MaxPool", "AveragePool",
+           "GlobalMaxPool", "Concat", "Flatten")
 
 #: Where an operator that requantises declares its output's scale and zero point
 #: (input indices): the layers that can write at another scale (a join's).
@@ -70,7 +71,7 @@ _OUT_QUANT = {"QLinearConv": (6, 7), "QLinearMatMul": (6, 7), "QLinearAdd": (6, 
               "QGemm": (7, 8), "QLinearGlobalAveragePool": (3, 4), "QLinearConcat": (0, 1)}
 
 #: The int8 operators that keep their input's quantisation.
-_KEEPS_QUANT = ("MaxPool", "Flatten", "Relu", "Concat")
+_KEEPS_QUANT = ("MaxPool", "AveragePool", "GlobalMaxPool", "Flatten", "Relu", "Concat")
 
 
 def _in_quant(node, k: int) -> tuple[int, int] | None:
@@ -370,7 +371,7 @@ def fold_qdq(proto):
                 ins.extend(dq(v, "input", op))
             out_nodes.append(helper.make_node("QLinearConcat", ins, [out], name=op.name,
                                               domain="com.microsoft", **attrs))
-        else:                                           # MaxPool, Flatten
+        else:                               # MaxPool, AveragePool, GlobalMaxPool, Flatten
             ins = []
             for v in op.input:
                 x, s_name, zp_name = dq(v, "input", op)
@@ -953,6 +954,38 @@ class _Importer:
         out = self.g.max_pool2d(x, tuple(a["kernel_shape"]),
                                 tuple(a.get("strides", a["kernel_shape"])),
                                 (pads[0], pads[1], pads[2], pads[3]), name=self._name(node))
+        self.nchw.add(node.output[0])
+        return out
+
+    def _averagepool(self, node, a):
+        """An average over windows at one quantisation: the chip sums the window less
+        the zero point and divides by its size (a 16-bit multiplier, within a step of
+        ONNX's float average). The padding counts in the chip's divisor, so a padded
+        pool must count it too (``count_include_pad=1``)."""
+        x = self._value(node)
+        pads = list(a.get("pads", [0, 0, 0, 0]))
+        if a.get("ceil_mode", 0) or any(d != 1 for d in a.get("dilations", [1, 1])):
+            raise self._error(node, f"ONNX node {node.name!r} (AveragePool): ceil_mode and "
+                                    f"dilations are not lowered; export with ceil_mode=0")
+        if a.get("auto_pad", b"NOTSET") not in (b"NOTSET", "NOTSET", b"VALID", "VALID"):
+            raise self._error(node, f"ONNX node {node.name!r} (AveragePool): auto_pad "
+                                    f"{a['auto_pad']!r}; export with explicit pads")
+        if any(pads) and not a.get("count_include_pad", 0):
+            raise self._error(node, f"ONNX node {node.name!r} (AveragePool): pads {pads} "
+                                    f"without count_include_pad: each window near the edge "
+                                    f"divides by its own count, the chip by the window's "
+                                    f"size")
+        out = self.g.avg_pool2d(x, tuple(a["kernel_shape"]),
+                                tuple(a.get("strides", [1, 1])),
+                                (pads[0], pads[1], pads[2], pads[3]), name=self._name(node))
+        self.nchw.add(node.output[0])
+        return out
+
+    def _globalmaxpool(self, node, a):
+        """The largest value of each channel: a max pool whose window is the map."""
+        x = self._value(node)
+        _, h, w, _ = self.g.tensor(x).shape
+        out = self.g.max_pool2d(x, (h, w), (h, w), name=self._name(node))
         self.nchw.add(node.output[0])
         return out
 

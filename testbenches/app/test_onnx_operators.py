@@ -117,3 +117,13 @@ def test_the_operator_runs_and_agrees_with_onnxruntime(kind):
     assert run.ok, run.problems()
     conv = next(p for p in plan.placements if p.op.name == "conv")
     assert conv.processor == "chip"
+
+
+def test_an_average_pool_runs_on_the_chip_unless_its_padding_is_not_counted():
+    plan = plan_model(preset("tiny"), CASES["AveragePool"])
+    assert next(p for p in plan.placements if p.op.kind == "AveragePool").processor == "chip"
+    padded = _model([_n("AveragePool", ["c"], kernel_shape=[3, 3], pads=[1, 1, 1, 1])])
+    plan = plan_model(preset("tiny"), padded)
+    pool = next(p for p in plan.placements if p.op.kind == "AveragePool")
+    assert pool.processor == "host" and "count_include_pad" in pool.refusals["chip"]
+    assert onnx_run.run_plan(plan).ok

@@ -28,7 +28,7 @@ def _library(chip_rate=1e-9, host_rate=1e-6, pool_chip=None):
     """Seconds per unit of work: the chip's, the host's (every kind), and the chip's
     max pool (None: the chip's rate)."""
     line = lambda r: [(1.0, r), (1e9, r * 1e9)]      # noqa: E731
-    chip = {f: line(chip_rate) for f in ("conv", "dense", "add", "global_avg_pool",
+    chip = {f: line(chip_rate) for f in ("conv", "dense", "add", "global_avg_pool", "avg_pool",
                                           "concat", "move")}
     chip["max_pool"] = line(pool_chip or chip_rate)
     host = {k: line(host_rate) for k in ("Conv", "MaxPool", "Relu", "QuantizeLinear",

@@ -32,7 +32,7 @@ def test_the_presets_libraries_are_fresh(chip):
     assert lib.fingerprint["chip"] == now["chip"], f"systolica library --config {chip}"
     assert lib.fingerprint["cycle_model"] == now["cycle_model"], \
         f"systolica library --config {chip}"
-    for family in ("conv", "dense", "max_pool", "add", "global_avg_pool", "move"):
+    for family in ("conv", "dense", "max_pool", "avg_pool", "add", "global_avg_pool", "move"):
         assert lib.kinds["chip"][family], family
     assert lib.kinds["host"]["Softmax"] and lib.transfer["chip"] and lib.transfer["host"]
 
