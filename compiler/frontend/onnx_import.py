@@ -511,6 +511,7 @@ class _Importer:
         # Flatten outputs of maps larger than 1 x 1: their (H, W, C)
         self.chw: dict[str, tuple[int, int, int]] = {}
         self.outputs = {vo.name for vo in graph.output}
+        self.graph_inputs = {vi.name for vi in graph.input}
         self._requantise_in_producers()
         rng = np.random.default_rng(seed)
         for vi in graph.input:
@@ -1032,6 +1033,14 @@ class _Importer:
             raise self._error(node, f"ONNX node {node.name!r} ({node.op_type}): joins maps "
                                     f"along their channels (axis 1) or [M, K] tensors along "
                                     f"K (axis 1)")
+        given = [v for v, x in zip(inputs, xs)
+                 if v in self.graph_inputs and x == self.names.get(v)]
+        if rank == 4 and given:
+            # a map join is written in place by the layers that make its inputs; an
+            # input of the program is the host's, laid out by a transpose view
+            raise self._error(node, f"ONNX node {node.name!r} ({node.op_type}): joins the "
+                                    f"model's input {given[0]!r}; the chip joins maps its "
+                                    f"layers make (each writes its channels of the join)")
         out = self.g.concat(*xs, name=self._name(node))
         if rank == 4:
             self.nchw.add(node.output[0])

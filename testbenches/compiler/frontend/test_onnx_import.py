@@ -387,8 +387,8 @@ def test_qdq_models_the_chip_does_not_run_are_refused_by_name():
     bad.CopyFrom(model)
     for node in bad.graph.node:
         if node.name == "pool":
-            node.op_type = "AveragePool"
-    with pytest.raises(CompileError, match="'pool': AveragePool between DequantizeLinear "
+            node.op_type = "LpPool"
+    with pytest.raises(CompileError, match="'pool': LpPool between DequantizeLinear "
                                            "and QuantizeLinear is not lowered"):
         onnx_import.load(bad)
     bad = onnx.ModelProto()
@@ -459,9 +459,9 @@ NODE_REFUSALS = [
                  "qconv1", "QLinearConv", "ONNX node 'qconv1' (QLinearConv): layer",
                  id="qoperator-graph-check"),
     pytest.param(lambda: _edited(onnx_models.qdq_cnn(), lambda g: setattr(
-        _node(g, "pool"), "op_type", "AveragePool")), "pool", "AveragePool",
-                 "AveragePool between DequantizeLinear and QuantizeLinear is not lowered",
-                 id="qdq-averagepool"),
+        _node(g, "pool"), "op_type", "LpPool")), "pool", "LpPool",
+                 "LpPool between DequantizeLinear and QuantizeLinear is not lowered",
+                 id="qdq-lppool"),
     pytest.param(lambda: _edited(onnx_models.qdq_cnn(), _group_2), "conv2", "Conv",
                  "(QLinearConv): group 2", id="qdq-group"),
     pytest.param(lambda: _edited(onnx_models.qdq_cnn(), _float_weights), "conv1", "Conv",
