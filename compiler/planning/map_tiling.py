@@ -202,7 +202,18 @@ def choose_tiling(cfg: ChipConfig, lay: Layout, job: Job, weights: str | None = 
                 costs.append((*estimate_tiling(cfg, lay, job, cut), cut))
     if not costs:
         # the shortfall of the tiling with the most room: streamed weights, fewest buffers
-        raise errors[min(errors, key=lambda t: (t.weights != "stream", t.buffers))]
+        roomy = min(errors, key=lambda t: (t.weights != "stream", t.buffers))
+        if job.out_shape[2] == 1:
+            raise errors[roomy]
+        mine = job_layout(cfg, lay, job, roomy)
+        need = buffer_words(cfg, mine, job, 1, 1)
+        have = (mine.top - tiles_lo(cfg, mine, stage_parts(cfg, job))) // mine.buffers
+        raise CompileError(
+            f"layer {job.name!r}: even a tile of one output pixel (the layer cut along "
+            f"its width) needs {need} CBUF rows of input, its window over every channel "
+            f"block, and a tile buffer has {have}: short by {(need - have) * cfg.rows} "
+            f"bytes; use fewer input channels or a smaller kernel, or a chip with a "
+            f"larger CBUF")
     fastest = min(costs, key=lambda c: c[0])
     cheaper = [c for c in costs if c[0] <= fastest[0] * (1 + SLOWER)
                and c[1] <= fastest[1] * (1 - SAVES)]
