@@ -330,10 +330,10 @@ class TileLoop:
                   plane) -> list[MicroOp]:
         """N-block `nb`'s vector-unit pass and store: int32 as accumulator rows (block
         `nb`, `plane` rows per block, the pixels of `runs`), int8 into the output's
-        channel blocks
-        (:func:`placements`): on a tall grid each sub-block into its block's staging
-        half (``wb_src`` keeping the others), stored once the block's last is in; on a
-        wide grid one VRUN and store per slice, each with its own staging."""
+        channel blocks (:func:`placements`): on a tall grid each sub-block into its
+        block's staging half (``wb_src`` keeping the others), stored once the block's
+        last is in; on a wide grid one VRUN and store per slice, each with its own
+        staging. A store is one DMA per run of `runs` (:meth:`_stores`)."""
         cfg, lay = self.cfg, self.lay
         arw = cfg.acc_row_words
         v = dict(job.vrun)
