@@ -130,7 +130,7 @@ class Compiled:
     @property
     def dram_used(self) -> np.ndarray:
         """The initial DRAM image up to the last word the program touches: ``dram``
-        itself, which holds no more (a 64 MiB memory is not carried around)."""
+        itself, which holds no more (base's 256 MiB are not carried around)."""
         return self.dram
 
     def result(self, dram_after: np.ndarray) -> np.ndarray:

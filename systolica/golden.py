@@ -996,8 +996,8 @@ def sample(cfg: ChipConfig, timeline: Timeline, at) -> list[dict[str, int]]:
 
 def run(cfg: ChipConfig, program: Loadable, sample_at=()) -> GoldenResult:
     """Run `program` (its image on a copy of its DRAM image, the initial DRAM from word
-    0, uint8 ``(words, cfg.rows)`` with ``words <= cfg.dram_words``; the rest is
-    zeros). A program longer than the instruction memory is also written at its
+    0, uint8 ``(words, cfg.rows)`` with ``words <= cfg.dram_words``, or its segments;
+    the rest is zeros). A program longer than the instruction memory is also written at its
     ``prog_addr`` (the PROG_ADDR register), as the host does before the run; its
     ``ubuf`` is what the host wrote to the UBUF registers (a placement the registers
     would refuse is a ConfigError).
@@ -1011,15 +1011,20 @@ def run(cfg: ChipConfig, program: Loadable, sample_at=()) -> GoldenResult:
     if not isinstance(program, Loadable):
         raise TypeError(f"golden.run takes a Loadable (compiled.loadable, or "
                         f"Loadable(image, dram)), not {type(program).__name__}")
-    image, dram, prog_addr = program.image, program.dram_image(), program.prog_addr
+    image, prog_addr = program.image, program.prog_addr
     if program.ubuf is not None:
         cfg = cfg.at_ubuf(*program.ubuf)
-    given = np.asarray(dram, dtype=np.uint8)
-    if given.ndim != 2 or given.shape[1] != cfg.rows or given.shape[0] > cfg.dram_words:
-        raise ValueError(f"DRAM image must have shape (<= {cfg.dram_words}, {cfg.rows}), "
-                         f"not {given.shape}")
     dram = np.zeros((cfg.dram_words, cfg.rows), dtype=np.uint8)   # untouched pages are free
-    dram[:given.shape[0]] = given
+    for first, data in program.segments():      # (written piece by piece: segments far
+        given = np.asarray(data, dtype=np.uint8)    # apart touch only their own pages)
+        if given.ndim != 2 or given.shape[1] != cfg.rows or first < 0 \
+                or first + given.shape[0] > cfg.dram_words:
+            raise ValueError(f"DRAM image must have shape (<= {cfg.dram_words}, "
+                             f"{cfg.rows}), not {given.shape}" if first == 0 else
+                             f"DRAM segment at word {first} of shape {given.shape} must "
+                             f"be (words, {cfg.rows}) inside the {cfg.dram_words}-word "
+                             f"DRAM")
+        dram[first:first + given.shape[0]] = given
     program = [isa.decode(w) for w in isa.from_bytes(image)]
     if prog_addr is not None and fetch.fetches(cfg, len(program)):
         region = fetch.program_words(cfg, image)

@@ -12,7 +12,13 @@ from systolica.arch.config import ChipConfig
 from systolica.arch.instructions import PARAM_ROWS
 from systolica.arch.isa import Opcode
 from systolica.compiler.errors import CompileError
-from systolica.compiler.lowering.maps.jobs import Job, check_window, input_rows, stage_parts
+from systolica.compiler.lowering.maps.jobs import (
+    Job,
+    check_window,
+    input_cols,
+    input_rows,
+    stage_parts,
+)
 from systolica.compiler.lowering.maps.layout import WEIGHT_GROUP, Layout, bank_up, tiles_lo
 from systolica.compiler.planning import layout
 
@@ -29,9 +35,14 @@ class Tiling:
     block loaded once in the first tile). ``buffers``: 2 (two tile buffers: the next
     tile loads into one while this tile computes from the other) or 1 (one buffer of
     twice the rows: each channel block of the next tile loads once this tile's last
-    MATMUL reading that block has issued; fewer tiles, so fewer weight reloads)."""
+    MATMUL reading that block has issued; fewer tiles, so fewer weight reloads).
+    ``columns``: 0 (a tile is whole output rows) or the output columns of a tile,
+    for a layer whose input rows do not fit the CBUF even in one-row tiles, or whose
+    output rows are wider than an accumulator half: the cost model sets it only for
+    such a layer (docs/cnn.md, "Layers wider than the CBUF")."""
     weights: str = "stream"
     buffers: int = 2
+    columns: int = 0
 
     def __post_init__(self):
         if self.weights not in WEIGHTS:
@@ -40,6 +51,10 @@ class Tiling:
         if self.buffers not in BUFFERS or isinstance(self.buffers, bool):
             raise CompileError(f"buffers {self.buffers!r} is not one of "
                                f"{', '.join(map(str, BUFFERS))}")
+        if not isinstance(self.columns, int) or isinstance(self.columns, bool) \
+                or self.columns < 0:
+            raise CompileError(f"columns {self.columns!r} is not 0 (whole output rows) "
+                               f"or a positive number of output columns")
 
 
 def job_layout(cfg: ChipConfig, lay: Layout, job: Job, tiling: Tiling) -> Layout:
@@ -47,9 +62,9 @@ def job_layout(cfg: ChipConfig, lay: Layout, job: Job, tiling: Tiling) -> Layout
     whole weight image where the ring was and the staging and tile buffers above it
     (fewer rows for the tiles); its tile buffers as `tiling` says."""
     if tiling.weights == "stream":
-        return replace(lay, buffers=tiling.buffers)
+        return replace(lay, buffers=tiling.buffers, columns=tiling.columns)
     return replace(lay, staging=bank_up(cfg, lay.ring + job.weights.shape[0] * cfg.weight_rows),
-                   persistent=True, buffers=tiling.buffers)
+                   persistent=True, buffers=tiling.buffers, columns=tiling.columns)
 
 
 def per_layer(names: set[str], value, what: str, kinds: tuple) -> dict:
@@ -112,12 +127,9 @@ def estimate_tiling(cfg: ChipConfig, lay: Layout, job: Job, tiling: Tiling) -> t
     # last used two steps before, then loaded (:func:`bank_turn`)
     turn = bank_turn(cfg)
     steps = sum(len(s) for s in job.steps)
-    streamed = N * sum(steps * max((oh1 - oh0) * Wo, ((oh1 - oh0) * Wo + turn) // 2)
-                       for oh0, oh1 in tiles)
-    words = []
-    for oh0, oh1 in tiles:
-        lo, hi = input_rows(job, oh0, oh1)
-        words.append(sum((hi - lo) * s.shape[2] * s.blocks(R) for s in job.sources))
+    pixels = [(oh1 - oh0) * (ow1 - ow0) for oh0, oh1, ow0, ow1 in tiles]
+    streamed = N * sum(steps * max(p, (p + turn) // 2) for p in pixels)
+    words = [tile_input_words(cfg, job, t) for t in tiles]
     moved = N * sum(words)
     blocks = job.weights.shape[0]
     if mine.persistent:
@@ -143,7 +155,7 @@ def estimate_tiling(cfg: ChipConfig, lay: Layout, job: Job, tiling: Tiling) -> t
         span0 = max(flat.index(key) for key in last) + 1
         span = len(flat) - min(last.values())
         per_step = 0 if mine.persistent else R
-        rows = [(oh1 - oh0) * Wo for oh0, oh1 in tiles]
+        rows = pixels
         exposed += N * max(0, words[0] + span0 * (R - rows[0]))
         exposed += N * sum(max(0, words[k] + span * (per_step - rows[k - 1]))
                            for k in range(1, len(tiles)))
@@ -181,20 +193,41 @@ def choose_tiling(cfg: ChipConfig, lay: Layout, job: Job, weights: str | None = 
         except CompileError as e:
             errors[t] = e.with_traceback(None)     # no frames kept alive
     if not costs:
+        # whole output rows fit in no way: cut the width too, into the widest tiles
+        # that fit (a layer that compiles without the cut never takes it)
+        for t in options:
+            columns = widest_columns(cfg, job_layout(cfg, lay, job, t), job)
+            if columns:
+                cut = replace(t, columns=columns)
+                costs.append((*estimate_tiling(cfg, lay, job, cut), cut))
+    if not costs:
         # the shortfall of the tiling with the most room: streamed weights, fewest buffers
-        raise errors[min(errors, key=lambda t: (t.weights != "stream", t.buffers))]
+        roomy = min(errors, key=lambda t: (t.weights != "stream", t.buffers))
+        if job.out_shape[2] == 1:
+            raise errors[roomy]
+        mine = job_layout(cfg, lay, job, roomy)
+        need = buffer_words(cfg, mine, job, 1, 1)
+        have = (mine.top - tiles_lo(cfg, mine, stage_parts(cfg, job))) // mine.buffers
+        raise CompileError(
+            f"layer {job.name!r}: even a tile of one output pixel (the layer cut along "
+            f"its width) needs {need} CBUF rows of input, its window over every channel "
+            f"block, and a tile buffer has {have}: short by {(need - have) * cfg.rows} "
+            f"bytes; use fewer input channels or a smaller kernel, or a chip with a "
+            f"larger CBUF")
     fastest = min(costs, key=lambda c: c[0])
     cheaper = [c for c in costs if c[0] <= fastest[0] * (1 + SLOWER)
                and c[1] <= fastest[1] * (1 - SAVES)]
     return min(cheaper, key=lambda c: c[1])[2] if cheaper else fastest[2]
 
 
-def output_tiles(cfg: ChipConfig, lay: Layout, job: Job) -> tuple[list[tuple[int, int]], int]:
-    """Output-row tiles ``[oh0, oh1)`` of one image, and the rows of each of the two
-    output staging halves: as many output rows as fit an accumulator half while
-    their input rows fit one of the ``lay.buffers`` tile buffers that share the CBUF
-    left after the staging; one tile for the whole map if it fits both buffers
-    together."""
+def output_tiles(cfg: ChipConfig, lay: Layout, job: Job
+                 ) -> tuple[list[tuple[int, int, int, int]], int]:
+    """Tiles ``(oh0, oh1, ow0, ow1)`` of one image (output rows ``[oh0, oh1)`` and
+    columns ``[ow0, ow1)``), and the rows of each of the two output staging halves:
+    as many output rows as fit an accumulator half while their input rows fit one of
+    the ``lay.buffers`` tile buffers that share the CBUF left after the staging; one
+    tile for the whole map if it fits both buffers together. With ``lay.columns`` the
+    width is cut too, into tiles of that many output columns (:func:`widest_columns`)."""
     N, Ho, Wo, _ = job.out_shape
     parts = stage_parts(cfg, job)
 
@@ -203,13 +236,16 @@ def output_tiles(cfg: ChipConfig, lay: Layout, job: Job) -> tuple[list[tuple[int
         slice on a wide grid)."""
         return lay.top - tiles_lo(cfg, lay, pixels * parts)
 
+    if lay.columns:
+        return _cut_tiles(cfg, lay, job, lay.columns, area)
+
     def words(rows: int) -> int:
         lo, hi = input_rows(job, 0, rows)
         return sum((hi - lo) * s.shape[2] * s.blocks(cfg.rows) for s in job.sources)
 
     if Ho * Wo <= lay.half_rows and \
             words(Ho) <= (area(Ho * Wo) if N == 1 else area(Ho * Wo) // lay.buffers):
-        return [(0, Ho)], Ho * Wo
+        return [(0, Ho, 0, Wo)], Ho * Wo
     per = min(Ho, max(1, lay.half_rows // Wo))
     while per > 1 and tile_words(job, cfg, per) > area(per * Wo) // lay.buffers:
         per -= 1
@@ -226,7 +262,7 @@ def output_tiles(cfg: ChipConfig, lay: Layout, job: Job) -> tuple[list[tuple[int
             f"bytes (with {lay.buffers} tile buffer{'s' if lay.buffers > 1 else ''}); "
             f"use a smaller input width or fewer input channels, or a chip with a "
             f"larger CBUF")
-    return [(o, min(o + per, Ho)) for o in range(0, Ho, per)], per * Wo
+    return [(o, min(o + per, Ho), 0, Wo) for o in range(0, Ho, per)], per * Wo
 
 
 def tile_words(job: Job, cfg: ChipConfig, rows: int) -> int:
@@ -236,3 +272,81 @@ def tile_words(job: Job, cfg: ChipConfig, rows: int) -> int:
         worst = max(worst, sum((hi - lo) * s.shape[2] * s.blocks(cfg.rows)
                                for s in job.sources))
     return worst
+
+
+def tile_input_words(cfg: ChipConfig, job: Job, tile: tuple[int, int, int, int]) -> int:
+    """The words tile ``(oh0, oh1, ow0, ow1)`` loads: its input rows and columns of
+    every channel block of every source."""
+    oh0, oh1, ow0, ow1 = tile
+    lo, hi = input_rows(job, oh0, oh1)
+    total = 0
+    for s in job.sources:
+        c0, c1 = input_cols(job, s.shape[2], ow0, ow1)
+        total += (hi - lo) * (c1 - c0) * s.blocks(cfg.rows)
+    return total
+
+
+def column_spans(Wo: int, columns: int) -> list[tuple[int, int]]:
+    """Output columns ``[ow0, ow1)`` of the tiles ``columns`` wide across ``Wo``."""
+    return [(c, min(c + columns, Wo)) for c in range(0, Wo, columns)]
+
+
+def buffer_words(cfg: ChipConfig, lay: Layout, job: Job, rows: int, columns: int) -> int:
+    """CBUF rows a tile buffer needs for tiles of `rows` output rows and `columns`
+    output columns: the largest tile's input (two buffers: each tile sits on its
+    own); with one buffer every channel block sits at the same rows in every tile, so
+    the most input rows of any tile times the widest input row, per channel block."""
+    N, Ho, Wo, _ = job.out_shape
+    bands = [(o, min(o + rows, Ho)) for o in range(0, Ho, rows)]
+    spans = column_spans(Wo, columns)
+    if lay.buffers == 1:
+        most = max(hi - lo for lo, hi in (input_rows(job, *b) for b in bands))
+        return sum(most * max(c1 - c0 for c0, c1 in (input_cols(job, s.shape[2], *sp)
+                                                      for sp in spans))
+                   * s.blocks(cfg.rows) for s in job.sources)
+    return max(tile_input_words(cfg, job, (*b, *sp)) for b in bands for sp in spans)
+
+
+def widest_columns(cfg: ChipConfig, lay: Layout, job: Job) -> int | None:
+    """The output columns of the tiles a layer is cut into along its width when whole
+    output rows do not fit (its input rows the CBUF's tile buffers, or its output row
+    an accumulator half): as few one-row tiles across the width as fit, made equally
+    wide; None if not even a one-column tile fits (docs/cnn.md, "Layers wider than
+    the CBUF")."""
+    Wo = job.out_shape[2]
+    parts = stage_parts(cfg, job)
+
+    def fits(columns: int) -> bool:
+        have = (lay.top - tiles_lo(cfg, lay, columns * parts)) // lay.buffers
+        return columns <= lay.half_rows and buffer_words(cfg, lay, job, 1, columns) <= have
+
+    lo, hi = 0, min(Wo - 1, lay.half_rows)     # the widest that fits is in [lo, hi]
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if fits(mid):
+            lo = mid
+        else:
+            hi = mid - 1
+    if lo == 0:
+        return None
+    return -(-Wo // -(-Wo // lo))       # the same number of tiles, equally wide
+
+
+def _cut_tiles(cfg: ChipConfig, lay: Layout, job: Job, columns: int, area
+               ) -> tuple[list[tuple[int, int, int, int]], int]:
+    """:func:`output_tiles` of a layer cut along its width: tiles of `columns` output
+    columns and as many output rows as fit (row band by row band, left to right)."""
+    N, Ho, Wo, _ = job.out_shape
+    per = min(Ho, max(1, lay.half_rows // columns))
+    while per > 1 and buffer_words(cfg, lay, job, per, columns) \
+            > area(per * columns) // lay.buffers:
+        per -= 1
+    need, have = buffer_words(cfg, lay, job, 1, columns), area(columns) // lay.buffers
+    if columns > lay.half_rows or need > have:
+        raise CompileError(
+            f"layer {job.name!r}: tiles of one output row and {columns} output columns "
+            f"need {need} CBUF rows of input and {columns} accumulator rows; a tile "
+            f"buffer has {have}, an accumulator half {lay.half_rows}")
+    spans = column_spans(Wo, columns)
+    return [(o, min(o + per, Ho), c0, c1) for o in range(0, Ho, per)
+            for c0, c1 in spans], per * columns

@@ -152,8 +152,12 @@ def network_record(cfg: ChipConfig, graph: Graph, name: str,
 
 
 def _tiling_name(tiling) -> str | None:
-    """``stream/2``, ``persistent/1``, ...: weights / tile buffers (None: no tiling)."""
-    return None if tiling is None else f"{tiling.weights}/{tiling.buffers}"
+    """``stream/2``, ``persistent/1``, ...: weights / tile buffers, and ``/<n> columns``
+    for a layer cut along its width (None: no tiling)."""
+    if tiling is None:
+        return None
+    cut = f"/{tiling.columns} columns" if tiling.columns else ""
+    return f"{tiling.weights}/{tiling.buffers}{cut}"
 
 
 def _count(names) -> dict[str, int]:

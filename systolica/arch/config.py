@@ -45,9 +45,10 @@ class ChipConfig:
                              # port (docs/contract.md, "CBUF banks")
     acc_depth: int           # rows of the accumulator buffer
     acc_banks: int           # ACC banks by address range, each one read and one write port
-    dram_words: int          # external memory size in words of ``dram_word_bytes``; the
-                             # simulators and the golden model touch only what a run uses,
-                             # so a large one costs nothing
+    dram_words: int          # external memory size in words of ``dram_word_bytes`` (at
+                             # most 2**isa.DRAM_ADDR_BITS); the simulators and the golden
+                             # model touch only what a run uses, so a large one costs
+                             # nothing (docs/simulation.md)
     imem_depth: int          # program memory, instructions
     ubuf_base: int = 0       # reserved overlap region (UBUF): a bank range of the CBUF,
     ubuf_rows: int = 0       # its first row and size (whole banks); 0 rows = no UBUF
@@ -352,7 +353,9 @@ PRESETS = {
                        ubuf_base=1792, ubuf_rows=256, general_lanes=True),
     "base": ChipConfig(name="base", tile_rows=2, tile_cols=2, tile_size=8,
                        cbuf_depth=8192, cbuf_banks=32, acc_depth=1024, acc_banks=32,
-                       dram_words=1 << 22, imem_depth=4096,     # 64 MiB
+                       # 256 MiB, all the ISA's 24-bit word address reaches: VGG-19
+                       # (143.7 M weights) with its maps and program takes 188 MB
+                       dram_words=1 << 24, imem_depth=4096,
                        ubuf_base=7168, ubuf_rows=1024),
     # tiny's tiles in a 4x2 grid: a 16x8 array (R = 2C), the seed's 128x64 shape scaled
     # down; eight configuration updates per cycle (the seed's widest SETCFG); the feed

@@ -35,6 +35,18 @@ class Loadable:
             raise TypeError(f"a Loadable's ubuf must be (base, rows) or None, not "
                             f"{self.ubuf!r}")
 
+    def segments(self) -> list[tuple[int, np.ndarray]]:
+        """The initial DRAM as ``(first_word, uint8 image)`` pieces: the image from
+        word 0, or the segments as given."""
+        pieces = list(self.dram) if isinstance(self.dram, (list, tuple)) \
+            else [(0, self.dram)]
+        out = []
+        for first, data in pieces:
+            data = np.asarray(data)
+            out.append((int(first), data.view(np.uint8) if data.dtype == np.int8
+                        else data))
+        return out
+
     def dram_image(self) -> np.ndarray:
         """The DRAM image from word 0 up to the last word given (segments merged)."""
         if not isinstance(self.dram, (list, tuple)):

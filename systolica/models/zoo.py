@@ -12,6 +12,8 @@ statistics are needed), the rest with the reference.
 * :func:`resnet50`: ResNet-50 v1.5 (torchvision's layer shapes: the stride of a
   downsampling bottleneck is on its 3x3 convolution): 53 convolutions, 4.087 G MACs
   in them at 224 x 224.
+* :func:`vgg19`: VGG-19 (configuration E): 16 3x3 convolutions, 19.5 G MACs in them at
+  224 x 224, and 143.7 M weights, most of them in its three dense layers.
 * :func:`small_cnn`: a small residual CNN for the ``tiny`` chip.
 * :func:`bottleneck_block`: one bottleneck with a projection shortcut.
 * :func:`branches`: dense branches joined by a Concat (or read separately by the
@@ -28,7 +30,7 @@ from systolica.compiler.graph.graph import Graph, GraphBuilder
 from systolica.compiler.graph.ops import ADD_MULT, Conv2d, requant_for
 
 __all__ = ["RELU_ZP", "TARGET", "bottleneck_block", "branches", "layer_macs",
-           "macs", "requant_for", "resnet50", "small_cnn"]
+           "macs", "requant_for", "resnet50", "small_cnn", "vgg19"]
 
 TARGET = 40.0            # spread (std) of a layer's output before ReLU, in int8 steps
 RELU_ZP = -128
@@ -150,6 +152,26 @@ class _Builder:
         self.calib[t] = reference.max_pool2d(self.calib[x], self.g.layer_op(t))
         return t
 
+    def dense(self, x: str, n: int, *, relu: bool, name: str) -> str:
+        """A dense layer of a flattened `x` to `n` outputs (ReLU or not; its bias folds
+        in the input's zero point), its weights drawn and its calibration summed a
+        slice of rows at a time (VGG's first one has 103 M weights)."""
+        k = self.g.tensor(x).shape[1]
+        rows = max(1, (1 << 22) // n)
+        w = np.empty((k, n), np.int8)
+        features = self.calib[x].astype(np.int64)
+        acc = np.zeros((features.shape[0], n), np.int64)
+        for r in range(0, k, rows):
+            part = self.rng.standard_normal((min(rows, k - r), n), dtype=np.float32)
+            w[r:r + rows] = np.clip(np.round(part * WEIGHT_STD), -127, 127)
+            acc += features[:, r:r + rows] @ w[r:r + rows].astype(np.int64)
+        bias, (mult, shift) = self._centre(acc, per_channel=False)
+        t = self.g.dense(x, w, bias, mult=mult, shift=shift, zp=RELU_ZP if relu else 0,
+                         relu=relu, name=name)
+        self.calib[t] = reference.requantise(reference.wrap32(acc + bias), mult, shift,
+                                             RELU_ZP if relu else 0, relu)
+        return t
+
     def head(self, x: str, classes: int) -> str:
         """Global average pool, flatten, dense to `classes` int8 logits (the dense
         layer's bias folds in its input's zero point)."""
@@ -238,6 +260,33 @@ def resnet50(batch: int = 1, size: int = 224, seed: int = 0, *,
             x = net.bottleneck(x, width, stride if i == 0 else 1, projection=i == 0,
                                name=f"layer{s}_{i}")
     net.head(x, 1000)
+    return net.g.build()
+
+
+#: VGG-19's stages: (3x3 convolutions, channels), each followed by a 2x2 max pool
+VGG19_STAGES = ((2, 64), (2, 128), (4, 256), (4, 512), (4, 512))
+
+
+def vgg19(batch: int = 1, size: int = 224, seed: int = 0, *, classes: int = 1000,
+          per_channel: bool = True) -> Graph:
+    """VGG-19 (configuration E) on an int8 ``(batch, size, size, 3)`` image: five
+    stages of 3x3 convolutions (pads 1, ReLU; 2, 2, 4, 4, 4 of 64, 128, 256, 512, 512
+    channels) each followed by a 2x2 max pool, flatten, dense layers to 4096, 4096
+    (ReLU) and `classes` int8 logits. `size` must be a multiple of 32."""
+    if not isinstance(size, int) or size < 32 or size % 32:
+        raise ValueError(f"vgg19: size must be a multiple of 32, at least 32, not {size!r}")
+    net = _Builder("vgg19", seed, per_channel)
+    x = net.input((batch, size, size, 3))
+    for s, (convs, channels) in enumerate(VGG19_STAGES, start=1):
+        for i in range(1, convs + 1):
+            x = net.conv(x, 3, channels, name=f"conv{s}_{i}")
+        x = net.max_pool(x, 2, 2, 0, name=f"pool{s}")
+    pooled = x
+    x = net.g.flatten(x, name="flat")
+    net.calib[x] = reference.flatten(net.calib[pooled])
+    x = net.dense(x, 4096, relu=True, name="fc6")
+    x = net.dense(x, 4096, relu=True, name="fc7")
+    net.dense(x, classes, relu=False, name="fc8")
     return net.g.build()
 
 

@@ -17,7 +17,8 @@ class RtlJob:
       DRAM as an array from word 0 or ``(first_word, array)`` segments, the rest
       zeros: give the part a run uses, not a full-size image);
     * ``readback``: DRAM word ranges ``(first_word, words)`` to return after the run;
-      None, the whole DRAM (seconds on a large memory: name the ranges instead);
+      None, the whole DRAM (read back where the run can have left anything: the
+      words it was loaded with and those its stores may write; zeros elsewhere);
     * ``expect_fault``: whether the run must end in a fault (None: either);
     * ``timeout_cycles``: cycles to wait for the interrupt (None: from the program's
       issue cycles);
@@ -74,6 +75,7 @@ class RtlResult:
     faulted: bool
     readback: list[np.ndarray]          # one array per requested range
     dram: np.ndarray | None             # the whole DRAM when no ranges were given
+                                        # (zeros where the run left nothing)
     sim_cycles: int
     start_time_ns: int
     wall_s: float

@@ -51,6 +51,8 @@ from systolica.sim.verilated import build_root, cocotb_environment, log_tail
 
 HDL = verilated.HDL
 SIM_TOP = HDL / "sim_top.v"
+#: The DRAM model behind sim_top.v's DPI-C imports: a sparse store of pages.
+DRAM_MODEL = HDL / "dram.cpp"
 HDL_TOPLEVEL = "sim_top"
 TEST_MODULE = "systolica.sim.cocotb_entry"
 
@@ -118,7 +120,7 @@ def design(cfg: ChipConfig, waves: bool = False, harness: str = "cocotb") -> ver
     return verilated.Design(
         top=HDL_TOPLEVEL, label=f"chip-{cfg.key}" + ("-cxx" if cxx else ""),
         verilog=generate, generator=("systolica.rtl.verilog",), params=repr(cfg),
-        sources=(SIM_TOP,),
+        sources=(SIM_TOP,), cxx=(DRAM_MODEL,),
         parameters={"WORDS": cfg.dram_words, "WIDTH": 8 * cfg.dram_word_bytes},
         build_args=tuple(BUILD_ARGS), make_variables=make_variables(), waves=waves,
         public="top", main=CXX_MAIN if cxx else None)
@@ -193,6 +195,34 @@ def _check_ranges(cfg: ChipConfig, ranges) -> list[list[int]]:
     return out
 
 
+#: Used ranges of the DRAM closer than this many words are read back as one.
+MERGE_GAP_WORDS = 4096
+
+
+def used_ranges(cfg: ChipConfig, segments: list[tuple[int, np.ndarray]],
+                program: list[isa.Instr]) -> list[tuple[int, int]]:
+    """The DRAM word ranges ``(first_word, words)`` a run can leave non-zero: the
+    words it is loaded with and those its DMA stores may write (the memory is zeroed
+    before a load, and nothing else writes it), merged where they are close. Reading
+    back only these gives the whole DRAM after the run, at the cost of what it uses."""
+    spans = [(first, first + data.shape[0]) for first, data in segments if data.shape[0]]
+    for ins in program:
+        if ins.op is isa.Opcode.DMA and ins.fields.get("kind") in (isa.DmaKind.STORE_CBUF,
+                                                                   isa.DmaKind.STORE_ACC):
+            words = cfg.acc_row_words if ins.fields["kind"] == isa.DmaKind.STORE_ACC else 1
+            lo = ins.fields["dram_addr"]
+            hi = lo + (max(ins.fields["rows"], 1) - 1) * ins.fields["dram_stride"] + words
+            if lo < cfg.dram_words:
+                spans.append((lo, min(hi, cfg.dram_words)))
+    merged: list[list[int]] = []
+    for lo, hi in sorted(spans):
+        if merged and lo <= merged[-1][1] + MERGE_GAP_WORDS:
+            merged[-1][1] = max(merged[-1][1], hi)
+        else:
+            merged.append([lo, hi])
+    return [(lo, hi - lo) for lo, hi in merged]
+
+
 def _write_jobs(cfg: ChipConfig, jobs: list[RtlJob], run_dir: Path) -> list[dict]:
     """Check ``jobs`` and write their programs and DRAM load files into ``run_dir``;
     return their entries of the jobs file (before any simulator is built)."""
@@ -242,8 +272,9 @@ def _write_jobs(cfg: ChipConfig, jobs: list[RtlJob], run_dir: Path) -> list[dict
             "prog_addr": int(prog_addr or 0),
             "ubuf": ubuf,
             "dram": dram,
-            "readback": _check_ranges(cfg, [(0, cfg.dram_words)] if job.readback is None
-                                      else job.readback),
+            "readback": _check_ranges(cfg, used_ranges(
+                cfg, segments, [isa.decode(w) for w in isa.from_bytes(image)])
+                if job.readback is None else job.readback),
             "timeout_cycles": int(job.timeout_cycles or _default_timeout(end)),
             "samples": list(job.samples),
             "expected_cycles": end,
@@ -284,7 +315,8 @@ def run(cfg: ChipConfig, jobs: list[RtlJob], waves: bool = False, *,
     results = []
     problems = []
     for index, (job, spec, raw_res) in enumerate(zip(jobs, specs, raw, strict=True)):
-        res = _result(raw_res, whole=job.readback is None, fst=fst, harness=harness)
+        res = _result(cfg, raw_res, spec["readback"] if job.readback is None else None,
+                      fst=fst, harness=harness)
         if res.timed_out:
             problems.append(f"job {index} ({spec['name']}): no interrupt within "
                             f"{spec['timeout_cycles']} cycles ({res.status_flags})")
@@ -338,12 +370,21 @@ def _watching(run_dir: Path, specs: list[dict], progress: Progress | None):
         thread.join()
 
 
-def _result(raw: dict, *, whole: bool, fst: str | None, harness: str) -> RtlResult:
-    """A simulator process's result (a dict of registers and figures) as a result."""
+def _result(cfg: ChipConfig, raw: dict, used: list | None, *, fst: str | None,
+            harness: str) -> RtlResult:
+    """A simulator process's result (a dict of registers and figures) as a result;
+    with `used` (the ranges :func:`used_ranges` read back) the whole DRAM, zeros
+    outside them (numpy's zeros take memory only where written)."""
     fields = {f.name for f in dataclasses.fields(RtlResult)}
     given = {k: v for k, v in raw.items() if k in fields}
+    dram = None
+    if used is not None:
+        dram = np.zeros((cfg.dram_words, cfg.dram_word_bytes), dtype=np.uint8)
+        for (first, count), words in zip(used, raw["readback"], strict=True):
+            dram[first:first + count] = words
+        given["readback"] = [dram]         # as for the one range of the whole DRAM
     return RtlResult(**given, faulted=bool(raw["status"] & STATUS_ERROR),
-                     dram=raw["readback"][0] if whole else None, fst=fst, harness=harness)
+                     dram=dram, fst=fst, harness=harness)
 
 
 def _run_cxx(cfg: ChipConfig, out: Path, run_dir: Path, specs: list[dict]) -> list[dict]:

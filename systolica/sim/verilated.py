@@ -75,7 +75,9 @@ class Design:
     configuration): together they stand for the Verilog in the cache key, which is
     never computed from the Verilog itself. ``top`` is the simulated top module, in the
     generated Verilog or in ``sources`` (hand-written Verilog compiled alongside);
-    ``parameters`` are its Verilog parameters. ``label`` names the build directory.
+    ``parameters`` are its Verilog parameters. ``cxx`` is C++ compiled into the model
+    (the DPI-C functions the hand-written Verilog imports). ``label`` names the build
+    directory.
 
     ``public`` says what a cocotb testbench may reach through VPI: ``"flat"`` every
     signal (what cocotb's runner builds; block testbenches look inside), ``"top"`` only
@@ -90,6 +92,7 @@ class Design:
     generator: tuple[str, ...]
     params: str
     sources: tuple[Path, ...] = ()
+    cxx: tuple[Path, ...] = ()
     parameters: Mapping[str, int] = field(default_factory=dict)
     build_args: tuple[str, ...] = LINT_ARGS
     make_variables: Mapping[str, str] = field(default_factory=dict)
@@ -317,6 +320,7 @@ def digest(design: Design) -> str:
         # (only when not the default, so that earlier builds keep their keys)
         *((design.public,) if design.public != "flat" else ()),
         *((design.main.name, design.main.read_text()) if design.main else ()),
+        *(f"{p.name}\0{p.read_text()}" for p in design.cxx),
     ):
         h.update(part.encode() + b"\0\1")
     return h.hexdigest()
@@ -378,7 +382,7 @@ def _verilate(design: Design, out: Path, key: str) -> None:
             _verilate_plain(design, generated, sim_build, log)
         else:
             with cocotb_environment(building=True, make_variables=design.make_variables):
-                _runner(design.public).build(
+                _runner(design.public, design.cxx).build(
                     sources=[generated, *design.sources], hdl_toplevel=design.top,
                     build_dir=sim_build, build_args=_build_args(design),
                     parameters=dict(design.parameters), timescale=TIMESCALE,
@@ -390,9 +394,10 @@ def _verilate(design: Design, out: Path, key: str) -> None:
     stamp.write_text(key)
 
 
-def _runner(public: str):
+def _runner(public: str, cxx: tuple[Path, ...] = ()):
     """cocotb's Verilator runner, with the signals made public that ``public`` says
-    (the runner itself always asks for every signal)."""
+    (the runner itself always asks for every signal) and the C++ sources ``cxx``
+    compiled into the model (the runner takes only Verilog sources)."""
     from cocotb_tools.runner import Verilator
 
     class Runner(Verilator):
@@ -400,7 +405,8 @@ def _runner(public: str):
             cmds = super()._build_command()
             verilate = cmds[0]
             at = verilate.index("--public-flat-rw")
-            cmds[0] = [*verilate[:at], *PUBLIC[public], *verilate[at + 1:]]
+            cmds[0] = [*verilate[:at], *PUBLIC[public], *verilate[at + 1:],
+                       *map(str, cxx)]
             return cmds
 
     return Runner()
@@ -414,7 +420,8 @@ def _verilate_plain(design: Design, generated: Path, sim_build: Path, log: Path)
         "--prefix", "Vtop", "-o", design.top, *_build_args(design),
         "--timescale", "/".join(TIMESCALE),
         *(f"-G{k}={v}" for k, v in design.parameters.items()),
-        str(design.main), str(generated), *map(str, design.sources)]
+        str(design.main), str(generated), *map(str, design.sources),
+        *map(str, design.cxx)]
     make = ["make", "-j", str(os.cpu_count() or 1), "-C", str(sim_build), "-f", "Vtop.mk",
             *(f"{k}={v}" for k, v in {**MAKE_VARIABLES, **design.make_variables}.items())]
     env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS",

@@ -88,6 +88,11 @@ CASES = {
     "memory_tops": sequential(
         dma(DmaKind.LOAD_CBUF, TOP - 5, 1, CFG.cbuf_depth - 5, 5),
         dma(DmaKind.STORE_ACC, TOP - 2 * WORDS - 8, WORDS + 4, CFG.acc_depth - 2, 2)),
+    # the top of the 24-bit word address (base's 256 MiB): the DMA's addresses do not
+    # wrap below it
+    "address_field_top": sequential(
+        dma(DmaKind.LOAD_CBUF, (1 << isa.DRAM_ADDR_BITS) - 5, 1, 40, 5),
+        dma(DmaKind.STORE_ACC, (1 << isa.DRAM_ADDR_BITS) - 2 * WORDS - 3, WORDS + 3, 7, 2)),
     "back_to_back": sequential(
         dma(DmaKind.LOAD_CBUF, 1000, 1, 0, 5),
         dma(DmaKind.LOAD_ACC, 2000, 5, 0, 3),

@@ -50,7 +50,7 @@ CASES = {
 @pytest.fixture(scope="module")
 def runs():
     compiled = {name: compile_network(CFG, make()) for name, make in CASES.items()}
-    # only the used words come back: a dump of the whole 64 MiB memory would take seconds
+    # only the used words come back (what a run without ranges reads back, too)
     results = run_many_on_rtl(CFG, [dict(program=c, name=n, readback=[(0, c.dram_map.end)])
                                     for n, c in compiled.items()])
     return {n: (compiled[n], r) for n, r in zip(compiled, results)}

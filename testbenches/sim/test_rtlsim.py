@@ -243,14 +243,14 @@ def test_jobs_share_one_simulator(tiny_cfg, tiny_build):
     assert not short.readback[1].any() and short.readback[1].shape == (30, 8)
 
 
-#: ``tiny`` with a 64 MiB external memory, as large as ``base``'s.
-TINY_64MIB = preset("tiny").replace(name="tiny-64mib", dram_words=1 << 23)
+#: ``tiny`` with as many DRAM words as ``base`` (2**24, all the DMA's address reaches).
+TINY_LARGE = preset("tiny").replace(name="tiny-2e24", dram_words=1 << 24)
 
 
 @pytest.mark.rtl
-@pytest.mark.regress   # a build of its own, for a 64 MiB memory
+@pytest.mark.regress   # a build of its own, for a 2**24-word memory
 def test_large_dram_loads_and_reads_back_only_the_regions_used():
-    cfg, top = TINY_64MIB, TINY_64MIB.dram_words
+    cfg, top = TINY_LARGE, TINY_LARGE.dram_words
     rng = np.random.default_rng(3)
     low = rng.integers(0, 256, (6, 8), dtype=np.uint8)
     high = rng.integers(1, 256, (20, 8), dtype=np.uint8)
@@ -259,8 +259,10 @@ def test_large_dram_loads_and_reads_back_only_the_regions_used():
         rtl_job(copy, [(3, low), (top - 40, high)], name="far apart",
                 readback=[(100, 6), (3, 6), (top - 40, 20), (top - 20, 20), (0, 0)]),
         rtl_job(b"", readback=[(3, 6), (100, 6), (top - 40, 20)], name="after"),
+        # no ranges: the whole memory, read back where the run can have left words
+        rtl_job(copy, [(3, low), (top - 40, high)], name="whole"),
     ], keep=True)
-    far, after = results
+    far, after, whole = results
     assert far.status_flags == "DONE" and far.cycles == timing.run_cycles(cfg, copy)
     moved, got_low, got_high, past_high, empty = far.readback
     assert np.array_equal(moved, high[:6])
@@ -268,15 +270,35 @@ def test_large_dram_loads_and_reads_back_only_the_regions_used():
     assert not past_high.any() and empty.shape == (0, 8)
     # the next job starts from zeros: the first one's data and writes are gone
     assert not any(r.any() for r in after.readback)
+    want = np.zeros((top, 8), np.uint8)
+    want[3:9], want[top - 40:top - 20], want[100:106] = low, high, high[:6]
+    assert whole.dram.shape == (top, 8) and np.array_equal(whole.dram, want)
     # what travels between host and simulator follows the data, not the memory
     run_dir = max(Path(rtlsim.build_root(), "runs").glob(f"{cfg.key}-*"),
                   key=lambda d: d.stat().st_mtime)
-    sizes = {f.name: f.stat().st_size for f in run_dir.iterdir() if f.suffix == ".hex"}
+    sizes = {f.name: f.stat().st_size for f in run_dir.iterdir()
+             if f.suffix in (".hex", ".npy")}
     shutil.rmtree(run_dir)
     assert sizes["job0-dram.hex"] < 1000, sizes
-    # (a 64 MiB image written and read back as hex took about 14 s per job; the
-    # time itself is the benchmark's to measure, the file sizes are this test's)
-    assert all(n < 1000 for n in sizes.values()), sizes
+    assert all(n < 4096 * 8 + 1000 for n in sizes.values()), sizes
+
+
+def test_used_ranges_are_the_loaded_words_and_the_stores():
+    """What a run without readback ranges reads back: its segments and the words its
+    stores name (a strided store's whole span), close ranges merged, nothing past the
+    memory."""
+    cfg = preset("tiny")
+    top, W = cfg.dram_words, cfg.acc_row_words
+    stores = [Instr(Opcode.DMA, 0, dict(kind=DmaKind.STORE_CBUF, dram_addr=9000,
+                                        dram_stride=3, buf_addr=0, rows=4)),
+              Instr(Opcode.DMA, 0, dict(kind=DmaKind.STORE_ACC, dram_addr=top - W,
+                                        dram_stride=W, buf_addr=0, rows=1)),
+              Instr(Opcode.DMA, 0, dict(kind=DmaKind.LOAD_CBUF, dram_addr=5000,
+                                        dram_stride=1, buf_addr=0, rows=10))]
+    segments = [(0, np.ones((10, 8), np.uint8)), (20, np.ones((5, 8), np.uint8)),
+                (9005, np.ones((1, 8), np.uint8))]
+    assert rtlsim.used_ranges(cfg, segments, stores) == [
+        (0, 25), (9000, 10), (top - W, W)]
 
 
 @pytest.mark.rtl

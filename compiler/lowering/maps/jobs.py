@@ -194,6 +194,18 @@ def input_rows(job: Job, oh0: int, oh1: int) -> tuple[int, int]:
     return max(lo, 0), min(hi, H)
 
 
+def input_cols(job: Job, W: int, ow0: int, ow1: int) -> tuple[int, int]:
+    """Input columns ``[lo, hi)`` of a source `W` pixels wide that a tile of output
+    columns ``[ow0, ow1)`` loads: the whole input row for a tile of every output
+    column, else the columns those output columns read (inside the map; docs/cnn.md,
+    "Layers wider than the CBUF")."""
+    if ow0 == 0 and ow1 == job.out_shape[2]:
+        return 0, W
+    sw, pl = job.stride[1], job.pads[1]
+    ext = (job.kernel[1] - 1) * job.dilation[1] + 1
+    return max(ow0 * sw - pl, 0), min((ow1 - 1) * sw - pl + ext, W)
+
+
 def check_window(job: Job) -> None:
     """The window walk's field widths, as limits on the layer (docs/cnn.md)."""
     tap_max = (1 << isa.TAP_BITS) - 1

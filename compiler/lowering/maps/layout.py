@@ -78,6 +78,9 @@ class Layout:
                                      # b at ring + b*R), loaded once: no ring
     buffers: int = 2                 # tile buffers: 2 (the next tile loads into the
                                      # other) or 1 (it loads behind this tile's reads)
+    columns: int = 0                 # output columns per tile: 0, whole output rows;
+                                     # else the width is cut too (a layer whose input
+                                     # rows do not fit otherwise)
 
 
 def network_layout(cfg: ChipConfig) -> Layout:

@@ -16,6 +16,7 @@ from systolica.compiler.lowering.maps.jobs import (
     Job,
     WStep,
     check_window,
+    input_cols,
     input_rows,
     picks_rows,
     placements,
@@ -68,25 +69,41 @@ class TileLoop:
         single = lay.buffers == 1 and not whole
         # one buffer: a channel block sits at the same rows in every tile, so the next
         # tile's block loads once this tile's last read of that block has issued
-        most = max(input_rows(job, *t)[1] - input_rows(job, *t)[0] for t in tiles) \
+        most = max(input_rows(job, *t[:2])[1] - input_rows(job, *t[:2])[0] for t in tiles) \
             if single else 0
+        # one buffer: a source's channel blocks are its widest tile's input rows apart
+        # in every tile (the width of the map, unless it is cut along the width)
+        widest = [max(c1 - c0 for c0, c1 in (input_cols(job, s.shape[2], *t[2:])
+                                             for t in tiles)) for s in job.sources]
 
-        def tile_loads(wi: int) -> tuple[list[MicroOp], list[int], int, list, int]:
+        def tile_loads(wi: int) -> tuple[list[MicroOp], list[int], int, list, int,
+                                         list[int], list[int]]:
             """Tile `wi`'s input loads, where each source starts, its input rows, the
-            (source, channel block) each load fills, the rows between blocks."""
-            n, (oh0, oh1) = work[wi]
+            (source, channel block) each load fills, the rows between blocks, and per
+            source the input row's pixels and the words between channel blocks per
+            input row. A tile of a layer cut along its width loads its input columns
+            row by row."""
+            n, (oh0, oh1, ow0, ow1) = work[wi]
             buf = tiles_at + (0 if whole or single
                               else ((self.tile_no + wi) % 2) * (area // 2))
             lo, hi = input_rows(job, oh0, oh1)
             each = most or hi - lo
             picks = picks_rows(job)
             loads, bases, keys, at = [], [], [], buf
+            widths, pitches = [], []
             for si, s in enumerate(job.sources):
                 H, W = s.shape[1], s.shape[2]
+                c0, c1 = input_cols(job, W, ow0, ow1)
+                width = c1 - c0
+                cut = width != W
+                pitch = widest[si] if single else width
+                widths.append(width)
+                pitches.append(pitch)
                 bases.append(at)
                 for cb in range(s.blocks(R)):
-                    at = bases[si] + cb * each * W
-                    keys += [(si, cb)] * ((hi - lo) if picks and s.gather is None else 1)
+                    at = bases[si] + cb * each * pitch
+                    keys += [(si, cb)] * ((hi - lo) if (picks or cut) and s.gather is None
+                                          else 1)
                     if s.gather is not None:
                         # row m of K-block cb is word m of pixel p in channel block c
                         hw, cbs = s.gather
@@ -98,20 +115,22 @@ class TileLoop:
                         at += hi - lo
                         continue
                     plane = s.dram + (cb * N + n) * H * W
-                    if picks:
-                        for oh in range(oh0, oh1):
+                    if picks or cut:
+                        rows_read = ([oh * job.stride[0] for oh in range(oh0, oh1)]
+                                     if picks else range(lo, hi))
+                        for r in rows_read:
                             loads.append(self.op(
                                 Opcode.DMA, i, kind=DmaKind.LOAD_CBUF,
-                                dram_addr=plane + oh * job.stride[0] * W, dram_stride=1,
-                                buf_addr=at, rows=W))
-                            at += W
+                                dram_addr=plane + r * W + c0, dram_stride=1,
+                                buf_addr=at, rows=width))
+                            at += width
                         continue
                     loads.append(self.op(
                         Opcode.DMA, i, kind=DmaKind.LOAD_CBUF,
                         dram_addr=plane + lo * W, dram_stride=1,
                         buf_addr=at, rows=(hi - lo) * W))
-                at = bases[si] + s.blocks(R) * each * W
-            return loads, bases, hi - lo, keys, each
+                at = bases[si] + s.blocks(R) * each * pitch
+            return loads, bases, hi - lo, keys, each, widths, pitches
 
         # Tile wi + 1's input loads fill the other buffer while tile wi computes, in
         # pieces, one per step, that fit beside the step's weight load in the DMA's time
@@ -127,8 +146,8 @@ class TileLoop:
         f = 0                                   # the job's step number
         prepared = tile_loads(0)
         behind: list[MicroOp] = []              # one buffer: the next tile's first loads
-        for wi, (n, (oh0, oh1)) in enumerate(work):
-            loads, src_base, in_h, _, each = prepared
+        for wi, (n, (oh0, oh1, ow0, ow1)) in enumerate(work):
+            loads, src_base, in_h, _, each, widths, pitches = prepared
             ahead: list[MicroOp] = []
             after: dict[int, list[MicroOp]] = {}    # one buffer: step -> loads before it
             if wi == 0 and single:
@@ -136,7 +155,7 @@ class TileLoop:
                     after.setdefault(max(0, first_read[key] - WEIGHT_GROUP // 2), []
                                      ).append(mop)
                 loads = after.pop(0, [])
-            rows = (oh1 - oh0) * Wo
+            rows = (oh1 - oh0) * (ow1 - ow0)
             if wi + 1 < len(work):
                 prepared = tile_loads(wi + 1)
                 if single:
@@ -157,8 +176,19 @@ class TileLoop:
                 sh, top = 1, 0
             else:
                 sh, top = job.stride[0], lo + job.pads[0] - oh0 * job.stride[0]
-            geom = self.op(Opcode.CONVCFG, i, out_w=Wo, sh=sh, sw=job.stride[1], top=top,
-                           left=job.pads[1], pad=job.pad_byte)
+            # the tile's first input column is c0: the columns left of it, to the
+            # first output column's window, read as padding (none inside the map)
+            c0, _ = input_cols(job, job.sources[0].shape[2], ow0, ow1)
+            left = c0 - ow0 * job.stride[1] + job.pads[1]
+            geom = self.op(Opcode.CONVCFG, i, out_w=ow1 - ow0, sh=sh, sw=job.stride[1],
+                           top=top, left=left, pad=job.pad_byte)
+            # the output pixels' runs: (first pixel in the output plane, first row of
+            # the tile's staging, pixels); one output row each in a tile of a cut width
+            if (ow0, ow1) == (0, Wo):
+                runs = [(n * Ho * Wo + oh0 * Wo, 0, rows)]
+            else:
+                runs = [(n * Ho * Wo + oh * Wo + ow0, (oh - oh0) * (ow1 - ow0), ow1 - ow0)
+                        for oh in range(oh0, oh1)]
             for nb in range(nb_count):
                 blk = Block(i)
                 half = em.blocks % 2
@@ -190,18 +220,16 @@ class TileLoop:
                     if self.bank_holds[bank] != block:   # else the bank has it already
                         pre.append(self.op(Opcode.WLOAD, i, w_addr=ring, bank=bank))
                         self.bank_holds[bank] = block
-                    s = job.sources[st.src]
-                    base = src_base[st.src] + st.cb * each * s.shape[2]
+                    base = src_base[st.src] + st.cb * each * pitches[st.src]
                     dh, dw = st.taps[0]
                     mm = self.op(Opcode.MATMUL, i, act_addr=base, rows=rows, acc_addr=acc_at,
                                  accumulate=int(k > 0), max=int(job.use_max and k > 0),
                                  bank=bank, conv=1, dh=dh, dw=dw,
                                  taps=step_table[nb][k],
-                                 in_w=s.shape[2], in_h=in_h)
+                                 in_w=widths[st.src], in_h=in_h)
                     blk.steps.append(Step(pre, mm))
                 blk.epilogue = self._epilogue(job, i, nb, acc_at, slot, rows, half,
-                                              stage_half, out_dram,
-                                              n * Ho * Wo + oh0 * Wo, N * Ho * Wo)
+                                              stage_half, out_dram, runs, N * Ho * Wo)
                 blocks.append(blk)
         self.tile_no += len(work)
         return blocks
@@ -289,26 +317,33 @@ class TileLoop:
                                       for j, a in enumerate("hw")}))
         return ops
 
-    def _epilogue(self, job, i, nb, acc_at, slot, rows, half, stage_half, out_dram, row,
+    def _stores(self, i: int, kind: DmaKind, dram: int, stride: int, buf: int,
+                runs: list[tuple[int, int, int]]) -> list[MicroOp]:
+        """The stores of a tile's output pixels from buffer row `buf` to the output
+        plane at `dram` (`stride` words a pixel): one per run ``(first pixel, first
+        buffer row, pixels)``."""
+        return [self.op(Opcode.DMA, i, kind=kind, dram_addr=dram + first * stride,
+                        dram_stride=stride, buf_addr=buf + off, rows=count)
+                for first, off, count in runs]
+
+    def _epilogue(self, job, i, nb, acc_at, slot, rows, half, stage_half, out_dram, runs,
                   plane) -> list[MicroOp]:
         """N-block `nb`'s vector-unit pass and store: int32 as accumulator rows (block
-        `nb`, `plane` rows per block, from `row`), int8 into the output's channel blocks
-        (:func:`placements`): on a tall grid each sub-block into its block's staging
-        half (``wb_src`` keeping the others), stored once the block's last is in; on a
-        wide grid one VRUN and store per slice, each with its own staging."""
+        `nb`, `plane` rows per block, the pixels of `runs`), int8 into the output's
+        channel blocks (:func:`placements`): on a tall grid each sub-block into its
+        block's staging half (``wb_src`` keeping the others), stored once the block's
+        last is in; on a wide grid one VRUN and store per slice, each with its own
+        staging. A store is one DMA per run of `runs` (:meth:`_stores`)."""
         cfg, lay = self.cfg, self.lay
         arw = cfg.acc_row_words
         v = dict(job.vrun)
         if job.out_dtype == "int32":
-            out_at = out_dram + (nb * plane + row) * arw
             ops = []
             if v.get("use_bias") or v.get("relu"):
                 ops.append(self.op(Opcode.VRUN, i, src=acc_at, rows=rows, to_acc=1,
                                    dst=acc_at, bias_addr=slot, **v))
-            ops.append(self.op(Opcode.DMA, i, kind=DmaKind.STORE_ACC,
-                               dram_addr=out_at, dram_stride=arw, buf_addr=acc_at,
-                               rows=rows))
-            return ops
+            return ops + self._stores(i, DmaKind.STORE_ACC, out_dram + nb * plane * arw,
+                                      arw, acc_at, runs)
         span, R = job.span or cfg.rows, cfg.rows
         if not cfg.sides_divide:
             # pieces: a block's later pieces keep its earlier ones, stored once whole
@@ -321,9 +356,8 @@ class TileLoop:
                 ops.append(self.op(Opcode.VRUN, i, sub=pc, src=acc_at, rows=rows,
                                    to_acc=0, dst=staging, bias_addr=slot, **v))
                 if pc.last:
-                    ops.append(self.op(Opcode.DMA, i, kind=DmaKind.STORE_CBUF,
-                                       dram_addr=out_dram + pc.block * plane + row,
-                                       dram_stride=1, buf_addr=staging, rows=rows))
+                    ops += self._stores(i, DmaKind.STORE_CBUF, out_dram + pc.block * plane,
+                                        1, staging, runs)
             if nb == len(job.steps) - 1:
                 self.staged += layout.blocks(job.out_shape[3], R)
             return ops
@@ -335,17 +369,15 @@ class TileLoop:
             ops = [self.op(Opcode.VRUN, i, sub=sub, src=acc_at, rows=rows, to_acc=0,
                            dst=staging, bias_addr=slot, **v)]
             if sub == R // span - 1 or nb == len(job.steps) - 1:
-                ops.append(self.op(Opcode.DMA, i, kind=DmaKind.STORE_CBUF,
-                                   dram_addr=out_dram + b * plane + row, dram_stride=1,
-                                   buf_addr=staging, rows=rows))
+                ops += self._stores(i, DmaKind.STORE_CBUF, out_dram + b * plane, 1,
+                                    staging, runs)
             return ops
         ops = []
         parts = stage_parts(cfg, job)
         for b, s in placements(cfg, job, nb):
             staging = lay.staging + (half * parts + s) * stage_half
-            ops += [self.op(Opcode.VRUN, i, sub=s, src=acc_at, rows=rows, to_acc=0,
-                            dst=staging, bias_addr=slot, **v),
-                    self.op(Opcode.DMA, i, kind=DmaKind.STORE_CBUF,
-                            dram_addr=out_dram + b * plane + row, dram_stride=1,
-                            buf_addr=staging, rows=rows)]
+            ops.append(self.op(Opcode.VRUN, i, sub=s, src=acc_at, rows=rows, to_acc=0,
+                               dst=staging, bias_addr=slot, **v))
+            ops += self._stores(i, DmaKind.STORE_CBUF, out_dram + b * plane, 1, staging,
+                                runs)
         return ops

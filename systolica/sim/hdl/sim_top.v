@@ -1,12 +1,15 @@
 // Simulation top: the chip plus a behavioural model of its external memory (DRAM).
 //
-// The register bus is driven from cocotb through this module's ports. The DRAM is
-// never accessed word by word from Python, and never whole: a pulse on `dram_load`
-// zeroes the memory and reads the file named by the +DRAM_IN=<path> plusarg
-// ($readmemh), which holds only the regions a run uses, each after an `@<hex word
-// address>` line; a pulse on `dram_dump` writes the `dram_count` words from
-// `dram_first` to +DRAM_OUT=<path> ($writememh). Both act at a rising clock edge.
-// File format: one word per line in hex; byte p of a word is bits [8p+7:8p].
+// The register bus is driven from cocotb (or the C++ harness) through this module's
+// ports. The DRAM is a sparse store in C++ (dram.cpp, through DPI-C): pages of words
+// allocated at their first write, so the address space (WORDS words) costs nothing a
+// run does not touch. It is never accessed word by word from the host, and never
+// whole: a pulse on `dram_load` zeroes the memory and reads the file named by the
+// +DRAM_IN=<path> plusarg, which holds only the regions a run uses, each after an
+// `@<hex word address>` line; a pulse on `dram_dump` writes the `dram_count` words
+// from `dram_first` to +DRAM_OUT=<path>. Both act at a rising clock edge.
+// File format: that of $readmemh / $writememh, one word per line in hex; byte p of a
+// word is bits [8p+7:8p].
 //
 // The memory reads synchronously (data the cycle after `mem_re`, as the chip expects)
 // and ignores addresses at or beyond WORDS: the chip reports such accesses as faults,
@@ -53,44 +56,55 @@ module sim_top #(
         .mem_wdata (mem_wdata)
     );
 
-    reg [WIDTH-1:0] mem [0:WORDS-1];
+    import "DPI-C" function void systolica_dram_init(input int words, input int bits);
+    import "DPI-C" function void systolica_dram_read(input int addr,
+                                                     output bit [WIDTH-1:0] data);
+    import "DPI-C" function void systolica_dram_write(input int addr,
+                                                      input bit [WIDTH-1:0] data);
+    import "DPI-C" function int systolica_dram_load(input string path);
+    import "DPI-C" function int systolica_dram_dump(input string path, input int first,
+                                                    input int count);
 
     wire in_range = {{(32-ADDR_BITS){1'b0}}, mem_addr} < WORDS;
 
     // Bulk load and dump. The file names are fixed for the simulator's lifetime; the
     // host rewrites the input file before each load pulse.
-    reg [1023:0] dram_in_file;
-    reg [1023:0] dram_out_file;
-    reg          have_in, have_out;
-    integer      i;
+    string          dram_in_file;
+    string          dram_out_file;
+    bit             have_in, have_out;
+    bit [WIDTH-1:0] word;
 
     initial begin
         have_in  = $value$plusargs("DRAM_IN=%s", dram_in_file) != 0;
         have_out = $value$plusargs("DRAM_OUT=%s", dram_out_file) != 0;
         mem_rdata = {WIDTH{1'b0}};
+        systolica_dram_init(WORDS, WIDTH);
     end
 
-    // Every access to `mem` is in this one block, in this order (the chip's read sees
-    // the word before its write of the same cycle), so blocking writes are safe and
-    // the bulk operations need no second process on the array.
+    // Every access to the memory is in this one block, in this order (the chip's read
+    // sees the word before its write of the same cycle).
     always @(posedge clk) begin
-        if (mem_re)
-            mem_rdata <= in_range ? mem[mem_addr] : {WIDTH{1'b0}};
-        if (mem_we && in_range)
-            mem[mem_addr] = mem_wdata;
-        if (dram_load) begin
-            for (i = 0; i < WORDS; i = i + 1)
-                mem[i] = {WIDTH{1'b0}};
-            if (have_in)
-                $readmemh(dram_in_file, mem);
+        if (mem_re) begin
+            if (in_range)
+                systolica_dram_read(mem_addr, word);
             else
+                word = {WIDTH{1'b0}};
+            mem_rdata <= word;
+        end
+        if (mem_we && in_range)
+            systolica_dram_write(mem_addr, mem_wdata);
+        if (dram_load) begin
+            if (!have_in) begin
+                void'(systolica_dram_load(""));      // zeroes the memory, reads nothing
                 $display("sim_top: dram_load without +DRAM_IN=<file>");
+            end else if (systolica_dram_load(dram_in_file) != 0)
+                $display("sim_top: loading %s failed", dram_in_file);
         end
         if (dram_dump && dram_count != 0) begin
-            if (have_out)
-                $writememh(dram_out_file, mem, dram_first, dram_first + dram_count - 1);
-            else
+            if (!have_out)
                 $display("sim_top: dram_dump without +DRAM_OUT=<file>");
+            else if (systolica_dram_dump(dram_out_file, dram_first, dram_count) != 0)
+                $display("sim_top: dumping to %s failed", dram_out_file);
         end
     end
 
