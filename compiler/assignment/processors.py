@@ -13,8 +13,9 @@ from systolica.compiler.errors import CompileError
 
 #: What the library calls each chip-run ONNX kind (its calibration kernel's family).
 CHIP_FAMILIES = {
-    "Conv": "conv", "QLinearConv": "conv",
+    "Conv": "conv", "QLinearConv": "conv", "ConvInteger": "conv",
     "MatMul": "dense", "Gemm": "dense", "QLinearMatMul": "dense", "QGemm": "dense",
+    "MatMulInteger": "dense",
     "MaxPool": "max_pool", "Add": "add", "QLinearAdd": "add",
     "GlobalAveragePool": "global_avg_pool", "QLinearGlobalAveragePool": "global_avg_pool",
     "Concat": "concat", "QLinearConcat": "concat", "Flatten": "move", "Relu": "move",

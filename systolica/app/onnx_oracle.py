@@ -109,9 +109,27 @@ def _onnxruntime_values(plan: Plan, extra: list[str]) -> dict[str, np.ndarray]:
         feeds = {i.name: plan.model.inputs[i.name] for i in sess.get_inputs()}
         results = sess.run(None, feeds)
     except Exception as e:          # onnxruntime's own errors are plain RuntimeErrors
-        raise OracleError(f"onnxruntime cannot run model {plan.model.name!r} to compare "
-                          f"with: {str(e).splitlines()[0]}") from None
+        why = str(e).splitlines()[0]
+        values = _reference_values(plan, proto, why)
+        plan.notes.append(f"onnxruntime cannot run model {plan.model.name!r} ({why}); "
+                          f"compared with the ONNX reference evaluator (onnx.reference) "
+                          f"instead")
+        return values
     return {o.name: np.asarray(r) for o, r in zip(sess.get_outputs(), results)}
+
+
+def _reference_values(plan: Plan, proto, why: str) -> dict[str, np.ndarray]:
+    """`proto`'s outputs as the ONNX reference evaluator computes them (with the host's
+    kernels: onnxruntime lacks some of its kernels' forms, e.g. a ConvInteger with a
+    weight zero point per channel)."""
+    from systolica.host.kernels import HostModel
+    try:
+        host = HostModel(proto)
+        return host.run({i.name: plan.model.inputs[i.name] for i in proto.graph.input})
+    except Exception as e:
+        raise OracleError(f"onnxruntime cannot run model {plan.model.name!r} to compare "
+                          f"with ({why}), nor the ONNX reference evaluator "
+                          f"({str(e).splitlines()[0]})") from None
 
 
 def _dequantised_steps(plan: Plan) -> dict[str, float]:
