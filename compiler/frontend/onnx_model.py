@@ -105,11 +105,11 @@ def load(model, inputs: Mapping[str, np.ndarray] | None = None, *, seed: int = 0
     consts = {t.name for t in g.initializer}
     declared = [vi for vi in g.input if vi.name not in consts]
     given = dict(inputs or {})
+    frozen = _constants(constants, declared, given, consts, where)
     unknown = sorted(set(given) - {vi.name for vi in declared})
     if unknown:
         raise CompileError(f"{where} has no input(s) {unknown}; its inputs are "
                            f"{[vi.name for vi in declared]}")
-    frozen = _constants(constants, declared, given, consts, where)
     rng = np.random.default_rng(seed)
     bound: dict[str, np.ndarray] = {}
     for vi in declared:
