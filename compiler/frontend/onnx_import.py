@@ -2,10 +2,12 @@
 in the QDQ form folded into it (:func:`fold_qdq`), or a mix of the two, as graphs
 (docs/compiler.md, "ONNX models").
 
-What a model may hold: ``QLinearConv`` (one group or depthwise, weights with zero
-point 0, a scale per tensor or per output channel, an int32 bias), ``QLinearMatMul`` (a
-constant ``[K, N]`` right operand with zero point 0 and one scale, or a scale per
-column when it reads a Flatten of a map: a convolution over the map), ``MaxPool``,
+What a model may hold: ``QLinearConv`` (one group or depthwise, int8 weights with
+any zero point, a scale per tensor or per output channel, an int32 bias),
+``QLinearMatMul`` (a constant int8 ``[K, N]`` right operand with any zero point and one
+scale, or a scale per column when it reads a Flatten of a map: a convolution over the
+map), ``ConvInteger`` and ``MatMulInteger`` (their int32 outputs the accumulators: a
+convolution or dense layer with ``out_dtype="int32"``), ``MaxPool``,
 ``Concat`` (of maps along their channels, of ``[M, K]`` along K), ``Flatten`` of a map
 (of one larger than ``1 x 1`` read only by matmuls, whose weight rows are reordered
 from ONNX's C, H, W to the chip's H, W, C), ``Relu`` on a tensor whose zero point is
@@ -14,7 +16,9 @@ from ONNX's C, H, W to the chip's H, W, C), ``Relu`` on a tensor whose zero poin
 zero point) and ``QGemm`` (``transB``, ``alpha``, an int32 bias ``C``; the matmul's
 rules for the right operand). Its inputs and outputs are int8 (the host quantises
 before and dequantises after: a float input's QuantizeLinear and an output's
-DequantizeLinear are left to it). Maps are NCHW in ONNX and NHWC on the chip: an input
+DequantizeLinear are left to it). Weights less their zero point that leave int8 are
+taken over a common factor or in parts (:func:`int8_parts`). Maps are NCHW in ONNX and
+NHWC on the chip: an input
 map enters through a transpose on the chip (``GraphBuilder.input(..., layout="NCHW")``)
 and an output map leaves through another.
 
