@@ -115,7 +115,9 @@ def _zero_point_fault(a: np.ndarray) -> str | None:
     """What is wrong with the zero points `a` (integers in int8's range), or None."""
     if a.dtype == np.uint8:
         return ("is uint8: the tensor it quantises is uint8, and the chip computes int8 "
-                "(quantise activations and weights to int8, onnxruntime's QuantType.QInt8)")
+                "(quantise activations and weights to int8, onnxruntime's QuantType.QInt8; "
+                "plan_model makes a QLinearConv's, QLinearMatMul's, ConvInteger's or "
+                "MatMulInteger's uint8 operands int8 on the way in)")
     if not np.issubdtype(a.dtype, np.integer):
         return f"is {a.dtype}, not an integer"
     bad = (a < -128) | (a > 127)

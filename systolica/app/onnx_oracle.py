@@ -46,7 +46,7 @@ def layer_bound(op) -> int:
     """The steps one layer of the chip may differ from ONNX given the same inputs."""
     if isinstance(op, Add):
         return 1 + math.floor(255 / 2 ** op.shift)
-    if isinstance(op, (Dense, MatMulT)) and op.out_dtype == "int32":
+    if isinstance(op, (Dense, MatMulT, Conv2d)) and op.out_dtype == "int32":
         return 0                        # no requantisation: exact
     if isinstance(op, (Conv2d, Dense, MatMulT, GlobalAvgPool, AvgPool2d)):
         mult = int(np.min(np.atleast_1d(op.mult)))

@@ -91,11 +91,12 @@ def test_a_chip_operation_past_its_bound_fails_the_run(monkeypatch):
 
 def test_bounds_per_layer():
     from systolica.app.onnx_oracle import layer_bound
-    from systolica.compiler.graph.ops import Add, Dense, MaxPool2d
+    from systolica.compiler.graph.ops import Add, Conv2d, Dense, MaxPool2d
     w = np.ones((4, 4), np.int8)
     assert layer_bound(Dense(w, mult=40000, shift=20)) == 1
     assert layer_bound(Dense(w, mult=100, shift=10)) == 2
     assert layer_bound(Dense(w, out_dtype="int32")) == 0
+    assert layer_bound(Conv2d(np.ones((1, 1, 4, 4), np.int8), out_dtype="int32")) == 0
     assert layer_bound(Add(3, 5, 6)) == 1 + 255 // 64
     assert layer_bound(MaxPool2d(2)) == 0
 

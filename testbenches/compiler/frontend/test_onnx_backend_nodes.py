@@ -101,6 +101,7 @@ def _check(case, model, run) -> None:
     assert got.dtype == want.dtype and got.shape == want.shape
     diff = np.abs(got.astype(np.int64) - want.astype(np.int64))
     bound = 0 if model.graph.node[0].op_type in INTEGER else 1
+    assert all(a.tolerance == bound for a in run.isolated)   # docs/assignment.md's bound
     assert diff.max() <= bound, (case.name, got, want)
     assert int((diff > 0).sum()) == DIFFERING[case.name]
 
