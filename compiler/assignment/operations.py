@@ -173,7 +173,10 @@ def _elements(types, v: str) -> int:
 
 
 def _is_scalar(n, types) -> bool:
-    """Shape or parameter arithmetic: integer results of a few values."""
+    """Shape or parameter arithmetic: integer results of a few values (a product of
+    tensors, a ConvInteger's or MatMulInteger's few int32 values, is none)."""
+    if n.op_type in MAC_KINDS:
+        return False
     outs = [types.get(o, (0, None)) for o in n.output if o]
     return bool(outs) and all(e in (6, 7, 9) and s is not None and int(np.prod(s)) <= 16
                               for e, s in outs)

@@ -52,13 +52,16 @@ class PlanOptions:
     """How a model is planned: the assigner's thresholds and the user's processor per
     operation name; for a float model, its calibration inputs (None: random) and
     whether weights get a scale per output channel; the seed of random inputs; the
-    function library's file (None: the preset's)."""
+    function library's file (None: the preset's); the inputs to take as constants
+    (weights, scales and zero points a model takes as inputs, their data given with
+    the inputs: ``onnx_model.load``'s `constants`)."""
     thresholds: Thresholds = Thresholds()
     overrides: Mapping[str, str] | None = None
     calibration: Iterable | None = None
     per_channel: bool = False
     seed: int = 0
     library: str | None = None
+    constants: tuple[str, ...] = ()
 
 
 def plan_model(cfg: ChipConfig, model, inputs: Mapping[str, np.ndarray] | None = None,
@@ -66,7 +69,7 @@ def plan_model(cfg: ChipConfig, model, inputs: Mapping[str, np.ndarray] | None =
     """Plan ONNX `model` (a path, bytes or ModelProto) for chip `cfg`, its inputs
     `inputs` by name (missing ones: random)."""
     seed, overrides, thresholds = options.seed, options.overrides, options.thresholds
-    m = onnx_model.load(model, inputs, seed=seed)
+    m = onnx_model.load(model, inputs, seed=seed, constants=options.constants)
     onnx_simplify.simplify(m)
     if m.is_float():
         m = onnx_quantise.quantise(m, options.calibration, per_channel=options.per_channel,

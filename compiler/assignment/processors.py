@@ -13,8 +13,9 @@ from systolica.compiler.errors import CompileError
 
 #: What the library calls each chip-run ONNX kind (its calibration kernel's family).
 CHIP_FAMILIES = {
-    "Conv": "conv", "QLinearConv": "conv",
+    "Conv": "conv", "QLinearConv": "conv", "ConvInteger": "conv",
     "MatMul": "dense", "Gemm": "dense", "QLinearMatMul": "dense", "QGemm": "dense",
+    "MatMulInteger": "dense",
     "MaxPool": "max_pool", "GlobalMaxPool": "max_pool", "AveragePool": "avg_pool",
     "Add": "add", "QLinearAdd": "add",
     "GlobalAveragePool": "global_avg_pool", "QLinearGlobalAveragePool": "global_avg_pool",
@@ -47,8 +48,10 @@ class Chip(Processor):
             return "quantising and dequantising at the model's edges are the host's"
         if op.kind not in CHIP_FAMILIES:
             return f"the chip has no {op.kind}"
-        if CHIP_FAMILIES[op.kind] == "move":
-            return None         # a view or clamp of its producer: its segment decides
+        if CHIP_FAMILIES[op.kind] in ("move", "concat"):
+            # a view or clamp of its producer, or a join its producers write: alone its
+            # operands would be the program's inputs; its segment decides
+            return None
         from systolica.compiler.frontend import onnx_import
         try:
             onnx_import.load(submodel(proto, [op], f"try_{op.index}"))

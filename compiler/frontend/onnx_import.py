@@ -2,10 +2,12 @@
 in the QDQ form folded into it (:func:`fold_qdq`), or a mix of the two, as graphs
 (docs/compiler.md, "ONNX models").
 
-What a model may hold: ``QLinearConv`` (one group or depthwise, weights with zero
-point 0, a scale per tensor or per output channel, an int32 bias), ``QLinearMatMul`` (a
-constant ``[K, N]`` right operand with zero point 0 and one scale, or a scale per
-column when it reads a Flatten of a map: a convolution over the map), ``MaxPool``,
+What a model may hold: ``QLinearConv`` (one group or depthwise, int8 weights with
+any zero point, a scale per tensor or per output channel, an int32 bias),
+``QLinearMatMul`` (a constant int8 ``[K, N]`` right operand with any zero point and one
+scale, or a scale per column when it reads a Flatten of a map: a convolution over the
+map), ``ConvInteger`` and ``MatMulInteger`` (their int32 outputs the accumulators: a
+convolution or dense layer with ``out_dtype="int32"``), ``MaxPool``,
 ``Concat`` (of maps along their channels, of ``[M, K]`` along K), ``Flatten`` of a map
 (of one larger than ``1 x 1`` read only by matmuls, whose weight rows are reordered
 from ONNX's C, H, W to the chip's H, W, C), ``Relu`` on a tensor whose zero point is
@@ -14,7 +16,9 @@ from ONNX's C, H, W to the chip's H, W, C), ``Relu`` on a tensor whose zero poin
 zero point) and ``QGemm`` (``transB``, ``alpha``, an int32 bias ``C``; the matmul's
 rules for the right operand). Its inputs and outputs are int8 (the host quantises
 before and dequantises after: a float input's QuantizeLinear and an output's
-DequantizeLinear are left to it). Maps are NCHW in ONNX and NHWC on the chip: an input
+DequantizeLinear are left to it). Weights less their zero point that leave int8 are
+taken over a common factor or in parts (:func:`int8_parts`). Maps are NCHW in ONNX and
+NHWC on the chip: an input
 map enters through a transpose on the chip (``GraphBuilder.input(..., layout="NCHW")``)
 and an output map leaves through another.
 
@@ -56,9 +60,9 @@ __all__ = ["OnnxNodeError", "QDQ_OPS", "SUPPORTED", "fold_qdq", "load"]
 
 #: The operators :func:`load` takes (every other one is refused by name); the last
 #: four are onnxruntime's (domain ``com.microsoft``), which its quantiser writes.
-SUPPORTED = ("QLinearConv", "QLinearMatMul", "MaxPool", "AveragePool", "GlobalMaxPool",
-             "Concat", "Flatten", "Relu",
-             "QLinearAdd", "QLinearGlobalAveragePool", "QLinearConcat", "QGemm")
+SUPPORTED = ("QLinearConv", "QLinearMatMul", "ConvInteger", "MatMulInteger", "MaxPool",
+             "AveragePool", "GlobalMaxPool", "Concat", "Flatten", "Relu", "QLinearAdd",
+             "QLinearGlobalAveragePool", "QLinearConcat", "QGemm")
 
 #: The float operators :func:`fold_qdq` takes between DequantizeLinear and
 #: QuantizeLinear; a Relu folds into the first four.
@@ -74,10 +78,12 @@ _OUT_QUANT = {"QLinearConv": (6, 7), "QLinearMatMul": (6, 7), "QLinearAdd": (6, 
 _KEEPS_QUANT = ("MaxPool", "AveragePool", "GlobalMaxPool", "Flatten", "Relu", "Concat")
 
 
-def _in_quant(node, k: int) -> tuple[int, int] | None:
+def _in_quant(node, k: int) -> tuple[int | None, int] | None:
     """Where `node` declares the scale and zero point of its input `k` (input
-    indices), or None where it declares none."""
+    indices; no scale for the integer operators), or None where it declares none."""
     t = node.op_type
+    if k == 0 and t in ("ConvInteger", "MatMulInteger"):
+        return None, 2
     if k == 0 and t in ("QLinearConv", "QLinearMatMul", "QGemm", "QLinearGlobalAveragePool"):
         return 1, 2
     if t == "QLinearAdd" and k in (0, 3):
@@ -109,7 +115,9 @@ def _zero_point_fault(a: np.ndarray) -> str | None:
     """What is wrong with the zero points `a` (integers in int8's range), or None."""
     if a.dtype == np.uint8:
         return ("is uint8: the tensor it quantises is uint8, and the chip computes int8 "
-                "(quantise activations and weights to int8, onnxruntime's QuantType.QInt8)")
+                "(quantise activations and weights to int8, onnxruntime's QuantType.QInt8; "
+                "plan_model makes a QLinearConv's, QLinearMatMul's, ConvInteger's or "
+                "MatMulInteger's uint8 operands int8 on the way in)")
     if not np.issubdtype(a.dtype, np.integer):
         return f"is {a.dtype}, not an integer"
     bad = (a < -128) | (a > 127)
@@ -587,6 +595,7 @@ class _Importer:
                         at = _in_quant(node, k) if u == v else None
                         if at:
                             return (self._zero_point(node, at[1], "zero point"),
+                                    None if at[0] is None else
                                     self._scale(node, at[0], "scale"))
                     if node.op_type in _KEEPS_QUANT and node.output[0] not in seen:
                         seen.add(node.output[0])
@@ -801,42 +810,63 @@ class _Importer:
                                     f"made with {have}; requantise it to one zero point")
 
     def _qlinearconv(self, node, a):
+        return self._conv(node, a, 3, int32=False)
+
+    def _convinteger(self, node, a):
+        """ONNX's ``Y = conv(X - x_zp, W - w_zp)`` in int32: a convolution with an int32
+        output (the chip pads with the input's zero point, as ONNX pads ``X - x_zp``
+        with 0)."""
+        return self._conv(node, a, 1, int32=True)
+
+    def _conv(self, node, a, w_at: int, int32: bool):
+        """A QLinearConv (weights at input `w_at` = 3) or ConvInteger (1, `int32`): the
+        chip's convolution of ``W - w_zp``; where that leaves int8, ``W - w_zp`` over
+        each output channel's common factor (which the multiplier takes), or split
+        over the input channels read as many times (:func:`int8_parts`)."""
         x = self._value(node)
         if node.input[0] not in self.nchw:
-            raise self._error(node, f"ONNX node {node.name!r} (QLinearConv): its input is "
+            raise self._error(node, f"ONNX node {node.name!r} ({node.op_type}): its input is "
                                     f"not a map")
         self._check_x(node, x)
-        w = self._const(node, 3, "weights")
-        w_zp = self._zero_points(node, 5, "weight zero point")
-        if np.any(w_zp != 0) or w.dtype != np.int8:
-            raise self._error(node, f"ONNX node {node.name!r} (QLinearConv): weights must "
-                                    f"be int8 with zero point 0 (symmetric); quantise them so")
+        w = self._centred(node, self._const(node, w_at, "weights"), w_at + 2, 0, "weights")
         group = a.get("group", 1)
         if group != 1 and (w.shape[1] != 1 or group != w.shape[0]):
-            raise self._error(node, f"ONNX node {node.name!r} (QLinearConv): group {group} "
+            raise self._error(node, f"ONNX node {node.name!r} ({node.op_type}): group {group} "
                                     f"with weights of shape {list(w.shape)}; the chip runs "
                                     f"convolutions of one group and depthwise ones (group = "
                                     f"channels, weights [C, 1, kh, kw])")
         if a.get("auto_pad", b"NOTSET") not in (b"NOTSET", "NOTSET"):
-            raise self._error(node, f"ONNX node {node.name!r} (QLinearConv): auto_pad "
+            raise self._error(node, f"ONNX node {node.name!r} ({node.op_type}): auto_pad "
                                     f"{a['auto_pad']!r}; export with explicit pads")
         pads = list(a.get("pads", [0, 0, 0, 0]))
-        cout = w.shape[0]
-        mult, shift = self._requant(node, self._scale(node, 1, "input scale"),
-                                    self._scales(node, 4, "weight scale"),
-                                    self._scale(node, 6, "output scale"), True)
-        if np.ndim(mult) == 0:
-            mult = np.full(cout, mult)
-        bias = (self._const(node, 8, "bias").astype(np.int32) if len(node.input) > 8
-                and node.input[8] else None)
-        out = self.g.conv2d(x, np.transpose(w, (2, 3, 1, 0)), bias,
-                            stride=tuple(a.get("strides", [1, 1])),
-                            pads=(pads[0], pads[1], pads[2], pads[3]),
-                            dilation=tuple(a.get("dilations", [1, 1])), groups=group,
-                            mult=mult, shift=shift,
-                            zp=self._zero_point(node, 7, "output zero point"),
-                            relu=self._fuses_relu(node), relu6=self._clamp_above(node),
-                            name=self._name(node))
+        bias = (self._const(node, 8, "bias").astype(np.int64) if not int32
+                and len(node.input) > 8 and node.input[8] else None)
+        parts, g = int8_parts(w, 0, factor=None if int32 else "channel", bias=bias)
+        if len(parts) > 1 and group != 1:
+            raise self._error(node, f"ONNX node {node.name!r} ({node.op_type}): its depthwise "
+                                    f"weights less their zero point leave int8 with no "
+                                    f"common factor per channel; the chip holds int8 "
+                                    f"weights")
+        kernel = np.concatenate([np.transpose(p, (2, 3, 1, 0)) for p in parts], axis=2)
+        geometry = dict(stride=tuple(a.get("strides", [1, 1])),
+                        pads=(pads[0], pads[1], pads[2], pads[3]),
+                        dilation=tuple(a.get("dilations", [1, 1])), groups=group,
+                        name=self._name(node))
+        xs = self._repeated(node, x, parts)
+        if int32:
+            out = self.g.conv2d(xs, kernel, None, out_dtype="int32", **geometry)
+        else:
+            mult, shift = self._requant(node, self._scale(node, 1, "input scale"),
+                                        self._scales(node, 4, "weight scale") * g,
+                                        self._scale(node, 6, "output scale"), True)
+            if np.ndim(mult) == 0:
+                mult = np.full(w.shape[0], mult)
+            out = self.g.conv2d(xs, kernel,
+                                None if bias is None else self._int32_bias(node, bias // g),
+                                mult=mult, shift=shift,
+                                zp=self._zero_point(node, 7, "output zero point"),
+                                relu=self._fuses_relu(node), relu6=self._clamp_above(node),
+                                **geometry)
         self.nchw.add(node.output[0])
         return out
 
@@ -886,10 +916,11 @@ class _Importer:
             raise self._error(node, f"ONNX node {node.name!r} ({node.op_type}): takes an "
                                     f"[M, K] left operand (Flatten a map first)")
         self._check_x(node, x)
-        if w.ndim != 2 or np.any(self._zero_points(node, 5, "right zero point") != 0):
+        if w.ndim != 2:
             raise self._error(node, f"ONNX node {node.name!r} ({node.op_type}): the right "
-                                    f"operand must be a constant [K, N] int8 with zero "
-                                    f"point 0")
+                                    f"operand must be a constant [K, N] int8, not of shape "
+                                    f"{list(w.shape)}")
+        w = self._centred(node, w, 5, 1, "right operand")
         w_scale = self._scales(node, 4, "right scale")
         if alpha != 1.0:
             w_scale = w_scale * alpha
@@ -907,17 +938,82 @@ class _Importer:
                                     f"a multiplier per output channel); quantise its weights "
                                     f"per tensor, or all of them per channel")
         y_s, y_zp = _OUT_QUANT[node.op_type]
-        mult, shift = self._requant(node, self._scale(node, 1, "left scale"), w_scale[0],
-                                    self._scale(node, y_s, "output scale"), False)
         # sum((x - x_zp) * w) = x @ w - x_zp * sum(w): the zero point folds into a bias
         x_zp = self.g.tensor(x).quant.zero_point
-        folded = (-x_zp * w.astype(np.int64).sum(axis=0)) if x_zp else None
+        folded = (-x_zp * w.sum(axis=0)) if x_zp else None
         if bias is not None:
             folded = bias if folded is None else folded + bias
-        folded = None if folded is None else folded.astype(np.int32)
-        return self.g.dense(x, w, folded, mult=mult, shift=shift,
-                            zp=self._zero_point(node, y_zp, "output zero point"),
+        parts, g = int8_parts(w, 1, factor="tensor", bias=folded)
+        g = int(g[0])
+        mult, shift = self._requant(node, self._scale(node, 1, "left scale"),
+                                    float(w_scale[0]) * g,
+                                    self._scale(node, y_s, "output scale"),
+                                    False)
+        folded = None if folded is None else self._int32_bias(node, folded // g)
+        return self.g.dense([x] * len(parts), np.concatenate(parts), folded, mult=mult,
+                            shift=shift, zp=self._zero_point(node, y_zp, "output zero point"),
                             relu=self._fuses_relu(node), name=self._name(node))
+
+    def _matmulinteger(self, node, a):
+        """ONNX's ``Y = (A - a_zp) @ (B - b_zp)`` in int32: a dense layer with an int32
+        output, `B - b_zp` its weights (several K-blocks where that leaves int8:
+        :func:`int8_parts`), the left zero point folded into a bias."""
+        x = self._value(node)
+        if node.input[0] in self.nchw or len(self.g.tensor(x).shape) != 2:
+            raise self._error(node, f"ONNX node {node.name!r} (MatMulInteger): takes an "
+                                    f"[M, K] left operand")
+        self._check_x(node, x)
+        w = self._const(node, 1, "right operand")
+        if w.ndim != 2:
+            raise self._error(node, f"ONNX node {node.name!r} (MatMulInteger): the right "
+                                    f"operand must be a constant [K, N] int8, not of shape "
+                                    f"{list(w.shape)}")
+        w = self._centred(node, w, 3, 1, "right operand")
+        if node.input[0] in self.chw:
+            w = self._hwc_rows(node, w, self.chw[node.input[0]]).reshape(w.shape)
+        parts, _ = int8_parts(w, 1)
+        x_zp = self.g.tensor(x).quant.zero_point
+        bias = self._int32_bias(node, -x_zp * w.sum(axis=0)) if x_zp else None
+        return self.g.dense([x] * len(parts), np.concatenate(parts), bias, out_dtype="int32",
+                            name=self._name(node))
+
+    def _centred(self, node, w: np.ndarray, zp_at: int, axis: int, what: str) -> np.ndarray:
+        """`node`'s constant int8 `what` `w` less its zero points (input `zp_at`: one,
+        or one per output channel along `axis`), as int64. It may leave int8 (a uint8
+        tensor made int8, or a zero point far from its values): :func:`int8_parts`."""
+        if w.dtype != np.int8:
+            raise self._error(node, f"ONNX node {node.name!r} ({node.op_type}): its {what} "
+                                    f"is {w.dtype}; the chip multiplies int8 (a uint8 one "
+                                    f"with a constant zero point is made int8 on the way in)")
+        zp = self._zero_points(node, zp_at, f"{what}'s zero point").astype(np.int64)
+        if zp.size not in (1, w.shape[axis]):
+            raise self._error(node, f"ONNX node {node.name!r} ({node.op_type}): its {what}'s "
+                                    f"zero point has {zp.size} values for {w.shape[axis]} "
+                                    f"output channels; give one, or one per channel")
+        shape = [1] * w.ndim
+        shape[axis] = -1
+        return w.astype(np.int64) - (zp.reshape(shape) if zp.size > 1 else zp.reshape(()))
+
+    def _int32_bias(self, node, b: np.ndarray) -> np.ndarray:
+        if np.any(np.abs(b) > np.iinfo(np.int32).max):
+            raise self._error(node, f"ONNX node {node.name!r} ({node.op_type}): its bias, "
+                                    f"with the input zero point folded in, does not fit "
+                                    f"int32")
+        return b.astype(np.int32)
+
+    def _repeated(self, node, x: str, parts: list[np.ndarray]) -> str:
+        """The map `x` once for each weight part along the input channels: a
+        convolution reads it with the parts' weights side by side. A 1x1 convolution
+        of `x` makes it, its weights identities side by side, at multiplier 1 and shift
+        0 with `x`'s zero point (``x - zp + zp``: exact); a Concat of `x` with itself
+        would need whole blocks of channels."""
+        if len(parts) == 1:
+            return x
+        t = self.g.tensor(x)
+        eye = np.eye(t.shape[-1], dtype=np.int8)
+        return self.g.conv2d(x, np.concatenate([eye] * len(parts), axis=1)[None, None],
+                             zp=t.quant.zero_point,
+                             name=self._fresh(_safe(f"{node.name or node.output[0]}__repeat")))
 
     def _per_column_dense(self, node, map_: str, w: np.ndarray, w_scale: np.ndarray,
                           bias: np.ndarray | None):
@@ -926,10 +1022,12 @@ class _Importer:
         multiplier per output channel; its output a ``1 x 1`` map standing for the
         ``[N, C]`` value."""
         y_s, y_zp = _OUT_QUANT[node.op_type]
-        mult, shift = self._requant(node, self._scale(node, 1, "left scale"), w_scale,
-                                    self._scale(node, y_s, "output scale"), True)
         kernel = self._hwc_rows(node, w, self.g.tensor(map_).shape[1:])
-        y = self.g.conv2d(map_, kernel, None if bias is None else bias.astype(np.int32),
+        parts, g = int8_parts(kernel, 3, factor="channel", bias=bias)
+        mult, shift = self._requant(node, self._scale(node, 1, "left scale"), w_scale * g,
+                                    self._scale(node, y_s, "output scale"), True)
+        y = self.g.conv2d(self._repeated(node, map_, parts), np.concatenate(parts, axis=2),
+                          None if bias is None else self._int32_bias(node, bias // g),
                           mult=mult, shift=shift,
                           zp=self._zero_point(node, y_zp, "output zero point"),
                           relu=self._fuses_relu(node), name=self._name(node))
@@ -1148,6 +1246,41 @@ class _Importer:
                                     f"layer's output has zero point 0 and no other reader")
         self.nchw.update(node.output[:1] if node.input[0] in self.nchw else [])
         return self._value(node)
+
+
+def int8_parts(w: np.ndarray, axis: int, *, factor: str | None = None,
+               bias: np.ndarray | None = None) -> tuple[list[np.ndarray], np.ndarray]:
+    """Integer weights `w` (``W - w_zp``: within [-255, 255]), output channels along
+    `axis`, as int8 weights the chip computes with exactly: ``(parts, g)`` with ``w =
+    g * sum(parts)``, `g` one integer per output channel.
+
+    Weights that fit int8 are one part (g = 1). Else, with `factor` (``"channel"``: a
+    factor per output channel, ``"tensor"``: one for all), when the greatest common
+    divisor `g` of the values brings them into int8 and divides the int32 `bias` (the
+    sum is then taken over g and the multiplier times g: ``0 - 255`` is ``255 * -1``),
+    that. Else the parts are clipped to int8 one after the other (two for ``|w| <=
+    254``, three for 255): ``x @ w = [x, x] @ [w1; w2]``, the input read once per
+    part along K (a matmul) or its input channels (a convolution)."""
+    n = w.shape[axis]
+    ones = np.ones(n, dtype=np.int64)
+    if w.size == 0 or (w.min() >= -128 and w.max() <= 127):
+        return [w.astype(np.int8)], ones
+    shape = [1] * w.ndim
+    shape[axis] = -1
+    if factor is not None:
+        a = np.moveaxis(np.abs(w), axis, 0).reshape(n, -1)
+        g = (np.gcd.reduce(a, axis=1) if factor == "channel"
+             else np.full(n, np.gcd.reduce(a.ravel())))
+        g = np.maximum(g, 1)
+        q = w // g.reshape(shape)
+        if q.min() >= -128 and q.max() <= 127 and (bias is None or not np.any(bias % g)):
+            return [q.astype(np.int8)], g.astype(np.int64)
+    parts, rest = [], w.astype(np.int64)
+    while rest.any() or not parts:
+        p = np.clip(rest, -128, 127)
+        parts.append(p.astype(np.int8))
+        rest = rest - p
+    return parts, ones
 
 
 def _safe(name: str) -> str:

@@ -4,7 +4,7 @@ dimensions bound to the inputs given, its shapes inferred (docs/assignment.md,
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -91,10 +91,12 @@ def opset(proto, where: str) -> int:
 
 
 def load(model, inputs: Mapping[str, np.ndarray] | None = None, *, seed: int = 0,
-         name: str | None = None) -> OnnxModel:
+         name: str | None = None, constants: Iterable[str] = ()) -> OnnxModel:
     """Read and check `model`; bind its inputs to `inputs` (by ONNX name; missing
     ones: seeded random data of the declared shape, which must then be static) and
-    infer every value's shape."""
+    infer every value's shape. The inputs named in `constants` (each given in
+    `inputs`) become initialisers holding their data: weights, scales and zero points
+    a model takes as inputs (the chip needs them constant)."""
     from onnx import shape_inference
     where = f"ONNX model {str(model)!r}" if isinstance(model, (str, Path)) else "ONNX model"
     proto = read(model, where)
@@ -103,6 +105,7 @@ def load(model, inputs: Mapping[str, np.ndarray] | None = None, *, seed: int = 0
     consts = {t.name for t in g.initializer}
     declared = [vi for vi in g.input if vi.name not in consts]
     given = dict(inputs or {})
+    frozen = _constants(constants, declared, given, consts, where)
     unknown = sorted(set(given) - {vi.name for vi in declared})
     if unknown:
         raise CompileError(f"{where} has no input(s) {unknown}; its inputs are "
@@ -111,6 +114,10 @@ def load(model, inputs: Mapping[str, np.ndarray] | None = None, *, seed: int = 0
     bound: dict[str, np.ndarray] = {}
     for vi in declared:
         bound[vi.name] = _bind(vi, given.get(vi.name), rng, where)
+    if frozen:
+        proto = _freeze(proto, {v: bound.pop(v) for v in frozen})
+        g = proto.graph
+        declared = [vi for vi in g.input if vi.name not in consts]
     _sort(proto, where)
     _name_nodes(proto)
     # the bound shapes replace symbolic dimensions, so inference sees static ones
@@ -125,6 +132,40 @@ def load(model, inputs: Mapping[str, np.ndarray] | None = None, *, seed: int = 0
         raise CompileError(f"{where}: its shapes do not agree with its inputs' "
                            f"({str(e).splitlines()[0]})") from None
     return OnnxModel(proto, name or g.name or "onnx", bound)
+
+
+def _constants(names: Iterable[str], declared, given: Mapping[str, np.ndarray],
+               initialisers: set[str], where: str) -> tuple[str, ...]:
+    """The inputs `names` that are to become constants, checked: each an input of the
+    model (not already an initialiser) whose data is given."""
+    if isinstance(names, str):
+        names = (names,)
+    names = tuple(dict.fromkeys(names))
+    inputs = [vi.name for vi in declared]
+    for v in names:
+        if v in initialisers:
+            raise CompileError(f"{where}: constant {v!r} is an initialiser already; name "
+                               f"only inputs in constants")
+        if v not in inputs:
+            raise CompileError(f"{where} has no input {v!r} to make a constant; its inputs "
+                               f"are {inputs}")
+        if v not in given:
+            raise CompileError(f"{where}: input {v!r} is to be a constant but no data is "
+                               f"given for it; give its value in the inputs")
+    return names
+
+
+def _freeze(proto, values: Mapping[str, np.ndarray]):
+    """A copy of `proto` whose inputs `values` are initialisers holding them."""
+    from onnx import numpy_helper
+    out = type(proto)()
+    out.CopyFrom(proto)
+    g = out.graph
+    keep = [vi for vi in g.input if vi.name not in values]
+    del g.input[:]
+    g.input.extend(keep)
+    g.initializer.extend(numpy_helper.from_array(np.asarray(x), v) for v, x in values.items())
+    return out
 
 
 def _name_nodes(proto) -> None:

@@ -1,7 +1,8 @@
 """The scalar clean-up of an ONNX model before its operations are assigned
 (docs/assignment.md, step 2): constant propagation, identity operators removed,
-BatchNormalization folded into the convolution before it, dead code dropped. Each
-change the user might look for is said in a note."""
+BatchNormalization folded into the convolution before it, the integer operators'
+uint8 operands made int8 and their batched matmuls split per batch, dead code
+dropped. Each change the user might look for is said in a note."""
 
 from __future__ import annotations
 
@@ -20,17 +21,22 @@ _KEPT = ("QuantizeLinear", "DequantizeLinear")
 
 def simplify(model: OnnxModel) -> OnnxModel:
     """`model` cleaned up, in place; returns it."""
-    g = model.proto.graph
     _remove_identities(model)
     _fold_constants(model)
     _canonicalise(model)
     _fold_batch_norms(model)
+    if _signed(model):
+        _infer_shapes(model)        # the int8 values' shapes, for _unbatch
+    _unbatch(model)
     _drop_dead(model)
-    # shapes again: folding replaced values
-    from onnx import shape_inference
-    del g.value_info[:]
-    model.proto = shape_inference.infer_shapes(model.proto, data_prop=True)
+    _infer_shapes(model)            # shapes again: folding replaced values
     return model
+
+
+def _infer_shapes(model: OnnxModel) -> None:
+    from onnx import shape_inference
+    del model.proto.graph.value_info[:]
+    model.proto = shape_inference.infer_shapes(model.proto, data_prop=True)
 
 
 def _consts(g) -> dict[str, np.ndarray]:
@@ -218,6 +224,187 @@ def _fold_batch_norms(model: OnnxModel) -> None:
         g.node.extend(keep)
         model.notes.append(f"folded {folded} BatchNormalization(s) into the Conv before "
                            f"each")
+
+
+#: The integer operators whose uint8 operands :func:`_signed` makes int8: their
+#: (operand, zero point) input indices, and their output's zero point (None: int32).
+UINT8_OPERANDS = {
+    "QLinearConv": (((0, 2), (3, 5)), 7),
+    "QLinearMatMul": (((0, 2), (3, 5)), 7),
+    "ConvInteger": (((0, 2), (1, 3)), None),
+    "MatMulInteger": (((0, 2), (1, 3)), None),
+}
+
+
+def _elem_types(g) -> dict[str, int]:
+    out = {vi.name: vi.type.tensor_type.elem_type
+           for vi in list(g.value_info) + list(g.input) + list(g.output)}
+    out.update({t.name: t.data_type for t in g.initializer})
+    return out
+
+
+class _Names:
+    """Fresh value and node names beside those a graph has."""
+
+    def __init__(self, g):
+        self.taken = ({vi.name for vi in list(g.value_info) + list(g.input) + list(g.output)}
+                      | {t.name for t in g.initializer} | {n.name for n in g.node}
+                      | {o for n in g.node for o in list(n.input) + list(n.output)})
+
+    def __call__(self, base: str) -> str:
+        name, k = base, 1
+        while name in self.taken:
+            name, k = f"{base}_{k}", k + 1
+        self.taken.add(name)
+        return name
+
+
+def _signed(model: OnnxModel) -> bool:
+    """The uint8 operands of QLinearConv, QLinearMatMul, ConvInteger and MatMulInteger
+    as int8: ``x - 128`` at zero point ``zp - 128`` gives the same ``x - zp`` (an absent
+    zero point of a uint8 operand is 0, so -128). A constant is rewritten; a graph
+    input or computed value is converted by the host (DequantizeLinear at zero point
+    128 then QuantizeLinear to int8, both at scale 1: exact), and a uint8 output
+    converted back alike (DequantizeLinear at -128, QuantizeLinear to uint8). The chip
+    computes int8; a node whose zero points are not constants stays uint8. Whether
+    any node changed."""
+    from onnx import TensorProto, helper, numpy_helper
+    g = model.proto.graph
+    consts = _consts(g)
+    types = _elem_types(g)
+    fresh = _Names(g)
+    signed: dict[str, str] = {}             # a uint8 value -> its int8 value
+    shared: dict[tuple, str] = {}           # the conversions' scalars
+
+    def scalar(value) -> str:
+        key = (value.dtype.str, value.item())
+        if key not in shared:
+            shared[key] = fresh(f"int8_shift_{value.dtype.name}_{value.item()}")
+            g.initializer.append(numpy_helper.from_array(value, shared[key]))
+        return shared[key]
+
+    def convert(v: str, out: list) -> str:
+        if v in signed:
+            return signed[v]
+        name = fresh(f"{v}__int8")
+        if v in consts:
+            value = (consts[v].astype(np.int16) - 128).astype(np.int8)
+            g.initializer.append(numpy_helper.from_array(value, name))
+        else:
+            real = fresh(f"{v}__minus_128")
+            out += [helper.make_node("DequantizeLinear",
+                                     [v, scalar(np.array(1, np.float32)),
+                                      scalar(np.array(128, np.uint8))], [real],
+                                     name=fresh(f"{v}__to_int8_dq")),
+                    helper.make_node("QuantizeLinear",
+                                     [real, scalar(np.array(1, np.float32)),
+                                      scalar(np.array(0, np.int8))], [name],
+                                     name=fresh(f"{v}__to_int8_q"))]
+        signed[v] = name
+        return name
+
+    nodes, changed = [], []
+    for n in g.node:
+        spec = UINT8_OPERANDS.get(n.op_type) if n.domain in ("", "ai.onnx") else None
+        if spec is None:
+            nodes.append(n)
+            continue
+        pairs, y_zp = spec
+        todo = [(v, z) for v, z in pairs
+                if v < len(n.input) and types.get(n.input[v]) == TensorProto.UINT8]
+        out_u8 = (y_zp is not None and y_zp < len(n.input)
+                  and types.get(n.input[y_zp]) == TensorProto.UINT8)
+        zps = [n.input[z] for z in [z for _, z in todo] + ([y_zp] if out_u8 else [])
+               if z < len(n.input) and n.input[z]]
+        if not (todo or out_u8) or any(z not in consts for z in zps):
+            nodes.append(n)
+            continue
+        for v, z in todo:
+            n.input[v] = convert(n.input[v], nodes)
+            while len(n.input) <= z:
+                n.input.append("")
+            n.input[z] = (convert(n.input[z], nodes) if n.input[z]
+                          else scalar(np.array(-128, np.int8)))
+        nodes.append(n)
+        if out_u8:
+            n.input[y_zp] = convert(n.input[y_zp], nodes)
+            y = n.output[0]
+            n.output[0] = fresh(f"{y}__int8")
+            real = fresh(f"{y}__plus_128")
+            nodes += [helper.make_node("DequantizeLinear",
+                                       [n.output[0], scalar(np.array(1, np.float32)),
+                                        scalar(np.array(-128, np.int8))], [real],
+                                       name=fresh(f"{y}__to_uint8_dq")),
+                      helper.make_node("QuantizeLinear",
+                                       [real, scalar(np.array(1, np.float32)),
+                                        scalar(np.array(0, np.uint8))], [y],
+                                       name=fresh(f"{y}__to_uint8_q"))]
+        changed.append(n.name)
+    if changed:
+        del g.node[:]
+        g.node.extend(nodes)
+        model.notes.append(f"made the uint8 operands of {', '.join(changed)} int8 (x - 128 "
+                           f"at zero point zp - 128; the host converts inputs and outputs)")
+    return bool(changed)
+
+
+#: The batched matmuls :func:`_unbatch` splits: their left and right operands' inputs.
+_MATMUL_OPERANDS = {"QLinearMatMul": (0, 3), "MatMulInteger": (0, 1)}
+
+
+def _unbatch(model: OnnxModel) -> None:
+    """A QLinearMatMul or MatMulInteger of ``[B, M, K]`` by a constant ``[B, K, N]`` (a
+    right operand per batch; its scales and zero points one, or one per column) as
+    `B` matmuls of ``[M, K]`` by ``[K, N]``, each a dense layer of the chip: the host
+    takes each batch's left operand (``Gather``) and stacks the results (``Concat``,
+    ``Reshape``)."""
+    from onnx import helper, numpy_helper
+    g = model.proto.graph
+    consts = _consts(g)
+    shapes = model.value_shapes()
+    fresh = _Names(g)
+    nodes, changed = [], []
+    for n in g.node:
+        at = _MATMUL_OPERANDS.get(n.op_type) if n.domain in ("", "ai.onnx") else None
+        a_shape = shapes.get(n.input[0]) if at else None
+        w = consts.get(n.input[at[1]]) if at else None
+        rest = [v for k, v in enumerate(n.input) if v and k not in at] if at else []
+        if (w is None or w.ndim != 3 or a_shape is None or len(a_shape) != 3
+                or a_shape[0] != w.shape[0] or any(v not in consts or consts[v].ndim > 1
+                                                   for v in rest)):
+            nodes.append(n)
+            continue
+        batches, (m, n_out) = w.shape[0], (a_shape[1], w.shape[2])
+        base = n.name or n.output[0]
+        parts = []
+        for b in range(batches):
+            index = fresh(f"{base}__index{b}")
+            g.initializer.append(numpy_helper.from_array(np.array(b, np.int64), index))
+            a_b = fresh(f"{n.input[0]}__batch{b}")
+            nodes.append(helper.make_node("Gather", [n.input[0], index], [a_b], axis=0,
+                                          name=fresh(f"{base}__take{b}")))
+            w_b = fresh(f"{n.input[at[1]]}__batch{b}")
+            g.initializer.append(numpy_helper.from_array(w[b], w_b))
+            ins = list(n.input)
+            ins[at[0]], ins[at[1]] = a_b, w_b
+            parts.append(fresh(f"{n.output[0]}__batch{b}"))
+            nodes.append(helper.make_node(n.op_type, ins, [parts[-1]],
+                                          name=fresh(f"{base}__batch{b}")))
+        stacked = fresh(f"{n.output[0]}__rows")
+        shape = fresh(f"{base}__shape")
+        g.initializer.append(numpy_helper.from_array(
+            np.array([batches, m, n_out], np.int64), shape))
+        nodes += [helper.make_node("Concat", parts, [stacked], axis=0,
+                                   name=fresh(f"{base}__stack")),
+                  helper.make_node("Reshape", [stacked, shape], [n.output[0]],
+                                   name=fresh(f"{base}__reshape"))]
+        changed.append(f"{base} ({batches})")
+    if changed:
+        del g.node[:]
+        g.node.extend(nodes)
+        model.notes.append(f"split the batched matmul(s) {', '.join(changed)} into a matmul "
+                           f"per batch (the host takes the batches apart and stacks the "
+                           f"results)")
 
 
 def _drop_dead(model: OnnxModel) -> None:

@@ -476,11 +476,11 @@ class GraphBuilder:
 
     def conv2d(self, x: str, weights, bias=None, *, stride=1, pads=0, dilation=1,
                groups: int = 1, mult=1, shift=0, zp: int = 0, relu: bool = False,
-               relu6: int | None = None, name: str = "conv") -> str:
+               relu6: int | None = None, out_dtype: str = "int8", name: str = "conv") -> str:
         """A :class:`Conv2d` reading feature map `x` (``weights[KH, KW, Cin, Cout]``)."""
         return self.layer(Conv2d(weights, bias, stride=stride, pads=pads, dilation=dilation,
                                  groups=groups, mult=mult, shift=shift, zp=zp, relu=relu,
-                                 relu6=relu6, name=name), x)
+                                 relu6=relu6, out_dtype=out_dtype, name=name), x)
 
     def max_pool2d(self, x: str, kernel=2, stride=None, pads=0, *,
                    name: str = "max_pool") -> str:

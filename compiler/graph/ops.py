@@ -300,7 +300,9 @@ class Conv2d:
     quantised 6.0) also clamps above and implies ReLU (``relu`` becomes True).
     ``groups = 1``, or depthwise: ``groups = C`` with weights ``[KH, KW, 1, C]`` (output
     channel ``c`` from input channel ``c`` alone); other grouped convolutions are
-    refused.
+    refused. With ``out_dtype="int32"`` (groups = 1) ``acc`` is the output, an int32 map
+    (ONNX's ``ConvInteger``): ``mult``, ``shift``, ``zp`` keep their defaults and there
+    is no ReLU; only the last layer may make one (a transpose may read it).
     """
 
     weights: np.ndarray
@@ -315,6 +317,7 @@ class Conv2d:
     relu: bool = False
     relu6: int | None = None
     name: str = "conv"
+    out_dtype: str = "int8"
 
     arity: ClassVar[tuple[int, int | None]] = (1, 1)
 
@@ -362,6 +365,18 @@ class Conv2d:
                                    f"the upper clamp (the quantised 6.0) must be >= zp")
             relu = True
         object.__setattr__(self, "relu", relu)
+        if self.out_dtype not in OUT_DTYPES:
+            raise CompileError(f"{who}: out_dtype must be one of {OUT_DTYPES}, "
+                               f"not {self.out_dtype!r}")
+        if self.out_dtype == "int32":
+            if np.any(np.asarray(self.mult) != 1) or np.any(np.asarray(self.shift) != 0) \
+                    or self.zp != 0 or relu:
+                raise CompileError(f"{who}: int32 output is not requantised; leave mult, "
+                                   f"shift and zp at 1, 0, 0 without relu, or use "
+                                   f"out_dtype='int8'")
+            if self.groups != 1:
+                raise CompileError(f"{who}: an int32 output is taken from convolutions of "
+                                   f"one group, not depthwise ones")
 
     @property
     def kernel(self) -> tuple[int, int]:
@@ -396,7 +411,8 @@ class Conv2d:
                                f"{source(t.name)} has C = {t.shape[3]}; make them equal")
         h, w = _window(who, source(t.name), t.shape, self.kernel, self.stride, self.pads,
                        self.dilation)
-        return TensorType((t.shape[0], h, w, self.Cout), "int8", Quant(self.zp))
+        return TensorType((t.shape[0], h, w, self.Cout), self.out_dtype,
+                          Quant(self.zp if self.out_dtype == "int8" else 0))
 
     def macs(self, out_shape: tuple[int, ...]) -> int:
         """``N * H_out * W_out * KH * KW * Cin * Cout`` (``Cin`` per group: 1 for a

@@ -105,7 +105,10 @@ def conv2d(x: np.ndarray, x_zp: int, layer: Conv2d) -> np.ndarray:
 
 
 def conv2d_output(acc: np.ndarray, layer: Conv2d) -> np.ndarray:
-    """The int8 output of `layer` from its accumulator (bias included)."""
+    """The output of `layer` from its accumulator (bias included): int8, or with
+    ``out_dtype="int32"`` the accumulator itself."""
+    if layer.out_dtype == "int32":
+        return acc.astype(np.int32)
     y = clamp8(scale_down(acc, layer.mult, layer.shift) + layer.zp)
     if layer.relu:
         y = np.maximum(y, layer.zp)

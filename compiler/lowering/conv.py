@@ -11,7 +11,14 @@ from systolica.arch.config import ChipConfig
 from systolica.compiler.graph.graph import Graph, Node
 from systolica.compiler.graph.ops import Conv2d
 from systolica.compiler.lowering.depthwise import depthwise_job
-from systolica.compiler.lowering.maps.jobs import Job, MapInputs, Source, WStep, channel_params
+from systolica.compiler.lowering.maps.jobs import (
+    Job,
+    MapInputs,
+    Source,
+    WStep,
+    channel_params,
+    fits_int32,
+)
 from systolica.compiler.lowering.registry import register
 from systolica.compiler.lowering.rule import Rule
 from systolica.compiler.planning import layout
@@ -32,6 +39,9 @@ class ConvRule(Rule):
         return conv_job(inputs.cfg, inputs.graph, index, node, src)
 
     def chain_refusal(self, node: Node) -> str | None:
+        if node.op.out_dtype != "int8":
+            return (f"layer {node.name!r}: a chain's layers requantise to int8; an int32 "
+                    f"output runs layer by layer")
         if node.op.depthwise:
             return (f"layer {node.name!r}: a chain is made of convolutions over all "
                     f"input channels, not depthwise ones; run it layer by layer")
@@ -76,9 +86,21 @@ def conv_job(cfg: ChipConfig, graph: Graph, index: int, node: Node, src: Source)
         steps.append(mine)
     x_zp = graph.tensor(node.inputs[0]).quant.zero_point
     Ho, Wo = out.shape[1], out.shape[2]
-    return Job(node.name, index, [src], (KH, KW), op.stride, op.pads, dil,
-               x_zp & 0xFF, out.shape, "int8", steps, np.stack(blocks).astype(np.int8),
-               post="params",
-               post_rows=channel_params(cfg, node.name, op, x_zp, w.sum(axis=(0, 1, 2)), C),
-               vrun=dict(requant=1, params=1, zp=op.zp & 0xFF),
-               macs=out.shape[0] * Ho * Wo * KH * KW * Cin * Cout, span=C)
+    job = Job(node.name, index, [src], (KH, KW), op.stride, op.pads, dil,
+              x_zp & 0xFF, out.shape, op.out_dtype, steps, np.stack(blocks).astype(np.int8),
+              macs=out.shape[0] * Ho * Wo * KH * KW * Cin * Cout, span=C)
+    if op.out_dtype == "int32":
+        # the accumulator is the output: the vector unit adds the bias (the input zero
+        # point folded in) in place, and the rows are stored as they are
+        bias = np.zeros(Cout, dtype=np.int64) if op.bias is None else op.bias.astype(np.int64)
+        bias = bias - x_zp * w.sum(axis=(0, 1, 2))
+        fits_int32(node.name, bias)
+        job.post = "bias"
+        job.post_rows = np.zeros((nb, C), dtype=np.int32)
+        job.post_rows.reshape(-1)[:Cout] = bias
+        job.vrun = dict(use_bias=1)
+        return job
+    job.post = "params"
+    job.post_rows = channel_params(cfg, node.name, op, x_zp, w.sum(axis=(0, 1, 2)), C)
+    job.vrun = dict(requant=1, params=1, zp=op.zp & 0xFF)
+    return job

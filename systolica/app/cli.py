@@ -249,6 +249,22 @@ def _assignments(items: list[str] | None) -> dict[str, str]:
     return out
 
 
+def _constants(items: list[str] | None) -> dict[str, np.ndarray]:
+    """``--constant NAME=FILE.npy``: each input's value, read from its file."""
+    out = {}
+    for item in items or []:
+        name, sep, path = item.partition("=")
+        if not sep or not name or not path:
+            raise UsageError(f"--constant {item!r}: write NAME=FILE.npy, e.g. "
+                             f"--constant w=weights.npy")
+        try:
+            out[name] = np.load(path, allow_pickle=False)
+        except (OSError, ValueError) as e:
+            raise UsageError(f"--constant {item!r}: {path!r} is not a readable .npy "
+                             f"file ({e})") from None
+    return out
+
+
 def _sim_onnx(args, cfg) -> int:
     """Plan the model (assignment, segments), run it on the golden model and the host,
     then its chip programs on the RTL (unless --golden-only), and compare the outputs
@@ -262,9 +278,11 @@ def _sim_onnx(args, cfg) -> int:
     from systolica.compiler.assignment.partition import PlanOptions, plan_model
     from systolica.sim.progress import Display
     _check_output(args.report_json, "--report-json")
+    constants = _constants(args.constant)
     options = PlanOptions(Thresholds(args.benefit_threshold, args.cost_threshold),
-                          _assignments(args.assign), seed=args.seed)
-    plan = plan_model(cfg, _onnx_source(args.onnx), options=options)
+                          _assignments(args.assign), seed=args.seed,
+                          constants=tuple(constants))
+    plan = plan_model(cfg, _onnx_source(args.onnx), constants, options=options)
     print("\n".join(onnx_report.plan_lines(plan)))
     if not args.golden_only:
         _ensure_built(cfg)
@@ -611,6 +629,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--assign", action="append", metavar="NODE=PROCESSOR",
                    help="with --onnx: run this operation on this processor (chip, host); "
                         "repeat for more")
+    p.add_argument("--constant", action="append", metavar="NAME=FILE.npy",
+                   help="with --onnx: the model's input NAME is a constant, the array in "
+                        "FILE.npy (weights, scales or zero points a model takes as "
+                        "inputs: the chip needs them constant); repeat for more")
     p.add_argument("--benefit-threshold", type=float, default=0.0, metavar="TH1",
                    help="with --onnx: a processor takes an operation when its benefit is "
                         "at least this (default 0)")

@@ -46,7 +46,7 @@ def layer_bound(op) -> int:
     """The steps one layer of the chip may differ from ONNX given the same inputs."""
     if isinstance(op, Add):
         return 1 + math.floor(255 / 2 ** op.shift)
-    if isinstance(op, (Dense, MatMulT)) and op.out_dtype == "int32":
+    if isinstance(op, (Dense, MatMulT, Conv2d)) and op.out_dtype == "int32":
         return 0                        # no requantisation: exact
     if isinstance(op, (Conv2d, Dense, MatMulT, GlobalAvgPool, AvgPool2d)):
         mult = int(np.min(np.atleast_1d(op.mult)))
@@ -92,6 +92,14 @@ def against_onnxruntime(plan: Plan, ours: dict[str, np.ndarray],
     return end_to_end, [_isolated(plan, op, theirs) for op in chip_ops]
 
 
+def _with_producers(plan: Plan, op) -> list:
+    """`op` and the operations of its chip segment that make its operands: a join is
+    imported with the layers that write it (alone, its operands would be the
+    program's inputs, which the chip does not join in place)."""
+    seg = next(s for s in plan.segments if op in s.ops)
+    return [o for o in seg.ops if o.index in op.preds] + [op]
+
+
 def _onnxruntime_values(plan: Plan, extra: list[str]) -> dict[str, np.ndarray]:
     """Every output of the model and the values `extra`, as onnxruntime computes them
     on the run's inputs."""
@@ -109,9 +117,27 @@ def _onnxruntime_values(plan: Plan, extra: list[str]) -> dict[str, np.ndarray]:
         feeds = {i.name: plan.model.inputs[i.name] for i in sess.get_inputs()}
         results = sess.run(None, feeds)
     except Exception as e:          # onnxruntime's own errors are plain RuntimeErrors
-        raise OracleError(f"onnxruntime cannot run model {plan.model.name!r} to compare "
-                          f"with: {str(e).splitlines()[0]}") from None
+        why = str(e).splitlines()[0]
+        values = _reference_values(plan, proto, why)
+        plan.notes.append(f"onnxruntime cannot run model {plan.model.name!r} ({why}); "
+                          f"compared with the ONNX reference evaluator (onnx.reference) "
+                          f"instead")
+        return values
     return {o.name: np.asarray(r) for o, r in zip(sess.get_outputs(), results)}
+
+
+def _reference_values(plan: Plan, proto, why: str) -> dict[str, np.ndarray]:
+    """`proto`'s outputs as the ONNX reference evaluator computes them (with the host's
+    kernels: onnxruntime lacks some of its kernels' forms, e.g. a ConvInteger with a
+    weight zero point per channel)."""
+    from systolica.host.kernels import HostModel
+    try:
+        host = HostModel(proto)
+        return host.run({i.name: plan.model.inputs[i.name] for i in proto.graph.input})
+    except Exception as e:
+        raise OracleError(f"onnxruntime cannot run model {plan.model.name!r} to compare "
+                          f"with ({why}), nor the ONNX reference evaluator "
+                          f"({str(e).splitlines()[0]})") from None
 
 
 def _dequantised_steps(plan: Plan) -> dict[str, float]:
@@ -144,14 +170,23 @@ def _agreement(name, mine, theirs, tolerance, step: float | None = None) -> Agre
 
 
 def _isolated(plan: Plan, op, theirs: dict[str, np.ndarray]) -> Agreement:
-    """Chip operation `op` imported alone, fed onnxruntime's inputs, its numpy
-    reference (which the golden model and the RTL equal) against onnxruntime."""
+    """Chip operation `op` imported alone (a join with the layers that write it: the
+    bound holds, the join moves their values exactly), fed onnxruntime's inputs, its
+    numpy reference (which the golden model and the RTL equal) against onnxruntime."""
     from systolica.compiler.assignment.submodel import submodel
+    from systolica.compiler.errors import OnnxNodeError
     from systolica.compiler.frontend import onnx_import
     from systolica.compiler.graph import reference
-    sub = submodel(plan.model.proto, [op], f"op_{op.index}")
-    feeds = {i.name: theirs[i.name] for i in sub.graph.input}
-    graph = onnx_import.load(sub, inputs=feeds)
+    sub = submodel(plan.model.proto, [op], f"op_{op.index}",
+                   outputs=[v for v in op.writes])
+    try:
+        graph = onnx_import.load(sub, inputs={i.name: theirs[i.name]
+                                              for i in sub.graph.input})
+    except OnnxNodeError:
+        sub = submodel(plan.model.proto, _with_producers(plan, op), f"op_{op.index}",
+                       outputs=[v for v in op.writes])
+        graph = onnx_import.load(sub, inputs={i.name: theirs[i.name]
+                                              for i in sub.graph.input})
     got = reference.outputs(graph)
     values, differing, worst = 0, 0, 0.0
     for v, t in zip([o.name for o in sub.graph.output], graph.outputs):

@@ -153,21 +153,32 @@ def values_shape(seg: Segment, value: str, array: np.ndarray) -> tuple[int, ...]
     return tuple(shape) if shape and int(np.prod(shape)) == array.size else array.shape
 
 
-def run_on_rtl(run: ModelRun, progress=None) -> None:
-    """Every chip program of `run` again on the Verilated chip, in one simulator
-    process, fed what the golden pass fed it; its outputs and cycles filled in.
-    `progress`: an :data:`systolica.sim.rtlsim.Progress`."""
+def run_on_rtl(*runs: ModelRun, progress=None) -> None:
+    """Every chip program of `runs` (of one chip) again on the Verilated chip, in one
+    simulator process, fed what the golden pass fed it; its outputs and cycles filled
+    in. `progress`: an :data:`systolica.sim.rtlsim.Progress`."""
     from systolica.sim import rtlsim
     from systolica.sim.jobs import RtlJob
-    chips = [s for s in run.segments if s.segment.processor == "chip"]
+    if not runs:
+        return
+    cfg = runs[0].plan.cfg
+    if any(r.plan.cfg != cfg for r in runs):
+        raise ValueError("run_on_rtl: the runs are planned for different chips; run each "
+                         "chip's in a call of its own")
+    chips = [s for r in runs for s in r.segments if s.segment.processor == "chip"]
+    several = len(runs) > 1
     jobs = [RtlJob(s.compiled.loadable,
                    readback=tuple(s.compiled.dram_map.outputs.values()),
-                   name=f"segment_{s.segment.index}") for s in chips]
+                   name=(f"{r.plan.model.name}_" if several else "")
+                   + f"segment_{s.segment.index}")
+            for r in runs for s in r.segments if s.segment.processor == "chip"]
     t = time.perf_counter()
-    results = rtlsim.run(run.plan.cfg, jobs, progress=progress)
-    run.rtl_s = time.perf_counter() - t
+    results = rtlsim.run(cfg, jobs, progress=progress)
+    seconds = time.perf_counter() - t
+    for r in runs:
+        r.rtl_s = seconds
     for s, res in zip(chips, results):
-        gold = golden.run(run.plan.cfg, s.compiled.loadable).dram
+        gold = golden.run(cfg, s.compiled.loadable).dram
         s.rtl_cycles = res.cycles
         s.rtl_error = res.error_name
         s.rtl_matches_golden = all(

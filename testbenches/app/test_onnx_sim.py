@@ -91,11 +91,12 @@ def test_a_chip_operation_past_its_bound_fails_the_run(monkeypatch):
 
 def test_bounds_per_layer():
     from systolica.app.onnx_oracle import layer_bound
-    from systolica.compiler.graph.ops import Add, Dense, MaxPool2d
+    from systolica.compiler.graph.ops import Add, Conv2d, Dense, MaxPool2d
     w = np.ones((4, 4), np.int8)
     assert layer_bound(Dense(w, mult=40000, shift=20)) == 1
     assert layer_bound(Dense(w, mult=100, shift=10)) == 2
     assert layer_bound(Dense(w, out_dtype="int32")) == 0
+    assert layer_bound(Conv2d(np.ones((1, 1, 4, 4), np.int8), out_dtype="int32")) == 0
     assert layer_bound(Add(3, 5, 6)) == 1 + 255 // 64
     assert layer_bound(MaxPool2d(2)) == 0
 
@@ -150,6 +151,54 @@ def test_bad_assignments_are_clear_errors(tmp_path, capsys, argv, words):
     status, _, err = _cli(["sim", "--config", "tiny", "--onnx", str(model), "--golden-only",
                            *argv], capsys)
     assert status == 2 and words in err
+
+
+def _matmul_of_inputs(tmp_path):
+    """A QLinearMatMul of uint8 ``[3, 4] @ [4, 2]`` whose operands are all inputs, and
+    its right operand and parameters saved as .npy files."""
+    from onnx import TensorProto, helper
+    values = {"bs": np.float32(0.02), "bz": np.uint8(100), "b": np.random.default_rng(5)
+              .integers(0, 256, (4, 2)).astype(np.uint8), "as": np.float32(0.05),
+              "az": np.uint8(128), "ys": np.float32(0.1), "yz": np.uint8(120)}
+    types = {np.float32: TensorProto.FLOAT, np.uint8: TensorProto.UINT8}
+    ins = [helper.make_tensor_value_info("a", TensorProto.UINT8, [3, 4])] + [
+        helper.make_tensor_value_info(k, types[type(v) if np.ndim(v) == 0 else v.dtype.type],
+                                      list(np.shape(v))) for k, v in values.items()]
+    node = helper.make_node("QLinearMatMul", ["a", "as", "az", "b", "bs", "bz", "ys", "yz"],
+                            ["y"], name="mm")
+    model = helper.make_model(helper.make_graph(
+        [node], "m", ins, [helper.make_tensor_value_info("y", TensorProto.UINT8, None)]),
+        opset_imports=[helper.make_opsetid("", 13)])
+    path = tmp_path / "mm.onnx"
+    onnx.save(model, str(path))
+    argv = []
+    for k, v in values.items():
+        np.save(tmp_path / f"{k}.npy", np.asarray(v))
+        argv += ["--constant", f"{k}={tmp_path / f'{k}.npy'}"]
+    return path, argv
+
+
+def test_sim_onnx_takes_inputs_as_constants(tmp_path, capsys):
+    path, constants = _matmul_of_inputs(tmp_path)
+    status, out, err = _cli(["sim", "--config", "tiny", "--onnx", str(path), "--golden-only",
+                             *constants], capsys)
+    assert status == 0 and "PASS" in out, out + err
+    rows = [line.split()[1:4] for line in out.splitlines()]
+    assert ["mm", "QLinearMatMul", "chip"] in rows
+    assert "note: made the uint8 operands of mm int8" in out
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["--constant", "b"], "NAME=FILE.npy"),
+    (["--constant", "b=/nonexistent.npy"], "not a readable .npy file"),
+    (["--constant", "nosuch={npy}"], "has no input 'nosuch' to make a constant"),
+])
+def test_bad_constants_are_clear_errors(tmp_path, capsys, argv, words):
+    path, _ = _matmul_of_inputs(tmp_path)
+    argv = [a.format(npy=tmp_path / "b.npy") for a in argv]
+    status, _, err = _cli(["sim", "--config", "tiny", "--onnx", str(path), "--golden-only",
+                           *argv], capsys)
+    assert status == 2 and words in err, err
 
 
 def test_an_old_opset_is_refused_before_any_work(tmp_path, capsys):

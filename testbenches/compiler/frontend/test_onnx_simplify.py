@@ -105,3 +105,73 @@ def test_forms_the_chip_knows(kind):
         want = "GlobalAveragePool"
     m = _same_after(_model(nodes, {}))
     assert want in _kinds(m) and kind not in _kinds(m)
+
+
+def _integer_model(op, a_shape, b, b_zp, x_type=TensorProto.UINT8):
+    """One QLinearMatMul or MatMulInteger of an input `a` by the constant `b`."""
+    u8 = x_type == TensorProto.UINT8
+    dtype = np.uint8 if u8 else np.int8
+    inits = {"b": b, "bz": b_zp, "az": dtype(120 if u8 else -8)}
+    if op == "QLinearMatMul":
+        inits.update(s=np.float32(0.01), ys=np.float32(0.05), yz=dtype(130 if u8 else 2))
+        node = helper.make_node(op, ["a", "s", "az", "b", "s", "bz", "ys", "yz"], ["y"],
+                                name="mm")
+        out = x_type
+    else:
+        node = helper.make_node(op, ["a", "b", "az", "bz"], ["y"], name="mm")
+        out = TensorProto.INT32
+    graph = helper.make_graph(
+        [node], "g", [helper.make_tensor_value_info("a", x_type, list(a_shape))],
+        [helper.make_tensor_value_info("y", out, None)],
+        [numpy_helper.from_array(np.asarray(v), k) for k, v in inits.items()])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+
+
+def _integer_same_after(proto, a_shape, dtype):
+    info = np.iinfo(dtype)
+    a = RNG.integers(info.min, info.max + 1, a_shape).astype(dtype)
+    before = HostModel(proto).run({"a": a})["y"]
+    m = onnx_simplify.simplify(onnx_model.load(proto, {"a": a}))
+    after = HostModel(m.proto).run({"a": a})["y"]
+    assert after.dtype == before.dtype
+    np.testing.assert_array_equal(after, before)
+    return m
+
+
+@pytest.mark.parametrize("op", ["QLinearMatMul", "MatMulInteger"])
+def test_uint8_operands_are_made_int8_and_the_host_converts_the_edges(op):
+    b = RNG.integers(0, 256, (4, 3)).astype(np.uint8)
+    m = _integer_same_after(_integer_model(op, (2, 4), b, np.uint8(7)), (2, 4), np.uint8)
+    consts = {t.name: numpy_helper.to_array(t) for t in m.proto.graph.initializer}
+    (node,) = [n for n in m.proto.graph.node if n.op_type == op]
+    assert consts[node.input[2]].dtype == np.int8 and consts[node.input[2]] == 120 - 128
+    w = consts[node.input[3 if op == "QLinearMatMul" else 1]]
+    assert w.dtype == np.int8 and np.array_equal(w.astype(int), b.astype(int) - 128)
+    # the input converted before (and a uint8 output after) by DequantizeLinear and
+    # QuantizeLinear at scale 1
+    kinds = ["DequantizeLinear", "QuantizeLinear", op]
+    if op == "QLinearMatMul":
+        kinds += ["DequantizeLinear", "QuantizeLinear"]
+    assert _kinds(m) == kinds
+    assert any("uint8 operands of mm int8" in n for n in m.notes)
+
+
+def test_an_absent_zero_point_of_a_uint8_operand_becomes_minus_128():
+    b = RNG.integers(0, 256, (4, 3)).astype(np.uint8)
+    proto = _integer_model("MatMulInteger", (2, 4), b, np.uint8(0))
+    del proto.graph.node[0].input[3]                    # b's zero point: 0 by default
+    m = _integer_same_after(proto, (2, 4), np.uint8)
+    (node,) = [n for n in m.proto.graph.node if n.op_type == "MatMulInteger"]
+    consts = {t.name: numpy_helper.to_array(t) for t in m.proto.graph.initializer}
+    assert consts[node.input[3]] == -128
+
+
+@pytest.mark.parametrize("op", ["QLinearMatMul", "MatMulInteger"])
+def test_a_batched_matmul_is_split_per_batch(op):
+    b = RNG.integers(-128, 128, (3, 4, 2)).astype(np.int8)
+    m = _integer_same_after(_integer_model(op, (3, 5, 4), b, np.int8(-3), TensorProto.INT8),
+                            (3, 5, 4), np.int8)
+    assert _kinds(m) == ["Gather", op] * 3 + ["Concat", "Reshape"]
+    assert [n.name for n in m.proto.graph.node if n.op_type == op] == \
+        ["mm__batch0", "mm__batch1", "mm__batch2"]
+    assert any("split the batched matmul(s) mm (3)" in n for n in m.notes)

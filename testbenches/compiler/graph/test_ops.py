@@ -82,6 +82,13 @@ def W(kh=3, kw=3, cin=4, cout=8):
     (lambda: Conv2d(W(), zp=10, relu6=5, name="c"), ["relu6 = 5", "below zp = 10"]),
     (lambda: Conv2d(W(), relu6=200, name="c"), ["relu6 = 200", "[-128, 127]"]),
     (lambda: Conv2d(W(), name=""), ["name must be a non-empty string"]),
+    (lambda: Conv2d(W(), out_dtype="int16", name="c"), ["layer 'c'", "out_dtype", "int16"]),
+    (lambda: Conv2d(W(), mult=3, out_dtype="int32", name="c"),
+     ["layer 'c'", "int32 output is not requantised"]),
+    (lambda: Conv2d(W(), relu=True, out_dtype="int32", name="c"),
+     ["layer 'c'", "int32 output is not requantised"]),
+    (lambda: Conv2d(W(3, 3, 1, 4), groups=4, out_dtype="int32", name="c"),
+     ["layer 'c'", "int32 output", "not depthwise"]),
     (lambda: MaxPool2d(3, 2, 3, name="p"), ["layer 'p'", "pads top = 3", "extent 3"]),
     (lambda: MaxPool2d(12, name="p"), ["layer 'p'", "kernel kh = 12", "[1, 11]"]),
     (lambda: MaxPool2d(2, 5, name="p"), ["layer 'p'", "stride sh = 5"]),
@@ -140,6 +147,8 @@ def test_output_zero_points():
     assert GlobalAvgPool(1, 0).infer([x], source).quant.zero_point == -7
     assert Add(zp=5).infer([x, x], source).quant.zero_point == 5
     assert Flatten().infer([x], source).quant == x.quant
+    y = Conv2d(W(1, 1, 8, 8), out_dtype="int32").infer([x], source)
+    assert (y.dtype, y.quant.zero_point) == ("int32", 0)
 
 
 @pytest.mark.parametrize("op, inputs, words", [
@@ -315,6 +324,12 @@ def test_conv_reference_matches_loops(case, x_zp):
     np.testing.assert_array_equal(got, want)
     inside = np.mean((got > -128) & (got < 127) & (got != op.zp))
     assert inside > 0.3, inside                     # the case is not degenerate
+    if op.groups == 1:              # the accumulator itself, as an int32 output
+        wide = Conv2d(w, bias, stride=op.stride, pads=op.pads, dilation=op.dilation,
+                      out_dtype="int32", name="c")
+        acc = reference.conv2d(x, x_zp, wide)
+        assert acc.dtype == np.int32
+        np.testing.assert_array_equal(acc, reference.conv2d_acc(x, x_zp, op))
 
 
 POOLS = [((2, 2), (2, 2), (0, 0, 0, 0)), ((3, 3), (2, 2), (1, 1, 1, 1)),

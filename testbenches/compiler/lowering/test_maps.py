@@ -58,3 +58,26 @@ def test_tiled_layer_reads_its_input_once_plus_halos():
     assert read_words <= input_words + halo_rows * W * -(-C // R) + tiles * weight_words \
         + tiles * -(-Cout // R) * 4 * cfg.acc_row_words
     assert compiled.dram_bytes_written // cfg.rows == output_words
+
+
+@pytest.mark.parametrize("chip", ["tiny", "base", "tiny_tall", "tiny_wide"])
+@pytest.mark.parametrize("cin, cout, size, pads", [(1, 2, 3, 1), (3, 5, 6, 1), (9, 10, 5, 0)])
+def test_an_int32_convolution_leaves_its_accumulator(chip, cin, cout, size, pads):
+    """A convolution with an int32 output (ONNX's ConvInteger): the bias with the input
+    zero point folded in, added in place, its accumulator rows stored, NHWC or read by
+    a transpose to NCHW."""
+    from systolica.compiler.graph.graph import GraphBuilder
+    rng = np.random.default_rng(cin * cout)
+    g = GraphBuilder("conv32")
+    x = g.input(rng.integers(-128, 128, (1, cin, size, size), dtype=np.int8), name="x",
+                zero_point=-7, layout="NCHW")
+    y = g.conv2d(x, rng.integers(-128, 128, (2, 2, cin, cout), dtype=np.int8),
+                 rng.integers(-1000, 1000, cout).astype(np.int32), pads=pads,
+                 out_dtype="int32", name="c32")
+    graph = g.build(y, g.nchw(y))
+    _, got = _golden_outputs(preset(chip), graph)
+    want = reference.outputs(graph)
+    assert set(got) == {"c32", "c32_nchw"}
+    for name in want:
+        assert got[name].dtype == np.int32
+        np.testing.assert_array_equal(got[name], want[name])
