@@ -161,7 +161,7 @@ def estimate_tiling(cfg: ChipConfig, lay: Layout, job: Job, tiling: Tiling) -> t
         moved += cfg.weight_rows * sum(1 for f, b in enumerate(seq) if f < 2 or seq[f - 2] != b)
     if job.post is not None:
         per = PARAM_ROWS if job.post == "params" else 1
-        moved += N * len(tiles) * nb * per * cfg.acc_row_words
+        moved += N * len(spatial) * nb * per * cfg.acc_row_words
     moved += N * Ho * Wo * (layout.blocks(job.out_shape[3], R) if job.out_dtype == "int8"
                             else nb)
     # the first MATMUL waits for the first tile's first channel block
