@@ -14,7 +14,10 @@ from systolica.arch.isa import Opcode
 from systolica.compiler.errors import CompileError
 from systolica.compiler.lowering.maps.jobs import (
     Job,
+    Source,
+    channel_wise,
     check_window,
+    group_blocks,
     input_cols,
     input_rows,
     stage_parts,
@@ -39,10 +42,15 @@ class Tiling:
     ``columns``: 0 (a tile is whole output rows) or the output columns of a tile,
     for a layer whose input rows do not fit the CBUF even in one-row tiles, or whose
     output rows are wider than an accumulator half: the cost model sets it only for
-    such a layer (docs/cnn.md, "Layers wider than the CBUF")."""
+    such a layer (docs/cnn.md, "Layers wider than the CBUF"). ``channels``: 0 (a
+    tile is every channel block) or the channel blocks of a tile, for a channel-wise
+    layer (:func:`channel_wise`: pools, depthwise, Add) that fits in no other way, as
+    a global pool of many channels: with two tile buffers and whole output rows
+    (docs/cnn.md, "Channel-wise layers deeper than the CBUF")."""
     weights: str = "stream"
     buffers: int = 2
     columns: int = 0
+    channels: int = 0
 
     def __post_init__(self):
         if self.weights not in WEIGHTS:
@@ -55,6 +63,14 @@ class Tiling:
                 or self.columns < 0:
             raise CompileError(f"columns {self.columns!r} is not 0 (whole output rows) "
                                f"or a positive number of output columns")
+        if not isinstance(self.channels, int) or isinstance(self.channels, bool) \
+                or self.channels < 0:
+            raise CompileError(f"channels {self.channels!r} is not 0 (every channel "
+                               f"block) or a positive number of channel blocks")
+        if self.channels and (self.columns or self.buffers != 2):
+            raise CompileError(f"a tiling cut along its channels ({self.channels} "
+                               f"blocks) takes two tile buffers and whole output rows, "
+                               f"not {self.buffers} buffer(s) and {self.columns} columns")
 
 
 def job_layout(cfg: ChipConfig, lay: Layout, job: Job, tiling: Tiling) -> Layout:
@@ -62,9 +78,11 @@ def job_layout(cfg: ChipConfig, lay: Layout, job: Job, tiling: Tiling) -> Layout
     whole weight image where the ring was and the staging and tile buffers above it
     (fewer rows for the tiles); its tile buffers as `tiling` says."""
     if tiling.weights == "stream":
-        return replace(lay, buffers=tiling.buffers, columns=tiling.columns)
+        return replace(lay, buffers=tiling.buffers, columns=tiling.columns,
+                       channels=tiling.channels)
     return replace(lay, staging=bank_up(cfg, lay.ring + job.weights.shape[0] * cfg.weight_rows),
-                   persistent=True, buffers=tiling.buffers, columns=tiling.columns)
+                   persistent=True, buffers=tiling.buffers, columns=tiling.columns,
+                   channels=tiling.channels)
 
 
 def per_layer(names: set[str], value, what: str, kinds: tuple) -> dict:
@@ -120,30 +138,34 @@ def estimate_tiling(cfg: ChipConfig, lay: Layout, job: Job, tiling: Tiling) -> t
     outrun the steps they share the DMA with."""
     R = cfg.rows
     mine = job_layout(cfg, lay, job, tiling)
-    tiles, _ = output_tiles(cfg, mine, job)
+    spatial, _ = output_tiles(cfg, mine, job)
+    groups = channel_groups(cfg, mine, job)
     N, Ho, Wo, _ = job.out_shape
     nb = len(job.steps)
     # a step streams its rows, or waits for its weight bank: the bank it uses was
     # last used two steps before, then loaded (:func:`bank_turn`)
     turn = bank_turn(cfg)
-    steps = sum(len(s) for s in job.steps)
-    pixels = [(oh1 - oh0) * (ow1 - ow0) for oh0, oh1, ow0, ow1 in tiles]
-    streamed = N * sum(steps * max(p, (p + turn) // 2) for p in pixels)
-    words = [tile_input_words(cfg, job, t) for t in tiles]
+    tiles = [(t, g) for t in spatial for g in groups]   # a layer cut along its
+    order = [group_blocks(job, g) for _, g in tiles]    # channels: a tile per group
+    steps = [sum(len(job.steps[b]) for b in blocks) for blocks in order]
+    pixels = [(oh1 - oh0) * (ow1 - ow0) for (oh0, oh1, ow0, ow1), _ in tiles]
+    streamed = N * sum(s * max(p, (p + turn) // 2) for s, p in zip(steps, pixels))
+    words = [tile_input_words(cfg, job, t, g) for t, g in tiles]
     moved = N * sum(words)
     blocks = job.weights.shape[0]
     if mine.persistent:
         moved += blocks * cfg.weight_rows
     else:                # a step whose bank (they alternate) holds its block loads none
-        seq = [st.block for steps in job.steps for st in steps] * (N * len(tiles))
+        seq = [st.block for mine_nbs in order for b in mine_nbs
+               for st in job.steps[b]] * N
         moved += cfg.weight_rows * sum(1 for f, b in enumerate(seq) if f < 2 or seq[f - 2] != b)
     if job.post is not None:
         per = PARAM_ROWS if job.post == "params" else 1
-        moved += N * len(tiles) * nb * per * cfg.acc_row_words
+        moved += N * len(spatial) * nb * per * cfg.acc_row_words
     moved += N * Ho * Wo * (layout.blocks(job.out_shape[3], R) if job.out_dtype == "int8"
                             else nb)
     # the first MATMUL waits for the first tile's first channel block
-    exposed = words[0] // sum(s.blocks(R) for s in job.sources)
+    exposed = words[0] // sum(tile_blocks(cfg, mine, s) for s in job.sources)
     if mine.persistent:
         exposed += min(blocks, WEIGHT_GROUP) * R
     if mine.buffers == 1 and N * len(tiles) > 1:
@@ -200,6 +222,16 @@ def choose_tiling(cfg: ChipConfig, lay: Layout, job: Job, weights: str | None = 
             if columns:
                 cut = replace(t, columns=columns)
                 costs.append((*estimate_tiling(cfg, lay, job, cut), cut))
+    if not costs and channel_wise(cfg, job):
+        # nor cut along the width (a global pool: one output pixel): a channel-wise
+        # layer is cut along its channels, into the fewest tiles of channel groups that
+        # fit two buffers
+        for t in options:
+            if t.buffers == 2:
+                channels = deepest_channels(cfg, lay, job, t)
+                if channels:
+                    cut = replace(t, channels=channels)
+                    costs.append((*estimate_tiling(cfg, lay, job, cut), cut))
     if not costs:
         # the shortfall of the tiling with the most room: streamed weights, fewest buffers
         roomy = min(errors, key=lambda t: (t.weights != "stream", t.buffers))
@@ -241,20 +273,21 @@ def output_tiles(cfg: ChipConfig, lay: Layout, job: Job
 
     def words(rows: int) -> int:
         lo, hi = input_rows(job, 0, rows)
-        return sum((hi - lo) * s.shape[2] * s.blocks(cfg.rows) for s in job.sources)
+        return sum((hi - lo) * s.shape[2] * tile_blocks(cfg, lay, s) for s in job.sources)
 
-    if Ho * Wo <= lay.half_rows and \
-            words(Ho) <= (area(Ho * Wo) if N == 1 else area(Ho * Wo) // lay.buffers):
+    # one tile for the whole map may take both buffers (not a tile of a channel group)
+    if Ho * Wo <= lay.half_rows and words(Ho) <= (
+            area(Ho * Wo) if N == 1 and not lay.channels else area(Ho * Wo) // lay.buffers):
         return [(0, Ho, 0, Wo)], Ho * Wo
     per = min(Ho, max(1, lay.half_rows // Wo))
-    while per > 1 and tile_words(job, cfg, per) > area(per * Wo) // lay.buffers:
+    while per > 1 and tile_words(job, cfg, per, lay) > area(per * Wo) // lay.buffers:
         per -= 1
     if Wo > lay.half_rows:
         raise CompileError(
             f"layer {job.name!r}: one output row ({Wo} pixels) is more than an "
             f"accumulator half ({lay.half_rows} rows), even with one-row tiles; use a "
             f"smaller input width or a chip with a larger ACC")
-    need, have = tile_words(job, cfg, per), area(per * Wo) // lay.buffers
+    need, have = tile_words(job, cfg, per, lay), area(per * Wo) // lay.buffers
     if need > have:
         raise CompileError(
             f"layer {job.name!r}: even with one-row tiles, a tile needs {need} CBUF rows "
@@ -265,24 +298,44 @@ def output_tiles(cfg: ChipConfig, lay: Layout, job: Job
     return [(o, min(o + per, Ho), 0, Wo) for o in range(0, Ho, per)], per * Wo
 
 
-def tile_words(job: Job, cfg: ChipConfig, rows: int) -> int:
+def tile_words(job: Job, cfg: ChipConfig, rows: int, lay: Layout) -> int:
+    """CBUF rows of input the largest tile of `rows` whole output rows needs (of at
+    most ``lay.channels`` channel blocks per source, if given)."""
     worst = 0
     for oh0 in range(0, job.out_shape[1], rows):
         lo, hi = input_rows(job, oh0, min(oh0 + rows, job.out_shape[1]))
-        worst = max(worst, sum((hi - lo) * s.shape[2] * s.blocks(cfg.rows)
+        worst = max(worst, sum((hi - lo) * s.shape[2] * tile_blocks(cfg, lay, s)
                                for s in job.sources))
     return worst
 
 
-def tile_input_words(cfg: ChipConfig, job: Job, tile: tuple[int, int, int, int]) -> int:
+def tile_blocks(cfg: ChipConfig, lay: Layout, s: Source) -> int:
+    """The most channel blocks of source `s` a tile loads: all of them, or with
+    ``lay.channels`` (a layer cut along its channels) at most that many."""
+    return min(lay.channels, s.blocks(cfg.rows)) if lay.channels else s.blocks(cfg.rows)
+
+
+def channel_groups(cfg: ChipConfig, lay: Layout, job: Job) -> list[tuple[int, int] | None]:
+    """The channel blocks ``(cb0, cb1)`` of each tile of a layer cut along its channels
+    (``lay.channels`` blocks a tile, the last maybe fewer), in order; ``[None]`` (every
+    block) for a layer that is not cut."""
+    if not lay.channels:
+        return [None]
+    blocks = job.sources[0].blocks(cfg.rows)
+    return [(c, min(c + lay.channels, blocks)) for c in range(0, blocks, lay.channels)]
+
+
+def tile_input_words(cfg: ChipConfig, job: Job, tile: tuple[int, int, int, int],
+                     group: tuple[int, int] | None = None) -> int:
     """The words tile ``(oh0, oh1, ow0, ow1)`` loads: its input rows and columns of
-    every channel block of every source."""
+    every channel block of every source (of channel blocks `group`, if given)."""
     oh0, oh1, ow0, ow1 = tile
     lo, hi = input_rows(job, oh0, oh1)
     total = 0
     for s in job.sources:
         c0, c1 = input_cols(job, s.shape[2], ow0, ow1)
-        total += (hi - lo) * (c1 - c0) * s.blocks(cfg.rows)
+        blocks = s.blocks(cfg.rows) if group is None else group[1] - group[0]
+        total += (hi - lo) * (c1 - c0) * blocks
     return total
 
 
@@ -330,6 +383,34 @@ def widest_columns(cfg: ChipConfig, lay: Layout, job: Job) -> int | None:
     if lo == 0:
         return None
     return -(-Wo // -(-Wo // lo))       # the same number of tiles, equally wide
+
+
+def deepest_channels(cfg: ChipConfig, lay: Layout, job: Job, tiling: Tiling) -> int | None:
+    """The channel blocks of the tiles a channel-wise layer is cut into along its
+    channels when it fits in no other way: as few groups as fit whole output rows
+    (:func:`output_tiles`) in two tile buffers, made equally deep; None if not even
+    one channel block fits (docs/cnn.md, "Channel-wise layers deeper than the
+    CBUF")."""
+    blocks = job.sources[0].blocks(cfg.rows)
+
+    def fits(channels: int) -> bool:
+        try:
+            output_tiles(cfg, job_layout(cfg, lay, job, replace(tiling, channels=channels)),
+                         job)
+        except CompileError:
+            return False
+        return True
+
+    lo, hi = 0, blocks - 1          # the deepest that fits is in [lo, hi]
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if fits(mid):
+            lo = mid
+        else:
+            hi = mid - 1
+    if lo == 0:
+        return None
+    return -(-blocks // -(-blocks // lo))    # the same number of groups, equally deep
 
 
 def _cut_tiles(cfg: ChipConfig, lay: Layout, job: Job, columns: int, area

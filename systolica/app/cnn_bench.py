@@ -153,10 +153,12 @@ def network_record(cfg: ChipConfig, graph: Graph, name: str,
 
 def _tiling_name(tiling) -> str | None:
     """``stream/2``, ``persistent/1``, ...: weights / tile buffers, and ``/<n> columns``
-    for a layer cut along its width (None: no tiling)."""
+    for a layer cut along its width, ``/<n> channel blocks`` along its channels (None:
+    no tiling)."""
     if tiling is None:
         return None
     cut = f"/{tiling.columns} columns" if tiling.columns else ""
+    cut += f"/{tiling.channels} channel blocks" if tiling.channels else ""
     return f"{tiling.weights}/{tiling.buffers}{cut}"
 
 

@@ -206,6 +206,28 @@ def input_cols(job: Job, W: int, ow0: int, ow1: int) -> tuple[int, int]:
     return max(ow0 * sw - pl, 0), min((ow1 - 1) * sw - pl + ext, W)
 
 
+def channel_wise(cfg: ChipConfig, job: Job) -> bool:
+    """Whether every N-block of `job` reads, of every source, only the channel block it
+    writes (pools, depthwise convolutions, Add: :func:`diagonal_span` N-blocks): such
+    a layer may be cut along its channels (docs/cnn.md, "Channel-wise layers deeper
+    than the CBUF")."""
+    R = cfg.rows
+    span = job.span or R
+    if span > R or R % span or job.out_dtype != "int8":
+        return False
+    if any(s.copies > 1 or s.gather is not None for s in job.sources):
+        return False
+    return all(st.cb == nb * span // R for nb, steps in enumerate(job.steps) for st in steps)
+
+
+def group_blocks(job: Job, group: tuple[int, int] | None) -> list[int]:
+    """The N-blocks a tile of channel blocks ``group = (cb0, cb1)`` computes (None: a
+    tile of every channel block, all of them)."""
+    if group is None:
+        return list(range(len(job.steps)))
+    return [nb for nb, steps in enumerate(job.steps) if group[0] <= steps[0].cb < group[1]]
+
+
 def check_window(job: Job) -> None:
     """The window walk's field widths, as limits on the layer (docs/cnn.md)."""
     tap_max = (1 << isa.TAP_BITS) - 1

@@ -81,6 +81,8 @@ class Layout:
     columns: int = 0                 # output columns per tile: 0, whole output rows;
                                      # else the width is cut too (a layer whose input
                                      # rows do not fit otherwise)
+    channels: int = 0                # channel blocks per tile: 0, every one; else a
+                                     # channel-wise layer is cut along its channels
 
 
 def network_layout(cfg: ChipConfig) -> Layout:

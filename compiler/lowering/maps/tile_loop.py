@@ -16,6 +16,7 @@ from systolica.compiler.lowering.maps.jobs import (
     Job,
     WStep,
     check_window,
+    group_blocks,
     input_cols,
     input_rows,
     picks_rows,
@@ -25,7 +26,12 @@ from systolica.compiler.lowering.maps.jobs import (
 from systolica.compiler.lowering.maps.layout import MAP_RING_BLOCKS, WEIGHT_GROUP, Layout, tiles_lo
 from systolica.compiler.microops.ir import MicroOp
 from systolica.compiler.planning import layout
-from systolica.compiler.planning.map_tiling import Tiling, job_layout, output_tiles
+from systolica.compiler.planning.map_tiling import (
+    Tiling,
+    channel_groups,
+    job_layout,
+    output_tiles,
+)
 from systolica.compiler.scheduling.pipeline import Block, Step
 
 
@@ -56,7 +62,6 @@ class TileLoop:
         N, Ho, Wo, Cout = job.out_shape
         check_window(job)
         tiles, stage_half = output_tiles(cfg, lay, job)
-        nb_count = len(job.steps)
         self.tables = {}
         table_ops = self._tables(job)
         step_table = [[self.tables.get(self._deltas(st), 0) for st in steps]
@@ -64,7 +69,12 @@ class TileLoop:
         tiles_at = tiles_lo(cfg, lay, stage_half * stage_parts(cfg, job))
         area = lay.top - tiles_at
         blocks: list[Block] = []
-        work = [(n, t) for n in range(N) for t in tiles]
+        # a layer cut along its channels: a tile per group of channel blocks, each
+        # loading and computing only those (docs/cnn.md, "Channel-wise layers deeper
+        # than the CBUF"); else one group, None, of every block
+        work = [(n, t, g) for n in range(N) for t in tiles
+                for g in channel_groups(cfg, lay, job)]
+        order = [group_blocks(job, g) for _, _, g in work]     # each tile's N-blocks
         whole = len(work) == 1      # one tile: it may take both buffers
         single = lay.buffers == 1 and not whole
         # one buffer: a channel block sits at the same rows in every tile, so the next
@@ -83,7 +93,7 @@ class TileLoop:
             source the input row's pixels and the words between channel blocks per
             input row. A tile of a layer cut along its width loads its input columns
             row by row."""
-            n, (oh0, oh1, ow0, ow1) = work[wi]
+            n, (oh0, oh1, ow0, ow1), group = work[wi]
             buf = tiles_at + (0 if whole or single
                               else ((self.tile_no + wi) % 2) * (area // 2))
             lo, hi = input_rows(job, oh0, oh1)
@@ -100,8 +110,10 @@ class TileLoop:
                 widths.append(width)
                 pitches.append(pitch)
                 bases.append(at)
-                for cb in range(s.blocks(R)):
-                    at = bases[si] + cb * each * pitch
+                first = 0 if group is None else group[0]
+                mine = range(s.blocks(R)) if group is None else range(*group)
+                for cb in mine:
+                    at = bases[si] + (cb - first) * each * pitch
                     keys += [(si, cb)] * ((hi - lo) if (picks or cut) and s.gather is None
                                           else 1)
                     if s.gather is not None:
@@ -129,7 +141,7 @@ class TileLoop:
                         Opcode.DMA, i, kind=DmaKind.LOAD_CBUF,
                         dram_addr=plane + lo * W, dram_stride=1,
                         buf_addr=at, rows=(hi - lo) * W))
-                at = bases[si] + s.blocks(R) * each * pitch
+                at = bases[si] + len(mine) * each * pitch
             return loads, bases, hi - lo, keys, each, widths, pitches
 
         # Tile wi + 1's input loads fill the other buffer while tile wi computes, in
@@ -138,16 +150,17 @@ class TileLoop:
         # buffer, each comes right after the last MATMUL of tile wi reading the block it
         # overwrites, and the first tile's each half a weight group before the first
         # step reading its block, taking turns with the weights.
-        steps_per_tile = sum(len(st) for st in job.steps)
         flat = [st for steps in job.steps for st in steps]
         last_read = {(st.src, st.cb): t for t, st in enumerate(flat)}
         first_read = {(st.src, st.cb): t for t, st in reversed(list(enumerate(flat)))}
-        weights_at = self._weight_groups(job, len(work), w_dram)
+        weights_at = self._weight_groups(job, order, w_dram)
         f = 0                                   # the job's step number
         prepared = tile_loads(0)
         behind: list[MicroOp] = []              # one buffer: the next tile's first loads
-        for wi, (n, (oh0, oh1, ow0, ow1)) in enumerate(work):
+        for wi, (n, (oh0, oh1, ow0, ow1), group) in enumerate(work):
             loads, src_base, in_h, _, each, widths, pitches = prepared
+            first_cb = 0 if group is None else group[0]
+            steps_per_tile = sum(len(job.steps[nb]) for nb in order[wi])
             ahead: list[MicroOp] = []
             after: dict[int, list[MicroOp]] = {}    # one buffer: step -> loads before it
             if wi == 0 and single:
@@ -189,7 +202,7 @@ class TileLoop:
             else:
                 runs = [(n * Ho * Wo + oh * Wo + ow0, (oh - oh0) * (ow1 - ow0), ow1 - ow0)
                         for oh in range(oh0, oh1)]
-            for nb in range(nb_count):
+            for nb in order[wi]:
                 blk = Block(i)
                 half = em.blocks % 2
                 em.blocks += 1
@@ -208,7 +221,7 @@ class TileLoop:
                     em.steps += 1
                     pre = weights_at.get(f, [])
                     f += 1
-                    if nb == 0 and k == 0:
+                    if nb == order[wi][0] and k == 0:
                         pre += loads + [geom] + (table_ops if wi == 0 else [])
                     pre += after.pop(ts, [])
                     ts += 1
@@ -220,7 +233,7 @@ class TileLoop:
                     if self.bank_holds[bank] != block:   # else the bank has it already
                         pre.append(self.op(Opcode.WLOAD, i, w_addr=ring, bank=bank))
                         self.bank_holds[bank] = block
-                    base = src_base[st.src] + st.cb * each * pitches[st.src]
+                    base = src_base[st.src] + (st.cb - first_cb) * each * pitches[st.src]
                     dh, dw = st.taps[0]
                     mm = self.op(Opcode.MATMUL, i, act_addr=base, rows=rows, acc_addr=acc_at,
                                  accumulate=int(k > 0), max=int(job.use_max and k > 0),
@@ -234,15 +247,18 @@ class TileLoop:
         self.tile_no += len(work)
         return blocks
 
-    def _weight_groups(self, job: Job, tiles: int, w_dram: int) -> dict[int, list[MicroOp]]:
-        """The weight loads of a job's steps (all its tiles, in order), one DMA per group
-        of up to WEIGHT_GROUP blocks consecutive in DRAM and in the ring, each attached
-        to the step half a group before the first that uses it (its slots were last
-        read a group earlier still)."""
+    def _weight_groups(self, job: Job, order: list[list[int]], w_dram: int
+                       ) -> dict[int, list[MicroOp]]:
+        """The weight loads of a job's steps (all its tiles, in order: `order` the
+        N-blocks of each), one DMA per group of up to WEIGHT_GROUP blocks consecutive
+        in DRAM and in the ring, each attached to the step half a group before the
+        first that uses it (its slots were last read a group earlier still)."""
         R, i = self.cfg.rows, job.index
         persistent = self.lay.persistent
-        blocks = [st.block for _ in range(1 if persistent else tiles)
-                  for steps in job.steps for st in steps]
+        whole = [nb for nb in range(len(job.steps))]
+        # kept weights: those of the first tile, or of every tile of a channel cut
+        tiles = order[:1] if persistent and order[0] == whole else order
+        blocks = [st.block for mine in tiles for nb in mine for st in job.steps[nb]]
         e0 = self.em.steps
         # a step whose bank already holds its block loads nothing (as job() decides);
         # kept weights load each block once, in the first tile
