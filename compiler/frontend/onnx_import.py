@@ -1170,6 +1170,10 @@ class _Importer:
             # that takes the [N, C] value gets it flattened (:meth:`_value`)
             self.unflattened.add(node.output[0])
             return x
+        if node.output[0] in self.outputs and shape[1] * shape[2] == 1:
+            # the program's output: a 1 x 1 map holds the [N, C] value's bytes in its
+            # order (the chip has no Flatten as an output)
+            return x
         return self.g.flatten(x, name=self._name(node))
 
     def _qlinearadd(self, node, a):

@@ -127,3 +127,15 @@ def test_an_average_pool_runs_on_the_chip_unless_its_padding_is_not_counted():
     pool = next(p for p in plan.placements if p.op.kind == "AveragePool")
     assert pool.processor == "host" and "count_include_pad" in pool.refusals["chip"]
     assert onnx_run.run_plan(plan).ok
+
+
+def test_a_pooled_vector_leaves_the_chip_flattened():
+    """GlobalAveragePool then Flatten as the program's output (SqueezeNet's end): the
+    chip gives the 1 x 1 map, whose bytes are the [N, C] value's."""
+    model = _model([helper.make_node("GlobalAveragePool", ["c"], ["g"], name="gap"),
+                    _n("Flatten", ["g"], axis=1)])
+    plan = plan_model(preset("tiny"), model)
+    assert {p.op.kind: p.processor for p in plan.placements}["Flatten"] == "chip"
+    run = onnx_run.run_plan(plan)
+    assert run.ok, run.problems()
+    assert run.outputs["y"].shape == (1, C)
