@@ -16,6 +16,7 @@ from systolica.compiler.lowering.dense import BlockAt, DenseRule, Destination
 from systolica.compiler.lowering.emitter import Emitter
 from systolica.compiler.lowering.registry import register
 from systolica.compiler.lowering.rule import Need
+from systolica.compiler.lowering.zero_fill import zeros_param
 from systolica.compiler.planning import layout
 from systolica.compiler.planning.memory import acc_half_rows, on_chip_readers, stored_at
 from systolica.compiler.scheduling.pipeline import Block, Step
@@ -50,7 +51,18 @@ class MatMulTRule(DenseRule):
 
     def params(self, cfg: ChipConfig, graph: Graph, node: Node
                ) -> list[tuple[str, np.ndarray]]:
-        return []
+        # a zero word where a west load reads past b's rows (zero_fill)
+        b = node.inputs[1]
+        return [zeros_param(cfg)] if self.reads_past(cfg, graph, node, b) else []
+
+    def reads_past(self, cfg: ChipConfig, graph: Graph, node: Node, tensor: str) -> int:
+        """``b``'s rows past its last K-block that the west loads of its last rows read
+        (``weight_rows`` from each block's ``nb*C``)."""
+        if tensor != node.inputs[1]:
+            return super().reads_past(cfg, graph, node, tensor)
+        N = graph.tensor(tensor).shape[0]
+        last = (layout.blocks(N, cfg.cols) - 1) * cfg.cols
+        return max(0, last + cfg.weight_rows - N)
 
     def input_rows(self, cfg: ChipConfig, graph: Graph, node: Node, tensor: str, rows: int,
                    M: int) -> int:
