@@ -983,13 +983,20 @@ class _Chip:
         return out
 
 
-def run(cfg: ChipConfig, program: Loadable) -> GoldenResult:
+def run(cfg: ChipConfig, program: Loadable, *,
+        memories: dict[str, np.ndarray] | None = None) -> GoldenResult:
     """Run `program` (its image on a copy of its DRAM image, the initial DRAM from word
     0, uint8 ``(words, cfg.rows)`` with ``words <= cfg.dram_words``; the rest is
     zeros). A program longer than the instruction memory is also written at its
     ``prog_addr`` (the PROG_ADDR register), as the host does before the run; its
     ``ubuf`` is what the host wrote to the UBUF registers (a placement the registers
     would refuse is a ConfigError).
+
+    `memories`: what the CBUF, ACC and weight banks hold when the run starts, by name
+    (``"cbuf"``, ``"acc"``, ``"banks"``, shaped as :class:`GoldenResult` and
+    ``(2, rows, cols)``); the others start at zero. A reset clears no memory, so on
+    the chip they hold what the program before left; a program the timing pass
+    accepts reads none of it (no unwritten read), and its result is the same.
 
     The result's ``dram`` has all ``cfg.dram_words`` words, but only those the image
     or the program touch take memory or time: give the used part (e.g.
@@ -1017,6 +1024,13 @@ def run(cfg: ChipConfig, program: Loadable) -> GoldenResult:
         more = f" (and {len(timeline.hazards) - 1} more)" if len(timeline.hazards) > 1 else ""
         raise GoldenError(f"{h.rule}: {h.message}{more}")
     chip = _Chip(cfg, dram, timeline)
+    for name, data in (memories or {}).items():
+        held = getattr(chip, name) if name in ("cbuf", "acc", "banks") else None
+        if held is None or np.shape(data) != held.shape:
+            raise ValueError(f"memories: {name!r} must be one of 'cbuf', 'acc', 'banks', "
+                             f"shaped {held.shape if held is not None else '...'}, not "
+                             f"{np.shape(data)}")
+        held[:] = data
     for ins, fx in zip(timeline.issued, timeline.effects):
         chip.now = (ins, fx)
         instructions.SPEC[ins.op].execute(chip, ins.fields)

@@ -423,6 +423,23 @@ UNWRITTEN = {
 }
 
 
+def test_what_the_memories_held_at_the_start_changes_nothing_a_program_reads():
+    """The data pass started from other CBUF, ACC and weight-bank contents (as after
+    another program) computes the same for a program that writes what it reads."""
+    dram = fresh_dram()
+    program = [*gemm_program(), *serial(dma(DmaKind.STORE_ACC, 200, 0, 5))]
+    program = serial(*[(i.op, i.fields) for i in program])
+    clean = run(program, dram)
+    held = {"cbuf": rng.integers(-128, 128, clean.cbuf.shape),
+            "acc": rng.integers(-(1 << 31), 1 << 31, clean.acc.shape),
+            "banks": rng.integers(-128, 128, (2, R, C))}
+    dirty = golden.run(CFG, Loadable(image(program), dram), memories=held)
+    assert np.array_equal(dirty.dram, clean.dram)
+    assert np.array_equal(dirty.acc[:5], clean.acc[:5])
+    with pytest.raises(ValueError, match="'acc' must be"):
+        golden.run(CFG, Loadable(image(program), dram), memories={"acc": held["cbuf"]})
+
+
 @pytest.mark.parametrize("case", list(UNWRITTEN))
 def test_a_read_of_a_row_no_instruction_wrote_is_an_error(case):
     undefined, defined, words = UNWRITTEN[case]
