@@ -16,7 +16,6 @@ from systolica.compiler.lowering.dense import BlockAt, DenseRule, Destination
 from systolica.compiler.lowering.emitter import Emitter
 from systolica.compiler.lowering.registry import register
 from systolica.compiler.lowering.rule import Need
-from systolica.compiler.lowering.zero_fill import zeros_param
 from systolica.compiler.planning import layout
 from systolica.compiler.planning.memory import acc_half_rows, on_chip_readers, stored_at
 from systolica.compiler.scheduling.pipeline import Block, Step
@@ -51,9 +50,7 @@ class MatMulTRule(DenseRule):
 
     def params(self, cfg: ChipConfig, graph: Graph, node: Node
                ) -> list[tuple[str, np.ndarray]]:
-        # a zero word where a west load reads past b's rows (zero_fill)
-        b = node.inputs[1]
-        return [zeros_param(cfg)] if self.reads_past(cfg, graph, node, b) else []
+        return []
 
     def reads_past(self, cfg: ChipConfig, graph: Graph, node: Node, tensor: str) -> int:
         """``b``'s rows past its last K-block that the west loads of its last rows read

@@ -32,7 +32,6 @@ from systolica.compiler.lowering.transpose_int32 import (
     int32_params,
     int32_words,
 )
-from systolica.compiler.lowering.zero_fill import zeros_param
 from systolica.compiler.microops.ir import MicroOp
 from systolica.compiler.planning import layout, permute
 from systolica.compiler.planning.memory import (
@@ -72,10 +71,9 @@ class TransposeRule(Rule):
     sub-block's, from ``sub*C``): past a ragged block's rows, and on a tall or wide
     grid past any block's. The slots and the identity have room for those rows, an
     input read where it lies has them in its region (:meth:`reads_past`), and
-    :mod:`.zero_fill` writes zeros to those nothing else has written, from the
-    layer's ``zeros`` word: partitions of a ragged block beyond its rows come out 0
-    (a reset clears no memory, so the chip would otherwise read what the program
-    before left there)."""
+    :mod:`.zero_fill` writes zeros to those nothing else has written: partitions
+    of a ragged block beyond its rows come out 0 (a reset clears no memory, so the
+    chip would otherwise read what the program before left there)."""
 
     op = Transpose
     dense = maps = True
@@ -118,16 +116,9 @@ class TransposeRule(Rule):
 
     def params(self, cfg: ChipConfig, graph: Graph, node: Node
                ) -> list[tuple[str, np.ndarray]]:
-        p = self.pieces(cfg, graph.tensor(node.inputs[0]).shape, node.op)
         if graph.tensor(node.inputs[0]).dtype == "int32":
-            out = int32_params(cfg)
-            past = int32_reads_past(cfg, p)
-        else:
-            out = [("identity", np.eye(cfg.rows, dtype=np.uint8))]
-            past = past_block(cfg, cfg.rows) or (p.mode == "transpose" and p.Q % cfg.rows)
-        if past:        # a zero word for the rows past its blocks (zero_fill)
-            out.append(zeros_param(cfg))
-        return out
+            return int32_params(cfg)
+        return [("identity", np.eye(cfg.rows, dtype=np.uint8))]
 
     def reads_past(self, cfg: ChipConfig, graph: Graph, node: Node, tensor: str) -> int:
         """A 2-D int8 input read where it lies: the rows past its K-blocks that the
@@ -564,17 +555,6 @@ def reach(cfg: ChipConfig, rows: int) -> int:
 def past_block(cfg: ChipConfig, rows: int) -> int:
     """Rows past a block of `rows` rows that its west loads read."""
     return max(0, reach(cfg, rows) - rows)
-
-
-def int32_reads_past(cfg: ChipConfig, p: permute.PermPlan) -> bool:
-    """Whether an int32 permutation's west loads may read rows past those loaded for
-    them: a copy's of the identity (on a tall or wide grid), a transpose's of a
-    block's input slot (fewer rows than a west load reads)."""
-    if p.mode == "copy":
-        return bool(past_block(cfg, cfg.rows))
-    QB, E = min(cfg.rows, cfg.cols), cfg.rows // 4
-    # (where a word's elements do not tile an N-block, blocks stop at its ends)
-    return p.Q % QB != 0 or cfg.weight_rows > QB or cfg.cols % E != 0
 
 
 def transpose_ops(em: Emitter):
