@@ -2,9 +2,10 @@
 transposed in the CBUF (seed 004). Three programs per shape run on the RTL (``tiny``),
 each scheduled by the compiler:
 
-* ``base``: load ``X`` into the CBUF, store as many rows as the result has (what
-  every variant does around the transpose itself; from ``X``'s rows, as the result's
-  are not written in it and a program reads no row it did not write);
+* ``base``: load ``X`` into the CBUF, store as many rows as the result has, in the
+  same DMAs (what every variant does around the transpose itself; from ``X``'s rows,
+  as the result's are not written in it and a program reads no row it did not
+  write);
 * ``on_chip``: ``base`` plus the transpose on the array (per block a west weight
   load, an identity MATMUL, a VRUN into the result region), the identity loaded once
   (and, for a ragged ``M``, zeros written to the rows past ``X`` that the last
@@ -74,8 +75,11 @@ def programs(cfg: ChipConfig, x: np.ndarray) -> tuple[dict[str, list[isa.Instr]]
     ident_dram = xt_dram + mbs * N
     out_dram = ident_dram + R                       # where every program stores its result
     scratch_dram = out_dram + mbs * N               # the round trip's store of X
-    zero_dram = scratch_dram + kbs * M              # a word of zeros
-    image = np.zeros((zero_dram + 1, R), np.uint8)
+    # rows past X that the last blocks' west loads read (weight_rows from mb*R), and
+    # a word of zeros to write them with
+    past = (mbs - 1) * R + cfg.weight_rows - M
+    zero_dram = scratch_dram + kbs * M
+    image = np.zeros((zero_dram + (past > 0), R), np.uint8)
     image[x_dram:xt_dram] = layout.pack_activations(cfg, x)
     image[xt_dram:ident_dram] = layout.pack_activations(cfg, x.T)
     image[ident_dram:out_dram] = np.eye(R, dtype=np.uint8)
@@ -87,16 +91,13 @@ def programs(cfg: ChipConfig, x: np.ndarray) -> tuple[dict[str, list[isa.Instr]]
     load_x = [dma(DmaKind.LOAD_CBUF, x_dram + kb * M, x_at + kb * M, M) for kb in range(kbs)]
     store_out = [dma(DmaKind.STORE_CBUF, out_dram + mb * N, out_at + mb * N, N)
                  for mb in range(mbs)]
-    # base: the result's words from X's rows, in runs that stay inside them
-    store_x, w = [], 0
-    while w < mbs * N:
-        rows = min(kbs * M, mbs * N - w)
-        store_x.append(dma(DmaKind.STORE_CBUF, out_dram + w, x_at, rows))
-        w += rows
+    # base: the same stores (one per N rows of the result), from X's rows
+    if N > kbs * M:
+        raise ValueError(f"the base program stores {N} rows at a time from X's {kbs * M}")
+    store_x = [dma(DmaKind.STORE_CBUF, out_dram + mb * N,
+                   x_at + (mb * N) % (kbs * M - N + 1), N) for mb in range(mbs)]
     on_chip = [dma(DmaKind.LOAD_CBUF, ident_dram, ident_at, R)]
-    # rows past X that the last blocks' west loads read (weight_rows from mb*R)
-    past = (mbs - 1) * R + cfg.weight_rows - M
-    if past:
+    if past > 0:
         zeros = make(cfg, Opcode.DMA, kind=DmaKind.LOAD_CBUF, dram_addr=zero_dram,
                      dram_stride=0, buf_addr=x_at + kbs * M, rows=past)
         on_chip.append(zeros)
