@@ -545,6 +545,7 @@ class Where:
 
     acc_slot = acc_ring_slot
 
+
 def reach(cfg: ChipConfig, rows: int) -> int:
     """CBUF rows from a block's first that its west loads read, for a block of `rows`
     rows: one load per sub-block of ``C`` rows (one on a square or wide grid), each
