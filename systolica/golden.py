@@ -16,9 +16,13 @@ timing (:mod:`systolica.arch.timing`), its scheduler or its lowering:
    the cycles its entry in :mod:`systolica.arch.instructions` says; a read of data
    not yet written, a write that lands before an earlier instruction has read the
    old data, or two writes out of order is a *hazard*: the hardware would compute
-   something other than the program's sequential meaning. The cycle count is the
-   cycle after the last effect. The schedule verifier (:mod:`systolica.compiler.scheduling.verify`)
-   is this pass.
+   something other than the program's sequential meaning. So is a read of a CBUF,
+   ACC or weight-bank row that no earlier instruction wrote (an *unwritten read*): a
+   reset clears no memory, so the chip would read whatever the program before left
+   there, where the data pass below starts from zeros (the DRAM is defined: the
+   image, zeros elsewhere, :class:`~systolica.arch.loadable.Loadable`). The cycle
+   count is the cycle after the last effect. The schedule verifier
+   (:mod:`systolica.compiler.scheduling.verify`) is this pass.
 2. :func:`run` -- the data pass: each issued instruction's semantics
    (``execute`` in its entry) on numpy state, in issue order, with the multiplexer
    settings in force when its data passes each multiplexer. Issue order equals
@@ -86,13 +90,15 @@ SAMPLED = ("cycles", *instructions.COUNTERS, "fetch_rd_bytes")
 
 class GoldenError(ValueError):
     """A program whose result the hardware does not define: an instruction's data
-    is read before it is written, or overwritten before it is read."""
+    is read before it is written (or never written at all), or overwritten before
+    it is read."""
 
 
 @dataclass(frozen=True)
 class Hazard:
     pc: int
-    rule: str                 # "read before write", "write before read", "write order"
+    rule: str                 # "read before write", "unwritten read", "write before
+                              # read", "write order", "program overwrite"
     message: str
 
 
@@ -124,10 +130,12 @@ class _Scoreboard:
     matmul unit made it, which its accumulate read sees up to ``ahead`` cycles early:
     the writes still in flight when the read's data arrives, ``latency["acc_read"]``
     of them, which it forwards) and of the last read, with the instructions that made
-    them."""
+    them. ``undefined``: the memory holds nothing defined at reset, so a read of an
+    address no instruction has written is a hazard too (an unwritten read)."""
 
-    def __init__(self, name: str, size: int, ahead: int = 1):
+    def __init__(self, name: str, size: int, ahead: int = 1, undefined: bool = False):
         self.ahead = ahead
+        self.undefined = undefined
         # Cycles are kept as ``cycle - NEVER``, so that a zero means "never": the
         # arrays are then plain zeros, which the OS hands out lazily, and a run pays
         # only for the addresses it touches (the DRAM has millions of words).
@@ -181,12 +189,32 @@ class _Scoreboard:
         later = c <= w          # fine if the instruction's own (a write of several)
         return not _any(later) or not _any(later & (self.w_pc[rows.at] != pc))
 
+    def _written(self, rows: _Rows) -> bool:
+        """Whether some instruction has written every row the touch reads."""
+        if rows.one:
+            return bool(self.w_since[rows.lo])
+        w = self.w_since[rows.at]
+        return bool(_min(w)) if len(w) else True
+
+    def _unwritten(self, pc: int, touch: Touch, t: int, hazards: list[Hazard]) -> None:
+        """The hazard of a touch that reads a row no instruction has written."""
+        never = self.w_since[touch.addrs] == 0
+        k = int(np.flatnonzero(never)[0])
+        rows = np.unique(touch.addrs[never])
+        more = f" (and {len(rows) - 1} more of its rows)" if len(rows) > 1 else ""
+        hazards.append(Hazard(pc, "unwritten read", (
+            f"pc {pc} reads {self.name}[{touch.addrs[k]}] in cycle {touch.cycles[k] + t}, "
+            f"but no instruction before it writes that row{more}: a reset does not clear "
+            f"the {_MEMORY.get(self.name, self.name)}, so the chip would read what the "
+            f"program before left there; write every row a program reads")))
+
     def read_twice(self, pc: int, twice: _Twice, t: int) -> bool:
         """Both reads of `twice` at once, where the earlier comes after every write
         of its rows (then so does the later): whether they were taken."""
         rows, later = twice.first[1], twice.then[1]
         off = t - NEVER
-        if rows.first + off > _max(self.w_since[rows.lo:rows.hi]):
+        w = self.w_since[rows.lo:rows.hi]
+        if rows.first + off > _max(w) and not (self.undefined and _min(w) == 0):
             _raise(self.r_since, rows.at, later.top + off)
             self.r_pc[rows.at] = pc
             return True
@@ -194,6 +222,8 @@ class _Scoreboard:
 
     def read(self, pc: int, touch: Touch, t: int, hazards: list[Hazard],
              rows: _Rows | None = None) -> None:
+        if self.undefined and rows is not None and not self._written(rows):
+            self._unwritten(pc, touch, t, hazards)
         if rows is not None:
             off = t - NEVER
             a = rows.lo
@@ -263,6 +293,10 @@ class _Scoreboard:
         np.maximum.at(self.w_since, a, c - NEVER)
         self.w_pc[a] = pc
         self.w_fwd[a] = touch.forward
+
+
+#: The memories an unwritten read names, by board.
+_MEMORY = {"cbuf": "CBUF", "acc": "ACC", "wbank0": "weight bank 0", "wbank1": "weight bank 1"}
 
 
 class _Rows:
@@ -683,7 +717,8 @@ def begin_check(cfg: ChipConfig, program: list[isa.Instr], prog_addr: int | None
                                          if n not in _BoardHelper.BOARDS}
     if helper is not None and helper.is_child:
         mine = {n: sizes[n] for n in _BoardHelper.BOARDS}
-    boards = {name: _Scoreboard(name, size, cfg.latency["acc_read"] if name == "acc" else 1)
+    boards = {name: _Scoreboard(name, size, cfg.latency["acc_read"] if name == "acc" else 1,
+                                undefined=name != "dram")
               for name, size in mine.items()}
     unit_free: dict[str, tuple[int, int]] = {}      # unit -> (accepts from, busy pc)
     collected: dict[str, tuple[int, int]] = {}      # unit -> (its collector free from, pc)
@@ -770,15 +805,15 @@ def begin_check(cfg: ChipConfig, program: list[isa.Instr], prog_addr: int | None
                     continue
                 for one, one_rows, one_k in (tc.first, tc.then):
                     board.read(pc, one, t, hazards, one_rows)
-                    if len(places) < len(hazards):
+                    while len(places) < len(hazards):
                         places.append((pc, one_k))
                 continue
             board.read(pc, tc, t, hazards, rows)
-            if len(places) < len(hazards):
+            while len(places) < len(hazards):
                 places.append((pc, k))
         for board, tc, rows, k in writes:
             board.write(pc, tc, t, hazards, rows)
-            if len(places) < len(hazards):
+            while len(places) < len(hazards):
                 places.append((pc, k))
 
     if helper is not None and helper.is_child:
@@ -994,13 +1029,20 @@ def sample(cfg: ChipConfig, timeline: Timeline, at) -> list[dict[str, int]]:
     return out
 
 
-def run(cfg: ChipConfig, program: Loadable, sample_at=()) -> GoldenResult:
+def run(cfg: ChipConfig, program: Loadable, sample_at=(), *,
+        memories: dict[str, np.ndarray] | None = None) -> GoldenResult:
     """Run `program` (its image on a copy of its DRAM image, the initial DRAM from word
     0, uint8 ``(words, cfg.rows)`` with ``words <= cfg.dram_words``, or its segments;
     the rest is zeros). A program longer than the instruction memory is also written at its
     ``prog_addr`` (the PROG_ADDR register), as the host does before the run; its
     ``ubuf`` is what the host wrote to the UBUF registers (a placement the registers
     would refuse is a ConfigError).
+
+    `memories`: what the CBUF, ACC and weight banks hold when the run starts, by name
+    (``"cbuf"``, ``"acc"``, ``"banks"``, shaped as :class:`GoldenResult` and
+    ``(2, rows, cols)``); the others start at zero. A reset clears no memory, so on
+    the chip they hold what the program before left; a program the timing pass
+    accepts reads none of it (no unwritten read), and its result is the same.
 
     The result's ``dram`` has all ``cfg.dram_words`` words, but only those the image
     or the program touch take memory or time: give the used part (e.g.
@@ -1036,6 +1078,13 @@ def run(cfg: ChipConfig, program: Loadable, sample_at=()) -> GoldenResult:
         more = f" (and {len(timeline.hazards) - 1} more)" if len(timeline.hazards) > 1 else ""
         raise GoldenError(f"{h.rule}: {h.message}{more}")
     chip = _Chip(cfg, dram, timeline)
+    for name, data in (memories or {}).items():
+        held = getattr(chip, name) if name in ("cbuf", "acc", "banks") else None
+        if held is None or np.shape(data) != held.shape:
+            raise ValueError(f"memories: {name!r} must be one of 'cbuf', 'acc', 'banks', "
+                             f"shaped {held.shape if held is not None else '...'}, not "
+                             f"{np.shape(data)}")
+        held[:] = data
     for ins, fx in zip(timeline.issued, timeline.effects):
         chip.now = (ins, fx)
         instructions.SPEC[ins.op].execute(chip, ins.fields)

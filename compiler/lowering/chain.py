@@ -64,6 +64,7 @@ from systolica.compiler.lowering.maps.layout import (
 )
 from systolica.compiler.lowering.maps.tile_loop import TileLoop
 from systolica.compiler.lowering.registry import rule_for
+from systolica.compiler.lowering.zero_fill import zero_fill
 from systolica.compiler.planning import chain_passes as chain
 from systolica.compiler.planning.memory import DramMap, MemoryPlan, Region, check_plan
 from systolica.compiler.scheduling.pipeline import Block, Step, loop_order, pipeline
@@ -814,6 +815,7 @@ def lower_chain(cfg: ChipConfig, graph: Graph, want: ChainChoice = ChainChoice()
     plan = MemoryPlan(cfg, graph, MappingProxyType({}), tuple(chip_regions + dram.regions),
                       image, dmap)
     check_plan(plan)
+    plan = zero_fill(cfg, blocks, emit.em, plan)
     return ChainLowered(pipeline(cfg, blocks), loop_order(blocks), plan, copies={},
                         jobs={j.name: j for j in jobs}, choice=seg.choice,
                         passes=seg.passes, banks=seg.bufs.banks(cfg, len(jobs)))

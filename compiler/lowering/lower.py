@@ -27,6 +27,7 @@ from systolica.compiler.lowering.emitter import Emitter
 from systolica.compiler.lowering.lowered import Lowered
 from systolica.compiler.lowering.maps.network import lower_maps
 from systolica.compiler.lowering.registry import rule_for
+from systolica.compiler.lowering.zero_fill import zero_fill
 from systolica.compiler.options import CompileOptions
 from systolica.compiler.planning.memory import MemoryPlan, plan_memory
 from systolica.compiler.scheduling.pipeline import hoist, loop_order, pipeline
@@ -66,6 +67,7 @@ def lower(cfg: ChipConfig, network, options: CompileOptions = CompileOptions(), 
     em = Emitter.for_plan(cfg, graph, plan)
     blocks = hoist([blk for i, node in enumerate(graph.nodes)
                     for blk in rule_for(node).emit(em, i, node)])
+    plan = zero_fill(cfg, blocks, em, plan)
     return Lowered(pipeline(cfg, blocks), loop_order(blocks), plan)
 
 

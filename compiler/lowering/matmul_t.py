@@ -52,6 +52,15 @@ class MatMulTRule(DenseRule):
                ) -> list[tuple[str, np.ndarray]]:
         return []
 
+    def reads_past(self, cfg: ChipConfig, graph: Graph, node: Node, tensor: str) -> int:
+        """``b``'s rows past its last K-block that the west loads of its last rows read
+        (``weight_rows`` from each block's ``nb*C``)."""
+        if tensor != node.inputs[1]:
+            return super().reads_past(cfg, graph, node, tensor)
+        N = graph.tensor(tensor).shape[0]
+        last = (layout.blocks(N, cfg.cols) - 1) * cfg.cols
+        return max(0, last + cfg.weight_rows - N)
+
     def input_rows(self, cfg: ChipConfig, graph: Graph, node: Node, tensor: str, rows: int,
                    M: int) -> int:
         """CBUF rows per K-block of `tensor` when this layer holds it: ``b`` whole,

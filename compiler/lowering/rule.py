@@ -100,6 +100,12 @@ class Rule(ABC):
         `rows` rows a pass of `M`: by default one pass's."""
         return rows
 
+    def reads_past(self, cfg: ChipConfig, graph: Graph, node: Node, tensor: str) -> int:
+        """CBUF rows past the K-blocks of `tensor`, an input it reads where it lies,
+        that it reads too (a transpose's west loads of a ragged last block): the
+        tensor's region holds them, and the layer writes them before reading."""
+        return 0
+
     def first_layer(self, graph: Graph, node: Node, index: dict[str, int]) -> int:
         """The first layer during which its ops may run (by default its own); its
         output and needs are live from there."""

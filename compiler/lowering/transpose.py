@@ -67,9 +67,13 @@ class TransposeRule(Rule):
     slots; a 2-D int8 input made on chip is read where it lies. Each block takes the
     next ``R``-row accumulator slot (:meth:`Where.acc_slot`). The output goes to a
     staging slot and DRAM (a graph output) or to its tensor on chip (read by later
-    layers). Partitions of a ragged block beyond its rows hold whatever the weight
-    block's rows beyond the input held: never read as data (a dense layer multiplies
-    them by zero weight rows, a store's reader drops them)."""
+    layers). A west load reads ``weight_rows`` rows from a block's first (a
+    sub-block's, from ``sub*C``): past a ragged block's rows, and on a tall or wide
+    grid past any block's. The slots and the identity have room for those rows, an
+    input read where it lies has them in its region (:meth:`reads_past`), and
+    :mod:`.zero_fill` writes zeros to those nothing else has written: partitions
+    of a ragged block beyond its rows come out 0 (a reset clears no memory, so the
+    chip would otherwise read what the program before left there)."""
 
     op = Transpose
     dense = maps = True
@@ -116,6 +120,19 @@ class TransposeRule(Rule):
             return int32_params(cfg)
         return [("identity", np.eye(cfg.rows, dtype=np.uint8))]
 
+    def reads_past(self, cfg: ChipConfig, graph: Graph, node: Node, tensor: str) -> int:
+        """A 2-D int8 input read where it lies: the rows past its K-blocks that the
+        west loads of its last K-block's last blocks read."""
+        src = graph.tensor(tensor)
+        if src.dtype == "int32" or self._streamed(graph, node):
+            return 0
+        p = self.pieces(cfg, src.shape, node.op)
+        if p.mode != "transpose":
+            return 0
+        R = cfg.rows
+        return max(0, max(mb * R + reach(cfg, min(R, p.Q - mb * R))
+                          for mb in range(layout.blocks(p.Q, R))) - p.in_rows)
+
     @staticmethod
     def _streamed(graph: Graph, node: Node) -> bool:
         t = node.inputs[0]
@@ -153,8 +170,8 @@ class TransposeRule(Rule):
                          f"byte planes of {node.name!r}"),
                     Need("cbuf", f"{node.name}.staging", 2 * G * R,
                          f"output staging of {node.name!r}")]
-        needs = [Need("cbuf", "transpose identity", R, "transpose identity", shared=True),
-                 halves]
+        needs = [Need("cbuf", "transpose identity", R + past_block(cfg, R),
+                      "transpose identity", shared=True), halves]
         streamed = self._streamed(graph, node)
         tile = self.tile(cfg, self.pieces(cfg, graph.tensor(node.inputs[0]).shape, node.op),
                          streamed)
@@ -196,7 +213,8 @@ class TransposeRule(Rule):
         return gq, min(nl, cap // gq)
 
     def ring_rows(self, cfg: ChipConfig, tile: tuple[int, int]) -> int:
-        return max(self.SLOTS, 2 * tile[0] * tile[1]) * cfg.rows
+        """The input slots, and the rows the last one's west loads read past it."""
+        return max(self.SLOTS, 2 * tile[0] * tile[1]) * cfg.rows + past_block(cfg, cfg.rows)
 
     @staticmethod
     def staging_rows(cfg: ChipConfig, tile: tuple[int, int]) -> int:
@@ -526,6 +544,19 @@ class Where:
                             # docs/cnn.md, replicated channels); Q * copies <= R
 
     acc_slot = acc_ring_slot
+
+
+def reach(cfg: ChipConfig, rows: int) -> int:
+    """CBUF rows from a block's first that its west loads read, for a block of `rows`
+    rows: one load per sub-block of ``C`` rows (one on a square or wide grid), each
+    of ``weight_rows`` rows (``C`` on a wide grid)."""
+    return (layout.blocks(rows, cfg.cols) - 1) * cfg.cols + cfg.weight_rows
+
+
+def past_block(cfg: ChipConfig, rows: int) -> int:
+    """Rows past a block of `rows` rows that its west loads read."""
+    return max(0, reach(cfg, rows) - rows)
+
 
 def transpose_ops(em: Emitter):
     """A transpose's micro-op maker: the emitter's, its WLOADs taking every tile's

@@ -362,8 +362,9 @@ def _on_chip(cfg: ChipConfig, graph: Graph, rows: Mapping[str, int],
                 m = split.rows(graph.tensor(node.outputs[0]).shape[0], splits.get(node.name, 1))
                 per_block = (rule_for(node).input_rows(cfg, graph, node, t, rows[node.name], m)
                              if producer is None else rows[node.name])
+                past = max(rule_for(r).reads_past(cfg, graph, r, t) for r in readers)
                 ask("cbuf", f"tensor {t}", layout.resident_rows(cfg, tensor.shape[1],
-                                                                per_block),
+                                                                per_block) + past,
                     first, index[readers[-1].name], f"tensor {t!r}")
         for need in needs:
             if not need.shared:

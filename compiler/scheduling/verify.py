@@ -66,7 +66,7 @@ def check_regions(cfg: ChipConfig, regions, program: list[isa.Instr], layer_of,
     plan live in the layer it serves (``layer_of[pc]``): a write outside the plan
     lands in rows no layer owns, which the replay and the outputs may never notice
     (the rows may be free). Reads are not held to it: a block's west load reads the
-    rows past the block, which the contract leaves unused. Raises
+    rows past the block (the zero fill writes them if nothing else did). Raises
     :class:`ScheduleError` naming the instruction, the rows and the regions."""
     cover: dict[tuple[str, int], tuple[list[int], list[int]]] = {}
 

@@ -2,10 +2,14 @@
 transposed in the CBUF (seed 004). Three programs per shape run on the RTL (``tiny``),
 each scheduled by the compiler:
 
-* ``base``: load ``X`` into the CBUF, store the result region (what every variant
-  does around the transpose itself);
+* ``base``: load ``X`` into the CBUF, store as many rows as the result has, in the
+  same DMAs (what every variant does around the transpose itself; from ``X``'s rows,
+  as the result's are not written in it and a program reads no row it did not
+  write);
 * ``on_chip``: ``base`` plus the transpose on the array (per block a west weight
-  load, an identity MATMUL, a VRUN into the result region), the identity loaded once;
+  load, an identity MATMUL, a VRUN into the result region), the identity loaded once
+  (and, for a ragged ``M``, zeros written to the rows past ``X`` that the last
+  blocks' west loads read);
 * ``dram_round_trip``: ``base`` plus storing ``X`` to DRAM and re-loading ``Xᵀ``.
   The chip's DMA moves whole words of ``R`` bytes, so no descriptor stride can move
   single elements: the host must rearrange the bytes in DRAM between the two (not
@@ -64,14 +68,18 @@ def programs(cfg: ChipConfig, x: np.ndarray) -> tuple[dict[str, list[isa.Instr]]
     def up(rows: int) -> int:
         return -(-rows // bank) * bank
 
-    x_at, out_at = 0, up(kbs * M + R)               # + R: the last block's weight load
+    x_at, out_at = 0, up(kbs * M + cfg.weight_rows)  # the last block's weight load
     ident_at = out_at + up(mbs * N)
     x_dram = 0
     xt_dram = x_dram + kbs * M                      # Xᵀ as the host would leave it
     ident_dram = xt_dram + mbs * N
     out_dram = ident_dram + R                       # where every program stores its result
     scratch_dram = out_dram + mbs * N               # the round trip's store of X
-    image = np.zeros((scratch_dram + kbs * M, R), np.uint8)
+    # rows past X that the last blocks' west loads read (weight_rows from mb*R), and
+    # a word of zeros to write them with
+    past = (mbs - 1) * R + cfg.weight_rows - M
+    zero_dram = scratch_dram + kbs * M
+    image = np.zeros((zero_dram + (past > 0), R), np.uint8)
     image[x_dram:xt_dram] = layout.pack_activations(cfg, x)
     image[xt_dram:ident_dram] = layout.pack_activations(cfg, x.T)
     image[ident_dram:out_dram] = np.eye(R, dtype=np.uint8)
@@ -83,7 +91,16 @@ def programs(cfg: ChipConfig, x: np.ndarray) -> tuple[dict[str, list[isa.Instr]]
     load_x = [dma(DmaKind.LOAD_CBUF, x_dram + kb * M, x_at + kb * M, M) for kb in range(kbs)]
     store_out = [dma(DmaKind.STORE_CBUF, out_dram + mb * N, out_at + mb * N, N)
                  for mb in range(mbs)]
+    # base: the same stores (one per N rows of the result), from X's rows
+    if N > kbs * M:
+        raise ValueError(f"the base program stores {N} rows at a time from X's {kbs * M}")
+    store_x = [dma(DmaKind.STORE_CBUF, out_dram + mb * N,
+                   x_at + (mb * N) % (kbs * M - N + 1), N) for mb in range(mbs)]
     on_chip = [dma(DmaKind.LOAD_CBUF, ident_dram, ident_at, R)]
+    if past > 0:
+        zeros = make(cfg, Opcode.DMA, kind=DmaKind.LOAD_CBUF, dram_addr=zero_dram,
+                     dram_stride=0, buf_addr=x_at + kbs * M, rows=past)
+        on_chip.append(zeros)
     k = 0
     for mb in range(mbs):
         for kb in range(kbs):
@@ -102,8 +119,9 @@ def programs(cfg: ChipConfig, x: np.ndarray) -> tuple[dict[str, list[isa.Instr]]
                   + [dma(DmaKind.LOAD_CBUF, xt_dram + mb * N, out_at + mb * N, N)
                      for mb in range(mbs)])
     out = {}
-    for name, middle in (("base", []), ("on_chip", on_chip), ("dram_round_trip", round_trip)):
-        ops = load_x + middle + store_out
+    for name, middle, store in (("base", [], store_x), ("on_chip", on_chip, store_out),
+                                ("dram_round_trip", round_trip, store_out)):
+        ops = load_x + middle + store
         cycles, updates = add_updates(cfg, ops, schedule(cfg, ops))
         out[name] = sorted([op.instr(c) for op, c in zip(ops, cycles)]
                            + [u for u, _ in updates], key=lambda i: i.cycle)
@@ -126,13 +144,20 @@ def nd_programs(cfg: ChipConfig, x: np.ndarray, perm: tuple[int, ...]):
         return make(cfg, Opcode.DMA, kind=kind, dram_addr=dram, dram_stride=1,
                     buf_addr=buf, rows=rows)
 
-    ops = []
+    ops, loaded = [], {}             # buffer -> rows a load wrote in it
     for k, w in enumerate(range(0, max(x_words, out_words), chunk)):
         buf = (k % 2) * 2 * cfg.cbuf_bank_rows
         if w < x_words:
+            loaded[buf] = max(loaded.get(buf, 0), min(chunk, x_words - w))
             ops.append(dma(DmaKind.LOAD_CBUF, x_at + w, buf, min(chunk, x_words - w)))
         if w < out_words:
-            ops.append(dma(DmaKind.STORE_CBUF, out_at + w, buf, min(chunk, out_words - w)))
+            # (past X's words, rows of a buffer loaded before: a program reads no row
+            # it did not write)
+            rows = min(chunk, out_words - w)
+            src = buf if loaded.get(buf, 0) >= rows else max(loaded, key=loaded.get)
+            for at in range(0, rows, loaded[src]):
+                ops.append(dma(DmaKind.STORE_CBUF, out_at + w + at, src,
+                               min(loaded[src], rows - at)))
     cycles, updates = add_updates(cfg, ops, schedule(cfg, ops))
     trip = sorted([op.instr(c) for op, c in zip(ops, cycles)] + [u for u, _ in updates],
                   key=lambda i: i.cycle)

@@ -812,15 +812,20 @@ def _first_conflict(cfg: ChipConfig, program: list[Instr]) -> int | None:
 
 def _bank_conflict(cfg, program, rng):
     """A DMA added at a free issue cycle, while its unit is free, that uses the port of
-    a CBUF bank another unit's instruction is using then: a store (read port) or a
-    load (write port) of rows no instruction touches, to or from the top of the DRAM,
-    so it adds no hazard of its own."""
+    a CBUF bank another unit's instruction is using then, to or from the top of the
+    DRAM, adding no hazard of its own: a load (write port) of a row no instruction
+    touches, or a store (read port) of one whose last write is over by then (a row no
+    instruction wrote would be read undefined)."""
     shift = cfg.cbuf_bank_shift
-    touched = set()
+    touched, last_write = set(), {}     # CBUF row -> the cycle of its last write
     for i in program:
         for r in instructions.ranges(cfg, i.op, i.fields):
             if r.memory == "cbuf" and r.touched:
                 touched.update(range(r.lo, r.hi))
+        for tc in instructions.spec(i.op).effects(cfg, i.fields).writes:
+            if tc.resource == "cbuf":
+                for a, c in zip(tc.addrs.tolist(), (tc.cycles + i.cycle).tolist()):
+                    last_write[a] = max(last_write.get(a, c), c)
     sites = []
     for x in program:
         if timing.UNIT[x.op] == "dma":
@@ -828,16 +833,19 @@ def _bank_conflict(cfg, program, rng):
         for (memory, mode, bank), lo, hi in _bank_uses(cfg, x):
             if memory != "cbuf":
                 continue
-            free = [a for a in range(bank << shift, (bank + 1) << shift) if a not in touched]
-            if not free:
+            rows = range(bank << shift, (bank + 1) << shift)
+            rows = [a for a in rows if (a in last_write if mode == READ else a not in touched)]
+            if not rows:
                 continue
             kind = DmaKind.STORE_CBUF if mode == READ else DmaKind.LOAD_CBUF
             f = dict(kind=kind, dram_addr=cfg.dram_words - 1, dram_stride=0,
-                     buf_addr=int(rng.choice(free)), rows=1)
+                     buf_addr=int(rng.choice(rows)), rows=1)
             probe = Instr(Opcode.DMA, 0, {n: f.get(n, 0) for n, _ in isa.PAYLOAD[Opcode.DMA]})
             ((_, _, w0, w1),) = timing.port_windows(cfg, probe)
             w = (w0, w1)
-            for c in _free_cycles(program, lo - w[1] + 1, hi - w[0]):
+            # a store reads its row in its issue cycle + 1: after the row's last write
+            after = last_write.get(f["buf_addr"], -1) if mode == READ else -1
+            for c in _free_cycles(program, max(lo - w[1] + 1, after), hi - w[0]):
                 y = Instr(Opcode.DMA, c, probe.fields)
                 if _unit_free(cfg, program, y):
                     sites.append(y)

@@ -294,7 +294,8 @@ def test_golden_model_agrees_with_numpy(m, n):
 def test_bench_programs_transpose_on_the_golden_model():
     """``make bench``'s transpose programs (systolica/app/transpose_bench.py): the
     on-chip one and the DRAM round trip leave Xᵀ in DRAM; the on-chip one moves only
-    the identity beyond the base program."""
+    the identity beyond the base program, and zeros to the rows past X that the
+    last blocks' west loads read."""
     from systolica.app import transpose_bench
     from systolica.compiler.planning import layout
     x = np.random.default_rng(2).integers(-128, 128, (20, 11), dtype=np.int8)
@@ -308,7 +309,8 @@ def test_bench_programs_transpose_on_the_golden_model():
         got = layout.unpack_int8(CFG, runs[name].dram[at:at + words], 11, 20)
         np.testing.assert_array_equal(got, x.T)
     moved = {k: r.dram_bytes_read + r.dram_bytes_written for k, r in runs.items()}
-    assert moved["on_chip"] - moved["base"] == R * R          # the identity
+    # the identity, and the zeros past X's 20 rows (its last blocks' of 8 rows read 24)
+    assert moved["on_chip"] - moved["base"] == R * R + (-20 % R) * R
     assert moved["dram_round_trip"] - moved["base"] == (2 * 20 + 3 * 11) * R
 
 
@@ -351,3 +353,53 @@ def test_graphs_with_transposes_compile_for_every_chip(chip, make_graph):
     for name, want in reference.outputs(graph).items():
         np.testing.assert_array_equal(got[name], want, err_msg=name)
     assert gold.cycles == compiled.predicted_cycles
+
+
+def _fill_memories(cfg, seed: int):
+    """A program that leaves random data in every CBUF and ACC row and both weight
+    banks (what the chip keeps for the next program: a reset clears no memory), and
+    its DRAM image."""
+    words = cfg.cbuf_physical_rows + cfg.acc_depth * cfg.acc_row_words
+    dram = np.random.default_rng(seed).integers(0, 256, (words, cfg.rows), dtype=np.uint8)
+    ops = [make(cfg, Opcode.DMA, kind=DmaKind.LOAD_CBUF, dram_addr=0, dram_stride=1,
+                buf_addr=0, rows=cfg.cbuf_physical_rows),
+           make(cfg, Opcode.DMA, kind=DmaKind.LOAD_ACC, dram_addr=cfg.cbuf_physical_rows,
+                dram_stride=cfg.acc_row_words, buf_addr=0, rows=cfg.acc_depth),
+           *[make(cfg, Opcode.WLOAD, w_addr=bank * cfg.rows, bank=bank) for bank in (0, 1)]]
+    cycles, updates = add_updates(cfg, ops, schedule(cfg, ops))
+    program = sorted([op.instr(c) for op, c in zip(ops, cycles)] + [u for u, _ in updates],
+                     key=lambda i: i.cycle)
+    return program, dram
+
+
+@pytest.mark.rtl
+def test_a_transpose_after_a_program_that_filled_the_memories():
+    """Two programs back to back in one simulator: one leaves random data in the CBUF,
+    the ACC and the weight banks, then an NCHW map of 3 channels goes through a
+    convolution and back to NCHW (ragged transpose blocks both ways). The second's
+    DRAM words (their padding partitions too) are the golden model's from zeroed
+    memories: it reads nothing the first left."""
+    from systolica.compiler import GraphBuilder, compile_network
+    from systolica.compiler.graph import reference
+
+    from chip_runs import rtl_job, run_many_on_rtl
+    rng = np.random.default_rng(8)
+    g = GraphBuilder("nchw_conv_after")
+    x = g.input(rng.integers(-128, 128, (1, 3, 4, 5), dtype=np.int8), name="x",
+                layout="NCHW")
+    g.nchw(g.conv2d(x, rng.integers(-20, 20, (3, 3, 3, 6), dtype=np.int8), pads=1,
+                    shift=6, name="c"), name="y")
+    fill, fill_dram = _fill_memories(CFG, 7)
+    compiled = compile_network(CFG, g.build())
+    (at, words), = compiled.dram_map.outputs.values()
+    first, second = run_many_on_rtl(CFG, [
+        rtl_job(fill, fill_dram, readback=[(0, 1)], name="fill_memories"),
+        rtl_job(compiled, readback=[(at, words)], name="nchw_conv_after")])
+    assert first.error_name == second.error_name == "NONE"
+    gold = golden.run(CFG, compiled.loadable)
+    np.testing.assert_array_equal(second.readback[0], gold.dram[at:at + words])
+    assert second.cycles == gold.cycles == compiled.predicted_cycles
+    want = reference.outputs(compiled.graph)
+    image = np.zeros((at + words, CFG.rows), np.uint8)
+    image[at:at + words] = second.readback[0]
+    np.testing.assert_array_equal(compiled.results(image)["y"], want["y"])

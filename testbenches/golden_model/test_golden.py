@@ -376,14 +376,82 @@ def test_matmul_before_its_weights_are_in_is_a_hazard():
 
 
 def test_store_before_the_vector_unit_wrote_is_a_hazard():
-    vrun = Instr(Opcode.VRUN, 0, dict(src=0, rows=4, dst=16, bias_addr=0, use_bias=0,
+    load = Instr(Opcode.DMA, 0, dma(DmaKind.LOAD_ACC, 0, 0, 4)[1])
+    t = timing.done(CFG, load)
+    vrun = Instr(Opcode.VRUN, t, dict(src=0, rows=4, dst=16, bias_addr=0, use_bias=0,
                                       to_acc=0, requant=0, relu=0, mult=0, shift=0, zp=0))
     store = dma(DmaKind.STORE_CBUF, 100, 16, 4)[1]
-    # the vector unit writes CBUF row 16 in cycle 6; a store reads it in t+1
-    with pytest.raises(golden.GoldenError, match=r"cbuf\[16\] in cycle 6"):
-        golden.run(CFG, Loadable(image([vrun, Instr(Opcode.DMA, 5, store)]), fresh_dram()))
-    assert golden.run(CFG, Loadable(image([vrun, Instr(Opcode.DMA, 6, store)]),
+    # the vector unit writes CBUF row 16 in cycle t+6; a store reads it in its t+1
+    with pytest.raises(golden.GoldenError, match=rf"cbuf\[16\] in cycle {t + 6}"):
+        golden.run(CFG, Loadable(image([load, vrun, Instr(Opcode.DMA, t + 5, store)]),
+                                 fresh_dram()))
+    assert golden.run(CFG, Loadable(image([load, vrun, Instr(Opcode.DMA, t + 6, store)]),
                                     fresh_dram())).error is ErrorCode.NONE
+
+
+# A reset clears no memory: a program that reads a CBUF, ACC or weight-bank row it did
+# not write would read what the program before it left there (the data pass's zeros
+# are not the chip's). Each case: the program, the same with the rows written, and
+# what the error must say.
+def _mm(bank, accumulate=0):
+    return Opcode.MATMUL, dict(act_addr=0, rows=4, acc_addr=0, accumulate=accumulate,
+                               bank=bank)
+
+
+def _vrun(src):
+    return Opcode.VRUN, dict(src=src, rows=4, dst=16, bias_addr=0, use_bias=0, to_acc=0,
+                             requant=0, relu=0, mult=0, shift=0, zp=0)
+
+
+_LOAD_W = [dma(DmaKind.LOAD_CBUF, 0, 0, R), (Opcode.WLOAD, dict(w_addr=0, bank=0))]
+UNWRITTEN = {
+    "store of CBUF rows past those loaded": (
+        [dma(DmaKind.LOAD_CBUF, 0, 0, 4), dma(DmaKind.STORE_CBUF, 100, 0, 6)],
+        [dma(DmaKind.LOAD_CBUF, 0, 0, 6), dma(DmaKind.STORE_CBUF, 100, 0, 6)],
+        ["unwritten read: pc 1 reads cbuf[4] in cycle", "(and 1 more of its rows)"]),
+    "weight load of a block one row short": (
+        [dma(DmaKind.LOAD_CBUF, 0, 0, R - 1), (Opcode.WLOAD, dict(w_addr=0, bank=0))],
+        _LOAD_W, [f"pc 1 reads cbuf[{R - 1}]", "a reset does not clear the CBUF"]),
+    "MATMUL on a bank never loaded": (
+        [*_LOAD_W, _mm(bank=1)], [*_LOAD_W, _mm(bank=0)],
+        ["pc 2 reads wbank1", "weight bank 1"]),
+    "accumulate onto ACC rows nothing wrote": (
+        [*_LOAD_W, _mm(bank=0, accumulate=1)],
+        [*_LOAD_W, _mm(bank=0), _mm(bank=0, accumulate=1)],
+        ["pc 2 reads acc[0]", "the ACC"]),
+    "VRUN of ACC rows nothing wrote": (
+        [*_LOAD_W, _mm(bank=0), _vrun(src=2)], [*_LOAD_W, _mm(bank=0), _vrun(src=0)],
+        ["pc 3 reads acc[4]", "the ACC"]),
+}
+
+
+def test_what_the_memories_held_at_the_start_changes_nothing_a_program_reads():
+    """The data pass started from other CBUF, ACC and weight-bank contents (as after
+    another program) computes the same for a program that writes what it reads."""
+    dram = fresh_dram()
+    program = [*gemm_program(), *serial(dma(DmaKind.STORE_ACC, 200, 0, 5))]
+    program = serial(*[(i.op, i.fields) for i in program])
+    clean = run(program, dram)
+    held = {"cbuf": rng.integers(-128, 128, clean.cbuf.shape),
+            "acc": rng.integers(-(1 << 31), 1 << 31, clean.acc.shape),
+            "banks": rng.integers(-128, 128, (2, R, C))}
+    dirty = golden.run(CFG, Loadable(image(program), dram), memories=held)
+    assert np.array_equal(dirty.dram, clean.dram)
+    assert np.array_equal(dirty.acc[:5], clean.acc[:5])
+    with pytest.raises(ValueError, match="'acc' must be"):
+        golden.run(CFG, Loadable(image(program), dram), memories={"acc": held["cbuf"]})
+
+
+@pytest.mark.parametrize("case", list(UNWRITTEN))
+def test_a_read_of_a_row_no_instruction_wrote_is_an_error(case):
+    undefined, defined, words = UNWRITTEN[case]
+    with pytest.raises(golden.GoldenError) as err:
+        golden.run(CFG, Loadable(image(serial(*undefined)), fresh_dram()))
+    for w in words:
+        assert w in str(err.value), (w, str(err.value))
+    assert [h.rule for h in golden.check(CFG, serial(*undefined)).hazards] == \
+        ["unwritten read"]
+    assert run(serial(*defined), fresh_dram()).cycles
 
 
 def test_setcfg_inside_a_window_faults_and_before_it_routes():

@@ -34,6 +34,7 @@ from systolica.compiler.lowering.maps.layout import (
 )
 from systolica.compiler.lowering.maps.tile_loop import TileLoop
 from systolica.compiler.lowering.registry import rule_for
+from systolica.compiler.lowering.zero_fill import zero_fill
 from systolica.compiler.options import CompileOptions
 from systolica.compiler.planning import layout, network_chains
 from systolica.compiler.planning.map_tiling import BUFFERS, WEIGHTS, choose_tilings, per_layer
@@ -231,6 +232,7 @@ def lower_maps(cfg: ChipConfig, graph: Graph, options: CompileOptions = CompileO
     plan = MemoryPlan(cfg, graph, MappingProxyType({}), tuple(chip_regions + dram.regions),
                       image, dmap)
     check_plan(plan)
+    plan = zero_fill(cfg, blocks, loop.em, plan)
     return Lowered(pipeline(cfg, blocks), loop_order(blocks), plan, copies=copies,
                    jobs={j.name: j for j in jobs if j is not None},
                    tiling={name: t for name, t in choices.items()

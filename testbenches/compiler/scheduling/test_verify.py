@@ -72,6 +72,12 @@ BROKEN = {
         lambda p: _moved(p, 4, -3), ["pc 4", "VRUN", "read before write", "acc["]),
     "store before the vector unit wrote": (
         lambda p: _moved(p, 5, -1), ["pc 5", "DMA", "read before write", "cbuf[32]"]),
+    "store of CBUF rows nothing wrote": (
+        lambda p: [*p[:5], dataclasses.replace(p[5], fields={**p[5].fields, "buf_addr": 40})],
+        ["pc 5", "DMA", "unwritten read", "cbuf[40]", "a reset does not clear the CBUF"]),
+    "VRUN of ACC rows no MATMUL wrote": (
+        lambda p: [*p[:4], dataclasses.replace(p[4], fields={**p[4].fields, "src": M}), p[5]],
+        ["pc 4", "VRUN", "unwritten read", f"acc[{M}]"]),
     "DMA while the DMA unit is busy": (
         lambda p: _moved(p, 2, -2), ["pc 1", "UNIT_BUSY", "dma unit", "cycle 9"]),
     "instruction out of order": (
