@@ -265,6 +265,25 @@ def _constants(items: list[str] | None) -> dict[str, np.ndarray]:
     return out
 
 
+def _calibration(path: str | None) -> list[dict] | None:
+    """``--calibration FILE.npz``: an array per float input of the model, by its name,
+    the samples along a first axis of their own."""
+    if path is None:
+        return None
+    try:
+        with np.load(path) as data:
+            arrays = {k: data[k] for k in data.files}
+    except (OSError, ValueError) as e:
+        raise UsageError(f"--calibration {path}: not a readable .npz ({e}); write one with "
+                         f"numpy.savez(path, input_name=samples)") from None
+    counts = {len(a) for a in arrays.values()}
+    if not arrays or len(counts) != 1 or 0 in counts:
+        raise UsageError(f"--calibration {path}: give every input the same number of "
+                         f"samples along the first axis (it has "
+                         f"{ {k: len(a) for k, a in arrays.items()} })")
+    return [{k: a[i] for k, a in arrays.items()} for i in range(counts.pop())]
+
+
 def _sim_onnx(args, cfg) -> int:
     """Plan the model (assignment, segments), run it on the golden model and the host,
     then its chip programs on the RTL (unless --golden-only), and compare the outputs
@@ -281,7 +300,8 @@ def _sim_onnx(args, cfg) -> int:
     constants = _constants(args.constant)
     options = PlanOptions(Thresholds(args.benefit_threshold, args.cost_threshold),
                           _assignments(args.assign), seed=args.seed,
-                          constants=tuple(constants))
+                          constants=tuple(constants),
+                          calibration=_calibration(args.calibration))
     plan = plan_model(cfg, _onnx_source(args.onnx), constants, options=options)
     print("\n".join(onnx_report.plan_lines(plan)))
     if not args.golden_only:
@@ -642,6 +662,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--tolerance", type=float, metavar="STEPS",
                    help="with --onnx: the largest difference from onnxruntime an output "
                         "may show (default: docs/assignment.md's)")
+    p.add_argument("--calibration", metavar="FILE.npz",
+                   help="with --onnx, a float model: quantise it from these inputs (an "
+                        "array per input name, samples along the first axis; default: "
+                        "random ones, for performance studies only)")
     p.add_argument("--report-json", metavar="FILE",
                    help="with --onnx: write the assignment and the run as JSON here")
     p.add_argument("--seed", type=_seed, default=0, help="random data for --gemm, --onnx")

@@ -217,3 +217,19 @@ def test_library_is_measured_on_request(tmp_path, capsys):
     assert status == 0 and "conv" in text
     data = json.loads(out.read_text())
     assert data["chip"] == "tiny" and np.isfinite(data["kinds"]["chip"]["conv"][0][1])
+
+
+@pytest.mark.slow
+def test_calibration_data_is_taken_from_a_file(tmp_path, capsys):
+    model = tmp_path / "cnn.onnx"
+    onnx.save(onnx_zoo.float_cnn(), str(model))
+    data = tmp_path / "cal.npz"
+    np.savez(data, x=np.random.default_rng(0).standard_normal((3, 1, 3, 16, 16))
+             .astype(np.float32))
+    status, out, _ = _cli(["sim", "--config", "tiny", "--onnx", str(model), "--golden-only",
+                           "--calibration", str(data)], capsys)
+    assert status == 0 and "quantised with 3 calibration input(s) given" in out
+    (tmp_path / "bad.npz").write_text("no")
+    status, _, err = _cli(["sim", "--config", "tiny", "--onnx", str(model),
+                           "--calibration", str(tmp_path / "bad.npz")], capsys)
+    assert status == 2 and "not a readable .npz" in err

@@ -84,3 +84,24 @@ def test_a_kernel_that_fits_no_chip_memory_is_left_out():
     pts = calibrate.chip_points(small, 1e6, {"conv": [lambda: calibrate._conv(8, 16),
                                                       lambda: calibrate._conv(64, 64)]})
     assert len(pts["conv"]) == 1
+
+
+@pytest.mark.rtl
+def test_the_chip_points_are_the_rtls_cycles(tiny_build):
+    """The library's chip times are the compiler's predictions; the calibration
+    kernels on the Verilated chip take exactly those cycles."""
+    from systolica.compiler import compile_network
+    from systolica.sim import rtlsim
+    from systolica.sim.jobs import RtlJob
+    cfg = preset("tiny")
+    lib = library.load(cfg)
+    kernels = [calibrate._conv(8, 16), calibrate._dense(16, 64, 64),
+               calibrate._max_pool(8, 16), calibrate._avg_pool(8, 16),
+               calibrate._add(8, 16), calibrate._gap(4, 16)]
+    families = ["conv", "dense", "max_pool", "avg_pool", "add", "global_avg_pool"]
+    compiled = [compile_network(cfg, graph) for graph, _ in kernels]
+    results = rtlsim.run(cfg, [RtlJob(c.loadable, readback=((0, 1),)) for c in compiled])
+    for family, (_, work), c, res in zip(families, kernels, compiled, results):
+        assert res.cycles == c.predicted_cycles, family
+        assert (float(work), c.predicted_cycles / lib.clock_hz) in \
+            [tuple(p) for p in lib.kinds["chip"][family]], family
