@@ -45,7 +45,10 @@ FAULTS = {
     "late_same_cycle": ([dma(0), mm(0)], ErrorCode.LATE),
     "late_going_back": ([dma(10), mm(5)], ErrorCode.LATE),
     "dma_busy": ([dma(0, rows=4), dma(3, buf_addr=8)], ErrorCode.UNIT_BUSY),
-    "matmul_busy": ([mm(0, rows=6), mm(5, acc_addr=8)], ErrorCode.UNIT_BUSY),
+    # its operands written first (a program reads no row it did not write): a MATMUL
+    # of 6 rows still busy when the next issues
+    "matmul_busy": ([dma(0, rows=8), Instr(Opcode.WLOAD, 20, dict(w_addr=0, bank=0)),
+                     mm(40, rows=6), mm(45, acc_addr=8)], ErrorCode.UNIT_BUSY),
     "dram_out_of_range": ([dma(0, dram_addr=CFG.dram_words - 2, rows=3)], ErrorCode.ADDR_RANGE),
     "dram_stride_out_of_range": ([dma(0, rows=3, stride=CFG.dram_words // 2)],
                                  ErrorCode.ADDR_RANGE),
