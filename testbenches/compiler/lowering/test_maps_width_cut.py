@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from layer_cuts import check_runs, chip, runs, small_cbuf
 
 from systolica import golden
 from systolica.arch.config import preset
-from systolica.arch.isa import DmaKind, Opcode
 from systolica.compiler import CompileError, compile_network
 from systolica.compiler.graph import reference
 from systolica.compiler.graph.graph import GraphBuilder
@@ -23,20 +23,11 @@ from systolica.compiler.planning.map_tiling import (
     BUFFERS,
     WEIGHTS,
     Tiling,
-    estimate_tiling,
     job_layout,
     output_tiles,
 )
 
 from tiers import sample
-
-
-def small_cbuf(name: str):
-    """A preset with a quarter of tiny's CBUF (512 rows of R bytes): a 16-pixel-wide
-    map of 64 channels already overflows it, so the cut is cheap to provoke."""
-    cfg = preset(name)
-    return cfg.replace(name=f"{name}-cbuf512", cbuf_depth=512, ubuf_base=448, ubuf_rows=64,
-                       dram_words=1 << 16)
 
 
 def conv(shape, cout, kernel, *, stride=1, pads=0, dilation=1, seed=0):
@@ -105,25 +96,7 @@ CASES = {
     "wide_depthwise": ("tiny", lambda R: depthwise()),
     "wide_replicated_stem": ("tiny", lambda R: stem()),
 }
-GRIDS = ["tiny", "tiny_tall", "tiny_wide", "tiny_2x3"]
-# every case on every grid; the fast tier's every fourth takes each case on another grid
-RUNS = [(GRIDS[(k + j) % len(GRIDS)], case) for k, case in enumerate(CASES)
-        for j in range(len(GRIDS))]
-
-
-def chip(grid: str, which: str):
-    return small_cbuf(grid) if which == "small" else preset(grid)
-
-
-def _layer_dram_bytes(cfg, compiled, graph) -> dict[str, int]:
-    names = [n.name for n in graph.nodes]
-    moved: dict[str, int] = {}
-    for ins, layer in zip(compiled.program, compiled.layer_of):
-        if ins.op is Opcode.DMA:
-            words = ins.fields["rows"] * (cfg.acc_row_words if ins.fields["kind"] in (
-                DmaKind.LOAD_ACC, DmaKind.STORE_ACC) else 1)
-            moved[names[layer]] = moved.get(names[layer], 0) + words * cfg.rows
-    return moved
+RUNS = runs(CASES)
 
 
 @pytest.mark.parametrize("grid, case", sample(RUNS, 4), ids=[f"{g}-{c}" for g, c in RUNS])
@@ -141,18 +114,7 @@ def test_cut_layer_matches_numpy_and_the_golden_model(grid, case):
         for t in (Tiling(w, b) for w in WEIGHTS for b in BUFFERS):
             with pytest.raises(CompileError, match=repr(name)):
                 output_tiles(cfg, job_layout(cfg, lay, jobs[name], t), jobs[name])
-    run = golden.run(cfg, compiled.loadable)
-    assert run.error.name == "NONE"
-    got, want = compiled.results(run.dram), reference.outputs(graph)
-    for name in want:
-        np.testing.assert_array_equal(got[name], want[name], err_msg=name)
-    assert run.cycles == compiled.predicted_cycles
-    assert (run.dram_bytes_read, run.dram_bytes_written) == \
-        (compiled.dram_bytes_read, compiled.dram_bytes_written)
-    # the cost model counts the bytes the program moves
-    moved = _layer_dram_bytes(cfg, compiled, graph)
-    for name, tiling in compiled.tiling.items():
-        assert estimate_tiling(cfg, lay, jobs[name], tiling)[1] == moved[name], name
+    check_runs(cfg, graph, compiled)
 
 
 def test_vgg_width_row_of_256_channels_on_base():
