@@ -373,16 +373,7 @@ def widest_columns(cfg: ChipConfig, lay: Layout, job: Job) -> int | None:
         have = (lay.top - tiles_lo(cfg, lay, columns * parts)) // lay.buffers
         return columns <= lay.half_rows and buffer_words(cfg, lay, job, 1, columns) <= have
 
-    lo, hi = 0, min(Wo - 1, lay.half_rows)     # the widest that fits is in [lo, hi]
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
-        if fits(mid):
-            lo = mid
-        else:
-            hi = mid - 1
-    if lo == 0:
-        return None
-    return -(-Wo // -(-Wo // lo))       # the same number of tiles, equally wide
+    return _evenly(Wo, _largest(min(Wo - 1, lay.half_rows), fits))
 
 
 def deepest_channels(cfg: ChipConfig, lay: Layout, job: Job, tiling: Tiling) -> int | None:
@@ -401,16 +392,26 @@ def deepest_channels(cfg: ChipConfig, lay: Layout, job: Job, tiling: Tiling) -> 
             return False
         return True
 
-    lo, hi = 0, blocks - 1          # the deepest that fits is in [lo, hi]
+    return _evenly(blocks, _largest(blocks - 1, fits))
+
+
+def _largest(most: int, fits) -> int:
+    """The largest n in ``[1, most]`` that `fits` (which holds for every n below one
+    that it holds for), or 0 if none."""
+    lo, hi = 0, most
     while lo < hi:
         mid = (lo + hi + 1) // 2
         if fits(mid):
             lo = mid
         else:
             hi = mid - 1
-    if lo == 0:
-        return None
-    return -(-blocks // -(-blocks // lo))    # the same number of groups, equally deep
+    return lo
+
+
+def _evenly(total: int, most: int) -> int | None:
+    """Pieces of `total` at most `most` each, as few as that allows, made equal: the
+    size of each (None when `most` is 0)."""
+    return -(-total // -(-total // most)) if most else None
 
 
 def _cut_tiles(cfg: ChipConfig, lay: Layout, job: Job, columns: int, area
