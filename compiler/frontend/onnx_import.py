@@ -48,11 +48,11 @@ often they differ).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from pathlib import Path
 
 import numpy as np
 
 from systolica.compiler.errors import CompileError, OnnxNodeError
+from systolica.compiler.frontend import onnx_model
 from systolica.compiler.graph.graph import Graph, GraphBuilder
 from systolica.compiler.graph.ops import MULT_BITS, requant_for
 
@@ -152,8 +152,8 @@ def load(model, inputs: Mapping[str, np.ndarray] | None = None, *,
     QuantizeLinear makes, under the input's name. Raises OnnxNodeError naming the node
     (as the model names it, with its operator) and what to change where a node holds
     something the chip does not run, CompileError where the model as a whole does."""
-    onnx = _onnx()
-    proto = _proto(onnx, model)
+    onnx = onnx_model.onnx_package()
+    proto = onnx_model.read(model)
     origin: dict[str, str] = {}
     if any(n.op_type in ("QuantizeLinear", "DequantizeLinear") for n in proto.graph.node):
         origin = {n.name: n.op_type for n in proto.graph.node if n.name}
@@ -455,32 +455,6 @@ def fold_qdq(proto):
 #: quantisation): it folds into its producer at any zero point (it stood between the
 #: op and the QuantizeLinear).
 QDQ_RELU = "folded from QDQ"
-
-
-def _onnx():
-    try:
-        import onnx
-    except ImportError:
-        raise CompileError("importing an ONNX model needs the onnx package: "
-                           "pip install 'systolica[onnx]' (or pip install onnx)") from None
-    return onnx
-
-
-def _proto(onnx, model):
-    if isinstance(model, (str, Path)):
-        path = Path(model)
-        if not path.is_file():
-            raise CompileError(f"ONNX model {str(path)!r}: no such file")
-        try:
-            return onnx.load(str(path))
-        except Exception as e:                 # a truncated or foreign file
-            raise CompileError(f"ONNX model {str(path)!r} cannot be read: {e}") from None
-    if isinstance(model, (bytes, bytearray)):
-        return onnx.load_from_string(bytes(model))
-    if isinstance(model, onnx.ModelProto):
-        return model
-    raise CompileError(f"an ONNX model is a path, bytes or onnx.ModelProto, not "
-                       f"{type(model).__name__}")
 
 
 class _Importer:

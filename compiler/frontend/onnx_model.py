@@ -54,9 +54,19 @@ class OnnxModel:
         return not any(n.op_type in quantised for n in self.proto.graph.node)
 
 
+def onnx_package():
+    """The onnx package, or an error saying how to install it."""
+    try:
+        import onnx
+    except ImportError:
+        raise CompileError("importing an ONNX model needs the onnx package: "
+                           "pip install 'systolica[onnx]' (or pip install onnx)") from None
+    return onnx
+
+
 def read(model, what: str = "ONNX model"):
     """A ModelProto from a path, bytes or a ModelProto; a clear error otherwise."""
-    import onnx
+    onnx = onnx_package()
     if isinstance(model, onnx.ModelProto):
         return model
     if isinstance(model, (bytes, bytearray)):
