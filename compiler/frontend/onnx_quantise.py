@@ -21,8 +21,35 @@ def quantise(model: OnnxModel, calibration: Iterable[Mapping[str, np.ndarray]] |
     """`model` (float) in the QDQ form. `calibration`: input dicts by ONNX name; None:
     `samples` random ones like the model's inputs (noted). The run's inputs stay the
     float ones the model was given; the graph's first QuantizeLinear quantises them."""
+    if calibration is None:
+        rng = np.random.default_rng(seed)
+        calibration = [{k: rng.standard_normal(v.shape).astype(v.dtype)
+                        for k, v in model.inputs.items()} for _ in range(samples)]
+        model.notes.append(f"quantised with {samples} random calibration inputs: the "
+                           f"figures are for performance, not accuracy; give "
+                           f"calibration data for a model that must stay accurate")
+    else:
+        calibration = list(calibration)
+        model.notes.append(f"quantised with {len(calibration)} calibration input(s) given")
+    proto = run_quantiser(model.proto, calibration, per_channel=per_channel,
+                          extra_options={"WeightSymmetric": True},
+                          what=f"ONNX model {model.name!r}")
+    from onnx import shape_inference
+    proto = shape_inference.infer_shapes(proto, data_prop=True)
+    return OnnxModel(proto, model.name, model.inputs, model.notes)
+
+
+def run_quantiser(proto, calibration: Iterable[Mapping[str, np.ndarray]], *,
+                  per_channel: bool = False, quant_format: str = "QDQ",
+                  extra_options: Mapping | None = None, what: str = "ONNX model"):
+    """onnxruntime's ``quantize_static`` on the float `proto`, calibrated on the input
+    dicts `calibration`: int8 activations and weights, `quant_format` ``"QDQ"`` or
+    ``"QOperator"``, a scale per output channel with `per_channel`. It leaves
+    ``sys.path`` and the root logger as it found them (its first import puts its
+    transformers on the path; it advises pre-processing, which the front end did)."""
+    import logging
     import sys
-    path = list(sys.path)     # onnxruntime's quantiser puts its transformers on the path
+    path = list(sys.path)
     try:
         from onnxruntime.quantization import (
             CalibrationDataReader,
@@ -36,16 +63,6 @@ def quantise(model: OnnxModel, calibration: Iterable[Mapping[str, np.ndarray]] |
     finally:
         sys.path[:] = path
     import onnx
-    if calibration is None:
-        rng = np.random.default_rng(seed)
-        calibration = [{k: rng.standard_normal(v.shape).astype(v.dtype)
-                        for k, v in model.inputs.items()} for _ in range(samples)]
-        model.notes.append(f"quantised with {samples} random calibration inputs: the "
-                           f"figures are for performance, not accuracy; give "
-                           f"calibration data for a model that must stay accurate")
-    else:
-        calibration = list(calibration)
-        model.notes.append(f"quantised with {len(calibration)} calibration input(s) given")
 
     class _Reader(CalibrationDataReader):
         def __init__(self):
@@ -54,23 +71,20 @@ def quantise(model: OnnxModel, calibration: Iterable[Mapping[str, np.ndarray]] |
         def get_next(self):
             return next(self.left, None)
 
-    import logging
-    quiet = logging.getLogger().level
-    logging.getLogger().setLevel(logging.ERROR)   # its advice to pre-process: done here
+    root = logging.getLogger()
+    level = root.level
     with tempfile.TemporaryDirectory() as tmp:
         src, dst = Path(tmp) / "float.onnx", Path(tmp) / "int8.onnx"
-        onnx.save(model.proto, str(src))
+        onnx.save(proto, str(src))
+        root.setLevel(logging.ERROR)
         try:
-            quantize_static(str(src), str(dst), _Reader(), quant_format=QuantFormat.QDQ,
+            quantize_static(str(src), str(dst), _Reader(),
+                            quant_format=getattr(QuantFormat, quant_format),
                             activation_type=QuantType.QInt8, weight_type=QuantType.QInt8,
-                            per_channel=per_channel,
-                            extra_options={"WeightSymmetric": True})
+                            per_channel=per_channel, extra_options=dict(extra_options or {}))
         except Exception as e:
-            raise CompileError(f"ONNX model {model.name!r}: onnxruntime's quantiser "
-                               f"failed ({str(e).splitlines()[0]})") from None
+            raise CompileError(f"{what}: onnxruntime's quantiser failed "
+                               f"({str(e).splitlines()[0]})") from None
         finally:
-            logging.getLogger().setLevel(quiet)
-        proto = onnx.load(str(dst))
-    from onnx import shape_inference
-    proto = shape_inference.infer_shapes(proto, data_prop=True)
-    return OnnxModel(proto, model.name, model.inputs, model.notes)
+            root.setLevel(level)
+        return onnx.load(str(dst))

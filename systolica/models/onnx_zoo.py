@@ -423,48 +423,13 @@ def ort_quantized(model: ModelProto, *, per_channel: bool = False, seed: int = 0
     input quantised and the outputs dequantised), int8 activations and weights (a
     scale per output channel with `per_channel`), calibrated on `samples` seeded
     uniform inputs in [0, 1). Needs onnxruntime."""
-    import logging
-    import sys
-    import tempfile
-
-    import onnx
-    path = list(sys.path)
-    try:                        # its first import puts a directory on sys.path
-        from onnxruntime.quantization import (
-            CalibrationDataReader,
-            QuantFormat,
-            QuantType,
-            quantize_static,
-        )
-    finally:
-        sys.path[:] = path
-
+    from systolica.compiler.frontend.onnx_quantise import run_quantiser
     vi = model.graph.input[0]
     shape = [d.dim_value for d in vi.type.tensor_type.shape.dim]
     rng = np.random.default_rng(seed)
-
-    class Samples(CalibrationDataReader):
-        def __init__(self):
-            self.left = iter([{vi.name: rng.random(shape, dtype=np.float32)}
-                              for _ in range(samples)])
-
-        def get_next(self):
-            return next(self.left, None)
-
-    root = logging.getLogger()
-    level = root.level
-    with tempfile.TemporaryDirectory() as tmp:
-        src, dst = Path(tmp) / "float.onnx", Path(tmp) / "qdq.onnx"
-        onnx.save(model, src)
-        root.setLevel(logging.ERROR)        # its advice to pre-process the model
-        try:
-            quantize_static(str(src), str(dst), Samples(),
-                            quant_format=getattr(QuantFormat, quant_format),
-                            activation_type=QuantType.QInt8, weight_type=QuantType.QInt8,
-                            per_channel=per_channel)
-        finally:
-            root.setLevel(level)
-        return onnx.load(dst)
+    calibration = [{vi.name: rng.random(shape, dtype=np.float32)} for _ in range(samples)]
+    return run_quantiser(model, calibration, per_channel=per_channel,
+                         quant_format=quant_format)
 
 
 def runtime_session(model: ModelProto | str):
