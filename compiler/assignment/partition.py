@@ -123,7 +123,6 @@ def _segments(proto, ops, placements) -> list[Segment]:
     graph_outputs = {o.name for o in proto.graph.output}
     segments = []
     for k, (proc, seg_ops) in enumerate(runs):
-        inside = {op.index for op in seg_ops}
         later = {v for _, rest in runs[k + 1:] for op in rest for v in op.reads}
         written = [v for op in seg_ops for v in op.writes
                    if v in later or v in graph_outputs]
@@ -134,7 +133,6 @@ def _segments(proto, ops, placements) -> list[Segment]:
         sub = submodel(proto, seg_ops, f"segment_{k}_{proc}", outputs=written)
         segments.append(Segment(len(segments), proc, seg_ops, sub,
                                 tuple(dict.fromkeys(reads)), tuple(written)))
-        del inside
     return segments
 
 

@@ -188,7 +188,7 @@ def _fold_batch_norms(model: OnnxModel) -> None:
         for v in n.input:
             readers[v] = readers.get(v, 0) + 1
     outputs = {o.name for o in g.output}
-    keep, folded = [], 0
+    folded = 0
     drop: set[int] = set()
     for n in g.node:
         if n.op_type != "BatchNormalization" or len([o for o in n.output if o]) != 1:
