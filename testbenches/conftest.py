@@ -107,8 +107,8 @@ _OWN_ENV = {"PATH", "VERILATOR_ROOT", "PYTEST_CURRENT_TEST"}
 
 def _shared_state() -> dict:
     return {
-        # every field's repr (the latency table the only mutable one): as exact as
-        # to_dict() at a tenth of its cost, which every test pays twice
+        # every field's repr: as exact as to_dict() at a tenth of its cost, which every
+        # test pays twice (the presets are read-only, but object.__setattr__ gets past)
         "the chip presets": {name: repr(cfg) for name, cfg in chip_config.PRESETS.items()},
         "the environment": {k: v for k, v in os.environ.items() if k not in _OWN_ENV},
         "the working directory": os.getcwd(),

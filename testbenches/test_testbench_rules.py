@@ -29,7 +29,7 @@ def test_sets_the_environment():
 
 
 def test_edits_a_preset():
-    preset("tiny").latency["vpu"] = 9
+    object.__setattr__(preset("tiny"), "imem_depth", 1024)    # past the read-only fields
 
 
 def test_grows_sys_path():

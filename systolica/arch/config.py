@@ -7,7 +7,10 @@ import hashlib
 import json
 import numbers
 import re
+import types
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from systolica.arch.errors import ConfigError
 
@@ -17,13 +20,24 @@ _LATENCY_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
 
 #: Per-operation latencies in cycles. The scheduler takes every timing fact from here
 #: (through :mod:`systolica.arch.timing`), so a program compiles for another revision of the
-#: chip by changing this table; the RTL is generated from the same numbers.
-DEFAULT_LATENCY = {
+#: chip by changing this table; the RTL is generated from the same numbers. Read-only:
+#: start a table of your own from it, ``{**DEFAULT_LATENCY, "acc_read": 2}``.
+DEFAULT_LATENCY = types.MappingProxyType({
     "dram_read": 1,   # external memory: address in cycle t, data in t+1
     "cbuf_read": 1,   # convolution buffer read port
     "acc_read": 1,    # accumulator buffer read port
     "vpu": 3,         # vector unit stages: bias add, multiply, round/clamp
-}
+})
+
+#: The vector unit's pipeline stages in this RTL revision (``rtl/vpu.py``).
+VPU_STAGES = 3
+
+#: The longest latency a datapath operation of the table (a key other than the chip's
+#: own, e.g. ``read.bigram``) or of a ``.stp`` latency line may have, in cycles.
+MAX_LATENCY = 1 << 16
+
+#: The longest chip name (it names build directories).
+MAX_NAME = 64
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -63,13 +77,15 @@ class ChipConfig:
     max_config_updates_per_cycle: int = 4   # SETCFG pairs per instruction (<= isa.SETCFG_PAIRS)
     config_update_interval: int = 1         # SETCFG only on cycles that are multiples of this
     power_domain_budget: int = 2            # SETCFG pairs per power domain per instruction
-    latency: dict = field(default_factory=lambda: dict(DEFAULT_LATENCY))
+    latency: Mapping[str, int] = field(default_factory=lambda: dict(DEFAULT_LATENCY))
+    # (kept read-only: ``__post_init__`` stores a read-only copy of the table given)
 
     def __post_init__(self):
-        if not isinstance(self.name, str) or not _NAME.fullmatch(self.name):
-            raise ConfigError(f"ChipConfig name must be a non-empty string of letters, "
-                              f"digits, '_', '.' or '-' (it names build directories), "
-                              f"not {self.name!r}")
+        if not isinstance(self.name, str) or not _NAME.fullmatch(self.name) \
+                or len(self.name) > MAX_NAME:
+            raise ConfigError(f"ChipConfig name must be a non-empty string of at most "
+                              f"{MAX_NAME} letters, digits, '_', '.' or '-' (it names "
+                              f"build directories), not {_short(self.name)}")
         for n in ("tile_rows", "tile_cols", "tile_size", "cbuf_depth", "cbuf_banks",
                   "acc_depth", "acc_banks", "dram_words", "imem_depth",
                   "max_config_updates_per_cycle",
@@ -80,12 +96,19 @@ class ChipConfig:
         for n in ("general_lanes", "feed_register"):
             if not isinstance(getattr(self, n), bool):
                 raise ConfigError(f"{self.name}: {n} must be True or False, not "
-                                  f"{getattr(self, n)!r}")
+                                  f"{_short(getattr(self, n))}")
         from systolica.arch import isa  # field widths bound the sizes
         if self.max_config_updates_per_cycle > isa.SETCFG_PAIRS:
             raise ConfigError(f"{self.name}: max_config_updates_per_cycle "
                               f"{self.max_config_updates_per_cycle} exceeds the "
                               f"{isa.SETCFG_PAIRS} pairs one SETCFG can carry")
+        if self.power_domain_budget > self.max_config_updates_per_cycle:
+            raise ConfigError(f"{self.name}: power_domain_budget "
+                              f"{self.power_domain_budget} exceeds "
+                              f"max_config_updates_per_cycle "
+                              f"{self.max_config_updates_per_cycle} (the pairs of one "
+                              f"instruction, all a power domain can take); make it at "
+                              f"most {self.max_config_updates_per_cycle}")
         for what, size, limit, field_ in (
                 ("cbuf_depth", self.cbuf_depth, 1 << isa.CBUF_ADDR_BITS,
                  f"the ISA's {isa.CBUF_ADDR_BITS}-bit address field"),
@@ -163,24 +186,28 @@ class ChipConfig:
         v = getattr(self, name)
         if not isinstance(v, numbers.Integral) or isinstance(v, bool) or v < lo:
             kind = "a positive" if lo == 1 else "a non-negative"
-            raise ConfigError(f"{self.name}: {name} must be {kind} integer, not {v!r}")
+            raise ConfigError(f"{self.name}: {name} must be {kind} integer, not "
+                              f"{_short(v)}")
         object.__setattr__(self, name, int(v))
 
     def _check_latency(self) -> None:
-        if not isinstance(self.latency, dict):
+        if not isinstance(self.latency, Mapping):
             raise ConfigError(f"{self.name}: latency must be a dict of operation -> cycles "
-                              f"(start from DEFAULT_LATENCY), not {self.latency!r}")
-        missing = set(DEFAULT_LATENCY) - set(self.latency)
+                              f"(start from DEFAULT_LATENCY), not {_short(self.latency)}")
+        table = dict(self.latency)      # a copy: the caller's dict stays theirs
+        missing = set(DEFAULT_LATENCY) - set(table)
         if missing:
             raise ConfigError(f"{self.name}: latency table lacks {sorted(missing)}; start "
                               f"from DEFAULT_LATENCY")
-        for k, v in self.latency.items():
+        for k, v in table.items():
             if not isinstance(k, str) or not _LATENCY_KEY.fullmatch(k):
-                raise ConfigError(f"{self.name}: latency key {k!r} must be an operation "
-                                  f"name like 'vpu' or 'read.bigram'")
-            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+                raise ConfigError(f"{self.name}: latency key {_short(k)} must be an "
+                                  f"operation name like 'vpu' or 'read.bigram'")
+            if not isinstance(v, int) or isinstance(v, bool) or not 1 <= v <= MAX_LATENCY:
                 raise ConfigError(f"{self.name}: latency[{k!r}] must be a positive "
-                                  f"integer, not {v!r}")
+                                  f"integer of at most {MAX_LATENCY} cycles, not "
+                                  f"{_short(v)}")
+        object.__setattr__(self, "latency", types.MappingProxyType(table))
         slow = [k for k in ("dram_read", "cbuf_read") if self.latency[k] != 1]
         if slow:
             raise ConfigError(f"{self.name}: this RTL revision implements memory read "
@@ -188,6 +215,10 @@ class ChipConfig:
         if self.latency["acc_read"] not in (1, 2):
             raise ConfigError(f"{self.name}: latency['acc_read'] is 1, or 2 with the ACC "
                               f"banks' outputs registered; not {self.latency['acc_read']}")
+        if self.latency["vpu"] != VPU_STAGES:
+            raise ConfigError(f"{self.name}: this RTL revision's vector unit has "
+                              f"{VPU_STAGES} stages; set latency vpu to {VPU_STAGES}, not "
+                              f"{self.latency['vpu']}")
 
     # -- derived geometry -------------------------------------------------------------
     @property
@@ -329,7 +360,101 @@ class ChipConfig:
 
     # -- identity -----------------------------------------------------------------------
     def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
+        """Every field by name, the latency table as a plain dict: the inverse of
+        :meth:`from_dict`, and what a chip file (:meth:`from_json`) holds."""
+        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        out["latency"] = dict(self.latency)
+        return out
+
+    def to_json(self) -> str:
+        """A chip file's text for this chip (:meth:`from_json` reads it back)."""
+        return json.dumps(self.to_dict(), indent=2) + "\n"
+
+    @classmethod
+    def from_dict(cls, data: Mapping, *, source: str | None = None) -> ChipConfig:
+        """The chip a :meth:`to_dict` mapping describes: every field of ChipConfig by
+        name (those with defaults may be left out), each value checked as the
+        constructor checks it. A key that is not a field, a missing field or a bad value
+        is a ConfigError naming the key (and `source`, the file it came from)."""
+        where = f"{source}: " if source else ""
+        if not isinstance(data, Mapping):
+            raise ConfigError(f"{where}a chip description is a JSON object (a dict) of "
+                              f"ChipConfig fields, e.g. {{\"name\": \"mychip\", "
+                              f"\"tile_rows\": 2, ...}}, not {type(data).__name__}")
+        fields = {f.name: f for f in dataclasses.fields(cls)}
+        unknown = sorted((k for k in data if k not in fields), key=str)
+        if unknown:
+            raise ConfigError(f"{where}unknown key(s) {', '.join(map(_short, unknown))}; "
+                              f"a chip description has the keys "
+                              f"{', '.join(fields)}")
+        missing = [n for n, f in fields.items() if n not in data
+                   and f.default is dataclasses.MISSING
+                   and f.default_factory is dataclasses.MISSING]
+        if missing:
+            raise ConfigError(f"{where}missing key(s) {', '.join(missing)}; every chip "
+                              f"description gives them (start from a preset's: "
+                              f"systolica.arch.config.preset('tiny').to_json())")
+        try:
+            return cls(**data)
+        except ConfigError as e:
+            raise ConfigError(f"{where}{e}") from None
+
+    @classmethod
+    def from_json(cls, text: str | bytes, *, source: str = "<chip file>") -> ChipConfig:
+        """The chip a chip file's text describes (JSON, :meth:`to_json`): a
+        ConfigError naming `source` (with line and column for bad JSON) otherwise."""
+        if isinstance(text, bytes):
+            try:
+                text = text.decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise ConfigError(f"{source}: not UTF-8 text (byte 0x{text[e.start]:02x} "
+                                  f"at offset {e.start}); a chip file is JSON saved as "
+                                  f"UTF-8") from None
+        if not isinstance(text, str):
+            raise ConfigError(f"{source}: a chip file's text is a str or bytes, not "
+                              f"{type(text).__name__}")
+
+        def no_repeats(pairs):
+            seen = {}
+            for k, v in pairs:
+                if k in seen:
+                    raise ConfigError(f"{source}: key {_short(k)} is given twice; give it once")
+                seen[k] = v
+            return seen
+
+        def no_constant(name):
+            raise ConfigError(f"{source}: {name} is not a number a chip can have; give "
+                              f"integers")
+        try:
+            data = json.loads(text, object_pairs_hook=no_repeats,
+                              parse_constant=no_constant)
+        except json.JSONDecodeError as e:
+            raise ConfigError(f"{source}:{e.lineno}:{e.colno}: not valid JSON ({e.msg}); "
+                              f"a chip file is one JSON object of ChipConfig fields "
+                              f"(docs/chip.md, \"Chip files\")") from None
+        except RecursionError:
+            raise ConfigError(f"{source}: nested too deeply to be a chip description; a "
+                              f"chip file is one flat JSON object") from None
+        except ValueError as e:          # e.g. an integer of more than 4300 digits
+            raise ConfigError(f"{source}: {e}; a chip file's values are small "
+                              f"integers, booleans and names") from None
+        return cls.from_dict(data, source=source)
+
+    @classmethod
+    def from_file(cls, path: str | Path) -> ChipConfig:
+        """The chip a chip file (JSON, :meth:`to_json`) describes."""
+        try:
+            data = Path(path).read_bytes()
+        except OSError as e:
+            raise ConfigError(f"{path}: cannot read the chip file "
+                              f"({e.strerror or e}); give the path of a JSON chip "
+                              f"file") from None
+        return cls.from_json(data, source=str(path))
+
+    def __reduce__(self):
+        # the latency table is a read-only view, which pickle and copy cannot take
+        # apart: rebuild the chip from its fields instead
+        return _rebuild, (self.to_dict(),)
 
     @property
     def key(self) -> str:
@@ -346,7 +471,22 @@ class ChipConfig:
         return dataclasses.replace(self, **changes)
 
 
-PRESETS = {
+def _rebuild(fields: dict) -> ChipConfig:
+    return ChipConfig(**fields)
+
+
+def _short(value, limit: int = 60) -> str:
+    """``repr(value)``, cut short: a message quotes a bad value, not a megabyte of it."""
+    try:
+        text = repr(value)
+    except Exception:               # noqa: BLE001 -- a value whose repr fails
+        text = f"a {type(value).__name__}"
+    return text if len(text) <= limit else f"{text[:limit - 5]}...{text[-2:]}"
+
+
+#: The chip presets by name, read-only (as is every ChipConfig and its latency table):
+#: ``preset("tiny").replace(...)`` makes a changed copy.
+PRESETS = types.MappingProxyType({
     "tiny": ChipConfig(name="tiny", tile_rows=2, tile_cols=2, tile_size=4,
                        cbuf_depth=2048, cbuf_banks=8, acc_depth=256, acc_banks=16,
                        dram_words=16384, imem_depth=2048,       # 128 KiB: small for tests
@@ -421,12 +561,15 @@ PRESETS = {
                                 tile_size=2, cbuf_depth=2048, cbuf_banks=4, acc_depth=256,
                                 acc_banks=1, dram_words=16384, imem_depth=512,
                                 ubuf_base=1536, ubuf_rows=512),
-}
+})
 
 
-def preset(name: str) -> ChipConfig:
-    """The preset called `name` (see PRESETS)."""
+def preset(name: str | ChipConfig) -> ChipConfig:
+    """The preset called `name` (see PRESETS); a ChipConfig (say one read from a chip
+    file, :meth:`ChipConfig.from_file`) is returned as it is."""
+    if isinstance(name, ChipConfig):
+        return name
     if isinstance(name, str) and name in PRESETS:
         return PRESETS[name]
-    raise ConfigError(f"unknown chip preset {name!r}; choose one of "
+    raise ConfigError(f"unknown chip preset {_short(name)}; choose one of "
                       f"{', '.join(sorted(PRESETS))}")
