@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from systolica.arch import fabric, instructions, isa
-from systolica.arch.config import ChipConfig
+from systolica.arch.config import MAX_LATENCY, ChipConfig
 from systolica.arch.isa import Opcode
 from systolica.compiler.errors import CompileError
 from systolica.compiler.microops.ir import MicroOp, make
@@ -111,6 +111,14 @@ class Program:
 
 
 # -- tokens ----------------------------------------------------------------------------
+#: The longest number literal: 64 bits in binary, with its 0b (no field is wider).
+MAX_NUMBER_CHARS = 67
+
+
+def _cut(s: str) -> str:
+    return repr(s) if len(s) <= 24 else repr(s[:20]) + f"... ({len(s)} characters)"
+
+
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _TOKEN = re.compile(r"""
     (?P<ws>[ \t\r]+) | (?P<comment>\#[^\n]*) | (?P<nl>\n)
@@ -158,6 +166,9 @@ def tokenize(text: str, filename: str = "<text>") -> list[Token]:
             if m.end() < len(text) and (text[m.end()].isalnum() or text[m.end()] == "_"):
                 raise ParseError(filename, line, col, f"malformed number starting {s!r}; "
                                  f"names start with a letter or '_'")
+            if len(s) > MAX_NUMBER_CHARS or abs(int(s, 0)) >= 1 << 64:
+                raise ParseError(filename, line, col, f"number {_cut(s)} does not fit "
+                                 f"in 64 bits; no field or latency takes one that large")
             out.append(Token("int", int(s, 0), line, col))
         elif kind == "str":
             out.append(Token("str", s[1:-1], line, col))
@@ -258,9 +269,10 @@ class _Parser:
         key = ".".join(parts)
         self.take("op", "=", expected="'=' after the latency key")
         v = self.take("int", expected="a latency in cycles (positive integer)")
-        if v.value < 1:
+        if not 1 <= v.value <= MAX_LATENCY:
             raise ParseError(self.filename, v.line, v.col,
-                             f"latency {key} must be a positive integer, not {v.value}")
+                             f"latency {key} must be a positive integer of at most "
+                             f"{MAX_LATENCY} cycles, not {v.value}")
         if key in prog.latency:
             raise ParseError(self.filename, t.line, t.col, f"latency {key} is given twice")
         prog.latency[key] = v.value

@@ -26,6 +26,10 @@ from systolica.compiler.scheduling.busy import BusyIntervals
 
 DELAY_OP, DELAY_UNIT = "delay", "dreg"
 
+#: The most delay registers ``insert_delays`` adds to one program: each is a statement
+#: of its own, so two paths a million cycles apart would take a million of them.
+MAX_DELAY_REGISTERS = 4096
+
 
 class CycleError(CompileError):
     """A datapath program that has no exact-timing schedule."""
@@ -332,6 +336,7 @@ def assign_cycles(latency: Mapping[str, int] | ChipConfig, statements: Sequence[
         for root, arrival in heads[1:]:
             groups.attach(root, base, at - arrival)
         groups.attach(s, base, at)
+    needs = _delay_needs(statements, delays, filename)
 
     # anchor each group, place independent groups clear of each other
     rel = [0] * n
@@ -368,26 +373,46 @@ def assign_cycles(latency: Mapping[str, int] | ChipConfig, statements: Sequence[
     result = [Slot(st, cycle[i], 0, st.component, occ[i], lat[i])
               for i, st in enumerate(statements)]
     if delays:
-        result = _insert_delays(statements, result, delays, cycle, lat)
+        result = _insert_delays(statements, result, needs, cycle, lat)
     low = min((s.cycle for s in result), default=0)
     return Schedule(tuple(dataclasses.replace(s, issue=s.cycle - low) for s in result))
 
 
-def _insert_delays(statements, slots, delays, cycle, lat) -> list[Slot]:
+def _delay_needs(statements, delays, filename: str):
+    """The delay registers ``delays`` (producer, consumer, cycles) take: per value, the
+    length of its chain, and per consumer the tap each of its operands reads. More
+    than MAX_DELAY_REGISTERS in all is a CycleError, before any is made."""
+    need: dict[str, int] = {}
+    producer_of = {o: i for i, st in enumerate(statements) for o in st.outputs}
+    renames: dict[int, dict[str, tuple[str, int]]] = {}
+    longest: tuple[int, int, int] = (0, 0, 0)          # (registers, producer, consumer)
+    for p, s, d in delays:
+        longest = max(longest, (d, p, s))
+        for v in statements[s].operands:
+            if producer_of.get(v) == p:
+                need[v] = max(need.get(v, 0), d)
+                renames.setdefault(s, {})[v] = (v, d)
+    total = sum(need.values())
+    if total > MAX_DELAY_REGISTERS:
+        d, p, s = longest
+        st, sp = statements[s], statements[p]
+        raise CycleError(
+            f"{filename}:{st.line}:{st.col}: balancing the paths into {st.name} takes "
+            f"{total} delay registers ({d} after {sp.name}, line {sp.line}), more than "
+            f"the {MAX_DELAY_REGISTERS} that --insert-delays adds to one program; make "
+            f"the paths' latencies closer (the latency lines) or add the delays as "
+            f"statements of your own")
+    return need, renames, producer_of
+
+
+def _insert_delays(statements, slots, needs, cycle, lat) -> list[Slot]:
     """Chains of ``delay dreg<k>`` registers: each value that a consumer reads too early
     gets one chain (shared by all its consumers); the consumer reads the tap that
     delays it by the missing cycles."""
     taken = {o for st in statements for o in st.outputs}
     taken |= {a for st in statements for a in st.operands}
     chains: dict[str, list[str]] = {}          # value -> delayed names, tap k at [k-1]
-    need: dict[str, int] = {}
-    producer_of = {o: i for i, st in enumerate(statements) for o in st.outputs}
-    renames: dict[int, dict[str, str]] = {}
-    for p, s, d in delays:
-        for v in statements[s].operands:
-            if producer_of.get(v) == p:
-                need[v] = max(need.get(v, 0), d)
-                renames.setdefault(s, {})[v] = (v, d)
+    need, renames, producer_of = needs
     for v, d in need.items():
         names = []
         for k in range(1, d + 1):

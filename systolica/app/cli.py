@@ -626,9 +626,25 @@ def parser() -> argparse.ArgumentParser:
     top.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     sub = top.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
+    def chip(text: str):
+        """A preset's name, or a chip file (.json, docs/chip.md "Chip files")."""
+        from systolica.arch.config import ChipConfig, ConfigError
+        if text in PRESETS:
+            return PRESETS[text]
+        if not text.endswith(".json"):
+            raise argparse.ArgumentTypeError(
+                f"invalid choice: {text!r} (choose from {', '.join(map(repr, configs))}, "
+                f"or give a chip file ending in .json)")
+        try:
+            return ChipConfig.from_json(_read_bytes(text, "a chip file (JSON)"),
+                                        source=text)
+        except (UsageError, ConfigError) as e:
+            raise argparse.ArgumentTypeError(str(e)) from None
+
     def config(p, default="tiny"):
-        p.add_argument("--config", default=default, choices=configs,
-                       help=f"chip preset (default {default})")
+        p.add_argument("--config", default=default, type=chip,
+                       metavar="{" + ",".join(configs) + "}|CHIP.json",
+                       help=f"chip preset, or a chip file (default {default})")
 
     p = sub.add_parser("sim", help="compile the demo network, run it on the RTL, report")
     config(p)

@@ -395,9 +395,16 @@ class ChipConfig:
                               f"description gives them (start from a preset's: "
                               f"systolica.arch.config.preset('tiny').to_json())")
         try:
-            return cls(**data)
+            cfg = cls(**data)
         except ConfigError as e:
             raise ConfigError(f"{where}{e}") from None
+        same = PRESETS.get(cfg.name)
+        if same is not None and same != cfg:
+            differ = [n for n in fields if getattr(cfg, n) != getattr(same, n)]
+            raise ConfigError(f"{where}name {cfg.name!r} is a preset's, but this chip "
+                              f"differs from it in {', '.join(differ)}; give it a name of "
+                              f"its own (function libraries and reports go by the name)")
+        return cfg
 
     @classmethod
     def from_json(cls, text: str | bytes, *, source: str = "<chip file>") -> ChipConfig:
