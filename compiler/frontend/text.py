@@ -166,10 +166,19 @@ def tokenize(text: str, filename: str = "<text>") -> list[Token]:
             if m.end() < len(text) and (text[m.end()].isalnum() or text[m.end()] == "_"):
                 raise ParseError(filename, line, col, f"malformed number starting {s!r}; "
                                  f"names start with a letter or '_'")
-            if len(s) > MAX_NUMBER_CHARS or abs(int(s, 0)) >= 1 << 64:
+            if len(s) > MAX_NUMBER_CHARS:
+                value = 1 << 64
+            else:
+                try:
+                    value = int(s, 0)
+                except ValueError:      # 08: Python's rule against octal look-alikes
+                    raise ParseError(filename, line, col, f"number {s!r} starts with "
+                                     f"0; write it without leading zeros (0x and 0b "
+                                     f"start hexadecimal and binary)") from None
+            if abs(value) >= 1 << 64:
                 raise ParseError(filename, line, col, f"number {_cut(s)} does not fit "
                                  f"in 64 bits; no field or latency takes one that large")
-            out.append(Token("int", int(s, 0), line, col))
+            out.append(Token("int", value, line, col))
         elif kind == "str":
             out.append(Token("str", s[1:-1], line, col))
         elif kind in ("name", "op"):
