@@ -140,6 +140,13 @@ class Compiled:
 
     def results(self, dram_after: np.ndarray) -> dict[str, np.ndarray]:
         """Every graph output, by tensor name, read from a DRAM image after the run."""
+        dram = np.asarray(dram_after) if isinstance(dram_after, np.ndarray) else None
+        if dram is None or dram.ndim != 2 or dram.shape[1] != self.cfg.dram_word_bytes:
+            shape = f"shape {dram.shape}" if dram is not None else \
+                type(dram_after).__name__
+            raise CompileError(f"results(dram_after): dram_after must be the DRAM after "
+                               f"the run (run.dram of golden.run), a uint8 array of "
+                               f"(words, {self.cfg.dram_word_bytes}), not {shape}")
         out = {}
         for name, (at, n) in self.dram_map.outputs.items():
             t = self.graph.tensor(name)

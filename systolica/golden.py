@@ -47,7 +47,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from systolica.arch import fabric, fetch, instructions, isa
-from systolica.arch.config import ChipConfig
+from systolica.arch.config import ChipConfig, require_config
 from systolica.arch.instructions import Effects, Touch
 from systolica.arch.isa import Opcode
 from systolica.arch.loadable import Loadable
@@ -695,6 +695,15 @@ def begin_check(cfg: ChipConfig, program: list[isa.Instr], prog_addr: int | None
     """:func:`check` in two steps: this process's share of the work now, and a
     function that waits for the forked process's share (if any) and returns the
     timeline. The caller may work in between; it must call the function."""
+    require_config(cfg, "golden.check(cfg, program)")
+    if not isinstance(program, (list, tuple)) or \
+            not all(isinstance(ins, isa.Instr) for ins in program):
+        what = type(program).__name__ if not isinstance(program, (list, tuple)) else \
+            f"a {type(program).__name__} holding a " \
+            f"{next(type(i).__name__ for i in program if not isinstance(i, isa.Instr))}"
+        raise TypeError(f"golden.check(cfg, program): program must be a list of "
+                        f"isa.Instr (compiled.program, or isa.decode of each word of an "
+                        f"image), not {what}")
     words = fetch.words_per_instruction(cfg)
     long_program = len(program) > cfg.imem_depth
     if long_program and prog_addr is not None and \
@@ -1050,6 +1059,7 @@ def run(cfg: ChipConfig, program: Loadable, sample_at=(), *,
 
     ``sample_at``: cycles at which to say what the counter registers read
     (:func:`sample`), in the result's ``samples``."""
+    require_config(cfg, "golden.run(cfg, program)")
     if not isinstance(program, Loadable):
         raise TypeError(f"golden.run takes a Loadable (compiled.loadable, or "
                         f"Loadable(image, dram)), not {type(program).__name__}")

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from systolica.arch import fabric, isa, timing
-from systolica.arch.config import ChipConfig
+from systolica.arch.config import ChipConfig, require_config
 from systolica.compiler.backend import trace
 from systolica.compiler.errors import CompileError
 from systolica.compiler.frontend.text import (
@@ -209,6 +209,10 @@ def _update_statement(cfg: ChipConfig, group: list[Update], mine: list[Statement
 def compile_program(cfg: ChipConfig, prog: Program, *, insert_delays: bool = False) -> Result:
     """Schedule a parsed program: its datapath statements (exact timing) and its chip
     statements (buffer hazards, then configuration updates)."""
+    require_config(cfg, "compile_program(cfg, prog)", CompileError)
+    if not isinstance(prog, Program):
+        raise CompileError(f"compile_program(cfg, prog): prog must be a Program (from "
+                           f"text.parse or text.parse_file), not {type(prog).__name__}")
     if not prog.statements:
         raise CompileError(f"{prog.filename} has no statements, so there is nothing to "
                            f"schedule; write one statement per line (docs/scheduling.md)")
@@ -219,4 +223,6 @@ def compile_program(cfg: ChipConfig, prog: Program, *, insert_delays: bool = Fal
 
 
 def compile_file(cfg: ChipConfig, path: str | Path, *, insert_delays: bool = False) -> Result:
+    """Parse the program file at `path` and schedule it (:func:`compile_program`)."""
+    require_config(cfg, "compile_file(cfg, path)", CompileError)
     return compile_program(cfg, parse_file(path), insert_delays=insert_delays)

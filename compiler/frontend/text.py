@@ -378,6 +378,11 @@ def check(prog: Program) -> None:
 
 def parse(text: str, filename: str = "<text>") -> Program:
     """Parse and check program text."""
+    if not isinstance(text, str):
+        hint = " (decode it: data.decode('utf-8'), or give the file to parse_file)" \
+            if isinstance(text, (bytes, bytearray)) else ""
+        raise CompileError(f"parse(text, filename): text must be a str of program text"
+                           f"{hint}, not {type(text).__name__}")
     prog = _Parser(text, filename).parse()
     check(prog)
     return prog

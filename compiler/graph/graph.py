@@ -375,6 +375,9 @@ class GraphBuilder:
     """
 
     def __init__(self, name: str = "network"):
+        if not isinstance(name, str) or not name:
+            raise CompileError(f"GraphBuilder(name): a network's name must be a non-empty "
+                               f"string, not {name!r:.60}")
         self.name = name
         self._tensors: dict[str, Tensor] = {}
         self._nodes: list[Node] = []
@@ -450,8 +453,12 @@ class GraphBuilder:
             raise CompileError(f"{who}: a tensor named {op.name!r} already exists (a "
                                f"layer's output takes the layer's name); rename the layer")
         for t in names:
+            if isinstance(t, np.ndarray):
+                raise CompileError(f"{who} reads an array of shape {t.shape}; a layer "
+                                   f"reads tensor names: give the array to input() and "
+                                   f"pass the name it returns")
             if not isinstance(t, str) or t not in self._tensors:
-                raise CompileError(f"{who} reads {t!r}, which is no tensor of network "
+                raise CompileError(f"{who} reads {t!r:.60}, which is no tensor of network "
                                    f"{self.name!r} (it has {sorted(self._tensors)}); read "
                                    f"a name that input() or a layer call returned")
         producers = {n.outputs[0]: n for n in self._nodes}
@@ -551,6 +558,11 @@ class GraphBuilder:
         if not outputs:
             read = {t for n in self._nodes for t in n.inputs}
             outputs = tuple(n.outputs[0] for n in self._nodes if n.outputs[0] not in read)
+        for t in outputs:
+            if not isinstance(t, str) or t not in self._tensors:
+                raise CompileError(f"network {self.name!r}: build(*outputs) takes tensor "
+                                   f"names that input() or a layer call returned, not "
+                                   f"{t!r:.60} (the network has {sorted(self._tensors)})")
         return Graph(tuple(self._tensors.values()), tuple(self._nodes), tuple(self._inputs),
                      tuple(outputs), dict(self._data), name=self.name)
 

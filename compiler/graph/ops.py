@@ -49,11 +49,19 @@ class TensorType:
     quant: Quant = Quant()
 
 
+def _cut(value, limit: int = 40) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit - 5] + "..." + text[-2:]
+
+
 def integer_array(what: str, values, ndim: int, lo: int, hi: int, kind: str,
                   dtype) -> np.ndarray:
     """`values` as a `dtype` array, or a CompileError naming the first bad element."""
-    if values is None:
-        raise CompileError(f"{what} must be a {ndim}-D array of integers ({kind}), not None")
+    if values is None or isinstance(values, (str, bytes, bytearray, memoryview, dict,
+                                             set, frozenset)):
+        raise CompileError(f"{what} must be a {ndim}-D array of integers ({kind}), a "
+                           f"numpy array or nested lists, not {type(values).__name__}"
+                           + ("" if values is None else f" {_cut(values)}"))
     try:
         arr = np.asarray(values)
     except (TypeError, ValueError) as e:

@@ -39,7 +39,7 @@ from types import MappingProxyType
 import numpy as np
 
 from systolica.arch import fetch
-from systolica.arch.config import ChipConfig
+from systolica.arch.config import ChipConfig, require_config
 from systolica.compiler.errors import CompileError, InternalError
 from systolica.compiler.graph.graph import Graph, Node, as_graph
 from systolica.compiler.graph.ops import Concat, Dense, Transpose
@@ -538,6 +538,7 @@ def plan_memory(cfg: ChipConfig, network, split_groups=None) -> MemoryPlan:
     the layer, the tensor and the shortfall when it does not fit. `split_groups`: the
     dense layers' tile groups, None for the cost model's, or what
     :func:`.split.choose_split` takes."""
+    require_config(cfg, "plan_memory(cfg, network)", CompileError)
     graph = as_graph(network)
     choices = split.choose_split(cfg, graph, split_groups)
     splits = {name: c.s for name, c in choices.items() if c.s > 1}

@@ -150,6 +150,10 @@ def run_network(compiled: Compiled, *, waves: bool = False, per_layer: bool = Tr
     checked against the golden model's counters at the same cycles. `progress`: show
     how far the simulation has got on stderr (True: :class:`~systolica.sim.progress.
     Display`), or a function that is told (:data:`systolica.sim.rtlsim.Progress`)."""
+    if not isinstance(compiled, Compiled):
+        raise TypeError(f"run_network takes what compile_network returns (a Compiled), "
+                        f"not {type(compiled).__name__}; compile it first: "
+                        f"compile_network(cfg, network)")
     cfg, network = compiled.cfg, compiled.network
     compile_s = sum(compiled.phase_seconds.values())
     per_layer = per_layer and (compiled.chain is None or len(compiled.layers) == 1)

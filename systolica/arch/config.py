@@ -571,6 +571,17 @@ PRESETS = types.MappingProxyType({
 })
 
 
+def require_config(cfg, call: str, error: type[Exception] = TypeError) -> ChipConfig:
+    """`cfg` if it is a ChipConfig; else `error` saying that `call` (``golden.run``)
+    takes one and how to get one."""
+    if isinstance(cfg, ChipConfig):
+        return cfg
+    hint = f"preset({cfg!r})" if isinstance(cfg, str) and cfg in PRESETS else \
+        "preset('tiny'), or ChipConfig.from_file('chip.json')"
+    raise error(f"{call}: cfg must be a ChipConfig (e.g. {hint}), not "
+                f"{type(cfg).__name__}")
+
+
 def preset(name: str | ChipConfig) -> ChipConfig:
     """The preset called `name` (see PRESETS); a ChipConfig (say one read from a chip
     file, :meth:`ChipConfig.from_file`) is returned as it is."""

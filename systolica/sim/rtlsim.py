@@ -41,7 +41,7 @@ from pathlib import Path
 import numpy as np
 
 from systolica.arch import fetch, isa, timing
-from systolica.arch.config import ChipConfig
+from systolica.arch.config import ChipConfig, require_config
 from systolica.arch.regs import STATUS_ERROR
 from systolica.firmware import dramfile
 from systolica.firmware.driver import describe_status, error_name
@@ -131,6 +131,7 @@ def build(cfg: ChipConfig, waves: bool = False, harness: str = "cocotb") -> Path
     the generated chip (``design.v``), ``build.log`` and the Verilator output in
     ``sim_build/``. One build per configuration, waveform switch and harness, shared
     by every process through :func:`systolica.sim.verilated.build`."""
+    require_config(cfg, "rtlsim.build(cfg)")
     try:
         return verilated.build(design(cfg, waves, harness))
     except verilated.BuildError as exc:
@@ -291,6 +292,7 @@ def run(cfg: ChipConfig, jobs: list[RtlJob], waves: bool = False, *,
     directory under ``build/runs/`` is deleted afterwards unless ``keep``, ``waves``
     or a failure. ``progress`` is told how far the simulation has got, a few times a
     second (from another thread)."""
+    require_config(cfg, "rtlsim.run(cfg, jobs)")
     _check_harness(harness, waves)
     if not jobs:
         return []
