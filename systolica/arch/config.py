@@ -157,9 +157,10 @@ class ChipConfig:
         if self.ubuf_rows and (self.ubuf_base % self.cbuf_bank_rows
                                or self.ubuf_rows % self.cbuf_bank_rows):
             raise ConfigError(f"{self.name}: the UBUF is a range of whole CBUF banks, but "
-                              f"[{self.ubuf_base}, {self.ubuf_base + self.ubuf_rows}) does "
-                              f"not start and end at multiples of the bank size "
-                              f"{self.cbuf_bank_rows} rows")
+                              f"[{self.ubuf_base}, {self.ubuf_base + self.ubuf_rows}) "
+                              f"(ubuf_base, ubuf_rows) does not start and end at multiples "
+                              f"of the bank size {self.cbuf_bank_rows} rows (cbuf_depth / "
+                              f"cbuf_banks); change either")
         if self.ubuf_rows & (self.ubuf_rows - 1):
             raise ConfigError(f"{self.name}: ubuf_rows must be a power of two (a fused "
                               f"crop writes CBUF row a to UBUF row a mod ubuf_rows), not "
