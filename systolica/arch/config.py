@@ -433,9 +433,15 @@ class ChipConfig:
         def no_constant(name):
             raise ConfigError(f"{source}: {name} is not a number a chip can have; give "
                               f"integers")
+        if not text.strip():
+            raise ConfigError(f"{source} is empty; a chip file is one JSON object of "
+                              f"ChipConfig fields (start from a preset's: "
+                              f"systolica.arch.config.preset('tiny').to_json())")
         try:
             data = json.loads(text, object_pairs_hook=no_repeats,
                               parse_constant=no_constant)
+        except ConfigError:
+            raise
         except json.JSONDecodeError as e:
             raise ConfigError(f"{source}:{e.lineno}:{e.colno}: not valid JSON ({e.msg}); "
                               f"a chip file is one JSON object of ChipConfig fields "
@@ -443,9 +449,9 @@ class ChipConfig:
         except RecursionError:
             raise ConfigError(f"{source}: nested too deeply to be a chip description; a "
                               f"chip file is one flat JSON object") from None
-        except ValueError as e:          # e.g. an integer of more than 4300 digits
-            raise ConfigError(f"{source}: {e}; a chip file's values are small "
-                              f"integers, booleans and names") from None
+        except ValueError:              # an integer of more than 4300 digits
+            raise ConfigError(f"{source}: a number of thousands of digits; a chip file's "
+                              f"values are small integers, booleans and names") from None
         return cls.from_dict(data, source=source)
 
     @classmethod
