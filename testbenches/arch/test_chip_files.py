@@ -25,7 +25,7 @@ from tiers import examples
 FIELDS = [f for f in ChipConfig.__dataclass_fields__]
 CAMPAIGN = int(os.environ.get("SYSTOLICA_FUZZ_EXAMPLES", 0))
 FUZZ = settings(database=None, derandomize=not CAMPAIGN, deadline=None,
-                max_examples=CAMPAIGN or examples(300),
+                max_examples=CAMPAIGN or examples(150),
                 suppress_health_check=[HealthCheck.too_slow])
 
 

@@ -35,7 +35,7 @@ DEADLINE = 10
 #: every run.
 CAMPAIGN = int(os.environ.get("SYSTOLICA_FUZZ_EXAMPLES", 0))
 FUZZ = settings(database=None, derandomize=not CAMPAIGN, deadline=None,
-                max_examples=CAMPAIGN or examples(200),
+                max_examples=CAMPAIGN or examples(100),
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 
 SEEDS = [p.read_text() for p in sorted(EXAMPLE_DIR.glob("*.stp"))]
