@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from systolica.arch.config import ChipConfig
+from systolica.arch.config import ChipConfig, require_config
 from systolica.compiler.assignment import library as library_module
 from systolica.compiler.assignment.assign import Placement, Thresholds, assign
 from systolica.compiler.assignment.operations import Operation, operations
@@ -68,6 +68,13 @@ def plan_model(cfg: ChipConfig, model, inputs: Mapping[str, np.ndarray] | None =
                options: PlanOptions = PlanOptions()) -> Plan:
     """Plan ONNX `model` (a path, bytes or ModelProto) for chip `cfg`, its inputs
     `inputs` by name (missing ones: random)."""
+    require_config(cfg, "plan_model(cfg, model)", CompileError)
+    if not isinstance(options, PlanOptions):
+        raise CompileError(f"plan_model: options must be a PlanOptions, not "
+                           f"{type(options).__name__}")
+    if inputs is not None and not isinstance(inputs, Mapping):
+        raise CompileError(f"plan_model: inputs must be a mapping of input name to "
+                           f"array (or None: random ones), not {type(inputs).__name__}")
     seed, overrides, thresholds = options.seed, options.overrides, options.thresholds
     m = onnx_model.load(model, inputs, seed=seed, constants=options.constants)
     onnx_simplify.simplify(m)

@@ -99,6 +99,9 @@ def run_plan(plan: Plan, *, rtl: bool = False, compare: bool = True,
     """Run `plan` (see the module docstring). `progress(what, done, total)` is told
     of each step. `tolerance`: the largest difference from onnxruntime allowed per
     output (None: docs/assignment.md's per operator)."""
+    if not isinstance(plan, Plan):
+        raise TypeError(f"run_plan takes what plan_model returns (a Plan), not "
+                        f"{type(plan).__name__}")
     from systolica.compiler import compile_network
     from systolica.compiler.frontend import onnx_import
     from systolica.compiler.graph import reference

@@ -465,6 +465,14 @@ class ChipConfig:
                               f"file") from None
         return cls.from_json(data, source=str(path))
 
+    def __repr__(self) -> str:
+        # the latency table shown as the dict it was given as: the repr identifies the
+        # chip (function libraries are fingerprinted by it), not its read-only wrapper
+        fields = ", ".join(f"{f.name}={getattr(self, f.name)!r}" if f.name != "latency"
+                           else f"latency={dict(self.latency)!r}"
+                           for f in dataclasses.fields(self))
+        return f"ChipConfig({fields})"
+
     def __reduce__(self):
         # the latency table is a read-only view, which pickle and copy cannot take
         # apart: rebuild the chip from its fields instead

@@ -119,7 +119,26 @@ API_TYPES = [
      ["parse(text, filename)", "str of program text", "decode", "parse_file", "not bytes"]),
     ("parse-none", lambda: text.parse(None), CompileError,
      ["parse(text, filename)", "not NoneType"]),
+    ("plan-model-cfg-by-name", lambda: _plan_model("tiny", "model.onnx"), CompileError,
+     ["plan_model(cfg, model)", "cfg must be a ChipConfig", "preset('tiny')"]),
+    ("plan-model-options-a-dict", lambda: _plan_model(TINY, "model.onnx", options={}),
+     CompileError, ["plan_model", "options must be a PlanOptions", "not dict"]),
+    ("plan-model-inputs-a-list", lambda: _plan_model(TINY, "model.onnx", [A]),
+     CompileError, ["plan_model", "inputs must be a mapping of input name to array",
+                    "not list"]),
+    ("run-plan-of-a-path", lambda: _run_plan("model.onnx"), TypeError,
+     ["run_plan takes what plan_model returns", "not str"]),
 ]
+
+
+def _plan_model(*args, **kw):
+    from systolica.compiler.assignment.partition import plan_model
+    return plan_model(*args, **kw)
+
+
+def _run_plan(*args, **kw):
+    from systolica.app.onnx_run import run_plan
+    return run_plan(*args, **kw)
 
 
 @pytest.mark.parametrize("build, error, words",
