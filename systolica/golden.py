@@ -699,7 +699,7 @@ def begin_check(cfg: ChipConfig, program: list[isa.Instr], prog_addr: int | None
     if not isinstance(program, (list, tuple)) or \
             not all(isinstance(ins, isa.Instr) for ins in program):
         what = type(program).__name__ if not isinstance(program, (list, tuple)) else \
-            f"a {type(program).__name__} holding a " \
+            f"a {type(program).__name__} of " \
             f"{next(type(i).__name__ for i in program if not isinstance(i, isa.Instr))}"
         raise TypeError(f"golden.check(cfg, program): program must be a list of "
                         f"isa.Instr (compiled.program, or isa.decode of each word of an "

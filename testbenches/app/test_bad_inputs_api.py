@@ -96,7 +96,7 @@ API_TYPES = [
     ("golden-check-an-image", lambda: golden.check(TINY, _compiled().image), TypeError,
      ["golden.check(cfg, program)", "list of isa.Instr", "isa.decode", "not bytes"]),
     ("golden-check-a-list-of-words", lambda: golden.check(TINY, [1, 2]), TypeError,
-     ["program must be a list of isa.Instr", "a list holding a int"]),
+     ["program must be a list of isa.Instr", "not a list of int"]),
     ("golden-check-cfg-by-name", lambda: golden.check("tiny", _compiled().program),
      TypeError, ["golden.check", "cfg must be a ChipConfig", "not str"]),
     ("run-network-of-a-graph", lambda: flow.run_network(gemm(A, B).graph), TypeError,

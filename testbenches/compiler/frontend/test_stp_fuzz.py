@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -148,16 +149,21 @@ def workdir(tmp_path_factory) -> Path:
 
 @contextmanager
 def deadline(seconds: int):
-    """A hang is an error: SIGALRM after `seconds`."""
+    """A hang is an error: SIGALRM after `seconds`. The timer the test run set (the
+    pytest-timeout plugin's, if any) is put back, less the time taken."""
     def expire(*_):
         raise TimeoutError(f"no result within {seconds} s")
+    start = time.monotonic()
     old = signal.signal(signal.SIGALRM, expire)
-    signal.alarm(seconds)
+    previous, _ = signal.setitimer(signal.ITIMER_REAL, seconds)
     try:
         yield
     finally:
-        signal.alarm(0)
+        signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, old)
+        if previous:
+            left = previous - (time.monotonic() - start)
+            signal.setitimer(signal.ITIMER_REAL, max(left, 0.001))
 
 
 def schedule_or_refuse(source: str | bytes, tmp: Path) -> None:
