@@ -200,6 +200,22 @@ class Routing:
             page_of[fits] = page
         return sorted(taken)
 
+    def retry_after(self, spans: Spans, t: int) -> int:
+        """After :meth:`reserve` found no slots at `t`: the next issue cycle at which
+        it might, since the answer changes only where a window's end passes another
+        multiple of ``config_update_interval``, a phase begins to cover the op, or
+        the slot `t` itself (kept from its own updates) is no longer the issue cycle.
+        Stepping one cycle at a time would cost a step per cycle of the interval."""
+        every = self.cfg.config_update_interval
+        points = [t + 1] if t % every == 0 else []
+        for name, _, lo, _ in spans:
+            last = t + lo - 1
+            points.append((last // every + 1) * every - lo + 1)
+            phase = self.phase.get(name)
+            if phase is not None and phase[1] - lo > t:
+                points.append(phase[1] - lo)
+        return max(t + 1, min(points, default=t + 1))
+
     def place(self, spans: Spans, t: int) -> None:
         for name, value, lo, hi in spans:
             ends = self.ends[name]
@@ -288,7 +304,22 @@ def setcfgs(cfg: ChipConfig, updates: Sequence[Update]
 def plan_updates(cfg: ChipConfig, ops: list[MicroOp], cycles: list[int],
                  who: Sequence[str] | None = None) -> tuple[list[int], list[Update]]:
     """Shift the schedule as little as needed for the configuration updates to fit;
-    returns the shifted cycles and the updates. `who` names each op in messages."""
+    returns the shifted cycles and the updates. `who` names each op in messages. A
+    schedule that the shift or an update takes past the instructions' cycle field is a
+    ConfigUpdateError naming the interval (a large one allows few update cycles)."""
+    shifted, updates = _plan_updates(cfg, ops, cycles, who)
+    limit = 1 << isa.CYCLE_BITS
+    late = max([*shifted, *(u.cycle for u in updates)], default=0)
+    if late >= limit:
+        raise ConfigUpdateError(
+            f"the configuration updates put an instruction at cycle {late}, past the "
+            f"{isa.CYCLE_BITS}-bit cycle field: SETCFG may issue only on multiples of "
+            f"config_update_interval {cfg.config_update_interval}; make it smaller")
+    return shifted, updates
+
+
+def _plan_updates(cfg: ChipConfig, ops: list[MicroOp], cycles: list[int],
+                  who: Sequence[str] | None = None) -> tuple[list[int], list[Update]]:
     step = cfg.config_update_interval
     used = uses(cfg, ops, cycles)        # a shift moves every use by as much
 

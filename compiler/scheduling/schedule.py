@@ -175,7 +175,7 @@ def schedule(cfg: ChipConfig, ops: list[MicroOp]) -> list[int]:
                 reserved = routing.reserve(spans, t, slots) if spans else ()
                 if reserved is not None:
                     break
-                end = t + 1
+                end = routing.retry_after(spans, t)
             t = end
         if t + done >= limit:
             raise CompileError(f"cannot schedule {op}: it would issue at cycle {t}, past "

@@ -392,6 +392,48 @@ def test_program_text_bounds(source, options, words, tmp_path, capsys, monkeypat
     assert_refused(*run_cli(["schedule", "case.stp", *options], capsys), words)
 
 
+# -- chip values that made work grow with them -------------------------------------------
+FAR_APART = TINY.replace(name="far_apart", config_update_interval=(1 << 32) - 1)
+
+BOUNDED_WORK = [
+    # (id, build, exception, key words): refused at once (the scheduler stepped one
+    # cycle at a time towards the next allowed update cycle: minutes, then hours)
+    ("stp-updates-past-the-cycle-field",
+     lambda: stp.compile_file(FAR_APART, EXAMPLES / "reroute_tiny.stp"), CompileError,
+     ["cannot schedule MATMUL", "past the 32-bit cycle field"]),
+    ("network-updates-past-the-cycle-field",
+     lambda: _compile_on(FAR_APART, _concat()), CompileError,
+     ["configuration updates put an instruction at cycle", "32-bit cycle field",
+      "config_update_interval 4294967295", "make it smaller"]),
+]
+
+
+def _compile_on(cfg, network):
+    from systolica.compiler import compile_network
+    return compile_network(cfg, network)
+
+
+def _concat():
+    from systolica.app import demo
+    return demo.concat()
+
+
+@pytest.mark.parametrize("build, error, words",
+                         [pytest.param(*row[1:], id=row[0]) for row in BOUNDED_WORK])
+def test_bounded_work(build, error, words):
+    with pytest.raises(error) as info:
+        build()
+    assert_clear(str(info.value), words)
+
+
+def test_a_long_update_interval_schedules_at_once():
+    """Updates one every 2**20 cycles: the scheduler jumps to the allowed cycles."""
+    cfg = TINY.replace(name="slow_updates", config_update_interval=1 << 20)
+    result = stp.compile_file(cfg, EXAMPLES / "reroute_tiny.stp")
+    setcfgs = [ins for ins in result.chip.program if ins.op.name.startswith("SETCFG")]
+    assert setcfgs and all(ins.cycle % (1 << 20) == 0 for ins in setcfgs)
+
+
 def catalogue_size() -> int:
     return (len(API_TYPES) + len(CONFIG_RANGES) + len(PRESET_EDITS) + len(CHIP_FILES)
-            + len(CHIP_FILE_CALLS) + len(CLI_CONFIG) + len(PAST_BOUNDS))
+            + len(CHIP_FILE_CALLS) + len(CLI_CONFIG) + len(PAST_BOUNDS) + len(BOUNDED_WORK))
