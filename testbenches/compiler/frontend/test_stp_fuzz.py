@@ -1,8 +1,8 @@
 """Program text (``.stp``) fuzzed: random and mutated text through the whole
-``systolica schedule`` path (parse, check, datapath and chip schedules with and without
-``--insert-delays``, the listing and the image) ends in a schedule or in the
-documented error, a CompileError naming the file, never in another exception, and
-within a deadline per example. Every failure these found is a row of the bad-input
+``systolica schedule`` path (parse, check, datapath and chip schedules with and
+without ``--insert-delays``, the listing and the image, on every preset) ends in a
+schedule or in the documented error, a CompileError naming the file, never in another
+exception, and within a deadline per example. Every failure these found is a row of the bad-input
 catalogue (``testbenches/app/test_bad_inputs_api.py``, section "program text")."""
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from systolica.arch import isa
-from systolica.arch.config import ConfigError, preset
+from systolica.arch.config import PRESETS, ConfigError, preset
 from systolica.compiler import CompileError
 from systolica.compiler.backend import trace
 from systolica.compiler.errors import InternalError
@@ -166,7 +166,7 @@ def deadline(seconds: int):
             signal.setitimer(signal.ITIMER_REAL, max(left, 0.001))
 
 
-def schedule_or_refuse(source: str | bytes, tmp: Path) -> None:
+def schedule_or_refuse(source: str | bytes, tmp: Path, cfg=CFG) -> None:
     """What ``systolica schedule FILE --insert-delays? --image`` does with `source`:
     a schedule, or a CompileError (or ConfigError, the CLI's other documented one)
     that names the file."""
@@ -176,9 +176,9 @@ def schedule_or_refuse(source: str | bytes, tmp: Path) -> None:
     for delays in (False, True):
         with deadline(DEADLINE):
             try:
-                result = stp.compile_program(CFG, text.parse_file(path), insert_delays=delays)
-                trace.listing(result.rows(CFG))
-                result.events(CFG)
+                result = stp.compile_program(cfg, text.parse_file(path), insert_delays=delays)
+                trace.listing(result.rows(cfg))
+                result.events(cfg)
                 if result.chip is not None:
                     assert result.chip.image
             except InternalError:
@@ -194,16 +194,19 @@ def test_random_tokens(workdir, source):
     schedule_or_refuse(source, workdir)
 
 
-@FUZZ
-@given(statement_programs())
-def test_random_statements(workdir, source):
-    schedule_or_refuse(source, workdir)
+CHIPS = st.sampled_from(sorted(PRESETS)).map(preset)
 
 
 @FUZZ
-@given(mutated_examples())
-def test_mutated_examples(workdir, source):
-    schedule_or_refuse(source, workdir)
+@given(statement_programs(), CHIPS)
+def test_random_statements(workdir, source, cfg):
+    schedule_or_refuse(source, workdir, cfg)
+
+
+@FUZZ
+@given(mutated_examples(), CHIPS)
+def test_mutated_examples(workdir, source, cfg):
+    schedule_or_refuse(source, workdir, cfg)
 
 
 @FUZZ
