@@ -293,6 +293,9 @@ def run(cfg: ChipConfig, jobs: list[RtlJob], waves: bool = False, *,
     or a failure. ``progress`` is told how far the simulation has got, a few times a
     second (from another thread)."""
     require_config(cfg, "rtlsim.run(cfg, jobs)")
+    if not isinstance(jobs, (list, tuple)):
+        raise TypeError(f"rtlsim.run(cfg, jobs): jobs must be a list of RtlJob (one job: "
+                        f"[job]), not {type(jobs).__name__}")
     _check_harness(harness, waves)
     if not jobs:
         return []

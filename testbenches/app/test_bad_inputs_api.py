@@ -53,6 +53,11 @@ def _graph_with_a_layer():
     return g
 
 
+def _job():
+    from systolica.sim.jobs import RtlJob
+    return RtlJob(_compiled().loadable)
+
+
 def _compiled():
     from systolica.compiler import compile_network
     return compile_network(TINY, gemm(A, B))
@@ -105,6 +110,8 @@ API_TYPES = [
      ["rtlsim.build(cfg)", "ChipConfig", "preset('tiny')"]),
     ("rtl-run-cfg-by-name", lambda: rtlsim.run("base", []), TypeError,
      ["rtlsim.run(cfg, jobs)", "ChipConfig", "preset('base')"]),
+    ("rtl-run-one-job-not-a-list", lambda: rtlsim.run(TINY, _job()), TypeError,
+     ["rtlsim.run(cfg, jobs)", "list of RtlJob", "[job]", "not RtlJob"]),
     ("results-of-a-list", lambda: _compiled().results([0] * 8), CompileError,
      ["results(dram_after)", "run.dram", "uint8 array of (words, 8)", "not list"]),
     ("results-of-a-wrong-shape", lambda: _compiled().results(np.zeros((4, 4), np.uint8)),
