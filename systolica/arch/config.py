@@ -39,6 +39,11 @@ MAX_LATENCY = 1 << 16
 #: The longest chip name (it names build directories).
 MAX_NAME = 64
 
+#: The largest external memory in bytes (``dram_words * R``): the golden model holds
+#: the whole DRAM address space as one array (it takes memory only for the pages a run
+#: touches, but the address space itself must be granted; 64 GiB was refused).
+MAX_DRAM_BYTES = 1 << 32
+
 
 @dataclass(frozen=True, kw_only=True)
 class ChipConfig:
@@ -125,6 +130,13 @@ class ChipConfig:
             if size > limit:
                 raise ConfigError(f"{self.name}: {what} {size} exceeds {field_} "
                                   f"(at most {limit})")
+        if self.dram_bytes > MAX_DRAM_BYTES:
+            raise ConfigError(f"{self.name}: dram_words {self.dram_words} of "
+                              f"{self.dram_word_bytes}-byte words (R, one CBUF row) are "
+                              f"{self.dram_bytes / (1 << 30):g} GiB, more than the "
+                              f"{MAX_DRAM_BYTES >> 30} GiB the golden model holds as one "
+                              f"address space; make dram_words at most "
+                              f"{MAX_DRAM_BYTES // self.dram_word_bytes}")
         if self.cbuf_depth % self.cbuf_banks:
             raise ConfigError(f"{self.name}: cbuf_depth {self.cbuf_depth} must be a multiple "
                               f"of cbuf_banks {self.cbuf_banks}")

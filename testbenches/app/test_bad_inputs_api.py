@@ -177,6 +177,10 @@ CONFIG_RANGES = [
                                             "xxxx...x'"]),
     ("ubuf-off-the-banks-after-a-bank-change", dict(cbuf_banks=1),
      ["whole CBUF banks", "(ubuf_base, ubuf_rows)", "2048 rows", "cbuf_depth / cbuf_banks"]),
+    ("dram-of-64-gib", dict(tile_rows=1, tile_cols=1, tile_size=4096, cbuf_depth=65536,
+                            ubuf_base=0, ubuf_rows=0, dram_words=1 << 24),
+     ["dram_words 16777216", "4096-byte words", "64 GiB", "more than the 4 GiB",
+      "make dram_words at most 1048576"]),
     ("value-a-huge-list", dict(tile_size=list(range(10000))),
      ["tile_size must be a positive integer", "..."]),
 ]

@@ -181,8 +181,8 @@ def plausible_chips(draw) -> dict:
     own = draw(st.booleans()) and ubuf_rows > 0
     pairs = draw(st.integers(1, 8))
     return dict(name="fuzz", tile_rows=draw(st.integers(1, 6)),
-                tile_cols=draw(st.integers(1, 6)), tile_size=draw(st.sampled_from([1, 2, 4,
-                                                                                   8])),
+                tile_cols=draw(st.integers(1, 6)),
+                tile_size=draw(st.sampled_from([1, 2, 4, 8, 8, 16, 64])),
                 cbuf_depth=cbuf, cbuf_banks=banks, acc_depth=acc,
                 acc_banks=draw(st.sampled_from([b for b in POW2[:6] if b <= acc])),
                 dram_words=draw(st.sampled_from([1 << 10, 1 << 14, 1 << 20, 1 << 24])),
