@@ -1052,7 +1052,8 @@ def run(cfg: ChipConfig, program: Loadable, sample_at=(), *,
     (:func:`sample`), in the result's ``samples``."""
     if not isinstance(program, Loadable):
         raise TypeError(f"golden.run takes a Loadable (compiled.loadable, or "
-                        f"Loadable(image, dram)), not {type(program).__name__}")
+                        f"Loadable.for_chip(cfg, image, dram)), not {type(program).__name__}")
+    program.verify(cfg, "golden.run")
     image, prog_addr = program.image, program.prog_addr
     if program.ubuf is not None:
         cfg = cfg.at_ubuf(*program.ubuf)

@@ -140,7 +140,7 @@ def test_gemm_example_computes_the_product():
     dram = np.zeros((CFG.dram_words, CFG.rows), dtype=np.uint8)
     dram[0:8] = a.view(np.uint8)
     dram[64:72] = w.view(np.uint8)
-    run = golden.run(CFG, Loadable(result.chip.image, dram))
+    run = golden.run(CFG, Loadable.for_chip(CFG, result.chip.image, dram))
     out = run.dram[128:160].reshape(-1).view("<i4").reshape(8, 8)
     assert np.array_equal(out, a.astype(np.int32) @ w.astype(np.int32))
 
