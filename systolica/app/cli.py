@@ -26,7 +26,8 @@ EXIT_BROKEN_PIPE = 128 + 13
 #: A step that may run this long without a word says what it is doing (seconds).
 BUILD_NOTICE_SECONDS = 3.0
 
-IMAGE_HINT = "a program image (16-byte words, as `systolica compile --out FILE` writes)"
+IMAGE_HINT = ("a program image (as `systolica compile --out FILE` or `systolica schedule "
+              "--image FILE` writes, docs/image-format.md)")
 TEXT_HINT = "program text (.stp, see docs/scheduling.md)"
 
 
@@ -127,30 +128,6 @@ def _write_bytes(path: str, data: bytes) -> None:
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     Path(path).write_bytes(data)
 
-
-def _program_words(path: str, image: bytes) -> list[int]:
-    """The words of a program image, or a UsageError saying why it is not one."""
-    from systolica.arch import isa
-    n = isa.WORD_BITS // 8
-    if not image:
-        raise UsageError(f"{path} is empty (0 bytes); {IMAGE_HINT} holds at least one "
-                         f"instruction")
-    if len(image) % n:
-        raise UsageError(f"{path} is {len(image)} bytes, {len(image) % n} more than a whole "
-                         f"number of {n}-byte instructions: it is truncated or not a program "
-                         f"image; write it again with `systolica compile --out`")
-    words = isa.from_bytes(image)
-    decoded = [isa.decode(w) for w in words]
-    illegal = [pc for pc, ins in enumerate(decoded) if ins.op is isa.Opcode.ILLEGAL]
-    if illegal:
-        pc = illegal[0]
-        opcode = decoded[pc].fields.get("raw_opcode", int(isa.Opcode.ILLEGAL))
-        raise UsageError(f"{path}: instruction {pc} (byte {pc * n}) has opcode "
-                         f"{opcode}, which the instruction set does not define "
-                         f"({len(illegal)} of {len(words)} words are illegal): it is corrupt "
-                         f"or not a program image; write it again with `systolica compile "
-                         f"--out`")
-    return words
 
 
 # -- long steps --------------------------------------------------------------------------
@@ -559,7 +536,7 @@ def cmd_compile(args) -> int:
     _check_output(args.plot, "--plot")
     compiled = compile_network(cfg, _network(args, cfg))
     if args.out:
-        _write_bytes(args.out, compiled.image)
+        _write_bytes(args.out, compiled.loadable.to_file())
     _write_trace(args.trace, compiled)
     print(compiled.disassemble() if args.listing else
           f"{len(compiled.program)} instructions, {compiled.predicted_cycles} cycles predicted, "
@@ -577,14 +554,57 @@ def cmd_compile(args) -> int:
 
 
 def cmd_disasm(args) -> int:
-    from systolica.arch import disasm, isa
-    words = _program_words(args.image, _read_bytes(args.image, IMAGE_HINT))
-    for pc, word in enumerate(words):
-        print(f"{pc:5d} {disasm.disassemble_one(isa.decode(word))}")
+    """The image's header, then its listing with each instruction checked as the
+    sequencer checks the word (docs/image-format.md, "disasm"): exit 0 if nothing is
+    wrong, 1 if an instruction would fault or has reserved bits set (each flagged with
+    ``#!`` after its line, counted on stderr), 2 if it is not an image of this chip."""
+    from systolica.arch import disasm, image_file, isa
+    from systolica.arch.config import ConfigError, preset
+    path = args.image
+    image = image_file.unpack(_read_bytes(path, IMAGE_HINT), source=path)
+    if args.config:
+        cfg = preset(args.config)
+        why = image_file.chip_mismatch(path, image.chip, image.fingerprint, cfg)
+        if why:
+            raise UsageError(f"{why} (--config {args.config})")
+    else:
+        cfg = PRESETS.get(image.chip)
+        if cfg is None or cfg.key != image.fingerprint:
+            known = "not a preset" if cfg is None else \
+                f"not the preset of that name ({cfg.key})"
+            raise UsageError(f"{path} was built for chip {image.chip} ({image.fingerprint}), "
+                             f"{known}: its instructions can be checked only against that "
+                             f"chip; give a preset with --config, or recompile the program "
+                             f"for one")
+    at = cfg
+    if image.ubuf is not None:
+        try:
+            at = cfg.at_ubuf(*image.ubuf)
+        except ConfigError as exc:
+            raise UsageError(f"{path}: its header's UBUF registers are not a UBUF of chip "
+                             f"{cfg.name} ({exc}); recompile it") from None
+    extras = "".join([f", PROG_ADDR {image.prog_addr}" if image.prog_addr is not None else "",
+                      f", UBUF base {image.ubuf[0]} rows {image.ubuf[1]}"
+                      if image.ubuf is not None else ""])
+    print(f"# {path}: chip {image.chip} ({image.fingerprint}), {image.count} "
+          f"instructions{extras}")
+    found, flagged, first = 0, set(), None
+    for line, problem in disasm.listing(at, isa.from_bytes(image.words)):
+        print(line)
+        if problem is not None:
+            found += 1
+            flagged.add(problem.pc)
+            first = first or problem
+    if found:
+        print(f"systolica: disasm: {path}: {found} problem(s) in {len(flagged)} of "
+              f"{image.count} instructions (lines starting '#!'); the first: {first}",
+              file=sys.stderr)
+        return 1
     return 0
 
 
 def cmd_schedule(args) -> int:
+    from systolica.arch import image_file
     from systolica.arch.config import preset
     from systolica.compiler.backend import trace
     from systolica.compiler.frontend import stp, text
@@ -599,7 +619,7 @@ def cmd_schedule(args) -> int:
         if result.chip is None:
             raise UsageError(f"{filename} has no chip statements (dma, wload, mm, vpu, cfg) "
                              f"to put in an image; drop --image")
-        _write_bytes(args.image, result.chip.image)
+        _write_bytes(args.image, image_file.pack(cfg, result.chip.image))
     if args.trace:
         Path(args.trace).parent.mkdir(parents=True, exist_ok=True)
         trace.write_trace(args.trace, result.events(cfg))
@@ -735,8 +755,12 @@ def parser() -> argparse.ArgumentParser:
     config(p)
     p.add_argument("--out", metavar="FILE", help="write it here (default: the preset's)")
     p.set_defaults(func=cmd_library)
-    p = sub.add_parser("disasm", help="disassemble a program image")
+    p = sub.add_parser("disasm", help="disassemble a program image, checking every "
+                                      "instruction as the chip decodes it")
     p.add_argument("image", help="program image, e.g. from `systolica compile --out`")
+    p.add_argument("--config", choices=configs, default=None,
+                   help="the chip to check it against (default: the preset its header "
+                        "names; its fingerprint must match either way)")
     p.set_defaults(func=cmd_disasm)
     p = sub.add_parser("schedule", help="schedule a .stp program; print the listing")
     p.add_argument("file", help="program text (.stp), see docs/scheduling.md")
@@ -767,6 +791,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
 
     from systolica.arch.config import ConfigError
+    from systolica.arch.errors import ImageError
     from systolica.arch.isa import EncodingError
     from systolica.compiler import CompileError
     from systolica.compiler.errors import InternalError
@@ -778,7 +803,8 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:
         _quiet_stdout()
         return EXIT_BROKEN_PIPE
-    except (UsageError, CompileError, ConfigError, EncodingError, RtlSimError) as exc:
+    except (UsageError, CompileError, ConfigError, EncodingError, ImageError,
+            RtlSimError) as exc:
         return _fail(str(exc))
     except InternalError as exc:
         return _fail(f"{exc} (a bug in the compiler, not in what it was given: please "

@@ -24,7 +24,7 @@ _CHECKSUM_AT = 12                           # its 4 bytes count as zeros in the 
 HAS_PROG_ADDR, HAS_UBUF = 1, 2
 _FLAGS = HAS_PROG_ADDR | HAS_UBUF
 _U32 = 1 << 32
-_REWRITE = "write it again with `systolica compile --out` (or `systolica schedule --image`)"
+_REWRITE = "write it again with `systolica compile --out` or `systolica schedule --image`"
 
 
 @dataclass(frozen=True)
@@ -147,7 +147,7 @@ def unpack(data: bytes, *, source: str, cfg=None) -> ProgramImage:
                              f"says {expected} ({size}-byte header, {count} instructions "
                              f"of {WORD_BYTES} bytes); copy it again or {_REWRITE}")
         raise ImageError(f"{source} is corrupted: its checksum says {stored:#010x}, its "
-                         f"bytes give {crc:#010x}; do not run it: recompile it ({_REWRITE})")
+                         f"bytes give {crc:#010x}; do not run it: {_REWRITE}")
     # The checksum holds: what follows is what a writer wrote, so a fault is the writer's.
     problems = []
     if flags & ~_FLAGS:
