@@ -14,6 +14,8 @@ the chip's update limits). ``LATE`` needs the instruction before it, the other f
 
 from __future__ import annotations
 
+import re
+
 from systolica.arch import fabric, instructions, isa
 from systolica.arch.config import ChipConfig
 from systolica.arch.isa import Opcode
@@ -42,9 +44,13 @@ def range_fault(cfg: ChipConfig, op: Opcode, fields: dict) -> str | None:
     """The ADDR_RANGE rule: every range non-empty and inside its memory."""
     for r in instructions.ranges(cfg, op, fields):
         if not r.nonempty:
-            return (f"its {r.memory} range is empty: {r.needs}" if r.memory in
-                    ("cbuf", "acc", "dram") else f"its {r.memory} fields are out of range: "
-                    f"{r.needs}")
+            # the fields the rule names, with their values
+            named = [w for w in dict.fromkeys(re.findall(r"[a-z_]+", r.needs))
+                     if w in isa.payload_fields(op)]
+            values = ", ".join(f"{w} = {fields.get(w, 0)}" for w in named)
+            return (f"its {r.memory} range is empty ({values}): {r.needs}" if r.memory in
+                    ("cbuf", "acc", "dram") else f"its {r.memory} fields are out of range "
+                    f"({values}): {r.needs}")
         if r.hi > r.bound:
             return (f"its {r.memory} range [{r.lo}, {r.hi}) runs past the end of that "
                     f"memory ({r.bound} rows)")
