@@ -655,12 +655,9 @@ def begin_check(cfg: ChipConfig, program: list[isa.Instr], prog_addr: int | None
     timeline. The caller may work in between; it must call the function."""
     words = fetch.words_per_instruction(cfg)
     long_program = len(program) > cfg.imem_depth
-    if long_program and prog_addr is not None and \
-            prog_addr + len(program) * words > cfg.dram_words:
-        return lambda: Timeline([], [], (ErrorCode.PROG_RANGE, 0, 0), 0, [],
-                                f"the program region [{prog_addr}, "
-                                f"{prog_addr + len(program) * words}) runs past the end "
-                                f"of the DRAM ({cfg.dram_words} words)")
+    why = word_rules.program_fault(cfg, len(program), prog_addr)
+    if why:
+        return lambda: Timeline([], [], (ErrorCode.PROG_RANGE, 0, 0), 0, [], why)
     fetched = (prog_addr + cfg.imem_depth * words, prog_addr + len(program) * words) \
         if long_program and prog_addr is not None else None
     fetcher = _Fetcher(cfg)

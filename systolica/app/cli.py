@@ -589,11 +589,12 @@ def cmd_disasm(args) -> int:
     print(f"# {path}: chip {image.chip} ({image.fingerprint}), {image.count} "
           f"instructions{extras}")
     found, flagged, first = 0, set(), None
-    for line, problem in disasm.listing(at, isa.from_bytes(image.words)):
+    for line, problem in disasm.listing(at, isa.from_bytes(image.words), image.prog_addr):
         print(line)
         if problem is not None:
             found += 1
-            flagged.add(problem.pc)
+            if problem.pc is not None:
+                flagged.add(problem.pc)
             first = first or problem
     if found:
         print(f"systolica: disasm: {path}: {found} problem(s) in {len(flagged)} of "

@@ -32,7 +32,7 @@ def disassemble(image: bytes) -> str:
 class Problem:
     """What is wrong with instruction ``pc`` (named ``what``): ``code`` is the fault
     the sequencer raises when it reaches it, None for reserved bits (which it ignores)."""
-    pc: int
+    pc: int | None              # None: the program as a whole (its region)
     what: str
     code: ErrorCode | None
     why: str
@@ -40,7 +40,8 @@ class Problem:
     def __str__(self) -> str:
         then = (f"the sequencer faults {self.code.name}" if self.code is not None else
                 "the sequencer ignores them; no compiler sets them")
-        return f"pc {self.pc}: {self.what}: {self.why} ({then})"
+        where = "the program" if self.pc is None else f"pc {self.pc}: {self.what}"
+        return f"{where}: {self.why} ({then})"
 
 
 def problems(cfg: ChipConfig, pc: int, ins: Instr, word: int,
@@ -78,11 +79,17 @@ def problems(cfg: ChipConfig, pc: int, ins: Instr, word: int,
     return out
 
 
-def listing(cfg: ChipConfig, words: list[int]) -> Iterator[tuple[str, Problem | None]]:
-    """The checked listing of `words` for chip `cfg`: per instruction its line
-    ``(line, None)``, then a ``("#! ...", problem)`` line per problem it has
-    (:func:`problems`). Every word is checked as if the sequencer reached it (a run
-    stops at the first fault)."""
+def listing(cfg: ChipConfig, words: list[int], prog_addr: int | None = None
+            ) -> Iterator[tuple[str, Problem | None]]:
+    """The checked listing of `words` for chip `cfg` (fetched from `prog_addr` past the
+    instruction memory): first the program region's problem (``PROG_RANGE``), if any;
+    then per instruction its line ``(line, None)`` and a ``("#! ...", problem)`` line
+    per problem it has (:func:`problems`). Every word is checked as if the sequencer
+    reached it (a run stops at the first fault)."""
+    why = word_rules.program_fault(cfg, len(words), prog_addr)
+    if why:
+        problem = Problem(None, "", ErrorCode.PROG_RANGE, why)
+        yield f"#! {problem}", problem
     previous, known = None, {}
     for pc, word in enumerate(words):
         ins = decode(word)

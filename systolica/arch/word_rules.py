@@ -16,10 +16,23 @@ from __future__ import annotations
 
 import re
 
-from systolica.arch import fabric, instructions, isa
+from systolica.arch import fabric, fetch, instructions, isa
 from systolica.arch.config import ChipConfig
 from systolica.arch.isa import Opcode
 from systolica.arch.regs import ErrorCode
+
+
+def program_fault(cfg: ChipConfig, count: int, prog_addr: int | None) -> str | None:
+    """The PROG_RANGE rule, checked at START: a program of `count` instructions longer
+    than the instruction memory is fetched from its region at PROG_ADDR, which must
+    lie inside the DRAM (`prog_addr` None: not known, not checked)."""
+    if prog_addr is None or not fetch.fetches(cfg, count):
+        return None
+    end = prog_addr + count * fetch.words_per_instruction(cfg)
+    if end > cfg.dram_words:
+        return (f"the program region [{prog_addr}, {end}) runs past the end of the DRAM "
+                f"({cfg.dram_words} words)")
+    return None
 
 
 def earliest_issue(previous_cycle: int) -> int:

@@ -175,6 +175,33 @@ def test_disasm_flags_the_instruction(extra, words, tmp_path, capsys, monkeypatc
                                                    "in 1 of 3 instructions")
 
 
+def _long(cfg, count: int) -> bytes:
+    """`count` one-row loads on `cfg`, one a cycle."""
+    return isa.to_bytes([isa.encode(Instr(Opcode.DMA, c, dict(LOAD.fields, rows=1)))
+                         for c in range(count)])
+
+
+NANO = preset("tangnano9k")      # 512 instructions in its memory, 8 DRAM words each
+PROGRAMS = [
+    # (id, image, key words of the flagged line that comes before the listing)
+    ("region-past-the-dram", image_file.pack(NANO, _long(NANO, 513), prog_addr=0),
+     ["the program: the program region [0, 4104) runs past the end of the DRAM",
+      "4096 words", "faults PROG_RANGE"]),
+]
+
+
+@pytest.mark.parametrize("data, words", [pytest.param(*row[1:], id=row[0])
+                                         for row in PROGRAMS])
+def test_disasm_flags_the_program(data, words, tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "case.img").write_bytes(data)
+    status, out, err = run_cli(["disasm", "case.img"], capsys)
+    flagged = [line for line in out.splitlines() if line.startswith("#! ")]
+    assert status == 1 and len(flagged) == 1 and out.splitlines()[1] == flagged[0], out
+    assert_clear(flagged[0], words)
+    assert err.startswith("systolica: disasm: case.img: 1 problem(s) in 0 of")
+
+
 def test_disasm_of_a_good_image_exits_0(tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "good.img").write_bytes(GOOD)
@@ -246,4 +273,4 @@ def test_loadable_refused(call, exception, words, monkeypatch):
 
 
 def catalogue_size() -> int:
-    return len(FILES) + len(FLAGGED) + len(LOADABLES)
+    return len(FILES) + len(FLAGGED) + len(PROGRAMS) + len(LOADABLES)
