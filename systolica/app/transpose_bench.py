@@ -274,9 +274,8 @@ def records(cfg_name: str = CONFIG, shapes=SHAPES) -> list[dict]:
         x = rng.integers(-128, 128, (M, N), dtype=np.int8)
         progs, image, (at, words) = programs(cfg, x)
         for name, program in progs.items():
-            jobs.append(RtlJob(Loadable.for_chip(cfg,
-                                                 isa.to_bytes([isa.encode(i) for i in program]),
-                                                  image),
+            code = isa.to_bytes([isa.encode(i) for i in program])
+            jobs.append(RtlJob(Loadable.for_chip(cfg, code, image),
                                readback=((at, words),), name=f"transpose_{M}x{N}_{name}"))
             meta.append((M, N, name, x))
     results = rtlsim.run(cfg, jobs)

@@ -190,8 +190,8 @@ def test_long_gemm_compiles_and_runs_on_the_golden_model():
     plain = compile_network(TINY, net)
     assert plain.fetch_delay == 0
     assert compiled.predicted_cycles == plain.predicted_cycles + compiled.fetch_delay
-    gold = golden.run(SMALL, Loadable.for_chip(SMALL,
-                                               compiled.image, compiled.dram, compiled.prog_addr))
+    gold = golden.run(SMALL, Loadable.for_chip(SMALL, compiled.image, compiled.dram,
+                                               compiled.prog_addr))
     assert gold.cycles == compiled.predicted_cycles
     np.testing.assert_array_equal(compiled.result(gold.dram), reference.run(net))
 
@@ -207,8 +207,8 @@ def test_deep_k_gemm_delays_past_overlapping_windows(depth):
     cfg = TINY.replace(imem_depth=depth)
     compiled = compile_network(cfg, net)
     assert compiled.fetch_delay > 0
-    gold = golden.run(cfg, Loadable.for_chip(cfg,
-                                             compiled.image, compiled.dram, compiled.prog_addr))
+    gold = golden.run(cfg, Loadable.for_chip(cfg, compiled.image, compiled.dram,
+                                             compiled.prog_addr))
     assert gold.error is ErrorCode.NONE and gold.cycles == compiled.predicted_cycles
     np.testing.assert_array_equal(compiled.result(gold.dram), reference.run(net))
 

@@ -71,8 +71,8 @@ def test_lane_updates_on_rtl():
     for res in runs:
         assert res.error_name == "NONE"
     np.testing.assert_array_equal(runs[0].readback[0], runs[1].readback[0])
-    gold = golden.run(CFG, Loadable.for_chip(CFG,
-                                             isa.to_bytes([isa.encode(i) for i in lanes]), dram))
+    gold = golden.run(CFG, Loadable.for_chip(CFG, isa.to_bytes([isa.encode(i) for i in lanes]),
+                                             dram))
     np.testing.assert_array_equal(runs[1].readback[0].reshape(M, -1),
                                   gold.dram[OUT:OUT + M])
     assert runs[0].cycles == runs[1].cycles == gold.cycles \

@@ -164,8 +164,8 @@ def test_golden_model_rejects_a_vrun_reading_rows_it_rewrote():
         mult=0, shift=0, zp=0))
     image = isa.to_bytes([isa.encode(load), isa.encode(vrun)])
     with pytest.raises(golden.GoldenError, match="its own read"):
-        golden.run(CFG, Loadable.for_chip(CFG,
-                                          image, np.zeros((CFG.dram_words, CFG.rows), np.uint8)))
+        golden.run(CFG, Loadable.for_chip(CFG, image,
+                                          np.zeros((CFG.dram_words, CFG.rows), np.uint8)))
     with pytest.raises(ScheduleError, match="pc 1 .*its own read"):
         verify(CFG, [load, vrun])
     in_place = Instr(vrun.op, vrun.cycle, dict(vrun.fields, dst=0))

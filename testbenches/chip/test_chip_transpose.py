@@ -284,8 +284,8 @@ def test_golden_model_agrees_with_numpy(m, n):
     from systolica.compiler.graph import reference
     graph = transpose_graph(m, n, m + n)
     compiled = compile_network(CFG, graph)
-    gold = golden.run(CFG, Loadable.for_chip(CFG,
-                                             compiled.image, compiled.dram, compiled.prog_addr))
+    gold = golden.run(CFG, Loadable.for_chip(CFG, compiled.image, compiled.dram,
+                                             compiled.prog_addr))
     got = compiled.results(gold.dram)["t"]
     np.testing.assert_array_equal(got, reference.outputs(graph)["t"])
     np.testing.assert_array_equal(got, graph.data["x"].T)
@@ -324,8 +324,8 @@ def test_matmul_t_agrees_with_numpy_on_the_golden_model(m, k, n):
     from systolica.compiler.lowering.lower import lower
     graph = qk_graph(m, k, n, m + k + n)
     compiled = compile_network(CFG, graph)
-    gold = golden.run(CFG, Loadable.for_chip(CFG,
-                                             compiled.image, compiled.dram, compiled.prog_addr))
+    gold = golden.run(CFG, Loadable.for_chip(CFG, compiled.image, compiled.dram,
+                                             compiled.prog_addr))
     got = compiled.results(gold.dram)["s"]
     want = graph.data["q"].astype(np.int64) @ graph.data["k"].astype(np.int64).T
     np.testing.assert_array_equal(got, want)
@@ -350,8 +350,8 @@ def test_graphs_with_transposes_compile_for_every_chip(chip, make_graph):
            if chip == "tiny-tight" else preset(chip))
     graph = make_graph()
     compiled = compile_network(cfg, graph)
-    gold = golden.run(cfg, Loadable.for_chip(cfg,
-                                             compiled.image, compiled.dram, compiled.prog_addr))
+    gold = golden.run(cfg, Loadable.for_chip(cfg, compiled.image, compiled.dram,
+                                             compiled.prog_addr))
     got = compiled.results(gold.dram)
     for name, want in reference.outputs(graph).items():
         np.testing.assert_array_equal(got[name], want, err_msg=name)

@@ -223,8 +223,8 @@ def _serial(cfg, *ops):
 def _golden(cfg, program, dram=None):
     if dram is None:
         dram = np.zeros((cfg.dram_words, cfg.rows), np.uint8)
-    return golden.run(cfg, Loadable.for_chip(cfg,
-                                             isa.to_bytes([isa.encode(i) for i in program]), dram))
+    return golden.run(cfg, Loadable.for_chip(cfg, isa.to_bytes([isa.encode(i) for i in program]),
+                                             dram))
 
 
 def test_wload_takes_c_rows_from_the_west():

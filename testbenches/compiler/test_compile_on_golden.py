@@ -77,8 +77,8 @@ def test_int32_wraps():
     # bias + sum passes 2**31 - 1 and wraps like int32 arithmetic
     a, b = np.full((2, 8), 127), np.full((8, 3), 127)
     compiled = check(TINY, gemm(a, b, np.full(3, (1 << 31) - 1), out_dtype="int32"))
-    out = compiled.result(golden.run(TINY, Loadable.for_chip(TINY,
-                                                             compiled.image, compiled.dram)).dram)
+    out = compiled.result(golden.run(TINY, Loadable.for_chip(TINY, compiled.image,
+                                                             compiled.dram)).dram)
     assert out[0, 0] == (1 << 31) - 1 + 8 * 127 * 127 - (1 << 32)
 
 

@@ -373,8 +373,8 @@ def test_matmul_before_its_weights_are_in_is_a_hazard():
         golden.run(CFG, Loadable.for_chip(CFG, image(early), fresh_dram()))
     on_time = [*program[:-1], Instr(Opcode.MATMUL, wload.cycle + timing.weight_shifts(CFG),
                                     mm.fields)]
-    assert golden.run(CFG, Loadable.for_chip(CFG,
-                                             image(on_time), fresh_dram())).error is ErrorCode.NONE
+    assert golden.run(CFG, Loadable.for_chip(CFG, image(on_time),
+                                             fresh_dram())).error is ErrorCode.NONE
 
 
 def test_store_before_the_vector_unit_wrote_is_a_hazard():
@@ -385,11 +385,11 @@ def test_store_before_the_vector_unit_wrote_is_a_hazard():
     store = dma(DmaKind.STORE_CBUF, 100, 16, 4)[1]
     # the vector unit writes CBUF row 16 in cycle t+6; a store reads it in its t+1
     with pytest.raises(golden.GoldenError, match=rf"cbuf\[16\] in cycle {t + 6}"):
-        golden.run(CFG, Loadable.for_chip(CFG, image([load, vrun, Instr(Opcode.DMA, t + 5, store)]),
-                                 fresh_dram()))
-    assert golden.run(CFG, Loadable.for_chip(CFG,
-                                             image([load, vrun, Instr(Opcode.DMA, t + 6, store)]),
-                                    fresh_dram())).error is ErrorCode.NONE
+        golden.run(CFG, Loadable.for_chip(
+            CFG, image([load, vrun, Instr(Opcode.DMA, t + 5, store)]), fresh_dram()))
+    assert golden.run(CFG, Loadable.for_chip(
+        CFG, image([load, vrun, Instr(Opcode.DMA, t + 6, store)]), fresh_dram())).error \
+        is ErrorCode.NONE
 
 
 # A reset clears no memory: a program that reads a CBUF, ACC or weight-bank row it did
@@ -442,8 +442,8 @@ def test_what_the_memories_held_at_the_start_changes_nothing_a_program_reads():
     assert np.array_equal(dirty.dram, clean.dram)
     assert np.array_equal(dirty.acc[:5], clean.acc[:5])
     with pytest.raises(ValueError, match="'acc' must be"):
-        golden.run(CFG, Loadable.for_chip(CFG,
-                                          image(program), dram), memories={"acc": held["cbuf"]})
+        golden.run(CFG, Loadable.for_chip(CFG, image(program),
+                                          dram), memories={"acc": held["cbuf"]})
 
 
 @pytest.mark.parametrize("case", list(UNWRITTEN))

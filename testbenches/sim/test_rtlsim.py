@@ -164,8 +164,8 @@ def test_samples_are_increasing_cycles(samples):
 ])
 def test_bad_harness_is_refused(tiny_cfg, harness, waves, message):
     with pytest.raises(rtlsim.RtlSimError, match=message):
-        rtlsim.run(tiny_cfg, [RtlJob(Loadable.for_chip(tiny_cfg,
-                                                       b"", None))], waves=waves, harness=harness)
+        rtlsim.run(tiny_cfg, [RtlJob(Loadable.for_chip(tiny_cfg, b"",
+                                                       None))], waves=waves, harness=harness)
 
 
 def test_the_chip_build_takes_its_cxx_level_from_the_environment(monkeypatch, tiny_cfg):
@@ -359,8 +359,8 @@ SMALL = preset("tangnano9k")
 
 @pytest.mark.rtl
 def test_waves_write_fst():
-    res = rtlsim.run(SMALL, [RtlJob(Loadable.for_chip(SMALL,
-                                                      b"", None), readback=())], waves=True)[0]
+    res = rtlsim.run(SMALL, [RtlJob(Loadable.for_chip(SMALL, b"",
+                                                      None), readback=())], waves=True)[0]
     fst = Path(res.fst)
     assert fst.name == "dump.fst" and fst.stat().st_size > 0
     assert fst.read_bytes()[0] == 0   # FST header block
