@@ -147,3 +147,17 @@ def test_any_intact_image_of_any_words_disassembles_and_runs_or_is_refused(words
     changed = dataclasses.replace(loadable, image=bytes([raw[0] ^ 1]) + raw[1:])
     with pytest.raises(ImageError, match="golden.run: the program image is corrupted"):
         golden.run(TINY, changed)
+
+
+def test_the_harness_reads_back_only_an_intact_image_of_its_chip(tmp_path):
+    """The RTL harness hands each job's program to the simulator's side as an image
+    file, and that side reads it with the chip's fingerprint: a file changed between
+    the two is refused there (here the C++ harness's reader, before any process)."""
+    from systolica.sim import rtlsim
+    from systolica.sim.jobs import RtlJob
+    specs = rtlsim._write_jobs(TINY, [RtlJob(Loadable.for_chip(TINY, WORDS, DRAM))], tmp_path)
+    path = tmp_path / specs[0]["program"]
+    assert image_file.unpack(path.read_bytes(), source=str(path), cfg=TINY).words == WORDS
+    path.write_bytes(mutate(path.read_bytes(), ("flip", [8 * 50])))
+    with pytest.raises(ImageError, match=r"job0\.img is corrupted"):
+        rtlsim._run_cxx(TINY, tmp_path / "no-build", tmp_path, specs)
