@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
+from systolica import files
 from systolica.arch.config import ChipConfig
 from systolica.compiler.errors import CompileError
 
@@ -124,6 +125,4 @@ def load(cfg: ChipConfig, path: Path | None = None) -> Library:
 
 
 def save(lib: Library, path) -> None:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(lib.to_json(), indent=1) + "\n")
+    files.write_atomic(path, json.dumps(lib.to_json(), indent=1) + "\n")

@@ -22,6 +22,7 @@ import sys
 import time
 from pathlib import Path
 
+from systolica import files
 from systolica.arch.boards import BOARDS, board
 from systolica.arch.config import PRESETS, preset
 
@@ -147,7 +148,7 @@ def build(board_name: str, config_name: str | None = None,
         _run(argv, out, env, steps, tool.split("-")[0])
     steps = {k: round(v, 1) for k, v in steps.items()}
     report = make_report(spec, cfg, out, name, steps, over)
-    (out / "report.json").write_text(json.dumps(report, indent=1) + "\n")
+    files.write_atomic(out / "report.json", json.dumps(report, indent=1) + "\n")
     return report
 
 
