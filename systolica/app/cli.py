@@ -320,14 +320,18 @@ def _assignments(items: list[str] | None) -> dict[str, str]:
 
 def _constants(items: list[str] | None) -> dict[str, np.ndarray]:
     """``--constant NAME=FILE.npy``: each input's value, read from its file."""
+    from systolica.files import FileError
     out = {}
     for item in items or []:
         name, sep, path = item.partition("=")
         if not sep or not name or not path:
             raise UsageError(f"--constant {item!r}: write NAME=FILE.npy, e.g. "
                              f"--constant w=weights.npy")
-        data = _read_bytes(path, "a .npy array (numpy.save writes one)", "--constant",
-                           kind="array")
+        try:
+            data = _read_bytes(path, "a .npy array (numpy.save writes one)", kind="array")
+        except FileError as e:
+            raise UsageError(f"--constant {item!r}: {path!r} is not a readable .npy file "
+                             f"({e})") from None
         try:
             out[name] = np.load(io.BytesIO(data), allow_pickle=False)
         except (OSError, ValueError, EOFError) as e:
@@ -344,9 +348,10 @@ def _calibration(path: str | None) -> list[dict] | None:
     raw = _read_bytes(path, "a .npz archive (numpy.savez writes one)", "--calibration",
                       kind="array")
     try:
-        with np.load(io.BytesIO(raw), allow_pickle=False) as data:
-            if not hasattr(data, "files"):
-                raise ValueError("it holds one array, not an archive of arrays by name")
+        data = np.load(io.BytesIO(raw), allow_pickle=False)
+        if not isinstance(data, np.lib.npyio.NpzFile):
+            raise ValueError("it holds one array, not an archive of arrays by input name")
+        with data:
             arrays = {k: data[k] for k in data.files}
     except (OSError, ValueError, EOFError, zipfile.BadZipFile) as e:
         raise UsageError(f"--calibration {path}: not a readable .npz ({e}); write one with "
