@@ -478,9 +478,13 @@ def cmd_bench(args) -> int:
     from systolica.compiler import CompileError, compile_network
     from systolica.sim import rtlsim
     _check_output(args.out, "--out")
+    plots = Path(args.out).parent / "plots"     # where each run's cycles go
+    if plots.exists() and not plots.is_dir():
+        raise UsageError(f"--out {args.out}: the bench writes its plots into {plots}, "
+                         f"which is a file; move it away or give --out in another "
+                         f"directory")
     cases = bench_cases.cases()
     records = []
-    plots = Path(args.out).parent / "plots"     # where each run's cycles go
     with Progress() as progress:
         task = progress.add_task("bench", total=len(cases) + len(chain_bench.runs()))
         for case in cases:
@@ -585,6 +589,22 @@ def _chain_strategy(text: str):
     return "all" if text == "all" else _per_layer(text, STRATEGIES)
 
 
+def _check_chain_options(args, graph) -> None:
+    """Refuse what the example's chain would not use: more outputs per pass than its
+    last layer has rows, a per-layer list of another length than its layers."""
+    layers = len(graph.nodes)
+    rows = graph.tensor(graph.nodes[-1].outputs[0]).shape[1]
+    if args.outputs_per_pass is not None and args.outputs_per_pass > rows:
+        raise UsageError(f"--outputs-per-pass {args.outputs_per_pass}: the last layer of "
+                         f"--example {args.example} has {rows} output rows; give at most "
+                         f"{rows} (that many is one pass)")
+    for option, value in (("--strategy", args.strategy), ("--weights", args.weights)):
+        if isinstance(value, tuple) and len(value) != layers:
+            raise UsageError(f"{option} {','.join(value)}: {len(value)} kinds for the "
+                             f"{layers} layers of --example {args.example}; give one for "
+                             f"every layer or one per layer")
+
+
 def cmd_chain(args) -> int:
     from systolica.app import flow, report
     from systolica.arch.config import preset
@@ -594,8 +614,9 @@ def cmd_chain(args) -> int:
     from systolica.models import chain_cases
     cfg = preset(args.config)
     builder, per = CHAIN_EXAMPLES[args.example]
-    per = per if args.outputs_per_pass is None else args.outputs_per_pass
     make = getattr(chain_cases, builder)
+    _check_chain_options(args, make())
+    per = per if args.outputs_per_pass is None else args.outputs_per_pass
     strategies = STRATEGIES if args.strategy == "all" else (args.strategy,)
     choices = [ChainChoice(s, per, args.weights, share=not args.no_share)
                for s in strategies]

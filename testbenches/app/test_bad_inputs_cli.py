@@ -37,6 +37,8 @@ def d(tmp_path_factory) -> Path:
     (d / "a-dir").mkdir()
     (d / "file").write_text("a plain file\n")
     (d / "text.bin").write_bytes(b"x = read ram(addr)\n")
+    (d / "b").mkdir()
+    (d / "b" / "plots").write_text("not a directory\n")
     with open(d / "huge.bin", "wb") as f:           # sparse: costs no disk
         f.truncate(files.LIMITS["image"] + 16)
     with open(d / "huge.stp", "wb") as f:
@@ -129,6 +131,13 @@ CLI_DOORS = [
      ["--outputs-per-pass", "positive integer", "'-2'"]),
     ("chain-outputs-per-pass-word", ["chain", "--outputs-per-pass", "many"],
      ["--outputs-per-pass", "'many'"]),
+    ("chain-outputs-per-pass-over-the-rows", ["chain", "--outputs-per-pass", "17"],
+     ["--outputs-per-pass 17", "seed001 has 16 output rows", "at most 16"]),
+    ("chain-weights-per-layer-count", ["chain", "--weights", "pass,pass,pass"],
+     ["--weights pass,pass,pass", "3 kinds for the 2 layers", "one per layer"]),
+    ("chain-strategy-per-layer-count", ["chain", "--example", "seed001-four", "--strategy",
+                                        "baseline,fused_crop"],
+     ["--strategy baseline,fused_crop", "2 kinds for the 3 layers", "seed001-four"]),
     # -- run (refused before the port is opened)
     ("run-demo-and-gemm", ["run", "--port", "{d}/fifo", "--demo", "mlp", "--gemm", "8x8x8"],
      ["--gemm", "not allowed with argument --demo"]),
@@ -154,6 +163,8 @@ CLI_DOORS = [
     ("bench-out-unwritable", ["bench", "--out", UNWRITABLE + "/bench.json"],
      ["--out", "cannot write in /proc", "another path"]),
     ("bench-out-empty", ["bench", "--out", ""], ["--out ''", "file name is empty"]),
+    ("bench-plots-is-a-file", ["bench", "--out", "{d}/b/bench.json"],
+     ["--out", "plots into", "b/plots, which is a file", "move it away"]),
     ("bench-out-ends-in-slash", ["bench", "--out", "{d}/records/"],
      ["--out", "records/ names a directory"]),
     # -- library (refused before the measuring)
