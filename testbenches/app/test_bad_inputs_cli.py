@@ -21,8 +21,11 @@ import pytest
 
 from systolica import files
 from systolica.app import cli
+from systolica.arch.config import preset
+from systolica.compiler import CompileError
+from systolica.compiler.assignment import library
 
-from test_bad_inputs import assert_refused, run_cli
+from test_bad_inputs import assert_clear, assert_refused, run_cli
 from tiers import sample
 
 #: A place no one (root included) can create a file in.
@@ -195,7 +198,7 @@ CLI_DOORS = [
 
 
 def catalogue_size() -> int:
-    return len(CLI_DOORS)
+    return len(CLI_DOORS) + len(LIBRARY)
 
 
 @pytest.mark.timeout(60)
@@ -269,3 +272,29 @@ def test_a_fifo_is_refused_without_waiting_for_a_writer(d):
     t.start()
     t.join(5)
     assert done and "named pipe" in str(done[0].value)
+
+
+# -- a function library given to the assigner (compiler/assignment/library.load) ------------
+LIBRARY = [
+    # (id, the file's content, or None for a named pipe; key words)
+    ("library-empty-object", "{}", ["'chip'", "cannot be read", "systolica library --config"]),
+    ("library-a-list", "[1, 2]", ["cannot be read", "make it again"]),
+    ("library-not-json", "chip: tiny\n", ["cannot be read", "Expecting value"]),
+    ("library-fingerprint-not-an-object",
+     '{"chip": "tiny", "clock_hz": 1, "fingerprint": 3, "kinds": {}, "transfer": {}}',
+     ["fingerprint is 3, not an object"]),
+    ("library-fifo", None, ["no function library", "systolica library --config tiny"]),
+]
+
+
+@pytest.mark.parametrize("content, words", [pytest.param(*row[1:], id=row[0])
+                                            for row in LIBRARY])
+def test_function_library_file(content, words, tmp_path):
+    path = tmp_path / "lib.json"
+    if content is None:
+        os.mkfifo(path)
+    else:
+        path.write_text(content)
+    with pytest.raises(CompileError) as e:
+        library.load(preset("tiny"), path)
+    assert_clear(str(e.value), [str(path)] + words)
