@@ -140,6 +140,21 @@ def _check_output(path: str | None, option: str) -> None:
     files.check_output(path, option)
 
 
+def _check_outputs(*outputs: tuple[str, str | None], inputs: tuple[str, ...] = ()) -> None:
+    """Check every output (option, path; None: not given) up front, and that no two
+    name the same file and none names an input: one would silently replace the other."""
+    seen: dict[str, str] = {os.path.realpath(p): f"the input {p}" for p in inputs if p}
+    for option, path in outputs:
+        _check_output(path, option)
+        if path is None:
+            continue
+        where = os.path.realpath(path)
+        if where in seen:
+            raise UsageError(f"{option} {path} is also {seen[where]}: writing one would "
+                             f"replace the other; give {option} a file of its own")
+        seen[where] = f"{option}"
+
+
 def _write_bytes(path: str, data: bytes) -> None:
     from systolica import files
     files.write_atomic(path, data)
@@ -278,8 +293,7 @@ def cmd_sim(args) -> int:
         return _sim_onnx(args, cfg)
     args.trace = SIM_TRACE if args.trace is None else args.trace
     args.plot = SIM_PLOT if args.plot is None else args.plot
-    _check_output(args.trace, "--trace")
-    _check_output(args.plot, "--plot")
+    _check_outputs(("--trace", args.trace), ("--plot", args.plot))
     net = _network(args, cfg)
     compiled = compile_network(cfg, net)   # a network that cannot compile fails now,
     _ensure_built(cfg, args.waves)         # not after minutes of building
@@ -376,7 +390,9 @@ def _sim_onnx(args, cfg) -> int:
     from systolica.compiler.assignment.assign import Thresholds
     from systolica.compiler.assignment.partition import PlanOptions, plan_model
     from systolica.sim.progress import Display
-    _check_output(args.report_json, "--report-json")
+    _check_outputs(("--report-json", args.report_json),
+                   inputs=(args.onnx, *(c.partition("=")[2] for c in args.constant or ()),
+                           args.calibration))
     constants = _constants(args.constant)
     options = PlanOptions(Thresholds(0.0 if args.benefit_threshold is None
                                      else args.benefit_threshold,
@@ -658,9 +674,8 @@ def cmd_compile(args) -> int:
     if args.onnx and args.int32:
         raise UsageError("--int32 is for --gemm: an ONNX model's outputs have the types "
                          "the model gives them; drop --int32")
-    _check_output(args.out, "--out")
-    _check_output(args.trace, "--trace")
-    _check_output(args.plot, "--plot")
+    _check_outputs(("--out", args.out), ("--trace", args.trace), ("--plot", args.plot),
+                   inputs=(args.onnx,) if args.onnx else ())
     compiled = compile_network(cfg, _network(args, cfg))
     if args.out:
         _write_bytes(args.out, compiled.image)
@@ -693,8 +708,7 @@ def cmd_schedule(args) -> int:
     from systolica.compiler.backend import trace
     from systolica.compiler.frontend import stp, text
     cfg = preset(args.config)
-    _check_output(args.image, "--image")
-    _check_output(args.trace, "--trace")
+    _check_outputs(("--image", args.image), ("--trace", args.trace), inputs=(args.file,))
     filename = str(Path(args.file))
     _read_bytes(args.file, TEXT_HINT, kind="text")   # a missing, special or huge file
     prog = text.parse_file(args.file)

@@ -161,6 +161,15 @@ CLI_DOORS = [
      ["--out", "fifo is a named pipe"]),
     ("compile-plot-empty", ["compile", "--gemm", "8x8x8", "--plot", ""],
      ["--plot ''", "file name is empty"]),
+    ("compile-out-is-also-trace", ["compile", "--gemm", "8x8x8", "--out", "{d}/x",
+                                   "--trace", "{d}/x"],
+     ["--trace", "x is also --out", "replace the other", "a file of its own"]),
+    ("compile-plot-is-also-out", ["compile", "--gemm", "8x8x8", "--out", "{d}/x",
+                                  "--plot", "{d}/../{n}/x"],
+     ["--plot", "is also --out"]),
+    ("compile-out-is-the-onnx-input", ["compile", "--onnx", "{d}/text.bin", "--out",
+                                       "{d}/text.bin"],
+     ["--out", "text.bin is also the input", "a file of its own"]),
     ("compile-onnx-fifo", ["compile", "--onnx", "{d}/fifo"], ["--onnx", "named pipe"]),
     # -- bench (refused before a minute of work)
     ("bench-out-unwritable", ["bench", "--out", UNWRITABLE + "/bench.json"],
@@ -192,6 +201,15 @@ CLI_DOORS = [
      ["--trace ''", "file name is empty"]),
     ("schedule-image-ends-in-slash", ["schedule", "{d}/text.bin", "--image", "{d}/img/"],
      ["--image", "img/ names a directory"]),
+    ("schedule-image-is-the-program", ["schedule", "{d}/text.bin", "--image", "{d}/text.bin"],
+     ["--image", "text.bin is also the input", "replace the other"]),
+    ("schedule-trace-is-the-image", ["schedule", "{d}/text.bin", "--image", "{d}/p.bin",
+                                     "--trace", "{d}/p.bin"],
+     ["--trace", "p.bin is also --image"]),
+    ("sim-report-json-is-the-onnx-input", ["sim", *ONNX, "--report-json", "{d}/text.bin"],
+     ["--report-json", "text.bin is also the input"]),
+    ("sim-trace-is-also-plot", ["sim", "--trace", "{d}/u.svg", "--plot", "{d}/u.svg"],
+     ["--plot", "u.svg is also --trace"]),
     ("schedule-trace-unwritable", ["schedule", "{d}/text.bin", "--trace", UNWRITABLE],
      ["--trace", "cannot write in /proc"]),
 ]
@@ -205,7 +223,7 @@ def catalogue_size() -> int:
 @pytest.mark.parametrize("argv, words",
                          sample([pytest.param(*row[1:], id=row[0]) for row in CLI_DOORS], 2))
 def test_command_line_doors(argv, words, d, capsys):
-    argv = [a.format(d=d) for a in argv]
+    argv = [a.format(d=d, n=d.name) for a in argv]
     before = sorted(p.name for p in d.iterdir())
     assert_refused(*run_cli(argv, capsys), words)
     assert sorted(p.name for p in d.iterdir()) == before, "a refused command wrote a file"
