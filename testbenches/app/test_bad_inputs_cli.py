@@ -18,7 +18,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
+import systolica.compiler
 from systolica import files
 from systolica.app import cli
 from systolica.arch.config import preset
@@ -26,7 +29,7 @@ from systolica.compiler import CompileError
 from systolica.compiler.assignment import library
 
 from test_bad_inputs import assert_clear, assert_refused, run_cli
-from tiers import sample
+from tiers import examples, sample
 
 #: A place no one (root included) can create a file in.
 UNWRITABLE = "/proc/systolica-out"
@@ -316,3 +319,86 @@ def test_function_library_file(content, words, tmp_path):
     with pytest.raises(CompileError) as e:
         library.load(preset("tiny"), path)
     assert_clear(str(e.value), [str(path)] + words)
+
+
+# -- random command lines ------------------------------------------------------------------
+class Reached(Exception):
+    """The command got past its doors to the work (stubbed out here)."""
+
+
+#: Per command: options and the values each may take, good and bad ({d}: the inputs).
+PATHS = ["{d}/out.x", "{d}/out.x", "", "{d}/a-dir", "{d}/newdir/", "{d}/fifo", "/dev/null",
+         UNWRITABLE, "{d}/file/x", "{d}/text.bin"]
+OPTIONS = {
+    "sim": {"--gemm": ["8x8x8", "0x4x4", "4x4"], "--demo": ["cnn", "mlp", "nope"],
+            "--onnx": ["{d}/text.bin", "{d}/fifo", "/dev/zero", "{d}/none.onnx"],
+            "--golden-only": None, "--waves": None, "--seed": ["0", "3", "-1", "x"],
+            "--tolerance": ["0", "2.5", "-1", "nan"], "--assign": ["c=host", "c"],
+            "--constant": ["w={d}/one.npy", "w={d}/fifo", "w"],
+            "--calibration": ["{d}/one.npy", "{d}/fifo"],
+            "--benefit-threshold": ["0.5", "inf"], "--cost-threshold": ["1", "-1"],
+            "--trace": PATHS, "--plot": PATHS, "--report-json": PATHS},
+    "compile": {"--gemm": ["8x8x8", "1x1x0"], "--onnx": ["{d}/text.bin", "{d}/fifo"],
+                "--seed": ["1", "-2"], "--int32": None, "--listing": None,
+                "--out": PATHS, "--trace": PATHS, "--plot": PATHS},
+    "chain": {"--example": ["seed001", "bank-split", "x"],
+              "--strategy": ["all", "baseline", "baseline,fused_crop", "a,b,c"],
+              "--outputs-per-pass": ["4", "0", "-3", "99"],
+              "--weights": ["pass", "stream,pass,pass"], "--no-share": None},
+    "run": {"--port": ["{d}/fifo"], "--gemm": ["8x8x8"], "--demo": ["mlp"],
+            "--seed": ["1"], "--board": ["ulx3s", "nope"]},
+    "bench": {"--out": PATHS},
+    "library": {"--out": PATHS},
+    "schedule": {"FILE": ["{d}/text.bin", "{d}/fifo", "/dev/zero", "{d}/huge.stp"],
+                 "--trace": PATHS, "--image": PATHS, "--insert-delays": None},
+    "disasm": {"FILE": ["{d}/text.bin", "{d}/fifo", "/dev/zero", "{d}/huge.bin", ""]},
+}
+
+
+@st.composite
+def command_lines(draw) -> list[str]:
+    command = draw(st.sampled_from(sorted(OPTIONS)))
+    argv = [command]
+    for option, values in OPTIONS[command].items():
+        if option != "FILE" and not draw(st.booleans()):
+            continue
+        if option != "FILE":
+            argv.append(option)
+        if values is not None:
+            argv.append(draw(st.sampled_from(values)))
+    return argv
+
+
+@pytest.fixture
+def stubbed_work(monkeypatch):
+    """The long steps of every command raise Reached: only the doors run."""
+    from systolica.app import bench_cases, board
+    from systolica.compiler.assignment import calibrate, partition
+    from systolica.compiler.frontend import stp
+
+    def reached(*_, **__):
+        raise Reached
+    for owner, name in ((systolica.compiler, "compile_network"), (partition, "plan_model"),
+                        (calibrate, "measure"), (bench_cases, "cases"),
+                        (board, "run_on_port"), (stp, "compile_program")):
+        monkeypatch.setattr(owner, name, reached)
+
+
+@settings(database=None, derandomize=True, deadline=None, max_examples=examples(120),
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(argv=command_lines())
+def test_random_command_lines_are_refused_in_one_line_or_reach_the_work(
+        argv, d, stubbed_work, capsys):
+    """Any mix of options: one `systolica: error:` line and exit 2 (argparse's usage
+    before it), or the work begins; never a traceback, and nothing written before
+    the work."""
+    argv = [a.format(d=d, n=d.name) for a in argv]
+    before = sorted(p.name for p in d.iterdir())
+    try:
+        status, out, err = run_cli(argv, capsys)
+    except Reached:
+        capsys.readouterr()
+    else:
+        assert status == 2, (argv, status, out, err)
+        assert_refused(status, out, err, [])
+    assert sorted(p.name for p in d.iterdir()) == before, argv
