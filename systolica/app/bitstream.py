@@ -309,6 +309,11 @@ def main(argv: list[str] | None = None) -> int:
                    help="chip preset (default: the board's)")
     p.add_argument("--out", type=Path, help="build directory (default build/fpga/BOARD)")
     args = p.parse_args(argv)
+    try:        # before minutes of synthesis: the build directory can be written
+        files.check_output((args.out or Path("build") / "fpga" / args.board) / "report.json",
+                           "--out")
+    except files.FileError as exc:
+        p.error(str(exc))
     try:
         report = build(args.board, args.config, args.out)
     except BitstreamError as exc:

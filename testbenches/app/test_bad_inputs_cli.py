@@ -219,7 +219,7 @@ CLI_DOORS = [
 
 
 def catalogue_size() -> int:
-    return len(CLI_DOORS) + len(LIBRARY)
+    return len(CLI_DOORS) + len(LIBRARY) + len(ENTRY_POINTS)
 
 
 @pytest.mark.timeout(60)
@@ -402,3 +402,39 @@ def test_random_command_lines_are_refused_in_one_line_or_reach_the_work(
         assert status == 2, (argv, status, out, err)
         assert_refused(status, out, err, [])
     assert sorted(p.name for p in d.iterdir()) == before, argv
+
+
+# -- the other entry points ----------------------------------------------------------------
+def _figures(d):
+    from systolica.app import figures
+    return figures.main([str(d / "fifo"), str(d / "figures.md")])
+
+
+def _logic_depth(d):
+    from systolica.app import logic_depth
+    return logic_depth.main([str(d / "fifo")])
+
+
+def _bitstream(d):
+    from systolica.app import bitstream
+    return bitstream.main(["--out", str(d / "file")])
+
+
+ENTRY_POINTS = [
+    # (id, run(d) -> exit status, key words of the one error line)
+    ("figures-bench-fifo", _figures, ["fifo is a named pipe", "bench's JSON file"]),
+    ("logic-depth-netlist-fifo", _logic_depth, ["fifo is a named pipe", "netlist"]),
+    ("bitstream-out-is-a-file", _bitstream, ["--out", "file is a file, not a directory"]),
+]
+
+
+@pytest.mark.parametrize("run, words", [pytest.param(*row[1:], id=row[0])
+                                        for row in ENTRY_POINTS])
+def test_other_entry_points(run, words, d, capsys):
+    try:
+        status = run(d)
+    except SystemExit as exc:       # argparse's error
+        status = exc.code
+    out, err = capsys.readouterr()
+    assert status == 2 and out == "", (status, out, err)
+    assert_clear(err.strip().splitlines()[-1], words)
