@@ -13,7 +13,11 @@ leaves nothing behind.
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
+import sys
 import threading
+import time
 from pathlib import Path
 
 import numpy as np
@@ -438,3 +442,34 @@ def test_other_entry_points(run, words, d, capsys):
     out, err = capsys.readouterr()
     assert status == 2 and out == "", (status, out, err)
     assert_clear(err.strip().splitlines()[-1], words)
+
+
+#: Run as a process: `compile --out` whose compile stalls, to be interrupted.
+STALLED = """
+import sys, time
+from pathlib import Path
+import systolica.compiler
+from systolica.app import cli
+def stall(*_, **__):
+    Path(sys.argv[1]).write_text("")
+    time.sleep(60)
+systolica.compiler.compile_network = stall
+sys.exit(cli.main(["compile", "--gemm", "8x8x8", "--out", sys.argv[2]]))
+"""
+
+
+@pytest.mark.timeout(60)
+def test_ctrl_c_in_a_real_process_is_one_line_and_exit_130(tmp_path):
+    out = tmp_path / "prog.bin"
+    out.write_bytes(b"before")
+    proc = subprocess.Popen([sys.executable, "-c", STALLED, str(tmp_path / "stalling"),
+                             str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    while not (tmp_path / "stalling").exists():
+        assert proc.poll() is None, proc.communicate()
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGINT)
+    stdout, stderr = proc.communicate(timeout=30)
+    assert (proc.returncode, stdout, stderr) == (130, "", "systolica: interrupted\n")
+    assert out.read_bytes() == b"before"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["prog.bin", "stalling"]
