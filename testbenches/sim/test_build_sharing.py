@@ -113,3 +113,22 @@ def test_concurrent_builds_share_one_and_a_killed_build_is_redone(tmp_path):
     assert third.returncode == 0, err
     assert Path(json.loads(out.splitlines()[-1])) == built
     assert len(_generated(here)) == 2
+
+
+def test_a_stale_build_in_use_by_another_process_is_not_pruned(tmp_path):
+    """Old builds of a family are deleted when a new one is made, but not one whose
+    lock is held (a process building or checking it now)."""
+    family = tmp_path / "family"
+    new, old = family / "new", family / "old"
+    for d in (new, old):
+        (d / "sim_build").mkdir(parents=True)
+        (d / "build.stamp").write_text("key")
+    long_ago = time.time() - verilated.STALE_BUILD_SECONDS - 60
+    for p in (old, old / "build.stamp"):
+        os.utime(p, (long_ago, long_ago))
+    with verilated.locked(old / ".lock"):
+        os.utime(old, (long_ago, long_ago))
+        verilated._prune(family, keep=new)
+        assert old.exists()
+    verilated._prune(family, keep=new)
+    assert not old.exists() and new.exists()
