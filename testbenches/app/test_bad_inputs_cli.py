@@ -223,7 +223,7 @@ CLI_DOORS = [
 
 
 def catalogue_size() -> int:
-    return len(CLI_DOORS) + len(LIBRARY) + len(ENTRY_POINTS)
+    return len(CLI_DOORS) + len(LIBRARY) + len(ENTRY_POINTS) + len(ONNX_DOORS)
 
 
 @pytest.mark.timeout(60)
@@ -473,3 +473,28 @@ def test_ctrl_c_in_a_real_process_is_one_line_and_exit_130(tmp_path):
     assert (proc.returncode, stdout, stderr) == (130, "", "systolica: interrupted\n")
     assert out.read_bytes() == b"before"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["prog.bin", "stalling"]
+
+
+# -- options an ONNX model makes idle --------------------------------------------------------
+@pytest.fixture(scope="module")
+def models(tmp_path_factory) -> Path:
+    import onnx
+
+    from systolica.models import onnx_zoo
+    m = tmp_path_factory.mktemp("models")
+    onnx.save(onnx_zoo.qdq_cnn(), str(m / "qdq.onnx"))
+    np.savez(m / "cal.npz", x=np.zeros((2, 1, 3, 16, 16), np.float32))
+    return m
+
+
+ONNX_DOORS = [
+    ("sim-calibration-for-a-quantised-model",
+     ["sim", "--onnx", "{m}/qdq.onnx", "--golden-only", "--calibration", "{m}/cal.npz"],
+     ["'qdq_cnn'", "quantised already", "--calibration", "for a float model", "drop them"]),
+]
+
+
+@pytest.mark.parametrize("argv, words", [pytest.param(*row[1:], id=row[0])
+                                         for row in ONNX_DOORS])
+def test_onnx_model_doors(argv, words, models, capsys):
+    assert_refused(*run_cli([a.format(m=models) for a in argv], capsys), words)
