@@ -38,6 +38,10 @@ LIMITS = {
 }
 
 
+#: The longest file name (one path component, bytes) the usual file systems take.
+NAME_MAX = 255
+
+
 class FileError(Exception):
     """A path given as an input or an output cannot be used; the message says why."""
 
@@ -71,6 +75,8 @@ def _opened(path, what: str, option: str | None, limit: int) -> Iterator[tuple[i
                         f"path of {what}")
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+    except ValueError:                  # a NUL in the name
+        raise FileError(f"{name!r}: not a file name; give the path of {what}") from None
     except FileNotFoundError:
         raise FileError(f"{name}: no such file; give the path of {what}") from None
     except PermissionError:
@@ -138,29 +144,42 @@ def check_output(path, option: str) -> Path:
         raise FileError(f"{option} {text} names a directory; give a file name in it, e.g. "
                         f"{option} {os.path.join(text, 'out')}")
     p = Path(text)
-    if p.is_dir():
-        raise FileError(f"{option} {text} is a directory; give a file name")
-    if p.exists():
-        kind = _kind(p.stat().st_mode)
-        if kind:
-            raise FileError(f"{option} {text} is {kind}, not a regular file; give a file "
-                            f"name")
-    parent = p.parent
-    while not parent.exists():
-        if parent.is_symlink() or parent == parent.parent:
-            break
-        parent = parent.parent
+    if len(os.fsencode(p.name)) > NAME_MAX:     # (the trial file's name is shorter)
+        raise FileError(f"{option} {text}: the file name is {len(os.fsencode(p.name))} "
+                        f"bytes long, more than the {NAME_MAX} a file system takes; give "
+                        f"a shorter one")
+    try:
+        if p.is_dir():
+            raise FileError(f"{option} {text} is a directory; give a file name")
+        if p.exists():
+            kind = _kind(p.stat().st_mode)
+            if kind:
+                raise FileError(f"{option} {text} is {kind}, not a regular file; give a "
+                                f"file name")
+        parent = p.parent
+        while not parent.exists():
+            if parent.is_symlink() or parent == parent.parent:
+                break
+            parent = parent.parent
+    except OSError as e:            # a directory on the way too long, looping links...
+        raise FileError(f"{option} {text}: {e.strerror or e}; give another path") from None
     if parent.exists() and not parent.is_dir():
         raise FileError(f"{option} {text}: {parent} is a file, not a directory; give "
                         f"another path")
-    try:
-        fd, trial = tempfile.mkstemp(dir=parent, prefix=".systolica-check-")
+    try:    # the name the write will use (a name too long for the file system fails here)
+        fd, trial = tempfile.mkstemp(dir=parent, prefix=_temp_prefix(p), suffix=".tmp")
     except OSError as e:
         raise FileError(f"{option} {text}: cannot write in {parent} "
                         f"({e.strerror or e}); give another path") from None
     os.close(fd)
     os.unlink(trial)
     return p
+
+
+def _temp_prefix(path: Path) -> str:
+    """The start of the name of `path`'s temporary file: hidden, and short enough that
+    any name the file system takes has a temporary one it takes too."""
+    return f".{path.name[:64]}."
 
 
 def _target(path: Path) -> Path:
@@ -183,7 +202,7 @@ def atomic_open(path, mode: str = "w") -> Iterator[IO]:
         raise FileError(f"{path} is {_kind(path.stat().st_mode)}, not a regular file; "
                         f"give a file name")
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=_temp_prefix(path), suffix=".tmp")
     try:
         umask = os.umask(0)
         os.umask(umask)

@@ -166,6 +166,8 @@ CLI_DOORS = [
      ["--out /dev/null is a character device, not a regular file", "file name"]),
     ("compile-out-fifo", ["compile", "--gemm", "8x8x8", "--out", "{d}/fifo"],
      ["--out", "fifo is a named pipe"]),
+    ("compile-out-name-too-long", ["compile", "--gemm", "8x8x8", "--out", "{d}/" + "x" * 300],
+     ["--out", "the file name is 300 bytes long", "more than the 255", "shorter one"]),
     ("compile-plot-empty", ["compile", "--gemm", "8x8x8", "--plot", ""],
      ["--plot ''", "file name is empty"]),
     ("compile-out-is-also-trace", ["compile", "--gemm", "8x8x8", "--out", "{d}/x",
@@ -285,6 +287,13 @@ def test_a_write_through_a_link_keeps_the_link(tmp_path):
 def test_checking_an_output_leaves_nothing_behind(tmp_path):
     files.check_output(tmp_path / "a" / "b" / "out.json", "--out")
     assert os.listdir(tmp_path) == []
+
+
+def test_a_name_as_long_as_the_file_system_takes_is_written(tmp_path):
+    out = tmp_path / ("x" * 255)
+    files.check_output(out, "--out")
+    files.write_atomic(out, b"whole")
+    assert os.listdir(tmp_path) == [out.name] and out.read_bytes() == b"whole"
 
 
 @pytest.mark.timeout(30)
