@@ -27,8 +27,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO
 
-#: Size bounds of the inputs, by kind (bytes).
 MiB = 1 << 20
+#: Size bounds of the inputs, by kind (bytes).
 LIMITS = {
     "image": 256 * MiB,         # a program image (the largest DRAM is far smaller)
     "text": 64 * MiB,           # program text (.stp)
@@ -94,7 +94,7 @@ def _opened(path, what: str, option: str | None, limit: int) -> Iterator[tuple[i
             raise FileError(f"{name} is {kind}, not a regular file; only files are read: "
                             f"save {what} to a file and give its path")
         if st.st_size > limit:
-            raise FileError(f"{name} is {_size(st.st_size)}, more than the {_size(limit)} "
+            raise FileError(f"{name} is {st.st_size:,} bytes, more than the {_size(limit)} "
                             f"{what} may be; it is not {what}, or give a smaller one")
         yield fd, st.st_size
     finally:
