@@ -95,7 +95,7 @@ def _opened(path, what: str, option: str | None, limit: int) -> Iterator[tuple[i
                             f"save {what} to a file and give its path")
         if st.st_size > limit:
             raise FileError(f"{name} is {st.st_size:,} bytes, more than the {_size(limit)} "
-                            f"{what} may be; it is not {what}, or give a smaller one")
+                            f"read as {what}; give the right file, or a smaller one")
         yield fd, st.st_size
     finally:
         os.close(fd)
@@ -122,7 +122,7 @@ def read_input(path, what: str, *, option: str | None = None, kind: str = "json"
                 total += len(chunk)
                 if total > limit:       # it grew while being read
                     raise FileError(f"{_named(path, option)} is more than the "
-                                    f"{_size(limit)} {what} may be; give a smaller one")
+                                    f"{_size(limit)} read as {what}; give a smaller one")
                 chunks.append(chunk)
         except OSError as e:
             raise FileError(f"{_named(path, option)}: cannot read it "
