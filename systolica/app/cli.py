@@ -42,6 +42,8 @@ class _Parser(argparse.ArgumentParser):
     """argparse with the one error format of this command."""
 
     def error(self, message: str):
+        if "not allowed with argument" in message:      # a mutually exclusive pair
+            message += " (each names what to run); give only one of them"
         self.print_usage(sys.stderr)
         self.exit(EXIT_USAGE, f"systolica: error: {message}\n")
 

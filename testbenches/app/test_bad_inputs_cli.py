@@ -75,7 +75,7 @@ CLI_DOORS = [
     ("sim-gemm-and-onnx", ["sim", "--gemm", "8x8x8", *ONNX],
      ["--onnx", "not allowed with argument --gemm"]),
     ("sim-demo-and-gemm", ["sim", "--demo", "mlp", "--gemm", "8x8x8"],
-     ["--gemm", "not allowed with argument --demo"]),
+     ["--gemm", "not allowed with argument --demo", "give only one of them"]),
     ("sim-demo-and-onnx", ["sim", "--demo", "mlp", *ONNX],
      ["--onnx", "not allowed with argument --demo"]),
     ("sim-golden-only-without-onnx", ["sim", "--golden-only"],
