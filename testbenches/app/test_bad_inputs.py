@@ -7,6 +7,7 @@ layer, instruction) and what to do.
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import tempfile
@@ -483,6 +484,13 @@ def unreadable(monkeypatch):
             raise PermissionError(13, "Permission denied", str(self))
         return real(self)
     monkeypatch.setattr(Path, "read_bytes", read_bytes)
+    real_open = os.open
+
+    def os_open(path, flags, *args, **kw):      # how systolica.files opens an input
+        if os.path.basename(os.fspath(path)) == "locked.bin":
+            raise PermissionError(13, "Permission denied", os.fspath(path))
+        return real_open(path, flags, *args, **kw)
+    monkeypatch.setattr(os, "open", os_open)
 
 
 def run_cli(argv, capsys) -> tuple[int, str, str]:

@@ -14,7 +14,6 @@ import zlib
 
 import numpy as np
 import pytest
-from test_bad_inputs import assert_clear, assert_refused, run_cli
 
 from systolica import golden
 from systolica.arch import image_file, isa
@@ -25,6 +24,8 @@ from systolica.arch.loadable import Loadable
 from systolica.firmware.driver import Driver
 from systolica.sim import rtlsim
 from systolica.sim.jobs import RtlJob
+
+from test_bad_inputs import assert_clear, assert_refused, run_cli
 
 TINY = preset("tiny")
 BASE = preset("base")

@@ -223,7 +223,7 @@ def test_chain_takes_a_strategy_per_layer(monkeypatch, capsys):
     status, _, err = run(["chain", "--strategy", "crop_fetch,fused"], capsys)
     assert status == 2 and "fused: not one of baseline, crop_fetch, fused_crop" in err
     status, _, err = run(["chain", "--strategy", "fused_crop,crop_fetch,baseline"], capsys)
-    assert status == 2 and built == [] and "3 entries for 2 layers" in err
+    assert status == 2 and built == [] and "3 kinds for the 2 layers" in err
 
 
 def test_interrupt_ends_with_one_line(monkeypatch, capsys):
