@@ -98,7 +98,7 @@ class Compiled:
     def loadable(self) -> Loadable:
         """What the chip is given to run it: the program and DRAM images, PROG_ADDR and
         the UBUF registers."""
-        return Loadable(self.image, self.dram, self.prog_addr, self.ubuf)
+        return Loadable.for_chip(self.cfg, self.image, self.dram, self.prog_addr, self.ubuf)
 
     @property
     def macs(self) -> int:

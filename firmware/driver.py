@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
+from systolica.arch.config import ChipConfig
 from systolica.arch.isa import WORD_BITS
 from systolica.arch.loadable import Loadable
 from systolica.arch.regs import (
@@ -120,11 +121,15 @@ class Driver:
                                  int.from_bytes(image[offset:offset + 4], "little"))
         return count
 
-    async def load(self, program: Loadable, *, imem_depth: int | None = None) -> int:
+    async def load(self, program: Loadable, *, cfg: ChipConfig) -> int:
         """:meth:`load_program` for a :class:`~systolica.arch.loadable.Loadable` (its
-        image, PROG_ADDR and UBUF registers; its DRAM images are the bus's to write)."""
+        image, PROG_ADDR and UBUF registers; its DRAM images are the bus's to write) on
+        chip `cfg`: refused (:class:`~systolica.arch.errors.ImageError`) before any
+        register is written if its image is corrupted or it was compiled for another
+        chip (docs/image-format.md)."""
+        program.verify(cfg, "the board driver")
         return await self.load_program(program.image, prog_addr=program.prog_addr or 0,
-                                       imem_depth=imem_depth, ubuf=program.ubuf)
+                                       imem_depth=cfg.imem_depth, ubuf=program.ubuf)
 
     async def start(self) -> None:
         await self.bus.write(Reg.CTRL, CTRL_START)

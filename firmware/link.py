@@ -139,7 +139,11 @@ class LinkBus:
 
     # -- the register bus (systolica.firmware.driver.RegisterBus) -------------------------
     async def write(self, reg: Reg, value: int) -> None:
-        await self.request(Command.REG_WRITE, int(reg), value & 0xFFFF_FFFF)
+        # a value the register cannot hold is refused, never cut to its low bits
+        if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value < 1 << 32:
+            raise ValueError(f"register {Reg(reg).name} holds 32 unsigned bits; "
+                             f"{value!r} does not fit")
+        await self.request(Command.REG_WRITE, int(reg), value)
 
     async def read(self, reg: Reg) -> int:
         return int.from_bytes(await self.request(Command.REG_READ, int(reg),

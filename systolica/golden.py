@@ -46,12 +46,15 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from systolica.arch import fabric, fetch, instructions, isa
+from systolica.arch import fabric, fetch, instructions, isa, word_rules
 from systolica.arch.config import ChipConfig, require_config
 from systolica.arch.instructions import Effects, Touch
 from systolica.arch.isa import Opcode
 from systolica.arch.loadable import Loadable
 from systolica.arch.regs import ErrorCode
+from systolica.arch.word_rules import limit_fault as _limit_fault
+from systolica.arch.word_rules import range_fault as _range_fault
+from systolica.arch.word_rules import table_fault as _table_fault
 
 NEVER = -(1 << 62)
 _max = np.maximum.reduce       # ndarray.max without its Python wrapper
@@ -385,19 +388,6 @@ def _port_runs(cycles: np.ndarray) -> list[tuple[int, int]]:
             zip(np.concatenate(([0], cut + 1)), np.concatenate((cut, [len(c) - 1])))]
 
 
-def _range_fault(cfg: ChipConfig, op: Opcode, fields: dict) -> str | None:
-    """The ADDR_RANGE rule: every range non-empty and inside its memory."""
-    for r in instructions.ranges(cfg, op, fields):
-        if not r.nonempty:
-            return (f"its {r.memory} range is empty (rows = 0)" if r.memory in
-                    ("cbuf", "acc", "dram") else f"its {r.memory} fields name nothing "
-                    f"(a count, size or stride of 0, or entries past the last partition)")
-        if r.hi > r.bound:
-            return (f"its {r.memory} range [{r.lo}, {r.hi}) runs past the end of that "
-                    f"memory ({r.bound} rows)")
-    return None
-
-
 def _moved(prepared: tuple, memory: str, off: int, boards_only: bool = False) -> tuple:
     """What ``check`` prepares for an instruction (see its ``decided``), for the
     instruction whose addresses of `memory` are all `off` further on; `boards_only`:
@@ -424,38 +414,6 @@ def _moved(prepared: tuple, memory: str, off: int, boards_only: bool = False) ->
                             else (tc, rows) for tc, rows in dram_writes)
     return (legal, fault, fx, last, reads, writes, port_runs, dram_writes, bank_uses,
             muxes, collect_first)
-
-
-def _table_fault(cfg: ChipConfig, ins: isa.Instr) -> str | None:
-    """The CFG_RANGE rule: every pair names an existing multiplexer and source."""
-    table = fabric.muxes(cfg)
-    for index, value in isa.setcfg_pairs(ins.fields, ins.op):
-        if index >= len(table):
-            return f"there is no multiplexer {index} (the fabric has {len(table)})"
-        if value >= len(table[index].sources):
-            return (f"multiplexer {table[index].name} has no source {value} (it has "
-                    f"{len(table[index].sources)})")
-    return None
-
-
-def _limit_fault(cfg: ChipConfig, ins: isa.Instr) -> str | None:
-    """The CFG_LIMIT rule: pairs per instruction, update interval, domain budget."""
-    pairs = isa.setcfg_pairs(ins.fields, ins.op)
-    if len(pairs) > cfg.max_config_updates_per_cycle:
-        return (f"it carries {len(pairs)} updates; the chip takes at most "
-                f"{cfg.max_config_updates_per_cycle} per cycle")
-    if ins.cycle % cfg.config_update_interval:
-        return (f"cycle {ins.cycle} is not a multiple of the update interval "
-                f"{cfg.config_update_interval}")
-    table = fabric.muxes(cfg)
-    per_domain: dict[str, int] = {}
-    for index, _ in pairs:
-        per_domain[table[index].domain] = per_domain.get(table[index].domain, 0) + 1
-    for domain, count in per_domain.items():
-        if count > cfg.power_domain_budget:
-            return (f"it updates {count} multiplexers of power domain {domain}; the "
-                    f"budget is {cfg.power_domain_budget}")
-    return None
 
 
 def _in_use_fault(cfg: ChipConfig, passing: list[tuple[int, int, int, tuple]],
@@ -706,12 +664,9 @@ def begin_check(cfg: ChipConfig, program: list[isa.Instr], prog_addr: int | None
                         f"image), not {what}")
     words = fetch.words_per_instruction(cfg)
     long_program = len(program) > cfg.imem_depth
-    if long_program and prog_addr is not None and \
-            prog_addr + len(program) * words > cfg.dram_words:
-        return lambda: Timeline([], [], (ErrorCode.PROG_RANGE, 0, 0), 0, [],
-                                f"the program region [{prog_addr}, "
-                                f"{prog_addr + len(program) * words}) runs past the end "
-                                f"of the DRAM ({cfg.dram_words} words)")
+    why = word_rules.program_fault(cfg, len(program), prog_addr)
+    if why:
+        return lambda: Timeline([], [], (ErrorCode.PROG_RANGE, 0, 0), 0, [], why)
     fetched = (prog_addr + cfg.imem_depth * words, prog_addr + len(program) * words) \
         if long_program and prog_addr is not None else None
     fetcher = _Fetcher(cfg)
@@ -834,7 +789,7 @@ def begin_check(cfg: ChipConfig, program: list[isa.Instr], prog_addr: int | None
             helper.report(list(zip(places, hazards)))
 
     for pc, ins in enumerate(program):
-        arrival = 0 if not issued else issued[-1].cycle + 1
+        arrival = 0 if not issued else word_rules.earliest_issue(issued[-1].cycle)
         ready = fetcher.ready(pc, issued)
         reach = max(arrival, ready)
         if ports.conflict is not None and max(ins.cycle, reach) > ports.conflict:
@@ -846,7 +801,7 @@ def begin_check(cfg: ChipConfig, program: list[isa.Instr], prog_addr: int | None
             bank_uses, mux_windows, collect_first = decided(ins)
         if not legal:
             fault = (ErrorCode.ILLEGAL_OPCODE, pc, reach)
-            reason = "no such opcode" if entry is None else entry.legal_rule
+            reason = word_rules.legal_fault(cfg, ins)
             break
         if ins.cycle < reach:
             if ready > arrival:
@@ -1062,7 +1017,8 @@ def run(cfg: ChipConfig, program: Loadable, sample_at=(), *,
     require_config(cfg, "golden.run(cfg, program)")
     if not isinstance(program, Loadable):
         raise TypeError(f"golden.run takes a Loadable (compiled.loadable, or "
-                        f"Loadable(image, dram)), not {type(program).__name__}")
+                        f"Loadable.for_chip(cfg, image, dram)), not {type(program).__name__}")
+    program.verify(cfg, "golden.run")
     image, prog_addr = program.image, program.prog_addr
     if program.ubuf is not None:
         cfg = cfg.at_ubuf(*program.ubuf)

@@ -32,10 +32,11 @@ def program_image(program) -> bytes:
     return isa.to_bytes(words)
 
 
-def rtl_job(program, dram=None, *, prog_addr=None, ubuf=None, readback=None,
+def rtl_job(cfg: ChipConfig, program, dram=None, *, prog_addr=None, ubuf=None, readback=None,
             expect_fault=False, timeout_cycles=None, name="") -> RtlJob:
-    """An :class:`~systolica.sim.jobs.RtlJob` from what a test has at hand (a compiler
-    result, image bytes, instructions or words: :func:`program_image`). ``dram`` (an
+    """An :class:`~systolica.sim.jobs.RtlJob` for chip `cfg` from what a test has at
+    hand (a compiler result, image bytes, instructions or words:
+    :func:`program_image`). ``dram`` (an
     image from word 0 or ``(first_word, image)`` segments), ``prog_addr`` and ``ubuf``
     default to the compiler result's."""
     if dram is None:
@@ -46,20 +47,20 @@ def rtl_job(program, dram=None, *, prog_addr=None, ubuf=None, readback=None,
         ubuf = getattr(program, "ubuf", None)
     if dram is not None and not isinstance(dram, (list, tuple)):
         dram = np.asarray(dram)
-    return RtlJob(Loadable(program_image(program), dram, prog_addr, ubuf),
+    return RtlJob(Loadable.for_chip(cfg, program_image(program), dram, prog_addr, ubuf),
                   readback=None if readback is None else tuple(map(tuple, readback)),
                   expect_fault=expect_fault, timeout_cycles=timeout_cycles, name=name)
 
 
 def run_on_rtl(cfg: ChipConfig, program, dram=None, **options) -> RtlResult:
     """Run one program on the RTL (:func:`rtl_job`'s arguments)."""
-    return rtlsim.run(cfg, [rtl_job(program, dram, **options)])[0]
+    return rtlsim.run(cfg, [rtl_job(cfg, program, dram, **options)])[0]
 
 
 def run_many_on_rtl(cfg: ChipConfig, jobs: list) -> list[RtlResult]:
     """Several runs in one simulator process; ``jobs`` are RtlJobs or keyword dicts for
     :func:`rtl_job` (``program`` plus optional ``dram`` and options)."""
-    return rtlsim.run(cfg, [job if isinstance(job, RtlJob) else rtl_job(**job)
+    return rtlsim.run(cfg, [job if isinstance(job, RtlJob) else rtl_job(cfg, **job)
                             for job in jobs])
 
 

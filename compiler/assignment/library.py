@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
+from systolica import files
 from systolica.arch.config import ChipConfig
 from systolica.compiler.errors import CompileError
 
@@ -99,14 +100,17 @@ def load(cfg: ChipConfig, path: Path | None = None) -> Library:
         raise CompileError(f"no function library for chip {cfg.name!r} at {str(path)!r}; "
                            f"make it: systolica library --config {cfg.name}")
     try:
-        raw = json.loads(path.read_text())
-    except (OSError, ValueError) as e:
-        raise CompileError(f"function library {str(path)!r} cannot be read ({e}); make it "
-                           f"again: systolica library --config {cfg.name}") from None
-    lib = Library(raw["chip"], raw["clock_hz"], raw["fingerprint"],
-                  {p: {k: [tuple(x) for x in v] for k, v in kinds.items()}
-                   for p, kinds in raw["kinds"].items()},
-                  {p: [tuple(x) for x in v] for p, v in raw["transfer"].items()})
+        raw = json.loads(files.read_input(path, "a function library", kind="json"))
+        lib = Library(raw["chip"], raw["clock_hz"], raw["fingerprint"],
+                      {p: {k: [tuple(x) for x in v] for k, v in kinds.items()}
+                       for p, kinds in raw["kinds"].items()},
+                      {p: [tuple(x) for x in v] for p, v in raw["transfer"].items()})
+        if not isinstance(lib.fingerprint, dict):
+            raise ValueError(f"its fingerprint is {lib.fingerprint!r}, not an object")
+    except (files.FileError, ValueError, KeyError, TypeError, AttributeError) as e:
+        what = f"no field {e}" if isinstance(e, KeyError) else str(e)
+        raise CompileError(f"function library {str(path)!r} cannot be read ({what}); make "
+                           f"it again: systolica library --config {cfg.name}") from None
     now = fingerprint(cfg)
     if lib.fingerprint.get("chip") != now["chip"]:
         raise CompileError(f"function library {str(path)!r} is stale: the chip's "
@@ -124,6 +128,4 @@ def load(cfg: ChipConfig, path: Path | None = None) -> Library:
 
 
 def save(lib: Library, path) -> None:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(lib.to_json(), indent=1) + "\n")
+    files.write_atomic(path, json.dumps(lib.to_json(), indent=1) + "\n")

@@ -81,6 +81,10 @@ def plan_model(cfg: ChipConfig, model, inputs: Mapping[str, np.ndarray] | None =
     if m.is_float():
         m = onnx_quantise.quantise(m, options.calibration, per_channel=options.per_channel,
                                    seed=seed)
+    elif options.calibration is not None:
+        raise CompileError(f"model {m.name!r} is quantised already, so its calibration "
+                           f"inputs (--calibration) would be ignored: they are for a float "
+                           f"model; drop them")
     lib = library_module.load(cfg, options.library)
     ops = operations(m.proto)
     refused: dict[int, str] = {}

@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from systolica import files
 from systolica.arch import fabric, isa, timing
 from systolica.arch.config import ChipConfig
 from systolica.compiler.scheduling.datapath import Schedule
@@ -119,7 +120,7 @@ def write_trace(path: str | Path, events: Sequence[dict]) -> None:
     """Chrome trace JSON (object form), loadable in Perfetto and chrome://tracing."""
     doc = {"traceEvents": list(events), "displayTimeUnit": "ns",
            "otherData": {"time_unit": "1 us = 1 clock cycle"}}
-    Path(path).write_text(json.dumps(doc, indent=1) + "\n")
+    files.write_atomic(path, json.dumps(doc, indent=1) + "\n")
 
 
 def listing(what: Schedule | Sequence[isa.Instr] | Sequence[Row],

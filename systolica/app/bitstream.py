@@ -22,6 +22,7 @@ import sys
 import time
 from pathlib import Path
 
+from systolica import files
 from systolica.arch.boards import BOARDS, board
 from systolica.arch.config import PRESETS, preset
 
@@ -147,7 +148,7 @@ def build(board_name: str, config_name: str | None = None,
         _run(argv, out, env, steps, tool.split("-")[0])
     steps = {k: round(v, 1) for k, v in steps.items()}
     report = make_report(spec, cfg, out, name, steps, over)
-    (out / "report.json").write_text(json.dumps(report, indent=1) + "\n")
+    files.write_atomic(out / "report.json", json.dumps(report, indent=1) + "\n")
     return report
 
 
@@ -308,6 +309,11 @@ def main(argv: list[str] | None = None) -> int:
                    help="chip preset (default: the board's)")
     p.add_argument("--out", type=Path, help="build directory (default build/fpga/BOARD)")
     args = p.parse_args(argv)
+    try:        # before minutes of synthesis: the build directory can be written
+        files.check_output((args.out or Path("build") / "fpga" / args.board) / "report.json",
+                           "--out")
+    except files.FileError as exc:
+        p.error(str(exc))
     try:
         report = build(args.board, args.config, args.out)
     except BitstreamError as exc:

@@ -51,7 +51,7 @@ async def run_compiled(bus: LinkBus, compiled: Compiled) -> BoardRun:
     if fetch.fetches(cfg, count):
         await bus.write_dram(compiled.prog_addr, fetch.program_words(cfg, compiled.image))
     driver = Driver(bus)
-    await driver.load(compiled.loadable, imem_depth=cfg.imem_depth)
+    await driver.load(compiled.loadable, cfg=cfg)
     await driver.start()
     try:
         await driver.wait_done(timeout_cycles(compiled))

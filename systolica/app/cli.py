@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import io
 import json
 import os
 import sys
 import threading
+import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -23,10 +25,13 @@ from systolica.arch.config import PRESETS
 EXIT_USAGE = 2
 #: Exit status when the reader of our output went away (as for a process killed by SIGPIPE).
 EXIT_BROKEN_PIPE = 128 + 13
+#: Exit status after Ctrl-C (as for a process killed by SIGINT).
+EXIT_INTERRUPTED = 128 + 2
 #: A step that may run this long without a word says what it is doing (seconds).
 BUILD_NOTICE_SECONDS = 3.0
 
-IMAGE_HINT = "a program image (16-byte words, as `systolica compile --out FILE` writes)"
+IMAGE_HINT = ("a program image (as `systolica compile --out FILE` or `systolica schedule "
+              "--image FILE` writes, docs/image-format.md)")
 TEXT_HINT = "program text (.stp, see docs/scheduling.md)"
 
 
@@ -38,6 +43,8 @@ class _Parser(argparse.ArgumentParser):
     """argparse with the one error format of this command."""
 
     def error(self, message: str):
+        if "not allowed with argument" in message:      # a mutually exclusive pair
+            message += " (each names what to run); give only one of them"
         self.print_usage(sys.stderr)
         self.exit(EXIT_USAGE, f"systolica: error: {message}\n")
 
@@ -77,80 +84,84 @@ def _seed(text: str) -> int:
     return value
 
 
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, not {text!r}")
+    return value
+
+
+def _number(low: float | None = None):
+    """A float type: finite (or +inf when `low` is given), at least `low` if given."""
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            value = float("nan")
+        if value != value or value == float("-inf") or (low is None and value == float("inf")):
+            raise argparse.ArgumentTypeError(f"expected a number, not {text!r}")
+        if low is not None and value < low:
+            raise argparse.ArgumentTypeError(f"expected a number of at least {low:g}, "
+                                             f"not {text!r}")
+        return value
+    return parse
+
+
+#: Options whose value may start with '-' (a negative number, refused by its own check).
+NUMERIC_OPTIONS = ("--gemm", "--seed", "--outputs-per-pass", "--tolerance",
+                   "--benefit-threshold", "--cost-threshold")
+
+
 def _join_negative_values(argv: list[str]) -> list[str]:
     """``--gemm -1x2x3`` as ``--gemm=-1x2x3``: argparse would take the value for an
     option and say only 'expected one argument'; this way its check names the size."""
     out: list[str] = []
     for arg in argv:
-        if out and out[-1] in ("--gemm", "--seed") and arg[:1] == "-" and arg[1:2].isdigit():
+        if out and out[-1] in NUMERIC_OPTIONS and arg[:1] == "-" and arg[1:2].isdigit():
             out[-1] = f"{out[-1]}={arg}"
         else:
             out.append(arg)
     return out
 
 
-# -- files -------------------------------------------------------------------------------
-def _read_bytes(path: str, what: str) -> bytes:
-    try:
-        return Path(path).read_bytes()
-    except FileNotFoundError:
-        raise UsageError(f"{path}: no such file; give the path of {what}") from None
-    except IsADirectoryError:
-        raise UsageError(f"{path} is a directory; give the path of {what}") from None
-    except PermissionError:
-        raise UsageError(f"{path}: permission denied; make it readable or give the path "
-                         f"of another file") from None
-    except OSError as e:
-        raise UsageError(f"{path}: cannot read it ({e.strerror or e}); give the path of "
-                         f"{what}") from None
+# -- files (systolica.files: regular files only, bounded; outputs checked up front and
+# written atomically) -----------------------------------------------------------------------
+def _read_bytes(path: str, what: str, option: str | None = None, kind: str = "image") -> bytes:
+    from systolica import files
+    return files.read_input(path, what, option=option, kind=kind)
 
 
 def _check_output(path: str | None, option: str) -> None:
-    """Refuse an output path that cannot be written before any work is done."""
-    if not path:
+    """Refuse an output path that cannot be written before any work is done (None: the
+    option was not given)."""
+    if path is None:
         return
-    p = Path(path)
-    if p.is_dir():
-        raise UsageError(f"{option} {path} is a directory; give a file name")
-    for parent in p.parents:
-        if parent.exists():
-            if not parent.is_dir():
-                raise UsageError(f"{option} {path}: {parent} is a file, not a directory; "
-                                 f"give another path")
-            if not os.access(parent, os.W_OK):
-                raise UsageError(f"{option} {path}: cannot write in {parent}; give "
-                                 f"another path")
-            break
+    from systolica import files
+    files.check_output(path, option)
+
+
+def _check_outputs(*outputs: tuple[str, str | None], inputs: tuple[str, ...] = ()) -> None:
+    """Check every output (option, path; None: not given) up front, and that no two
+    name the same file and none names an input: one would silently replace the other."""
+    seen: dict[str, str] = {os.path.realpath(p): f"the input {p}" for p in inputs if p}
+    for option, path in outputs:
+        _check_output(path, option)
+        if path is None:
+            continue
+        where = os.path.realpath(path)
+        if where in seen:
+            raise UsageError(f"{option} {path} is also {seen[where]}: writing one would "
+                             f"replace the other; give {option} a file of its own")
+        seen[where] = f"{option}"
 
 
 def _write_bytes(path: str, data: bytes) -> None:
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    Path(path).write_bytes(data)
+    from systolica import files
+    files.write_atomic(path, data)
 
-
-def _program_words(path: str, image: bytes) -> list[int]:
-    """The words of a program image, or a UsageError saying why it is not one."""
-    from systolica.arch import isa
-    n = isa.WORD_BITS // 8
-    if not image:
-        raise UsageError(f"{path} is empty (0 bytes); {IMAGE_HINT} holds at least one "
-                         f"instruction")
-    if len(image) % n:
-        raise UsageError(f"{path} is {len(image)} bytes, {len(image) % n} more than a whole "
-                         f"number of {n}-byte instructions: it is truncated or not a program "
-                         f"image; write it again with `systolica compile --out`")
-    words = isa.from_bytes(image)
-    decoded = [isa.decode(w) for w in words]
-    illegal = [pc for pc, ins in enumerate(decoded) if ins.op is isa.Opcode.ILLEGAL]
-    if illegal:
-        pc = illegal[0]
-        opcode = decoded[pc].fields.get("raw_opcode", int(isa.Opcode.ILLEGAL))
-        raise UsageError(f"{path}: instruction {pc} (byte {pc * n}) has opcode "
-                         f"{opcode}, which the instruction set does not define "
-                         f"({len(illegal)} of {len(words)} words are illegal): it is corrupt "
-                         f"or not a program image; write it again with `systolica compile "
-                         f"--out`")
-    return words
 
 
 # -- long steps --------------------------------------------------------------------------
@@ -201,24 +212,67 @@ def _network(args, cfg):
     from systolica.app import demo
     if getattr(args, "onnx", None):
         from systolica.compiler.frontend import onnx_import
-        return onnx_import.load(args.onnx, seed=args.seed)
+        return onnx_import.load(_onnx_file(args.onnx), seed=args.seed)
     if args.gemm is None:
-        return {"mlp": demo.mlp, "concat": demo.concat}.get(getattr(args, "demo", "cnn"),
+        return {"mlp": demo.mlp, "concat": demo.concat}.get(getattr(args, "demo", None),
                                                            demo.cnn)()
     _check_gemm_fits(cfg, args.gemm)
     from systolica.app.bench_cases import gemm_network
     return gemm_network(*args.gemm, seed=args.seed, int32=getattr(args, "int32", False))
 
 
+#: ``sim``'s options that only an ONNX run uses (dest -> option).
+ONNX_ONLY = {"golden_only": "--golden-only", "assign": "--assign", "constant": "--constant",
+             "benefit_threshold": "--benefit-threshold", "cost_threshold": "--cost-threshold",
+             "tolerance": "--tolerance", "calibration": "--calibration",
+             "report_json": "--report-json"}
+#: ``sim``'s options that an ONNX run does not use, and why.
+NOT_ONNX = {"waves": ("--waves", "its chip programs run without a waveform"),
+            "trace": ("--trace", "it writes no schedule timeline"),
+            "plot": ("--plot", "it writes no unit occupancy plot")}
+#: ``sim``'s outputs when not given (the demo and --gemm runs).
+SIM_TRACE, SIM_PLOT = "build/schedule.json", "build/units.svg"
+
+
+def _given(args, dest: str) -> bool:
+    value = getattr(args, dest, None)
+    return value is not None and value is not False
+
+
+def _check_sim_options(args) -> None:
+    """Refuse an option that this run would ignore, naming it and what it goes with."""
+    if args.onnx:
+        for dest, (option, why) in NOT_ONNX.items():
+            if _given(args, dest):
+                raise UsageError(f"{option} does nothing with --onnx ({why}); drop {option}")
+    else:
+        for dest, option in ONNX_ONLY.items():
+            if _given(args, dest):
+                raise UsageError(f"{option} is for --onnx (an ONNX model's run); give "
+                                 f"--onnx FILE or drop {option}")
+    _check_seed(args)
+
+
+def _check_seed(args) -> None:
+    if _given(args, "seed") and args.gemm is None and not getattr(args, "onnx", None):
+        raise UsageError(f"--seed does nothing for the demo network (its data are "
+                         f"fixed); drop --seed or give --gemm "
+                         f"{'or --onnx ' if hasattr(args, 'onnx') else ''}to run on random "
+                         f"data")
+
+
 def cmd_sim(args) -> int:
     from systolica.app import flow, report
     from systolica.arch.config import preset
     from systolica.compiler import compile_network
+    _check_sim_options(args)
+    args.seed = args.seed or 0
     cfg = preset(args.config)
     if args.onnx:
         return _sim_onnx(args, cfg)
-    _check_output(args.trace, "--trace")
-    _check_output(args.plot, "--plot")
+    args.trace = SIM_TRACE if args.trace is None else args.trace
+    args.plot = SIM_PLOT if args.plot is None else args.plot
+    _check_outputs(("--trace", args.trace), ("--plot", args.plot))
     net = _network(args, cfg)
     compiled = compile_network(cfg, net)   # a network that cannot compile fails now,
     _ensure_built(cfg, args.waves)         # not after minutes of building
@@ -229,13 +283,21 @@ def cmd_sim(args) -> int:
     return 0 if run.ok else 1
 
 
+def _onnx_file(text: str) -> str:
+    """``--onnx FILE``, once it is known to be a regular file of a sane size (a FIFO or
+    a device given as a model must not hang the reader)."""
+    from systolica import files
+    files.check_input(text, "an ONNX model", option="--onnx", kind="onnx")
+    return text
+
+
 def _onnx_source(text: str):
     """An ONNX file, or the name of a light model the onnx package ships (given
     weights: systolica.models.light)."""
     from systolica.models import light
     if text in light.NAMES:
         return light.model(text)
-    return text
+    return _onnx_file(text)
 
 
 def _assignments(items: list[str] | None) -> dict[str, str]:
@@ -251,6 +313,7 @@ def _assignments(items: list[str] | None) -> dict[str, str]:
 
 def _constants(items: list[str] | None) -> dict[str, np.ndarray]:
     """``--constant NAME=FILE.npy``: each input's value, read from its file."""
+    from systolica.files import FileError
     out = {}
     for item in items or []:
         name, sep, path = item.partition("=")
@@ -258,8 +321,13 @@ def _constants(items: list[str] | None) -> dict[str, np.ndarray]:
             raise UsageError(f"--constant {item!r}: write NAME=FILE.npy, e.g. "
                              f"--constant w=weights.npy")
         try:
-            out[name] = np.load(path, allow_pickle=False)
-        except (OSError, ValueError) as e:
+            data = _read_bytes(path, "a .npy array (numpy.save writes one)", kind="array")
+        except FileError as e:
+            raise UsageError(f"--constant {item!r}: {path!r} is not a readable .npy file "
+                             f"({e})") from None
+        try:
+            out[name] = np.load(io.BytesIO(data), allow_pickle=False)
+        except (OSError, ValueError, EOFError) as e:
             raise UsageError(f"--constant {item!r}: {path!r} is not a readable .npy "
                              f"file ({e})") from None
     return out
@@ -270,10 +338,15 @@ def _calibration(path: str | None) -> list[dict] | None:
     the samples along a first axis of their own."""
     if path is None:
         return None
+    raw = _read_bytes(path, "a .npz archive (numpy.savez writes one)", "--calibration",
+                      kind="array")
     try:
-        with np.load(path) as data:
+        data = np.load(io.BytesIO(raw), allow_pickle=False)
+        if not isinstance(data, np.lib.npyio.NpzFile):
+            raise ValueError("it holds one array, not an archive of arrays by input name")
+        with data:
             arrays = {k: data[k] for k in data.files}
-    except (OSError, ValueError) as e:
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as e:
         raise UsageError(f"--calibration {path}: not a readable .npz ({e}); write one with "
                          f"numpy.savez(path, input_name=samples)") from None
     counts = {len(a) for a in arrays.values()}
@@ -296,9 +369,14 @@ def _sim_onnx(args, cfg) -> int:
     from systolica.compiler.assignment.assign import Thresholds
     from systolica.compiler.assignment.partition import PlanOptions, plan_model
     from systolica.sim.progress import Display
-    _check_output(args.report_json, "--report-json")
+    _check_outputs(("--report-json", args.report_json),
+                   inputs=(args.onnx, *(c.partition("=")[2] for c in args.constant or ()),
+                           args.calibration))
     constants = _constants(args.constant)
-    options = PlanOptions(Thresholds(args.benefit_threshold, args.cost_threshold),
+    options = PlanOptions(Thresholds(0.0 if args.benefit_threshold is None
+                                     else args.benefit_threshold,
+                                     float("inf") if args.cost_threshold is None
+                                     else args.cost_threshold),
                           _assignments(args.assign), seed=args.seed,
                           constants=tuple(constants),
                           calibration=_calibration(args.calibration))
@@ -330,7 +408,8 @@ def cmd_library(args) -> int:
     from systolica.arch.config import preset
     from systolica.compiler.assignment import calibrate, library
     cfg = preset(args.config)
-    out = args.out or library.path_for(cfg)
+    out = library.path_for(cfg) if args.out is None else args.out
+    _check_output(str(out), "--out")
     with _notice(f"measuring the function library of {cfg.name} (chip kernels compiled, "
                  f"host kernels timed)..."):
         lib = calibrate.measure(cfg)
@@ -373,7 +452,6 @@ def _write_trace(path: str | None, compiled) -> None:
     if not path:
         return
     from systolica.compiler.backend import trace
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
     trace.write_trace(path, trace.chip_events(compiled.cfg, compiled.program))
     print(f"schedule timeline: {path} (open in https://ui.perfetto.dev or chrome://tracing)")
 
@@ -395,9 +473,13 @@ def cmd_bench(args) -> int:
     from systolica.compiler import CompileError, compile_network
     from systolica.sim import rtlsim
     _check_output(args.out, "--out")
+    plots = Path(args.out).parent / "plots"     # where each run's cycles go
+    if plots.exists() and not plots.is_dir():
+        raise UsageError(f"--out {args.out}: the bench writes its plots into {plots}, "
+                         f"which is a file; move it away or give --out in another "
+                         f"directory")
     cases = bench_cases.cases()
     records = []
-    plots = Path(args.out).parent / "plots"     # where each run's cycles go
     with Progress() as progress:
         task = progress.add_task("bench", total=len(cases) + len(chain_bench.runs()))
         for case in cases:
@@ -502,6 +584,22 @@ def _chain_strategy(text: str):
     return "all" if text == "all" else _per_layer(text, STRATEGIES)
 
 
+def _check_chain_options(args, graph) -> None:
+    """Refuse what the example's chain would not use: more outputs per pass than its
+    last layer has rows, a per-layer list of another length than its layers."""
+    layers = len(graph.nodes)
+    rows = graph.tensor(graph.nodes[-1].outputs[0]).shape[1]
+    if args.outputs_per_pass is not None and args.outputs_per_pass > rows:
+        raise UsageError(f"--outputs-per-pass {args.outputs_per_pass}: the last layer of "
+                         f"--example {args.example} has {rows} output rows; give at most "
+                         f"{rows} (that many is one pass)")
+    for option, value in (("--strategy", args.strategy), ("--weights", args.weights)):
+        if isinstance(value, tuple) and len(value) != layers:
+            raise UsageError(f"{option} {','.join(value)}: {len(value)} kinds for the "
+                             f"{layers} layers of --example {args.example}; give one for "
+                             f"every layer or one per layer")
+
+
 def cmd_chain(args) -> int:
     from systolica.app import flow, report
     from systolica.arch.config import preset
@@ -511,8 +609,9 @@ def cmd_chain(args) -> int:
     from systolica.models import chain_cases
     cfg = preset(args.config)
     builder, per = CHAIN_EXAMPLES[args.example]
-    per = args.outputs_per_pass or per
     make = getattr(chain_cases, builder)
+    _check_chain_options(args, make())
+    per = per if args.outputs_per_pass is None else args.outputs_per_pass
     strategies = STRATEGIES if args.strategy == "all" else (args.strategy,)
     choices = [ChainChoice(s, per, args.weights, share=not args.no_share)
                for s in strategies]
@@ -554,12 +653,11 @@ def cmd_compile(args) -> int:
     if args.onnx and args.int32:
         raise UsageError("--int32 is for --gemm: an ONNX model's outputs have the types "
                          "the model gives them; drop --int32")
-    _check_output(args.out, "--out")
-    _check_output(args.trace, "--trace")
-    _check_output(args.plot, "--plot")
+    _check_outputs(("--out", args.out), ("--trace", args.trace), ("--plot", args.plot),
+                   inputs=(args.onnx,) if args.onnx else ())
     compiled = compile_network(cfg, _network(args, cfg))
     if args.out:
-        _write_bytes(args.out, compiled.image)
+        _write_bytes(args.out, compiled.loadable.to_file())
     _write_trace(args.trace, compiled)
     print(compiled.disassemble() if args.listing else
           f"{len(compiled.program)} instructions, {compiled.predicted_cycles} cycles predicted, "
@@ -577,31 +675,73 @@ def cmd_compile(args) -> int:
 
 
 def cmd_disasm(args) -> int:
-    from systolica.arch import disasm, isa
-    words = _program_words(args.image, _read_bytes(args.image, IMAGE_HINT))
-    for pc, word in enumerate(words):
-        print(f"{pc:5d} {disasm.disassemble_one(isa.decode(word))}")
+    """The image's header, then its listing with each instruction checked as the
+    sequencer checks the word (docs/image-format.md, "disasm"): exit 0 if nothing is
+    wrong, 1 if an instruction would fault or has reserved bits set (each flagged with
+    ``#!`` after its line, counted on stderr), 2 if it is not an image of this chip."""
+    from systolica.arch import disasm, image_file, isa
+    from systolica.arch.config import ConfigError, preset
+    path = args.image
+    image = image_file.unpack(_read_bytes(path, IMAGE_HINT, kind="image"), source=path)
+    if args.config:
+        cfg = preset(args.config)
+        why = image_file.chip_mismatch(path, image.chip, image.fingerprint, cfg)
+        if why:
+            raise UsageError(f"{why} (--config {args.config})")
+    else:
+        cfg = PRESETS.get(image.chip)
+        if cfg is None or cfg.key != image.fingerprint:
+            known = "not a preset" if cfg is None else \
+                f"not the preset of that name ({cfg.key})"
+            raise UsageError(f"{path} was built for chip {image.chip} ({image.fingerprint}), "
+                             f"{known}: its instructions can be checked only against that "
+                             f"chip; give a preset with --config, or recompile the program "
+                             f"for one")
+    at = cfg
+    if image.ubuf is not None:
+        try:
+            at = cfg.at_ubuf(*image.ubuf)
+        except ConfigError as exc:
+            raise UsageError(f"{path}: its header's UBUF registers are not a UBUF of chip "
+                             f"{cfg.name} ({exc}); recompile it") from None
+    extras = "".join([f", PROG_ADDR {image.prog_addr}" if image.prog_addr is not None else "",
+                      f", UBUF base {image.ubuf[0]} rows {image.ubuf[1]}"
+                      if image.ubuf is not None else ""])
+    print(f"# {path}: chip {image.chip} ({image.fingerprint}), {image.count} "
+          f"instructions{extras}")
+    found, flagged, first = 0, set(), None
+    for line, problem in disasm.listing(at, isa.from_bytes(image.words), image.prog_addr):
+        print(line)
+        if problem is not None:
+            found += 1
+            if problem.pc is not None:
+                flagged.add(problem.pc)
+            first = first or problem
+    if found:
+        print(f"systolica: disasm: {path}: {found} problem(s) in {len(flagged)} of "
+              f"{image.count} instructions (lines starting '#!'); the first: {first}",
+              file=sys.stderr)
+        return 1
     return 0
 
 
 def cmd_schedule(args) -> int:
+    from systolica.arch import image_file
     from systolica.arch.config import preset
     from systolica.compiler.backend import trace
     from systolica.compiler.frontend import stp, text
     cfg = preset(args.config)
-    _check_output(args.image, "--image")
-    _check_output(args.trace, "--trace")
+    _check_outputs(("--image", args.image), ("--trace", args.trace), inputs=(args.file,))
     filename = str(Path(args.file))
-    _read_bytes(args.file, TEXT_HINT)          # a missing or unreadable file, said plainly
+    _read_bytes(args.file, TEXT_HINT, kind="text")   # a missing, special or huge file
     prog = text.parse_file(args.file)
     result = stp.compile_program(cfg, prog, insert_delays=args.insert_delays)
     if args.image:
         if result.chip is None:
             raise UsageError(f"{filename} has no chip statements (dma, wload, mm, vpu, cfg) "
                              f"to put in an image; drop --image")
-        _write_bytes(args.image, result.chip.image)
+        _write_bytes(args.image, image_file.pack(cfg, result.chip.image))
     if args.trace:
-        Path(args.trace).parent.mkdir(parents=True, exist_ok=True)
         trace.write_trace(args.trace, result.events(cfg))
     print(trace.listing(result.rows(cfg)))
     return 0
@@ -612,6 +752,8 @@ def cmd_run(args) -> int:
     from systolica.arch.boards import board
     from systolica.arch.config import preset
     from systolica.firmware.link import LinkError
+    _check_seed(args)
+    args.seed = args.seed or 0
     net = _network(args, preset(board(args.board).config))
     try:
         return run_on_port(args.port, args.board, net)
@@ -629,6 +771,7 @@ def parser() -> argparse.ArgumentParser:
     def chip(text: str):
         """A preset's name, or a chip file (.json, docs/chip.md "Chip files")."""
         from systolica.arch.config import ChipConfig, ConfigError
+        from systolica.files import FileError
         if text in PRESETS:
             return PRESETS[text]
         if not text.endswith(".json"):
@@ -636,9 +779,9 @@ def parser() -> argparse.ArgumentParser:
                 f"invalid choice: {text!r} (choose from {', '.join(map(repr, configs))}, "
                 f"or give a chip file ending in .json)")
         try:
-            return ChipConfig.from_json(_read_bytes(text, "a chip file (JSON)"),
+            return ChipConfig.from_json(_read_bytes(text, "a chip file (JSON)", kind="chip"),
                                         source=text)
-        except (UsageError, ConfigError) as e:
+        except (UsageError, FileError, ConfigError) as e:
             raise argparse.ArgumentTypeError(str(e)) from None
 
     def config(p, default="tiny"):
@@ -648,13 +791,14 @@ def parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("sim", help="compile the demo network, run it on the RTL, report")
     config(p)
-    p.add_argument("--gemm", type=_shape, metavar="MxKxN",
-                   help="run one MxKxN int8 GEMM instead of the demo")
-    p.add_argument("--demo", choices=("cnn", "concat", "mlp"), default="cnn",
-                   help="the demo network: the small CNN (default), the MLP, or dense "
-                        "branches joined by a Concat through the general lanes (a chip "
-                        "with them: --config tiny, tiny_2x3, tiny_tall or tiny_wide)")
-    p.add_argument("--onnx", metavar="FILE",
+    what = p.add_mutually_exclusive_group()
+    what.add_argument("--gemm", type=_shape, metavar="MxKxN",
+                      help="run one MxKxN int8 GEMM instead of the demo")
+    what.add_argument("--demo", choices=("cnn", "concat", "mlp"),
+                      help="the demo network: the small CNN (default), the MLP, or dense "
+                           "branches joined by a Concat through the general lanes (a chip "
+                           "with them: --config tiny, tiny_2x3, tiny_tall or tiny_wide)")
+    what.add_argument("--onnx", metavar="FILE",
                    help="run this ONNX model (float, QDQ or QOperator; or the name of a "
                         "model the onnx package ships, e.g. light_squeezenet) instead of "
                         "the demo: each operation on the chip or the host, random inputs "
@@ -669,13 +813,13 @@ def parser() -> argparse.ArgumentParser:
                    help="with --onnx: the model's input NAME is a constant, the array in "
                         "FILE.npy (weights, scales or zero points a model takes as "
                         "inputs: the chip needs them constant); repeat for more")
-    p.add_argument("--benefit-threshold", type=float, default=0.0, metavar="TH1",
+    p.add_argument("--benefit-threshold", type=_number(), metavar="TH1",
                    help="with --onnx: a processor takes an operation when its benefit is "
                         "at least this (default 0)")
-    p.add_argument("--cost-threshold", type=float, default=float("inf"), metavar="TH2",
+    p.add_argument("--cost-threshold", type=_number(0), metavar="TH2",
                    help="with --onnx: ... and its cost at most this many seconds "
                         "(default: no limit)")
-    p.add_argument("--tolerance", type=float, metavar="STEPS",
+    p.add_argument("--tolerance", type=_number(0), metavar="STEPS",
                    help="with --onnx: the largest difference from onnxruntime an output "
                         "may show (default: docs/assignment.md's)")
     p.add_argument("--calibration", metavar="FILE.npz",
@@ -684,12 +828,15 @@ def parser() -> argparse.ArgumentParser:
                         "random ones, for performance studies only)")
     p.add_argument("--report-json", metavar="FILE",
                    help="with --onnx: write the assignment and the run as JSON here")
-    p.add_argument("--seed", type=_seed, default=0, help="random data for --gemm, --onnx")
+    p.add_argument("--seed", type=_seed,
+                   help="random data for --gemm, --onnx (default 0)")
     p.add_argument("--waves", action="store_true", help="write an FST waveform of the run")
-    p.add_argument("--trace", default="build/schedule.json", metavar="FILE",
-                   help="write the schedule timeline (Chrome trace / Perfetto JSON) here")
-    p.add_argument("--plot", default="build/units.svg", metavar="FILE",
-                   help="write the unit occupancy plot (SVG) here")
+    p.add_argument("--trace", metavar="FILE",
+                   help=f"write the schedule timeline (Chrome trace / Perfetto JSON) here "
+                        f"(default {SIM_TRACE}; not with --onnx)")
+    p.add_argument("--plot", metavar="FILE",
+                   help=f"write the unit occupancy plot (SVG) here (default {SIM_PLOT}; "
+                        f"not with --onnx)")
     p.set_defaults(func=cmd_sim)
     p = sub.add_parser("chain", help="run a chain of convolutions in passes on the RTL, "
                                      "with and without the UBUF (seed 001's examples)")
@@ -704,7 +851,7 @@ def parser() -> argparse.ArgumentParser:
                    help="how halo rows are had: baseline, crop_fetch or fused_crop, for "
                         "every layer or one per layer, comma-separated (default: all, "
                         "each in turn)")
-    p.add_argument("--outputs-per-pass", type=int, metavar="N",
+    p.add_argument("--outputs-per-pass", type=_positive_int, metavar="N",
                    help="rows of the last layer's output per pass (default: the example's)")
     p.add_argument("--weights", type=_chain_weights, metavar="KIND[,KIND...]",
                    help="weights loaded once (persistent), at each layer's turn in every "
@@ -719,11 +866,12 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--port", required=True, help="the board's serial port, e.g. /dev/ttyUSB0")
     p.add_argument("--board", default="ulx3s", choices=sorted(BOARDS),
                    help="the board (default ulx3s)")
-    p.add_argument("--gemm", type=_shape, metavar="MxKxN",
-                   help="run one MxKxN int8 GEMM instead of the demo")
-    p.add_argument("--demo", choices=("cnn", "mlp"), default="cnn",
-                   help="the demo network: the small CNN (default) or the MLP")
-    p.add_argument("--seed", type=_seed, default=0, help="random data for --gemm")
+    what = p.add_mutually_exclusive_group()
+    what.add_argument("--gemm", type=_shape, metavar="MxKxN",
+                      help="run one MxKxN int8 GEMM instead of the demo")
+    what.add_argument("--demo", choices=("cnn", "mlp"),
+                      help="the demo network: the small CNN (default) or the MLP")
+    p.add_argument("--seed", type=_seed, help="random data for --gemm (default 0)")
     p.set_defaults(func=cmd_run)
     p = sub.add_parser("bench", help="benchmark GEMMs and the demo; write JSON records")
     p.add_argument("--out", default="build/bench.json", metavar="FILE")
@@ -751,8 +899,12 @@ def parser() -> argparse.ArgumentParser:
     config(p)
     p.add_argument("--out", metavar="FILE", help="write it here (default: the preset's)")
     p.set_defaults(func=cmd_library)
-    p = sub.add_parser("disasm", help="disassemble a program image")
+    p = sub.add_parser("disasm", help="disassemble a program image, checking every "
+                                      "instruction as the chip decodes it")
     p.add_argument("image", help="program image, e.g. from `systolica compile --out`")
+    p.add_argument("--config", choices=configs, default=None,
+                   help="the chip to check it against (default: the preset its header "
+                        "names; its fingerprint must match either way)")
     p.set_defaults(func=cmd_disasm)
     p = sub.add_parser("schedule", help="schedule a .stp program; print the listing")
     p.add_argument("file", help="program text (.stp), see docs/scheduling.md")
@@ -779,13 +931,27 @@ def _quiet_stdout() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run one command; its exit status (0, 1 for a run whose results disagree, 2 for
+    a bad input, 130 when interrupted)."""
+    try:
+        return _main(argv)
+    except KeyboardInterrupt:
+        # Every file is written atomically and every build stamped last, so nothing
+        # half-written stays behind.
+        print("systolica: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+
+
+def _main(argv: list[str] | None) -> int:
     argv = _join_negative_values(sys.argv[1:] if argv is None else list(argv))
     args = parser().parse_args(argv)
 
     from systolica.arch.config import ConfigError
+    from systolica.arch.errors import ImageError
     from systolica.arch.isa import EncodingError
     from systolica.compiler import CompileError
     from systolica.compiler.errors import InternalError
+    from systolica.files import FileError
     from systolica.sim.rtlsim import RtlSimError
     try:
         status = args.func(args)
@@ -794,7 +960,8 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:
         _quiet_stdout()
         return EXIT_BROKEN_PIPE
-    except (UsageError, CompileError, ConfigError, EncodingError, RtlSimError) as exc:
+    except (UsageError, FileError, CompileError, ConfigError, EncodingError, ImageError,
+            RtlSimError) as exc:
         return _fail(str(exc))
     except InternalError as exc:
         return _fail(f"{exc} (a bug in the compiler, not in what it was given: please "
@@ -802,9 +969,6 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as exc:
         where = f"{exc.filename}: " if exc.filename else ""
         return _fail(f"{where}{exc.strerror or exc}; check the path and its permissions")
-    except KeyboardInterrupt:
-        print("systolica: interrupted", file=sys.stderr)
-        return 128 + 2
 
 
 if __name__ == "__main__":

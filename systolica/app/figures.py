@@ -17,12 +17,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
-import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+
+from systolica import files
 
 BENCH_JSON = "build/bench.json"
 FIGURES_MD = "docs/figures.md"
@@ -378,14 +378,14 @@ def page(records: list[dict]) -> str:
 def read(path: Path) -> list[dict]:
     """The records in bench file `path`, or a FiguresError naming it and what to run."""
     again = "run `make bench` to write it again"
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
+    if not path.exists() and not path.is_symlink():
         raise FiguresError(f"{path} does not exist; run `make bench` to write it (a whole "
-                           f"bench run takes most of an hour)") from None
-    except IsADirectoryError:
-        raise FiguresError(f"{path} is a directory; give the bench's JSON file") from None
-    except (OSError, UnicodeDecodeError) as e:
+                           f"bench run takes most of an hour)")
+    try:
+        text = files.read_input(path, "the bench's JSON file", kind="json").decode("utf-8")
+    except files.FileError as e:
+        raise FiguresError(str(e)) from None
+    except UnicodeDecodeError as e:
         raise FiguresError(f"cannot read {path}: {e}; {again}") from None
     try:
         data = json.loads(text)
@@ -398,17 +398,8 @@ def read(path: Path) -> list[dict]:
 
 
 def write(path: Path, text: str) -> None:
-    """Write `text` to `path` whole or not at all (a temporary file beside it, renamed
-    over it)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
+    """Write `text` to `path` whole or not at all (:func:`systolica.files.write_atomic`)."""
+    files.write_atomic(path, text)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -428,8 +419,9 @@ def main(argv: list[str] | None = None) -> int:
                                f"again") from None
         try:
             write(args.out, text)
-        except OSError as e:
-            raise FiguresError(f"cannot write {args.out}: {e.strerror or e}") from None
+        except (OSError, files.FileError) as e:
+            raise FiguresError(f"cannot write {args.out}: "
+                               f"{getattr(e, 'strerror', None) or e}") from None
     except FiguresError as e:
         print(f"figures: error: {e}", file=sys.stderr)
         return EXIT_ERROR

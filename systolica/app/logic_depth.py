@@ -20,6 +20,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from systolica import files
+
 #: Per cell type: output port -> the input ports it depends on combinationally, and
 #: the inputs that add no level (a wide multiplexer's data inputs, a carry input).
 ARCS = {
@@ -153,7 +155,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--top", default="top")
     p.add_argument("--paths", type=int, default=3, help="deepest paths to show")
     args = p.parse_args(argv)
-    paths, histogram = deepest(json.loads(args.netlist.read_text()), args.top, args.paths)
+    try:
+        netlist = json.loads(files.read_input(args.netlist, "a yosys JSON netlist"))
+    except (files.FileError, ValueError) as e:
+        p.error(f"{args.netlist}: {e}" if isinstance(e, ValueError) else str(e))
+    paths, histogram = deepest(netlist, args.top, args.paths)
     shown = list(histogram.items())[:10]
     print("endpoints by logic levels: " + ", ".join(f"{lv}: {n}" for lv, n in shown))
     for path in paths:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import math
 
+from systolica import files
 from systolica.app.onnx_run import ModelRun
 from systolica.compiler.assignment.partition import Plan
 
@@ -111,5 +112,5 @@ def to_json(run: ModelRun) -> dict:
 
 
 def write_json(run: ModelRun, path: str) -> None:
-    with open(path, "w") as f:
+    with files.atomic_open(path) as f:
         json.dump(to_json(run), f, indent=1, default=float)

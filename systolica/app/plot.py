@@ -8,6 +8,7 @@ from __future__ import annotations
 from html import escape
 from pathlib import Path
 
+from systolica import files
 from systolica.compiler.backend import unit_use
 
 PALETTE = ("#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2", "#edc948",
@@ -72,6 +73,4 @@ def occupancy_svg(compiled, title: str = "", bins: int = 400) -> str:
 
 
 def write_occupancy(path: str | Path, compiled, title: str = "") -> None:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(occupancy_svg(compiled, title))
+    files.write_atomic(path, occupancy_svg(compiled, title))

@@ -98,7 +98,8 @@ def skip_records(rows: int = 256) -> list[dict]:
         for skips in (False, True):
             route, keep, prog = program(cfg, moves, col0, skips, rows=rows)
             image = dram(cfg, 5, rows)
-            jobs.append(RtlJob(Loadable(isa.to_bytes([isa.encode(i) for i in prog]), image),
+            words = isa.to_bytes([isa.encode(i) for i in prog])
+            jobs.append(RtlJob(Loadable.for_chip(cfg, words, image),
                                readback=((places(rows)[2], rows),),
                                name=f"route_{name}_{'skips' if skips else 'plain'}"))
             meta.append((skips, route, prog, expected(cfg, image, moves, col0, keep, rows)))

@@ -163,8 +163,9 @@ def nd_programs(cfg: ChipConfig, x: np.ndarray, perm: tuple[int, ...]):
                   key=lambda i: i.cycle)
     readback = ((out_at, out_words),)
     jobs = {"on_chip": RtlJob(compiled.loadable, readback=readback),
-            "dram_round_trip": RtlJob(Loadable(isa.to_bytes([isa.encode(i) for i in trip]),
-                                               compiled.dram), readback=readback)}
+            "dram_round_trip": RtlJob(Loadable.for_chip(
+                cfg, isa.to_bytes([isa.encode(i) for i in trip]), compiled.dram),
+                readback=readback)}
     return jobs, compiled
 
 
@@ -273,7 +274,8 @@ def records(cfg_name: str = CONFIG, shapes=SHAPES) -> list[dict]:
         x = rng.integers(-128, 128, (M, N), dtype=np.int8)
         progs, image, (at, words) = programs(cfg, x)
         for name, program in progs.items():
-            jobs.append(RtlJob(Loadable(isa.to_bytes([isa.encode(i) for i in program]), image),
+            code = isa.to_bytes([isa.encode(i) for i in program])
+            jobs.append(RtlJob(Loadable.for_chip(cfg, code, image),
                                readback=((at, words),), name=f"transpose_{M}x{N}_{name}"))
             meta.append((M, N, name, x))
     results = rtlsim.run(cfg, jobs)

@@ -86,7 +86,8 @@ class Fields:
 class Range:
     """Rows ``[lo, hi)`` of ``memory`` ("cbuf", "acc", "dram"); legal iff ``nonempty``
     and ``hi <= bound``. ``touched`` is False for a range that is checked but not
-    accessed (a bias row the instruction does not add)."""
+    accessed (a bias row the instruction does not add). ``needs`` says in words what
+    ``nonempty`` requires of the fields (fault messages, disasm)."""
     memory: Any
     lo: Any
     hi: Any
@@ -96,6 +97,7 @@ class Range:
     touched: Any = True
     window: tuple[int, int] | None = None   # cycles after issue it is accessed in, when
                                             # shorter than the instruction's ``done``
+    needs: str = "rows must be at least 1"
 
 
 @dataclass
@@ -581,10 +583,11 @@ class Matmul(Instruction):
     def ranges(self, cfg, f, select=py_select):
         nonempty = (f.rows != 0) & ((f.conv == 0) | ((f.in_w != 0) & (f.in_h != 0)))
         span = select(f.conv, f.in_h * f.in_w, f.rows)
+        needs = "rows must be at least 1, and for a conv (conv = 1) in_w and in_h too"
         return [Range("cbuf", f.act_addr, f.act_addr + span, cfg.cbuf_depth, READ,
-                      nonempty),
+                      nonempty, needs=needs),
                 Range("acc", f.acc_addr, f.acc_addr + f.rows, cfg.acc_depth, ACCUMULATE,
-                      nonempty),
+                      nonempty, needs=needs),
                 # the latched state: read at issue only
                 Range("geom", 0, 1, 1, READ, touched=f.conv, window=(0, 1)),
                 Range("taps", f.taps, f.taps + 1, isa.TAP_TABLES, READ, touched=f.conv,
@@ -839,7 +842,9 @@ class Vrun(Instruction):
         lo = cfg.ubuf_base + off
         first = select(wraps, room, select(crop != 0, f.rows, 0))   # empty: no crop
         return [Range("cbuf", lo, lo + first, end, WRITE,
-                      nonempty=(crop == 0) | (f.rows <= cfg.ubuf_rows), touched=crop),
+                      nonempty=(crop == 0) | (f.rows <= cfg.ubuf_rows), touched=crop,
+                      needs="a fused crop (crop = 1) writes at most ubuf_rows rows (none "
+                            "on a chip without a UBUF)"),
                 Range("cbuf", cfg.ubuf_base,
                       cfg.ubuf_base + select(wraps, f.rows - room, 0), end, WRITE,
                       touched=wraps)]
@@ -1219,7 +1224,8 @@ class Convcfg(RegisterWrite):
 
     def ranges(self, cfg, f, select=py_select):
         return [Range("geom", 0, 1, 1, WRITE, nonempty=(f.out_w != 0) & (f.sh != 0)
-                      & (f.sw != 0), window=(0, 1))]
+                      & (f.sw != 0), window=(0, 1),
+                      needs="out_w and the strides sh and sw must be at least 1")]
 
     def execute(self, chip, f):
         chip.geom = {k: f[k] for k in ("out_w", "sh", "sw", "top", "left", "pad")}
@@ -1236,7 +1242,9 @@ class Taps(RegisterWrite):
     def ranges(self, cfg, f, select=py_select):
         return [Range("taps", f.table, f.table + 1, isa.TAP_TABLES, WRITE,
                       nonempty=(f.count != 0) & (f.count <= isa.TAPS_PER_WORD)
-                      & (f.first + f.count <= cfg.rows), window=(0, 1))]
+                      & (f.first + f.count <= cfg.rows), window=(0, 1),
+                      needs=f"count must be 1 to {isa.TAPS_PER_WORD} and first + count at "
+                            f"most the array's rows (partitions)")]
 
     def execute(self, chip, f):
         for p, th, tw in isa.taps_entries(f):

@@ -84,6 +84,10 @@ def crc8(data: bytes, crc: int = 0) -> int:
 
 def request(command: Command, addr: int = 0, arg: int = 0, data: bytes = b"") -> bytes:
     """The bytes of one request (``data`` only with DRAM_WRITE)."""
+    for name, value in (("addr", addr), ("arg", arg)):
+        if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value < 1 << 32:
+            raise ValueError(f"a {Command(command).name} request's {name} is a 4-byte "
+                             f"unsigned field (0 .. 2**32 - 1), not {value!r}")
     header = bytes([int(command)]) + addr.to_bytes(4, "little") + arg.to_bytes(4, "little")
     frame = bytes([REQUEST_SYNC]) + header + bytes([crc8(header)])
     if command == Command.DRAM_WRITE:

@@ -4,9 +4,12 @@ driver)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
+
+from systolica.arch import image_file
+from systolica.arch.errors import ImageError
 
 
 @dataclass(frozen=True, eq=False)
@@ -20,20 +23,66 @@ class Loadable:
       instruction memory is fetched from (the host writes the image there too); None:
       the program is not fetched (it must fit the instruction memory);
     * ``ubuf``: ``(UBUF_BASE, UBUF_ROWS)`` as the host writes them before the run;
-      None: the registers' reset values (the chip's configuration).
+      None: the registers' reset values (the chip's configuration);
+    * ``chip``, ``fingerprint``, ``checksum``: the stamp (docs/image-format.md): the
+      name and ``ChipConfig.key`` of the chip it was compiled for and the CRC-32 of
+      ``image``. Make one with :meth:`for_chip`; every consumer calls :meth:`verify`.
     """
     image: bytes
     dram: np.ndarray | tuple[tuple[int, np.ndarray], ...]
     prog_addr: int | None = None
     ubuf: tuple[int, int] | None = None
+    chip: str = field(kw_only=True)
+    fingerprint: str = field(kw_only=True)
+    checksum: int = field(kw_only=True)
+
+    @classmethod
+    def for_chip(cls, cfg, image: bytes, dram, prog_addr: int | None = None,
+                 ubuf: tuple[int, int] | None = None) -> Loadable:
+        """A Loadable of `image` compiled for chip `cfg` (a ChipConfig, the hardware:
+        a moved UBUF goes in `ubuf`), stamped with its name, fingerprint and the
+        image's checksum."""
+        if not isinstance(image, (bytes, bytearray)):
+            raise TypeError(f"a Loadable's image must be bytes (isa.to_bytes of the "
+                            f"program words), not {type(image).__name__}")
+        image = bytes(image)
+        return cls(image, dram, prog_addr, ubuf, chip=cfg.name, fingerprint=cfg.key,
+                   checksum=image_file.checksum(image))
 
     def __post_init__(self):
         if not isinstance(self.image, (bytes, bytearray)):
             raise TypeError(f"a Loadable's image must be bytes (isa.to_bytes of the "
                             f"program words), not {type(self.image).__name__}")
+        if not (isinstance(self.chip, str) and isinstance(self.fingerprint, str)
+                and isinstance(self.checksum, int)):
+            raise TypeError(f"a Loadable's stamp is the chip's name and fingerprint "
+                            f"(str) and the image's CRC-32 (int): make it with "
+                            f"Loadable.for_chip(cfg, image, dram), not chip={self.chip!r}, "
+                            f"fingerprint={self.fingerprint!r}, checksum={self.checksum!r}")
         if self.ubuf is not None and (not isinstance(self.ubuf, tuple) or len(self.ubuf) != 2):
             raise TypeError(f"a Loadable's ubuf must be (base, rows) or None, not "
                             f"{self.ubuf!r}")
+
+    def verify(self, cfg, consumer: str) -> None:
+        """Refuse (:class:`ImageError`, naming `consumer`) to run on chip `cfg` if the
+        image no longer matches its checksum or was compiled for another chip."""
+        got = image_file.checksum(bytes(self.image))
+        if got != self.checksum:
+            raise ImageError(
+                f"{consumer}: the program image is corrupted: its CRC-32 is {got:#010x}, "
+                f"it was stamped {self.checksum:#010x} when it was compiled for chip "
+                f"{self.chip}; do not run it: compile it again (or stamp a new image "
+                f"with Loadable.for_chip)")
+        why = image_file.chip_mismatch(f"{consumer}: the program", self.chip,
+                                       self.fingerprint, cfg)
+        if why:
+            raise ImageError(why)
+
+    def to_file(self) -> bytes:
+        """The image file of its program (docs/image-format.md): the words with the
+        chip, PROG_ADDR and UBUF registers in the header."""
+        return image_file.pack_stamped(self.chip, self.fingerprint, bytes(self.image),
+                                       prog_addr=self.prog_addr, ubuf=self.ubuf)
 
     def segments(self) -> list[tuple[int, np.ndarray]]:
         """The initial DRAM as ``(first_word, uint8 image)`` pieces: the image from

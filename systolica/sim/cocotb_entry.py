@@ -4,7 +4,7 @@ one simulated chip.
 The environment variable ``SYSTOLICA_JOBS`` names a JSON file written by the host::
 
     {"word_bytes": R, "dram_words": N, "imem_depth": D, "dram_in": path,
-     "dram_out": path, "results": path,
+     "dram_out": path, "results": path, "chip": {ChipConfig.to_dict() of the chip},
      "jobs": [{"name": str, "program": path, "prog_addr": int, "ubuf": [base, rows] | null,
                "dram": path | null,
                "readback": [[first_word, words], ...], "timeout_cycles": int,
@@ -12,7 +12,9 @@ The environment variable ``SYSTOLICA_JOBS`` names a JSON file written by the hos
 
 (relative paths are relative to the jobs file). For each job the chip is reset, the
 DRAM is zeroed and loaded from the job's load file (:func:`dramfile.write_segments`
-format; nothing more when ``dram`` is null), the program is loaded and started, the
+format; nothing more when ``dram`` is null), the program is read from its image file
+(docs/image-format.md: refused unless intact and built for ``chip``, with its PROG_ADDR
+and UBUF registers from the header), loaded and started, the
 counters are read once the cycle counter reaches each of ``samples``, and after the
 interrupt (done or fault) or the timeout the counters are read and each requested
 word range is dumped and saved as a ``.npy`` file. The results file is rewritten
@@ -31,6 +33,8 @@ from pathlib import Path
 import cocotb
 import numpy as np
 
+from systolica.arch import image_file
+from systolica.arch.config import ChipConfig
 from systolica.arch.regs import Reg
 from systolica.firmware.cocotb_bus import CocotbBus
 from systolica.firmware.driver import (
@@ -61,6 +65,7 @@ async def run_jobs(dut):
     spec = json.loads(jobs_file.read_text())
     word_bytes = spec["word_bytes"]
     results_file = base / spec["results"]
+    chip = ChipConfig(**spec["chip"])        # the chip the host built the simulator of
 
     bus = CocotbBus(dut, dram_in=base / spec["dram_in"], dram_out=base / spec["dram_out"],
                     word_bytes=word_bytes)
@@ -74,9 +79,10 @@ async def run_jobs(dut):
             await bus.load_dram([])
         else:
             await bus.load_dram_file(base / job["dram"])
-        program = (base / job["program"]).read_bytes()
-        await driver.load_program(program, prog_addr=job["prog_addr"],
-                                  imem_depth=spec["imem_depth"], ubuf=job.get("ubuf"))
+        path = base / job["program"]
+        image = image_file.unpack(path.read_bytes(), source=str(path), cfg=chip)
+        await driver.load_program(image.words, prog_addr=image.prog_addr or 0,
+                                  imem_depth=spec["imem_depth"], ubuf=image.ubuf)
 
         wall = time.perf_counter()
         start_cycle = bus.sim_cycle()

@@ -37,7 +37,8 @@ class RtlJob:
     def __post_init__(self):
         if not isinstance(self.program, Loadable):
             raise TypeError(f"an RtlJob runs a Loadable (compiled.loadable, or "
-                            f"Loadable(image, dram)), not {type(self.program).__name__}")
+                            f"Loadable.for_chip(cfg, image, dram)), not "
+                            f"{type(self.program).__name__}")
         cycles = list(self.samples)
         if not all(isinstance(c, (int, np.integer)) and not isinstance(c, bool) and c >= 0
                    for c in cycles) or cycles != sorted(cycles):

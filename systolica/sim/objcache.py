@@ -105,7 +105,9 @@ def _store(entry: Path, target: Path) -> None:
         tmp = entry / f"{name}.{os.getpid()}"
         tmp.write_bytes(data)
         os.replace(tmp, entry / name)
-    (entry / MANIFEST).write_text(json.dumps(manifest, sort_keys=True))
+    tmp = entry / f"{MANIFEST}.{os.getpid()}"
+    tmp.write_text(json.dumps(manifest, sort_keys=True))
+    os.replace(tmp, entry / MANIFEST)       # whole, and last: marks a complete entry
 
 
 def main(argv: list[str]) -> int:

@@ -98,8 +98,9 @@ class RandomProgram:
     def job(self) -> RtlJob:
         """A job for :func:`systolica.sim.rtlsim.run`; faults are judged by
         :func:`compare`, not by the runner."""
-        return RtlJob(Loadable(self.image, self.dram), readback=tuple(self.readback) or ((0, 1),),
-                      expect_fault=None, name=self.name)
+        return RtlJob(Loadable.for_chip(self.cfg, self.image, self.dram),
+                      readback=tuple(self.readback) or ((0, 1),), expect_fault=None,
+                      name=self.name)
 
     def reproduce(self) -> str:
         """A shell command that regenerates this program and reruns the comparison."""
@@ -903,7 +904,7 @@ def illegal(cfg: ChipConfig, seed: int, category: str | None = None) -> RandomPr
 # -- comparison ----------------------------------------------------------------------------
 def expected(prog: RandomProgram):
     """The golden model's result for `prog` (a :class:`systolica.golden.GoldenResult`)."""
-    return golden.run(prog.cfg, Loadable(prog.image, prog.dram))
+    return golden.run(prog.cfg, Loadable.for_chip(prog.cfg, prog.image, prog.dram))
 
 
 def compare(prog: RandomProgram, rtl: dict) -> list[str]:

@@ -40,7 +40,7 @@ from pathlib import Path
 
 import numpy as np
 
-from systolica.arch import fetch, isa, timing
+from systolica.arch import fetch, image_file, isa, timing
 from systolica.arch.config import ChipConfig, require_config
 from systolica.arch.regs import STATUS_ERROR
 from systolica.firmware import dramfile
@@ -232,9 +232,9 @@ def _write_jobs(cfg: ChipConfig, jobs: list[RtlJob], run_dir: Path) -> list[dict
         if not isinstance(job, RtlJob):
             raise RtlSimError(f"job {index} must be an RtlJob, not {type(job).__name__}")
         program = job.program
+        program.verify(cfg, f"rtlsim.run job {index} ({job.name or f'job{index}'})")
         image = bytes(program.image)
-        prog = f"job{index}.bin"
-        (run_dir / prog).write_bytes(image)
+        prog = f"job{index}.img"
         segments = [] if program.dram is None else _dram_segments(cfg, program.dram)
         prog_addr = program.prog_addr
         count = len(image) // (isa.WORD_BITS // 8)
@@ -266,6 +266,9 @@ def _write_jobs(cfg: ChipConfig, jobs: list[RtlJob], run_dir: Path) -> list[dict
             if why:
                 raise RtlSimError(f"job {index}: UBUF base {base}, rows {rows}: {why}")
             ubuf = [base, rows]
+        # the simulator's side reads the program back from its image file, checked
+        # against the chip (docs/image-format.md)
+        (run_dir / prog).write_bytes(program.to_file())
         end = _expected_end(cfg, image)
         specs.append({
             "name": job.name or f"job{index}",
@@ -402,11 +405,13 @@ def _run_cxx(cfg: ChipConfig, out: Path, run_dir: Path, specs: list[dict]) -> li
         dram_in = run_dir / (spec["dram"] or f"job{index}-dram.hex")
         if spec["dram"] is None:
             dramfile.write_segments(dram_in, [])
+        path = run_dir / spec["program"]
+        image = image_file.unpack(path.read_bytes(), source=str(path), cfg=cfg)
         try:
             res = cxxsim.run_job(out / "sim_build" / HDL_TOPLEVEL, run_dir, index,
-                                 program=(run_dir / spec["program"]).read_bytes(),
-                                 prog_addr=spec["prog_addr"], imem_depth=cfg.imem_depth,
-                                 ubuf=spec["ubuf"],
+                                 program=image.words,
+                                 prog_addr=image.prog_addr or 0, imem_depth=cfg.imem_depth,
+                                 ubuf=list(image.ubuf) if image.ubuf else None,
                                  dram_in=dram_in, readback=spec["readback"],
                                  word_bytes=cfg.dram_word_bytes,
                                  timeout_cycles=spec["timeout_cycles"],
@@ -427,7 +432,7 @@ def _run_cocotb(cfg: ChipConfig, out: Path, run_dir: Path, specs: list[dict],
     jobs_file = run_dir / "jobs.json"
     jobs_file.write_text(json.dumps({
         "word_bytes": cfg.dram_word_bytes, "dram_words": cfg.dram_words,
-        "imem_depth": cfg.imem_depth,
+        "imem_depth": cfg.imem_depth, "chip": cfg.to_dict(),
         "dram_in": "dram_in.hex", "dram_out": "dram_out.hex",
         "results": "results.json", "jobs": specs,
     }, indent=1))

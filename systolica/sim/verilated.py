@@ -11,14 +11,16 @@ this process or any other, built the same inputs:
   (followed through the import statements, without importing them), the parameters,
   the hand-written sources, the options and the tool versions. Generating the Verilog
   takes seconds, so it happens only when a build is needed;
-* a file lock in that directory lets concurrent processes (pytest-xdist workers) wait
-  for one build and reuse it; a stamp written last marks a finished build;
+* a file lock in that directory lets concurrent processes (pytest-xdist workers, two
+  commands run at once) wait for one build and reuse it; a stamp written last, and
+  atomically, marks a finished build, so a build that was interrupted (Ctrl-C, a kill)
+  has no stamp and is done again by the next caller, never trusted half-made;
 * within a process the answer is remembered, so later calls cost nothing;
 * the Verilator runtime library, the same C++ in every build, is compiled once per
   set of compiler options and shared (:mod:`systolica.sim.objcache`).
 
 Builds of a design family (same label) that have not been used for a while are
-deleted when a newer one is made.
+deleted when a newer one is made, unless another process holds their lock.
 """
 
 from __future__ import annotations
@@ -37,6 +39,8 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from systolica import files
 
 HDL = Path(__file__).resolve().parent / "hdl"
 #: Verilator's FST writer needs LZ4: a header-only stand-in is compiled in and an empty
@@ -194,12 +198,18 @@ def objcache_command() -> str:
 
 
 @contextlib.contextmanager
-def locked(path: Path):
-    """Hold an exclusive lock on `path` (created if missing) across processes."""
+def locked(path: Path, wait: bool = True):
+    """Hold an exclusive lock on `path` (created if missing) across processes; the
+    kernel drops it when the holder dies. With ``wait=False``, yield False at once
+    instead of waiting when another process holds it (else True)."""
     with open(path, "a") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
         try:
-            yield
+            fcntl.flock(f, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+        except BlockingIOError:
+            yield False
+            return
+        try:
+            yield True
         finally:
             fcntl.flock(f, fcntl.LOCK_UN)
 
@@ -391,7 +401,7 @@ def _verilate(design: Design, out: Path, key: str) -> None:
         raise BuildError(f"Verilator build of {design.label} failed ({exc}); "
                          f"{log} ends:\n{log_tail(log, 60)}") from None
     (out / "build.time").write_text(f"{time.perf_counter() - began:.1f}\n")
-    stamp.write_text(key)
+    files.write_atomic(stamp, key)      # last: only a whole build is ever trusted
 
 
 def _runner(public: str, cxx: tuple[Path, ...] = ()):
@@ -443,5 +453,8 @@ def _prune(family: Path, keep: Path) -> None:
         if other == keep or not other.is_dir():
             continue
         used = max((p.stat().st_mtime for p in (stamp, other) if p.exists()), default=0)
-        if now - used > STALE_BUILD_SECONDS:
-            shutil.rmtree(other, ignore_errors=True)
+        if now - used <= STALE_BUILD_SECONDS:
+            continue
+        with locked(other / ".lock", wait=False) as mine:
+            if mine:            # else another process is building or checking it now
+                shutil.rmtree(other, ignore_errors=True)

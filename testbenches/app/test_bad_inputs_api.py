@@ -12,7 +12,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from test_bad_inputs import assert_clear, assert_refused, run_cli
 
 from systolica import golden
 from systolica.app import flow
@@ -30,6 +29,7 @@ from systolica.compiler.scheduling.datapath import MAX_DELAY_REGISTERS
 from systolica.sim import rtlsim
 
 from paths import EXAMPLES
+from test_bad_inputs import assert_clear, assert_refused, run_cli
 
 TINY = preset("tiny")
 A = np.ones((4, 8), np.int8)

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from systolica.app import bench_cases, cli
-from systolica.arch import disasm, isa
+from systolica.arch import disasm, image_file, isa
 from systolica.arch.config import PRESETS, preset
 from systolica.compiler.frontend import stp
 from systolica.sim import rtlsim
@@ -47,10 +47,13 @@ def test_compile_then_disasm_round_trip(tmp_path, capsys):
     status, out, _ = run(["compile", "--gemm", "8x16x8", "--out", str(image)], capsys)
     assert status == 0 and "instructions" in out and "cycles predicted" in out
     n = out.split()[0]
-    assert len(isa.from_bytes(image.read_bytes())) == int(n)
+    words = image_file.unpack(image.read_bytes(), source="g.bin", cfg=preset("tiny")).words
+    assert len(isa.from_bytes(words)) == int(n)
     status, listing, err = run(["disasm", str(image)], capsys)
     assert status == 0 and err == ""
-    assert listing == disasm.disassemble(image.read_bytes()) + "\n"
+    head, _, listing = listing.partition("\n")
+    assert head.startswith(f"# {image}: chip tiny ({preset('tiny').key}), {n} instructions")
+    assert listing == disasm.disassemble(words) + "\n"
     status, listed, _ = run(["compile", "--gemm", "8x16x8", "--listing"], capsys)
     code = "".join(line for line in listed.splitlines(keepends=True)
                    if not line.startswith("# "))
@@ -77,7 +80,7 @@ def test_compile_an_onnx_model(tmp_path, capsys):
     assert status == 0 and err == ""
     assert (f"{len(want.program)} instructions, {want.predicted_cycles} cycles predicted, "
             f"MAC utilisation {want.utilisation:.3f}") in out.splitlines()
-    assert image.read_bytes() == want.image
+    assert image.read_bytes() == want.loadable.to_file()
     assert trace.read_text().startswith(("{", "[")) and plot.read_text().startswith("<svg")
     assert f"{want.network.name} on chip tiny (predicted)" in plot.read_text()
     # another seed, other inputs: the same program, other data in DRAM
@@ -138,7 +141,8 @@ def test_schedule_writes_the_chip_image(tmp_path, capsys):
                          capsys)
     assert status == 0 and "mm" in out
     expected = stp.compile_file(preset("tiny"), EXAMPLES / "gemm_tiny.stp").chip.image
-    assert image.read_bytes() == expected
+    assert image_file.unpack(image.read_bytes(), source="g.bin", cfg=preset("tiny")).words \
+        == expected
 
 
 def test_program_text_with_a_byte_order_mark_is_read(tmp_path, capsys):
@@ -154,13 +158,14 @@ def test_output_piped_into_head_ends_quietly(tmp_path):
     the exit status is that of a process ended by SIGPIPE."""
     word = isa.encode(isa.Instr(isa.Opcode.DMA, 5, dict(kind=0, dram_addr=1, dram_stride=1,
                                                         buf_addr=2, rows=3)))
-    (tmp_path / "big.bin").write_bytes(isa.to_bytes([word] * 20000))   # ~1.5 MB of text
-    script = (f"{sys.executable} -m systolica.app.cli disasm big.bin | head -1; "
+    words = isa.to_bytes([word] * 20000)                   # ~1.5 MB of text
+    (tmp_path / "big.bin").write_bytes(image_file.pack(preset("tiny"), words))
+    script = (f"{sys.executable} -m systolica.app.cli disasm big.bin | head -2; "
               f"echo ${{PIPESTATUS[0]}} > status")
     proc = subprocess.run(["bash", "-c", script], cwd=tmp_path, capture_output=True,
                           text=True, timeout=120)
     assert proc.stderr == ""
-    assert proc.stdout.splitlines() == [f"{0:5d} {disasm.disassemble_one(isa.decode(word))}"]
+    assert proc.stdout.splitlines()[1:] == [f"{0:5d} {disasm.disassemble_one(isa.decode(word))}"]
     assert (tmp_path / "status").read_text().strip() == str(cli.EXIT_BROKEN_PIPE)
 
 
@@ -218,7 +223,7 @@ def test_chain_takes_a_strategy_per_layer(monkeypatch, capsys):
     status, _, err = run(["chain", "--strategy", "crop_fetch,fused"], capsys)
     assert status == 2 and "fused: not one of baseline, crop_fetch, fused_crop" in err
     status, _, err = run(["chain", "--strategy", "fused_crop,crop_fetch,baseline"], capsys)
-    assert status == 2 and built == [] and "3 entries for 2 layers" in err
+    assert status == 2 and built == [] and "3 kinds for the 2 layers" in err
 
 
 def test_interrupt_ends_with_one_line(monkeypatch, capsys):

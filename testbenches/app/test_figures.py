@@ -8,6 +8,7 @@ import json
 
 import pytest
 
+from systolica import files
 from systolica.app import figures
 
 RUN = {"name": "gemm_64x64x64", "config": "base", "M": 64, "K": 64, "N": 64,
@@ -214,7 +215,7 @@ def test_a_failed_write_leaves_the_old_page(tmp_path, monkeypatch, capsys):
 
     def fail(src, dst):
         raise OSError(28, "No space left on device")
-    monkeypatch.setattr(figures.os, "replace", fail)
+    monkeypatch.setattr(files.os, "replace", fail)
     assert figures.main([str(bench), str(out)]) == 2
     assert capsys.readouterr().err == (f"figures: error: cannot write {out}: No space left "
                                        f"on device\n")

@@ -52,9 +52,9 @@ def golden_run(cfg, network) -> flow.NetworkRun:
     ends = []
     for layer in compiled.layers:
         upto = 1 + max(pc for pc, of in enumerate(compiled.layer_of) if of == layer.index)
-        ends.append(golden.run(cfg, Loadable(isa.to_bytes(words[:upto]),
-                                             compiled.dram)).cycles)
-    full = golden.run(cfg, Loadable(compiled.image, compiled.dram), sample_at=ends)
+        ends.append(golden.run(cfg, Loadable.for_chip(cfg, isa.to_bytes(words[:upto]),
+                                                      compiled.dram)).cycles)
+    full = golden.run(cfg, Loadable.for_chip(cfg, compiled.image, compiled.dram), sample_at=ends)
     layers, start, before = [], 0, dict.fromkeys(flow.COUNTERS, 0)
     for layer, end, at in zip(compiled.layers, ends, full.samples):
         share = {k: at[k] - before[k] for k in flow.COUNTERS}

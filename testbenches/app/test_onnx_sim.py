@@ -137,7 +137,7 @@ def test_sim_onnx_fails_when_onnxruntime_disagrees(tmp_path, capsys):
     model = tmp_path / "cnn.onnx"
     onnx.save(onnx_zoo.float_cnn(), str(model))
     status, out, _ = _cli(["sim", "--config", "tiny", "--onnx", str(model), "--golden-only",
-                           "--tolerance", "-1"], capsys)
+                           "--tolerance", "0"], capsys)
     assert status == 1 and "FAIL" in out and "differs from onnxruntime" in out
 
 

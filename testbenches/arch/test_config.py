@@ -55,7 +55,8 @@ def test_golden_model_touches_only_the_words_a_run_uses():
                   dict(kind=DmaKind.STORE_CBUF, dram_addr=0, dram_stride=1, buf_addr=0,
                        rows=8))
     before = _resident_bytes()
-    run = golden.run(cfg, Loadable(isa.to_bytes([isa.encode(load), isa.encode(store)]),
+    run = golden.run(cfg, Loadable.for_chip(cfg,
+                                            isa.to_bytes([isa.encode(load), isa.encode(store)]),
                                    ((top - 8, data),)))
     grown = _resident_bytes() - before
     assert run.error.name == "NONE" and run.dram.shape == (top, R)

@@ -190,7 +190,8 @@ def test_long_gemm_compiles_and_runs_on_the_golden_model():
     plain = compile_network(TINY, net)
     assert plain.fetch_delay == 0
     assert compiled.predicted_cycles == plain.predicted_cycles + compiled.fetch_delay
-    gold = golden.run(SMALL, Loadable(compiled.image, compiled.dram, compiled.prog_addr))
+    gold = golden.run(SMALL, Loadable.for_chip(SMALL, compiled.image, compiled.dram,
+                                               compiled.prog_addr))
     assert gold.cycles == compiled.predicted_cycles
     np.testing.assert_array_equal(compiled.result(gold.dram), reference.run(net))
 
@@ -206,7 +207,8 @@ def test_deep_k_gemm_delays_past_overlapping_windows(depth):
     cfg = TINY.replace(imem_depth=depth)
     compiled = compile_network(cfg, net)
     assert compiled.fetch_delay > 0
-    gold = golden.run(cfg, Loadable(compiled.image, compiled.dram, compiled.prog_addr))
+    gold = golden.run(cfg, Loadable.for_chip(cfg, compiled.image, compiled.dram,
+                                             compiled.prog_addr))
     assert gold.error is ErrorCode.NONE and gold.cycles == compiled.predicted_cycles
     np.testing.assert_array_equal(compiled.result(gold.dram), reference.run(net))
 
@@ -246,4 +248,4 @@ def test_driver_preloads_only_the_instruction_memory():
 def test_harness_needs_the_program_region_of_a_long_program():
     image = isa.to_bytes([isa.encode(i) for i in hog(SMALL, 25, 27)])
     with pytest.raises(rtlsim.RtlSimError, match="give its Loadable a prog_addr"):
-        rtlsim.run(SMALL, [RtlJob(Loadable(image, None))])
+        rtlsim.run(SMALL, [RtlJob(Loadable.for_chip(SMALL, image, None))])

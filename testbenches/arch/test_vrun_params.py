@@ -145,7 +145,7 @@ GOLDEN_CASES = {
 @pytest.mark.parametrize("name", list(GOLDEN_CASES))
 def test_golden_model_equals_the_formula(name):
     image, dram, want, predicted = case(*GOLDEN_CASES[name])
-    run = golden.run(CFG, Loadable(image, dram))
+    run = golden.run(CFG, Loadable.for_chip(CFG, image, dram))
     assert run.error == ErrorCode.NONE
     assert run.cycles == predicted
     for got, w in zip(outputs(run.dram, want), want):
@@ -222,7 +222,7 @@ def test_rtl_equals_the_formula_in_the_predicted_cycles(rtl_runs, name):
     image, dram, want, predicted = built[name]
     res = results[name]
     assert res.error_name == "NONE", f"chip fault {res.error_name} at pc {res.fault_pc}"
-    gold = golden.run(CFG, Loadable(image, dram))
+    gold = golden.run(CFG, Loadable.for_chip(CFG, image, dram))
     assert res.cycles == predicted == gold.cycles
     for got, g, w in zip(outputs(res.dram, want), outputs(gold.dram, want), want):
         if w is not None:

@@ -51,7 +51,7 @@ def test_golden_equals_numpy(name):
     """Pure Python: every case compiles for the latency and the golden model running
     the program equals numpy."""
     c = compile_network(ACC2, CASES[name]())
-    got = c.results(golden.run(ACC2, Loadable(c.image, c.dram, c.prog_addr)).dram)
+    got = c.results(golden.run(ACC2, Loadable.for_chip(ACC2, c.image, c.dram, c.prog_addr)).dram)
     for k, want in reference.outputs(c.graph).items():
         np.testing.assert_array_equal(got[k], want, err_msg=f"{name}: golden vs numpy")
 

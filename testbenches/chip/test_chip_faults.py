@@ -91,7 +91,8 @@ def fault_runs():
 def test_fault_is_reported_like_the_golden_model(fault_runs, case):
     program, code = FAULTS[case]
     res = fault_runs[case]
-    gold = golden.run(CFG, Loadable(image(program), np.zeros((CFG.dram_words, R), np.uint8)))
+    gold = golden.run(CFG, Loadable.for_chip(CFG, image(program),
+                                             np.zeros((CFG.dram_words, R), np.uint8)))
     assert gold.error == code
     assert res.error == code, f"chip says {res.error_name}"
     assert res.irq and res.faulted and not res.timed_out
@@ -143,7 +144,8 @@ def test_setcfg_on_a_multiplexer_in_use_faults(in_use_runs, case):
     cycle after the window the same SETCFG is legal. The golden model agrees."""
     program, (code, pc, cycle) = IN_USE[case]
     res = in_use_runs[case]
-    gold = golden.run(CFG, Loadable(image(program), np.zeros((CFG.dram_words, R), np.uint8)))
+    gold = golden.run(CFG, Loadable.for_chip(CFG, image(program),
+                                             np.zeros((CFG.dram_words, R), np.uint8)))
     assert res.irq and not res.timed_out
     assert res.error_name == code.name
     assert gold.error == code
@@ -197,7 +199,7 @@ def routing_runs():
 @pytest.mark.parametrize("case", list(ROUTINGS))
 def test_fabric_routing_matches_golden(routing_runs, case):
     (program, dram), res = routing_runs[case]
-    gold = golden.run(CFG, Loadable(image(program), dram))
+    gold = golden.run(CFG, Loadable.for_chip(CFG, image(program), dram))
     assert res.error_name == "NONE"
     np.testing.assert_array_equal(res.readback[0], gold.dram[200:224])
     assert res.cycles == gold.cycles == timing.run_cycles(CFG, program)

@@ -37,7 +37,8 @@ def _net(M, K, N, seed):
 
 
 def _compiled_case(cfg, compiled, name):
-    gold = golden.run(cfg, Loadable(compiled.image, compiled.dram, compiled.prog_addr))
+    gold = golden.run(cfg, Loadable.for_chip(cfg, compiled.image, compiled.dram,
+                                             compiled.prog_addr))
     return dict(program=compiled, name=name, readback=[(0, compiled.dram_map.end)]), gold
 
 
@@ -61,8 +62,8 @@ def test_long_programs_on_a_small_instruction_memory():
                                      ("prog_range", late, over, True)):
         jobs.append(dict(program=_image(program), name=name, prog_addr=at,
                          expect_fault=fault, readback=[(0, 1)]))
-        golds.append(golden.run(SMALL, Loadable(_image(program),
-                                                np.zeros((1, SMALL.rows), np.uint8), at)))
+        golds.append(golden.run(SMALL, Loadable.for_chip(
+            SMALL, _image(program), np.zeros((1, SMALL.rows), np.uint8), at)))
     res = dict(zip([j["name"] for j in jobs], run_many_on_rtl(SMALL, jobs)))
     np.testing.assert_array_equal(deep.result(res["deep_k"].readback[0]),
                                   reference.run(deep.network))

@@ -54,8 +54,8 @@ def test_lane_updates_are_legal_and_change_nothing_in_the_golden_model():
     plain = _program(CFG)
     lanes = _with_lane_updates(plain)
     dram = _dram()
-    a = golden.run(CFG, Loadable(isa.to_bytes([isa.encode(i) for i in plain]), dram))
-    b = golden.run(CFG, Loadable(isa.to_bytes([isa.encode(i) for i in lanes]), dram))
+    a = golden.run(CFG, Loadable.for_chip(CFG, isa.to_bytes([isa.encode(i) for i in plain]), dram))
+    b = golden.run(CFG, Loadable.for_chip(CFG, isa.to_bytes([isa.encode(i) for i in lanes]), dram))
     assert a.error == b.error == ErrorCode.NONE and b.issued == len(lanes)
     np.testing.assert_array_equal(a.dram[OUT:OUT + M], b.dram[OUT:OUT + M])
     assert a.cycles == b.cycles == timing.run_cycles(CFG, lanes)
@@ -71,7 +71,8 @@ def test_lane_updates_on_rtl():
     for res in runs:
         assert res.error_name == "NONE"
     np.testing.assert_array_equal(runs[0].readback[0], runs[1].readback[0])
-    gold = golden.run(CFG, Loadable(isa.to_bytes([isa.encode(i) for i in lanes]), dram))
+    gold = golden.run(CFG, Loadable.for_chip(CFG, isa.to_bytes([isa.encode(i) for i in lanes]),
+                                             dram))
     np.testing.assert_array_equal(runs[1].readback[0].reshape(M, -1),
                                   gold.dram[OUT:OUT + M])
     assert runs[0].cycles == runs[1].cycles == gold.cycles \

@@ -145,7 +145,7 @@ CASES = {
 
 def _numpy_and_golden(cfg, name):
     c = compile_network(cfg, CASES[name]())
-    gold = c.results(golden.run(cfg, Loadable(c.image, c.dram, c.prog_addr)).dram)
+    gold = c.results(golden.run(cfg, Loadable.for_chip(cfg, c.image, c.dram, c.prog_addr)).dram)
     want = reference.outputs(c.graph)
     for k in want:
         np.testing.assert_array_equal(gold[k], want[k], err_msg=f"{name}: golden vs numpy")
@@ -342,7 +342,7 @@ def test_chain_in_passes(strategy):
     from systolica.compiler.lowering.chain import ChainChoice
     from systolica.models.chain_cases import seed_two_layer
     c = compile_network(TALL, seed_two_layer(8), chain=ChainChoice(strategy, 8))
-    gold = c.results(golden.run(TALL, Loadable(c.image, c.dram, c.prog_addr)).dram)
+    gold = c.results(golden.run(TALL, Loadable.for_chip(TALL, c.image, c.dram, c.prog_addr)).dram)
     for k, want in reference.outputs(c.graph).items():
         np.testing.assert_array_equal(gold[k], want)
     with pytest.raises(CompileError, match="12 output channels"):

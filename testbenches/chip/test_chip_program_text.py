@@ -66,7 +66,7 @@ def test_program_text_on_rtl(runs, name):
     assert res.error_name == "NONE"
     got = res.readback[0].reshape(len(want), 4 * CFG.cols).view("<i4")
     np.testing.assert_array_equal(got, want)
-    gold = golden.run(CFG, Loadable(chip.image, dram))
+    gold = golden.run(CFG, Loadable.for_chip(CFG, chip.image, dram))
     assert gold.error is ErrorCode.NONE
     np.testing.assert_array_equal(res.readback[0],
                                   gold.dram[128:128 + len(want) * CFG.acc_row_words])

@@ -93,7 +93,7 @@ def test_updates_sit_inside_their_windows(case):
 def test_results_match_golden_numpy_and_prediction(case):
     a, w1, w2, dram, ops, cycles, program, image, res = case
     assert res.error_name == "NONE"
-    gold = golden.run(CFG, Loadable(image, dram))
+    gold = golden.run(CFG, Loadable.for_chip(CFG, image, dram))
     got = res.readback[0].reshape(2 * M, 4 * R).view("<i4")
     want_gold = gold.dram[200:200 + 2 * M * CFG.acc_row_words].reshape(2 * M, 4 * R).view("<i4")
     np.testing.assert_array_equal(got, want_gold)

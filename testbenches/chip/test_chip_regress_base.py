@@ -63,6 +63,7 @@ def test_base_preset(runs, case):
     got = compiled.result(res.readback[0])
     np.testing.assert_array_equal(got, reference.outputs(compiled.network)[
         compiled.graph.outputs[0]])
-    gold = golden.run(CFG, Loadable(compiled.image, compiled.dram, compiled.prog_addr))
+    gold = golden.run(CFG, Loadable.for_chip(CFG, compiled.image, compiled.dram,
+                                             compiled.prog_addr))
     np.testing.assert_array_equal(got, compiled.result(gold.dram))
     assert res.cycles == compiled.predicted_cycles == gold.cycles

@@ -46,7 +46,7 @@ def test_routes_move_groups_in_the_golden_model(name):
         for skips in (False, True):
             route, keep, prog = _program(cfg, moves, col0, skips)
             dram = _dram(cfg, seed)
-            res = golden.run(cfg, Loadable(_image(prog), dram))
+            res = golden.run(cfg, Loadable.for_chip(cfg, _image(prog), dram))
             assert res.error == ErrorCode.NONE
             np.testing.assert_array_equal(res.dram[OUT:OUT + M, :cfg.rows],
                                           _expected(cfg, dram, moves, col0, keep))
@@ -75,12 +75,12 @@ def test_a_later_sample_reads_a_later_row():
     moves, col0 = {0: 3, 1: 0}, 1
     route, keep, prog = _program(cfg, moves, col0, delay_shift=1)
     dram = _dram(cfg, 3)
-    res = golden.run(cfg, Loadable(_image(prog), dram))
+    res = golden.run(cfg, Loadable.for_chip(cfg, _image(prog), dram))
     np.testing.assert_array_equal(res.dram[OUT:OUT + M, :cfg.rows],
                                   _expected(cfg, dram, moves, col0, keep))
     ins = next(i for i in prog if i.op is Opcode.ROUTE)
     ins.fields["delay1"] -= 1        # column group 1 now samples a cycle later
-    res = golden.run(cfg, Loadable(_image(prog), dram))
+    res = golden.run(cfg, Loadable.for_chip(cfg, _image(prog), dram))
     got = res.dram[OUT:OUT + M, :cfg.rows]
     n = cfg.tile_size
     want = _expected(cfg, dram, moves, col0, keep)
@@ -97,7 +97,7 @@ def test_a_sample_before_the_route_is_undefined():
     ins = next(i for i in prog if i.op is Opcode.ROUTE)
     ins.fields["delay1"] = ins.fields["span"]     # 4 registers: sampled before cycle 1
     with pytest.raises(golden.GoldenError, match="column group 1 is sampled"):
-        golden.run(cfg, Loadable(_image(prog), _dram(cfg, 0)))
+        golden.run(cfg, Loadable.for_chip(cfg, _image(prog), _dram(cfg, 0)))
 
 
 def test_a_route_onto_its_own_rows():
@@ -114,9 +114,9 @@ def test_a_route_onto_its_own_rows():
         next(i for i in p if i.op is Opcode.ROUTE).fields["dst"] = src + shift
         if not ok:
             with pytest.raises(golden.GoldenError, match="write before read"):
-                golden.run(cfg, Loadable(_image(p), dram))
+                golden.run(cfg, Loadable.for_chip(cfg, _image(p), dram))
             continue
-        res = golden.run(cfg, Loadable(_image(p), dram))
+        res = golden.run(cfg, Loadable.for_chip(cfg, _image(p), dram))
         assert res.error == ErrorCode.NONE
         rows = dram[src:src + M, :cfg.rows].view(np.int8)
         want = np.concatenate([rows[:, 4:8], rows[:, 0:4]], axis=1)    # groups swapped
@@ -135,7 +135,8 @@ def test_a_lane_loop_is_undefined():
     prog.append(Instr(Opcode.SETCFG, ins.cycle - 2, isa.setcfg_fields(loop[:2])))
     prog.append(Instr(Opcode.SETCFG, ins.cycle - 1, isa.setcfg_fields(loop[2:])))
     with pytest.raises(golden.GoldenError, match="loop"):
-        golden.run(cfg, Loadable(_image(sorted(prog, key=lambda i: i.cycle)), _dram(cfg, 0)))
+        golden.run(cfg, Loadable.for_chip(cfg, _image(sorted(prog, key=lambda i: i.cycle)),
+                                          _dram(cfg, 0)))
 
 
 def test_route_faults():
@@ -149,7 +150,7 @@ def test_route_faults():
     def with_fields(**f):
         p = [Instr(i.op, i.cycle, dict(i.fields)) for i in prog]
         p[at].fields.update(f)
-        return golden.run(cfg, Loadable(_image(p), _dram(cfg, 0))).error
+        return golden.run(cfg, Loadable.for_chip(cfg, _image(p), _dram(cfg, 0))).error
 
     assert with_fields(span=0) == ErrorCode.ILLEGAL_OPCODE
     assert with_fields(span=7) == ErrorCode.ILLEGAL_OPCODE        # route_span_max 6
@@ -158,14 +159,16 @@ def test_route_faults():
     assert with_fields(dst=cfg.cbuf_depth - 1) == ErrorCode.ADDR_RANGE
     assert with_fields(rows=0) == ErrorCode.ADDR_RANGE
     base = preset("base")
-    assert golden.run(base, Loadable(_image([Instr(Opcode.ROUTE, 0, dict(prog[at].fields))]),
-                                     np.zeros((64, base.dram_word_bytes), np.uint8))).error \
+    assert golden.run(base, Loadable.for_chip(
+        base, _image([Instr(Opcode.ROUTE, 0, dict(prog[at].fields))]),
+        np.zeros((64, base.dram_word_bytes), np.uint8))).error \
         == ErrorCode.ILLEGAL_OPCODE
     table = fabric.by_name(cfg)
     mux = table["gen_e[3][1]"]           # on no path, but every lane is in use
     late = Instr(Opcode.SETCFG, prog[at].cycle + 5,
                  isa.setcfg_fields([(mux.index, mux.value_of("zero"))]))
-    res = golden.run(cfg, Loadable(_image(sorted(prog + [late], key=lambda i: i.cycle)),
+    res = golden.run(cfg, Loadable.for_chip(cfg,
+                                            _image(sorted(prog + [late], key=lambda i: i.cycle)),
                                    _dram(cfg, 0)))
     assert res.error == ErrorCode.CFG_IN_USE
 
@@ -239,7 +242,7 @@ def test_samples_at_the_edges_of_the_rows(name):
     L = cfg.latency["cbuf_read"]
     for lag in (-L, 1):
         prog, dram, want = _sampled(cfg, moves, col0, j, lag)
-        res = golden.run(cfg, Loadable(_image(prog), dram))
+        res = golden.run(cfg, Loadable.for_chip(cfg, _image(prog), dram))
         assert res.error == ErrorCode.NONE
         np.testing.assert_array_equal(res.dram[OUT:OUT + M, :cfg.rows], want)
     prog, dram, _ = _sampled(cfg, moves, col0, j, -L)
@@ -247,7 +250,7 @@ def test_samples_at_the_edges_of_the_rows(name):
     ins.fields[f"delay{j}"] += 1       # its origin a cycle before the route's first
     assert ins.fields[f"delay{j}"] <= ins.fields["span"]
     with pytest.raises(golden.GoldenError, match=f"column group {j} is sampled 1 cycle"):
-        golden.run(cfg, Loadable(_image(prog), dram))
+        golden.run(cfg, Loadable.for_chip(cfg, _image(prog), dram))
 
 
 def _unrouted(cfg, seed=6):
@@ -266,7 +269,7 @@ def _unrouted(cfg, seed=6):
 def test_a_path_from_another_edge_carries_zero(name):
     cfg = preset(name)
     prog, dram, want = _unrouted(cfg)
-    res = golden.run(cfg, Loadable(_image(prog), dram))
+    res = golden.run(cfg, Loadable.for_chip(cfg, _image(prog), dram))
     assert res.error == ErrorCode.NONE
     np.testing.assert_array_equal(res.dram[OUT:OUT + M, :cfg.rows], want)
 
@@ -312,7 +315,7 @@ def test_routes_and_concats_on_rtl(name):
         assert res.error_name == "NONE"
         got = res.readback[0].reshape(M, -1)[:, :cfg.rows]
         np.testing.assert_array_equal(got, expected)
-        assert res.cycles == golden.run(cfg, Loadable(_image(prog), dram)).cycles \
+        assert res.cycles == golden.run(cfg, Loadable.for_chip(cfg, _image(prog), dram)).cycles \
             == timing.run_cycles(cfg, prog)
     for res, compiled in zip(runs[len(jobs):], nets.values()):
         assert_outputs_match(cfg, compiled, res)

@@ -99,7 +99,7 @@ def test_eight_pair_setcfg_on_rtl():   # tiny_tall (test_chip_nonsquare.py)
     image = isa.to_bytes([isa.encode(i) for i in program])
     res = run_on_rtl(cfg, image, dram, readback=[(OUT, M)])
     assert res.error_name == "NONE"
-    gold = golden.run(cfg, Loadable(image, dram))
+    gold = golden.run(cfg, Loadable.for_chip(cfg, image, dram))
     got = res.readback[0].reshape(M, -1)
     np.testing.assert_array_equal(got, gold.dram[OUT:OUT + M])
     # numpy: reversed groups of n partitions (rows), of weight bytes, of accumulator

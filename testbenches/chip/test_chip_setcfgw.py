@@ -163,7 +163,7 @@ def test_setcfgw_faults_and_a_split_on_the_rtl():
                                       expect_fault=code is not ErrorCode.NONE)
                                  for n, (_, code) in FAULTS.items()])
     for (name, (_, code)), res in zip(FAULTS.items(), runs):
-        gold = golden.run(G173, Loadable(images[name], zeros))
+        gold = golden.run(G173, Loadable.for_chip(G173, images[name], zeros))
         assert gold.error == code, name
         assert res.error == code, f"{name}: chip says {res.error_name}"
         assert (res.fault_pc, res.fault_cycle) == (gold.fault_pc, gold.fault_cycle)

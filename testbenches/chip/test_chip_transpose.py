@@ -93,7 +93,7 @@ def test_fig3_block_comes_back_transposed():
     assert [list(got[:, p]) for p in range(4)] == [[1, 5, 9, 13], [2, 6, 10, 14],
                                                    [3, 7, 11, 15], [4, 8, 12, 16]]
     np.testing.assert_array_equal(got[:, :4], block.T)
-    gold = golden.run(CFG, Loadable(image, dram))
+    gold = golden.run(CFG, Loadable.for_chip(CFG, image, dram))
     np.testing.assert_array_equal(got, gold.dram[100:104].view(np.int8))
     assert res.cycles == gold.cycles == timing.run_cycles(CFG, program)
 
@@ -101,7 +101,7 @@ def test_fig3_block_comes_back_transposed():
 def test_fig3_on_the_golden_model():
     block = fig3_block()
     program, image, dram = run(block)
-    got = golden.run(CFG, Loadable(image, dram)).dram[100:104].view(np.int8)
+    got = golden.run(CFG, Loadable.for_chip(CFG, image, dram)).dram[100:104].view(np.int8)
     np.testing.assert_array_equal(got[:, :4], block.T)
 
 
@@ -110,7 +110,7 @@ def test_the_north_load_does_not_transpose():
     transpose): the west lane is what transposes."""
     block = fig3_block()
     program, image, dram = run(block, west={})
-    got = golden.run(CFG, Loadable(image, dram)).dram[100:104].view(np.int8)
+    got = golden.run(CFG, Loadable.for_chip(CFG, image, dram)).dram[100:104].view(np.int8)
     np.testing.assert_array_equal(got[:, :4], block)
 
 
@@ -121,7 +121,7 @@ def test_a_west_tile_behind_a_north_tile_gets_zeros():
     block = rng.integers(-128, 128, (R, R), dtype=np.int8)
     west = {**WEST, "w_in[0][0]": "lane"}
     program, image, dram = run(block, west=west)
-    got = golden.run(CFG, Loadable(image, dram)).dram[100:100 + R].view(np.int8)
+    got = golden.run(CFG, Loadable.for_chip(CFG, image, dram)).dram[100:100 + R].view(np.int8)
     n = CFG.tile_size
     want = block.T.copy()
     want[:n, n:] = 0                                 # tile (0, 1): gated
@@ -144,7 +144,7 @@ def test_full_and_mixed_blocks_on_the_rtl():
     for block, west in cases:
         program, image, dram = run(block, west=west)
         jobs.append(dict(program=image, dram=dram, readback=[(100, R)]))
-        golds.append((golden.run(CFG, Loadable(image, dram)), program))
+        golds.append((golden.run(CFG, Loadable.for_chip(CFG, image, dram)), program))
     results = run_many_on_rtl(CFG, jobs)
     for (block, west), res, (gold, program) in zip(cases, results, golds):
         assert res.error_name == "NONE"
@@ -284,7 +284,8 @@ def test_golden_model_agrees_with_numpy(m, n):
     from systolica.compiler.graph import reference
     graph = transpose_graph(m, n, m + n)
     compiled = compile_network(CFG, graph)
-    gold = golden.run(CFG, Loadable(compiled.image, compiled.dram, compiled.prog_addr))
+    gold = golden.run(CFG, Loadable.for_chip(CFG, compiled.image, compiled.dram,
+                                             compiled.prog_addr))
     got = compiled.results(gold.dram)["t"]
     np.testing.assert_array_equal(got, reference.outputs(graph)["t"])
     np.testing.assert_array_equal(got, graph.data["x"].T)
@@ -302,8 +303,8 @@ def test_bench_programs_transpose_on_the_golden_model():
     progs, image, (at, words) = transpose_bench.programs(CFG, x)
     runs = {}
     for name, program in progs.items():
-        runs[name] = golden.run(CFG, Loadable(isa.to_bytes([isa.encode(i) for i in program]),
-                                              image))
+        runs[name] = golden.run(CFG, Loadable.for_chip(
+            CFG, isa.to_bytes([isa.encode(i) for i in program]), image))
         assert runs[name].cycles == timing.run_cycles(CFG, program)
     for name in ("on_chip", "dram_round_trip"):
         got = layout.unpack_int8(CFG, runs[name].dram[at:at + words], 11, 20)
@@ -323,7 +324,8 @@ def test_matmul_t_agrees_with_numpy_on_the_golden_model(m, k, n):
     from systolica.compiler.lowering.lower import lower
     graph = qk_graph(m, k, n, m + k + n)
     compiled = compile_network(CFG, graph)
-    gold = golden.run(CFG, Loadable(compiled.image, compiled.dram, compiled.prog_addr))
+    gold = golden.run(CFG, Loadable.for_chip(CFG, compiled.image, compiled.dram,
+                                             compiled.prog_addr))
     got = compiled.results(gold.dram)["s"]
     want = graph.data["q"].astype(np.int64) @ graph.data["k"].astype(np.int64).T
     np.testing.assert_array_equal(got, want)
@@ -348,7 +350,8 @@ def test_graphs_with_transposes_compile_for_every_chip(chip, make_graph):
            if chip == "tiny-tight" else preset(chip))
     graph = make_graph()
     compiled = compile_network(cfg, graph)
-    gold = golden.run(cfg, Loadable(compiled.image, compiled.dram, compiled.prog_addr))
+    gold = golden.run(cfg, Loadable.for_chip(cfg, compiled.image, compiled.dram,
+                                             compiled.prog_addr))
     got = compiled.results(gold.dram)
     for name, want in reference.outputs(graph).items():
         np.testing.assert_array_equal(got[name], want, err_msg=name)
@@ -393,8 +396,8 @@ def test_a_transpose_after_a_program_that_filled_the_memories():
     compiled = compile_network(CFG, g.build())
     (at, words), = compiled.dram_map.outputs.values()
     first, second = run_many_on_rtl(CFG, [
-        rtl_job(fill, fill_dram, readback=[(0, 1)], name="fill_memories"),
-        rtl_job(compiled, readback=[(at, words)], name="nchw_conv_after")])
+        rtl_job(CFG, fill, fill_dram, readback=[(0, 1)], name="fill_memories"),
+        rtl_job(CFG, compiled, readback=[(at, words)], name="nchw_conv_after")])
     assert first.error_name == second.error_name == "NONE"
     gold = golden.run(CFG, compiled.loadable)
     np.testing.assert_array_equal(second.readback[0], gold.dram[at:at + words])

@@ -91,10 +91,11 @@ def test_configuration_placements():
 @pytest.mark.parametrize("case", list(COPIES))
 def test_golden_model_checks_ranges_against_the_registers(case):
     program, ubuf, code = COPIES[case]
-    res = golden.run(CFG, Loadable(_image(program), DRAM, ubuf=ubuf))
+    res = golden.run(CFG, Loadable.for_chip(CFG, _image(program), DRAM, ubuf=ubuf))
     assert res.error == code
     if case == "fused_crop_on_moved_ubuf":     # dst 1790: inside the reset UBUF only
-        assert golden.run(CFG, Loadable(_image(program), DRAM)).error == ErrorCode.ILLEGAL_OPCODE
+        assert golden.run(CFG, Loadable.for_chip(CFG, _image(program), DRAM)).error \
+            == ErrorCode.ILLEGAL_OPCODE
         assert res.ubuf_bytes_written == 4 * R
     if case == "inside_moved":
         # fetched back, and cropped to UBUF_BASE + 300, a row the reset UBUF lacks
@@ -104,7 +105,7 @@ def test_golden_model_checks_ranges_against_the_registers(case):
 
 def test_golden_model_refuses_a_placement_the_registers_refuse():
     with pytest.raises(ConfigError, match="power of two"):
-        golden.run(CFG, Loadable(_image(_copy_program(0)), DRAM, ubuf=(1024, 768)))
+        golden.run(CFG, Loadable.for_chip(CFG, _image(_copy_program(0)), DRAM, ubuf=(1024, 768)))
 
 
 class _FakeChip:
@@ -144,7 +145,8 @@ def test_a_chain_compiled_for_a_moved_ubuf_records_it():
     assert compiled.ubuf == MOVED
     copies = [i for i in compiled.program if i.op == Opcode.COPY]
     assert copies and all(i.fields["ubuf_addr"] + i.fields["rows"] <= 512 for i in copies)
-    moved = golden.run(CFG, Loadable(compiled.image, compiled.dram, compiled.prog_addr, ubuf=MOVED))
+    moved = golden.run(CFG, Loadable.for_chip(CFG, compiled.image, compiled.dram,
+                                              compiled.prog_addr, ubuf=MOVED))
     assert moved.error == ErrorCode.NONE and moved.ubuf_bytes_written
 
 
@@ -189,7 +191,7 @@ def test_chain_on_a_ubuf_moved_by_register(chip_runs, case):
 def test_chip_checks_copies_against_the_registers(chip_runs, case):
     program, ubuf, code = COPIES[case]
     res = chip_runs[1][case]
-    gold = golden.run(CFG, Loadable(_image(program), DRAM, ubuf=ubuf))
+    gold = golden.run(CFG, Loadable.for_chip(CFG, _image(program), DRAM, ubuf=ubuf))
     assert (res.error, res.fault_pc, res.fault_cycle) == \
         (code, gold.fault_pc, gold.fault_cycle)
     if code == ErrorCode.NONE:

@@ -223,7 +223,8 @@ def _serial(cfg, *ops):
 def _golden(cfg, program, dram=None):
     if dram is None:
         dram = np.zeros((cfg.dram_words, cfg.rows), np.uint8)
-    return golden.run(cfg, Loadable(isa.to_bytes([isa.encode(i) for i in program]), dram))
+    return golden.run(cfg, Loadable.for_chip(cfg, isa.to_bytes([isa.encode(i) for i in program]),
+                                             dram))
 
 
 def test_wload_takes_c_rows_from_the_west():
@@ -340,7 +341,7 @@ def test_random_dense_networks_golden_equals_numpy(seed):
                     relu=bool(rng.integers(2)))
     cfg = WIDE if seed % 2 else WIDE4
     c = compile_network(cfg, b.build(x))
-    gold = c.results(golden.run(cfg, Loadable(c.image, c.dram, c.prog_addr)).dram)
+    gold = c.results(golden.run(cfg, Loadable.for_chip(cfg, c.image, c.dram, c.prog_addr)).dram)
     for k, want in reference.outputs(c.graph).items():
         np.testing.assert_array_equal(gold[k], want)
 
@@ -397,7 +398,7 @@ def test_random_permutations_golden_equals_numpy(seed):
     perm = tuple(int(p) for p in rng.permutation(nd))
     cfg = WIDE if seed % 2 else WIDE4
     c = compile_network(cfg, permute(shape, perm, seed)())
-    gold = c.results(golden.run(cfg, Loadable(c.image, c.dram, c.prog_addr)).dram)
+    gold = c.results(golden.run(cfg, Loadable.for_chip(cfg, c.image, c.dram, c.prog_addr)).dram)
     for k, want in reference.outputs(c.graph).items():
         np.testing.assert_array_equal(gold[k], want, err_msg=f"{shape} {perm}")
 

@@ -21,7 +21,7 @@ TINY, BASE = preset("tiny"), preset("base")
 def check(cfg, net):
     """Compile, run on the golden model, compare with the reference and predictions."""
     compiled = compile_network(cfg, net)
-    run = golden.run(cfg, Loadable(compiled.image, compiled.dram))
+    run = golden.run(cfg, Loadable.for_chip(cfg, compiled.image, compiled.dram))
     assert run.error is ErrorCode.NONE
     assert np.array_equal(compiled.result(run.dram), reference.run(net))
     assert run.cycles == compiled.predicted_cycles
@@ -77,7 +77,8 @@ def test_int32_wraps():
     # bias + sum passes 2**31 - 1 and wraps like int32 arithmetic
     a, b = np.full((2, 8), 127), np.full((8, 3), 127)
     compiled = check(TINY, gemm(a, b, np.full(3, (1 << 31) - 1), out_dtype="int32"))
-    out = compiled.result(golden.run(TINY, Loadable(compiled.image, compiled.dram)).dram)
+    out = compiled.result(golden.run(TINY, Loadable.for_chip(TINY, compiled.image,
+                                                             compiled.dram)).dram)
     assert out[0, 0] == (1 << 31) - 1 + 8 * 127 * 127 - (1 << 32)
 
 
@@ -174,7 +175,7 @@ def dag(rng, M, width, name="dag"):
 def test_fan_out_and_join_match_numpy_on_the_golden_model(cfg, M, width):
     graph = dag(np.random.default_rng(M + width), M, width)
     compiled = compile_network(cfg, graph)
-    run = golden.run(cfg, Loadable(compiled.image, compiled.dram))
+    run = golden.run(cfg, Loadable.for_chip(cfg, compiled.image, compiled.dram))
     assert run.error is ErrorCode.NONE
     got, want = compiled.results(run.dram), reference.outputs(graph)
     assert list(got) == list(want) == ["head", "wide", "join"]
@@ -211,7 +212,7 @@ def test_an_input_first_read_by_a_later_layer_is_fetched_during_the_layer_before
     graph = g.build()
     compiled = compile_network(TINY, graph)
     assert compiled.plan.tensor("cbuf", "y").first == 0
-    run = golden.run(TINY, Loadable(compiled.image, compiled.dram))
+    run = golden.run(TINY, Loadable.for_chip(TINY, compiled.image, compiled.dram))
     assert np.array_equal(compiled.result(run.dram), reference.run(graph))
     assert run.cycles == compiled.predicted_cycles
 
@@ -247,7 +248,7 @@ def test_random_graphs_match_numpy_on_the_golden_model(seed):
     cfg = (TINY, BASE)[seed % 2]
     graph = random_graph(seed)
     compiled = compile_network(cfg, graph)
-    run = golden.run(cfg, Loadable(compiled.image, compiled.dram))
+    run = golden.run(cfg, Loadable.for_chip(cfg, compiled.image, compiled.dram))
     assert run.error is ErrorCode.NONE
     got, want = compiled.results(run.dram), reference.outputs(graph)
     assert all(np.array_equal(got[name], want[name]) for name in want)

@@ -9,49 +9,11 @@ import numpy as np
 import pytest
 
 from systolica.arch import link
-from systolica.arch.link import Command, LinkTiming, Status
+from systolica.arch.link import Command, Status
 from systolica.arch.regs import Reg
-from systolica.firmware.link import LinkBus, LinkCorrupt, LinkError, LinkRejected, LinkTimeout
+from systolica.firmware.link import LinkCorrupt, LinkError, LinkRejected, LinkTimeout
 
-TIMING = LinkTiming(clock_hz=1_000_000, divisor=4, idle_timeout=100)
-WORD_BYTES, DRAM_WORDS = 8, 16384
-
-
-def answer(status: Status, data: bytes = b"", *, length: int | None = None) -> bytes:
-    body = bytes([status]) + (len(data) if length is None else length).to_bytes(2, "little")
-    body += data
-    return bytes([link.RESPONSE_SYNC]) + body + bytes([link.crc8(body)])
-
-
-class ScriptedBridge:
-    """A transport whose answers are given up front; it records what was sent."""
-
-    def __init__(self, *answers: bytes):
-        self.answers = list(answers)
-        self.sent: list[bytes] = []
-        self.pending = b""
-
-    async def send(self, data: bytes) -> None:
-        self.sent.append(data)
-        self.pending += self.answers.pop(0) if self.answers else b""
-
-    async def receive(self, count: int, timeout_s: float) -> bytes:
-        if len(self.pending) < count:
-            raise LinkTimeout(f"got {len(self.pending)} of {count} bytes")
-        out, self.pending = self.pending[:count], self.pending[count:]
-        return out
-
-    async def sleep(self, seconds: float) -> None:
-        pass
-
-    def discard_input(self) -> None:
-        self.pending = b""
-
-
-def bus(*answers: bytes) -> tuple[LinkBus, ScriptedBridge]:
-    bridge = ScriptedBridge(*answers)
-    return LinkBus(bridge, timing=TIMING, word_bytes=WORD_BYTES,
-                   dram_words=DRAM_WORDS), bridge
+from scripted_bridge import DRAM_WORDS, WORD_BYTES, answer, bus
 
 
 def test_crc8_is_the_smbus_crc():

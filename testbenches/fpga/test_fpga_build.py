@@ -76,7 +76,7 @@ def test_each_boards_preset_compiles_a_gemm_the_golden_model_runs_as_predicted(n
     a = rng.integers(-128, 128, (20, 24), dtype=np.int8)
     b = rng.integers(-128, 128, (24, 12), dtype=np.int8)
     compiled = compile_network(cfg, gemm(a, b, out_dtype="int32", name="g"))
-    run = golden.run(cfg, Loadable(compiled.image, compiled.dram, compiled.prog_addr))
+    run = golden.run(cfg, Loadable.for_chip(cfg, compiled.image, compiled.dram, compiled.prog_addr))
     assert run.cycles == compiled.predicted_cycles
     np.testing.assert_array_equal(compiled.result(run.dram),
                                   reference.outputs(compiled.graph)["g"])

@@ -63,7 +63,7 @@ def operands(dram):
 
 
 def run(program, dram):
-    result = golden.run(CFG, Loadable(image(program), dram))
+    result = golden.run(CFG, Loadable.for_chip(CFG, image(program), dram))
     assert result.error is ErrorCode.NONE
     return result
 
@@ -218,7 +218,7 @@ def with_opcode(word, opcode):
 
 def faulting(program_words, cfg=CFG):
     dram = fresh_dram()
-    return golden.run(cfg, Loadable(isa.to_bytes(program_words), dram)), dram
+    return golden.run(cfg, Loadable.for_chip(cfg, isa.to_bytes(program_words), dram)), dram
 
 
 NOP = setcfg("west_feed[0]", "cbuf.g0")
@@ -319,7 +319,8 @@ def test_prog_range(prog_addr, error):
     at cycle 0 if its region (two words an instruction on tiny) runs past the end."""
     cfg = CFG.replace(imem_depth=2)
     program = [Instr(NOP[0], 10 * k, NOP[1]) for k in range(4)]   # fetched in time
-    result = golden.run(cfg, Loadable(isa.to_bytes(words_of(program)), fresh_dram(), prog_addr))
+    result = golden.run(cfg, Loadable.for_chip(cfg, isa.to_bytes(words_of(program)),
+                                               fresh_dram(), prog_addr))
     expected = (error, 0, 0, 0) if error else (error, 0, 0, 4)
     assert (result.error, result.fault_pc, result.fault_cycle, result.issued) == expected
 
@@ -369,10 +370,11 @@ def test_matmul_before_its_weights_are_in_is_a_hazard():
     early = [*program[:-1], Instr(Opcode.MATMUL, wload.cycle + timing.weight_shifts(CFG) - 1,
                                   mm.fields)]
     with pytest.raises(golden.GoldenError, match=r"read before write: pc 2 reads wbank1"):
-        golden.run(CFG, Loadable(image(early), fresh_dram()))
+        golden.run(CFG, Loadable.for_chip(CFG, image(early), fresh_dram()))
     on_time = [*program[:-1], Instr(Opcode.MATMUL, wload.cycle + timing.weight_shifts(CFG),
                                     mm.fields)]
-    assert golden.run(CFG, Loadable(image(on_time), fresh_dram())).error is ErrorCode.NONE
+    assert golden.run(CFG, Loadable.for_chip(CFG, image(on_time),
+                                             fresh_dram())).error is ErrorCode.NONE
 
 
 def test_store_before_the_vector_unit_wrote_is_a_hazard():
@@ -383,10 +385,11 @@ def test_store_before_the_vector_unit_wrote_is_a_hazard():
     store = dma(DmaKind.STORE_CBUF, 100, 16, 4)[1]
     # the vector unit writes CBUF row 16 in cycle t+6; a store reads it in its t+1
     with pytest.raises(golden.GoldenError, match=rf"cbuf\[16\] in cycle {t + 6}"):
-        golden.run(CFG, Loadable(image([load, vrun, Instr(Opcode.DMA, t + 5, store)]),
-                                 fresh_dram()))
-    assert golden.run(CFG, Loadable(image([load, vrun, Instr(Opcode.DMA, t + 6, store)]),
-                                    fresh_dram())).error is ErrorCode.NONE
+        golden.run(CFG, Loadable.for_chip(
+            CFG, image([load, vrun, Instr(Opcode.DMA, t + 5, store)]), fresh_dram()))
+    assert golden.run(CFG, Loadable.for_chip(
+        CFG, image([load, vrun, Instr(Opcode.DMA, t + 6, store)]), fresh_dram())).error \
+        is ErrorCode.NONE
 
 
 # A reset clears no memory: a program that reads a CBUF, ACC or weight-bank row it did
@@ -435,18 +438,19 @@ def test_what_the_memories_held_at_the_start_changes_nothing_a_program_reads():
     held = {"cbuf": rng.integers(-128, 128, clean.cbuf.shape),
             "acc": rng.integers(-(1 << 31), 1 << 31, clean.acc.shape),
             "banks": rng.integers(-128, 128, (2, R, C))}
-    dirty = golden.run(CFG, Loadable(image(program), dram), memories=held)
+    dirty = golden.run(CFG, Loadable.for_chip(CFG, image(program), dram), memories=held)
     assert np.array_equal(dirty.dram, clean.dram)
     assert np.array_equal(dirty.acc[:5], clean.acc[:5])
     with pytest.raises(ValueError, match="'acc' must be"):
-        golden.run(CFG, Loadable(image(program), dram), memories={"acc": held["cbuf"]})
+        golden.run(CFG, Loadable.for_chip(CFG, image(program),
+                                          dram), memories={"acc": held["cbuf"]})
 
 
 @pytest.mark.parametrize("case", list(UNWRITTEN))
 def test_a_read_of_a_row_no_instruction_wrote_is_an_error(case):
     undefined, defined, words = UNWRITTEN[case]
     with pytest.raises(golden.GoldenError) as err:
-        golden.run(CFG, Loadable(image(serial(*undefined)), fresh_dram()))
+        golden.run(CFG, Loadable.for_chip(CFG, image(serial(*undefined)), fresh_dram()))
     for w in words:
         assert w in str(err.value), (w, str(err.value))
     assert [h.rule for h in golden.check(CFG, serial(*undefined)).hazards] == \
@@ -467,12 +471,12 @@ def test_setcfg_inside_a_window_faults_and_before_it_routes():
     act, w = operands(dram)
     assert np.array_equal(result.acc[:5], groups(act, [1, 0]) @ w)
     inside = program + [Instr(Opcode.SETCFG, t + 2, isa.setcfg_fields(swap))]
-    result = golden.run(CFG, Loadable(image(inside), dram))
+    result = golden.run(CFG, Loadable.for_chip(CFG, image(inside), dram))
     assert (result.error, result.fault_pc, result.fault_cycle, result.cycles) == \
         (ErrorCode.CFG_IN_USE, len(program), t + 2, t + 2)
     last_row = program[-1].cycle + 2 + 5 - 1     # the window's last cycle: u = it is legal
     after = program + [Instr(Opcode.SETCFG, last_row, isa.setcfg_fields(swap))]
-    assert golden.run(CFG, Loadable(image(after), dram)).error is ErrorCode.NONE
+    assert golden.run(CFG, Loadable.for_chip(CFG, image(after), dram)).error is ErrorCode.NONE
 
 
 # -- the counters while the program runs ----------------------------------------------------
@@ -484,7 +488,7 @@ def test_counters_sampled_while_running():
     program = gemm_program()
     mm = program[-1]
     at = [0, 1, 2, 13, 14, mm.cycle + 2, mm.cycle + 3, mm.cycle + 7, mm.cycle + 8, 10**6]
-    result = golden.run(CFG, Loadable(image(program), fresh_dram()), sample_at=at)
+    result = golden.run(CFG, Loadable.for_chip(CFG, image(program), fresh_dram()), sample_at=at)
     end = timing.run_cycles(CFG, program)
     got = [(s["cycles"], s["dram_rd_bytes"] // R, s["macs"] // (R * C))
            for s in result.samples]
@@ -494,7 +498,7 @@ def test_counters_sampled_while_running():
     assert all(s["dram_wr_bytes"] == s["fetch_rd_bytes"] == s["ubuf_wr_bytes"]
                == s["ubuf_rd_bytes"] == 0 for s in result.samples)
     assert set(result.samples[0]) == set(golden.SAMPLED)
-    assert golden.run(CFG, Loadable(image(program), fresh_dram())).samples == []
+    assert golden.run(CFG, Loadable.for_chip(CFG, image(program), fresh_dram())).samples == []
 
 
 @pytest.mark.parametrize("case", sorted(COUNTING))

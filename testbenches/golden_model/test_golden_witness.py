@@ -137,7 +137,7 @@ def _params_vrun():
 def _golden_disagrees(cfg, image, dram, predicted, want, result) -> str | None:
     """Why the golden model's run shows the program is wrong, or None if it does not."""
     try:
-        run = golden.run(cfg, Loadable(image, dram))
+        run = golden.run(cfg, Loadable.for_chip(cfg, image, dram))
     except golden.GoldenError as e:
         return f"hazard: {e}"
     if run.error != ErrorCode.NONE:

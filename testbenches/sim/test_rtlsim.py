@@ -59,7 +59,7 @@ def test_dram_load_file_holds_only_nonzero_runs(tmp_path):
 ])
 def test_bad_dram_segments_are_refused_before_building(tiny_cfg, dram, why):
     with pytest.raises(rtlsim.RtlSimError, match=why):
-        rtlsim.run(tiny_cfg, [RtlJob(Loadable(b"", dram))])
+        rtlsim.run(tiny_cfg, [RtlJob(Loadable.for_chip(tiny_cfg, b"", dram))])
 
 
 class RecordingBus:
@@ -155,7 +155,7 @@ def test_cxx_script_samples_the_counters_and_says_how_far_it_got():
 @pytest.mark.parametrize("samples", [(5, 3), (-1,), (2.5,), (True,)])
 def test_samples_are_increasing_cycles(samples):
     with pytest.raises(TypeError, match="samples must be cycles"):
-        RtlJob(Loadable(b"", None), samples=samples)
+        RtlJob(Loadable.for_chip(preset("tiny"), b"", None), samples=samples)
 
 
 @pytest.mark.parametrize("harness, waves, message", [
@@ -164,7 +164,8 @@ def test_samples_are_increasing_cycles(samples):
 ])
 def test_bad_harness_is_refused(tiny_cfg, harness, waves, message):
     with pytest.raises(rtlsim.RtlSimError, match=message):
-        rtlsim.run(tiny_cfg, [RtlJob(Loadable(b"", None))], waves=waves, harness=harness)
+        rtlsim.run(tiny_cfg, [RtlJob(Loadable.for_chip(tiny_cfg, b"",
+                                                       None))], waves=waves, harness=harness)
 
 
 def test_the_chip_build_takes_its_cxx_level_from_the_environment(monkeypatch, tiny_cfg):
@@ -181,7 +182,7 @@ def test_the_chip_build_takes_its_cxx_level_from_the_environment(monkeypatch, ti
     monkeypatch.setenv(rtlsim.OPT_FAST_ENV, "fast")
     with pytest.raises(rtlsim.RtlSimError, match=r"SYSTOLICA_OPT_FAST='fast' is not a C\+\+ "
                                                  r"optimisation level: set one of -O0"):
-        rtlsim.run(tiny_cfg, [RtlJob(Loadable(b"", None))])
+        rtlsim.run(tiny_cfg, [RtlJob(Loadable.for_chip(tiny_cfg, b"", None))])
 
 
 # -- on the RTL -------------------------------------------------------------------------
@@ -256,11 +257,11 @@ def test_large_dram_loads_and_reads_back_only_the_regions_used():
     high = rng.integers(1, 256, (20, 8), dtype=np.uint8)
     copy = _copy_program(cfg, src=top - 40, dst=100, rows=6)
     results = rtlsim.run(cfg, [
-        rtl_job(copy, [(3, low), (top - 40, high)], name="far apart",
+        rtl_job(cfg, copy, [(3, low), (top - 40, high)], name="far apart",
                 readback=[(100, 6), (3, 6), (top - 40, 20), (top - 20, 20), (0, 0)]),
-        rtl_job(b"", readback=[(3, 6), (100, 6), (top - 40, 20)], name="after"),
+        rtl_job(cfg, b"", readback=[(3, 6), (100, 6), (top - 40, 20)], name="after"),
         # no ranges: the whole memory, read back where the run can have left words
-        rtl_job(copy, [(3, low), (top - 40, high)], name="whole"),
+        rtl_job(cfg, copy, [(3, low), (top - 40, high)], name="whole"),
     ], keep=True)
     far, after, whole = results
     assert far.status_flags == "DONE" and far.cycles == timing.run_cycles(cfg, copy)
@@ -320,7 +321,7 @@ def test_counters_read_while_running_are_the_golden_models(tiny_cfg, tiny_build,
     middles = [ins.cycle + timing.done(tiny_cfg, ins) // 2 for ins in compiled.program
                if ins.op is op][:10]
     at = tuple(sorted({*sample_cycles(end), *middles}))
-    job = rtl_job(compiled, readback=[(compiled.dram_map.output, 4)])
+    job = rtl_job(tiny_cfg, compiled, readback=[(compiled.dram_map.output, 4)])
     alone, sampled = rtlsim.run(tiny_cfg, [job, dataclasses.replace(job, samples=at)])
     want = golden.run(tiny_cfg, compiled.loadable, sample_at=at).samples
     got = [{k: s[k] for k in golden.SAMPLED} for s in sampled.samples]
@@ -358,7 +359,8 @@ SMALL = preset("tangnano9k")
 
 @pytest.mark.rtl
 def test_waves_write_fst():
-    res = rtlsim.run(SMALL, [RtlJob(Loadable(b"", None), readback=())], waves=True)[0]
+    res = rtlsim.run(SMALL, [RtlJob(Loadable.for_chip(SMALL, b"",
+                                                      None), readback=())], waves=True)[0]
     fst = Path(res.fst)
     assert fst.name == "dump.fst" and fst.stat().st_size > 0
     assert fst.read_bytes()[0] == 0   # FST header block
@@ -374,12 +376,12 @@ def test_cxx_harness_agrees_with_cocotb():
     cfg = SMALL
     gemm = compile_network(cfg, _gemm_network(12, 10, 6, 3))
     at = (0, 7, gemm.predicted_cycles // 2, gemm.predicted_cycles, gemm.predicted_cycles + 9)
-    jobs = [dataclasses.replace(rtl_job(gemm, name="gemm"), samples=at),
-            rtl_job(_copy_program(cfg, src=10, dst=300, rows=6), _random_dram(cfg, 4),
+    jobs = [dataclasses.replace(rtl_job(cfg, gemm, name="gemm"), samples=at),
+            rtl_job(cfg, _copy_program(cfg, src=10, dst=300, rows=6), _random_dram(cfg, 4),
                     readback=[(300, 6), (0, 4)], name="copy"),
-            rtl_job([Instr(Opcode.ILLEGAL, 0, {})], readback=[], expect_fault=True,
+            rtl_job(cfg, [Instr(Opcode.ILLEGAL, 0, {})], readback=[], expect_fault=True,
                     name="illegal"),
-            rtl_job(b"", readback=[(300, 6), (10, 4), (5, 0)], name="after")]
+            rtl_job(cfg, b"", readback=[(300, 6), (10, 4), (5, 0)], name="after")]
     told = {"cocotb": [], "cxx": []}
     cocotb, cxx = (rtlsim.run(cfg, jobs, harness=h,
                               progress=lambda *args, h=h: told[h].append(args))

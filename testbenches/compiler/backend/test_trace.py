@@ -9,7 +9,7 @@ import pytest
 
 from systolica import golden
 from systolica.app.cli import main
-from systolica.arch import isa, timing
+from systolica.arch import image_file, isa, timing
 from systolica.arch.config import preset
 from systolica.arch.isa import DmaKind, Opcode
 from systolica.arch.loadable import Loadable
@@ -140,7 +140,7 @@ def test_gemm_example_computes_the_product():
     dram = np.zeros((CFG.dram_words, CFG.rows), dtype=np.uint8)
     dram[0:8] = a.view(np.uint8)
     dram[64:72] = w.view(np.uint8)
-    run = golden.run(CFG, Loadable(result.chip.image, dram))
+    run = golden.run(CFG, Loadable.for_chip(CFG, result.chip.image, dram))
     out = run.dram[128:160].reshape(-1).view("<i4").reshape(8, 8)
     assert np.array_equal(out, a.astype(np.int32) @ w.astype(np.int32))
 
@@ -184,7 +184,8 @@ def test_cli_parse_error(tmp_path, capsys):
 def test_cli_gemm_image(tmp_path, capsys):
     image = tmp_path / "g.bin"
     assert main(["schedule", str(EXAMPLES / "gemm_tiny.stp"), "--image", str(image)]) == 0
-    words = isa.from_bytes(image.read_bytes())
+    words = isa.from_bytes(image_file.unpack(image.read_bytes(), source=str(image),
+                                             cfg=CFG).words)
     prog = [isa.decode(w) for w in words]
     assert [i.op for i in prog][-1] is Opcode.DMA
     assert len([i for i in prog if i.op is not Opcode.SETCFG]) == 6

@@ -58,7 +58,7 @@ def test_second_setting_of_a_multiplexer_waits_for_the_first_consumer():
     assert "p1 = mm matmul(a, b1, swap," in text and "p2 = mm matmul(a, b2, straight," in text
     chip = compile_file(CFG, EXAMPLES / "reroute_tiny.stp").chip
     a, w1, w2, dram = reroute_dram()
-    run = golden.run(CFG, Loadable(chip.image, dram))
+    run = golden.run(CFG, Loadable.for_chip(CFG, chip.image, dram))
     assert run.error is ErrorCode.NONE
     got = run.dram[128:192].reshape(16, 32).view("<i4")
     np.testing.assert_array_equal(got[:8], a[:, PERM].astype(np.int64) @ w1.astype(np.int64))
@@ -124,7 +124,7 @@ def test_text_programs_keep_the_chips_update_limits(limits):
             per = [domain[i] for i, _ in pairs]
             assert max(per.count(d) for d in per) <= cfg.power_domain_budget
     a, w1, w2, dram = reroute_dram()
-    run = golden.run(cfg, Loadable(chip.image, dram))
+    run = golden.run(cfg, Loadable.for_chip(cfg, chip.image, dram))
     assert run.error is ErrorCode.NONE
     got = run.dram[128:192].reshape(16, 32).view("<i4")
     np.testing.assert_array_equal(got[:8], a[:, PERM].astype(np.int64) @ w1.astype(np.int64))

@@ -32,7 +32,8 @@ R = CFG.rows
 
 def run(graph, choice: ChainChoice, cfg=CFG):
     compiled = compile_network(cfg, graph, chain=choice)
-    gold = golden.run(cfg, Loadable(compiled.image, compiled.dram, compiled.prog_addr))
+    gold = golden.run(cfg, Loadable.for_chip(cfg, compiled.image, compiled.dram,
+                                             compiled.prog_addr))
     assert gold.error.name == "NONE" and gold.cycles == compiled.predicted_cycles
     assert (gold.ubuf_bytes_written, gold.ubuf_bytes_read) == \
         (compiled.ubuf_bytes_written, compiled.ubuf_bytes_read)

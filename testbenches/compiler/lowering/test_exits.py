@@ -54,8 +54,8 @@ def _dense(M, K, N, seed=1):
 
 
 def _golden_output(cfg, c, image=None):
-    run = golden.run(cfg, Loadable(c.image if image is None else image, c.dram, c.prog_addr,
-                                   ubuf=c.ubuf))
+    run = golden.run(cfg, Loadable.for_chip(cfg, c.image if image is None else image,
+                                            c.dram, c.prog_addr, ubuf=c.ubuf))
     return run, next(iter(c.results(run.dram).values()))
 
 

@@ -23,7 +23,7 @@ CASES = [(kind, seed) for kind in ("conv", "pool", "add") for seed in range(100,
 
 def _golden_outputs(cfg, graph):
     compiled = compile_network(cfg, graph)
-    result = golden.run(cfg, Loadable(compiled.image, compiled.dram))
+    result = golden.run(cfg, Loadable.for_chip(cfg, compiled.image, compiled.dram))
     assert result.cycles == compiled.predicted_cycles
     return compiled, compiled.results(result.dram)
 

@@ -188,7 +188,7 @@ def test_tile_rows_and_columns_no_layer_reaches_are_fed_zeros_for_the_whole_prog
     set_to = settings(compiled)
     assert set_to["west_feed[1]"] == ["zero"] and set_to["north_feed[1]"] == ["zero"]
     assert set_to["west_feed[0]"] == ["cbuf.g0"] and set_to["north_feed[0]"] == ["cbuf.g0"]
-    run = golden.run(TINY, Loadable(compiled.image, compiled.dram))
+    run = golden.run(TINY, Loadable.for_chip(TINY, compiled.image, compiled.dram))
     want = reference.outputs(compiled.graph)
     got = compiled.results(run.dram)
     assert all(np.array_equal(got[k], want[k]) for k in want)

@@ -39,7 +39,8 @@ def perm_graph(shape, perm, seed=0):
 
 def run_golden(cfg, graph):
     compiled = compile_network(cfg, graph)
-    gold = golden.run(cfg, Loadable(compiled.image, compiled.dram, compiled.prog_addr))
+    gold = golden.run(cfg, Loadable.for_chip(cfg, compiled.image, compiled.dram,
+                                             compiled.prog_addr))
     assert gold.cycles == compiled.predicted_cycles
     return compiled, compiled.results(gold.dram)
 

@@ -80,7 +80,8 @@ def test_tilings_match_numpy_and_golden(case, tiling):
     graph = GRAPHS[case]()
     options = {} if tiling is None else dict(weights=tiling.weights, buffers=tiling.buffers)
     compiled = compile_network(TINY, graph, **options)
-    result = golden.run(TINY, Loadable(compiled.image, compiled.dram, compiled.prog_addr))
+    result = golden.run(TINY, Loadable.for_chip(TINY, compiled.image, compiled.dram,
+                                                compiled.prog_addr))
     assert result.cycles == compiled.predicted_cycles
     got = compiled.results(result.dram)
     for name, want in reference.outputs(graph).items():

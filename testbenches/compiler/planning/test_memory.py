@@ -290,7 +290,7 @@ def test_a_network_the_largest_first_order_cannot_place_takes_another(name, batc
         with pytest.raises(CompileError, match="no free range"):
             compile_network(cfg, graph)
     comp = compile_network(cfg, graph)
-    res = golden.run(cfg, Loadable(comp.image, comp.dram, comp.prog_addr))
+    res = golden.run(cfg, Loadable.for_chip(cfg, comp.image, comp.dram, comp.prog_addr))
     assert res.error.name == "NONE" and res.cycles == comp.predicted_cycles
     for t, want in reference.outputs(graph).items():
         np.testing.assert_array_equal(comp.results(res.dram)[t], want, err_msg=t)
