@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import operator
+import os
 from pathlib import Path
 
 import numpy as np
@@ -325,6 +326,8 @@ def chips(tmp_path_factory) -> Path:
     (d / "empty.json").write_text("")
     (d / "a-dir.json").mkdir()
     (d / "chip.txt").write_text(TINY.to_json())
+    (d / "huge.json").write_text("{" + " " * (2 << 20) + "}")
+    os.mkfifo(d / "pipe.json")
     return d
 
 
@@ -347,6 +350,13 @@ CLI_CONFIG = [
      ["argument --config", "bad-value.json", "tile_size must be a positive integer"]),
     ("config-file-reuses-a-preset-name", ["library", "--config", "{d}/preset-name.json"],
      ["argument --config", "'tiny' is a preset's", "differs from it in tile_size"]),
+    ("config-file-over-its-bound", ["compile", "--gemm", "8x8x8", "--config",
+                                    "{d}/huge.json"],
+     ["argument --config", "huge.json is 2,097,154 bytes", "more than the 1 MiB",
+      "chip file (JSON)"]),
+    ("config-file-a-named-pipe", ["schedule", str(EXAMPLES / "gemm_tiny.stp"), "--config",
+                                  "{d}/pipe.json"],
+     ["argument --config", "pipe.json is a named pipe", "only files are read"]),
     ("config-neither-preset-nor-json", ["compile", "--gemm", "8x8x8", "--config",
                                         "{d}/chip.txt"],
      ["argument --config", "chip.txt", "choose from", "'tiny'", "ending in .json"]),
