@@ -94,7 +94,7 @@ FILES = [
       "--config base"]),
     ("not-a-preset", named("tiny-custom", {}), [],
      ["built for chip tiny-custom", "not a preset", "--config"]),
-    ("preset-changed", image_file.pack(TINY.replace(latency={**TINY.latency, "vpu": 4}),
+    ("preset-changed", image_file.pack(TINY.replace(latency={**TINY.latency, "acc_read": 2}),
                                        WORDS), [],
      ["built for chip tiny", "not the preset of that name", "--config"]),
     ("ubuf-registers-impossible", image_file.pack(TINY, WORDS, ubuf=(3, 5)), [],
