@@ -225,8 +225,11 @@ CLI_DOORS = [
 ]
 
 
-def catalogue_size() -> int:
-    return len(CLI_DOORS) + len(LIBRARY) + len(ENTRY_POINTS) + len(ONNX_DOORS)
+def catalogue() -> dict[str, int]:
+    """This module's rows by area (``test_catalogue.py`` adds up every module's); the
+    tables defined further down are looked up when it is called."""
+    return {"command line": len(CLI_DOORS) + len(ENTRY_POINTS), "Python API": len(LIBRARY),
+            "ONNX files": len(ONNX_DOORS)}
 
 
 @pytest.mark.timeout(60)
