@@ -33,3 +33,18 @@ class OnnxNodeError(CompileError):
 
 def _onnx_node_error(message: str, node: str, op_type: str) -> OnnxNodeError:
     return OnnxNodeError(message, node=node, op_type=op_type)
+
+
+class InvalidOnnxNode(OnnxNodeError):
+    """An ONNX node that no processor can run as written: it breaks the ONNX
+    specification or contradicts itself (a scale of 0, below 0, NaN or infinite; pads
+    of the wrong length; a pool without ``kernel_shape``; weights of another rank than
+    the convolution's input). Unlike a plain OnnxNodeError it is not moved to the
+    host: the model is the user's to correct."""
+
+    def __reduce__(self):
+        return _invalid_onnx_node, (str(self), self.node, self.op_type)
+
+
+def _invalid_onnx_node(message: str, node: str, op_type: str) -> InvalidOnnxNode:
+    return InvalidOnnxNode(message, node=node, op_type=op_type)

@@ -15,7 +15,7 @@ from systolica.compiler.assignment import library as library_module
 from systolica.compiler.assignment.assign import Placement, Thresholds, assign
 from systolica.compiler.assignment.operations import Operation, operations
 from systolica.compiler.assignment.submodel import submodel
-from systolica.compiler.errors import CompileError, OnnxNodeError
+from systolica.compiler.errors import CompileError, InvalidOnnxNode, OnnxNodeError
 from systolica.compiler.frontend import onnx_model, onnx_quantise, onnx_simplify
 
 
@@ -76,6 +76,7 @@ def plan_model(cfg: ChipConfig, model, inputs: Mapping[str, np.ndarray] | None =
         raise CompileError(f"plan_model: inputs must be a mapping of input name to "
                            f"array (or None: random ones), not {type(inputs).__name__}")
     seed, overrides, thresholds = options.seed, options.overrides, options.thresholds
+    where = onnx_model.where_of(model)
     m = onnx_model.load(model, inputs, seed=seed, constants=options.constants)
     onnx_simplify.simplify(m)
     if m.is_float():
@@ -92,7 +93,7 @@ def plan_model(cfg: ChipConfig, model, inputs: Mapping[str, np.ndarray] | None =
         placements = assign(ops, m.proto, lib, thresholds=thresholds, overrides=overrides,
                             refused=refused)
         segments = _segments(m.proto, ops, placements)
-        turned_down = _check_chip_segments(segments)
+        turned_down = _check_chip_segments(segments, where)
         if turned_down is None:
             break
         index, reason = turned_down
@@ -147,23 +148,26 @@ def _segments(proto, ops, placements) -> list[Segment]:
     return segments
 
 
-def _check_chip_segments(segments: list[Segment]) -> tuple[int, str] | None:
+def _check_chip_segments(segments: list[Segment], where: str) -> tuple[int, str] | None:
     """The first operation a chip segment's import turns down, with the reason;
-    None when every chip segment imports."""
+    None when every chip segment imports. A node no processor can run (an
+    InvalidOnnxNode) is the model's fault: raised, naming the model (`where`)."""
     from systolica.compiler.frontend import onnx_import
     for seg in segments:
         if seg.processor != "chip":
             continue
         try:
             onnx_import.load(seg.proto)
+        except InvalidOnnxNode as e:
+            raise InvalidOnnxNode(f"{where}: {e}", node=e.node, op_type=e.op_type) from None
         except OnnxNodeError as e:
             for op in seg.ops:
                 if any(n.name == e.node for n in op.nodes):
                     return op.index, str(e)
-            raise CompileError(f"chip segment {seg.index}: {e}") from None
+            raise CompileError(f"{where}: {e}") from None
         except CompileError as e:
             # not one node's fault (a capacity or model-level error): the user's to see
-            raise CompileError(f"chip segment {seg.index} (operations "
-                               f"{', '.join(op.name for op in seg.ops[:4])}...): "
-                               f"{e}") from None
+            ops = ", ".join(op.name for op in seg.ops[:4]) + ("..." if len(seg.ops) > 4
+                                                               else "")
+            raise CompileError(f"{where}: the operations {ops} on the chip: {e}") from None
     return None

@@ -48,10 +48,11 @@ often they differ).
 from __future__ import annotations
 
 from collections.abc import Mapping
+from pathlib import Path
 
 import numpy as np
 
-from systolica.compiler.errors import CompileError, OnnxNodeError
+from systolica.compiler.errors import CompileError, InvalidOnnxNode, OnnxNodeError
 from systolica.compiler.frontend import onnx_model
 from systolica.compiler.graph.graph import Graph, GraphBuilder
 from systolica.compiler.graph.ops import MULT_BITS, requant_for
@@ -137,8 +138,11 @@ def _checked(node, tensor: str, a: np.ndarray, what: str, kind: str, error=_node
     if fault:
         rule = ("a scale must be a positive, finite float" if kind == "scale" else
                 "a zero point must be an int8 integer")
-        raise error(node, f"ONNX node {node.name!r} ({node.op_type}): its {what} "
-                          f"{tensor!r} {fault}; {rule}")
+        e = error(node, f"ONNX node {node.name!r} ({node.op_type}): its {what} "
+                        f"{tensor!r} {fault}; {rule}")
+        if kind == "scale":                 # no processor runs it: the model's fault
+            e = InvalidOnnxNode(str(e), node=e.node, op_type=e.op_type)
+        raise e
     return a
 
 
@@ -153,12 +157,18 @@ def load(model, inputs: Mapping[str, np.ndarray] | None = None, *,
     (as the model names it, with its operator) and what to change where a node holds
     something the chip does not run, CompileError where the model as a whole does."""
     onnx = onnx_model.onnx_package()
-    proto = onnx_model.read(model)
+    where = onnx_model.where_of(model)
+    proto = onnx_model.read(model, where)
     origin: dict[str, str] = {}
-    if any(n.op_type in ("QuantizeLinear", "DequantizeLinear") for n in proto.graph.node):
-        origin = {n.name: n.op_type for n in proto.graph.node if n.name}
-        proto = fold_qdq(proto)
-    return _Importer(onnx, proto, dict(inputs or {}), name, seed, origin).graph
+    try:
+        if any(n.op_type in ("QuantizeLinear", "DequantizeLinear") for n in proto.graph.node):
+            origin = {n.name: n.op_type for n in proto.graph.node if n.name}
+            proto = fold_qdq(proto)
+        return _Importer(onnx, proto, dict(inputs or {}), name, seed, origin).graph
+    except CompileError as e:
+        if not isinstance(model, (str, Path)):
+            raise
+        raise onnx_model.located(e, where) from None
 
 
 def fold_qdq(proto):
@@ -522,6 +532,53 @@ class _Importer:
         return OnnxNodeError(message, node=node.name,
                              op_type=self.origin.get(node.name, node.op_type))
 
+    def _invalid(self, node, message: str) -> InvalidOnnxNode:
+        """`node`'s refusal where it breaks the ONNX specification (no processor runs
+        it): the message names the node, its operator, and asks to correct it."""
+        op = self.origin.get(node.name, node.op_type)
+        return InvalidOnnxNode(f"ONNX node {node.name!r} ({op}): {message}; correct the "
+                               f"node as the ONNX specification of {op} asks",
+                               node=node.name, op_type=op)
+
+    def _window(self, node, a, weights: tuple[int, ...] | None = None):
+        """A 2-D convolution's or pool's ``(kernel_shape, strides, pads, dilations)``
+        with ONNX's defaults (strides and dilations 1, pads 0; a convolution's kernel
+        from its `weights`' spatial shape, a pool's given), each checked: two positive
+        sizes, four non-negative pads (begin H, begin W, end H, end W)."""
+        if "kernel_shape" in a:
+            try:
+                kernel = tuple(int(k) for k in a["kernel_shape"])
+            except (TypeError, ValueError):
+                raise self._invalid(node, f"kernel_shape {a['kernel_shape']!r} is not a "
+                                          f"list of integers") from None
+            if weights is not None and kernel != tuple(weights):
+                raise self._invalid(node, f"kernel_shape {list(kernel)}, but its weights "
+                                          f"are {list(weights)} wide")
+        elif weights is not None:
+            kernel = tuple(int(k) for k in weights)
+        else:
+            raise self._invalid(node, "no kernel_shape (a pool must give it)")
+        fields = {"kernel_shape": (kernel, 2, 1), "strides": (a.get("strides", (1, 1)), 2, 1),
+                  "pads": (a.get("pads", (0, 0, 0, 0)), 4, 0),
+                  "dilations": (a.get("dilations", (1, 1)), 2, 1)}
+        out = []
+        for what, (values, count, low) in fields.items():
+            try:
+                values = tuple(int(v) for v in values)
+            except (TypeError, ValueError):
+                raise self._invalid(node, f"{what} {values!r} is not a list of "
+                                          f"integers") from None
+            if len(values) != count:
+                raise self._invalid(node, f"{what} {list(values)} has {len(values)} values; "
+                                          f"a 2-D {node.op_type} takes {count}"
+                                          + (" (begin H, begin W, end H, end W)"
+                                             if what == "pads" else ""))
+            if any(v < low for v in values):
+                raise self._invalid(node, f"{what} {list(values)}: each must be at least "
+                                          f"{low}")
+            out.append(values)
+        return tuple(out)
+
     # -- values ---------------------------------------------------------------------
     def _input(self, vi, x, readers, rng):
         elem = vi.type.tensor_type.elem_type
@@ -530,17 +587,23 @@ class _Importer:
                 f"ONNX input {vi.name!r} is {self.onnx.TensorProto.DataType.Name(elem)}; "
                 f"the chip takes int8 inputs: quantise on the host and give the model "
                 f"from the first QLinear operator on (drop its QuantizeLinear)")
-        shape = [d.dim_value for d in vi.type.tensor_type.shape.dim]
+        where = f"ONNX model {self.g.name!r}"
+        shape = onnx_model.declared_dims(vi, where)
         if x is None:
-            if not all(shape):
+            if not all(isinstance(d, int) for d in shape):
                 raise CompileError(f"ONNX input {vi.name!r} has shape {shape} with "
                                    f"unknown sizes; give its data in `inputs`")
+            onnx_model.check_random_size(vi.name, shape, where)
             x = rng.integers(-128, 128, size=shape, dtype=np.int8)
         x = np.asarray(x)
         if x.dtype != np.int8:
             raise CompileError(f"input {vi.name!r}: data must be int8, not {x.dtype}")
         zp, scale = self._input_quant(vi.name)
-        tname = _safe(vi.name)
+        # a name no tensor has, nor (a map) its NHWC view: ONNX names that differ may
+        # be alike once made safe ("a.b", "a_b"), or one the view of another ("x_nhwc")
+        tname, i = _safe(vi.name), 1
+        while self._taken(tname) or (x.ndim == 4 and self._taken(f"{tname}_nhwc")):
+            tname, i = f"{_safe(vi.name)}_{i}", i + 1
         if x.ndim == 4:
             self.names[vi.name] = self.g.input(x, name=tname, zero_point=zp, scale=scale,
                                                layout="NCHW")
@@ -812,7 +875,12 @@ class _Importer:
         if a.get("auto_pad", b"NOTSET") not in (b"NOTSET", "NOTSET"):
             raise self._error(node, f"ONNX node {node.name!r} ({node.op_type}): auto_pad "
                                     f"{a['auto_pad']!r}; export with explicit pads")
-        pads = list(a.get("pads", [0, 0, 0, 0]))
+        if w.ndim != 4:
+            raise self._invalid(node, f"its weights have shape {list(w.shape)} (rank "
+                                      f"{w.ndim}) for a map of rank 4; a 2-D "
+                                      f"convolution's weights are [Cout, Cin/group, kh, "
+                                      f"kw]")
+        kernel_shape, strides, pads, dilations = self._window(node, a, w.shape[2:])
         bias = (self._const(node, 8, "bias").astype(np.int64) if not int32
                 and len(node.input) > 8 and node.input[8] else None)
         parts, g = int8_parts(w, 0, factor=None if int32 else "channel", bias=bias)
@@ -822,9 +890,7 @@ class _Importer:
                                     f"common factor per channel; the chip holds int8 "
                                     f"weights")
         kernel = np.concatenate([np.transpose(p, (2, 3, 1, 0)) for p in parts], axis=2)
-        geometry = dict(stride=tuple(a.get("strides", [1, 1])),
-                        pads=(pads[0], pads[1], pads[2], pads[3]),
-                        dilation=tuple(a.get("dilations", [1, 1])), groups=group,
+        geometry = dict(stride=strides, pads=pads, dilation=dilations, groups=group,
                         name=self._name(node))
         xs = self._repeated(node, x, parts)
         if int32:
@@ -1020,13 +1086,14 @@ class _Importer:
 
     def _maxpool(self, node, a):
         x = self._value(node)
-        if a.get("ceil_mode", 0) or any(d != 1 for d in a.get("dilations", [1, 1])):
+        kernel_shape, strides, pads, dilations = self._window(node, a)
+        if a.get("ceil_mode", 0) or dilations != (1, 1):
             raise self._error(node, f"ONNX node {node.name!r} (MaxPool): ceil_mode and "
                                     f"dilations are not lowered; export with ceil_mode=0")
-        pads = list(a.get("pads", [0, 0, 0, 0]))
-        out = self.g.max_pool2d(x, tuple(a["kernel_shape"]),
-                                tuple(a.get("strides", a["kernel_shape"])),
-                                (pads[0], pads[1], pads[2], pads[3]), name=self._name(node))
+        if a.get("auto_pad", b"NOTSET") not in (b"NOTSET", "NOTSET", b"VALID", "VALID"):
+            raise self._error(node, f"ONNX node {node.name!r} (MaxPool): auto_pad "
+                                    f"{a['auto_pad']!r}; export with explicit pads")
+        out = self.g.max_pool2d(x, kernel_shape, strides, pads, name=self._name(node))
         self.nchw.add(node.output[0])
         return out
 
@@ -1036,21 +1103,19 @@ class _Importer:
         ONNX's float average). The padding counts in the chip's divisor, so a padded
         pool must count it too (``count_include_pad=1``)."""
         x = self._value(node)
-        pads = list(a.get("pads", [0, 0, 0, 0]))
-        if a.get("ceil_mode", 0) or any(d != 1 for d in a.get("dilations", [1, 1])):
+        kernel_shape, strides, pads, dilations = self._window(node, a)
+        if a.get("ceil_mode", 0) or dilations != (1, 1):
             raise self._error(node, f"ONNX node {node.name!r} (AveragePool): ceil_mode and "
                                     f"dilations are not lowered; export with ceil_mode=0")
         if a.get("auto_pad", b"NOTSET") not in (b"NOTSET", "NOTSET", b"VALID", "VALID"):
             raise self._error(node, f"ONNX node {node.name!r} (AveragePool): auto_pad "
                                     f"{a['auto_pad']!r}; export with explicit pads")
         if any(pads) and not a.get("count_include_pad", 0):
-            raise self._error(node, f"ONNX node {node.name!r} (AveragePool): pads {pads} "
+            raise self._error(node, f"ONNX node {node.name!r} (AveragePool): pads {list(pads)} "
                                     f"without count_include_pad: each window near the edge "
                                     f"divides by its own count, the chip by the window's "
                                     f"size")
-        out = self.g.avg_pool2d(x, tuple(a["kernel_shape"]),
-                                tuple(a.get("strides", [1, 1])),
-                                (pads[0], pads[1], pads[2], pads[3]), name=self._name(node))
+        out = self.g.avg_pool2d(x, kernel_shape, strides, pads, name=self._name(node))
         self.nchw.add(node.output[0])
         return out
 

@@ -10,11 +10,15 @@ from pathlib import Path
 
 import numpy as np
 
-from systolica.compiler.errors import CompileError
+from systolica.compiler.errors import CompileError, InvalidOnnxNode
 
 #: The default domain's opsets the front end reads (older models: convert them with
 #: ``onnx.version_converter.convert_version(model, 13)``).
 OPSETS = range(13, 22)
+
+#: The most values of an input the front end makes random data for (its declared
+#: shape's product): a larger declared input is refused before anything is allocated.
+MAX_INPUT_VALUES = 1 << 26
 
 #: ONNX element types the host and the chip pass between them, as numpy dtypes.
 _DTYPES = {1: np.float32, 2: np.uint8, 3: np.int8, 6: np.int32, 7: np.int64,
@@ -108,7 +112,7 @@ def load(model, inputs: Mapping[str, np.ndarray] | None = None, *, seed: int = 0
     `inputs`) become initialisers holding their data: weights, scales and zero points
     a model takes as inputs (the chip needs them constant)."""
     from onnx import shape_inference
-    where = f"ONNX model {str(model)!r}" if isinstance(model, (str, Path)) else "ONNX model"
+    where = where_of(model)
     proto = read(model, where)
     opset(proto, where)
     g = proto.graph
@@ -129,7 +133,9 @@ def load(model, inputs: Mapping[str, np.ndarray] | None = None, *, seed: int = 0
         g = proto.graph
         declared = [vi for vi in g.input if vi.name not in consts]
     _sort(proto, where)
+    _check_outputs(proto, where)
     _name_nodes(proto)
+    check_scales(proto, where)
     # the bound shapes replace symbolic dimensions, so inference sees static ones
     for vi in declared:
         dims = vi.type.tensor_type.shape.dim
@@ -139,9 +145,158 @@ def load(model, inputs: Mapping[str, np.ndarray] | None = None, *, seed: int = 0
     try:
         proto = shape_inference.infer_shapes(proto, strict_mode=True, data_prop=True)
     except Exception as e:
-        raise CompileError(f"{where}: its shapes do not agree with its inputs' "
-                           f"({str(e).splitlines()[0]})") from None
+        raise CompileError(_inference_error(where, str(e))) from None
+    _check_weights(proto, where)
     return OnnxModel(proto, name or g.name or "onnx", bound)
+
+
+def located(error: CompileError, where: str) -> CompileError:
+    """`error` (of its own type, an OnnxNodeError's node kept) with its message
+    prefixed by `where` (the model's path), unless it names it already."""
+    from systolica.compiler.errors import OnnxNodeError
+    message = str(error)
+    if where in message:
+        return error
+    message = f"{where}: {message}"
+    if isinstance(error, OnnxNodeError):
+        return type(error)(message, node=error.node, op_type=error.op_type)
+    try:
+        return type(error)(message)
+    except TypeError:                       # a subclass of another signature
+        return CompileError(message)
+
+
+#: The convolutions whose weights (input index) have the rank of their input map.
+_CONV_WEIGHTS = {"Conv": 1, "ConvInteger": 1, "QLinearConv": 3, "ConvTranspose": 1}
+
+
+def _check_weights(proto, where: str) -> None:
+    """A convolution's weights have its input's rank (ONNX's shape inference does not
+    check it for the integer operators, and the ONNX reference evaluator then runs a
+    convolution other than the one written)."""
+    g = proto.graph
+    ranks = {vi.name: len(vi.type.tensor_type.shape.dim)
+             for vi in list(g.value_info) + list(g.input) + list(g.output)
+             if vi.type.tensor_type.HasField("shape")}
+    ranks.update({t.name: len(t.dims) for t in g.initializer})
+    for n in g.node:
+        at = _CONV_WEIGHTS.get(n.op_type) if n.domain in ("", "ai.onnx") else None
+        if at is None or len(n.input) <= at:
+            continue
+        x, w = ranks.get(n.input[0]), ranks.get(n.input[at])
+        if x is not None and w is not None and x != w:
+            raise InvalidOnnxNode(
+                f"{where}: node {n.name!r} ({n.op_type}): its weights {n.input[at]!r} have "
+                f"rank {w}, its input {n.input[0]!r} rank {x}; a convolution's weights are "
+                f"[Cout, Cin/group, *kernel] with the input's rank: correct the weights",
+                node=n.name, op_type=n.op_type)
+
+
+def where_of(model) -> str:
+    """How messages name `model`: by its path where it has one."""
+    return f"ONNX model {str(model)!r}" if isinstance(model, (str, Path)) else "ONNX model"
+
+
+def _inference_error(where: str, text: str) -> str:
+    """ONNX shape inference's refusal as one line naming the node it blames."""
+    import re
+    first = text.strip().splitlines()[0] if text.strip() else "no reason given"
+    found = re.search(r"\(op_type:([^,]+), node name: ([^)]*)\): (?:\[\w+\] )?(.*)", first)
+    if found:
+        op, node, why = found.groups()
+        return (f"{where}: node {node!r} ({op}): {why.strip()} (ONNX shape inference); "
+                f"correct the node as the ONNX specification of {op} asks")
+    return (f"{where}: ONNX shape inference refuses it ({first}); correct the model "
+            f"(onnx.checker.check_model(model, full_check=True) says more)")
+
+
+def _check_outputs(proto, where: str) -> None:
+    """Every graph output is made by a node, or is an input or initialiser."""
+    g = proto.graph
+    known = ({vi.name for vi in g.input} | {t.name for t in g.initializer}
+             | {o for n in g.node for o in n.output if o})
+    for vo in g.output:
+        if vo.name not in known:
+            raise CompileError(f"{where}: its output {vo.name!r} is made by no node, input "
+                               f"or initialiser; remove it from the graph's outputs or "
+                               f"make it")
+
+
+#: Where each quantised operator takes its scales (input index: the scale's role).
+SCALES = {
+    "QuantizeLinear": {1: "scale"}, "DequantizeLinear": {1: "scale"},
+    "QLinearConv": {1: "input scale", 4: "weight scale", 6: "output scale"},
+    "QLinearMatMul": {1: "left scale", 4: "right scale", 6: "output scale"},
+    "QLinearAdd": {1: "scale", 4: "scale", 6: "output scale"},
+    "QLinearMul": {1: "scale", 4: "scale", 6: "output scale"},
+    "QGemm": {1: "left scale", 4: "right scale", 7: "output scale"},
+    "QLinearGlobalAveragePool": {1: "input scale", 3: "output scale"},
+    "QLinearAveragePool": {1: "input scale", 3: "output scale"},
+    "QLinearLeakyRelu": {1: "input scale", 3: "output scale"},
+    "QLinearSigmoid": {1: "input scale", 3: "output scale"},
+    "QLinearSoftmax": {1: "input scale", 3: "output scale"},
+}
+
+
+def _scale_inputs(node) -> dict[int, str]:
+    if node.op_type == "QLinearConcat":
+        return {0: "output scale", **{k + 1: "input scale"
+                                      for k in range(2, len(node.input), 3)}}
+    return SCALES.get(node.op_type, {})
+
+
+def check_scales(proto, where: str) -> None:
+    """Every constant scale of a quantised node (an initialiser or a Constant node's
+    value) is positive and finite: a scale of 0, below 0, NaN or infinite is refused
+    by an InvalidOnnxNode naming the node, its operator and the tensor, never moved to
+    another processor (no processor computes what such a model means)."""
+    from onnx import numpy_helper
+
+    from systolica.compiler.frontend.onnx_import import _scale_fault
+    g = proto.graph
+    inits = {t.name: t for t in g.initializer}
+    constants = {n.output[0]: a.t for n in g.node if n.op_type == "Constant" and n.output
+                 for a in n.attribute if a.name == "value"}
+    for n in g.node:
+        for k, role in _scale_inputs(n).items():
+            v = n.input[k] if k < len(n.input) else ""
+            t = inits.get(v) or constants.get(v)
+            if not v or t is None:
+                continue
+            fault = _scale_fault(np.asarray(numpy_helper.to_array(t)))
+            if fault:
+                raise InvalidOnnxNode(
+                    f"{where}: node {n.name!r} ({n.op_type}): its {role} {v!r} {fault}; a "
+                    f"scale must be a positive, finite float: correct the model's "
+                    f"quantisation (e.g. quantise it again)", node=n.name, op_type=n.op_type)
+
+
+def declared_dims(vi, where: str) -> list[int | str]:
+    """Input `vi`'s declared dimensions: sizes, or the names of symbolic ones ("?"
+    for an unnamed one); a size below 1 is refused naming the input and the axis."""
+    out: list[int | str] = []
+    for axis, d in enumerate(vi.type.tensor_type.shape.dim):
+        if not d.HasField("dim_value"):
+            out.append(d.dim_param or "?")
+        elif d.dim_value < 1:
+            raise CompileError(f"{where}: input {vi.name!r} declares dimension {axis} as "
+                               f"{d.dim_value}; a size must be at least 1 (or a symbolic "
+                               f"name, bound by the data given): correct the model's input")
+        else:
+            out.append(int(d.dim_value))
+    return out
+
+
+def check_random_size(name: str, dims: list[int], where: str) -> None:
+    """Random data for input `name` of shape `dims` is within MAX_INPUT_VALUES
+    (checked before anything is allocated)."""
+    count = 1
+    for d in dims:
+        count *= int(d)
+    if count > MAX_INPUT_VALUES:
+        raise CompileError(f"{where}: input {name!r} of shape {dims} holds {count} values, "
+                           f"more than the {MAX_INPUT_VALUES} the front end makes random "
+                           f"data for: declare a smaller input, or give its data")
 
 
 def _constants(names: Iterable[str], declared, given: Mapping[str, np.ndarray],
@@ -228,12 +383,12 @@ def _bind(vi, x, rng, where: str) -> np.ndarray:
     if dtype is None:
         raise CompileError(f"{where}: input {vi.name!r} has ONNX element type "
                            f"{tt.elem_type}, which the host does not pass")
-    dims = [d.dim_value if d.HasField("dim_value") else (d.dim_param or "?")
-            for d in tt.shape.dim]
+    dims = declared_dims(vi, where)
     if x is None:
-        if not all(isinstance(d, int) and d > 0 for d in dims):
+        if not all(isinstance(d, int) for d in dims):
             raise CompileError(f"{where}: input {vi.name!r} has shape {dims}; give its "
                                f"data so that the symbolic sizes are bound")
+        check_random_size(vi.name, dims, where)
         if np.issubdtype(dtype, np.floating):
             return rng.standard_normal(dims).astype(dtype)
         info = np.iinfo(dtype)
@@ -241,10 +396,10 @@ def _bind(vi, x, rng, where: str) -> np.ndarray:
                             dtype=dtype)
     x = np.asarray(x)
     if x.dtype != dtype:
-        raise CompileError(f"input {vi.name!r}: the model takes {np.dtype(dtype).name}, "
+        raise CompileError(f"{where}: input {vi.name!r}: the model takes {np.dtype(dtype).name}, "
                            f"the data given is {x.dtype.name}")
     if len(dims) != x.ndim or any(isinstance(d, int) and d != n for d, n in
                                   zip(dims, x.shape)):
-        raise CompileError(f"input {vi.name!r}: the model takes shape {dims}, the data "
+        raise CompileError(f"{where}: input {vi.name!r}: the model takes shape {dims}, the data "
                            f"given has {list(x.shape)}")
     return x

@@ -85,6 +85,11 @@ def against_onnxruntime(plan: Plan, ours: dict[str, np.ndarray],
     end_to_end = []
     for o in list(plan.outputs) + [v for s in plan.segments if s.processor == "chip"
                                    for v in s.writes if v not in plan.outputs]:
+        if o in plan.outputs and (o not in ours or o not in theirs):
+            # an output not compared is not an output that agrees
+            end_to_end.append(Agreement(o, 0, 0, math.inf, 0.0 if tolerance is None
+                                        else tolerance))
+            continue
         if o not in ours or o not in theirs:
             continue
         tol = math.inf if o not in plan.outputs else tolerance
@@ -158,6 +163,10 @@ def _dequantised_steps(plan: Plan) -> dict[str, float]:
 
 
 def _agreement(name, mine, theirs, tolerance, step: float | None = None) -> Agreement:
+    mine, theirs = np.asarray(mine), np.asarray(theirs)
+    if mine.size != theirs.size:            # a value of another shape agrees with none
+        return Agreement(name, int(theirs.size), int(theirs.size), math.inf,
+                         DEFAULT_TOLERANCE["int8"] if tolerance is None else tolerance)
     if step:                    # a dequantised int8 value: compared in its steps
         mine, theirs = np.rint(mine / step).astype(np.int64), np.rint(theirs / step)
     if mine.dtype.kind in "iu":

@@ -18,6 +18,7 @@ import numpy as np
 from systolica import golden
 from systolica.app.onnx_oracle import Agreement, against_onnxruntime
 from systolica.compiler.assignment.partition import Plan, Segment
+from systolica.compiler.errors import CompileError
 
 
 @dataclass
@@ -105,7 +106,6 @@ def run_plan(plan: Plan, *, rtl: bool = False, compare: bool = True,
     from systolica.compiler import compile_network
     from systolica.compiler.frontend import onnx_import
     from systolica.compiler.graph import reference
-    from systolica.host.kernels import HostModel
     cfg, lib = plan.cfg, plan.library
     values: dict[str, np.ndarray] = dict(plan.model.inputs)
     runs: list[SegmentRun] = []
@@ -115,9 +115,8 @@ def run_plan(plan: Plan, *, rtl: bool = False, compare: bool = True,
             progress(f"segment {seg.index} ({seg.processor})", k, len(plan.segments))
         feeds = {v: values[v] for v in seg.reads}
         if seg.processor == "host":
-            host = HostModel(seg.proto)
             t = time.perf_counter()
-            out = host.run(feeds)
+            out = _run_on_host(plan, seg, feeds)
             runs.append(SegmentRun(seg, time.perf_counter() - t))
         else:
             t = time.perf_counter()
@@ -142,6 +141,26 @@ def run_plan(plan: Plan, *, rtl: bool = False, compare: bool = True,
     if compare:
         compare_with_onnxruntime(run, tolerance)
     return run
+
+
+class HostRunError(CompileError):
+    """A host segment the ONNX reference evaluator cannot run (a node that breaks the
+    ONNX specification in a way the front end's checks do not see)."""
+
+
+def _run_on_host(plan: Plan, seg: Segment, feeds) -> dict[str, np.ndarray]:
+    """`seg`'s outputs by the host's kernels; a HostRunError naming its operations
+    where the evaluator refuses them."""
+    from systolica.host.kernels import HostModel
+    try:
+        return HostModel(seg.proto).run(feeds)
+    except Exception as e:      # the evaluator's kernels raise whatever numpy raises
+        names = ", ".join(f"{op.name!r} ({op.kind})" for op in seg.ops[:4]) + (
+            " ..." if len(seg.ops) > 4 else "")
+        why = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise HostRunError(f"ONNX model {plan.model.name!r}: the host cannot run "
+                           f"{names}: the ONNX reference evaluator fails ({why}); check "
+                           f"these nodes against the ONNX specification") from None
 
 
 def compare_with_onnxruntime(run: ModelRun, tolerance: float | None = None) -> None:
