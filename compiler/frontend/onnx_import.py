@@ -280,6 +280,14 @@ def fold_qdq(proto):
         if b.dtype != np.int32:
             raise _node_error(node, f"ONNX node {node.name!r} ({node.op_type}): its bias "
                                     f"{b_name!r} is {b.dtype}; the chip adds an int32 bias")
+        sizes = {k: np.size(consts[k]) for k in (b_s, x_s, w_s)}
+        if b.ndim != 1 or any(n not in (1, b.size) for n in sizes.values()):
+            raise InvalidOnnxNode(f"ONNX node {node.name!r} ({node.op_type}): its bias "
+                                  f"{b_name!r} has shape {list(b.shape)}, and the scales "
+                                  f"of its bias, input and weights {list(sizes.values())} "
+                                  f"values; a bias and each scale hold one value, or one "
+                                  f"per output channel", node=node.name,
+                                  op_type=node.op_type)
         ratio = factor * consts[b_s].astype(np.float64) / (
             consts[x_s].astype(np.float64) * consts[w_s].astype(np.float64))
         scaled = np.round(b.astype(np.float64) * ratio)
@@ -297,6 +305,11 @@ def fold_qdq(proto):
     def same(s1, z1, s2, z2) -> bool:
         return (np.array_equal(consts[s1], consts[s2])
                 and np.array_equal(consts[z1], consts[z2]))
+
+    def carried(node, op, leave=()):
+        """`node` with `op`'s attributes (but those in `leave`) as the model has them."""
+        node.attribute.extend(a for a in op.attribute if a.name not in leave)
+        return node
 
     def not_lowered(op):
         return _node_error(op, f"ONNX node {op.name!r}: {op.op_type} between "
@@ -351,8 +364,8 @@ def fold_qdq(proto):
             ins = [x, x_s, x_zp, w, w_s, w_zp, y_s, y_zp]
             if len(op.input) > 2 and op.input[2]:
                 ins.append(bias(op, op.input[2], x_s, w_s))
-            out_nodes.append(helper.make_node("QLinearConv", ins, [conv_out], name=op.name,
-                                              **attrs))
+            out_nodes.append(carried(helper.make_node("QLinearConv", ins, [conv_out],
+                                                      name=op.name), op))
         elif op.op_type in ("MatMul", "Gemm"):
             x, x_s, x_zp = dq(op.input[0], "left operand", op)
             w, w_s, w_zp = dq(op.input[1], "right operand", op)
@@ -365,14 +378,19 @@ def fold_qdq(proto):
                 if not (np.isfinite(alpha) and alpha > 0):
                     raise _node_error(op, f"ONNX node {op.name!r} (Gemm): alpha {alpha}; "
                                           f"the chip scales a product by a positive factor")
+                if not np.isfinite(beta):
+                    raise InvalidOnnxNode(f"ONNX node {op.name!r} (Gemm): beta {beta}; a "
+                                          f"finite factor of the bias is asked for",
+                                          node=op.name, op_type=op.op_type)
                 c = (bias(op, op.input[2], x_s, w_s, beta / alpha)
                      if len(op.input) > 2 and op.input[2] else "")
+                node = carried(helper.make_node("QGemm", [x, x_s, x_zp, w, w_s, w_zp, c,
+                                                          y_s, y_zp], [conv_out],
+                                                name=op.name, domain="com.microsoft"),
+                               op, ("alpha", "beta"))
                 if alpha != 1.0:
-                    attrs["alpha"] = alpha
-                out_nodes.append(helper.make_node("QGemm", [x, x_s, x_zp, w, w_s, w_zp, c,
-                                                            y_s, y_zp], [conv_out],
-                                                  name=op.name, domain="com.microsoft",
-                                                  **attrs))
+                    node.attribute.append(helper.make_attribute("alpha", alpha))
+                out_nodes.append(node)
         elif op.op_type == "Add":
             (a, a_s, a_zp), (b, b_s, b_zp) = (dq(v, "operand", op) for v in op.input)
             out_nodes.append(helper.make_node("QLinearAdd", [a, a_s, a_zp, b, b_s, b_zp,
@@ -387,8 +405,9 @@ def fold_qdq(proto):
             ins = [y_s, y_zp]
             for v in op.input:
                 ins.extend(dq(v, "input", op))
-            out_nodes.append(helper.make_node("QLinearConcat", ins, [out], name=op.name,
-                                              domain="com.microsoft", **attrs))
+            out_nodes.append(carried(helper.make_node("QLinearConcat", ins, [out],
+                                                      name=op.name, domain="com.microsoft"),
+                                     op))
         else:                               # MaxPool, AveragePool, GlobalMaxPool, Flatten
             ins = []
             for v in op.input:
@@ -398,7 +417,8 @@ def fold_qdq(proto):
                                           f"and output are quantised differently; the chip "
                                           f"moves int8 values unchanged here")
                 ins.append(x)
-            out_nodes.append(helper.make_node(op.op_type, ins, [out], name=op.name, **attrs))
+            out_nodes.append(carried(helper.make_node(op.op_type, ins, [out], name=op.name),
+                                     op))
         if relu is not None:
             out_nodes.append(helper.make_node("Relu", [conv_out], [out], name=relu.name,
                                               doc_string=QDQ_RELU))
@@ -865,7 +885,13 @@ class _Importer:
             raise self._error(node, f"ONNX node {node.name!r} ({node.op_type}): its input is "
                                     f"not a map")
         self._check_x(node, x)
-        w = self._centred(node, self._const(node, w_at, "weights"), w_at + 2, 0, "weights")
+        w = self._const(node, w_at, "weights")
+        if w.ndim != 4:
+            raise self._invalid(node, f"its weights have shape {list(w.shape)} (rank "
+                                      f"{w.ndim}) for a map of rank 4; a 2-D "
+                                      f"convolution's weights are [Cout, Cin/group, kh, "
+                                      f"kw]")
+        w = self._centred(node, w, w_at + 2, 0, "weights")
         group = a.get("group", 1)
         if group != 1 and (w.shape[1] != 1 or group != w.shape[0]):
             raise self._error(node, f"ONNX node {node.name!r} ({node.op_type}): group {group} "
@@ -875,11 +901,6 @@ class _Importer:
         if a.get("auto_pad", b"NOTSET") not in (b"NOTSET", "NOTSET"):
             raise self._error(node, f"ONNX node {node.name!r} ({node.op_type}): auto_pad "
                                     f"{a['auto_pad']!r}; export with explicit pads")
-        if w.ndim != 4:
-            raise self._invalid(node, f"its weights have shape {list(w.shape)} (rank "
-                                      f"{w.ndim}) for a map of rank 4; a 2-D "
-                                      f"convolution's weights are [Cout, Cin/group, kh, "
-                                      f"kw]")
         kernel_shape, strides, pads, dilations = self._window(node, a, w.shape[2:])
         bias = (self._const(node, 8, "bias").astype(np.int64) if not int32
                 and len(node.input) > 8 and node.input[8] else None)
@@ -1025,6 +1046,10 @@ class _Importer:
             raise self._error(node, f"ONNX node {node.name!r} ({node.op_type}): its {what} "
                                     f"is {w.dtype}; the chip multiplies int8 (a uint8 one "
                                     f"with a constant zero point is made int8 on the way in)")
+        if w.ndim <= axis:
+            raise self._error(node, f"ONNX node {node.name!r} ({node.op_type}): its {what} "
+                                    f"has shape {list(w.shape)}, no axis {axis} of output "
+                                    f"channels")
         zp = self._zero_points(node, zp_at, f"{what}'s zero point").astype(np.int64)
         if zp.size not in (1, w.shape[axis]):
             raise self._error(node, f"ONNX node {node.name!r} ({node.op_type}): its {what}'s "

@@ -391,6 +391,8 @@ def _bind(vi, x, rng, where: str) -> np.ndarray:
         check_random_size(vi.name, dims, where)
         if np.issubdtype(dtype, np.floating):
             return rng.standard_normal(dims).astype(dtype)
+        if dtype == np.bool_:
+            return rng.integers(0, 2, size=dims).astype(np.bool_)
         info = np.iinfo(dtype)
         return rng.integers(max(info.min, -128), min(info.max, 127) + 1, size=dims,
                             dtype=dtype)
