@@ -70,6 +70,14 @@ SUPPORTED = ("QLinearConv", "QLinearMatMul", "ConvInteger", "MatMulInteger", "Ma
 QDQ_OPS = ("Conv", "MatMul", "Gemm", "Add", "GlobalAveragePool", "MaxPool", "AveragePool",
            "GlobalMaxPool", "Concat", "Flatten")
 
+#: How many inputs each operator of SUPPORTED and QDQ_OPS takes (fewest, most).
+_ARITY = {"QLinearConv": (8, 9), "QLinearMatMul": (8, 8), "ConvInteger": (2, 4),
+          "MatMulInteger": (2, 4), "MaxPool": (1, 1), "AveragePool": (1, 1),
+          "GlobalMaxPool": (1, 1), "Concat": (1, 99), "Flatten": (1, 1), "Relu": (1, 1),
+          "QLinearAdd": (7, 8), "QLinearGlobalAveragePool": (4, 5), "QLinearConcat": (5, 99),
+          "QGemm": (6, 9), "Conv": (2, 3), "MatMul": (2, 2), "Gemm": (2, 3), "Add": (2, 2),
+          "GlobalAveragePool": (1, 1)}
+
 #: Where an operator that requantises declares its output's scale and zero point
 #: (input indices): the layers that can write at another scale (a join's).
 _OUT_QUANT = {"QLinearConv": (6, 7), "QLinearMatMul": (6, 7), "QLinearAdd": (6, 7),
@@ -349,6 +357,14 @@ def fold_qdq(proto):
             return
         if op.op_type not in QDQ_OPS:
             raise not_lowered(op)
+        low, high = _ARITY[op.op_type]
+        if not low <= len(op.input) <= high:
+            raise InvalidOnnxNode(f"ONNX node {op.name!r} ({op.op_type}): {len(op.input)} "
+                                  f"inputs; it takes " + (f"{low}" if low == high else
+                                                          f"{low} to {high}"
+                                                          if high < 99 else
+                                                          f"at least {low}"),
+                                  node=op.name, op_type=op.op_type)
         if relu is not None and op.op_type not in QDQ_OPS[:4]:
             raise _node_error(relu, f"ONNX node {relu.name!r} (Relu): follows "
                                     f"{op.op_type} {op.name!r}; the chip folds a Relu only "
@@ -819,6 +835,13 @@ class _Importer:
                 node, f"ONNX node {node.name!r}: {node.op_type} is not lowered to the chip; "
                       f"the importer takes {', '.join(SUPPORTED)} (QOperator form, int8 "
                       f"between them)")
+        low, high = _ARITY[node.op_type]
+        if not low <= len(node.input) <= high or not node.output or not node.output[0]:
+            raise self._invalid(node, f"{len(node.input)} inputs and outputs "
+                                      f"{list(node.output)}; {node.op_type} takes "
+                                      + (f"{low}" if low == high else f"{low} to {high}"
+                                         if high < 99 else f"at least {low}")
+                                      + " inputs and makes one output")
         attrs = {a.name: self.onnx.helper.get_attribute_value(a) for a in node.attribute}
         try:
             out = getattr(self, f"_{node.op_type.lower()}")(node, attrs)
@@ -904,6 +927,10 @@ class _Importer:
         kernel_shape, strides, pads, dilations = self._window(node, a, w.shape[2:])
         bias = (self._const(node, 8, "bias").astype(np.int64) if not int32
                 and len(node.input) > 8 and node.input[8] else None)
+        if bias is not None and bias.shape != (w.shape[0],):
+            raise self._invalid(node, f"its bias {node.input[8]!r} has shape "
+                                      f"{list(bias.shape)} for {w.shape[0]} output "
+                                      f"channels; a bias holds one int32 per channel")
         parts, g = int8_parts(w, 0, factor=None if int32 else "channel", bias=bias)
         if len(parts) > 1 and group != 1:
             raise self._error(node, f"ONNX node {node.name!r} ({node.op_type}): its depthwise "
@@ -917,8 +944,13 @@ class _Importer:
         if int32:
             out = self.g.conv2d(xs, kernel, None, out_dtype="int32", **geometry)
         else:
+            w_scales = self._scales(node, 4, "weight scale")
+            if w_scales.size not in (1, w.shape[0]):
+                raise self._invalid(node, f"its weight scale {node.input[4]!r} has "
+                                          f"{w_scales.size} values for {w.shape[0]} output "
+                                          f"channels; give one, or one per channel")
             mult, shift = self._requant(node, self._scale(node, 1, "input scale"),
-                                        self._scales(node, 4, "weight scale") * g,
+                                        w_scales * g,
                                         self._scale(node, 6, "output scale"), True)
             if np.ndim(mult) == 0:
                 mult = np.full(w.shape[0], mult)
@@ -983,6 +1015,10 @@ class _Importer:
                                     f"{list(w.shape)}")
         w = self._centred(node, w, 5, 1, "right operand")
         w_scale = self._scales(node, 4, "right scale")
+        if w_scale.size not in (1, w.shape[1]):
+            raise self._invalid(node, f"its right scale {node.input[4]!r} has "
+                                      f"{w_scale.size} values for {w.shape[1]} output "
+                                      f"columns; give one, or one per column")
         if alpha != 1.0:
             w_scale = w_scale * alpha
         bias = self._bias(node, w.shape[1])

@@ -68,9 +68,29 @@ def add_pool() -> onnx.ModelProto:
     return model
 
 
+def gemm_join() -> onnx.ModelProto:
+    """onnxruntime's QGemm (``transB``, a bias) on an [M, K] input, and a QLinearConcat
+    of two convolutions of a map, one branch at another scale than the join."""
+    m = onnx_zoo.QModel(2)
+    w = m.rng.integers(-60, 60, (4, 12), dtype=np.int8)
+    m.nodes.append(helper.make_node(
+        "QGemm", ["a", *m.q(0.05, 3), m.const(w), *m.q(0.02, 0),
+                  m.const(m.rng.integers(-900, 900, 4, dtype=np.int32)), *m.q(0.2, -6)],
+        ["y"], name="gemm", domain="com.microsoft", transB=1))
+    b1 = m.conv("x", (0.05, 0), 3, 8, 3, (0.1, 0))
+    b2 = m.conv("x", (0.05, 0), 3, 8, 1, (0.07, 0), pads=0)
+    m.nodes.append(helper.make_node(
+        "QLinearConcat", [*m.q(0.1, 0), b1, *m.q(0.1, 0), b2, *m.q(0.07, 0)], ["join"],
+        name="join", domain="com.microsoft", axis=1))
+    model = m.build([("a", [5, 12]), ("x", [1, 3, 6, 6])], ["y", "join"])
+    model.opset_import.append(helper.make_opsetid("com.microsoft", 1))
+    return model
+
+
 #: The seed models: name -> builder.
-SEEDS = {"conv_chain": conv_chain, "add_pool": add_pool, "inception": onnx_zoo.inception,
-         "qdq_cnn": onnx_zoo.qdq_cnn, "qdq_resnet": onnx_zoo.qdq_resnet}
+SEEDS = {"conv_chain": conv_chain, "add_pool": add_pool, "gemm_join": gemm_join,
+         "inception": onnx_zoo.inception, "qdq_cnn": onnx_zoo.qdq_cnn,
+         "qdq_resnet": onnx_zoo.qdq_resnet}
 
 
 @cache
