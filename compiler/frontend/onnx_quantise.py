@@ -29,7 +29,7 @@ def quantise(model: OnnxModel, calibration: Iterable[Mapping[str, np.ndarray]] |
                            f"figures are for performance, not accuracy; give "
                            f"calibration data for a model that must stay accurate")
     else:
-        calibration = list(calibration)
+        calibration = _checked_calibration(model, calibration)
         model.notes.append(f"quantised with {len(calibration)} calibration input(s) given")
     proto = run_quantiser(model.proto, calibration, per_channel=per_channel,
                           extra_options={"WeightSymmetric": True},
@@ -88,3 +88,38 @@ def run_quantiser(proto, calibration: Iterable[Mapping[str, np.ndarray]], *,
         finally:
             root.setLevel(level)
         return onnx.load(str(dst))
+
+
+def _checked_calibration(model: OnnxModel, calibration) -> list[dict[str, np.ndarray]]:
+    """The calibration samples, each a dict with an array for every input of `model`
+    of its dtype and shape, finite: else a CompileError naming the sample, the input
+    and what the model takes."""
+    where = f"ONNX model {model.name!r}"
+    samples = list(calibration)
+    if not samples:
+        raise CompileError(f"{where}: no calibration samples given; give at least one, "
+                           f"or none at all for random ones")
+    for k, sample in enumerate(samples):
+        if not isinstance(sample, Mapping):
+            raise CompileError(f"{where}: calibration sample {k} is a "
+                               f"{type(sample).__name__}, not a dict of arrays by input "
+                               f"name")
+        missing = sorted(set(model.inputs) - set(sample))
+        unknown = sorted(set(sample) - set(model.inputs))
+        if missing or unknown:
+            raise CompileError(f"{where}: calibration sample {k} "
+                               + (f"has no {missing}" if missing else "")
+                               + (" and " if missing and unknown else "")
+                               + (f"names {unknown}, which are no inputs" if unknown else "")
+                               + f"; the model's inputs are {sorted(model.inputs)}")
+        for name, want in model.inputs.items():
+            got = np.asarray(sample[name])
+            if got.shape != want.shape or got.dtype != want.dtype:
+                raise CompileError(f"{where}: calibration sample {k}, input {name!r}: "
+                                   f"{got.dtype} of shape {list(got.shape)}; the model "
+                                   f"takes {want.dtype} of shape {list(want.shape)}")
+            if got.dtype.kind == "f" and not np.all(np.isfinite(got)):
+                raise CompileError(f"{where}: calibration sample {k}, input {name!r}: "
+                                   f"holds NaN or infinite values; calibrate on finite "
+                                   f"data")
+    return samples

@@ -307,6 +307,9 @@ def _assignments(items: list[str] | None) -> dict[str, str]:
         if not sep or not node or not proc:
             raise UsageError(f"--assign {item!r}: write NODE=PROCESSOR, e.g. "
                              f"--assign conv1=host")
+        if out.get(node, proc) != proc:
+            raise UsageError(f"--assign {item!r}: node {node!r} is assigned to "
+                             f"{out[node]} too; give each node one processor")
         out[node] = proc
     return out
 
@@ -330,6 +333,10 @@ def _constants(items: list[str] | None) -> dict[str, np.ndarray]:
         except (OSError, ValueError, EOFError) as e:
             raise UsageError(f"--constant {item!r}: {path!r} is not a readable .npy "
                              f"file ({e})") from None
+        if not isinstance(out[name], np.ndarray):       # an .npz archive
+            out[name].close()
+            raise UsageError(f"--constant {item!r}: {path!r} is an archive of arrays, not "
+                             f"one array; write it with numpy.save")
     return out
 
 
@@ -349,6 +356,10 @@ def _calibration(path: str | None) -> list[dict] | None:
     except (OSError, ValueError, EOFError, zipfile.BadZipFile) as e:
         raise UsageError(f"--calibration {path}: not a readable .npz ({e}); write one with "
                          f"numpy.savez(path, input_name=samples)") from None
+    flat = sorted(k for k, a in arrays.items() if a.ndim == 0)
+    if flat:
+        raise UsageError(f"--calibration {path}: {flat[0]!r} is a single number; give each "
+                         f"input its samples along a first axis of their own")
     counts = {len(a) for a in arrays.values()}
     if not arrays or len(counts) != 1 or 0 in counts:
         raise UsageError(f"--calibration {path}: give every input the same number of "
