@@ -134,6 +134,7 @@ def load(model, inputs: Mapping[str, np.ndarray] | None = None, *, seed: int = 0
         declared = [vi for vi in g.input if vi.name not in consts]
     _sort(proto, where)
     _check_outputs(proto, where)
+    _check_node_names(proto, where)
     _name_nodes(proto)
     check_scales(proto, where)
     # the bound shapes replace symbolic dimensions, so inference sees static ones
@@ -331,6 +332,19 @@ def _freeze(proto, values: Mapping[str, np.ndarray]):
     g.input.extend(keep)
     g.initializer.extend(numpy_helper.from_array(np.asarray(x), v) for v, x in values.items())
     return out
+
+
+def _check_node_names(proto, where: str) -> None:
+    """No two nodes share a name (ONNX asks it; ``--assign`` and the reports name
+    operations by their nodes)."""
+    seen: dict[str, int] = {}
+    for k, n in enumerate(proto.graph.node):
+        if n.name and n.name in seen:
+            first = proto.graph.node[seen[n.name]]
+            raise CompileError(f"{where}: nodes {seen[n.name]} ({first.op_type}) and {k} "
+                               f"({n.op_type}) are both named {n.name!r}; ONNX asks for "
+                               f"unique node names: rename one")
+        seen.setdefault(n.name, k)
 
 
 def _name_nodes(proto) -> None:

@@ -121,7 +121,15 @@ def run_plan(plan: Plan, *, rtl: bool = False, compare: bool = True,
         else:
             t = time.perf_counter()
             graph = onnx_import.load(seg.proto, inputs=feeds, name=f"segment_{seg.index}")
-            compiled = compile_network(cfg, graph)
+            try:
+                compiled = compile_network(cfg, graph)
+            except CompileError as e:
+                names = ", ".join(op.name for op in seg.ops[:4]) + (
+                    " ..." if len(seg.ops) > 4 else "")
+                raise CompileError(f"ONNX model {plan.model.name!r}: the operations "
+                                   f"{names} do not compile for chip {cfg.name}: {e}; run "
+                                   f"them on the host (--assign NODE=host) or choose a "
+                                   f"larger chip (--config)") from None
             compile_s = time.perf_counter() - t
             gold = golden.run(cfg, compiled.loadable)
             got = compiled.results(gold.dram)

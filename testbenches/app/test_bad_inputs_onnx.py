@@ -148,6 +148,15 @@ def qlinear_input_count(op_edit):
     return model
 
 
+def two_convs(first="conv1", second="conv2", size=6):
+    """Two QLinearConvs, named `first` and `second`, of a (1, 3, size, size) map."""
+    m = onnx_zoo.QModel(0)
+    y = m.conv("x", (0.05, 3), 3, 8, 3, (0.1, 0))
+    model = m.build([("x", [1, 3, size, size])], [m.conv(y, (0.1, 0), 8, 8, 3, (0.1, 0))])
+    model.graph.node[0].name, model.graph.node[1].name = first, second
+    return model
+
+
 def bool_input():
     """A Not of a bool input 'flags'."""
     x = helper.make_tensor_value_info("flags", TensorProto.BOOL, [1, 4])
@@ -223,6 +232,8 @@ API = [
      ["input 'x'", "18000000000 values"]),
     ("concat-without-axis", planned(concat_without_axis), CompileError,
      ["node 'join' (Concat)", "axis is missing", "specification of Concat"]),
+    ("two-nodes-one-name", planned(lambda: two_convs("c", "c")), CompileError,
+     ["nodes 0 (QLinearConv) and 1 (QLinearConv)", "both named 'c'", "rename one"]),
     # found by the fuzzer
     ("fuzz-qdq-empty-pads", imported(lambda: qdq(lambda g: _set_attrs(
         _node(g, "conv1"), {"pads": []}))), InvalidOnnxNode,
@@ -289,7 +300,8 @@ FILES = {"qadd0": lambda: qadd(0), "qaddneg": lambda: qadd(-0.25), "gap0": lambd
          "pads2": lambda: conv(pads=[1, 1]), "nokernel": lambda: pool(kernel_shape=None),
          "rank3": lambda: weights(lambda w: w[:, :, 0]), "dangling": dangling,
          "dimneg": lambda: declared(-3), "dimhuge": lambda: declared(10 ** 9),
-         "conv": conv, "float": onnx_zoo.float_cnn}
+         "conv": conv, "float": onnx_zoo.float_cnn, "twice": lambda: two_convs("c", "c"),
+         "large": lambda: two_convs(size=300)}
 
 SIM = ["sim", "--config", "tiny", "--golden-only", "--onnx"]
 COMPILE = ["compile", "--config", "tiny", "--onnx"]
@@ -329,6 +341,8 @@ CLI = [
      ["dimhuge.onnx", "input 'x'", "18000000000 values", "declare a smaller input"]),
     ("compile-dimension-enormous", [*COMPILE, "{d}/dimhuge.onnx"],
      ["dimhuge.onnx", "input 'x'", "18000000000 values"]),
+    ("sim-two-nodes-one-name", [*SIM, "{d}/twice.onnx", "--assign", "c=host"],
+     ["twice.onnx", "both named 'c'", "unique node names"]),
     # the options of sim --onnx
     ("assign-one-node-twice", [*SIM, "{d}/conv.onnx", "--assign", "qconv1=host", "--assign",
                                "qconv1=chip"],
@@ -370,6 +384,17 @@ def test_command_line(argv, words, models, capsys, monkeypatch):
     monkeypatch.setattr(rtlsim, "build", refuse)
     argv = [a.format(d=models) for a in argv]
     assert_refused(*run_cli(argv, capsys), words)
+
+
+def test_a_model_larger_than_the_chip_fails_naming_its_operations(models, capsys):
+    """Planned (the plan is printed), then its chip segment does not compile: exit 2,
+    one line naming the operations, the fault and what to do."""
+    status, out, err = run_cli([*SIM, str(models / "large.onnx")], capsys)
+    assert status == 2 and "conv1" in out
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("systolica: error: ")
+    assert_clear(lines[0], ["the operations conv1, conv2 do not compile for chip tiny",
+                            "input 'x'", "DRAM too small", "--assign NODE=host", "--config"])
 
 
 def catalogue_size() -> dict[str, int]:
