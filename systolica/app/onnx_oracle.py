@@ -80,7 +80,7 @@ def against_onnxruntime(plan: Plan, ours: dict[str, np.ndarray],
     watched = [v for s in plan.segments if s.processor == "chip" for v in s.writes]
     watched += [v for op in chip_ops for v in op.reads + op.writes]
     theirs = _onnxruntime_values(plan, [v for v in dict.fromkeys(watched)
-                                        if v not in plan.outputs])
+                                        if v not in plan.outputs], ours)
     steps = _dequantised_steps(plan)
     end_to_end = []
     for o in list(plan.outputs) + [v for s in plan.segments if s.processor == "chip"
@@ -106,9 +106,11 @@ def _with_producers(plan: Plan, op) -> list:
     return [o for o in seg.ops if o.index in op.preds] + [op]
 
 
-def _onnxruntime_values(plan: Plan, extra: list[str]) -> dict[str, np.ndarray]:
+def _onnxruntime_values(plan: Plan, extra: list[str],
+                        ours: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     """Every output of the model and the values `extra`, as onnxruntime computes them
-    on the run's inputs."""
+    on the run's inputs. An extra value's type is the model's, or where ONNX's shape
+    inference gives none (an output of onnxruntime's own operators) that of ours."""
     from onnx import helper
 
     from systolica.compiler.assignment.operations import value_types
@@ -116,7 +118,13 @@ def _onnxruntime_values(plan: Plan, extra: list[str]) -> dict[str, np.ndarray]:
     proto = type(plan.model.proto)()
     proto.CopyFrom(plan.model.proto)
     types = value_types(plan.model.proto)
-    proto.graph.output.extend(helper.make_tensor_value_info(v, types[v][0], None)
+
+    def elem_type(v: str) -> int:
+        known = types.get(v, (0, None))[0]
+        if known or v not in ours:
+            return known
+        return helper.np_dtype_to_tensor_dtype(np.asarray(ours[v]).dtype)
+    proto.graph.output.extend(helper.make_tensor_value_info(v, elem_type(v), None)
                               for v in extra)
     try:
         sess = runtime_session(proto)

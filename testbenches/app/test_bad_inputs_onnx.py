@@ -446,3 +446,20 @@ def test_a_bool_input_gets_random_data():
     range of bool (a traceback)."""
     plan = plan_model(TINY, bool_input())
     assert plan.model.inputs["flags"].dtype == np.bool_
+
+
+@pytest.mark.slow
+def test_a_value_of_onnxruntimes_own_operators_is_compared():
+    """Found by the fuzzer: a QLinearAdd's output read by another chip operation has no
+    type from ONNX's shape inference, and asking onnxruntime for it was a KeyError."""
+    from systolica.app.onnx_run import run_plan
+    m = onnx_zoo.QModel(1)
+    a = m.conv("x", (0.05, 0), 3, 8, 3, (0.1, 0))
+    m.nodes.append(helper.make_node("QLinearAdd", [a, *m.q(0.1, 0), a, *m.q(0.1, 0),
+                                                   *m.q(0.2, 0)], ["sum"], name="add",
+                                    domain="com.microsoft"))
+    m.nodes.append(helper.make_node("QLinearGlobalAveragePool", ["sum", *m.q(0.2, 0),
+                                                                 *m.q(0.05, 0)], ["gap"],
+                                    name="gap", domain="com.microsoft", channels_last=0))
+    run = run_plan(plan_model(TINY, _ms(m.build([("x", [1, 3, 6, 6])], ["gap"]))))
+    assert run.ok and run.agreement, run.problems()
