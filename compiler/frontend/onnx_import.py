@@ -1330,7 +1330,8 @@ class _Importer:
         when that zero point is 0), or it writes at a join's quantisation within a
         range that starts there (:meth:`_requantise_in_producers`)."""
         readers = self.consumers.get(node.output[0], [])
-        if len(readers) == 1 and readers[0].op_type == "Relu" and (
+        if len(readers) == 1 and readers[0].op_type == "Relu" \
+                and node.output[0] not in self.outputs and (
                 self._zero_point(node, _OUT_QUANT[node.op_type][1], "output zero point") == 0
                 or readers[0].doc_string == QDQ_RELU):
             self.fused.add(readers[0].output[0])
@@ -1347,7 +1348,8 @@ class _Importer:
         if node.output[0] not in self.fused:
             raise self._error(node, f"ONNX node {node.name!r} (Relu): folds into the layer "
                                     f"before it (QLinearConv or QLinearMatMul) when that "
-                                    f"layer's output has zero point 0 and no other reader")
+                                    f"layer's output has zero point 0, no other reader and "
+                                    f"is no graph output")
         self.nchw.update(node.output[:1] if node.input[0] in self.nchw else [])
         return self._value(node)
 

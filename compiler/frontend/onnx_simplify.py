@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from systolica.compiler.errors import CompileError
+from systolica.compiler.errors import CompileError, InvalidOnnxNode
 from systolica.compiler.frontend.onnx_model import OnnxModel
 
 #: Operators that pass their input through at inference (Dropout's mask aside).
@@ -161,7 +161,13 @@ def _canonicalise(model: OnnxModel) -> None:
         elif (n.op_type == "Reshape" and n.input[1] in consts
               and len(shapes.get(n.input[0], ())) >= 2):
             src = shapes[n.input[0]]
-            want = [int(d) for d in consts[n.input[1]]]
+            shape = consts[n.input[1]]
+            if shape.ndim != 1 or shape.dtype != np.int64:
+                raise InvalidOnnxNode(f"ONNX node {n.name!r} (Reshape): its shape "
+                                      f"{n.input[1]!r} is {shape.dtype} of shape "
+                                      f"{list(shape.shape)}; ONNX asks for a 1-D int64 "
+                                      f"tensor", node=n.name, op_type=n.op_type)
+            want = [int(d) for d in shape]
             rest = int(np.prod(src[1:]))
             if len(want) == 2 and want[0] in (src[0], 0) and want[1] in (rest, -1):
                 new = helper.make_node("Flatten", [n.input[0]], list(n.output), name=n.name,
@@ -203,10 +209,11 @@ def _fold_batch_norms(model: OnnxModel) -> None:
         eps = next((helper.get_attribute_value(a) for a in n.attribute
                     if a.name == "epsilon"), 1e-5)
         gamma, beta, mean, var = (consts[p].astype(np.float64) for p in params)
-        s = gamma / np.sqrt(var + eps)
         w = consts[conv.input[1]].astype(np.float64)
         b = (consts[conv.input[2]].astype(np.float64)
-             if len(conv.input) > 2 and conv.input[2] else np.zeros(w.shape[0]))
+             if len(conv.input) > 2 and conv.input[2] else np.zeros(w.shape[:1]))
+        _check_channels(n, params, (gamma, beta, mean, var), conv, w, b)
+        s = gamma / np.sqrt(var + eps)
         w_name, b_name = f"{conv.name or conv.output[0]}__bn_w", \
             f"{conv.name or conv.output[0]}__bn_b"
         g.initializer.extend([
@@ -224,6 +231,21 @@ def _fold_batch_norms(model: OnnxModel) -> None:
         g.node.extend(keep)
         model.notes.append(f"folded {folded} BatchNormalization(s) into the Conv before "
                            f"each")
+
+
+def _check_channels(bn, params, values, conv, w, b) -> None:
+    """A BatchNormalization's parameters and its Conv's bias hold one value per output
+    channel of the Conv: else an InvalidOnnxNode naming the node and the tensor."""
+    channels = w.shape[0] if w.ndim else 0
+    named = [(bn, p, v) for p, v in zip(params, values)]
+    if len(conv.input) > 2 and conv.input[2]:
+        named.append((conv, conv.input[2], b))
+    for node, name, v in named:
+        if v.shape != (channels,):
+            raise InvalidOnnxNode(f"ONNX node {node.name!r} ({node.op_type}): its "
+                                  f"{name!r} has shape {list(v.shape)}; the convolution "
+                                  f"{conv.name!r} has {channels} output channels, one "
+                                  f"value each", node=node.name, op_type=node.op_type)
 
 
 #: The integer operators whose uint8 operands :func:`_signed` makes int8: their

@@ -157,6 +157,13 @@ def two_convs(first="conv1", second="conv2", size=6):
     return model
 
 
+def relu_and_output():
+    """A QLinearConv 'qconv1' + Relu 'relu1' whose conv output is a graph output too."""
+    m = onnx_zoo.QModel(0)
+    y = m.conv("x", (0.05, 3), 3, 8, 3, (0.1, 0), relu=True)
+    return m.build([("x", [1, 3, 6, 6])], [y, "conv1"])
+
+
 def bool_input():
     """A Not of a bool input 'flags'."""
     x = helper.make_tensor_value_info("flags", TensorProto.BOOL, [1, 4])
@@ -257,6 +264,8 @@ API = [
     ("fuzz-qdq-conv-one-input", imported(lambda: qdq(lambda g: _node(g, "conv1").input
                                                      .__delitem__(slice(1, None)))),
      InvalidOnnxNode, ["'conv1' (Conv)", "1 inputs", "takes 2 to 3"]),
+    ("fuzz-relu-of-a-graph-output", imported(relu_and_output), OnnxNodeError,
+     ["'relu1' (Relu)", "folds into the layer before it", "is no graph output"]),
     # options of the Python API
     ("calibration-for-a-quantised-model", planned(conv, calibration=[{}]), CompileError,
      ["calibration data is given", "quantised already", "only for a float model"]),
@@ -463,3 +472,15 @@ def test_a_value_of_onnxruntimes_own_operators_is_compared():
                                     name="gap", domain="com.microsoft", channels_last=0))
     run = run_plan(plan_model(TINY, _ms(m.build([("x", [1, 3, 6, 6])], ["gap"]))))
     assert run.ok and run.agreement, run.problems()
+
+
+@pytest.mark.slow
+def test_a_layer_output_read_by_a_relu_and_the_graph_keeps_its_values():
+    """Found by the fuzzer: a convolution's output read by a Relu alone but also a graph
+    output had the Relu folded into it, so that output was clamped (a wrong result,
+    128 steps from onnxruntime's). The Relu now runs on the host."""
+    from systolica.app.onnx_run import run_plan
+    plan = plan_model(TINY, relu_and_output())
+    assert {p.op.name: p.processor for p in plan.placements}["relu1"] == "host"
+    run = run_plan(plan)
+    assert run.ok, run.problems()
