@@ -659,14 +659,21 @@ def cmd_compile(args) -> int:
     from systolica.app import report
     from systolica.arch import fetch
     from systolica.arch.config import preset
-    from systolica.compiler import compile_network
+    from systolica.compiler import CompileError, compile_network
     cfg = preset(args.config)
     if args.onnx and args.int32:
         raise UsageError("--int32 is for --gemm: an ONNX model's outputs have the types "
                          "the model gives them; drop --int32")
     _check_outputs(("--out", args.out), ("--trace", args.trace), ("--plot", args.plot),
                    inputs=(args.onnx,) if args.onnx else ())
-    compiled = compile_network(cfg, _network(args, cfg))
+    network = _network(args, cfg)
+    try:
+        compiled = compile_network(cfg, network)
+    except CompileError as e:
+        if not args.onnx:
+            raise
+        from systolica.compiler.frontend.onnx_model import located, where_of
+        raise located(e, where_of(args.onnx)) from None
     if args.out:
         _write_bytes(args.out, compiled.loadable.to_file())
     _write_trace(args.trace, compiled)

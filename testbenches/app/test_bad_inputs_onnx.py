@@ -352,6 +352,8 @@ CLI = [
      ["dimhuge.onnx", "input 'x'", "18000000000 values"]),
     ("sim-two-nodes-one-name", [*SIM, "{d}/twice.onnx", "--assign", "c=host"],
      ["twice.onnx", "both named 'c'", "unique node names"]),
+    ("compile-larger-than-the-chip", [*COMPILE, "{d}/large.onnx"],
+     ["large.onnx", "input 'x'", "DRAM too small"]),
     # the options of sim --onnx
     ("assign-one-node-twice", [*SIM, "{d}/conv.onnx", "--assign", "qconv1=host", "--assign",
                                "qconv1=chip"],
