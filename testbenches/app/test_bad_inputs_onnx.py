@@ -16,6 +16,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 from test_bad_inputs import assert_clear, assert_refused, run_cli
+from test_onnx_fuzz import float_small
 
 from systolica.arch.config import preset
 from systolica.compiler import CompileError
@@ -264,6 +265,12 @@ API = [
     ("fuzz-qdq-conv-one-input", imported(lambda: qdq(lambda g: _node(g, "conv1").input
                                                      .__delitem__(slice(1, None)))),
      InvalidOnnxNode, ["'conv1' (Conv)", "1 inputs", "takes 2 to 3"]),
+    ("fuzz-batch-norm-conv-bias-size", planned(lambda: initialiser(
+        float_small(), "b", np.ones(4, np.float32))), InvalidOnnxNode,
+     ["'conv' (Conv)", "'b' has shape [4]", "'conv' has 8 output channels"]),
+    ("fuzz-reshape-shape-2d", planned(lambda: initialiser(
+        float_small(), "shape", np.array([[1, 72]], np.int64))), InvalidOnnxNode,
+     ["'reshape' (Reshape)", "shape 'shape' is int64 of shape [1, 2]", "1-D int64"]),
     ("fuzz-relu-of-a-graph-output", imported(relu_and_output), OnnxNodeError,
      ["'relu1' (Relu)", "folds into the layer before it", "is no graph output"]),
     # options of the Python API
