@@ -213,6 +213,16 @@ def _fold_batch_norms(model: OnnxModel) -> None:
         b = (consts[conv.input[2]].astype(np.float64)
              if len(conv.input) > 2 and conv.input[2] else np.zeros(w.shape[:1]))
         _check_channels(n, params, (gamma, beta, mean, var), conv, w, b)
+        for p, v, what in zip(params, (gamma, beta, mean, var + eps),
+                              ("scale", "bias", "mean", "variance plus epsilon")):
+            bad = ~np.isfinite(v) | ((v <= 0) if what.startswith("variance") else False)
+            if bad.any():
+                k = int(np.flatnonzero(bad)[0])
+                raise InvalidOnnxNode(f"ONNX node {n.name!r} (BatchNormalization): its "
+                                      f"{what} ({p!r}) is {v[k]:g} at channel {k}; it must "
+                                      f"be finite" + (" and positive" if what.startswith(
+                                          "variance") else ""),
+                                      node=n.name, op_type=n.op_type)
         s = gamma / np.sqrt(var + eps)
         w_name, b_name = f"{conv.name or conv.output[0]}__bn_w", \
             f"{conv.name or conv.output[0]}__bn_b"

@@ -268,6 +268,10 @@ API = [
     ("fuzz-batch-norm-conv-bias-size", planned(lambda: initialiser(
         float_small(), "b", np.ones(4, np.float32))), InvalidOnnxNode,
      ["'conv' (Conv)", "'b' has shape [4]", "'conv' has 8 output channels"]),
+    ("fuzz-batch-norm-negative-variance", planned(lambda: initialiser(
+        float_small(), "var", np.full(8, -1, np.float32))), InvalidOnnxNode,
+     ["'bn' (BatchNormalization)", "variance plus epsilon ('var') is -0.99999",
+      "finite and positive"]),
     ("fuzz-reshape-shape-2d", planned(lambda: initialiser(
         float_small(), "shape", np.array([[1, 72]], np.int64))), InvalidOnnxNode,
      ["'reshape' (Reshape)", "shape 'shape' is int64 of shape [1, 2]", "1-D int64"]),
