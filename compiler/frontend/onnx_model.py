@@ -137,6 +137,7 @@ def load(model, inputs: Mapping[str, np.ndarray] | None = None, *, seed: int = 0
     _check_node_names(proto, where)
     _name_nodes(proto)
     check_scales(proto, where)
+    _check_constant_sizes(proto, where)
     # the bound shapes replace symbolic dimensions, so inference sees static ones
     for vi in declared:
         dims = vi.type.tensor_type.shape.dim
@@ -191,6 +192,58 @@ def _check_weights(proto, where: str) -> None:
                 f"rank {w}, its input {n.input[0]!r} rank {x}; a convolution's weights are "
                 f"[Cout, Cin/group, *kernel] with the input's rank: correct the weights",
                 node=n.name, op_type=n.op_type)
+
+
+#: The most values a constant folded on the way in may hold.
+MAX_FOLDED_VALUES = 1 << 26
+
+
+def check_folded_size(n, consts, where: str = "") -> None:
+    """The constant `n` would make (a ConstantOfShape, Expand, Tile or Range, whose
+    output's size its operands' values set) holds at most MAX_FOLDED_VALUES values:
+    checked before the evaluator allocates it."""
+    ins = [consts.get(v) for v in n.input]
+    try:
+        if n.op_type == "ConstantOfShape":
+            shape = [int(d) for d in np.asarray(ins[0]).reshape(-1)]
+        elif n.op_type == "Expand":
+            shape = list(np.broadcast_shapes(np.shape(ins[0]),
+                                             tuple(int(d) for d in np.asarray(ins[1])
+                                                   .reshape(-1))))
+        elif n.op_type == "Tile":
+            shape = [int(a) * int(r) for a, r in zip(np.shape(ins[0]),
+                                                     np.asarray(ins[1]).reshape(-1))]
+        elif n.op_type == "Range":
+            start, limit, delta = (float(np.asarray(v).reshape(-1)[0]) for v in ins)
+            shape = [int(np.ceil((limit - start) / delta))] if delta else [1 << 62]
+        else:
+            return
+    except (TypeError, ValueError, IndexError, OverflowError):
+        return                          # the evaluator says what is wrong with it
+    count = 1
+    for d in shape:
+        count *= max(d, 0)
+    if count > MAX_FOLDED_VALUES:
+        raise CompileError(f"{where}ONNX node {n.name!r} ({n.op_type}): its operands are "
+                           f"constant "
+                           f"and it would make {count} values (shape {shape}), more than "
+                           f"the {MAX_FOLDED_VALUES} the front end folds; correct its "
+                           f"operands")
+
+
+def _check_constant_sizes(proto, where: str) -> None:
+    """Every node of constant operands whose output's size they set is within
+    MAX_FOLDED_VALUES (ONNX's shape inference would compute it: terabytes for a
+    Range to 10**12)."""
+    from onnx import numpy_helper
+    consts = {t.name: numpy_helper.to_array(t) for t in proto.graph.initializer}
+    for n in proto.graph.node:
+        if n.op_type == "Constant":
+            for a in n.attribute:
+                if a.name == "value" and n.output:
+                    consts[n.output[0]] = numpy_helper.to_array(a.t)
+        elif n.input and all(v in consts for v in n.input):
+            check_folded_size(n, consts, f"{where}: ")
 
 
 def where_of(model) -> str:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from systolica.compiler.errors import CompileError, InvalidOnnxNode
-from systolica.compiler.frontend.onnx_model import OnnxModel
+from systolica.compiler.frontend.onnx_model import OnnxModel, check_folded_size
 
 #: Operators that pass their input through at inference (Dropout's mask aside).
 IDENTITIES = ("Identity", "Dropout")
@@ -100,6 +100,7 @@ def _fold_constants(model: OnnxModel) -> None:
                 and n.op_type != "ConstantOfShape" or not all(v in consts for v in ins)):
             keep.append(n)
             continue
+        check_folded_size(n, consts)
         one = helper.make_model(
             helper.make_graph([n], "fold", [], [helper.make_tensor_value_info(
                 o, 0, None) for o in n.output if o],

@@ -165,6 +165,24 @@ def relu_and_output():
     return m.build([("x", [1, 3, 6, 6])], [y, "conv1"])
 
 
+def constant_of_size(op):
+    """An Add of a float input 'x' and the output of node 'big' (`op`: ConstantOfShape
+    or Range) of constant operands that make 10**12 values."""
+    if op == "ConstantOfShape":
+        inits = [numpy_helper.from_array(np.array([100000, 100000, 100], np.int64), "s")]
+        ins = ["s"]
+    else:
+        inits = [numpy_helper.from_array(np.float32(v), k)
+                 for k, v in (("a", 0), ("b", 1e12), ("d", 1))]
+        ins = ["a", "b", "d"]
+    nodes = [helper.make_node(op, ins, ["c"], name="big"),
+             helper.make_node("Add", ["x", "c"], ["y"], name="add")]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info(
+        "x", TensorProto.FLOAT, [1])], [helper.make_tensor_value_info(
+            "y", TensorProto.FLOAT, None)], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
 def bool_input():
     """A Not of a bool input 'flags'."""
     x = helper.make_tensor_value_info("flags", TensorProto.BOOL, [1, 4])
@@ -238,6 +256,11 @@ API = [
       "declare a smaller input"]),
     ("dimension-enormous-import", imported(lambda: declared(10 ** 9)), CompileError,
      ["input 'x'", "18000000000 values"]),
+    ("constant-of-shape-enormous", planned(lambda: constant_of_size("ConstantOfShape")),
+     CompileError, ["node 'big' (ConstantOfShape)", "1000000000000 values",
+                    "correct its operands"]),
+    ("range-enormous", planned(lambda: constant_of_size("Range")), CompileError,
+     ["node 'big' (Range)", "999999995904 values", "more than the 67108864"]),
     ("concat-without-axis", planned(concat_without_axis), CompileError,
      ["node 'join' (Concat)", "axis is missing", "specification of Concat"]),
     ("two-nodes-one-name", planned(lambda: two_convs("c", "c")), CompileError,
