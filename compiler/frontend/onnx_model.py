@@ -317,7 +317,10 @@ def check_scales(proto, where: str) -> None:
             t = inits.get(v) or constants.get(v)
             if not v or t is None:
                 continue
-            fault = _scale_fault(np.asarray(numpy_helper.to_array(t)))
+            a = np.asarray(numpy_helper.to_array(t))
+            if not np.issubdtype(a.dtype, np.floating):
+                continue                # a type the importer or the host refuses itself
+            fault = _scale_fault(a)
             if fault:
                 raise InvalidOnnxNode(
                     f"{where}: node {n.name!r} ({n.op_type}): its {role} {v!r} {fault}; a "
