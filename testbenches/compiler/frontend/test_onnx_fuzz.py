@@ -40,7 +40,7 @@ TINY = preset("tiny")
 
 #: Examples drawn by ``make test`` and ``make regress``.
 TEST_EXAMPLES = 80
-REGRESS_EXAMPLES = 3000
+REGRESS_EXAMPLES = 10000
 
 #: Seconds one example may take before it counts as a hang.
 DEADLINE_S = 60
