@@ -705,8 +705,13 @@ class _Importer:
         if k >= len(node.input) or not node.input[k]:
             return np.zeros(1, np.int8)
         a = self._const(node, k, what)
-        return np.atleast_1d(_checked(node, node.input[k], a, what, "zero point",
-                                      self._error))
+        _checked(node, node.input[k], a, what, "zero point", self._error)
+        if a.dtype != np.int8:
+            # ONNX types the tensor a zero point quantises by it: int32 is no int8 value
+            raise self._invalid(node, f"its {what} {node.input[k]!r} is {a.dtype}; the "
+                                      f"zero point of an int8 tensor is int8 (ONNX takes "
+                                      f"the tensor's type from it)")
+        return np.atleast_1d(a)
 
     def _zero_point(self, node, k: int, what: str) -> int:
         return int(self._one(node, self._zero_points(node, k, what), what))

@@ -15,7 +15,6 @@ import numpy as np
 import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
-from test_bad_inputs import assert_clear, assert_refused, run_cli
 from test_onnx_fuzz import float_small
 
 from systolica.arch.config import preset
@@ -26,6 +25,7 @@ from systolica.compiler.frontend import onnx_import, onnx_model
 from systolica.compiler.graph.ops import MaxPool2d
 from systolica.models import onnx_zoo
 
+from test_bad_inputs import assert_clear, assert_refused, run_cli
 from tiers import sample
 
 TINY = preset("tiny")
@@ -298,6 +298,9 @@ API = [
     ("fuzz-reshape-shape-2d", planned(lambda: initialiser(
         float_small(), "shape", np.array([[1, 72]], np.int64))), InvalidOnnxNode,
      ["'reshape' (Reshape)", "shape 'shape' is int64 of shape [1, 2]", "1-D int64"]),
+    ("fuzz-zero-point-int32", imported(lambda: initialiser(
+        conv(), conv().graph.node[0].input[7], np.int32(0))), InvalidOnnxNode,
+     ["'qconv1' (QLinearConv)", "output zero point", "is int32", "int8 tensor is int8"]),
     ("fuzz-relu-of-a-graph-output", imported(relu_and_output), OnnxNodeError,
      ["'relu1' (Relu)", "folds into the layer before it", "is no graph output"]),
     # options of the Python API
@@ -402,7 +405,7 @@ CLI = [
                                            "{d}/cal.npz"],
      ["conv.onnx", "quantised already", "--calibration", "drop them"]),
     ("calibration-a-single-array", [*SIM, "{d}/float.onnx", "--calibration", "{d}/w.npy"],
-     ["--calibration", "w.npy", "single array", "numpy.savez"]),
+     ["--calibration", "w.npy", "holds one array", "numpy.savez"]),
     ("calibration-not-an-archive", [*SIM, "{d}/float.onnx", "--calibration",
                                     "{d}/junk.npz"],
      ["--calibration", "junk.npz", "not a readable .npz", "numpy.savez"]),

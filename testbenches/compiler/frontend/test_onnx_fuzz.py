@@ -387,7 +387,18 @@ def assert_documented(error: Exception, model) -> None:
 RUN = ("conv_chain", "add_pool", "float_small")
 
 
-def front_end(model, run: bool = False) -> None:
+def check_run(result, end_to_end: bool) -> None:
+    """A planned run computes the model as written: each chip program equals its
+    numpy reference and each chip operation, fed onnxruntime's inputs, is within its
+    bound of onnxruntime; and with `end_to_end` the outputs are within the tolerance
+    too (not where the scales were changed: a scale of 1e30 amplifies a step the
+    chip may differ by into a saturated output, which the run reports as a FAIL)."""
+    problems = [p for p in result.problems()
+                if end_to_end or not p.startswith("output ")]
+    assert not problems, f"a wrong result: {problems}"
+
+
+def front_end(model, run: bool = False, end_to_end: bool = True) -> None:
     """What ``compile --onnx`` and ``sim --onnx --golden-only`` do with `model`:
     import and compile for the tiny chip; plan (load, clean-up, assignment, chip
     segments imported), and with `run` run the plan on the golden model and the host
@@ -401,8 +412,7 @@ def front_end(model, run: bool = False) -> None:
         try:
             plan = plan_model(TINY, model)
             if run:         # a model taken is computed as written: as onnxruntime does
-                result = run_plan(plan)
-                assert result.ok, f"a wrong result: {result.problems()}"
+                check_run(run_plan(plan), end_to_end=end_to_end)
         except (CompileError, ConfigError) as e:
             assert_documented(e, model)
 
@@ -410,7 +420,8 @@ def front_end(model, run: bool = False) -> None:
 def _fuzz(case) -> None:
     name, done, model = case
     try:
-        front_end(model, run=name in RUN)
+        front_end(model, run=name in RUN,
+                  end_to_end="change_scale_or_zero_point" not in done)
     except Hang:
         pytest.fail(f"seed {name}, mutations {done}: a hang")
     except AssertionError:
