@@ -83,7 +83,7 @@ def plan_model(cfg: ChipConfig, model, inputs: Mapping[str, np.ndarray] | None =
         m = onnx_quantise.quantise(m, options.calibration, per_channel=options.per_channel,
                                    seed=seed)
     elif options.calibration is not None:
-        raise CompileError(f"{where} is quantised already, so its calibration "
+        raise CompileError(f"model {m.name!r} is quantised already, so its calibration "
                            f"inputs (--calibration) would be ignored: they are for a float "
                            f"model; drop them")
     lib = library_module.load(cfg, options.library)

@@ -54,6 +54,7 @@ import numpy as np
 
 from systolica.compiler.errors import CompileError, InvalidOnnxNode, OnnxNodeError
 from systolica.compiler.frontend import onnx_model
+from systolica.compiler.frontend.onnx_model import scale_fault as _scale_fault
 from systolica.compiler.graph.graph import Graph, GraphBuilder
 from systolica.compiler.graph.ops import MULT_BITS, requant_for
 
@@ -104,20 +105,6 @@ def _in_quant(node, k: int) -> tuple[int | None, int] | None:
 
 def _node_error(node, message: str, op_type: str | None = None) -> OnnxNodeError:
     return OnnxNodeError(message, node=node.name, op_type=op_type or node.op_type)
-
-
-def _scale_fault(a: np.ndarray) -> str | None:
-    """What is wrong with the scale values `a` (a float, positive and finite), or None."""
-    if not np.issubdtype(a.dtype, np.floating):
-        return f"is {a.dtype}, not a float"
-    if a.size == 0:
-        return "is empty"
-    bad = ~(np.isfinite(a) & (a > 0))
-    if not bad.any():
-        return None
-    i = int(np.flatnonzero(bad.ravel())[0])
-    v = str(a.ravel()[i])                   # as the model holds it (float32)
-    return f"is {v}" if a.size == 1 else f"has {v} at index {i}"
 
 
 def _zero_point_fault(a: np.ndarray) -> str | None:

@@ -299,6 +299,20 @@ def _scale_inputs(node) -> dict[int, str]:
     return SCALES.get(node.op_type, {})
 
 
+def scale_fault(a: np.ndarray) -> str | None:
+    """What is wrong with the scale values `a` (a float, positive and finite), or None."""
+    if not np.issubdtype(a.dtype, np.floating):
+        return f"is {a.dtype}, not a float"
+    if a.size == 0:
+        return "is empty"
+    bad = ~(np.isfinite(a) & (a > 0))
+    if not bad.any():
+        return None
+    i = int(np.flatnonzero(bad.ravel())[0])
+    v = str(a.ravel()[i])                   # as the model holds it (float32)
+    return f"is {v}" if a.size == 1 else f"has {v} at index {i}"
+
+
 def check_scales(proto, where: str) -> None:
     """Every constant scale of a quantised node (an initialiser or a Constant node's
     value) is positive and finite: a scale of 0, below 0, NaN or infinite is refused
@@ -306,7 +320,6 @@ def check_scales(proto, where: str) -> None:
     another processor (no processor computes what such a model means)."""
     from onnx import numpy_helper
 
-    from systolica.compiler.frontend.onnx_import import _scale_fault
     g = proto.graph
     inits = {t.name: t for t in g.initializer}
     constants = {n.output[0]: a.t for n in g.node if n.op_type == "Constant" and n.output
@@ -320,7 +333,7 @@ def check_scales(proto, where: str) -> None:
             a = np.asarray(numpy_helper.to_array(t))
             if not np.issubdtype(a.dtype, np.floating):
                 continue                # a type the importer or the host refuses itself
-            fault = _scale_fault(a)
+            fault = scale_fault(a)
             if fault:
                 raise InvalidOnnxNode(
                     f"{where}: node {n.name!r} ({n.op_type}): its {role} {v!r} {fault}; a "

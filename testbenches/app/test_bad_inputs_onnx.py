@@ -305,7 +305,7 @@ API = [
      ["'relu1' (Relu)", "folds into the layer before it", "is no graph output"]),
     # options of the Python API
     ("calibration-for-a-quantised-model", planned(conv, calibration=[{}]), CompileError,
-     ["ONNX model is quantised already", "calibration inputs", "drop them"]),
+     ["model 'm' is quantised already", "calibration inputs", "drop them"]),
     ("calibration-wrong-input", planned(onnx_zoo.float_cnn, calibration=[
         {"y": np.zeros((1, 3, 16, 16), np.float32)}]), CompileError,
      ["calibration sample 0", "has no ['x']", "names ['y']"]),
@@ -403,7 +403,7 @@ CLI = [
      ["conv.onnx", "input 'x'", "takes int8", "float32"]),
     ("calibration-for-a-quantised-model", [*SIM, "{d}/conv.onnx", "--calibration",
                                            "{d}/cal.npz"],
-     ["conv.onnx", "quantised already", "--calibration", "drop them"]),
+     ["model 'm' is quantised already", "--calibration", "drop them"]),
     ("calibration-a-single-array", [*SIM, "{d}/float.onnx", "--calibration", "{d}/w.npy"],
      ["--calibration", "w.npy", "holds one array", "numpy.savez"]),
     ("calibration-not-an-archive", [*SIM, "{d}/float.onnx", "--calibration",
