@@ -42,13 +42,6 @@ class ProgramImage:
     def count(self) -> int:
         return len(self.words) // WORD_BYTES
 
-    def loadable(self, dram):
-        """A :class:`~systolica.arch.loadable.Loadable` of this program with the DRAM
-        image `dram`, stamped with the header's chip."""
-        from systolica.arch.loadable import Loadable
-        return Loadable(self.words, dram, self.prog_addr, self.ubuf, chip=self.chip,
-                        fingerprint=self.fingerprint, checksum=checksum(self.words))
-
 
 def checksum(data: bytes) -> int:
     """The CRC-32 the header and a Loadable carry (docs/image-format.md, why CRC-32)."""

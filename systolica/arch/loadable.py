@@ -49,6 +49,13 @@ class Loadable:
         return cls(image, dram, prog_addr, ubuf, chip=cfg.name, fingerprint=cfg.key,
                    checksum=image_file.checksum(image))
 
+    @classmethod
+    def from_file(cls, program: image_file.ProgramImage, dram) -> Loadable:
+        """A Loadable of an image file's program (``image_file.unpack``) with the DRAM
+        image `dram`, stamped with the header's chip."""
+        return cls(program.words, dram, program.prog_addr, program.ubuf, chip=program.chip,
+                   fingerprint=program.fingerprint, checksum=image_file.checksum(program.words))
+
     def __post_init__(self):
         if not isinstance(self.image, (bytes, bytearray)):
             raise TypeError(f"a Loadable's image must be bytes (isa.to_bytes of the "

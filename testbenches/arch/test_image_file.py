@@ -48,7 +48,7 @@ def test_pack_then_unpack_gives_back_what_was_packed():
 
 def test_a_loadable_written_to_a_file_reads_back_as_the_same_loadable():
     loadable = Loadable.for_chip(TINY, WORDS, DRAM, 64, (TINY.ubuf_base, TINY.ubuf_rows))
-    again = image_file.unpack(loadable.to_file(), source="l.img").loadable(DRAM)
+    again = Loadable.from_file(image_file.unpack(loadable.to_file(), source="l.img"), DRAM)
     assert (again.image, again.prog_addr, again.ubuf, again.chip, again.fingerprint,
             again.checksum) == (loadable.image, 64, loadable.ubuf, "tiny", TINY.key,
                                 loadable.checksum)
@@ -139,7 +139,7 @@ def test_any_intact_image_of_any_words_disassembles_and_runs_or_is_refused(words
     image = image_file.unpack(image_file.pack(TINY, raw), source="w.img", cfg=TINY)
     lines = list(disasm.listing(TINY, isa.from_bytes(image.words)))
     assert sum(p is None for _, p in lines) == len(words)
-    loadable = image.loadable(DRAM)
+    loadable = Loadable.from_file(image, DRAM)
     try:
         golden.run(TINY, loadable)
     except golden.GoldenError:
