@@ -94,15 +94,16 @@ def _positive_int(text: str) -> int:
     return value
 
 
-def _number(low: float | None = None):
-    """A float type: finite (or +inf when `low` is given), at least `low` if given."""
+def _number(low: float | None = None, *, infinite: bool = False):
+    """A float type: finite (or +inf when `infinite`), at least `low` if given."""
     def parse(text: str) -> float:
         try:
             value = float(text)
         except ValueError:
             value = float("nan")
-        if value != value or value == float("-inf") or (low is None and value == float("inf")):
-            raise argparse.ArgumentTypeError(f"expected a number, not {text!r}")
+        if value != value or value == float("-inf") or (not infinite and value == float("inf")):
+            raise argparse.ArgumentTypeError(f"expected a {'' if infinite else 'finite '}"
+                                             f"number, not {text!r}")
         if low is not None and value < low:
             raise argparse.ArgumentTypeError(f"expected a number of at least {low:g}, "
                                              f"not {text!r}")
@@ -834,7 +835,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--benefit-threshold", type=_number(), metavar="TH1",
                    help="with --onnx: a processor takes an operation when its benefit is "
                         "at least this (default 0)")
-    p.add_argument("--cost-threshold", type=_number(0), metavar="TH2",
+    p.add_argument("--cost-threshold", type=_number(0, infinite=True), metavar="TH2",
                    help="with --onnx: ... and its cost at most this many seconds "
                         "(default: no limit)")
     p.add_argument("--tolerance", type=_number(0), metavar="STEPS",

@@ -412,11 +412,11 @@ CLI = [
     ("calibration-a-number", [*SIM, "{d}/float.onnx", "--calibration", "{d}/scalar.npz"],
      ["--calibration", "'x' is a single number", "first axis"]),
     ("tolerance-nan", [*SIM, "{d}/conv.onnx", "--tolerance", "nan"],
-     ["--tolerance", "expected a number", "'nan'"]),
+     ["--tolerance", "expected a finite number", "'nan'"]),
     ("tolerance-negative", [*SIM, "{d}/conv.onnx", "--tolerance", "-1"],
      ["--tolerance", "at least 0", "'-1'"]),
     ("benefit-threshold-nan", [*SIM, "{d}/conv.onnx", "--benefit-threshold", "nan"],
-     ["--benefit-threshold", "expected a number", "'nan'"]),
+     ["--benefit-threshold", "expected a finite number", "'nan'"]),
     ("cost-threshold-negative", [*SIM, "{d}/conv.onnx", "--cost-threshold", "-2"],
      ["--cost-threshold", "at least 0", "'-2'"]),
 ]
