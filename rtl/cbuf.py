@@ -107,7 +107,8 @@ class BankedBuffer(wiring.Component):
                 out.append(Cat(*pairs).any() if pairs else 0)
             return out
 
-        read_conflict, write_conflict = Signal(), Signal()
+        read_conflict = Signal(name="read_conflict")
+        write_conflict = Signal(name="write_conflict")
         m.d.comb += [read_conflict.eq(Cat(*clash(read_claims)).any()),
                      write_conflict.eq(Cat(*clash(write_claims)).any()),
                      self.conflict.eq(read_conflict | write_conflict)]

@@ -14,7 +14,7 @@ this is "two clients at one port always fault".
 from __future__ import annotations
 
 from amaranth.asserts import AnySeq
-from amaranth.hdl import Assert, Cat, Cover
+from amaranth.hdl import Assert, Cat
 
 from systolica.arch.config import ChipConfig
 from systolica.formal.runner import Harness, Mutation
@@ -67,5 +67,5 @@ class CrossbarHarness(Harness):
                     for j in range(i + 1, len(claims)):
                         clashes += [claims[i][b] & claims[j][b] for b in range(banks)]
             expected = Cat(*clashes).any()
-            m.d.comb += [Assert(buf.conflict == expected), Cover(buf.conflict)]
+            m.d.comb += Assert(buf.conflict == expected)
         return m

@@ -96,11 +96,25 @@ class Proof:
     trace: Path | None
     log: str
 
+    @property
+    def _cycles(self) -> str:
+        return f"{self.depth} cycle{'s' if self.depth != 1 else ''}"
+
     def describe(self) -> str:
         if self.passed:
-            return f"{self.name}: proved for {self.depth} cycles in {self.seconds:.1f} s"
-        return (f"{self.name}: FAILED within {self.depth} cycles: "
+            return f"{self.name}: proved for {self._cycles} in {self.seconds:.1f} s"
+        return (f"{self.name}: FAILED within {self._cycles}: "
                 f"{'; '.join(self.failed) or 'see the log'}; counterexample {self.trace}")
+
+
+def _assertion(where: str) -> str:
+    """``file:line`` of a failed assertion, with that line of the harness."""
+    path, _, line = where.rpartition(":")
+    try:
+        text = Path(path).read_text().splitlines()[int(line) - 1].strip()
+    except (OSError, ValueError, IndexError):
+        return where
+    return f"{Path(path).name}:{line} `{text}`"
 
 
 def _tool(name: str) -> str:
@@ -203,6 +217,7 @@ def _bmc(harness: Harness, design: str, out: Path, env: dict, *, name: str, dept
         raise FormalError(f"yosys-smtbmc stopped without a verdict on {name} "
                           f"(see {out / 'smtbmc.log'}): {(log + bmc.stderr).strip()[-500:]}")
     passed = status.group(1) == "PASSED"
-    failed = tuple(dict.fromkeys(re.findall(r"Assert failed in \S+ (.*)", log)))
+    failed = tuple(dict.fromkeys(_assertion(where) for where in
+                                 re.findall(r"Assert failed in \S+ (\S+)", log)))
     return Proof(name=name, depth=depth, passed=passed, seconds=seconds, failed=failed,
                  trace=None if passed else trace, log=log)
