@@ -5,16 +5,18 @@
 WebAssembly, reached through a two-line ``boolector`` script). docs/formal.md says
 what is proved.
 
-A harness is an ``Elaboratable`` with no ports: the block under test, its inputs free
+A harness (:class:`Harness`) holds the block under test with its inputs free
 (``AnySeq``/``AnyConst``), ``Assume`` for the environment's rules and ``Assert`` for
 the properties. Its ``sync`` domain has no reset, so every register starts at its
-``init`` and the check starts from the chip's reset state.
+``init`` and the check starts from the chip's reset state. A **probe** shows the
+harness a signal inside the block (a top-level signal of the harness, connected to
+it in the flattened netlist).
 
-A **mutation** is a list of Yosys commands run on the flattened design before the
-proof, each tying a named internal signal to a constant (``connect -set``): the
-same proof must then fail, which shows the property looks at that logic.
+A **mutation** (:class:`Mutation`) ties a named signal inside the block to a
+constant in the flattened netlist (``connect -set``) before the proof: the same
+proof must then fail, which shows the property looks at that logic.
 
-    python -m systolica.formal [--depth N] [--mutation NAME] [--solver yices] PROPERTY
+    python -m systolica.formal PROPERTY [--depth N] [--mutation NAME] [--solver yices]
 """
 
 from __future__ import annotations
@@ -42,8 +44,8 @@ class Harness(Elaboratable):
     has no reset (every register starts at its ``init``) and a clock that is the
     design's one port (the SMT model steps it once per cycle)."""
 
-    #: Memories become flip-flops (``memory_map``): small ones prove faster so than
-    #: as SMT arrays.
+    #: Memories become flip-flops (``memory_map``): small ones prove faster as flip-flops
+    #: than as SMT arrays.
     map_memories = False
 
     #: Probes: a top-level signal of the harness (driven by ``AnySeq`` there) ->
