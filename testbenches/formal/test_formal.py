@@ -92,3 +92,12 @@ def test_the_command_line_refuses_a_bad_request_with_exit_2(argv, words, capsys)
         main(argv)
     assert stop.value.code == 2
     assert words in capsys.readouterr().err
+
+
+@pytest.mark.regress
+@pytest.mark.fpga
+def test_the_guard_holds_with_the_webassembly_boolector_too(tmp_path):
+    prop = PROPERTIES["mux_guard"]
+    proof = prove(prop.harness(formal_config(), prop.short), name=prop.name,
+                  depth=prop.short, out=tmp_path, solver="boolector")
+    assert proof.passed, proof.describe()
