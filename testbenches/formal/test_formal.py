@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 from amaranth.hdl import Fragment
 
-from systolica.formal import PROPERTIES, formal_config
+from systolica.formal import PROPERTIES, formal_config, sequencer
 from systolica.formal.__main__ import main
 from systolica.formal.runner import Harness, Mutation, prove, prove_variants
 
@@ -100,4 +100,15 @@ def test_the_guard_holds_with_the_webassembly_boolector_too(tmp_path):
     prop = PROPERTIES["mux_guard"]
     proof = prove(prop.harness(formal_config(), prop.short), name=prop.name,
                   depth=prop.short, out=tmp_path, solver="boolector")
+    assert proof.passed, proof.describe()
+
+
+@pytest.mark.regress
+@pytest.mark.fpga
+def test_the_sequencer_holds_against_its_own_legality_and_setcfg_checks(tmp_path):
+    """The reference works out legality, the SETCFG range and the update limits of the
+    head's word itself; only the address ranges (products of 16-bit fields) come from
+    the sequencer's registers. Six cycles, about a minute."""
+    harness = sequencer.SequencerHarness(cfg=formal_config(), probed=("in_range",))
+    proof = prove(harness, name="sequencer", depth=6, out=tmp_path)
     assert proof.passed, proof.describe()
