@@ -25,18 +25,20 @@ def formal_config() -> ChipConfig:
 
 @dataclass(frozen=True)
 class Property:
-    """A property set: ``harness(cfg, depth)`` builds its harness."""
+    """A property set: ``harness(cfg, depth)`` builds its harness; ``solver`` is the
+    one that proves it faster (runner.SOLVERS)."""
 
     name: str
     harness: Callable[[ChipConfig, int], Harness]
     short: int           # cycles in `make test`
     long: int            # cycles in `make regress`
     mutations: dict[str, Mutation]
+    solver: str = "yices"
 
 
 PROPERTIES = {p.name: p for p in (
     Property("sequencer", lambda cfg, depth: sequencer.SequencerHarness(cfg=cfg),
-             short=5, long=8, mutations=sequencer.MUTATIONS),
+             short=5, long=8, mutations=sequencer.MUTATIONS, solver="boolector"),
     Property("crossbar", lambda cfg, depth: crossbar.CrossbarHarness(cfg=cfg),
              short=1, long=4, mutations=crossbar.MUTATIONS),
     Property("mux_guard", lambda cfg, depth: mux_guard.MuxGuardHarness(cfg=cfg, history=depth),

@@ -24,7 +24,8 @@ def main(argv: list[str] | None = None) -> int:
                         "make-regress bound)")
     parser.add_argument("--mutation", action="append", default=[],
                         help="apply this mutation (the proof must then fail); repeatable")
-    parser.add_argument("--solver", choices=sorted(SOLVERS), default="yices")
+    parser.add_argument("--solver", choices=sorted(SOLVERS),
+                        help="the SMT solver (default: the property's, docs/formal.md)")
     parser.add_argument("--out", type=Path, default=Path("build/formal"))
     args = parser.parse_args(argv)
     prop = PROPERTIES[args.property]
@@ -39,7 +40,7 @@ def main(argv: list[str] | None = None) -> int:
         proof = prove(prop.harness(formal_config(), depth), name=args.property, depth=depth,
                       out=args.out / args.property,
                       mutations=tuple(prop.mutations[n] for n in args.mutation),
-                      solver=args.solver)
+                      solver=args.solver or prop.solver)
     except FormalError as error:
         print(f"systolica.formal: error: {error}", file=sys.stderr)
         return 2

@@ -21,7 +21,7 @@ def _check(name: str, depth: int, mutations: list[str], out):
     prop = PROPERTIES[name]
     variants = {"": ()} | {m: (prop.mutations[m],) for m in mutations}
     proofs = prove_variants(prop.harness(formal_config(), depth), name=name, depth=depth,
-                            out=out, variants=variants)
+                            out=out, variants=variants, solver=prop.solver)
     held = proofs.pop("")
     assert held.passed, held.describe()
     for mutation, proof in proofs.items():
@@ -110,5 +110,6 @@ def test_the_sequencer_holds_against_its_own_legality_and_setcfg_checks(tmp_path
     head's word itself; only the address ranges (products of 16-bit fields) come from
     the sequencer's registers. Six cycles, about a minute."""
     harness = sequencer.SequencerHarness(cfg=formal_config(), probed=("in_range",))
-    proof = prove(harness, name="sequencer", depth=6, out=tmp_path)
+    proof = prove(harness, name="sequencer", depth=6, out=tmp_path,
+                  solver=PROPERTIES["sequencer"].solver)
     assert proof.passed, proof.describe()
