@@ -38,7 +38,7 @@ class Property:
 
 PROPERTIES = {p.name: p for p in (
     Property("sequencer", lambda cfg, depth: sequencer.SequencerHarness(cfg=cfg),
-             short=5, long=8, mutations=sequencer.MUTATIONS, solver="boolector"),
+             short=5, long=9, mutations=sequencer.MUTATIONS, solver="boolector"),
     Property("crossbar", lambda cfg, depth: crossbar.CrossbarHarness(cfg=cfg),
              short=1, long=4, mutations=crossbar.MUTATIONS),
     Property("mux_guard", lambda cfg, depth: mux_guard.MuxGuardHarness(cfg=cfg, history=depth),
