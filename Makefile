@@ -17,8 +17,9 @@ export PYTHONDONTWRITEBYTECODE :=
 
 BOARD    ?= ulx3s
 CONFIG   ?=
-# The FPGA tools (yowasp WebAssembly builds) and board definitions: `bitstream` needs
-# them, and `make test` for its synthesis check (`make test-fast` never does).
+# The FPGA tools (yowasp WebAssembly builds), board definitions and SMT solvers:
+# `bitstream` needs them, and `make test` for its synthesis check and the formal
+# proofs (`make test-fast` never does).
 FPGA_STAMP := $(VENV)/.installed-fpga
 
 .PHONY: venv sim test test-fast regress bench bitstream clean distclean

@@ -107,7 +107,11 @@ class BankedBuffer(wiring.Component):
                 out.append(Cat(*pairs).any() if pairs else 0)
             return out
 
-        m.d.comb += self.conflict.eq(Cat(*clash(read_claims), *clash(write_claims)).any())
+        read_conflict = Signal(name="read_conflict")
+        write_conflict = Signal(name="write_conflict")
+        m.d.comb += [read_conflict.eq(Cat(*clash(read_claims)).any()),
+                     write_conflict.eq(Cat(*clash(write_claims)).any()),
+                     self.conflict.eq(read_conflict | write_conflict)]
 
         # Read ports: per lane the address a client gives that lane; later clients win
         # a conflict (the chip faults then, so any choice will do).

@@ -115,7 +115,7 @@ class Sequencer(wiring.Component):
         present = Signal()                        # ir holds instruction pc
         waited = Signal()                         # the head waited for its word
         issue = Signal()
-        took, took2 = Signal(), Signal()          # issued a cycle ago, two cycles ago
+        took, took2 = Signal(name="took"), Signal(name="took2")   # issued 1, 2 cycles ago
         fault = Signal()
         finished = Signal()
         # the run goes on next cycle; else the reads go back to slot 0 (and the three
@@ -204,7 +204,8 @@ class Sequencer(wiring.Component):
         m.d.comb += chk.eq(Mux(took, after_q, now_q))
         # The head's word itself (the units latch their fields from it at issue, some
         # through a multiply) comes from the same registers' words.
-        word_now, word_after = Signal(isa.WORD_BITS), Signal(isa.WORD_BITS)
+        word_now = Signal(isa.WORD_BITS, name="word_now")
+        word_after = Signal(isa.WORD_BITS, name="word_after")
         m.d.sync += [word_now.eq(now_word), word_after.eq(after_word)]
         ir = data.View(isa.Word, Mux(took, word_after, word_now))
         opcode = chk.opcode
@@ -215,7 +216,8 @@ class Sequencer(wiring.Component):
         for unit, op in zip(units, self.units.values()):
             if unit.signature.handshake:
                 ready_of[op] = unit.ready
-        ready = Array(ready_of)[opcode]
+        ready = Signal()                              # the head's unit takes it now
+        m.d.comb += ready.eq(Array(ready_of)[opcode])
         m.submodules.guard = guard = MuxGuard(cfg=cfg)
         m.d.comb += [guard.clear.eq(start), guard.issue.eq(issue),
                      guard.opcode.eq(opcode), guard.payload.eq(ir.payload),
