@@ -709,9 +709,9 @@ def cmd_disasm(args) -> int:
             raise UsageError(f"{why} (--config {args.config})")
     else:
         cfg = PRESETS.get(image.chip)
-        if cfg is None or cfg.key != image.fingerprint:
+        if cfg is None or cfg.program_key != image.fingerprint:
             known = "not a preset" if cfg is None else \
-                f"not the preset of that name ({cfg.key})"
+                f"not the preset of that name ({cfg.program_key})"
             raise UsageError(f"{path} was built for chip {image.chip} ({image.fingerprint}), "
                              f"{known}: its instructions can be checked only against that "
                              f"chip; give a preset with --config, or recompile the program "

@@ -496,6 +496,17 @@ class ChipConfig:
         blob = json.dumps(self.to_dict(), sort_keys=True).encode()
         return f"{self.name}-{hashlib.sha256(blob).hexdigest()[:10]}"
 
+    @property
+    def program_key(self) -> str:
+        """The fingerprint a program is stamped with (docs/image-format.md): :attr:`key`
+        of this chip with its UBUF registers at their reset values. A program carries
+        the placement it assumes itself (``Loadable.ubuf``, written by the host), so
+        one compiled for a moved UBUF (:meth:`at_ubuf`) runs on the chip it was moved
+        on."""
+        blob = json.dumps({**self.to_dict(), "ubuf_base": None, "ubuf_rows": None},
+                          sort_keys=True).encode()
+        return f"{self.name}-{hashlib.sha256(blob).hexdigest()[:10]}"
+
     def replace(self, **changes) -> ChipConfig:
         unknown = sorted(set(changes) - {f.name for f in dataclasses.fields(self)})
         if unknown:

@@ -30,7 +30,7 @@ _REWRITE = "write it again with `systolica compile --out` or `systolica schedule
 @dataclass(frozen=True)
 class ProgramImage:
     """What an image file holds: the chip it was compiled for (its name and
-    fingerprint, ``ChipConfig.key``), the PROG_ADDR and UBUF registers the host writes
+    fingerprint, ``ChipConfig.program_key``), the PROG_ADDR and UBUF registers the host writes
     (None: not given) and the words (``isa.to_bytes``)."""
     chip: str
     fingerprint: str
@@ -51,11 +51,11 @@ def checksum(data: bytes) -> int:
 def chip_mismatch(what: str, chip: str, fingerprint: str, cfg) -> str | None:
     """Why a program compiled for `chip` (`fingerprint`) must not run on `cfg`, or None
     if it is that chip; `what` names the program (a file, a Loadable's consumer)."""
-    if fingerprint == cfg.key:
+    if fingerprint == cfg.program_key:
         return None
     same = " (the same name, another configuration)" if chip == cfg.name else ""
     return (f"{what} was built for chip {chip} ({fingerprint}) but this is chip {cfg.name} "
-            f"({cfg.key}){same}: compile it again for {cfg.name}, or run it on {chip}")
+            f"({cfg.program_key}){same}: compile it again for {cfg.name}, or run it on {chip}")
 
 
 def _u32(value, what: str) -> int:
@@ -69,7 +69,7 @@ def pack(cfg, words: bytes, *, prog_addr: int | None = None,
          ubuf: tuple[int, int] | None = None) -> bytes:
     """The image file of `words` (``isa.to_bytes`` of the program) compiled for chip
     `cfg`, with the PROG_ADDR and UBUF registers the host writes (None: not given)."""
-    return pack_stamped(cfg.name, cfg.key, words, prog_addr=prog_addr, ubuf=ubuf)
+    return pack_stamped(cfg.name, cfg.program_key, words, prog_addr=prog_addr, ubuf=ubuf)
 
 
 def pack_stamped(chip: str, fingerprint: str, words: bytes, *, prog_addr: int | None = None,

@@ -25,7 +25,7 @@ class Loadable:
     * ``ubuf``: ``(UBUF_BASE, UBUF_ROWS)`` as the host writes them before the run;
       None: the registers' reset values (the chip's configuration);
     * ``chip``, ``fingerprint``, ``checksum``: the stamp (docs/image-format.md): the
-      name and ``ChipConfig.key`` of the chip it was compiled for and the CRC-32 of
+      name and ``ChipConfig.program_key`` of the chip it was compiled for and the CRC-32 of
       ``image``. Make one with :meth:`for_chip`; every consumer calls :meth:`verify`.
     """
     image: bytes
@@ -46,7 +46,7 @@ class Loadable:
             raise TypeError(f"a Loadable's image must be bytes (isa.to_bytes of the "
                             f"program words), not {type(image).__name__}")
         image = bytes(image)
-        return cls(image, dram, prog_addr, ubuf, chip=cfg.name, fingerprint=cfg.key,
+        return cls(image, dram, prog_addr, ubuf, chip=cfg.name, fingerprint=cfg.program_key,
                    checksum=image_file.checksum(image))
 
     @classmethod

@@ -166,7 +166,7 @@ def test_disasm_flags_the_instruction(extra, words, tmp_path, capsys, monkeypatc
     status, out, err = run_cli(["disasm", "case.img"], capsys)
     assert status == 1, (out, err)
     lines = out.splitlines()
-    assert lines[0].startswith(f"# case.img: chip tiny ({TINY.key}), 3 instructions")
+    assert lines[0].startswith(f"# case.img: chip tiny ({TINY.program_key}), 3 instructions")
     assert [line[:5] for line in lines[1:] if not line.startswith("#!")] == \
         ["    0", "    1", "    2"]
     flagged = [line for line in lines if line.startswith("#! ")]

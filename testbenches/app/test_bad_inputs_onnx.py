@@ -15,7 +15,6 @@ import numpy as np
 import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
-from test_onnx_fuzz import float_small
 
 from systolica.arch.config import preset
 from systolica.compiler import CompileError
@@ -25,6 +24,7 @@ from systolica.compiler.frontend import onnx_import, onnx_model
 from systolica.compiler.graph.ops import MaxPool2d
 from systolica.models import onnx_zoo
 
+from onnx_seeds import float_small
 from test_bad_inputs import assert_clear, assert_refused, run_cli
 from tiers import sample
 

@@ -40,17 +40,17 @@ FUZZ = settings(database=None, derandomize=True, deadline=None,
 def test_pack_then_unpack_gives_back_what_was_packed():
     got = image_file.unpack(GOOD, source="g.img", cfg=TINY)
     assert (got.chip, got.fingerprint, got.prog_addr, got.ubuf, got.words, got.count) == \
-        ("tiny", TINY.key, 64, (TINY.ubuf_base, TINY.ubuf_rows), WORDS, 2)
+        ("tiny", TINY.program_key, 64, (TINY.ubuf_base, TINY.ubuf_rows), WORDS, 2)
     plain = image_file.unpack(image_file.pack(TINY, b""), source="e.img")
     assert (plain.prog_addr, plain.ubuf, plain.count) == (None, None, 0)
-    assert len(GOOD) == image_file.FIXED_BYTES + len("tiny") + len(TINY.key) + len(WORDS)
+    assert len(GOOD) == image_file.FIXED_BYTES + len("tiny") + len(TINY.program_key) + len(WORDS)
 
 
 def test_a_loadable_written_to_a_file_reads_back_as_the_same_loadable():
     loadable = Loadable.for_chip(TINY, WORDS, DRAM, 64, (TINY.ubuf_base, TINY.ubuf_rows))
     again = Loadable.from_file(image_file.unpack(loadable.to_file(), source="l.img"), DRAM)
     assert (again.image, again.prog_addr, again.ubuf, again.chip, again.fingerprint,
-            again.checksum) == (loadable.image, 64, loadable.ubuf, "tiny", TINY.key,
+            again.checksum) == (loadable.image, 64, loadable.ubuf, "tiny", TINY.program_key,
                                 loadable.checksum)
     again.verify(TINY, "test")
 
@@ -72,6 +72,19 @@ def test_a_program_for_another_chip_is_refused_by_name():
     other = TINY.replace(latency={**TINY.latency, "acc_read": 2})
     with pytest.raises(ImageError, match="the same name, another configuration"):
         image_file.unpack(GOOD, source="g.img", cfg=other)
+
+
+def test_a_program_for_a_moved_ubuf_runs_on_the_chip_it_was_moved_on():
+    """The UBUF registers are the host's to write (the Loadable carries them), so a
+    compile for ``cfg.at_ubuf(...)`` is a program for ``cfg``; any other change is not."""
+    moved = TINY.at_ubuf(1536, 512)
+    assert moved.key != TINY.key and moved.program_key == TINY.program_key
+    Loadable.for_chip(moved, WORDS, DRAM, ubuf=(1536, 512)).verify(TINY, "golden.run")
+    image_file.unpack(image_file.pack(moved, WORDS, ubuf=(1536, 512)), source="m.img",
+                      cfg=TINY)
+    with pytest.raises(ImageError, match="another configuration"):
+        Loadable.for_chip(TINY.replace(imem_depth=TINY.imem_depth * 2), WORDS,
+                          DRAM).verify(TINY, "golden.run")
 
 
 # -- mutations ---------------------------------------------------------------------------
