@@ -52,7 +52,7 @@ def test_compile_then_disasm_round_trip(tmp_path, capsys):
     status, listing, err = run(["disasm", str(image)], capsys)
     assert status == 0 and err == ""
     head, _, listing = listing.partition("\n")
-    assert head.startswith(f"# {image}: chip tiny ({preset('tiny').key}), {n} instructions")
+    assert head.startswith(f"# {image}: chip tiny ({preset('tiny').program_key}), {n} instructions")
     assert listing == disasm.disassemble(words) + "\n"
     status, listed, _ = run(["compile", "--gemm", "8x16x8", "--listing"], capsys)
     code = "".join(line for line in listed.splitlines(keepends=True)
