@@ -301,13 +301,18 @@ def _onnx_source(text: str):
     return _onnx_file(text)
 
 
+def _key_value(option: str, item: str, form: str, example: str) -> tuple[str, str]:
+    """``KEY=VALUE`` of a repeatable option, or a UsageError showing its form."""
+    key, sep, value = item.partition("=")
+    if not sep or not key or not value:
+        raise UsageError(f"{option} {item!r}: write {form}, e.g. {option} {example}")
+    return key, value
+
+
 def _assignments(items: list[str] | None) -> dict[str, str]:
     out = {}
     for item in items or []:
-        node, sep, proc = item.partition("=")
-        if not sep or not node or not proc:
-            raise UsageError(f"--assign {item!r}: write NODE=PROCESSOR, e.g. "
-                             f"--assign conv1=host")
+        node, proc = _key_value("--assign", item, "NODE=PROCESSOR", "conv1=host")
         if out.get(node, proc) != proc:
             raise UsageError(f"--assign {item!r}: node {node!r} is assigned to "
                              f"{out[node]} too; give each node one processor")
@@ -320,10 +325,7 @@ def _constants(items: list[str] | None) -> dict[str, np.ndarray]:
     from systolica.files import FileError
     out = {}
     for item in items or []:
-        name, sep, path = item.partition("=")
-        if not sep or not name or not path:
-            raise UsageError(f"--constant {item!r}: write NAME=FILE.npy, e.g. "
-                             f"--constant w=weights.npy")
+        name, path = _key_value("--constant", item, "NAME=FILE.npy", "w=weights.npy")
         try:
             data = _read_bytes(path, "a .npy array (numpy.save writes one)", kind="array")
         except FileError as e:

@@ -33,7 +33,8 @@ from systolica.arch.config import preset
 from systolica.compiler import CompileError
 from systolica.compiler.assignment import library
 
-from test_bad_inputs import assert_clear, assert_refused, run_cli
+# no_chip_build: autouse, every bad input refused before the Verilated chip is built
+from test_bad_inputs import assert_clear, assert_refused, no_chip_build, run_cli  # noqa: F401
 from tiers import examples, sample
 
 #: A place no one (root included) can create a file in.
@@ -56,16 +57,6 @@ def d(tmp_path_factory) -> Path:
         f.truncate(files.LIMITS["text"] + 1)
     np.save(d / "one.npy", np.zeros(3))
     return d
-
-
-@pytest.fixture(autouse=True)
-def no_chip_build(monkeypatch):
-    """Every bad input must be refused before the Verilated chip is built."""
-    from systolica.sim import rtlsim
-
-    def refuse(*_, **__):
-        raise AssertionError("a bad input reached the Verilator build")
-    monkeypatch.setattr(rtlsim, "build", refuse)
 
 
 ONNX = ["--onnx", "{d}/text.bin"]

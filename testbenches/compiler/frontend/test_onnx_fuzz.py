@@ -16,7 +16,6 @@ a new failure shows as a failing example, printed by hypothesis)."""
 
 from __future__ import annotations
 
-import contextlib
 import signal
 import time
 from functools import cache
@@ -34,6 +33,7 @@ from systolica.compiler.assignment.partition import plan_model
 from systolica.compiler.errors import CompileError, InternalError, OnnxNodeError
 from systolica.compiler.frontend import onnx_import
 
+from deadlines import Hang, deadline
 from onnx_seeds import SEEDS
 from tiers import examples
 
@@ -271,30 +271,6 @@ def mutated(draw):
 
 
 # -- the check -----------------------------------------------------------------------------
-
-class Hang(Exception):
-    """An example ran past its deadline."""
-
-
-@contextlib.contextmanager
-def deadline(seconds: float):
-    """Raise Hang in the code run within, if it takes longer than `seconds`. An alarm
-    set before (pytest-timeout's, for the whole test) is set again after, less the
-    time spent."""
-    def expire(*_):
-        raise Hang(f"ran past its deadline of {seconds} s")
-    previous = signal.signal(signal.SIGALRM, expire)
-    before, interval = signal.setitimer(signal.ITIMER_REAL, seconds)
-    start = time.monotonic()
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
-        if before:
-            signal.setitimer(signal.ITIMER_REAL,
-                             max(before - (time.monotonic() - start), 1e-3), interval)
-
 
 def assert_documented(error: Exception, model) -> None:
     """`error` is a documented refusal with a message that names what is at fault."""

@@ -8,9 +8,6 @@ catalogue (``testbenches/app/test_bad_inputs_api.py``, section "program text")."
 from __future__ import annotations
 
 import os
-import signal
-import time
-from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -24,6 +21,7 @@ from systolica.compiler.backend import trace
 from systolica.compiler.errors import InternalError
 from systolica.compiler.frontend import stp, text
 
+from deadlines import deadline
 from paths import EXAMPLES as EXAMPLE_DIR
 from tiers import examples
 
@@ -145,25 +143,6 @@ def mutated_examples(draw) -> str:
 @pytest.fixture(scope="module")
 def workdir(tmp_path_factory) -> Path:
     return tmp_path_factory.mktemp("stp")
-
-
-@contextmanager
-def deadline(seconds: int):
-    """A hang is an error: SIGALRM after `seconds`. The timer the test run set (the
-    pytest-timeout plugin's, if any) is put back, less the time taken."""
-    def expire(*_):
-        raise TimeoutError(f"no result within {seconds} s")
-    start = time.monotonic()
-    old = signal.signal(signal.SIGALRM, expire)
-    previous, _ = signal.setitimer(signal.ITIMER_REAL, seconds)
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, old)
-        if previous:
-            left = previous - (time.monotonic() - start)
-            signal.setitimer(signal.ITIMER_REAL, max(left, 0.001))
 
 
 def schedule_or_refuse(source: str | bytes, tmp: Path, cfg=CFG) -> None:
