@@ -228,7 +228,8 @@ def compile_network(cfg: ChipConfig, network: Network | Graph,
                     buffers: int | Mapping[str, int] | None = None,
                     segments: Mapping | None = None,
                     ubuf: tuple[int, int] | None = None,
-                    split: int | Mapping[str, int] | None = None) -> Compiled:
+                    split: int | Mapping[str, int] | None = None,
+                    mapping: str | None = None) -> Compiled:
     """Compile `network` for chip `cfg`; raises CompileError when it cannot run there.
     With a ChainChoice `chain`, a graph that is one chain of convolutions runs in
     passes through the CBUF (:mod:`.chain_lower`) as it says. In a convolutional
@@ -245,10 +246,11 @@ def compile_network(cfg: ChipConfig, network: Network | Graph,
     chains take the cost model's (docs/cnn.md, "The UBUF a network takes");
     ``Compiled.ubuf`` says what the driver writes. `split`: the tile groups of dense
     layers with small K and N (docs/compiler.md, "Splitting the array"): None, the
-    cost model's; 1, none; ``{layer: s}``, as given. The same knobs may come as one
+    cost model's; 1, none; ``{layer: s}``, as given. `mapping`: how layers are put on
+    the array (docs/matching.md), ``matcher`` (None) or ``static``. The same knobs may come as one
     :class:`~.options.CompileOptions` (`options`), not both."""
     knobs = CompileOptions(chain=chain, segments=segments, weights=weights,
-                           buffers=buffers, ubuf=ubuf, split=split)
+                           buffers=buffers, ubuf=ubuf, split=split, mapping=mapping)
     if options is None:
         options = knobs
     elif knobs != CompileOptions():

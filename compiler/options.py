@@ -6,8 +6,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from systolica.compiler.errors import CompileError
+
 if TYPE_CHECKING:
     from systolica.compiler.lowering.chain import ChainChoice
+
+
+#: The mapping modes (None: ``matcher``).
+MAPPINGS = (None, "matcher", "static")
 
 
 @dataclass(frozen=True)
@@ -24,7 +30,10 @@ class CompileOptions:
       (``stream`` / ``persistent``; 2 / 1 tile buffers), for all layers or by name;
     * ``ubuf``: ``(base, rows)``, the UBUF registers the program assumes;
     * ``split``: the tile groups of dense layers with small K and N (1: none; or by
-      layer name).
+      layer name);
+    * ``mapping``: how layers are put on the array (docs/matching.md): ``matcher``
+      (None: the default), the constraint solver's ranked choice, or ``static``, the
+      fixed deployment strategy it is measured against.
     """
     chain: ChainChoice | str | None = None
     segments: Mapping | str | None = None
@@ -32,6 +41,12 @@ class CompileOptions:
     buffers: int | Mapping[str, int] | None = None
     ubuf: tuple[int, int] | None = None
     split: int | Mapping[str, int] | None = None
+    mapping: str | None = None
+
+    def __post_init__(self):
+        if self.mapping not in MAPPINGS:
+            raise CompileError(f"mapping must be one of {', '.join(map(repr, MAPPINGS[1:]))}"
+                               f", not {self.mapping!r}")
 
     @property
     def tiled(self) -> bool:
