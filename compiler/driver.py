@@ -79,6 +79,8 @@ class Compiled:
     segments: dict = field(default_factory=dict)  # a network's chains: first layer ->
                                                   # net_chains.Chained
     tiling: dict = field(default_factory=dict)    # CNN layer -> its cnn.Tiling
+    mappings: dict = field(default_factory=dict)  # layer -> the matching.Mapping it runs
+                                                  # (docs/matching.md)
 
     @property
     def graph(self) -> Graph:
