@@ -17,6 +17,7 @@ from systolica.arch.loadable import Loadable
 from systolica.compiler.errors import CompileError
 from systolica.compiler.graph.graph import Graph, Network
 from systolica.compiler.graph.ops import Dense
+from systolica.compiler.lowering import conv_mapping
 from systolica.compiler.lowering.chain import ChainChoice
 from systolica.compiler.lowering.exits import take_exits
 from systolica.compiler.lowering.lower import lower
@@ -215,6 +216,11 @@ class _PhaseClock:
         self.laps[phase] = round(self.laps.get(phase, 0) + now - self._last, 3)
         self._last = now
 
+    def part(self, phase: str, inner: str, seconds: float) -> None:
+        """`seconds` of `phase` were `inner`'s: count them there."""
+        self.laps[phase] = round(max(0.0, self.laps[phase] - seconds), 3)
+        self.laps[inner] = round(self.laps.get(inner, 0) + seconds, 3)
+
 
 def _ends_as_predicted(replayed: int, predicted: int, what: str) -> None:
     if replayed != predicted:
@@ -290,9 +296,11 @@ def _compile(cfg: ChipConfig, network: Network | Graph, options: CompileOptions)
         except ConfigError as e:
             raise CompileError(f"compile_network: ubuf {ubuf}: {e}") from None
     clock = _PhaseClock()
+    matching = conv_mapping.seconds_spent()
     lowered = lower(cfg, network, options, choose_ubuf=ubuf is None)
     cfg = lowered.plan.cfg          # with the UBUF the program assumes
     clock.lap("lower")
+    clock.part("lower", "match", conv_mapping.seconds_spent() - matching)
     graph = lowered.plan.graph
     # A program too long for the DRAM is refused now, not after scheduling it: the
     # configuration updates scheduling adds only make it longer.
@@ -371,4 +379,6 @@ def _compile(cfg: ChipConfig, network: Network | Graph, options: CompileOptions)
         ubuf_bytes_written=counted["ubuf_written"], ubuf_bytes_read=counted["ubuf_read"],
         ubuf=(cfg.ubuf_base, cfg.ubuf_rows),
         chain=lowered if isinstance(options.chain, ChainChoice) else None,
-        segments=dict(lowered.segments), tiling=dict(lowered.tiling))
+        segments=dict(lowered.segments), tiling=dict(lowered.tiling),
+        mappings={name: job.mapping for name, job in lowered.jobs.items()
+                  if job is not None and job.mapping is not None})

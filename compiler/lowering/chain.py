@@ -49,6 +49,7 @@ from systolica.arch.isa import CopyKind, DmaKind, Opcode
 from systolica.compiler.errors import CompileError, InternalError
 from systolica.compiler.graph.graph import Graph
 from systolica.compiler.lowering.conv import conv_job
+from systolica.compiler.lowering.conv_mapping import choose_mapping
 from systolica.compiler.lowering.emitter import Emitter
 from systolica.compiler.lowering.lowered import Lowered
 from systolica.compiler.lowering.maps.jobs import Job, Source, check_window, stored_weights
@@ -769,15 +770,18 @@ def segment_regions(cfg: ChipConfig, seg: Segment, first: int, last: int
                last, "epilogue parameters")]
 
 
-def lower_chain(cfg: ChipConfig, graph: Graph, want: ChainChoice = ChainChoice()
-                ) -> Lowered:
-    """Lower a chain of convolutions (:func:`chain_layers`) to run in passes."""
+def lower_chain(cfg: ChipConfig, graph: Graph, want: ChainChoice = ChainChoice(),
+                mapping: str | None = None) -> Lowered:
+    """Lower a chain of convolutions (:func:`chain_layers`) to run in passes, each
+    layer as its `mapping` mode chooses (docs/matching.md)."""
     nodes = chain_layers(graph)
     check_channels(cfg, graph)
     jobs = []
     for i, node in enumerate(nodes):
         shape = as_map(graph.tensor(node.inputs[0]).shape)
-        job = conv_job(cfg, graph, i, node, Source(node.inputs[0], shape, 1))
+        src = Source(node.inputs[0], shape, 1)
+        job = conv_job(cfg, graph, i, node, src,
+                       choose_mapping(cfg, graph, node, src, mapping))
         check_window(job)
         jobs.append(job)
     seg = plan_segment(cfg, jobs, want)

@@ -50,7 +50,7 @@ def lower(cfg: ChipConfig, network, options: CompileOptions = CompileOptions(), 
         if options.tiled or options.segments is not None:
             raise CompileError("weights, buffers and segments apply to a network lowered "
                                "layer by layer; a chain takes ChainChoice.weights")
-        return lower_chain(cfg, graph, chain)
+        return lower_chain(cfg, graph, chain, options.mapping)
     if chain is not None and not isinstance(chain, str):
         raise CompileError(f"chain must be a ChainChoice (a graph that is one chain), a "
                            f"strategy name or None, not {chain!r}")

@@ -62,6 +62,7 @@ class Job:
     vrun: dict = field(default_factory=dict)
     macs: int = 0
     span: int = 0                    # output channels per N-block (0: R)
+    mapping: object = None           # a convolution's matching.Mapping (docs/matching.md)
 
 
 def placements(cfg: ChipConfig, job: Job, nb: int) -> list[tuple[int, int]]:
@@ -250,10 +251,11 @@ class MapInputs:
     """What a rule reads to make its layer's job: the chip, the graph, and what the
     views before the layer left (``alias``: a Flatten's output -> the map it views;
     ``gathered``: a flattened map's ``(pixels, channel blocks)``; ``copies``: a map's
-    replicas in the replicated layout)."""
+    replicas in the replicated layout; ``mapping``: the mapping mode, docs/matching.md)."""
     cfg: ChipConfig
     graph: object
     copies: dict = field(default_factory=dict)
+    mapping: str | None = None
     alias: dict = field(default_factory=dict)
     gathered: dict = field(default_factory=dict)
 

@@ -20,6 +20,7 @@ from systolica.compiler.graph.concat_pad import pad_map_concats
 from systolica.compiler.graph.graph import Graph
 from systolica.compiler.graph.ops import Conv2d
 from systolica.compiler.lowering.chain import emit_segment, segment_regions
+from systolica.compiler.lowering.conv_mapping import prefers_replicated
 from systolica.compiler.lowering.emitter import Emitter
 from systolica.compiler.lowering.lowered import Lowered
 from systolica.compiler.lowering.maps.jobs import Job, MapInputs, stored_weights
@@ -42,6 +43,18 @@ from systolica.compiler.planning.memory import DramMap, MemoryPlan, Region, chec
 from systolica.compiler.scheduling.pipeline import Block, loop_order, pipeline
 
 
+def replicable(cfg: ChipConfig, graph: Graph, t: str, mode: str | None) -> bool:
+    """Whether map `t` is stored replicated: it has few channels, only convolutions read
+    it, and the mapping each ranks first reads it so (docs/matching.md)."""
+    shape = graph.tensor(t).shape
+    readers = graph.consumers(t)
+    if len(shape) != 4 or not readers or replicas(cfg, shape[3]) == 1:
+        return False
+    return all(isinstance(r.op, Conv2d) and not r.op.depthwise
+               and prefers_replicated(cfg, graph, r, replicas(cfg, shape[3]), mode)
+               for r in readers)
+
+
 def lower_maps(cfg: ChipConfig, graph: Graph, options: CompileOptions = CompileOptions(),
                choose_ubuf: bool = True) -> Lowered:
     """Lower a graph with feature-map ops: plan DRAM, emit every layer's tile loops,
@@ -62,29 +75,21 @@ def lower_maps(cfg: ChipConfig, graph: Graph, options: CompileOptions = CompileO
     graph = pad_map_concats(cfg, graph)     # ragged join inputs: whole channel blocks
     lay = network_layout(cfg)
     R = cfg.rows
-    # replicated layout for a graph input read only by convolutions with few channels
+    # the replicated layout for a graph input read only by convolutions with few
+    # channels, and for a map a transpose makes (an NCHW input's NHWC map) that only
+    # such convolutions read (the transpose writes it replicated), where every reader's
+    # best mapping reads it so (docs/matching.md)
     copies = {}
     for t in graph.inputs:
-        shape = graph.tensor(t).shape
-        readers = graph.consumers(t)
-        if len(shape) == 4 and all(isinstance(r.op, Conv2d) and not r.op.depthwise
-                                   for r in readers) \
-                and replicas(cfg, shape[3]) > 1:
-            copies[t] = replicas(cfg, shape[3])
-    # and for a map a transpose makes (an NCHW input's NHWC map) that only such
-    # convolutions read: the transpose writes it replicated
+        if replicable(cfg, graph, t, options.mapping):
+            copies[t] = replicas(cfg, graph.tensor(t).shape[3])
     for node in graph.nodes:
         t = node.outputs[0]
-        shape = graph.tensor(t).shape
-        readers = graph.consumers(t)
-        if len(shape) == 4 and readers and t not in graph.outputs \
-                and all(isinstance(r.op, Conv2d) and not r.op.depthwise
-                        for r in readers) \
-                and replicas(cfg, shape[3]) > 1 \
-                and rule_for(node).writes_replicated(cfg, graph, node):
-            copies[t] = replicas(cfg, shape[3])
+        if t not in graph.outputs and rule_for(node).writes_replicated(cfg, graph, node) \
+                and replicable(cfg, graph, t, options.mapping):
+            copies[t] = replicas(cfg, graph.tensor(t).shape[3])
+    views = MapInputs(cfg, graph, copies, options.mapping)
     # jobs, one per layer that is not a view
-    views = MapInputs(cfg, graph, copies)
     jobs: list[Job | None] = []
     for i, node in enumerate(graph.nodes):
         rule = rule_for(node)
