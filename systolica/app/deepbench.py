@@ -240,6 +240,7 @@ def layer_record(layer: Layer, hand_rules: dict | None, cfg=None) -> dict:
             "kernel": [layer.kh, layer.kw], "cout": layer.cout,
             "stride": list(layer.stride), "pads": list(layer.pads),
             "prepadded": layer.prepadded, "macs": layer.macs,
+            **({"note": PREPADDED_NOTE} if layer.prepadded else {}),
             "static": static, "matcher": matcher, "hand_rules": hand_rules,
             "speedup_vs_static": _speedup(static, matcher),
             "speedup_vs_hand_rules": _speedup(hand_rules, matcher)}
@@ -365,11 +366,11 @@ def hand_rules(path: Path = HAND_RULES_JSON) -> dict:
 
 
 # -- the whole table -------------------------------------------------------------------
-def records(cfg=None, progress: Callable[[str], None] | None = None,
+def records(cfg=None, progress: Callable[[int, str], None] | None = None,
             only: Iterable[Layer] | None = None) -> list[dict]:
     """One record per layer (`only`, default all) and the summary record last.
-    `progress` is told each layer before it compiles, with an estimate of the time
-    left."""
+    `progress` is told, before each layer and before ResNet-50, how many layers are
+    done and a line naming the next with an estimate of the time left."""
     cfg = cfg or _cfg()
     recorded = hand_rules()
     todo = tuple(only) if only is not None else layers()
@@ -379,10 +380,10 @@ def records(cfg=None, progress: Callable[[str], None] | None = None,
         if progress:
             done = time.perf_counter() - began
             eta = f", about {done / i * (len(todo) - i):.0f} s left" if i else ""
-            progress(f"DeepBench {layer.name} on {CONFIG} ({i + 1}/{len(todo)}{eta})")
+            progress(i, f"DeepBench {layer.name} on {CONFIG} ({i + 1}/{len(todo)}{eta})")
         out.append(layer_record(layer, recorded["layers"].get(layer.name), cfg))
     if progress:
-        progress("DeepBench: ResNet-50 on base")
+        progress(len(todo), "DeepBench: ResNet-50 on base (as the hand rules' figure)")
     resnet = resnet50_cycles(cfg)
     hand_resnet = recorded.get("resnet50_224_cycles", RESNET50_HAND_RULES_CYCLES)
     out.append(summary_record(out, resnet, hand_resnet, time.perf_counter() - began))
@@ -441,7 +442,7 @@ def main(argv: list[str] | None = None) -> int:
                 f"`make bench` to write them")
             return 2
     else:
-        recs = records(progress=say)
+        recs = records(progress=lambda done, text: say(text))
     print("\n".join(figures.deepbench_lines([figures.Record(i, r)
                                              for i, r in enumerate(recs)])))
     return 0
