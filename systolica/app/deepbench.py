@@ -427,7 +427,16 @@ def main(argv: list[str] | None = None) -> int:
     def say(text):
         print(text, file=sys.stderr, flush=True)
     if args.record_hand_rules:
-        out = record_hand_rules(progress=say)
+        if HAND_RULES_JSON.exists():    # after the rules are retired it would record
+            try:                        # the matcher's figures under their name
+                at = hand_rules(HAND_RULES_JSON).get("commit", "an unknown commit")
+            except (OSError, ValueError, AttributeError):
+                at = "an unknown commit (it does not read as JSON)"
+            say(f"deepbench: error: {HAND_RULES_JSON} was recorded at {at}; the hand "
+                f"rules are recorded once, before they are retired: delete the file "
+                f"first to record the tree as it is now")
+            return 2
+        out = record_hand_rules(HAND_RULES_JSON, progress=say)
         say(f"wrote {HAND_RULES_JSON} ({len(out['layers'])} layers, {out['seconds']} s)")
         return 0
     from systolica.app import figures

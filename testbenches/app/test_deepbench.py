@@ -219,6 +219,18 @@ def test_the_recorded_hand_rules_cover_every_layer_and_resnet50():
         assert fig["dram_bytes"] == fig["dram_rd_bytes"] + fig["dram_wr_bytes"]
 
 
+def test_recording_again_is_refused_rather_than_overwriting(tmp_path, monkeypatch, capsys):
+    recorded = tmp_path / "deepbench_hand_rules.json"
+    recorded.write_text(json.dumps({"commit": "9de594f"}))
+    monkeypatch.setattr(deepbench, "HAND_RULES_JSON", recorded)
+    monkeypatch.setattr(deepbench, "record_hand_rules", None)      # never reached
+    assert deepbench.main(["--record-hand-rules"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"deepbench: error: {recorded} was recorded at 9de594f; ")
+    assert "delete the file first" in err and len(err.splitlines()) == 1
+    assert json.loads(recorded.read_text()) == {"commit": "9de594f"}
+
+
 # -- the whole table -------------------------------------------------------------------
 @pytest.mark.regress
 @pytest.mark.xfail(strict=False, reason="until the matcher's code generator lands")
