@@ -252,12 +252,13 @@ def geomean(values: Iterable[float]) -> float | None:
     return math.exp(sum(map(math.log, vals)) / len(vals)) if vals else None
 
 
-def summary_record(records: list[dict], resnet50_cycles: int | dict,
-                   resnet50_hand_rules: int, seconds: float) -> dict:
+def summary_record(records: list[dict], resnet50: dict, resnet50_hand_rules: int,
+                   seconds: float) -> dict:
     """The summary of the per-layer `records`: geometric mean speed-ups, the worst
-    static layer, the layers slower than the hand rules, ResNet-50's cycles (an int,
-    or ``{"error": ...}``) against its hand-rule figure, and each target passed or
-    not."""
+    static layer, the layers slower than the hand rules, ResNet-50's figures
+    (:func:`resnet50_figures`) against its hand-rule cycles, and each target passed
+    or not."""
+    resnet50_cycles = resnet50.get("cycles", resnet50)
     vs_static = {r["name"]: r["speedup_vs_static"] for r in records
                  if r["speedup_vs_static"] is not None}
     vs_hand = {r["name"]: r["speedup_vs_hand_rules"] for r in records
@@ -298,19 +299,25 @@ def summary_record(records: list[dict], resnet50_cycles: int | dict,
                                   for r in records),
             "resnet50_cycles": resnet50_cycles,
             "resnet50_hand_rules_cycles": resnet50_hand_rules,
+            "resnet50_solver_seconds": resnet50.get("solver_seconds"),
+            "resnet50_compile_seconds": resnet50.get("compile_seconds"),
             "seconds": seconds, "targets": targets,
             "all_targets_pass": all(t["pass"] for t in targets.values())}
 
 
-def resnet50_cycles(cfg=None) -> int | dict:
+def resnet50_figures(cfg=None) -> dict:
     """ResNet-50 (224 x 224) on `cfg` compiled the default way: its predicted cycles,
-    or ``{"error": message}``."""
+    the matcher's and the whole compile's seconds; or ``{"error": message}``."""
     from systolica.compiler import CompileError, compile_network
     from systolica.models.zoo import resnet50
+    began = time.perf_counter()
     try:
-        return compile_network(cfg or _cfg(), resnet50()).predicted_cycles
+        compiled = compile_network(cfg or _cfg(), resnet50())
     except CompileError as e:
         return {"error": str(e)}
+    return {"cycles": compiled.predicted_cycles,
+            "solver_seconds": float(compiled.phase_seconds.get("match", 0.0)),
+            "compile_seconds": time.perf_counter() - began}
 
 
 # -- the recorded hand rules ----------------------------------------------------------
@@ -353,7 +360,8 @@ def record_hand_rules(path: Path = HAND_RULES_JSON,
         out["layers"][layer.name] = _hand_figures(compile_figures(layer, cfg))
     if progress:
         progress("resnet50_224")
-    out["resnet50_224_cycles"] = resnet50_cycles(cfg)
+    resnet = resnet50_figures(cfg)
+    out["resnet50_224_cycles"] = resnet.get("cycles", resnet)
     out["seconds"] = round(time.perf_counter() - began, 1)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(out, indent=1) + "\n")
@@ -384,7 +392,7 @@ def records(cfg=None, progress: Callable[[int, str], None] | None = None,
         out.append(layer_record(layer, recorded["layers"].get(layer.name), cfg))
     if progress:
         progress(len(todo), "DeepBench: ResNet-50 on base (as the hand rules' figure)")
-    resnet = resnet50_cycles(cfg)
+    resnet = resnet50_figures(cfg)
     hand_resnet = recorded.get("resnet50_224_cycles", RESNET50_HAND_RULES_CYCLES)
     out.append(summary_record(out, resnet, hand_resnet, time.perf_counter() - began))
     return out
@@ -392,22 +400,23 @@ def records(cfg=None, progress: Callable[[int, str], None] | None = None,
 
 def print_records(recs: list[dict]) -> None:
     """One line per layer and the summary's targets, for the bench's console."""
-    for r in recs:
-        if r.get("summary"):
-            continue
-        def cyc(way):
-            fig = r[way] or {}
-            return f"{fig['cycles']:>10,}" if "cycles" in fig else f"{'refused':>10}"
-        s = r["speedup_vs_static"]
-        print(f"{r['name']:>34} static {cyc('static')} hand {cyc('hand_rules')} "
-              f"matcher {cyc('matcher')}  x{s:.2f} vs static" if s else
-              f"{r['name']:>34} static {cyc('static')} hand {cyc('hand_rules')} "
-              f"matcher {cyc('matcher')}")
+    def cyc(fig):
+        if fig is None:                                 # not recorded
+            return f"{'-':>10}"
+        return f"{fig['cycles']:>10,}" if "cycles" in fig else f"{'refused':>10}"
+    def times(v):
+        return "     -" if v is None else f"{v:5.2f}x"
     for r in recs:
         if r.get("summary"):
             for name, t in r["targets"].items():
-                print(f"DeepBench target {name}: {t['value']} (target {t['target']}) "
+                v = t["value"]
+                got = f"{v:.2f}" if isinstance(v, float) else v
+                print(f"DeepBench {name}: {got} (target {t['target']}) "
                       f"{'pass' if t['pass'] else 'FAIL'}")
+            continue
+        print(f"{r['name']:>34} static {cyc(r['static'])} hand {cyc(r['hand_rules'])} "
+              f"matcher {cyc(r['matcher'])}  vs static {times(r['speedup_vs_static'])} "
+              f"vs hand {times(r['speedup_vs_hand_rules'])}")
 
 
 def main(argv: list[str] | None = None) -> int:

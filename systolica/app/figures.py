@@ -284,6 +284,8 @@ def deepbench_lines(records: list[Record]) -> list[str]:
                          for (name, reason), ways in refused.items()])
     for s in (r for r in records if r.data.get("summary")):
         resnet = s.data.get("resnet50_cycles")
+        solver = s.data.get("resnet50_solver_seconds")
+        slower = ", ".join(s.data.get("slower_than_hand_rules") or []) or "none"
         lines += ["", f"Geometric mean speed-up of the matcher over static "
                       f"{_db_speedup(s, 'geomean_speedup_vs_static')} "
                       f"({count(s.number('compared_vs_static'))} layers), over the hand "
@@ -291,17 +293,19 @@ def deepbench_lines(records: list[Record]) -> list[str]:
                       f"({count(s.number('compared_vs_hand_rules'))} layers); the worst "
                       f"static layer {s.data.get('worst_static_layer') or '-'} "
                       f"({_db_speedup(s, 'worst_static_speedup')}); slower than the hand "
-                      f"rules: {', '.join(s.data.get('slower_than_hand_rules')) or 'none'}; "
-                      f"ResNet-50 "
+                      f"rules: {slower}; ResNet-50 "
                       f"{count(resnet) if isinstance(resnet, int) else 'refused'} cycles "
-                      f"(hand rules {count(s.number('resnet50_hand_rules_cycles'))}); "
-                      f"solver {seconds(s.number('solver_seconds'))} s in all, the table "
-                      f"{seconds(s.number('seconds'))} s to compile.", ""]
+                      f"(hand rules {count(s.number('resnet50_hand_rules_cycles'))}"
+                      f"{'' if solver is None else f', solver {seconds(solver)} s'}); "
+                      f"solver {seconds(s.number('solver_seconds'))} s over the layers, "
+                      f"the table {seconds(s.number('seconds'))} s to compile.", ""]
         rows = []
         for name, t in s.data.get("targets", {}).items():
             value = t.get("value")
+            speedup = "speedup" in name and isinstance(value, (int, float))
             rows.append([name, _scalar(t.get("target")),
-                         _scalar(value) if value is not None else "-", yes(t.get("pass"))])
+                         "-" if value is None else times(value) if speedup else _scalar(value),
+                         yes(t.get("pass"))])
         lines += _table(("target", "wanted", "got", "met"), rows)
     return lines
 

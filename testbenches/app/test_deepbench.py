@@ -106,7 +106,8 @@ def _record(name, static, hand, matcher):
 def test_the_summary_takes_geometric_means_the_worst_layer_and_the_targets():
     recs = [_record("a", 300, 100, 100), _record("b", 100, 100, 100),
             _record("c", 120, 90, 100), _record("d", None, None, None)]
-    s = deepbench.summary_record(recs, 17_000_000, 17_416_932, 1.5)
+    s = deepbench.summary_record(recs, {"cycles": 17_000_000, "solver_seconds": 2.0},
+                                 17_416_932, 1.5)
     assert s["geomean_speedup_vs_static"] == pytest.approx((3.0 * 1.0 * 1.2) ** (1 / 3))
     assert s["geomean_speedup_vs_hand_rules"] == pytest.approx((1.0 * 1.0 * 0.9) ** (1 / 3))
     assert (s["worst_static_layer"], s["worst_static_speedup"]) == ("a", 3.0)
@@ -115,6 +116,7 @@ def test_the_summary_takes_geometric_means_the_worst_layer_and_the_targets():
     assert {n: t["pass"] for n, t in s["targets"].items()} == {
         "max_speedup_vs_static": True, "geomean_speedup_vs_static": True,
         "layers_slower_than_hand_rules": False, "resnet50_cycles_vs_hand_rules": True}
+    assert (s["resnet50_cycles"], s["resnet50_solver_seconds"]) == (17_000_000, 2.0)
     assert not s["all_targets_pass"]
 
 
@@ -150,6 +152,7 @@ SUMMARY = {"kind": "deepbench", "name": "deepbench_summary", "config": "base",
            "worst_static_layer": "db06_108x108x3_k64_3x3s2p1", "worst_static_speedup": 2.516,
            "slower_than_hand_rules": ["db32_7x7x2048_k512_1x1s2p3"], "solver_seconds": 0.0123,
            "resnet50_cycles": 17000000, "resnet50_hand_rules_cycles": 17416932,
+           "resnet50_solver_seconds": 1.25,
            "seconds": 61.04,
            "targets": {"max_speedup_vs_static": {"target": 2.49, "value": 2.516,
                                                  "pass": True},
@@ -170,10 +173,10 @@ def test_the_table_renders_a_row_per_layer_the_refusals_and_the_targets():
             "| - |") in lines
     assert "(*) pre-padded with the zero point." in lines
     assert "| db32_7x7x2048_k512_1x1s2p3 | matcher | layer 'db32': \\| not today |" in lines
-    assert "| max_speedup_vs_static | 2.49 | 2.516 | yes |" in lines
+    assert "| max_speedup_vs_static | 2.49 | 2.52x | yes |" in lines
     assert "| layers_slower_than_hand_rules | 0 | 1 | NO |" in lines
     summary = next(l for l in lines if l.startswith("Geometric mean"))
-    assert "ResNet-50 17,000,000 cycles (hand rules 17,416,932)" in summary
+    assert "ResNet-50 17,000,000 cycles (hand rules 17,416,932, solver 1.2 s)" in summary
     assert "slower than the hand rules: db32_7x7x2048_k512_1x1s2p3" in summary
     assert "Records of other kinds" not in text
 
