@@ -205,6 +205,17 @@ def test_the_table_from_a_bench_file_without_its_records(tmp_path, capsys, conte
     assert len(err.splitlines()) == 1
 
 
+def test_the_console_lines_name_each_layer_and_target(capsys):
+    deepbench.print_records([LAYER, {**PREPADDED, "hand_rules": None}, SUMMARY])
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].split() == ["db06_108x108x3_k64_3x3s2p1", "static", "30,193", "hand",
+                              "30,193", "matcher", "12,000", "vs", "static", "2.52x", "vs",
+                              "hand", "2.52x"]
+    assert out[1].split()[2:7] == ["30,193", "hand", "-", "matcher", "refused"]
+    assert out[2:] == ["DeepBench max_speedup_vs_static: 2.52 (target 2.49) pass",
+                       "DeepBench layers_slower_than_hand_rules: 1 (target 0) FAIL"]
+
+
 # -- the recorded hand rules -----------------------------------------------------------
 def test_the_recorded_hand_rules_cover_every_layer_and_resnet50():
     assert re.fullmatch(r"[0-9a-f]{40}", RECORDED["commit"])
@@ -244,3 +255,4 @@ def test_the_whole_table_meets_the_issues_targets():
     failed = {n: t for n, t in summary["targets"].items() if not t["pass"]}
     assert not failed, failed
     assert math.isfinite(summary["geomean_speedup_vs_hand_rules"])
+
