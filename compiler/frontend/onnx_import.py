@@ -2,8 +2,10 @@
 in the QDQ form folded into it (:func:`fold_qdq`), or a mix of the two, as graphs
 (docs/compiler.md, "ONNX models").
 
-What a model may hold: ``QLinearConv`` (one group or depthwise, int8 weights with
-any zero point, a scale per tensor or per output channel, an int32 bias),
+What a model may hold: ``QLinearConv`` (any group dividing its channels, int8 weights
+with any zero point, a scale per tensor or per output channel, an int32 bias; over an
+``[N, C, W]`` input a 1-D convolution, the 2-D one over an ``H = 1`` map, as are 1-D
+pools),
 ``QLinearMatMul`` (a constant int8 ``[K, N]`` right operand with any zero point and one
 scale, or a scale per column when it reads a Flatten of a map: a convolution over the
 map), ``ConvInteger`` and ``MatMulInteger`` (their int32 outputs the accumulators: a
