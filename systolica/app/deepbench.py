@@ -25,7 +25,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -193,6 +193,28 @@ def graph(layer: Layer):
                  stride=layer.stride, pads=pads, mult=mult, shift=shift, relu=True,
                  name=layer.name)
     return g.build(t)
+
+
+# -- scaled to a smaller chip ----------------------------------------------------------
+#: The largest input-map side :func:`scaled` keeps (a larger kernel keeps its extent).
+SCALED_MAP = 12
+
+
+def scaled(layer: Layer, cfg) -> Layer:
+    """`layer` shrunk to run in seconds on chip `cfg` (e.g. ``tiny`` in a simulator):
+    its kernel, stride, pads and prepadding kept; its channel counts divided by how
+    many times fewer array rows `cfg` has than ``base`` (at least 1; 1 and 3, the
+    image and spectrogram inputs, kept); its input map cut to at most :data:`SCALED_MAP` a
+    side but never below the kernel's extent. The index (the data's seed) is kept; the
+    name says the new shape."""
+    ratio = max(1, _cfg().rows // cfg.rows)
+
+    def channels(c: int) -> int:
+        return c if c in (1, 3) else max(1, c // ratio)
+
+    return replace(layer, h=min(layer.h, max(SCALED_MAP, layer.kh)),
+                   w=min(layer.w, max(SCALED_MAP, layer.kw)),
+                   cin=channels(layer.cin), cout=channels(layer.cout))
 
 
 def _cfg():
