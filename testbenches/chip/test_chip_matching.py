@@ -1,0 +1,128 @@
+"""Layers mapped by the matcher (docs/matching.md) on the Verilated tiny chip: eight of
+DeepBench's inference-server convolutions scaled to fit (``deepbench.scaled``: their
+kernels, strides and pads kept), three of them also with the ``static`` mapping, and
+the layer kinds no hand rule served, each in both modes: grouped convolutions
+(ShuffleNet's groups of 2 and 3, ResNeXt's 4 channels per group), a 1-D convolution
+imported from ONNX, a batched matrix product (a matmul per batch entry, each with its
+own right operand: a grouped 1x1 convolution over a map of height 1, one group per
+batch entry) and DeepSpeech's 5x20 kernel over one channel. Outputs equal the numpy
+reference and the golden model bit for bit; cycles and counters equal the
+prediction."""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+import pytest
+
+from systolica.app import deepbench
+from systolica.arch.config import preset
+
+from chip_runs import case_table
+
+pytestmark = pytest.mark.rtl
+
+CFG = preset("tiny")
+
+
+def _deepbench(index: int):
+    """DeepBench's layer `index` (its place in ``DEEPBENCH_BATCH1``) scaled to tiny."""
+    return deepbench.scaled(deepbench.layers()[index], CFG)
+
+
+def _db(index: int):
+    return lambda: deepbench.graph(_deepbench(index))
+
+
+#: The DeepBench layers, by their index in the table, and what each covers.
+DEEPBENCH = {
+    "cin1_3x3": 2,                # 480x48x1 -> 16, 3x3
+    "cin1_5x20_s2": 0,            # DeepSpeech's first: 700x161x1 -> 32, 5x20 stride 2
+    "cin3_3x3_s2": 6,             # 108x108x3 -> 64, 3x3 stride 2
+    "cin3_7x7_s2": 17,            # ResNet's stem: 224x224x3 -> 64, 7x7 stride 2
+    "5x5_many_channels": 18,      # GoogLeNet's 28x28x192 -> 32, 5x5
+    "1x1_s2": 25,                 # ResNet's 56x56x64 -> 256, 1x1 stride 2
+    "10x5_s2": 1,                 # DeepSpeech's second: 341x79x32 -> 32, 5x10 stride 2
+    "3x3_channels_of_R": 4,       # 120x12x32 -> 64, 3x3: channels a multiple of R
+}
+#: The DeepBench layers also run with the static mapping.
+DEEPBENCH_STATIC = ("cin1_3x3", "cin3_7x7_s2", "10x5_s2")
+
+
+def _conv(name, size, cin, cout, kernel, *, groups=1, stride=1, pads=0, seed=0):
+    """A random grouped convolution of a ``size`` (h, w) map, requantised to keep its
+    outputs spread, ReLU after it."""
+    from systolica.compiler.graph.graph import GraphBuilder
+    from systolica.compiler.graph.ops import requant_for
+    rng = np.random.default_rng(seed)
+    kh, kw = kernel
+    x = rng.integers(-128, 128, size=(1, *size, cin), dtype=np.int8)
+    w = rng.integers(-64, 65, size=(kh, kw, cin // groups, cout), dtype=np.int8)
+    mult, shift = requant_for(40.0 / (74.0 * 37.0 * np.sqrt(kh * kw * cin / groups)),
+                              per_channel=False)
+    g = GraphBuilder(name)
+    t = g.conv2d(g.input(x, zero_point=int(rng.integers(-8, 9))), w,
+                 rng.integers(-2000, 2000, size=cout, dtype=np.int32), stride=stride,
+                 pads=pads, groups=groups, mult=mult, shift=shift, relu=True, name=name)
+    return g.build(t)
+
+
+def _bmm(batches=4, m=10, k=6, n=8, seed=7):
+    """``[b, m, k] x [b, k, n]``, each batch entry its own right operand: pixel ``i``
+    of a 1 x m map holds row ``i`` of every entry (channel ``e*k + j`` is entry ``e``'s
+    ``[i, j]``), a 1x1 convolution of ``b`` groups multiplies each by its own ``[k, n]``
+    (output channel ``e*n + o``)."""
+    return _conv("bmm", (1, m), batches * k, batches * n, (1, 1), groups=batches, seed=seed)
+
+
+@functools.cache
+def _one_d_model():
+    """A float 1-D convolution (4 channels of 40 samples to 8, 7 taps, stride 2,
+    pads 3), quantised by onnxruntime (QDQ)."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    from systolica.models import onnx_zoo
+    rng = np.random.default_rng(3)
+    w = rng.standard_normal((8, 4, 7)) / np.sqrt(4 * 7)
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["y"], name="conv1d",
+                              strides=[2], pads=[3, 3]),
+             helper.make_node("Relu", ["y"], ["z"], name="relu")]
+    graph = helper.make_graph(
+        nodes, "one_d", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 40])],
+        [helper.make_tensor_value_info("z", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(w.astype(np.float32), "w"),
+         numpy_helper.from_array(np.full(8, 0.1, np.float32), "b")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    return onnx_zoo.ort_quantized(model)
+
+
+def _one_d():
+    from systolica.compiler.frontend import onnx_import
+    xq = np.random.default_rng(5).integers(-100, 128, (1, 4, 40), dtype=np.int8)
+    return onnx_import.load(_one_d_model(), {"x": xq})
+
+
+#: Layer kinds no hand rule served, each run with the matcher and the static mapping.
+KINDS = {
+    "grouped2_3x3": lambda: _conv("grouped2", (8, 8), 8, 8, (3, 3), groups=2, pads=1),
+    "grouped3_1x1": lambda: _conv("grouped3", (8, 8), 12, 12, (1, 1), groups=3, seed=1),
+    "resnext_16_in_4": lambda: _conv("resnext", (8, 8), 16, 16, (3, 3), groups=4, pads=1,
+                                     seed=2),
+    "conv1d_onnx": _one_d,
+    "bmm_4x10x6x8": _bmm,
+    "narrow_5x20_cin1": lambda: _conv("narrow", (9, 24), 1, 8, (5, 20), stride=(1, 2),
+                                      seed=4),
+}
+
+CASES = {
+    **{name: _db(i) for name, i in DEEPBENCH.items()},
+    **{f"{name}_static": (_db(DEEPBENCH[name]), dict(mapping="static"))
+       for name in DEEPBENCH_STATIC},
+    **KINDS,
+    **{f"{name}_static": (make, dict(mapping="static")) for name, make in KINDS.items()},
+}
+
+
+runs, test_outputs_match_numpy_and_golden, test_cycles_and_counters_match_prediction = \
+    case_table(CFG, CASES)
