@@ -153,14 +153,39 @@ def step_taps(op: Conv2d, taps: tuple[tuple[int, int], ...]) -> tuple[tuple[int,
     return tuple(t if max(t) <= TAP_MAX else offsets[0] for t in offsets)
 
 
+def unlowerable(cfg: ChipConfig, op: Conv2d, mapping: Mapping, copies: int) -> str | None:
+    """Why the code generator cannot lower `mapping` of `op` reading an input of
+    `copies` replicas (None: it can); the table in docs/matching.md."""
+    rows, cols = mapping.dims("rows"), mapping.dims("cols")
+    if mapping.layout not in ("blocks", "replicated"):
+        return f"layout {mapping.layout!r} is neither 'blocks' nor 'replicated'"
+    if (mapping.layout == "replicated") != (copies > 1):
+        return f"it reads the {mapping.layout} layout, the input has {copies} replicas"
+    if set(mapping.dims("stream")) - {"oh", "ow"}:
+        return "the stream walks output pixels (oh, ow) only"
+    if cols not in (("k",), ("g", "k")):
+        return "the columns hold output channels (k, or g x k)"
+    if mapping.layout == "blocks":
+        if rows not in (("c",), ("g", "c")):
+            return "in the blocks layout the rows hold a channel block (c, or g x c)"
+        return None
+    if rows not in (("t", "c"), ("kh", "kw", "c")) or mapping.extent("c") != op.Cin:
+        return "in the replicated layout the rows hold taps (t, or kh x kw) x every channel"
+    taps = mapping.extent("t") * mapping.extent("kh") * mapping.extent("kw")
+    if taps > copies:
+        return f"{taps} taps per invocation, the input's word holds {copies} replicas"
+    return None
+
+
 def conv_job(cfg: ChipConfig, graph: Graph, index: int, node: Node, src: Source,
              mapping: Mapping) -> Job:
     """A convolution as a job of the tile loop, its steps the invocations of `mapping`
     (docs/matching.md)."""
     op: Conv2d = node.op
-    if (mapping.layout == "replicated") != (src.copies > 1):
-        raise CompileError(f"layer {node.name!r}: mapping {mapping.describe()} does not "
-                           f"read its input's layout ({src.copies} replicas)")
+    why = unlowerable(cfg, op, mapping, src.copies)
+    if why:
+        raise CompileError(f"layer {node.name!r}: mapping {mapping.describe()} cannot be "
+                           f"lowered: {why}; see docs/matching.md for what the array takes")
     KH, KW, _, Cout = op.weights.shape
     out = graph.tensor(node.outputs[0])
     C = cfg.cols             # an N-block: one ACC row of C output channels
