@@ -11,14 +11,16 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping as NameMap
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 
 from systolica.arch import isa
 from systolica.arch.config import ChipConfig
-from systolica.compiler.errors import CompileError
+from systolica.compiler.errors import CompileError, InternalError
 from systolica.compiler.graph.graph import Graph, GraphBuilder, Node
 from systolica.compiler.graph.ops import Conv2d
+from systolica.compiler.lowering.conv_steps import conv_job
 from systolica.compiler.lowering.maps.jobs import Job, Source
 from systolica.compiler.lowering.maps.layout import network_layout
 from systolica.compiler.matching import match
@@ -89,7 +91,6 @@ def alone(graph: Graph, node: Node) -> Graph:
 
 def estimate(cfg: ChipConfig, graph: Graph, node: Node, src: Source, m: Mapping) -> Ranked:
     """`m`'s cycles by the tiling cost model, or why the chip cannot run it."""
-    from systolica.compiler.lowering.conv import conv_job
     lay = network_layout(cfg)
     try:
         job = conv_job(cfg, graph, 0, node, src, m)
@@ -101,15 +102,31 @@ def estimate(cfg: ChipConfig, graph: Graph, node: Node, src: Source, m: Mapping)
         return Ranked(m, None, why=str(e))
 
 
+class CompileAlone(Protocol):
+    """The compiler's exact cycles of a network with the given mappings by layer."""
+    def __call__(self, cfg: ChipConfig, graph: Graph, mapping: dict[str, Mapping]) -> int: ...
+
+
+_COMPILER: list[CompileAlone] = []
+
+
+def exact_cycles_by(compile_alone: CompileAlone) -> CompileAlone:
+    """Register the compiler (the driver does, as it is imported: lowering does not
+    import the driver that imports it)."""
+    _COMPILER[:] = [compile_alone]
+    return compile_alone
+
+
 def exact(cfg: ChipConfig, graph: Graph, node: Node, ranked: Ranked) -> Ranked:
     """`ranked` with the predicted cycles of its layer compiled on its own with it."""
-    from systolica.compiler.driver import compile_network
+    if not _COMPILER:
+        raise InternalError("no compiler registered for exact cycles (importing "
+                            "systolica.compiler registers it)")
     try:
-        compiled = compile_network(cfg, alone(graph, node),
-                                   mapping={node.op.name: ranked.mapping})
+        cycles = _COMPILER[0](cfg, alone(graph, node), {node.op.name: ranked.mapping})
     except CompileError as e:
         return Ranked(ranked.mapping, None, why=str(e))
-    return Ranked(ranked.mapping, ranked.estimate, compiled.predicted_cycles)
+    return Ranked(ranked.mapping, ranked.estimate, cycles)
 
 
 def rank(cfg: ChipConfig, graph: Graph, node: Node, src: Source,
@@ -125,7 +142,10 @@ def rank(cfg: ChipConfig, graph: Graph, node: Node, src: Source,
         if len(close) > 1:
             for i in close:
                 out[i] = exact(cfg, graph, node, out[i])
+    # the exact ones first (the rest were estimated slower than all of them), then by
+    # estimate; what the chip cannot run last
     order = sorted(range(len(out)), key=lambda i: (out[i].cycles is None,
+                                                   out[i].exact is None,
                                                    out[i].cycles or 0, i))
     return [out[i] for i in order]
 
