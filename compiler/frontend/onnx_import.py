@@ -2,8 +2,10 @@
 in the QDQ form folded into it (:func:`fold_qdq`), or a mix of the two, as graphs
 (docs/compiler.md, "ONNX models").
 
-What a model may hold: ``QLinearConv`` (one group or depthwise, int8 weights with
-any zero point, a scale per tensor or per output channel, an int32 bias),
+What a model may hold: ``QLinearConv`` (any group dividing its channels, int8 weights
+with any zero point, a scale per tensor or per output channel, an int32 bias; over an
+``[N, C, W]`` input a 1-D convolution, the 2-D one over an ``H = 1`` map, as are 1-D
+pools),
 ``QLinearMatMul`` (a constant int8 ``[K, N]`` right operand with any zero point and one
 scale, or a scale per column when it reads a Flatten of a map: a convolution over the
 map), ``ConvInteger`` and ``MatMulInteger`` (their int32 outputs the accumulators: a
@@ -83,6 +85,9 @@ _ARITY = {"QLinearConv": (8, 9), "QLinearMatMul": (8, 8), "ConvInteger": (2, 4),
 #: (input indices): the layers that can write at another scale (a join's).
 _OUT_QUANT = {"QLinearConv": (6, 7), "QLinearMatMul": (6, 7), "QLinearAdd": (6, 7),
               "QGemm": (7, 8), "QLinearGlobalAveragePool": (3, 4), "QLinearConcat": (0, 1)}
+
+#: The operators that read a 1-D map (an NCW input of rank 3) as a map of height 1.
+_WINDOWS = ("QLinearConv", "ConvInteger", "MaxPool", "AveragePool")
 
 #: The int8 operators that keep their input's quantisation.
 _KEEPS_QUANT = ("MaxPool", "AveragePool", "GlobalMaxPool", "Flatten", "Relu", "Concat")
@@ -510,6 +515,8 @@ class _Importer:
         self.g = GraphBuilder(name or graph.name or "onnx")
         self.names: dict[str, str] = {}     # ONNX value -> graph tensor
         self.nchw: set[str] = set()         # ONNX values that are maps (NCHW there)
+        # of them, the 1-D maps (NCW there): (N, 1, W, C) maps on the chip
+        self.ncw: set[str] = set()
         consumers: dict[str, list] = {}
         for node in self.nodes:
             for v in node.input:
@@ -567,7 +574,10 @@ class _Importer:
         """A 2-D convolution's or pool's ``(kernel_shape, strides, pads, dilations)``
         with ONNX's defaults (strides and dilations 1, pads 0; a convolution's kernel
         from its `weights`' spatial shape, a pool's given), each checked: two positive
-        sizes, four non-negative pads (begin H, begin W, end H, end W)."""
+        sizes, four non-negative pads (begin H, begin W, end H, end W). Over a 1-D map
+        (NCW) one size and two pads (begin W, end W), returned as the 2-D window over
+        its ``H = 1`` map: kernel, stride and dilation 1 along H, no pads there."""
+        dims = 1 if node.input[0] in self.ncw else 2
         if "kernel_shape" in a:
             try:
                 kernel = tuple(int(k) for k in a["kernel_shape"])
@@ -581,9 +591,10 @@ class _Importer:
             kernel = tuple(int(k) for k in weights)
         else:
             raise self._invalid(node, "no kernel_shape (a pool must give it)")
-        fields = {"kernel_shape": (kernel, 2, 1), "strides": (a.get("strides", (1, 1)), 2, 1),
-                  "pads": (a.get("pads", (0, 0, 0, 0)), 4, 0),
-                  "dilations": (a.get("dilations", (1, 1)), 2, 1)}
+        fields = {"kernel_shape": (kernel, dims, 1),
+                  "strides": (a.get("strides", (1,) * dims), dims, 1),
+                  "pads": (a.get("pads", (0,) * 2 * dims), 2 * dims, 0),
+                  "dilations": (a.get("dilations", (1,) * dims), dims, 1)}
         out = []
         for what, (values, count, low) in fields.items():
             try:
@@ -593,13 +604,17 @@ class _Importer:
                                           f"integers") from None
             if len(values) != count:
                 raise self._invalid(node, f"{what} {list(values)} has {len(values)} values; "
-                                          f"a 2-D {node.op_type} takes {count}"
-                                          + (" (begin H, begin W, end H, end W)"
+                                          f"a {dims}-D {node.op_type} takes {count}"
+                                          + ((" (begin H, begin W, end H, end W)" if dims == 2
+                                              else " (begin W, end W)")
                                              if what == "pads" else ""))
             if any(v < low for v in values):
                 raise self._invalid(node, f"{what} {list(values)}: each must be at least "
                                           f"{low}")
             out.append(values)
+        if dims == 1:
+            (k,), (s,), (begin, end), (d,) = out
+            out = [(1, k), (1, s), (0, begin, 0, end), (1, d)]
         return tuple(out)
 
     # -- values ---------------------------------------------------------------------
@@ -625,9 +640,19 @@ class _Importer:
         # a name no tensor has, nor (a map) its NHWC view: ONNX names that differ may
         # be alike once made safe ("a.b", "a_b"), or one the view of another ("x_nhwc")
         tname, i = _safe(vi.name), 1
-        while self._taken(tname) or (x.ndim == 4 and self._taken(f"{tname}_nhwc")):
+        one_d = x.ndim == 3 and readers and vi.name not in self.outputs \
+            and all(r.op_type in _WINDOWS and r.input[0] == vi.name for r in readers)
+        while self._taken(tname) or (x.ndim == 4 or one_d) and self._taken(f"{tname}_nhwc"):
             tname, i = f"{_safe(vi.name)}_{i}", i + 1
-        if x.ndim == 4:
+        if one_d:
+            # read only by 1-D convolutions and pools: an [N, C, W] map is the
+            # [N, C, 1, W] one (the same DRAM bytes), a map of height 1 on the chip
+            n, c, w = x.shape
+            self.names[vi.name] = self.g.input(x.reshape(n, c, 1, w), name=tname,
+                                               zero_point=zp, scale=scale, layout="NCHW")
+            self.nchw.add(vi.name)
+            self.ncw.add(vi.name)
+        elif x.ndim == 4:
             self.names[vi.name] = self.g.input(x, name=tname, zero_point=zp, scale=scale,
                                                layout="NCHW")
             self.nchw.add(vi.name)
@@ -843,6 +868,8 @@ class _Importer:
             raise self._error(node, f"ONNX node {node.name!r} ({node.op_type}): {e}") \
                 from None
         self.names[node.output[0]] = out
+        if node.output[0] in self.nchw and any(v in self.ncw for v in node.input):
+            self.ncw.add(node.output[0])        # a 1-D map's reader makes a 1-D map
 
     def _fresh(self, base: str) -> str:
         """`base`, or `base` with a number, whichever no tensor of the graph has (ONNX
@@ -901,22 +928,30 @@ class _Importer:
                                     f"not a map")
         self._check_x(node, x)
         w = self._const(node, w_at, "weights")
-        if w.ndim != 4:
+        one_d = node.input[0] in self.ncw
+        if w.ndim != (3 if one_d else 4):
             raise self._invalid(node, f"its weights have shape {list(w.shape)} (rank "
-                                      f"{w.ndim}) for a map of rank 4; a 2-D "
-                                      f"convolution's weights are [Cout, Cin/group, kh, "
-                                      f"kw]")
+                                      f"{w.ndim}) for a map of rank {3 if one_d else 4}; a "
+                                      + ("1-D convolution's weights are [Cout, Cin/group, "
+                                         "kw]" if one_d else "2-D convolution's weights are "
+                                         "[Cout, Cin/group, kh, kw]"))
+        if one_d:                       # a 1-D kernel: the 2-D one of height 1
+            w = w[:, :, None, :]
         w = self._centred(node, w, w_at + 2, 0, "weights")
         group = a.get("group", 1)
-        if group != 1 and (w.shape[1] != 1 or group != w.shape[0]):
-            raise self._error(node, f"ONNX node {node.name!r} ({node.op_type}): group {group} "
-                                    f"with weights of shape {list(w.shape)}; the chip runs "
-                                    f"convolutions of one group and depthwise ones (group = "
-                                    f"channels, weights [C, 1, kh, kw])")
+        channels = self.g.tensor(x).shape[3]
+        if group != 1 and (not isinstance(group, int) or group < 1 or w.shape[0] % group
+                           or w.shape[1] * group != channels):
+            raise self._invalid(node, f"group {group!r} with weights of shape "
+                                      f"{list(w.shape)} over {channels} input channels; "
+                                      f"group must divide Cout = {w.shape[0]} and the "
+                                      f"weights hold Cin/group = {channels}/{group} "
+                                      f"channels per group")
         if a.get("auto_pad", b"NOTSET") not in (b"NOTSET", "NOTSET"):
             raise self._error(node, f"ONNX node {node.name!r} ({node.op_type}): auto_pad "
                                     f"{a['auto_pad']!r}; export with explicit pads")
-        kernel_shape, strides, pads, dilations = self._window(node, a, w.shape[2:])
+        kernel_shape, strides, pads, dilations = self._window(
+            node, a, w.shape[3 if one_d else 2:])
         bias = (self._const(node, 8, "bias").astype(np.int64) if not int32
                 and len(node.input) > 8 and node.input[8] else None)
         if bias is not None and bias.shape != (w.shape[0],):
@@ -925,10 +960,11 @@ class _Importer:
                                       f"channels; a bias holds one int32 per channel")
         parts, g = int8_parts(w, 0, factor=None if int32 else "channel", bias=bias)
         if len(parts) > 1 and group != 1:
-            raise self._error(node, f"ONNX node {node.name!r} ({node.op_type}): its depthwise "
-                                    f"weights less their zero point leave int8 with no "
-                                    f"common factor per channel; the chip holds int8 "
-                                    f"weights")
+            kind = "depthwise" if group == channels == w.shape[0] else "grouped"
+            raise self._error(node, f"ONNX node {node.name!r} ({node.op_type}): its {kind} "
+                                    f"weights less their zero point (group {group}) leave "
+                                    f"int8 with no common factor per channel; the chip "
+                                    f"holds int8 weights")
         kernel = np.concatenate([np.transpose(p, (2, 3, 1, 0)) for p in parts], axis=2)
         geometry = dict(stride=strides, pads=pads, dilation=dilations, groups=group,
                         name=self._name(node))
@@ -1219,7 +1255,8 @@ class _Importer:
     def _join(self, node, xs: list[str], inputs: list[str], axis) -> str:
         maps = [v in self.nchw for v in inputs]
         rank = 4 if all(maps) else 2
-        if any(maps) != all(maps) or axis not in ((1, -3) if rank == 4 else (1, -1)):
+        channel_axes = (1, -2) if all(v in self.ncw for v in inputs) else (1, -3)
+        if any(maps) != all(maps) or axis not in (channel_axes if rank == 4 else (1, -1)):
             raise self._error(node, f"ONNX node {node.name!r} ({node.op_type}): joins maps "
                                     f"along their channels (axis 1) or [M, K] tensors along "
                                     f"K (axis 1)")

@@ -112,12 +112,12 @@ def _widened(graph: Graph, node: Node, width: int, R: int):
     ones with zero weights and bias."""
     op, t = node.op, node.outputs[0]
     c = graph.tensor(t).shape[3]
-    if not isinstance(op, Conv2d) or op.depthwise:
+    if not isinstance(op, Conv2d) or op.groups > 1:
         raise CompileError(
             f"layer {node.name!r} makes {t!r}, a map of {c} channels that a Concat joins "
             f"before another input; the join needs whole blocks of {R} channels there, "
-            f"and only a convolution's (not a depthwise one's) output can be widened with "
-            f"zero channels: give it "
+            f"and only a convolution's of one group (not a depthwise or grouped one's) "
+            f"output can be widened with zero channels: give it "
             f"a multiple of {R} channels, put it last in the Concat, or pass it through "
             f"a convolution first")
     kh, kw, cin, _ = op.weights.shape
@@ -143,7 +143,7 @@ def _reading_padded(graph: Graph, node: Node, op, places, R: int):
     or dense layer's weights get zero rows at the pad channels; ops that carry
     channels (pools, a Flatten) and a Concat need no change."""
     t = next(t for t in node.inputs if t in places)
-    if isinstance(op, Conv2d) and not op.depthwise:
+    if isinstance(op, Conv2d) and op.groups == 1:
         pos, width = places[t]
         kh, kw, _, cout = op.weights.shape
         weights = np.zeros((kh, kw, width, cout), np.int8)
@@ -159,7 +159,8 @@ def _reading_padded(graph: Graph, node: Node, op, places, R: int):
     raise CompileError(
         f"layer {node.name!r} ({type(op).__name__}) reads {t!r}, whose channels are "
         f"padded for the join {_join_of(graph, t)!r} (each input but the last of a "
-        f"Concat of maps fills whole blocks of {R} channels); only convolutions (not "
-        f"depthwise ones), dense layers, pools and Flatten can read padded channels: "
+        f"Concat of maps fills whole blocks of {R} channels); only convolutions of one "
+        f"group (not depthwise or grouped ones), dense layers, pools and Flatten can "
+        f"read padded channels: "
         f"give the joined maps multiples of {R} channels, or read the join with a "
         f"convolution first")

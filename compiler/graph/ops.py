@@ -23,6 +23,7 @@ from typing import ClassVar
 
 import numpy as np
 
+from systolica.arch import isa
 from systolica.compiler.errors import CompileError
 
 INT8 = (-128, 127)
@@ -194,7 +195,14 @@ class Dense:
 
 
 # -- convolutional layers (docs/cnn.md) --------------------------------------------------
-KERNEL_MAX = 11
+#: The largest kernel extent, ``dilation * (K - 1) + 1``, along each axis. A tap's
+#: offset in the window, ``kernel index * dilation``, is the MATMUL's ``dh``/``dw``
+#: field (``isa.TAP_BITS`` wide; the tap tables' signed deltas between two taps,
+#: ``isa.TAP_DELTA_BITS``, are one bit wider), so it runs from 0 to
+#: ``2**TAP_BITS - 1``. Nothing else in the window walk bounds a kernel: the tile
+#: loop's window grows with it and the planner fits it to the CBUF or refuses. (A
+#: dilated kernel's extent is checked against the same field when it is lowered.)
+KERNEL_MAX = 1 << isa.TAP_BITS
 STRIDE_MAX = 4
 ADD_MULT = INT8           # Add's multipliers are the weights of a diagonal block
 
@@ -298,7 +306,8 @@ def _check_pads(who: str, pads: tuple[int, int, int, int], extent: tuple[int, in
 class Conv2d:
     """2-D convolution of an int8 ``(N, H, W, Cin)`` map (docs/cnn.md).
 
-    ``weights`` int8 ``[KH, KW, Cin, Cout]`` (each kernel size 1 to 11), ``bias`` int32
+    ``weights`` int8 ``[KH, KW, Cin / groups, Cout]`` (each kernel size 1 to
+    :data:`KERNEL_MAX`, 64: the MATMUL's tap field), ``bias`` int32
     ``[Cout]`` or None; ``stride = (sh, sw)`` each 1 to 4 (an int: both), ``pads =
     (top, left, bottom, right)`` each below the dilated kernel extent (an int: all four),
     ``dilation = (dh, dw)`` each at least 1. ``acc = bias + sum over taps of
@@ -306,11 +315,13 @@ class Conv2d:
     dense layer with ``mult`` (1 to 65535) and ``shift`` (0 to 63), each an int or one per
     output channel, then ReLU clamps at ``zp``; ``relu6`` (an int8 value >= ``zp``, the
     quantised 6.0) also clamps above and implies ReLU (``relu`` becomes True).
-    ``groups = 1``, or depthwise: ``groups = C`` with weights ``[KH, KW, 1, C]`` (output
-    channel ``c`` from input channel ``c`` alone); other grouped convolutions are
-    refused. With ``out_dtype="int32"`` (groups = 1) ``acc`` is the output, an int32 map
-    (ONNX's ``ConvInteger``): ``mult``, ``shift``, ``zp`` keep their defaults and there
-    is no ReLU; only the last layer may make one (a transpose may read it).
+    ``groups`` divides ``Cin`` and ``Cout``: output channel ``o`` reads the ``Cin /
+    groups`` input channels of group ``o // (Cout / groups)`` (``groups = 1``: all of
+    them; :attr:`depthwise`, ``groups = Cin = Cout`` with weights ``[KH, KW, 1, C]``:
+    channel ``o`` alone). With ``out_dtype="int32"`` (groups = 1) ``acc`` is the
+    output, an int32 map (ONNX's ``ConvInteger``): ``mult``, ``shift``, ``zp`` keep
+    their defaults and there is no ReLU; only the last layer may make one (a transpose
+    may read it). A 1-D convolution is one over an ``H = 1`` map with ``KH = 1``.
     """
 
     weights: np.ndarray
@@ -336,7 +347,10 @@ class Conv2d:
         for axis, k in zip("HW", w.shape[:2]):
             if k > KERNEL_MAX:
                 raise CompileError(f"{who}: kernel size K{axis} = {k} is larger than "
-                                   f"{KERNEL_MAX}, the largest the array takes")
+                                   f"{KERNEL_MAX}: a tap's offset in the window (0 to "
+                                   f"{KERNEL_MAX - 1}) is a {isa.TAP_BITS}-bit field of "
+                                   f"the MATMUL instruction; split the kernel into "
+                                   f"layers of at most {KERNEL_MAX} taps and add them")
         if self.bias is not None:
             b = integer_array(f"{who}: bias", self.bias, 1, *INT32, "int32", np.int32)
             if b.shape[0] != self.Cout:
@@ -345,13 +359,14 @@ class Conv2d:
             object.__setattr__(self, "bias", b)
         if not isinstance(self.groups, (int, np.integer)) or isinstance(self.groups, bool) \
                 or self.groups < 1:
-            raise CompileError(f"{who}: groups = {self.groups!r}; give 1 (a convolution "
-                               f"over all input channels) or the channel count (depthwise)")
-        if self.groups != 1 and (w.shape[2] != 1 or self.groups != w.shape[3]):
-            raise CompileError(f"{who}: groups = {self.groups} with weights of shape "
-                               f"{w.shape}; the array runs groups = 1 and depthwise "
-                               f"convolution (groups = C, weights [KH, KW, 1, C]: one "
-                               f"kernel per channel), not grouped convolution in general")
+            raise CompileError(f"{who}: groups = {self.groups!r}; give a positive integer "
+                               f"dividing Cout (1: a convolution over all input channels)")
+        if self.Cout % self.groups:
+            raise CompileError(f"{who}: groups = {self.groups} does not divide Cout = "
+                               f"{self.Cout} (weights {w.shape}: Cin = {self.groups} x "
+                               f"{w.shape[2]} = {w.shape[2] * self.groups}); each group "
+                               f"needs Cout / groups output channels, so give groups "
+                               f"dividing both Cin and Cout")
         object.__setattr__(self, "groups", int(self.groups))
         object.__setattr__(self, "stride",
                            _ints(who, "stride", self.stride, 2, 1, STRIDE_MAX, "(sh, sw)"))
@@ -384,7 +399,8 @@ class Conv2d:
                                    f"out_dtype='int8'")
             if self.groups != 1:
                 raise CompileError(f"{who}: an int32 output is taken from convolutions of "
-                                   f"one group, not depthwise ones")
+                                   f"one group, not grouped or depthwise ones (groups = "
+                                   f"{self.groups}); use out_dtype='int8'")
 
     @property
     def kernel(self) -> tuple[int, int]:
@@ -397,9 +413,16 @@ class Conv2d:
 
     @property
     def depthwise(self) -> bool:
-        """One ``KH x KW`` kernel per channel (``groups = C``, weights ``[KH, KW, 1, C]``):
-        output channel ``c`` reads input channel ``c`` only."""
-        return self.groups > 1
+        """One ``KH x KW`` kernel per channel (``groups = Cin = Cout > 1``, weights
+        ``[KH, KW, 1, C]``): output channel ``c`` reads input channel ``c`` only. Other
+        grouped convolutions (:attr:`grouped`) are not depthwise."""
+        return self.groups > 1 and self.weights.shape[2] == 1 and self.groups == self.Cout
+
+    @property
+    def grouped(self) -> bool:
+        """``groups > 1`` and not :attr:`depthwise`: output channel ``o`` reads the
+        ``Cin / groups`` input channels of group ``o // (Cout / groups)``."""
+        return self.groups > 1 and not self.depthwise
 
     @property
     def Cout(self) -> int:
@@ -415,8 +438,10 @@ class Conv2d:
         (t,) = inputs
         _feature_map(who, "convolution", t, source)
         if t.shape[3] != self.Cin:
-            raise CompileError(f"{who}: weights have Cin = {self.Cin} input channels but "
-                               f"{source(t.name)} has C = {t.shape[3]}; make them equal")
+            per = f" ({self.groups} groups of {self.weights.shape[2]})" if self.groups > 1 \
+                else ""
+            raise CompileError(f"{who}: weights have Cin = {self.Cin} input channels{per} "
+                               f"but {source(t.name)} has C = {t.shape[3]}; make them equal")
         h, w = _window(who, source(t.name), t.shape, self.kernel, self.stride, self.pads,
                        self.dilation)
         return TensorType((t.shape[0], h, w, self.Cout), self.out_dtype,
@@ -474,8 +499,8 @@ def _average_params(op, who: str, count: int) -> None:
 
 @dataclass(frozen=True)
 class MaxPool2d:
-    """Maximum over a ``kernel = (kh, kw)`` window (1 to 11 each) moved by ``stride``
-    (default: the kernel; 1 to 4 each) over an int8 (N, H, W, C) map padded by
+    """Maximum over a ``kernel = (kh, kw)`` window (1 to :data:`KERNEL_MAX` each) moved
+    by ``stride`` (default: the kernel; 1 to 4 each) over an int8 (N, H, W, C) map padded by
     ``pads = (top, left, bottom, right)`` (each below the kernel); padding never wins.
     The output has the input's quantisation."""
 

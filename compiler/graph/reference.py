@@ -124,9 +124,13 @@ def conv2d_acc(x: np.ndarray, x_zp: int, layer: Conv2d) -> np.ndarray:
     hw = out_hw(x, kernel, layer.stride, layer.pads, layer.dilation)
     xp = pad(x.astype(np.int64) - x_zp, layer.pads, 0)     # x_pad - x_zp
     acc = np.zeros((x.shape[0], *hw, w.shape[3]), dtype=np.int64)
+    g, cin, cout = layer.groups, w.shape[2], w.shape[3] // layer.groups
     for i, j, window in taps(xp, kernel, layer.stride, layer.dilation, hw):
-        # depthwise: channel c by its own kernel; else every input channel to every output
-        acc += window * w[i, j, 0] if layer.groups > 1 else window @ w[i, j]
+        if g == 1:                  # every input channel to every output channel
+            acc += window @ w[i, j]
+        else:                       # group k: input channels k*cin.., outputs k*cout..
+            acc += np.einsum("...gc,cgo->...go", window.reshape(*window.shape[:3], g, cin),
+                             w[i, j].reshape(cin, g, cout)).reshape(acc.shape)
     acc = wrap32(acc)
     if layer.bias is not None:
         acc = wrap32(acc + layer.bias.astype(np.int64))

@@ -58,6 +58,17 @@ def _set_attrs(node, attrs):
                 else None))
 
 
+def conv1d(**attrs):
+    """`conv` over an int8 (1, 3, 6) NCW input: weights [8, 3, 3], 1-D attributes
+    (kernel_shape dropped), then `attrs`."""
+    model = weights(lambda w: w[:, :, 1])
+    dims = model.graph.input[0].type.tensor_type.shape.dim
+    del dims[2]
+    _set_attrs(model.graph.node[0], {"kernel_shape": None, "strides": [1], "pads": [1, 1],
+                                     "dilations": [1], **attrs})
+    return model
+
+
 def pool(op="MaxPool", **attrs):
     """A QLinearConv, then `op` 'pool' with `attrs` (None drops one)."""
     m = onnx_zoo.QModel(0)
@@ -315,6 +326,15 @@ API = [
     ("calibration-nan", planned(onnx_zoo.float_cnn, calibration=[
         {"x": np.full((1, 3, 16, 16), np.nan, np.float32)}]), CompileError,
      ["calibration sample 0, input 'x'", "NaN or infinite", "finite data"]),
+    # grouped and 1-D convolutions
+    ("conv-group-not-dividing", imported(lambda: conv(group=3)), InvalidOnnxNode,
+     ["'qconv1' (QLinearConv)", "group 3", "over 3 input channels", "divide Cout = 8"]),
+    ("conv1d-weights-rank-4", imported(lambda: weights(lambda w: w[:, :, None], conv1d())),
+     InvalidOnnxNode, ["'qconv1' (QLinearConv)", "(rank 4) for a map of rank 3",
+                       "[Cout, Cin/group, kw]"]),
+    ("conv1d-pads-four", imported(lambda: conv1d(pads=[1, 1, 1, 1])), InvalidOnnxNode,
+     ["'qconv1' (QLinearConv)", "pads [1, 1, 1, 1] has 4 values", "a 1-D QLinearConv takes 2",
+      "(begin W, end W)"]),
 ]
 
 

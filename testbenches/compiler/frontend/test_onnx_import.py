@@ -394,10 +394,10 @@ def test_qdq_models_the_chip_does_not_run_are_refused_by_name():
     bad = onnx.ModelProto()
     bad.CopyFrom(model)
     for node in bad.graph.node:
-        if node.name == "conv2":         # grouped, not depthwise
+        if node.name == "conv2":         # 2 groups of 8 channels: the input has 8
             node.attribute.append(helper.make_attribute("group", 2))
-    with pytest.raises(CompileError, match="'conv2' \\(QLinearConv\\): group 2 with weights "
-                                           "of shape \\[12, 8, 3, 3\\].*depthwise"):
+    with pytest.raises(CompileError, match="'conv2' \\(Conv\\): group 2 with weights of "
+                                           "shape \\[12, 8, 3, 3\\] over 8 input channels"):
         onnx_import.load(bad)
     bad = onnx.ModelProto()
     bad.CopyFrom(model)
@@ -437,8 +437,14 @@ def _qoperator(build):
     return m.build(inputs, outputs)
 
 
-def _group_2(graph):
-    _node(graph, "conv2").attribute.append(helper.make_attribute("group", 2))
+def _grouped_convinteger():
+    """A ConvInteger of 2 groups (an int32 output, which the chip makes of one group)."""
+    w = onnx.numpy_helper.from_array(np.ones((4, 2, 3, 3), np.int8), "w")
+    graph = helper.make_graph(
+        [helper.make_node("ConvInteger", ["x", "w"], ["y"], name="conv", group=2)], "m",
+        [helper.make_tensor_value_info("x", TensorProto.INT8, [1, 4, 5, 5])],
+        [helper.make_tensor_value_info("y", TensorProto.INT32, None)], [w])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
 
 
 def _float_weights(graph):
@@ -462,8 +468,9 @@ NODE_REFUSALS = [
         _node(g, "pool"), "op_type", "LpPool")), "pool", "LpPool",
                  "LpPool between DequantizeLinear and QuantizeLinear is not lowered",
                  id="qdq-lppool"),
-    pytest.param(lambda: _edited(onnx_models.qdq_cnn(), _group_2), "conv2", "Conv",
-                 "(QLinearConv): group 2", id="qdq-group"),
+    pytest.param(_grouped_convinteger, "conv", "ConvInteger",
+                 "int32 output is taken from convolutions of one group",
+                 id="grouped-convinteger"),
     pytest.param(lambda: _edited(onnx_models.qdq_cnn(), _float_weights), "conv1", "Conv",
                  "its weights 'conv1_w_float' is not a DequantizeLinear's output",
                  id="qdq-float-weights"),

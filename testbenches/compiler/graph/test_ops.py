@@ -50,12 +50,12 @@ def W(kh=3, kw=3, cin=4, cout=8):
 
 # -- construction ------------------------------------------------------------------------
 @pytest.mark.parametrize("build, words", [
-    (lambda: Conv2d(W(), groups=2, name="dw"),
-     ["layer 'dw'", "groups = 2", "depthwise", "[KH, KW, 1, C]", "not grouped"]),
-    (lambda: Conv2d(W(cin=1), groups=4, name="dw"), ["layer 'dw'", "groups = 4",
-                                                       "(3, 3, 1, 8)"]),
+    (lambda: Conv2d(W(cout=9), groups=2, name="g"),
+     ["layer 'g'", "groups = 2", "Cout = 9", "Cin = 2 x 4 = 8", "dividing both"]),
+    (lambda: Conv2d(W(cin=1, cout=6), groups=4, name="dw"), ["layer 'dw'", "groups = 4",
+                                                              "(3, 3, 1, 6)", "Cout = 6"]),
     (lambda: Conv2d(W(), groups=0, name="dw"), ["layer 'dw'", "groups = 0",
-                                                "the channel count"]),
+                                                "positive integer"]),
     (lambda: Conv2d(W(), pads=(3, 0, 0, 0), name="c"),
      ["layer 'c'", "pads top = 3", "kernel extent 3"]),
     (lambda: Conv2d(W(), pads=(0, 0, 0, -1), name="c"), ["layer 'c'", "pads right = -1"]),
@@ -66,7 +66,8 @@ def W(kh=3, kw=3, cin=4, cout=8):
     (lambda: Conv2d(W(), stride=5, name="c"), ["layer 'c'", "stride sh = 5", "[1, 4]"]),
     (lambda: Conv2d(W(), stride=(1, 0), name="c"), ["stride sw = 0", "[1, 4]"]),
     (lambda: Conv2d(W(), dilation=0, name="c"), ["dilation dh = 0", ">= 1"]),
-    (lambda: Conv2d(W(12, 1), name="c"), ["layer 'c'", "KH = 12", "11"]),
+    (lambda: Conv2d(W(65, 1), name="c"), ["layer 'c'", "KH = 65", "larger than 64",
+                                           "6-bit field", "MATMUL"]),
     (lambda: Conv2d(np.ones((3, 3, 4)), name="c"), ["layer 'c'", "weights", "4-D"]),
     (lambda: Conv2d(np.full((3, 3, 4, 8), 200), name="c"),
      ["layer 'c'", "weights[0, 0, 0, 0] = 200"]),
@@ -88,9 +89,11 @@ def W(kh=3, kw=3, cin=4, cout=8):
     (lambda: Conv2d(W(), relu=True, out_dtype="int32", name="c"),
      ["layer 'c'", "int32 output is not requantised"]),
     (lambda: Conv2d(W(3, 3, 1, 4), groups=4, out_dtype="int32", name="c"),
-     ["layer 'c'", "int32 output", "not depthwise"]),
+     ["layer 'c'", "int32 output", "not grouped or depthwise", "groups = 4"]),
+    (lambda: Conv2d(W(3, 3, 2, 4), groups=2, out_dtype="int32", name="c"),
+     ["layer 'c'", "int32 output", "groups = 2"]),
     (lambda: MaxPool2d(3, 2, 3, name="p"), ["layer 'p'", "pads top = 3", "extent 3"]),
-    (lambda: MaxPool2d(12, name="p"), ["layer 'p'", "kernel kh = 12", "[1, 11]"]),
+    (lambda: MaxPool2d(65, name="p"), ["layer 'p'", "kernel kh = 65", "[1, 64]"]),
     (lambda: MaxPool2d(2, 5, name="p"), ["layer 'p'", "stride sh = 5"]),
     (lambda: AvgPool2d(2, mult=3, name="p"), ["layer 'p'", "both mult and shift"]),
     (lambda: AvgPool2d(2, mult=0, shift=2, name="p"), ["layer 'p'", "mult = 0"]),
@@ -107,6 +110,21 @@ def test_construction_errors_name_the_layer(build, words):
         build()
     for word in words:
         assert word in str(info.value), str(info.value)
+
+
+@pytest.mark.parametrize("shape, groups, depthwise, cin", [
+    ((3, 3, 4, 8), 1, False, 4),
+    ((3, 3, 1, 8), 8, True, 8),        # depthwise: groups = Cin = Cout
+    ((3, 3, 1, 1), 1, False, 1),       # one channel: groups = 1, an ordinary convolution
+    ((3, 3, 1, 8), 4, False, 4),       # one input channel per group, two outputs
+    ((3, 3, 2, 8), 4, False, 8),
+    ((1, 1, 4, 64), 32, False, 128),   # ResNeXt's 32 groups
+])
+def test_groups_depthwise_and_cin(shape, groups, depthwise, cin):
+    op = Conv2d(np.ones(shape, np.int8), groups=groups, name="c")
+    assert (op.depthwise, op.grouped, op.Cin) == (depthwise, groups > 1 and not depthwise,
+                                                  cin)
+    assert op.macs((1, 2, 2, shape[3])) == 4 * shape[3] * shape[0] * shape[1] * shape[2]
 
 
 def test_relu6_implies_relu_and_parameters_are_normalised():
@@ -217,6 +235,8 @@ def test_builder_input_rank(data, words):
 
 @pytest.mark.parametrize("build, words", [
     (lambda g: g.conv2d("x", W(3, 3, 3, 4), groups=3, name="dw"), ["layer 'dw'", "groups"]),
+    (lambda g: g.conv2d("x", W(3, 3, 1, 4), groups=2, name="g"),
+     ["layer 'g'", "Cin = 2", "C = 3"]),
     (lambda g: g.conv2d("x", W(3, 3, 2, 4), name="c"), ["layer 'c'", "Cin = 2", "C = 3"]),
     (lambda g: g.add("x", g.conv2d("x", W(1, 1, 3, 4)), name="s"),
      ["layer 's'", "equal shapes"]),
@@ -243,7 +263,7 @@ def wrap(v: int) -> int:
 
 def conv_loops(x, x_zp, op: Conv2d):
     """Seven loops, one multiply-accumulate per step; a tap outside the map reads x_zp."""
-    n_, h_, w_, cin = x.shape
+    n_, h_, w_, _ = x.shape
     kh_, kw_, _, cout = op.weights.shape
     (sh, sw), (dh, dw), (top, left, bottom, right) = op.stride, op.dilation, op.pads
     ho = (h_ + top + bottom - dh * (kh_ - 1) - 1) // sh + 1
@@ -253,8 +273,10 @@ def conv_loops(x, x_zp, op: Conv2d):
     y = np.zeros((n_, ho, wo, cout), np.int64)
     for n, oh, ow, co in itertools.product(range(n_), range(ho), range(wo), range(cout)):
         acc = 0 if op.bias is None else int(op.bias[co])
-        # a depthwise convolution: output channel co reads input channel co only
-        channels = [(co, 0)] if op.groups > 1 else [(ci, ci) for ci in range(cin)]
+        # output channel co reads the input channels of its group (depthwise: co alone)
+        per = op.weights.shape[2]
+        group = co // (cout // op.groups)
+        channels = [(group * per + wi, wi) for wi in range(per)]
         for kh, kw, (ci, wi) in itertools.product(range(kh_), range(kw_), channels):
             ih, iw = oh * sh + kh * dh - top, ow * sw + kw * dw - left
             v = int(x[n, ih, iw, ci]) if 0 <= ih < h_ and 0 <= iw < w_ else x_zp
@@ -300,6 +322,11 @@ CONVS = [      # shift "auto": scale the accumulator's spread to about 40 steps
     dict(weights=(3, 3, 1, 5), groups=5, pads=1, bias=True, relu=True),
     dict(weights=(3, 3, 1, 4), groups=4, stride=2, dilation=(1, 2), pads=(1, 2, 0, 1),
          mult=[100, 200, 300, 400], zp=-20, relu6=40),
+    # grouped: output channel o reads the input channels of group o // (Cout / groups)
+    dict(weights=(3, 3, 2, 6), groups=3, pads=1, bias=True),
+    dict(weights=(1, 1, 4, 8), groups=2, stride=2, mult=list(range(100, 900, 100))),
+    dict(weights=(3, 2, 1, 6), groups=3, dilation=(2, 1), pads=(1, 0, 2, 1), zp=5,
+         relu=True),         # one input channel per group, two outputs: not depthwise
 ]
 
 
