@@ -1,0 +1,209 @@
+"""A layer's computation dataflow graph held symbolically (seed 000, Fig. 4b): the
+instance sets of its input tensors, multiplications ``M`` and reductions ``O`` (one
+commutative-reduction node per output element) as isl sets, and its edges as isl maps
+(``M -> X``, ``M -> W`` the access functions, ``M -> O`` the reduction). Nodes are
+instantiated lazily, one query at a time (membership, the operands of a product, the
+products reading an input element, the slice of a set the search looks at); the
+graph is never enumerated."""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+
+import islpy as isl
+
+from .dataflow import Label
+from .workloads import Workload
+
+
+@dataclass(frozen=True)
+class Node:
+    """A computation node: ``kind`` ``X``/``W`` (input elements), ``C`` (a constant),
+    ``M`` (a product), ``O`` (a reduction); ``coords`` its tuple in that set. ``via``
+    (not part of its identity) is the product coordinate it was reached through."""
+    kind: str
+    coords: tuple
+    via: tuple | None = field(default=None, compare=False, hash=False)
+
+
+def _points(s: isl.Set) -> list[tuple]:
+    out = []
+    n = s.dim(isl.dim_type.set)
+    s.foreach_point(lambda p: out.append(tuple(
+        p.get_coordinate_val(isl.dim_type.set, i).to_python() for i in range(n))))
+    return out
+
+
+def _tuple(name: str, vals) -> str:
+    return f"{name}[{','.join(str(v) for v in vals)}]"
+
+
+class SymbolicGraph:
+    """The computation dataflow graph of `workload` (see the module docstring)."""
+
+    def __init__(self, workload: Workload):
+        self.workload = wl = workload
+        self.dims = wl.dims
+        dims = ",".join(wl.dims)
+        bounds = [f"0 <= {d} < {s}" for d, s in zip(wl.dims, wl.sizes)]
+        self.mults = isl.Set(f"{{ M[{dims}] : {' and '.join(bounds)} }}")
+        out = wl.out_dims
+        self.outputs = self.mults.apply(isl.Map(f"{{ M[{dims}] -> O[{','.join(out)}] }}"))
+        self.reduce = isl.Map(f"{{ M[{dims}] -> O[{','.join(out)}] }}").intersect_domain(
+            self.mults)
+        x, w = self._accesses()
+        self.access = {"x": isl.Map(x).intersect_domain(self.mults)}
+        self.access["w"] = isl.Map(w).intersect_domain(self.mults) if w else None
+        self.red_label = "max" if wl.kind == "maxpool" else "+"
+
+    def _accesses(self) -> tuple[str, str | None]:
+        wl, dims = self.workload, ",".join(self.workload.dims)
+        if wl.kind in ("dense", "bmm"):
+            b = "b," if wl.kind == "bmm" else ""
+            return (f"{{ M[{dims}] -> X[{b}m,c] }}", f"{{ M[{dims}] -> W[{b}c,k] }}")
+        sh, sw = wl.param("stride")
+        dh, dw = wl.param("dilation")
+        cg, kg, kw_size = wl.size("c"), wl.size("k"), wl.param("kernel")[1]
+        if "t" in wl.dims:      # the fused taps: kh, kw recovered from t
+            body = (f"exists (kh, kw : t = {kw_size}*kh + kw and 0 <= kw < {kw_size} and "
+                    f"h = {sh}*oh + {dh}*kh and w = {sw}*ow + {dw}*kw) and ci = {cg}*g + c")
+            tap = "t"
+        else:
+            body = f"h = {sh}*oh + {dh}*kh and w = {sw}*ow + {dw}*kw and ci = {cg}*g + c"
+            tap = "kh,kw"
+        x = f"{{ M[{dims}] -> X[n,h,w,ci] : {body} }}"
+        if wl.kind.endswith("pool"):
+            return x, None
+        w = f"{{ M[{dims}] -> W[{tap},c,co] : co = {kg}*g + k }}"
+        return x, w
+
+    # -- lazy queries ------------------------------------------------------------
+    def label(self, node: Node) -> Label:
+        if node.kind == "M":
+            return Label("*")
+        if node.kind == "O":
+            return Label(self.red_label)
+        if node.kind == "C":
+            return Label("const", value=node.coords[0])
+        return Label("input", node.kind.lower())
+
+    def contains(self, node: Node) -> bool:
+        space = {"M": self.mults, "O": self.outputs}.get(node.kind)
+        if space is None:
+            return node.kind in ("X", "W", "C")
+        return isl.Set(f"{{ {_tuple(node.kind, node.coords)} }}").is_subset(space)
+
+    def is_reduction(self, node: Node) -> bool:
+        """Reductions carry the self-edge (and only they)."""
+        return node.kind == "O"
+
+    def operands(self, mult: Node) -> dict:
+        """The inputs of a product instance: ``{"x": X element, "w": W element}`` (a
+        pool's weight is the constant 1, the neutral element of the product)."""
+        pt = isl.Set(f"{{ {_tuple('M', mult.coords)} }}")
+        out = {}
+        for role, rel in self.access.items():
+            if rel is None:
+                out[role] = Node("C", (1,))
+                continue
+            (coords,) = _points(pt.apply(rel))
+            out[role] = Node(rel.get_tuple_name(isl.dim_type.out), coords, mult.coords)
+        return out
+
+    def readers(self, element: Node) -> isl.Set:
+        """The products reading input `element` (symbolic: an isl set)."""
+        rel = self.access["x" if element.kind == "X" else "w"]
+        return isl.Set(f"{{ {_tuple(element.kind, element.coords)} }}").apply(rel.reverse())
+
+    def terms_set(self, out: Node) -> isl.Set:
+        """The products reduced into output `out` (symbolic)."""
+        return isl.Set(f"{{ {_tuple('O', out.coords)} }}").apply(self.reduce.reverse())
+
+    def reduction_of(self, mult: Node) -> Node:
+        return Node("O", tuple(v for d, v in zip(self.dims, mult.coords)
+                               if d not in self.workload.reduction))
+
+    def has_edge(self, src: Node, dst: Node) -> bool:
+        if dst.kind == "O" and src.kind == "M":
+            return self.reduction_of(src) == dst and self.contains(src)
+        if dst.kind == "M" and src.kind in ("X", "W", "C"):
+            return src in self.operands(dst).values()
+        return src == dst and dst.kind == "O"
+
+    def parallel(self, a: Node, b: Node) -> bool:
+        """All output elements of a layer are mutually parallel."""
+        return a.kind == b.kind == "O" and a != b
+
+    def mult_of(self, out: Node, element: Node) -> Node | None:
+        """The product that reads `element` and is reduced into `out` (at most one: the
+        propagator of seed 000 paragraph 92 on a functional relation), or None."""
+        if element.kind == "C":
+            return None
+        fixed = " and ".join(f"{d} = {v}" for d, v in
+                             zip(self.workload.out_dims, out.coords))
+        s = self.readers(element).intersect(isl.Set(
+            f"{{ M[{','.join(self.dims)}] : {fixed} }}"))
+        pts = _points(s)
+        return Node("M", pts[0]) if len(pts) == 1 else None
+
+    def point(self, node: Node) -> dict:
+        """The coordinates (dim -> value) the search orders and shapes by."""
+        if node.kind == "O":
+            return dict(zip(self.workload.out_dims, node.coords))
+        if node.kind == "M":
+            return dict(zip(self.dims, node.coords))
+        return dict(zip(self.dims, node.via)) if node.via is not None else {}
+
+    # -- the slices the search instantiates ---------------------------------------
+    def _slice(self, space: isl.Set, name: str, names: tuple, base: dict, vary: tuple,
+               bound: int, order: tuple) -> list[tuple]:
+        cons = []
+        for d in names:
+            v = base.get(d, 0)
+            if d in vary:
+                cons.append(f"{v} <= {d} < {v + bound}")
+            else:
+                cons.append(f"{d} = {v}")
+        s = space.intersect(isl.Set(f"{{ {name}[{','.join(names)}] : "
+                                    f"{' and '.join(cons)} }}"))
+        pts = _points(s)
+        idx = [names.index(d) for d in order if d in names]
+        return sorted(pts, key=lambda p: tuple(p[i] for i in idx))
+
+    def along(self, origin: Node, dims: tuple, bound: int) -> list[Node]:
+        """Outputs that differ from `origin` only in `dims`, each within `bound` of it,
+        lexicographic (the last of `dims` fastest)."""
+        names = self.workload.out_dims
+        pts = self._slice(self.outputs, "O", names, dict(zip(names, origin.coords)),
+                          dims, bound, dims)
+        return [Node("O", p) for p in pts]
+
+    def terms(self, out: Node, dims: tuple, bound: int) -> list[Node]:
+        """The products of `out` that vary only in the reduction `dims` (the others at
+        0, the fixed origin), lexicographic in `dims`."""
+        base = dict(zip(self.workload.out_dims, out.coords))
+        pts = self._slice(self.mults, "M", self.dims, base, dims, bound, dims)
+        return [Node("M", p) for p in pts]
+
+    def row_inputs(self, out: Node, dims: tuple, bound: int) -> list[Node]:
+        """Input elements read at `out`'s position by products that vary in `dims`
+        (which may include ``g``: whole groups side by side), lexicographic in `dims`;
+        the first output channel of each group stands for the group."""
+        base = dict(zip(self.workload.out_dims, out.coords))
+        base["k"] = 0
+        seen, out_nodes = set(), []
+        for p in self._slice(self.mults, "M", self.dims, base, dims, bound, dims):
+            x = self.operands(Node("M", p))["x"]
+            if x not in seen:
+                seen.add(x)
+                out_nodes.append(x)
+        return out_nodes
+
+    def origin(self) -> Node:
+        return Node("O", (0,) * len(self.workload.out_dims))
+
+
+def product_box(sizes: dict, dims: tuple, bound: int):
+    """Lexicographic points of the box ``[0, min(size, bound))`` over `dims`."""
+    return itertools.product(*(range(min(sizes[d], bound)) for d in dims))
