@@ -138,6 +138,13 @@ class ExplicitView:
         hits = [m for m in self.g.succs(element) if out in self.g.succs(m)]
         return hits[0] if len(hits) == 1 else None
 
+    def constants(self, out, label: Label) -> list:
+        return [p for p in self.g.preds(out) if self.g.labels[p] == label]
+
+    def common_reader(self, a, b):
+        hits = [m for m in self.g.succs(a) if m in self.g.succs(b)]
+        return hits[0] if len(hits) == 1 else None
+
     def _lex(self, nodes, base: dict, dims: tuple, bound: int):
         keep = []
         for n in nodes:
@@ -245,6 +252,11 @@ class Problem:
                                                           self.n_rows)) + dummy
             return dummy
         # an input
+        if lab.kind == "const":
+            outs = [a[u] for u in succ if not isinstance(a[u], Dummy)]
+            neutral = [Dummy("+")] if lab.value == NEUTRAL["+"] and (
+                self.opt.dummies or not outs) else []
+            return (comp.constants(outs[0], lab) if outs else []) + neutral
         role = g.attrs[v].get("role")
         for u in succ:
             if not isinstance(a[u], Dummy):
@@ -277,22 +289,11 @@ class Problem:
         # an output whose products' inputs are all known follows from them
         for m in self.instr.preds(v):
             ins = [a.get(p) for p in self.instr.preds(m)]
-            if all(x is not None and not isinstance(x, Dummy) for x in ins) and len(ins) == 2:
-                hit = comp.mult_of(centre, ins[0]) if False else None
-                common = self._common(ins)
-                if common is not None:
-                    return [comp.reduction_of(common)]
+            if len(ins) == 2 and all(x is not None and not isinstance(x, Dummy)
+                                     for x in ins):
+                common = comp.common_reader(*ins)
+                return [comp.reduction_of(common)] if common is not None else []
         return comp.along(centre, self._axis_dims(v), self.col_size)
-
-    def _common(self, ins):
-        comp = self.comp
-        if hasattr(comp, "readers"):
-            pts = comp.readers(ins[0]).intersect(comp.readers(ins[1]))
-            from .polyhedral import Node, _points
-            found = _points(pts)
-            return Node("M", found[0]) if len(found) == 1 else None
-        hits = [m for m in comp.g.succs(ins[0]) if m in comp.g.succs(ins[1])]
-        return hits[0] if len(hits) == 1 else None
 
     def _coords(self, val) -> tuple:
         pt = self.comp.point(val)
@@ -320,17 +321,16 @@ class Problem:
         g, comp, on = self.instr, self.comp, self.on
         lab = g.labels[v]
         if isinstance(val, Dummy):
-            # a real op never reads a dummy; a dummy op never feeds a real reduction's
-            # product chain except as a neutral term (allowed)
+            # a real product never reads a dummy (its value would be lost); a dummy
+            # term of a real reduction is its neutral element; a dummy output reads
+            # only dummy terms
             for u in g.succs(v):
-                if u in a and not isinstance(a[u], Dummy) and not g.is_reduction(u) \
-                        and not (lab.is_op is False and g.attrs[v].get("role") == "w"
-                                 and False):
-                    if g.labels[u].is_op:
-                        return False
-            for u in g.preds(v):
-                if u in a and not isinstance(a[u], Dummy) and g.is_reduction(v):
+                if u in a and not isinstance(a[u], Dummy) and g.labels[u].is_op \
+                        and not g.is_reduction(u):
                     return False
+            if g.is_reduction(v) and any(u in a and not isinstance(a[u], Dummy)
+                                         for u in g.preds(v)):
+                return False
             return self._rows_ok(v, val, a)
         clab = comp.label(val)
         if "labels" in on:

@@ -56,6 +56,13 @@ class SymbolicGraph:
         self.access = {"x": isl.Map(x).intersect_domain(self.mults)}
         self.access["w"] = isl.Map(w).intersect_domain(self.mults) if w else None
         self.red_label = "max" if wl.kind == "maxpool" else "+"
+        self._memo: dict = {}
+
+    def _cached(self, key, make):
+        """Queries are memoised: the search asks the same ones on every backtrack."""
+        if key not in self._memo:
+            self._memo[key] = make()
+        return self._memo[key]
 
     def _accesses(self) -> tuple[str, str | None]:
         wl, dims = self.workload, ",".join(self.workload.dims)
@@ -101,6 +108,9 @@ class SymbolicGraph:
     def operands(self, mult: Node) -> dict:
         """The inputs of a product instance: ``{"x": X element, "w": W element}`` (a
         pool's weight is the constant 1, the neutral element of the product)."""
+        return self._cached(("operands", mult.coords), lambda: self._operands(mult))
+
+    def _operands(self, mult: Node) -> dict:
         pt = isl.Set(f"{{ {_tuple('M', mult.coords)} }}")
         out = {}
         for role, rel in self.access.items():
@@ -116,6 +126,17 @@ class SymbolicGraph:
         rel = self.access["x" if element.kind == "X" else "w"]
         return isl.Set(f"{{ {_tuple(element.kind, element.coords)} }}").apply(rel.reverse())
 
+    def constants(self, out: Node, label: Label) -> list:
+        """A layer's reductions start from their neutral element implicitly."""
+        return []
+
+    def common_reader(self, a: Node, b: Node) -> Node | None:
+        """The product reading both input elements (at most one), or None."""
+        if "C" in (a.kind, b.kind):
+            return None
+        pts = _points(self.readers(a).intersect(self.readers(b)))
+        return Node("M", pts[0]) if len(pts) == 1 else None
+
     def terms_set(self, out: Node) -> isl.Set:
         """The products reduced into output `out` (symbolic)."""
         return isl.Set(f"{{ {_tuple('O', out.coords)} }}").apply(self.reduce.reverse())
@@ -126,7 +147,8 @@ class SymbolicGraph:
 
     def has_edge(self, src: Node, dst: Node) -> bool:
         if dst.kind == "O" and src.kind == "M":
-            return self.reduction_of(src) == dst and self.contains(src)
+            return self.reduction_of(src) == dst and self._cached(
+                ("contains", src), lambda: self.contains(src))
         if dst.kind == "M" and src.kind in ("X", "W", "C"):
             return src in self.operands(dst).values()
         return src == dst and dst.kind == "O"
@@ -140,6 +162,10 @@ class SymbolicGraph:
         propagator of seed 000 paragraph 92 on a functional relation), or None."""
         if element.kind == "C":
             return None
+        return self._cached(("mult_of", out, element),
+                            lambda: self._mult_of(out, element))
+
+    def _mult_of(self, out: Node, element: Node) -> Node | None:
         fixed = " and ".join(f"{d} = {v}" for d, v in
                              zip(self.workload.out_dims, out.coords))
         s = self.readers(element).intersect(isl.Set(
@@ -174,6 +200,10 @@ class SymbolicGraph:
     def along(self, origin: Node, dims: tuple, bound: int) -> list[Node]:
         """Outputs that differ from `origin` only in `dims`, each within `bound` of it,
         lexicographic (the last of `dims` fastest)."""
+        return self._cached(("along", origin, dims, bound),
+                            lambda: self._along(origin, dims, bound))
+
+    def _along(self, origin: Node, dims: tuple, bound: int) -> list[Node]:
         names = self.workload.out_dims
         pts = self._slice(self.outputs, "O", names, dict(zip(names, origin.coords)),
                           dims, bound, dims)
@@ -182,6 +212,10 @@ class SymbolicGraph:
     def terms(self, out: Node, dims: tuple, bound: int) -> list[Node]:
         """The products of `out` that vary only in the reduction `dims` (the others at
         0, the fixed origin), lexicographic in `dims`."""
+        return self._cached(("terms", out, dims, bound),
+                            lambda: self._terms(out, dims, bound))
+
+    def _terms(self, out: Node, dims: tuple, bound: int) -> list[Node]:
         base = dict(zip(self.workload.out_dims, out.coords))
         pts = self._slice(self.mults, "M", self.dims, base, dims, bound, dims)
         return [Node("M", p) for p in pts]
@@ -190,6 +224,10 @@ class SymbolicGraph:
         """Input elements read at `out`'s position by products that vary in `dims`
         (which may include ``g``: whole groups side by side), lexicographic in `dims`;
         the first output channel of each group stands for the group."""
+        return self._cached(("row_inputs", out, dims, bound),
+                            lambda: self._row_inputs(out, dims, bound))
+
+    def _row_inputs(self, out: Node, dims: tuple, bound: int) -> list[Node]:
         base = dict(zip(self.workload.out_dims, out.coords))
         base["k"] = 0
         seen, out_nodes = set(), []
