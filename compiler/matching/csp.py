@@ -35,8 +35,8 @@ import sys
 import time
 from dataclasses import dataclass, field, replace
 
-from . import hyperrect
-from .dataflow import NEUTRAL, DataflowGraph, Label
+from systolica.compiler.matching import hyperrect
+from systolica.compiler.matching.dataflow import NEUTRAL, DataflowGraph, Label
 
 #: The constraints a problem enforces; tests switch one off to show it matters.
 CONSTRAINTS = frozenset({"labels", "self_edge", "injective", "edges", "parallel",
@@ -155,21 +155,26 @@ class ExplicitView:
                 keep.append(n)
         return sorted(keep, key=lambda n: tuple(self.point(n).get(d, 0) for d in dims))
 
+    def _sums(self):
+        """Every node a reduction might map to: the self-edge rule, not this list,
+        keeps the plain ones out."""
+        return [n for n, lab in self.g.labels.items() if lab.kind in SERVES["+"]]
+
     def origin(self):
-        outs = [n for n in self.g.labels if self.g.is_reduction(n)]
-        return min(outs, key=lambda n: tuple(sorted(self.point(n).items())))
+        return min(self._sums(), key=lambda n: (not self.g.is_reduction(n),
+                                                tuple(sorted(self.point(n).items()))))
 
     def along(self, origin, dims: tuple, bound: int):
-        outs = [n for n in self.g.labels if self.g.is_reduction(n)]
-        return self._lex(outs, self.point(origin), dims, bound)
+        return self._lex(self._sums(), self.point(origin), dims, bound)
 
     def terms(self, out, dims: tuple, bound: int):
         return self._lex([p for p in self.g.preds(out) if self.g.labels[p].is_op],
-                         {}, dims, bound)
+                         self.point(out), dims, bound)
 
     def direct_terms(self, out, dims: tuple, bound: int):
         return self._lex([p for p in self.g.preds(out) if not self.g.labels[p].is_op
-                          and self.g.labels[p].kind == "input"], {}, dims, bound)
+                          and self.g.labels[p].kind == "input"], self.point(out), dims,
+                         bound)
 
     def row_inputs(self, out, dims: tuple, bound: int):
         base = self.point(out)

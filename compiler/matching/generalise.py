@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import math
 
-from .csp import Dummy, Solution
-from .mapping import Axis, Mapping
-from .workloads import Workload
+from systolica.compiler.matching.csp import Dummy, Solution
+from systolica.compiler.matching.mapping import Axis, Mapping
+from systolica.compiler.matching.workloads import Workload
 
 
 def generalise(sol: Solution, workload: Workload, rows: int, cols: int) -> Mapping:

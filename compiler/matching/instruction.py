@@ -11,8 +11,7 @@ from the others). Each node's ``inst`` attribute is its ``(s, j, p)`` position."
 from __future__ import annotations
 
 from systolica.arch.config import ChipConfig
-
-from .dataflow import DataflowGraph
+from systolica.compiler.matching.dataflow import DataflowGraph
 
 
 def matmul_graph(rows: int, cols, stream, *, outputs=None) -> DataflowGraph:

@@ -10,15 +10,14 @@ import time
 from dataclasses import dataclass, replace
 
 from systolica.arch.config import ChipConfig
-
-from ..graph import ops
-from . import realisable
-from .csp import LADDER, Asset, Options, search
-from .generalise import generalise, tiling, utilisation
-from .instruction import instruction_graph
-from .mapping import Axis, Mapping
-from .polyhedral import SymbolicGraph
-from .workloads import Workload, conv2d, dense, pool2d
+from systolica.compiler.graph import ops
+from systolica.compiler.matching import realisable
+from systolica.compiler.matching.csp import LADDER, Asset, Options, search
+from systolica.compiler.matching.generalise import generalise, tiling, utilisation
+from systolica.compiler.matching.instruction import instruction_graph
+from systolica.compiler.matching.mapping import Axis, Mapping
+from systolica.compiler.matching.polyhedral import SymbolicGraph
+from systolica.compiler.matching.workloads import Workload, conv2d, dense, pool2d
 
 
 @dataclass(frozen=True)

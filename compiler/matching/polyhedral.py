@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 
 import islpy as isl
 
-from .dataflow import Label
-from .workloads import Workload
+from systolica.compiler.matching.dataflow import Label
+from systolica.compiler.matching.workloads import Workload
 
 
 @dataclass(frozen=True)

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import math
 
-from .csp import Asset, Options
-from .mapping import Axis, Mapping
-from .workloads import Workload
+from systolica.compiler.matching.csp import Asset, Options
+from systolica.compiler.matching.mapping import Axis, Mapping
+from systolica.compiler.matching.workloads import Workload
 
 #: Per layout, the workload dims the rows may walk (outermost first). ``g`` on the
 #: rows goes with ``g`` on the columns (block-diagonal: whole groups).

@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from ..errors import CompileError
+from systolica.compiler.errors import CompileError
 
 
 @dataclass(frozen=True)
