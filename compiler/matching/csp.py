@@ -362,7 +362,7 @@ class Problem:
             if centre is not None and not isinstance(centre, Dummy) and \
                     not comp.parallel(centre, val):
                 return False
-        if "columns" in on and g.is_reduction(v) and self.asset.col_extents:
+        if "columns" in on and g.is_reduction(v) and self.asset.cols:
             if not self._column_ok(v, val, a):
                 return False
         return self._rows_ok(v, val, a)
@@ -372,7 +372,8 @@ class Problem:
         if not inst or inst[0] or not inst[1]:
             return True
         j, pos = inst[1], {}
-        for d, e in reversed(self.asset.col_extents):
+        extents = self.asset.col_extents or ((self.asset.cols[-1], self.col_size),)
+        for d, e in reversed(extents):
             pos[d], j = j % e, j // e
         if j:                                   # past the columns' product: a dummy
             return False
