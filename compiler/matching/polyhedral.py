@@ -35,6 +35,26 @@ def _points(s: isl.Set) -> list[tuple]:
     return out
 
 
+def _function(rel: isl.Map):
+    """A single-valued relation as its output dims' piecewise quasi-affine functions
+    and the space of the points they are evaluated at."""
+    pma = isl.PwMultiAff.from_map(rel)
+    return (rel.domain().get_space(),
+            [pma.get_pw_aff(i) for i in range(pma.dim(isl.dim_type.out))])
+
+
+def _eval(func, coords: tuple) -> tuple | None:
+    """The function's value at `coords`, None outside its domain."""
+    space, affs = func
+    pt = isl.Point.zero(space)
+    for i, v in enumerate(coords):
+        pt = pt.set_coordinate_val(isl.dim_type.set, i, v)
+    vals = [a.eval(pt) for a in affs]
+    if any(v.is_nan() for v in vals):
+        return None
+    return tuple(v.to_python() for v in vals)
+
+
 def _tuple(name: str, vals) -> str:
     return f"{name}[{','.join(str(v) for v in vals)}]"
 
@@ -57,6 +77,19 @@ class SymbolicGraph:
         self.access["w"] = isl.Map(w).intersect_domain(self.mults) if w else None
         self.red_label = "max" if wl.kind == "maxpool" else "+"
         self._memo: dict = {}
+        # the functional relations as piecewise quasi-affine functions, evaluated at
+        # one point per query (seed paragraph 92: a functional relation names the
+        # partner directly): M -> X, M -> W, and [O -> X] -> M (the product reading an
+        # input element for a given output)
+        self._funcs = {}
+        for role, rel in self.access.items():
+            if rel is not None:
+                self._funcs[role] = _function(rel)
+        self._funcs["mult_of"] = _function(self.reduce.range_product(
+            self.access["x"]).reverse())
+        if self.access["w"] is not None:
+            self._funcs["mult_of_w"] = _function(self.reduce.range_product(
+                self.access["w"]).reverse())
 
     def _cached(self, key, make):
         """Queries are memoised: the search asks the same ones on every backtrack."""
@@ -99,7 +132,10 @@ class SymbolicGraph:
         space = {"M": self.mults, "O": self.outputs}.get(node.kind)
         if space is None:
             return node.kind in ("X", "W", "C")
-        return isl.Set(f"{{ {_tuple(node.kind, node.coords)} }}").is_subset(space)
+        pt = isl.Point.zero(space.get_space())
+        for i, v in enumerate(node.coords):
+            pt = pt.set_coordinate_val(isl.dim_type.set, i, v)
+        return isl.Set.from_point(pt).is_subset(space)
 
     def is_reduction(self, node: Node) -> bool:
         """Reductions carry the self-edge (and only they)."""
@@ -111,13 +147,14 @@ class SymbolicGraph:
         return self._cached(("operands", mult.coords), lambda: self._operands(mult))
 
     def _operands(self, mult: Node) -> dict:
-        pt = isl.Set(f"{{ {_tuple('M', mult.coords)} }}")
         out = {}
         for role, rel in self.access.items():
             if rel is None:
                 out[role] = Node("C", (1,))
                 continue
-            (coords,) = _points(pt.apply(rel))
+            coords = _eval(self._funcs[role], mult.coords)
+            if coords is None:
+                raise KeyError(f"{mult} is not a product of {self.workload.describe()}")
             out[role] = Node(rel.get_tuple_name(isl.dim_type.out), coords, mult.coords)
         return out
 
@@ -166,12 +203,9 @@ class SymbolicGraph:
                             lambda: self._mult_of(out, element))
 
     def _mult_of(self, out: Node, element: Node) -> Node | None:
-        fixed = " and ".join(f"{d} = {v}" for d, v in
-                             zip(self.workload.out_dims, out.coords))
-        s = self.readers(element).intersect(isl.Set(
-            f"{{ M[{','.join(self.dims)}] : {fixed} }}"))
-        pts = _points(s)
-        return Node("M", pts[0]) if len(pts) == 1 else None
+        func = self._funcs["mult_of" if element.kind == "X" else "mult_of_w"]
+        coords = _eval(func, out.coords + element.coords)
+        return Node("M", coords) if coords is not None else None
 
     def point(self, node: Node) -> dict:
         """The coordinates (dim -> value) the search orders and shapes by."""
