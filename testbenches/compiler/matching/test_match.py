@@ -115,3 +115,24 @@ def test_workload_of_graph_layers():
     assert stem.kind == "conv" and stem.size("c") == 3 and stem.size("k") == 8
     assert kinds[1][1].kind == "maxpool" and kinds[-1][1].sizes == (1, 10, 8)
     assert all(w is None for k, w in kinds if k in ("Add", "GlobalAvgPool", "Flatten"))
+
+
+@pytest.mark.regress
+@pytest.mark.parametrize("chip", ["base", "tiny"])
+def test_resnet50_distinct_shapes(chip):
+    """The figure for the closing note: every matched layer of ResNet-50, cold cache."""
+    g, cfg = zoo.resnet50(), preset(chip)
+    match.clear_cache()
+    t0 = time.perf_counter()
+    shapes, total = set(), 0
+    for node in g.nodes:
+        wl = match.workload_of(g, node)
+        if wl is not None:
+            shapes.add(wl.key)
+            found = match.candidates(cfg, wl)
+            assert found, f"layer {node.name!r}: no mapping"
+            total += len(found)
+    seconds = time.perf_counter() - t0
+    print(f"{chip}: ResNet-50, {len(shapes)} distinct shapes, {total} candidates over "
+          f"the layers, {seconds:.2f} s solver time (cold)")
+    assert len(shapes) == 25 and seconds < 10
