@@ -61,12 +61,15 @@ class Dummy:
 class Asset:
     """One portfolio asset: the workload dims (outermost first) walked along the
     instruction's rows, columns and stream, and the input layout. ``col_extents``
-    (dim -> extent) makes the column walk mixed radix (whole groups)."""
+    (dim -> extent) makes the column walk mixed radix (whole groups); ``row_limits``
+    (dim -> extent) is a unary pruning constraint on the rows (paragraph 101: a
+    threshold other than the group's size, e.g. as many groups as the columns hold)."""
     rows: tuple
     cols: tuple
     stream: tuple
     layout: str = "blocks"
     col_extents: tuple = ()
+    row_limits: tuple = ()
 
     def describe(self) -> str:
         return (f"rows {'x'.join(self.rows)} cols {'x'.join(self.cols)} stream "
@@ -309,6 +312,9 @@ class Problem:
                 if v in a and not isinstance(a[v], Dummy)]
 
     def _pruned_rows(self, v, a, values) -> list:
+        if self.asset.row_limits:
+            limits = [(self.asset.rows.index(d), e) for d, e in self.asset.row_limits]
+            values = [x for x in values if all(self._coords(x)[i] < e for i, e in limits)]
         if "hyperrect" not in self.on or (v not in self.rows_group
                                           and v not in self.row_mult):
             return list(values)

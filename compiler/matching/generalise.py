@@ -62,6 +62,6 @@ def utilisation(mapping: Mapping, workload: Workload, rows: int, cols: int) -> f
             s = sizes.get(a.dim, 1)
             frac *= s / (math.ceil(s / a.extent) * a.extent)
         return frac * math.prod(a.extent for a in axes)
-    diag = mapping.extent("g") if "g" in mapping.dims("rows") else 1
+    diag = math.prod(a.extent for a in mapping.rows if a.dim == "g")
     # block-diagonal: only the groups' own blocks do useful work
     return useful(mapping.rows) * useful(mapping.cols) / diag / (rows * cols)

@@ -39,10 +39,12 @@ def assets(workload: Workload, rows: int, cols: int, rung: Options) -> list[Asse
             if kind != "conv" and row != ("c",):
                 continue
             if "g" in row:
-                if groups < 2 or kg > cols or cols // kg < 2:
+                cg = workload.size("c")
+                gcols = min(groups, cols // kg, rows // cg)
+                if groups < 2 or gcols < 2:
                     continue
                 out.append(Asset(row, ("g", "k"), stream, layout,
-                                 (("g", min(groups, cols // kg)), ("k", kg))))
+                                 (("g", gcols), ("k", kg)), (("g", gcols),)))
                 continue
             if pool:
                 continue

@@ -34,8 +34,8 @@ EXPECTED = {
     ("base", "stem_7x7s2_c3"): ["t5 x c3 | k16 | replicated", "kw5 x c3 | k16 | replicated",
                                 "c3 | k16 | blocks"],
     ("base", "c64_3x3"): ["c16 | k16 | blocks"],
-    ("base", "resnext_g32"): ["t4 x c4 | k4 | replicated", "kw3 x c4 | k4 | replicated",
-                              "c4 | k4 | blocks", "g4 x c4 | g4 x k4 | blocks"],
+    ("base", "resnext_g32"): ["g4 x c4 | g4 x k4 | blocks", "t4 x c4 | k4 | replicated",
+                              "kw3 x c4 | k4 | replicated", "c4 | k4 | blocks"],
     ("base", "conv1d_c8"): ["t2 x c8 | k16 | replicated", "kw2 x c8 | k16 | replicated",
                             "c8 | k16 | blocks"],
     ("base", "dense"): ["c16 | k16 | blocks"],
@@ -46,8 +46,8 @@ EXPECTED = {
     ("tiny", "stem_7x7s2_c3"): ["t2 x c3 | k8 | replicated", "kw2 x c3 | k8 | replicated",
                                 "c3 | k8 | blocks"],
     ("tiny", "c64_3x3"): ["c8 | k8 | blocks"],
-    ("tiny", "resnext_g32"): ["t2 x c4 | k4 | replicated", "kw2 x c4 | k4 | replicated",
-                              "c4 | k4 | blocks", "g2 x c4 | g2 x k4 | blocks"],
+    ("tiny", "resnext_g32"): ["g2 x c4 | g2 x k4 | blocks", "t2 x c4 | k4 | replicated",
+                              "kw2 x c4 | k4 | replicated", "c4 | k4 | blocks"],
     ("tiny", "conv1d_c8"): ["c8 | k8 | blocks"],
     ("tiny", "dense"): ["c8 | k8 | blocks"],
     ("tiny", "bmm"): ["c8 | k8 | blocks"],
@@ -81,6 +81,16 @@ def test_cin_at_least_rows_maps_only_channels_to_rows():
         wl = W.conv2d(h=8, w=8, cin=cin, cout=32, kernel=3, pads=1)
         (only,) = match.candidates(preset("base"), wl)
         assert only.mapping.rows == (Axis("c", 16),) and only.mapping.layout == "blocks"
+
+
+@pytest.mark.parametrize("tiles, groups", [(dict(tile_cols=1), 2), (dict(tile_rows=1), 2)])
+def test_block_diagonal_packing_on_non_square_arrays(tiles, groups):
+    # as many whole groups as both the rows (16 or 8) and the columns (8 or 16) hold
+    cfg = preset("base").replace(**tiles)
+    found = match.candidates(cfg, LAYERS["resnext_g32"])
+    packed = [c.mapping for c in found if "g" in c.mapping.dims("rows")]
+    assert [(m.rows, m.cols) for m in packed] == [
+        ((Axis("g", groups), Axis("c", 4)), (Axis("g", groups), Axis("k", 4)))]
 
 
 def test_tiling_factors_follow_the_extents():
