@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 
+from systolica.compiler.errors import CompileError
 from systolica.compiler.matching.csp import Asset, Options
 from systolica.compiler.matching.mapping import Axis, Mapping
 from systolica.compiler.matching.workloads import Workload
@@ -28,6 +29,10 @@ def assets(workload: Workload, rows: int, cols: int, rung: Options) -> list[Asse
     groups); the replicated layouts need inputs read by several rows."""
     kind = "conv" if workload.kind.endswith("pool") or workload.kind == "conv" \
         else workload.kind
+    if kind not in STREAM:
+        raise CompileError(f"matcher: no instruction mapping is defined for a "
+                           f"{workload.kind!r} workload; expected conv, maxpool, avgpool, "
+                           f"dense or bmm")
     stream = STREAM[kind]
     pool = workload.kind.endswith("pool")
     layouts = ["blocks"] + (["replicated"] if rung.repeat_inputs and kind == "conv"

@@ -9,6 +9,7 @@ import time
 import pytest
 
 from systolica.arch.config import preset
+from systolica.compiler.errors import CompileError
 from systolica.compiler.matching import match, realisable
 from systolica.compiler.matching import workloads as W
 from systolica.compiler.matching.mapping import Axis, Mapping
@@ -108,6 +109,12 @@ def test_a_repeated_shape_is_cached():
     again = match.candidates(cfg, W.conv2d(h=56, w=56, cin=64, cout=64, kernel=3, pads=1))
     assert time.perf_counter() - t0 < 0.005 and again == first
     assert match.candidates(preset("base"), wl) != first          # keyed by the chip too
+
+
+def test_an_unknown_workload_kind_is_refused():
+    wl = W.Workload("softmax", ("m", "c"), (4, 8), frozenset({"c"}))
+    with pytest.raises(CompileError, match="no instruction mapping .* 'softmax'"):
+        match.candidates(preset("tiny"), wl)
 
 
 def test_static_mapping_pads_channels_to_the_array():
