@@ -39,9 +39,10 @@ def convs(draw):
 @pytest.mark.slow
 @settings(max_examples=CAMPAIGN or tiers.examples(40), derandomize=not CAMPAIGN,
           deadline=None, database=None)
-@given(wl=convs(), chip=st.sampled_from(["tiny", "base"]))
+@given(wl=convs(), chip=st.sampled_from(["tiny", "base", "base-16x8", "base-8x16"]))
 def test_random_convs(wl, chip):
-    cfg = preset(chip)
+    cfg = {"base-16x8": preset("base").replace(tile_cols=1),
+           "base-8x16": preset("base").replace(tile_rows=1)}.get(chip) or preset(chip)
     found = match.candidates(cfg, wl)
     rows = [c.mapping.rows for c in found if c.mapping.layout == "blocks"
             and c.mapping.dims("rows") == ("c",)]
