@@ -279,6 +279,12 @@ def compile_network(cfg: ChipConfig, network: Network | Graph,
             gc.enable()
 
 
+@conv_mapping.exact_cycles_by
+def _cycles_alone(cfg: ChipConfig, graph: Graph, mapping: dict) -> int:
+    """A convolution's exact cycles with a mapping, for ranking (:mod:`.conv_mapping`)."""
+    return compile_network(cfg, graph, mapping=mapping).predicted_cycles
+
+
 def _compile(cfg: ChipConfig, network: Network | Graph, options: CompileOptions) -> Compiled:
     if not isinstance(cfg, ChipConfig):
         raise CompileError(f"compile_network(cfg, network): cfg must be a ChipConfig "

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from systolica.compiler.errors import CompileError
+from systolica.compiler.matching.mapping import Mapping as LayerMapping
 
 if TYPE_CHECKING:
     from systolica.compiler.lowering.chain import ChainChoice
@@ -33,7 +34,8 @@ class CompileOptions:
       layer name);
     * ``mapping``: how layers are put on the array (docs/matching.md): ``matcher``
       (None: the default), the constraint solver's ranked choice, or ``static``, the
-      fixed deployment strategy it is measured against.
+      fixed deployment strategy it is measured against; or by layer name, a
+      ``matching.Mapping`` each (the rest: the matcher's).
     """
     chain: ChainChoice | str | None = None
     segments: Mapping | str | None = None
@@ -41,12 +43,18 @@ class CompileOptions:
     buffers: int | Mapping[str, int] | None = None
     ubuf: tuple[int, int] | None = None
     split: int | Mapping[str, int] | None = None
-    mapping: str | None = None
+    mapping: str | Mapping[str, object] | None = None
 
     def __post_init__(self):
-        if self.mapping not in MAPPINGS:
+        if isinstance(self.mapping, Mapping):
+            for name, m in self.mapping.items():
+                if not isinstance(m, LayerMapping):
+                    raise CompileError(f"mapping of layer {name!r} must be a "
+                                       f"matching.Mapping, not {type(m).__name__}")
+        elif self.mapping not in MAPPINGS:
             raise CompileError(f"mapping must be one of {', '.join(map(repr, MAPPINGS[1:]))}"
-                               f", not {self.mapping!r}")
+                               f", or a dict of layer name to matching.Mapping, not "
+                               f"{self.mapping!r}")
 
     @property
     def tiled(self) -> bool:

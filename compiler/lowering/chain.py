@@ -48,8 +48,8 @@ from systolica.arch.instructions import PARAM_ROWS
 from systolica.arch.isa import CopyKind, DmaKind, Opcode
 from systolica.compiler.errors import CompileError, InternalError
 from systolica.compiler.graph.graph import Graph
-from systolica.compiler.lowering.conv import conv_job
 from systolica.compiler.lowering.conv_mapping import choose_mapping
+from systolica.compiler.lowering.conv_steps import conv_job
 from systolica.compiler.lowering.emitter import Emitter
 from systolica.compiler.lowering.lowered import Lowered
 from systolica.compiler.lowering.maps.jobs import Job, Source, check_window, stored_weights

@@ -1,33 +1,50 @@
 """Which mapping a convolution lowers (docs/matching.md): in ``static`` mode the fixed
-deployment strategy; else every realisable mapping the matcher finds for the layer,
-ranked by the compiler's cycle model (the layer's job under the tiling it would take,
-:func:`~systolica.compiler.planning.map_tiling.estimate_tiling`). Cached per layer
-shape, input layout, mode and chip, so a network's repeated shapes cost nothing."""
+deployment strategy; given by layer name, that one; else every realisable mapping the
+matcher finds for the layer, ranked by the compiler's cycle model: the tiling cost model
+(:func:`~systolica.compiler.planning.map_tiling.estimate_tiling`) for all, then the
+layer compiled on its own, its exact predicted cycles, for those within
+:data:`EXACT_WITHIN` of the best estimate. Cached per layer shape, input layout, mode
+and chip, so a network's repeated shapes cost nothing."""
 
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping as NameMap
 from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
 
 from systolica.arch import isa
 from systolica.arch.config import ChipConfig
-from systolica.compiler.errors import CompileError
-from systolica.compiler.graph.graph import Graph, Node
+from systolica.compiler.errors import CompileError, InternalError
+from systolica.compiler.graph.graph import Graph, GraphBuilder, Node
 from systolica.compiler.graph.ops import Conv2d
+from systolica.compiler.lowering.conv_steps import conv_job
 from systolica.compiler.lowering.maps.jobs import Job, Source
 from systolica.compiler.lowering.maps.layout import network_layout
 from systolica.compiler.matching import match
 from systolica.compiler.matching.mapping import Mapping
 from systolica.compiler.planning.map_tiling import choose_tiling, estimate_tiling
 
+#: Candidates whose estimate is within this fraction of the best one's are compiled on
+#: their own and ranked by their exact cycles.
+EXACT_WITHIN = 0.10
+
 
 @dataclass(frozen=True)
 class Ranked:
-    """A mapping with the cycles the cost model gives its job (None: not realisable,
-    with the reason)."""
+    """A mapping with its cycles: ``estimate`` by the tiling cost model, ``exact`` by
+    the layer compiled on its own (None where not compiled); or not realisable (both
+    None), with the reason."""
     mapping: Mapping
-    cycles: int | None
+    estimate: int | None
+    exact: int | None = None
     why: str = ""
+
+    @property
+    def cycles(self) -> int | None:
+        return self.exact if self.exact is not None else self.estimate
 
 
 @dataclass
@@ -62,31 +79,84 @@ def tap_patterns(job: Job) -> int:
     return len(patterns)
 
 
+def alone(graph: Graph, node: Node) -> Graph:
+    """`node` as a network of its own (zero input data: cycles do not depend on it)."""
+    t = graph.tensor(node.inputs[0])
+    g = GraphBuilder(f"{node.name}_alone")
+    x = g.input(np.zeros(t.shape, dtype=np.int8), name=node.inputs[0],
+                zero_point=t.quant.zero_point)
+    g.layer(node.op, x)
+    return g.build()
+
+
+def estimate(cfg: ChipConfig, graph: Graph, node: Node, src: Source, m: Mapping) -> Ranked:
+    """`m`'s cycles by the tiling cost model, or why the chip cannot run it."""
+    lay = network_layout(cfg)
+    try:
+        job = conv_job(cfg, graph, 0, node, src, m)
+        if tap_patterns(job) > isa.TAP_TABLES - 1:
+            raise CompileError(f"needs {tap_patterns(job)} tap tables, the chip has "
+                               f"{isa.TAP_TABLES - 1}")
+        return Ranked(m, estimate_tiling(cfg, lay, job, choose_tiling(cfg, lay, job))[0])
+    except CompileError as e:
+        return Ranked(m, None, why=str(e))
+
+
+class CompileAlone(Protocol):
+    """The compiler's exact cycles of a network with the given mappings by layer."""
+    def __call__(self, cfg: ChipConfig, graph: Graph, mapping: dict[str, Mapping]) -> int: ...
+
+
+_COMPILER: list[CompileAlone] = []
+
+
+def exact_cycles_by(compile_alone: CompileAlone) -> CompileAlone:
+    """Register the compiler (the driver does, as it is imported: lowering does not
+    import the driver that imports it)."""
+    _COMPILER[:] = [compile_alone]
+    return compile_alone
+
+
+def exact(cfg: ChipConfig, graph: Graph, node: Node, ranked: Ranked) -> Ranked:
+    """`ranked` with the predicted cycles of its layer compiled on its own with it."""
+    if not _COMPILER:
+        raise InternalError("no compiler registered for exact cycles (importing "
+                            "systolica.compiler registers it)")
+    try:
+        cycles = _COMPILER[0](cfg, alone(graph, node), {node.op.name: ranked.mapping})
+    except CompileError as e:
+        return Ranked(ranked.mapping, None, why=str(e))
+    return Ranked(ranked.mapping, ranked.estimate, cycles)
+
+
 def rank(cfg: ChipConfig, graph: Graph, node: Node, src: Source,
          mappings: list[Mapping]) -> list[Ranked]:
-    """Each mapping's cycles by the cost model, fastest first (ties: the order given);
-    a mapping whose job the chip cannot run ranks last, with the reason."""
-    from systolica.compiler.lowering.conv import conv_job
-    lay = network_layout(cfg)
-    out = []
-    for m in mappings:
-        try:
-            job = conv_job(cfg, graph, 0, node, src, m)
-            if tap_patterns(job) > isa.TAP_TABLES - 1:
-                raise CompileError(f"needs {tap_patterns(job)} tap tables, the chip has "
-                                   f"{isa.TAP_TABLES - 1}")
-            cycles = estimate_tiling(cfg, lay, job, choose_tiling(cfg, lay, job))[0]
-            out.append(Ranked(m, cycles))
-        except CompileError as e:
-            out.append(Ranked(m, None, str(e)))
+    """Each mapping's cycles, fastest first (ties: the order given): the estimate of
+    every one, the exact cycles of those near the best; one the chip cannot run ranks
+    last, with the reason."""
+    out = [estimate(cfg, graph, node, src, m) for m in mappings]
+    known = [r.estimate for r in out if r.estimate is not None]
+    if len(known) > 1:
+        near = min(known) * (1 + EXACT_WITHIN)
+        close = [i for i, r in enumerate(out) if r.estimate is not None and r.estimate <= near]
+        if len(close) > 1:
+            for i in close:
+                out[i] = exact(cfg, graph, node, out[i])
+    # the exact ones first (the rest were estimated slower than all of them), then by
+    # estimate; what the chip cannot run last
     order = sorted(range(len(out)), key=lambda i: (out[i].cycles is None,
+                                                   out[i].exact is None,
                                                    out[i].cycles or 0, i))
     return [out[i] for i in order]
 
 
 def choose(cfg: ChipConfig, graph: Graph, node: Node, src: Source,
-           mode: str | None) -> Choice:
+           mode: str | NameMap | None) -> Choice:
     """The mapping `node` lowers reading `src` (its layout fixed), in mapping `mode`."""
+    if isinstance(mode, NameMap):
+        if node.name in mode:
+            return Choice(mode[node.name], (), 0.0)
+        mode = None
     key = _key(cfg, graph, node, src.copies, mode)
     if key in _CACHE:
         return _CACHE[key]
@@ -99,7 +169,7 @@ def choose(cfg: ChipConfig, graph: Graph, node: Node, src: Source,
         found = [c.mapping for c in match.candidates(cfg, work) if c.mapping.layout == layout]
     # one candidate needs no ranking: the lowering reports what the chip cannot run
     ranked = rank(cfg, graph, node, src, found) if len(found) > 1 else \
-        [Ranked(m, None, "") for m in found]
+        [Ranked(m, None) for m in found]
     if not ranked or (ranked[0].cycles is None and len(found) > 1):
         why = "; ".join(f"{r.mapping.describe()}: {r.why}" for r in ranked) or \
             "the matcher found no invocation of the MATMUL in it"
@@ -111,28 +181,37 @@ def choose(cfg: ChipConfig, graph: Graph, node: Node, src: Source,
 
 
 def choose_mapping(cfg: ChipConfig, graph: Graph, node: Node, src: Source,
-                   mode: str | None) -> Mapping:
+                   mode: str | NameMap | None) -> Mapping:
     return choose(cfg, graph, node, src, mode).mapping
 
 
 def prefers_replicated(cfg: ChipConfig, graph: Graph, node: Node, copies: int,
-                       mode: str | None) -> bool:
+                       mode: str | NameMap | None) -> bool:
     """Whether `node` runs faster reading its input replicated (`copies` replicas) than
-    in channel blocks: the layout follows the mapping the matcher ranks first."""
+    in channel blocks: the layout follows the mapping ranked first."""
+    if isinstance(mode, NameMap) and node.name in mode:
+        return mode[node.name].layout == "replicated"
     if mode == "static" or node.op.depthwise:
         return False
     shape = graph.tensor(node.inputs[0]).shape
-    cycles = []
+    best = []
     for c in (1, copies):
         src = Source(node.inputs[0], shape, c)
         try:
             choice = choose(cfg, graph, node, src, mode)
         except CompileError:
-            cycles.append(None)
+            best.append(None)
             continue
-        best = choice.ranked[0]
-        if best.cycles is None:     # a lone candidate, not ranked: rank it now
-            best = rank(cfg, graph, node, src, [best.mapping])[0]
-        cycles.append(best.cycles)
-    blocks, replicated = cycles
-    return replicated is not None and (blocks is None or replicated < blocks)
+        best.append(choice.ranked[0] if choice.ranked[0].cycles is not None
+                    else estimate(cfg, graph, node, src, choice.mapping))
+    blocks, replicated = best
+    if replicated is None or replicated.cycles is None:
+        return False
+    if blocks is None or blocks.cycles is None:
+        return True
+    if (blocks.exact is None) != (replicated.exact is None):
+        # compare like with like: both exact
+        blocks, replicated = (exact(cfg, graph, node, r) for r in (blocks, replicated))
+        if replicated.cycles is None or blocks.cycles is None:
+            return blocks.cycles is None and replicated.cycles is not None
+    return replicated.cycles < blocks.cycles

@@ -679,7 +679,7 @@ def cmd_compile(args) -> int:
                    inputs=(args.onnx,) if args.onnx else ())
     network = _network(args, cfg)
     try:
-        compiled = compile_network(cfg, network)
+        compiled = compile_network(cfg, network, mapping=args.mapping)
     except CompileError as e:
         if not args.onnx:
             raise
@@ -691,8 +691,8 @@ def cmd_compile(args) -> int:
     print(compiled.disassemble() if args.listing else
           f"{len(compiled.program)} instructions, {compiled.predicted_cycles} cycles predicted, "
           f"MAC utilisation {compiled.utilisation:.3f}")
-    for line in report.split_lines(compiled):     # a comment after the disassembly
-        print(f"# {line}" if args.listing else line)
+    for line in report.split_lines(compiled) + report.mapping_lines(compiled):
+        print(f"# {line}" if args.listing else line)   # a comment after the disassembly
     if fetch.fetches(cfg, len(compiled.program)):
         # The chip reads the rest of a long program from DRAM while it runs.
         print(f"the program is longer than the instruction memory ({cfg.imem_depth}): "
@@ -922,6 +922,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--trace", metavar="FILE",
                    help="write the schedule timeline (Chrome trace JSON) here")
     p.add_argument("--plot", metavar="FILE", help="write the unit occupancy plot (SVG) here")
+    p.add_argument("--mapping", choices=("matcher", "static"), default="matcher",
+                   help="how convolutions are put on the array: the constraint solver's "
+                        "ranked mapping (matcher, the default) or the fixed strategy "
+                        "it is measured against (static); docs/matching.md")
     p.set_defaults(func=cmd_compile)
     p = sub.add_parser("library", help="measure the function library the assigner "
                                        "looks costs up in")

@@ -14,6 +14,16 @@ def _mark(ok: bool) -> str:
     return "[green]yes[/]" if ok else "[bold red]NO[/]"
 
 
+def mapping_lines(compiled) -> list[str]:
+    """Per convolution: the mapping it runs (docs/matching.md), and the time the
+    compile spent choosing them."""
+    lines = [f"layer {name!r}: {m.describe()} ({m.origin})"
+             for name, m in compiled.mappings.items()]
+    if lines:
+        lines.append(f"mappings chosen in {compiled.phase_seconds.get('match', 0.0):.3f} s")
+    return lines
+
+
 def split_lines(compiled) -> list[str]:
     """Per dense layer: the tile groups it runs in, and why not more
     (docs/compiler.md, "Splitting the array")."""

@@ -122,6 +122,20 @@ def test_compile_names_the_split_it_chose(capsys):
     assert "layer 'gemm_64x3x4': split into 2 tile groups" in out
 
 
+def test_compile_names_each_convolutions_mapping(tmp_path, capsys):
+    """Each convolution's mapping onto the array, the matcher's or the static one."""
+    import onnx
+
+    from systolica.models import onnx_zoo
+    model = tmp_path / "resnet.onnx"
+    onnx.save(onnx_zoo.qdq_resnet(), model)
+    for mode in ("matcher", "static"):
+        status, out, _ = run(["compile", "--onnx", str(model), "--mapping", mode], capsys)
+        assert status == 0
+        assert "layer 'block1_conv1': rows (c8) cols (k8)" in out
+        assert f"blocks ({mode})" in out and "mappings chosen in" in out
+
+
 @pytest.mark.slow
 def test_compile_of_a_long_program_names_its_dram_address(capsys):
     """A program longer than the instruction memory is fetched from DRAM: the user is

@@ -51,6 +51,7 @@ def test_the_bound_is_the_matmul_tap_field():
     assert (1 << (isa.TAP_DELTA_BITS - 1)) - 1 >= KERNEL_MAX - 1
 
 
+@pytest.mark.slow
 def test_deepspeech_20x5_over_one_channel_on_tiny():
     """DeepBench's inference-server layer W=700, H=161, C=1, K=32, a 20-wide,
     5-high kernel, stride 2, on a 21x80 map: a (9, 31, 32) output."""
