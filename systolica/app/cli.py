@@ -477,6 +477,7 @@ def cmd_bench(args) -> int:
         bench_cases,
         chain_bench,
         cnn_bench,
+        deepbench,
         flow,
         onnx_bench,
         plot,
@@ -537,6 +538,15 @@ def cmd_bench(args) -> int:
                                  "strategy", total=1)
         resnets = cnn_bench.resnet50_records(preset("base"))
         progress.advance(task)
+        task = progress.add_task("DeepBench convolutions on base: static and matcher",
+                                 total=len(deepbench.layers()) + 1)
+        default = [r for r in resnets if r["name"] == "resnet50_224_cost_model"]
+        deeps = deepbench.records(
+            preset(deepbench.CONFIG),
+            progress=lambda done, text: progress.update(task, description=text,
+                                                        completed=done),
+            resnet50=deepbench.resnet50_figures_of(default[0]) if default else None)
+        progress.update(task, completed=len(deepbench.layers()) + 1)
         task = progress.add_task("real ONNX models on base", total=len(onnx_bench.CASES))
         _ensure_built(preset(onnx_bench.CONFIG))
         models = []
@@ -545,8 +555,8 @@ def cmd_bench(args) -> int:
             models.append(onnx_bench.record(case))
             progress.advance(task)
     out = Path(args.out)
-    _write_bytes(args.out, (json.dumps(records + resnets + chains + transposes + routes
-                                       + models, indent=2) + "\n").encode())
+    _write_bytes(args.out, (json.dumps(records + resnets + deeps + chains + transposes
+                                       + routes + models, indent=2) + "\n").encode())
     for r in records:
         print(f"{r['name']:>18} on {r['config']:<5} cycles {r['cycles']:>7} "
               f"(predicted {r['predicted_cycles']}) util {r['mac_utilization']:.3f} "
@@ -556,6 +566,8 @@ def cmd_bench(args) -> int:
     print(f"unit occupancy plots of these runs: {plots}/*.svg")
     for resnet in resnets:
         report.print_network_record(resnet)
+    print("DeepBench convolutions on base (cycles; the targets are the matcher's):")
+    deepbench.print_records(deeps)
     print("chains on the RTL:")
     for r in chains:
         if "error" in r:

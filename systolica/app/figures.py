@@ -141,7 +141,10 @@ class Section:
     title: str
     about: str
     columns: tuple[str, ...]
-    row: Callable[[Record], Sequence[str]]
+    row: Callable[[Record], Sequence[str]] | None
+    #: the whole section's body from its records, for a kind whose records are not
+    #: one table row each (None: a row per record, refusals after)
+    body: Callable[[list[Record]], list[str]] | None = None
 
 
 def _run_row(r: Record) -> list[str]:
@@ -218,6 +221,95 @@ def _model_row(r: Record) -> list[str]:
             else "-", agree, yes(r.flag("ok"))]
 
 
+def _db_cycles(r: Record, way: str) -> str:
+    if r.data.get(way) is None:
+        return "-"
+    return "refused" if r.has(way, "error") else count(r.number(way, "cycles"))
+
+
+def _db_util(r: Record, way: str) -> str:
+    return "-" if r.has(way, "error") else fraction(r.number(way, "mac_utilization"))
+
+
+def _db_speedup(r: Record, field: str) -> str:
+    return "-" if r.data.get(field) is None else times(r.number(field))
+
+
+def _db_bytes(r: Record) -> str:
+    return " / ".join("-" if r.data.get(way) is None or r.has(way, "error")
+                      else count(r.number(way, "dram_bytes"))
+                      for way in ("static", "hand_rules", "matcher"))
+
+
+def _db_row(r: Record) -> list[str]:
+    kh, kw = r.ints("kernel")
+    sh, sw = r.ints("stride")
+    top, left = r.ints("pads")[:2]
+    _, h, w, c = r.ints("input")
+    matcher = r.data.get("matcher") or {}
+    return [r.text("name") + (" (*)" if r.data.get("prepadded") else ""),
+            f"{h}x{w}x{c} -> {count(r.number('cout'))}, {kh}x{kw}/{sh}x{sw}, "
+            f"pad {top}x{left}",
+            _db_cycles(r, "static"), _db_cycles(r, "hand_rules"),
+            _db_cycles(r, "matcher"), _db_util(r, "static"), _db_util(r, "matcher"),
+            _db_bytes(r),
+            "-" if "error" in matcher else f"{r.number('matcher', 'solver_seconds'):.3f}",
+            matcher.get("mapping") or "-",
+            _db_speedup(r, "speedup_vs_static"), _db_speedup(r, "speedup_vs_hand_rules")]
+
+
+DEEPBENCH_COLUMNS = ("layer", "input -> Cout, kernel/stride, pads", "static cycles",
+                     "hand-rule cycles", "matcher cycles", "static util", "matcher util",
+                     "DRAM bytes static / hand / matcher", "solver s", "matcher's mapping",
+                     "vs static", "vs hand rules")
+
+
+def deepbench_lines(records: list[Record]) -> list[str]:
+    """The DeepBench table (records of kind ``deepbench``, systolica.app.deepbench):
+    a row per layer, the refusals with their reasons, then the summary and targets."""
+    layers = [r for r in records if not r.data.get("summary")]
+    lines = _table(DEEPBENCH_COLUMNS, [_db_row(r) for r in layers])
+    notes = sorted({r.text("note") for r in layers if r.has("note")})
+    if notes:
+        lines += [""] + [f"(*) {n}." for n in notes]
+    refused: dict[tuple[str, str], list[str]] = {}
+    for r in layers:
+        for way in ("static", "hand_rules", "matcher"):
+            if r.data.get(way) is not None and r.has(way, "error"):
+                refused.setdefault((r.text("name"), r.text(way, "error")), []).append(way)
+    if refused:
+        lines += ["", "Refused by the compiler, with its reason:", ""]
+        lines += _table(("layer", "ways", "reason"),
+                        [(name, ", ".join(ways), reason)
+                         for (name, reason), ways in refused.items()])
+    for s in (r for r in records if r.data.get("summary")):
+        resnet = s.data.get("resnet50_cycles")
+        solver = s.data.get("resnet50_solver_seconds")
+        slower = ", ".join(s.data.get("slower_than_hand_rules") or []) or "none"
+        lines += ["", f"Geometric mean speed-up of the matcher over static "
+                      f"{_db_speedup(s, 'geomean_speedup_vs_static')} "
+                      f"({count(s.number('compared_vs_static'))} layers), over the hand "
+                      f"rules {_db_speedup(s, 'geomean_speedup_vs_hand_rules')} "
+                      f"({count(s.number('compared_vs_hand_rules'))} layers); the worst "
+                      f"static layer {s.data.get('worst_static_layer') or '-'} "
+                      f"({_db_speedup(s, 'worst_static_speedup')}); slower than the hand "
+                      f"rules: {slower}; ResNet-50 "
+                      f"{count(resnet) if isinstance(resnet, int) else 'refused'} cycles "
+                      f"(hand rules {count(s.number('resnet50_hand_rules_cycles'))}"
+                      f"{'' if solver is None else f', solver {seconds(solver)} s'}); "
+                      f"solver {seconds(s.number('solver_seconds'))} s over the layers, "
+                      f"the table {seconds(s.number('seconds'))} s to compile.", ""]
+        rows = []
+        for name, t in s.data.get("targets", {}).items():
+            value = t.get("value")
+            speedup = "speedup" in name and isinstance(value, (int, float))
+            rows.append([name, _scalar(t.get("target")),
+                         "-" if value is None else times(value) if speedup else _scalar(value),
+                         yes(t.get("pass"))])
+        lines += _table(("target", "wanted", "got", "met"), rows)
+    return lines
+
+
 SECTIONS: tuple[Section, ...] = (
     Section(RUN, "Networks on the RTL",
             "Each network compiled for its chip and run on the Verilated RTL. The run "
@@ -266,6 +358,13 @@ SECTIONS: tuple[Section, ...] = (
             "is its rows plus its span.",
             ("route", "chip", "span", "skip links", "ROUTE cycles", "run cycles", "ok"),
             _route_row),
+    Section("deepbench", "DeepBench convolutions: static, hand rules, matcher",
+            "DeepBench's inference-server convolutions (batch 1) on `base` "
+            "([matching.md](matching.md)): predicted cycles with the `static` mapping, "
+            "with the hand-written rules the matcher replaced (recorded once, "
+            "`systolica/app/data/deepbench_hand_rules.json`) and with the matcher; MAC "
+            "utilisation is useful MACs over cycles x R x C; speed-ups are the matcher's.",
+            DEEPBENCH_COLUMNS, None, deepbench_lines),
     Section("onnx_model", "Real ONNX models, chip and host",
             "The onnx package's topologies given weights, quantised with random "
             "calibration data and run whole ([assignment.md](assignment.md)): operations "
@@ -351,6 +450,9 @@ def page(records: list[dict]) -> str:
         if not found:
             continue
         lines += ["", f"## {section.title}", "", section.about, ""]
+        if section.body:
+            lines += section.body(found)
+            continue
         if ran:
             lines += _table(section.columns, [section.row(r) for r in ran])
         against = [r for r in ran if r.has("onnxruntime")]

@@ -430,11 +430,25 @@ def _bitstream(d):
     return bitstream.main(["--out", str(d / "file")])
 
 
+def _deepbench_table(d):
+    from systolica.app import deepbench
+    return deepbench.main(["--table", "--records", str(d / "fifo")])
+
+
+def _deepbench_both(d):
+    from systolica.app import deepbench
+    return deepbench.main(["--table", "--record-hand-rules"])
+
+
 ENTRY_POINTS = [
     # (id, run(d) -> exit status, key words of the one error line)
     ("figures-bench-fifo", _figures, ["fifo is a named pipe", "bench's JSON file"]),
     ("logic-depth-netlist-fifo", _logic_depth, ["fifo is a named pipe", "netlist"]),
     ("bitstream-out-is-a-file", _bitstream, ["--out", "file is a file, not a directory"]),
+    ("deepbench-records-fifo", _deepbench_table,
+     ["deepbench: error:", "fifo is a named pipe", "bench's JSON file"]),
+    ("deepbench-table-and-record", _deepbench_both,
+     ["--record-hand-rules", "not allowed with argument --table"]),
 ]
 
 
