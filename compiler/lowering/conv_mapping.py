@@ -15,13 +15,12 @@ from typing import Protocol
 
 import numpy as np
 
-from systolica.arch import isa
 from systolica.arch.config import ChipConfig
 from systolica.compiler.errors import CompileError, InternalError
 from systolica.compiler.graph.graph import Graph, GraphBuilder, Node
 from systolica.compiler.graph.ops import Conv2d
 from systolica.compiler.lowering.conv_steps import conv_job
-from systolica.compiler.lowering.maps.jobs import Job, Source
+from systolica.compiler.lowering.maps.jobs import Source
 from systolica.compiler.lowering.maps.layout import network_layout
 from systolica.compiler.matching import match
 from systolica.compiler.matching.mapping import Mapping
@@ -71,14 +70,6 @@ def _key(cfg: ChipConfig, graph: Graph, node: Node, copies: int, mode: str | Non
             op.pads, op.dilation, op.groups, op.out_dtype, copies, mode or "matcher")
 
 
-def tap_patterns(job: Job) -> int:
-    """Tap tables the job's steps need (a step reading more than one tap: one per
-    distinct pattern of offsets from its first tap)."""
-    patterns = {tuple((h - st.taps[0][0], w - st.taps[0][1]) for h, w in st.taps)
-                for steps in job.steps for st in steps if len(st.taps) > 1}
-    return len(patterns)
-
-
 def alone(graph: Graph, node: Node) -> Graph:
     """`node` as a network of its own (zero input data: cycles do not depend on it)."""
     t = graph.tensor(node.inputs[0])
@@ -94,9 +85,6 @@ def estimate(cfg: ChipConfig, graph: Graph, node: Node, src: Source, m: Mapping)
     lay = network_layout(cfg)
     try:
         job = conv_job(cfg, graph, 0, node, src, m)
-        if tap_patterns(job) > isa.TAP_TABLES - 1:
-            raise CompileError(f"needs {tap_patterns(job)} tap tables, the chip has "
-                               f"{isa.TAP_TABLES - 1}")
         return Ranked(m, estimate_tiling(cfg, lay, job, choose_tiling(cfg, lay, job))[0])
     except CompileError as e:
         return Ranked(m, None, why=str(e))

@@ -17,7 +17,9 @@ from systolica.compiler.errors import CompileError
 from systolica.compiler.graph.graph import Graph, Node
 from systolica.compiler.graph.ops import Conv2d
 from systolica.compiler.lowering.maps.jobs import Job, Source, WStep, channel_params, fits_int32
+from systolica.compiler.matching import realisable
 from systolica.compiler.matching.mapping import Mapping
+from systolica.compiler.matching.match import workload_of
 from systolica.compiler.planning import layout
 
 #: The largest tap offset a MATMUL names (its dh/dw fields).
@@ -115,28 +117,14 @@ def step_taps(op: Conv2d, taps: tuple[tuple[int, int], ...]) -> tuple[tuple[int,
     return tuple(t if max(t) <= TAP_MAX else offsets[0] for t in offsets)
 
 
-def unlowerable(cfg: ChipConfig, op: Conv2d, mapping: Mapping, copies: int) -> str | None:
-    """Why the code generator cannot lower `mapping` of `op` reading an input of
-    `copies` replicas (None: it can); the table in docs/matching.md."""
-    rows, cols = mapping.dims("rows"), mapping.dims("cols")
-    if mapping.layout not in ("blocks", "replicated"):
-        return f"layout {mapping.layout!r} is neither 'blocks' nor 'replicated'"
+def unlowerable(cfg: ChipConfig, graph: Graph, node: Node, mapping: Mapping,
+                copies: int) -> str | None:
+    """Why the code generator cannot lower `mapping` of `node` reading an input of
+    `copies` replicas (None: it can): the realisability table (docs/matching.md,
+    :func:`~systolica.compiler.matching.realisable.check`), and the input's layout."""
     if (mapping.layout == "replicated") != (copies > 1):
         return f"it reads the {mapping.layout} layout, the input has {copies} replicas"
-    if set(mapping.dims("stream")) - {"oh", "ow"}:
-        return "the stream walks output pixels (oh, ow) only"
-    if cols not in (("k",), ("g", "k")):
-        return "the columns hold output channels (k, or g x k)"
-    if mapping.layout == "blocks":
-        if rows not in (("c",), ("g", "c")):
-            return "in the blocks layout the rows hold a channel block (c, or g x c)"
-        return None
-    if rows not in (("t", "c"), ("kh", "kw", "c")) or mapping.extent("c") != op.Cin:
-        return "in the replicated layout the rows hold taps (t, or kh x kw) x every channel"
-    taps = mapping.extent("t") * mapping.extent("kh") * mapping.extent("kw")
-    if taps > copies:
-        return f"{taps} taps per invocation, the input's word holds {copies} replicas"
-    return None
+    return realisable.check(mapping, workload_of(graph, node), cfg.rows, cfg.cols)
 
 
 def conv_job(cfg: ChipConfig, graph: Graph, index: int, node: Node, src: Source,
@@ -144,7 +132,7 @@ def conv_job(cfg: ChipConfig, graph: Graph, index: int, node: Node, src: Source,
     """A convolution as a job of the tile loop, its steps the invocations of `mapping`
     (docs/matching.md)."""
     op: Conv2d = node.op
-    why = unlowerable(cfg, op, mapping, src.copies)
+    why = unlowerable(cfg, graph, node, mapping, src.copies)
     if why:
         raise CompileError(f"layer {node.name!r}: mapping {mapping.describe()} cannot be "
                            f"lowered: {why}; see docs/matching.md for what the array takes")

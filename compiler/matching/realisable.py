@@ -74,8 +74,26 @@ def tap_patterns(mapping: Mapping, workload: Workload) -> int:
                 for i in range(0, kh, eh) for j in range(0, kw, ew)})
 
 
+def _within(dims: tuple[str, ...], patterns) -> bool:
+    """`dims` is one of `patterns` with some of its dims left out (an axis of extent 1
+    is dropped from a mapping)."""
+    return any(all(d in p for d in dims) and
+               [p.index(d) for d in dims] == sorted(p.index(d) for d in dims)
+               for p in patterns)
+
+
 def check(mapping: Mapping, workload: Workload, rows: int, cols: int) -> str | None:
     """Why the code generator cannot lower `mapping` (None: it can)."""
+    kind = "conv" if workload.kind.endswith("pool") else workload.kind
+    if mapping.layout not in ROWS:
+        return f"layout {mapping.layout!r} is neither 'blocks' nor 'replicated'"
+    if set(mapping.dims("stream")) - set(STREAM.get(kind, ())):
+        return f"the stream walks {' and '.join(STREAM.get(kind, ()))} only"
+    if not _within(mapping.dims("cols"), COLS):
+        return "the columns hold output channels (k, or g x k)"
+    if not _within(mapping.dims("rows"), ROWS[mapping.layout]):
+        return (f"in the {mapping.layout} layout the rows hold "
+                f"{' or '.join(' x '.join(p) for p in ROWS[mapping.layout])}")
     rprod = math.prod(a.extent for a in mapping.rows)
     cprod = math.prod(a.extent for a in mapping.cols)
     if rprod > rows or cprod > cols:

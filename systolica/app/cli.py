@@ -540,8 +540,12 @@ def cmd_bench(args) -> int:
         progress.advance(task)
         task = progress.add_task("DeepBench convolutions on base: static and matcher",
                                  total=len(deepbench.layers()) + 1)
-        deeps = deepbench.records(preset(deepbench.CONFIG), progress=lambda done, text:
-                                  progress.update(task, description=text, completed=done))
+        default = [r for r in resnets if r["name"] == "resnet50_224_cost_model"]
+        deeps = deepbench.records(
+            preset(deepbench.CONFIG),
+            progress=lambda done, text: progress.update(task, description=text,
+                                                        completed=done),
+            resnet50=deepbench.resnet50_figures_of(default[0]) if default else None)
         progress.update(task, completed=len(deepbench.layers()) + 1)
         task = progress.add_task("real ONNX models on base", total=len(onnx_bench.CASES))
         _ensure_built(preset(onnx_bench.CONFIG))

@@ -327,6 +327,14 @@ def summary_record(records: list[dict], resnet50: dict, resnet50_hand_rules: int
             "all_targets_pass": all(t["pass"] for t in targets.values())}
 
 
+def resnet50_figures_of(record: dict) -> dict:
+    """:func:`resnet50_figures` from a bench record of ResNet-50 compiled the default
+    way (:func:`systolica.app.cnn_bench.network_record`, no options)."""
+    return {"cycles": record["predicted_cycles"],
+            "solver_seconds": float(record["compile_phase_seconds"].get("match", 0.0)),
+            "compile_seconds": record["compile_seconds"]}
+
+
 def resnet50_figures(cfg=None) -> dict:
     """ResNet-50 (224 x 224) on `cfg` compiled the default way: its predicted cycles,
     the matcher's and the whole compile's seconds; or ``{"error": message}``."""
@@ -397,10 +405,11 @@ def hand_rules(path: Path = HAND_RULES_JSON) -> dict:
 
 # -- the whole table -------------------------------------------------------------------
 def records(cfg=None, progress: Callable[[int, str], None] | None = None,
-            only: Iterable[Layer] | None = None) -> list[dict]:
+            only: Iterable[Layer] | None = None, resnet50: dict | None = None) -> list[dict]:
     """One record per layer (`only`, default all) and the summary record last.
     `progress` is told, before each layer and before ResNet-50, how many layers are
-    done and a line naming the next with an estimate of the time left."""
+    done and a line naming the next with an estimate of the time left. `resnet50`:
+    its figures (:func:`resnet50_figures`) when the caller has them already."""
     cfg = cfg or _cfg()
     recorded = hand_rules()
     todo = tuple(only) if only is not None else layers()
@@ -412,9 +421,9 @@ def records(cfg=None, progress: Callable[[int, str], None] | None = None,
             eta = f", about {done / i * (len(todo) - i):.0f} s left" if i else ""
             progress(i, f"DeepBench {layer.name} on {CONFIG} ({i + 1}/{len(todo)}{eta})")
         out.append(layer_record(layer, recorded["layers"].get(layer.name), cfg))
-    if progress:
+    if progress and resnet50 is None:
         progress(len(todo), "DeepBench: ResNet-50 on base (as the hand rules' figure)")
-    resnet = resnet50_figures(cfg)
+    resnet = resnet50_figures(cfg) if resnet50 is None else resnet50
     hand_resnet = recorded.get("resnet50_224_cycles", RESNET50_HAND_RULES_CYCLES)
     out.append(summary_record(out, resnet, hand_resnet, time.perf_counter() - began))
     return out

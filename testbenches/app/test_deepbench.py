@@ -82,6 +82,23 @@ def test_a_small_layer_compiles_three_ways_into_a_well_formed_record():
     json.dumps(rec)                                      # the bench writes it as JSON
 
 
+def test_the_records_end_in_the_summary_and_take_resnet50_from_the_bench(monkeypatch):
+    monkeypatch.setattr(deepbench, "resnet50_figures", None)      # not compiled again
+    bench = {"name": "resnet50_224_cost_model", "predicted_cycles": 17_416_932,
+             "compile_seconds": 21.5, "compile_phase_seconds": {"match": 0.75}}
+    told = []
+    recs = deepbench.records(progress=lambda done, text: told.append((done, text)),
+                             only=[BY_NAME["db06_108x108x3_k64_3x3s2p1"]],
+                             resnet50=deepbench.resnet50_figures_of(bench))
+    assert [r["name"] for r in recs] == ["db06_108x108x3_k64_3x3s2p1", "deepbench_summary"]
+    assert told == [(0, "DeepBench db06_108x108x3_k64_3x3s2p1 on base (1/1)")]
+    summary = recs[-1]
+    assert (summary["resnet50_cycles"], summary["resnet50_solver_seconds"],
+            summary["resnet50_compile_seconds"]) == (17_416_932, 0.75, 21.5)
+    assert summary["targets"]["resnet50_cycles_vs_hand_rules"]["pass"]
+    assert summary["compared_vs_hand_rules"] == 1
+
+
 def test_a_refused_layer_is_recorded_with_the_reason(monkeypatch):
     from systolica.compiler import CompileError
 

@@ -74,8 +74,9 @@ def test_the_ranked_mapping_beats_the_static_one():
     matched = run(TINY, graph)
     static = run(TINY, graph, mapping="static")
     assert matched.mappings["c"].layout == "replicated"
-    assert static.mappings["c"] == Mapping((Axis("c", TINY.rows),), COLS, STREAM,
-                                           "blocks", "static")
+    m = static.mappings["c"]
+    assert (m.rows, m.cols, m.layout, m.origin) == ((Axis("c", TINY.rows),), COLS,
+                                                    "blocks", "static")
     assert matched.predicted_cycles * 2 < static.predicted_cycles
 
 
@@ -102,11 +103,11 @@ def test_candidates_near_the_best_are_ranked_by_exact_cycles():
 
 
 @pytest.mark.parametrize("mapping, words", [
-    (replicated(("kh", 3), ("kw", 3), ("c", 1)), "9 taps per invocation"),
+    (replicated(("kh", 3), ("kw", 3), ("c", 1)), "9 rows x 8 columns exceed"),
     (replicated(("t", 4), ("c", 2)), "every channel"),
-    (Mapping((Axis("kw", 8),), COLS, STREAM, "replicated"), "every channel"),
+    (Mapping((Axis("c", 8),), COLS, STREAM, "replicated"), "every channel"),
     (Mapping((Axis("c", 8),), (Axis("oh", 8),), STREAM), "output channels"),
-    (Mapping((Axis("c", 8),), COLS, (Axis("k", 8),)), "output pixels"),
+    (Mapping((Axis("c", 8),), COLS, (Axis("k", 8),)), "stream walks oh and ow"),
     (Mapping((Axis("t", 8),), COLS, STREAM), "blocks layout the rows hold"),
     (Mapping((Axis("c", 8),), COLS, STREAM, "nhwc"), "neither"),
 ])
@@ -121,3 +122,37 @@ def test_mapping_option_is_checked():
         compile_network(TINY, conv(6, 6, 8, 8, (3, 3)), mapping="vta")
     with pytest.raises(CompileError, match="must be a matching.Mapping"):
         compile_network(TINY, conv(6, 6, 8, 8, (3, 3)), mapping={"c": "static"})
+
+
+def grouped(h, w, cin, cout, groups, kernel=(3, 3), stride=1, pads=1, seed=0):
+    rng = np.random.default_rng(seed)
+    g = GraphBuilder("grouped")
+    x = g.input(rng.integers(-128, 128, size=(1, h, w, cin), dtype=np.int8), zero_point=-5)
+    kh, kw = kernel
+    wt = rng.integers(-64, 65, size=(kh, kw, cin // groups, cout), dtype=np.int8)
+    mult, shift = requant_for(40.0 / (74 * 37 * np.sqrt(kh * kw * cin / groups)),
+                              per_channel=False)
+    t = g.conv2d(x, wt, rng.integers(-2000, 2000, size=cout, dtype=np.int32),
+                 stride=stride, pads=pads, groups=groups, mult=mult, shift=shift,
+                 name="c")
+    return g.build(t)
+
+
+@pytest.mark.parametrize("cfg, graph", [
+    (TINY, grouped(6, 6, 16, 16, 4)),             # ResNeXt-like: 4 channels a group
+    (TINY, grouped(6, 7, 12, 12, 3, stride=2)),   # ShuffleNet-like: 3 groups
+    (TINY, grouped(5, 5, 16, 8, 2, kernel=(1, 1), pads=0)),
+    (preset("tiny_tall"), grouped(6, 6, 16, 16, 8)),
+], ids=["4x4ch", "3_groups", "2_groups_1x1", "tall_8_groups"])
+def test_grouped_convolutions_run_exactly_both_ways(cfg, graph):
+    """Block-diagonal packings (the matcher) and one group at a time (static)."""
+    matched = run(cfg, graph)
+    static = run(cfg, graph, mapping="static")
+    assert matched.predicted_cycles <= static.predicted_cycles
+    assert static.mappings["c"].origin == "static"
+
+
+def test_a_one_dimensional_convolution_runs_exactly():
+    graph = conv(1, 40, 4, 8, (1, 7), stride=2, pads=(0, 3, 0, 3))
+    compiled = run(TINY, graph)
+    assert compiled.mappings["c"].layout == "replicated"
