@@ -153,19 +153,7 @@ runs, test_outputs_match_numpy_and_golden, test_cycles_and_counters_match_predic
     case_table(CFG, CASES, also=_mapped_by_the_mode)
 
 
-#: Known: the matcher's replicated mappings of a one-channel input name no ``c`` axis
-#: (``rows (t8)``: extent-1 axes are dropped when an invocation is generalised), which
-#: the code generator's table refuses (``t x c`` or ``kh x kw x c``), so these layers
-#: fall back to a channel block of one row. Strict: fixing it makes them pass.
-ONE_CHANNEL_NOT_REPLICATED = pytest.mark.xfail(
-    strict=True, reason="the matcher's rows (t) without c1 are refused by the code "
-                        "generator; one-channel layers run rows (c1) blocks")
-BOTH_WAYS = [pytest.param(c, marks=ONE_CHANNEL_NOT_REPLICATED)
-             if c in ("cin1_3x3", "cin1_5x20_s2", "narrow_5x20_cin1") else c
-             for c in CASES if f"{c}_static" in CASES]
-
-
-@pytest.mark.parametrize("case", BOTH_WAYS)
+@pytest.mark.parametrize("case", [c for c in CASES if f"{c}_static" in CASES])
 def test_the_matcher_is_never_slower_than_static_on_the_chip(runs, case):
     """The chip's own cycle counts: the matcher's mapping of each layer run both ways
     takes no more cycles than the static one, and fewer where it packs few channels
