@@ -42,7 +42,7 @@ DEEPBENCH = {
     "cin1_5x20_s2": 0,            # DeepSpeech's first: 700x161x1 -> 32, 5x20 stride 2
     "cin3_3x3_s2": 6,             # 108x108x3 -> 64, 3x3 stride 2
     "cin3_7x7_s2": 17,            # ResNet's stem: 224x224x3 -> 64, 7x7 stride 2
-    "5x5_many_channels": 18,      # GoogLeNet's 28x28x192 -> 32, 5x5
+    "5x5_many_channels": 35,      # DeepSpeech's 350x80x64 -> 128, 5x5 stride 2
     "1x1_s2": 25,                 # ResNet's 56x56x64 -> 256, 1x1 stride 2
     "10x5_s2": 1,                 # DeepSpeech's second: 341x79x32 -> 32, 5x10 stride 2
     "3x3_channels_of_R": 4,       # 120x12x32 -> 64, 3x3: channels a multiple of R
