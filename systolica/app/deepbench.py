@@ -204,9 +204,9 @@ def scaled(layer: Layer, cfg) -> Layer:
     """`layer` shrunk to run in seconds on chip `cfg` (e.g. ``tiny`` in a simulator):
     its kernel, stride, pads and prepadding kept; its channel counts divided by how
     many times fewer array rows `cfg` has than ``base`` (at least 1; 1 and 3, the
-    image and spectrogram inputs, kept); its input map cut to at most :data:`SCALED_MAP` a
-    side but never below the kernel's extent. The index (the data's seed) is kept; the
-    name says the new shape."""
+    spectrogram and image inputs, kept); its input map cut to at most
+    :data:`SCALED_MAP` a side but never below the kernel's extent. The index (the
+    data's seed) is kept; the name says the new shape."""
     ratio = max(1, _cfg().rows // cfg.rows)
 
     def channels(c: int) -> int:
