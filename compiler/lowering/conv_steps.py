@@ -69,17 +69,17 @@ def invocations(cfg: ChipConfig, op: Conv2d, mapping: Mapping, src: Source,
         units = [frozenset({g}) for g in mine]
     else:
         units = [frozenset(mine)]
+    groups = tap_groups(op, mapping)
     out = []
     for unit in units:
         if mapping.layout == "replicated":
-            out += [Invocation(0, taps, unit) for taps in tap_groups(op, mapping)]
+            out += [Invocation(0, taps, unit) for taps in groups]
             continue
         for cb in range(src.blocks(R)):
             first, last = cb * R, min((cb + 1) * R, op.Cin) - 1
             if unit is not None and not unit & set(range(first // cin_g, last // cin_g + 1)):
                 continue
-            out += [Invocation(cb, (tap,), unit) for taps in tap_groups(op, mapping)
-                    for tap in taps]
+            out += [Invocation(cb, (tap,), unit) for taps in groups for tap in taps]
     return out
 
 
@@ -100,6 +100,9 @@ def weight_block(cfg: ChipConfig, op: Conv2d, inv: Invocation, src: Source,
     for p0, (kh, kw), c in parts:
         if kh >= KH or kw >= KW:
             continue                # a dummy replica
+        if op.groups == 1:          # every row pairs with every column: a plain slice
+            blk[p0:p0 + len(c), :len(o)] = w[kh, kw, c[0]:c[-1] + 1, outs.start:outs.stop]
+            continue
         g = c // cin_g
         mine = g[:, None] == (o // cout_g)[None, :]
         if inv.groups is not None:  # only the groups this invocation holds
