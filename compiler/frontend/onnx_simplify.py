@@ -1,8 +1,9 @@
 """The scalar clean-up of an ONNX model before its operations are assigned
 (docs/assignment.md, step 2): constant propagation, identity operators removed,
 BatchNormalization folded into the convolution before it, the integer operators'
-uint8 operands made int8 and their batched matmuls split per batch, dead code
-dropped. Each change the user might look for is said in a note."""
+uint8 operands made int8, batched matmuls by a constant made one grouped convolution
+(or, where that cannot take them, split per batch), dead code dropped. Each change
+the user might look for is said in a note."""
 
 from __future__ import annotations
 
@@ -25,8 +26,9 @@ def simplify(model: OnnxModel) -> OnnxModel:
     _fold_constants(model)
     _canonicalise(model)
     _fold_batch_norms(model)
-    if _signed(model):
-        _infer_shapes(model)        # the int8 values' shapes, for _unbatch
+    if _signed(model) or _has_batched(model):
+        _infer_shapes(model)        # the operands' shapes, for the batched matmuls
+    _group_batches(model)
     _unbatch(model)
     _drop_dead(model)
     _infer_shapes(model)            # shapes again: folding replaced values
@@ -379,6 +381,125 @@ def _signed(model: OnnxModel) -> bool:
         model.notes.append(f"made the uint8 operands of {', '.join(changed)} int8 (x - 128 "
                            f"at zero point zp - 128; the host converts inputs and outputs)")
     return bool(changed)
+
+
+#: The batched matmuls :func:`_group_batches` takes: their left and right operands'
+#: inputs, and the convolution each becomes.
+_GROUPED = {"MatMul": ((0, 1), "Conv"), "QLinearMatMul": ((0, 3), "QLinearConv")}
+
+
+def _has_batched(model: OnnxModel) -> bool:
+    """Whether some matmul has a constant 3-D right operand (its left operand's shape
+    is then needed)."""
+    g = model.proto.graph
+    dims = {t.name: len(t.dims) for t in g.initializer}
+    right = {**_MATMUL_OPERANDS, **{op: at for op, (at, _) in _GROUPED.items()}}
+    return any(n.op_type in right and n.domain in ("", "ai.onnx")
+               and dims.get(n.input[right[n.op_type][1]]) == 3 for n in g.node)
+
+
+def _batched_operands(n, consts, shapes):
+    """`n`'s ``(B, M, K, N)`` and right operand if it is a MatMul or QLinearMatMul of
+    ``[B, M, K]`` by a constant ``[B, K, N]`` that :func:`_group_batches` takes (a
+    QLinearMatMul's scales and zero points constant: the left operand's and the
+    output's one, the right operand's one or one per column, int8 operands), else
+    None."""
+    if n.op_type not in _GROUPED or n.domain not in ("", "ai.onnx"):
+        return None
+    (a_at, w_at), _ = _GROUPED[n.op_type]
+    a_shape, w = shapes.get(n.input[a_at]), consts.get(n.input[w_at])
+    if (w is None or w.ndim != 3 or a_shape is None or len(a_shape) != 3
+            or tuple(a_shape[::2]) != w.shape[:2] or n.input[a_at] in consts):
+        return None
+    batches, k, n_out = w.shape
+    if n.op_type == "QLinearMatMul":
+        quant = [consts.get(v) for v in n.input[1:3] + n.input[4:8]]
+        if (any(q is None for q in quant) or w.dtype != np.int8
+                or quant[1].dtype != np.int8 or quant[5].dtype != np.int8
+                or any(q.size != 1 for q in quant[:2] + quant[4:])
+                or any(q.size not in (1, n_out) or q.ndim > 1 for q in quant[2:4])):
+            return None
+        from systolica.compiler.frontend.onnx_import import int8_parts
+        parts, _ = int8_parts(w.astype(np.int64) - quant[3].astype(np.int64).reshape(
+            1, 1, -1), 2, factor="channel")
+        if len(parts) > 1:                  # as dense layers, read in parts along K
+            return None
+    elif w.dtype != np.float32:
+        return None
+    return (batches, a_shape[1], k, n_out), w
+
+
+def _group_batches(model: OnnxModel) -> None:
+    """A MatMul or QLinearMatMul of ``[B, M, K]`` by a constant ``[B, K, N]`` (a right
+    operand per batch; its values less their zero point int8, or int8 over a factor
+    per column) as one grouped 1x1 convolution (``Conv``, ``QLinearConv``;
+    ``group`` B) over a 1 x M map of B*K channels (channel ``b*K + k`` is batch
+    ``b``'s ``[m, k]``; the host's ``Transpose`` and ``Reshape`` make it from
+    ``[B, M, K]``), its weights ``[B*N, K, 1, 1]`` (output channel ``b*N + n`` reads
+    group ``b``), its 1 x M map of B*N channels read back as ``[B, M, N]``
+    (``Reshape``, ``Transpose``). A QLinearMatMul's right scale and zero point, one or
+    one per column, become one or one per output channel (the scales float32, as
+    QLinearConv takes them). The chip's matcher packs the groups side by side
+    (docs/matching.md). The int32 MatMulInteger stays with :func:`_unbatch`: the chip
+    has no grouped convolution with an int32 output."""
+    from onnx import helper, numpy_helper
+    g = model.proto.graph
+    consts = _consts(g)
+    shapes = model.value_shapes()
+    fresh = _Names(g)
+    nodes, changed = [], []
+
+    def const(value: np.ndarray, base: str) -> str:
+        name = fresh(base)
+        g.initializer.append(numpy_helper.from_array(value, name))
+        return name
+
+    for n in g.node:
+        found = _batched_operands(n, consts, shapes)
+        if found is None:
+            nodes.append(n)
+            continue
+        (batches, m, k, n_out), w = found
+        (a_at, w_at), conv = _GROUPED[n.op_type]
+        base = n.name or n.output[0]
+        kernel = const(np.ascontiguousarray(w.transpose(0, 2, 1)).reshape(
+            batches * n_out, k, 1, 1), f"{n.input[w_at]}__grouped")
+        cols, rows, y_map = (fresh(f"{n.input[a_at]}__km"), fresh(f"{n.input[a_at]}__map"),
+                             fresh(f"{n.output[0]}__map"))
+        y_nm = fresh(f"{n.output[0]}__nm")
+        nodes += [helper.make_node("Transpose", [n.input[a_at]], [cols], perm=[0, 2, 1],
+                                   name=fresh(f"{base}__to_map_t")),
+                  helper.make_node("Reshape", [cols, const(np.array(
+                      [1, batches * k, 1, m], np.int64), f"{base}__map_shape")], [rows],
+                                   name=fresh(f"{base}__to_map"))]
+        if conv == "Conv":
+            ins = [rows, kernel]
+        else:
+            def per_channel(v: str, dtype) -> str:
+                q = consts[v].astype(dtype)
+                q = q.reshape(()) if q.size == 1 else np.tile(q, batches)
+                return const(q, f"{v}__grouped")
+            f32 = np.float32
+            ins = [rows, const(consts[n.input[1]].astype(f32).reshape(()), f"{n.input[1]}__f32"),
+                   n.input[2], kernel, per_channel(n.input[4], f32),
+                   per_channel(n.input[5], np.int8),
+                   const(consts[n.input[6]].astype(f32).reshape(()), f"{n.input[6]}__f32"),
+                   n.input[7]]
+        nodes += [helper.make_node(conv, ins, [y_map], group=batches, kernel_shape=[1, 1],
+                                   name=fresh(f"{base}__grouped")),
+                  helper.make_node("Reshape", [y_map, const(np.array(
+                      [batches, n_out, m], np.int64), f"{base}__out_shape")], [y_nm],
+                                   name=fresh(f"{base}__from_map")),
+                  helper.make_node("Transpose", [y_nm], list(n.output[:1]), perm=[0, 2, 1],
+                                   name=fresh(f"{base}__from_map_t"))]
+        changed.append(f"{base} ({batches})")
+    if changed:
+        del g.node[:]
+        g.node.extend(nodes)
+        model.notes.append(f"made the batched matmul(s) {', '.join(changed)} one grouped "
+                           f"1x1 convolution each (a group per batch; the host views "
+                           f"[B, M, K] as a 1 x M map of B*K channels and the output "
+                           f"back as [B, M, N])")
 
 
 #: The batched matmuls :func:`_unbatch` splits: their left and right operands' inputs.
