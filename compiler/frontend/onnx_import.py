@@ -517,6 +517,9 @@ class _Importer:
         self.nchw: set[str] = set()         # ONNX values that are maps (NCHW there)
         # of them, the 1-D maps (NCW there): (N, 1, W, C) maps on the chip
         self.ncw: set[str] = set()
+        # of them, batches of N 1 x 1 maps ([N, C, 1, 1] there) that only pointwise
+        # convolutions read: one (1, 1, N, C) map on the chip, the same bytes
+        self.pixels: set[str] = set()
         consumers: dict[str, list] = {}
         for node in self.nodes:
             for v in node.input:
@@ -554,7 +557,7 @@ class _Importer:
                                    f"chip's outputs are its layers'")
             t = self.names[vo.name]     # an [N, C] held as a 1 x 1 map: that map
             outs.append(self.g.nchw(t, name=self._fresh(_safe(vo.name)))
-                        if vo.name in self.nchw else t)
+                        if vo.name in self.nchw and vo.name not in self.pixels else t)
         self.graph = self.g.build(*outs)
 
     def _error(self, node, message: str) -> OnnxNodeError:
@@ -652,6 +655,18 @@ class _Importer:
                                                zero_point=zp, scale=scale, layout="NCHW")
             self.nchw.add(vi.name)
             self.ncw.add(vi.name)
+        elif x.ndim == 4 and x.shape[0] > 1 and x.shape[2:] == (1, 1) and readers \
+                and vi.name not in self.outputs \
+                and all(self._pointwise(r, vi.name) for r in readers):
+            # N 1 x 1 maps read only by pointwise convolutions whose outputs the model
+            # gives (a batched matmul: onnx_simplify._group_batches): one 1 x N map on
+            # the chip, the same DRAM bytes, which the convolutions stream; their
+            # outputs, 1 x N maps, are the bytes of their [N, C, 1, 1] values too
+            n, c = x.shape[:2]
+            self.names[vi.name] = self.g.input(x.reshape(1, 1, n, c), name=tname,
+                                               zero_point=zp, scale=scale)
+            self.nchw.add(vi.name)
+            self.pixels.add(vi.name)
         elif x.ndim == 4:
             self.names[vi.name] = self.g.input(x, name=tname, zero_point=zp, scale=scale,
                                                layout="NCHW")
@@ -666,6 +681,20 @@ class _Importer:
             self.unflattened.add(vi.name)
         else:
             self.names[vi.name] = self.g.input(x, name=tname, zero_point=zp, scale=scale)
+
+    def _pointwise(self, node, value: str) -> bool:
+        """Whether `node` is a 1x1 QLinearConv or ConvInteger of `value`, stride 1,
+        unpadded, whose output the model gives and no node reads."""
+        if node.op_type not in ("QLinearConv", "ConvInteger") or node.input[0] != value:
+            return False
+        w = self.consts.get(node.input[3 if node.op_type == "QLinearConv" else 1])
+        a = {x.name: self.onnx.helper.get_attribute_value(x) for x in node.attribute}
+        return (w is not None and w.ndim == 4 and w.shape[2:] == (1, 1)
+                and all(int(s) == 1 for s in a.get("strides", (1, 1)))
+                and not any(int(p) for p in a.get("pads", ()))
+                and a.get("auto_pad", b"NOTSET") in (b"NOTSET", "NOTSET")
+                and node.output[0] in self.outputs
+                and not self.consumers.get(node.output[0]))
 
     def _input_quant(self, value: str) -> tuple[int, float | None]:
         """An input's zero point and scale: those the first QLinear operator reading it
@@ -989,6 +1018,8 @@ class _Importer:
                                 relu=self._fuses_relu(node), relu6=self._clamp_above(node),
                                 **geometry)
         self.nchw.add(node.output[0])
+        if node.input[0] in self.pixels:
+            self.pixels.add(node.output[0])
         return out
 
     def _qlinearmatmul(self, node, a):

@@ -433,15 +433,16 @@ def _group_batches(model: OnnxModel) -> None:
     """A MatMul or QLinearMatMul of ``[B, M, K]`` by a constant ``[B, K, N]`` (a right
     operand per batch; its values less their zero point int8, or int8 over a factor
     per column) as one grouped 1x1 convolution (``Conv``, ``QLinearConv``;
-    ``group`` B) over a 1 x M map of B*K channels (channel ``b*K + k`` is batch
-    ``b``'s ``[m, k]``; the host's ``Transpose`` and ``Reshape`` make it from
-    ``[B, M, K]``), its weights ``[B*N, K, 1, 1]`` (output channel ``b*N + n`` reads
-    group ``b``), its 1 x M map of B*N channels read back as ``[B, M, N]``
-    (``Reshape``, ``Transpose``). A QLinearMatMul's right scale and zero point, one or
-    one per column, become one or one per output channel (the scales float32, as
-    QLinearConv takes them). The chip's matcher packs the groups side by side
-    (docs/matching.md). The int32 MatMulInteger stays with :func:`_unbatch`: the chip
-    has no grouped convolution with an int32 output."""
+    ``group`` B) over M 1 x 1 maps of B*K channels (channel ``b*K + k`` of map ``m``
+    is batch ``b``'s ``[m, k]``; the host's ``Transpose`` and ``Reshape`` make them
+    from ``[B, M, K]``), its weights ``[B*N, K, 1, 1]`` (output channel ``b*N + n``
+    reads group ``b``), its M maps of B*N channels read back as ``[B, M, N]``
+    (``Reshape``, ``Transpose``). The chip holds the M maps as one 1 x M map (the same
+    bytes: ``onnx_import``), which the convolution streams. A QLinearMatMul's right
+    scale and zero point, one or one per column, become one or one per output channel
+    (the scales float32, as QLinearConv takes them). The chip's matcher packs the
+    groups side by side (docs/matching.md). The int32 MatMulInteger stays with
+    :func:`_unbatch`: the chip has no grouped convolution with an int32 output."""
     from onnx import helper, numpy_helper
     g = model.proto.graph
     consts = _consts(g)
@@ -464,23 +465,23 @@ def _group_batches(model: OnnxModel) -> None:
         base = n.name or n.output[0]
         kernel = const(np.ascontiguousarray(w.transpose(0, 2, 1)).reshape(
             batches * n_out, k, 1, 1), f"{n.input[w_at]}__grouped")
-        cols, rows, y_map = (fresh(f"{n.input[a_at]}__km"), fresh(f"{n.input[a_at]}__map"),
-                             fresh(f"{n.output[0]}__map"))
-        y_nm = fresh(f"{n.output[0]}__nm")
-        nodes += [helper.make_node("Transpose", [n.input[a_at]], [cols], perm=[0, 2, 1],
-                                   name=fresh(f"{base}__to_map_t")),
-                  helper.make_node("Reshape", [cols, const(np.array(
-                      [1, batches * k, 1, m], np.int64), f"{base}__map_shape")], [rows],
-                                   name=fresh(f"{base}__to_map"))]
+        rows, x_map, y_map = (fresh(f"{n.input[a_at]}__mbk"), fresh(f"{n.input[a_at]}__maps"),
+                              fresh(f"{n.output[0]}__maps"))
+        y_mbn = fresh(f"{n.output[0]}__mbn")
+        nodes += [helper.make_node("Transpose", [n.input[a_at]], [rows], perm=[1, 0, 2],
+                                   name=fresh(f"{base}__to_maps_t")),
+                  helper.make_node("Reshape", [rows, const(np.array(
+                      [m, batches * k, 1, 1], np.int64), f"{base}__maps_shape")], [x_map],
+                                   name=fresh(f"{base}__to_maps"))]
         if conv == "Conv":
-            ins = [rows, kernel]
+            ins = [x_map, kernel]
         else:
             def per_channel(v: str, dtype) -> str:
                 q = consts[v].astype(dtype)
                 q = q.reshape(()) if q.size == 1 else np.tile(q, batches)
                 return const(q, f"{v}__grouped")
             f32 = np.float32
-            ins = [rows, const(consts[n.input[1]].astype(f32).reshape(()), f"{n.input[1]}__f32"),
+            ins = [x_map, const(consts[n.input[1]].astype(f32).reshape(()), f"{n.input[1]}__f32"),
                    n.input[2], kernel, per_channel(n.input[4], f32),
                    per_channel(n.input[5], np.int8),
                    const(consts[n.input[6]].astype(f32).reshape(()), f"{n.input[6]}__f32"),
@@ -488,18 +489,18 @@ def _group_batches(model: OnnxModel) -> None:
         nodes += [helper.make_node(conv, ins, [y_map], group=batches, kernel_shape=[1, 1],
                                    name=fresh(f"{base}__grouped")),
                   helper.make_node("Reshape", [y_map, const(np.array(
-                      [batches, n_out, m], np.int64), f"{base}__out_shape")], [y_nm],
-                                   name=fresh(f"{base}__from_map")),
-                  helper.make_node("Transpose", [y_nm], list(n.output[:1]), perm=[0, 2, 1],
-                                   name=fresh(f"{base}__from_map_t"))]
+                      [m, batches, n_out], np.int64), f"{base}__out_shape")], [y_mbn],
+                                   name=fresh(f"{base}__from_maps")),
+                  helper.make_node("Transpose", [y_mbn], list(n.output[:1]), perm=[1, 0, 2],
+                                   name=fresh(f"{base}__from_maps_t"))]
         changed.append(f"{base} ({batches})")
     if changed:
         del g.node[:]
         g.node.extend(nodes)
         model.notes.append(f"made the batched matmul(s) {', '.join(changed)} one grouped "
                            f"1x1 convolution each (a group per batch; the host views "
-                           f"[B, M, K] as a 1 x M map of B*K channels and the output "
-                           f"back as [B, M, N])")
+                           f"[B, M, K] as M 1 x 1 maps of B*K channels, which the chip "
+                           f"holds as one 1 x M map, and the output back as [B, M, N])")
 
 
 #: The batched matmuls :func:`_unbatch` splits: their left and right operands' inputs.
