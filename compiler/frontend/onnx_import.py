@@ -22,7 +22,10 @@ DequantizeLinear are left to it). Weights less their zero point that leave int8 
 taken over a common factor or in parts (:func:`int8_parts`). Maps are NCHW in ONNX and
 NHWC on the chip: an input
 map enters through a transpose on the chip (``GraphBuilder.input(..., layout="NCHW")``)
-and an output map leaves through another.
+and an output map leaves through another; an input of N ``1 x 1`` maps (``[N, C, 1,
+1]``, N > 1) read only by pointwise convolutions whose outputs the model gives (a
+batched matmul, ``onnx_simplify._group_batches``) is one ``1 x N`` map on the chip
+and those outputs ``1 x N`` maps, the same bytes as the ONNX values.
 
 A node the chip does not run is refused by :class:`OnnxNodeError`, which names the
 node (``.node``, ``.op_type``) and what to change; a model-level fault (a file that
