@@ -498,6 +498,12 @@ def fold_qdq(proto):
 QDQ_RELU = "folded from QDQ"
 
 
+#: How a batched matmul reaches the chip, told where the importer alone refuses one.
+_BATCHED = ("; a batched one ([B, M, K] by a constant [B, K, N]) runs on the chip as one "
+            "grouped convolution once the model is planned (plan_model, systolica sim "
+            "--onnx), whose clean-up moves its operands on the host")
+
+
 class _Importer:
     def __init__(self, onnx, proto, data: dict, name: str | None, seed: int,
                  origin: Mapping[str, str]):
@@ -1069,7 +1075,8 @@ class _Importer:
             pass                                # a map, read by a convolution over it
         elif node.input[0] in self.nchw or len(self.g.tensor(x).shape) != 2:
             raise self._error(node, f"ONNX node {node.name!r} ({node.op_type}): takes an "
-                                    f"[M, K] left operand (Flatten a map first)")
+                                    f"[M, K] left operand (Flatten a map first)"
+                              + _BATCHED * (len(self.g.tensor(x).shape) == 3))
         self._check_x(node, x)
         if w.ndim != 2:
             raise self._error(node, f"ONNX node {node.name!r} ({node.op_type}): the right "

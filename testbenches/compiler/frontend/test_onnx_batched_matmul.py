@@ -18,6 +18,8 @@ from onnx import TensorProto, helper, numpy_helper
 from systolica.app import onnx_run
 from systolica.arch.config import preset
 from systolica.compiler.assignment.partition import plan_model
+from systolica.compiler.errors import OnnxNodeError
+from systolica.compiler.frontend import onnx_import
 from systolica.compiler.graph.ops import Conv2d
 from systolica.models import onnx_zoo
 
@@ -63,3 +65,13 @@ def test_a_batched_matmul_runs_as_one_packed_grouped_convolution(form):
         "rows (g2 x c4) cols (g2 x k4) stream (oh1 x ow10) blocks"
     assert chip.matches_reference and chip.golden_cycles == chip.cycles
     assert run.outputs["y"].shape == (HEADS, M, N)
+
+
+def test_the_importer_alone_refuses_a_batched_matmul_naming_the_way_to_run_it():
+    """``onnx_import.load`` takes a model as it is (no clean-up): a QLinearMatMul of
+    ``[B, M, K]`` is refused by node, saying that planning the model runs it."""
+    model = onnx_zoo.ort_quantized(_float_model(), quant_format="QOperator")
+    with pytest.raises(OnnxNodeError, match=r"'heads_quant' \(QLinearMatMul\): takes an "
+                                            r"\[M, K\] left operand.*plan_model") as e:
+        onnx_import.load(model)
+    assert e.value.node == "heads_quant"
