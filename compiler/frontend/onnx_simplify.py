@@ -389,11 +389,13 @@ _GROUPED = {"MatMul": ((0, 1), "Conv"), "QLinearMatMul": ((0, 3), "QLinearConv")
 
 
 def _has_batched(model: OnnxModel) -> bool:
-    """Whether some matmul has a constant 3-D right operand (its left operand's shape
-    is then needed)."""
+    """Whether some matmul has a constant 3-D right operand, or some
+    DequantizeLinear a constant 3-D input (a QDQ matmul's): the left operand's shape
+    is then needed."""
     g = model.proto.graph
     dims = {t.name: len(t.dims) for t in g.initializer}
-    right = {**_MATMUL_OPERANDS, **{op: at for op, (at, _) in _GROUPED.items()}}
+    right = {**_MATMUL_OPERANDS, **{op: at for op, (at, _) in _GROUPED.items()},
+             "DequantizeLinear": (None, 0)}
     return any(n.op_type in right and n.domain in ("", "ai.onnx")
                and dims.get(n.input[right[n.op_type][1]]) == 3 for n in g.node)
 
@@ -429,6 +431,35 @@ def _batched_operands(n, consts, shapes):
     return (batches, a_shape[1], k, n_out), w
 
 
+def _qdq_batched(n, consts, shapes, producers, readers, outputs):
+    """The QDQ form of a batched MatMul that :func:`_group_batches` takes: `n` a float
+    MatMul of ``DequantizeLinear(a)`` (``a`` int8 ``[B, M, K]``) by
+    ``DequantizeLinear(w)`` (``w`` a constant int8 ``[B, K, N]``), each at one
+    constant scale and zero point, its output read by one QuantizeLinear to int8 (one
+    scale and zero point) alone: ``(a's DequantizeLinear, w's, the QuantizeLinear)``,
+    else None."""
+    if n.op_type != "MatMul" or n.domain not in ("", "ai.onnx") or n.output[0] in outputs:
+        return None
+    dqs = [producers.get(v) for v in n.input[:2]]
+    qs = readers.get(n.output[0], [])
+    if len(qs) != 1 or any(d is None or d.op_type != "DequantizeLinear" for d in dqs):
+        return None
+    (a_dq, w_dq), q = dqs, qs[0]
+    if q.op_type != "QuantizeLinear":
+        return None
+
+    def one_int8(node) -> bool:
+        params = [consts.get(v) for v in node.input[1:3]]
+        return len(node.input) == 3 and all(p is not None and p.size == 1 for p in params) \
+            and params[1].dtype == np.int8
+    w, a_shape = consts.get(w_dq.input[0]), shapes.get(a_dq.input[0])
+    if (not all(one_int8(x) for x in (a_dq, w_dq, q)) or w is None or w.ndim != 3
+            or a_shape is None or len(a_shape) != 3 or tuple(a_shape[::2]) != w.shape[:2]
+            or a_dq.input[0] in consts):
+        return None
+    return a_dq, w_dq, q
+
+
 def _group_batches(model: OnnxModel) -> None:
     """A MatMul or QLinearMatMul of ``[B, M, K]`` by a constant ``[B, K, N]`` (a right
     operand per batch; its values less their zero point int8, or int8 over a factor
@@ -455,25 +486,53 @@ def _group_batches(model: OnnxModel) -> None:
         g.initializer.append(numpy_helper.from_array(value, name))
         return name
 
+    producers = {o: x for x in g.node for o in x.output}
+    readers: dict[str, list] = {}
+    for x in g.node:
+        for v in x.input:
+            readers.setdefault(v, []).append(x)
+    outputs = {o.name for o in g.output}
+    taken: set[int] = set()         # the QuantizeLinear nodes a rewrite replaced
     for n in g.node:
-        found = _batched_operands(n, consts, shapes)
+        if id(n) in taken:
+            continue
+        qdq = _qdq_batched(n, consts, shapes, producers, readers, outputs)
+        found = _batched_operands(n, consts, shapes) if qdq is None else (
+            (*consts[qdq[1].input[0]].shape[:1], shapes[qdq[0].input[0]][1],
+             *consts[qdq[1].input[0]].shape[1:]), consts[qdq[1].input[0]])
         if found is None:
             nodes.append(n)
             continue
         (batches, m, k, n_out), w = found
         (a_at, w_at), conv = _GROUPED[n.op_type]
+        left, right, y = ((qdq[0].input[0], qdq[1].input[0], qdq[2].output[0]) if qdq
+                          else (n.input[a_at], n.input[w_at], n.output[0]))
         base = n.name or n.output[0]
         kernel = const(np.ascontiguousarray(w.transpose(0, 2, 1)).reshape(
-            batches * n_out, k, 1, 1), f"{n.input[w_at]}__grouped")
-        rows, x_map, y_map = (fresh(f"{n.input[a_at]}__mbk"), fresh(f"{n.input[a_at]}__maps"),
-                              fresh(f"{n.output[0]}__maps"))
-        y_mbn = fresh(f"{n.output[0]}__mbn")
-        nodes += [helper.make_node("Transpose", [n.input[a_at]], [rows], perm=[1, 0, 2],
+            batches * n_out, k, 1, 1), f"{right}__grouped")
+        rows, x_map, y_map = (fresh(f"{left}__mbk"), fresh(f"{left}__maps"),
+                              fresh(f"{y}__maps"))
+        y_mbn = fresh(f"{y}__mbn")
+        nodes += [helper.make_node("Transpose", [left], [rows], perm=[1, 0, 2],
                                    name=fresh(f"{base}__to_maps_t")),
                   helper.make_node("Reshape", [rows, const(np.array(
                       [m, batches * k, 1, 1], np.int64), f"{base}__maps_shape")], [x_map],
                                    name=fresh(f"{base}__to_maps"))]
-        if conv == "Conv":
+        if qdq:
+            # DequantizeLinear, Conv, QuantizeLinear: the QDQ form of the convolution
+            a_dq, w_dq, q = qdq
+            taken.add(id(q))
+            x_f, w_f, y_f = (fresh(f"{x_map}__dq"), fresh(f"{kernel}__dq"),
+                             fresh(f"{y_map}__float"))
+            nodes += [helper.make_node("DequantizeLinear", [x_map, *a_dq.input[1:]], [x_f],
+                                       name=fresh(f"{base}__maps_dq")),
+                      helper.make_node("DequantizeLinear", [kernel, *w_dq.input[1:]], [w_f],
+                                       name=fresh(f"{base}__weights_dq")),
+                      helper.make_node("Conv", [x_f, w_f], [y_f], group=batches,
+                                       kernel_shape=[1, 1], name=fresh(f"{base}__grouped")),
+                      helper.make_node("QuantizeLinear", [y_f, *q.input[1:]], [y_map],
+                                       name=fresh(f"{base}__grouped_q"))]
+        elif conv == "Conv":
             ins = [x_map, kernel]
         else:
             def per_channel(v: str, dtype) -> str:
@@ -486,12 +545,13 @@ def _group_batches(model: OnnxModel) -> None:
                    per_channel(n.input[5], np.int8),
                    const(consts[n.input[6]].astype(f32).reshape(()), f"{n.input[6]}__f32"),
                    n.input[7]]
-        nodes += [helper.make_node(conv, ins, [y_map], group=batches, kernel_shape=[1, 1],
-                                   name=fresh(f"{base}__grouped")),
-                  helper.make_node("Reshape", [y_map, const(np.array(
+        if not qdq:
+            nodes.append(helper.make_node(conv, ins, [y_map], group=batches,
+                                          kernel_shape=[1, 1], name=fresh(f"{base}__grouped")))
+        nodes += [helper.make_node("Reshape", [y_map, const(np.array(
                       [m, batches, n_out], np.int64), f"{base}__out_shape")], [y_mbn],
                                    name=fresh(f"{base}__from_maps")),
-                  helper.make_node("Transpose", [y_mbn], list(n.output[:1]), perm=[1, 0, 2],
+                  helper.make_node("Transpose", [y_mbn], [y], perm=[1, 0, 2],
                                    name=fresh(f"{base}__from_maps_t"))]
         changed.append(f"{base} ({batches})")
     if changed:

@@ -1,7 +1,7 @@
 """A batched matmul from ONNX (``[B, M, K]`` by a constant ``[B, K, N]``, attention's
 per-head products) as one grouped 1x1 convolution on the chip
 (``onnx_simplify._group_batches``, docs/assignment.md): a float model quantised by
-onnxruntime on the way in, or onnxruntime's QOperator form of it, planned for
+onnxruntime on the way in, or quantised by it before (its QDQ and QOperator forms), planned for
 ``tiny``. The chip runs one Conv2d of B groups, which the matcher packs
 block-diagonally (two 4-channel groups on the 8 rows and columns); the host moves the
 views. The chip's output equals the numpy reference on the golden model in the
@@ -42,6 +42,7 @@ def _float_model():
 
 FORMS = {
     "float": _float_model,
+    "qdq": lambda: onnx_zoo.ort_quantized(_float_model()),
     "qoperator": lambda: onnx_zoo.ort_quantized(_float_model(), quant_format="QOperator"),
 }
 
