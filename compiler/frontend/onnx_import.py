@@ -499,9 +499,10 @@ QDQ_RELU = "folded from QDQ"
 
 
 #: How a batched matmul reaches the chip, told where the importer alone refuses one.
-_BATCHED = ("; a batched one ([B, M, K] by a constant [B, K, N]) runs on the chip as one "
-            "grouped convolution once the model is planned (plan_model, systolica sim "
-            "--onnx), whose clean-up moves its operands on the host")
+_BATCHED = ("; a batched one ([B, M, K] by a constant [B, K, N], one scale and zero point "
+            "for each operand and the output, or per column for the right one) runs on "
+            "the chip as one grouped convolution when the model is planned (plan_model, "
+            "systolica sim --onnx): docs/assignment.md, 'Batches'")
 
 
 class _Importer:
