@@ -436,8 +436,8 @@ def _qdq_batched(n, consts, shapes, producers, readers, outputs):
     MatMul of ``DequantizeLinear(a)`` (``a`` int8 ``[B, M, K]``) by
     ``DequantizeLinear(w)`` (``w`` a constant int8 ``[B, K, N]``), each at one
     constant scale and zero point, its output read by one QuantizeLinear to int8 (one
-    scale and zero point) alone: ``(a's DequantizeLinear, w's, the QuantizeLinear)``,
-    else None."""
+    scale and zero point) alone: ``((B, M, K, N), w, (a's DequantizeLinear, w's, the
+    QuantizeLinear))``, else None."""
     if n.op_type != "MatMul" or n.domain not in ("", "ai.onnx") or n.output[0] in outputs:
         return None
     dqs = [producers.get(v) for v in n.input[:2]]
@@ -457,7 +457,7 @@ def _qdq_batched(n, consts, shapes, producers, readers, outputs):
             or a_shape is None or len(a_shape) != 3 or tuple(a_shape[::2]) != w.shape[:2]
             or a_dq.input[0] in consts):
         return None
-    return a_dq, w_dq, q
+    return (*w.shape[:1], a_shape[1], *w.shape[1:]), w, (a_dq, w_dq, q)
 
 
 def _group_batches(model: OnnxModel) -> None:
@@ -496,10 +496,12 @@ def _group_batches(model: OnnxModel) -> None:
     for n in g.node:
         if id(n) in taken:
             continue
-        qdq = _qdq_batched(n, consts, shapes, producers, readers, outputs)
-        found = _batched_operands(n, consts, shapes) if qdq is None else (
-            (*consts[qdq[1].input[0]].shape[:1], shapes[qdq[0].input[0]][1],
-             *consts[qdq[1].input[0]].shape[1:]), consts[qdq[1].input[0]])
+        qdq = None
+        found = _qdq_batched(n, consts, shapes, producers, readers, outputs)
+        if found is not None:
+            *found, qdq = found
+        else:
+            found = _batched_operands(n, consts, shapes)
         if found is None:
             nodes.append(n)
             continue
