@@ -22,7 +22,10 @@ DequantizeLinear are left to it). Weights less their zero point that leave int8 
 taken over a common factor or in parts (:func:`int8_parts`). Maps are NCHW in ONNX and
 NHWC on the chip: an input
 map enters through a transpose on the chip (``GraphBuilder.input(..., layout="NCHW")``)
-and an output map leaves through another.
+and an output map leaves through another; an input of N ``1 x 1`` maps (``[N, C, 1,
+1]``, N > 1) read only by pointwise convolutions whose outputs the model gives (a
+batched matmul, ``onnx_simplify._group_batches``) is one ``1 x N`` map on the chip
+and those outputs ``1 x N`` maps, the same bytes as the ONNX values.
 
 A node the chip does not run is refused by :class:`OnnxNodeError`, which names the
 node (``.node``, ``.op_type``) and what to change; a model-level fault (a file that
@@ -495,6 +498,13 @@ def fold_qdq(proto):
 QDQ_RELU = "folded from QDQ"
 
 
+#: How a batched matmul reaches the chip, told where the importer alone refuses one.
+_BATCHED = ("; a batched one ([B, M, K] by a constant [B, K, N], one scale and zero point "
+            "for each operand and the output, or per column for the right one) runs on "
+            "the chip as one grouped convolution when the model is planned (plan_model, "
+            "systolica sim --onnx): docs/assignment.md, 'Batches'")
+
+
 class _Importer:
     def __init__(self, onnx, proto, data: dict, name: str | None, seed: int,
                  origin: Mapping[str, str]):
@@ -517,6 +527,9 @@ class _Importer:
         self.nchw: set[str] = set()         # ONNX values that are maps (NCHW there)
         # of them, the 1-D maps (NCW there): (N, 1, W, C) maps on the chip
         self.ncw: set[str] = set()
+        # of them, batches of N 1 x 1 maps ([N, C, 1, 1] there) that only pointwise
+        # convolutions read: one (1, 1, N, C) map on the chip, the same bytes
+        self.pixels: set[str] = set()
         consumers: dict[str, list] = {}
         for node in self.nodes:
             for v in node.input:
@@ -554,7 +567,7 @@ class _Importer:
                                    f"chip's outputs are its layers'")
             t = self.names[vo.name]     # an [N, C] held as a 1 x 1 map: that map
             outs.append(self.g.nchw(t, name=self._fresh(_safe(vo.name)))
-                        if vo.name in self.nchw else t)
+                        if vo.name in self.nchw and vo.name not in self.pixels else t)
         self.graph = self.g.build(*outs)
 
     def _error(self, node, message: str) -> OnnxNodeError:
@@ -652,6 +665,18 @@ class _Importer:
                                                zero_point=zp, scale=scale, layout="NCHW")
             self.nchw.add(vi.name)
             self.ncw.add(vi.name)
+        elif x.ndim == 4 and x.shape[0] > 1 and x.shape[2:] == (1, 1) and readers \
+                and vi.name not in self.outputs \
+                and all(self._pointwise(r, vi.name) for r in readers):
+            # N 1 x 1 maps read only by pointwise convolutions whose outputs the model
+            # gives (a batched matmul: onnx_simplify._group_batches): one 1 x N map on
+            # the chip, the same DRAM bytes, which the convolutions stream; their
+            # outputs, 1 x N maps, are the bytes of their [N, C, 1, 1] values too
+            n, c = x.shape[:2]
+            self.names[vi.name] = self.g.input(x.reshape(1, 1, n, c), name=tname,
+                                               zero_point=zp, scale=scale)
+            self.nchw.add(vi.name)
+            self.pixels.add(vi.name)
         elif x.ndim == 4:
             self.names[vi.name] = self.g.input(x, name=tname, zero_point=zp, scale=scale,
                                                layout="NCHW")
@@ -666,6 +691,20 @@ class _Importer:
             self.unflattened.add(vi.name)
         else:
             self.names[vi.name] = self.g.input(x, name=tname, zero_point=zp, scale=scale)
+
+    def _pointwise(self, node, value: str) -> bool:
+        """Whether `node` is a 1x1 QLinearConv or ConvInteger of `value`, stride 1,
+        unpadded, whose output the model gives and no node reads."""
+        if node.op_type not in ("QLinearConv", "ConvInteger") or node.input[0] != value:
+            return False
+        w = self.consts.get(node.input[3 if node.op_type == "QLinearConv" else 1])
+        a = {x.name: self.onnx.helper.get_attribute_value(x) for x in node.attribute}
+        return (w is not None and w.ndim == 4 and w.shape[2:] == (1, 1)
+                and all(int(s) == 1 for s in a.get("strides", (1, 1)))
+                and not any(int(p) for p in a.get("pads", ()))
+                and a.get("auto_pad", b"NOTSET") in (b"NOTSET", "NOTSET")
+                and node.output[0] in self.outputs
+                and not self.consumers.get(node.output[0]))
 
     def _input_quant(self, value: str) -> tuple[int, float | None]:
         """An input's zero point and scale: those the first QLinear operator reading it
@@ -989,6 +1028,8 @@ class _Importer:
                                 relu=self._fuses_relu(node), relu6=self._clamp_above(node),
                                 **geometry)
         self.nchw.add(node.output[0])
+        if node.input[0] in self.pixels:
+            self.pixels.add(node.output[0])
         return out
 
     def _qlinearmatmul(self, node, a):
@@ -1035,7 +1076,8 @@ class _Importer:
             pass                                # a map, read by a convolution over it
         elif node.input[0] in self.nchw or len(self.g.tensor(x).shape) != 2:
             raise self._error(node, f"ONNX node {node.name!r} ({node.op_type}): takes an "
-                                    f"[M, K] left operand (Flatten a map first)")
+                                    f"[M, K] left operand (Flatten a map first)"
+                              + _BATCHED * (len(self.g.tensor(x).shape) == 3))
         self._check_x(node, x)
         if w.ndim != 2:
             raise self._error(node, f"ONNX node {node.name!r} ({node.op_type}): the right "

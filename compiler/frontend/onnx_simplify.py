@@ -1,8 +1,9 @@
 """The scalar clean-up of an ONNX model before its operations are assigned
 (docs/assignment.md, step 2): constant propagation, identity operators removed,
 BatchNormalization folded into the convolution before it, the integer operators'
-uint8 operands made int8 and their batched matmuls split per batch, dead code
-dropped. Each change the user might look for is said in a note."""
+uint8 operands made int8, batched matmuls by a constant made one grouped convolution
+(or, where that cannot take them, split per batch), dead code dropped. Each change
+the user might look for is said in a note."""
 
 from __future__ import annotations
 
@@ -25,8 +26,9 @@ def simplify(model: OnnxModel) -> OnnxModel:
     _fold_constants(model)
     _canonicalise(model)
     _fold_batch_norms(model)
-    if _signed(model):
-        _infer_shapes(model)        # the int8 values' shapes, for _unbatch
+    if _signed(model) or _has_batched(model):
+        _infer_shapes(model)        # the operands' shapes, for the batched matmuls
+    _group_batches(model)
     _unbatch(model)
     _drop_dead(model)
     _infer_shapes(model)            # shapes again: folding replaced values
@@ -379,6 +381,188 @@ def _signed(model: OnnxModel) -> bool:
         model.notes.append(f"made the uint8 operands of {', '.join(changed)} int8 (x - 128 "
                            f"at zero point zp - 128; the host converts inputs and outputs)")
     return bool(changed)
+
+
+#: The batched matmuls :func:`_group_batches` takes: their left and right operands'
+#: inputs, and the convolution each becomes.
+_GROUPED = {"MatMul": ((0, 1), "Conv"), "QLinearMatMul": ((0, 3), "QLinearConv")}
+
+
+def _has_batched(model: OnnxModel) -> bool:
+    """Whether some matmul has a constant 3-D right operand, or some
+    DequantizeLinear a constant 3-D input (a QDQ matmul's): the left operand's shape
+    is then needed."""
+    g = model.proto.graph
+    dims = {t.name: len(t.dims) for t in g.initializer}
+    right = {**_MATMUL_OPERANDS, **{op: at for op, (at, _) in _GROUPED.items()},
+             "DequantizeLinear": (None, 0)}
+    return any(n.op_type in right and n.domain in ("", "ai.onnx")
+               and dims.get(n.input[right[n.op_type][1]]) == 3 for n in g.node)
+
+
+def _batched_operands(n, consts, shapes):
+    """`n`'s ``(B, M, K, N)`` and right operand if it is a MatMul or QLinearMatMul of
+    ``[B, M, K]`` by a constant ``[B, K, N]`` that :func:`_group_batches` takes (a
+    QLinearMatMul's scales and zero points constant: the left operand's and the
+    output's one, the right operand's one or one per column, int8 operands), else
+    None."""
+    if n.op_type not in _GROUPED or n.domain not in ("", "ai.onnx"):
+        return None
+    (a_at, w_at), _ = _GROUPED[n.op_type]
+    a_shape, w = shapes.get(n.input[a_at]), consts.get(n.input[w_at])
+    if (w is None or w.ndim != 3 or a_shape is None or len(a_shape) != 3
+            or tuple(a_shape[::2]) != w.shape[:2] or n.input[a_at] in consts):
+        return None
+    batches, k, n_out = w.shape
+    if n.op_type == "QLinearMatMul":
+        quant = [consts.get(v) for v in n.input[1:3] + n.input[4:8]]
+        if (any(q is None for q in quant) or w.dtype != np.int8
+                or quant[1].dtype != np.int8 or quant[5].dtype != np.int8
+                or any(q.size != 1 for q in quant[:2] + quant[4:])
+                or any(q.size not in (1, n_out) or q.ndim > 1 for q in quant[2:4])):
+            return None
+        from systolica.compiler.frontend.onnx_import import int8_parts
+        parts, _ = int8_parts(w.astype(np.int64) - quant[3].astype(np.int64).reshape(
+            1, 1, -1), 2, factor="channel")
+        if len(parts) > 1:                  # as dense layers, read in parts along K
+            return None
+    elif w.dtype != np.float32:
+        return None
+    return (batches, a_shape[1], k, n_out), w
+
+
+def _qdq_batched(n, consts, shapes, producers, readers, outputs):
+    """The QDQ form of a batched MatMul that :func:`_group_batches` takes: `n` a float
+    MatMul of ``DequantizeLinear(a)`` (``a`` int8 ``[B, M, K]``) by
+    ``DequantizeLinear(w)`` (``w`` a constant int8 ``[B, K, N]``), each at one
+    constant scale and zero point, its output read by one QuantizeLinear to int8 (one
+    scale and zero point) alone: ``((B, M, K, N), w, (a's DequantizeLinear, w's, the
+    QuantizeLinear))``, else None."""
+    if n.op_type != "MatMul" or n.domain not in ("", "ai.onnx") or n.output[0] in outputs:
+        return None
+    dqs = [producers.get(v) for v in n.input[:2]]
+    qs = readers.get(n.output[0], [])
+    if len(qs) != 1 or any(d is None or d.op_type != "DequantizeLinear" for d in dqs):
+        return None
+    (a_dq, w_dq), q = dqs, qs[0]
+    if q.op_type != "QuantizeLinear":
+        return None
+
+    def one_int8(node) -> bool:
+        params = [consts.get(v) for v in node.input[1:3]]
+        return len(node.input) == 3 and all(p is not None and p.size == 1 for p in params) \
+            and params[1].dtype == np.int8
+    w, a_shape = consts.get(w_dq.input[0]), shapes.get(a_dq.input[0])
+    if (not all(one_int8(x) for x in (a_dq, w_dq, q)) or w is None or w.ndim != 3
+            or a_shape is None or len(a_shape) != 3 or tuple(a_shape[::2]) != w.shape[:2]
+            or a_dq.input[0] in consts):
+        return None
+    return (*w.shape[:1], a_shape[1], *w.shape[1:]), w, (a_dq, w_dq, q)
+
+
+def _group_batches(model: OnnxModel) -> None:
+    """A MatMul or QLinearMatMul of ``[B, M, K]`` by a constant ``[B, K, N]`` (a right
+    operand per batch; its values less their zero point int8, or int8 over a factor
+    per column) as one grouped 1x1 convolution (``Conv``, ``QLinearConv``;
+    ``group`` B) over M 1 x 1 maps of B*K channels (channel ``b*K + k`` of map ``m``
+    is batch ``b``'s ``[m, k]``; the host's ``Transpose`` and ``Reshape`` make them
+    from ``[B, M, K]``), its weights ``[B*N, K, 1, 1]`` (output channel ``b*N + n``
+    reads group ``b``), its M maps of B*N channels read back as ``[B, M, N]``
+    (``Reshape``, ``Transpose``). The chip holds the M maps as one 1 x M map (the same
+    bytes: ``onnx_import``), which the convolution streams. A QLinearMatMul's right
+    scale and zero point, one or one per column, become one or one per output channel
+    (the scales float32, as QLinearConv takes them). The chip's matcher packs the
+    groups side by side (docs/matching.md). The int32 MatMulInteger stays with
+    :func:`_unbatch`: the chip has no grouped convolution with an int32 output."""
+    from onnx import helper, numpy_helper
+    g = model.proto.graph
+    consts = _consts(g)
+    shapes = model.value_shapes()
+    fresh = _Names(g)
+    nodes, changed = [], []
+
+    def const(value: np.ndarray, base: str) -> str:
+        name = fresh(base)
+        g.initializer.append(numpy_helper.from_array(value, name))
+        return name
+
+    producers = {o: x for x in g.node for o in x.output}
+    readers: dict[str, list] = {}
+    for x in g.node:
+        for v in x.input:
+            readers.setdefault(v, []).append(x)
+    outputs = {o.name for o in g.output}
+    taken: set[int] = set()         # the QuantizeLinear nodes a rewrite replaced
+    for n in g.node:
+        if id(n) in taken:
+            continue
+        qdq = None
+        found = _qdq_batched(n, consts, shapes, producers, readers, outputs)
+        if found is not None:
+            *found, qdq = found
+        else:
+            found = _batched_operands(n, consts, shapes)
+        if found is None:
+            nodes.append(n)
+            continue
+        (batches, m, k, n_out), w = found
+        (a_at, w_at), conv = _GROUPED[n.op_type]
+        left, right, y = ((qdq[0].input[0], qdq[1].input[0], qdq[2].output[0]) if qdq
+                          else (n.input[a_at], n.input[w_at], n.output[0]))
+        base = n.name or n.output[0]
+        kernel = const(np.ascontiguousarray(w.transpose(0, 2, 1)).reshape(
+            batches * n_out, k, 1, 1), f"{right}__grouped")
+        rows, x_map, y_map = (fresh(f"{left}__mbk"), fresh(f"{left}__maps"),
+                              fresh(f"{y}__maps"))
+        y_mbn = fresh(f"{y}__mbn")
+        nodes += [helper.make_node("Transpose", [left], [rows], perm=[1, 0, 2],
+                                   name=fresh(f"{base}__to_maps_t")),
+                  helper.make_node("Reshape", [rows, const(np.array(
+                      [m, batches * k, 1, 1], np.int64), f"{base}__maps_shape")], [x_map],
+                                   name=fresh(f"{base}__to_maps"))]
+        if qdq:
+            # DequantizeLinear, Conv, QuantizeLinear: the QDQ form of the convolution
+            a_dq, w_dq, q = qdq
+            taken.add(id(q))
+            x_f, w_f, y_f = (fresh(f"{x_map}__dq"), fresh(f"{kernel}__dq"),
+                             fresh(f"{y_map}__float"))
+            nodes += [helper.make_node("DequantizeLinear", [x_map, *a_dq.input[1:]], [x_f],
+                                       name=fresh(f"{base}__maps_dq")),
+                      helper.make_node("DequantizeLinear", [kernel, *w_dq.input[1:]], [w_f],
+                                       name=fresh(f"{base}__weights_dq")),
+                      helper.make_node("Conv", [x_f, w_f], [y_f], group=batches,
+                                       kernel_shape=[1, 1], name=fresh(f"{base}__grouped")),
+                      helper.make_node("QuantizeLinear", [y_f, *q.input[1:]], [y_map],
+                                       name=fresh(f"{base}__grouped_q"))]
+        elif conv == "Conv":
+            ins = [x_map, kernel]
+        else:
+            def per_channel(v: str, dtype) -> str:
+                q = consts[v].astype(dtype)
+                q = q.reshape(()) if q.size == 1 else np.tile(q, batches)
+                return const(q, f"{v}__grouped")
+            f32 = np.float32
+            ins = [x_map, const(consts[n.input[1]].astype(f32).reshape(()), f"{n.input[1]}__f32"),
+                   n.input[2], kernel, per_channel(n.input[4], f32),
+                   per_channel(n.input[5], np.int8),
+                   const(consts[n.input[6]].astype(f32).reshape(()), f"{n.input[6]}__f32"),
+                   n.input[7]]
+        if not qdq:
+            nodes.append(helper.make_node(conv, ins, [y_map], group=batches,
+                                          kernel_shape=[1, 1], name=fresh(f"{base}__grouped")))
+        nodes += [helper.make_node("Reshape", [y_map, const(np.array(
+                      [m, batches, n_out], np.int64), f"{base}__out_shape")], [y_mbn],
+                                   name=fresh(f"{base}__from_maps")),
+                  helper.make_node("Transpose", [y_mbn], [y], perm=[1, 0, 2],
+                                   name=fresh(f"{base}__from_maps_t"))]
+        changed.append(f"{base} ({batches})")
+    if changed:
+        del g.node[:]
+        g.node.extend(nodes)
+        model.notes.append(f"made the batched matmul(s) {', '.join(changed)} one grouped "
+                           f"1x1 convolution each (a group per batch; the host views "
+                           f"[B, M, K] as M 1 x 1 maps of B*K channels, which the chip "
+                           f"holds as one 1 x M map, and the output back as [B, M, N])")
 
 
 #: The batched matmuls :func:`_unbatch` splits: their left and right operands' inputs.

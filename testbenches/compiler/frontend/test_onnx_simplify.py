@@ -168,10 +168,50 @@ def test_an_absent_zero_point_of_a_uint8_operand_becomes_minus_128():
 
 @pytest.mark.parametrize("op", ["QLinearMatMul", "MatMulInteger"])
 def test_a_batched_matmul_is_split_per_batch(op):
+    """Where one grouped convolution cannot take it: an int32 output (MatMulInteger),
+    or weights less their zero point leaving int8 (read in parts along K)."""
     b = RNG.integers(-128, 128, (3, 4, 2)).astype(np.int8)
+    b[1, 2, 0] = 127                                    # 127 - -3 leaves int8
     m = _integer_same_after(_integer_model(op, (3, 5, 4), b, np.int8(-3), TensorProto.INT8),
                             (3, 5, 4), np.int8)
     assert _kinds(m) == ["Gather", op] * 3 + ["Concat", "Reshape"]
     assert [n.name for n in m.proto.graph.node if n.op_type == op] == \
         ["mm__batch0", "mm__batch1", "mm__batch2"]
     assert any("split the batched matmul(s) mm (3)" in n for n in m.notes)
+
+
+def _grouped_node(m):
+    (conv,) = [n for n in m.proto.graph.node if n.op_type in ("Conv", "QLinearConv")]
+    return conv, {a.name: helper.get_attribute_value(a) for a in conv.attribute}
+
+
+def test_a_batched_matmul_becomes_one_grouped_convolution():
+    """``[3, 5, 4] x [3, 4, 2]`` whose weights less their zero points (one per column)
+    are int8: a QLinearConv of 3 groups over the 1 x 5 map of 12 channels, its
+    weights ``[6, 4, 1, 1]`` (output channel ``b*2 + n`` is batch b's column n), its
+    right scale and zero point one per output channel; the host moves the views."""
+    b = RNG.integers(-100, 100, (3, 4, 2)).astype(np.int8)
+    proto = _integer_model("QLinearMatMul", (3, 5, 4), b, np.array([-3, 5], np.int8),
+                           TensorProto.INT8)
+    proto.graph.initializer.append(numpy_helper.from_array(
+        np.array([0.01, 0.02], np.float32), "bs"))
+    proto.graph.node[0].input[4] = "bs"
+    m = _integer_same_after(proto, (3, 5, 4), np.int8)
+    assert _kinds(m) == ["Transpose", "Reshape", "QLinearConv", "Reshape", "Transpose"]
+    conv, attrs = _grouped_node(m)
+    assert conv.name == "mm__grouped" and attrs["group"] == 3
+    consts = {t.name: numpy_helper.to_array(t) for t in m.proto.graph.initializer}
+    w = consts[conv.input[3]]
+    assert w.shape == (6, 4, 1, 1) and np.array_equal(w[2 * 1 + 1, :, 0, 0], b[1, :, 1])
+    assert np.array_equal(consts[conv.input[4]], np.tile([0.01, 0.02], 3).astype(np.float32))
+    assert np.array_equal(consts[conv.input[5]], np.tile([-3, 5], 3))
+    assert any("batched matmul(s) mm (3) one grouped 1x1 convolution" in n for n in m.notes)
+
+
+def test_a_float_batched_matmul_becomes_one_grouped_conv():
+    """Before quantisation: a float ``Conv`` of 4 groups, the model's values alike."""
+    w = RNG.standard_normal((4, 3, 5)).astype(np.float32)
+    m = _same_after(_model([helper.make_node("MatMul", ["x", "w"], ["y"], name="heads")],
+                           {"w": w}, shape=(4, 6, 3)), shape=(4, 6, 3))
+    assert _kinds(m) == ["Transpose", "Reshape", "Conv", "Reshape", "Transpose"]
+    assert _grouped_node(m)[1]["group"] == 4
