@@ -397,10 +397,10 @@ class Conv2d:
                 raise CompileError(f"{who}: int32 output is not requantised; leave mult, "
                                    f"shift and zp at 1, 0, 0 without relu, or use "
                                    f"out_dtype='int8'")
-            if self.groups != 1:
-                raise CompileError(f"{who}: an int32 output is taken from convolutions of "
-                                   f"one group, not grouped or depthwise ones (groups = "
-                                   f"{self.groups}); use out_dtype='int8'")
+            if self.depthwise:
+                raise CompileError(f"{who}: an int32 output is taken from convolutions "
+                                   f"over channel groups, not depthwise ones (groups = "
+                                   f"{self.groups} = Cin = Cout); use out_dtype='int8'")
 
     @property
     def kernel(self) -> tuple[int, int]:

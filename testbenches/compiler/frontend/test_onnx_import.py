@@ -437,11 +437,12 @@ def _qoperator(build):
     return m.build(inputs, outputs)
 
 
-def _grouped_convinteger():
-    """A ConvInteger of 2 groups (an int32 output, which the chip makes of one group)."""
-    w = onnx.numpy_helper.from_array(np.ones((4, 2, 3, 3), np.int8), "w")
+def _depthwise_convinteger():
+    """A depthwise ConvInteger (an int32 output, which the chip makes of channel groups
+    but not of a depthwise convolution's diagonal)."""
+    w = onnx.numpy_helper.from_array(np.ones((4, 1, 3, 3), np.int8), "w")
     graph = helper.make_graph(
-        [helper.make_node("ConvInteger", ["x", "w"], ["y"], name="conv", group=2)], "m",
+        [helper.make_node("ConvInteger", ["x", "w"], ["y"], name="conv", group=4)], "m",
         [helper.make_tensor_value_info("x", TensorProto.INT8, [1, 4, 5, 5])],
         [helper.make_tensor_value_info("y", TensorProto.INT32, None)], [w])
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
@@ -468,9 +469,9 @@ NODE_REFUSALS = [
         _node(g, "pool"), "op_type", "LpPool")), "pool", "LpPool",
                  "LpPool between DequantizeLinear and QuantizeLinear is not lowered",
                  id="qdq-lppool"),
-    pytest.param(_grouped_convinteger, "conv", "ConvInteger",
-                 "int32 output is taken from convolutions of one group",
-                 id="grouped-convinteger"),
+    pytest.param(_depthwise_convinteger, "conv", "ConvInteger",
+                 "int32 output is taken from convolutions over channel groups, not "
+                 "depthwise ones", id="depthwise-convinteger"),
     pytest.param(lambda: _edited(onnx_models.qdq_cnn(), _float_weights), "conv1", "Conv",
                  "its weights 'conv1_w_float' is not a DequantizeLinear's output",
                  id="qdq-float-weights"),

@@ -156,3 +156,16 @@ def test_a_one_dimensional_convolution_runs_exactly():
     graph = conv(1, 40, 4, 8, (1, 7), stride=2, pads=(0, 3, 0, 3))
     compiled = run(TINY, graph)
     assert compiled.mappings["c"].layout == "replicated"
+
+
+def test_a_grouped_convolution_with_an_int32_output_runs_exactly_both_ways():
+    """ONNX's grouped ConvInteger: the accumulator is the output, each group's bias
+    folding in the input zero point over its own channels."""
+    rng = np.random.default_rng(4)
+    g = GraphBuilder("g32")
+    x = g.input(rng.integers(-128, 128, size=(1, 6, 7, 16), dtype=np.int8), zero_point=5)
+    w = rng.integers(-128, 128, size=(3, 3, 4, 8), dtype=np.int8)
+    t = g.conv2d(x, w, rng.integers(-1000, 1000, 8, dtype=np.int32), pads=1, groups=4,
+                 out_dtype="int32", name="c")
+    graph = g.build(t)
+    assert run(TINY, graph).predicted_cycles < run(TINY, graph, mapping="static").predicted_cycles
