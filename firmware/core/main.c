@@ -1,0 +1,130 @@
+/* The command loop: run the step table the host left in the mailbox, one step after
+ * the other, and write the result word at the end.
+ *
+ * A chip step loads the program's configuration (PROG_ADDR, PROG_LEN, the UBUF
+ * region), writes CTRL.START and sleeps in `waitirq` until the accelerator's interrupt
+ * line is high, that is until the run has stopped (done or fault): the line is
+ * masked, so no handler runs, and `waitirq` only wakes the core. The loop re-reads
+ * STATUS after each wake-up, so a wake-up for another reason (or a latched line that
+ * stays pending) costs a register read, never a wrong step. CTRL.IRQ_ACK then lowers
+ * the line. A fault stops the table: its code, program index and cycle go into the
+ * mailbox.
+ *
+ * The mailbox's layout and every number of the chip come from the generated headers
+ * (table.h, regs.h: systolica.firmware.core_image). */
+#include "picorv32.h"
+#include "runtime.h"
+#include "table.h"
+
+__attribute__((section(".mailbox"))) volatile struct fw_mailbox fw_mailbox;
+
+static void finish(uint32_t result)
+{
+    fw_mailbox.result = result;      /* written last: the host polls this word */
+}
+
+static void stop_at(uint32_t step, uint32_t result, uint32_t code)
+{
+    fw_mailbox.fault_step = step;
+    fw_mailbox.fault_code = code;
+    finish(result);
+}
+
+/* Sleep until the chip has stopped; return its STATUS. */
+static uint32_t wait_stopped(void)
+{
+    uint32_t status;
+    for (;;) {
+        status = reg_read(REG_STATUS);
+        if (!(status & STATUS_RUNNING) && (status & (STATUS_DONE | STATUS_ERROR)))
+            return status;
+        waitirq();
+    }
+}
+
+/* Write the UBUF region so that every intermediate pair is one the chip accepts (no
+ * UBUF first), and read it back: the chip ignores a pair it does not allow. */
+static int set_ubuf(uint32_t base, uint32_t rows)
+{
+    reg_write(REG_UBUF_ROWS, 0);
+    reg_write(REG_UBUF_BASE, base);
+    reg_write(REG_UBUF_ROWS, rows);
+    return reg_read(REG_UBUF_BASE) == base && reg_read(REG_UBUF_ROWS) == rows;
+}
+
+/* Run one chip step; return FW_RESULT_OK to go on, else the result that stops the
+ * table (its details already in the mailbox). */
+static uint32_t run_chip_step(uint32_t index, const volatile struct fw_step *step)
+{
+    uint32_t status;
+
+    reg_write(REG_PROG_ADDR, step->prog_addr);
+    reg_write(REG_PROG_LEN, step->prog_len);
+    if (reg_read(REG_PROG_ADDR) != step->prog_addr || reg_read(REG_PROG_LEN) != step->prog_len) {
+        stop_at(index, FW_RESULT_BAD_STEP, FW_STEP_PROBLEM_PROGRAM_REFUSED);
+        return FW_RESULT_BAD_STEP;
+    }
+    if (!set_ubuf(step->ubuf_base, step->ubuf_rows)) {
+        stop_at(index, FW_RESULT_BAD_STEP, FW_STEP_PROBLEM_UBUF_REFUSED);
+        return FW_RESULT_BAD_STEP;
+    }
+    reg_write(REG_CTRL, CTRL_START);
+    status = wait_stopped();
+    if (status & STATUS_ERROR) {
+        uint32_t code = reg_read(REG_ERROR);
+
+        fw_mailbox.fault_pc = reg_read(REG_FAULT_PC);
+        fw_mailbox.fault_cycle = reg_read(REG_FAULT_CYCLE);
+        reg_write(REG_CTRL, CTRL_IRQ_ACK);
+        stop_at(index, FW_RESULT_CHIP_FAULT, code);
+        return FW_RESULT_CHIP_FAULT;
+    }
+    fw_mailbox.cycles += reg_read(REG_CYCLES);
+    reg_write(REG_CTRL, CTRL_IRQ_ACK);
+    return FW_RESULT_OK;
+}
+
+int main(void)
+{
+    uint32_t n = fw_mailbox.n_steps;
+
+    fw_mailbox.steps_done = 0;
+    fw_mailbox.cycles = 0;
+    if (fw_mailbox.magic != FW_MAGIC || n > FW_MAX_STEPS) {
+        stop_at(0, FW_RESULT_BAD_TABLE, 0);
+        return 0;
+    }
+    for (uint32_t i = 0; i < n; i++) {
+        const volatile struct fw_step *step = &fw_mailbox.steps[i];
+        uint32_t result;
+
+        switch (step->kind) {
+        case FW_STEP_CHIP:
+            result = run_chip_step(i, step);
+            break;
+        case FW_STEP_KERNEL:   /* this build has no kernels yet */
+            stop_at(i, FW_RESULT_BAD_STEP, FW_STEP_PROBLEM_NO_KERNEL);
+            return 0;
+        default:
+            stop_at(i, FW_RESULT_BAD_STEP, FW_STEP_PROBLEM_UNKNOWN_KIND);
+            return 0;
+        }
+        if (result != FW_RESULT_OK)
+            return 0;
+        fw_mailbox.steps_done = i + 1;
+    }
+    finish(FW_RESULT_OK);
+    return 0;
+}
+
+/* Only the trap interrupts (ebreak, ecall, an illegal instruction, a misaligned
+ * access) are unmasked: record where the core stopped and sleep for good, since
+ * returning would run the faulting instruction again. */
+void fw_irq(uint32_t *frame, uint32_t pending, uint32_t return_pc)
+{
+    (void)frame;
+    fw_mailbox.fault_pc = return_pc;
+    stop_at(fw_mailbox.steps_done, FW_RESULT_TRAP, pending);
+    for (;;)
+        waitirq();
+}
