@@ -166,8 +166,8 @@ class CoreImage:
 
 
 def _check_size(name: str, value: int) -> int:
-    if not isinstance(value, int) or value < 1024 or value & (value - 1):
-        raise FirmwareError(f"{name} must be a power of two of at least 1024 bytes, "
+    if not isinstance(value, int) or value < 256 or value & (value - 1):
+        raise FirmwareError(f"{name} must be a power of two of at least 256 bytes, "
                             f"not {value!r}")
     return value
 
