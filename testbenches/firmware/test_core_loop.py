@@ -1,0 +1,200 @@
+"""The firmware's command loop, run in an instruction-set model (unicorn, RV32) with a
+small stand-in for the chip's register interface: it walks the host's step table,
+configures and starts each program, sleeps until the run stops, and writes the
+result word once, with the fault's details when a step cannot run or the chip faults.
+
+The model maps the instruction memory, the data memory and the register window at
+the addresses of docs/management-core.md. PicoRV32's interrupt instructions (custom-0)
+are illegal to unicorn; its illegal-instruction hook carries them out: ``maskirq``
+keeps the mask, ``waitirq`` lets the stand-in chip finish its run and returns the
+accelerator's line (interrupt 0), or ends the emulation when the chip is idle with
+nothing pending (the firmware has parked)."""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass, field
+
+import pytest
+from unicorn import UC_ARCH_RISCV, UC_HOOK_INTR, UC_MODE_RISCV32, UC_PROT_ALL, Uc
+from unicorn.riscv_const import UC_RISCV_REG_PC, UC_RISCV_REG_X0
+
+from systolica.arch.regs import (
+    CTRL_IRQ_ACK,
+    CTRL_START,
+    STATUS_DONE,
+    STATUS_ERROR,
+    STATUS_RUNNING,
+    ErrorCode,
+    Reg,
+)
+from systolica.firmware import core_image
+from systolica.firmware.core_image import (
+    DMEM_BASE,
+    FW_MAGIC,
+    IMEM_BASE,
+    MAILBOX_FIELDS,
+    REGS_BASE,
+    FwResult,
+    FwStepKind,
+    FwStepProblem,
+)
+
+ACCEL_IRQ = 1 << 0          # docs/management-core.md: interrupt 0 is the accelerator's
+CUSTOM0 = 0x0B
+WAITIRQ, MASKIRQ = 4, 3     # funct7 of PicoRV32's instructions
+INSTRUCTION_LIMIT = 200_000
+
+
+@dataclass
+class FakeChip:
+    """The register interface as rtl/csr.py behaves, with runs that take no time: a
+    START finishes the run (DONE, or ERROR for a program address in `faults`) when the
+    core next sleeps; IRQ_ACK or the next START clears DONE/ERROR and the line. A UBUF
+    region whose rows are not a power of two is refused (the register keeps its value)."""
+    faults: dict[int, tuple[ErrorCode, int, int]] = field(default_factory=dict)
+    values: dict[Reg, int] = field(default_factory=lambda: dict.fromkeys(Reg, 0))
+    running: bool = False
+    done: bool = False
+    error: bool = False
+    writes: list[tuple[str, int]] = field(default_factory=list)
+    starts: list[tuple[int, int, int, int]] = field(default_factory=list)
+
+    @property
+    def irq(self) -> bool:
+        return self.done or self.error
+
+    def read(self, reg: Reg) -> int:
+        if reg == Reg.STATUS:
+            return (STATUS_RUNNING * self.running | STATUS_DONE * self.done
+                    | STATUS_ERROR * self.error)
+        return self.values[reg]
+
+    def write(self, reg: Reg, value: int) -> None:
+        self.writes.append((reg.name, value))
+        if reg == Reg.CTRL:
+            if value & CTRL_START and not self.running:
+                self.running, self.done, self.error = True, False, False
+                v = self.values
+                self.starts.append((v[Reg.PROG_ADDR], v[Reg.PROG_LEN], v[Reg.UBUF_BASE],
+                                    v[Reg.UBUF_ROWS]))
+            elif value & CTRL_IRQ_ACK:
+                self.done = self.error = False
+        elif reg == Reg.UBUF_ROWS and value & (value - 1):
+            pass
+        elif not self.running:
+            self.values[reg] = value
+
+    def advance(self) -> None:
+        """Let a run that was started finish."""
+        if not self.running:
+            return
+        self.running = False
+        fault = self.faults.get(self.values[Reg.PROG_ADDR])
+        if fault:
+            self.error = True
+            code, pc, cycle = fault
+            self.values |= {Reg.ERROR: code, Reg.FAULT_PC: pc, Reg.FAULT_CYCLE: cycle,
+                            Reg.CYCLES: cycle}
+        else:
+            self.done = True
+            self.values[Reg.CYCLES] = 1000 + self.values[Reg.PROG_LEN]
+
+
+def run_firmware(image: core_image.CoreImage, chip: FakeChip, mailbox: bytes) -> dict:
+    """Run `image` from reset with `mailbox` at the start of the data memory until it
+    parks; return the mailbox's words by name."""
+    uc = Uc(UC_ARCH_RISCV, UC_MODE_RISCV32)
+    uc.mem_map(IMEM_BASE, image.imem_bytes, UC_PROT_ALL)
+    uc.mem_map(DMEM_BASE, image.dmem_bytes, UC_PROT_ALL)
+    uc.mem_write(IMEM_BASE, image.imem)
+    uc.mem_write(DMEM_BASE, image.dmem)
+    uc.mem_write(DMEM_BASE, mailbox)
+    uc.mmio_map(REGS_BASE, 0x1000, lambda uc, offset, size, data: chip.read(Reg(offset // 4)),
+                None, lambda uc, offset, size, value, data: chip.write(Reg(offset // 4), value),
+                None)
+
+    def custom(uc, intno, data):
+        # unicorn reports an illegal instruction with the pc already past it
+        pc = uc.reg_read(UC_RISCV_REG_PC) - 4
+        word, = struct.unpack("<I", uc.mem_read(pc, 4))
+        assert word & 0x7F == CUSTOM0, f"the firmware trapped at 0x{pc:x} (0x{word:08x})"
+        funct7, rd = word >> 25, (word >> 7) & 31
+        result = 0
+        if funct7 == WAITIRQ:
+            chip.advance()
+            if not chip.irq:
+                uc.emu_stop()          # parked: nothing will ever wake it
+            result = ACCEL_IRQ if chip.irq else 0
+        else:
+            assert funct7 == MASKIRQ, f"unexpected custom instruction 0x{word:08x} at 0x{pc:x}"
+        if rd:
+            uc.reg_write(UC_RISCV_REG_X0 + rd, result)
+        uc.reg_write(UC_RISCV_REG_PC, pc + 4)
+
+    uc.hook_add(UC_HOOK_INTR, custom)
+    uc.emu_start(IMEM_BASE, IMEM_BASE + image.imem_bytes, count=INSTRUCTION_LIMIT)
+    words = struct.unpack_from(f"<{len(MAILBOX_FIELDS)}I",
+                               uc.mem_read(DMEM_BASE, 4 * len(MAILBOX_FIELDS)))
+    return dict(zip(MAILBOX_FIELDS, words))
+
+
+def mailbox(steps: list[dict], *, magic: int = FW_MAGIC, n_steps: int | None = None) -> bytes:
+    """The table the host writes: a header and each step's words (missing ones 0)."""
+    head = dict.fromkeys(MAILBOX_FIELDS, 0) | {
+        "magic": magic, "n_steps": len(steps) if n_steps is None else n_steps}
+    words = [head[f] for f in MAILBOX_FIELDS]
+    for step in steps:
+        words += [step.get(f, 0) for f in core_image.STEP_FIELDS]
+    return struct.pack(f"<{len(words)}I", *words)
+
+
+def chip_step(prog_addr: int, prog_len: int, ubuf_base: int = 0, ubuf_rows: int = 0) -> dict:
+    return dict(kind=FwStepKind.CHIP, prog_addr=prog_addr, prog_len=prog_len,
+                ubuf_base=ubuf_base, ubuf_rows=ubuf_rows)
+
+
+@pytest.fixture(scope="module")
+def image():
+    return core_image.build()
+
+
+def test_the_loop_runs_a_two_step_table(image):
+    chip = FakeChip()
+    out = run_firmware(image, chip, mailbox([chip_step(0x100, 40), chip_step(0x800, 70, 64, 32)]))
+    assert out["result"] == FwResult.OK and out["steps_done"] == 2
+    assert out["cycles"] == (1000 + 40) + (1000 + 70)
+    assert chip.starts == [(0x100, 40, 0, 0), (0x800, 70, 64, 32)]
+    # configuration, START, the acknowledgement of the interrupt, for each step
+    second = chip.writes[chip.writes.index(("CTRL", CTRL_IRQ_ACK)) + 1:]
+    assert second == [("PROG_ADDR", 0x800), ("PROG_LEN", 70), ("UBUF_ROWS", 0),
+                      ("UBUF_BASE", 64), ("UBUF_ROWS", 32), ("CTRL", CTRL_START),
+                      ("CTRL", CTRL_IRQ_ACK)]
+    assert not chip.irq and not chip.running
+
+
+def test_a_chip_fault_stops_the_table_with_its_code_pc_and_cycle(image):
+    chip = FakeChip(faults={0x200: (ErrorCode.LATE, 17, 1234)})
+    out = run_firmware(image, chip, mailbox(
+        [chip_step(0x100, 8), chip_step(0x200, 8), chip_step(0x300, 8)]))
+    assert out["result"] == FwResult.CHIP_FAULT
+    assert (out["steps_done"], out["fault_step"]) == (1, 1)
+    assert (out["fault_code"], out["fault_pc"], out["fault_cycle"]) == (ErrorCode.LATE, 17, 1234)
+    assert len(chip.starts) == 2 and not chip.irq       # acknowledged, the third not started
+
+
+@pytest.mark.parametrize("table, result, step, code", [
+    (mailbox([chip_step(0x100, 8)], magic=0), FwResult.BAD_TABLE, 0, 0),
+    (mailbox([], n_steps=core_image.MAX_STEPS + 1), FwResult.BAD_TABLE, 0, 0),
+    (mailbox([]), FwResult.OK, 0, 0),
+    (mailbox([chip_step(0x100, 8), dict(kind=FwStepKind.KERNEL, kernel=1)]),
+     FwResult.BAD_STEP, 1, FwStepProblem.NO_KERNEL),
+    (mailbox([dict(kind=9)]), FwResult.BAD_STEP, 0, FwStepProblem.UNKNOWN_KIND),
+    (mailbox([chip_step(0x100, 8, ubuf_base=64, ubuf_rows=48)]),
+     FwResult.BAD_STEP, 0, FwStepProblem.UBUF_REFUSED),
+], ids=["magic", "too-many-steps", "empty", "kernel", "unknown-kind", "ubuf-refused"])
+def test_a_table_the_firmware_cannot_run_is_reported(image, table, result, step, code):
+    chip = FakeChip()
+    out = run_firmware(image, chip, table)
+    assert (out["result"], out["fault_step"], out["fault_code"]) == (result, step, code)
+    assert not chip.running
