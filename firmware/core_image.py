@@ -248,7 +248,8 @@ def _compile(files: dict[str, str], out: Path, elf: Path) -> float:
             raise FirmwareError(
                 f"the firmware does not fit the core's {memory} memory: {section} overflows "
                 f"it by {over} bytes; give the core a larger {memory} memory "
-                f"({'imem' if region == 'IMEM' else 'dmem'}_bytes) or shrink the firmware")
+                + ("(imem_bytes) or shrink the firmware" if region == "IMEM" else
+                   "(dmem_bytes) or a smaller step table (max_steps)"))
         if "STACK_MIN_BYTES" in done.stderr:
             raise FirmwareError("the firmware's data leave less than the 1024 bytes of stack "
                                 "link.ld asks for in the core's data memory; give the core a "

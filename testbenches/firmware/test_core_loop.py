@@ -5,10 +5,11 @@ result word once, with the fault's details when a step cannot run or the chip fa
 
 The model maps the instruction memory, the data memory and the register window at
 the addresses of docs/management-core.md. PicoRV32's interrupt instructions (custom-0)
-are illegal to unicorn; its illegal-instruction hook carries them out: ``maskirq``
-keeps the mask, ``waitirq`` lets the stand-in chip finish its run and returns the
-accelerator's line (interrupt 0), or ends the emulation when the chip is idle with
-nothing pending (the firmware has parked)."""
+are illegal to unicorn; its illegal-instruction hook carries them out (the q
+registers, the mask, entering and leaving the interrupt handler), and turns any other
+illegal instruction into PicoRV32's trap interrupt. ``waitirq`` lets the stand-in chip
+finish its run and returns the accelerator's line (interrupt 0), or ends the
+emulation when the chip is idle with nothing pending (the firmware has parked)."""
 
 from __future__ import annotations
 
@@ -41,8 +42,10 @@ from systolica.firmware.core_image import (
 )
 
 ACCEL_IRQ = 1 << 0          # docs/management-core.md: interrupt 0 is the accelerator's
+IRQ_TRAP = 1 << 1          # PicoRV32's: ebreak, ecall, an illegal instruction
+PROGADDR_IRQ = 0x10
 CUSTOM0 = 0x0B
-WAITIRQ, MASKIRQ = 4, 3     # funct7 of PicoRV32's instructions
+GETQ, SETQ, RETIRQ, MASKIRQ, WAITIRQ = range(5)     # funct7 of PicoRV32's instructions
 INSTRUCTION_LIMIT = 200_000
 
 
@@ -101,42 +104,67 @@ class FakeChip:
             self.values[Reg.CYCLES] = 1000 + self.values[Reg.PROG_LEN]
 
 
-def run_firmware(image: core_image.CoreImage, chip: FakeChip, mailbox: bytes) -> dict:
-    """Run `image` from reset with `mailbox` at the start of the data memory until it
-    parks; return the mailbox's words by name."""
+@dataclass
+class CoreRun:
+    """What a run left: the mailbox's words by name, and the memories."""
+    mailbox: dict[str, int]
+    uc: Uc
+
+    def word(self, address: int) -> int:
+        return struct.unpack("<I", self.uc.mem_read(address, 4))[0]
+
+
+def run_firmware(image: core_image.CoreImage, chip: FakeChip, mailbox: bytes,
+                 patches: dict[int, int] | None = None) -> CoreRun:
+    """Run `image` (with the instruction words `patches` replaced) from reset with
+    `mailbox` at the start of the data memory until it parks."""
     uc = Uc(UC_ARCH_RISCV, UC_MODE_RISCV32)
     uc.mem_map(IMEM_BASE, image.imem_bytes, UC_PROT_ALL)
     uc.mem_map(DMEM_BASE, image.dmem_bytes, UC_PROT_ALL)
     uc.mem_write(IMEM_BASE, image.imem)
+    for address, word in (patches or {}).items():
+        uc.mem_write(address, struct.pack("<I", word))
     uc.mem_write(DMEM_BASE, image.dmem)
     uc.mem_write(DMEM_BASE, mailbox)
     uc.mmio_map(REGS_BASE, 0x1000, lambda uc, offset, size, data: chip.read(Reg(offset // 4)),
                 None, lambda uc, offset, size, value, data: chip.write(Reg(offset // 4), value),
                 None)
+    core = {"q": [0] * 4, "mask": 0xFFFF_FFFF, "in_irq": False}   # PicoRV32's IRQ state
+    reg = lambda n: uc.reg_read(UC_RISCV_REG_X0 + n) if n else 0
 
     def custom(uc, intno, data):
         # unicorn reports an illegal instruction with the pc already past it
         pc = uc.reg_read(UC_RISCV_REG_PC) - 4
         word, = struct.unpack("<I", uc.mem_read(pc, 4))
-        assert word & 0x7F == CUSTOM0, f"the firmware trapped at 0x{pc:x} (0x{word:08x})"
-        funct7, rd = word >> 25, (word >> 7) & 31
-        result = 0
-        if funct7 == WAITIRQ:
+        funct7, rs1, rd = word >> 25, (word >> 15) & 31, (word >> 7) & 31
+        q, result, next_pc = core["q"], None, pc + 4
+        if word & 0x7F != CUSTOM0:        # illegal to PicoRV32 too: its trap interrupt
+            assert not core["in_irq"] and not core["mask"] & IRQ_TRAP, \
+                f"the core halts at 0x{pc:x} (0x{word:08x})"
+            q[0], q[1], core["in_irq"], next_pc = pc + 4, IRQ_TRAP, True, PROGADDR_IRQ
+        elif funct7 == GETQ:
+            result = q[rs1 & 3]
+        elif funct7 == SETQ:
+            q[rd & 3] = reg(rs1)
+        elif funct7 == RETIRQ:
+            core["in_irq"], next_pc = False, q[0]
+        elif funct7 == MASKIRQ:
+            result, core["mask"] = core["mask"], reg(rs1)
+        else:
+            assert funct7 == WAITIRQ, f"unexpected custom instruction 0x{word:08x} at 0x{pc:x}"
             chip.advance()
             if not chip.irq:
                 uc.emu_stop()          # parked: nothing will ever wake it
             result = ACCEL_IRQ if chip.irq else 0
-        else:
-            assert funct7 == MASKIRQ, f"unexpected custom instruction 0x{word:08x} at 0x{pc:x}"
-        if rd:
+        if result is not None and rd:
             uc.reg_write(UC_RISCV_REG_X0 + rd, result)
-        uc.reg_write(UC_RISCV_REG_PC, pc + 4)
+        uc.reg_write(UC_RISCV_REG_PC, next_pc)
 
     uc.hook_add(UC_HOOK_INTR, custom)
     uc.emu_start(IMEM_BASE, IMEM_BASE + image.imem_bytes, count=INSTRUCTION_LIMIT)
     words = struct.unpack_from(f"<{len(MAILBOX_FIELDS)}I",
                                uc.mem_read(DMEM_BASE, 4 * len(MAILBOX_FIELDS)))
-    return dict(zip(MAILBOX_FIELDS, words))
+    return CoreRun(dict(zip(MAILBOX_FIELDS, words)), uc)
 
 
 def mailbox(steps: list[dict], *, magic: int = FW_MAGIC, n_steps: int | None = None) -> bytes:
@@ -161,7 +189,8 @@ def image():
 
 def test_the_loop_runs_a_two_step_table(image):
     chip = FakeChip()
-    out = run_firmware(image, chip, mailbox([chip_step(0x100, 40), chip_step(0x800, 70, 64, 32)]))
+    out = run_firmware(image, chip,
+                       mailbox([chip_step(0x100, 40), chip_step(0x800, 70, 64, 32)])).mailbox
     assert out["result"] == FwResult.OK and out["steps_done"] == 2
     assert out["cycles"] == (1000 + 40) + (1000 + 70)
     assert chip.starts == [(0x100, 40, 0, 0), (0x800, 70, 64, 32)]
@@ -176,7 +205,7 @@ def test_the_loop_runs_a_two_step_table(image):
 def test_a_chip_fault_stops_the_table_with_its_code_pc_and_cycle(image):
     chip = FakeChip(faults={0x200: (ErrorCode.LATE, 17, 1234)})
     out = run_firmware(image, chip, mailbox(
-        [chip_step(0x100, 8), chip_step(0x200, 8), chip_step(0x300, 8)]))
+        [chip_step(0x100, 8), chip_step(0x200, 8), chip_step(0x300, 8)])).mailbox
     assert out["result"] == FwResult.CHIP_FAULT
     assert (out["steps_done"], out["fault_step"]) == (1, 1)
     assert (out["fault_code"], out["fault_pc"], out["fault_cycle"]) == (ErrorCode.LATE, 17, 1234)
@@ -195,6 +224,18 @@ def test_a_chip_fault_stops_the_table_with_its_code_pc_and_cycle(image):
 ], ids=["magic", "too-many-steps", "empty", "kernel", "unknown-kind", "ubuf-refused"])
 def test_a_table_the_firmware_cannot_run_is_reported(image, table, result, step, code):
     chip = FakeChip()
-    out = run_firmware(image, chip, table)
+    out = run_firmware(image, chip, table).mailbox
     assert (out["result"], out["fault_step"], out["fault_code"]) == (result, step, code)
     assert not chip.running
+
+
+def test_a_trap_enters_the_handler_which_records_it_and_parks(image):
+    """An illegal instruction at main's first word: the interrupt entry saves the
+    registers on the interrupt stack and the handler reports the trap."""
+    main = image.symbols["main"]
+    run = run_firmware(image, FakeChip(), mailbox([chip_step(0x100, 8)]), patches={main: 0})
+    out = run.mailbox
+    assert (out["result"], out["fault_code"], out["fault_pc"]) == (FwResult.TRAP, IRQ_TRAP,
+                                                                   main + 4)
+    frame = image.symbols["__irq_stack_top"] - 128
+    assert run.word(frame + 4 * 2) == image.symbols["__stack_top"]     # the saved sp
