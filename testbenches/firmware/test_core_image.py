@@ -123,7 +123,7 @@ def test_the_build_is_cached_by_its_inputs(tmp_path, monkeypatch):
     (dict(imem_bytes=3000), "instruction memory's size must be a power of two"),
     (dict(dmem_bytes=128), "data memory's size must be a power of two of at least 256"),
     (dict(max_steps=0), "step table needs at least one entry"),
-])
+], ids=["imem", "dmem", "stack", "imem-size", "dmem-size", "no-steps"])
 def test_an_image_that_does_not_fit_is_refused(params, message):
     with pytest.raises(FirmwareError, match=re.escape(message)):
         core_image.build(**params)
