@@ -49,7 +49,8 @@ MAX_STEPS = 64
 
 TARGET = ("-target", "riscv32-freestanding-none", "-mcpu=generic_rv32+m")
 CFLAGS = (*TARGET, "-O2", "-g0", "-ffreestanding", "-fno-builtin", "-nostdlib", "-std=c11",
-          "-Wall", "-Wextra", "-Werror", "-fno-asynchronous-unwind-tables", "-fomit-frame-pointer", "-mno-relax")
+          "-Wall", "-Wextra", "-Werror", "-fno-asynchronous-unwind-tables",
+          "-fomit-frame-pointer", "-mno-relax")
 #: the ELF's machine (EM_RISCV) and its flag for compressed instructions (EF_RISCV_RVC)
 EM_RISCV = 243
 EF_RISCV_RVC = 0x1
