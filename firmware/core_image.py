@@ -55,11 +55,12 @@ CFLAGS = (*TARGET, "-O2", "-g0", "-ffreestanding", "-fno-builtin", "-nostdlib", 
 EM_RISCV = 243
 EF_RISCV_RVC = 0x1
 
-#: what the firmware leaves the host, in ``FwMailbox.result``
-FW_MAGIC = 0x5354_4231      # "STB1": a table of this layout
+#: the mailbox's ``magic``: "STB1", a table of this layout
+FW_MAGIC = 0x5354_4231
 
 
 class FwResult(enum.IntEnum):
+    """The mailbox's ``result``: what the firmware leaves the host."""
     RUNNING = 0       # not finished (or not started)
     OK = 1            # every step ran; ``cycles`` is the chip's cycles summed
     CHIP_FAULT = 2    # the chip stopped step ``fault_step`` with ErrorCode ``fault_code``

@@ -6,10 +6,10 @@
  * the core sleeps for good.
  *
  * Interrupt (address 0x10, PicoRV32's PROGADDR_IRQ): every register but x0 is saved
- * in a frame on the interrupt stack (below the main stack's region is not assumed
- * valid: a trap may come from a wrong sp), fw_irq(frame, pending, return_pc) is
- * called, the registers are restored and `retirq` returns. q2 and q3 hold ra and sp
- * while the frame is set up.
+ * in a frame on the interrupt stack, a region of its own at the top of the data
+ * memory (a trap may come from code whose sp is wrong), fw_irq(frame, pending,
+ * return_pc) is called, the registers are restored and `retirq` returns. q2 and q3
+ * hold ra and sp while the frame is set up.
  *
  * The custom instructions, with `.insn r opcode, funct3, funct7, rd, rs1, rs2`
  * (q registers are named by their number in the x fields):
