@@ -1,0 +1,316 @@
+"""The management core (:class:`systolica.rtl.mgmt_core.MgmtCore`): PicoRV32 and its
+memories, running programs.
+
+Both sides of the test are here. The pytest side (:func:`build_images`) assembles the
+programs with ``ziglang`` and writes each as a memory image (JSON: byte address ->
+word, from the ELF's loadable segments); the cocotb side loads an image through the
+block's load port with the core held, lets it run, and serves its register window
+(answering each request after 0 to 3 cycles) while recording what it writes.
+
+Cases:
+
+* ``isa``: the 45 RV32I(M) instruction tests of ``pythondata-cpu-picorv32``
+  (``verilog/tests/*.S``, adapted riscv-tests) linked into one image, run one after
+  another as PicoRV32's own firmware runs them (``firmware/start.S``), with the test
+  environment of ``mgmt_core/isa_env.h``: every test prints ``<name>..OK`` on the
+  console (window word 31), a failing one prints ``ERROR`` and stops the core on
+  ``ebreak``; the image ends by writing ``123456789`` there.
+* ``irq``: ``mgmt_core/irq_test.S``: interrupt 0 raised while the program counts
+  enters the handler at ``PROGADDR_IRQ`` once, with the pending mask 1; the program
+  then finishes its count.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import random
+import subprocess
+from pathlib import Path
+
+import cocotb
+from cocotb.clock import Clock
+from cocotb.simtime import get_sim_time
+from cocotb.triggers import ClockCycles, Event, FallingEdge, First, ReadOnly, RisingEdge
+
+from systolica.rtl.mgmt_core import DMEM_BASE, IMEM_BASE
+
+from tb_base import CLOCK_NS, case_names
+
+HERE = Path(__file__).resolve().parent / "mgmt_core"
+#: The memories of the block under test (words).
+IMEM_WORDS, DMEM_WORDS = 16384, 1024
+#: How many instruction tests the package ships (a different number is a different
+#: package, which this test should be looked at for).
+ISA_TESTS = 45
+CONSOLE, MSG, HANDLER = 31, 30, 29
+ISA_DONE = 123456789
+ARMED, FINISHED, IRQ_COUNT = 0x1111, 0x2222, 300
+#: Cycle limits: the whole suite takes about 100,000 cycles.
+ISA_CYCLES, IRQ_CYCLES = 400_000, 20_000
+CASES = {"isa": None, "irq": None}      # filled in below
+TARGET = ("-target", "riscv32-freestanding-none", "-mcpu=generic_rv32+m")
+
+
+# -- the pytest side: the programs ------------------------------------------------------
+
+def package_dir() -> Path:
+    import pythondata_cpu_picorv32 as package
+    return Path(package.data_location)
+
+
+def isa_tests() -> list[Path]:
+    return sorted((package_dir() / "tests").glob("*.S"))
+
+
+def _zig() -> list[str]:
+    import ziglang
+    return [str(Path(ziglang.__file__).resolve().parent / "zig"), "cc"]
+
+
+def _link_script() -> str:
+    return f"""
+MEMORY {{
+    imem (rx) : ORIGIN = {IMEM_BASE:#x}, LENGTH = {4 * IMEM_WORDS:#x}
+    dmem (rw) : ORIGIN = {DMEM_BASE:#x}, LENGTH = {4 * DMEM_WORDS:#x}
+}}
+SECTIONS {{
+    .text : {{ *(.text.start) *(.text .text.*) *(.rodata .rodata.* .srodata*) }} > imem
+    .data : {{ *(.data .data.* .sdata*) *(.bss .bss.* .sbss* COMMON) }} > dmem
+}}
+"""
+
+
+def _isa_start(names: list[str]) -> str:
+    """The suite's entry: each test in turn (it returns to ``<name>_ret``), then the
+    end mark; an interrupt (there should be none) stops the core."""
+    calls = "".join(f"\tjal zero, {n}\n\t.global {n}_ret\n{n}_ret:\n" for n in names)
+    return (f'\t.section .text.start, "ax"\n\t.global _start\n_start:\n\tj start\n'
+            f"\t.balign 16\nirq_vec:\n\tebreak\nstart:\n{calls}"
+            f"\tli a0, 0x40000000\n\tli a1, {ISA_DONE}\n\tsw a1, {4 * CONSOLE}(a0)\n"
+            f"1:\tj 1b\n")
+
+
+def _run(cmd: list[str], what: str) -> None:
+    done = subprocess.run(cmd, capture_output=True, text=True)
+    if done.returncode:
+        raise RuntimeError(f"{what} failed ({done.returncode}): {' '.join(cmd)}\n"
+                           f"{done.stderr[-3000:]}")
+
+
+def _image(elf: Path) -> dict[int, int]:
+    """Byte address -> word of the loadable segments of ``elf``."""
+    from elftools.elf.elffile import ELFFile
+    words: dict[int, int] = {}
+    with open(elf, "rb") as f:
+        for seg in ELFFile(f).iter_segments():
+            if seg["p_type"] != "PT_LOAD" or not seg["p_filesz"]:
+                continue
+            data = seg.data() + bytes(-len(seg.data()) % 4)
+            base = seg["p_paddr"]
+            for i in range(0, len(data), 4):
+                words[base + i] = int.from_bytes(data[i:i + 4], "little")
+    return words
+
+
+def build_images(out: Path) -> dict[str, Path]:
+    """Assemble and link the ``isa`` and ``irq`` programs into ``out`` (reused when
+    their inputs have not changed); returns case -> image file."""
+    tests = isa_tests()
+    inputs = [HERE / "isa_env.h", HERE / "irq_test.S", *tests,
+              *(package_dir() / "tests" / h for h in ("test_macros.h", "riscv_test.h")),
+              package_dir() / "firmware" / "custom_ops.S", Path(__file__)]
+    h = hashlib.sha256(" ".join(_zig()).encode())
+    for p in inputs:
+        h.update(p.name.encode() + b"\0" + p.read_bytes())
+    out = Path(out) / h.hexdigest()[:16]
+    images = {case: out / f"{case}.json" for case in CASES}
+    if all(p.exists() for p in images.values()):
+        return images
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "link.ld").write_text(_link_script())
+    link = [*_zig(), *TARGET, "-nostdlib", "-ffreestanding", "-T", str(out / "link.ld"),
+            "-Wl,--build-id=none"]
+    names = [t.stem for t in tests]
+    objs = []
+    for test in tests:
+        n = test.stem
+        obj = out / f"{n}.o"
+        _run([*_zig(), *TARGET, "-c", "-include", str(HERE / "isa_env.h"),
+              f"-DTEST_FUNC_NAME={n}", f'-DTEST_FUNC_TXT="{n}"', f"-DTEST_FUNC_RET={n}_ret",
+              str(test), "-o", str(obj)], f"assembling {test.name}")
+        objs.append(str(obj))
+    (out / "isa_start.S").write_text(_isa_start(names))
+    _run([*link, str(out / "isa_start.S"), *objs, "-o", str(out / "isa.elf")],
+         "linking the instruction tests")
+    _run([*link, f"-I{package_dir() / 'firmware'}", str(HERE / "irq_test.S"),
+          "-o", str(out / "irq.elf")], "linking the interrupt test")
+    for case in CASES:
+        image = _image(out / f"{case}.elf")
+        tmp = images[case].with_suffix(".tmp")
+        tmp.write_text(json.dumps({str(a): w for a, w in sorted(image.items())}))
+        tmp.replace(images[case])
+    return images
+
+
+# -- the cocotb side --------------------------------------------------------------------
+
+class CoreTB:
+    """Clock, reset, the load port, and the register window: each request is answered
+    after 0 to 3 cycles (``reg_rdata`` is the word's index); every write is recorded
+    as ``(cycle, word, value)``."""
+
+    def __init__(self, dut, seed: str):
+        self.dut = dut
+        self.rng = random.Random(seed)
+        self.writes: list[tuple[int, int, int]] = []
+        self.reads = 0
+        self.on_write = None        # called with (word, value) when a write completes
+        self.ran = self.raised = 0    # cycles the last run took; when the IRQ rose
+
+    def cycle(self) -> int:
+        return int(get_sim_time("ns")) // CLOCK_NS
+
+    async def start(self) -> None:
+        dut = self.dut
+        Clock(dut.clk, CLOCK_NS, unit="ns").start()
+        for name in ("run", "load_en", "load_addr", "load_data", "reg_ready", "reg_rdata",
+                     "irq"):
+            getattr(dut, name).value = 0
+        dut.rst.value = 1
+        await ClockCycles(dut.clk, 2)
+        dut.rst.value = 0
+        cocotb.start_soon(self.serve())
+
+    async def load(self, image: dict[int, int]) -> None:
+        """Write ``image`` through the load port, the core held."""
+        dut = self.dut
+        dut.run.value = 0
+        await RisingEdge(dut.clk)
+        for addr, word in image.items():
+            dut.load_en.value = 1
+            dut.load_addr.value = addr
+            dut.load_data.value = word
+            await RisingEdge(dut.clk)
+        dut.load_en.value = 0
+
+    async def serve(self) -> None:
+        dut = self.dut
+        while True:
+            await ReadOnly()
+            if not dut.reg_valid.value:
+                await RisingEdge(dut.reg_valid)
+                await ReadOnly()
+            word, we, value = (int(dut.reg_addr.value), int(dut.reg_we.value),
+                               int(dut.reg_wdata.value))
+            for _ in range(self.rng.choice((0, 0, 1, 3)) + 1):
+                await FallingEdge(dut.clk)
+            dut.reg_ready.value = 1
+            dut.reg_rdata.value = word
+            await RisingEdge(dut.clk)
+            dut.reg_ready.value = 0
+            if we:
+                self.writes.append((self.cycle(), word, value))
+                if self.on_write:
+                    self.on_write(word, value)
+            else:
+                self.reads += 1
+
+    def console(self) -> str:
+        return "".join(chr(v) if 32 <= v < 127 or v == 10 else f"<{v}>"
+                       for _, w, v in self.writes if w == CONSOLE)
+
+    async def run_until(self, done: Event, cycles: int) -> str:
+        """Let the core run until ``done`` is set, it traps, or ``cycles`` pass: which
+        of "done", "trap", "timeout"."""
+        dut = self.dut
+        dut.run.value = 1
+        began = self.cycle()
+        trap = RisingEdge(dut.trap)
+        end = await First(done.wait(), trap, ClockCycles(dut.clk, cycles))
+        self.ran = self.cycle() - began
+        dut.run.value = 0
+        await RisingEdge(dut.clk)
+        return "done" if end is not trap and done.is_set() else (
+            "trap" if end is trap else "timeout")
+
+
+def _read_image(case: str) -> dict[int, int]:
+    path = os.environ[f"MGMT_IMAGE_{case.upper()}"]
+    return {int(a): w for a, w in json.loads(Path(path).read_text()).items()}
+
+
+async def case_isa(tb: CoreTB) -> None:
+    done = Event()
+    tb.on_write = lambda word, value: (word == CONSOLE and value == ISA_DONE
+                                       and done.set())
+    await tb.load(_read_image("isa"))
+    end = await tb.run_until(done, ISA_CYCLES)
+    text = tb.console().replace(f"<{ISA_DONE}>", "")
+    lines = text.splitlines()
+    passed = [line.removesuffix("..OK") for line in lines if line.endswith("..OK")]
+    tb.dut._log.info("isa: %d tests passed in %d cycles (%s); %s", len(passed), tb.ran,
+                     end, " ".join(passed))
+    problems = []
+    if end != "done":
+        problems.append(f"the suite ended by {end} after {tb.ran} cycles")
+    if len(passed) != ISA_TESTS or len(lines) != ISA_TESTS:
+        problems.append(f"{len(passed)} of {ISA_TESTS} tests passed")
+    if int(tb.dut.bad_access.value):
+        problems.append("an access outside the memory map")
+    if problems:
+        raise AssertionError("; ".join(problems) + f"; console:\n{text}")
+
+
+async def case_irq(tb: CoreTB) -> None:
+    dut = tb.dut
+    armed, finished = Event(), Event()
+    handled = []
+
+    def on_write(word, value):
+        if word == HANDLER:
+            handled.append((tb.cycle(), value))
+            dut.irq.value = 0           # the handler's write acknowledges the interrupt
+        elif word == MSG and value == ARMED:
+            armed.set()
+        elif word == MSG and value == FINISHED:
+            finished.set()
+
+    tb.on_write = on_write
+    await tb.load(_read_image("irq"))
+
+    async def raise_irq():
+        await armed.wait()
+        await ClockCycles(dut.clk, 40)
+        dut.irq.value = 1
+        tb.raised = tb.cycle()
+
+    cocotb.start_soon(raise_irq())
+    end = await tb.run_until(finished, IRQ_CYCLES)
+    await ClockCycles(dut.clk, 10)
+    problems = []
+    if end != "done":
+        problems.append(f"the program ended by {end} after {tb.ran} cycles")
+    if [v for _, v in handled] != [1]:
+        problems.append(f"the handler ran with pending masks {[v for _, v in handled]}, "
+                        f"not once with 1")
+    counts = [v for _, w, v in tb.writes if w == MSG][1:-1]
+    if counts != [IRQ_COUNT]:
+        problems.append(f"the count after the interrupt is {counts}, not {IRQ_COUNT}")
+    if problems:
+        raise AssertionError("; ".join(problems))
+    tb.dut._log.info("irq: raised at cycle %d, the handler's write at %d", tb.raised,
+                     handled[0][0])
+
+
+CASES.update(isa=case_isa, irq=case_irq)
+
+
+@cocotb.test()
+async def run_case(dut):
+    tb = CoreTB(dut, seed="mgmt_core")
+    await tb.start()
+    for name in case_names():
+        tb.writes.clear()
+        await CASES[name](tb)

@@ -1,0 +1,56 @@
+# amaranth: UnusedElaboratable=no
+"""The management core block (:class:`systolica.rtl.mgmt_core.MgmtCore`): PicoRV32's
+instruction tests and an interrupt on the Verilated block (``tb_mgmt_core``), and its
+parameters.
+
+Its model is built through :func:`systolica.sim.verilated.build` like every block's, with
+``picorv32.v`` of ``pythondata-cpu-picorv32`` as a further Verilog source; the programs
+are assembled on this side (``tb_mgmt_core.build_images``) and handed to the simulator
+as image files. Both cases run in one simulator start.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+
+import pytest
+import tb_mgmt_core
+
+from systolica.rtl.mgmt_core import MgmtCore, picorv32_source
+from systolica.sim import verilated
+from systolica.sim.verilated import build_root
+
+from block_runner import OPT_VARIABLES, run_block
+
+
+def design() -> verilated.Design:
+    factory = partial(MgmtCore, imem_words=tb_mgmt_core.IMEM_WORDS,
+                      dmem_words=tb_mgmt_core.DMEM_WORDS)
+    return verilated.component("mgmt_core", factory, label="block-mgmt_core",
+                               sources=(picorv32_source(),),
+                               make_variables=OPT_VARIABLES)
+
+
+@pytest.mark.rtl
+def test_isa_and_irq():
+    images = tb_mgmt_core.build_images(build_root() / "firmware" / "mgmt_core")
+    build_dir = verilated.build(design())
+    run_block(build_dir, "mgmt_core", "tb_mgmt_core",
+              extra_env={"BLOCK_CASE": ",".join(tb_mgmt_core.CASES),
+                         **{f"MGMT_IMAGE_{c.upper()}": str(p) for c, p in images.items()}})
+
+
+def test_the_package_ships_the_instruction_tests():
+    assert picorv32_source().is_file()
+    assert len(tb_mgmt_core.isa_tests()) == tb_mgmt_core.ISA_TESTS
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"imem_words": 1000}, "imem_words must be a power of two of at least 16"),
+    ({"dmem_words": 8}, "dmem_words must be a power of two of at least 16"),
+    ({"dmem_words": True}, "dmem_words must be a power of two"),
+    ({"imem_words": 16, "imem_init": [0] * 17}, "imem_init has 17 words, more than"),
+])
+def test_bad_parameters(kwargs, message):
+    with pytest.raises((TypeError, ValueError), match=message):
+        MgmtCore(**kwargs)
