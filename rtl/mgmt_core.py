@@ -177,3 +177,32 @@ class MgmtCore(wiring.Component):
                 i_wr.en.eq(Mux(self.load_en & (load_region == IMEM_BASE >> REGION_SHIFT)
                                & (load_word < self.imem_words), 0b1111, 0))]
         return m
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m systolica.rtl.mgmt_core [--imem-words N] [--dmem-words N]``: the
+    block's Verilog on standard output (top ``mgmt_core``); ``--picorv32``: the path of
+    ``picorv32.v``, which a synthesis of it reads too (docs/management-core.md)."""
+    import argparse
+
+    from amaranth.back import verilog
+    parser = argparse.ArgumentParser(prog="python -m systolica.rtl.mgmt_core",
+                                     description=main.__doc__)
+    parser.add_argument("--imem-words", type=int, default=4096)
+    parser.add_argument("--dmem-words", type=int, default=2048)
+    parser.add_argument("--picorv32", action="store_true",
+                        help="print the path of picorv32.v instead")
+    args = parser.parse_args(argv)
+    if args.picorv32:
+        print(picorv32_source())
+        return 0
+    try:
+        core = MgmtCore(imem_words=args.imem_words, dmem_words=args.dmem_words)
+    except (TypeError, ValueError) as exc:
+        parser.error(str(exc))
+    print(verilog.convert(core, name="mgmt_core", emit_src=False))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
