@@ -18,6 +18,9 @@ Cases:
 * ``irq``: ``mgmt_core/irq_test.S``: interrupt 0 raised while the program counts
   enters the handler at ``PROGADDR_IRQ`` once, with the pending mask 1; the program
   then finishes its count.
+* ``bad_access``: ``mgmt_core/bad_access.S``: a store to the instruction memory has no
+  effect, a load from an unmapped address reads 0, both complete, and ``bad_access``
+  rises.
 """
 
 from __future__ import annotations
@@ -49,7 +52,7 @@ ISA_DONE = 123456789
 ARMED, FINISHED, IRQ_COUNT = 0x1111, 0x2222, 300
 #: Cycle limits: the whole suite takes about 100,000 cycles.
 ISA_CYCLES, IRQ_CYCLES = 400_000, 20_000
-CASES = {"isa": None, "irq": None}      # filled in below
+CASES = {"isa": None, "irq": None, "bad_access": None}      # filled in below
 TARGET = ("-target", "riscv32-freestanding-none", "-mcpu=generic_rv32+m")
 
 
@@ -118,7 +121,7 @@ def build_images(out: Path) -> dict[str, Path]:
     """Assemble and link the ``isa`` and ``irq`` programs into ``out`` (reused when
     their inputs have not changed); returns case -> image file."""
     tests = isa_tests()
-    inputs = [HERE / "isa_env.h", HERE / "irq_test.S", *tests,
+    inputs = [HERE / "isa_env.h", HERE / "irq_test.S", HERE / "bad_access.S", *tests,
               *(package_dir() / "tests" / h for h in ("test_macros.h", "riscv_test.h")),
               package_dir() / "firmware" / "custom_ops.S", Path(__file__)]
     h = hashlib.sha256(" ".join(_zig()).encode())
@@ -146,6 +149,8 @@ def build_images(out: Path) -> dict[str, Path]:
          "linking the instruction tests")
     _run([*link, f"-I{package_dir() / 'firmware'}", str(HERE / "irq_test.S"),
           "-o", str(out / "irq.elf")], "linking the interrupt test")
+    _run([*link, str(HERE / "bad_access.S"), "-o", str(out / "bad_access.elf")],
+         "linking the bad-access test")
     for case in CASES:
         image = _image(out / f"{case}.elf")
         tmp = images[case].with_suffix(".tmp")
@@ -168,6 +173,7 @@ class CoreTB:
         self.reads = 0
         self.on_write = None        # called with (word, value) when a write completes
         self.ran = self.raised = 0    # cycles the last run took; when the IRQ rose
+        self.bad = 0                # bad_access at the end of the last run
 
     def cycle(self) -> int:
         return int(get_sim_time("ns")) // CLOCK_NS
@@ -230,6 +236,9 @@ class CoreTB:
         trap = RisingEdge(dut.trap)
         end = await First(done.wait(), trap, ClockCycles(dut.clk, cycles))
         self.ran = self.cycle() - began
+        await ReadOnly()
+        self.bad = int(dut.bad_access.value)
+        await RisingEdge(dut.clk)
         dut.run.value = 0
         await RisingEdge(dut.clk)
         return "done" if end is not trap and done.is_set() else (
@@ -257,7 +266,7 @@ async def case_isa(tb: CoreTB) -> None:
         problems.append(f"the suite ended by {end} after {tb.ran} cycles")
     if len(passed) != ISA_TESTS or len(lines) != ISA_TESTS:
         problems.append(f"{len(passed)} of {ISA_TESTS} tests passed")
-    if int(tb.dut.bad_access.value):
+    if tb.bad:
         problems.append("an access outside the memory map")
     if problems:
         raise AssertionError("; ".join(problems) + f"; console:\n{text}")
@@ -304,7 +313,21 @@ async def case_irq(tb: CoreTB) -> None:
                      handled[0][0])
 
 
-CASES.update(isa=case_isa, irq=case_irq)
+async def case_bad_access(tb: CoreTB) -> None:
+    finished = Event()
+    tb.on_write = lambda word, value: word == MSG and value == FINISHED and finished.set()
+    image = _read_image("bad_access")
+    await tb.load(image)
+    end = await tb.run_until(finished, IRQ_CYCLES)
+    got = [v for _, w, v in tb.writes if w == MSG]
+    want = [image[0], 0, FINISHED]
+    if end != "done" or got != want or not tb.bad:
+        raise AssertionError(f"bad accesses: the program ended by {end} and wrote "
+                             f"{[hex(v) for v in got]}, expected {[hex(v) for v in want]}; "
+                             f"bad_access {tb.bad}, expected 1")
+
+
+CASES.update(isa=case_isa, irq=case_irq, bad_access=case_bad_access)
 
 
 @cocotb.test()
