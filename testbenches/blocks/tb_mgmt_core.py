@@ -38,6 +38,7 @@ from cocotb.simtime import get_sim_time
 from cocotb.triggers import ClockCycles, Event, FallingEdge, First, ReadOnly, RisingEdge
 
 from systolica.rtl.mgmt_core import DMEM_BASE, IMEM_BASE
+from systolica.sim.verilated import locked
 
 from tb_base import CLOCK_NS, case_names
 
@@ -118,7 +119,7 @@ def _image(elf: Path) -> dict[int, int]:
 
 
 def build_images(out: Path) -> dict[str, Path]:
-    """Assemble and link the ``isa`` and ``irq`` programs into ``out`` (reused when
+    """Assemble and link the programs of :data:`CASES` into ``out`` (reused when
     their inputs have not changed); returns case -> image file."""
     tests = isa_tests()
     inputs = [HERE / "isa_env.h", HERE / "irq_test.S", HERE / "bad_access.S", *tests,
@@ -129,9 +130,14 @@ def build_images(out: Path) -> dict[str, Path]:
         h.update(p.name.encode() + b"\0" + p.read_bytes())
     out = Path(out) / h.hexdigest()[:16]
     images = {case: out / f"{case}.json" for case in CASES}
-    if all(p.exists() for p in images.values()):
-        return images
     out.mkdir(parents=True, exist_ok=True)
+    with locked(out / ".lock"):         # one build for concurrent test processes
+        if not all(p.exists() for p in images.values()):
+            _assemble(out, tests, images)
+    return images
+
+
+def _assemble(out: Path, tests: list[Path], images: dict[str, Path]) -> None:
     (out / "link.ld").write_text(_link_script())
     link = [*_zig(), *TARGET, "-nostdlib", "-ffreestanding", "-T", str(out / "link.ld"),
             "-Wl,--build-id=none"]
@@ -156,7 +162,6 @@ def build_images(out: Path) -> dict[str, Path]:
         tmp = images[case].with_suffix(".tmp")
         tmp.write_text(json.dumps({str(a): w for a, w in sorted(image.items())}))
         tmp.replace(images[case])
-    return images
 
 
 # -- the cocotb side --------------------------------------------------------------------
