@@ -3,10 +3,11 @@
  * (-include), it stands in for the package's riscv_test.h, whose include guard it
  * defines: the convention is the package's (each test prints its name and "..", then
  * "OK\n" and jumps to <name>_ret, or "ERROR", the failing test number and "\n" and
- * stops on ebreak), but the console is word CONSOLE_WORD of the register window
+ * stops on ebreak), but the console is word 31 of the register window
  * instead of the address 0x1000_0000, which is the data memory here. The tests' .text
  * (code and the name string) goes to the instruction memory, their .data to the data
- * memory. */
+ * memory. Adapted from the package's verilog/tests/riscv_test.h (PicoRV32, ISC
+ * licence: verilog/COPYING of the package). */
 #ifndef _ENV_PICORV32_TEST_H
 #define _ENV_PICORV32_TEST_H
 
