@@ -78,7 +78,7 @@ class MgmtCore(wiring.Component):
       read as 0, a store with no effect.
     """
 
-    def __init__(self, *, imem_words: int = 4096, dmem_words: int = 2048,
+    def __init__(self, *, imem_words: int = 2048, dmem_words: int = 2048,
                  imem_init=(), dmem_init=()):
         self.imem_words = _words("imem_words", imem_words)
         self.dmem_words = _words("dmem_words", dmem_words)
@@ -188,7 +188,7 @@ def main(argv: list[str] | None = None) -> int:
     from amaranth.back import verilog
     parser = argparse.ArgumentParser(prog="python -m systolica.rtl.mgmt_core",
                                      description=main.__doc__)
-    parser.add_argument("--imem-words", type=int, default=4096)
+    parser.add_argument("--imem-words", type=int, default=2048)
     parser.add_argument("--dmem-words", type=int, default=2048)
     parser.add_argument("--picorv32", action="store_true",
                         help="print the path of picorv32.v instead")
