@@ -63,7 +63,9 @@ class MgmtCore(wiring.Component):
     * ``run``: the core runs while it is high and is held in reset while it is low;
     * ``load_en``, ``load_addr`` (a byte address in the core's map, word aligned),
       ``load_data``: write one word of either memory, taken only while ``run`` is low
-      (the firmware is loaded with the core held);
+      (the firmware is loaded with the core held); ``load_rdata``: while ``run`` is
+      low, the word at the ``load_addr`` of the cycle before (the host reads the
+      mailbox back);
     * the register window, ``0x4000_0000 + 4 * r`` for register ``r`` of
       :mod:`systolica.arch.regs`: a request ``reg_valid`` with ``reg_addr`` (``r``),
       ``reg_we`` and ``reg_wdata`` is held until the cycle ``reg_ready`` is high, in
@@ -90,6 +92,7 @@ class MgmtCore(wiring.Component):
         self.imem_init, self.dmem_init = list(imem_init), list(dmem_init)
         super().__init__({
             "run": In(1), "load_en": In(1), "load_addr": In(32), "load_data": In(32),
+            "load_rdata": Out(32),
             "reg_valid": Out(1), "reg_we": Out(1), "reg_addr": Out(regs.ADDR_BITS),
             "reg_wdata": Out(32), "reg_ready": In(1), "reg_rdata": In(32),
             "irq": In(1), "trap": Out(1), "bad_access": Out(1)})
@@ -101,11 +104,12 @@ class MgmtCore(wiring.Component):
     def elaborate(self, platform):
         """PicoRV32's memory interface holds a request (``mem_valid``, address, write
         strobes) until ``mem_ready``. The top four address bits choose the target.
-        Each memory is a block RAM of two ports: a registered read port for the core,
-        and a write port that is the core's store port while it runs (data memory) or
-        the loader's while it is held. A memory access therefore takes two cycles:
-        the request, then ``mem_ready`` with the registered read data; the register
-        window answers in the cycle ``reg_ready`` comes."""
+        Each memory is a block RAM of two ports: a registered read port, the core's
+        while it runs and the host's while it is held, and a write port that is the
+        core's store port while it runs (data memory) or the loader's while it is held.
+        A memory access therefore takes two cycles: the request, then ``mem_ready``
+        with the registered read data; the register window answers in the cycle
+        ``reg_ready`` comes."""
         m = Module()
         m.submodules.imem = imem = Memory(shape=32, depth=self.imem_words,
                                           init=self.imem_init)
@@ -140,9 +144,16 @@ class MgmtCore(wiring.Component):
         # memories: read data one cycle after the request, then mem_ready
         mem_ready = Signal()
         m.d.sync += mem_ready.eq(valid & to_mem & ~mem_ready & self.run)
+        load_region = self.load_addr[REGION_SHIFT:]
+        load_word = self.load_addr[2:REGION_SHIFT]
         from_dmem = Signal()
-        m.d.sync += from_dmem.eq(in_dmem)
-        m.d.comb += [i_rd.addr.eq(word), d_rd.addr.eq(word)]
+        with m.If(self.run):
+            m.d.sync += from_dmem.eq(in_dmem)
+            m.d.comb += [i_rd.addr.eq(word), d_rd.addr.eq(word)]
+        with m.Else():      # the read ports are the host's while the core is held
+            m.d.sync += from_dmem.eq(load_region == DMEM_BASE >> REGION_SHIFT)
+            m.d.comb += [i_rd.addr.eq(load_word), d_rd.addr.eq(load_word)]
+        m.d.comb += self.load_rdata.eq(Mux(from_dmem, d_rd.data, i_rd.data))
 
         # the register window
         m.d.comb += [self.reg_valid.eq(valid & in_regs & self.run),
@@ -163,8 +174,6 @@ class MgmtCore(wiring.Component):
             m.d.sync += self.bad_access.eq(1)
 
         # write ports: the loader's while the core is held, else the core's stores
-        load_region = self.load_addr[REGION_SHIFT:]
-        load_word = self.load_addr[2:REGION_SHIFT]
         with m.If(self.run):
             m.d.comb += [d_wr.addr.eq(word), d_wr.data.eq(wdata),
                          d_wr.en.eq(Mux(valid & in_dmem & ~mem_ready, wstrb, 0))]

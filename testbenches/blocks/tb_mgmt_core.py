@@ -21,6 +21,10 @@ Cases:
 * ``bad_access``: ``mgmt_core/bad_access.S``: a store to the instruction memory has no
   effect, a load from an unmapped address reads 0, both complete, and ``bad_access``
   rises.
+* ``firmware``: the project's firmware (``systolica.firmware.core_image``) runs a
+  two-step table against a stand-in of the chip's register file (:class:`ChipRegs`)
+  behind the window; once it has parked the core is held and the mailbox read back
+  through ``load_rdata``: result OK, both steps done, the chip's cycles summed.
 """
 
 from __future__ import annotations
@@ -44,7 +48,7 @@ from tb_base import CLOCK_NS, case_names
 
 HERE = Path(__file__).resolve().parent / "mgmt_core"
 #: The memories of the block under test (words).
-IMEM_WORDS, DMEM_WORDS = 16384, 1024
+IMEM_WORDS, DMEM_WORDS = 16384, 2048
 #: How many instruction tests the package ships (a different number is a different
 #: package, which this test should be looked at for).
 ISA_TESTS = 45
@@ -53,7 +57,13 @@ ISA_DONE = 123456789
 ARMED, FINISHED, IRQ_COUNT = 0x1111, 0x2222, 300
 #: Cycle limits: the whole suite takes about 100,000 cycles.
 ISA_CYCLES, IRQ_CYCLES = 400_000, 20_000
-CASES = {"isa": None, "irq": None, "bad_access": None}      # filled in below
+CASES = {"isa": None, "irq": None, "bad_access": None, "firmware": None}   # filled in below
+#: The cases whose programs are assembled here (the firmware case's is the project's).
+PROGRAMS = ("isa", "irq", "bad_access")
+#: The firmware case's table: (prog_addr, prog_len, ubuf_base, ubuf_rows) per chip step;
+#: a run takes FW_RUN_CYCLES and reports 1000 + prog_len cycles.
+FW_STEPS = ((0x100, 40, 0, 0), (0x800, 70, 64, 32))
+FW_RUN_CYCLES, FW_CYCLES, FW_QUIET = 50, 20_000, 2_000
 TARGET = ("-target", "riscv32-freestanding-none", "-mcpu=generic_rv32+m")
 
 
@@ -119,7 +129,7 @@ def _image(elf: Path) -> dict[int, int]:
 
 
 def build_images(out: Path) -> dict[str, Path]:
-    """Assemble and link the programs of :data:`CASES` into ``out`` (reused when
+    """Assemble and link the programs of :data:`PROGRAMS` into ``out`` (reused when
     their inputs have not changed); returns case -> image file."""
     tests = isa_tests()
     inputs = [HERE / "isa_env.h", HERE / "irq_test.S", HERE / "bad_access.S", *tests,
@@ -129,7 +139,7 @@ def build_images(out: Path) -> dict[str, Path]:
     for p in inputs:
         h.update(p.name.encode() + b"\0" + p.read_bytes())
     out = Path(out) / h.hexdigest()[:16]
-    images = {case: out / f"{case}.json" for case in CASES}
+    images = {case: out / f"{case}.json" for case in PROGRAMS}
     out.mkdir(parents=True, exist_ok=True)
     with locked(out / ".lock"):         # one build for concurrent test processes
         if not all(p.exists() for p in images.values()):
@@ -157,11 +167,38 @@ def _assemble(out: Path, tests: list[Path], images: dict[str, Path]) -> None:
           "-o", str(out / "irq.elf")], "linking the interrupt test")
     _run([*link, str(HERE / "bad_access.S"), "-o", str(out / "bad_access.elf")],
          "linking the bad-access test")
-    for case in CASES:
+    for case in PROGRAMS:
         image = _image(out / f"{case}.elf")
         tmp = images[case].with_suffix(".tmp")
         tmp.write_text(json.dumps({str(a): w for a, w in sorted(image.items())}))
         tmp.replace(images[case])
+
+
+def firmware_image(out: Path) -> Path:
+    """The firmware (built for the test's memories) with the mailbox of
+    :data:`FW_STEPS`, as one image file in ``out``."""
+    from systolica.firmware import core_image
+    fw = core_image.build(imem_bytes=4 * IMEM_WORDS, dmem_bytes=4 * DMEM_WORDS)
+    head = dict.fromkeys(core_image.MAILBOX_FIELDS, 0) | {
+        "magic": core_image.FW_MAGIC, "n_steps": len(FW_STEPS)}
+    words = [head[f] for f in core_image.MAILBOX_FIELDS]
+    for addr, length, base, rows in FW_STEPS:
+        step = dict(kind=core_image.FwStepKind.CHIP, prog_addr=addr, prog_len=length,
+                    ubuf_base=base, ubuf_rows=rows)
+        words += [step.get(f, 0) for f in core_image.STEP_FIELDS]
+    image = {IMEM_BASE + i: int.from_bytes(fw.imem[i:i + 4], "little")
+             for i in range(0, len(fw.imem), 4)}
+    image |= {DMEM_BASE + i: int.from_bytes(fw.dmem[i:i + 4], "little")
+              for i in range(0, len(fw.dmem), 4)}
+    image |= {DMEM_BASE + 4 * i: w for i, w in enumerate(words)}
+    text = json.dumps({str(a): w for a, w in sorted(image.items())})
+    path = Path(out) / f"firmware-{hashlib.sha256(text.encode()).hexdigest()[:16]}.json"
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(text)
+        tmp.replace(path)
+    return path
 
 
 # -- the cocotb side --------------------------------------------------------------------
@@ -177,6 +214,7 @@ class CoreTB:
         self.writes: list[tuple[int, int, int]] = []
         self.reads = 0
         self.on_write = None        # called with (word, value) when a write completes
+        self.on_read = None         # answers a read of a word (else the word's index)
         self.ran = self.raised = 0    # cycles the last run took; when the IRQ rose
         self.bad = 0                # bad_access at the end of the last run
 
@@ -218,7 +256,7 @@ class CoreTB:
             for _ in range(self.rng.choice((0, 0, 1, 3)) + 1):
                 await FallingEdge(dut.clk)
             dut.reg_ready.value = 1
-            dut.reg_rdata.value = word
+            dut.reg_rdata.value = self.on_read(word) if self.on_read and not we else word
             await RisingEdge(dut.clk)
             dut.reg_ready.value = 0
             if we:
@@ -227,6 +265,19 @@ class CoreTB:
                     self.on_write(word, value)
             else:
                 self.reads += 1
+
+    async def read_back(self, addr: int, words: int) -> list[int]:
+        """``words`` words from byte address ``addr`` through ``load_rdata`` (the core
+        held)."""
+        dut, out = self.dut, []
+        for i in range(words):
+            await RisingEdge(dut.clk)
+            dut.load_addr.value = addr + 4 * i
+            await RisingEdge(dut.clk)
+            await ReadOnly()
+            out.append(int(dut.load_rdata.value))
+        await RisingEdge(dut.clk)
+        return out
 
     def console(self) -> str:
         return "".join(chr(v) if 32 <= v < 127 or v == 10 else f"<{v}>"
@@ -332,7 +383,86 @@ async def case_bad_access(tb: CoreTB) -> None:
                              f"bad_access {tb.bad}, expected 1")
 
 
-CASES.update(isa=case_isa, irq=case_irq, bad_access=case_bad_access)
+class ChipRegs:
+    """The chip's register file (rtl/csr.py) as the firmware sees it, with runs of
+    :data:`FW_RUN_CYCLES`: START (stopped) begins a run, which ends DONE with
+    ``CYCLES`` = 1000 + ``PROG_LEN`` and raises ``irq``; IRQ_ACK or the next START
+    clears DONE and the line; other registers take writes only while stopped, and
+    ``UBUF_ROWS`` only a power of two or 0."""
+
+    def __init__(self, dut):
+        from systolica.arch.regs import Reg
+        self.dut, self.Reg = dut, Reg
+        self.values = dict.fromkeys(map(int, Reg), 0)
+        self.running = self.done = False
+        self.starts: list[tuple[int, ...]] = []
+        self.acks = 0
+
+    def read(self, word: int) -> int:
+        from systolica.arch.regs import STATUS_DONE, STATUS_RUNNING
+        if word == self.Reg.STATUS:
+            return STATUS_RUNNING * self.running | STATUS_DONE * self.done
+        return self.values.get(word, 0)
+
+    def write(self, word: int, value: int) -> None:
+        from systolica.arch.regs import CTRL_IRQ_ACK, CTRL_START
+        Reg, v = self.Reg, self.values
+        if word == Reg.CTRL:
+            if value & CTRL_START and not self.running:
+                self.running, self.done = True, False
+                self.dut.irq.value = 0
+                self.starts.append(tuple(v[r] for r in (Reg.PROG_ADDR, Reg.PROG_LEN,
+                                                        Reg.UBUF_BASE, Reg.UBUF_ROWS)))
+                cocotb.start_soon(self.finish_run())
+            elif value & CTRL_IRQ_ACK:
+                self.done = False
+                self.dut.irq.value = 0
+                self.acks += 1
+        elif word == Reg.UBUF_ROWS and value & (value - 1):
+            pass
+        elif not self.running and word in v:
+            v[word] = value
+
+    async def finish_run(self) -> None:
+        await ClockCycles(self.dut.clk, FW_RUN_CYCLES)
+        self.running, self.done = False, True
+        self.values[self.Reg.CYCLES] = 1000 + self.values[self.Reg.PROG_LEN]
+        self.dut.irq.value = 1
+
+
+async def case_firmware(tb: CoreTB) -> None:
+    from systolica.firmware.core_image import MAILBOX_FIELDS, FwResult
+    chip = ChipRegs(tb.dut)
+    parked = Event()
+
+    def on_write(word, value):
+        chip.write(word, value)
+        if chip.acks == len(FW_STEPS) and not parked.is_set():
+            cocotb.start_soon(quiet())
+
+    async def quiet():      # the last step acknowledged: let it write the result
+        await ClockCycles(tb.dut.clk, FW_QUIET)
+        parked.set()
+
+    tb.on_write, tb.on_read = on_write, chip.read
+    await tb.load(_read_image("firmware"))
+    end = await tb.run_until(parked, FW_CYCLES)
+    tb.on_read = None
+    mailbox = dict(zip(MAILBOX_FIELDS,
+                       await tb.read_back(DMEM_BASE, len(MAILBOX_FIELDS))))
+    want = {"result": FwResult.OK, "steps_done": len(FW_STEPS),
+            "cycles": sum(1000 + length for _, length, _, _ in FW_STEPS)}
+    got = {k: mailbox[k] for k in want}
+    if end != "done" or got != want or chip.starts != list(FW_STEPS) or tb.bad:
+        raise AssertionError(f"firmware: ended by {end} after {tb.ran} cycles, mailbox "
+                             f"{mailbox}, expected {want}; chip starts {chip.starts}, "
+                             f"expected {list(FW_STEPS)}; bad_access {tb.bad}")
+    tb.dut._log.info("firmware: %d steps, result OK, in %d cycles (%d of them quiet)",
+                     len(FW_STEPS), tb.ran, FW_QUIET)
+
+
+CASES.update(isa=case_isa, irq=case_irq, bad_access=case_bad_access,
+             firmware=case_firmware)
 
 
 @cocotb.test()

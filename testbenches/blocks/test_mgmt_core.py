@@ -1,12 +1,12 @@
 # amaranth: UnusedElaboratable=no
 """The management core block (:class:`systolica.rtl.mgmt_core.MgmtCore`): PicoRV32's
-instruction tests and an interrupt on the Verilated block (``tb_mgmt_core``), and its
-parameters.
+instruction tests, an interrupt, accesses outside the map and the project's firmware
+on the Verilated block (``tb_mgmt_core``), and its parameters.
 
 Its model is built through :func:`systolica.sim.verilated.build` like every block's, with
 ``picorv32.v`` of ``pythondata-cpu-picorv32`` as a further Verilog source; the programs
 are assembled on this side (``tb_mgmt_core.build_images``) and handed to the simulator
-as image files. Both cases run in one simulator start.
+as image files. All cases run in one simulator start.
 """
 
 from __future__ import annotations
@@ -32,8 +32,9 @@ def design() -> verilated.Design:
 
 
 @pytest.mark.rtl
-def test_isa_and_irq():
+def test_the_core_runs_the_isa_tests_an_interrupt_and_the_firmware():
     images = tb_mgmt_core.build_images(build_root() / "firmware" / "mgmt_core")
+    images["firmware"] = tb_mgmt_core.firmware_image(build_root() / "firmware" / "mgmt_core")
     build_dir = verilated.build(design())
     run_block(build_dir, "mgmt_core", "tb_mgmt_core",
               extra_env={"BLOCK_CASE": ",".join(tb_mgmt_core.CASES),
