@@ -47,7 +47,7 @@ test: $(FPGA_STAMP)
 # the seed is printed, and `make test-fast SEED=n` repeats that order.
 test-fast: $(STAMP)
 	$(VENV)/bin/ruff check .
-	SYSTOLICA_TIER=fast $(VENV)/bin/python -m pytest -q -n 2 -m "not rtl and not fpga and not slow and not regress" \
+	SYSTOLICA_TIER=fast $(VENV)/bin/python -m pytest -q -n 2 --dist worksteal -m "not rtl and not fpga and not slow and not regress" \
 		--random-order-bucket=global $(if $(SEED),--random-order-seed=$(SEED)) testbenches
 
 regress: $(FPGA_STAMP)
