@@ -46,6 +46,13 @@ def _consts(g) -> dict[str, np.ndarray]:
     return {t.name: numpy_helper.to_array(t) for t in g.initializer}
 
 
+def _replace_nodes(model: OnnxModel, nodes: list, note: str) -> None:
+    """The graph's nodes become `nodes`, and `note` says what a pass changed."""
+    del model.proto.graph.node[:]
+    model.proto.graph.node.extend(nodes)
+    model.notes.append(note)
+
+
 def _rewire(g, old: str, new: str) -> None:
     for n in g.node:
         for k, v in enumerate(n.input):
@@ -66,10 +73,9 @@ def _remove_identities(model: OnnxModel) -> None:
             continue
         keep.append(n)
     if removed:
-        del g.node[:]
-        g.node.extend(keep)
-        model.notes.append(f"removed {removed} identity operator(s) (Identity, Dropout "
-                           f"at inference)")
+        _replace_nodes(model, keep,
+                       f"removed {removed} identity operator(s) (Identity, Dropout "
+                       f"at inference)")
 
 
 def _fold_constants(model: OnnxModel) -> None:
@@ -119,10 +125,9 @@ def _fold_constants(model: OnnxModel) -> None:
             g.initializer.append(numpy_helper.from_array(v, o))
         folded += 1
     if folded:
-        del g.node[:]
-        g.node.extend(keep)
-        model.notes.append(f"evaluated {folded} node(s) of constant operands on the way "
-                           f"in (constant propagation)")
+        _replace_nodes(model, keep,
+                       f"evaluated {folded} node(s) of constant operands on the way "
+                       f"in (constant propagation)")
 
 
 def _constant_value(n):
@@ -240,10 +245,9 @@ def _fold_batch_norms(model: OnnxModel) -> None:
         folded += 1
     if folded:
         keep = [n for n in g.node if id(n) not in drop]
-        del g.node[:]
-        g.node.extend(keep)
-        model.notes.append(f"folded {folded} BatchNormalization(s) into the Conv before "
-                           f"each")
+        _replace_nodes(model, keep,
+                       f"folded {folded} BatchNormalization(s) into the Conv before "
+                       f"each")
 
 
 def _check_channels(bn, params, values, conv, w, b) -> None:
@@ -376,10 +380,9 @@ def _signed(model: OnnxModel) -> bool:
                                        name=fresh(f"{y}__to_uint8_q"))]
         changed.append(n.name)
     if changed:
-        del g.node[:]
-        g.node.extend(nodes)
-        model.notes.append(f"made the uint8 operands of {', '.join(changed)} int8 (x - 128 "
-                           f"at zero point zp - 128; the host converts inputs and outputs)")
+        _replace_nodes(model, nodes,
+                       f"made the uint8 operands of {', '.join(changed)} int8 (x - 128 "
+                       f"at zero point zp - 128; the host converts inputs and outputs)")
     return bool(changed)
 
 
@@ -557,12 +560,11 @@ def _group_batches(model: OnnxModel) -> None:
                                    name=fresh(f"{base}__from_maps_t"))]
         changed.append(f"{base} ({batches})")
     if changed:
-        del g.node[:]
-        g.node.extend(nodes)
-        model.notes.append(f"made the batched matmul(s) {', '.join(changed)} one grouped "
-                           f"1x1 convolution each (a group per batch; the host views "
-                           f"[B, M, K] as M 1 x 1 maps of B*K channels, which the chip "
-                           f"holds as one 1 x M map, and the output back as [B, M, N])")
+        _replace_nodes(model, nodes,
+                       f"made the batched matmul(s) {', '.join(changed)} one grouped "
+                       f"1x1 convolution each (a group per batch; the host views "
+                       f"[B, M, K] as M 1 x 1 maps of B*K channels, which the chip "
+                       f"holds as one 1 x M map, and the output back as [B, M, N])")
 
 
 #: The batched matmuls :func:`_unbatch` splits: their left and right operands' inputs.
@@ -617,11 +619,10 @@ def _unbatch(model: OnnxModel) -> None:
                                    name=fresh(f"{base}__reshape"))]
         changed.append(f"{base} ({batches})")
     if changed:
-        del g.node[:]
-        g.node.extend(nodes)
-        model.notes.append(f"split the batched matmul(s) {', '.join(changed)} into a matmul "
-                           f"per batch (the host takes the batches apart and stacks the "
-                           f"results)")
+        _replace_nodes(model, nodes,
+                       f"split the batched matmul(s) {', '.join(changed)} into a matmul "
+                       f"per batch (the host takes the batches apart and stacks the "
+                       f"results)")
 
 
 def _drop_dead(model: OnnxModel) -> None:
