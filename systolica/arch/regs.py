@@ -35,6 +35,17 @@ class Reg(enum.IntEnum):
                          # traffic is DRAM_RD_BYTES / DRAM_WR_BYTES)
     UBUF_WR_BYTES = 18   # R: bytes written into the UBUF (crops)
     UBUF_RD_BYTES = 19   # R: bytes read from the UBUF (fetches)
+    PROG_FETCH = 20      # RW: the first instruction the fetcher reads from DRAM (those
+                         # below must be in the instruction memory); reset: imem_depth.
+                         # PROG_LEN, PROG_ADDR, PROG_FETCH, UBUF_BASE and UBUF_ROWS are
+                         # double-buffered: writes set the next value (also while
+                         # running), START makes it the run's (docs/management-core.md)
+    CORE_CTRL = 21       # RW (host): bit0 RUN, the management core runs / is held in reset
+    CORE_STATUS = 22     # R: bit0 RUNNING, bit1 MESSAGE, bit2 TRAP, bit3 BAD_ACCESS
+    CORE_ADDR = 23       # RW (host): byte address in the core's map for CORE_DATA
+    CORE_DATA = 24       # W (host): store a word at CORE_ADDR, CORE_ADDR += 4; R: the word
+                         # at CORE_ADDR; only while the core is held
+    CORE_MSG = 25        # W (core): the firmware's signal to the host (sets MESSAGE); R
 
 
 CTRL_START = 1 << 0
@@ -42,6 +53,11 @@ CTRL_IRQ_ACK = 1 << 1
 STATUS_RUNNING = 1 << 0
 STATUS_DONE = 1 << 1
 STATUS_ERROR = 1 << 2
+CORE_CTRL_RUN = 1 << 0
+CORE_STATUS_RUNNING = 1 << 0
+CORE_STATUS_MESSAGE = 1 << 1
+CORE_STATUS_TRAP = 1 << 2
+CORE_STATUS_BAD_ACCESS = 1 << 3
 
 
 class ErrorCode(enum.IntEnum):
