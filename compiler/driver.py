@@ -82,6 +82,7 @@ class Compiled:
     tiling: dict = field(default_factory=dict)    # CNN layer -> its cnn.Tiling
     mappings: dict = field(default_factory=dict)  # layer -> the matching.Mapping it runs
                                                   # (docs/matching.md)
+    dram_base: int = 0            # the first DRAM word its data use (CompileOptions)
 
     @property
     def graph(self) -> Graph:
@@ -101,7 +102,9 @@ class Compiled:
     def loadable(self) -> Loadable:
         """What the chip is given to run it: the program and DRAM images, PROG_ADDR and
         the UBUF registers."""
-        return Loadable.for_chip(self.cfg, self.image, self.dram, self.prog_addr, self.ubuf)
+        dram = self.dram if not self.dram_base else [(self.dram_base,
+                                                       self.dram[self.dram_base:])]
+        return Loadable.for_chip(self.cfg, self.image, dram, self.prog_addr, self.ubuf)
 
     @property
     def macs(self) -> int:
@@ -387,4 +390,5 @@ def _compile(cfg: ChipConfig, network: Network | Graph, options: CompileOptions)
         chain=lowered if isinstance(options.chain, ChainChoice) else None,
         segments=dict(lowered.segments), tiling=dict(lowered.tiling),
         mappings={name: job.mapping for name, job in lowered.jobs.items()
-                  if job is not None and job.mapping is not None})
+                  if job is not None and job.mapping is not None},
+        dram_base=options.dram_base or 0)

@@ -35,7 +35,11 @@ class CompileOptions:
     * ``mapping``: how layers are put on the array (docs/matching.md): ``matcher``
       (None: the default), the constraint solver's ranked choice, or ``static``, the
       fixed deployment strategy it is measured against; or by layer name, a
-      ``matching.Mapping`` each (the rest: the matcher's).
+      ``matching.Mapping`` each (the rest: the matcher's);
+    * ``dram_base``: the first DRAM word the program's data (inputs, parameters,
+      outputs) and its program region may use (None: 0), so that several programs
+      share one DRAM, as the management core's step table runs them
+      (docs/management-core.md).
     """
     chain: ChainChoice | str | None = None
     segments: Mapping | str | None = None
@@ -44,8 +48,14 @@ class CompileOptions:
     ubuf: tuple[int, int] | None = None
     split: int | Mapping[str, int] | None = None
     mapping: str | Mapping[str, object] | None = None
+    dram_base: int | None = None
 
     def __post_init__(self):
+        if self.dram_base is not None and (not isinstance(self.dram_base, int)
+                                           or isinstance(self.dram_base, bool)
+                                           or self.dram_base < 0):
+            raise CompileError(f"dram_base must be a DRAM word address (an integer of at "
+                               f"least 0), not {self.dram_base!r}")
         if isinstance(self.mapping, Mapping):
             for name, m in self.mapping.items():
                 if not isinstance(m, LayerMapping):

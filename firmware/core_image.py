@@ -71,6 +71,12 @@ class FwResult(enum.IntEnum):
                       # ``fault_pc``: the return address) during step ``fault_step``
 
 
+class FwFlag(enum.IntFlag):
+    """The mailbox's ``flags``: how the firmware runs the table."""
+    OVERLAP = 1       # write the next chip step's configuration while one runs (the
+                      # double-buffered registers); clear: only after it has stopped
+
+
 class FwStepKind(enum.IntEnum):
     CHIP = 1          # a chip program: PROG_ADDR, PROG_LEN, the UBUF region, START
     KERNEL = 2        # an operation the core computes itself (``kernel``, ``args``)
@@ -83,12 +89,13 @@ class FwStepProblem(enum.IntEnum):
     UBUF_REFUSED = 4      # the chip refused the UBUF region (ChipConfig.ubuf_problem)
 
 
-#: one step of the table, 32-bit words in this order
+#: one step of the table, 32-bit words in this order: what the host writes, then what
+#: the firmware records (a chip step's START on the core's cycle counter, its CYCLES)
 STEP_FIELDS = ("kind", "prog_addr", "prog_len", "ubuf_base", "ubuf_rows", "kernel",
-               "arg0", "arg1")
+               "arg0", "arg1", "t_start", "t_cycles")
 #: the mailbox's words before the steps
-MAILBOX_FIELDS = ("magic", "n_steps", "result", "steps_done", "fault_step", "fault_code",
-                  "fault_pc", "fault_cycle", "cycles")
+MAILBOX_FIELDS = ("magic", "n_steps", "flags", "result", "steps_done", "fault_step",
+                  "fault_code", "fault_pc", "fault_cycle", "cycles")
 
 
 def field_offset(name: str) -> int:
@@ -130,7 +137,8 @@ def table_header(max_steps: int) -> str:
     """``table.h``: the mailbox's layout and codes (this module's tables)."""
     lines = ["#include <stdint.h>", "", f"#define FW_MAGIC 0x{FW_MAGIC:08x}u",
              f"#define FW_MAX_STEPS {max_steps}u", ""]
-    for enum_cls, prefix in ((FwResult, "FW_RESULT"), (FwStepKind, "FW_STEP"),
+    for enum_cls, prefix in ((FwResult, "FW_RESULT"), (FwFlag, "FW_FLAG"),
+                             (FwStepKind, "FW_STEP"),
                              (FwStepProblem, "FW_STEP_PROBLEM")):
         lines += [f"#define {prefix}_{e.name} {e.value}u" for e in enum_cls]
         lines.append("")
@@ -198,6 +206,13 @@ def digest(files: dict[str, str]) -> str:
 
 
 _built: dict[tuple[str, str], CoreImage] = {}
+
+
+def for_chip(cfg) -> CoreImage:
+    """The firmware for chip `cfg`'s management core (its memory sizes)."""
+    if not cfg.has_core:
+        raise FirmwareError(f"chip {cfg.name} has no management core (core_imem_bytes 0)")
+    return build(imem_bytes=cfg.core_imem_bytes, dmem_bytes=cfg.core_dmem_bytes)
 
 
 def build(*, imem_bytes: int = IMEM_BYTES, dmem_bytes: int = DMEM_BYTES,

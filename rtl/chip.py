@@ -1,7 +1,7 @@
 """The chip: sequencer, fabric registers, DMA, weight loader, matmul unit, grid,
-vector unit, the crop/fetch path, the lane router (chips with general lanes), and the
-two buffers, behind a register interface and one
-external-memory port."""
+vector unit, the crop/fetch path, the lane router (chips with general lanes), the
+two buffers and the management core (chips with one), behind a register interface
+and one external-memory port."""
 
 from amaranth.hdl import Module, Mux, Signal
 from amaranth.lib import wiring
@@ -11,6 +11,7 @@ from systolica.arch import fabric, regs
 from systolica.arch.config import ChipConfig
 from systolica.rtl.array import Grid
 from systolica.rtl.cbuf import Acc, Cbuf
+from systolica.rtl.core_control import CoreControl
 from systolica.rtl.csr import RegisterFile
 from systolica.rtl.dma import Dma
 from systolica.rtl.fabric_regs import FabricRegs
@@ -62,12 +63,21 @@ class Chip(wiring.Component):
         m.submodules.cbuf = cbuf = Cbuf(cfg=cfg, row_reads=3 + lanes, part_reads=1,
                                         row_writes=4 + lanes)
 
-        # Host side.
-        m.d.comb += [
-            csr.reg_addr.eq(self.reg_addr), csr.reg_wdata.eq(self.reg_wdata),
-            csr.reg_we.eq(self.reg_we), self.reg_rdata.eq(csr.reg_rdata),
-            self.irq.eq(csr.irq),
-        ]
+        # Host side, and the management core (docs/management-core.md): its window
+        # shares the register file's write port, the host's write first.
+        m.d.comb += [csr.reg_addr.eq(self.reg_addr), csr.reg_wdata.eq(self.reg_wdata),
+                     csr.reg_we.eq(self.reg_we)]
+        if cfg.has_core:
+            m.submodules.core = core = CoreControl(cfg=cfg)
+            m.d.comb += [core.reg_addr.eq(self.reg_addr), core.reg_wdata.eq(self.reg_wdata),
+                         core.reg_we.eq(self.reg_we),
+                         self.reg_rdata.eq(csr.reg_rdata | core.reg_rdata),
+                         csr.core_addr.eq(core.csr_addr), csr.core_we.eq(core.csr_we),
+                         csr.core_wdata.eq(core.csr_wdata),
+                         core.csr_rdata.eq(csr.core_rdata), core.csr_ready.eq(csr.core_ready),
+                         core.array_irq.eq(csr.irq), self.irq.eq(core.irq)]
+        else:
+            m.d.comb += [self.reg_rdata.eq(csr.reg_rdata), self.irq.eq(csr.irq)]
         connect(m, csr.seq, seq.ctrl)
         for unit in (seq, copy, vpu):      # the UBUF where its registers put it
             m.d.comb += [unit.ubuf_base.eq(csr.ubuf_base), unit.ubuf_rows.eq(csr.ubuf_rows)]

@@ -1,6 +1,6 @@
 """The register interface seen by the firmware (map in :mod:`systolica.arch.regs`)."""
 
-from amaranth.hdl import Cat, Module, Signal
+from amaranth.hdl import Cat, Module, Mux, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
@@ -11,7 +11,11 @@ from systolica.rtl.ports import RunControl, check_config
 
 
 class RegisterFile(wiring.Component):
-    """32-bit registers on a simple bus (write strobe, combinational read data).
+    """32-bit registers on two simple buses (write strobe, combinational read data):
+    the host's (``reg_*``) and the management core's window (``core_*``). They share
+    one write port: a host write wins its cycle, and ``core_ready`` is high in the
+    cycles the core's write is taken (no host write); reads are served on both at once
+    (docs/management-core.md, "Who writes the registers").
 
     Program words are written 32 bits at a time through ``IMEM_DATA``; the fourth write
     stores the instruction and advances ``IMEM_ADDR``. The program's registers
@@ -38,6 +42,8 @@ class RegisterFile(wiring.Component):
         super().__init__({
             "reg_addr": In(regs.ADDR_BITS), "reg_wdata": In(32), "reg_we": In(1),
             "reg_rdata": Out(32), "irq": Out(1), "seq": Out(RunControl()),
+            "core_addr": In(regs.ADDR_BITS), "core_wdata": In(32), "core_we": In(1),
+            "core_rdata": Out(32), "core_ready": Out(1),
             "macs": In(64), "dram_rd_bytes": In(32), "dram_wr_bytes": In(32),
             "fetch_rd_bytes": In(32), "ubuf_wr_bytes": In(32), "ubuf_rd_bytes": In(32),
             "ubuf_base": Out(width, init=cfg.ubuf_base),
@@ -50,10 +56,15 @@ class RegisterFile(wiring.Component):
         fault_cycle = Signal(isa.CYCLE_BITS)
         part = Signal(2)
         staged = Signal(96)
-        write = lambda reg: self.reg_we & (self.reg_addr == reg)
+        # the one write port: the host's write, else the core's
+        w_en, w_addr, w_data = Signal(), Signal(regs.ADDR_BITS), Signal(32)
+        m.d.comb += [self.core_ready.eq(~self.reg_we), w_en.eq(self.reg_we | self.core_we),
+                     w_addr.eq(Mux(self.reg_we, self.reg_addr, self.core_addr)),
+                     w_data.eq(Mux(self.reg_we, self.reg_wdata, self.core_wdata))]
+        write = lambda reg: w_en & (w_addr == reg)
 
-        m.d.comb += seq.start.eq(write(Reg.CTRL) & self.reg_wdata[0] & ~seq.running)
-        with m.If(seq.start | (write(Reg.CTRL) & self.reg_wdata[1])):
+        m.d.comb += seq.start.eq(write(Reg.CTRL) & w_data[0] & ~seq.running)
+        with m.If(seq.start | (write(Reg.CTRL) & w_data[1])):
             m.d.sync += [done_flag.eq(0), error_flag.eq(0)]
         with m.If(seq.done):
             m.d.sync += done_flag.eq(1)
@@ -63,19 +74,19 @@ class RegisterFile(wiring.Component):
 
         stopped = ~seq.running
         with m.If(write(Reg.PROG_LEN) & stopped):
-            m.d.sync += seq.prog_len.eq(self.reg_wdata)
+            m.d.sync += seq.prog_len.eq(w_data)
         with m.If(write(Reg.PROG_ADDR) & stopped):
-            m.d.sync += seq.prog_addr.eq(self.reg_wdata)
+            m.d.sync += seq.prog_addr.eq(w_data)
         with m.If(write(Reg.IMEM_ADDR) & stopped):
-            m.d.sync += [seq.imem.addr.eq(self.reg_wdata), part.eq(0)]
+            m.d.sync += [seq.imem.addr.eq(w_data), part.eq(0)]
         with m.If(write(Reg.IMEM_DATA) & stopped):
             m.d.sync += part.eq(part + 1)
             with m.If(part == 3):
                 m.d.comb += [seq.imem.en.eq(1),
-                             seq.imem.data.eq(Cat(staged, self.reg_wdata))]
+                             seq.imem.data.eq(Cat(staged, w_data))]
                 m.d.sync += seq.imem.addr.eq(seq.imem.addr + 1)
             with m.Else():
-                m.d.sync += staged.eq(Cat(staged[32:], self.reg_wdata))
+                m.d.sync += staged.eq(Cat(staged[32:], w_data))
 
         # the UBUF registers: a write the rule refuses, or made while running, is ignored
         lo, hi = cfg.ubuf_span
@@ -88,7 +99,7 @@ class RegisterFile(wiring.Component):
                 ok &= base == lo
             return ok
 
-        new = self.reg_wdata
+        new = w_data
         with m.If(write(Reg.UBUF_BASE) & ~seq.running & allowed(new, self.ubuf_rows)):
             m.d.sync += self.ubuf_base.eq(new)
         with m.If(write(Reg.UBUF_ROWS) & ~seq.running & allowed(self.ubuf_base, new)):
@@ -114,8 +125,10 @@ class RegisterFile(wiring.Component):
             Reg.UBUF_WR_BYTES: self.ubuf_wr_bytes,
             Reg.UBUF_RD_BYTES: self.ubuf_rd_bytes,
         }
-        with m.Switch(self.reg_addr):
-            for reg, value in table.items():
-                with m.Case(reg):
-                    m.d.comb += self.reg_rdata.eq(value)
+        for addr, rdata in ((self.reg_addr, self.reg_rdata),
+                            (self.core_addr, self.core_rdata)):
+            with m.Switch(addr):
+                for reg, value in table.items():
+                    with m.Case(reg):
+                        m.d.comb += rdata.eq(value)
         return m

@@ -78,8 +78,8 @@ def test_the_mailbox_layout_is_the_generated_struct(image):
         symbol, = ELFFile(f).get_section_by_name(".symtab").get_symbol_by_name("fw_mailbox")
     assert symbol["st_value"] == DMEM_BASE
     assert symbol["st_size"] == core_image.step_offset(core_image.MAX_STEPS)
-    assert core_image.field_offset("result") == 8
-    assert core_image.step_offset(1, "prog_len") == 4 * (len(MAILBOX_FIELDS) + 8 + 2)
+    assert core_image.field_offset("result") == 4 * MAILBOX_FIELDS.index("result")
+    assert core_image.step_offset(1, "prog_len") == 4 * (len(MAILBOX_FIELDS) + len(STEP_FIELDS) + 2)
 
 
 def test_the_register_header_is_regs_py():
