@@ -77,7 +77,10 @@ class CoreControl(wiring.Component):
                      self.csr_we.eq(core.reg_valid & core.reg_we & ~own),
                      core.reg_ready.eq(own | ~core.reg_we | self.csr_ready)]
 
-        status = Cat(run, message, core.trap, core.bad_access)
+        # (the block clears bad_access a cycle after run falls: the register's reads
+        # and the host's interrupt drop it with run)
+        bad = core.bad_access & run
+        status = Cat(run, message, core.trap, bad)
         table = {Reg.CORE_CTRL: run, Reg.CORE_STATUS: status, Reg.CORE_ADDR: load_addr,
                  Reg.CORE_DATA: Mux(run, 0, core.load_rdata), Reg.CORE_MSG: msg}
         own_rdata = Signal(32)
@@ -87,6 +90,5 @@ class CoreControl(wiring.Component):
                     with m.Case(reg):
                         m.d.comb += rdata.eq(value)
         m.d.comb += core.reg_rdata.eq(Mux(own, own_rdata, self.csr_rdata))
-        m.d.comb += self.irq.eq(Mux(run, message | core.trap | core.bad_access,
-                                    self.array_irq))
+        m.d.comb += self.irq.eq(Mux(run, message | core.trap | bad, self.array_irq))
         return m

@@ -1,7 +1,9 @@
 """The management core in the chip (docs/management-core.md, "The core in the chip"):
-the host loads the firmware and a step table through the CORE_* registers, the core
-sequences the chip's programs itself and signals the host once; the outputs equal the
-golden model's bit for bit and every program's CYCLES its prediction."""
+its registers, cycle by cycle, with small programs for the core (``tb_chip_core``);
+and a table of compiled programs the firmware runs: the host loads the firmware and
+the table through the CORE_* registers, the core sequences the chip's programs itself
+and signals the host once; the outputs equal the golden model's bit for bit and every
+program's CYCLES its prediction."""
 
 from __future__ import annotations
 
@@ -15,11 +17,19 @@ from systolica.compiler import compile_network
 from systolica.compiler.options import CompileOptions
 from systolica.firmware.core_image import FwResult
 from systolica.models.zoo import small_cnn
-from systolica.sim import core_run
+from systolica.sim import core_run, rtlsim
+
+from block_runner import run_block
 
 pytestmark = pytest.mark.rtl
 
 CFG = preset("tiny")
+
+
+def test_the_core_registers():
+    import tb_chip_core
+    run_block(rtlsim.build(CFG), rtlsim.HDL_TOPLEVEL, "tb_chip_core",
+              extra_env={"BLOCK_CASE": ",".join(tb_chip_core.CASES)})
 
 
 def _programs(count: int):
