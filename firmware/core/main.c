@@ -1,6 +1,7 @@
 /* The command loop: run the step table the host left in the mailbox, one step after
  * the other, and write the result word at the end.
  *
+ * A kernel step runs one of the core's kernels (kernels.c) on its descriptor in DRAM.
  * A chip step loads the program's configuration (PROG_ADDR, PROG_LEN, the UBUF
  * region), writes CTRL.START and sleeps in `waitirq` until the accelerator's interrupt
  * line is high, that is until the run has stopped (done or fault): the line is
@@ -12,6 +13,7 @@
  *
  * The mailbox's layout and every number of the chip come from the generated headers
  * (table.h, regs.h: systolica.firmware.core_image). */
+#include "kernels.h"
 #include "picorv32.h"
 #include "runtime.h"
 #include "table.h"
@@ -102,9 +104,16 @@ int main(void)
         case FW_STEP_CHIP:
             result = run_chip_step(i, step);
             break;
-        case FW_STEP_KERNEL:   /* this build has no kernels yet */
-            stop_at(i, FW_RESULT_BAD_STEP, FW_STEP_PROBLEM_NO_KERNEL);
-            return 0;
+        case FW_STEP_KERNEL: {
+            uint32_t problem = run_kernel(step->kernel, step->arg0, fw_mailbox.dram_bytes);
+
+            if (problem) {
+                stop_at(i, FW_RESULT_BAD_STEP, problem);
+                return 0;
+            }
+            result = FW_RESULT_OK;
+            break;
+        }
         default:
             stop_at(i, FW_RESULT_BAD_STEP, FW_STEP_PROBLEM_UNKNOWN_KIND);
             return 0;
