@@ -10,6 +10,7 @@ onnxruntime."""
 from __future__ import annotations
 
 import struct
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -18,7 +19,9 @@ from elftools.elf.elffile import ELFFile
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from systolica import golden
 from systolica.arch.config import preset
+from systolica.compiler import Dense, Network, compile_network
 from systolica.compiler.planning import layout
 from systolica.firmware import core_image, core_kernels
 from systolica.firmware.core_image import FwResult, FwStepKind, FwStepProblem
@@ -247,6 +250,42 @@ def test_kernels_read_and_write_the_chips_layouts_in_place(image, chip):
     assert np.array_equal(arg["y"].read(dram, M, 1).ravel(), np.argmax(acc, axis=1))
 
 
+@pytest.mark.parametrize("chip", ["tiny", "tiny_wide", "ulx3s"])
+def test_a_kernel_between_two_chip_programs(image, chip):
+    """Program 1 (a dense layer with int32 outputs) runs on the golden model; the core
+    requantises its output where the program left it into the input of program 2 (a
+    dense layer compiled with a zero input), where that program reads it; program 2
+    then gives what it gives when compiled with the requantised input itself."""
+    cfg = preset(chip)
+    rng = np.random.default_rng(11)
+    M, K, N, P = 5, 2 * cfg.rows + 1, 2 * cfg.cols + 3, 7
+    x = rng.integers(-128, 128, (M, K)).astype(np.int8)
+    w1 = rng.integers(-128, 128, (K, N)).astype(np.int8)
+    w2 = rng.integers(-128, 128, (N, P)).astype(np.int8)
+    first = compile_network(cfg, Network(x, (Dense(w1, name="fc1", out_dtype="int32"),)))
+    after_first = golden.run(cfg, first.loadable).dram
+    acc = first.results(after_first)["fc1"]
+    second = compile_network(cfg, Network(np.zeros((M, N), np.int8), (Dense(w2, name="fc2"),)))
+    W, half = cfg.dram_word_bytes, cfg.dram_words // 2          # program 2's DRAM above
+    image2 = np.asarray(second.loadable.dram_image())
+    assert first.dram_map.end <= half and len(image2) <= half
+    dram = bytearray(cfg.dram_words * W)
+    dram[:half * W] = np.asarray(after_first)[:half].tobytes()
+    dram[half * W:half * W + image2.size] = image2.tobytes()
+    (out_at, _), = first.dram_map.outputs.values()
+    (in_at, in_words), = second.dram_map.inputs.values()
+    requant = core_kernels.requantise(
+        chip_view(cfg, out_at, (M, N), "int32"), chip_view(cfg, half + in_at, (M, N)),
+        rows=M, cols=N, x_scale=0.002, x_zp=0, y_scale=1.0, y_zp=-4)
+    assert_ok(run_steps(image, dram, [requant]), 1)
+    fed = np.frombuffer(bytes(dram), np.uint8).reshape(-1, W)[half:half + len(image2)]
+    x2 = core_kernels.compute(requant, {"x": acc}).astype(np.int8)
+    assert np.array_equal(layout.unpack_int8(cfg, fed[in_at:in_at + in_words], M, N), x2)
+    got = second.results(golden.run(cfg, replace(second.loadable, dram=fed.copy())).dram)
+    want = compile_network(cfg, Network(x2, (Dense(w2, name="fc2"),)))
+    assert np.array_equal(got["fc2"], want.results(golden.run(cfg, want.loadable).dram)["fc2"])
+
+
 # -- descriptors the firmware refuses ----------------------------------------------------
 
 def field_offset(kernel: Kernel, name: str) -> int:
@@ -355,3 +394,50 @@ def test_the_descriptor_sizes_are_the_firmwares(image):
     assert sizes == (0, *(core_kernels.descriptor_bytes(k) for k in Kernel))
     assert all(len(_good(k).pack()) == core_kernels.descriptor_bytes(k) for k in Kernel)
     assert (image.elf.parent / "kdesc.h").read_text() == core_kernels.descriptor_header()
+
+
+# -- instructions ------------------------------------------------------------------------
+
+def _timed(kernel: Kernel, rows: int, cols: int, x_type: str) -> Descriptor:
+    x, y = array_view(0x2000, (rows, cols), x_type), array_view(0x10000, (rows, cols))
+    if kernel == Kernel.SOFTMAX:
+        return core_kernels.softmax(x, y, rows=rows, cols=cols, x_scale=0.05,
+                                    y_scale=1 / 256, y_zp=-128)
+    if kernel == Kernel.ARGMAX:
+        return core_kernels.argmax(x, array_view(0x10000, (rows, 1), "int64"), rows=rows,
+                                   cols=cols)
+    if kernel == Kernel.REQUANTISE:
+        return core_kernels.requantise(x, y, rows=rows, cols=cols, x_scale=0.001, x_zp=0,
+                                       y_scale=0.07, y_zp=1)
+    return core_kernels.add(x, array_view(0x8000, (rows, cols)), y, rows=rows, cols=cols,
+                            a_scale=0.1, a_zp=0, b_scale=0.07, b_zp=0, y_scale=0.2, y_zp=0)
+
+
+#: (kernel, input type, instructions per element at most, per row at most): the
+#: measured cost (docs/management-core.md) with a little room, so that a change that
+#: slows a kernel's inner loop is seen
+BUDGETS = [
+    (Kernel.SOFTMAX, "int8", 45, 1200),
+    (Kernel.ARGMAX, "int8", 16, 300),
+    (Kernel.ARGMAX, "int32", 18, 300),
+    (Kernel.REQUANTISE, "int8", 19, 400),
+    (Kernel.REQUANTISE, "int32", 31, 400),
+    (Kernel.ADD, "int8", 26, 500),
+]
+
+
+@pytest.mark.parametrize("kernel, x_type, per_element, per_row", BUDGETS,
+                         ids=[f"{k.name.lower()}-{t}" for k, t, *_ in BUDGETS])
+def test_instructions_per_element(image, kernel, x_type, per_element, per_row):
+    """Instructions of a kernel step beyond an empty table's, at 1 x 10 and 1 x 1000:
+    the slope is the cost of an element, the rest the step's and the row's."""
+    rng = np.random.default_rng(3)
+    counts = {}
+    base = loop.run_firmware(image, loop.FakeChip(), loop.mailbox([]), count=True).instructions
+    for cols in (10, 1000):
+        dram = bytearray(rng.integers(0, 256, 0x20000, dtype=np.uint8).tobytes())
+        run = run_steps(image, dram, [_timed(kernel, 1, cols, x_type)], count=True)
+        assert_ok(run, 1)
+        counts[cols] = run.instructions - base
+    slope = (counts[1000] - counts[10]) / 990
+    assert slope <= per_element and counts[10] - 10 * slope <= per_row, (slope, counts)
