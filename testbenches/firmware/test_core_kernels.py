@@ -286,6 +286,25 @@ def test_a_kernel_between_two_chip_programs(image, chip):
     assert np.array_equal(got["fc2"], want.results(golden.run(cfg, want.loadable).dram)["fc2"])
 
 
+def test_kernel_steps_run_between_chip_steps(image):
+    """A table of chip and kernel steps runs in order: each program started once, the
+    kernel's output the reference's."""
+    desc = _good(Kernel.SOFTMAX)
+    dram = bytearray(DRAM_BYTES)
+    dram[0x2000:0x2010] = bytes(range(16))
+    dram[0x400:0x400 + len(desc.pack())] = desc.pack()
+    want = bytearray(dram)
+    core_kernels.reference(desc, want)
+    chip = loop.FakeChip()
+    steps = [loop.chip_step(0x100, 40), dict(kind=FwStepKind.KERNEL, kernel=S, arg0=0x400),
+             loop.chip_step(0x800, 70)]
+    out = loop.run_firmware(image, chip, loop.mailbox(steps, dram_bytes=DRAM_BYTES),
+                            dram=dram).mailbox
+    assert (out["result"], out["steps_done"]) == (FwResult.OK, 3)
+    assert [s[:2] for s in chip.starts] == [(0x100, 40), (0x800, 70)]
+    assert out["cycles"] == (1000 + 40) + (1000 + 70) and dram == want
+
+
 # -- descriptors the firmware refuses ----------------------------------------------------
 
 def field_offset(kernel: Kernel, name: str) -> int:
