@@ -22,7 +22,7 @@ from systolica.arch.regs import (
     CORE_STATUS_TRAP,
     Reg,
 )
-from systolica.firmware import core_image
+from systolica.firmware import core_image, core_kernels
 from systolica.firmware.core_image import (
     DMEM_BASE,
     FW_MAGIC,
@@ -68,14 +68,17 @@ class ChipStep:
                     ubuf_base=self.ubuf[0], ubuf_rows=self.ubuf[1])
 
 
-def table_words(steps: Sequence[ChipStep], *, overlap: bool = True) -> list[int]:
+def table_words(steps: Sequence[ChipStep], *, overlap: bool = True, dram_bytes: int = 0
+                ) -> list[int]:
     """The mailbox the host writes: its header and every step (the words the firmware
-    fills in are 0)."""
+    fills in are 0). `dram_bytes`: the DRAM's size, which bounds the kernels' accesses
+    (cut to the window's reach)."""
     if len(steps) > core_image.MAX_STEPS:
         raise ValueError(f"a step table holds at most {core_image.MAX_STEPS} steps, not "
                          f"{len(steps)}")
     head = dict.fromkeys(MAILBOX_FIELDS, 0) | dict(
-        magic=FW_MAGIC, n_steps=len(steps), flags=FwFlag.OVERLAP if overlap else 0)
+        magic=FW_MAGIC, n_steps=len(steps), flags=FwFlag.OVERLAP if overlap else 0,
+        dram_bytes=min(dram_bytes, core_kernels.DRAM_WINDOW_BYTES))
     words = [int(head[f]) for f in MAILBOX_FIELDS]
     for step in steps:
         given = step.words()
@@ -142,11 +145,12 @@ async def read_words(bus: RegisterBus, address: int, count: int) -> list[int]:
 
 
 async def run_table(bus: RegisterBus, image: CoreImage, steps: Sequence[ChipStep], *,
-                    overlap: bool = True, timeout_cycles: int) -> TableRun:
+                    overlap: bool = True, timeout_cycles: int, dram_bytes: int = 0
+                    ) -> TableRun:
     """Load the firmware and the table, release the core, wait for its message (or a
     fault of the core), hold it again and read the mailbox back. Raises
     :class:`CoreError` when no message comes within `timeout_cycles`."""
-    await load(bus, image, table_words(steps, overlap=overlap))
+    await load(bus, image, table_words(steps, overlap=overlap, dram_bytes=dram_bytes))
     await bus.write(Reg.CORE_CTRL, CORE_CTRL_RUN)
     signalled = await bus.wait_irq(timeout_cycles)
     status = await bus.read(Reg.CORE_STATUS)

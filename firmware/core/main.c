@@ -1,6 +1,7 @@
 /* The command loop: run the step table the host left in the mailbox, one step after
  * the other, and signal the host once, at the end.
  *
+ * A kernel step runs one of the core's kernels (kernels.c) on its descriptor in DRAM.
  * A chip step writes the program's configuration (PROG_ADDR, PROG_LEN, PROG_FETCH = 0:
  * the chip fetches the whole program from DRAM, and the UBUF region), writes
  * CTRL.START and sleeps in `waitirq` until the accelerator's interrupt line is high,
@@ -19,6 +20,7 @@
  * The result goes into the mailbox and, last, into CORE_MSG, which interrupts the
  * host. The mailbox's layout and every number of the chip come from the generated
  * headers (table.h, regs.h: systolica.firmware.core_image). */
+#include "kernels.h"
 #include "picorv32.h"
 #include "runtime.h"
 #include "table.h"
@@ -140,9 +142,16 @@ int main(void)
             result = run_chip_step(i, step, overlap, &ready);
             break;
         }
-        case FW_STEP_KERNEL:   /* this build has no kernels yet */
-            stop_at(i, FW_RESULT_BAD_STEP, FW_STEP_PROBLEM_NO_KERNEL);
-            return 0;
+        case FW_STEP_KERNEL: {
+            uint32_t problem = run_kernel(step->kernel, step->arg0, fw_mailbox.dram_bytes);
+
+            if (problem) {
+                stop_at(i, FW_RESULT_BAD_STEP, problem);
+                return 0;
+            }
+            result = FW_RESULT_OK;
+            break;
+        }
         default:
             stop_at(i, FW_RESULT_BAD_STEP, FW_STEP_PROBLEM_UNKNOWN_KIND);
             return 0;

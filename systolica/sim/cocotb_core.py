@@ -4,7 +4,7 @@ table of chip programs that the management core's firmware sequences.
 The environment variable ``SYSTOLICA_CORE_JOB`` names a JSON file written by the
 host::
 
-    {"word_bytes": R, "dram": path, "imem": path, "dmem": path, "overlap": bool,
+    {"word_bytes": R, "dram_bytes": B, "dram": path, "imem": path, "dmem": path, "overlap": bool,
      "timeout_cycles": int, "steps": [[prog_addr, prog_len, ubuf_base, ubuf_rows], ...],
      "readback": [[first_word, words], ...], "results": path}
 
@@ -44,7 +44,8 @@ async def run_table(dut):
              for addr, length, ubuf_base, ubuf_rows in spec["steps"]]
     start = bus.sim_cycle()
     run = await core_host.run_table(bus, image, steps, overlap=spec["overlap"],
-                                    timeout_cycles=spec["timeout_cycles"])
+                                    timeout_cycles=spec["timeout_cycles"],
+                                    dram_bytes=spec["dram_bytes"])
     sim_cycles = bus.sim_cycle() - start
     names = []
     for k, (first, count) in enumerate(spec["readback"]):

@@ -92,7 +92,8 @@ def run(cfg: ChipConfig, programs: list[Loadable], *, readback=(), overlap: bool
     dramfile.write_segments(run_dir / "dram_load.hex", segments)
     (run_dir / "imem.bin").write_bytes(image.imem)
     (run_dir / "dmem.bin").write_bytes(image.dmem)
-    spec = {"word_bytes": cfg.dram_word_bytes, "dram": "dram_load.hex",
+    spec = {"word_bytes": cfg.dram_word_bytes, "dram_bytes": cfg.dram_bytes,
+            "dram": "dram_load.hex",
             "imem": "imem.bin", "dmem": "dmem.bin", "overlap": overlap,
             "timeout_cycles": timeout_cycles,
             "steps": [[s.prog_addr, s.prog_len, *s.ubuf] for s in steps],

@@ -17,7 +17,14 @@ import struct
 from dataclasses import dataclass, field
 
 import pytest
-from unicorn import UC_ARCH_RISCV, UC_HOOK_INTR, UC_MODE_RISCV32, UC_PROT_ALL, Uc
+from unicorn import (
+    UC_ARCH_RISCV,
+    UC_HOOK_BLOCK,
+    UC_HOOK_INTR,
+    UC_MODE_RISCV32,
+    UC_PROT_ALL,
+    Uc,
+)
 from unicorn.riscv_const import UC_RISCV_REG_PC, UC_RISCV_REG_X0
 
 from systolica.arch.regs import (
@@ -32,6 +39,7 @@ from systolica.arch.regs import (
 from systolica.firmware import core_image
 from systolica.firmware.core_image import (
     DMEM_BASE,
+    DRAM_BASE,
     FW_MAGIC,
     IMEM_BASE,
     MAILBOX_FIELDS,
@@ -117,21 +125,35 @@ class FakeChip:
 
 @dataclass
 class CoreRun:
-    """What a run left: the mailbox's words by name, and the memories."""
+    """What a run left: the mailbox's words by name, the memories, and the instructions
+    the core ran (counted when asked)."""
     mailbox: dict[str, int]
     uc: Uc
+    instructions: int = 0
 
     def word(self, address: int) -> int:
         return struct.unpack("<I", self.uc.mem_read(address, 4))[0]
 
 
 def run_firmware(image: core_image.CoreImage, chip: FakeChip, mailbox: bytes,
-                 patches: dict[int, int] | None = None) -> CoreRun:
+                 patches: dict[int, int] | None = None, *, dram: bytearray | None = None,
+                 count: bool = False, limit: int = INSTRUCTION_LIMIT) -> CoreRun:
     """Run `image` (with the instruction words `patches` replaced) from reset with
-    `mailbox` at the start of the data memory until it parks."""
+    `mailbox` at the start of the data memory until it parks (or `limit` instructions
+    have run). `dram`, if given, is the DRAM behind the core's window (mapped at
+    DRAM_BASE, in pages of 4 KiB; the page's rest reads as zeros) and holds what the
+    run left there afterwards. With `count`, the run's instructions are counted (by
+    translated block: a block's instructions when it is entered)."""
     uc = Uc(UC_ARCH_RISCV, UC_MODE_RISCV32)
     uc.mem_map(IMEM_BASE, image.imem_bytes, UC_PROT_ALL)
     uc.mem_map(DMEM_BASE, image.dmem_bytes, UC_PROT_ALL)
+    if dram is not None:
+        uc.mem_map(DRAM_BASE, max(4096, -(-len(dram) // 4096) * 4096), UC_PROT_ALL)
+        uc.mem_write(DRAM_BASE, bytes(dram))
+    counted = [0]
+    if count:
+        uc.hook_add(UC_HOOK_BLOCK, lambda uc, address, size, data: counted.__setitem__(
+            0, counted[0] + size // 4))
     uc.mem_write(IMEM_BASE, image.imem)
     for address, word in (patches or {}).items():
         uc.mem_write(address, struct.pack("<I", word))
@@ -172,18 +194,20 @@ def run_firmware(image: core_image.CoreImage, chip: FakeChip, mailbox: bytes,
         uc.reg_write(UC_RISCV_REG_PC, next_pc)
 
     uc.hook_add(UC_HOOK_INTR, custom)
-    uc.emu_start(IMEM_BASE, IMEM_BASE + image.imem_bytes, count=INSTRUCTION_LIMIT)
+    uc.emu_start(IMEM_BASE, IMEM_BASE + image.imem_bytes, count=limit)
     words = struct.unpack_from(f"<{len(MAILBOX_FIELDS)}I",
                                uc.mem_read(DMEM_BASE, 4 * len(MAILBOX_FIELDS)))
-    return CoreRun(dict(zip(MAILBOX_FIELDS, words)), uc)
+    if dram is not None:
+        dram[:] = uc.mem_read(DRAM_BASE, len(dram))
+    return CoreRun(dict(zip(MAILBOX_FIELDS, words)), uc, counted[0])
 
 
 def mailbox(steps: list[dict], *, magic: int = FW_MAGIC, n_steps: int | None = None,
-            flags: int = 0) -> bytes:
+            flags: int = 0, dram_bytes: int = 0) -> bytes:
     """The table the host writes: a header and each step's words (missing ones 0)."""
     head = dict.fromkeys(MAILBOX_FIELDS, 0) | {
         "magic": magic, "n_steps": len(steps) if n_steps is None else n_steps,
-        "flags": flags}
+        "flags": flags, "dram_bytes": dram_bytes}
     words = [head[f] for f in MAILBOX_FIELDS]
     for step in steps:
         words += [step.get(f, 0) for f in core_image.STEP_FIELDS]
@@ -266,7 +290,7 @@ def test_a_chip_fault_stops_the_table_with_its_code_pc_and_cycle(image):
     (mailbox([chip_step(0x100, 8)], magic=0), FwResult.BAD_TABLE, 0, 0),
     (mailbox([], n_steps=core_image.MAX_STEPS + 1), FwResult.BAD_TABLE, 0, 0),
     (mailbox([]), FwResult.OK, 0, 0),
-    (mailbox([chip_step(0x100, 8), dict(kind=FwStepKind.KERNEL, kernel=1)]),
+    (mailbox([chip_step(0x100, 8), dict(kind=FwStepKind.KERNEL, kernel=99)]),
      FwResult.BAD_STEP, 1, FwStepProblem.NO_KERNEL),
     (mailbox([dict(kind=9)]), FwResult.BAD_STEP, 0, FwStepProblem.UNKNOWN_KIND),
     (mailbox([chip_step(0x100, 8, ubuf_base=64, ubuf_rows=48)]),
