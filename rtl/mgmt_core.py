@@ -217,7 +217,9 @@ class MgmtCore(wiring.Component):
                      else self.dram_rdata)
         merged = Cat(Mux(wstrb[i], wdata.word_select(i, 8), read_lane.word_select(i, 8))
                      for i in range(4))
-        dram_access = valid & to_dram & self.run & self.dram_grant
+        # (PicoRV32 still issues a misaligned access it traps on, aligned down; by the
+        # cycle a store would write, ``trap`` is high and keeps it from the DRAM)
+        dram_access = valid & to_dram & self.run & self.dram_grant & ~trap
         m.d.comb += [
             self.dram_addr.eq(dram_word),
             self.dram_re.eq(dram_access & ~dram_reading),

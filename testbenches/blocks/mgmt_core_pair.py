@@ -4,7 +4,9 @@ narrowest), in one Verilated model, so that one build and one simulator start ch
 both widths.
 
 ``sel`` chooses the instance that has the ports; the other is held in reset (its
-``run`` and ``load_en`` are low) and its outputs are not seen. The ports are the first
+``run`` and ``load_en`` are low), its outputs are not seen, and its clock is stopped
+(each instance has a clock domain of its own, ``clk`` gated by ``sel``, so that the idle
+one costs the simulation nothing; change ``sel`` while ``clk`` is low). The ports are the first
 instance's: the second's narrower DRAM word is the low bits of ``dram_wdata`` and
 ``dram_rdata``. Only the DRAM window case uses the second instance.
 
@@ -15,7 +17,7 @@ testbench does not rebuild the model.
 
 from __future__ import annotations
 
-from amaranth.hdl import Module
+from amaranth.hdl import ClockDomain, ClockSignal, DomainRenamer, Module, ResetSignal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In
 
@@ -51,8 +53,12 @@ class MgmtCorePair(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         for i, core in enumerate(self.cores):
-            m.submodules[f"core{i}"] = core
             chosen = self.sel == i
+            domain = f"core{i}"
+            m.domains += ClockDomain(domain)
+            m.d.comb += [ClockSignal(domain).eq(ClockSignal() & chosen),
+                         ResetSignal(domain).eq(ResetSignal())]
+            m.submodules[domain] = DomainRenamer(domain)(core)
             for name, member in core.signature.members.items():
                 inner, outer = getattr(core, name), getattr(self, name)
                 if member.flow == wiring.In:

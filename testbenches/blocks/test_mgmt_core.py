@@ -1,18 +1,23 @@
 # amaranth: UnusedElaboratable=no
 """The management core block (:class:`systolica.rtl.mgmt_core.MgmtCore`): PicoRV32's
-instruction tests, an interrupt, accesses outside the map and the project's firmware
-on the Verilated block (``tb_mgmt_core``), and its parameters.
+instruction tests, an interrupt, accesses outside the map, the DRAM window (with DRAM
+words of 16 and of 4 bytes) and the project's firmware on the Verilated block
+(``tb_mgmt_core``), and its parameters.
 
 Its model is built through :func:`systolica.sim.verilated.build` like every block's, with
-``picorv32.v`` of ``pythondata-cpu-picorv32`` as a further Verilog source; the programs
+``picorv32.v`` of ``pythondata-cpu-picorv32`` as a further Verilog source; the model's
+top is :class:`mgmt_core_pair.MgmtCorePair`, two instances of the block that differ in
+their DRAM word, so that one build and one simulator start check both. The programs
 are assembled on this side (``tb_mgmt_core.build_images``) and handed to the simulator
 as image files. All cases run in one simulator start.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from functools import partial
 
+import mgmt_core_pair
 import pytest
 import tb_mgmt_core
 
@@ -24,11 +29,12 @@ from block_runner import OPT_VARIABLES, run_block
 
 
 def design() -> verilated.Design:
-    factory = partial(MgmtCore, imem_words=tb_mgmt_core.IMEM_WORDS,
-                      dmem_words=tb_mgmt_core.DMEM_WORDS)
-    return verilated.component("mgmt_core", factory, label="block-mgmt_core",
+    factory = partial(mgmt_core_pair.MgmtCorePair, instances=mgmt_core_pair.INSTANCES)
+    pair = verilated.component(mgmt_core_pair.TOP, factory, label="block-mgmt_core",
                                sources=(picorv32_source(),),
                                make_variables=OPT_VARIABLES)
+    # the pair's module is outside the package: name the block's source as well
+    return dataclasses.replace(pair, generator=(*pair.generator, MgmtCore.__module__))
 
 
 @pytest.mark.rtl
@@ -36,7 +42,7 @@ def test_the_core_runs_the_isa_tests_an_interrupt_and_the_firmware():
     images = tb_mgmt_core.build_images(build_root() / "firmware" / "mgmt_core")
     images["firmware"] = tb_mgmt_core.firmware_image(build_root() / "firmware" / "mgmt_core")
     build_dir = verilated.build(design())
-    run_block(build_dir, "mgmt_core", "tb_mgmt_core",
+    run_block(build_dir, mgmt_core_pair.TOP, "tb_mgmt_core",
               extra_env={"BLOCK_CASE": ",".join(tb_mgmt_core.CASES),
                          **{f"MGMT_IMAGE_{c.upper()}": str(p) for c, p in images.items()}})
 
