@@ -399,9 +399,9 @@ async def case_bad_access(tb: CoreTB) -> None:
 #: accesses past the end and after them, the program's messages, and its cycle limit
 #: (grant low included).
 DRAM_MODE, DRAM_CHECKS, DRAM_ALL_CHECKS, MISALIGNED_RUNS = 28, 29, 32, 4
-DRAM_FAILED, NOT_TRAPPED, DRAM_CYCLES = 0xFA11_0000, 0x7A7A, 60_000
-#: The DRAM bytes dram.S stores (byte address -> value); the last 16 bytes are ``top``
-#: + 0..15.
+DRAM_FAILED, NOT_TRAPPED, DRAM_CYCLES = 0xFA11_0000, 0x7A7A, 20_000
+#: The DRAM's last 16 bytes (the testbench fills them with 0x40 + i, the first 256 with
+#: 0x80 + i, the rest with noise) and the bytes dram.S stores (address -> value).
 DRAM_TOP = DRAM_BYTES - 16
 DRAM_STORES = {0x40: 0x00, 0x41: 0xA5, 0x42: 0x11, 0x43: 0x22, 0x44: 0x88, 0x45: 0x77,
                0x46: 0x34, 0x47: 0x12, 0x48: 0xEF, 0x49: 0xBE, 0x4A: 0xAD, 0x4B: 0xDE,
@@ -532,7 +532,8 @@ async def _dram_instance(tb: CoreTB, image: dict[int, int], params: dict) -> lis
     def on_write(word, value):
         if word == MSG and not bad_before:
             bad_before.append(int(dut.bad_access.value))
-        if word == MSG and value in (FINISHED, NOT_TRAPPED) or value & ~0xFFFF == DRAM_FAILED:
+        if word == MSG and (value in (FINISHED, NOT_TRAPPED)
+                            or value & ~0xFFFF == DRAM_FAILED):
             finished.set()
 
     tb.on_read = lambda word: mode[0] if word == DRAM_MODE else word

@@ -57,6 +57,12 @@ def test_the_package_ships_the_instruction_tests():
     ({"dmem_words": 8}, "dmem_words must be a power of two of at least 16"),
     ({"dmem_words": True}, "dmem_words must be a power of two"),
     ({"imem_words": 16, "imem_init": [0] * 17}, "imem_init has 17 words, more than"),
+    ({"dram_word_bytes": 2}, "dram_word_bytes must be a power of two of at least 4"),
+    ({"dram_word_bytes": 12}, "dram_word_bytes must be a power of two of at least 4"),
+    ({"dram_word_bytes": True}, "dram_word_bytes must be a power of two"),
+    ({"dram_words": 0}, "dram_words must be a positive integer of at most 16777216"),
+    ({"dram_words": (1 << 24) + 1}, r"dram_words must be .* \(the 24-bit DRAM word"),
+    ({"dram_words": 4096.0}, "dram_words must be a positive integer"),
 ])
 def test_bad_parameters(kwargs, message):
     with pytest.raises((TypeError, ValueError), match=message):

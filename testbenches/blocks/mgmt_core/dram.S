@@ -12,7 +12,7 @@
  *
  * Window word 30 gets the messages: the number of checks passed before the accesses
  * past the end (bad_access must still be low then), the number after them, FINISHED;
- * or FAILED + the check's number, then the value loaded; or NOT_TRAPPED. */
+ * or the value a check loaded, then FAILED + the check's number; or NOT_TRAPPED. */
 #define WINDOW 0x40000000
 #define MODE 112	/* word 28 */
 #define MSG 120		/* word 30 */
@@ -99,10 +99,10 @@ start:
 1:	j	1b
 
 fail:
+	sw	t0, MSG(s1)
 	li	t1, FAILED
 	or	t1, t1, gp
 	sw	t1, MSG(s1)
-	sw	t0, MSG(s1)
 2:	j	2b
 
 misaligned:	/* PicoRV32 traps on these (interrupts masked) */
