@@ -157,15 +157,22 @@ class Chip(wiring.Component):
             connect(m, port, acc.row_write[k])
         m.d.comb += seq.bank_conflict.eq(cbuf.conflict | acc.conflict)
 
-        # External memory: the DMA's master port and the instruction fetcher's share
-        # the flat top-level ``mem_*``; the DMA has priority (the fetcher reads only in
-        # cycles the DMA leaves idle, which it learns from ``mem_busy``).
+        # External memory: the DMA's master port, the instruction fetcher's and the
+        # management core's share the flat top-level ``mem_*``. The DMA has priority
+        # (the fetcher reads only in cycles the DMA leaves idle, which it learns from
+        # ``mem_busy``); both use it only while a program runs, and the core only
+        # while none does (docs/management-core.md, "The core's DRAM window").
         dma_busy = dma.mem.re | dma.mem.we
+        addr = Mux(dma_busy, dma.mem.addr, seq.mem.addr)
+        re, we, wdata = dma.mem.re | seq.mem.re, dma.mem.we, dma.mem.wdata
+        if cfg.has_core:
+            m.d.comb += [core.mem_grant.eq(~seq.ctrl.running), core.mem_rdata.eq(self.mem_rdata)]
+            addr = Mux(seq.ctrl.running, addr, core.mem_addr)
+            re, we = re | core.mem_re, we | core.mem_we
+            wdata = Mux(seq.ctrl.running, wdata, core.mem_wdata)
         m.d.comb += [seq.mem_busy.eq(dma_busy), dma.mem.rdata.eq(self.mem_rdata),
-                     seq.mem.rdata.eq(self.mem_rdata),
-                     self.mem_addr.eq(Mux(dma_busy, dma.mem.addr, seq.mem.addr)),
-                     self.mem_re.eq(dma.mem.re | seq.mem.re),
-                     self.mem_we.eq(dma.mem.we), self.mem_wdata.eq(dma.mem.wdata)]
+                     seq.mem.rdata.eq(self.mem_rdata), self.mem_addr.eq(addr),
+                     self.mem_re.eq(re), self.mem_we.eq(we), self.mem_wdata.eq(wdata)]
 
         # Performance counters, cleared by START.
         macs = Signal(64)

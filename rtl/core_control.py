@@ -6,7 +6,7 @@ from amaranth.hdl import Cat, Module, Mux, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
-from systolica.arch import regs
+from systolica.arch import isa, regs
 from systolica.arch.config import ChipConfig
 from systolica.arch.regs import Reg
 from systolica.rtl.mgmt_core import MgmtCore
@@ -30,7 +30,10 @@ class CoreControl(wiring.Component):
       ones, answered here;
     * ``array_irq``: the register file's interrupt, the core's interrupt 0;
       ``irq``: the host's interrupt (the array's while the core is held, the core's
-      ``MESSAGE``, ``TRAP`` or ``BAD_ACCESS`` while it runs).
+      ``MESSAGE``, ``TRAP`` or ``BAD_ACCESS`` while it runs);
+    * the core's DRAM window, a master of the chip's DRAM port (``mem_re``,
+      ``mem_we``, ``mem_addr``, ``mem_wdata``, ``mem_rdata``) that accesses only in
+      cycles of ``mem_grant`` (the chip grants it while the array is stopped).
     """
 
     def __init__(self, *, cfg: ChipConfig):
@@ -42,13 +45,21 @@ class CoreControl(wiring.Component):
             "reg_rdata": Out(32),
             "csr_addr": Out(regs.ADDR_BITS), "csr_we": Out(1), "csr_wdata": Out(32),
             "csr_rdata": In(32), "csr_ready": In(1),
-            "array_irq": In(1), "irq": Out(1)})
+            "array_irq": In(1), "irq": Out(1),
+            "mem_re": Out(1), "mem_we": Out(1), "mem_addr": Out(isa.DRAM_ADDR_BITS),
+            "mem_wdata": Out(8 * cfg.dram_word_bytes),
+            "mem_rdata": In(8 * cfg.dram_word_bytes), "mem_grant": In(1)})
 
     def elaborate(self, platform):
         m = Module()
         cfg = self.cfg
         m.submodules.core = core = MgmtCore(imem_words=cfg.core_imem_bytes // 4,
-                                            dmem_words=cfg.core_dmem_bytes // 4)
+                                            dmem_words=cfg.core_dmem_bytes // 4,
+                                            dram_word_bytes=cfg.dram_word_bytes,
+                                            dram_words=cfg.dram_words)
+        m.d.comb += [self.mem_re.eq(core.dram_re), self.mem_we.eq(core.dram_we),
+                     self.mem_addr.eq(core.dram_addr), self.mem_wdata.eq(core.dram_wdata),
+                     core.dram_rdata.eq(self.mem_rdata), core.dram_grant.eq(self.mem_grant)]
         run, message = Signal(), Signal()
         load_addr, msg = Signal(32), Signal(32)
         host = lambda reg: self.reg_we & (self.reg_addr == reg)

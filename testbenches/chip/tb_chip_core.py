@@ -10,6 +10,7 @@ Cases (``BLOCK_CASE``, comma-separated, each on a freshly reset chip):
 * ``window``: the core writes PROG_ADDR and then CORE_MSG while the host writes
   IMEM_ADDR in every cycle: the core's write waits for the first cycle without a host
   write, both writes land, and the message interrupts the host; IRQ_ACK clears it.
+* ``dram``: the core stores into DRAM through its window and loads it back.
 * ``trap``: ``ebreak`` with interrupts masked: CORE_STATUS.TRAP and the host's
   interrupt, both gone when the host holds the core.
 * ``bad_access``: a load outside the core's map: CORE_STATUS.BAD_ACCESS and the
@@ -39,7 +40,7 @@ from systolica.firmware.core_image import DMEM_BASE, IMEM_BASE, REGS_BASE
 
 from tb_base import case_names
 
-A0, A1, T0, T1 = 10, 11, 5, 6
+A0, A1, A2, T0, T1 = 10, 11, 12, 5, 6
 
 
 def lui(rd: int, value: int) -> int:
@@ -57,6 +58,10 @@ def sw(rs2: int, offset: int, rs1: int) -> int:
 
 def lw(rd: int, offset: int, rs1: int) -> int:
     return (offset & 0xFFF) << 20 | rs1 << 15 | 2 << 12 | rd << 7 | 0x03
+
+
+def lbu(rd: int, offset: int, rs1: int) -> int:
+    return (offset & 0xFFF) << 20 | rs1 << 15 | 4 << 12 | rd << 7 | 0x03
 
 
 EBREAK = 0x0010_0073
@@ -154,6 +159,19 @@ async def window(tb: ChipTB):
     assert await tb.read(Reg.CORE_STATUS) == CORE_STATUS_RUNNING and not tb.irq
 
 
+async def dram(tb: ChipTB):
+    """The core stores a word into DRAM through its window, loads a byte and the word
+    back, and reports them in CORE_MSG and PROG_ADDR."""
+    await tb.run_program([
+        lui(A0, 0x8000_0000), addi(A0, A0, 0x100), lui(T0, 0x1234_5000),
+        addi(T0, T0, 0x678), sw(T0, 0, A0), lbu(T1, 1, A0), lw(A1, 0, A0),
+        lui(A2, REGS_BASE), sw(A1, 4 * Reg.PROG_ADDR, A2), sw(T1, 4 * Reg.CORE_MSG, A2),
+        SPIN], cycles=80)
+    assert await tb.read(Reg.CORE_MSG) == 0x56
+    assert await tb.read(Reg.PROG_ADDR) == 0x1234_5678
+    assert await tb.read(Reg.CORE_STATUS) == CORE_STATUS_RUNNING | CORE_STATUS_MESSAGE
+
+
 async def trap(tb: ChipTB):
     await tb.run_program([EBREAK])
     assert await tb.read(Reg.CORE_STATUS) == CORE_STATUS_RUNNING | CORE_STATUS_TRAP
@@ -187,8 +205,8 @@ async def array_irq(tb: ChipTB):
         assert not tb.irq
 
 
-CASES = {"memories": memories, "window": window, "trap": trap, "bad_access": bad_access,
-         "array_irq": array_irq}
+CASES = {"memories": memories, "window": window, "dram": dram, "trap": trap,
+         "bad_access": bad_access, "array_irq": array_irq}
 
 
 @cocotb.test()
