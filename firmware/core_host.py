@@ -68,7 +68,38 @@ class ChipStep:
                     ubuf_base=self.ubuf[0], ubuf_rows=self.ubuf[1])
 
 
-def table_words(steps: Sequence[ChipStep], *, overlap: bool = True, dram_bytes: int = 0
+@dataclass(frozen=True)
+class KernelStep:
+    """A kernel the core runs (:mod:`.core_kernels`), its descriptor at DRAM word
+    ``at_word`` of ``word_bytes`` bytes (the host writes it there with the rest of the
+    DRAM: :meth:`dram_piece`)."""
+    descriptor: core_kernels.Descriptor
+    at_word: int
+    word_bytes: int
+
+    def words(self) -> dict[str, int]:
+        return dict(kind=FwStepKind.KERNEL, kernel=int(self.descriptor.kernel),
+                    arg0=self.at_word * self.word_bytes)
+
+    def dram_piece(self) -> tuple[int, bytes]:
+        """``(first word, bytes)`` of the descriptor in DRAM, padded to whole words."""
+        data = self.descriptor.pack()
+        return self.at_word, data + bytes(-len(data) % self.word_bytes)
+
+
+@dataclass(frozen=True)
+class StepWords:
+    """A step as its table words by name (what a simulator's side gets in a file)."""
+    given: dict
+
+    def words(self) -> dict[str, int]:
+        return dict(self.given)
+
+
+Step = ChipStep | KernelStep | StepWords
+
+
+def table_words(steps: Sequence[Step], *, overlap: bool = True, dram_bytes: int = 0
                 ) -> list[int]:
     """The mailbox the host writes: its header and every step (the words the firmware
     fills in are 0). `dram_bytes`: the DRAM's size, which bounds the kernels' accesses
@@ -106,11 +137,12 @@ class TableRun:
             return FwResult.RUNNING
 
     def gaps(self) -> list[int]:
-        """Core cycles between the end of each chip step's run and the next step's
-        START (the idle time between programs), from the recorded START times and
-        CYCLES."""
+        """Core cycles between the end of each chip step's run and the START of the
+        chip step right after it (the array's idle time between programs), from the
+        recorded START times and CYCLES."""
         done = self.steps[:self.mailbox["steps_done"]]
-        return [b["t_start"] - (a["t_start"] + a["t_cycles"]) for a, b in zip(done, done[1:])]
+        return [b["t_start"] - (a["t_start"] + a["t_cycles"]) for a, b in zip(done, done[1:])
+                if a["kind"] == b["kind"] == FwStepKind.CHIP]
 
 
 def _words(data: bytes) -> list[int]:
@@ -144,7 +176,7 @@ async def read_words(bus: RegisterBus, address: int, count: int) -> list[int]:
     return out
 
 
-async def run_table(bus: RegisterBus, image: CoreImage, steps: Sequence[ChipStep], *,
+async def run_table(bus: RegisterBus, image: CoreImage, steps: Sequence[Step], *,
                     overlap: bool = True, timeout_cycles: int, dram_bytes: int = 0
                     ) -> TableRun:
     """Load the firmware and the table, release the core, wait for its message (or a

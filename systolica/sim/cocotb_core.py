@@ -5,7 +5,7 @@ The environment variable ``SYSTOLICA_CORE_JOB`` names a JSON file written by the
 host::
 
     {"word_bytes": R, "dram_bytes": B, "dram": path, "imem": path, "dmem": path, "overlap": bool,
-     "timeout_cycles": int, "steps": [[prog_addr, prog_len, ubuf_base, ubuf_rows], ...],
+     "timeout_cycles": int, "steps": [{step table word: value}, ...],
      "readback": [[first_word, words], ...], "results": path}
 
 (paths relative to the file). The chip is reset, the DRAM loaded, the firmware and
@@ -40,8 +40,7 @@ async def run_table(dut):
     await bus.load_dram_file(base / spec["dram"])
     image = SimpleNamespace(imem=(base / spec["imem"]).read_bytes(),
                             dmem=(base / spec["dmem"]).read_bytes())
-    steps = [core_host.ChipStep(addr, length, (ubuf_base, ubuf_rows))
-             for addr, length, ubuf_base, ubuf_rows in spec["steps"]]
+    steps = [core_host.StepWords(words) for words in spec["steps"]]
     start = bus.sim_cycle()
     run = await core_host.run_table(bus, image, steps, overlap=spec["overlap"],
                                     timeout_cycles=spec["timeout_cycles"],

@@ -24,7 +24,7 @@ from systolica.arch import fetch
 from systolica.arch.config import ChipConfig, require_config
 from systolica.arch.loadable import Loadable
 from systolica.firmware import core_image, dramfile
-from systolica.firmware.core_host import ChipStep, TableRun
+from systolica.firmware.core_host import ChipStep, KernelStep, TableRun
 from systolica.sim import rtlsim
 from systolica.sim.rtlsim import HDL_TOPLEVEL, RtlSimError
 from systolica.sim.verilated import build_root, cocotb_environment, log_tail
@@ -42,44 +42,51 @@ class CoreRunResult:
     sim_cycles: int                     # from the core's release to its message
 
 
-def _segments(cfg: ChipConfig, programs: list[Loadable]) -> list[tuple[int, np.ndarray]]:
-    """Every program's DRAM pieces and its image at its PROG_ADDR; overlapping
-    programs are refused."""
+def _segments(cfg: ChipConfig, steps: list) -> list[tuple[int, np.ndarray]]:
+    """Every program's DRAM pieces and its image at its PROG_ADDR, and every kernel's
+    descriptor; overlapping steps are refused."""
     pieces, spans = [], []
-    for k, program in enumerate(programs):
-        mine = [(first, np.asarray(data)) for first, data in program.segments()
-                if np.asarray(data).shape[0]]
-        image = fetch.program_words(cfg, bytes(program.image))
-        mine.append((program.prog_addr, image))
+    for k, step in enumerate(steps):
+        if isinstance(step, KernelStep):
+            at, data = step.dram_piece()
+            mine = [(at, np.frombuffer(data, np.uint8).reshape(-1, cfg.dram_word_bytes))]
+        else:
+            mine = [(first, np.asarray(data)) for first, data in step.segments()
+                    if np.asarray(data).shape[0]]
+            mine.append((step.prog_addr, fetch.program_words(cfg, bytes(step.image))))
         for first, data in mine:
             lo, hi = first, first + data.shape[0]
             if hi > cfg.dram_words:
-                raise RtlSimError(f"program {k}: its DRAM words [{lo}, {hi}) run past the "
+                raise RtlSimError(f"step {k}: its DRAM words [{lo}, {hi}) run past the "
                                   f"{cfg.dram_words}-word DRAM")
             for j, (olo, ohi) in spans:
                 if j != k and lo < ohi and olo < hi:
                     raise RtlSimError(
-                        f"programs {j} and {k} overlap in DRAM (words [{max(lo, olo)}, "
-                        f"{min(hi, ohi)})): compile each with its own "
-                        f"CompileOptions(dram_base=...) past the one before")
+                        f"steps {j} and {k} overlap in DRAM (words [{max(lo, olo)}, "
+                        f"{min(hi, ohi)})): compile each program with its own "
+                        f"CompileOptions(dram_base=...) past the one before, and put "
+                        f"descriptors past them")
             spans.append((k, (lo, hi)))
         pieces += mine
     return pieces
 
 
-def run(cfg: ChipConfig, programs: list[Loadable], *, readback=(), overlap: bool = True,
-        timeout_cycles: int | None = None, keep: bool = False) -> CoreRunResult:
-    """Run `programs` in order, sequenced by the firmware (:mod:`.core_host`'s table,
-    with or without the configuration `overlap`); return the mailbox and the DRAM
-    ranges ``(first_word, words)`` of `readback`. Raises :class:`RtlSimError` if the
-    simulation fails, and :class:`~systolica.firmware.core_host.CoreError` (from the
-    simulator's side, in the message) if the core does not finish."""
-    require_config(cfg, "core_run.run(cfg, programs)")
+def run(cfg: ChipConfig, steps: list[Loadable | KernelStep], *, readback=(),
+        overlap: bool = True, timeout_cycles: int | None = None, keep: bool = False
+        ) -> CoreRunResult:
+    """Run `steps` in order, chip programs (Loadables) and kernels of the core,
+    sequenced by the firmware (:mod:`.core_host`'s table, with or without the
+    configuration `overlap`); return the mailbox and the DRAM ranges ``(first_word,
+    words)`` of `readback`. Raises :class:`RtlSimError` if the simulation fails,
+    and :class:`~systolica.firmware.core_host.CoreError` (from the simulator's side,
+    in the message) if the core does not finish."""
+    require_config(cfg, "core_run.run(cfg, steps)")
     if not cfg.has_core:
         raise RtlSimError(f"chip {cfg.name} has no management core (core_imem_bytes 0): "
                           f"run its programs with rtlsim.run")
-    steps = [ChipStep.of(p, cfg) for p in programs]
-    segments = _segments(cfg, programs)
+    segments = _segments(cfg, steps)
+    programs = [s for s in steps if isinstance(s, Loadable)]
+    table = [s if isinstance(s, KernelStep) else ChipStep.of(s, cfg) for s in steps]
     image = core_image.for_chip(cfg)
     if timeout_cycles is None:     # each program's own, and the core's loading
         timeout_cycles = CORE_SLACK_CYCLES + sum(
@@ -96,7 +103,7 @@ def run(cfg: ChipConfig, programs: list[Loadable], *, readback=(), overlap: bool
             "dram": "dram_load.hex",
             "imem": "imem.bin", "dmem": "dmem.bin", "overlap": overlap,
             "timeout_cycles": timeout_cycles,
-            "steps": [[s.prog_addr, s.prog_len, *s.ubuf] for s in steps],
+            "steps": [{k: int(v) for k, v in s.words().items()} for s in table],
             "readback": [[int(a), int(n)] for a, n in readback], "results": "results.json"}
     (run_dir / "core_job.json").write_text(json.dumps(spec, indent=1))
 
