@@ -48,8 +48,8 @@ def hog(cfg, first: int, second: int) -> list[Instr]:
     return [load(0, 20)] + [setcfg(c) for c in range(1, d)] + [setcfg(first), setcfg(second)]
 
 
-def check(cfg, program, prog_addr=None):
-    t = golden.check(cfg, program, prog_addr)
+def check(cfg, program, prog_addr=None, fetch_from=None):
+    t = golden.check(cfg, program, prog_addr, fetch_from)
     return t.fault[:3] if t.fault else (ErrorCode.NONE, None, t.cycles)
 
 
@@ -154,30 +154,51 @@ def _random_program(cfg, seed: int) -> list[Instr]:
     return program
 
 
+def _pass_against_golden(cfg, seed, fetch_from):
+    program = _random_program(cfg, seed)
+    start = fetch.fetch_start(cfg, len(program), fetch_from)
+    late = _late(np.array([i.cycle for i in program]), _port_cycles(cfg, program),
+                 cfg.imem_depth, start, fetch.words_per_instruction(cfg),
+                 fetch.ready_after(cfg))
+    code, pc, _ = check(cfg, program, fetch_from=fetch_from)
+    if late.any():
+        assert (code, pc) == (ErrorCode.FETCH_LATE, start + int(np.argmax(late)))
+    else:
+        assert code is ErrorCode.NONE
+    out = delay_for_fetch(cfg, program, fetch_from)
+    assert check(cfg, out, fetch_from=fetch_from)[0] is ErrorCode.NONE
+    assert all(b.cycle - a.cycle >= 0 for a, b in zip(program, out))
+    return program, out
+
+
 @pytest.mark.parametrize("seed", range(12))
 @pytest.mark.parametrize("cfg", [TINY.replace(imem_depth=5), BASE.replace(imem_depth=3)],
                          ids=["tiny", "base"])
 def test_delay_pass_against_the_golden_fetcher(cfg, seed):
     """The pass's closed form finds the golden model's first fetch-late instruction,
     and its output is on time by the golden model's fetcher."""
-    program = _random_program(cfg, seed)
-    late = _late(np.array([i.cycle for i in program]), _port_cycles(cfg, program),
-                 cfg.imem_depth, fetch.words_per_instruction(cfg), fetch.ready_after(cfg))
-    code, pc, _ = check(cfg, program)
-    if late.any():
-        assert (code, pc) == (ErrorCode.FETCH_LATE, cfg.imem_depth + int(np.argmax(late)))
-    else:
-        assert code is ErrorCode.NONE
-    out = delay_for_fetch(cfg, program)
-    assert check(cfg, out)[0] is ErrorCode.NONE
-    assert all(b.cycle - a.cycle >= 0 for a, b in zip(program, out))
+    _pass_against_golden(cfg, seed, None)
+
+
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("fetch_from", [0, 2])
+@pytest.mark.parametrize("cfg", [TINY.replace(imem_depth=5), BASE.replace(imem_depth=3)],
+                         ids=["tiny", "base"])
+def test_delay_pass_against_the_golden_fetcher_from(cfg, fetch_from, seed):
+    """The same with the fetcher starting at ``fetch_from`` (PROG_FETCH): the
+    instructions below the memory's depth are fetched too, their slots free from
+    cycle 0; fetched from 0, instruction 0 itself waits for its words."""
+    program, out = _pass_against_golden(cfg, seed, fetch_from)
+    if fetch_from == 0:
+        assert out[0].cycle >= fetch.words_per_instruction(cfg) - 1 + fetch.ready_after(cfg)
 
 
 def test_golden_check_catches_a_schedule_without_the_pass(monkeypatch):
     """Mutation: with the delay pass disabled, the schedule verifier (the golden
     model's fetcher) refuses the program, naming the instruction and the fault."""
     a = np.random.default_rng(1).integers(-128, 128, (64, 64), dtype=np.int8)
-    monkeypatch.setattr(program_pass, "delay_for_fetch", lambda cfg, program: program)
+    monkeypatch.setattr(program_pass, "delay_for_fetch",
+                        lambda cfg, program, fetch_from=None: program)
     with pytest.raises(ScheduleError, match="FETCH_LATE.*its word is fetched"):
         compile_network(SMALL, gemm(a, a, out_dtype="int32"))
 
@@ -241,8 +262,23 @@ def test_driver_preloads_only_the_instruction_memory():
     image = isa.to_bytes([isa.encode(i) for i in hog(SMALL, 25, 27)])
     bus = _Bus()
     asyncio.run(Driver(bus).load_program(image, prog_addr=1234, imem_depth=8))
-    assert bus.writes[:3] == [(Reg.PROG_LEN, 10), (Reg.PROG_ADDR, 1234), (Reg.IMEM_ADDR, 0)]
-    assert len(bus.writes) == 3 + 8 * 4
+    assert bus.writes[:4] == [(Reg.PROG_LEN, 10), (Reg.PROG_ADDR, 1234),
+                              (Reg.PROG_FETCH, 8), (Reg.IMEM_ADDR, 0)]
+    assert len(bus.writes) == 4 + 8 * 4
+
+
+@pytest.mark.parametrize("fetch_from, preload", [(None, 8), (0, 0), (3, 3), (50, 8)])
+def test_driver_preloads_below_the_fetch_start(fetch_from, preload):
+    """PROG_FETCH is written with P = min(fetch_from, imem_depth, count) and only the
+    instructions below it are written (a Loadable's, through Driver.load)."""
+    image = isa.to_bytes([isa.encode(i) for i in hog(SMALL, 25, 27)])
+    bus = _Bus()
+    program = Loadable.for_chip(SMALL, image, None, 1234, fetch_from=fetch_from)
+    assert program.preload(SMALL) == preload
+    asyncio.run(Driver(bus).load(program, cfg=SMALL))
+    assert bus.writes[:4] == [(Reg.PROG_LEN, 10), (Reg.PROG_ADDR, 1234),
+                              (Reg.PROG_FETCH, preload), (Reg.IMEM_ADDR, 0)]
+    assert len(bus.writes) == 4 + preload * 4
 
 
 def test_harness_needs_the_program_region_of_a_long_program():
