@@ -91,7 +91,10 @@ def _late(t: np.ndarray, port: list, depth: int, start: int, words: int, lands: 
     free = np.where(index >= depth, t[np.maximum(index - depth, 0)] + 1, 0)
     gate = np.repeat(free, words)                            # per word
     k = np.searchsorted(first, gate, side="left")            # runs starting before gate
-    tail = np.where(k > 0, np.maximum(last[np.maximum(k - 1, 0)] - gate + 1, 0), 0)
+    # the last cycle of run k - 1 (a cycle long past for k = 0: no run before, or none
+    # at all in a program without DMAs)
+    last_before = np.concatenate(([-(1 << 40)], last))
+    tail = np.maximum(last_before[k] - gate + 1, 0)
     rank = gate - (before[k] - tail)
     h = np.arange(len(gate), dtype=np.int64)
     q = np.maximum.accumulate(rank - h) + h

@@ -171,6 +171,53 @@ def _pass_against_golden(cfg, seed, fetch_from):
     return program, out
 
 
+@pytest.mark.parametrize("fetch_from, late, delayed", [
+    # fetched whole: instruction 0's words go in cycles 0 and 1, so it reaches issue
+    # in cycle 4; instruction 1's in 2 and 3 (from 6); the load at 4 then holds the
+    # port in 5 .. 24, and instruction 2's words go in 25 and 26 (from 28)
+    (0, (ErrorCode.FETCH_LATE, 0, 4), [4, 6, 28, 30, 32, 34, 36, 38, 55, 58]),
+    # 0 .. 2 preloaded: instruction 3's slot is free, its first word goes in cycle 0,
+    # the load holds 1 .. 20, the second word goes in 21: from 24
+    (3, (ErrorCode.FETCH_LATE, 3, 24), [0, 1, 2, 24, 26, 28, 30, 32, 49, 52]),
+    # past the memory: the host's preload (the reset value's rule)
+    (50, (ErrorCode.FETCH_LATE, 8, 25), [0, 1, 2, 3, 4, 5, 6, 7, 25, 28]),
+])
+def test_the_fetch_start_by_hand(fetch_from, late, delayed):
+    """PROG_FETCH below the program's length: the fetcher starts at ``min(PROG_FETCH,
+    D, L)``, the slots below D free from cycle 0 (the hog program, D = 8)."""
+    program = hog(SMALL, 24, 27)
+    assert check(SMALL, program, fetch_from=fetch_from) == late
+    out = delay_for_fetch(SMALL, program, fetch_from)
+    assert [i.cycle for i in out] == delayed
+    assert check(SMALL, out, fetch_from=fetch_from) == (ErrorCode.NONE, None, delayed[-1] + 1)
+
+
+def test_a_program_without_dmas_fetched_whole():
+    """Regression: the delay pass's closed form indexed the (empty) DMA runs of a
+    program that has none (three SETCFGs fetched whole: the words of each take two
+    cycles, the first issues at 1 + 3)."""
+    program = [setcfg(c) for c in (0, 1, 2)]
+    out = delay_for_fetch(TINY, program, 0)
+    assert [i.cycle for i in out] == [4, 6, 8]
+    assert check(TINY, out, fetch_from=0)[0] is ErrorCode.NONE
+    assert check(TINY, program, fetch_from=0) == (ErrorCode.FETCH_LATE, 0, 4)
+
+
+def test_a_golden_fetcher_that_ignores_the_fetch_start_is_caught(monkeypatch):
+    """Mutation: a golden fetcher that takes every instruction below the memory's depth
+    as preloaded (the rule before PROG_FETCH) disagrees with the delay pass's closed
+    form on a program fetched whole: the two stay independent witnesses."""
+    cfg = TINY.replace(imem_depth=5)
+    _pass_against_golden(cfg, 0, 0)
+    init = golden._Fetcher.__init__
+
+    def preloading(self, cfg, start):
+        init(self, cfg, cfg.imem_depth)
+    monkeypatch.setattr(golden._Fetcher, "__init__", preloading)
+    with pytest.raises(AssertionError):
+        _pass_against_golden(cfg, 0, 0)
+
+
 @pytest.mark.parametrize("seed", range(12))
 @pytest.mark.parametrize("cfg", [TINY.replace(imem_depth=5), BASE.replace(imem_depth=3)],
                          ids=["tiny", "base"])
