@@ -5,7 +5,7 @@ timing (:mod:`systolica.arch.timing`), its scheduler or its lowering:
 
 1. :func:`check` -- the timing pass, without data. It is the sequencer (one
    instruction reaches issue per cycle; the fault checks in their order), the
-   instruction fetcher of a program longer than the instruction memory (its own
+   instruction fetcher of a program not all preloaded (its own
    model of the rule in :mod:`systolica.arch.fetch`: the DRAM port cycles the DMAs'
    effects leave free, taken in order), a clock per
    unit (when it accepts the next instruction, from the instruction's cycle-level
@@ -1007,7 +1007,8 @@ def run(cfg: ChipConfig, program: Loadable, sample_at=(), *,
         memories: dict[str, np.ndarray] | None = None) -> GoldenResult:
     """Run `program` (its image on a copy of its DRAM image, the initial DRAM from word
     0, uint8 ``(words, cfg.rows)`` with ``words <= cfg.dram_words``, or its segments;
-    the rest is zeros). A program longer than the instruction memory is also written at its
+    the rest is zeros). A program the chip fetches (longer than the instruction memory,
+    or fetched from its ``fetch_from``, the PROG_FETCH register) is also written at its
     ``prog_addr`` (the PROG_ADDR register), as the host does before the run; its
     ``ubuf`` is what the host wrote to the UBUF registers (a placement the registers
     would refuse is a ConfigError).
