@@ -86,6 +86,7 @@ class Compiled:
                                    # its reset value, the host preloads what fits):
                                    # the driver writes it and preloads the instructions
                                    # below min(fetch_from, imem_depth, len)
+    dram_base: int = 0            # the first DRAM word its data use (CompileOptions)
 
     @property
     def graph(self) -> Graph:
@@ -105,7 +106,9 @@ class Compiled:
     def loadable(self) -> Loadable:
         """What the chip is given to run it: the program and DRAM images, PROG_ADDR, the
         UBUF registers and PROG_FETCH."""
-        return Loadable.for_chip(self.cfg, self.image, self.dram, self.prog_addr, self.ubuf,
+        dram = self.dram if not self.dram_base else [(self.dram_base,
+                                                       self.dram[self.dram_base:])]
+        return Loadable.for_chip(self.cfg, self.image, dram, self.prog_addr, self.ubuf,
                                  self.fetch_from)
 
     @property
@@ -401,4 +404,4 @@ def _compile(cfg: ChipConfig, network: Network | Graph, options: CompileOptions)
         segments=dict(lowered.segments), tiling=dict(lowered.tiling),
         mappings={name: job.mapping for name, job in lowered.jobs.items()
                   if job is not None and job.mapping is not None},
-        fetch_from=fetch_from)
+        fetch_from=fetch_from, dram_base=options.dram_base or 0)

@@ -40,7 +40,11 @@ class CompileOptions:
       instruction the chip's fetcher reads from DRAM (those below are preloaded by the
       host): None, the host's preload of what fits (``min(len, imem_depth)``, the
       register's reset value); ``0``: the whole program is fetched (a program the
-      management core starts, docs/management-core.md); ``k``: the first ``k``.
+      management core starts, docs/management-core.md); ``k``: the first ``k``;
+    * ``dram_base``: the first DRAM word the program's data (inputs, parameters,
+      outputs) and its program region may use (None: 0), so that several programs
+      share one DRAM, as the management core's step table runs them
+      (docs/management-core.md).
     """
     chain: ChainChoice | str | None = None
     segments: Mapping | str | None = None
@@ -50,6 +54,7 @@ class CompileOptions:
     split: int | Mapping[str, int] | None = None
     mapping: str | Mapping[str, object] | None = None
     fetch_from: int | None = None
+    dram_base: int | None = None
 
     def __post_init__(self):
         f = self.fetch_from
@@ -59,6 +64,11 @@ class CompileOptions:
                                f"instruction memory) or the first instruction the chip "
                                f"fetches, an integer in [0, 2**32) (the PROG_FETCH "
                                f"register; 0: fetch the whole program), not {f!r}")
+        if self.dram_base is not None and (not isinstance(self.dram_base, int)
+                                           or isinstance(self.dram_base, bool)
+                                           or self.dram_base < 0):
+            raise CompileError(f"dram_base must be a DRAM word address (an integer of at "
+                               f"least 0), not {self.dram_base!r}")
         if isinstance(self.mapping, Mapping):
             for name, m in self.mapping.items():
                 if not isinstance(m, LayerMapping):

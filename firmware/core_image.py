@@ -6,7 +6,8 @@ cuts the ELF into the two images the chip loads: the instruction memory's (code 
 read-only data, from address 0) and the data memory's (initialised data; the mailbox
 and ``.bss`` are zeros). Two headers are generated beside the objects, never kept in
 the source tree, so every number has one copy: ``regs.h`` from
-:mod:`systolica.arch.regs`, and ``table.h``, the mailbox's layout, from this module.
+:mod:`systolica.arch.regs`, ``table.h``, the mailbox's layout, from this module, and
+``kdesc.h``, the kernels' descriptors, from :mod:`systolica.firmware.core_kernels`.
 
 A build happens once per set of inputs, the way the Verilated simulators are built
 (:mod:`systolica.sim.verilated`): the directory under ``<build root>/firmware/`` is
@@ -34,6 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from systolica.arch import regs
+from systolica.firmware import core_kernels
 from systolica.sim.verilated import build_root, locked
 
 SOURCES = Path(__file__).resolve().parent / "core"
@@ -42,6 +44,8 @@ SOURCES = Path(__file__).resolve().parent / "core"
 IMEM_BASE = 0x0000_0000
 DMEM_BASE = 0x1000_0000
 REGS_BASE = 0x4000_0000
+#: DRAM byte b is the core's byte DRAM_BASE + b (the window reaches 2**31 bytes)
+DRAM_BASE = core_kernels.DRAM_WINDOW
 #: defaults of the memory sizes, until ChipConfig carries them
 IMEM_BYTES = 8 * 1024
 DMEM_BYTES = 8 * 1024
@@ -71,6 +75,12 @@ class FwResult(enum.IntEnum):
                       # ``fault_pc``: the return address) during step ``fault_step``
 
 
+class FwFlag(enum.IntFlag):
+    """The mailbox's ``flags``: how the firmware runs the table."""
+    OVERLAP = 1       # write the next chip step's configuration while one runs (the
+                      # double-buffered registers); clear: only after it has stopped
+
+
 class FwStepKind(enum.IntEnum):
     CHIP = 1          # a chip program: PROG_ADDR, PROG_LEN, the UBUF region, START
     KERNEL = 2        # an operation the core computes itself (``kernel``, ``args``)
@@ -78,17 +88,25 @@ class FwStepKind(enum.IntEnum):
 
 class FwStepProblem(enum.IntEnum):
     UNKNOWN_KIND = 1      # ``kind`` is no FwStepKind
-    NO_KERNEL = 2         # the firmware has no kernel of that number (none yet)
+    NO_KERNEL = 2         # the firmware has no kernel of that number (core_kernels.Kernel)
     PROGRAM_REFUSED = 3   # PROG_ADDR / PROG_LEN did not read back as written
     UBUF_REFUSED = 4      # the chip refused the UBUF region (ChipConfig.ubuf_problem)
+    BAD_DESCRIPTOR = 5    # a kernel's descriptor (at DRAM byte ``arg0``) is misaligned or
+                          # past ``dram_bytes``, names another kernel, or has a parameter
+                          # out of its range
+    BAD_VIEW = 6          # a kernel's tensor view has an element type the kernel does not
+                          # take, is misaligned for it, or runs past ``dram_bytes``
 
 
-#: one step of the table, 32-bit words in this order
+#: one step of the table, 32-bit words in this order: what the host writes, then what
+#: the firmware records (a chip step's START on the core's cycle counter, its CYCLES)
 STEP_FIELDS = ("kind", "prog_addr", "prog_len", "ubuf_base", "ubuf_rows", "kernel",
-               "arg0", "arg1")
+               "arg0", "arg1", "t_start", "t_cycles")
 #: the mailbox's words before the steps
-MAILBOX_FIELDS = ("magic", "n_steps", "result", "steps_done", "fault_step", "fault_code",
-                  "fault_pc", "fault_cycle", "cycles")
+MAILBOX_FIELDS = ("magic", "n_steps", "flags", "result", "steps_done", "fault_step",
+                  "fault_code", "fault_pc", "fault_cycle", "cycles", "dram_bytes")
+#: ``dram_bytes``: the host writes the DRAM's size (at most DRAM_WINDOW_BYTES, the
+#: window's reach); a kernel touches no byte at or past it
 
 
 def field_offset(name: str) -> int:
@@ -129,8 +147,10 @@ def regs_header() -> str:
 def table_header(max_steps: int) -> str:
     """``table.h``: the mailbox's layout and codes (this module's tables)."""
     lines = ["#include <stdint.h>", "", f"#define FW_MAGIC 0x{FW_MAGIC:08x}u",
-             f"#define FW_MAX_STEPS {max_steps}u", ""]
-    for enum_cls, prefix in ((FwResult, "FW_RESULT"), (FwStepKind, "FW_STEP"),
+             f"#define FW_MAX_STEPS {max_steps}u", f"#define FW_DRAM_BASE 0x{DRAM_BASE:08x}u",
+             f"#define FW_DRAM_WINDOW_BYTES 0x{core_kernels.DRAM_WINDOW_BYTES:08x}u", ""]
+    for enum_cls, prefix in ((FwResult, "FW_RESULT"), (FwFlag, "FW_FLAG"),
+                             (FwStepKind, "FW_STEP"),
                              (FwStepProblem, "FW_STEP_PROBLEM")):
         lines += [f"#define {prefix}_{e.name} {e.value}u" for e in enum_cls]
         lines.append("")
@@ -186,6 +206,7 @@ def _inputs(imem_bytes: int, dmem_bytes: int, max_steps: int) -> dict[str, str]:
              if p.suffix in (".c", ".h", ".S", ".ld")}
     files["regs.h"] = regs_header()
     files["table.h"] = table_header(max_steps)
+    files["kdesc.h"] = core_kernels.descriptor_header()
     files["sizes.ld"] = sizes_script(imem_bytes, dmem_bytes)
     return files
 
@@ -198,6 +219,13 @@ def digest(files: dict[str, str]) -> str:
 
 
 _built: dict[tuple[str, str], CoreImage] = {}
+
+
+def for_chip(cfg) -> CoreImage:
+    """The firmware for chip `cfg`'s management core (its memory sizes)."""
+    if not cfg.has_core:
+        raise FirmwareError(f"chip {cfg.name} has no management core (core_imem_bytes 0)")
+    return build(imem_bytes=cfg.core_imem_bytes, dmem_bytes=cfg.core_dmem_bytes)
 
 
 def build(*, imem_bytes: int = IMEM_BYTES, dmem_bytes: int = DMEM_BYTES,

@@ -1,7 +1,7 @@
 """The chip: sequencer, fabric registers, DMA, weight loader, matmul unit, grid,
-vector unit, the crop/fetch path, the lane router (chips with general lanes), and the
-two buffers, behind a register interface and one
-external-memory port."""
+vector unit, the crop/fetch path, the lane router (chips with general lanes), the
+two buffers and the management core (chips with one), behind a register interface
+and one external-memory port."""
 
 from amaranth.hdl import Module, Mux, Signal
 from amaranth.lib import wiring
@@ -11,6 +11,7 @@ from systolica.arch import fabric, regs
 from systolica.arch.config import ChipConfig
 from systolica.rtl.array import Grid
 from systolica.rtl.cbuf import Acc, Cbuf
+from systolica.rtl.core_control import CoreControl
 from systolica.rtl.csr import RegisterFile
 from systolica.rtl.dma import Dma
 from systolica.rtl.fabric_regs import FabricRegs
@@ -62,12 +63,21 @@ class Chip(wiring.Component):
         m.submodules.cbuf = cbuf = Cbuf(cfg=cfg, row_reads=3 + lanes, part_reads=1,
                                         row_writes=4 + lanes)
 
-        # Host side.
-        m.d.comb += [
-            csr.reg_addr.eq(self.reg_addr), csr.reg_wdata.eq(self.reg_wdata),
-            csr.reg_we.eq(self.reg_we), self.reg_rdata.eq(csr.reg_rdata),
-            self.irq.eq(csr.irq),
-        ]
+        # Host side, and the management core (docs/management-core.md): its window
+        # shares the register file's write port, the host's write first.
+        m.d.comb += [csr.reg_addr.eq(self.reg_addr), csr.reg_wdata.eq(self.reg_wdata),
+                     csr.reg_we.eq(self.reg_we)]
+        if cfg.has_core:
+            m.submodules.core = core = CoreControl(cfg=cfg)
+            m.d.comb += [core.reg_addr.eq(self.reg_addr), core.reg_wdata.eq(self.reg_wdata),
+                         core.reg_we.eq(self.reg_we),
+                         self.reg_rdata.eq(csr.reg_rdata | core.reg_rdata),
+                         csr.core_addr.eq(core.csr_addr), csr.core_we.eq(core.csr_we),
+                         csr.core_wdata.eq(core.csr_wdata),
+                         core.csr_rdata.eq(csr.core_rdata), core.csr_ready.eq(csr.core_ready),
+                         core.array_irq.eq(csr.irq), self.irq.eq(core.irq)]
+        else:
+            m.d.comb += [self.reg_rdata.eq(csr.reg_rdata), self.irq.eq(csr.irq)]
         connect(m, csr.seq, seq.ctrl)
         for unit in (seq, copy, vpu):      # the UBUF where its registers put it
             m.d.comb += [unit.ubuf_base.eq(csr.ubuf_base), unit.ubuf_rows.eq(csr.ubuf_rows)]
@@ -147,15 +157,22 @@ class Chip(wiring.Component):
             connect(m, port, acc.row_write[k])
         m.d.comb += seq.bank_conflict.eq(cbuf.conflict | acc.conflict)
 
-        # External memory: the DMA's master port and the instruction fetcher's share
-        # the flat top-level ``mem_*``; the DMA has priority (the fetcher reads only in
-        # cycles the DMA leaves idle, which it learns from ``mem_busy``).
+        # External memory: the DMA's master port, the instruction fetcher's and the
+        # management core's share the flat top-level ``mem_*``. The DMA has priority
+        # (the fetcher reads only in cycles the DMA leaves idle, which it learns from
+        # ``mem_busy``); both use it only while a program runs, and the core only
+        # while none does (docs/management-core.md, "The core's DRAM window").
         dma_busy = dma.mem.re | dma.mem.we
+        addr = Mux(dma_busy, dma.mem.addr, seq.mem.addr)
+        re, we, wdata = dma.mem.re | seq.mem.re, dma.mem.we, dma.mem.wdata
+        if cfg.has_core:
+            m.d.comb += [core.mem_grant.eq(~seq.ctrl.running), core.mem_rdata.eq(self.mem_rdata)]
+            addr = Mux(seq.ctrl.running, addr, core.mem_addr)
+            re, we = re | core.mem_re, we | core.mem_we
+            wdata = Mux(seq.ctrl.running, wdata, core.mem_wdata)
         m.d.comb += [seq.mem_busy.eq(dma_busy), dma.mem.rdata.eq(self.mem_rdata),
-                     seq.mem.rdata.eq(self.mem_rdata),
-                     self.mem_addr.eq(Mux(dma_busy, dma.mem.addr, seq.mem.addr)),
-                     self.mem_re.eq(dma.mem.re | seq.mem.re),
-                     self.mem_we.eq(dma.mem.we), self.mem_wdata.eq(dma.mem.wdata)]
+                     seq.mem.rdata.eq(self.mem_rdata), self.mem_addr.eq(addr),
+                     self.mem_re.eq(re), self.mem_we.eq(we), self.mem_wdata.eq(wdata)]
 
         # Performance counters, cleared by START.
         macs = Signal(64)

@@ -11,7 +11,11 @@ from systolica.rtl.ports import RunControl, check_config
 
 
 class RegisterFile(wiring.Component):
-    """32-bit registers on a simple bus (write strobe, combinational read data).
+    """32-bit registers on two simple buses (write strobe, combinational read data):
+    the host's (``reg_*``) and the management core's window (``core_*``). They share
+    one write port: a host write wins its cycle, and ``core_ready`` is high in the
+    cycles the core's write is taken (no host write); reads are served on both at once
+    (docs/management-core.md, "Who writes the registers").
 
     Program words are written 32 bits at a time through ``IMEM_DATA``; the fourth write
     stores the instruction and advances ``IMEM_ADDR``. ``IMEM_ADDR`` and ``IMEM_DATA``
@@ -42,6 +46,8 @@ class RegisterFile(wiring.Component):
         super().__init__({
             "reg_addr": In(regs.ADDR_BITS), "reg_wdata": In(32), "reg_we": In(1),
             "reg_rdata": Out(32), "irq": Out(1), "seq": Out(RunControl()),
+            "core_addr": In(regs.ADDR_BITS), "core_wdata": In(32), "core_we": In(1),
+            "core_rdata": Out(32), "core_ready": Out(1),
             "macs": In(64), "dram_rd_bytes": In(32), "dram_wr_bytes": In(32),
             "fetch_rd_bytes": In(32), "ubuf_wr_bytes": In(32), "ubuf_rd_bytes": In(32),
             "ubuf_base": Out(width), "ubuf_rows": Out(width)})
@@ -53,10 +59,15 @@ class RegisterFile(wiring.Component):
         fault_cycle = Signal(isa.CYCLE_BITS)
         part = Signal(2)
         staged = Signal(96)
-        write = lambda reg: self.reg_we & (self.reg_addr == reg)
+        # the one write port: the host's write, else the core's
+        w_en, w_addr, w_data = Signal(), Signal(regs.ADDR_BITS), Signal(32)
+        m.d.comb += [self.core_ready.eq(~self.reg_we), w_en.eq(self.reg_we | self.core_we),
+                     w_addr.eq(Mux(self.reg_we, self.reg_addr, self.core_addr)),
+                     w_data.eq(Mux(self.reg_we, self.reg_wdata, self.core_wdata))]
+        write = lambda reg: w_en & (w_addr == reg)
 
-        m.d.comb += seq.start.eq(write(Reg.CTRL) & self.reg_wdata[0] & ~seq.running)
-        with m.If(seq.start | (write(Reg.CTRL) & self.reg_wdata[1])):
+        m.d.comb += seq.start.eq(write(Reg.CTRL) & w_data[0] & ~seq.running)
+        with m.If(seq.start | (write(Reg.CTRL) & w_data[1])):
             m.d.sync += [done_flag.eq(0), error_flag.eq(0)]
         with m.If(seq.done):
             m.d.sync += done_flag.eq(1)
@@ -85,19 +96,19 @@ class RegisterFile(wiring.Component):
                      self.ubuf_rows.eq(run[Reg.UBUF_ROWS])]
         for reg in (Reg.PROG_LEN, Reg.PROG_ADDR, Reg.PROG_FETCH):
             with m.If(write(reg)):
-                m.d.sync += nxt[reg].eq(self.reg_wdata)
+                m.d.sync += nxt[reg].eq(w_data)
 
         stopped = ~seq.running
         with m.If(write(Reg.IMEM_ADDR) & stopped):
-            m.d.sync += [seq.imem.addr.eq(self.reg_wdata), part.eq(0)]
+            m.d.sync += [seq.imem.addr.eq(w_data), part.eq(0)]
         with m.If(write(Reg.IMEM_DATA) & stopped):
             m.d.sync += part.eq(part + 1)
             with m.If(part == 3):
                 m.d.comb += [seq.imem.en.eq(1),
-                             seq.imem.data.eq(Cat(staged, self.reg_wdata))]
+                             seq.imem.data.eq(Cat(staged, w_data))]
                 m.d.sync += seq.imem.addr.eq(seq.imem.addr + 1)
             with m.Else():
-                m.d.sync += staged.eq(Cat(staged[32:], self.reg_wdata))
+                m.d.sync += staged.eq(Cat(staged[32:], w_data))
 
         # the UBUF registers: a write the rule refuses (with the other's next value) is
         # ignored
@@ -111,7 +122,7 @@ class RegisterFile(wiring.Component):
                 ok &= base == lo
             return ok
 
-        new = self.reg_wdata
+        new = w_data
         base, rows = nxt[Reg.UBUF_BASE], nxt[Reg.UBUF_ROWS]
         with m.If(write(Reg.UBUF_BASE) & allowed(new, rows)):
             m.d.sync += base.eq(new)
@@ -139,8 +150,10 @@ class RegisterFile(wiring.Component):
             Reg.UBUF_WR_BYTES: self.ubuf_wr_bytes,
             Reg.UBUF_RD_BYTES: self.ubuf_rd_bytes,
         }
-        with m.Switch(self.reg_addr):
-            for reg, value in table.items():
-                with m.Case(reg):
-                    m.d.comb += self.reg_rdata.eq(value)
+        for addr, rdata in ((self.reg_addr, self.reg_rdata),
+                            (self.core_addr, self.core_rdata)):
+            with m.Switch(addr):
+                for reg, value in table.items():
+                    with m.Case(reg):
+                        m.d.comb += rdata.eq(value)
         return m

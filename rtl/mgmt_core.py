@@ -14,8 +14,9 @@ from amaranth.hdl import Cat, ClockSignal, Const, Instance, Module, Mux, ResetSi
 from amaranth.lib import wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
+from amaranth.utils import exact_log2
 
-from systolica.arch import regs
+from systolica.arch import isa, regs
 
 #: The memory map (byte addresses of the core): each region is selected by the top
 #: four address bits.
@@ -23,6 +24,10 @@ IMEM_BASE = 0x0000_0000
 DMEM_BASE = 0x1000_0000
 REGS_BASE = 0x4000_0000
 REGION_SHIFT = 28
+#: The DRAM window: byte ``DRAM_BASE + b`` is DRAM byte ``b`` (every address with the
+#: top bit set, so the window reaches the first 2 GiB of DRAM).
+DRAM_BASE = 0x8000_0000
+DRAM_WINDOW_BITS = 31
 #: PicoRV32's configuration (docs/management-core.md, "The core"). The timer is left
 #: out so that interrupt 0 is the accelerator's alone, and interrupt 0 is not latched:
 #: it is a level the chip holds until the handler acknowledges it (``CTRL.IRQ_ACK``),
@@ -52,6 +57,22 @@ def _words(name: str, value) -> int:
     return value
 
 
+def _dram_word_bytes(value) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 4 \
+            or value & (value - 1) or value > 1 << DRAM_WINDOW_BITS:
+        raise TypeError(f"dram_word_bytes must be a power of two of at least 4 (the DRAM "
+                        f"word holds whole 32-bit words), not {value!r}")
+    return value
+
+
+def _dram_words(value) -> int:
+    limit = 1 << isa.DRAM_ADDR_BITS
+    if not isinstance(value, int) or isinstance(value, bool) or not 0 < value <= limit:
+        raise TypeError(f"dram_words must be a positive integer of at most {limit} (the "
+                        f"{isa.DRAM_ADDR_BITS}-bit DRAM word address), not {value!r}")
+    return value
+
+
 class MgmtCore(wiring.Component):
     """PicoRV32 (RV32IM, interrupts) with an instruction memory at ``0x0000_0000`` of
     ``imem_words`` 32-bit words and a data memory at ``0x1000_0000`` of ``dmem_words``;
@@ -75,15 +96,27 @@ class MgmtCore(wiring.Component):
       latched: a pulse that ends while interrupts are masked is lost);
     * ``trap``: the core stopped on a fault (``ebreak``, an illegal or misaligned
       access with interrupts masked);
+    * the DRAM window, ``0x8000_0000 + b`` for DRAM byte ``b`` (word ``b //
+      dram_word_bytes`` of ``dram_words``), a master of the chip's DRAM:
+      ``dram_re`` / ``dram_we`` with ``dram_addr`` (a word address,
+      :data:`systolica.arch.isa.DRAM_ADDR_BITS` wide) and ``dram_wdata`` (a whole word,
+      ``8 * dram_word_bytes`` bits); ``dram_rdata`` is the word read, the cycle after
+      ``dram_re``. ``dram_re`` and ``dram_we`` are high only in cycles where
+      ``dram_grant`` is: an access waits for the grant, however long. A load reads the
+      word; a store of a byte, half or word reads the word, merges the bytes and
+      writes the word back (the port has no byte enables);
     * ``bad_access``: high from the first access outside the map (or a store to the
-      instruction memory) until ``run`` falls; such an access completes at once, a
-      read as 0, a store with no effect.
+      instruction memory, or an access past ``dram_words``) until ``run`` falls; such
+      an access completes at once, a read as 0, a store with no effect.
     """
 
     def __init__(self, *, imem_words: int = 2048, dmem_words: int = 2048,
+                 dram_word_bytes: int = 16, dram_words: int = 1 << isa.DRAM_ADDR_BITS,
                  imem_init=(), dmem_init=()):
         self.imem_words = _words("imem_words", imem_words)
         self.dmem_words = _words("dmem_words", dmem_words)
+        self.dram_word_bytes = _dram_word_bytes(dram_word_bytes)
+        self.dram_words = _dram_words(dram_words)
         for name, init, words in (("imem_init", imem_init, imem_words),
                                   ("dmem_init", dmem_init, dmem_words)):
             if len(init) > words:
@@ -95,7 +128,10 @@ class MgmtCore(wiring.Component):
             "load_rdata": Out(32),
             "reg_valid": Out(1), "reg_we": Out(1), "reg_addr": Out(regs.ADDR_BITS),
             "reg_wdata": Out(32), "reg_ready": In(1), "reg_rdata": In(32),
-            "irq": In(1), "trap": Out(1), "bad_access": Out(1)})
+            "irq": In(1), "trap": Out(1), "bad_access": Out(1),
+            "dram_re": Out(1), "dram_we": Out(1), "dram_addr": Out(isa.DRAM_ADDR_BITS),
+            "dram_wdata": Out(8 * dram_word_bytes), "dram_rdata": In(8 * dram_word_bytes),
+            "dram_grant": In(1)})
 
     @property
     def stack_top(self) -> int:
@@ -109,7 +145,14 @@ class MgmtCore(wiring.Component):
         core's store port while it runs (data memory) or the loader's while it is held.
         A memory access therefore takes two cycles: the request, then ``mem_ready``
         with the registered read data; the register window answers in the cycle
-        ``reg_ready`` comes."""
+        ``reg_ready`` comes.
+
+        The DRAM window reads the word in the first granted cycle of a request
+        (``dram_re``) and has it in the next (``dram_reading``): a load completes
+        there with the request's 32-bit lane of it; a store merges its bytes into the
+        word and, if that cycle is granted too, writes the word and completes, else
+        it reads the word again once the grant is back (the word may have changed
+        meanwhile). Nothing of the word is kept in registers."""
         m = Module()
         m.submodules.imem = imem = Memory(shape=32, depth=self.imem_words,
                                           init=self.imem_init)
@@ -137,9 +180,13 @@ class MgmtCore(wiring.Component):
         in_imem = (region == IMEM_BASE >> REGION_SHIFT) & (word < self.imem_words)
         in_dmem = (region == DMEM_BASE >> REGION_SHIFT) & (word < self.dmem_words)
         in_regs = (region == REGS_BASE >> REGION_SHIFT) & (word < 1 << regs.ADDR_BITS)
+        in_dram = addr[DRAM_WINDOW_BITS]
+        word_shift = exact_log2(self.dram_word_bytes)
+        dram_word = addr[word_shift:DRAM_WINDOW_BITS]
+        to_dram = in_dram & (dram_word < self.dram_words)
         store = wstrb.any()
         to_mem = in_dmem | (in_imem & ~store)
-        bad = valid & ~to_mem & ~in_regs
+        bad = valid & ~to_mem & ~in_regs & ~to_dram
 
         # memories: read data one cycle after the request, then mem_ready
         mem_ready = Signal()
@@ -160,11 +207,34 @@ class MgmtCore(wiring.Component):
                      self.reg_we.eq(store), self.reg_addr.eq(word),
                      self.reg_wdata.eq(wdata)]
 
+        # the DRAM window: read the word, then take the lane (load) or merge into it
+        # and write it back (store), each in a granted cycle
+        dram_reading = Signal()         # dram_rdata is the request's word
+        m.d.sync += dram_reading.eq(self.dram_re)
+        lanes = self.dram_word_bytes // 4
+        lane = addr[2:word_shift]
+        read_lane = (self.dram_rdata.word_select(lane, 32) if lanes > 1
+                     else self.dram_rdata)
+        merged = Cat(Mux(wstrb[i], wdata.word_select(i, 8), read_lane.word_select(i, 8))
+                     for i in range(4))
+        # (PicoRV32 still issues a misaligned access it traps on, aligned down; by the
+        # cycle a store would write, ``trap`` is high and keeps it from the DRAM)
+        dram_access = valid & to_dram & self.run & self.dram_grant & ~trap
+        m.d.comb += [
+            self.dram_addr.eq(dram_word),
+            self.dram_re.eq(dram_access & ~dram_reading),
+            self.dram_we.eq(dram_access & dram_reading & store),
+            self.dram_wdata.eq(Cat(Mux(lane == i, merged, self.dram_rdata.word_select(i, 32))
+                                   for i in range(lanes)))]
+
         with m.If(in_regs):
             m.d.comb += [ready.eq(self.reg_ready), rdata.eq(self.reg_rdata)]
         with m.Elif(to_mem):
             m.d.comb += [ready.eq(mem_ready),
                          rdata.eq(Mux(from_dmem, d_rd.data, i_rd.data))]
+        with m.Elif(to_dram):
+            m.d.comb += [ready.eq(dram_reading & (~store | self.dram_grant)),
+                         rdata.eq(read_lane)]
         with m.Else():
             m.d.comb += ready.eq(valid)
 
@@ -189,9 +259,10 @@ class MgmtCore(wiring.Component):
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m systolica.rtl.mgmt_core [--imem-words N] [--dmem-words N]``: the
-    block's Verilog on standard output (top ``mgmt_core``); ``--picorv32``: the path of
-    ``picorv32.v``, which a synthesis of it reads too (docs/management-core.md)."""
+    """``python -m systolica.rtl.mgmt_core [--imem-words N] [--dmem-words N]
+    [--dram-word-bytes W] [--dram-words N]``: the block's Verilog on standard output
+    (top ``mgmt_core``); ``--picorv32``: the path of ``picorv32.v``, which a synthesis
+    of it reads too (docs/management-core.md)."""
     import argparse
 
     from amaranth.back import verilog
@@ -199,6 +270,8 @@ def main(argv: list[str] | None = None) -> int:
                                      description=main.__doc__)
     parser.add_argument("--imem-words", type=int, default=2048)
     parser.add_argument("--dmem-words", type=int, default=2048)
+    parser.add_argument("--dram-word-bytes", type=int, default=16)
+    parser.add_argument("--dram-words", type=int, default=1 << isa.DRAM_ADDR_BITS)
     parser.add_argument("--picorv32", action="store_true",
                         help="print the path of picorv32.v instead")
     args = parser.parse_args(argv)
@@ -206,7 +279,8 @@ def main(argv: list[str] | None = None) -> int:
         print(picorv32_source())
         return 0
     try:
-        core = MgmtCore(imem_words=args.imem_words, dmem_words=args.dmem_words)
+        core = MgmtCore(imem_words=args.imem_words, dmem_words=args.dmem_words,
+                        dram_word_bytes=args.dram_word_bytes, dram_words=args.dram_words)
     except (TypeError, ValueError) as exc:
         parser.error(str(exc))
     print(verilog.convert(core, name="mgmt_core", emit_src=False))

@@ -31,7 +31,7 @@ from systolica.sim.verilated import build_root, cocotb_environment, log_tail, se
 
 HERE = Path(__file__).resolve().parent
 #: Where the cocotb modules live (``tb_base`` beside this file, the blocks'
-#: ``tb_<block>.py`` and the FPGA top's in their folders).
+#: ``tb_<block>.py``, the FPGA top's and the chip's own in their folders).
 TB_DIRS = (HERE, HERE / "blocks", HERE / "fpga", HERE / "chip")
 
 #: Block models are small and run briefly: compile their C++ without optimisation,

@@ -771,9 +771,10 @@ def segment_regions(cfg: ChipConfig, seg: Segment, first: int, last: int
 
 
 def lower_chain(cfg: ChipConfig, graph: Graph, want: ChainChoice = ChainChoice(),
-                mapping: str | None = None) -> Lowered:
+                mapping: str | None = None, dram_base: int = 0) -> Lowered:
     """Lower a chain of convolutions (:func:`chain_layers`) to run in passes, each
-    layer as its `mapping` mode chooses (docs/matching.md)."""
+    layer as its `mapping` mode chooses (docs/matching.md); its DRAM from word
+    `dram_base`."""
     nodes = chain_layers(graph)
     check_channels(cfg, graph)
     jobs = []
@@ -788,7 +789,7 @@ def lower_chain(cfg: ChipConfig, graph: Graph, want: ChainChoice = ChainChoice()
 
     # DRAM: the input, every layer's weights and epilogue parameters, the output.
     steps = len(nodes)
-    dram = DramLayout(cfg, steps)
+    dram = DramLayout(cfg, steps, dram_base)
     place = dram.place
 
     x_name = graph.inputs[0]

@@ -50,7 +50,7 @@ def lower(cfg: ChipConfig, network, options: CompileOptions = CompileOptions(), 
         if options.tiled or options.segments is not None:
             raise CompileError("weights, buffers and segments apply to a network lowered "
                                "layer by layer; a chain takes ChainChoice.weights")
-        return lower_chain(cfg, graph, chain, options.mapping)
+        return lower_chain(cfg, graph, chain, options.mapping, options.dram_base or 0)
     if chain is not None and not isinstance(chain, str):
         raise CompileError(f"chain must be a ChainChoice (a graph that is one chain), a "
                            f"strategy name or None, not {chain!r}")
@@ -63,7 +63,8 @@ def lower(cfg: ChipConfig, network, options: CompileOptions = CompileOptions(), 
         raise CompileError(f"graph {graph.name!r}: weights, buffers and segments apply to "
                            f"convolutional networks (the GEMM lowering streams its "
                            f"weights)")
-    plan = plan_memory(cfg, graph, options.split) if plan is None else plan
+    plan = plan_memory(cfg, graph, options.split, options.dram_base or 0) \
+        if plan is None else plan
     em = Emitter.for_plan(cfg, graph, plan)
     blocks = hoist([blk for i, node in enumerate(graph.nodes)
                     for blk in rule_for(node).emit(em, i, node)])

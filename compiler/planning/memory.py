@@ -259,12 +259,13 @@ def _shortfall(cfg: ChipConfig, graph: Graph, memory: str, failed: _Item,
         f"larger {name}")
 
 
-def _dram(cfg: ChipConfig, graph: Graph, splits: Mapping[str, int]
+def _dram(cfg: ChipConfig, graph: Graph, splits: Mapping[str, int], base: int
           ) -> tuple[list[Region], np.ndarray, DramMap]:
-    """Inputs, parameters, outputs in order; all live throughout. A split layer's
-    input, parameters and output are in the split layouts (docs/contract.md)."""
+    """Inputs, parameters, outputs in order from word `base`; all live throughout. A
+    split layer's input, parameters and output are in the split layouts
+    (docs/contract.md)."""
     steps = len(graph.nodes)
-    cursor = 0
+    cursor = base
     regions, pieces = [], []
     inputs, params, outputs = {}, {}, {}
 
@@ -536,17 +537,19 @@ def check_plan(plan: MemoryPlan) -> None:
                                        f"{b.key!r} overlap while both are live")
 
 
-def plan_memory(cfg: ChipConfig, network, split_groups=None) -> MemoryPlan:
+def plan_memory(cfg: ChipConfig, network, split_groups=None, dram_base: int = 0
+                ) -> MemoryPlan:
     """Place `network` (a Graph or Network) in `cfg`'s memories; CompileError naming
     the layer, the tensor and the shortfall when it does not fit. `split_groups`: the
     dense layers' tile groups, None for the cost model's, or what
-    :func:`.split.choose_split` takes."""
+    :func:`.split.choose_split` takes. `dram_base`: the first DRAM word its data may
+    use (the image below it is zeros)."""
     require_config(cfg, "plan_memory(cfg, network)", CompileError)
     graph = as_graph(network)
     choices = split.choose_split(cfg, graph, split_groups)
     splits = {name: c.s for name, c in choices.items() if c.s > 1}
     rows, chip = _rows(cfg, graph, splits)
-    dram_regions, image, dmap = _dram(cfg, graph, splits)
+    dram_regions, image, dmap = _dram(cfg, graph, splits, dram_base)
     plan = MemoryPlan(cfg, graph, MappingProxyType(rows), tuple(chip + dram_regions),
                       image, dmap, MappingProxyType(choices),
                       MappingProxyType(dense_passes(cfg, graph, rows)))

@@ -1,17 +1,26 @@
 /* The command loop: run the step table the host left in the mailbox, one step after
- * the other, and write the result word at the end.
+ * the other, and signal the host once, at the end.
  *
- * A chip step loads the program's configuration (PROG_ADDR, PROG_LEN, the UBUF
- * region), writes CTRL.START and sleeps in `waitirq` until the accelerator's interrupt
- * line is high, that is until the run has stopped (done or fault): the line is
- * masked, so no handler runs, and `waitirq` only wakes the core. The loop re-reads
- * STATUS after each wake-up, so a wake-up for another reason (or a latched line that
- * stays pending) costs a register read, never a wrong step. CTRL.IRQ_ACK then lowers
- * the line. A fault stops the table: its code, program index and cycle go into the
- * mailbox.
+ * A kernel step runs one of the core's kernels (kernels.c) on its descriptor in DRAM.
+ * A chip step writes the program's configuration (PROG_ADDR, PROG_LEN, PROG_FETCH = 0:
+ * the chip fetches the whole program from DRAM, and the UBUF region), writes
+ * CTRL.START and sleeps in `waitirq` until the accelerator's interrupt line is high,
+ * that is until the run has stopped (done or fault): the line is masked, so no
+ * handler runs, and `waitirq` only wakes the core. The loop re-reads STATUS after each
+ * wake-up, so a wake-up for another reason costs a register read, never a wrong step.
+ * A fault stops the table: its code, program index and cycle go into the mailbox.
  *
- * The mailbox's layout and every number of the chip come from the generated headers
- * (table.h, regs.h: systolica.firmware.core_image). */
+ * The configuration registers are double-buffered (docs/management-core.md): with
+ * FW_FLAG_OVERLAP the loop writes the next chip step's configuration while the
+ * current one runs, and starts it as soon as the current one has stopped; without,
+ * it writes each step's configuration after the previous has stopped (so the host
+ * can measure what the overlap saves). Each step records the core's cycle counter at
+ * its START and the chip's CYCLES of its run: the run's timeline.
+ *
+ * The result goes into the mailbox and, last, into CORE_MSG, which interrupts the
+ * host. The mailbox's layout and every number of the chip come from the generated
+ * headers (table.h, regs.h: systolica.firmware.core_image). */
+#include "kernels.h"
 #include "picorv32.h"
 #include "runtime.h"
 #include "table.h"
@@ -20,7 +29,8 @@ __attribute__((section(".mailbox"))) volatile struct fw_mailbox fw_mailbox;
 
 static void finish(uint32_t result)
 {
-    fw_mailbox.result = result;      /* written last: the host polls this word */
+    fw_mailbox.result = result;
+    reg_write(REG_CORE_MSG, result);     /* the one signal to the host, last */
 }
 
 static void stop_at(uint32_t step, uint32_t result, uint32_t code)
@@ -52,23 +62,38 @@ static int set_ubuf(uint32_t base, uint32_t rows)
     return reg_read(REG_UBUF_BASE) == base && reg_read(REG_UBUF_ROWS) == rows;
 }
 
-/* Run one chip step; return FW_RESULT_OK to go on, else the result that stops the
- * table (its details already in the mailbox). */
-static uint32_t run_chip_step(uint32_t index, const volatile struct fw_step *step)
+/* Write a chip step's configuration into the chip's next registers and read it
+ * back; return 0, or the FW_STEP_PROBLEM that refuses it. */
+static uint32_t configure(const volatile struct fw_step *step)
 {
-    uint32_t status;
-
     reg_write(REG_PROG_ADDR, step->prog_addr);
     reg_write(REG_PROG_LEN, step->prog_len);
-    if (reg_read(REG_PROG_ADDR) != step->prog_addr || reg_read(REG_PROG_LEN) != step->prog_len) {
-        stop_at(index, FW_RESULT_BAD_STEP, FW_STEP_PROBLEM_PROGRAM_REFUSED);
-        return FW_RESULT_BAD_STEP;
-    }
-    if (!set_ubuf(step->ubuf_base, step->ubuf_rows)) {
-        stop_at(index, FW_RESULT_BAD_STEP, FW_STEP_PROBLEM_UBUF_REFUSED);
-        return FW_RESULT_BAD_STEP;
-    }
+    reg_write(REG_PROG_FETCH, 0);
+    if (reg_read(REG_PROG_ADDR) != step->prog_addr || reg_read(REG_PROG_LEN) != step->prog_len
+        || reg_read(REG_PROG_FETCH) != 0)
+        return FW_STEP_PROBLEM_PROGRAM_REFUSED;
+    if (!set_ubuf(step->ubuf_base, step->ubuf_rows))
+        return FW_STEP_PROBLEM_UBUF_REFUSED;
+    return 0;
+}
+
+/* Start chip step `index` (configured), configure the next one while it runs (with
+ * the overlap), wait for the run to stop and account for it. Return FW_RESULT_OK to
+ * go on, else the result that stopped the table (its details in the mailbox);
+ * `*next_ready`: step index + 1 is configured in the chip's next registers. */
+static uint32_t run_chip_step(uint32_t index, volatile struct fw_step *step, int overlap,
+                              int *next_ready)
+{
+    uint32_t status, ahead = 0;
+    const volatile struct fw_step *next = step + 1;
+
+    step->t_start = rdcycle();
     reg_write(REG_CTRL, CTRL_START);
+    *next_ready = 0;
+    if (overlap && index + 1 < fw_mailbox.n_steps && next->kind == FW_STEP_CHIP) {
+        ahead = configure(next);            /* while step `index` runs */
+        *next_ready = ahead == 0;
+    }
     status = wait_stopped();
     if (status & STATUS_ERROR) {
         uint32_t code = reg_read(REG_ERROR);
@@ -79,14 +104,22 @@ static uint32_t run_chip_step(uint32_t index, const volatile struct fw_step *ste
         stop_at(index, FW_RESULT_CHIP_FAULT, code);
         return FW_RESULT_CHIP_FAULT;
     }
-    fw_mailbox.cycles += reg_read(REG_CYCLES);
-    reg_write(REG_CTRL, CTRL_IRQ_ACK);
+    step->t_cycles = reg_read(REG_CYCLES);
+    fw_mailbox.cycles += step->t_cycles;
+    if (!*next_ready)       /* else the next START clears the interrupt */
+        reg_write(REG_CTRL, CTRL_IRQ_ACK);
+    if (ahead) {            /* the next step's configuration was refused */
+        fw_mailbox.steps_done = index + 1;
+        stop_at(index + 1, FW_RESULT_BAD_STEP, ahead);
+        return FW_RESULT_BAD_STEP;
+    }
     return FW_RESULT_OK;
 }
 
 int main(void)
 {
     uint32_t n = fw_mailbox.n_steps;
+    int overlap = (fw_mailbox.flags & FW_FLAG_OVERLAP) != 0, ready = 0;
 
     fw_mailbox.steps_done = 0;
     fw_mailbox.cycles = 0;
@@ -95,16 +128,30 @@ int main(void)
         return 0;
     }
     for (uint32_t i = 0; i < n; i++) {
-        const volatile struct fw_step *step = &fw_mailbox.steps[i];
+        volatile struct fw_step *step = &fw_mailbox.steps[i];
         uint32_t result;
 
         switch (step->kind) {
-        case FW_STEP_CHIP:
-            result = run_chip_step(i, step);
+        case FW_STEP_CHIP: {
+            uint32_t problem = ready ? 0 : configure(step);
+
+            if (problem) {
+                stop_at(i, FW_RESULT_BAD_STEP, problem);
+                return 0;
+            }
+            result = run_chip_step(i, step, overlap, &ready);
             break;
-        case FW_STEP_KERNEL:   /* this build has no kernels yet */
-            stop_at(i, FW_RESULT_BAD_STEP, FW_STEP_PROBLEM_NO_KERNEL);
-            return 0;
+        }
+        case FW_STEP_KERNEL: {
+            uint32_t problem = run_kernel(step->kernel, step->arg0, fw_mailbox.dram_bytes);
+
+            if (problem) {
+                stop_at(i, FW_RESULT_BAD_STEP, problem);
+                return 0;
+            }
+            result = FW_RESULT_OK;
+            break;
+        }
         default:
             stop_at(i, FW_RESULT_BAD_STEP, FW_STEP_PROBLEM_UNKNOWN_KIND);
             return 0;

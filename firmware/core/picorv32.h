@@ -31,4 +31,12 @@ static inline uint32_t waitirq(void)
     return pending;
 }
 
+/* The core's cycle counter (low 32 bits): clock cycles since its reset. */
+static inline uint32_t rdcycle(void)
+{
+    uint32_t cycles;
+    __asm__ volatile ("rdcycle %0" : "=r"(cycles));
+    return cycles;
+}
+
 #endif

@@ -103,6 +103,9 @@ def _prepare(spec, cfg, out: Path, name: str, overrides) -> tuple[dict, list]:
     except ImportError:
         raise BitstreamError("amaranth-boards is missing: install the fpga extra") from None
     platform = platform_cls()
+    from systolica.rtl import verilog
+    for source in verilog.sources(cfg):     # PicoRV32, on a chip with its core
+        platform.add_file(source.name, source.read_text())
     tools = tool_environment(spec.family)
     saved = dict(os.environ)
     os.environ.update(tools)

@@ -43,6 +43,9 @@ MAX_NAME = 64
 #: the whole DRAM address space as one array (it takes memory only for the pages a run
 #: touches, but the address space itself must be granted; 64 GiB was refused).
 MAX_DRAM_BYTES = 1 << 32
+#: The management core's memories, each (docs/management-core.md).
+CORE_MEMORY_MIN = 4096
+CORE_MEMORY_MAX = 1 << 20
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -83,6 +86,9 @@ class ChipConfig:
     config_update_interval: int = 1         # SETCFG only on cycles that are multiples of this
     power_domain_budget: int = 2            # SETCFG pairs per power domain per instruction
     latency: Mapping[str, int] = field(default_factory=lambda: dict(DEFAULT_LATENCY))
+    core_imem_bytes: int = 8192   # the management core's instruction and data memories
+    core_dmem_bytes: int = 8192   # (block RAMs of the chip); 0 and 0: no core
+                                  # (docs/management-core.md)
     # (kept read-only: ``__post_init__`` stores a read-only copy of the table given)
 
     def __post_init__(self):
@@ -178,6 +184,7 @@ class ChipConfig:
                               f"crop writes CBUF row a to UBUF row a mod ubuf_rows), not "
                               f"{self.ubuf_rows}")
         self._check_latency()
+        self._check_core()
         from systolica.arch import isa
         if self.general_lanes and max(self.tile_rows, self.tile_cols) > isa.ROUTE_GROUPS:
             raise ConfigError(f"{self.name}: a ROUTE names at most {isa.ROUTE_GROUPS} tile "
@@ -189,6 +196,31 @@ class ChipConfig:
             fabric.muxes(self)
         except ConfigError as e:
             raise ConfigError(f"{self.name}: {e}") from None
+
+    def _check_core(self) -> None:
+        for n in ("core_imem_bytes", "core_dmem_bytes"):
+            self._integer(n, 0)
+        sizes = (self.core_imem_bytes, self.core_dmem_bytes)
+        if sizes == (0, 0):
+            return
+        for n, v in zip(("core_imem_bytes", "core_dmem_bytes"), sizes):
+            if v < CORE_MEMORY_MIN or v > CORE_MEMORY_MAX or v & (v - 1):
+                raise ConfigError(f"{self.name}: {n} must be a power of two from "
+                                  f"{CORE_MEMORY_MIN} to {CORE_MEMORY_MAX} bytes (a block "
+                                  f"RAM of the management core), or core_imem_bytes and "
+                                  f"core_dmem_bytes both 0 for a chip without the core, "
+                                  f"not {v}")
+        if self.dram_word_bytes < 4:
+            raise ConfigError(f"{self.name}: the management core reaches DRAM in words of "
+                              f"at least 4 bytes, but this chip's are "
+                              f"{self.dram_word_bytes} (its array rows); set "
+                              f"core_imem_bytes=0 and core_dmem_bytes=0 (no core) or "
+                              f"give the array at least 4 rows")
+
+    @property
+    def has_core(self) -> bool:
+        """Whether the chip has the management core (docs/management-core.md)."""
+        return self.core_imem_bytes > 0
 
     def _grid(self, short: int, long: int) -> str:
         """``short x long`` tiles in this grid's orientation (rows first)."""
@@ -502,8 +534,11 @@ class ChipConfig:
         of this chip with its UBUF registers at their reset values. A program carries
         the placement it assumes itself (``Loadable.ubuf``, written by the host), so
         one compiled for a moved UBUF (:meth:`at_ubuf`) runs on the chip it was moved
-        on."""
-        blob = json.dumps({**self.to_dict(), "ubuf_base": None, "ubuf_rows": None},
+        on. The management core's memories are left out too: a program runs alike on
+        the chip with or without its core."""
+        fields = {k: v for k, v in self.to_dict().items()
+                  if k not in ("core_imem_bytes", "core_dmem_bytes")}
+        blob = json.dumps({**fields, "ubuf_base": None, "ubuf_rows": None},
                           sort_keys=True).encode()
         return f"{self.name}-{hashlib.sha256(blob).hexdigest()[:10]}"
 
@@ -596,16 +631,20 @@ PRESETS = types.MappingProxyType({
     # the chip's control (sequencer, registers, DMA, fabric, host link) alone takes
     # some 6,000 LUT4s whatever the array; with a 4x4 array the chip needs 18,400
     # (docs/fpga.md). Each CBUF bank is one block RAM per lane; the ACC is one bank.
+    # Their 2-byte DRAM words are too narrow for the management core: the host
+    # sequences their programs.
     # The program ring is 512 words: the sequencer keeps three copies of it (its
     # reads registered for the clock rate), 12 of the GW2A-18's 46 block RAMs.
     "tangnano9k": ChipConfig(name="tangnano9k", tile_rows=1, tile_cols=1, tile_size=2,
                              cbuf_depth=2048, cbuf_banks=4, acc_depth=256, acc_banks=1,
                              dram_words=4096, imem_depth=512,
-                             ubuf_base=1536, ubuf_rows=512),
+                             ubuf_base=1536, ubuf_rows=512,
+                             core_imem_bytes=0, core_dmem_bytes=0),
     "tangprimer20k": ChipConfig(name="tangprimer20k", tile_rows=1, tile_cols=1,
                                 tile_size=2, cbuf_depth=2048, cbuf_banks=4, acc_depth=256,
                                 acc_banks=1, dram_words=16384, imem_depth=512,
-                                ubuf_base=1536, ubuf_rows=512),
+                                ubuf_base=1536, ubuf_rows=512,
+                                core_imem_bytes=0, core_dmem_bytes=0),
 })
 
 

@@ -119,10 +119,11 @@ def design(cfg: ChipConfig, waves: bool = False, harness: str = "cocotb") -> ver
         return verilog.generate(cfg)
 
     cxx = harness == "cxx"
+    from systolica.rtl import verilog
     return verilated.Design(
         top=HDL_TOPLEVEL, label=f"chip-{cfg.key}" + ("-cxx" if cxx else ""),
         verilog=generate, generator=("systolica.rtl.verilog",), params=repr(cfg),
-        sources=(SIM_TOP,), cxx=(DRAM_MODEL,),
+        sources=(SIM_TOP, *verilog.sources(cfg)), cxx=(DRAM_MODEL,),
         parameters={"WORDS": cfg.dram_words, "WIDTH": 8 * cfg.dram_word_bytes},
         build_args=tuple(BUILD_ARGS), make_variables=make_variables(), waves=waves,
         public="top", main=CXX_MAIN if cxx else None)
@@ -140,7 +141,7 @@ def build(cfg: ChipConfig, waves: bool = False, harness: str = "cocotb") -> Path
         raise RtlSimError(f"chip {cfg.key}: {exc}") from None
 
 
-def _expected_end(cfg: ChipConfig, image: bytes) -> int:
+def expected_end(cfg: ChipConfig, image: bytes) -> int:
     """The cycle by which every instruction should be done (what the cycle counter
     reads at the end of a run without faults)."""
     end = 0
@@ -153,7 +154,7 @@ def _expected_end(cfg: ChipConfig, image: bytes) -> int:
     return end
 
 
-def _default_timeout(end: int) -> int:
+def default_timeout(end: int) -> int:
     """Twice the cycle by which every instruction should be done, plus slack."""
     return 2 * end + 10_000
 
@@ -272,7 +273,7 @@ def _write_jobs(cfg: ChipConfig, jobs: list[RtlJob], run_dir: Path) -> list[dict
         # the simulator's side reads the program back from its image file, checked
         # against the chip (docs/image-format.md)
         (run_dir / prog).write_bytes(program.to_file())
-        end = _expected_end(cfg, image)
+        end = expected_end(cfg, image)
         specs.append({
             "name": job.name or f"job{index}",
             "program": prog,
@@ -282,7 +283,7 @@ def _write_jobs(cfg: ChipConfig, jobs: list[RtlJob], run_dir: Path) -> list[dict
             "readback": _check_ranges(cfg, used_ranges(
                 cfg, segments, [isa.decode(w) for w in isa.from_bytes(image)])
                 if job.readback is None else job.readback),
-            "timeout_cycles": int(job.timeout_cycles or _default_timeout(end)),
+            "timeout_cycles": int(job.timeout_cycles or default_timeout(end)),
             "samples": list(job.samples),
             "expected_cycles": end,
         })

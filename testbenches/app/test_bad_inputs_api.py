@@ -136,7 +136,58 @@ API_TYPES = [
                     "not list"]),
     ("run-plan-of-a-path", lambda: _run_plan("model.onnx"), TypeError,
      ["run_plan takes what plan_model returns", "not str"]),
+    # the management core's kernels: descriptors from an operator's parameters
+    ("core-softmax-output-scale", lambda: _kernel("softmax", y_scale=1e-6), CompileError,
+     ["softmax 'k'", "output scale", "below 2**-16", "QuantizeLinear", "1/256"]),
+    ("core-softmax-of-int32", lambda: _kernel("softmax", x="int32"), CompileError,
+     ["softmax 'k'", "input is int32", "takes int8 or uint8"]),
+    ("core-softmax-zero-point", lambda: _kernel("softmax", y_zp=200), CompileError,
+     ["softmax 'k'", "output zero point", "int8", "[-128, 127]", "200"]),
+    ("core-kernel-no-rows", lambda: _kernel("argmax", rows=0), CompileError,
+     ["argmax 'k'", "rows", "from 1", "empty tensor"]),
+    ("core-argmax-int8-output", lambda: _kernel("argmax", y="int8"), CompileError,
+     ["argmax 'k'", "output is int8", "int32 or int64"]),
+    ("core-requantise-int32-zero-point", lambda: _kernel("requantise", x="int32", x_zp=3),
+     CompileError, ["requantise 'k'", "int32 input", "zero point 0", "not 3"]),
+    ("core-requantise-ratio", lambda: _kernel("requantise", x_scale=1e6), CompileError,
+     ["requantise 'k'", "input scale over the output's", "65535", "saturates"]),
+    ("core-add-negative-scale", lambda: _kernel("add", a_scale=-0.5), CompileError,
+     ["add 'k'", "first input's scale", "positive finite", "-0.5"]),
+    ("core-add-ratio", lambda: _kernel("add", b_scale=1e7), CompileError,
+     ["add 'k'", "scale over the output's", "2**20"]),
+    ("core-chip-view-int64", lambda: _chip_view("int64"), CompileError,
+     ["chip_view", "int8 or int32", "not int64"]),
+    ("core-view-negative-stride", lambda: _view(row_stride=-4), CompileError,
+     ["view", "row_stride", "[0, 2**32)", "-4"]),
 ]
+
+
+def _kernel(kind: str, x: str = "int8", y: str | None = None, rows: int = 2, **params):
+    """A kernel descriptor for a [rows, 8] tensor, `params` changed."""
+    from systolica.firmware import core_kernels as ck
+    y = y or ("int64" if kind == "argmax" else "int8")
+    xv, yv = ck.array_view(0, (rows or 1, 8), x), ck.array_view(4096, (rows or 1, 8), y)
+    q = dict(x_scale=0.1, y_scale=1 / 256, y_zp=0)
+    if kind == "softmax":
+        return ck.softmax(xv, yv, rows=rows, cols=8, name="k", **(q | params))
+    if kind == "argmax":
+        return ck.argmax(xv, yv, rows=rows, cols=8, name="k", **params)
+    if kind == "requantise":
+        return ck.requantise(xv, yv, rows=rows, cols=8, name="k", **(q | dict(x_zp=0)
+                                                                     | params))
+    return ck.add(xv, xv, yv, rows=rows, cols=8, name="k", **(dict(
+        a_scale=0.1, a_zp=0, b_scale=0.1, b_zp=0, y_scale=0.1, y_zp=0) | params))
+
+
+def _chip_view(dtype: str):
+    from systolica.firmware import core_kernels as ck
+    return ck.chip_view(TINY, 0, (4, 8), dtype)
+
+
+def _view(**fields):
+    from systolica.firmware import core_kernels as ck
+    return ck.View(**(dict(base=0, dtype=ck.ElemType.INT8, row_stride=8, block=8,
+                           block_stride=0, elem_stride=1) | fields))
 
 
 def _plan_model(*args, **kw):

@@ -21,6 +21,13 @@ Cases:
 * ``bad_access``: ``mgmt_core/bad_access.S``: a store to the instruction memory has no
   effect, a load from an unmapped address reads 0, both complete, and ``bad_access``
   rises.
+* ``dram``: ``mgmt_core/dram.S`` on each instance of the test's top
+  (:mod:`mgmt_core_pair`: DRAM words of 16 and of 4 bytes) with :class:`Dram` behind
+  the DRAM port, its grant toggled in seeded random stretches (long ones low among
+  them): loads and stores of every width through the window check themselves, the
+  testbench's words are read by the core and the core's by the testbench, accesses
+  past the end read 0 and raise ``bad_access``; then each misaligned access of
+  ``dram.S`` traps before it reaches the DRAM.
 * ``firmware``: the project's firmware (``systolica.firmware.core_image``) runs a
   two-step table against a stand-in of the chip's register file (:class:`ChipRegs`)
   behind the window; once it has parked the core is held and the mailbox read back
@@ -39,7 +46,8 @@ from pathlib import Path
 import cocotb
 from cocotb.clock import Clock
 from cocotb.simtime import get_sim_time
-from cocotb.triggers import ClockCycles, Event, FallingEdge, First, ReadOnly, RisingEdge
+from cocotb.triggers import ClockCycles, Event, FallingEdge, First, ReadOnly, RisingEdge, Timer
+from mgmt_core_pair import DRAM_BYTES, INSTANCES
 
 from systolica.rtl.mgmt_core import DMEM_BASE, IMEM_BASE
 from systolica.sim.verilated import locked
@@ -47,8 +55,9 @@ from systolica.sim.verilated import locked
 from tb_base import CLOCK_NS, case_names
 
 HERE = Path(__file__).resolve().parent / "mgmt_core"
-#: The memories of the block under test (words).
-IMEM_WORDS, DMEM_WORDS = 16384, 2048
+#: The memories of the block under test (words), the first instance of the pair; the
+#: programs are linked for them (the second's instruction memory holds ``dram.S``).
+IMEM_WORDS, DMEM_WORDS = INSTANCES[0]["imem_words"], INSTANCES[0]["dmem_words"]
 #: How many instruction tests the package ships (a different number is a different
 #: package, which this test should be looked at for).
 ISA_TESTS = 45
@@ -57,9 +66,9 @@ ISA_DONE = 123456789
 ARMED, FINISHED, IRQ_COUNT = 0x1111, 0x2222, 300
 #: Cycle limits: the whole suite takes about 100,000 cycles.
 ISA_CYCLES, IRQ_CYCLES = 400_000, 20_000
-CASES = {"isa": None, "irq": None, "bad_access": None, "firmware": None}   # filled in below
+CASES = dict.fromkeys(("isa", "irq", "bad_access", "dram", "firmware"))  # filled in below
 #: The cases whose programs are assembled here (the firmware case's is the project's).
-PROGRAMS = ("isa", "irq", "bad_access")
+PROGRAMS = ("isa", "irq", "bad_access", "dram")
 #: The firmware case's table: (prog_addr, prog_len, ubuf_base, ubuf_rows) per chip step;
 #: a run takes FW_RUN_CYCLES and reports 1000 + prog_len cycles.
 FW_STEPS = ((0x100, 40, 0, 0), (0x800, 70, 64, 32))
@@ -132,7 +141,8 @@ def build_images(out: Path) -> dict[str, Path]:
     """Assemble and link the programs of :data:`PROGRAMS` into ``out`` (reused when
     their inputs have not changed); returns case -> image file."""
     tests = isa_tests()
-    inputs = [HERE / "isa_env.h", HERE / "irq_test.S", HERE / "bad_access.S", *tests,
+    inputs = [HERE / "isa_env.h", HERE / "irq_test.S", HERE / "bad_access.S",
+              HERE / "dram.S", *tests,
               *(package_dir() / "tests" / h for h in ("test_macros.h", "riscv_test.h")),
               package_dir() / "firmware" / "custom_ops.S", Path(__file__)]
     h = hashlib.sha256(" ".join(_zig()).encode())
@@ -167,6 +177,8 @@ def _assemble(out: Path, tests: list[Path], images: dict[str, Path]) -> None:
           "-o", str(out / "irq.elf")], "linking the interrupt test")
     _run([*link, str(HERE / "bad_access.S"), "-o", str(out / "bad_access.elf")],
          "linking the bad-access test")
+    _run([*link, str(HERE / "dram.S"), "-o", str(out / "dram.elf")],
+         "linking the DRAM window test")
     for case in PROGRAMS:
         image = _image(out / f"{case}.elf")
         tmp = images[case].with_suffix(".tmp")
@@ -225,7 +237,7 @@ class CoreTB:
         dut = self.dut
         Clock(dut.clk, CLOCK_NS, unit="ns").start()
         for name in ("run", "load_en", "load_addr", "load_data", "reg_ready", "reg_rdata",
-                     "irq"):
+                     "irq", "sel", "dram_rdata", "dram_grant"):
             getattr(dut, name).value = 0
         dut.rst.value = 1
         await ClockCycles(dut.clk, 2)
@@ -383,6 +395,202 @@ async def case_bad_access(tb: CoreTB) -> None:
                              f"bad_access {tb.bad}, expected 1")
 
 
+#: dram.S: the window word that chooses the run, how many checks pass before the
+#: accesses past the end and after them, the program's messages, and its cycle limit
+#: (grant low included).
+DRAM_MODE, DRAM_CHECKS, DRAM_ALL_CHECKS, MISALIGNED_RUNS = 28, 29, 32, 4
+DRAM_FAILED, NOT_TRAPPED, DRAM_CYCLES = 0xFA11_0000, 0x7A7A, 20_000
+#: The DRAM's last 16 bytes (the testbench fills them with 0x40 + i, the first 256 with
+#: 0x80 + i, the rest with noise) and the bytes dram.S stores (address -> value).
+DRAM_TOP = DRAM_BYTES - 16
+DRAM_STORES = {0x40: 0x00, 0x41: 0xA5, 0x42: 0x11, 0x43: 0x22, 0x44: 0x88, 0x45: 0x77,
+               0x46: 0x34, 0x47: 0x12, 0x48: 0xEF, 0x49: 0xBE, 0x4A: 0xAD, 0x4B: 0xDE,
+               0x4F: 0x5A, 0x50: 0xEF, 0x51: 0xBE, DRAM_TOP: 0x99,
+               DRAM_TOP + 12: 0x0D, DRAM_TOP + 13: 0xF0, DRAM_TOP + 14: 0xFE,
+               DRAM_TOP + 15: 0xCA}
+#: The grant's stretches (cycles, drawn at random): the first is low, long.
+GRANT_FIRST_LOW = 1000
+GRANT_LOW, GRANT_HIGH = (1, 1, 2, 3, 7, 30, 150), (1, 1, 2, 3, 9, 40)
+
+
+class Dram:
+    """The chip's DRAM behind the block's DRAM port: ``words`` words of ``word_bytes``
+    (a dict, word -> value), read data the cycle after ``dram_re`` (noise in every
+    other cycle and above the word), and ``dram_grant`` toggled in random stretches of
+    :data:`GRANT_LOW` / :data:`GRANT_HIGH` cycles, beginning with
+    :data:`GRANT_FIRST_LOW` low. Checks that the block reads or writes only in a
+    granted cycle, one access a cycle, inside the DRAM."""
+
+    def __init__(self, dut, rng: random.Random, word_bytes: int, words: int):
+        self.dut, self.rng = dut, rng
+        self.word_bytes, self.n_words = word_bytes, words
+        self.words: dict[int, int] = {}
+        self.problems: list[str] = []
+        self.reads = self.writes = 0
+        self.ungranted_after_read = 0   # reads whose next cycle was not granted
+        self.low_cycles = 0
+        self.active = self.always_granted = False
+        self.changed = Event()      # ends a stretch early: active or always_granted changed
+
+    def change(self, *, active: bool = True, always_granted: bool = False) -> None:
+        self.active, self.always_granted = active, always_granted
+        self.changed.set()
+
+    def fill(self, data: bytes) -> None:
+        w = self.word_bytes
+        self.words = {i: int.from_bytes(data[w * i:w * (i + 1)], "little")
+                      for i in range(self.n_words)}
+
+    def contents(self) -> bytes:
+        return b"".join(self.words[i].to_bytes(self.word_bytes, "little")
+                        for i in range(self.n_words))
+
+    async def run(self) -> None:
+        dut, rng = self.dut, self.rng
+        width = len(dut.dram_rdata)
+        grant, left = 0, GRANT_FIRST_LOW
+        pending = None          # the word read in the cycle before
+        self.active = True
+        await FallingEdge(dut.clk)
+        while self.active:
+            if self.always_granted:
+                grant, left = 1, 1
+            elif not left:
+                grant ^= 1
+                left = rng.choice(GRANT_HIGH if grant else GRANT_LOW)
+            if pending is not None and not grant:
+                self.ungranted_after_read += 1
+            noise = rng.getrandbits(width)
+            dut.dram_grant.value = grant
+            if not grant and pending is None:
+                # nothing to answer: let the stretch pass on a timer, watching for an
+                # access (checking each cycle, or counting clock edges, would wake
+                # Python every cycle)
+                dut.dram_rdata.value = noise
+                self.low_cycles += left
+                passed = Timer(((left - 1) * 4 + 1) * CLOCK_NS / 4, unit="ns")
+                changed = self.changed.wait()
+                fired = await First(passed, RisingEdge(dut.dram_re), RisingEdge(dut.dram_we),
+                                    changed)
+                left = 0
+                if fired is changed:
+                    self.changed.clear()
+                elif fired is not passed:
+                    self.problems.append(f"cycle {self.cycle()}: an access with dram_grant "
+                                         f"low")
+                await FallingEdge(dut.clk)
+                continue
+            left -= 1
+            self.low_cycles += not grant
+            dut.dram_rdata.value = noise if pending is None else \
+                noise >> 8 * self.word_bytes << 8 * self.word_bytes | self.words[pending]
+            await ReadOnly()
+            re, we = int(dut.dram_re.value), int(dut.dram_we.value)
+            addr = int(dut.dram_addr.value)
+            pending = None
+            if (re or we) and (not grant or (re and we) or addr >= self.n_words):
+                self.problems.append(f"cycle {self.cycle()}: dram_re {re}, dram_we {we} at "
+                                     f"word {addr} of {self.n_words} with dram_grant {grant}")
+            elif re:
+                self.reads += 1
+                pending = addr
+            elif we:
+                self.writes += 1
+                self.words[addr] = int(dut.dram_wdata.value) & ((1 << 8 * self.word_bytes) - 1)
+            await FallingEdge(dut.clk)
+        dut.dram_grant.value = 0
+
+    def cycle(self) -> int:
+        return int(get_sim_time("ns")) // CLOCK_NS
+
+
+async def case_dram(tb: CoreTB) -> None:
+    image = _read_image("dram")
+    problems = []
+    for sel, params in enumerate(INSTANCES):
+        await FallingEdge(tb.dut.clk)       # the pair gates the instances' clocks by sel
+        tb.dut.sel.value = sel
+        problems += [f"{params['dram_word_bytes']}-byte DRAM words: {p}"
+                     for p in await _dram_instance(tb, image, params)]
+    await FallingEdge(tb.dut.clk)
+    tb.dut.sel.value = 0
+    tb.on_read = tb.on_write = None
+    if problems:
+        raise AssertionError("; ".join(problems))
+
+
+async def _dram_instance(tb: CoreTB, image: dict[int, int], params: dict) -> list[str]:
+    dut = tb.dut
+    dram = Dram(dut, tb.rng, params["dram_word_bytes"], params["dram_words"])
+    initial = bytearray(tb.rng.randbytes(DRAM_BYTES))
+    initial[:0x100] = bytes((b + 0x80) & 0xFF for b in range(0x100))
+    initial[DRAM_TOP:] = bytes(0x40 + i for i in range(16))
+    dram.fill(initial)
+    await tb.load(image)
+    mode, finished, bad_before = [0], Event(), []
+
+    def on_write(word, value):
+        if word == MSG and not bad_before:
+            bad_before.append(int(dut.bad_access.value))
+        if word == MSG and (value in (FINISHED, NOT_TRAPPED)
+                            or value & ~0xFFFF == DRAM_FAILED):
+            finished.set()
+
+    tb.on_read = lambda word: mode[0] if word == DRAM_MODE else word
+    tb.on_write = on_write
+    cocotb.start_soon(dram.run())
+    tb.writes.clear()
+    end = await tb.run_until(finished, DRAM_CYCLES)
+    await ClockCycles(dut.clk, 2)
+    got = [v for _, w, v in tb.writes if w == MSG]
+    want = [DRAM_CHECKS, DRAM_ALL_CHECKS, FINISHED]
+    expected = bytearray(initial)
+    for addr, value in DRAM_STORES.items():
+        expected[addr] = value
+    contents = dram.contents()
+    wrong = [a for a in range(DRAM_BYTES) if contents[a] != expected[a]]
+    problems = []
+    if end != "done" or got != want:
+        problems.append(f"the program ended by {end} after {tb.ran} cycles with messages "
+                        f"{[hex(v) for v in got]}, expected {[hex(v) for v in want]}")
+    if bad_before != [0] or not tb.bad:
+        problems.append(f"bad_access was {bad_before} before the accesses past the end "
+                        f"and {tb.bad} after them, expected [0] and 1")
+    if wrong:
+        problems.append(f"{len(wrong)} DRAM bytes differ from what dram.S stores, from "
+                        + ", ".join(f"{a:#x}: {contents[a]:#04x} not {expected[a]:#04x}"
+                                    for a in wrong[:6]))
+    dut._log.info("dram, %d-byte words: %d checks in %d cycles, %d reads, %d writes, %d "
+                  "cycles without the grant, %d reads followed by one", dram.word_bytes,
+                  DRAM_ALL_CHECKS, tb.ran, dram.reads, dram.writes, dram.low_cycles,
+                  dram.ungranted_after_read)
+    writes = dram.writes
+    if not dram.ungranted_after_read:
+        problems.append("no read was followed by an ungranted cycle (the grant's pattern "
+                        "no longer tests a store's wait)")
+    # PicoRV32 issues a misaligned access it traps on (aligned down): with the grant
+    # held high the block reads the word, but the store must not write it
+    dram.change(always_granted=True)
+    await ClockCycles(dut.clk, 2)
+    for mode[0] in range(1, MISALIGNED_RUNS + 1):
+        tb.writes.clear()
+        reads = dram.reads
+        end = await tb.run_until(Event(), IRQ_CYCLES)
+        got = [v for _, w, v in tb.writes if w == MSG]
+        if end != "trap" or got or tb.bad:
+            problems.append(f"misaligned access {mode[0]} of dram.S ended by {end} with "
+                            f"messages {[hex(v) for v in got]} and bad_access {tb.bad}, "
+                            f"expected a trap and neither")
+        if dram.reads == reads:
+            problems.append(f"misaligned access {mode[0]} did not reach the DRAM port: "
+                            f"this test no longer sees PicoRV32 issue it")
+    if dram.writes != writes or dram.contents() != contents:
+        problems.append("a misaligned store reached the DRAM")
+    dram.change(active=False)
+    await ClockCycles(dut.clk, 2)
+    return problems + dram.problems
+
+
 class ChipRegs:
     """The chip's register file (rtl/csr.py) as the firmware sees it, with runs of
     :data:`FW_RUN_CYCLES`: START (stopped) begins a run, which ends DONE with
@@ -461,7 +669,7 @@ async def case_firmware(tb: CoreTB) -> None:
                      len(FW_STEPS), tb.ran, FW_QUIET)
 
 
-CASES.update(isa=case_isa, irq=case_irq, bad_access=case_bad_access,
+CASES.update(isa=case_isa, irq=case_irq, bad_access=case_bad_access, dram=case_dram,
              firmware=case_firmware)
 
 

@@ -65,9 +65,12 @@ def test_the_sections_sit_in_the_memory_map(image):
 
 def test_the_images_hold_the_loaded_sections_and_fit(image):
     with open(image.elf, "rb") as f:
-        text = ELFFile(f).get_section_by_name(".text").data()
+        elf = ELFFile(f)
+        text = elf.get_section_by_name(".text").data()
+        rodata = elf.get_section_by_name(".rodata")
+        read_only = rodata["sh_size"] if rodata else 0     # code's tables, after .text
     assert image.imem[:len(text)] == text and len(image.imem) % 4 == 0
-    assert image.text_bytes == len(text) <= len(image.imem) <= image.imem_bytes
+    assert image.text_bytes == len(text) + read_only <= len(image.imem) <= image.imem_bytes
     assert len(image.dmem) == image.data_bytes <= image.dmem_bytes
     mailbox = 4 * (len(MAILBOX_FIELDS) + core_image.MAX_STEPS * len(STEP_FIELDS))
     assert image.bss_bytes >= mailbox
@@ -78,8 +81,8 @@ def test_the_mailbox_layout_is_the_generated_struct(image):
         symbol, = ELFFile(f).get_section_by_name(".symtab").get_symbol_by_name("fw_mailbox")
     assert symbol["st_value"] == DMEM_BASE
     assert symbol["st_size"] == core_image.step_offset(core_image.MAX_STEPS)
-    assert core_image.field_offset("result") == 8
-    assert core_image.step_offset(1, "prog_len") == 4 * (len(MAILBOX_FIELDS) + 8 + 2)
+    assert core_image.field_offset("result") == 4 * MAILBOX_FIELDS.index("result")
+    assert core_image.step_offset(1, "prog_len") == 4 * (len(MAILBOX_FIELDS) + len(STEP_FIELDS) + 2)
 
 
 def test_the_register_header_is_regs_py():

@@ -17,7 +17,14 @@ import struct
 from dataclasses import dataclass, field
 
 import pytest
-from unicorn import UC_ARCH_RISCV, UC_HOOK_INTR, UC_MODE_RISCV32, UC_PROT_ALL, Uc
+from unicorn import (
+    UC_ARCH_RISCV,
+    UC_HOOK_BLOCK,
+    UC_HOOK_INTR,
+    UC_MODE_RISCV32,
+    UC_PROT_ALL,
+    Uc,
+)
 from unicorn.riscv_const import UC_RISCV_REG_PC, UC_RISCV_REG_X0
 
 from systolica.arch.regs import (
@@ -32,10 +39,12 @@ from systolica.arch.regs import (
 from systolica.firmware import core_image
 from systolica.firmware.core_image import (
     DMEM_BASE,
+    DRAM_BASE,
     FW_MAGIC,
     IMEM_BASE,
     MAILBOX_FIELDS,
     REGS_BASE,
+    FwFlag,
     FwResult,
     FwStepKind,
     FwStepProblem,
@@ -49,19 +58,28 @@ GETQ, SETQ, RETIRQ, MASKIRQ, WAITIRQ = range(5)     # funct7 of PicoRV32's instr
 INSTRUCTION_LIMIT = 200_000
 
 
+#: The registers START takes from their next copies, in the order `FakeChip.starts` lists
+DOUBLE_BUFFERED = (Reg.PROG_ADDR, Reg.PROG_LEN, Reg.UBUF_BASE, Reg.UBUF_ROWS, Reg.PROG_FETCH)
+
+
 @dataclass
 class FakeChip:
     """The register interface as rtl/csr.py behaves, with runs that take no time: a
     START finishes the run (DONE, or ERROR for a program address in `faults`) when the
-    core next sleeps; IRQ_ACK or the next START clears DONE/ERROR and the line. A UBUF
-    region whose rows are not a power of two is refused (the register keeps its value)."""
+    core next sleeps; IRQ_ACK or the next START clears DONE/ERROR and the line. The
+    program's configuration is double-buffered: writes set the next values (also while
+    running), which reads return and START makes the run's (`starts`). A UBUF region
+    whose rows are not a power of two is refused (the register keeps its value). A
+    write of CORE_MSG is the firmware's message to the host (`messages`)."""
     faults: dict[int, tuple[ErrorCode, int, int]] = field(default_factory=dict)
     values: dict[Reg, int] = field(default_factory=lambda: dict.fromkeys(Reg, 0))
     running: bool = False
     done: bool = False
     error: bool = False
     writes: list[tuple[str, int]] = field(default_factory=list)
-    starts: list[tuple[int, int, int, int]] = field(default_factory=list)
+    starts: list[tuple[int, int, int, int, int]] = field(default_factory=list)
+    active: dict[Reg, int] = field(default_factory=dict)
+    messages: list[int] = field(default_factory=list)
 
     @property
     def irq(self) -> bool:
@@ -78,14 +96,15 @@ class FakeChip:
         if reg == Reg.CTRL:
             if value & CTRL_START and not self.running:
                 self.running, self.done, self.error = True, False, False
-                v = self.values
-                self.starts.append((v[Reg.PROG_ADDR], v[Reg.PROG_LEN], v[Reg.UBUF_BASE],
-                                    v[Reg.UBUF_ROWS]))
+                self.active = {r: self.values[r] for r in DOUBLE_BUFFERED}
+                self.starts.append(tuple(self.active[r] for r in DOUBLE_BUFFERED))
             elif value & CTRL_IRQ_ACK:
                 self.done = self.error = False
+        elif reg == Reg.CORE_MSG:
+            self.messages.append(value)
         elif reg == Reg.UBUF_ROWS and value & (value - 1):
             pass
-        elif not self.running:
+        elif reg in DOUBLE_BUFFERED or not self.running:
             self.values[reg] = value
 
     def advance(self) -> None:
@@ -93,7 +112,7 @@ class FakeChip:
         if not self.running:
             return
         self.running = False
-        fault = self.faults.get(self.values[Reg.PROG_ADDR])
+        fault = self.faults.get(self.active[Reg.PROG_ADDR])
         if fault:
             self.error = True
             code, pc, cycle = fault
@@ -101,26 +120,40 @@ class FakeChip:
                             Reg.CYCLES: cycle}
         else:
             self.done = True
-            self.values[Reg.CYCLES] = 1000 + self.values[Reg.PROG_LEN]
+            self.values[Reg.CYCLES] = 1000 + self.active[Reg.PROG_LEN]
 
 
 @dataclass
 class CoreRun:
-    """What a run left: the mailbox's words by name, and the memories."""
+    """What a run left: the mailbox's words by name, the memories, and the instructions
+    the core ran (counted when asked)."""
     mailbox: dict[str, int]
     uc: Uc
+    instructions: int = 0
 
     def word(self, address: int) -> int:
         return struct.unpack("<I", self.uc.mem_read(address, 4))[0]
 
 
 def run_firmware(image: core_image.CoreImage, chip: FakeChip, mailbox: bytes,
-                 patches: dict[int, int] | None = None) -> CoreRun:
+                 patches: dict[int, int] | None = None, *, dram: bytearray | None = None,
+                 count: bool = False, limit: int = INSTRUCTION_LIMIT) -> CoreRun:
     """Run `image` (with the instruction words `patches` replaced) from reset with
-    `mailbox` at the start of the data memory until it parks."""
+    `mailbox` at the start of the data memory until it parks (or `limit` instructions
+    have run). `dram`, if given, is the DRAM behind the core's window (mapped at
+    DRAM_BASE, in pages of 4 KiB; the page's rest reads as zeros) and holds what the
+    run left there afterwards. With `count`, the run's instructions are counted (by
+    translated block: a block's instructions when it is entered)."""
     uc = Uc(UC_ARCH_RISCV, UC_MODE_RISCV32)
     uc.mem_map(IMEM_BASE, image.imem_bytes, UC_PROT_ALL)
     uc.mem_map(DMEM_BASE, image.dmem_bytes, UC_PROT_ALL)
+    if dram is not None:
+        uc.mem_map(DRAM_BASE, max(4096, -(-len(dram) // 4096) * 4096), UC_PROT_ALL)
+        uc.mem_write(DRAM_BASE, bytes(dram))
+    counted = [0]
+    if count:
+        uc.hook_add(UC_HOOK_BLOCK, lambda uc, address, size, data: counted.__setitem__(
+            0, counted[0] + size // 4))
     uc.mem_write(IMEM_BASE, image.imem)
     for address, word in (patches or {}).items():
         uc.mem_write(address, struct.pack("<I", word))
@@ -161,16 +194,20 @@ def run_firmware(image: core_image.CoreImage, chip: FakeChip, mailbox: bytes,
         uc.reg_write(UC_RISCV_REG_PC, next_pc)
 
     uc.hook_add(UC_HOOK_INTR, custom)
-    uc.emu_start(IMEM_BASE, IMEM_BASE + image.imem_bytes, count=INSTRUCTION_LIMIT)
+    uc.emu_start(IMEM_BASE, IMEM_BASE + image.imem_bytes, count=limit)
     words = struct.unpack_from(f"<{len(MAILBOX_FIELDS)}I",
                                uc.mem_read(DMEM_BASE, 4 * len(MAILBOX_FIELDS)))
-    return CoreRun(dict(zip(MAILBOX_FIELDS, words)), uc)
+    if dram is not None:
+        dram[:] = uc.mem_read(DRAM_BASE, len(dram))
+    return CoreRun(dict(zip(MAILBOX_FIELDS, words)), uc, counted[0])
 
 
-def mailbox(steps: list[dict], *, magic: int = FW_MAGIC, n_steps: int | None = None) -> bytes:
+def mailbox(steps: list[dict], *, magic: int = FW_MAGIC, n_steps: int | None = None,
+            flags: int = 0, dram_bytes: int = 0) -> bytes:
     """The table the host writes: a header and each step's words (missing ones 0)."""
     head = dict.fromkeys(MAILBOX_FIELDS, 0) | {
-        "magic": magic, "n_steps": len(steps) if n_steps is None else n_steps}
+        "magic": magic, "n_steps": len(steps) if n_steps is None else n_steps,
+        "flags": flags, "dram_bytes": dram_bytes}
     words = [head[f] for f in MAILBOX_FIELDS]
     for step in steps:
         words += [step.get(f, 0) for f in core_image.STEP_FIELDS]
@@ -193,13 +230,50 @@ def test_the_loop_runs_a_two_step_table(image):
                        mailbox([chip_step(0x100, 40), chip_step(0x800, 70, 64, 32)])).mailbox
     assert out["result"] == FwResult.OK and out["steps_done"] == 2
     assert out["cycles"] == (1000 + 40) + (1000 + 70)
-    assert chip.starts == [(0x100, 40, 0, 0), (0x800, 70, 64, 32)]
-    # configuration, START, the acknowledgement of the interrupt, for each step
+    assert chip.starts == [(0x100, 40, 0, 0, 0), (0x800, 70, 64, 32, 0)]
+    # configuration, START, the acknowledgement of the interrupt, for each step; then
+    # the one message to the host
     second = chip.writes[chip.writes.index(("CTRL", CTRL_IRQ_ACK)) + 1:]
-    assert second == [("PROG_ADDR", 0x800), ("PROG_LEN", 70), ("UBUF_ROWS", 0),
-                      ("UBUF_BASE", 64), ("UBUF_ROWS", 32), ("CTRL", CTRL_START),
-                      ("CTRL", CTRL_IRQ_ACK)]
+    assert second == [("PROG_ADDR", 0x800), ("PROG_LEN", 70), ("PROG_FETCH", 0),
+                      ("UBUF_ROWS", 0), ("UBUF_BASE", 64), ("UBUF_ROWS", 32),
+                      ("CTRL", CTRL_START), ("CTRL", CTRL_IRQ_ACK),
+                      ("CORE_MSG", FwResult.OK)]
+    assert chip.messages == [FwResult.OK]
     assert not chip.irq and not chip.running
+
+
+def test_with_the_overlap_the_next_step_is_configured_while_one_runs(image):
+    """FwFlag.OVERLAP: step 2's configuration is written between step 1's START and
+    its end, and step 2 starts right after it (its START clears the interrupt); each
+    step's START time and cycles are recorded."""
+    chip = FakeChip()
+    run = run_firmware(image, chip, mailbox(
+        [chip_step(0x100, 40), chip_step(0x800, 70, 64, 32), chip_step(0x900, 5)],
+        flags=FwFlag.OVERLAP))
+    out = run.mailbox
+    assert out["result"] == FwResult.OK and out["steps_done"] == 3
+    assert chip.starts == [(0x100, 40, 0, 0, 0), (0x800, 70, 64, 32, 0), (0x900, 5, 0, 0, 0)]
+    first = chip.writes.index(("CTRL", CTRL_START))
+    assert chip.writes[first + 1:first + 7] == [
+        ("PROG_ADDR", 0x800), ("PROG_LEN", 70), ("PROG_FETCH", 0), ("UBUF_ROWS", 0),
+        ("UBUF_BASE", 64), ("UBUF_ROWS", 32)]
+    assert chip.writes[first + 7] == ("CTRL", CTRL_START)
+    assert chip.writes[-2:] == [("CTRL", CTRL_IRQ_ACK), ("CORE_MSG", FwResult.OK)]
+    t_start = [run.word(DMEM_BASE + core_image.step_offset(i, "t_start")) for i in range(3)]
+    t_cycles = [run.word(DMEM_BASE + core_image.step_offset(i, "t_cycles")) for i in range(3)]
+    assert t_start == sorted(t_start) and len(set(t_start)) == 3
+    assert t_cycles == [1040, 1070, 1005]
+
+
+def test_with_the_overlap_a_refused_next_step_stops_after_the_current_one(image):
+    chip = FakeChip()
+    out = run_firmware(image, chip, mailbox(
+        [chip_step(0x100, 8), chip_step(0x200, 8, ubuf_base=64, ubuf_rows=48)],
+        flags=FwFlag.OVERLAP)).mailbox
+    assert (out["result"], out["steps_done"], out["fault_step"], out["fault_code"]) == (
+        FwResult.BAD_STEP, 1, 1, FwStepProblem.UBUF_REFUSED)
+    assert len(chip.starts) == 1 and not chip.irq and not chip.running
+    assert chip.messages == [FwResult.BAD_STEP]
 
 
 def test_a_chip_fault_stops_the_table_with_its_code_pc_and_cycle(image):
@@ -216,7 +290,7 @@ def test_a_chip_fault_stops_the_table_with_its_code_pc_and_cycle(image):
     (mailbox([chip_step(0x100, 8)], magic=0), FwResult.BAD_TABLE, 0, 0),
     (mailbox([], n_steps=core_image.MAX_STEPS + 1), FwResult.BAD_TABLE, 0, 0),
     (mailbox([]), FwResult.OK, 0, 0),
-    (mailbox([chip_step(0x100, 8), dict(kind=FwStepKind.KERNEL, kernel=1)]),
+    (mailbox([chip_step(0x100, 8), dict(kind=FwStepKind.KERNEL, kernel=99)]),
      FwResult.BAD_STEP, 1, FwStepProblem.NO_KERNEL),
     (mailbox([dict(kind=9)]), FwResult.BAD_STEP, 0, FwStepProblem.UNKNOWN_KIND),
     (mailbox([chip_step(0x100, 8, ubuf_base=64, ubuf_rows=48)]),

@@ -10,6 +10,7 @@ import tb_fpga_top
 
 from systolica.arch.boards import BOARDS
 from systolica.arch.config import preset
+from systolica.rtl import verilog
 from systolica.rtl.fpga.top import FpgaTop
 from systolica.sim import rtlsim, verilated
 
@@ -24,7 +25,7 @@ def build(config: str):
     cfg = preset(config)
     return verilated.build(verilated.component(
         TOP, partial(FpgaTop, cfg=cfg, link=tb_fpga_top.LINK), label=f"fpga-top-{cfg.key}",
-        public="top", build_args=tuple(rtlsim.BUILD_ARGS),
+        public="top", build_args=tuple(rtlsim.BUILD_ARGS), sources=verilog.sources(cfg),
         make_variables=rtlsim.make_variables()))
 
 

@@ -66,11 +66,6 @@ def test_chip_key_follows_configuration_and_waves():
     assert len(keys) == 6
 
 
-#: Blocks built and tested on their own that the chip top does not contain yet: the
-#: management core (docs/management-core.md, "The block").
-NOT_IN_THE_CHIP_YET = ("mgmt_core",)
-
-
 def test_source_closure_follows_imports_within_the_package():
     vpu = verilated.source_closure(("systolica.rtl.vpu",))
     assert {"systolica.rtl.vpu", "systolica.rtl.matmul", "systolica.rtl.array",
@@ -79,7 +74,7 @@ def test_source_closure_follows_imports_within_the_package():
     assert "systolica.rtl.dma" not in vpu and "systolica.rtl.chip" not in vpu
     chip = verilated.source_closure(("systolica.rtl.verilog",))
     rtl_modules = {f"systolica.rtl.{p.stem}" for p in (REPO / "rtl").glob("*.py")
-                   if p.stem not in ("__init__", *NOT_IN_THE_CHIP_YET)}
+                   if p.stem != "__init__"}
     assert rtl_modules <= set(chip)
     assert not any(m.startswith(("systolica.compiler", "systolica.app", "systolica.sim"))
                    or m == "systolica.golden" for m in chip)

@@ -113,12 +113,13 @@ def tiles_lo(cfg: ChipConfig, lay: Layout, stage_half: int) -> int:
 
 
 class DramLayout:
-    """The DRAM image of a lowered network, placed from word 0 in order: every piece
-    a region live for the whole program (``steps`` layers), with its initial words."""
+    """The DRAM image of a lowered network, placed from word ``base`` in order: every
+    piece a region live for the whole program (``steps`` layers), with its initial
+    words (the image below ``base`` is zeros)."""
 
-    def __init__(self, cfg: ChipConfig, steps: int):
+    def __init__(self, cfg: ChipConfig, steps: int, base: int = 0):
         self.cfg, self.steps = cfg, steps
-        self.cursor = 0
+        self.cursor = base
         self.regions: list[Region] = []
         self.pieces: list[tuple[int, np.ndarray]] = []
 

@@ -117,7 +117,7 @@ def lower_maps(cfg: ChipConfig, graph: Graph, options: CompileOptions = CompileO
             member[j.index] = first
     # DRAM: inputs, parameters, intermediate maps, outputs
     steps = len(graph.nodes)
-    dram = DramLayout(cfg, steps)
+    dram = DramLayout(cfg, steps, options.dram_base or 0)
     place = dram.place
     inputs, params, outputs = {}, {}, {}
     where: dict[str, int] = {}
