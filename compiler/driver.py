@@ -82,6 +82,10 @@ class Compiled:
     tiling: dict = field(default_factory=dict)    # CNN layer -> its cnn.Tiling
     mappings: dict = field(default_factory=dict)  # layer -> the matching.Mapping it runs
                                                   # (docs/matching.md)
+    fetch_from: int | None = None  # the PROG_FETCH register it was scheduled for (None:
+                                   # its reset value, the host preloads what fits):
+                                   # the driver writes it and preloads the instructions
+                                   # below min(fetch_from, imem_depth, len)
     dram_base: int = 0            # the first DRAM word its data use (CompileOptions)
 
     @property
@@ -100,11 +104,12 @@ class Compiled:
 
     @property
     def loadable(self) -> Loadable:
-        """What the chip is given to run it: the program and DRAM images, PROG_ADDR and
-        the UBUF registers."""
+        """What the chip is given to run it: the program and DRAM images, PROG_ADDR, the
+        UBUF registers and PROG_FETCH."""
         dram = self.dram if not self.dram_base else [(self.dram_base,
                                                        self.dram[self.dram_base:])]
-        return Loadable.for_chip(self.cfg, self.image, dram, self.prog_addr, self.ubuf)
+        return Loadable.for_chip(self.cfg, self.image, dram, self.prog_addr, self.ubuf,
+                                 self.fetch_from)
 
     @property
     def macs(self) -> int:
@@ -113,8 +118,9 @@ class Compiled:
     @property
     def fetch_bytes_read(self) -> int:
         """What the FETCH_RD_BYTES counter will read: every word of the instructions
-        past the instruction memory, each fetched once."""
-        beyond = max(0, len(self.program) - self.cfg.imem_depth)
+        the fetcher reads (from ``min(fetch_from, imem_depth, len)`` on), each once."""
+        beyond = len(self.program) - fetch.fetch_start(self.cfg, len(self.program),
+                                                       self.fetch_from)
         return beyond * fetch.words_per_instruction(self.cfg) * self.cfg.dram_word_bytes
 
     @property
@@ -240,7 +246,8 @@ def compile_network(cfg: ChipConfig, network: Network | Graph,
                     segments: Mapping | None = None,
                     ubuf: tuple[int, int] | None = None,
                     split: int | Mapping[str, int] | None = None,
-                    mapping: str | None = None) -> Compiled:
+                    mapping: str | None = None,
+                    fetch_from: int | None = None) -> Compiled:
     """Compile `network` for chip `cfg`; raises CompileError when it cannot run there.
     With a ChainChoice `chain`, a graph that is one chain of convolutions runs in
     passes through the CBUF (:mod:`.chain_lower`) as it says. In a convolutional
@@ -258,10 +265,14 @@ def compile_network(cfg: ChipConfig, network: Network | Graph,
     ``Compiled.ubuf`` says what the driver writes. `split`: the tile groups of dense
     layers with small K and N (docs/compiler.md, "Splitting the array"): None, the
     cost model's; 1, none; ``{layer: s}``, as given. `mapping`: how layers are put on
-    the array (docs/matching.md), ``matcher`` (None) or ``static``. The same knobs may come as one
+    the array (docs/matching.md), ``matcher`` (None) or ``static``. `fetch_from`: the
+    PROG_FETCH register the program is scheduled for (None: the host preloads what fits
+    the instruction memory; 0: the chip fetches it whole, as a program the management
+    core starts; ``Compiled.fetch_from``). The same knobs may come as one
     :class:`~.options.CompileOptions` (`options`), not both."""
     knobs = CompileOptions(chain=chain, segments=segments, weights=weights,
-                           buffers=buffers, ubuf=ubuf, split=split, mapping=mapping)
+                           buffers=buffers, ubuf=ubuf, split=split, mapping=mapping,
+                           fetch_from=fetch_from)
     if options is None:
         options = knobs
     elif knobs != CompileOptions():
@@ -313,7 +324,8 @@ def _compile(cfg: ChipConfig, network: Network | Graph, options: CompileOptions)
     graph = lowered.plan.graph
     # A program too long for the DRAM is refused now, not after scheduling it: the
     # configuration updates scheduling adds only make it longer.
-    program_region(cfg, lowered.plan, len(lowered.ops), at_least=True)
+    fetch_from = options.fetch_from
+    program_region(cfg, lowered.plan, len(lowered.ops), at_least=True, fetch_from=fetch_from)
     lowered.ops = take_exits(cfg, lowered.ops)
     cycles = schedule(cfg, lowered.ops)
     clock.lap("schedule")
@@ -334,13 +346,14 @@ def _compile(cfg: ChipConfig, network: Network | Graph, options: CompileOptions)
                     key=lambda x: x[0])
     layer_of = tuple(x[2] for x in tagged)
     dones = [x[3] for x in tagged]
-    prog_addr = program_region(cfg, lowered.plan, len(tagged))
+    prog_addr = program_region(cfg, lowered.plan, len(tagged), fetch_from=fetch_from)
     scheduled = [x[1] for x in tagged]
-    program = delay_for_fetch(cfg, scheduled)   # the same instructions, some later
+    # the same instructions, some later
+    program = delay_for_fetch(cfg, scheduled, fetch_from)
     clock.lap("order")
     predicted = max((ins.cycle + d for ins, d in zip(program, dones)), default=0)
     what = f"network {graph.name!r}"
-    replayed = begin_verify(cfg, program, what, prog_addr=prog_addr)
+    replayed = begin_verify(cfg, program, what, prog_addr=prog_addr, fetch_from=fetch_from)
     # The region check and the encoding while the golden model's forked process
     # finishes; the verdicts still come in their order: the replay's, the regions',
     # the predicted cycles', the encoding's.
@@ -391,4 +404,4 @@ def _compile(cfg: ChipConfig, network: Network | Graph, options: CompileOptions)
         segments=dict(lowered.segments), tiling=dict(lowered.tiling),
         mappings={name: job.mapping for name, job in lowered.jobs.items()
                   if job is not None and job.mapping is not None},
-        dram_base=options.dram_base or 0)
+        fetch_from=fetch_from, dram_base=options.dram_base or 0)

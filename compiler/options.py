@@ -36,6 +36,11 @@ class CompileOptions:
       (None: the default), the constraint solver's ranked choice, or ``static``, the
       fixed deployment strategy it is measured against; or by layer name, a
       ``matching.Mapping`` each (the rest: the matcher's);
+    * ``fetch_from``: the PROG_FETCH register the program is scheduled for, the first
+      instruction the chip's fetcher reads from DRAM (those below are preloaded by the
+      host): None, the host's preload of what fits (``min(len, imem_depth)``, the
+      register's reset value); ``0``: the whole program is fetched (a program the
+      management core starts, docs/management-core.md); ``k``: the first ``k``;
     * ``dram_base``: the first DRAM word the program's data (inputs, parameters,
       outputs) and its program region may use (None: 0), so that several programs
       share one DRAM, as the management core's step table runs them
@@ -48,9 +53,17 @@ class CompileOptions:
     ubuf: tuple[int, int] | None = None
     split: int | Mapping[str, int] | None = None
     mapping: str | Mapping[str, object] | None = None
+    fetch_from: int | None = None
     dram_base: int | None = None
 
     def __post_init__(self):
+        f = self.fetch_from
+        if f is not None and (isinstance(f, bool) or not isinstance(f, int)
+                              or not 0 <= f < 1 << 32):
+            raise CompileError(f"fetch_from must be None (the host preloads what fits the "
+                               f"instruction memory) or the first instruction the chip "
+                               f"fetches, an integer in [0, 2**32) (the PROG_FETCH "
+                               f"register; 0: fetch the whole program), not {f!r}")
         if self.dram_base is not None and (not isinstance(self.dram_base, int)
                                            or isinstance(self.dram_base, bool)
                                            or self.dram_base < 0):

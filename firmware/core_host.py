@@ -60,6 +60,11 @@ class ChipStep:
         if program.prog_addr is None:
             raise ValueError("a program the management core runs is fetched from DRAM: "
                              "compile it with a program region (its prog_addr is None)")
+        if program.fetch_from != 0:
+            raise ValueError(f"a program the management core runs is fetched whole "
+                             f"(PROG_FETCH 0), but this one was scheduled for fetch_from "
+                             f"{program.fetch_from} (the chip would fault FETCH_LATE): "
+                             f"compile it with CompileOptions(fetch_from=0)")
         return cls(program.prog_addr, len(program.image) // _INSTRUCTION_BYTES,
                    program.ubuf or (cfg.ubuf_base, cfg.ubuf_rows))
 

@@ -97,25 +97,35 @@ class Driver:
 
     async def load_program(self, image: bytes, *, prog_addr: int = 0,
                            imem_depth: int | None = None,
-                           ubuf: tuple[int, int] | None = None) -> int:
-        """Set PROG_LEN and PROG_ADDR and write a program image (little-endian 128-bit
-        words) into the instruction memory from index 0: its first ``imem_depth``
-        instructions (all when None), the chip fetching the rest from the copy at DRAM
-        word ``prog_addr``, which the caller has written. ``ubuf``: the UBUF placement
-        the program assumes (``compiled.ubuf``), set first (:meth:`set_ubuf`); None
-        leaves the registers as they are. Returns the instruction count."""
+                           ubuf: tuple[int, int] | None = None,
+                           fetch_from: int | None = None) -> int:
+        """Set PROG_LEN, PROG_ADDR and PROG_FETCH and write a program image
+        (little-endian 128-bit words) into the instruction memory from index 0: its
+        first ``P = min(fetch_from, imem_depth, count)`` instructions (None: no limit),
+        the chip fetching the rest from the copy at DRAM word ``prog_addr``, which the
+        caller has written; PROG_FETCH is set to ``P``. ``fetch_from``: the PROG_FETCH
+        the program was scheduled for (``Loadable.fetch_from``). ``ubuf``: the UBUF
+        placement the program assumes (``compiled.ubuf``), set first
+        (:meth:`set_ubuf`); None leaves the registers as they are. Returns the
+        instruction count."""
         if len(image) % _WORD_BYTES:
             raise ValueError(f"program image length must be a multiple of {_WORD_BYTES} "
                              f"bytes, not {len(image)}")
         if imem_depth is not None and (not isinstance(imem_depth, int) or imem_depth < 1):
             raise ValueError(f"imem_depth must be a positive integer, not {imem_depth!r}")
+        if fetch_from is not None and (isinstance(fetch_from, bool)
+                                       or not isinstance(fetch_from, int) or fetch_from < 0):
+            raise ValueError(f"fetch_from must be a non-negative integer or None, not "
+                             f"{fetch_from!r}")
         count = len(image) // _WORD_BYTES
         if ubuf is not None:
             await self.set_ubuf(*ubuf)
         await self.bus.write(Reg.PROG_LEN, count)
         await self.bus.write(Reg.PROG_ADDR, prog_addr)
+        preload = min(count, count if imem_depth is None else imem_depth,
+                      count if fetch_from is None else fetch_from)
+        await self.bus.write(Reg.PROG_FETCH, preload)
         await self.bus.write(Reg.IMEM_ADDR, 0)
-        preload = count if imem_depth is None else min(count, imem_depth)
         for offset in range(0, preload * _WORD_BYTES, 4):
             await self.bus.write(Reg.IMEM_DATA,
                                  int.from_bytes(image[offset:offset + 4], "little"))
@@ -123,13 +133,15 @@ class Driver:
 
     async def load(self, program: Loadable, *, cfg: ChipConfig) -> int:
         """:meth:`load_program` for a :class:`~systolica.arch.loadable.Loadable` (its
-        image, PROG_ADDR and UBUF registers; its DRAM images are the bus's to write) on
+        image, PROG_ADDR, UBUF and PROG_FETCH registers; its DRAM images are the bus's
+        to write) on
         chip `cfg`: refused (:class:`~systolica.arch.errors.ImageError`) before any
         register is written if its image is corrupted or it was compiled for another
         chip (docs/image-format.md)."""
         program.verify(cfg, "the board driver")
         return await self.load_program(program.image, prog_addr=program.prog_addr or 0,
-                                       imem_depth=cfg.imem_depth, ubuf=program.ubuf)
+                                       imem_depth=cfg.imem_depth, ubuf=program.ubuf,
+                                       fetch_from=program.fetch_from)
 
     async def start(self) -> None:
         await self.bus.write(Reg.CTRL, CTRL_START)
@@ -156,11 +168,11 @@ class Driver:
         await self.bus.write(Reg.CTRL, CTRL_IRQ_ACK)
 
     async def run(self, image: bytes, timeout_cycles: int, *, prog_addr: int = 0,
-                  imem_depth: int | None = None, ubuf: tuple[int, int] | None = None
-                  ) -> dict:
+                  imem_depth: int | None = None, ubuf: tuple[int, int] | None = None,
+                  fetch_from: int | None = None) -> dict:
         """Load, start, wait, read the counters and acknowledge: one whole run."""
         await self.load_program(image, prog_addr=prog_addr, imem_depth=imem_depth,
-                                ubuf=ubuf)
+                                ubuf=ubuf, fetch_from=fetch_from)
         await self.start()
         await self.wait_done(timeout_cycles)
         result = await self.counters()

@@ -18,22 +18,26 @@ class RegisterFile(wiring.Component):
     (docs/management-core.md, "Who writes the registers").
 
     Program words are written 32 bits at a time through ``IMEM_DATA``; the fourth write
-    stores the instruction and advances ``IMEM_ADDR``. The program's registers
-    (``PROG_LEN``, ``PROG_ADDR``, ``IMEM_ADDR``, ``IMEM_DATA``) take writes only while
-    the chip is stopped: while it runs the instruction memory's write port is the
-    fetcher's, and a run's length and program region stay what it started with.
-    ``irq`` stays high from the end of
+    stores the instruction and advances ``IMEM_ADDR``. ``IMEM_ADDR`` and ``IMEM_DATA``
+    take writes only while the chip is stopped (while it runs the instruction memory's
+    write port is the fetcher's). The program's configuration (``PROG_LEN``,
+    ``PROG_ADDR``, ``PROG_FETCH``, ``UBUF_BASE``, ``UBUF_ROWS``) is double-buffered: a
+    write sets the *next* value, also while a program runs, and a read returns it;
+    ``START`` copies every next value into the run's *active* one, and the run sees
+    the next values from ``START``'s own cycle on (docs/management-core.md).
+    ``PROG_FETCH`` resets to ``imem_depth``. ``irq`` stays high from the end of
     a run (done or fault) until ``CTRL.IRQ_ACK`` or the next ``START``.
 
     Members: the bus (``reg_*``) and ``irq``; ``seq`` (:class:`~.ports.RunControl`,
-    to the sequencer); the performance counters ``macs``, ``dram_rd_bytes``,
-    ``dram_wr_bytes``, ``fetch_rd_bytes``, ``ubuf_wr_bytes``, ``ubuf_rd_bytes``; and
-    the UBUF's placement, ``ubuf_base`` / ``ubuf_rows`` (registers ``UBUF_BASE`` /
-    ``UBUF_ROWS``, reset to the configuration's). A write to either is taken only while
-    the chip is stopped and only if the pair it makes with the other register is a
-    UBUF the chip allows (:meth:`~systolica.arch.config.ChipConfig.ubuf_problem`:
-    whole banks, a power of two rows or none, inside its ``ubuf_span``); otherwise the
-    register keeps its value, which the host reads back.
+    to the sequencer: the run's ``prog_len``, ``prog_addr``, ``prog_fetch``); the
+    performance counters ``macs``, ``dram_rd_bytes``, ``dram_wr_bytes``,
+    ``fetch_rd_bytes``, ``ubuf_wr_bytes``, ``ubuf_rd_bytes``; and the run's UBUF
+    placement, ``ubuf_base`` / ``ubuf_rows`` (registers ``UBUF_BASE`` / ``UBUF_ROWS``,
+    reset to the configuration's). A write to either is taken only if the pair it
+    makes with the other register's next value is a UBUF the chip allows
+    (:meth:`~systolica.arch.config.ChipConfig.ubuf_problem`: whole banks, a power of
+    two rows or none, inside its ``ubuf_span``); otherwise the register keeps its
+    value, which the host reads back.
     """
 
     def __init__(self, *, cfg: ChipConfig):
@@ -46,8 +50,7 @@ class RegisterFile(wiring.Component):
             "core_rdata": Out(32), "core_ready": Out(1),
             "macs": In(64), "dram_rd_bytes": In(32), "dram_wr_bytes": In(32),
             "fetch_rd_bytes": In(32), "ubuf_wr_bytes": In(32), "ubuf_rd_bytes": In(32),
-            "ubuf_base": Out(width, init=cfg.ubuf_base),
-            "ubuf_rows": Out(width, init=cfg.ubuf_rows)})
+            "ubuf_base": Out(width), "ubuf_rows": Out(width)})
 
     def elaborate(self, platform):
         m = Module()
@@ -72,11 +75,30 @@ class RegisterFile(wiring.Component):
             m.d.sync += [error_flag.eq(1), fault_cycle.eq(seq.cycle)]
         m.d.comb += self.irq.eq(done_flag | error_flag)
 
+        # The double-buffered registers: ``nxt[r]`` takes the writes and answers reads,
+        # ``active[r]`` is the run's, copied from ``nxt[r]`` at START; the run (the
+        # sequencer, the units) sees ``nxt[r]`` in START's cycle and ``active[r]`` after.
+        width = len(self.ubuf_base)
+        inits = {Reg.PROG_LEN: (32, 0), Reg.PROG_ADDR: (32, 0),
+                 Reg.PROG_FETCH: (32, cfg.imem_depth),
+                 Reg.UBUF_BASE: (width, cfg.ubuf_base), Reg.UBUF_ROWS: (width, cfg.ubuf_rows)}
+        nxt, active = {}, {}
+        for reg, (bits, init) in inits.items():
+            name = reg.name.lower()
+            nxt[reg] = Signal(bits, init=init, name=f"{name}_next")
+            active[reg] = Signal(bits, init=init, name=f"{name}_active")
+            with m.If(seq.start):
+                m.d.sync += active[reg].eq(nxt[reg])
+        run = {reg: Mux(seq.start, nxt[reg], active[reg]) for reg in inits}
+        m.d.comb += [seq.prog_len.eq(run[Reg.PROG_LEN]), seq.prog_addr.eq(run[Reg.PROG_ADDR]),
+                     seq.prog_fetch.eq(run[Reg.PROG_FETCH]),
+                     self.ubuf_base.eq(run[Reg.UBUF_BASE]),
+                     self.ubuf_rows.eq(run[Reg.UBUF_ROWS])]
+        for reg in (Reg.PROG_LEN, Reg.PROG_ADDR, Reg.PROG_FETCH):
+            with m.If(write(reg)):
+                m.d.sync += nxt[reg].eq(w_data)
+
         stopped = ~seq.running
-        with m.If(write(Reg.PROG_LEN) & stopped):
-            m.d.sync += seq.prog_len.eq(w_data)
-        with m.If(write(Reg.PROG_ADDR) & stopped):
-            m.d.sync += seq.prog_addr.eq(w_data)
         with m.If(write(Reg.IMEM_ADDR) & stopped):
             m.d.sync += [seq.imem.addr.eq(w_data), part.eq(0)]
         with m.If(write(Reg.IMEM_DATA) & stopped):
@@ -88,7 +110,8 @@ class RegisterFile(wiring.Component):
             with m.Else():
                 m.d.sync += staged.eq(Cat(staged[32:], w_data))
 
-        # the UBUF registers: a write the rule refuses, or made while running, is ignored
+        # the UBUF registers: a write the rule refuses (with the other's next value) is
+        # ignored
         lo, hi = cfg.ubuf_span
 
         def allowed(base, rows):
@@ -100,16 +123,17 @@ class RegisterFile(wiring.Component):
             return ok
 
         new = w_data
-        with m.If(write(Reg.UBUF_BASE) & ~seq.running & allowed(new, self.ubuf_rows)):
-            m.d.sync += self.ubuf_base.eq(new)
-        with m.If(write(Reg.UBUF_ROWS) & ~seq.running & allowed(self.ubuf_base, new)):
-            m.d.sync += self.ubuf_rows.eq(new)
+        base, rows = nxt[Reg.UBUF_BASE], nxt[Reg.UBUF_ROWS]
+        with m.If(write(Reg.UBUF_BASE) & allowed(new, rows)):
+            m.d.sync += base.eq(new)
+        with m.If(write(Reg.UBUF_ROWS) & allowed(base, new)):
+            m.d.sync += rows.eq(new)
 
         table = {
             Reg.STATUS: Cat(seq.running, done_flag, error_flag),
             Reg.ERROR: seq.error,
             Reg.FAULT_PC: seq.fault_pc,
-            Reg.PROG_LEN: seq.prog_len,
+            Reg.PROG_LEN: nxt[Reg.PROG_LEN],
             Reg.IMEM_ADDR: seq.imem.addr,
             Reg.CYCLES: seq.cycle,
             Reg.MACS_LO: self.macs[:32],
@@ -118,9 +142,10 @@ class RegisterFile(wiring.Component):
             Reg.DRAM_WR_BYTES: self.dram_wr_bytes,
             Reg.HWCFG: regs.hwcfg_word(cfg.tile_rows, cfg.tile_cols, cfg.tile_size),
             Reg.FAULT_CYCLE: fault_cycle,
-            Reg.UBUF_BASE: self.ubuf_base,
-            Reg.UBUF_ROWS: self.ubuf_rows,
-            Reg.PROG_ADDR: seq.prog_addr,
+            Reg.UBUF_BASE: nxt[Reg.UBUF_BASE],
+            Reg.UBUF_ROWS: nxt[Reg.UBUF_ROWS],
+            Reg.PROG_ADDR: nxt[Reg.PROG_ADDR],
+            Reg.PROG_FETCH: nxt[Reg.PROG_FETCH],
             Reg.FETCH_RD_BYTES: self.fetch_rd_bytes,
             Reg.UBUF_WR_BYTES: self.ubuf_wr_bytes,
             Reg.UBUF_RD_BYTES: self.ubuf_rd_bytes,

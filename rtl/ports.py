@@ -122,7 +122,10 @@ class RunControl(wiring.Signature):
     """The register file's hold on the sequencer.
 
     Members (register-file side): ``start`` (one cycle, ignored while running),
-    ``prog_len``, ``prog_addr`` (DRAM word address of the program image), ``imem`` (a
+    ``prog_len``, ``prog_addr`` (DRAM word address of the program image),
+    ``prog_fetch`` (the first instruction the fetcher reads: it starts at
+    ``min(prog_fetch, imem_depth, prog_len)``), each the run's value (in ``start``'s
+    cycle already the one that run takes), ``imem`` (a
     write port on the program memory, taken only while the chip is stopped: the
     instruction fetcher has the memory's write port while it runs; addresses past its
     depth are dropped), and the run's status: ``running``, ``done`` / ``fault`` (one
@@ -131,7 +134,7 @@ class RunControl(wiring.Signature):
 
     def __init__(self):
         super().__init__({
-            "start": Out(1), "prog_len": Out(32), "prog_addr": Out(32),
+            "start": Out(1), "prog_len": Out(32), "prog_addr": Out(32), "prog_fetch": Out(32),
             "imem": In(memory.WritePort.Signature(addr_width=32, shape=isa.WORD_BITS)),
             "running": In(1), "done": In(1), "fault": In(1), "error": In(ERROR_SHAPE),
             "fault_pc": In(PC_BITS), "cycle": In(isa.CYCLE_BITS),

@@ -130,8 +130,9 @@ class Sequencer(wiring.Component):
             m.d.comb += port.addr.eq(addr)
         m.d.sync += ended.eq(Cat(running & ~goes_on, ended[0]))
 
-        # pc < PROG_LEN for both heads c + 1 may have (PROG_LEN changes only while
-        # stopped, never in a START's cycle): issue only selects
+        # pc < PROG_LEN for both heads c + 1 may have (the run's PROG_LEN changes only
+        # at a START, and ``ctrl`` shows the new one in START's cycle): issue only
+        # selects
         below, below_next = Signal(), Signal()
         pc_from = Mux(start, 0, pc)
         m.d.sync += [below.eq(pc_from < ctrl.prog_len), below_next.eq(pc_from + 1 < ctrl.prog_len)]
@@ -225,7 +226,12 @@ class Sequencer(wiring.Component):
         in_use = (chk.names & guard.busy).any()
 
         words = fetch.words_per_instruction(cfg)
-        long_program = ctrl.prog_len > depth
+        # P = min(PROG_FETCH, D, PROG_LEN): the fetcher reads instructions [P, PROG_LEN)
+        # (systolica.arch.fetch); the host has written those below P into slots 0 ..
+        fits = Mux(ctrl.prog_len > depth, depth, ctrl.prog_len)
+        first = Signal(32)
+        m.d.comb += first.eq(Mux(ctrl.prog_fetch < fits, ctrl.prog_fetch, fits))
+        fetched = first < ctrl.prog_len
         region_end = ctrl.prog_addr + ctrl.prog_len * words
         # The bank conflict (the units' accesses of a cycle: a deep path through every
         # unit's address and the crossbars' claims) is registered: a conflict in cycle
@@ -233,11 +239,11 @@ class Sequencer(wiring.Component):
         # issues in c + 1. The head's issue in c does not wait for it.
         conflict_q = Signal()
         m.d.sync += conflict_q.eq(running & self.bank_conflict)
-        # The program's DRAM region is checked in cycle 0 from registers: the
-        # registers it reads do not change in a START's cycle (the register bus
-        # writes one register a cycle), so the check of that cycle is cycle 0's.
+        # The program's DRAM region is checked in cycle 0 from registers: ``ctrl``
+        # shows the run's registers from a START's cycle on, so the check of that
+        # cycle is cycle 0's.
         region_bad = Signal()
-        m.d.sync += region_bad.eq(long_program & (region_end > cfg.dram_words))
+        m.d.sync += region_bad.eq(fetched & (region_end > cfg.dram_words))
         code = Signal.like(ctrl.error)
         with m.If(running & (cycle == 0) & region_bad):
             m.d.comb += [fault.eq(1), code.eq(ErrorCode.PROG_RANGE)]
@@ -269,7 +275,7 @@ class Sequencer(wiring.Component):
         m.d.comb += [ctrl.done.eq(finished), ctrl.fault.eq(fault)]
         with m.If(start):
             m.d.sync += [running.eq(1), pc.eq(0), slot.eq(0), cycle.eq(0),
-                         present.eq(1), waited.eq(0),
+                         present.eq(first != 0), waited.eq(0),
                          ctrl.error.eq(ErrorCode.NONE), ctrl.fault_pc.eq(0)]
         with m.Elif(fault):
             m.d.sync += [running.eq(0), ctrl.error.eq(code), ctrl.fault_pc.eq(pc)]
@@ -311,9 +317,10 @@ class Sequencer(wiring.Component):
             m.d.comb += [wr.addr.eq(ctrl.imem.addr), wr.data.eq(ctrl.imem.data),
                          wr.en.eq(ctrl.imem.en & (ctrl.imem.addr < depth))]
         with m.If(start):
-            m.d.sync += [fetch_pc.eq(Mux(long_program, depth, ctrl.prog_len)),
-                         fetch_addr.eq(ctrl.prog_addr + depth * words), fetch_slot.eq(0),
-                         part.eq(0), filled.eq(Mux(long_program, depth, ctrl.prog_len))]
+            m.d.sync += [fetch_pc.eq(first),
+                         fetch_addr.eq(ctrl.prog_addr + first * words),
+                         fetch_slot.eq(Mux(first == depth, 0, first[:len(fetch_slot)])),
+                         part.eq(0), filled.eq(first)]
         with m.Else():
             with m.If(go):
                 m.d.sync += fetch_addr.eq(fetch_addr + 1)

@@ -5,7 +5,7 @@ timing (:mod:`systolica.arch.timing`), its scheduler or its lowering:
 
 1. :func:`check` -- the timing pass, without data. It is the sequencer (one
    instruction reaches issue per cycle; the fault checks in their order), the
-   instruction fetcher of a program longer than the instruction memory (its own
+   instruction fetcher of a program not all preloaded (its own
    model of the rule in :mod:`systolica.arch.fetch`: the DRAM port cycles the DMAs'
    effects leave free, taken in order), a clock per
    unit (when it accepts the next instruction, from the instruction's cycle-level
@@ -532,12 +532,14 @@ def _port_uses(uses: list[instructions.BankUse]) -> tuple[tuple, tuple]:
 
 class _Fetcher:
     """The instruction fetcher: which cycle each fetched instruction can reach issue
-    from. It reads the words of instructions ``D ..`` in order, one per DRAM port
-    cycle that no DMA uses, each instruction once the one ``D`` before it has issued;
-    the DMAs' port cycles are their ``dram`` touches, told as they issue."""
+    from. It reads the words of instructions ``start ..`` in order, one per DRAM port
+    cycle that no DMA uses, each instruction once its ring slot is free (below ``D``,
+    or the one ``D`` before it has issued); the DMAs' port cycles are their ``dram``
+    touches, told as they issue."""
 
-    def __init__(self, cfg: ChipConfig):
+    def __init__(self, cfg: ChipConfig, start: int):
         self.depth = cfg.imem_depth
+        self.start = start                          # the first instruction fetched
         self.words = fetch.words_per_instruction(cfg)
         self.lands = cfg.latency["dram_read"] + 2   # ring write, one-ahead read
         self.busy: list[tuple[int, int]] = []       # DMA port runs [first, last], in time
@@ -553,9 +555,10 @@ class _Fetcher:
 
     def ready(self, pc: int, issued: list[isa.Instr]) -> int:
         """The first cycle instruction ``pc`` can reach issue (0 if preloaded)."""
-        if pc < self.depth:
+        if pc < self.start:
             return 0
-        c = max(self.free_from, issued[pc - self.depth].cycle + 1)
+        c = self.free_from if pc < self.depth else \
+            max(self.free_from, issued[pc - self.depth].cycle + 1)
         self.words_read += self.words
         for _ in range(self.words):
             while self.next < len(self.busy):
@@ -639,17 +642,18 @@ class _BoardHelper:
         return found
 
 
-def check(cfg: ChipConfig, program: list[isa.Instr], prog_addr: int | None = None
-          ) -> Timeline:
+def check(cfg: ChipConfig, program: list[isa.Instr], prog_addr: int | None = None,
+          fetch_from: int | None = None) -> Timeline:
     """The timing pass: which instructions issue, the fault that stops the run, the
     cycle count, and every hazard among the issued instructions. ``prog_addr`` is
     the PROG_ADDR register (None: the program region is taken to fit); a DMA that
-    writes into the fetched part of the program region is a hazard."""
-    return begin_check(cfg, program, prog_addr)()
+    writes into the fetched part of the program region is a hazard. ``fetch_from``
+    is the PROG_FETCH register (None: never written, its reset value)."""
+    return begin_check(cfg, program, prog_addr, fetch_from)()
 
 
-def begin_check(cfg: ChipConfig, program: list[isa.Instr], prog_addr: int | None = None
-                ) -> Callable[[], Timeline]:
+def begin_check(cfg: ChipConfig, program: list[isa.Instr], prog_addr: int | None = None,
+                fetch_from: int | None = None) -> Callable[[], Timeline]:
     """:func:`check` in two steps: this process's share of the work now, and a
     function that waits for the forked process's share (if any) and returns the
     timeline. The caller may work in between; it must call the function."""
@@ -663,13 +667,19 @@ def begin_check(cfg: ChipConfig, program: list[isa.Instr], prog_addr: int | None
                         f"isa.Instr (compiled.program, or isa.decode of each word of an "
                         f"image), not {what}")
     words = fetch.words_per_instruction(cfg)
-    long_program = len(program) > cfg.imem_depth
-    why = word_rules.program_fault(cfg, len(program), prog_addr)
+    if fetch_from is not None and (isinstance(fetch_from, bool)
+                                   or not isinstance(fetch_from, int) or fetch_from < 0):
+        raise TypeError(f"golden.check: fetch_from (the PROG_FETCH register) must be a "
+                        f"non-negative integer or None, not {fetch_from!r}")
+    # the fetcher's first instruction, P = min(PROG_FETCH, imem_depth, PROG_LEN)
+    start = min(cfg.imem_depth if fetch_from is None else fetch_from, cfg.imem_depth,
+                len(program))
+    why = word_rules.program_fault(cfg, len(program), prog_addr, fetch_from)
     if why:
         return lambda: Timeline([], [], (ErrorCode.PROG_RANGE, 0, 0), 0, [], why)
-    fetched = (prog_addr + cfg.imem_depth * words, prog_addr + len(program) * words) \
-        if long_program and prog_addr is not None else None
-    fetcher = _Fetcher(cfg)
+    fetched = (prog_addr + start * words, prog_addr + len(program) * words) \
+        if start < len(program) and prog_addr is not None else None
+    fetcher = _Fetcher(cfg, start)
     mux_index = {m.name: m.index for m in fabric.muxes(cfg)}
     sizes = {"dram": cfg.dram_words, "cbuf": cfg.cbuf_physical_rows, "acc": cfg.acc_depth,
              "wbank0": 1, "wbank1": 1}
@@ -997,7 +1007,8 @@ def run(cfg: ChipConfig, program: Loadable, sample_at=(), *,
         memories: dict[str, np.ndarray] | None = None) -> GoldenResult:
     """Run `program` (its image on a copy of its DRAM image, the initial DRAM from word
     0, uint8 ``(words, cfg.rows)`` with ``words <= cfg.dram_words``, or its segments;
-    the rest is zeros). A program longer than the instruction memory is also written at its
+    the rest is zeros). A program the chip fetches (longer than the instruction memory,
+    or fetched from its ``fetch_from``, the PROG_FETCH register) is also written at its
     ``prog_addr`` (the PROG_ADDR register), as the host does before the run; its
     ``ubuf`` is what the host wrote to the UBUF registers (a placement the registers
     would refuse is a ConfigError).
@@ -1019,7 +1030,7 @@ def run(cfg: ChipConfig, program: Loadable, sample_at=(), *,
         raise TypeError(f"golden.run takes a Loadable (compiled.loadable, or "
                         f"Loadable.for_chip(cfg, image, dram)), not {type(program).__name__}")
     program.verify(cfg, "golden.run")
-    image, prog_addr = program.image, program.prog_addr
+    image, prog_addr, fetch_from = program.image, program.prog_addr, program.fetch_from
     if program.ubuf is not None:
         cfg = cfg.at_ubuf(*program.ubuf)
     dram = np.zeros((cfg.dram_words, cfg.rows), dtype=np.uint8)   # untouched pages are free
@@ -1034,11 +1045,11 @@ def run(cfg: ChipConfig, program: Loadable, sample_at=(), *,
                              f"DRAM")
         dram[first:first + given.shape[0]] = given
     program = [isa.decode(w) for w in isa.from_bytes(image)]
-    if prog_addr is not None and fetch.fetches(cfg, len(program)):
+    if prog_addr is not None and fetch.fetches(cfg, len(program), fetch_from):
         region = fetch.program_words(cfg, image)
         if prog_addr + len(region) <= cfg.dram_words:
             dram[prog_addr:prog_addr + len(region)] = region
-    timeline = check(cfg, program, prog_addr)
+    timeline = check(cfg, program, prog_addr, fetch_from)
     if timeline.hazards:
         h = timeline.hazards[0]
         more = f" (and {len(timeline.hazards) - 1} more)" if len(timeline.hazards) > 1 else ""

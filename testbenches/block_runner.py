@@ -94,10 +94,12 @@ def _failed_tests(results_xml: Path) -> list[str]:
 
 
 def run_block(build_dir: Path, name: str, test_module: str, testcase: str | None = None,
-              extra_env: dict | None = None) -> Path:
+              extra_env: dict | None = None, plusargs: tuple[str, ...] = ()) -> Path:
     """Run cocotb module ``test_module`` (a module in ``testbenches/`` or its
-    ``blocks/`` and ``fpga/``) on the block
-    built in ``build_dir`` (top ``name``); ``testcase`` selects one cocotb test by name.
+    ``blocks/``, ``fpga/`` and ``chip/``) on the block
+    built in ``build_dir`` (top ``name``), with the simulator's ``plusargs`` (paths in
+    them are relative to the run directory, the simulator's working directory);
+    ``testcase`` selects one cocotb test by name.
     Raises ``AssertionError`` if a cocotb test failed or none ran. Returns the run
     directory (kept only when a test failed)."""
     from cocotb_tools.runner import get_results, get_runner
@@ -123,7 +125,7 @@ def run_block(build_dir: Path, name: str, test_module: str, testcase: str | None
                 build_dir=build_dir / "sim_build", test_dir=run_dir,
                 results_xml=str(results_xml), testcase=testcase,
                 extra_env=dict(extra_env or {}), timescale=verilated.TIMESCALE,
-                log_file=log)
+                plusargs=list(plusargs), log_file=log)
     except (RuntimeError, SystemExit) as exc:
         problem = f"simulator ended with {exc!r}"
     finally:

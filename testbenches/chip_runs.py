@@ -33,21 +33,24 @@ def program_image(program) -> bytes:
 
 
 def rtl_job(cfg: ChipConfig, program, dram=None, *, prog_addr=None, ubuf=None, readback=None,
-            expect_fault=False, timeout_cycles=None, name="") -> RtlJob:
+            expect_fault=False, timeout_cycles=None, name="", fetch_from=None) -> RtlJob:
     """An :class:`~systolica.sim.jobs.RtlJob` for chip `cfg` from what a test has at
     hand (a compiler result, image bytes, instructions or words:
     :func:`program_image`). ``dram`` (an
-    image from word 0 or ``(first_word, image)`` segments), ``prog_addr`` and ``ubuf``
-    default to the compiler result's."""
+    image from word 0 or ``(first_word, image)`` segments), ``prog_addr``, ``ubuf`` and
+    ``fetch_from`` default to the compiler result's."""
     if dram is None:
         dram = getattr(program, "dram", None)
     if prog_addr is None:
         prog_addr = getattr(program, "prog_addr", None)
     if ubuf is None:
         ubuf = getattr(program, "ubuf", None)
+    if fetch_from is None:
+        fetch_from = getattr(program, "fetch_from", None)
     if dram is not None and not isinstance(dram, (list, tuple)):
         dram = np.asarray(dram)
-    return RtlJob(Loadable.for_chip(cfg, program_image(program), dram, prog_addr, ubuf),
+    return RtlJob(Loadable.for_chip(cfg, program_image(program), dram, prog_addr, ubuf,
+                                    fetch_from),
                   readback=None if readback is None else tuple(map(tuple, readback)),
                   expect_fault=expect_fault, timeout_cycles=timeout_cycles, name=name)
 

@@ -492,21 +492,24 @@ def _dense_only(graph: Graph) -> bool:
 
 
 def program_region(cfg: ChipConfig, plan: MemoryPlan, instructions: int,
-                   at_least: bool = False) -> int:
+                   at_least: bool = False, fetch_from: int | None = None) -> int:
     """The DRAM word address of the program image (PROG_ADDR): right after the data.
-    A program longer than the instruction memory is read from there, so its region
-    must fit the DRAM; CompileError saying by how much it does not. `at_least`: the
-    count is a lower bound (before configuration updates join the program)."""
+    A program that is fetched (longer than the instruction memory, or fetched from
+    instruction `fetch_from`, the PROG_FETCH register) is read from there, so its
+    region must fit the DRAM; CompileError saying by how much it does not. `at_least`:
+    the count is a lower bound (before configuration updates join the program)."""
     at = plan.dram_map.end
-    if fetch.fetches(cfg, instructions):
+    if fetch.fetches(cfg, instructions, fetch_from):
         need = fetch.region_words(cfg, instructions)
         if at + need > cfg.dram_words:
             raise CompileError(
                 f"network {plan.graph.name!r}: DRAM too small by "
                 f"{at + need - cfg.dram_words} words for the program image "
                 f"({'at least ' if at_least else ''}{instructions} "
-                f"instructions, {need} words: longer than imem_depth {cfg.imem_depth}, so "
-                f"fetched from DRAM; {at} words already used by the data); the "
+                f"instructions, {need} words: "
+                + (f"longer than imem_depth {cfg.imem_depth}, so fetched from DRAM"
+                   if fetch_from is None else f"fetched from DRAM (fetch_from {fetch_from})")
+                + f"; {at} words already used by the data); the "
                 f"configured dram_words is {cfg.dram_words} words of {cfg.rows} bytes: "
                 f"split the network or the batch, or use a chip with a larger DRAM")
     return at

@@ -1,7 +1,9 @@
 """Delay instructions whose word the fetcher would bring in too late.
 
-A program longer than the instruction memory is fetched from DRAM while it runs, in
-the DRAM port cycles the DMAs leave free (the rule: :mod:`systolica.arch.fetch`).
+A program longer than the instruction memory, or one the host does not preload (the
+PROG_FETCH register below its length: ``fetch_from``), is fetched from DRAM while it
+runs, from instruction ``P = min(fetch_from, imem_depth, len)`` on, in the DRAM port
+cycles the DMAs leave free (the rule: :mod:`systolica.arch.fetch`).
 Entry point: :func:`delay_for_fetch`, run on the scheduled program (sorted by issue
 cycle). It replays the fetcher instruction by instruction; where an instruction's
 last word would be addressed later than ``ready_after`` cycles before its issue
@@ -71,9 +73,12 @@ def _port_cycles(cfg: ChipConfig, program: list[isa.Instr]) -> list:
     return out
 
 
-def _late(t: np.ndarray, port: list, depth: int, words: int, lands: int) -> np.ndarray:
-    """Whether each fetched instruction (``depth ..``) would be late in schedule ``t``
-    as it stands: the fetcher in closed form. The ``k``-th free port cycle is found
+def _late(t: np.ndarray, port: list, depth: int, start: int, words: int, lands: int
+          ) -> np.ndarray:
+    """Whether each fetched instruction (``start ..``) would be late in schedule ``t``
+    as it stands: the fetcher in closed form. An instruction's first word may go once
+    its slot is free: at once below ``depth``, else the cycle after instruction
+    ``i - depth`` issued. The ``k``-th free port cycle is found
     through ranks (free cycles before a cycle); word ``h`` takes rank
     ``max over h' <= h of rank(gate[h']) + h - h'``, a running maximum."""
     is_dma = np.array([p is not None and p[0] <= p[1] for p in port], dtype=bool)
@@ -82,31 +87,38 @@ def _late(t: np.ndarray, port: list, depth: int, words: int, lands: int) -> np.n
     last = t[idx] + np.array([port[i][1] for i in idx], dtype=np.int64)
     length = last - first + 1
     before = np.concatenate(([0], np.cumsum(length)))      # busy cycles before run j
-    count = len(t) - depth
-    gate = np.repeat(t[:count] + 1, words)                   # per word
+    index = np.arange(start, len(t))
+    free = np.where(index >= depth, t[np.maximum(index - depth, 0)] + 1, 0)
+    gate = np.repeat(free, words)                            # per word
     k = np.searchsorted(first, gate, side="left")            # runs starting before gate
-    tail = np.where(k > 0, np.maximum(last[np.maximum(k - 1, 0)] - gate + 1, 0), 0)
+    # the last cycle of run k - 1 (a cycle long past for k = 0: no run before, or none
+    # at all in a program without DMAs)
+    last_before = np.concatenate(([-(1 << 40)], last))
+    tail = np.maximum(last_before[k] - gate + 1, 0)
     rank = gate - (before[k] - tail)
     h = np.arange(len(gate), dtype=np.int64)
     q = np.maximum.accumulate(rank - h) + h
     runs = np.searchsorted(first - before[:-1], q, side="right")
     cycle = q + before[runs]
     ready = cycle[words - 1::words] + lands
-    return ready > t[depth:]
+    return ready > t[start:]
 
 
-def delay_for_fetch(cfg: ChipConfig, program: list[isa.Instr]) -> list[isa.Instr]:
+def delay_for_fetch(cfg: ChipConfig, program: list[isa.Instr],
+                    fetch_from: int | None = None) -> list[isa.Instr]:
     """``program`` (sorted by issue cycle) with the fetch-late instructions and all
-    after them delayed; the program itself when it fits the instruction memory."""
+    after them delayed; the program itself when it is not fetched. ``fetch_from``:
+    the PROG_FETCH register (None: its reset value, ``imem_depth``)."""
     depth, count = cfg.imem_depth, len(program)
-    if not fetch.fetches(cfg, count):
+    start = fetch.fetch_start(cfg, count, fetch_from)
+    if start >= count:
         return program
     words = fetch.words_per_instruction(cfg)
     lands = fetch.ready_after(cfg)
     step = cfg.config_update_interval
     base = [ins.cycle for ins in program]
     port = _port_cycles(cfg, program)
-    if not _late(np.array(base, dtype=np.int64), port, depth, words, lands).any():
+    if not _late(np.array(base, dtype=np.int64), port, depth, start, words, lands).any():
         return program
     opens = _window_opens(cfg, program)
     # per index, the first SETCFG at or after it (count: none)
@@ -139,8 +151,8 @@ def delay_for_fetch(cfg: ChipConfig, program: list[isa.Instr]) -> list[isa.Instr
         state[i] = (nxt, free_from, len(busy))
         reach[i] = latest
         ti = base[i] + redo.pop(i, shift)
-        if i >= depth:
-            c = max(free_from, t[i - depth] + 1)
+        if i >= start:
+            c = max(free_from, t[i - depth] + 1) if i >= depth else free_from
             for _ in range(words):
                 while nxt < len(busy):
                     first, last = busy[nxt]

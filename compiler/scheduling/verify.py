@@ -26,19 +26,22 @@ class ScheduleError(CompileError):
 
 
 def verify(cfg: ChipConfig, program: list[isa.Instr], what: str = "program",
-           prog_addr: int | None = None) -> int:
+           prog_addr: int | None = None, fetch_from: int | None = None) -> int:
     """Check a scheduled program (sorted by issue cycle), with its image at DRAM word
-    ``prog_addr`` if given; return the cycle count the chip will report, or raise
-    :class:`ScheduleError` naming the instruction at fault and the rule it breaks."""
-    return begin_verify(cfg, program, what, prog_addr)()
+    ``prog_addr`` if given and fetched from instruction ``fetch_from`` (the PROG_FETCH
+    register; None: its reset value); return the cycle count the chip will report, or
+    raise :class:`ScheduleError` naming the instruction at fault and the rule it
+    breaks."""
+    return begin_verify(cfg, program, what, prog_addr, fetch_from)()
 
 
 def begin_verify(cfg: ChipConfig, program: list[isa.Instr], what: str = "program",
-                 prog_addr: int | None = None) -> Callable[[], int]:
+                 prog_addr: int | None = None, fetch_from: int | None = None
+                 ) -> Callable[[], int]:
     """:func:`verify` in two steps (:func:`systolica.golden.begin_check`): the caller
     may work while the golden model's forked process finishes, then calls the
     function returned, which returns or raises what :func:`verify` would."""
-    timeline_of = golden.begin_check(cfg, program, prog_addr)
+    timeline_of = golden.begin_check(cfg, program, prog_addr, fetch_from)
     return lambda: _judged(timeline_of(), program, what)
 
 

@@ -38,8 +38,8 @@ def timeout_cycles(compiled: Compiled) -> int:
 
 
 async def run_compiled(bus: LinkBus, compiled: Compiled) -> BoardRun:
-    """Reset the chip, load the program's DRAM image (and, when it is longer than the
-    instruction memory, its copy at ``prog_addr``) and the program, run it, read the
+    """Reset the chip, load the program's DRAM image (and, when the chip fetches some
+    of it, its copy at ``prog_addr``) and the program, run it, read the
     counters and the outputs. A chip that does not finish in
     :func:`timeout_cycles` is reset (so it is not left running) and
     :class:`~systolica.firmware.driver.ChipTimeout` raised."""
@@ -48,7 +48,7 @@ async def run_compiled(bus: LinkBus, compiled: Compiled) -> BoardRun:
     await bus.reset_chip()
     await bus.write_dram(0, compiled.dram)
     count = len(compiled.program)
-    if fetch.fetches(cfg, count):
+    if fetch.fetches(cfg, count, compiled.fetch_from):
         await bus.write_dram(compiled.prog_addr, fetch.program_words(cfg, compiled.image))
     driver = Driver(bus)
     await driver.load(compiled.loadable, cfg=cfg)

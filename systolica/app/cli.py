@@ -697,7 +697,14 @@ def cmd_compile(args) -> int:
           f"MAC utilisation {compiled.utilisation:.3f}")
     for line in report.split_lines(compiled) + report.mapping_lines(compiled):
         print(f"# {line}" if args.listing else line)   # a comment after the disassembly
-    if fetch.fetches(cfg, len(compiled.program)):
+    if compiled.fetch_from is not None and fetch.fetches(cfg, len(compiled.program),
+                                                         compiled.fetch_from):
+        # The chip fetches the program from its PROG_FETCH on while it runs.
+        first = compiled.loadable.preload(cfg)
+        print(f"the chip fetches the program from instruction {first} on: load the image "
+              f"at DRAM word {compiled.prog_addr}, set PROG_ADDR to {compiled.prog_addr} "
+              f"and PROG_FETCH to {first}, and preload instructions [0, {first})")
+    elif fetch.fetches(cfg, len(compiled.program)):
         # The chip reads the rest of a long program from DRAM while it runs.
         print(f"the program is longer than the instruction memory ({cfg.imem_depth}): "
               f"load the image at DRAM word {compiled.prog_addr} and set PROG_ADDR to "
@@ -739,11 +746,14 @@ def cmd_disasm(args) -> int:
                              f"{cfg.name} ({exc}); recompile it") from None
     extras = "".join([f", PROG_ADDR {image.prog_addr}" if image.prog_addr is not None else "",
                       f", UBUF base {image.ubuf[0]} rows {image.ubuf[1]}"
-                      if image.ubuf is not None else ""])
+                      if image.ubuf is not None else "",
+                      f", PROG_FETCH {image.fetch_from}"
+                      if image.fetch_from is not None else ""])
     print(f"# {path}: chip {image.chip} ({image.fingerprint}), {image.count} "
           f"instructions{extras}")
     found, flagged, first = 0, set(), None
-    for line, problem in disasm.listing(at, isa.from_bytes(image.words), image.prog_addr):
+    for line, problem in disasm.listing(at, isa.from_bytes(image.words), image.prog_addr,
+                                        image.fetch_from):
         print(line)
         if problem is not None:
             found += 1

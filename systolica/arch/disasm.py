@@ -79,14 +79,15 @@ def problems(cfg: ChipConfig, pc: int, ins: Instr, word: int,
     return out
 
 
-def listing(cfg: ChipConfig, words: list[int], prog_addr: int | None = None
-            ) -> Iterator[tuple[str, Problem | None]]:
+def listing(cfg: ChipConfig, words: list[int], prog_addr: int | None = None,
+            fetch_from: int | None = None) -> Iterator[tuple[str, Problem | None]]:
     """The checked listing of `words` for chip `cfg` (fetched from `prog_addr` past the
-    instruction memory): first the program region's problem (``PROG_RANGE``), if any;
+    instruction memory, or from instruction `fetch_from` on, the PROG_FETCH register):
+    first the program region's problem (``PROG_RANGE``), if any;
     then per instruction its line ``(line, None)`` and a ``("#! ...", problem)`` line
     per problem it has (:func:`problems`). Every word is checked as if the sequencer
     reached it (a run stops at the first fault)."""
-    why = word_rules.program_fault(cfg, len(words), prog_addr)
+    why = word_rules.program_fault(cfg, len(words), prog_addr, fetch_from)
     if why:
         problem = Problem(None, "", ErrorCode.PROG_RANGE, why)
         yield f"#! {problem}", problem

@@ -1,24 +1,28 @@
-"""Instruction fetch: how a program longer than the instruction memory runs.
+"""Instruction fetch: how a program runs that is not all in the instruction memory.
 
 The program image lives in DRAM from word ``PROG_ADDR`` (a register): instruction
 ``i`` fills the :func:`words_per_instruction` words ``PROG_ADDR + i*w ..`` (its 128
 bits little-endian from byte 0 of the first word, zero-padded). The instruction memory
-is a ring of ``D = cfg.imem_depth`` slots. Before the run the firmware writes
-instructions ``[0, min(L, D))`` into slots ``0 ..`` (``L = PROG_LEN``); a program with
-``L <= D`` never fetches and runs exactly as if there were no fetcher.
+is a ring of ``D = cfg.imem_depth`` slots. The fetcher starts at instruction
+``P = min(PROG_FETCH, D, L)`` (``L = PROG_LEN``; :func:`fetch_start`): before the run
+the host writes instructions ``[0, P)`` into slots ``0 ..``, and the fetcher reads
+``[P, L)`` from DRAM. ``PROG_FETCH`` resets to ``D``, so a host that never writes it
+preloads ``min(L, D)`` and a program with ``L <= D`` never fetches and runs exactly as
+if there were no fetcher; the management core's firmware writes ``PROG_FETCH = 0``
+and preloads nothing (docs/management-core.md).
 
-The rule, in cycles of the run (cycle 0 is the first running cycle), for ``L > D``:
+The rule, in cycles of the run (cycle 0 is the first running cycle), for ``P < L``:
 
 * **PROG_RANGE** at cycle 0 if ``PROG_ADDR + L*w > cfg.dram_words``.
-* **Fetch order.** The fetcher reads the words of instructions ``D, D+1, .., L-1`` in
+* **Fetch order.** The fetcher reads the words of instructions ``P, P+1, .., L-1`` in
   order, word 0 first, one word per cycle at most.
 * **When it may address DRAM.** A word of instruction ``i`` may be addressed in cycle
-  ``c`` iff instruction ``i - D`` issued in a cycle before ``c`` (its slot is free),
-  the previous word was addressed before ``c``, and the DMA unit does not use the
-  DRAM port in ``c``. The DMA has priority and never waits: its port cycles are
-  exactly the ``dram`` touches of its effects (:mod:`.instructions`; a load of ``n``
-  words reads in ``t+1 .. t+n``, a store writes in ``t+2 .. t+n+1``). The fetcher
-  takes every other cycle it may (greedy).
+  ``c`` iff its slot is free (``i < D``, or instruction ``i - D`` issued in a cycle
+  before ``c``), the previous word was addressed before ``c``, and the DMA unit does
+  not use the DRAM port in ``c``. The DMA has priority and never waits: its port
+  cycles are exactly the ``dram`` touches of its effects (:mod:`.instructions`; a load
+  of ``n`` words reads in ``t+1 .. t+n``, a store writes in ``t+2 .. t+n+1``). The
+  fetcher takes every other cycle it may (greedy).
 * **When it lands.** Read data returns ``cfg.latency["dram_read"]`` cycles after the
   address; the instruction is written into slot ``i % D`` in the cycle its last word
   returns, ``c_last + 1``, and (the memory is not transparent) a read addressed in
@@ -27,11 +31,13 @@ The rule, in cycles of the run (cycle 0 is the first running cycle), for ``L > D
   instruction ``i`` can reach the head of issue in cycle ``ready(i) = c_last + 3``
   (:func:`ready_after`) at the earliest: it *reaches issue* in ``max(arrival,
   ready(i))``, ``arrival`` being cycle 0 for instruction 0 and one cycle after the
-  previous instruction issued otherwise (``ready(i) = 0`` for ``i < D``). There the
+  previous instruction issued otherwise (``ready(i) = 0`` for ``i < P``). There the
   sequencer's checks run as for any instruction (``docs/contract.md``); if its cycle
   is already past, the fault is ``FETCH_LATE`` when it waited for its word
   (``ready(i) > arrival``) and ``LATE`` otherwise. An instruction is therefore on time
-  iff its last word is addressed by cycle ``t - 3`` (``t`` its issue cycle).
+  iff its last word is addressed by cycle ``t - 3`` (``t`` its issue cycle). (With
+  ``P = 0`` instruction 0 is fetched too: its first word is addressed in cycle 0, so
+  it issues at cycle ``w + 2`` at the earliest on a chip whose DRAM read takes a cycle.)
 
 The compiler delays instructions so that every one is on time
 (``compiler/scheduling/fetch_delay.py``); the golden model runs its own fetcher
@@ -71,10 +77,19 @@ def region_words(cfg: ChipConfig, instructions: int) -> int:
     return instructions * words_per_instruction(cfg)
 
 
-def fetches(cfg: ChipConfig, instructions: int) -> bool:
-    """Whether a program of ``instructions`` needs the fetcher (is longer than the
-    instruction memory)."""
-    return instructions > cfg.imem_depth
+def fetch_start(cfg: ChipConfig, instructions: int, fetch_from: int | None = None) -> int:
+    """``P``, the first instruction the fetcher reads (those below are preloaded) of a
+    program of ``instructions`` with the PROG_FETCH register at ``fetch_from`` (None:
+    never written, its reset value ``imem_depth``)."""
+    depth = cfg.imem_depth
+    return min(depth if fetch_from is None else fetch_from, depth, instructions)
+
+
+def fetches(cfg: ChipConfig, instructions: int, fetch_from: int | None = None) -> bool:
+    """Whether a program of ``instructions`` needs the fetcher (some of its
+    instructions are read from DRAM: longer than the instruction memory, or fetched
+    from ``fetch_from``)."""
+    return fetch_start(cfg, instructions, fetch_from) < instructions
 
 
 def program_words(cfg: ChipConfig, image: bytes) -> np.ndarray:

@@ -1,6 +1,6 @@
 """The program image file: a header (magic, format version, the chip the program was
-compiled for, instruction count, PROG_ADDR and UBUF registers, a CRC-32 of the whole
-file), then the words (docs/image-format.md). Every reader and writer of an image file
+compiled for, instruction count, PROG_ADDR, UBUF and PROG_FETCH registers, a CRC-32 of
+the whole file), then the words (docs/image-format.md). Every reader and writer of an image file
 goes through :func:`pack` and :func:`unpack`; both raise :class:`ImageError` only."""
 
 from __future__ import annotations
@@ -21,8 +21,9 @@ WORD_BYTES = isa.WORD_BITS // 8
 _FIXED = struct.Struct("<8sHHIIIIIIHBB")
 FIXED_BYTES = _FIXED.size                   # 40: the name and the fingerprint follow
 _CHECKSUM_AT = 12                           # its 4 bytes count as zeros in the CRC
-HAS_PROG_ADDR, HAS_UBUF = 1, 2
-_FLAGS = HAS_PROG_ADDR | HAS_UBUF
+HAS_PROG_ADDR, HAS_UBUF, HAS_PROG_FETCH = 1, 2, 4
+_FLAGS = HAS_PROG_ADDR | HAS_UBUF | HAS_PROG_FETCH
+_PROG_FETCH = struct.Struct("<I")           # after the fingerprint, with HAS_PROG_FETCH
 _U32 = 1 << 32
 _REWRITE = "write it again with `systolica compile --out` or `systolica schedule --image`"
 
@@ -30,13 +31,14 @@ _REWRITE = "write it again with `systolica compile --out` or `systolica schedule
 @dataclass(frozen=True)
 class ProgramImage:
     """What an image file holds: the chip it was compiled for (its name and
-    fingerprint, ``ChipConfig.program_key``), the PROG_ADDR and UBUF registers the host writes
-    (None: not given) and the words (``isa.to_bytes``)."""
+    fingerprint, ``ChipConfig.program_key``), the PROG_ADDR, UBUF and PROG_FETCH
+    registers the host writes (None: not given) and the words (``isa.to_bytes``)."""
     chip: str
     fingerprint: str
     prog_addr: int | None
     ubuf: tuple[int, int] | None
     words: bytes
+    fetch_from: int | None = None
 
     @property
     def count(self) -> int:
@@ -66,14 +68,17 @@ def _u32(value, what: str) -> int:
 
 
 def pack(cfg, words: bytes, *, prog_addr: int | None = None,
-         ubuf: tuple[int, int] | None = None) -> bytes:
+         ubuf: tuple[int, int] | None = None, fetch_from: int | None = None) -> bytes:
     """The image file of `words` (``isa.to_bytes`` of the program) compiled for chip
-    `cfg`, with the PROG_ADDR and UBUF registers the host writes (None: not given)."""
-    return pack_stamped(cfg.name, cfg.program_key, words, prog_addr=prog_addr, ubuf=ubuf)
+    `cfg`, with the PROG_ADDR, UBUF and PROG_FETCH registers the host writes (None: not
+    given)."""
+    return pack_stamped(cfg.name, cfg.program_key, words, prog_addr=prog_addr, ubuf=ubuf,
+                        fetch_from=fetch_from)
 
 
 def pack_stamped(chip: str, fingerprint: str, words: bytes, *, prog_addr: int | None = None,
-                 ubuf: tuple[int, int] | None = None) -> bytes:
+                 ubuf: tuple[int, int] | None = None, fetch_from: int | None = None
+                 ) -> bytes:
     """:func:`pack` for a chip given by its name and fingerprint (a Loadable's stamp)."""
     if not isinstance(words, (bytes, bytearray)) or len(words) % WORD_BYTES:
         got = f"{len(words)} bytes" if isinstance(words, (bytes, bytearray)) else \
@@ -95,13 +100,17 @@ def pack_stamped(chip: str, fingerprint: str, words: bytes, *, prog_addr: int | 
         if not isinstance(ubuf, tuple) or len(ubuf) != 2:
             raise ImageError(f"an image's UBUF registers must be (base, rows), not {ubuf!r}")
         ubuf = (_u32(ubuf[0], "UBUF_BASE"), _u32(ubuf[1], "UBUF_ROWS"))
+    extra = b""
+    if fetch_from is not None:
+        flags |= HAS_PROG_FETCH
+        extra = _PROG_FETCH.pack(_u32(fetch_from, "PROG_FETCH"))
     count = len(words) // WORD_BYTES
     _u32(count, "instruction count")
     name, key = texts
-    size = FIXED_BYTES + len(name) + len(key)
+    size = FIXED_BYTES + len(name) + len(key) + len(extra)
     base, rows = ubuf if ubuf is not None else (0, 0)
     head = _FIXED.pack(MAGIC, VERSION, size, 0, flags, count, prog_addr or 0, base, rows,
-                       WORD_BYTES, len(name), len(key)) + name + key
+                       WORD_BYTES, len(name), len(key)) + name + key + extra
     crc = zlib.crc32(bytes(words), zlib.crc32(head))
     return head[:_CHECKSUM_AT] + struct.pack("<I", crc) + head[_CHECKSUM_AT + 4:] + bytes(words)
 
@@ -147,9 +156,11 @@ def unpack(data: bytes, *, source: str, cfg=None) -> ProgramImage:
         problems.append(f"reserved flag bits {flags & ~_FLAGS:#x} are set")
     if word_bytes != WORD_BYTES:
         problems.append(f"its words are {word_bytes} bytes, not {WORD_BYTES}")
-    if size != FIXED_BYTES + name_len + key_len:
+    extra = _PROG_FETCH.size if flags & HAS_PROG_FETCH else 0
+    if size != FIXED_BYTES + name_len + key_len + extra:
         problems.append(f"its header size {size} is not {FIXED_BYTES} + the name's "
-                        f"{name_len} + the fingerprint's {key_len} bytes")
+                        f"{name_len} + the fingerprint's {key_len} bytes"
+                        + (f" + PROG_FETCH's {extra}" if extra else ""))
     elif len(data) != expected:
         problems.append(f"it is {len(data)} bytes, not the {expected} its header says")
     name = data[FIXED_BYTES:FIXED_BYTES + name_len]
@@ -159,9 +170,10 @@ def unpack(data: bytes, *, source: str, cfg=None) -> ProgramImage:
     if problems:
         raise ImageError(f"{source} has a malformed image header ({'; '.join(problems)}): "
                          f"it was not written by this systolica; {_REWRITE}")
+    fetch_from = _PROG_FETCH.unpack_from(data, size - extra)[0] if extra else None
     image = ProgramImage(name.decode(), key.decode(),
                          prog_addr if flags & HAS_PROG_ADDR else None,
-                         (base, rows) if flags & HAS_UBUF else None, data[size:])
+                         (base, rows) if flags & HAS_UBUF else None, data[size:], fetch_from)
     if cfg is not None:
         why = chip_mismatch(source, image.chip, image.fingerprint, cfg)
         if why:

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from systolica.arch import image_file
+from systolica.arch import fetch, image_file
 from systolica.arch.errors import ImageError
 
 
@@ -24,6 +24,10 @@ class Loadable:
       the program is not fetched (it must fit the instruction memory);
     * ``ubuf``: ``(UBUF_BASE, UBUF_ROWS)`` as the host writes them before the run;
       None: the registers' reset values (the chip's configuration);
+    * ``fetch_from``: the PROG_FETCH register the program was scheduled for, the
+      first instruction the fetcher reads (:func:`~systolica.arch.fetch.fetch_start`:
+      the host preloads the instructions below ``min(fetch_from, imem_depth,
+      count)``); None: its reset value, ``imem_depth`` (the host preloads what fits);
     * ``chip``, ``fingerprint``, ``checksum``: the stamp (docs/image-format.md): the
       name and ``ChipConfig.program_key`` of the chip it was compiled for and the CRC-32 of
       ``image``. Make one with :meth:`for_chip`; every consumer calls :meth:`verify`.
@@ -32,13 +36,15 @@ class Loadable:
     dram: np.ndarray | tuple[tuple[int, np.ndarray], ...]
     prog_addr: int | None = None
     ubuf: tuple[int, int] | None = None
+    fetch_from: int | None = None
     chip: str = field(kw_only=True)
     fingerprint: str = field(kw_only=True)
     checksum: int = field(kw_only=True)
 
     @classmethod
     def for_chip(cls, cfg, image: bytes, dram, prog_addr: int | None = None,
-                 ubuf: tuple[int, int] | None = None) -> Loadable:
+                 ubuf: tuple[int, int] | None = None, fetch_from: int | None = None
+                 ) -> Loadable:
         """A Loadable of `image` compiled for chip `cfg` (a ChipConfig, the hardware:
         a moved UBUF goes in `ubuf`), stamped with its name, fingerprint and the
         image's checksum."""
@@ -46,14 +52,16 @@ class Loadable:
             raise TypeError(f"a Loadable's image must be bytes (isa.to_bytes of the "
                             f"program words), not {type(image).__name__}")
         image = bytes(image)
-        return cls(image, dram, prog_addr, ubuf, chip=cfg.name, fingerprint=cfg.program_key,
+        return cls(image, dram, prog_addr, ubuf, fetch_from, chip=cfg.name,
+                   fingerprint=cfg.program_key,
                    checksum=image_file.checksum(image))
 
     @classmethod
     def from_file(cls, program: image_file.ProgramImage, dram) -> Loadable:
         """A Loadable of an image file's program (``image_file.unpack``) with the DRAM
         image `dram`, stamped with the header's chip."""
-        return cls(program.words, dram, program.prog_addr, program.ubuf, chip=program.chip,
+        return cls(program.words, dram, program.prog_addr, program.ubuf, program.fetch_from,
+                   chip=program.chip,
                    fingerprint=program.fingerprint, checksum=image_file.checksum(program.words))
 
     def __post_init__(self):
@@ -69,6 +77,11 @@ class Loadable:
         if self.ubuf is not None and (not isinstance(self.ubuf, tuple) or len(self.ubuf) != 2):
             raise TypeError(f"a Loadable's ubuf must be (base, rows) or None, not "
                             f"{self.ubuf!r}")
+        if self.fetch_from is not None and (
+                isinstance(self.fetch_from, bool) or not isinstance(self.fetch_from, int)
+                or not 0 <= self.fetch_from < 1 << 32):
+            raise TypeError(f"a Loadable's fetch_from (the PROG_FETCH register) must be "
+                            f"an integer in [0, 2**32) or None, not {self.fetch_from!r}")
 
     def verify(self, cfg, consumer: str) -> None:
         """Refuse (:class:`ImageError`, naming `consumer`) to run on chip `cfg` if the
@@ -85,11 +98,18 @@ class Loadable:
         if why:
             raise ImageError(why)
 
+    def preload(self, cfg) -> int:
+        """How many instructions the host writes into the instruction memory (and the
+        value it writes to PROG_FETCH): ``P`` of :func:`~systolica.arch.fetch.fetch_start`."""
+        return fetch.fetch_start(cfg, len(self.image) // image_file.WORD_BYTES,
+                                 self.fetch_from)
+
     def to_file(self) -> bytes:
         """The image file of its program (docs/image-format.md): the words with the
-        chip, PROG_ADDR and UBUF registers in the header."""
+        chip, PROG_ADDR, UBUF and PROG_FETCH registers in the header."""
         return image_file.pack_stamped(self.chip, self.fingerprint, bytes(self.image),
-                                       prog_addr=self.prog_addr, ubuf=self.ubuf)
+                                       prog_addr=self.prog_addr, ubuf=self.ubuf,
+                                       fetch_from=self.fetch_from)
 
     def segments(self) -> list[tuple[int, np.ndarray]]:
         """The initial DRAM as ``(first_word, uint8 image)`` pieces: the image from

@@ -16,8 +16,8 @@ class Reg(enum.IntEnum):
     PROG_LEN = 4       # RW: instructions in the program
     IMEM_ADDR = 5      # RW: next program index written through IMEM_DATA
     IMEM_DATA = 6      # W: four writes (low 32 bits first) store one instruction.
-                       # PROG_LEN, IMEM_ADDR, IMEM_DATA and PROG_ADDR ignore writes
-                       # made while running (the fetcher owns the program memory then)
+                       # IMEM_ADDR and IMEM_DATA ignore writes made while running (the
+                       # fetcher owns the program memory then)
     CYCLES = 7         # R: cycles of the last run (frozen at done or fault)
     MACS_LO = 8        # R: MAC operations performed by the array (cells x rows streamed)
     MACS_HI = 9
@@ -28,9 +28,9 @@ class Reg(enum.IntEnum):
     UBUF_BASE = 14     # RW: first CBUF row of the reserved overlap region (UBUF)
     UBUF_ROWS = 15     # RW: its size in rows (0: no UBUF). Both reset to the
                        # configuration's; a write the rule refuses (ChipConfig.ubuf_problem
-                       # with the other register's value) or made while running is ignored
-    PROG_ADDR = 16     # RW: DRAM word address of the program image (fetched from
-                       # there when PROG_LEN exceeds the instruction memory)
+                       # with the other register's next value) is ignored
+    PROG_ADDR = 16     # RW: DRAM word address of the program image (instructions from
+                       # min(PROG_FETCH, imem_depth, PROG_LEN) on are fetched from there)
     FETCH_RD_BYTES = 17  # R: bytes the instruction fetcher read from DRAM (the DMA's
                          # traffic is DRAM_RD_BYTES / DRAM_WR_BYTES)
     UBUF_WR_BYTES = 18   # R: bytes written into the UBUF (crops)
@@ -68,8 +68,9 @@ class ErrorCode(enum.IntEnum):
     ADDR_RANGE = 2       # an instruction's buffer or DRAM range runs past the memory
     LATE = 3             # an instruction reached issue after its scheduled cycle
     UNIT_BUSY = 4        # its unit was still busy at its scheduled cycle
-    PROG_RANGE = 5       # PROG_LEN larger than the program memory and the program
-                         # region (PROG_ADDR, PROG_LEN) runs past the end of DRAM
+    PROG_RANGE = 5       # the program is fetched (PROG_LEN above min(PROG_FETCH,
+                         # imem_depth)) and its region (PROG_ADDR, PROG_LEN) runs past
+                         # the end of DRAM
     CFG_RANGE = 6        # SETCFG names no multiplexer, or a source it does not have
     CFG_LIMIT = 7        # SETCFG breaks the configuration-update limits (per instruction,
                          # interval, power-domain budget)

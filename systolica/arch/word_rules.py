@@ -22,11 +22,13 @@ from systolica.arch.isa import Opcode
 from systolica.arch.regs import ErrorCode
 
 
-def program_fault(cfg: ChipConfig, count: int, prog_addr: int | None) -> str | None:
-    """The PROG_RANGE rule, checked at START: a program of `count` instructions longer
-    than the instruction memory is fetched from its region at PROG_ADDR, which must
-    lie inside the DRAM (`prog_addr` None: not known, not checked)."""
-    if prog_addr is None or not fetch.fetches(cfg, count):
+def program_fault(cfg: ChipConfig, count: int, prog_addr: int | None,
+                  fetch_from: int | None = None) -> str | None:
+    """The PROG_RANGE rule, checked at START: a program of `count` instructions that is
+    fetched (longer than the instruction memory, or fetched from `fetch_from`, the
+    PROG_FETCH register; None: its reset value) is read from its region at PROG_ADDR,
+    which must lie inside the DRAM (`prog_addr` None: not known, not checked)."""
+    if prog_addr is None or not fetch.fetches(cfg, count, fetch_from):
         return None
     end = prog_addr + count * fetch.words_per_instruction(cfg)
     if end > cfg.dram_words:

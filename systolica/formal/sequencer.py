@@ -36,8 +36,9 @@ the contract's order and latches the stop; the multiplexer guard's answer comes 
 a second guard fed the reference's issues (the guard is proved on its own,
 :mod:`.mux_guard`).
 
-Programs are those held in the program memory (``PROG_LEN <= imem_depth``); the
-fetch from DRAM of longer ones is checked only for ``PROG_RANGE`` (docs/formal.md).
+Programs are those held in the program memory (``PROG_LEN <= imem_depth``, preloaded:
+``PROG_FETCH`` at least ``min(PROG_LEN, imem_depth)``); the fetch from DRAM of longer
+ones is checked only for ``PROG_RANGE`` (docs/formal.md).
 """
 
 from __future__ import annotations
@@ -91,8 +92,10 @@ class SequencerHarness(Harness):
         # -- the environment ---------------------------------------------------------
         # The run's registers change only while the chip is stopped; one value each
         # for the whole check (a new run may start with the same ones).
-        prog_len, prog_addr = AnyConst(32), AnyConst(32)
+        prog_len, prog_addr, prog_fetch = AnyConst(32), AnyConst(32), AnyConst(32)
         m.d.comb += [ctrl.prog_len.eq(prog_len), ctrl.prog_addr.eq(prog_addr),
+                     ctrl.prog_fetch.eq(prog_fetch),
+                     Assume(prog_fetch >= Mux(prog_len > depth, depth, prog_len)),
                      seq.ubuf_base.eq(AnyConst(len(seq.ubuf_base))),
                      seq.ubuf_rows.eq(AnyConst(len(seq.ubuf_rows))),
                      ctrl.start.eq(AnySeq(1)), seq.mem_busy.eq(AnySeq(1)),

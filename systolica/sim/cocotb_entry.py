@@ -13,8 +13,8 @@ The environment variable ``SYSTOLICA_JOBS`` names a JSON file written by the hos
 (relative paths are relative to the jobs file). For each job the chip is reset, the
 DRAM is zeroed and loaded from the job's load file (:func:`dramfile.write_segments`
 format; nothing more when ``dram`` is null), the program is read from its image file
-(docs/image-format.md: refused unless intact and built for ``chip``, with its PROG_ADDR
-and UBUF registers from the header), loaded and started, the
+(docs/image-format.md: refused unless intact and built for ``chip``, with its PROG_ADDR,
+UBUF and PROG_FETCH registers from the header), loaded and started, the
 counters are read once the cycle counter reaches each of ``samples``, and after the
 interrupt (done or fault) or the timeout the counters are read and each requested
 word range is dumped and saved as a ``.npy`` file. The results file is rewritten
@@ -82,7 +82,8 @@ async def run_jobs(dut):
         path = base / job["program"]
         image = image_file.unpack(path.read_bytes(), source=str(path), cfg=chip)
         await driver.load_program(image.words, prog_addr=image.prog_addr or 0,
-                                  imem_depth=spec["imem_depth"], ubuf=image.ubuf)
+                                  imem_depth=spec["imem_depth"], ubuf=image.ubuf,
+                                  fetch_from=image.fetch_from)
 
         wall = time.perf_counter()
         start_cycle = bus.sim_cycle()

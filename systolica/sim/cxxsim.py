@@ -48,7 +48,8 @@ class ScriptBus:
 
 def script(program: bytes, timeout_cycles: int, dumps=(), *, prog_addr: int = 0,
            imem_depth: int | None = None, ubuf: tuple[int, int] | None = None,
-           samples=(), progress: tuple[str, str] | None = None) -> str:
+           samples=(), progress: tuple[str, str] | None = None,
+           fetch_from: int | None = None) -> str:
     """The harness commands of one job: reset, zero the DRAM and load its file, load
     the program, start, read the counters once the cycle counter reaches each cycle
     of ``samples`` (as ``s<k>.<register>``), wait for the interrupt, read the
@@ -63,7 +64,7 @@ def script(program: bytes, timeout_cycles: int, dumps=(), *, prog_addr: int = 0,
 
     async def session():
         await driver.load_program(program, prog_addr=prog_addr, imem_depth=imem_depth,
-                                  ubuf=ubuf)
+                                  ubuf=ubuf, fetch_from=fetch_from)
         await driver.start()
         for k, cycle in enumerate(samples):
             bus.lines.append(f"until {int(Reg.CYCLES)} {int(cycle)} {int(timeout_cycles)}")
@@ -83,7 +84,7 @@ def run_job(executable: Path, run_dir: Path, index: int, *, program: bytes,
             dram_in: Path, readback: list, word_bytes: int, timeout_cycles: int,
             prog_addr: int = 0, imem_depth: int | None = None, period_ns: int = 10,
             ubuf: tuple[int, int] | None = None, samples=(),
-            progress: Path | None = None) -> dict:
+            progress: Path | None = None, fetch_from: int | None = None) -> dict:
     """Run one job from the DRAM load file ``dram_in``
     (:func:`systolica.firmware.dramfile.write_segments` format); the raw result (the
     registers by name, the counters at each cycle of ``samples``, the measured window
@@ -97,6 +98,7 @@ def run_job(executable: Path, run_dir: Path, index: int, *, program: bytes,
     commands = run_dir / f"job{index}.script"
     commands.write_text(script(program, timeout_cycles, dumps, prog_addr=prog_addr,
                                imem_depth=imem_depth, ubuf=ubuf, samples=samples,
+                               fetch_from=fetch_from,
                                progress=None if progress is None
                                else (str(Path(progress).relative_to(run_dir)), str(index))))
     log = run_dir / f"job{index}.log"

@@ -13,7 +13,7 @@ from systolica.arch.loadable import Loadable
 class RtlJob:
     """One run of a program on the RTL.
 
-    * ``program``: what the chip is given (image, DRAM, PROG_ADDR, UBUF registers; the
+    * ``program``: what the chip is given (image, DRAM, PROG_ADDR, UBUF, PROG_FETCH; the
       DRAM as an array from word 0 or ``(first_word, array)`` segments, the rest
       zeros: give the part a run uses, not a full-size image);
     * ``readback``: DRAM word ranges ``(first_word, words)`` to return after the run;

@@ -12,8 +12,10 @@ chip is driven by cocotb (the default) or by a plain C++ harness (``harness="cxx
 A job is an :class:`~systolica.sim.jobs.RtlJob` (a :class:`~systolica.arch.loadable.Loadable`
 with the DRAM ranges to read back, whether it must fault, a timeout and a name), a
 result an :class:`~systolica.sim.jobs.RtlResult`. A program longer than
-``cfg.imem_depth`` needs the Loadable's ``prog_addr``: its image is written there, with
-the DRAM data, and the chip fetches from it (:mod:`systolica.arch.fetch`); its ``ubuf``
+``cfg.imem_depth``, or one fetched from its ``fetch_from`` (PROG_FETCH, written before
+the run; only the instructions below it are preloaded), needs the Loadable's
+``prog_addr``: its image is written there, with the DRAM data, and the chip fetches
+from it (:mod:`systolica.arch.fetch`); its ``ubuf``
 is written to the UBUF registers before the run (one the chip would refuse is an error
 here). A job's ``samples`` are cycles at which the harness reads the performance
 counters while the program runs (once the chip's cycle counter reads each; the
@@ -239,11 +241,12 @@ def _write_jobs(cfg: ChipConfig, jobs: list[RtlJob], run_dir: Path) -> list[dict
         segments = [] if program.dram is None else _dram_segments(cfg, program.dram)
         prog_addr = program.prog_addr
         count = len(image) // (isa.WORD_BITS // 8)
-        if fetch.fetches(cfg, count):
+        if fetch.fetches(cfg, count, program.fetch_from):
             if prog_addr is None:
                 raise RtlSimError(
-                    f"job {index}: the program has {count} instructions, more than "
-                    f"imem_depth {cfg.imem_depth}, so the chip fetches it from DRAM: give "
+                    f"job {index}: the program has {count} instructions and the chip "
+                    f"fetches them from instruction {program.preload(cfg)} on (imem_depth "
+                    f"{cfg.imem_depth}, fetch_from {program.fetch_from}) from DRAM: give "
                     f"its Loadable a prog_addr (e.g. the compiled program's .prog_addr)")
             region = fetch.program_words(cfg, image)
             if isinstance(prog_addr, bool) or not isinstance(prog_addr, (int, np.integer)) \
@@ -412,6 +415,7 @@ def _run_cxx(cfg: ChipConfig, out: Path, run_dir: Path, specs: list[dict]) -> li
             res = cxxsim.run_job(out / "sim_build" / HDL_TOPLEVEL, run_dir, index,
                                  program=image.words,
                                  prog_addr=image.prog_addr or 0, imem_depth=cfg.imem_depth,
+                                 fetch_from=image.fetch_from,
                                  ubuf=list(image.ubuf) if image.ubuf else None,
                                  dram_in=dram_in, readback=spec["readback"],
                                  word_bytes=cfg.dram_word_bytes,

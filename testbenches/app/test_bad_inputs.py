@@ -256,6 +256,12 @@ API = [
      ["not-utf8.stp:1:3", "not UTF-8", "saved as UTF-8"]),
     ("parse-undefined", lambda: text.parse("x = read ram(a)\n", "p.stp"), CompileError,
      ["p.stp:1:14", "'a' is used but never defined", "proc input"]),
+    ("fetch-from-negative", lambda: compile_network(TINY, gemm(A, B), fetch_from=-1),
+     CompileError, ["fetch_from", "-1", "PROG_FETCH", "0: fetch the whole program"]),
+    ("fetch-from-not-an-integer", lambda: compile_network(TINY, gemm(A, B), fetch_from=1.5),
+     CompileError, ["fetch_from", "1.5", "integer"]),
+    ("fetch-from-bool", lambda: compile_network(TINY, gemm(A, B), fetch_from=True),
+     CompileError, ["fetch_from", "True", "integer"]),
 ]
 
 

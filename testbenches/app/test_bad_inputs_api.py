@@ -159,7 +159,17 @@ API_TYPES = [
      ["chip_view", "int8 or int32", "not int64"]),
     ("core-view-negative-stride", lambda: _view(row_stride=-4), CompileError,
      ["view", "row_stride", "[0, 2**32)", "-4"]),
+    ("core-step-not-fetched-whole", lambda: _chip_step(None), ValueError,
+     ["fetched whole", "PROG_FETCH 0", "fetch_from None", "CompileOptions(fetch_from=0)"]),
 ]
+
+
+def _chip_step(fetch_from):
+    """The core's step of a GEMM compiled with `fetch_from`."""
+    from systolica.compiler import compile_network
+    from systolica.firmware.core_host import ChipStep
+    return ChipStep.of(compile_network(TINY, gemm(A, B), fetch_from=fetch_from).loadable,
+                       TINY)
 
 
 def _kernel(kind: str, x: str = "int8", y: str | None = None, rows: int = 2, **params):

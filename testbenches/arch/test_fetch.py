@@ -48,8 +48,8 @@ def hog(cfg, first: int, second: int) -> list[Instr]:
     return [load(0, 20)] + [setcfg(c) for c in range(1, d)] + [setcfg(first), setcfg(second)]
 
 
-def check(cfg, program, prog_addr=None):
-    t = golden.check(cfg, program, prog_addr)
+def check(cfg, program, prog_addr=None, fetch_from=None):
+    t = golden.check(cfg, program, prog_addr, fetch_from)
     return t.fault[:3] if t.fault else (ErrorCode.NONE, None, t.cycles)
 
 
@@ -154,30 +154,98 @@ def _random_program(cfg, seed: int) -> list[Instr]:
     return program
 
 
+def _pass_against_golden(cfg, seed, fetch_from):
+    program = _random_program(cfg, seed)
+    start = fetch.fetch_start(cfg, len(program), fetch_from)
+    late = _late(np.array([i.cycle for i in program]), _port_cycles(cfg, program),
+                 cfg.imem_depth, start, fetch.words_per_instruction(cfg),
+                 fetch.ready_after(cfg))
+    code, pc, _ = check(cfg, program, fetch_from=fetch_from)
+    if late.any():
+        assert (code, pc) == (ErrorCode.FETCH_LATE, start + int(np.argmax(late)))
+    else:
+        assert code is ErrorCode.NONE
+    out = delay_for_fetch(cfg, program, fetch_from)
+    assert check(cfg, out, fetch_from=fetch_from)[0] is ErrorCode.NONE
+    assert all(b.cycle - a.cycle >= 0 for a, b in zip(program, out))
+    return program, out
+
+
+@pytest.mark.parametrize("fetch_from, late, delayed", [
+    # fetched whole: instruction 0's words go in cycles 0 and 1, so it reaches issue
+    # in cycle 4; instruction 1's in 2 and 3 (from 6); the load at 4 then holds the
+    # port in 5 .. 24, and instruction 2's words go in 25 and 26 (from 28)
+    (0, (ErrorCode.FETCH_LATE, 0, 4), [4, 6, 28, 30, 32, 34, 36, 38, 55, 58]),
+    # 0 .. 2 preloaded: instruction 3's slot is free, its first word goes in cycle 0,
+    # the load holds 1 .. 20, the second word goes in 21: from 24
+    (3, (ErrorCode.FETCH_LATE, 3, 24), [0, 1, 2, 24, 26, 28, 30, 32, 49, 52]),
+    # past the memory: the host's preload (the reset value's rule)
+    (50, (ErrorCode.FETCH_LATE, 8, 25), [0, 1, 2, 3, 4, 5, 6, 7, 25, 28]),
+])
+def test_the_fetch_start_by_hand(fetch_from, late, delayed):
+    """PROG_FETCH below the program's length: the fetcher starts at ``min(PROG_FETCH,
+    D, L)``, the slots below D free from cycle 0 (the hog program, D = 8)."""
+    program = hog(SMALL, 24, 27)
+    assert check(SMALL, program, fetch_from=fetch_from) == late
+    out = delay_for_fetch(SMALL, program, fetch_from)
+    assert [i.cycle for i in out] == delayed
+    assert check(SMALL, out, fetch_from=fetch_from) == (ErrorCode.NONE, None, delayed[-1] + 1)
+
+
+def test_a_program_without_dmas_fetched_whole():
+    """Regression: the delay pass's closed form indexed the (empty) DMA runs of a
+    program that has none (three SETCFGs fetched whole: the words of each take two
+    cycles, the first issues at 1 + 3)."""
+    program = [setcfg(c) for c in (0, 1, 2)]
+    out = delay_for_fetch(TINY, program, 0)
+    assert [i.cycle for i in out] == [4, 6, 8]
+    assert check(TINY, out, fetch_from=0)[0] is ErrorCode.NONE
+    assert check(TINY, program, fetch_from=0) == (ErrorCode.FETCH_LATE, 0, 4)
+
+
+def test_a_golden_fetcher_that_ignores_the_fetch_start_is_caught(monkeypatch):
+    """Mutation: a golden fetcher that takes every instruction below the memory's depth
+    as preloaded (the rule before PROG_FETCH) disagrees with the delay pass's closed
+    form on a program fetched whole: the two stay independent witnesses."""
+    cfg = TINY.replace(imem_depth=5)
+    _pass_against_golden(cfg, 0, 0)
+    init = golden._Fetcher.__init__
+
+    def preloading(self, cfg, start):
+        init(self, cfg, cfg.imem_depth)
+    monkeypatch.setattr(golden._Fetcher, "__init__", preloading)
+    with pytest.raises(AssertionError):
+        _pass_against_golden(cfg, 0, 0)
+
+
 @pytest.mark.parametrize("seed", range(12))
 @pytest.mark.parametrize("cfg", [TINY.replace(imem_depth=5), BASE.replace(imem_depth=3)],
                          ids=["tiny", "base"])
 def test_delay_pass_against_the_golden_fetcher(cfg, seed):
     """The pass's closed form finds the golden model's first fetch-late instruction,
     and its output is on time by the golden model's fetcher."""
-    program = _random_program(cfg, seed)
-    late = _late(np.array([i.cycle for i in program]), _port_cycles(cfg, program),
-                 cfg.imem_depth, fetch.words_per_instruction(cfg), fetch.ready_after(cfg))
-    code, pc, _ = check(cfg, program)
-    if late.any():
-        assert (code, pc) == (ErrorCode.FETCH_LATE, cfg.imem_depth + int(np.argmax(late)))
-    else:
-        assert code is ErrorCode.NONE
-    out = delay_for_fetch(cfg, program)
-    assert check(cfg, out)[0] is ErrorCode.NONE
-    assert all(b.cycle - a.cycle >= 0 for a, b in zip(program, out))
+    _pass_against_golden(cfg, seed, None)
+
+
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("fetch_from", [0, 2])
+@pytest.mark.parametrize("cfg", [TINY.replace(imem_depth=5), BASE.replace(imem_depth=3)],
+                         ids=["tiny", "base"])
+def test_delay_pass_against_the_golden_fetcher_from(cfg, fetch_from, seed):
+    """The same with the fetcher starting at ``fetch_from`` (PROG_FETCH): the
+    instructions below the memory's depth are fetched too, their slots free from
+    cycle 0; fetched from 0, instruction 0 itself waits for its words."""
+    program, out = _pass_against_golden(cfg, seed, fetch_from)
+    if fetch_from == 0:
+        assert out[0].cycle >= fetch.words_per_instruction(cfg) - 1 + fetch.ready_after(cfg)
 
 
 def test_golden_check_catches_a_schedule_without_the_pass(monkeypatch):
     """Mutation: with the delay pass disabled, the schedule verifier (the golden
     model's fetcher) refuses the program, naming the instruction and the fault."""
     a = np.random.default_rng(1).integers(-128, 128, (64, 64), dtype=np.int8)
-    monkeypatch.setattr(program_pass, "delay_for_fetch", lambda cfg, program: program)
+    monkeypatch.setattr(program_pass, "delay_for_fetch",
+                        lambda cfg, program, fetch_from=None: program)
     with pytest.raises(ScheduleError, match="FETCH_LATE.*its word is fetched"):
         compile_network(SMALL, gemm(a, a, out_dtype="int32"))
 
@@ -241,8 +309,23 @@ def test_driver_preloads_only_the_instruction_memory():
     image = isa.to_bytes([isa.encode(i) for i in hog(SMALL, 25, 27)])
     bus = _Bus()
     asyncio.run(Driver(bus).load_program(image, prog_addr=1234, imem_depth=8))
-    assert bus.writes[:3] == [(Reg.PROG_LEN, 10), (Reg.PROG_ADDR, 1234), (Reg.IMEM_ADDR, 0)]
-    assert len(bus.writes) == 3 + 8 * 4
+    assert bus.writes[:4] == [(Reg.PROG_LEN, 10), (Reg.PROG_ADDR, 1234),
+                              (Reg.PROG_FETCH, 8), (Reg.IMEM_ADDR, 0)]
+    assert len(bus.writes) == 4 + 8 * 4
+
+
+@pytest.mark.parametrize("fetch_from, preload", [(None, 8), (0, 0), (3, 3), (50, 8)])
+def test_driver_preloads_below_the_fetch_start(fetch_from, preload):
+    """PROG_FETCH is written with P = min(fetch_from, imem_depth, count) and only the
+    instructions below it are written (a Loadable's, through Driver.load)."""
+    image = isa.to_bytes([isa.encode(i) for i in hog(SMALL, 25, 27)])
+    bus = _Bus()
+    program = Loadable.for_chip(SMALL, image, None, 1234, fetch_from=fetch_from)
+    assert program.preload(SMALL) == preload
+    asyncio.run(Driver(bus).load(program, cfg=SMALL))
+    assert bus.writes[:4] == [(Reg.PROG_LEN, 10), (Reg.PROG_ADDR, 1234),
+                              (Reg.PROG_FETCH, preload), (Reg.IMEM_ADDR, 0)]
+    assert len(bus.writes) == 4 + preload * 4
 
 
 def test_harness_needs_the_program_region_of_a_long_program():

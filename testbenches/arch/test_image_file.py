@@ -55,6 +55,38 @@ def test_a_loadable_written_to_a_file_reads_back_as_the_same_loadable():
     again.verify(TINY, "test")
 
 
+def test_prog_fetch_in_the_header_and_files_without_it():
+    """A Loadable's fetch_from (PROG_FETCH) is written after the fingerprint under flag
+    bit 2 and read back; a file without it (every file written before) is the same
+    bytes as before and reads back as None; a flagged header missing its 4 bytes, or
+    an unflagged one with them, is refused as malformed."""
+    loadable = Loadable.for_chip(TINY, WORDS, DRAM, 64, None, 0)
+    data = loadable.to_file()
+    assert len(data) == len(GOOD) + 4
+    again = Loadable.from_file(image_file.unpack(data, source="f.img", cfg=TINY), DRAM)
+    assert (again.fetch_from, again.prog_addr, again.image) == (0, 64, WORDS)
+    assert image_file.unpack(GOOD, source="g.img").fetch_from is None
+    assert Loadable.for_chip(TINY, WORDS, DRAM, 64,
+                             (TINY.ubuf_base, TINY.ubuf_rows)).to_file() == GOOD
+    flags = struct.unpack_from("<I", data, 16)[0]
+    for bad in (_restamped(data, 16, flags & ~image_file.HAS_PROG_FETCH),
+                _restamped(GOOD, 16, image_file.HAS_PROG_ADDR | image_file.HAS_UBUF
+                           | image_file.HAS_PROG_FETCH)):
+        with pytest.raises(ImageError, match="malformed image header"):
+            image_file.unpack(bad, source="b.img")
+    with pytest.raises(TypeError, match="fetch_from"):
+        Loadable.for_chip(TINY, WORDS, DRAM, 64, None, -1)
+
+
+def _restamped(data: bytes, at: int, value: int) -> bytes:
+    """`data` with the 32-bit field at `at` set to `value` and its checksum made good."""
+    out = bytearray(data)
+    struct.pack_into("<I", out, at, value)
+    struct.pack_into("<I", out, 12, 0)
+    struct.pack_into("<I", out, 12, image_file.checksum(bytes(out)))
+    return bytes(out)
+
+
 def test_every_single_bit_flip_is_refused():
     """CRC-32 detects every single-bit error at any length: checked on every bit of a
     whole image, header included (each flip: ImageError, never a program)."""

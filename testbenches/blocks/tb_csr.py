@@ -3,8 +3,11 @@
 :class:`RegsModel` is the register file as the map describes it; every cycle the
 testbench drives one bus access and the sequencer-side inputs, and compares ``start``,
 ``imem_we`` (with ``imem_waddr`` / ``imem_wdata`` when it is high), ``irq`` and the
-combinational ``reg_rdata`` of the addressed register with the model. The cases
-are schedules of bus accesses and sequencer events.
+combinational ``reg_rdata`` of the addressed register with the model, and the
+run's configuration the sequencer and the units see (``prog_len``, ``prog_addr``,
+``prog_fetch``, ``ubuf_base``, ``ubuf_rows``: the active copies of the
+double-buffered registers, or their next values in a START's cycle). The cases are
+schedules of bus accesses and sequencer events.
 """
 
 from __future__ import annotations
@@ -24,8 +27,9 @@ SEQ_INPUTS = ("running", "done", "fault", "error", "fault_pc", "cycle", "macs",
               "dram_rd_bytes", "dram_wr_bytes", "fetch_rd_bytes")
 #: Ports of the ``seq`` interface (:class:`systolica.rtl.ports.RunControl`) by the
 #: names the model uses; the others are named as in the model.
-PORT = {**{name: f"seq__{name}" for name in ("start", "prog_len", "running", "done",
-                                              "fault", "error", "fault_pc", "cycle")},
+PORT = {**{name: f"seq__{name}" for name in ("start", "prog_len", "prog_addr", "prog_fetch",
+                                              "running", "done", "fault", "error",
+                                              "fault_pc", "cycle")},
         "imem_we": "seq__imem__en", "imem_waddr": "seq__imem__addr",
         "imem_wdata": "seq__imem__data"}
 M32 = 0xFFFF_FFFF
@@ -39,14 +43,27 @@ def ubuf_ok(base: int, rows: int) -> bool:
             and base + rows <= 2048)
 
 
+#: The double-buffered registers (docs/management-core.md) and their reset values.
+BUFFERED = {Reg.PROG_LEN: 0, Reg.PROG_ADDR: 0, Reg.PROG_FETCH: CFG.imem_depth,
+            Reg.UBUF_BASE: CFG.ubuf_base, Reg.UBUF_ROWS: CFG.ubuf_rows}
+#: ... and the register file's port that carries each one's run value.
+RUN_PORT = {Reg.PROG_LEN: "prog_len", Reg.PROG_ADDR: "prog_addr",
+            Reg.PROG_FETCH: "prog_fetch", Reg.UBUF_BASE: "ubuf_base",
+            Reg.UBUF_ROWS: "ubuf_rows"}
+
+
 class RegsModel:
     def __init__(self):
         self.done_flag = self.error_flag = 0
         self.fault_cycle = 0
-        self.prog_len = 0
         self.imem_addr = 0
         self.parts: list[int] = []
-        self.ubuf_base, self.ubuf_rows = CFG.ubuf_base, CFG.ubuf_rows   # reset values
+        self.next = dict(BUFFERED)      # what writes set and reads return
+        self.active = dict(BUFFERED)    # the run's, copied from next at START
+
+    @property
+    def prog_len(self) -> int:
+        return self.next[Reg.PROG_LEN]
 
     def outputs(self, i: dict) -> dict:
         """Combinational outputs for inputs ``i`` (bus: addr, wdata, we)."""
@@ -66,7 +83,7 @@ class RegsModel:
                          | self.error_flag * regs.STATUS_ERROR),
             Reg.ERROR: i["error"],
             Reg.FAULT_PC: i["fault_pc"],
-            Reg.PROG_LEN: self.prog_len,
+            **self.next,
             Reg.IMEM_ADDR: self.imem_addr,
             Reg.CYCLES: i["cycle"],
             Reg.MACS_LO: i["macs"] & M32,
@@ -76,12 +93,12 @@ class RegsModel:
             Reg.FETCH_RD_BYTES: i["fetch_rd_bytes"],
             Reg.HWCFG: regs.hwcfg_word(CFG.tile_rows, CFG.tile_cols, CFG.tile_size),
             Reg.FAULT_CYCLE: self.fault_cycle,
-            Reg.UBUF_BASE: self.ubuf_base,
-            Reg.UBUF_ROWS: self.ubuf_rows,
         }
         if i["addr"] in table:        # CTRL and IMEM_DATA are write-only
             out["reg_rdata"] = table[i["addr"]]
-        out["ubuf_base"], out["ubuf_rows"] = self.ubuf_base, self.ubuf_rows
+        # the run sees the next values from START's cycle on
+        run = self.next if out["start"] else self.active
+        out.update({RUN_PORT[reg]: value for reg, value in run.items()})
         return out
 
     def clock(self, i: dict, out: dict) -> None:
@@ -93,19 +110,23 @@ class RegsModel:
         if i["fault"]:
             self.error_flag = 1
             self.fault_cycle = i["cycle"]
-        if i["running"] and any(write(r) for r in (Reg.PROG_LEN, Reg.PROG_ADDR,
-                                                    Reg.IMEM_ADDR, Reg.IMEM_DATA)):
-            return                 # the program's registers: only while stopped
-        if write(Reg.PROG_LEN):
-            self.prog_len = i["wdata"]
+        if out["start"]:
+            self.active = dict(self.next)
+        # the double-buffered registers take writes also while running
+        for reg in (Reg.PROG_LEN, Reg.PROG_ADDR, Reg.PROG_FETCH):
+            if write(reg):
+                self.next[reg] = i["wdata"]
+        # a UBUF register takes a write only if its pair with the other's next is legal
+        base, rows = self.next[Reg.UBUF_BASE], self.next[Reg.UBUF_ROWS]
+        if write(Reg.UBUF_BASE) and ubuf_ok(i["wdata"], rows):
+            self.next[Reg.UBUF_BASE] = i["wdata"]
+        if write(Reg.UBUF_ROWS) and ubuf_ok(base, i["wdata"]):
+            self.next[Reg.UBUF_ROWS] = i["wdata"]
+        if i["running"] and any(write(r) for r in (Reg.IMEM_ADDR, Reg.IMEM_DATA)):
+            return                 # the instruction memory's: only while stopped
         if write(Reg.IMEM_ADDR):
             self.imem_addr = i["wdata"]
             self.parts = []
-        # a UBUF register takes a write only while stopped, and only a legal pair
-        if write(Reg.UBUF_BASE) and not i["running"] and ubuf_ok(i["wdata"], self.ubuf_rows):
-            self.ubuf_base = i["wdata"]
-        if write(Reg.UBUF_ROWS) and not i["running"] and ubuf_ok(self.ubuf_base, i["wdata"]):
-            self.ubuf_rows = i["wdata"]
         if write(Reg.IMEM_DATA):
             if len(self.parts) == 3:
                 self.parts = []
@@ -196,8 +217,9 @@ def case_readback(rng):
 def case_prog_len_wide(rng):
     """PROG_LEN is a 32-bit RW register: it reads back what was written, and a length
     beyond the program memory must reach the sequencer as one (PROG_RANGE)."""
-    return [wr(Reg.PROG_LEN, 0x1_0005), rd(Reg.PROG_LEN), wr(Reg.PROG_LEN, 0x8000_0000),
-            rd(Reg.PROG_LEN)]
+    start = wr(Reg.CTRL, regs.CTRL_START)     # the run's PROG_LEN: the next one
+    return [wr(Reg.PROG_LEN, 0x1_0005), rd(Reg.PROG_LEN), start, idle(),
+            wr(Reg.PROG_LEN, 0x8000_0000), rd(Reg.PROG_LEN), start, idle()]
 
 
 def case_imem_addr_wide(rng):
@@ -209,9 +231,9 @@ def case_imem_addr_wide(rng):
 
 def case_ubuf(rng):
     """UBUF_BASE / UBUF_ROWS: reset to the configuration's; a write is taken only if
-    the pair it makes with the other register is whole banks, a power of two rows,
-    inside the CBUF, and only while stopped; a refused write leaves the register as
-    it was (reads show it)."""
+    the pair it makes with the other register's next value is whole banks, a power of
+    two rows, inside the CBUF (also while running: it sets the next value); a refused
+    write leaves the register as it was (reads show it)."""
     s = [rd(Reg.UBUF_BASE), rd(Reg.UBUF_ROWS)]
     for reg, value in ((Reg.UBUF_ROWS, 512),      # 1792 + 512 runs past the CBUF
                        (Reg.UBUF_BASE, 1024), (Reg.UBUF_ROWS, 512),
@@ -225,7 +247,7 @@ def case_ubuf(rng):
                        (Reg.UBUF_ROWS, 1024), (Reg.UBUF_ROWS, 2048), (Reg.UBUF_BASE, 0),
                        (Reg.UBUF_ROWS, 2048)):
         s += [wr(reg, value), rd(Reg.UBUF_BASE), rd(Reg.UBUF_ROWS)]
-    # while running, even a legal write is ignored
+    # while running, a legal write sets the next value (the run keeps its own)
     s += [wr(Reg.UBUF_ROWS, 256, running=1), rd(Reg.UBUF_ROWS, running=1),
           wr(Reg.UBUF_BASE, 512, running=1), rd(Reg.UBUF_BASE), wr(Reg.UBUF_ROWS, 256),
           wr(Reg.UBUF_BASE, 512), rd(Reg.UBUF_BASE), rd(Reg.UBUF_ROWS)]
@@ -238,9 +260,9 @@ def case_ubuf(rng):
 
 
 def case_program_while_running(rng):
-    """PROG_LEN, IMEM_ADDR and IMEM_DATA ignore writes while the chip runs (the
-    instruction memory's write port is the fetcher's then): no word is stored, no
-    address moves, no length changes."""
+    """IMEM_ADDR and IMEM_DATA ignore writes while the chip runs (the instruction
+    memory's write port is the fetcher's then): no word is stored, no address moves;
+    PROG_LEN takes them as its next value (read back), the run keeps its own."""
     s = [wr(Reg.PROG_LEN, 7), wr(Reg.IMEM_ADDR, 5)]
     s += [wr(Reg.IMEM_DATA, 0xA000_0000 + p) for p in range(2)]
     s += [wr(Reg.PROG_LEN, 99, running=1), wr(Reg.IMEM_ADDR, 40, running=1),
@@ -248,6 +270,7 @@ def case_program_while_running(rng):
     s += [wr(Reg.IMEM_DATA, 0xB000_0000 + p, running=1) for p in range(4)]
     s += [rd(Reg.IMEM_ADDR)]
     s += [wr(Reg.IMEM_DATA, 0xC000_0000 + p) for p in range(2)] + [rd(Reg.IMEM_ADDR)]
+    s += [wr(Reg.CTRL, regs.CTRL_START), rd(Reg.PROG_LEN, running=1)]
     for _ in range(30):
         reg = rng.choice([Reg.PROG_LEN, Reg.IMEM_ADDR, Reg.IMEM_DATA])
         s += [wr(reg, rng.getrandbits(16), running=int(rng.random() < 0.5)),
@@ -255,7 +278,44 @@ def case_program_while_running(rng):
     return s
 
 
+def case_double_buffered(rng):
+    """PROG_LEN, PROG_ADDR, PROG_FETCH, UBUF_BASE and UBUF_ROWS: a write while running
+    sets the next value, which reads return, and the run keeps its own; START makes
+    the next values the run's, in its own cycle; a UBUF pair the rule refuses is
+    ignored while running too; PROG_FETCH resets to imem_depth; IMEM_DATA while
+    running stores nothing."""
+    s = [rd(Reg.PROG_FETCH), wr(Reg.PROG_LEN, 100), wr(Reg.PROG_ADDR, 4000),
+         wr(Reg.PROG_FETCH, 0), wr(Reg.UBUF_ROWS, 0), wr(Reg.UBUF_BASE, 1024),
+         wr(Reg.UBUF_ROWS, 512), wr(Reg.CTRL, regs.CTRL_START)]
+    # program A runs: B's configuration goes in meanwhile
+    run = dict(running=1)
+    s += [wr(Reg.PROG_LEN, 7, **run), rd(Reg.PROG_LEN, **run),
+          wr(Reg.PROG_ADDR, 123, **run), rd(Reg.PROG_ADDR, **run),
+          wr(Reg.PROG_FETCH, 3, **run), rd(Reg.PROG_FETCH, **run),
+          wr(Reg.UBUF_ROWS, 0, **run), wr(Reg.UBUF_BASE, 1792, **run),
+          wr(Reg.UBUF_ROWS, 512, **run),      # 1792 + 512 past the CBUF: refused
+          rd(Reg.UBUF_ROWS, **run), wr(Reg.UBUF_ROWS, 256, **run), rd(Reg.UBUF_BASE, **run),
+          wr(Reg.IMEM_ADDR, 9, **run), wr(Reg.IMEM_DATA, 1, **run),
+          wr(Reg.IMEM_DATA, 2, **run), wr(Reg.IMEM_DATA, 3, **run),
+          wr(Reg.IMEM_DATA, 4, **run), rd(Reg.IMEM_ADDR, **run),
+          wr(Reg.CTRL, regs.CTRL_START, **run),   # ignored: A still runs
+          idle(running=1, done=1)]
+    # START right after A's interrupt: B's configuration is the run's in that cycle
+    s += [wr(Reg.CTRL, regs.CTRL_START), rd(Reg.PROG_LEN, running=1),
+          wr(Reg.PROG_FETCH, 0xFFFF_FFFF, running=1), idle(running=1, done=1), idle(),
+          rd(Reg.PROG_FETCH), wr(Reg.CTRL, regs.CTRL_START | regs.CTRL_IRQ_ACK)]
+    for _ in range(40):
+        reg = rng.choice(list(BUFFERED) + [Reg.CTRL])
+        value = regs.CTRL_START if reg is Reg.CTRL else rng.choice(
+            [0, 256, 512, 1024, 1536, rng.getrandbits(32), rng.getrandbits(12)])
+        running = int(rng.random() < 0.5)
+        s += [wr(reg, value, running=running), rd(rng.choice(list(BUFFERED)),
+                                                  running=running)]
+    return s
+
+
 CASES = {
+    "double_buffered": case_double_buffered,
     "program_while_running": case_program_while_running,
     "ubuf": case_ubuf,
     "imem_data": case_imem_data,
@@ -267,7 +327,7 @@ CASES = {
 }
 #: Cases run in one simulation per group (reset between cases).
 GROUPS = {"registers": ["imem_data", "start", "irq", "readback", "ubuf",
-                        "program_while_running"],
+                        "program_while_running", "double_buffered"],
           "prog_len_wide": ["prog_len_wide"], "imem_addr_wide": ["imem_addr_wide"]}
 
 
@@ -287,16 +347,14 @@ class CsrTB(BlockTB):
             for name, value in want.items():
                 self.expect(f"{name} ({op})", self.get(PORT.get(name, name)), value)
             prog_len, imem_addr = self.get(PORT["prog_len"]), self.get(PORT["imem_waddr"])
-            if model.prog_len < 1 << 16:
-                self.expect("prog_len", prog_len, model.prog_len)
             if model.imem_addr < 1 << 16:
                 self.expect("imem_waddr", imem_addr, model.imem_addr)
             elif imem_addr < CFG.imem_depth:
                 self.fail(f"IMEM_ADDR {model.imem_addr:#x} reaches the program memory as "
                           f"index {imem_addr}, which it writes")
             # A length beyond the program memory must stay one on the way out.
-            if model.prog_len > CFG.imem_depth and prog_len <= CFG.imem_depth:
-                self.fail(f"PROG_LEN {model.prog_len:#x} reaches the sequencer as "
+            if want["prog_len"] > CFG.imem_depth and prog_len <= CFG.imem_depth:
+                self.fail(f"PROG_LEN {want['prog_len']:#x} reaches the sequencer as "
                           f"{prog_len}, which does not fault PROG_RANGE")
             model.clock(i, want)
 

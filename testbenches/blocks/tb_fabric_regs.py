@@ -27,7 +27,7 @@ from tb_base import BlockTB, case_names, pack_fields
 # has 18 sources, past SETCFG's 4-bit values
 PAGED = preset("tiny").replace(name="tiny_4x4", tile_rows=4, tile_cols=4, tile_size=2)
 WIDE = preset("tiny").replace(name="tiny_2x16", tile_rows=2, tile_cols=16, tile_size=1,
-                              general_lanes=False)
+                              general_lanes=False, core_imem_bytes=0, core_dmem_bytes=0)
 CFG = {"paged": PAGED, "wide": WIDE}.get(os.environ.get("FABRIC_VARIANT"), preset("tiny"))
 MUXES = fabric.muxes(CFG)
 #: the chip's format, from the opcode alone (SETCFGW where SETCFG's 8-bit numbers or

@@ -469,7 +469,8 @@ def program_words(program) -> list[int]:
 
 
 IDLE = {"ctrl__start": 0, "ctrl__prog_len": 0, "ctrl__imem__en": 0, "ctrl__imem__addr": 0,
-        "ctrl__imem__data": 0, "ctrl__prog_addr": 0, "mem_busy": 0, "mem__rdata": 0,
+        "ctrl__imem__data": 0, "ctrl__prog_addr": 0, "ctrl__prog_fetch": CFG.imem_depth,
+        "mem_busy": 0, "mem__rdata": 0,
         "bank_conflict": 0, "ubuf_base": CFG.ubuf_base, "ubuf_rows": CFG.ubuf_rows,
         **{f"{u}__{what}": 1 for u in BUSY_UNITS for what in ("ready", "drained")}}
 

@@ -37,7 +37,7 @@ def _programs(count: int):
     out, base = [], 0
     for seed in range(count):
         compiled = compile_network(CFG, small_cnn(seed, size=8, channels=4),
-                                   options=CompileOptions(dram_base=base))
+                                   options=CompileOptions(dram_base=base, fetch_from=0))
         out.append(compiled)
         base = compiled.prog_addr + fetch.region_words(CFG, len(compiled.program))
     return out

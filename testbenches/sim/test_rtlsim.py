@@ -97,8 +97,10 @@ def test_driver_register_sequence():
 
     writes = [(reg, value) for kind, reg, *value in bus.log if kind == "w"
               for value in value]
-    assert writes[:3] == [(Reg.PROG_LEN, 2), (Reg.PROG_ADDR, 0), (Reg.IMEM_ADDR, 0)]
-    writes = writes[1:]
+    # PROG_FETCH: the instructions preloaded (all: no depth given)
+    assert writes[:4] == [(Reg.PROG_LEN, 2), (Reg.PROG_ADDR, 0), (Reg.PROG_FETCH, 2),
+                          (Reg.IMEM_ADDR, 0)]
+    writes = writes[2:]
     assert writes[2:6] == [(Reg.IMEM_DATA, 0x89AB_CDEF), (Reg.IMEM_DATA, 0x0123_4567),
                            (Reg.IMEM_DATA, 0), (Reg.IMEM_DATA, 0x8000_0000)]
     assert writes[6:10] == [(Reg.IMEM_DATA, 5)] + [(Reg.IMEM_DATA, 0)] * 3
@@ -125,10 +127,10 @@ def test_cxx_script_follows_the_driver():
     from systolica.sim import cxxsim
     lines = cxxsim.script(isa.to_bytes([5]), 77, [(300, 6, "/r/a b.hex"), (9, 0, "/r/e"),
                                                   (1 << 22, 2, "/r/c.hex")]).splitlines()
-    assert lines[:6] == ["reset 2", "load", f"write {int(Reg.PROG_LEN)} 1",
-                         f"write {int(Reg.PROG_ADDR)} 0", f"write {int(Reg.IMEM_ADDR)} 0",
-                         f"write {int(Reg.IMEM_DATA)} 5"]
-    del lines[3]
+    assert lines[:7] == ["reset 2", "load", f"write {int(Reg.PROG_LEN)} 1",
+                         f"write {int(Reg.PROG_ADDR)} 0", f"write {int(Reg.PROG_FETCH)} 1",
+                         f"write {int(Reg.IMEM_ADDR)} 0", f"write {int(Reg.IMEM_DATA)} 5"]
+    del lines[3:5]
     assert lines[5:8] == [f"write {int(Reg.IMEM_DATA)} 0"] * 3
     assert lines[8:11] == ["mark", f"write {int(Reg.CTRL)} {CTRL_START}", "wait 77"]
     assert lines[11:-3] == [f"read {r.name} {int(r)}" for r in COUNTER_REGS]
