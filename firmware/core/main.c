@@ -12,7 +12,8 @@
  *
  * The configuration registers are double-buffered (docs/management-core.md): with
  * FW_FLAG_OVERLAP the loop writes the next chip step's configuration while the
- * current one runs, and starts it as soon as the current one has stopped; without,
+ * current one runs, and starts it as soon as the current one has stopped (having
+ * read its STATUS and CYCLES; the bookkeeping follows the START); without,
  * it writes each step's configuration after the previous has stopped (so the host
  * can measure what the overlap saves). Each step records the core's cycle counter at
  * its START and the chip's CYCLES of its run: the run's timeline.
@@ -77,22 +78,29 @@ static uint32_t configure(const volatile struct fw_step *step)
     return 0;
 }
 
-/* Start chip step `index` (configured), configure the next one while it runs (with
- * the overlap), wait for the run to stop and account for it. Return FW_RESULT_OK to
- * go on, else the result that stopped the table (its details in the mailbox);
- * `*next_ready`: step index + 1 is configured in the chip's next registers. */
-static uint32_t run_chip_step(uint32_t index, volatile struct fw_step *step, int overlap,
-                              int *next_ready)
+/* Start a configured chip step, stamping its START with the core's cycle counter. */
+static void start(volatile struct fw_step *step)
 {
-    uint32_t status, ahead = 0;
-    const volatile struct fw_step *next = step + 1;
-
     step->t_start = rdcycle();
     reg_write(REG_CTRL, CTRL_START);
-    *next_ready = 0;
+}
+
+/* Chip step `index` runs: configure the next one meanwhile (with the overlap), wait
+ * for the run to stop, and start the next at once when it is configured (its START
+ * clears the interrupt; the bookkeeping follows), else acknowledge the interrupt.
+ * Return FW_RESULT_OK to go on, else the result that stopped the table (its details
+ * in the mailbox); `*next_started`: step index + 1 runs. */
+static uint32_t finish_chip_step(uint32_t index, volatile struct fw_step *step, int overlap,
+                                 int *next_started)
+{
+    uint32_t status, ahead = 0;
+    volatile struct fw_step *next = step + 1;
+    int configured = 0;
+
+    *next_started = 0;
     if (overlap && index + 1 < fw_mailbox.n_steps && next->kind == FW_STEP_CHIP) {
         ahead = configure(next);            /* while step `index` runs */
-        *next_ready = ahead == 0;
+        configured = ahead == 0;
     }
     status = wait_stopped();
     if (status & STATUS_ERROR) {
@@ -104,10 +112,14 @@ static uint32_t run_chip_step(uint32_t index, volatile struct fw_step *step, int
         stop_at(index, FW_RESULT_CHIP_FAULT, code);
         return FW_RESULT_CHIP_FAULT;
     }
-    step->t_cycles = reg_read(REG_CYCLES);
-    fw_mailbox.cycles += step->t_cycles;
-    if (!*next_ready)       /* else the next START clears the interrupt */
+    step->t_cycles = reg_read(REG_CYCLES);      /* before a START clears it */
+    if (configured) {
+        start(next);
+        *next_started = 1;
+    } else {
         reg_write(REG_CTRL, CTRL_IRQ_ACK);
+    }
+    fw_mailbox.cycles += step->t_cycles;
     if (ahead) {            /* the next step's configuration was refused */
         fw_mailbox.steps_done = index + 1;
         stop_at(index + 1, FW_RESULT_BAD_STEP, ahead);
@@ -119,7 +131,7 @@ static uint32_t run_chip_step(uint32_t index, volatile struct fw_step *step, int
 int main(void)
 {
     uint32_t n = fw_mailbox.n_steps;
-    int overlap = (fw_mailbox.flags & FW_FLAG_OVERLAP) != 0, ready = 0;
+    int overlap = (fw_mailbox.flags & FW_FLAG_OVERLAP) != 0, running = 0;
 
     fw_mailbox.steps_done = 0;
     fw_mailbox.cycles = 0;
@@ -132,16 +144,18 @@ int main(void)
         uint32_t result;
 
         switch (step->kind) {
-        case FW_STEP_CHIP: {
-            uint32_t problem = ready ? 0 : configure(step);
+        case FW_STEP_CHIP:
+            if (!running) {     /* else the step before started it */
+                uint32_t problem = configure(step);
 
-            if (problem) {
-                stop_at(i, FW_RESULT_BAD_STEP, problem);
-                return 0;
+                if (problem) {
+                    stop_at(i, FW_RESULT_BAD_STEP, problem);
+                    return 0;
+                }
+                start(step);
             }
-            result = run_chip_step(i, step, overlap, &ready);
+            result = finish_chip_step(i, step, overlap, &running);
             break;
-        }
         case FW_STEP_KERNEL: {
             uint32_t problem = run_kernel(step->kernel, step->arg0, fw_mailbox.dram_bytes);
 

@@ -477,6 +477,7 @@ def cmd_bench(args) -> int:
         bench_cases,
         chain_bench,
         cnn_bench,
+        core_bench,
         deepbench,
         flow,
         onnx_bench,
@@ -554,9 +555,14 @@ def cmd_bench(args) -> int:
             progress.update(task, description=f"{case.name} on {onnx_bench.CONFIG}")
             models.append(onnx_bench.record(case))
             progress.advance(task)
+        task = progress.add_task(f"the management core's table on {core_bench.CONFIG}: "
+                                 f"with and without the overlapped configuration", total=1)
+        cores = core_bench.records()
+        progress.advance(task)
     out = Path(args.out)
     _write_bytes(args.out, (json.dumps(records + resnets + deeps + chains + transposes
-                                       + routes + models, indent=2) + "\n").encode())
+                                       + routes + models + cores, indent=2)
+                            + "\n").encode())
     for r in records:
         print(f"{r['name']:>18} on {r['config']:<5} cycles {r['cycles']:>7} "
               f"(predicted {r['predicted_cycles']}) util {r['mac_utilization']:.3f} "
@@ -580,8 +586,9 @@ def cmd_bench(args) -> int:
     transpose_bench.print_records(transposes)
     route_bench.print_records(routes)
     onnx_bench.print_records(models)
+    core_bench.print_records(cores)
     print(f"wrote {out}")
-    return 0 if all(r["ok"] for r in records + chains + transposes + routes + models
+    return 0 if all(r["ok"] for r in records + chains + transposes + routes + models + cores
                     if "error" not in r) else 1
 
 

@@ -1,0 +1,17 @@
+"""``make bench``'s table of the management core (systolica.app.core_bench): both ways
+pass their checks, and the overlapped configuration shortens the table."""
+
+import pytest
+
+from systolica.app import core_bench
+
+
+@pytest.mark.regress
+def test_the_overlap_saves_cycles_between_programs(capsys):
+    overlap, one_at_a_time = core_bench.records(images=3)
+    assert overlap["ok"] and one_at_a_time["ok"]
+    assert overlap["program_cycles"] == one_at_a_time["program_cycles"]
+    assert max(overlap["gaps"]) < min(one_at_a_time["gaps"])
+    assert overlap["cycles_saved_by_overlap"] > 0
+    core_bench.print_records([overlap, one_at_a_time])
+    assert "saves" in capsys.readouterr().out
