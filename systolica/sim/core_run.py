@@ -26,8 +26,8 @@ from systolica.arch.loadable import Loadable
 from systolica.firmware import core_image, dramfile
 from systolica.firmware.core_host import ChipStep, KernelStep, TableRun
 from systolica.sim import rtlsim
-from systolica.sim.rtlsim import HDL_TOPLEVEL, RtlSimError
-from systolica.sim.verilated import build_root, cocotb_environment, log_tail
+from systolica.sim.rtlsim import RtlSimError
+from systolica.sim.verilated import build_root
 
 TEST_MODULE = "systolica.sim.cocotb_core"
 #: Cycles the firmware may take beyond the programs' own (a table's steps cost it some
@@ -107,26 +107,8 @@ def run(cfg: ChipConfig, steps: list[Loadable | KernelStep], *, readback=(),
             "readback": [[int(a), int(n)] for a, n in readback], "results": "results.json"}
     (run_dir / "core_job.json").write_text(json.dumps(spec, indent=1))
 
-    out = rtlsim.build(cfg)
-    from cocotb_tools.check_results import get_results
-    from cocotb_tools.runner import get_runner
-    log, results_xml = run_dir / "sim.log", run_dir / "results.xml"
-    try:
-        with cocotb_environment():
-            get_runner("verilator").test(
-                test_module=TEST_MODULE, hdl_toplevel=HDL_TOPLEVEL,
-                hdl_toplevel_lang="verilog", build_dir=out / "sim_build", test_dir=run_dir,
-                results_xml=str(results_xml),
-                extra_env={"SYSTOLICA_CORE_JOB": str(run_dir / "core_job.json")},
-                plusargs=["+DRAM_IN=dram_in.hex", "+DRAM_OUT=dram_out.hex"],
-                log_file=log)
-        tests, failed = get_results(results_xml)
-    except (RuntimeError, SystemExit, OSError) as exc:
-        raise RtlSimError(f"simulation in {run_dir} failed ({exc}); {log} ends:\n"
-                          f"{log_tail(log)}") from None
-    if failed or not tests:
-        raise RtlSimError(f"firmware run in {run_dir} failed; {log} ends:\n"
-                          f"{log_tail(log)}")
+    rtlsim.run_cocotb(rtlsim.build(cfg), run_dir, TEST_MODULE,
+                      {"SYSTOLICA_CORE_JOB": str(run_dir / "core_job.json")})
     raw = json.loads((run_dir / "results.json").read_text())
     table = TableRun(raw["mailbox"], raw["steps"], raw["core_status"], raw["message"],
                      problems=raw["problems"])

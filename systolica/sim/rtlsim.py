@@ -430,6 +430,33 @@ def _run_cxx(cfg: ChipConfig, out: Path, run_dir: Path, specs: list[dict]) -> li
     return raw
 
 
+def run_cocotb(out: Path, run_dir: Path, module: str, env: dict, waves: bool = False
+               ) -> None:
+    """Run cocotb `module` on the simulator built in `out` (``sim_top``, its DRAM
+    files ``dram_in.hex`` / ``dram_out.hex`` in `run_dir`, the simulator's working
+    directory), with `env` added to its environment; :class:`RtlSimError` with the
+    end of its log if it fails or no test ran."""
+    from cocotb_tools.check_results import get_results
+    from cocotb_tools.runner import get_runner
+    log = run_dir / "sim.log"
+    results_xml = run_dir / "results.xml"
+    try:
+        with cocotb_environment():
+            get_runner("verilator").test(
+                test_module=module, hdl_toplevel=HDL_TOPLEVEL, hdl_toplevel_lang="verilog",
+                build_dir=out / "sim_build", test_dir=run_dir,
+                results_xml=str(results_xml), extra_env=env,
+                plusargs=["+DRAM_IN=dram_in.hex", "+DRAM_OUT=dram_out.hex"],
+                waves=waves, log_file=log)
+        tests, failed = get_results(results_xml)
+    except (RuntimeError, SystemExit, OSError) as exc:
+        raise RtlSimError(f"simulation in {run_dir} failed ({exc}); {log} ends:\n"
+                          f"{log_tail(log)}") from None
+    if failed or not tests:
+        raise RtlSimError(f"simulation in {run_dir}: the cocotb test failed; {log} ends:\n"
+                          f"{log_tail(log)}")
+
+
 def _run_cocotb(cfg: ChipConfig, out: Path, run_dir: Path, specs: list[dict],
                 waves: bool) -> list[dict]:
     # The DRAM file names are relative to the run directory, the simulator's working
@@ -442,32 +469,7 @@ def _run_cocotb(cfg: ChipConfig, out: Path, run_dir: Path, specs: list[dict],
         "results": "results.json", "jobs": specs,
     }, indent=1))
 
-    from cocotb_tools.check_results import get_results
-    from cocotb_tools.runner import get_runner
-    runner = get_runner("verilator")
-    log = run_dir / "sim.log"
-    results_xml = run_dir / "results.xml"
-    try:
-        with cocotb_environment():
-            runner.test(
-                test_module=TEST_MODULE,
-                hdl_toplevel=HDL_TOPLEVEL,
-                hdl_toplevel_lang="verilog",
-                build_dir=out / "sim_build",
-                test_dir=run_dir,
-                results_xml=str(results_xml),
-                extra_env={"SYSTOLICA_JOBS": str(jobs_file)},
-                plusargs=["+DRAM_IN=dram_in.hex", "+DRAM_OUT=dram_out.hex"],
-                waves=waves,
-                log_file=log,
-            )
-        tests, failed = get_results(results_xml)
-    except (RuntimeError, SystemExit, OSError) as exc:
-        raise RtlSimError(f"simulation in {run_dir} failed ({exc}); {log} ends:\n"
-                          f"{log_tail(log)}") from None
-    if failed or not tests:
-        raise RtlSimError(f"simulation in {run_dir}: the cocotb test failed; {log} ends:\n"
-                          f"{log_tail(log)}")
+    run_cocotb(out, run_dir, TEST_MODULE, {"SYSTOLICA_JOBS": str(jobs_file)}, waves)
 
     raw = json.loads((run_dir / "results.json").read_text())
     for res in raw:
