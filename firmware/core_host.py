@@ -12,6 +12,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+import numpy as np
+
+from systolica.arch import fetch
 from systolica.arch.config import ChipConfig
 from systolica.arch.isa import WORD_BITS
 from systolica.arch.loadable import Loadable
@@ -148,6 +151,37 @@ class TableRun:
         done = self.steps[:self.mailbox["steps_done"]]
         return [b["t_start"] - (a["t_start"] + a["t_cycles"]) for a, b in zip(done, done[1:])
                 if a["kind"] == b["kind"] == FwStepKind.CHIP]
+
+
+def table_dram(cfg: ChipConfig, steps: Sequence) -> list[tuple[int, np.ndarray]]:
+    """The DRAM the host writes for a table of `steps` (Loadables and KernelSteps):
+    every program's pieces and its image at its PROG_ADDR, every kernel's
+    descriptor, as ``(first word, uint8 words)``; steps that overlap, or run past
+    the DRAM, are a ValueError."""
+    pieces, spans = [], []
+    for k, step in enumerate(steps):
+        if isinstance(step, KernelStep):
+            at, data = step.dram_piece()
+            mine = [(at, np.frombuffer(data, np.uint8).reshape(-1, cfg.dram_word_bytes))]
+        else:
+            mine = [(first, np.asarray(data)) for first, data in step.segments()
+                    if np.asarray(data).shape[0]]
+            mine.append((step.prog_addr, fetch.program_words(cfg, bytes(step.image))))
+        for first, data in mine:
+            lo, hi = first, first + data.shape[0]
+            if hi > cfg.dram_words:
+                raise ValueError(f"step {k}: its DRAM words [{lo}, {hi}) run past the "
+                                  f"{cfg.dram_words}-word DRAM")
+            for j, (olo, ohi) in spans:
+                if j != k and lo < ohi and olo < hi:
+                    raise ValueError(
+                        f"steps {j} and {k} overlap in DRAM (words [{max(lo, olo)}, "
+                        f"{min(hi, ohi)})): compile each program with its own "
+                        f"CompileOptions(dram_base=...) past the one before, and put "
+                        f"descriptors past them")
+            spans.append((k, (lo, hi)))
+        pieces += mine
+    return pieces
 
 
 def _words(data: bytes) -> list[int]:

@@ -20,10 +20,9 @@ from pathlib import Path
 
 import numpy as np
 
-from systolica.arch import fetch
 from systolica.arch.config import ChipConfig, require_config
 from systolica.arch.loadable import Loadable
-from systolica.firmware import core_image, dramfile
+from systolica.firmware import core_host, core_image, dramfile
 from systolica.firmware.core_host import ChipStep, KernelStep, TableRun
 from systolica.sim import rtlsim
 from systolica.sim.rtlsim import RtlSimError
@@ -42,35 +41,6 @@ class CoreRunResult:
     sim_cycles: int                     # from the core's release to its message
 
 
-def _segments(cfg: ChipConfig, steps: list) -> list[tuple[int, np.ndarray]]:
-    """Every program's DRAM pieces and its image at its PROG_ADDR, and every kernel's
-    descriptor; overlapping steps are refused."""
-    pieces, spans = [], []
-    for k, step in enumerate(steps):
-        if isinstance(step, KernelStep):
-            at, data = step.dram_piece()
-            mine = [(at, np.frombuffer(data, np.uint8).reshape(-1, cfg.dram_word_bytes))]
-        else:
-            mine = [(first, np.asarray(data)) for first, data in step.segments()
-                    if np.asarray(data).shape[0]]
-            mine.append((step.prog_addr, fetch.program_words(cfg, bytes(step.image))))
-        for first, data in mine:
-            lo, hi = first, first + data.shape[0]
-            if hi > cfg.dram_words:
-                raise RtlSimError(f"step {k}: its DRAM words [{lo}, {hi}) run past the "
-                                  f"{cfg.dram_words}-word DRAM")
-            for j, (olo, ohi) in spans:
-                if j != k and lo < ohi and olo < hi:
-                    raise RtlSimError(
-                        f"steps {j} and {k} overlap in DRAM (words [{max(lo, olo)}, "
-                        f"{min(hi, ohi)})): compile each program with its own "
-                        f"CompileOptions(dram_base=...) past the one before, and put "
-                        f"descriptors past them")
-            spans.append((k, (lo, hi)))
-        pieces += mine
-    return pieces
-
-
 def run(cfg: ChipConfig, steps: list[Loadable | KernelStep], *, readback=(),
         overlap: bool = True, timeout_cycles: int | None = None, keep: bool = False
         ) -> CoreRunResult:
@@ -84,7 +54,10 @@ def run(cfg: ChipConfig, steps: list[Loadable | KernelStep], *, readback=(),
     if not cfg.has_core:
         raise RtlSimError(f"chip {cfg.name} has no management core (core_imem_bytes 0): "
                           f"run its programs with rtlsim.run")
-    segments = _segments(cfg, steps)
+    try:
+        segments = core_host.table_dram(cfg, steps)
+    except ValueError as exc:
+        raise RtlSimError(str(exc)) from None
     programs = [s for s in steps if isinstance(s, Loadable)]
     table = [s if isinstance(s, KernelStep) else ChipStep.of(s, cfg) for s in steps]
     image = core_image.for_chip(cfg)

@@ -1,9 +1,11 @@
 """The management core in the chip (docs/management-core.md, "The core in the chip"):
 its registers, cycle by cycle, with small programs for the core (``tb_chip_core``);
-and a table of compiled programs the firmware runs: the host loads the firmware and
-the table through the CORE_* registers, the core sequences the chip's programs itself
-and signals the host once; the outputs equal the golden model's bit for bit and every
-program's CYCLES its prediction."""
+and tables the firmware runs: the host loads the firmware and the table through the
+CORE_* registers, the core sequences the chip's programs and its own kernels and
+signals the host once. The outputs equal the golden model's bit for bit (each
+program alone, and the same firmware on the instruction-set model with the golden
+model behind its register window, :func:`systolica.firmware.core_iss.golden_table`),
+and every program's CYCLES its prediction."""
 
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ from systolica.arch import fetch
 from systolica.arch.config import preset
 from systolica.compiler import compile_network
 from systolica.compiler.options import CompileOptions
+from systolica.firmware import core_iss
 from systolica.firmware.core_image import FwResult
 from systolica.models.zoo import small_cnn
 from systolica.sim import core_run, rtlsim
@@ -56,11 +59,15 @@ def test_the_core_runs_a_table_of_programs(programs, overlap):
     table = got.table
     assert table.result == FwResult.OK and not table.problems, table.mailbox
     assert table.mailbox["steps_done"] == len(programs)
+    iss = core_iss.golden_table(CFG, [c.loadable for c in programs], overlap=overlap)
+    assert {k: iss.mailbox[k] for k in ("result", "steps_done", "cycles")} == \
+        {k: table.mailbox[k] for k in ("result", "steps_done", "cycles")}
     for compiled, step, words in zip(programs, table.steps, got.readback, strict=True):
         gold = golden.run(CFG, compiled.loadable)
         assert step["t_cycles"] == compiled.predicted_cycles == gold.cycles
         lo = compiled.dram_map.output
         assert np.array_equal(words, gold.dram[lo:lo + compiled.dram_map.output_words])
+        assert np.array_equal(words, iss.dram[lo:lo + compiled.dram_map.output_words])
     print("gaps", overlap, table.gaps())
 
 
@@ -136,6 +143,9 @@ def test_a_classifier_whose_softmax_runs_on_the_core():
     assert np.array_equal(logits, run.values[p["logits"]].reshape(rows, cols))
     probs = got.readback[1].reshape(-1)[:cols].view(p["y_dtype"]).reshape(rows, cols)
     assert np.array_equal(probs, core_kernels.compute(desc, {"x": logits}))
+    iss = core_iss.golden_table(CFG, steps)         # the same firmware, on the ISS
+    assert iss.mailbox["result"] == FwResult.OK
+    assert np.array_equal(got.readback[1], iss.dram[free:free + probs_words])
     ours = (probs.astype(np.float64) - p["y_zp"]) * p["y_scale"]
     host = run.outputs[plan.outputs[0]].reshape(rows, cols)     # numpy's Softmax
     assert np.abs(ours - host).max() <= p["y_scale"] * 1.0001

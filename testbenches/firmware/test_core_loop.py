@@ -1,15 +1,8 @@
-"""The firmware's command loop, run in an instruction-set model (unicorn, RV32) with a
-small stand-in for the chip's register interface: it walks the host's step table,
-configures and starts each program, sleeps until the run stops, and writes the
-result word once, with the fault's details when a step cannot run or the chip faults.
-
-The model maps the instruction memory, the data memory and the register window at
-the addresses of docs/management-core.md. PicoRV32's interrupt instructions (custom-0)
-are illegal to unicorn; its illegal-instruction hook carries them out (the q
-registers, the mask, entering and leaving the interrupt handler), and turns any other
-illegal instruction into PicoRV32's trap interrupt. ``waitirq`` lets the stand-in chip
-finish its run and returns the accelerator's line (interrupt 0), or ends the
-emulation when the chip is idle with nothing pending (the firmware has parked)."""
+"""The firmware's command loop, run in the instruction-set model
+(:mod:`systolica.firmware.core_iss`) with a small stand-in for the chip's register
+interface: it walks the host's step table, configures and starts each program, sleeps
+until the run stops, and writes the result word once, with the fault's details when a
+step cannot run or the chip faults."""
 
 from __future__ import annotations
 
@@ -17,15 +10,6 @@ import struct
 from dataclasses import dataclass, field
 
 import pytest
-from unicorn import (
-    UC_ARCH_RISCV,
-    UC_HOOK_BLOCK,
-    UC_HOOK_INTR,
-    UC_MODE_RISCV32,
-    UC_PROT_ALL,
-    Uc,
-)
-from unicorn.riscv_const import UC_RISCV_REG_PC, UC_RISCV_REG_X0
 
 from systolica.arch.regs import (
     CTRL_IRQ_ACK,
@@ -36,25 +20,18 @@ from systolica.arch.regs import (
     ErrorCode,
     Reg,
 )
-from systolica.firmware import core_image
+from systolica.firmware import core_image, core_iss
 from systolica.firmware.core_image import (
     DMEM_BASE,
-    DRAM_BASE,
     FW_MAGIC,
-    IMEM_BASE,
     MAILBOX_FIELDS,
-    REGS_BASE,
     FwFlag,
     FwResult,
     FwStepKind,
     FwStepProblem,
 )
 
-ACCEL_IRQ = 1 << 0          # docs/management-core.md: interrupt 0 is the accelerator's
-IRQ_TRAP = 1 << 1          # PicoRV32's: ebreak, ecall, an illegal instruction
-PROGADDR_IRQ = 0x10
-CUSTOM0 = 0x0B
-GETQ, SETQ, RETIRQ, MASKIRQ, WAITIRQ = range(5)     # funct7 of PicoRV32's instructions
+IRQ_TRAP = core_iss.IRQ_TRAP
 INSTRUCTION_LIMIT = 200_000
 
 
@@ -107,7 +84,7 @@ class FakeChip:
         elif reg in DOUBLE_BUFFERED or not self.running:
             self.values[reg] = value
 
-    def advance(self) -> None:
+    def advance(self, dram=None) -> None:
         """Let a run that was started finish."""
         if not self.running:
             return
@@ -123,83 +100,15 @@ class FakeChip:
             self.values[Reg.CYCLES] = 1000 + self.active[Reg.PROG_LEN]
 
 
-@dataclass
-class CoreRun:
-    """What a run left: the mailbox's words by name, the memories, and the instructions
-    the core ran (counted when asked)."""
-    mailbox: dict[str, int]
-    uc: Uc
-    instructions: int = 0
-
-    def word(self, address: int) -> int:
-        return struct.unpack("<I", self.uc.mem_read(address, 4))[0]
+CoreRun = core_iss.IssRun
 
 
 def run_firmware(image: core_image.CoreImage, chip: FakeChip, mailbox: bytes,
                  patches: dict[int, int] | None = None, *, dram: bytearray | None = None,
                  count: bool = False, limit: int = INSTRUCTION_LIMIT) -> CoreRun:
-    """Run `image` (with the instruction words `patches` replaced) from reset with
-    `mailbox` at the start of the data memory until it parks (or `limit` instructions
-    have run). `dram`, if given, is the DRAM behind the core's window (mapped at
-    DRAM_BASE, in pages of 4 KiB; the page's rest reads as zeros) and holds what the
-    run left there afterwards. With `count`, the run's instructions are counted (by
-    translated block: a block's instructions when it is entered)."""
-    uc = Uc(UC_ARCH_RISCV, UC_MODE_RISCV32)
-    uc.mem_map(IMEM_BASE, image.imem_bytes, UC_PROT_ALL)
-    uc.mem_map(DMEM_BASE, image.dmem_bytes, UC_PROT_ALL)
-    if dram is not None:
-        uc.mem_map(DRAM_BASE, max(4096, -(-len(dram) // 4096) * 4096), UC_PROT_ALL)
-        uc.mem_write(DRAM_BASE, bytes(dram))
-    counted = [0]
-    if count:
-        uc.hook_add(UC_HOOK_BLOCK, lambda uc, address, size, data: counted.__setitem__(
-            0, counted[0] + size // 4))
-    uc.mem_write(IMEM_BASE, image.imem)
-    for address, word in (patches or {}).items():
-        uc.mem_write(address, struct.pack("<I", word))
-    uc.mem_write(DMEM_BASE, image.dmem)
-    uc.mem_write(DMEM_BASE, mailbox)
-    uc.mmio_map(REGS_BASE, 0x1000, lambda uc, offset, size, data: chip.read(Reg(offset // 4)),
-                None, lambda uc, offset, size, value, data: chip.write(Reg(offset // 4), value),
-                None)
-    core = {"q": [0] * 4, "mask": 0xFFFF_FFFF, "in_irq": False}   # PicoRV32's IRQ state
-    reg = lambda n: uc.reg_read(UC_RISCV_REG_X0 + n) if n else 0
-
-    def custom(uc, intno, data):
-        # unicorn reports an illegal instruction with the pc already past it
-        pc = uc.reg_read(UC_RISCV_REG_PC) - 4
-        word, = struct.unpack("<I", uc.mem_read(pc, 4))
-        funct7, rs1, rd = word >> 25, (word >> 15) & 31, (word >> 7) & 31
-        q, result, next_pc = core["q"], None, pc + 4
-        if word & 0x7F != CUSTOM0:        # illegal to PicoRV32 too: its trap interrupt
-            assert not core["in_irq"] and not core["mask"] & IRQ_TRAP, \
-                f"the core halts at 0x{pc:x} (0x{word:08x})"
-            q[0], q[1], core["in_irq"], next_pc = pc + 4, IRQ_TRAP, True, PROGADDR_IRQ
-        elif funct7 == GETQ:
-            result = q[rs1 & 3]
-        elif funct7 == SETQ:
-            q[rd & 3] = reg(rs1)
-        elif funct7 == RETIRQ:
-            core["in_irq"], next_pc = False, q[0]
-        elif funct7 == MASKIRQ:
-            result, core["mask"] = core["mask"], reg(rs1)
-        else:
-            assert funct7 == WAITIRQ, f"unexpected custom instruction 0x{word:08x} at 0x{pc:x}"
-            chip.advance()
-            if not chip.irq:
-                uc.emu_stop()          # parked: nothing will ever wake it
-            result = ACCEL_IRQ if chip.irq else 0
-        if result is not None and rd:
-            uc.reg_write(UC_RISCV_REG_X0 + rd, result)
-        uc.reg_write(UC_RISCV_REG_PC, next_pc)
-
-    uc.hook_add(UC_HOOK_INTR, custom)
-    uc.emu_start(IMEM_BASE, IMEM_BASE + image.imem_bytes, count=limit)
-    words = struct.unpack_from(f"<{len(MAILBOX_FIELDS)}I",
-                               uc.mem_read(DMEM_BASE, 4 * len(MAILBOX_FIELDS)))
-    if dram is not None:
-        dram[:] = uc.mem_read(DRAM_BASE, len(dram))
-    return CoreRun(dict(zip(MAILBOX_FIELDS, words)), uc, counted[0])
+    """:func:`systolica.firmware.core_iss.run` with the stand-in chip (a halt of the
+    core fails the test)."""
+    return core_iss.run(image, chip, mailbox, patches, dram=dram, count=count, limit=limit)
 
 
 def mailbox(steps: list[dict], *, magic: int = FW_MAGIC, n_steps: int | None = None,

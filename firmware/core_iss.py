@@ -1,0 +1,302 @@
+"""The management core's firmware on an instruction-set model: ``unicorn`` (PyPI, RV32)
+runs the same image the chip's PicoRV32 runs, against a model of the chip's register
+interface. With :class:`GoldenChip` that model is the golden model: a ``START`` runs
+the configured program with :func:`systolica.golden.run` on the DRAM behind the
+core's window. This is how the golden model runs a step table: the firmware's own
+decisions, kernels and bookkeeping, bit for bit; the core's own cycles are not
+modelled (unicorn counts instructions), only each program's (docs/management-core.md).
+
+The model maps the instruction memory, the data memory, the register window and (if
+given) the DRAM window at the addresses of docs/management-core.md. PicoRV32's
+interrupt instructions (custom-0) are illegal to unicorn; its illegal-instruction hook
+carries them out (the q registers, the mask, entering and leaving the interrupt
+handler), and turns any other illegal instruction into PicoRV32's trap interrupt.
+``waitirq`` lets the chip model finish its run and returns the accelerator's line
+(interrupt 0), or ends the emulation when the chip is idle with nothing pending (the
+firmware has parked).
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import numpy as np
+
+from systolica.arch import fetch, isa
+from systolica.arch.config import ChipConfig
+from systolica.arch.loadable import Loadable
+from systolica.arch.regs import (
+    CTRL_IRQ_ACK,
+    CTRL_START,
+    STATUS_DONE,
+    STATUS_ERROR,
+    STATUS_RUNNING,
+    ErrorCode,
+    Reg,
+)
+from systolica.firmware.core_image import (
+    DMEM_BASE,
+    DRAM_BASE,
+    IMEM_BASE,
+    MAILBOX_FIELDS,
+    REGS_BASE,
+    CoreImage,
+)
+
+ACCEL_IRQ = 1 << 0          # interrupt 0 is the accelerator's
+IRQ_TRAP = 1 << 1           # PicoRV32's: ebreak, ecall, an illegal instruction
+PROGADDR_IRQ = 0x10
+CUSTOM0 = 0x0B
+GETQ, SETQ, RETIRQ, MASKIRQ, WAITIRQ = range(5)     # funct7 of PicoRV32's instructions
+INSTRUCTION_LIMIT = 10_000_000
+PAGE = 4096
+
+
+class ChipModel(Protocol):
+    """The chip's register interface as the firmware sees it."""
+
+    irq: bool
+
+    def read(self, reg: Reg) -> int: ...
+
+    def write(self, reg: Reg, value: int) -> None: ...
+
+    def advance(self, dram: DramWindow | None) -> None:
+        """Let a run that was started finish (the core sleeps in ``waitirq``)."""
+
+
+class CoreHalted(RuntimeError):
+    """The core stopped where PicoRV32 would halt: a trap with the trap interrupt
+    masked or inside the handler."""
+
+
+@dataclass
+class IssRun:
+    """What a run left: the mailbox's words by name, the instructions the core ran
+    (counted when asked), and the emulator, whose memories can be read."""
+    mailbox: dict[str, int]
+    uc: object
+    instructions: int = 0
+
+    def word(self, address: int) -> int:
+        return struct.unpack("<I", self.uc.mem_read(address, 4))[0]
+
+
+@dataclass
+class DramWindow:
+    """The DRAM behind the core's window, as the chip model reads and writes it."""
+    uc: object
+    size: int
+
+    def read(self) -> bytes:
+        return bytes(self.uc.mem_read(DRAM_BASE, self.size))
+
+    def write(self, data: bytes) -> None:
+        self.uc.mem_write(DRAM_BASE, bytes(data))
+
+
+def run(image: CoreImage, chip: ChipModel, mailbox: bytes,
+        patches: dict[int, int] | None = None, *, dram: bytearray | None = None,
+        count: bool = False, limit: int = INSTRUCTION_LIMIT) -> IssRun:
+    """Run `image` (with the instruction words `patches` replaced) from reset with
+    `mailbox` at the start of the data memory until it parks (or `limit` instructions
+    have run). `dram`, if given, is the DRAM behind the core's window (mapped in
+    pages of 4 KiB; a page's rest reads as zeros) and holds what the run left there
+    afterwards. With `count`, the run's instructions are counted (by translated block:
+    a block's instructions when it is entered)."""
+    from unicorn import UC_ARCH_RISCV, UC_HOOK_BLOCK, UC_HOOK_INTR, UC_MODE_RISCV32, UC_PROT_ALL, Uc
+    from unicorn.riscv_const import UC_RISCV_REG_PC, UC_RISCV_REG_X0
+
+    uc = Uc(UC_ARCH_RISCV, UC_MODE_RISCV32)
+    uc.mem_map(IMEM_BASE, image.imem_bytes, UC_PROT_ALL)
+    uc.mem_map(DMEM_BASE, image.dmem_bytes, UC_PROT_ALL)
+    window = None
+    if dram is not None:
+        uc.mem_map(DRAM_BASE, max(PAGE, -(-len(dram) // PAGE) * PAGE), UC_PROT_ALL)
+        uc.mem_write(DRAM_BASE, bytes(dram))
+        window = DramWindow(uc, len(dram))
+    counted = [0]
+    if count:
+        uc.hook_add(UC_HOOK_BLOCK, lambda uc, address, size, data: counted.__setitem__(
+            0, counted[0] + size // 4))
+    uc.mem_write(IMEM_BASE, image.imem)
+    for address, word in (patches or {}).items():
+        uc.mem_write(address, struct.pack("<I", word))
+    uc.mem_write(DMEM_BASE, image.dmem)
+    uc.mem_write(DMEM_BASE, mailbox)
+    uc.mmio_map(REGS_BASE, 0x1000, lambda uc, offset, size, data: chip.read(Reg(offset // 4)),
+                None, lambda uc, offset, size, value, data: chip.write(Reg(offset // 4), value),
+                None)
+    core = {"q": [0] * 4, "mask": 0xFFFF_FFFF, "in_irq": False}   # PicoRV32's IRQ state
+    reg = lambda n: uc.reg_read(UC_RISCV_REG_X0 + n) if n else 0
+    halted = []
+
+    def custom(uc, intno, data):
+        # unicorn reports an illegal instruction with the pc already past it
+        pc = uc.reg_read(UC_RISCV_REG_PC) - 4
+        word, = struct.unpack("<I", uc.mem_read(pc, 4))
+        funct7, rs1, rd = word >> 25, (word >> 15) & 31, (word >> 7) & 31
+        q, result, next_pc = core["q"], None, pc + 4
+        if word & 0x7F != CUSTOM0:        # illegal to PicoRV32 too: its trap interrupt
+            if core["in_irq"] or core["mask"] & IRQ_TRAP:
+                halted.append(f"the core halts at 0x{pc:x} (0x{word:08x})")
+                uc.emu_stop()
+                return
+            q[0], q[1], core["in_irq"], next_pc = pc + 4, IRQ_TRAP, True, PROGADDR_IRQ
+        elif funct7 == GETQ:
+            result = q[rs1 & 3]
+        elif funct7 == SETQ:
+            q[rd & 3] = reg(rs1)
+        elif funct7 == RETIRQ:
+            core["in_irq"], next_pc = False, q[0]
+        elif funct7 == MASKIRQ:
+            result, core["mask"] = core["mask"], reg(rs1)
+        elif funct7 == WAITIRQ:
+            chip.advance(window)
+            if not chip.irq:
+                uc.emu_stop()          # parked: nothing will ever wake it
+            result = ACCEL_IRQ if chip.irq else 0
+        else:
+            halted.append(f"unexpected custom instruction 0x{word:08x} at 0x{pc:x}")
+            uc.emu_stop()
+            return
+        if result is not None and rd:
+            uc.reg_write(UC_RISCV_REG_X0 + rd, result)
+        uc.reg_write(UC_RISCV_REG_PC, next_pc)
+
+    uc.hook_add(UC_HOOK_INTR, custom)
+    uc.emu_start(IMEM_BASE, IMEM_BASE + image.imem_bytes, count=limit)
+    if halted:
+        raise CoreHalted(halted[0])
+    words = struct.unpack_from(f"<{len(MAILBOX_FIELDS)}I",
+                               uc.mem_read(DMEM_BASE, 4 * len(MAILBOX_FIELDS)))
+    if dram is not None:
+        dram[:] = uc.mem_read(DRAM_BASE, len(dram))
+    return IssRun(dict(zip(MAILBOX_FIELDS, words)), uc, counted[0])
+
+
+#: The registers START takes from their next copies (docs/management-core.md).
+DOUBLE_BUFFERED = (Reg.PROG_ADDR, Reg.PROG_LEN, Reg.PROG_FETCH, Reg.UBUF_BASE,
+                   Reg.UBUF_ROWS)
+
+
+@dataclass
+class GoldenChip:
+    """The chip's register interface with the golden model behind ``START``: the
+    program's configuration double-buffered as the register file's (writes set the
+    next values, START makes them the run's); the run is :func:`systolica.golden.run`
+    of the program the registers name, its image read from the DRAM at PROG_ADDR (the
+    firmware has it fetched whole), on the DRAM behind the core's window, which the
+    run's stores change. A UBUF pair the chip refuses is kept out, as the chip does.
+    ``CORE_MSG`` writes are the firmware's messages (``messages``); ``runs`` holds each
+    run's golden result."""
+    cfg: ChipConfig
+    values: dict = field(default_factory=dict)
+    running: bool = False
+    done: bool = False
+    error: bool = False
+    messages: list[int] = field(default_factory=list)
+    runs: list = field(default_factory=list)
+
+    def __post_init__(self):
+        cfg = self.cfg
+        self.values = {r: 0 for r in Reg} | {Reg.PROG_FETCH: cfg.imem_depth,
+                                             Reg.UBUF_BASE: cfg.ubuf_base,
+                                             Reg.UBUF_ROWS: cfg.ubuf_rows}
+        self.active = {r: self.values[r] for r in DOUBLE_BUFFERED}
+
+    @property
+    def irq(self) -> bool:
+        return self.done or self.error
+
+    def read(self, reg: Reg) -> int:
+        if reg == Reg.STATUS:
+            return (STATUS_RUNNING * self.running | STATUS_DONE * self.done
+                    | STATUS_ERROR * self.error)
+        return self.values[reg]
+
+    def write(self, reg: Reg, value: int) -> None:
+        v = self.values
+        if reg == Reg.CTRL:
+            if value & CTRL_START and not self.running:
+                self.running, self.done, self.error = True, False, False
+                self.active = {r: v[r] for r in DOUBLE_BUFFERED}
+            elif value & CTRL_IRQ_ACK:
+                self.done = self.error = False
+        elif reg == Reg.CORE_MSG:
+            self.messages.append(value)
+            v[reg] = value
+        elif reg in (Reg.UBUF_BASE, Reg.UBUF_ROWS):
+            pair = {Reg.UBUF_BASE: v[Reg.UBUF_BASE], Reg.UBUF_ROWS: v[Reg.UBUF_ROWS],
+                    reg: value}
+            if self.cfg.ubuf_problem(pair[Reg.UBUF_BASE], pair[Reg.UBUF_ROWS]) is None:
+                v[reg] = value
+        elif reg in DOUBLE_BUFFERED or not self.running:
+            v[reg] = value
+
+    def advance(self, dram: DramWindow | None) -> None:
+        if not self.running:
+            return
+        from systolica import golden
+        cfg, a = self.cfg, self.active
+        if dram is None:
+            raise ValueError("GoldenChip runs programs on the DRAM: give the ISS a dram")
+        words = np.frombuffer(dram.read(), np.uint8).reshape(-1, cfg.dram_word_bytes)
+        count, w = a[Reg.PROG_LEN], fetch.words_per_instruction(cfg)
+        region = words[a[Reg.PROG_ADDR]:a[Reg.PROG_ADDR] + count * w]
+        n = isa.WORD_BITS // 8
+        image = region.reshape(count, -1)[:, :n].tobytes()
+        program = Loadable.for_chip(cfg, image, words, a[Reg.PROG_ADDR],
+                                    (a[Reg.UBUF_BASE], a[Reg.UBUF_ROWS]),
+                                    a[Reg.PROG_FETCH])
+        result = golden.run(cfg, program)
+        self.runs.append(result)
+        dram.write(result.dram[:words.shape[0]].tobytes())
+        self.running = False
+        self.values[Reg.CYCLES] = result.cycles
+        if result.error != ErrorCode.NONE:
+            self.error = True
+            self.values |= {Reg.ERROR: int(result.error), Reg.FAULT_PC: result.fault_pc,
+                            Reg.FAULT_CYCLE: result.fault_cycle}
+        else:
+            self.done = True
+
+
+@dataclass
+class GoldenTable:
+    """A step table run by the firmware on the ISS against the golden model: the
+    mailbox, the DRAM after it (uint8 words), and the chip model (its runs and the
+    firmware's messages)."""
+    iss: IssRun
+    dram: np.ndarray
+    chip: GoldenChip
+
+    @property
+    def mailbox(self) -> dict[str, int]:
+        return self.iss.mailbox
+
+
+def golden_table(cfg: ChipConfig, steps, *, overlap: bool = True,
+                 image: CoreImage | None = None) -> GoldenTable:
+    """Run `steps` (Loadables and :class:`~.core_host.KernelStep`) as the chip's core
+    would, on the ISS with :class:`GoldenChip`: the same firmware, table and DRAM the
+    host gives the chip (:mod:`.core_host`). The DRAM modelled reaches the last word
+    the table's pieces do (a kernel writing past it is refused, as past the chip's
+    DRAM)."""
+    from systolica.firmware import core_host, core_image
+    image = image or core_image.for_chip(cfg)
+    pieces = core_host.table_dram(cfg, steps)
+    W = cfg.dram_word_bytes
+    end = max((first + data.shape[0] for first, data in pieces), default=0)
+    words = np.zeros((-(-end * W // PAGE) * PAGE // W, W), np.uint8)
+    for first, data in pieces:
+        words[first:first + data.shape[0]] = data
+    dram = bytearray(words.tobytes())
+    table = [s if isinstance(s, core_host.KernelStep) else core_host.ChipStep.of(s, cfg)
+             for s in steps]
+    mailbox = core_host.table_words(table, overlap=overlap, dram_bytes=len(dram))
+    chip = GoldenChip(cfg)
+    iss = run(image, chip, struct.pack(f"<{len(mailbox)}I", *mailbox), dram=dram)
+    return GoldenTable(iss, np.frombuffer(bytes(dram), np.uint8).reshape(-1, W), chip)
