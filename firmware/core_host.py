@@ -153,33 +153,40 @@ class TableRun:
                 if a["kind"] == b["kind"] == FwStepKind.CHIP]
 
 
-def table_dram(cfg: ChipConfig, steps: Sequence) -> list[tuple[int, np.ndarray]]:
-    """The DRAM the host writes for a table of `steps` (Loadables and KernelSteps):
+def table_dram(cfg: ChipConfig, steps: Sequence, data: Sequence = ()
+               ) -> list[tuple[int, np.ndarray]]:
+    """The DRAM the host writes for a table of `steps` (Loadables and KernelSteps)
+    and `data` (more ``(first word, uint8 words)`` pieces, e.g. a kernel's input):
     every program's pieces and its image at its PROG_ADDR, every kernel's
-    descriptor, as ``(first word, uint8 words)``; steps that overlap, or run past
-    the DRAM, are a ValueError."""
-    pieces, spans = [], []
+    descriptor, the data, as ``(first word, uint8 words)``; pieces of two items that
+    overlap, or one past the DRAM, are a ValueError naming them."""
+    items = []
     for k, step in enumerate(steps):
         if isinstance(step, KernelStep):
-            at, data = step.dram_piece()
-            mine = [(at, np.frombuffer(data, np.uint8).reshape(-1, cfg.dram_word_bytes))]
+            at, raw = step.dram_piece()
+            mine = [(at, np.frombuffer(raw, np.uint8).reshape(-1, cfg.dram_word_bytes))]
         else:
-            mine = [(first, np.asarray(data)) for first, data in step.segments()
-                    if np.asarray(data).shape[0]]
+            mine = [(first, np.asarray(words)) for first, words in step.segments()
+                    if np.asarray(words).shape[0]]
             mine.append((step.prog_addr, fetch.program_words(cfg, bytes(step.image))))
-        for first, data in mine:
-            lo, hi = first, first + data.shape[0]
+        items.append((f"step {k}", mine))
+    items += [(f"data piece {k}", [(int(first), np.asarray(words, np.uint8))])
+              for k, (first, words) in enumerate(data)]
+    pieces, spans = [], []
+    for who, mine in items:
+        for first, words in mine:
+            lo, hi = first, first + words.shape[0]
             if hi > cfg.dram_words:
-                raise ValueError(f"step {k}: its DRAM words [{lo}, {hi}) run past the "
-                                  f"{cfg.dram_words}-word DRAM")
-            for j, (olo, ohi) in spans:
-                if j != k and lo < ohi and olo < hi:
+                raise ValueError(f"{who}: its DRAM words [{lo}, {hi}) run past the "
+                                 f"{cfg.dram_words}-word DRAM")
+            for other, (olo, ohi) in spans:
+                if other != who and lo < ohi and olo < hi:
                     raise ValueError(
-                        f"steps {j} and {k} overlap in DRAM (words [{max(lo, olo)}, "
+                        f"{other} and {who} overlap in DRAM (words [{max(lo, olo)}, "
                         f"{min(hi, ohi)})): compile each program with its own "
                         f"CompileOptions(dram_base=...) past the one before, and put "
-                        f"descriptors past them")
-            spans.append((k, (lo, hi)))
+                        f"descriptors and data past them")
+            spans.append((who, (lo, hi)))
         pieces += mine
     return pieces
 

@@ -99,7 +99,8 @@ class FwStepProblem(enum.IntEnum):
 
 
 #: one step of the table, 32-bit words in this order: what the host writes, then what
-#: the firmware records (a chip step's START on the core's cycle counter, its CYCLES)
+#: the firmware records: a chip step's START on the core's cycle counter and its
+#: CYCLES; a kernel step's start on that counter and the core's cycles it took
 STEP_FIELDS = ("kind", "prog_addr", "prog_len", "ubuf_base", "ubuf_rows", "kernel",
                "arg0", "arg1", "t_start", "t_cycles")
 #: the mailbox's words before the steps

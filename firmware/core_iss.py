@@ -278,16 +278,16 @@ class GoldenTable:
         return self.iss.mailbox
 
 
-def golden_table(cfg: ChipConfig, steps, *, overlap: bool = True,
+def golden_table(cfg: ChipConfig, steps, *, data=(), overlap: bool = True,
                  image: CoreImage | None = None) -> GoldenTable:
     """Run `steps` (Loadables and :class:`~.core_host.KernelStep`) as the chip's core
     would, on the ISS with :class:`GoldenChip`: the same firmware, table and DRAM the
-    host gives the chip (:mod:`.core_host`). The DRAM modelled reaches the last word
-    the table's pieces do (a kernel writing past it is refused, as past the chip's
-    DRAM)."""
+    host gives the chip (:mod:`.core_host`), the pieces of `data` too. The DRAM
+    modelled reaches the last word the table's pieces do (a kernel writing past it
+    is refused, as past the chip's DRAM)."""
     from systolica.firmware import core_host, core_image
     image = image or core_image.for_chip(cfg)
-    pieces = core_host.table_dram(cfg, steps)
+    pieces = core_host.table_dram(cfg, steps, data)
     W = cfg.dram_word_bytes
     end = max((first + data.shape[0] for first, data in pieces), default=0)
     words = np.zeros((-(-end * W // PAGE) * PAGE // W, W), np.uint8)

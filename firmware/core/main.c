@@ -157,7 +157,11 @@ int main(void)
             result = finish_chip_step(i, step, overlap, &running);
             break;
         case FW_STEP_KERNEL: {
-            uint32_t problem = run_kernel(step->kernel, step->arg0, fw_mailbox.dram_bytes);
+            uint32_t problem;
+
+            step->t_start = rdcycle();
+            problem = run_kernel(step->kernel, step->arg0, fw_mailbox.dram_bytes);
+            step->t_cycles = rdcycle() - step->t_start;
 
             if (problem) {
                 stop_at(i, FW_RESULT_BAD_STEP, problem);

@@ -557,7 +557,7 @@ def cmd_bench(args) -> int:
             progress.advance(task)
         task = progress.add_task(f"the management core's table on {core_bench.CONFIG}: "
                                  f"with and without the overlapped configuration", total=1)
-        cores = core_bench.records()
+        cores = core_bench.records() + core_bench.kernel_records()
         progress.advance(task)
     out = Path(args.out)
     _write_bytes(args.out, (json.dumps(records + resnets + deeps + chains + transposes
@@ -586,7 +586,8 @@ def cmd_bench(args) -> int:
     transpose_bench.print_records(transposes)
     route_bench.print_records(routes)
     onnx_bench.print_records(models)
-    core_bench.print_records(cores)
+    core_bench.print_records([r for r in cores if r["kind"] == "core_table"])
+    core_bench.print_kernel_records([r for r in cores if r["kind"] == "core_kernel"])
     print(f"wrote {out}")
     return 0 if all(r["ok"] for r in records + chains + transposes + routes + models + cores
                     if "error" not in r) else 1

@@ -83,3 +83,66 @@ def print_records(records: list[dict]) -> None:
     if records:
         print(f"  the double-buffered configuration saves "
               f"{records[0]['cycles_saved_by_overlap']} cycles")
+
+
+#: The kernels timed on the RTL: (name, elements per row) for one row each.
+KERNEL_SIZES = (("softmax", 10), ("softmax", 1000), ("argmax", 10), ("argmax", 1000))
+
+
+def kernel_records(cfg_name: str = CONFIG, sizes=KERNEL_SIZES) -> list[dict]:
+    """Each kernel of :data:`KERNEL_SIZES` run by the firmware on the Verilated chip in
+    one table (random int8 input, one row): the core's cycles it took (``rdcycle``
+    around it), whether its output equals the kernel's numpy statement and the same
+    table on the instruction-set model, and the cycles per element."""
+    from systolica.firmware import core_iss, core_kernels
+    from systolica.firmware.core_host import KernelStep
+    from systolica.sim import core_run
+    cfg = preset(cfg_name)
+    W = cfg.dram_word_bytes
+    rng = np.random.default_rng(7)
+    steps, data, outs, at = [], [], [], 0
+    for name, n in sizes:
+        x = rng.integers(-128, 128, (1, n), dtype=np.int8)
+        x_words = -(-n // W)
+        y_dtype = "int64" if name == "argmax" else "int8"
+        y_words = -(-(8 if name == "argmax" else n) // W)
+        xv = core_kernels.array_view(at * W, (1, n))
+        yv = core_kernels.array_view((at + x_words) * W, (1, 1 if name == "argmax" else n),
+                                     y_dtype)
+        if name == "softmax":
+            desc = core_kernels.softmax(xv, yv, rows=1, cols=n, x_scale=0.05,
+                                        y_scale=1 / 256, y_zp=-128)
+        else:
+            desc = core_kernels.argmax(xv, yv, rows=1, cols=n)
+        padded = np.zeros(x_words * W, np.uint8)
+        padded[:n] = x.view(np.uint8).reshape(-1)
+        data.append((at, padded.reshape(-1, W)))
+        outs.append((at + x_words, y_words, desc, x))
+        at += x_words + y_words
+        steps.append(KernelStep(desc, at, W))
+        at += -(-core_kernels.descriptor_bytes(desc.kernel) // W)
+    run = core_run.run(cfg, steps, data=data,
+                       readback=[(first, words) for first, words, _, _ in outs])
+    iss = core_iss.golden_table(cfg, steps, data=data)
+    out = []
+    for (first, words, desc, x), step, got in zip(outs, run.table.steps, run.readback,
+                                                 strict=True):
+        want = core_kernels.compute(desc, {"x": x})
+        raw = got.reshape(-1)
+        mine = (raw[:8].view(np.int64) if desc.kernel == core_kernels.Kernel.ARGMAX
+                else raw[:desc.cols].view(np.int8))
+        ok = bool(np.array_equal(mine.reshape(want.shape), want))
+        ok &= bool(np.array_equal(got, iss.dram[first:first + words]))
+        out.append({"kind": "core_kernel", "name": f"{desc.kernel.name.lower()}_{desc.cols}",
+                    "config": cfg_name, "elements": desc.cols,
+                    "core_cycles": step["t_cycles"],
+                    "cycles_per_element": step["t_cycles"] / desc.cols,
+                    "ok": ok and run.table.mailbox["result"] == 1})
+    return out
+
+
+def print_kernel_records(records: list[dict]) -> None:
+    for r in records:
+        print(f"{r['name']:>14} on {r['config']}'s core: {r['core_cycles']:>8} cycles "
+              f"({r['cycles_per_element']:.1f} per element) "
+              f"{'ok' if r['ok'] else 'MISMATCH'}")

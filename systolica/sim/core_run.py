@@ -32,6 +32,9 @@ TEST_MODULE = "systolica.sim.cocotb_core"
 #: Cycles the firmware may take beyond the programs' own (a table's steps cost it some
 #: hundreds each).
 CORE_SLACK_CYCLES = 50_000
+#: A generous bound on a kernel's core cycles per element (softmax, the slowest, runs
+#: some 44 instructions of several cycles each).
+KERNEL_CYCLES_PER_ELEMENT = 1_000
 
 
 @dataclass
@@ -41,12 +44,13 @@ class CoreRunResult:
     sim_cycles: int                     # from the core's release to its message
 
 
-def run(cfg: ChipConfig, steps: list[Loadable | KernelStep], *, readback=(),
+def run(cfg: ChipConfig, steps: list[Loadable | KernelStep], *, data=(), readback=(),
         overlap: bool = True, timeout_cycles: int | None = None, keep: bool = False
         ) -> CoreRunResult:
     """Run `steps` in order, chip programs (Loadables) and kernels of the core,
     sequenced by the firmware (:mod:`.core_host`'s table, with or without the
-    configuration `overlap`); return the mailbox and the DRAM ranges ``(first_word,
+    configuration `overlap`), with the DRAM pieces ``(first_word, uint8 words)`` of
+    `data` loaded too; return the mailbox and the DRAM ranges ``(first_word,
     words)`` of `readback`. Raises :class:`RtlSimError` if the simulation fails,
     and :class:`~systolica.firmware.core_host.CoreError` (from the simulator's side,
     in the message) if the core does not finish."""
@@ -55,16 +59,18 @@ def run(cfg: ChipConfig, steps: list[Loadable | KernelStep], *, readback=(),
         raise RtlSimError(f"chip {cfg.name} has no management core (core_imem_bytes 0): "
                           f"run its programs with rtlsim.run")
     try:
-        segments = core_host.table_dram(cfg, steps)
+        segments = core_host.table_dram(cfg, steps, data)
     except ValueError as exc:
         raise RtlSimError(str(exc)) from None
     programs = [s for s in steps if isinstance(s, Loadable)]
     table = [s if isinstance(s, KernelStep) else ChipStep.of(s, cfg) for s in steps]
     image = core_image.for_chip(cfg)
-    if timeout_cycles is None:     # each program's own, and the core's loading
+    if timeout_cycles is None:     # each program's own, each kernel's, the core's loading
         timeout_cycles = CORE_SLACK_CYCLES + sum(
             rtlsim.default_timeout(rtlsim.expected_end(cfg, bytes(p.image)))
-            for p in programs)
+            for p in programs) + sum(
+            KERNEL_CYCLES_PER_ELEMENT * s.descriptor.rows * s.descriptor.cols
+            for s in steps if isinstance(s, KernelStep))
 
     runs = build_root() / "runs"
     runs.mkdir(parents=True, exist_ok=True)

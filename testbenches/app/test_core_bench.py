@@ -15,3 +15,10 @@ def test_the_overlap_saves_cycles_between_programs(capsys):
     assert overlap["cycles_saved_by_overlap"] > 0
     core_bench.print_records([overlap, one_at_a_time])
     assert "saves" in capsys.readouterr().out
+
+
+@pytest.mark.regress
+def test_the_kernels_on_the_core_match_their_statement():
+    records = core_bench.kernel_records(sizes=(("softmax", 12), ("argmax", 40)))
+    assert all(r["ok"] for r in records)
+    assert all(r["core_cycles"] > r["elements"] for r in records)
