@@ -18,6 +18,15 @@ instructions before it opens no later than the first SETCFG after it. (Windows o
 densely issued instructions overlap one another all the way back; only a SETCFG can
 be hurt by them.) The schedule verifier (the golden model's own
 fetcher) checks the result.
+
+A program that fits the instruction memory but is fetched (``fetch_from`` below its
+length: the firmware's programs, fetched whole) is delayed as a whole instead: by the
+least multiple of the update interval that puts every instruction on time. Its
+fetcher never waits for a slot, and every DMA moves with the program, so a later start
+only gives the fetcher more free port cycles ahead of it; and a whole program moved
+keeps every relation within it. A delayed suffix would not: a DMA moved against a long
+MATMUL before the cut can land on the ACC bank port the MATMUL still writes (an int32
+GEMM on ``ulx3s``, whose ACC is one bank).
 """
 
 from __future__ import annotations
@@ -104,6 +113,22 @@ def _late(t: np.ndarray, port: list, depth: int, start: int, words: int, lands: 
     return ready > t[start:]
 
 
+def _delayed_whole(program: list[isa.Instr], late_at, step: int) -> list[isa.Instr]:
+    """`program` moved by the least multiple of `step` cycles after which no
+    instruction is late (``late_at(shift)``): doubled until it is enough, then
+    bisected."""
+    hi = step
+    while late_at(hi).any():
+        hi *= 2
+    lo = 0                          # late at lo, on time at hi
+    while hi - lo > step:
+        mid = (lo + hi) // (2 * step) * step
+        if mid in (lo, hi):
+            break
+        lo, hi = (lo, mid) if not late_at(mid).any() else (mid, hi)
+    return [replace(ins, cycle=ins.cycle + hi) for ins in program]
+
+
 def delay_for_fetch(cfg: ChipConfig, program: list[isa.Instr],
                     fetch_from: int | None = None) -> list[isa.Instr]:
     """``program`` (sorted by issue cycle) with the fetch-late instructions and all
@@ -118,8 +143,12 @@ def delay_for_fetch(cfg: ChipConfig, program: list[isa.Instr],
     step = cfg.config_update_interval
     base = [ins.cycle for ins in program]
     port = _port_cycles(cfg, program)
-    if not _late(np.array(base, dtype=np.int64), port, depth, start, words, lands).any():
+    late_at = lambda shift: _late(np.array(base, dtype=np.int64) + shift, port, depth,
+                                  start, words, lands)
+    if not late_at(0).any():
         return program
+    if count <= depth:
+        return _delayed_whole(program, late_at, step)
     opens = _window_opens(cfg, program)
     # per index, the first SETCFG at or after it (count: none)
     next_cfg = [count] * (count + 1)

@@ -195,12 +195,33 @@ def test_the_fetch_start_by_hand(fetch_from, late, delayed):
 def test_a_program_without_dmas_fetched_whole():
     """Regression: the delay pass's closed form indexed the (empty) DMA runs of a
     program that has none (three SETCFGs fetched whole: the words of each take two
-    cycles, the first issues at 1 + 3)."""
+    cycles; the program fits the memory, so it moves as a whole, by 6: the last one's
+    words go in cycles 4 and 5 and it can issue from 5 + 3)."""
     program = [setcfg(c) for c in (0, 1, 2)]
     out = delay_for_fetch(TINY, program, 0)
-    assert [i.cycle for i in out] == [4, 6, 8]
+    assert [i.cycle for i in out] == [6, 7, 8]
     assert check(TINY, out, fetch_from=0)[0] is ErrorCode.NONE
     assert check(TINY, program, fetch_from=0) == (ErrorCode.FETCH_LATE, 0, 4)
+
+
+def test_a_program_fetched_whole_moves_as_a_whole():
+    """Regression: a delayed suffix put an int32 GEMM's DMA on the ACC bank port its
+    MATMUL still wrote (ulx3s: one ACC bank; the verifier refused it,
+    BANK_CONFLICT). A program that fits the memory is delayed as a whole, every
+    relation within it kept, and runs as predicted."""
+    cfg = preset("ulx3s")
+    rng = np.random.default_rng(0)
+    a = rng.integers(-128, 128, (9, 16), dtype=np.int8)
+    b = rng.integers(-128, 128, (16, 13), dtype=np.int8)
+    net = gemm(a, b, np.zeros(13, np.int32), out_dtype="int32")
+    plain = compile_network(cfg, net)
+    whole = compile_network(cfg, net, fetch_from=0)
+    shift = whole.program[0].cycle - plain.program[0].cycle
+    assert shift > 0 and all(w.cycle - p.cycle == shift
+                             for w, p in zip(whole.program, plain.program))
+    assert golden.run(cfg, whole.loadable).cycles == whole.predicted_cycles
+    np.testing.assert_array_equal(whole.result(golden.run(cfg, whole.loadable).dram),
+                                  reference.run(net))
 
 
 def test_a_golden_fetcher_that_ignores_the_fetch_start_is_caught(monkeypatch):
