@@ -10,7 +10,6 @@ reads the outputs (docs/management-core.md)."""
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
@@ -97,11 +96,7 @@ def firmware_options(cfg: ChipConfig) -> CompileOptions:
     if not cfg.has_core:
         raise ValueError(f"chip {cfg.name} has no management core (core_imem_bytes 0): "
                          f"the host sequences its programs (leave out --firmware)")
-    # fetch_from arrives with PROG_FETCH (docs/management-core.md); until then a
-    # program is compiled for the host's preload
-    if "fetch_from" in {f.name for f in dataclasses.fields(CompileOptions)}:
-        return CompileOptions(fetch_from=0)
-    return CompileOptions()
+    return CompileOptions(fetch_from=0)
 
 
 async def run_by_firmware(bus: LinkBus, compiled: Compiled,
