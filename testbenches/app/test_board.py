@@ -4,11 +4,13 @@ simulated FPGA top in ``testbenches/fpga/test_fpga_top.py``)."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from systolica.app import board
 from systolica.arch.config import preset
 from systolica.arch.regs import ErrorCode
+from systolica.compiler.errors import CompileError
 from systolica.firmware.core_host import TableRun
 from systolica.firmware.core_image import MAILBOX_FIELDS, FwResult, FwStepProblem
 
@@ -47,3 +49,29 @@ def test_firmware_needs_a_chip_with_the_core():
                                          r"--firmware"):
         board.firmware_options(preset("tangnano9k"))
     board.firmware_options(preset("ulx3s"))
+
+
+def _int32_gemm(m, k, n, seed):
+    from systolica.compiler import gemm
+    rng = np.random.default_rng(seed)
+    return gemm(rng.integers(-128, 128, size=(m, k), dtype=np.int8),
+                rng.integers(-128, 128, size=(k, n), dtype=np.int8),
+                rng.integers(-4000, 4000, size=n, dtype=np.int32),
+                relu=True, out_dtype="int32", name=f"g{m}x{k}x{n}")
+
+
+@pytest.mark.parametrize("shape", [
+    (24, 20, 12),
+    pytest.param((9, 16, 13), marks=pytest.mark.xfail(
+        strict=True, raises=CompileError,
+        reason="found by the FPGA top's firmware_runs: with fetch_from=0 on ulx3s (one ACC "
+               "bank) the schedule has a DMA and a MATMUL on ACC bank 0's write port in "
+               "one cycle (ScheduleError BANK_CONFLICT, cycle 283); with the host's "
+               "preload it compiles")),
+])
+def test_a_gemm_compiles_for_the_firmware_on_the_ulx3s(shape):
+    """What `systolica run --firmware` compiles: a program fetched whole (PROG_FETCH 0)."""
+    from systolica.compiler import compile_network
+    cfg = preset("ulx3s")
+    compiled = compile_network(cfg, _int32_gemm(*shape, seed=2), board.firmware_options(cfg))
+    assert compiled.loadable.fetch_from == 0
