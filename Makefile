@@ -17,6 +17,7 @@ export PYTHONDONTWRITEBYTECODE :=
 
 BOARD    ?= ulx3s
 CONFIG   ?=
+PNR_SEED ?=
 # The FPGA tools (yowasp WebAssembly builds), board definitions and SMT solvers:
 # `bitstream` needs them, and `make test` for its synthesis check and the formal
 # proofs (`make test-fast` never does).
@@ -61,9 +62,10 @@ $(FPGA_STAMP): $(STAMP)
 	$(VENV)/bin/pip install -e '.[dev,fpga]'
 	touch $@
 
-# The bitstream, the place-and-route log and report.json in build/fpga/$(BOARD)/.
+# The bitstream, the place-and-route log and report.json in build/fpga/$(BOARD)/;
+# PNR_SEED=n seeds nextpnr's placer (placements of one netlist spread by some MHz).
 bitstream: $(FPGA_STAMP)
-	$(VENV)/bin/python -m systolica.app.bitstream --board $(BOARD) $(if $(CONFIG),--config $(CONFIG))
+	$(VENV)/bin/python -m systolica.app.bitstream --board $(BOARD) $(if $(CONFIG),--config $(CONFIG)) $(if $(PNR_SEED),--seed $(PNR_SEED))
 
 clean:
 	rm -rf build sim_build .pytest_cache

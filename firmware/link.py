@@ -18,7 +18,21 @@ import numpy as np
 
 from systolica.arch import link
 from systolica.arch.link import Command, LinkTiming, Status
-from systolica.arch.regs import STATUS_DONE, STATUS_ERROR, Reg
+from systolica.arch.regs import (
+    CORE_CTRL_RUN,
+    CORE_STATUS_BAD_ACCESS,
+    CORE_STATUS_MESSAGE,
+    CORE_STATUS_TRAP,
+    STATUS_DONE,
+    STATUS_ERROR,
+    Reg,
+)
+
+#: What the chip's interrupt line to the host means (docs/management-core.md,
+#: "Interrupts"): the array's run ended, or, while the management core runs, the core's
+#: message, trap or access outside its map.
+_ARRAY_IRQ = STATUS_DONE | STATUS_ERROR
+_CORE_IRQ = CORE_STATUS_MESSAGE | CORE_STATUS_TRAP | CORE_STATUS_BAD_ACCESS
 
 
 class LinkError(RuntimeError):
@@ -48,7 +62,8 @@ _MEANING = {
     Status.BAD_COMMAND: "the bridge does not know this command (a link version mismatch?)",
     Status.BAD_LENGTH: "a DRAM transfer must move between 1 and max_transfer_words words",
     Status.BAD_RANGE: "the register or DRAM address is past the end",
-    Status.BUSY: "the DRAM cannot be reached while the chip runs",
+    Status.BUSY: "the DRAM cannot be reached while the chip runs or while its management "
+                 "core runs (hold it: CORE_CTRL 0)",
     Status.TIMEOUT: "the request broke off: the bridge got fewer bytes than the frame "
                     "announced and gave up waiting (wrong length?)",
 }
@@ -76,6 +91,11 @@ class LinkBus:
     cycle counts into seconds; ``word_bytes`` and ``dram_words`` describe the DRAM
     (:meth:`check_info` compares them with the bridge's); ``latency_s`` is what the
     transport adds to an answer's time on the line (USB frames, a simulator's start).
+
+    The link carries no interrupt line: :meth:`wait_irq` polls the registers the
+    chip's interrupt follows, ``CORE_STATUS`` while this bus has released the
+    management core (``CORE_CTRL.RUN``, which only the host writes) and ``STATUS``
+    else.
     """
 
     def __init__(self, transport: Transport, *, timing: LinkTiming, word_bytes: int,
@@ -83,6 +103,7 @@ class LinkBus:
         self.transport, self.timing = transport, timing
         self.word_bytes, self.dram_words = word_bytes, dram_words
         self.latency_s = latency_s
+        self.core_released = False          # CORE_CTRL.RUN as this bus last wrote it
 
     # -- one request, one answer --------------------------------------------------------
     async def exchange(self, frame: bytes, *, what: str, answer_bytes: int = 0) -> bytes:
@@ -144,18 +165,24 @@ class LinkBus:
             raise ValueError(f"register {Reg(reg).name} holds 32 unsigned bits; "
                              f"{value!r} does not fit")
         await self.request(Command.REG_WRITE, int(reg), value)
+        if reg == Reg.CORE_CTRL:
+            self.core_released = bool(value & CORE_CTRL_RUN)
 
     async def read(self, reg: Reg) -> int:
         return int.from_bytes(await self.request(Command.REG_READ, int(reg),
                                                  answer_bytes=4), "little")
 
     async def wait_irq(self, timeout_cycles: int) -> bool:
-        """Poll STATUS until the run has ended (the interrupt's condition: done or
-        error) or ``timeout_cycles`` of the chip's clock have passed."""
+        """Poll until the chip's interrupt condition holds or ``timeout_cycles`` of
+        the chip's clock have passed: the run has ended (STATUS done or error), or,
+        while the management core runs, its message, trap or bad access (CORE_STATUS;
+        the array's interrupts are the core's then)."""
         waited, poll = 0.0, 0.0
         limit = timeout_cycles / self.timing.clock_hz
+        reg, irq = ((Reg.CORE_STATUS, _CORE_IRQ) if self.core_released
+                    else (Reg.STATUS, _ARRAY_IRQ))
         while True:
-            if await self.read(Reg.STATUS) & (STATUS_DONE | STATUS_ERROR):
+            if await self.read(reg) & irq:
                 return True
             if waited >= limit:
                 return False
@@ -194,8 +221,10 @@ class LinkBus:
         return raw.reshape(count, self.word_bytes).copy()
 
     async def reset_chip(self) -> None:
-        """Reset the chip (its registers and state, not the DRAM)."""
+        """Reset the chip (its registers and state, not the DRAM; the management
+        core is held again)."""
         await self.request(Command.RESET)
+        self.core_released = False
 
     async def info(self) -> dict:
         raw = await self.request(Command.INFO, answer_bytes=link.INFO_BYTES)

@@ -29,8 +29,10 @@ class LinkBridge(wiring.Component):
     Members: ``rx`` / ``tx`` (byte streams from and to the UART); the register bus
     master (``reg_addr``, ``reg_wdata``, ``reg_we``, ``reg_rdata``; between requests
     ``reg_addr`` is ``STATUS``, whose low bits ``status`` holds, a cycle late:
-    running, done, error); ``dram`` (a :class:`~systolica.rtl.ports.DramMaster` on
-    the DRAM, used only while the chip is not running); ``chip_reset`` (one cycle, the
+    running, done, error; on a chip with the management core it is ``STATUS`` and
+    ``CORE_STATUS`` in turn, ``status`` up to two cycles late); ``dram`` (a
+    :class:`~systolica.rtl.ports.DramMaster` on the DRAM, used only while neither the
+    chip nor its management core runs: ``BUSY`` else); ``chip_reset`` (one cycle, the
     cycle after the bridge takes a ``RESET``). ``idle_timeout`` is the quiet time, in
     clock cycles, after which a
     request that broke off is answered ``TIMEOUT`` and after which the line is read
@@ -86,12 +88,26 @@ class LinkBridge(wiring.Component):
             m.d.sync += quiet.eq(quiet + 1)
         timed_out = quiet == self.idle_timeout
 
-        # Between requests the register bus shows STATUS.
+        # Between requests the register bus shows STATUS; on a chip with the management
+        # core, STATUS and CORE_STATUS in turn (the core will reach the DRAM itself,
+        # so the DRAM is the bridge's only while neither the chip nor the core runs).
         reg_access = Signal()
-        m.d.comb += self.reg_addr.eq(Mux(reg_access, addr[:regs.ADDR_BITS], Reg.STATUS))
-        with m.If(~reg_access):
-            m.d.sync += self.status.eq(self.reg_rdata[:3])
-        running = self.status[0]
+        idle_reg = Signal(regs.ADDR_BITS)
+        core_running = Signal()
+        m.d.comb += self.reg_addr.eq(Mux(reg_access, addr[:regs.ADDR_BITS], idle_reg))
+        if cfg.has_core:
+            poll_core = Signal()
+            m.d.sync += poll_core.eq(~poll_core)
+            m.d.comb += idle_reg.eq(Mux(poll_core, Reg.CORE_STATUS, Reg.STATUS))
+            with m.If(~reg_access & poll_core):
+                m.d.sync += core_running.eq(self.reg_rdata[0])     # CORE_STATUS.RUNNING
+            with m.If(~reg_access & ~poll_core):
+                m.d.sync += self.status.eq(self.reg_rdata[:3])
+        else:
+            m.d.comb += idle_reg.eq(Reg.STATUS)
+            with m.If(~reg_access):
+                m.d.sync += self.status.eq(self.reg_rdata[:3])
+        running = self.status[0] | core_running
 
         def answer(code, *, size=0, dram=False, drain_after=False):
             m.d.sync += [status.eq(code), length.eq(size), from_dram.eq(dram),

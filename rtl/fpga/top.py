@@ -19,8 +19,9 @@ class FpgaTop(wiring.Component):
     Ports: ``rx`` and ``tx`` (the UART lines at ``link.divisor`` clocks per bit), ``leds``
     (bit 0 running, bit 1 done, bit 2 fault: the chip's ``STATUS``, so done and fault
     stay lit until the host acknowledges the interrupt). The DRAM is one memory of
-    ``cfg.dram_words`` words; the bridge reaches it only while the chip is stopped,
-    and the chip has priority. ``link`` also gives the bridge's idle timeout.
+    ``cfg.dram_words`` words; the bridge reaches it only while the chip is stopped
+    and its management core (if it has one) is held, and the chip has priority.
+    ``link`` also gives the bridge's idle timeout.
     """
 
     rx: In(1, init=1)

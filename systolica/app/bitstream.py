@@ -7,7 +7,7 @@ with a write port left there would become flip-flops (``memories_in_ffs``, which
 must stay empty); one without (a constant table) becomes LUT logic
 (``roms_in_luts``). Utilisation and Fmax come from nextpnr's log.
 
-    python -m systolica.app.bitstream [--board ulx3s] [--config PRESET] [--out DIR]
+    python -m systolica.app.bitstream [--board ulx3s] [--config PRESET] [--out DIR] [--seed N]
 """
 
 from __future__ import annotations
@@ -70,9 +70,9 @@ def tool_environment(family: str) -> dict:
     return env
 
 
-def _overrides(spec, platform, name: str) -> dict:
+def _overrides(spec, platform, name: str, seed: int | None = None) -> dict:
     """The platform's template overrides: the synthesis in two halves with the memory
-    lists between them."""
+    lists between them; nextpnr's placer seeded with ``seed`` (None: its default)."""
     family = spec.family
     synth = FAMILIES[family]["synth"]
     # yosys' Gowin cell library is gw1n unless told (the GW2A's is gw2a)
@@ -86,7 +86,7 @@ def _overrides(spec, platform, name: str) -> dict:
         "synth_opts": f"-run begin:map_ffram{options}",
         "script_after_synth": f"{lists}\n{rest}\ntee -q -o {name}.cells.txt stat",
         "nextpnr_opts": "--timing-allow-fail " + NEXTPNR_OPTS[family].format(
-            mhz=spec.clock_hz / 1e6),
+            mhz=spec.clock_hz / 1e6) + ("" if seed is None else f" --seed {seed}"),
     }
 
 
@@ -124,8 +124,10 @@ def _prepare(spec, cfg, out: Path, name: str, overrides) -> tuple[dict, list]:
 
 
 def build(board_name: str, config_name: str | None = None,
-          out: Path | None = None) -> dict:
+          out: Path | None = None, seed: int | None = None) -> dict:
     """Build the bitstream; return the report (also written as ``report.json``).
+    ``seed`` seeds nextpnr's placer (None: its default); one netlist's placements
+    spread by some MHz with it (docs/fpga.md).
 
     The build's steps run one by one: before placing, nextpnr packs the design alone
     (``--pack-only``, seconds), and a design that needs more of a cell than the device
@@ -137,7 +139,7 @@ def build(board_name: str, config_name: str | None = None,
     name = "top"
     began = time.perf_counter()
     env, commands = _prepare(spec, cfg, out, name,
-                             lambda platform: _overrides(spec, platform, name))
+                             lambda platform: _overrides(spec, platform, name, seed))
     steps = {"elaborate": time.perf_counter() - began}
     over = {}
     for argv in commands:
@@ -151,6 +153,7 @@ def build(board_name: str, config_name: str | None = None,
         _run(argv, out, env, steps, tool.split("-")[0])
     steps = {k: round(v, 1) for k, v in steps.items()}
     report = make_report(spec, cfg, out, name, steps, over)
+    report["seed"] = seed
     files.write_atomic(out / "report.json", json.dumps(report, indent=1) + "\n")
     return report
 
@@ -304,6 +307,13 @@ def describe(report: dict) -> str:
     return "\n".join(lines)
 
 
+def _seed(text: str) -> int:
+    if not text.isdigit() or len(text) > 9:
+        raise argparse.ArgumentTypeError(f"a seed is a non-negative integer of at most 9 "
+                                         f"digits, not {text!r}")
+    return int(text)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m systolica.app.bitstream",
                                 description=__doc__.split("\n\n")[0])
@@ -311,6 +321,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--config", choices=sorted(PRESETS),
                    help="chip preset (default: the board's)")
     p.add_argument("--out", type=Path, help="build directory (default build/fpga/BOARD)")
+    p.add_argument("--seed", type=_seed, help="nextpnr's placer seed (default: nextpnr's)")
     args = p.parse_args(argv)
     try:        # before minutes of synthesis: the build directory can be written
         files.check_output((args.out or Path("build") / "fpga" / args.board) / "report.json",
@@ -318,7 +329,7 @@ def main(argv: list[str] | None = None) -> int:
     except files.FileError as exc:
         p.error(str(exc))
     try:
-        report = build(args.board, args.config, args.out)
+        report = build(args.board, args.config, args.out, args.seed)
     except BitstreamError as exc:
         print(f"bitstream: error: {exc}", file=sys.stderr)
         return 1

@@ -805,9 +805,14 @@ def cmd_run(args) -> int:
     from systolica.firmware.link import LinkError
     _check_seed(args)
     args.seed = args.seed or 0
-    net = _network(args, preset(board(args.board).config))
+    cfg = preset(board(args.board).config)
+    if args.firmware and not cfg.has_core:
+        raise UsageError(f"--firmware: the {args.board} board's chip ({cfg.name}) has no "
+                         f"management core; leave out --firmware (the host sequences "
+                         f"its programs) or use a board whose chip has one (ulx3s)")
+    net = _network(args, cfg)
     try:
-        return run_on_port(args.port, args.board, net)
+        return run_on_port(args.port, args.board, net, firmware=args.firmware)
     except (LinkError, RuntimeError) as exc:
         raise UsageError(f"{args.port}: {exc}") from None
 
@@ -923,6 +928,9 @@ def parser() -> argparse.ArgumentParser:
     what.add_argument("--demo", choices=("cnn", "mlp"),
                       help="the demo network: the small CNN (default) or the MLP")
     p.add_argument("--seed", type=_seed, help="random data for --gemm (default 0)")
+    p.add_argument("--firmware", action="store_true",
+                   help="the chip's management core runs the program (its firmware "
+                        "configures, starts and checks it); default: the host does")
     p.set_defaults(func=cmd_run)
     p = sub.add_parser("bench", help="benchmark GEMMs and the demo; write JSON records")
     p.add_argument("--out", default="build/bench.json", metavar="FILE")

@@ -215,6 +215,9 @@ CLI_DOORS = [
      ["--plot", "u.svg is also --trace"]),
     ("schedule-trace-unwritable", ["schedule", "{d}/text.bin", "--trace", UNWRITABLE],
      ["--trace", "cannot write in /proc"]),
+    ("run-firmware-without-a-core", ["run", "--port", "{d}/fifo", "--board", "tangnano9k",
+                                     "--firmware"],
+     ["--firmware", "tangnano9k", "no management core", "leave out --firmware"]),
 ]
 
 
@@ -356,7 +359,7 @@ OPTIONS = {
               "--outputs-per-pass": ["4", "0", "-3", "99"],
               "--weights": ["pass", "stream,pass,pass"], "--no-share": None},
     "run": {"--port": ["{d}/fifo"], "--gemm": ["8x8x8"], "--demo": ["mlp"],
-            "--seed": ["1"], "--board": ["ulx3s", "nope"]},
+            "--seed": ["1"], "--board": ["ulx3s", "nope", "tangnano9k"], "--firmware": None},
     "bench": {"--out": PATHS},
     "library": {"--out": PATHS},
     "schedule": {"FILE": ["{d}/text.bin", "{d}/fifo", "/dev/zero", "{d}/huge.stp"],

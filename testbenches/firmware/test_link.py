@@ -10,7 +10,13 @@ import pytest
 
 from systolica.arch import link
 from systolica.arch.link import Command, Status
-from systolica.arch.regs import Reg
+from systolica.arch.regs import (
+    CORE_CTRL_RUN,
+    CORE_STATUS_MESSAGE,
+    CORE_STATUS_RUNNING,
+    STATUS_DONE,
+    Reg,
+)
 from systolica.firmware.link import LinkCorrupt, LinkError, LinkRejected, LinkTimeout
 
 from scripted_bridge import DRAM_WORDS, WORD_BYTES, answer, bus
@@ -77,3 +83,32 @@ def test_info_must_match_the_hosts_configuration():
     b, _ = bus(answer(Status.OK, info))
     with pytest.raises(LinkError, match="word_bytes"):
         asyncio.run(b.check_info())
+
+
+def _polled(sent: list[bytes]) -> list[Reg]:
+    """The registers the frames `sent` read."""
+    return [Reg(frame[2]) for frame in sent if frame[1] == Command.REG_READ]
+
+
+def test_wait_irq_polls_core_status_while_the_core_runs():
+    """The link has no interrupt line: while the host has released the management core
+    the chip's interrupt is the core's message, trap or bad access (CORE_STATUS), and
+    the array's DONE is not it (the core acknowledges its own runs); held again, or
+    after a RESET, it is STATUS."""
+    ok = answer(Status.OK)
+    reads = lambda *values: [answer(Status.OK, v.to_bytes(4, "little")) for v in values]
+    running = CORE_STATUS_RUNNING
+    b, bridge = bus(ok, *reads(running, running, running | CORE_STATUS_MESSAGE),
+                    ok, *reads(0, STATUS_DONE), ok, ok, *reads(STATUS_DONE))
+    assert asyncio.run(b.write(Reg.CORE_CTRL, CORE_CTRL_RUN)) is None
+    assert asyncio.run(b.wait_irq(10_000)) is True
+    assert _polled(bridge.sent) == [Reg.CORE_STATUS] * 3
+    bridge.sent.clear()
+    asyncio.run(b.write(Reg.CORE_CTRL, 0))
+    assert asyncio.run(b.wait_irq(10_000)) is True
+    assert _polled(bridge.sent) == [Reg.STATUS] * 2
+    bridge.sent.clear()
+    asyncio.run(b.write(Reg.CORE_CTRL, CORE_CTRL_RUN))
+    asyncio.run(b.reset_chip())
+    assert asyncio.run(b.wait_irq(10_000)) is True
+    assert _polled(bridge.sent) == [Reg.STATUS]

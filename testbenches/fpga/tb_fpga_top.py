@@ -5,6 +5,7 @@ and speaks to the chip with the same link driver and board flow a real board get
 
 from __future__ import annotations
 
+import dataclasses
 import os
 
 import cocotb
@@ -18,9 +19,18 @@ from systolica.arch import isa, link
 from systolica.arch.config import preset
 from systolica.arch.isa import Instr, Opcode
 from systolica.arch.link import Command, LinkTiming, Status
-from systolica.arch.regs import STATUS_DONE, STATUS_RUNNING, Reg
+from systolica.arch.regs import (
+    CORE_CTRL_RUN,
+    CORE_STATUS_MESSAGE,
+    CORE_STATUS_RUNNING,
+    STATUS_DONE,
+    STATUS_RUNNING,
+    ErrorCode,
+    Reg,
+)
 from systolica.compiler import compile_network, gemm
 from systolica.firmware.cocotb_uart import CocotbUart
+from systolica.firmware.core_image import IMEM_BASE, FwResult
 from systolica.firmware.driver import ChipTimeout, Driver
 from systolica.firmware.link import LinkBus, LinkRejected, LinkTimeout
 
@@ -201,3 +211,110 @@ async def chip_reset(dut):
     assert tb.leds == LED_DONE, f"lights {tb.leds:03b} after the run"
     counters = await driver.counters()
     assert counters["error"] == 0 and counters["cycles"] > late, counters
+
+
+# -- the management core (a chip with one: test_fpga_top.py runs these on ulx3s) ----------
+
+#: RV32I ``jal x0, 0`` (``j .``): a firmware that only spins.
+SPIN = 0x0000006F
+
+
+async def refused_busy(what: str, access) -> None:
+    try:
+        await access()
+    except LinkRejected as exc:
+        assert exc.status == Status.BUSY, f"{what}: {exc.status.name}"
+    else:
+        raise AssertionError(f"{what} while the management core runs was not refused")
+
+
+@cocotb.test()
+async def core_busy(dut):
+    """While the management core runs (CORE_STATUS.RUNNING) the bridge refuses the
+    DRAM (BUSY) though the array is idle, since the core reaches the DRAM itself; the
+    registers stay reachable; once the host holds the core again, or resets the chip,
+    the DRAM is the bridge's."""
+    assert CFG.has_core, f"{CFG.name} has no management core"
+    tb = FpgaTopTB(dut)
+    await tb.start()
+    bus = tb.bus
+    word = np.arange(CFG.dram_word_bytes, dtype=np.uint8).reshape(1, -1)
+    for release_by in ("CORE_CTRL", "RESET"):
+        await bus.write(Reg.CORE_CTRL, 0)
+        await bus.write(Reg.CORE_ADDR, IMEM_BASE)
+        await bus.write(Reg.CORE_DATA, SPIN)
+        await bus.write(Reg.CORE_CTRL, CORE_CTRL_RUN)
+        assert await bus.read(Reg.CORE_STATUS) == CORE_STATUS_RUNNING
+        assert await bus.read(Reg.STATUS) == 0, "the array is not idle"
+        assert tb.leds == 0, f"lights {tb.leds:03b}: the array is idle"
+        await refused_busy("a DRAM read", lambda: bus.read_dram(0, 1))
+        await refused_busy("a DRAM write", lambda: bus.write_dram(0, word))
+        await tb.link_alive(90)
+        if release_by == "CORE_CTRL":
+            await bus.write(Reg.CORE_CTRL, 0)
+        else:
+            await bus.reset_chip()
+        assert await bus.read(Reg.CORE_STATUS) == 0
+        await bus.write_dram(0, word)
+        assert np.array_equal(await bus.read_dram(0, 1), word), release_by
+        word = word[:, ::-1].copy()
+
+
+def illegal_first(compiled):
+    """``compiled`` with its first instruction zeroed: the chip faults ILLEGAL_OPCODE at
+    pc 0 whether it fetched the program from DRAM or found an empty instruction
+    memory."""
+    width = isa.WORD_BITS // 8
+    return dataclasses.replace(compiled, image=bytes(width) + compiled.image[width:])
+
+
+@cocotb.test()
+async def firmware_reports_a_fault(dut):
+    """``systolica run --firmware``'s flow on a program that faults: the host writes the
+    DRAM, loads the firmware and its one-step table over the link, gets the core's
+    message, reads the mailbox back, and raises an error naming the step, the chip's
+    error code, pc and cycle; the chip is reset and the link works after it."""
+    tb = FpgaTopTB(dut)
+    await tb.start()
+    name = "int8_24x20x12"
+    graph = GEMMS[name]()
+    compiled = illegal_first(compile_network(CFG, graph, board.firmware_options(CFG)))
+    try:
+        await board.run_by_firmware(tb.bus, compiled)
+    except board.FirmwareFault as exc:
+        table, text = exc.table, str(exc)
+    else:
+        raise AssertionError("a program with an illegal first instruction ran")
+    head = table.mailbox
+    assert table.result == FwResult.CHIP_FAULT and table.message == FwResult.CHIP_FAULT
+    assert table.core_status & CORE_STATUS_MESSAGE and not table.problems, table
+    assert head["n_steps"] == 1 and head["fault_step"] == 0, head
+    assert head["fault_code"] == ErrorCode.ILLEGAL_OPCODE and head["fault_pc"] == 0, head
+    for words in (f"step 0 ({graph.name})", "ILLEGAL_OPCODE", "at pc 0",
+                  f"cycle {head['fault_cycle']}"):
+        assert words in text, f"{words!r} missing from: {text}"
+    assert await tb.bus.read(Reg.STATUS) == 0 and await tb.bus.read(Reg.CORE_STATUS) == 0
+    assert tb.leds == 0
+    await tb.bus.read_dram(0, 1)
+    dut._log.info("the firmware's fault: %s", text)
+
+
+@cocotb.test()
+async def firmware_runs(dut):
+    """Each GEMM sequenced by the firmware (``systolica run --firmware``): outputs equal
+    numpy and the golden model bit for bit, CYCLES the compiler's prediction for a
+    program fetched whole (PROG_FETCH 0), and the firmware's own record of the step
+    agrees."""
+    tb = FpgaTopTB(dut)
+    await tb.start()
+    for name, make in GEMMS.items():
+        compiled = compile_network(CFG, make(), board.firmware_options(CFG))
+        run = await board.run_by_firmware(tb.bus, compiled)
+        bad = board.problems(compiled, run)
+        assert not bad, f"{name}: " + "; ".join(bad)
+        assert run.table.result == FwResult.OK and not run.table.problems
+        assert run.table.steps[0]["t_cycles"] == run.cycles == compiled.predicted_cycles
+        assert run.table.mailbox["cycles"] == run.cycles
+        assert tb.leds == 0, f"{name}: lights {tb.leds:03b} after the run"
+        dut._log.info("%s by the firmware: %d cycles as predicted, outputs exact", name,
+                      run.cycles)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -114,6 +115,15 @@ def test_the_pack_only_step_logs_apart_and_writes_nothing(output):
     assert bitstream._pack_only(argv, "top") == [
         "nextpnr", "--log", "top.pack.tim", "--json", "top.syn.json", "--freq", "27",
         "--pack-only"]
+
+
+@pytest.mark.parametrize("name", ["ulx3s", "tangprimer20k"])
+def test_the_placer_seed_goes_to_nextpnr_when_given(name):
+    spec, platform = BOARDS[name], SimpleNamespace(series="")
+    assert "--seed" not in bitstream._overrides(spec, platform, "top")["nextpnr_opts"]
+    assert bitstream._overrides(spec, platform, "top", 2)["nextpnr_opts"].endswith(" --seed 2")
+    with pytest.raises(SystemExit):
+        bitstream.main(["--seed", "-1"])
 
 
 @pytest.mark.fpga
