@@ -57,11 +57,6 @@ CORE = "ulx3s"
 
 
 @pytest.mark.regress
-@pytest.mark.parametrize("case", [
-    "core_busy", "firmware_reports_a_fault",
-    pytest.param("firmware_runs", marks=pytest.mark.xfail(
-        strict=False, reason="the int32 9x16x13 GEMM does not compile for ulx3s with "
-                             "fetch_from=0 (BANK_CONFLICT; test_board.py has the case); "
-                             "the int8 one runs exact on its predicted cycles"))])
+@pytest.mark.parametrize("case", ["core_busy", "firmware_reports_a_fault", "firmware_runs"])
 def test_fpga_top_with_the_management_core(case):
     run(CORE, case)
