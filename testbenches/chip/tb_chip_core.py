@@ -17,6 +17,8 @@ Cases (``BLOCK_CASE``, comma-separated, each on a freshly reset chip):
   interrupt.
 * ``array_irq``: the array's interrupt reaches the host while the core is held and
   not while it runs.
+* ``random_programs``: random RV32IM programs (:mod:`rv32_random`), their registers
+  and scratch memory read back for the differential check against the ISS.
 """
 
 from __future__ import annotations
@@ -205,8 +207,36 @@ async def array_irq(tb: ChipTB):
         assert not tb.irq
 
 
+async def random_programs(tb: ChipTB):
+    """The programs of ``CORE_RANDOM`` (a JSON file: a list of word lists), each run
+    until its CORE_MSG on a zeroed data memory; the compared words of each are written
+    to ``CORE_RANDOM_OUT`` for the pytest side to check against the ISS."""
+    import json
+    import os
+
+    import rv32_random
+    programs = json.loads(open(os.environ["CORE_RANDOM"]).read())
+    out = []
+    for words in programs:
+        await tb.write(Reg.CORE_CTRL, 0)
+        await tb.load(IMEM_BASE, words)
+        for address in rv32_random.compared_words():
+            await tb.load(address, [0])
+        await tb.write(Reg.CORE_CTRL, CORE_CTRL_RUN)
+        for _ in range(200):
+            await ClockCycles(tb.dut.clk, 50)
+            if tb.irq:
+                break
+        assert await tb.read(Reg.CORE_MSG) == rv32_random.DONE, "no message"
+        assert await tb.read(Reg.CORE_STATUS) == CORE_STATUS_RUNNING | CORE_STATUS_MESSAGE
+        await tb.write(Reg.CORE_CTRL, 0)
+        out.append([await tb.peek(a) for a in rv32_random.compared_words()])
+    open(os.environ["CORE_RANDOM_OUT"], "w").write(json.dumps(out))
+
+
 CASES = {"memories": memories, "window": window, "dram": dram, "trap": trap,
-         "bad_access": bad_access, "array_irq": array_irq}
+         "bad_access": bad_access, "array_irq": array_irq,
+         "random_programs": random_programs}
 
 
 @cocotb.test()
