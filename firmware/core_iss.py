@@ -19,7 +19,7 @@ firmware has parked).
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Protocol
 
 import numpy as np
@@ -177,35 +177,29 @@ def run(image: CoreImage, chip: ChipModel, mailbox: bytes,
     return IssRun(dict(zip(MAILBOX_FIELDS, words)), uc, counted[0])
 
 
-#: The registers START takes from their next copies (docs/management-core.md).
-DOUBLE_BUFFERED = (Reg.PROG_ADDR, Reg.PROG_LEN, Reg.PROG_FETCH, Reg.UBUF_BASE,
-                   Reg.UBUF_ROWS)
+#: The registers START takes from their next copies (docs/management-core.md), in the
+#: order ``RegisterModel.starts`` lists them.
+DOUBLE_BUFFERED = (Reg.PROG_ADDR, Reg.PROG_LEN, Reg.UBUF_BASE, Reg.UBUF_ROWS,
+                   Reg.PROG_FETCH)
 
 
-@dataclass
-class GoldenChip:
-    """The chip's register interface with the golden model behind ``START``: the
-    program's configuration double-buffered as the register file's (writes set the
-    next values, START makes them the run's); the run is :func:`systolica.golden.run`
-    of the program the registers name, its image read from the DRAM at PROG_ADDR (the
-    firmware has it fetched whole), on the DRAM behind the core's window, which the
-    run's stores change. A UBUF pair the chip refuses is kept out, as the chip does.
-    ``CORE_MSG`` writes are the firmware's messages (``messages``); ``runs`` holds each
-    run's golden result."""
-    cfg: ChipConfig
-    values: dict = field(default_factory=dict)
-    running: bool = False
-    done: bool = False
-    error: bool = False
-    messages: list[int] = field(default_factory=list)
-    runs: list = field(default_factory=list)
+class RegisterModel:
+    """The register interface as the register file behaves for the firmware: the
+    program's configuration double-buffered (writes set the next values, also while
+    running, and reads return them; START makes them the run's, ``active``, and is
+    recorded in ``starts``); IRQ_ACK or the next START clears DONE/ERROR and the
+    line; a UBUF pair :meth:`ubuf_allowed` refuses is kept out; other writes while
+    running are ignored; a CORE_MSG write is the firmware's message (``messages``).
+    Every write is logged in ``writes`` by register name. A run takes no time: it
+    ends (:meth:`finish`) when the core next sleeps."""
 
-    def __post_init__(self):
-        cfg = self.cfg
-        self.values = {r: 0 for r in Reg} | {Reg.PROG_FETCH: cfg.imem_depth,
-                                             Reg.UBUF_BASE: cfg.ubuf_base,
-                                             Reg.UBUF_ROWS: cfg.ubuf_rows}
+    def __init__(self, reset: dict[Reg, int] | None = None):
+        self.values = dict.fromkeys(Reg, 0) | dict(reset or {})
         self.active = {r: self.values[r] for r in DOUBLE_BUFFERED}
+        self.running = self.done = self.error = False
+        self.writes: list[tuple[str, int]] = []
+        self.starts: list[tuple[int, ...]] = []
+        self.messages: list[int] = []
 
     @property
     def irq(self) -> bool:
@@ -219,10 +213,12 @@ class GoldenChip:
 
     def write(self, reg: Reg, value: int) -> None:
         v = self.values
+        self.writes.append((reg.name, value))
         if reg == Reg.CTRL:
             if value & CTRL_START and not self.running:
                 self.running, self.done, self.error = True, False, False
                 self.active = {r: v[r] for r in DOUBLE_BUFFERED}
+                self.starts.append(tuple(self.active[r] for r in DOUBLE_BUFFERED))
             elif value & CTRL_IRQ_ACK:
                 self.done = self.error = False
         elif reg == Reg.CORE_MSG:
@@ -231,14 +227,52 @@ class GoldenChip:
         elif reg in (Reg.UBUF_BASE, Reg.UBUF_ROWS):
             pair = {Reg.UBUF_BASE: v[Reg.UBUF_BASE], Reg.UBUF_ROWS: v[Reg.UBUF_ROWS],
                     reg: value}
-            if self.cfg.ubuf_problem(pair[Reg.UBUF_BASE], pair[Reg.UBUF_ROWS]) is None:
+            if self.ubuf_allowed(pair[Reg.UBUF_BASE], pair[Reg.UBUF_ROWS]):
                 v[reg] = value
         elif reg in DOUBLE_BUFFERED or not self.running:
             v[reg] = value
 
+    def ubuf_allowed(self, base: int, rows: int) -> bool:
+        return True
+
     def advance(self, dram: DramWindow | None) -> None:
-        if not self.running:
-            return
+        if self.running:
+            self.running = False
+            self.finish(dram)
+
+    def finish(self, dram: DramWindow | None) -> None:
+        """The run of the ``active`` configuration: end it with :meth:`done_in` or
+        :meth:`fault`."""
+        raise NotImplementedError
+
+    def done_in(self, cycles: int) -> None:
+        self.done = True
+        self.values[Reg.CYCLES] = cycles
+
+    def fault(self, code: int, pc: int, cycle: int) -> None:
+        self.error = True
+        self.values |= {Reg.ERROR: int(code), Reg.FAULT_PC: pc, Reg.FAULT_CYCLE: cycle,
+                        Reg.CYCLES: cycle}
+
+
+class GoldenChip(RegisterModel):
+    """The register interface with the golden model behind ``START``: the run is
+    :func:`systolica.golden.run` of the program the registers name, its image read
+    from the DRAM at PROG_ADDR (the firmware has it fetched whole), on the DRAM behind
+    the core's window, which the run's stores change; the UBUF rule is the chip's
+    (:meth:`~systolica.arch.config.ChipConfig.ubuf_problem`). ``runs`` holds each
+    run's golden result."""
+
+    def __init__(self, cfg: ChipConfig):
+        super().__init__({Reg.PROG_FETCH: cfg.imem_depth, Reg.UBUF_BASE: cfg.ubuf_base,
+                          Reg.UBUF_ROWS: cfg.ubuf_rows})
+        self.cfg = cfg
+        self.runs: list = []
+
+    def ubuf_allowed(self, base: int, rows: int) -> bool:
+        return self.cfg.ubuf_problem(base, rows) is None
+
+    def finish(self, dram: DramWindow | None) -> None:
         from systolica import golden
         cfg, a = self.cfg, self.active
         if dram is None:
@@ -254,14 +288,11 @@ class GoldenChip:
         result = golden.run(cfg, program)
         self.runs.append(result)
         dram.write(result.dram[:words.shape[0]].tobytes())
-        self.running = False
-        self.values[Reg.CYCLES] = result.cycles
         if result.error != ErrorCode.NONE:
-            self.error = True
-            self.values |= {Reg.ERROR: int(result.error), Reg.FAULT_PC: result.fault_pc,
-                            Reg.FAULT_CYCLE: result.fault_cycle}
+            self.fault(result.error, result.fault_pc, result.fault_cycle)
+            self.values[Reg.CYCLES] = result.cycles
         else:
-            self.done = True
+            self.done_in(result.cycles)
 
 
 @dataclass

@@ -7,16 +7,12 @@ step cannot run or the chip faults."""
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass, field
 
 import pytest
 
 from systolica.arch.regs import (
     CTRL_IRQ_ACK,
     CTRL_START,
-    STATUS_DONE,
-    STATUS_ERROR,
-    STATUS_RUNNING,
     ErrorCode,
     Reg,
 )
@@ -35,69 +31,25 @@ IRQ_TRAP = core_iss.IRQ_TRAP
 INSTRUCTION_LIMIT = 200_000
 
 
-#: The registers START takes from their next copies, in the order `FakeChip.starts` lists
-DOUBLE_BUFFERED = (Reg.PROG_ADDR, Reg.PROG_LEN, Reg.UBUF_BASE, Reg.UBUF_ROWS, Reg.PROG_FETCH)
+class FakeChip(core_iss.RegisterModel):
+    """The register interface (:class:`~systolica.firmware.core_iss.RegisterModel`)
+    with runs that take no time and cycles of their own: a run ends DONE after
+    ``1000 + PROG_LEN`` cycles, or with ERROR for a program address in `faults`; a
+    UBUF region whose rows are not a power of two is refused."""
 
+    def __init__(self, faults: dict[int, tuple[ErrorCode, int, int]] | None = None):
+        super().__init__()
+        self.faults = dict(faults or {})
 
-@dataclass
-class FakeChip:
-    """The register interface as rtl/csr.py behaves, with runs that take no time: a
-    START finishes the run (DONE, or ERROR for a program address in `faults`) when the
-    core next sleeps; IRQ_ACK or the next START clears DONE/ERROR and the line. The
-    program's configuration is double-buffered: writes set the next values (also while
-    running), which reads return and START makes the run's (`starts`). A UBUF region
-    whose rows are not a power of two is refused (the register keeps its value). A
-    write of CORE_MSG is the firmware's message to the host (`messages`)."""
-    faults: dict[int, tuple[ErrorCode, int, int]] = field(default_factory=dict)
-    values: dict[Reg, int] = field(default_factory=lambda: dict.fromkeys(Reg, 0))
-    running: bool = False
-    done: bool = False
-    error: bool = False
-    writes: list[tuple[str, int]] = field(default_factory=list)
-    starts: list[tuple[int, int, int, int, int]] = field(default_factory=list)
-    active: dict[Reg, int] = field(default_factory=dict)
-    messages: list[int] = field(default_factory=list)
+    def ubuf_allowed(self, base: int, rows: int) -> bool:
+        return not rows & (rows - 1)
 
-    @property
-    def irq(self) -> bool:
-        return self.done or self.error
-
-    def read(self, reg: Reg) -> int:
-        if reg == Reg.STATUS:
-            return (STATUS_RUNNING * self.running | STATUS_DONE * self.done
-                    | STATUS_ERROR * self.error)
-        return self.values[reg]
-
-    def write(self, reg: Reg, value: int) -> None:
-        self.writes.append((reg.name, value))
-        if reg == Reg.CTRL:
-            if value & CTRL_START and not self.running:
-                self.running, self.done, self.error = True, False, False
-                self.active = {r: self.values[r] for r in DOUBLE_BUFFERED}
-                self.starts.append(tuple(self.active[r] for r in DOUBLE_BUFFERED))
-            elif value & CTRL_IRQ_ACK:
-                self.done = self.error = False
-        elif reg == Reg.CORE_MSG:
-            self.messages.append(value)
-        elif reg == Reg.UBUF_ROWS and value & (value - 1):
-            pass
-        elif reg in DOUBLE_BUFFERED or not self.running:
-            self.values[reg] = value
-
-    def advance(self, dram=None) -> None:
-        """Let a run that was started finish."""
-        if not self.running:
-            return
-        self.running = False
+    def finish(self, dram) -> None:
         fault = self.faults.get(self.active[Reg.PROG_ADDR])
         if fault:
-            self.error = True
-            code, pc, cycle = fault
-            self.values |= {Reg.ERROR: code, Reg.FAULT_PC: pc, Reg.FAULT_CYCLE: cycle,
-                            Reg.CYCLES: cycle}
+            self.fault(*fault)
         else:
-            self.done = True
-            self.values[Reg.CYCLES] = 1000 + self.active[Reg.PROG_LEN]
+            self.done_in(1000 + self.active[Reg.PROG_LEN])
 
 
 CoreRun = core_iss.IssRun
