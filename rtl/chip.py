@@ -79,8 +79,12 @@ class Chip(wiring.Component):
         else:
             m.d.comb += [self.reg_rdata.eq(csr.reg_rdata), self.irq.eq(csr.irq)]
         connect(m, csr.seq, seq.ctrl)
-        for unit in (seq, copy, vpu):      # the UBUF where its registers put it
+        # the UBUF where its registers put it: the run's, and for the sequencer's
+        # checks the next values until START (rtl/csr.py)
+        for unit in (copy, vpu):
             m.d.comb += [unit.ubuf_base.eq(csr.ubuf_base), unit.ubuf_rows.eq(csr.ubuf_rows)]
+        m.d.comb += [seq.ubuf_base.eq(csr.check_ubuf_base),
+                     seq.ubuf_rows.eq(csr.check_ubuf_rows)]
 
         # Issue.
         connect(m, seq.dma, dma.issue)

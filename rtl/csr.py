@@ -23,8 +23,9 @@ class RegisterFile(wiring.Component):
     write port is the fetcher's). The program's configuration (``PROG_LEN``,
     ``PROG_ADDR``, ``PROG_FETCH``, ``UBUF_BASE``, ``UBUF_ROWS``) is double-buffered: a
     write sets the *next* value, also while a program runs, and a read returns it;
-    ``START`` copies every next value into the run's *active* one, and the run sees
-    the next values from ``START``'s own cycle on (docs/management-core.md).
+    ``START`` copies every next value into the run's *active* one; the sequencer sees
+    the next values while the chip is stopped, so from ``START``'s own cycle on, and
+    the units the active ones (docs/management-core.md).
     ``PROG_FETCH`` resets to ``imem_depth``. ``irq`` stays high from the end of
     a run (done or fault) until ``CTRL.IRQ_ACK`` or the next ``START``.
 
@@ -33,7 +34,8 @@ class RegisterFile(wiring.Component):
     performance counters ``macs``, ``dram_rd_bytes``, ``dram_wr_bytes``,
     ``fetch_rd_bytes``, ``ubuf_wr_bytes``, ``ubuf_rd_bytes``; and the run's UBUF
     placement, ``ubuf_base`` / ``ubuf_rows`` (registers ``UBUF_BASE`` / ``UBUF_ROWS``,
-    reset to the configuration's). A write to either is taken only if the pair it
+    reset to the configuration's; ``check_ubuf_base`` / ``check_ubuf_rows`` are the
+    sequencer's view, the next values while stopped). A write to either is taken only if the pair it
     makes with the other register's next value is a UBUF the chip allows
     (:meth:`~systolica.arch.config.ChipConfig.ubuf_problem`: whole banks, a power of
     two rows or none, inside its ``ubuf_span``); otherwise the register keeps its
@@ -50,7 +52,8 @@ class RegisterFile(wiring.Component):
             "core_rdata": Out(32), "core_ready": Out(1),
             "macs": In(64), "dram_rd_bytes": In(32), "dram_wr_bytes": In(32),
             "fetch_rd_bytes": In(32), "ubuf_wr_bytes": In(32), "ubuf_rd_bytes": In(32),
-            "ubuf_base": Out(width), "ubuf_rows": Out(width)})
+            "ubuf_base": Out(width), "ubuf_rows": Out(width),
+            "check_ubuf_base": Out(width), "check_ubuf_rows": Out(width)})
 
     def elaborate(self, platform):
         m = Module()
@@ -76,8 +79,12 @@ class RegisterFile(wiring.Component):
         m.d.comb += self.irq.eq(done_flag | error_flag)
 
         # The double-buffered registers: ``nxt[r]`` takes the writes and answers reads,
-        # ``active[r]`` is the run's, copied from ``nxt[r]`` at START; the run (the
-        # sequencer, the units) sees ``nxt[r]`` in START's cycle and ``active[r]`` after.
+        # ``active[r]`` is the run's, copied from ``nxt[r]`` at START. The sequencer
+        # sees ``nxt[r]`` while stopped (so in START's cycle, whose checks are cycle
+        # 0's) and ``active[r]`` while running: chosen by a register, so that no path
+        # runs from a bus write through START into its checks and its fetcher (the
+        # ULX3S's worst path, 42.6 MHz). The units act on issued instructions only,
+        # from cycle 0 on, and read ``active[r]``, also while they drain after a fault.
         width = len(self.ubuf_base)
         inits = {Reg.PROG_LEN: (32, 0), Reg.PROG_ADDR: (32, 0),
                  Reg.PROG_FETCH: (32, cfg.imem_depth),
@@ -89,11 +96,13 @@ class RegisterFile(wiring.Component):
             active[reg] = Signal(bits, init=init, name=f"{name}_active")
             with m.If(seq.start):
                 m.d.sync += active[reg].eq(nxt[reg])
-        run = {reg: Mux(seq.start, nxt[reg], active[reg]) for reg in inits}
+        run = {reg: Mux(seq.running, active[reg], nxt[reg]) for reg in inits}
         m.d.comb += [seq.prog_len.eq(run[Reg.PROG_LEN]), seq.prog_addr.eq(run[Reg.PROG_ADDR]),
                      seq.prog_fetch.eq(run[Reg.PROG_FETCH]),
-                     self.ubuf_base.eq(run[Reg.UBUF_BASE]),
-                     self.ubuf_rows.eq(run[Reg.UBUF_ROWS])]
+                     self.check_ubuf_base.eq(run[Reg.UBUF_BASE]),
+                     self.check_ubuf_rows.eq(run[Reg.UBUF_ROWS]),
+                     self.ubuf_base.eq(active[Reg.UBUF_BASE]),
+                     self.ubuf_rows.eq(active[Reg.UBUF_ROWS])]
         for reg in (Reg.PROG_LEN, Reg.PROG_ADDR, Reg.PROG_FETCH):
             with m.If(write(reg)):
                 m.d.sync += nxt[reg].eq(w_data)

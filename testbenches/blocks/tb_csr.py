@@ -4,10 +4,11 @@
 testbench drives one bus access and the sequencer-side inputs, and compares ``start``,
 ``imem_we`` (with ``imem_waddr`` / ``imem_wdata`` when it is high), ``irq`` and the
 combinational ``reg_rdata`` of the addressed register with the model, and the
-run's configuration the sequencer and the units see (``prog_len``, ``prog_addr``,
-``prog_fetch``, ``ubuf_base``, ``ubuf_rows``: the active copies of the
-double-buffered registers, or their next values in a START's cycle). The cases are
-schedules of bus accesses and sequencer events.
+run's configuration: what the sequencer sees (``prog_len``, ``prog_addr``,
+``prog_fetch``, ``check_ubuf_base``, ``check_ubuf_rows``: the next values of the
+double-buffered registers while stopped, so in a START's cycle, and their active
+copies while running) and what the units see (``ubuf_base``, ``ubuf_rows``: the
+active copies). The cases are schedules of bus accesses and sequencer events.
 """
 
 from __future__ import annotations
@@ -46,10 +47,12 @@ def ubuf_ok(base: int, rows: int) -> bool:
 #: The double-buffered registers (docs/management-core.md) and their reset values.
 BUFFERED = {Reg.PROG_LEN: 0, Reg.PROG_ADDR: 0, Reg.PROG_FETCH: CFG.imem_depth,
             Reg.UBUF_BASE: CFG.ubuf_base, Reg.UBUF_ROWS: CFG.ubuf_rows}
-#: ... and the register file's port that carries each one's run value.
+#: ... and the register file's port that carries each one's value for the sequencer.
 RUN_PORT = {Reg.PROG_LEN: "prog_len", Reg.PROG_ADDR: "prog_addr",
-            Reg.PROG_FETCH: "prog_fetch", Reg.UBUF_BASE: "ubuf_base",
-            Reg.UBUF_ROWS: "ubuf_rows"}
+            Reg.PROG_FETCH: "prog_fetch", Reg.UBUF_BASE: "check_ubuf_base",
+            Reg.UBUF_ROWS: "check_ubuf_rows"}
+#: ... and for the units (the active copies only).
+UNIT_PORT = {Reg.UBUF_BASE: "ubuf_base", Reg.UBUF_ROWS: "ubuf_rows"}
 
 
 class RegsModel:
@@ -96,9 +99,11 @@ class RegsModel:
         }
         if i["addr"] in table:        # CTRL and IMEM_DATA are write-only
             out["reg_rdata"] = table[i["addr"]]
-        # the run sees the next values from START's cycle on
-        run = self.next if out["start"] else self.active
+        # the sequencer sees the next values while stopped (from START's cycle on),
+        # the units the active ones
+        run = self.active if i["running"] else self.next
         out.update({RUN_PORT[reg]: value for reg, value in run.items()})
+        out.update({port: self.active[reg] for reg, port in UNIT_PORT.items()})
         return out
 
     def clock(self, i: dict, out: dict) -> None:
