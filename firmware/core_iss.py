@@ -19,6 +19,7 @@ firmware has parked).
 from __future__ import annotations
 
 import struct
+from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -183,7 +184,7 @@ DOUBLE_BUFFERED = (Reg.PROG_ADDR, Reg.PROG_LEN, Reg.UBUF_BASE, Reg.UBUF_ROWS,
                    Reg.PROG_FETCH)
 
 
-class RegisterModel:
+class RegisterModel(ABC):
     """The register interface as the register file behaves for the firmware: the
     program's configuration double-buffered (writes set the next values, also while
     running, and reads return them; START makes them the run's, ``active``, and is
@@ -240,10 +241,10 @@ class RegisterModel:
             self.running = False
             self.finish(dram)
 
+    @abstractmethod
     def finish(self, dram: DramWindow | None) -> None:
         """The run of the ``active`` configuration: end it with :meth:`done_in` or
         :meth:`fault`."""
-        raise NotImplementedError
 
     def done_in(self, cycles: int) -> None:
         self.done = True
