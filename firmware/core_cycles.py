@@ -148,6 +148,7 @@ class CycleModel:
         self.block_start = None  # the current block's address (None: none open)
         self.block = None
         self.instructions = 0
+        self.reads: list[tuple[int, int]] = []     # (value read, instructions before)
         uc.hook_add(UC_HOOK_BLOCK, self._on_block)
         for k, word in enumerate(self.words):
             if is_register_shift(word):
@@ -198,6 +199,7 @@ class CycleModel:
             value = self.t - block.prefix[-1] + block.prefix[-2] + self.timing.rdcycle_offset
             csr = last >> 20
             value = value >> 32 if csr >= 0xC80 else value
+            self.reads.append((value & 0xFFFF_FFFF, self.instructions - 1))
             self.uc.reg_write(self._x0 + ((last >> 7) & 31), value & 0xFFFF_FFFF)
         self.block = self.block_start = None
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import struct
 from abc import ABC, abstractmethod
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 import numpy as np
@@ -44,7 +44,9 @@ from systolica.firmware.core_image import (
     IMEM_BASE,
     MAILBOX_FIELDS,
     REGS_BASE,
+    STEP_FIELDS,
     CoreImage,
+    step_offset,
 )
 
 ACCEL_IRQ = 1 << 0          # interrupt 0 is the accelerator's
@@ -87,13 +89,15 @@ class CoreHalted(RuntimeError):
 @dataclass
 class IssRun:
     """What a run left: the mailbox's words by name, the instructions the core ran
-    (counted when asked), the emulator, whose memories can be read, and the core's
+    (counted when asked), the emulator, whose memories can be read, the core's
     cycle counter where it stopped (at the ``waitirq`` it parked in: the cycles of
-    :mod:`.core_cycles`' model)."""
+    :mod:`.core_cycles`' model) and each counter read (``rdcycle``): the value read
+    and the instructions run before it."""
     mailbox: dict[str, int]
     uc: object
     instructions: int = 0
     cycles: int = 0
+    counter_reads: list[tuple[int, int]] = field(default_factory=list)
 
     def word(self, address: int) -> int:
         return struct.unpack("<I", self.uc.mem_read(address, 4))[0]
@@ -248,7 +252,8 @@ def run(image: CoreImage, chip: ChipModel, mailbox: bytes,
                                uc.mem_read(DMEM_BASE, 4 * len(MAILBOX_FIELDS)))
     if dram is not None:
         dram[:] = uc.mem_read(DRAM_BASE, len(dram))
-    return IssRun(dict(zip(MAILBOX_FIELDS, words)), uc, counted[0], cycles.finish())
+    return IssRun(dict(zip(MAILBOX_FIELDS, words)), uc, counted[0], cycles.finish(),
+                  cycles.reads)
 
 
 #: The registers START takes from their next copies (docs/management-core.md), in the
@@ -427,19 +432,59 @@ class GoldenTable:
     iss: IssRun
     dram: np.ndarray
     chip: GoldenChip
+    n_steps: int = 0
 
     @property
     def mailbox(self) -> dict[str, int]:
         return self.iss.mailbox
 
+    @property
+    def steps(self) -> list[dict[str, int]]:
+        """Each step's words by name (:data:`~.core_image.STEP_FIELDS`), as the chip's
+        host reads them back (``TableRun.steps``): with ``t_start`` and ``t_cycles``
+        on the core's counter, as on the chip."""
+        count = len(STEP_FIELDS)
+        return [dict(zip(STEP_FIELDS, struct.unpack(
+            f"<{count}I", self.iss.uc.mem_read(DMEM_BASE + step_offset(k), 4 * count))))
+            for k in range(self.n_steps)]
+
+    def step_instructions(self, index: int) -> int:
+        """The instructions kernel step `index` ran, between its two ``rdcycle``."""
+        step = self.steps[index]
+        reads = dict(self.iss.counter_reads)
+        return (reads[(step["t_start"] + step["t_cycles"]) & 0xFFFF_FFFF]
+                - reads[step["t_start"]])
+
+
+class StepRefused(ValueError):
+    """:func:`step_cycles`: the firmware did not run the step."""
+
+
+def step_cycles(cfg: ChipConfig, step, *, data=(), image: CoreImage | None = None) -> int:
+    """The core's cycles a kernel step (:class:`~.core_host.KernelStep`) takes on the
+    DRAM pieces of `data` (``(first word, uint8 words)``), exactly as the chip's
+    firmware records them (its ``t_cycles``): the step alone in a table on
+    :func:`golden_table`. A chip step (a Loadable) gives its program's cycles.
+    Raises :class:`StepRefused` if the firmware refuses the step."""
+    from systolica.firmware.core_image import FwResult
+    table = golden_table(cfg, [step], data=data, image=image)
+    if table.mailbox["result"] != FwResult.OK:
+        raise StepRefused(
+            f"the firmware did not run the step: result {table.mailbox['result']} "
+            f"(FwResult), code {table.mailbox['fault_code']} (FwStepProblem or "
+            f"ErrorCode); check the step's descriptor and the DRAM it names")
+    return table.steps[0]["t_cycles"]
+
 
 def golden_table(cfg: ChipConfig, steps, *, data=(), overlap: bool = True,
-                 image: CoreImage | None = None) -> GoldenTable:
+                 image: CoreImage | None = None, timing: CoreTiming = TIMING
+                 ) -> GoldenTable:
     """Run `steps` (Loadables and :class:`~.core_host.KernelStep`) as the chip's core
     would, on the ISS with :class:`GoldenChip`: the same firmware, table and DRAM the
     host gives the chip (:mod:`.core_host`), the pieces of `data` too. The DRAM
     modelled reaches the last word the table's pieces do (a kernel writing past it
-    is refused, as past the chip's DRAM)."""
+    is refused, as past the chip's DRAM). The core's cycles are `timing`'s
+    (:mod:`.core_cycles`): each step's ``t_start`` and ``t_cycles`` are the chip's."""
     from systolica.firmware import core_host, core_image
     image = image or core_image.for_chip(cfg)
     pieces = core_host.table_dram(cfg, steps, data)
@@ -453,5 +498,7 @@ def golden_table(cfg: ChipConfig, steps, *, data=(), overlap: bool = True,
              for s in steps]
     mailbox = core_host.table_words(table, overlap=overlap, dram_bytes=len(dram))
     chip = GoldenChip(cfg)
-    iss = run(image, chip, struct.pack(f"<{len(mailbox)}I", *mailbox), dram=dram)
-    return GoldenTable(iss, np.frombuffer(bytes(dram), np.uint8).reshape(-1, W), chip)
+    iss = run(image, chip, struct.pack(f"<{len(mailbox)}I", *mailbox), dram=dram,
+              timing=timing)
+    return GoldenTable(iss, np.frombuffer(bytes(dram), np.uint8).reshape(-1, W), chip,
+                       len(table))
