@@ -124,10 +124,25 @@ def branch_taken(word: int, a: int, b: int) -> bool:
     return {0: a == b, 1: a != b, 4: sa < sb, 5: sa >= sb, 6: a < b, 7: a >= b}.get(f3, False)
 
 
+#: what settles a block's last instruction when the block is left
+PLAIN, BRANCH_AWAY, BRANCH_NEXT, COUNTER = range(4)
+
+
+def branch_offset(word: int) -> int:
+    imm = ((word >> 31) & 1) << 12 | ((word >> 7) & 1) << 11 | ((word >> 25) & 0x3F) << 5 \
+        | ((word >> 8) & 0xF) << 1
+    return imm - (imm >> 12 << 13)
+
+
 @dataclass
 class _Block:
-    prefix: list[int]        # cycles before each instruction of the block, then the total
-    last_word: int           # the block's last instruction
+    prefix: list[int]        # cycles before each instruction of the block
+    total: int               # the block's cycles
+    count: int               # its instructions
+    end: int                 # the address after it
+    last: int                # its last instruction
+    settle: int              # PLAIN, BRANCH_AWAY (to another address than `end`),
+                             # BRANCH_NEXT (to `end`: decided on its operands), COUNTER
 
 
 class CycleModel:
@@ -163,45 +178,51 @@ class CycleModel:
         key = (address, size)
         block = self._blocks.get(key)
         if block is None:
-            prefix, total = [], 0
-            for k in range(size // 4):
+            prefix, total, count = [], 0, size // 4
+            for k in range(count):
                 word = self.word(address + 4 * k)
-                if k < size // 4 - 1 and is_counter_read(word) or (
+                if k < count - 1 and is_counter_read(word) or (
                         word & 0x7F == SYSTEM and word >> 20 in INSTRET_CSRS):
                     raise NotImplementedError(
                         f"the cycle model reads counters only at the end of a translated "
                         f"block (instruction 0x{word:08x} at 0x{address + 4 * k:x})")
                 prefix.append(total)
                 total += self.timing.static(word)
-            prefix.append(total)
-            block = self._blocks[key] = _Block(prefix, self.word(address + size - 4))
+            last, end = self.word(address + size - 4), address + size
+            settle = PLAIN
+            if last & 0x7F == BRANCH:
+                settle = BRANCH_NEXT if end - 4 + branch_offset(last) == end else BRANCH_AWAY
+            elif is_counter_read(last):
+                settle = COUNTER
+            block = self._blocks[key] = _Block(prefix, total, count, end, last, settle)
         return block
 
     def _close(self, next_address: int) -> None:
         """The open block ran to its end: add its cycles, settle its last instruction
         (a branch's direction; a counter read's value into its register)."""
-        block, start = self.block, self.block_start
-        end = start + 4 * (len(block.prefix) - 1)
-        self.t += block.prefix[-1]
-        self.instructions += len(block.prefix) - 1
-        last, op = block.last_word, block.last_word & 0x7F
-        if op == BRANCH:
-            if next_address != end:
-                taken = True
-            else:           # a branch to the next instruction: decide on its operands
-                read = self.uc.reg_read
-                rs1, rs2 = (last >> 15) & 31, (last >> 20) & 31
-                taken = branch_taken(last, read(self._x0 + rs1) if rs1 else 0,
-                                     read(self._x0 + rs2) if rs2 else 0)
-            if taken:
-                self.t += self.timing.branch_taken - self.timing.branch_not_taken
-        elif op == SYSTEM and is_counter_read(last):
-            value = self.t - block.prefix[-1] + block.prefix[-2] + self.timing.rdcycle_offset
-            csr = last >> 20
-            value = value >> 32 if csr >= 0xC80 else value
+        block = self.block
+        self.t += block.total
+        self.instructions += block.count
+        self.block = None
+        settle = block.settle
+        if settle == PLAIN:
+            return
+        timing = self.timing
+        if settle == BRANCH_AWAY:
+            if next_address != block.end:
+                self.t += timing.branch_taken - timing.branch_not_taken
+        elif settle == BRANCH_NEXT:
+            last, read = block.last, self.uc.reg_read
+            rs1, rs2 = (last >> 15) & 31, (last >> 20) & 31
+            if branch_taken(last, read(self._x0 + rs1) if rs1 else 0,
+                            read(self._x0 + rs2) if rs2 else 0):
+                self.t += timing.branch_taken - timing.branch_not_taken
+        else:
+            last = block.last
+            value = self.t - block.total + block.prefix[-1] + timing.rdcycle_offset
+            value = value >> 32 if last >> 20 >= 0xC80 else value
             self.reads.append((value & 0xFFFF_FFFF, self.instructions - 1))
             self.uc.reg_write(self._x0 + ((last >> 7) & 31), value & 0xFFFF_FFFF)
-        self.block = self.block_start = None
 
     def _on_block(self, uc, address, size, data):
         if self.block is not None:
@@ -243,8 +264,7 @@ class CycleModel:
         block): return the counter there."""
         if self.block is not None:
             if pc is None:
-                self.t += self.block.prefix[-1]
-                self.instructions += len(self.block.prefix) - 1
+                self._close(self.block.end)
             else:
                 k = (pc - self.block_start) >> 2
                 self.t += self.block.prefix[k]
