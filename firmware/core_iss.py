@@ -392,9 +392,9 @@ class GoldenChip(RegisterModel):
     (:meth:`~systolica.arch.config.ChipConfig.ubuf_problem`). ``runs`` holds each
     run's golden result."""
 
-    def __init__(self, cfg: ChipConfig):
+    def __init__(self, cfg: ChipConfig, *, start_to_irq: int = TIMING.start_to_irq):
         super().__init__({Reg.PROG_FETCH: cfg.imem_depth, Reg.UBUF_BASE: cfg.ubuf_base,
-                          Reg.UBUF_ROWS: cfg.ubuf_rows})
+                          Reg.UBUF_ROWS: cfg.ubuf_rows}, start_to_irq=start_to_irq)
         self.cfg = cfg
         self.runs: list = []
 
@@ -497,7 +497,7 @@ def golden_table(cfg: ChipConfig, steps, *, data=(), overlap: bool = True,
     table = [s if isinstance(s, core_host.KernelStep) else core_host.ChipStep.of(s, cfg)
              for s in steps]
     mailbox = core_host.table_words(table, overlap=overlap, dram_bytes=len(dram))
-    chip = GoldenChip(cfg)
+    chip = GoldenChip(cfg, start_to_irq=timing.start_to_irq)
     iss = run(image, chip, struct.pack(f"<{len(mailbox)}I", *mailbox), dram=dram,
               timing=timing)
     return GoldenTable(iss, np.frombuffer(bytes(dram), np.uint8).reshape(-1, W), chip,
