@@ -3,17 +3,19 @@ runs the same image the chip's PicoRV32 runs, against a model of the chip's regi
 interface. With :class:`GoldenChip` that model is the golden model: a ``START`` runs
 the configured program with :func:`systolica.golden.run` on the DRAM behind the
 core's window. This is how the golden model runs a step table: the firmware's own
-decisions, kernels and bookkeeping, bit for bit; the core's own cycles are not
-modelled (unicorn counts instructions), only each program's (docs/management-core.md).
+decisions, kernels and bookkeeping, bit for bit, and its cycles exactly: the core's
+own, counted by :mod:`.core_cycles` (``rdcycle`` reads them), and each program's,
+which the chip model's runs take on the same counter (docs/management-core.md, "The
+core's cycles").
 
 The model maps the instruction memory, the data memory, the register window and (if
 given) the DRAM window at the addresses of docs/management-core.md. PicoRV32's
 interrupt instructions (custom-0) are illegal to unicorn; its illegal-instruction hook
 carries them out (the q registers, the mask, entering and leaving the interrupt
 handler), and turns any other illegal instruction into PicoRV32's trap interrupt.
-``waitirq`` lets the chip model finish its run and returns the accelerator's line
-(interrupt 0), or ends the emulation when the chip is idle with nothing pending (the
-firmware has parked).
+``waitirq`` sleeps until the chip model's run raises the accelerator's line
+(interrupt 0) and returns it, or ends the emulation when the chip is idle with
+nothing pending (the firmware has parked).
 """
 
 from __future__ import annotations
