@@ -235,8 +235,15 @@ class CycleModel:
         self.t += self.timing.shift_cost(amount) - self.timing.shift
 
     def at(self, pc: int) -> int:
-        """The counter at the start of instruction `pc` of the open block."""
-        return self.t + self.block.prefix[(pc - self.block_start) >> 2]
+        """The counter at the start of instruction `pc`: of the open block, or the
+        one after it (a faulting instruction qemu leaves out of the block)."""
+        block = self.block
+        if block is not None:
+            k = (pc - self.block_start) >> 2
+            if 0 <= k < block.count:
+                return self.t + block.prefix[k]
+            self._close(pc)
+        return self.t
 
     def access(self, pc: int) -> int:
         """A load or store at `pc` reaches the register window: return the cycle of
@@ -251,12 +258,13 @@ class CycleModel:
         self.t += cycles
 
     def leave(self, pc: int, cycles: int) -> None:
-        """The instruction at `pc` (a custom one, handled outside the emulator) took
-        `cycles`: the block ends with it."""
-        block, start = self.block, self.block_start
-        k = (pc - start) >> 2
-        self.t += block.prefix[k] + cycles
-        self.instructions += k + 1
+        """The instruction at `pc` (a custom one, handled outside the emulator, or one
+        that traps) took `cycles`: the block ends with it."""
+        block = self.block
+        inside = block is not None and 0 <= (pc - self.block_start) >> 2 < block.count
+        before = self.at(pc)
+        self.instructions += ((pc - self.block_start) >> 2) + 1 if inside else 1
+        self.t = before + cycles
         self.block = self.block_start = None
 
     def finish(self, pc: int | None = None) -> int:
