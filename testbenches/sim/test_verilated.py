@@ -159,7 +159,7 @@ def test_another_process_reuses_the_build_without_generating_verilog():
 
 @pytest.mark.rtl
 def test_a_failed_build_names_the_design_and_shows_the_log(tmp_path, monkeypatch):
-    monkeypatch.setenv("SYSTOLICA_BUILD", str(tmp_path))
+    monkeypatch.setenv("SYSTOLICA_CACHE", str(tmp_path))
     broken = dataclasses.replace(_cell().design, verilog=lambda: "module cell(; endmodule\n",
                                  params="deliberately broken Verilog")
     with pytest.raises(verilated.BuildError, match=r"(?s)Verilator build of block-cell "
