@@ -113,7 +113,7 @@ def _number(low: float | None = None, *, infinite: bool = False):
 
 #: Options whose value may start with '-' (a negative number, refused by its own check).
 NUMERIC_OPTIONS = ("--gemm", "--seed", "--outputs-per-pass", "--tolerance",
-                   "--benefit-threshold", "--cost-threshold")
+                   "--benefit-threshold", "--cost-threshold", "--older-than")
 
 
 def _join_negative_values(argv: list[str]) -> list[str]:
@@ -344,6 +344,8 @@ def cmd_cache(args) -> int:
     from systolica.sim import cache, verilated
     root = verilated.builds_root()
     console = Console(highlight=False, soft_wrap=True)
+    if not console.is_terminal:     # a file or a pipe: whole lines, however long
+        console = Console(highlight=False, soft_wrap=True, width=1000)
     if args.cache_command == "clean":
         try:
             done = cache.clean(root, older_than_days=args.older_than, everything=args.all)

@@ -247,3 +247,35 @@ def test_interrupt_ends_with_one_line(monkeypatch, capsys):
     monkeypatch.setattr(cli, "cmd_disasm", interrupted)
     status, _, err = run(["disasm", "x.bin"], capsys)
     assert status == 130 and err == "systolica: interrupted\n"
+
+
+def test_cache_lists_each_build_and_cleans_them(tmp_path, monkeypatch, capsys):
+    """`systolica cache` shows where the cache is and each build (design, harness,
+    waves, size, last use); `cache clean` removes what it is asked to and says so."""
+    from test_cache import fake_build
+    monkeypatch.setenv("SYSTOLICA_CACHE", str(tmp_path))
+    root = tmp_path / "verilated"
+    fake_build(root, "chip-tiny-ab", "1" * 16, days_ago=0.1, size=3_000_000,
+               info={"label": "chip-tiny-ab", "harness": "cocotb", "waves": None})
+    fake_build(root, "chip-tiny-ab-vcd", "2" * 16, days_ago=8, size=4_000_000,
+               info={"label": "chip-tiny-ab", "harness": "cocotb", "waves": "vcd"})
+    status, out, _ = run(["cache"], capsys)
+    head, columns, *rows = out.splitlines()
+    assert status == 0 and head == (f"cache {root} (set SYSTOLICA_CACHE to move it): "
+                                    f"2 builds, 7.0 MB")
+    assert columns.split() == ["design", "harness", "waves", "size", "last", "used", "build"]
+    assert [row.split() for row in rows] == [
+        ["chip-tiny-ab", "cocotb", "-", "3.0", "MB", "2", "h", "ago", f"chip-tiny-ab/{'1' * 16}"],
+        ["chip-tiny-ab", "cocotb", "vcd", "4.0", "MB", "8", "days", "ago",
+         f"chip-tiny-ab-vcd/{'2' * 16}"]]
+
+    status, out, _ = run(["cache", "clean", "--older-than", "7"], capsys)
+    assert status == 0 and out.startswith(f"cache {root}: removed 1 build (the builds "
+                                          f"unused for 7 days), 4.0 MB freed")
+    status, out, _ = run(["cache", "clean"], capsys)
+    assert status == 0 and "removed 0 builds (the unfinished builds)" in out \
+        and "--older-than DAYS" in out
+    status, out, _ = run(["cache", "clean", "--all"], capsys)
+    assert status == 0 and "removed 1 build (every build), 3.0 MB freed" in out
+    status, out, _ = run(["cache"], capsys)
+    assert out == f"cache {root} (set SYSTOLICA_CACHE to move it): 0 builds, 0 B\n"
