@@ -366,8 +366,11 @@ def cmd_cache(args) -> int:
         return 0
     found = cache.builds(root)
     total = sum(b.size for b in found)
+    shared = cache.size_of(root / cache.OBJCACHE)
     console.print(f"cache {root} (set {verilated.CACHE_ENV} to move it): {len(found)} "
-                  f"build{'' if len(found) == 1 else 's'}, {cache.human_size(total)}")
+                  f"build{'' if len(found) == 1 else 's'}, {cache.human_size(total)}"
+                  + (f", and {cache.human_size(shared)} of runtime objects they share"
+                     if shared else ""))
     if not found:
         return 0
     table = Table(box=None, pad_edge=False)
@@ -1090,7 +1093,7 @@ def parser() -> argparse.ArgumentParser:
                                      "build, its size and last use); `cache clean` "
                                      "removes builds")
     p.set_defaults(func=cmd_cache, cache_command=None)
-    clean = p.add_subparsers(dest="cache_command", metavar="clean").add_parser(
+    clean = p.add_subparsers(dest="cache_command", metavar="[clean]").add_parser(
         "clean", help="remove builds: unfinished ones (interrupted or failed), "
                       "those unused for --older-than DAYS, or --all")
     when = clean.add_mutually_exclusive_group()

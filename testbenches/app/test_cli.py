@@ -259,10 +259,13 @@ def test_cache_lists_each_build_and_cleans_them(tmp_path, monkeypatch, capsys):
                info={"label": "chip-tiny-ab", "harness": "cocotb", "waves": None})
     fake_build(root, "chip-tiny-ab-vcd", "2" * 16, days_ago=8, size=4_000_000,
                info={"label": "chip-tiny-ab", "harness": "cocotb", "waves": "vcd"})
+    (root / ".objcache").mkdir()
+    (root / ".objcache" / "verilated.o").write_bytes(b"\0" * 500)
     status, out, _ = run(["cache"], capsys)
     head, columns, *rows = out.splitlines()
     assert status == 0 and head == (f"cache {root} (set SYSTOLICA_CACHE to move it): "
-                                    f"2 builds, 7.0 MB")
+                                    f"2 builds, 7.0 MB, and 500 B of runtime objects "
+                                    f"they share")
     assert columns.split() == ["design", "harness", "waves", "size", "last", "used", "build"]
     assert [row.split() for row in rows] == [
         ["chip-tiny-ab", "cocotb", "-", "3.0", "MB", "2", "h", "ago", f"chip-tiny-ab/{'1' * 16}"],
