@@ -101,10 +101,15 @@ def test_non_editable_install_runs_sim_outside_the_repository(tmp_path):
     shutil.rmtree(src)          # nothing may be read from the source tree afterwards
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
+    # the builds go to the user's cache directory (here a fresh one, by XDG's rule)
     env = {k: v for k, v in os.environ.items()
-           if k not in ("SYSTOLICA_BUILD", "PYTHONPATH", "VIRTUAL_ENV")}
+           if k not in ("SYSTOLICA_BUILD", "SYSTOLICA_CACHE", "PYTHONPATH", "VIRTUAL_ENV")}
+    env["XDG_CACHE_HOME"] = str(tmp_path / "xdg")
     done = subprocess.run([venv / "bin" / "systolica", "sim", "--waves"], cwd=elsewhere,
                           env=env, capture_output=True, text=True, timeout=1800)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "PASS" in done.stdout.splitlines(), done.stdout
-    assert list((elsewhere / "build" / "runs").glob("*/dump.fst"))
+    assert (elsewhere / "build" / "waves.fst").stat().st_size > 0
+    assert "waveform: build/waves.fst" in done.stdout, done.stdout
+    assert list((tmp_path / "xdg" / "systolica" / "verilated").glob("chip-tiny-waves/*/"
+                                                                     "build.stamp"))
