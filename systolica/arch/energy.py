@@ -103,9 +103,6 @@ class EnergyTable:
         raise AssertionError("the last class has no limit")
 
 
-DEFAULT = EnergyTable()
-
-
 def _check_value(key: str, value, where: str) -> None:
     if isinstance(value, bool) or not isinstance(value, (int, float)) \
             or not math.isfinite(value) or value < 0:
@@ -113,16 +110,21 @@ def _check_value(key: str, value, where: str) -> None:
                           f"picojoules, not {value!r}")
 
 
-def from_toml(source: str | Path | Mapping, base: EnergyTable = DEFAULT) -> EnergyTable:
+#: The published defaults.
+DEFAULT = EnergyTable()
+
+
+def from_toml(source: str | Path | Mapping, base: EnergyTable = DEFAULT, *,
+              name: str | None = None) -> EnergyTable:
     """The energy table of a chip file: its top-level ``[energy]`` table over `base`
     (a file without one: `base`). `source` is a TOML file's path or the mapping
-    ``tomllib`` makes of the whole file (the ``[energy]`` table alone:
-    :meth:`EnergyTable.with_overrides`)."""
+    ``tomllib`` makes of the whole file, `name` what errors call it (default: the path;
+    the ``[energy]`` table alone: :meth:`EnergyTable.with_overrides`). A key or value
+    it cannot use is a ConfigError naming the file, the key and what to give."""
     if isinstance(source, Mapping):
-        where = "[energy]"
-        table = source.get("energy", {})
+        data = source
     else:
-        where = f"{source}: [energy]"
+        name = name or str(source)
         try:
             with open(source, "rb") as f:
                 data = tomllib.load(f)
@@ -130,8 +132,8 @@ def from_toml(source: str | Path | Mapping, base: EnergyTable = DEFAULT) -> Ener
             raise ConfigError(f"{source}: cannot read it ({e.strerror or e})") from None
         except tomllib.TOMLDecodeError as e:
             raise ConfigError(f"{source}: not valid TOML ({e})") from None
-        table = data.get("energy", {})
-    return base.with_overrides(table, where)
+    where = f"{name}: [energy]" if name else "[energy]"
+    return base.with_overrides(data.get("energy", {}), where)
 
 
 def sram_sizes(cfg) -> dict[str, int]:
