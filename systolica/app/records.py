@@ -17,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cache
 from importlib import resources
+from operator import itemgetter
 
 import numpy as np
 
@@ -122,36 +123,102 @@ def _instruction_counts(cfg: ChipConfig, op: Opcode, f: Mapping) -> tuple[int, .
     return tuple(v)
 
 
+#: The fields that decide an instruction's counts and occupancy, for the opcodes a
+#: network has most of (a WLOAD's depend on the chip alone; any other opcode's
+#: instructions are told apart by all their fields).
+_DECIDING = {Opcode.DMA: ("kind", "rows"), Opcode.MATMUL: ("rows", "accumulate"),
+             Opcode.VRUN: ("rows", "params", "use_bias", "to_acc", "crop")}
+_GETTERS = {op: itemgetter(*names) for op, names in _DECIDING.items()}
+
+
+def _key(op: Opcode, f: Mapping) -> tuple:
+    """An instruction's key (:data:`_DECIDING`) when its fields leave some out (an
+    omitted field is 0)."""
+    names = _DECIDING.get(op)
+    if names is not None:
+        return (op, tuple(f.get(n, 0) for n in names))
+    return (op,) if op is Opcode.WLOAD else (op, *f.items())
+
+
+@dataclass
+class ProgramCounts:
+    """A program's counts by layer, and each unit's busy intervals."""
+    by_layer: np.ndarray                     # [layers, len(_COUNTS)]
+    busy: dict[str, tuple[np.ndarray, np.ndarray]]   # unit -> (starts, ends), in order
+
+
 def program_counts(cfg: ChipConfig, program: Sequence, layer_of: Sequence[int],
-                   layers: int) -> np.ndarray:
-    """``[layers, len(_COUNTS)]``: each layer's counts (:func:`_instruction_counts`)
-    summed over its instructions."""
-    per: dict[int, tuple] = {}       # id of a fields dict -> its counts (lowering
-    keyed: dict[tuple, tuple] = {}   # shares one dict among an op's copies)
-    rows = np.empty((len(program), len(_COUNTS)), dtype=np.int64)
-    for i, ins in enumerate(program):
-        got = per.get(id(ins.fields))
-        if got is None:
-            f = ins.fields
-            key = (ins.op, *f.items())
-            got = keyed.get(key)
-            if got is None:
-                got = keyed[key] = _instruction_counts(cfg, ins.op, f)
-            per[id(f)] = got
-        rows[i] = got
-    out = np.zeros((layers, len(_COUNTS)), dtype=np.int64)
-    np.add.at(out, np.asarray(layer_of, dtype=np.int64), rows)
-    return out
+                   layers: int) -> ProgramCounts:
+    """Each layer's counts (:func:`_instruction_counts`) summed over its instructions,
+    and each unit's busy intervals (issue to :func:`~systolica.arch.timing.occupancy`,
+    as :func:`~systolica.compiler.backend.unit_use.intervals`): one pass over the
+    program, each distinct instruction worked out once."""
+    table: list[tuple[int, ...]] = []
+    units: list[str] = []
+    occupancy: list[int] = []
+    which = []
+    cycles = []
+    # (an Opcode hashes in Python: the common ones are told apart by identity, each
+    # with a table of its own keyed by its deciding fields)
+    mm, dma, vrun, wload = Opcode.MATMUL, Opcode.DMA, Opcode.VRUN, Opcode.WLOAD
+    get_mm, get_dma, get_vrun = _GETTERS[mm], _GETTERS[dma], _GETTERS[vrun]
+    ids_mm: dict = {}
+    ids_dma: dict = {}
+    ids_vrun: dict = {}
+    ids_other: dict = {}
+    wload_id = None
+    for ins in program:
+        op, f = ins.op, ins.fields
+        try:
+            if op is mm:
+                key, into = get_mm(f), ids_mm
+            elif op is wload:
+                if wload_id is not None:
+                    which.append(wload_id)
+                    cycles.append(ins.cycle)
+                    continue
+                key, into = (), ids_other
+            elif op is dma:
+                key, into = get_dma(f), ids_dma
+            elif op is vrun:
+                key, into = get_vrun(f), ids_vrun
+            else:
+                key, into = (op, *f.items()), ids_other
+        except KeyError:        # fields left out (hand-written): they are 0
+            key, into = _key(op, f), ids_other
+        k = into.get(key)
+        if k is None:
+            k = into[key] = len(table)
+            table.append(_instruction_counts(cfg, op, f))
+            units.append(timing.UNIT[op])
+            occupancy.append(timing.occupancy(cfg, ins))
+            if op is wload:
+                wload_id = k
+        which.append(k)
+        cycles.append(ins.cycle)
+    n = len(table)
+    which_a = np.asarray(which, dtype=np.int64)
+    owner = np.asarray(layer_of, dtype=np.int64)
+    per = np.bincount(owner * n + which_a, minlength=layers * n).reshape(layers, n)
+    by_layer = per @ np.asarray(table, dtype=np.int64).reshape(n, len(_COUNTS))
+    start = np.asarray(cycles, dtype=np.int64)
+    end = start + np.asarray(occupancy, dtype=np.int64)[which_a]
+    names = list(dict.fromkeys(units))
+    unit_of = np.asarray([names.index(u) for u in units], dtype=np.int64)[which_a]
+    busy = {}
+    for i, u in enumerate(names):
+        if u not in unit_use.QUIET:
+            mask = unit_of == i
+            busy[u] = (start[mask], end[mask])
+    return ProgramCounts(by_layer, busy)
 
 
-def _busy_upto(cfg: ChipConfig, program: Sequence, bounds: np.ndarray) -> dict[str, np.ndarray]:
-    """Per unit (:mod:`~systolica.compiler.backend.unit_use`): its busy cycles before
-    each cycle of `bounds` (a unit's intervals never overlap, in issue order)."""
-    busy = unit_use.intervals(cfg, program, [0] * len(program))
+def _busy_upto(busy: Mapping[str, tuple[np.ndarray, np.ndarray]], bounds: np.ndarray
+               ) -> dict[str, np.ndarray]:
+    """Per unit: its busy cycles before each cycle of `bounds` (a unit's intervals
+    never overlap, and come in issue order)."""
     out = {}
-    for unit in unit_use.units(busy):
-        s = np.array([b.start for b in busy if b.unit == unit], dtype=np.int64)
-        e = np.array([b.end for b in busy if b.unit == unit], dtype=np.int64)
+    for unit, (s, e) in busy.items():
         cum = np.concatenate(([0], np.cumsum(e - s)))
         k = np.searchsorted(s, bounds, side="left")          # intervals starting before
         last = np.maximum(k - 1, 0)
@@ -214,7 +281,9 @@ def network_records(cfg: ChipConfig, compiled, *, clock_hz: float | None = None,
     graph = compiled.graph
     program, layer_of = compiled.program, compiled.layer_of
     nodes = len(graph.nodes)
-    counts = program_counts(cfg, program, layer_of, max(nodes, max(layer_of, default=-1) + 1))
+    counted = program_counts(cfg, program, layer_of,
+                             max(nodes, max(layer_of, default=-1) + 1))
+    counts = counted.by_layer
     # instruction words fetched from DRAM: those from the fetcher's first on
     first = fetch.fetch_start(cfg, len(program), compiled.fetch_from)
     per_fetch = fetch.words_per_instruction(cfg) * cfg.dram_word_bytes
@@ -224,7 +293,7 @@ def network_records(cfg: ChipConfig, compiled, *, clock_hz: float | None = None,
     spans = [(rec.start_cycle, rec.end_cycle) for rec in compiled.layers]
     bounds = np.array([c for span in spans for c in span] + [0, compiled.predicted_cycles],
                       dtype=np.int64)
-    upto = _busy_upto(cfg, program, bounds)
+    upto = _busy_upto(counted.busy, bounds)
     chip = cfg.to_dict()
     name = graph.name
     processors = processors or {}
