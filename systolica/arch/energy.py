@@ -13,9 +13,11 @@ scaled to what the chip does:
   0.2 + 0.1 = 0.3 pJ, charged for every cell of every row streamed (the MACS counter:
   the array computes in cells a layer does not use too);
 * an accumulate-stage add into the ACC is a 32-bit add, 0.1 pJ per int32;
-* SRAM per byte is the 64-bit access over 8 bytes, by the buffer's size: up to 8 KiB
-  1.25 pJ/B, up to 32 KiB 2.5 pJ/B, larger 12.5 pJ/B (the 1 MB figure, also for the
-  sizes between); writes cost what reads do (the paper gives reads only);
+* SRAM per byte is the 64-bit access over 8 bytes at the three sizes the paper gives
+  (8 KiB 1.25 pJ/B, 32 KiB 2.5 pJ/B, 1 MiB 12.5 pJ/B); a buffer of another size takes
+  the power law through the two sizes around it (a straight line in log energy
+  against log size: 64 KiB 3.45 pJ/B), the end figure below 8 KiB or above 1 MiB;
+  writes cost what reads do (the paper gives reads only);
 * DRAM per byte: the middle of 1.3-2.6 nJ per 8 bytes, 243.75 pJ/B;
 * a weight bank's byte shifted in and a configuration register written are register
   accesses: 6 pJ per 8 bytes, 0.75 pJ/B, and 6 pJ per SETCFG, CONVCFG or TAPS;
@@ -42,9 +44,10 @@ from systolica.arch.config import ConfigError
 SOURCE = ("M. Horowitz, \"Computing's energy problem (and what we can do about it)\", "
           "ISSCC 2014, 45 nm figures")
 
-#: SRAM size classes: (largest size in bytes, the table key of its per-byte energy)
-SRAM_CLASSES = ((8 * 1024, "sram_small_pj_per_byte"), (32 * 1024, "sram_medium_pj_per_byte"),
-                (math.inf, "sram_large_pj_per_byte"))
+#: The SRAM sizes the paper gives figures for: (bytes, the table key of its per-byte
+#: energy), by size.
+SRAM_POINTS = ((8 * 1024, "sram_8kib_pj_per_byte"), (32 * 1024, "sram_32kib_pj_per_byte"),
+               (1024 * 1024, "sram_1mib_pj_per_byte"))
 
 #: The components a breakdown has, in order.
 COMPONENTS = ("mac", "accumulate", "cbuf", "ubuf", "acc", "wbuf", "dram", "fetch",
@@ -58,9 +61,10 @@ class EnergyTable:
 
     mac_pj: float = 0.3                      # int8 multiply + int32 add, per array cell
     accumulate_pj: float = 0.1               # int32 add in the accumulate stage, per int32
-    sram_small_pj_per_byte: float = 1.25     # SRAM of at most 8 KiB (10 pJ / 64 bits)
-    sram_medium_pj_per_byte: float = 2.5     # at most 32 KiB (20 pJ / 64 bits)
-    sram_large_pj_per_byte: float = 12.5     # larger (100 pJ / 64 bits at 1 MB)
+    sram_8kib_pj_per_byte: float = 1.25      # an 8 KiB SRAM (10 pJ / 64 bits)
+    sram_32kib_pj_per_byte: float = 2.5      # 32 KiB (20 pJ / 64 bits)
+    sram_1mib_pj_per_byte: float = 12.5      # 1 MiB (100 pJ / 64 bits); sizes between
+                                             # on the power law through two of them
     dram_pj_per_byte: float = 243.75         # 1.3-2.6 nJ / 64 bits, the middle
     register_pj_per_byte: float = 0.75       # a register access (6 pJ / 64 bits)
     instruction_pj: float = 25.0             # an instruction memory read per issue
@@ -96,11 +100,19 @@ class EnergyTable:
         return EnergyTable(**out)
 
     def sram_pj_per_byte(self, size_bytes: int) -> float:
-        """The per-byte energy of an SRAM of `size_bytes`, by its size class."""
-        for limit, key in SRAM_CLASSES:
-            if size_bytes <= limit:
-                return getattr(self, key)
-        raise AssertionError("the last class has no limit")
+        """The per-byte energy of an SRAM of `size_bytes`: the figure of a size the
+        table has, the power law through the two around it between them, the end
+        figure beyond them."""
+        points = [(size, getattr(self, key)) for size, key in SRAM_POINTS]
+        if size_bytes <= points[0][0]:
+            return points[0][1]
+        for (s0, e0), (s1, e1) in zip(points, points[1:]):
+            if size_bytes <= s1:
+                if e0 <= 0 or e1 <= 0:      # no power law through a zero: a straight line
+                    return e0 + (e1 - e0) * (size_bytes - s0) / (s1 - s0)
+                t = math.log(size_bytes / s0) / math.log(s1 / s0)
+                return e0 * (e1 / e0) ** t
+        return points[-1][1]
 
 
 def _check_value(key: str, value, where: str) -> None:

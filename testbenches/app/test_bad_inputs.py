@@ -600,7 +600,7 @@ CLI = [
      ["latency_mismatch.stp:13", "two paths of different latency", "--insert-delays"]),
     ("energy-unknown-key", ["compile", "--demo", "cnn", "--energy", "{d}/energy-bad-key.toml"],
      ["energy-bad-key.toml", "[energy]", "unknown energy key 'sram_pj'",
-      "sram_small_pj_per_byte", "docs/records.md"]),
+      "sram_8kib_pj_per_byte", "docs/records.md"]),
     ("energy-negative", ["compile", "--gemm", "8x8x8", "--energy",
                          "{d}/energy-negative.toml"],
      ["energy-negative.toml", "dram_pj_per_byte", "non-negative number", "-1.0"]),

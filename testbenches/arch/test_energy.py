@@ -18,12 +18,16 @@ def test_defaults_are_the_cited_figures_scaled():
     and a 32-bit add per MAC, 64-bit SRAM accesses over 8 bytes, DRAM's middle."""
     t = energy.DEFAULT
     assert t.mac_pj == pytest.approx(0.2 + 0.1)
-    assert (t.sram_small_pj_per_byte, t.sram_medium_pj_per_byte,
-            t.sram_large_pj_per_byte) == (10 / 8, 20 / 8, 100 / 8)
+    assert (t.sram_8kib_pj_per_byte, t.sram_32kib_pj_per_byte,
+            t.sram_1mib_pj_per_byte) == (10 / 8, 20 / 8, 100 / 8)
     assert t.dram_pj_per_byte == pytest.approx((1300 + 2600) / 2 / 8)
     assert "Horowitz" in energy.SOURCE and "ISSCC 2014" in energy.SOURCE
-    assert [t.sram_pj_per_byte(n) for n in (8192, 8193, 32768, 32769, 1 << 30)] == \
-        [1.25, 2.5, 2.5, 12.5, 12.5]
+    # the three sizes, the power law between them (16 KiB: half way from 8 to 32 KiB
+    # in log size, so the geometric mean), the ends beyond them
+    got = [t.sram_pj_per_byte(n) for n in (1024, 8192, 16384, 32768, 65536, 1 << 20,
+                                           1 << 30)]
+    assert got == pytest.approx([1.25, 1.25, (1.25 * 2.5) ** 0.5, 2.5,
+                                 2.5 * 5 ** 0.2, 12.5, 12.5])
 
 
 def test_overrides_from_a_chip_file(tmp_path):
@@ -40,6 +44,7 @@ def test_overrides_from_a_chip_file(tmp_path):
 
 @pytest.mark.parametrize("table, words", [
     ({"mac": 0.3}, ["mine.toml: [energy]", "unknown energy key 'mac'", "mac_pj"]),
+    ({"sram_small_pj_per_byte": 1}, ["unknown energy key", "sram_8kib_pj_per_byte"]),
     ({"mac_pj": -0.1}, ["mine.toml: [energy]", "mac_pj", "non-negative", "-0.1"]),
     ({"mac_pj": "0.3"}, ["mac_pj", "non-negative number", "'0.3'"]),
     ({"mac_pj": True}, ["mac_pj", "non-negative number", "True"]),
@@ -74,7 +79,8 @@ def test_estimate_is_counts_times_the_table():
               "instructions": 7, "config_writes": 2, "vector_lanes": 40}
     t = energy.DEFAULT.with_overrides({"dram_pj_per_byte": 200})
     got = energy.estimate(counts, t, cfg)
-    pj = {"mac": 300, "accumulate": 10, "cbuf": 16 * 2.5, "ubuf": 16 * 2.5,
+    cbuf = (1.25 * 2.5) ** 0.5              # 16 KiB: between the 8 and 32 KiB figures
+    pj = {"mac": 300, "accumulate": 10, "cbuf": 16 * cbuf, "ubuf": 16 * cbuf,
           "acc": 16 * 1.25, "wbuf": 16 * 0.75, "dram": 80 * 200, "fetch": 32 * 200,
           "instruction": 7 * 25, "config": 2 * 6, "vector": 40 * 3.2}
     assert list(got) == [*energy.COMPONENTS, "total"]
