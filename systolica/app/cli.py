@@ -270,10 +270,20 @@ def _record_outputs(args) -> tuple[tuple[str, str | None], ...]:
 def _record_settings(args) -> dict:
     """``--clock-mhz`` and ``--energy`` as :func:`systolica.app.records.network_records`
     takes them (the clock in Hz, None: the chip's default; the energy table)."""
+    import tomllib
+
     from systolica.arch import energy
     table = None
+    chip_file = getattr(args, "config_file", None)
+    if chip_file and chip_file.endswith(".toml"):
+        # a chip file's own [energy] table (docs/records.md, "Energy"), if it has one
+        raw = _read_bytes(chip_file, "a chip file (TOML)", "--config", kind="chip")
+        try:
+            data = tomllib.loads(raw.decode("utf-8"))
+        except (UnicodeDecodeError, tomllib.TOMLDecodeError) as e:
+            raise UsageError(f"--config {chip_file}: not valid TOML ({e})") from None
+        table = energy.from_toml(data, name=f"--config {chip_file}")
     if args.energy is not None:
-        import tomllib
         raw = _read_bytes(args.energy, "a TOML file with an [energy] table (a chip file "
                           "may hold one)", "--energy", kind="chip")
         try:
@@ -284,7 +294,8 @@ def _record_settings(args) -> dict:
             raise UsageError(f"--energy {args.energy}: it has no [energy] table; write "
                              f"one, e.g. [energy] then dram_pj_per_byte = 100.0 "
                              f"(docs/records.md, \"Energy\")")
-        table = energy.from_toml(data, name=f"--energy {args.energy}")
+        table = energy.from_toml(data, table or energy.DEFAULT,
+                                 name=f"--energy {args.energy}")
     if args.clock_mhz == 0:
         raise UsageError("--clock-mhz 0: the clock must be above 0 MHz (e.g. --clock-mhz "
                          "500); leave it out for the chip's default")
@@ -1110,9 +1121,22 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_INTERRUPTED
 
 
+def _config_file(argv: list[str]) -> str | None:
+    """The path ``--config`` names, as given (None: a preset, or none given): a chip
+    file's ``[energy]`` table is read from it (docs/records.md, "Energy")."""
+    value = None
+    for k, arg in enumerate(argv):
+        if arg == "--config" and k + 1 < len(argv):
+            value = argv[k + 1]
+        elif arg.startswith("--config="):
+            value = arg.partition("=")[2]
+    return None if value is None or value in PRESETS else value
+
+
 def _main(argv: list[str] | None) -> int:
     argv = _join_negative_values(sys.argv[1:] if argv is None else list(argv))
     args = parser().parse_args(argv)
+    args.config_file = _config_file(argv)
 
     from systolica.arch.config import ConfigError
     from systolica.arch.errors import ImageError

@@ -223,3 +223,27 @@ def test_sim_records_carry_the_rtl_cycles():
     assert [layer["rtl_cycles"] for layer in r.layers] == \
         [layer.end_cycle for layer in compiled.layers]
     jsonschema.validate(json.loads(records.json_text(r)), records.schema())
+
+
+def test_energy_from_the_chip_file_and_energy_option(tmp_path):
+    """A TOML chip file's own [energy] table (--config), then --energy's over it."""
+    from types import SimpleNamespace
+    chip = tmp_path / "mine.toml"
+    chip.write_text('name = "mine"\n\n[energy]\nmac_pj = 0.5\ndram_pj_per_byte = 90\n')
+    more = tmp_path / "more.toml"
+    more.write_text("[energy]\ndram_pj_per_byte = 70\n")
+    assert cli._config_file(["compile", "--config", str(chip)]) == str(chip)
+    assert cli._config_file(["compile", f"--config={chip}"]) == str(chip)
+    assert cli._config_file(["compile", "--config", "base"]) is None
+    got = cli._record_settings(SimpleNamespace(config_file=str(chip), energy=None,
+                                               clock_mhz=None))["energy"]
+    assert (got.mac_pj, got.dram_pj_per_byte) == (0.5, 90)
+    got = cli._record_settings(SimpleNamespace(config_file=str(chip), energy=str(more),
+                                               clock_mhz=100))
+    assert (got["energy"].mac_pj, got["energy"].dram_pj_per_byte) == (0.5, 70)
+    assert got["clock_hz"] == 100e6
+    chip.write_text('name = "mine"\n\n[energy]\nmac = 0.5\n')
+    with pytest.raises(energy.ConfigError) as info:
+        cli._record_settings(SimpleNamespace(config_file=str(chip), energy=None,
+                                             clock_mhz=None))
+    assert "mine.toml: [energy]: unknown energy key 'mac'" in str(info.value)
