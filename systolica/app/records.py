@@ -276,6 +276,12 @@ def network_records(cfg: ChipConfig, compiled, *, clock_hz: float | None = None,
     the processor an assignment put it on (default ``chip``); `operations`: the run
     record's operations (``name``, ``kind``, ``processor``; default its layers, on the
     chip)."""
+    if clock_hz is not None and not clock_hz > 0:
+        raise ValueError(f"network_records: clock_hz must be above 0 (Hz), not {clock_hz!r}")
+    if compiled.cfg.to_dict() != cfg.to_dict():
+        raise ValueError(f"network_records: the program was compiled for chip "
+                         f"{compiled.cfg.name!r}, not for the {cfg.name!r} given: pass "
+                         f"the chip it was compiled for (compiled.cfg)")
     clock_hz = float(clock_hz or default_clock_hz(cfg))
     table = energy or energy_module.DEFAULT
     graph = compiled.graph

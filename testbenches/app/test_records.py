@@ -247,3 +247,11 @@ def test_energy_from_the_chip_file_and_energy_option(tmp_path):
         cli._record_settings(SimpleNamespace(config_file=str(chip), energy=None,
                                              clock_mhz=None))
     assert "mine.toml: [energy]: unknown energy key 'mac'" in str(info.value)
+
+
+def test_records_refuse_another_chip_and_a_clock_of_zero():
+    compiled = _compiled("concat")
+    with pytest.raises(ValueError, match="compiled for chip 'tiny', not for the 'base'"):
+        records.network_records(preset("base"), compiled)
+    with pytest.raises(ValueError, match="clock_hz must be above 0"):
+        records.network_records(TINY, compiled, clock_hz=0)
