@@ -24,6 +24,9 @@ from systolica.models import chain_cases
 import onnx_seeds
 
 TINY = preset("tiny")
+#: tiny with its UBUF in an SRAM of its own, after the CBUF's rows
+OWN = TINY.replace(name="tiny-ubuf-sram", ubuf_base=TINY.cbuf_depth, ubuf_rows=256,
+                   ubuf_own_sram=True)
 
 
 @cache
@@ -38,6 +41,9 @@ def _compiled(name: str):
     if name == "chain_fused_crop":
         return compile_network(TINY, chain_cases.seed_two_layer(),
                                chain=ChainChoice("fused_crop", 8))
+    if name == "chain_own_sram":
+        return compile_network(OWN, chain_cases.seed_two_layer(),
+                               chain=ChainChoice("crop_fetch", 8))
     if name == "cnn_fetched":           # the chip fetches the whole program from DRAM
         return compile_network(TINY, demo.cnn(), fetch_from=0)
     return compile_network(TINY, {"cnn": demo.cnn, "mlp": demo.mlp,
@@ -47,13 +53,14 @@ def _compiled(name: str):
 #: The witness's programs: the Concat demo (every buffer but the UBUF, ROUTEs) in the
 #: fast tier, the rest in `make test`.
 WITNESSES = [name if name == "concat" else pytest.param(name, marks=pytest.mark.slow)
-             for name in ("concat", "cnn", "mlp", "chain_crop_fetch", "chain_fused_crop")]
+             for name in ("concat", "cnn", "mlp", "chain_crop_fetch", "chain_fused_crop",
+                          "chain_own_sram")]
 
 
 def _mismatches(compiled) -> list[str]:
     """Where the records' per-buffer counts and the golden model's differ."""
-    run = records.network_records(TINY, compiled).run
-    seen = golden.run(TINY, compiled.loadable).accesses
+    run = records.network_records(compiled.cfg, compiled).run
+    seen = golden.run(compiled.cfg, compiled.loadable).accesses
     out = []
     for buffer in records.BUFFERS:
         for mode in ("read", "write"):
@@ -68,7 +75,7 @@ def _mismatches(compiled) -> list[str]:
 def test_access_counts_agree_with_the_golden_model(name):
     compiled = _compiled(name)
     assert _mismatches(compiled) == []
-    run = records.network_records(TINY, compiled).run
+    run = records.network_records(compiled.cfg, compiled).run
     assert run["buffers"]["cbuf"]["reads"] and run["buffers"]["acc"]["writes"]
     if name.startswith("chain"):        # the UBUF is used, and counted as such
         assert run["ubuf_wr_bytes"] == compiled.ubuf_bytes_written > 0
