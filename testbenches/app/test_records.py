@@ -178,12 +178,13 @@ def test_sim_json_of_an_assigned_onnx_model(tmp_path, capsys):
     import onnx
     model, j, c = tmp_path / "conv_chain.onnx", tmp_path / "r.json", tmp_path / "r.csv"
     onnx.save(onnx_seeds.conv_chain(), model)
-    assert cli.main(["sim", "--onnx", str(model), "--golden-only", "--json", str(j),
-                     "--csv", str(c)]) == 0
+    assert cli.main(["sim", "--onnx", str(model), "--golden-only", "--assign",
+                     "MaxPool_2=host", "--json", str(j), "--csv", str(c)]) == 0
     doc = _validate(j)
-    ops = doc["run"]["operations"]
-    assert ops and {op["processor"] for op in ops} <= {"chip", "host", "core"}
-    assert all("segment" in layer for layer in doc["layers"])
+    where = {op["name"]: op["processor"] for op in doc["run"]["operations"]}
+    assert where["MaxPool_2"] == "host" and where["qconv1"] == where["qmm5"] == "chip"
+    assert doc["run"]["segments"] == 2          # the chip's, either side of the host's
+    assert {layer["segment"] for layer in doc["layers"]} == {0, 2}
     assert len(list(csv.DictReader(c.read_text().splitlines()))) == len(doc["layers"])
 
 
