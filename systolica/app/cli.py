@@ -113,7 +113,7 @@ def _number(low: float | None = None, *, infinite: bool = False):
 
 #: Options whose value may start with '-' (a negative number, refused by its own check).
 NUMERIC_OPTIONS = ("--gemm", "--seed", "--outputs-per-pass", "--tolerance",
-                   "--benefit-threshold", "--cost-threshold", "--older-than")
+                   "--benefit-threshold", "--cost-threshold", "--older-than", "--clock-mhz")
 
 
 def _join_negative_values(argv: list[str]) -> list[str]:
@@ -288,6 +288,86 @@ def _check_seed(args) -> None:
                          f"data")
 
 
+# -- records (docs/records.md) ----------------------------------------------------------
+def _record_outputs(args) -> tuple[tuple[str, str | None], ...]:
+    return (("--json", args.json), ("--csv", args.csv))
+
+
+def _record_settings(args) -> dict:
+    """``--clock-mhz`` and ``--energy`` as :func:`systolica.app.records.network_records`
+    takes them (the clock in Hz, None: the chip's default; the energy table)."""
+    import tomllib
+
+    from systolica.arch import energy
+    table = None
+    chip_file = getattr(args, "config_file", None)
+    if chip_file and chip_file.endswith(".toml"):
+        # a chip file's own [energy] table (docs/records.md, "Energy"), if it has one
+        raw = _read_bytes(chip_file, "a chip file (TOML)", "--config", kind="chip")
+        try:
+            data = tomllib.loads(raw.decode("utf-8"))
+        except (UnicodeDecodeError, tomllib.TOMLDecodeError) as e:
+            raise UsageError(f"--config {chip_file}: not valid TOML ({e})") from None
+        table = energy.from_toml(data, name=f"--config {chip_file}")
+    if args.energy is not None:
+        raw = _read_bytes(args.energy, "a TOML file with an [energy] table (a chip file "
+                          "may hold one)", "--energy", kind="chip")
+        try:
+            data = tomllib.loads(raw.decode("utf-8"))
+        except (UnicodeDecodeError, tomllib.TOMLDecodeError) as e:
+            raise UsageError(f"--energy {args.energy}: not valid TOML ({e})") from None
+        if "energy" not in data:
+            raise UsageError(f"--energy {args.energy}: it has no [energy] table; write "
+                             f"one, e.g. [energy] then dram_pj_per_byte = 100.0 "
+                             f"(docs/records.md, \"Energy\")")
+        table = energy.from_toml(data, table or energy.DEFAULT,
+                                 name=f"--energy {args.energy}")
+    if args.clock_mhz == 0:
+        raise UsageError("--clock-mhz 0: the clock must be above 0 MHz (e.g. --clock-mhz "
+                         "500); leave it out for the chip's default")
+    return {"clock_hz": None if args.clock_mhz is None else args.clock_mhz * 1e6,
+            "energy": table}
+
+
+def _write_records(args, recs) -> None:
+    """Write ``--json`` and ``--csv`` (those given) of `recs`, saying where."""
+    from systolica.app import records
+    if args.json:
+        records.write_json(args.json, recs)
+        print(f"records: {args.json}")
+    if args.csv:
+        records.write_csv(args.csv, recs)
+        print(f"layer records: {args.csv}")
+
+
+def _sim_records(run, settings: dict):
+    """A sim run's records: the compiled network's, with the RTL's cycles."""
+    from systolica.app import records
+    recs = records.network_records(run.cfg, run.compiled, **settings)
+    measured = {layer.name: layer.measured_cycles for layer in run.layers}
+    for layer in recs.layers:
+        if measured.get(layer["layer"]) is not None:
+            layer["rtl_cycles"] = int(measured[layer["layer"]])
+    recs.run["rtl_cycles"] = int(run.measured_cycles)
+    recs.run["rtl_ok"] = bool(run.ok)
+    return recs
+
+
+def _onnx_records(run, cfg, settings: dict):
+    """An ONNX model's run as records: its chip segments' layers, and the run's
+    operations on the processors the assignment chose."""
+    from systolica.app import records
+    chip = [s for s in run.segments if s.compiled is not None]
+    operations = [{"name": p.op.name, "kind": p.op.kind, "processor": p.processor}
+                  for p in run.plan.placements]
+    if not chip:
+        raise UsageError("--json/--csv: the assignment put no operation on the chip, so "
+                         "there is no chip program to record; see the plan above")
+    parts = [records.network_records(cfg, s.compiled, **settings) for s in chip]
+    return records.merge(parts, run.plan.model.name, operations=operations,
+                         segments=[s.segment.index for s in chip])
+
+
 def cmd_sim(args) -> int:
     from systolica.app import flow, report
     from systolica.arch.config import preset
@@ -295,13 +375,14 @@ def cmd_sim(args) -> int:
     _check_sim_options(args)
     args.seed = args.seed or 0
     cfg = preset(args.config)
+    settings = _record_settings(args)
     if args.onnx:
-        return _sim_onnx(args, cfg)
+        return _sim_onnx(args, cfg, settings)
     args.trace = SIM_TRACE if args.trace is None else args.trace
     args.plot = SIM_PLOT if args.plot is None else args.plot
     waves, waves_file = _waves(args)
     _check_outputs(("--trace", args.trace), ("--plot", args.plot),
-                   ("--waves-file", waves_file))
+                   ("--waves-file", waves_file), *_record_outputs(args))
     net = _network(args, cfg)
     compiled = compile_network(cfg, net)   # a network that cannot compile fails now,
     _ensure_built(cfg, waves)              # not after minutes of building
@@ -309,6 +390,7 @@ def cmd_sim(args) -> int:
     report.print_run(run)
     _write_trace(args.trace, run.compiled)
     _write_plot(args.plot, run.compiled, f"{run.name} on chip {cfg.name}")
+    _write_records(args, _sim_records(run, settings))
     return 0 if run.ok else 1
 
 
@@ -474,7 +556,7 @@ def _calibration(path: str | None) -> list[dict] | None:
     return [{k: a[i] for k, a in arrays.items()} for i in range(counts.pop())]
 
 
-def _sim_onnx(args, cfg) -> int:
+def _sim_onnx(args, cfg, settings: dict) -> int:
     """Plan the model (assignment, segments), run it on the golden model and the host,
     then its chip programs on the RTL (unless --golden-only), and compare the outputs
     with onnxruntime (docs/assignment.md)."""
@@ -486,7 +568,7 @@ def _sim_onnx(args, cfg) -> int:
     from systolica.compiler.assignment.assign import Thresholds
     from systolica.compiler.assignment.partition import PlanOptions, plan_model
     from systolica.sim.progress import Display
-    _check_outputs(("--report-json", args.report_json),
+    _check_outputs(("--report-json", args.report_json), *_record_outputs(args),
                    inputs=(args.onnx, *(c.partition("=")[2] for c in args.constant or ()),
                            args.calibration))
     constants = _constants(args.constant)
@@ -517,6 +599,8 @@ def _sim_onnx(args, cfg) -> int:
     print("\n".join(onnx_report.run_lines(run)))
     if args.report_json:
         onnx_report.write_json(run, args.report_json)
+    if args.json or args.csv:
+        _write_records(args, _onnx_records(run, cfg, settings))
     return 0 if run.ok else 1
 
 
@@ -588,10 +672,12 @@ def cmd_bench(args) -> int:
         report,
         route_bench,
     )
+    from systolica.app import records as records_module
     from systolica.arch.config import preset
     from systolica.compiler import CompileError, compile_network
     from systolica.sim import rtlsim
-    _check_output(args.out, "--out")
+    _check_outputs(("--out", args.out), *_record_outputs(args))
+    settings = _record_settings(args)
     plots = Path(args.out).parent / "plots"     # where each run's cycles go
     if plots.exists() and not plots.is_dir():
         raise UsageError(f"--out {args.out}: the bench writes its plots into {plots}, "
@@ -599,6 +685,7 @@ def cmd_bench(args) -> int:
                          f"directory")
     cases = bench_cases.cases()
     records = []
+    runs = []           # each network run's records (--json, --csv)
     with Progress() as progress:
         task = progress.add_task("bench", total=len(cases) + len(chain_bench.runs()))
         for case in cases:
@@ -612,6 +699,7 @@ def cmd_bench(args) -> int:
             compiled = compile_network(preset(case.config), case.make(), **case.options)
             run = flow.run_network(compiled, harness=case.harness)
             records.append(report.record(run, case.name))
+            runs.append(_sim_records(run, settings))
             if case.make is bench_cases.onnx_inception:
                 records[-1]["onnxruntime"] = _onnxruntime_agreement(run.compiled.graph)
             plot.write_occupancy(plots / f"{case.name}_{case.config}.svg", run.compiled,
@@ -626,8 +714,9 @@ def cmd_bench(args) -> int:
             except CompileError as e:     # a strategy this chain cannot use, and why
                 chains.append(chain_bench.refused(chain, strategy, e))
             else:
-                chains.append(chain_bench.record(chain, strategy,
-                                                 flow.run_network(compiled)))
+                run = flow.run_network(compiled)
+                chains.append(chain_bench.record(chain, strategy, run))
+                runs.append(_sim_records(run, settings))
             progress.advance(task)
         task = progress.add_task("transposes on tiny: on chip and through DRAM", total=1)
         from systolica.app import transpose_bench
@@ -663,9 +752,10 @@ def cmd_bench(args) -> int:
         cores = core_bench.records() + core_bench.kernel_records()
         progress.advance(task)
     out = Path(args.out)
-    _write_bytes(args.out, (json.dumps(records + resnets + deeps + chains + transposes
-                                       + routes + models + cores, indent=2)
-                            + "\n").encode())
+    _write_bytes(args.out, (json.dumps(records_module.with_chips(
+        records + resnets + deeps + chains + transposes + routes + models + cores),
+        indent=2) + "\n").encode())
+    _write_records(args, runs)
     for r in records:
         print(f"{r['name']:>18} on {r['config']:<5} cycles {r['cycles']:>7} "
               f"(predicted {r['predicted_cycles']}) util {r['mac_utilization']:.3f} "
@@ -790,8 +880,12 @@ def cmd_compile(args) -> int:
     if args.onnx and args.int32:
         raise UsageError("--int32 is for --gemm: an ONNX model's outputs have the types "
                          "the model gives them; drop --int32")
+    if args.demo and args.int32:
+        raise UsageError("--int32 is for --gemm: the demo network's outputs have the "
+                         "types it gives them; drop --int32")
     _check_outputs(("--out", args.out), ("--trace", args.trace), ("--plot", args.plot),
-                   inputs=(args.onnx,) if args.onnx else ())
+                   *_record_outputs(args), inputs=(args.onnx,) if args.onnx else ())
+    settings = _record_settings(args)
     network = _network(args, cfg)
     try:
         compiled = compile_network(cfg, network, mapping=args.mapping)
@@ -822,6 +916,9 @@ def cmd_compile(args) -> int:
               f"{compiled.prog_addr}")
     _write_plot(args.plot, compiled, f"{compiled.network.name} on chip {cfg.name} "
                                      f"(predicted)")
+    if args.json or args.csv:
+        from systolica.app import records
+        _write_records(args, records.network_records(cfg, compiled, **settings))
     return 0
 
 
@@ -943,6 +1040,20 @@ def parser() -> argparse.ArgumentParser:
         except (UsageError, FileError, ConfigError) as e:
             raise argparse.ArgumentTypeError(str(e)) from None
 
+    def record_options(p):
+        """--json, --csv and what their figures depend on (docs/records.md)."""
+        p.add_argument("--json", metavar="FILE",
+                       help="write the run's and each layer's records here (JSON, "
+                            "docs/records.md)")
+        p.add_argument("--csv", metavar="FILE",
+                       help="write one row per layer here (CSV, docs/records.md)")
+        p.add_argument("--clock-mhz", type=_number(0), metavar="MHZ",
+                       help="the clock the records' times are at (default: the board's "
+                            "built for the chip, else the nominal 500 MHz)")
+        p.add_argument("--energy", metavar="FILE.toml",
+                       help="per-access energies: the [energy] table of this TOML file "
+                            "(a chip file may hold one) over the published defaults")
+
     def config(p, default="tiny"):
         p.add_argument("--config", default=default, type=chip,
                        metavar="{" + ",".join(configs) + "}|CHIP.json",
@@ -1004,6 +1115,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--plot", metavar="FILE",
                    help=f"write the unit occupancy plot (SVG) here (default {SIM_PLOT}; "
                         f"not with --onnx)")
+    record_options(p)
     p.set_defaults(func=cmd_sim)
     p = sub.add_parser("chain", help="run a chain of convolutions in passes on the RTL, "
                                      "with and without the UBUF (seed 001's examples)")
@@ -1045,15 +1157,18 @@ def parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_run)
     p = sub.add_parser("bench", help="benchmark GEMMs and the demo; write JSON records")
     p.add_argument("--out", default="build/bench.json", metavar="FILE")
+    record_options(p)
     p.set_defaults(func=cmd_bench)
-    p = sub.add_parser("compile", help="compile a random MxKxN GEMM or an ONNX model; "
-                                       "print or save it")
+    p = sub.add_parser("compile", help="compile a random MxKxN GEMM, an ONNX model or a "
+                                       "demo network; print or save it")
     what = p.add_mutually_exclusive_group(required=True)
     what.add_argument("--gemm", type=_shape, metavar="MxKxN",
                       help="compile one random MxKxN int8 GEMM")
     what.add_argument("--onnx", metavar="FILE",
                       help="compile this ONNX model (QOperator form, int8 inputs and "
                            "outputs; random inputs from --seed), as `sim --onnx` does")
+    what.add_argument("--demo", choices=("cnn", "concat", "mlp"),
+                      help="compile the demo network, as `sim --demo` runs it")
     config(p)
     p.add_argument("--seed", type=_seed, default=0, help="random data")
     p.add_argument("--int32", action="store_true",
@@ -1067,6 +1182,7 @@ def parser() -> argparse.ArgumentParser:
                    help="how convolutions are put on the array: the constraint solver's "
                         "ranked mapping (matcher, the default) or the fixed strategy "
                         "it is measured against (static); docs/matching.md")
+    record_options(p)
     p.set_defaults(func=cmd_compile)
     p = sub.add_parser("library", help="measure the function library the assigner "
                                        "looks costs up in")
@@ -1129,9 +1245,22 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_INTERRUPTED
 
 
+def _config_file(argv: list[str]) -> str | None:
+    """The path ``--config`` names, as given (None: a preset, or none given): a chip
+    file's ``[energy]`` table is read from it (docs/records.md, "Energy")."""
+    value = None
+    for k, arg in enumerate(argv):
+        if arg == "--config" and k + 1 < len(argv):
+            value = argv[k + 1]
+        elif arg.startswith("--config="):
+            value = arg.partition("=")[2]
+    return None if value is None or value in PRESETS else value
+
+
 def _main(argv: list[str] | None) -> int:
     argv = _join_negative_values(sys.argv[1:] if argv is None else list(argv))
     args = parser().parse_args(argv)
+    args.config_file = _config_file(argv)
 
     from systolica.arch.config import ConfigError
     from systolica.arch.errors import ImageError

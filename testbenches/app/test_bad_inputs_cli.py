@@ -366,6 +366,9 @@ class Reached(Exception):
 #: Per command: options and the values each may take, good and bad ({d}: the inputs).
 PATHS = ["{d}/out.x", "{d}/out.x", "", "{d}/a-dir", "{d}/newdir/", "{d}/fifo", "/dev/null",
          UNWRITABLE, "{d}/file/x", "{d}/text.bin"]
+#: the records' options (docs/records.md), on sim, compile and bench
+RECORDS = {"--json": PATHS, "--csv": PATHS, "--clock-mhz": ["100", "0.5", "0", "-3", "x"],
+           "--energy": ["{d}/file", "{d}/fifo", "/dev/zero", "{d}/none.toml"]}
 OPTIONS = {
     "sim": {"--gemm": ["8x8x8", "0x4x4", "4x4"], "--demo": ["cnn", "mlp", "nope"],
             "--onnx": ["{d}/text.bin", "{d}/fifo", "/dev/zero", "{d}/none.onnx"],
@@ -376,17 +379,18 @@ OPTIONS = {
             "--benefit-threshold": ["0.5", "inf"], "--cost-threshold": ["1", "-1"],
             "--trace": PATHS, "--plot": PATHS, "--report-json": PATHS,
             "--waves-file": ["{d}/w.vcd", "{d}/w.fst", "{d}/w.txt", *PATHS],
-            "--waves-format": ["vcd", "fst", "lxt"]},
+            "--waves-format": ["vcd", "fst", "lxt"], **RECORDS},
     "compile": {"--gemm": ["8x8x8", "1x1x0"], "--onnx": ["{d}/text.bin", "{d}/fifo"],
                 "--seed": ["1", "-2"], "--int32": None, "--listing": None,
-                "--out": PATHS, "--trace": PATHS, "--plot": PATHS},
+                "--out": PATHS, "--trace": PATHS, "--plot": PATHS,
+                "--demo": ["cnn", "nope"], **RECORDS},
     "chain": {"--example": ["seed001", "bank-split", "x"],
               "--strategy": ["all", "baseline", "baseline,fused_crop", "a,b,c"],
               "--outputs-per-pass": ["4", "0", "-3", "99"],
               "--weights": ["pass", "stream,pass,pass"], "--no-share": None},
     "run": {"--port": ["{d}/fifo"], "--gemm": ["8x8x8"], "--demo": ["mlp"],
             "--seed": ["1"], "--board": ["ulx3s", "nope", "tangnano9k"], "--firmware": None},
-    "bench": {"--out": PATHS},
+    "bench": {"--out": PATHS, **RECORDS},
     "library": {"--out": PATHS},
     "schedule": {"FILE": ["{d}/text.bin", "{d}/fifo", "/dev/zero", "{d}/huge.stp"],
                  "--trace": PATHS, "--image": PATHS, "--insert-delays": None},

@@ -94,7 +94,7 @@ def test_compile_an_onnx_model(tmp_path, capsys):
 
 @pytest.mark.parametrize("argv, words", [
     (["--gemm", "8x8x8", "--onnx", "m.onnx"], ["--onnx", "not allowed with", "--gemm"]),
-    ([], ["one of the arguments --gemm --onnx is required"]),
+    ([], ["one of the arguments --gemm --onnx --demo is required"]),
     (["--onnx", "{model}", "--int32"], ["--int32 is for --gemm", "drop --int32"]),
 ])
 def test_compile_takes_a_gemm_or_a_model(argv, words, tmp_path, capsys):
