@@ -154,8 +154,9 @@ def loads(text: str | bytes, *, source: str = "<chip file>",
 
 
 def _read(path) -> bytes:
+    kind = "JSON" if str(path).endswith(".json") else "TOML"
     try:
-        return files.read_input(path, "a chip file (TOML)", kind="chip")
+        return files.read_input(path, f"a chip file ({kind})", kind="chip")
     except files.FileError as e:
         raise ConfigError(str(e)) from None
 
