@@ -214,6 +214,11 @@ class _Reader:
         if "energy" in doc and not isinstance(doc["energy"], dict):
             self.fail("energy", f"energy must be a table ([energy]: {TABLES['energy']}), "
                                 f"not {_kind(doc['energy'])}")
+        for key in doc.get("energy", {}):
+            if key in _FIELDS or key == BASE_KEY:      # else it would be ignored here
+                self.fail(key, f"{key} is a key of the chip, but it stands under [energy] "
+                               f"(a table runs to the next table's header): move it above "
+                               f"the first table", "energy")
         start = self.base(doc)
         if "latency" in values:
             values["latency"] = {**(start or {}).get("latency", DEFAULT_LATENCY),
@@ -288,6 +293,10 @@ class _Reader:
                                  f"operation = cycles), not {_kind(value)}")
         out = {}
         for op, cycles in _flat(value):
+            if op in _FIELDS or op == BASE_KEY:
+                self.fail(op, f"{op} is a key of the chip, but it stands under [latency] "
+                              f"(a table runs to the next table's header): move it above "
+                              f"the first table", "latency")
             if not isinstance(cycles, int) or isinstance(cycles, bool) \
                     or not 1 <= cycles <= MAX_LATENCY:
                 self.fail(op.split(".")[0], f"latency {op!r} must be a whole number of "

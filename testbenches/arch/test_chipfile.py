@@ -121,6 +121,10 @@ BAD_FILES = [
      ["'base' is a preset's", "differs from it in", "a name of its own"]),
     ("a-bad-name", 'base = "tiny"\nname = "my chip"\n', 2, ["name", "'my chip'"]),
     ("not-utf8", b'base = "tiny"\nname = "m\xe9"\n', None, ["not UTF-8", "0xe9"]),
+    ("a-field-under-latency", 'base = "tiny"\n[latency]\nacc_read = 2\ntile_size = 8\n', 4,
+     ["tile_size is a key of the chip", "under [latency]", "move it above the first table"]),
+    ("a-field-under-energy", 'base = "tiny"\n[energy]\nmac_pj = 0.2\ndram_words = 64\n', 4,
+     ["dram_words is a key of the chip", "under [energy]"]),
 ]
 
 
