@@ -8,12 +8,15 @@ for the file's chip and ``config show`` prints a chip as such a file."""
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from systolica.app import cli
 from systolica.arch import chipfile, image_file
 from systolica.arch.config import DEFAULT_LATENCY, PRESETS, ConfigError, preset
 
 from test_bad_inputs import assert_clear, assert_refused, run_cli
+from tiers import examples
 
 TINY = preset("tiny")
 
@@ -204,3 +207,35 @@ def test_config_refusals(tmp_path, capsys):
     assert_refused(*run_cli(["sim", "--library", "x.json"], capsys),
                    ["--library is for --onnx"])
     assert cli  # the parser under test
+
+
+TEXT = [line for line in chipfile.dump(TINY).splitlines() if line and not line.startswith("#")]
+VALUES = st.one_of(st.integers(-2, 1 << 34).map(str), st.sampled_from(
+    ["true", "false", '"x"', "1.5", "[1, 2]", "{a = 1}", "1979-05-27", "inf", "", "0x10",
+     '"tiny"', "-0"]))
+
+
+@settings(database=None, derandomize=True, deadline=None, max_examples=examples(200))
+@given(st.lists(st.tuples(st.integers(0, len(TEXT) - 1), st.integers(0, 3), VALUES),
+                min_size=1, max_size=4))
+def test_edited_files_give_a_chip_or_a_config_error(edits):
+    """Lines of a chip file given other values, dropped, doubled or moved under a
+    table: a ChipConfig or a ConfigError saying where, never another exception."""
+    lines = list(TEXT)
+    for at, how, value in edits:
+        at %= len(lines)
+        key = lines[at].split("=")[0].strip()
+        if how == 0 and "=" in lines[at]:
+            lines[at] = f"{key} = {value}"
+        elif how == 1:
+            del lines[at]
+        elif how == 2:
+            lines.insert(at, lines[at])
+        else:
+            lines.append(lines.pop(at))
+        if not lines:
+            lines = ['base = "tiny"']
+    try:
+        chipfile.loads("\n".join(lines) + "\n", source="edited.toml", stem="edited")
+    except ConfigError as e:
+        assert str(e).startswith("edited.toml") and "Traceback" not in str(e)
