@@ -187,6 +187,9 @@ def _parse(text: str, source: str) -> dict:
                           f"lines of key = value, e.g. tile_size = 4 ({DOCS})") from None
     except RecursionError:
         raise ConfigError(f"{source}: nested too deeply to be a chip file") from None
+    except ValueError:                  # an integer of more than 4300 digits
+        raise ConfigError(f"{source}: a number of thousands of digits; a chip file's "
+                          f"values are small integers, booleans and names") from None
 
 
 class _Reader:

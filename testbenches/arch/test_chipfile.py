@@ -126,6 +126,9 @@ BAD_FILES = [
     ("not-utf8", b'base = "tiny"\nname = "m\xe9"\n', None, ["not UTF-8", "0xe9"]),
     ("a-field-under-latency", 'base = "tiny"\n[latency]\nacc_read = 2\ntile_size = 8\n', 4,
      ["tile_size is a key of the chip", "under [latency]", "move it above the first table"]),
+    ("a-number-of-5000-digits", 'base = "tiny"\ndram_words = 1' + "0" * 5000 + "\n", None,
+     ["thousands of digits", "small integers"]),
+    ("nested-too-deep", "a = " + "[" * 100000, None, ["chip.toml"]),
     ("a-field-under-energy", 'base = "tiny"\n[energy]\nmac_pj = 0.2\ndram_words = 64\n', 4,
      ["dram_words is a key of the chip", "under [energy]"]),
 ]
