@@ -56,6 +56,7 @@ def test_the_wheel_installs_and_runs_outside_the_checkout(tmp_path):
     _run([str(bin_dir / "python"), "-m", "pip", "install", "--quiet", str(wheel)],
          cwd=tmp_path)
     installed = time.monotonic() - start
+    began_runs = time.monotonic()
     work = tmp_path / "elsewhere"
     work.mkdir()
     env = {k: v for k, v in os.environ.items()
@@ -77,4 +78,4 @@ def test_the_wheel_installs_and_runs_outside_the_checkout(tmp_path):
     print(f"wheel {wheel.name}: {wheel.stat().st_size:,} bytes, sdist "
           f"{sdist.stat().st_size:,} bytes; built in {built:.0f} s, installed in "
           f"{installed - built:.0f} s, `systolica sim` in "
-          f"{time.monotonic() - installed:.0f} s")
+          f"{time.monotonic() - began_runs:.0f} s")
