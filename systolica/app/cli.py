@@ -113,7 +113,7 @@ def _number(low: float | None = None, *, infinite: bool = False):
 
 #: Options whose value may start with '-' (a negative number, refused by its own check).
 NUMERIC_OPTIONS = ("--gemm", "--seed", "--outputs-per-pass", "--tolerance",
-                   "--benefit-threshold", "--cost-threshold")
+                   "--benefit-threshold", "--cost-threshold", "--older-than")
 
 
 def _join_negative_values(argv: list[str]) -> list[str]:
@@ -168,29 +168,51 @@ def _write_bytes(path: str, data: bytes) -> None:
 # -- long steps --------------------------------------------------------------------------
 @contextlib.contextmanager
 def _notice(text: str):
-    """Say `text` on stderr: a spinner on a terminal, else one plain line once the step
-    has taken more than BUILD_NOTICE_SECONDS (a log should show why it waited)."""
+    """Say `text` on stderr with the seconds it has taken so far: a spinner and a
+    clock on a terminal, else one plain line once the step has taken more than
+    BUILD_NOTICE_SECONDS and another with its time when it ends (a log should show
+    why it waited, and how long)."""
+    import time
+
     from rich.console import Console
     console = Console(stderr=True)
     if console.is_terminal:
-        with console.status(text):
+        from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+        with Progress(SpinnerColumn(), TextColumn("{task.description}"),
+                      TimeElapsedColumn(), console=console, transient=True) as bar:
+            bar.add_task(text, total=None)
             yield
         return
-    timer = threading.Timer(BUILD_NOTICE_SECONDS,
-                            lambda: print(f"systolica: {text}", file=sys.stderr, flush=True))
+    said = threading.Event()
+
+    def say():
+        print(f"systolica: {text}", file=sys.stderr, flush=True)
+        said.set()
+
+    began = time.monotonic()
+    timer = threading.Timer(BUILD_NOTICE_SECONDS, say)
     timer.daemon = True
     timer.start()
     try:
         yield
     finally:
         timer.cancel()
+        if said.is_set():
+            print(f"systolica: ... done in {time.monotonic() - began:.0f} s", file=sys.stderr,
+                  flush=True)
 
 
-def _ensure_built(cfg, waves: bool = False, harness: str = "cocotb") -> None:
-    """Build (or find) the Verilated chip, saying so: the first build of a configuration
-    takes minutes, and even finding a cached one takes seconds."""
-    from systolica.sim import rtlsim
-    with _notice(f"building the Verilated {cfg.name} chip (minutes the first time for a "
+def _ensure_built(cfg, waves=False, harness: str = "cocotb") -> None:
+    """Build (or find) the Verilated chip, saying so with the time it takes: the first
+    build of a configuration takes minutes. A build already in the cache is found in
+    a moment, silently."""
+    from systolica.sim import rtlsim, verilated
+    design = rtlsim.design(cfg, waves, harness)
+    if verilated.cached(design) is not None:
+        rtlsim.build(cfg, waves=waves, harness=harness)
+        return
+    with _notice(f"building the Verilated {cfg.name} chip into "
+                 f"{verilated.directory(design)} (minutes the first time for a "
                  f"configuration; later runs reuse it)..."):
         rtlsim.build(cfg, waves=waves, harness=harness)
 
@@ -229,10 +251,14 @@ ONNX_ONLY = {"golden_only": "--golden-only", "assign": "--assign", "constant": "
              "report_json": "--report-json", "library": "--library"}
 #: ``sim``'s options that an ONNX run does not use, and why.
 NOT_ONNX = {"waves": ("--waves", "its chip programs run without a waveform"),
+            "waves_file": ("--waves-file", "its chip programs run without a waveform"),
+            "waves_format": ("--waves-format", "its chip programs run without a waveform"),
             "trace": ("--trace", "it writes no schedule timeline"),
             "plot": ("--plot", "it writes no unit occupancy plot")}
 #: ``sim``'s outputs when not given (the demo and --gemm runs).
 SIM_TRACE, SIM_PLOT = "build/schedule.json", "build/units.svg"
+#: ``sim --waves``'s waveform when no --waves-file is given (by format).
+SIM_WAVES = "build/waves.{format}"
 
 
 def _given(args, dest: str) -> bool:
@@ -273,15 +299,92 @@ def cmd_sim(args) -> int:
         return _sim_onnx(args, cfg)
     args.trace = SIM_TRACE if args.trace is None else args.trace
     args.plot = SIM_PLOT if args.plot is None else args.plot
-    _check_outputs(("--trace", args.trace), ("--plot", args.plot))
+    waves, waves_file = _waves(args)
+    _check_outputs(("--trace", args.trace), ("--plot", args.plot),
+                   ("--waves-file", waves_file))
     net = _network(args, cfg)
     compiled = compile_network(cfg, net)   # a network that cannot compile fails now,
-    _ensure_built(cfg, args.waves)         # not after minutes of building
-    run = flow.run_network(compiled, waves=args.waves, progress=True)
+    _ensure_built(cfg, waves)              # not after minutes of building
+    run = flow.run_network(compiled, waves=waves, waves_file=waves_file, progress=True)
     report.print_run(run)
     _write_trace(args.trace, run.compiled)
     _write_plot(args.plot, run.compiled, f"{run.name} on chip {cfg.name}")
     return 0 if run.ok else 1
+
+
+def _waves(args) -> tuple[str | None, str | None]:
+    """The waveform ``sim`` is asked for: its format and file, or (None, None).
+    ``--waves-file`` and ``--waves-format`` each ask for one as ``--waves`` does; the
+    format is ``--waves-format``'s, else the file's suffix (.fst, .vcd), else FST."""
+    from systolica.sim.verilated import WAVE_FORMATS
+    path, fmt = args.waves_file, args.waves_format
+    if not (args.waves or path or fmt):
+        return None, None
+    suffix = Path(path).suffix.lower().lstrip(".") if path else ""
+    if path and suffix not in WAVE_FORMATS and fmt is None:
+        raise UsageError(f"--waves-file {path}: the format is named by the suffix, "
+                         f"{' or '.join('.' + f for f in WAVE_FORMATS)}; give a file "
+                         f"ending in one of them or --waves-format "
+                         f"{'|'.join(WAVE_FORMATS)}")
+    if path and fmt and suffix in WAVE_FORMATS and suffix != fmt:
+        raise UsageError(f"--waves-file {path} ends in .{suffix} but --waves-format is "
+                         f"{fmt}: a viewer goes by the suffix; give a file ending in "
+                         f".{fmt} or drop --waves-format")
+    fmt = fmt or (suffix if suffix in WAVE_FORMATS else WAVE_FORMATS[0])
+    return fmt, path or SIM_WAVES.format(format=fmt)
+
+
+def cmd_cache(args) -> int:
+    """List the cache of Verilated builds, or clean it."""
+    import time
+
+    from rich.console import Console
+    from rich.table import Table
+
+    from systolica.sim import cache, verilated
+    root = verilated.builds_root()
+    console = Console(highlight=False, soft_wrap=True)
+    if not console.is_terminal:     # a file or a pipe: whole lines, however long
+        console = Console(highlight=False, soft_wrap=True, width=1000)
+    if args.cache_command == "clean":
+        try:
+            done = cache.clean(root, older_than_days=args.older_than, everything=args.all)
+        except OSError as exc:
+            raise UsageError(f"cannot clean the cache {root} ({exc.strerror or exc}); "
+                             f"check its permissions") from None
+        what = ("every build" if args.all else
+                f"the builds unused for {args.older_than:g} days"
+                if args.older_than is not None else "the unfinished builds")
+        console.print(f"cache {root}: removed {len(done.removed)} build"
+                      f"{'' if len(done.removed) == 1 else 's'} ({what}), "
+                      f"{cache.human_size(done.freed)} freed")
+        for build in done.busy:
+            console.print(f"  kept {build.path}: a process is using it")
+        if not (args.all or args.older_than is not None):
+            console.print("  (`systolica cache clean --older-than DAYS` or `--all` removes "
+                          "finished builds)")
+        return 0
+    found = cache.builds(root)
+    total = sum(b.size for b in found)
+    shared = cache.size_of(root / cache.OBJCACHE)
+    console.print(f"cache {root} (set {verilated.CACHE_ENV} to move it): {len(found)} "
+                  f"build{'' if len(found) == 1 else 's'}, {cache.human_size(total)}"
+                  + (f", and {cache.human_size(shared)} of runtime objects they share"
+                     if shared else ""))
+    if not found:
+        return 0
+    table = Table(box=None, pad_edge=False)
+    for column, justify in (("design", "left"), ("harness", "left"), ("waves", "left"),
+                            ("size", "right"), ("last used", "right"), ("build", "left")):
+        table.add_column(column, justify=justify)
+    now = time.time()
+    for b in found:
+        table.add_row(b.design, b.harness, b.waves or "-", cache.human_size(b.size),
+                      cache.human_age(now - b.last_used),
+                      f"{b.path.parent.name}/{b.key}" + ("" if b.finished else
+                                                         " (unfinished)"))
+    console.print(table)
+    return 0
 
 
 def _onnx_file(text: str) -> str:
@@ -905,7 +1008,15 @@ def parser() -> argparse.ArgumentParser:
                         "chip file's chip without one is measured as it is planned)")
     p.add_argument("--seed", type=_seed,
                    help="random data for --gemm, --onnx (default 0)")
-    p.add_argument("--waves", action="store_true", help="write an FST waveform of the run")
+    p.add_argument("--waves", action="store_true",
+                   help=f"write a waveform of the run (default {SIM_WAVES.format(format='fst')}"
+                        f"; the path is printed; not with --onnx)")
+    p.add_argument("--waves-file", metavar="FILE",
+                   help="write the waveform here (implies --waves); FST or VCD by the "
+                        "suffix, .fst or .vcd")
+    p.add_argument("--waves-format", choices=("fst", "vcd"),
+                   help="the waveform's format (implies --waves): fst (compact, the "
+                        "default) or vcd (plain text, read by every viewer)")
     p.add_argument("--trace", metavar="FILE",
                    help=f"write the schedule timeline (Chrome trace / Perfetto JSON) here "
                         f"(default {SIM_TRACE}; not with --onnx)")
@@ -1007,6 +1118,19 @@ def parser() -> argparse.ArgumentParser:
     show.add_argument("chip", type=chip, metavar="PRESET|CHIP.toml",
                       help=f"a preset ({', '.join(configs)}) or a chip file")
     show.set_defaults(func=cmd_config_show)
+    p = sub.add_parser("cache", help="show the cache of Verilated builds (where, each "
+                                     "build, its size and last use); `cache clean` "
+                                     "removes builds")
+    p.set_defaults(func=cmd_cache, cache_command=None)
+    clean = p.add_subparsers(dest="cache_command", metavar="[clean]").add_parser(
+        "clean", help="remove builds: unfinished ones (interrupted or failed), "
+                      "those unused for --older-than DAYS, or --all")
+    when = clean.add_mutually_exclusive_group()
+    when.add_argument("--older-than", type=_number(0), metavar="DAYS",
+                      help="remove the builds not used for this many days")
+    when.add_argument("--all", action="store_true",
+                      help="remove every build and the shared runtime objects")
+    clean.set_defaults(func=cmd_cache)
     return top
 
 

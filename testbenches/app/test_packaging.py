@@ -120,13 +120,18 @@ def test_non_editable_install_runs_sim_outside_the_repository(tmp_path):
     shutil.rmtree(src)          # nothing may be read from the source tree afterwards
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
+    # the builds go to the user's cache directory (here a fresh one, by XDG's rule)
     env = {k: v for k, v in os.environ.items()
-           if k not in ("SYSTOLICA_BUILD", "PYTHONPATH", "VIRTUAL_ENV")}
+           if k not in ("SYSTOLICA_BUILD", "SYSTOLICA_CACHE", "PYTHONPATH", "VIRTUAL_ENV")}
+    env["XDG_CACHE_HOME"] = str(tmp_path / "xdg")
     done = subprocess.run([venv / "bin" / "systolica", "sim", "--waves"], cwd=elsewhere,
                           env=env, capture_output=True, text=True, timeout=1800)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "PASS" in done.stdout.splitlines(), done.stdout
-    assert list((elsewhere / "build" / "runs").glob("*/dump.fst"))
+    assert (elsewhere / "build" / "waves.fst").stat().st_size > 0
+    assert "waveform: build/waves.fst" in done.stdout, done.stdout
+    assert list((tmp_path / "xdg" / "systolica" / "verilated").glob("chip-tiny-waves/*/"
+                                                                     "build.stamp"))
 
 
 def _run(argv, cwd, env=None, timeout=1800) -> subprocess.CompletedProcess:
@@ -163,7 +168,8 @@ def test_release_build_installs_and_runs_outside_the_repository(tmp_path):
     work = tmp_path / "elsewhere"
     work.mkdir()
     env = {k: v for k, v in os.environ.items()
-           if k not in ("PYTHONPATH", "VIRTUAL_ENV", "SYSTOLICA_BUILD")}
+           if k not in ("SYSTOLICA_BUILD", "SYSTOLICA_CACHE", "PYTHONPATH", "VIRTUAL_ENV")}
+    env["XDG_CACHE_HOME"] = str(tmp_path / "xdg")     # a fresh build cache
     (work / "mine.toml").write_text('base = "tiny"\ndram_words = 8192\n')
     shown = _run([str(bin_dir / "systolica"), "config", "show", "mine.toml"], cwd=work,
                  env=env)
