@@ -127,7 +127,10 @@ def test_a_chip_without_a_library_file_is_measured_as_it_is_planned(tmp_path):
     near = library.load(preset("tiny"))
     assert lib.chip == "mine" and lib.fingerprint == {**library.fingerprint(cfg),
                                                       "host": near.fingerprint["host"]}
-    assert lib.kinds["chip"] == calibrate.chip_points(cfg, library.NOMINAL_CLOCK_HZ)
+    dense = {"dense": calibrate.CHIP_KERNELS["dense"]}
+    assert lib.kinds["chip"]["dense"] == calibrate.chip_points(
+        cfg, library.NOMINAL_CLOCK_HZ, dense)["dense"]
+    assert set(lib.kinds["chip"]) == set(near.kinds["chip"])
     assert lib.kinds["host"] == near.kinds["host"]
     assert lib.transfer == {"chip": calibrate.chip_transfer(cfg, library.NOMINAL_CLOCK_HZ),
                             "host": near.transfer["host"]}
