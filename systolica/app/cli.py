@@ -248,7 +248,7 @@ def _network(args, cfg):
 ONNX_ONLY = {"golden_only": "--golden-only", "assign": "--assign", "constant": "--constant",
              "benefit_threshold": "--benefit-threshold", "cost_threshold": "--cost-threshold",
              "tolerance": "--tolerance", "calibration": "--calibration",
-             "report_json": "--report-json"}
+             "report_json": "--report-json", "library": "--library"}
 #: ``sim``'s options that an ONNX run does not use, and why.
 NOT_ONNX = {"waves": ("--waves", "its chip programs run without a waveform"),
             "waves_file": ("--waves-file", "its chip programs run without a waveform"),
@@ -578,7 +578,8 @@ def _sim_onnx(args, cfg, settings: dict) -> int:
                                      else args.cost_threshold),
                           _assignments(args.assign), seed=args.seed,
                           constants=tuple(constants),
-                          calibration=_calibration(args.calibration))
+                          calibration=_calibration(args.calibration),
+                          library=args.library)
     plan = plan_model(cfg, _onnx_source(args.onnx), constants, options=options)
     print("\n".join(onnx_report.plan_lines(plan)))
     if not args.golden_only:
@@ -609,6 +610,12 @@ def cmd_library(args) -> int:
     from systolica.arch.config import preset
     from systolica.compiler.assignment import calibrate, library
     cfg = preset(args.config)
+    if args.out is None and PRESETS.get(cfg.name) != cfg:
+        raise UsageError(f"--out: chip {cfg.name} is not a preset, so its function library "
+                         f"has no place among the presets'; give it one, e.g. --out "
+                         f"{cfg.name}.library.json, and pass that to sim --onnx --library "
+                         f"(without one, sim --onnx measures the chip's kinds as it "
+                         f"plans: docs/assignment.md)")
     out = library.path_for(cfg) if args.out is None else args.out
     _check_output(str(out), "--out")
     with _notice(f"measuring the function library of {cfg.name} (chip kernels compiled, "
@@ -922,6 +929,14 @@ def cmd_compile(args) -> int:
     return 0
 
 
+def cmd_config_show(args) -> int:
+    """A chip as a chip file (docs/chip.md, "Chip files"): `systolica config show tiny >
+    my_chip.toml` starts one."""
+    from systolica.arch import chipfile
+    sys.stdout.write(chipfile.dump(args.chip))
+    return 0
+
+
 def cmd_disasm(args) -> int:
     """The image's header, then its listing with each instruction checked as the
     sequencer checks the word (docs/image-format.md, "disasm"): exit 0 if nothing is
@@ -935,7 +950,7 @@ def cmd_disasm(args) -> int:
         cfg = preset(args.config)
         why = image_file.chip_mismatch(path, image.chip, image.fingerprint, cfg)
         if why:
-            raise UsageError(f"{why} (--config {args.config})")
+            raise UsageError(f"{why} (--config {cfg.name})")
     else:
         cfg = PRESETS.get(image.chip)
         if cfg is None or cfg.program_key != image.fingerprint:
@@ -1025,19 +1040,18 @@ def parser() -> argparse.ArgumentParser:
     sub = top.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     def chip(text: str):
-        """A preset's name, or a chip file (.json, docs/chip.md "Chip files")."""
-        from systolica.arch.config import ChipConfig, ConfigError
-        from systolica.files import FileError
+        """A preset's name, or a chip file (.toml or .json, docs/chip.md "Chip files")."""
+        from systolica.arch import chipfile
+        from systolica.arch.config import ConfigError
         if text in PRESETS:
             return PRESETS[text]
-        if not text.endswith(".json"):
+        if not chipfile.is_chip_file(text):
             raise argparse.ArgumentTypeError(
                 f"invalid choice: {text!r} (choose from {', '.join(map(repr, configs))}, "
-                f"or give a chip file ending in .json)")
+                f"or give a chip file ending in .toml or .json)")
         try:
-            return ChipConfig.from_json(_read_bytes(text, "a chip file (JSON)", kind="chip"),
-                                        source=text)
-        except (UsageError, FileError, ConfigError) as e:
+            return chipfile.load(text)
+        except ConfigError as e:
             raise argparse.ArgumentTypeError(str(e)) from None
 
     def record_options(p):
@@ -1056,8 +1070,9 @@ def parser() -> argparse.ArgumentParser:
 
     def config(p, default="tiny"):
         p.add_argument("--config", default=default, type=chip,
-                       metavar="{" + ",".join(configs) + "}|CHIP.json",
-                       help=f"chip preset, or a chip file (default {default})")
+                       metavar="{" + ",".join(configs) + "}|CHIP.toml",
+                       help=f"chip preset, or a chip file (default {default}; "
+                            f"`systolica config show {default}` prints one to start from)")
 
     p = sub.add_parser("sim", help="compile the demo network, run it on the RTL, report")
     config(p)
@@ -1098,6 +1113,10 @@ def parser() -> argparse.ArgumentParser:
                         "random ones, for performance studies only)")
     p.add_argument("--report-json", metavar="FILE",
                    help="with --onnx: write the assignment and the run as JSON here")
+    p.add_argument("--library", metavar="FILE",
+                   help="with --onnx: the function library to assign operations by, as "
+                        "`systolica library --out` writes it (default: the preset's; a "
+                        "chip file's chip without one is measured as it is planned)")
     p.add_argument("--seed", type=_seed,
                    help="random data for --gemm, --onnx (default 0)")
     p.add_argument("--waves", action="store_true",
@@ -1192,7 +1211,8 @@ def parser() -> argparse.ArgumentParser:
     p = sub.add_parser("disasm", help="disassemble a program image, checking every "
                                       "instruction as the chip decodes it")
     p.add_argument("image", help="program image, e.g. from `systolica compile --out`")
-    p.add_argument("--config", choices=configs, default=None,
+    p.add_argument("--config", type=chip, default=None,
+                   metavar="{" + ",".join(configs) + "}|CHIP.toml",
                    help="the chip to check it against (default: the preset its header "
                         "names; its fingerprint must match either way)")
     p.set_defaults(func=cmd_disasm)
@@ -1205,6 +1225,15 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--image", metavar="FILE",
                    help="write the chip statements' program image here")
     p.set_defaults(func=cmd_schedule)
+    p = sub.add_parser("config", help="print a chip as a chip file (TOML) to start one "
+                                      "from")
+    what = p.add_subparsers(dest="action", required=True, metavar="ACTION")
+    show = what.add_parser("show", help="print a preset, or a chip file's chip as it "
+                                        "resolves (base and defaults filled in), as a chip "
+                                        "file: every field, what it is, its values")
+    show.add_argument("chip", type=chip, metavar="PRESET|CHIP.toml",
+                      help=f"a preset ({', '.join(configs)}) or a chip file")
+    show.set_defaults(func=cmd_config_show)
     p = sub.add_parser("cache", help="show the cache of Verilated builds (where, each "
                                      "build, its size and last use); `cache clean` "
                                      "removes builds")

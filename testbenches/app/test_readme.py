@@ -71,3 +71,10 @@ def check_command_line(words: list[str]) -> None:
                if action.option_strings and action.choices}
     for option, choice in re.findall(r"(--[a-z][a-z0-9-]*) \{([a-z0-9_,]+)\}", " ".join(words)):
         assert choice.split(",") == choices[option], option
+
+
+@pytest.mark.parametrize("source", blocks("toml"))
+def test_chip_file_example_loads(source):
+    from systolica.arch import chipfile
+    cfg = chipfile.loads(source, source=f"{README.name}:toml", stem="readme_chip")
+    assert cfg.name == "readme_chip" and cfg != preset("tiny")
