@@ -978,6 +978,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--image", metavar="FILE",
                    help="write the chip statements' program image here")
     p.set_defaults(func=cmd_schedule)
+    from systolica.app import sweep
+    sweep.add_parser(sub)
     return top
 
 
