@@ -156,7 +156,7 @@ def _axis_value(where: str, key: str, value) -> dict:
         out = {}
         for k, v in value.items():
             if k not in fields and k != CLOCK_KEY:
-                raise ConfigError(f"{where}: key {k!r} is not a ChipConfig field; the "
+                raise ConfigError(f"{where}.{k}: {k!r} is not a ChipConfig field; the "
                                   f"fields are {', '.join(fields)} (and {CLOCK_KEY})")
             _check_value(f"{where}.{k}", k, v)
             out[k] = dict(v) if k == "latency" else v
@@ -419,7 +419,10 @@ def evaluate(point: dict) -> dict:
 def synthesise(chip: dict) -> dict:
     """The area of one chip (a task): :func:`systolica.app.area.estimate`, as a dict."""
     from systolica.app import area
-    return dataclasses.asdict(area.estimate(ChipConfig(**chip)))
+    try:
+        return dataclasses.asdict(area.estimate(ChipConfig(**chip)))
+    except area.AreaError as e:
+        return {"error": str(e)}
 
 
 # -- the cache -------------------------------------------------------------------------------
@@ -620,7 +623,7 @@ def _progress(total: int):
 #: The point table's leading columns, in order; the swept fields follow them.
 POINT_COLUMNS = ("point", "chip", "model", "status", "cycles", "mac_utilization",
                  "dram_bytes", "time_s", "energy_j", "array_macs", "sram_bytes", "luts",
-                 "ffs", "dsps", "brams", "macs", "dram_rd_bytes", "dram_wr_bytes",
+                 "ffs", "dsps", "brams", "synth_s", "macs", "dram_rd_bytes", "dram_wr_bytes",
                  "ubuf_wr_bytes", "ubuf_rd_bytes", "instructions", "compile_s",
                  "rtl_cycles", "rtl_matches", "clock_mhz", "error")
 
@@ -645,9 +648,11 @@ def _rows(spec: Spec, tasks, records, areas) -> tuple[list[dict], list[dict]]:
                "array_macs": cfg.macs if cfg else None,
                "sram_bytes": sram_bytes(cfg) if cfg else None,
                "luts": area.get("luts"), "ffs": area.get("ffs"), "dsps": area.get("dsps"),
-               "brams": area.get("brams"),
+               "brams": area.get("brams"), "synth_s": area.get("seconds"),
                "clock_mhz": t["clock_hz"] / 1e6 if t["clock_hz"] else None}
         row.update({k: v for k, v in rec.items() if k != "layers"})
+        if area.get("error"):
+            row["error"] = "; ".join(filter(None, (row.get("error"), area["error"])))
         row = {**{c: row.get(c) for c in POINT_COLUMNS},
                **{k: _cell(t["params"].get(k, chip.get(k))) for k in swept}}
         points.append(row)
