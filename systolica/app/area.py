@@ -5,7 +5,7 @@ without a board's DRAM or host link (``make bitstream`` builds those).
 
 The result is cached on disk per chip (its fields, not its name) and per RTL source
 (a hash of ``rtl/``), in ``area/`` of the user cache directory
-(:func:`systolica.app.sweep.cache_root`), so a chip is synthesised once.
+(:func:`systolica.app.user_cache.cache_root`), so a chip is synthesised once.
 
     python -m systolica.app.area [PRESET|CHIP.json ...]
 """
@@ -59,7 +59,7 @@ def rtl_hash() -> str:
 
 
 def cache_path(cfg: ChipConfig) -> Path:
-    from systolica.app.sweep import cache_root, chip_hash
+    from systolica.app.user_cache import cache_root, chip_hash
     return cache_root() / "area" / f"{chip_hash(cfg)}-{rtl_hash()}-{AREA_SCHEMA}.json"
 
 

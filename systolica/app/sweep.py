@@ -31,6 +31,8 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from systolica.app.user_cache import cache_root, chip_hash
+from systolica.app.user_cache import digest as _digest
 from systolica.arch.config import PRESETS, ChipConfig, ConfigError
 
 #: Sweep keys besides ChipConfig's fields: the clock (MHz) time is reckoned at.
@@ -39,8 +41,6 @@ CLOCK_KEY = "clock_mhz"
 SPEC_KEYS = ("name", "base", "clock_mhz", "sweep", "models", "rtl_sample", "area")
 #: A model table's keys.
 MODEL_KEYS = ("name", "onnx", "args", "options", "seed", "label")
-#: The environment variable that moves the cache (as for the Verilated builds).
-CACHE_ENV = "SYSTOLICA_CACHE"
 #: Bumped when the layout of a cached result changes.
 RESULT_SCHEMA = 1
 
@@ -106,10 +106,6 @@ class Spec:
                 merged.update(part)
             out.append(merged)
         return out
-
-
-def _digest(obj) -> str:
-    return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()
 
 
 def _field_types() -> dict[str, type]:
@@ -299,7 +295,7 @@ def grid_spec(base: str, grid: Iterable[str], models: Iterable[str],
         if not eq or not values:
             raise ConfigError(f"--grid {item!r}: give FIELD=V1,V2,... (e.g. "
                               f"tile_size=4,8)")
-        sweep[key.strip()] = [_literal(v) for v in values.split(",")]
+        sweep[key.strip()] = [literal(v) for v in values.split(",")]
     data = {"name": "grid", "base": base, "sweep": sweep,
             "models": [{"name": m} if not m.endswith(".onnx") else {"onnx": m}
                        for m in models]}
@@ -308,7 +304,7 @@ def grid_spec(base: str, grid: Iterable[str], models: Iterable[str],
     return parse_spec(data, source="--grid")
 
 
-def _literal(text: str):
+def literal(text: str):
     text = text.strip()
     if text.lower() in ("true", "false"):
         return text.lower() == "true"
@@ -331,11 +327,6 @@ def chip_for(base: ChipConfig, params: Mapping) -> ChipConfig:
 def _chip_name(base: ChipConfig, params: Mapping) -> str:
     fields = {k: v for k, v in params.items() if k != CLOCK_KEY}
     return f"{base.name}-{_digest(fields)[:8]}" if fields else base.name
-
-
-def chip_hash(cfg: ChipConfig) -> str:
-    """The chip's identity whatever its name: its fields."""
-    return _digest({k: v for k, v in cfg.to_dict().items() if k != "name"})[:16]
 
 
 def sram_bytes(cfg: ChipConfig) -> int:
@@ -426,17 +417,6 @@ def synthesise(chip: dict) -> dict:
 
 
 # -- the cache -------------------------------------------------------------------------------
-def cache_root() -> Path:
-    """``$SYSTOLICA_CACHE``, else the user's cache directory for ``systolica``
-    (``$XDG_CACHE_HOME/systolica``, by default ``~/.cache/systolica``: platformdirs'
-    rules), the same root as the Verilated builds'."""
-    given = os.environ.get(CACHE_ENV, "").strip()
-    if given:
-        return Path(given).expanduser()
-    import platformdirs
-    return Path(platformdirs.user_cache_dir("systolica", appauthor=False))
-
-
 def tool_version() -> str:
     """The package's version and a hash of the sources a result depends on (the
     compiler, the chip's facts, the models, this module): a change to any of them makes
@@ -509,7 +489,7 @@ class Engine:
             return Client(cluster), cluster
         cluster = LocalCluster(n_workers=1 if self.threads else self.workers,
                                threads_per_worker=self.workers if self.threads else 1,
-                               processes=not self.threads, dashboard_address=None)
+                               processes=not self.threads, dashboard_address=":0")
         return Client(cluster), cluster
 
 
@@ -726,87 +706,3 @@ def table_head(points: list[dict], count: int = 12) -> str:
     lines = ["  ".join(c.rjust(w) for c, w in zip(cols, width))]
     lines += ["  ".join(v.rjust(w) for v, w in zip(r, width)) for r in rows]
     return "\n".join(lines)
-
-
-# -- the command -----------------------------------------------------------------------------
-def add_parser(sub) -> None:
-    """``systolica sweep``'s arguments, on the command's subparsers."""
-    p = sub.add_parser("sweep", help="sweep chip parameters x models on a Dask cluster; "
-                                     "write tables and a report (docs/sweeps.md)")
-    p.add_argument("spec", nargs="?", metavar="SPEC.toml",
-                   help="the sweep spec (docs/sweeps.md); or give --grid")
-    p.add_argument("--grid", action="append", metavar="FIELD=V1,V2,...",
-                   help="without a spec: sweep this ChipConfig field over these values; "
-                        "repeat for more (their product)")
-    p.add_argument("--model", action="append", metavar="NAME|FILE.onnx",
-                   help="with --grid: a model to compile (default demo_cnn); repeat for more")
-    p.add_argument("--base", default="base", metavar="PRESET|CHIP.json",
-                   help="with --grid: the chip the fields change (default base)")
-    p.add_argument("--clock-mhz", type=float, metavar="MHZ",
-                   help="with --grid: the clock time is reckoned at")
-    p.add_argument("--out", metavar="DIR",
-                   help="where the tables and report go (default build/sweep/<name>)")
-    p.add_argument("--workers", type=int, default=2, metavar="N",
-                   help="local cluster: N worker processes (default 2)")
-    p.add_argument("--threads", action="store_true",
-                   help="local cluster: one process of N threads instead")
-    p.add_argument("--scheduler", metavar="ADDRESS",
-                   help="use the running Dask cluster whose scheduler is here "
-                        "(e.g. tcp://10.0.0.5:8786) instead of a local one")
-    p.add_argument("--slurm", action="store_true",
-                   help="start the workers as SLURM jobs (dask-jobqueue's SLURMCluster)")
-    p.add_argument("--slurm-option", action="append", metavar="KEY=VALUE",
-                   help="with --slurm: a SLURMCluster argument (queue=..., account=..., "
-                        "walltime=01:00:00, cores=..., memory=4GB); repeat for more")
-    p.add_argument("--jobs", type=int, default=1, metavar="N",
-                   help="with --slurm: SLURM jobs to start (default 1)")
-    p.add_argument("--area", action="store_true",
-                   help="synthesise each distinct chip with yosys for its FPGA resources "
-                        "(cached per chip)")
-    p.add_argument("--rtl-sample", type=int, default=0, metavar="K",
-                   help="run K points of the small models on the Verilated RTL to confirm "
-                        "their cycles")
-    p.add_argument("--png", action="store_true", help="also render the Pareto plot to PNG")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
-    p.set_defaults(func=cmd_sweep)
-
-
-def cmd_sweep(args) -> int:
-    from systolica.app.cli import UsageError
-    if bool(args.spec) == bool(args.grid):
-        raise UsageError("sweep: give a spec file (SPEC.toml) or --grid FIELD=V1,V2,..., "
-                         "one of them")
-    if args.spec and (args.model or args.clock_mhz is not None):
-        raise UsageError("sweep: --model and --clock-mhz go with --grid; a spec file names "
-                         "its models and clock")
-    for option, value in (("--workers", args.workers), ("--jobs", args.jobs)):
-        if value < 1:
-            raise UsageError(f"sweep: {option} must be at least 1, not {value}")
-    if args.rtl_sample < 0:
-        raise UsageError(f"sweep: --rtl-sample must be at least 0, not {args.rtl_sample}")
-    if args.slurm_option and not args.slurm:
-        raise UsageError("sweep: --slurm-option goes with --slurm")
-    if args.slurm and args.scheduler:
-        raise UsageError("sweep: --slurm starts a cluster, --scheduler uses a running "
-                         "one; give one of them")
-    slurm = None
-    if args.slurm:
-        slurm = {}
-        for item in args.slurm_option or ():
-            key, eq, value = item.partition("=")
-            if not eq or not key:
-                raise UsageError(f"sweep: --slurm-option {item!r}: give KEY=VALUE")
-            slurm[key.strip()] = _literal(value)
-    spec = load_spec(args.spec) if args.spec else grid_spec(
-        args.base, args.grid, args.model or ["demo_cnn"], args.clock_mhz)
-    out = Path(args.out) if args.out else Path("build") / "sweep" / spec.name
-    engine = Engine(workers=args.workers, address=args.scheduler, slurm=slurm,
-                    jobs=args.jobs, threads=args.threads)
-    result = run_sweep(spec, engine, area=args.area, rtl_sample=args.rtl_sample,
-                       progress=not args.no_progress)
-    written = write_outputs(result, out, png=args.png)
-    print(table_head(result.points))
-    print(f"{len(result.points)} points ({result.computed} computed, "
-          f"{len(result.points) - result.computed} from the cache or refused) in "
-          f"{result.seconds:.1f} s; wrote {', '.join(str(p) for p in written)}")
-    return 0

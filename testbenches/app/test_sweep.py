@@ -105,7 +105,7 @@ def cluster():
     """A local Dask cluster of two worker processes, for this module's sweeps."""
     from dask.distributed import LocalCluster
     with LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
-                      dashboard_address=None) as c:
+                      dashboard_address=":0") as c:
         yield c
 
 
