@@ -43,8 +43,8 @@ class Area:
     dsps: int          # MULT18X18D
     brams: int         # DP16KD (18 Kbit)
     lutram: int        # TRELLIS_RAMW (distributed RAM)
-    seconds: float     # the synthesis's wall time (0 when it came from the cache)
-    cached: bool = False
+    seconds: float     # the synthesis's wall time
+    cached: bool = False   # read from the cache
 
 
 def rtl_hash() -> str:
@@ -73,17 +73,29 @@ def yosys() -> Path:
 
 def estimate(cfg: ChipConfig) -> Area:
     """The chip's FPGA resources after synthesis (from the cache if it was done)."""
-    path = cache_path(cfg)
+    area = lookup(cfg)
+    if area is None:
+        area = synthesise(cfg)
+        store(cfg, area)
+    return area
+
+
+def lookup(cfg: ChipConfig) -> Area | None:
+    """The chip's area from the cache (``cached`` set; the ``seconds`` its synthesis
+    took), or None."""
     try:
-        return Area(**{**json.loads(path.read_text()), "seconds": 0.0, "cached": True})
+        return Area(**{**json.loads(cache_path(cfg).read_text()), "cached": True})
     except (OSError, ValueError, TypeError):
-        pass
-    area = synthesise(cfg)
+        return None
+
+
+def store(cfg: ChipConfig, area: Area) -> None:
+    """Keep the chip's area in the cache (atomically)."""
+    path = cache_path(cfg)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(f".{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(dataclasses.asdict(area)))
+    tmp.write_text(json.dumps({**dataclasses.asdict(area), "cached": False}))
     os.replace(tmp, path)
-    return area
 
 
 def synthesise(cfg: ChipConfig) -> Area:
@@ -128,7 +140,8 @@ def main(argv: list[str] | None = None) -> int:
         cfg = PRESETS[name] if name in PRESETS else ChipConfig.from_file(name)
         a = estimate(cfg)
         print(f"{cfg.name}: {a.luts} LUTs, {a.ffs} FFs, {a.dsps} DSPs, {a.brams} block "
-              f"RAMs, {a.lutram} LUT RAMs ({'cached' if a.cached else f'{a.seconds:.0f} s'})")
+              f"RAMs, {a.lutram} LUT RAMs (synthesis {a.seconds:.0f} s"
+              f"{', cached' if a.cached else ''})")
     return 0
 
 

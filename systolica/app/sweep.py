@@ -411,10 +411,10 @@ def evaluate(point: dict) -> dict:
 
 
 def synthesise(chip: dict) -> dict:
-    """The area of one chip (a task): :func:`systolica.app.area.estimate`, as a dict."""
+    """The area of one chip (a task): :func:`systolica.app.area.synthesise`, as a dict."""
     from systolica.app import area
     try:
-        return dataclasses.asdict(area.estimate(ChipConfig(**chip)))
+        return dataclasses.asdict(area.synthesise(ChipConfig(**chip)))
     except area.AreaError as e:
         return {"error": str(e)}
 
@@ -554,6 +554,13 @@ def run_sweep(spec: Spec, engine: Engine | None = None, *, cache: ResultCache | 
             todo.append(i)
     areas: dict[str, dict] = {}
     chips = {} if not area else {t["chip_key"]: t["chip"] for t in tasks if not t["refused"]}
+    if chips:
+        from systolica.app import area as area_
+        for key, chip in list(chips.items()):
+            known = area_.lookup(ChipConfig(**chip))
+            if known is not None:
+                areas[key] = dataclasses.asdict(known)
+                del chips[key]
     if todo or chips:
         client, cluster = engine.client()
         try:
@@ -580,6 +587,9 @@ def _gather(client, tasks, todo, records, cache, chips, areas, progress, on_resu
             result = future.result()
             if kind == "area":
                 areas[what] = result
+                if not result.get("error"):
+                    from systolica.app import area
+                    area.store(ChipConfig(**chips[what]), area.Area(**result))
             else:
                 t = tasks[what]
                 cache.put(result, t["chip_key"], t["model_key"], t["clock_hz"])
