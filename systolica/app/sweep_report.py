@@ -70,6 +70,7 @@ def pareto_figure(title: str, points: Sequence[dict]):
         ax.scatter(xs, ys, s=18, color="0.6", label="chips")
         front = [rows[i] for i in pareto_front(rows, cost, goal)]
         ax.plot([r[cost] for r in front], [r[goal] for r in front], "o-", color="C3",
+                drawstyle="steps-post",
                 label="Pareto front")
         for r in front:
             ax.annotate(str(r["point"]), (r[cost], r[goal]), textcoords="offset points",
