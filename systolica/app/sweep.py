@@ -481,18 +481,28 @@ class Engine:
     jobs: int = 1
     threads: bool = False
 
-    def client(self):
-        from dask.distributed import Client, LocalCluster
+    def cluster(self):
+        """The cluster this engine starts (None for a running one, by `address`)."""
         if self.address:
-            return Client(self.address), None
+            return None
         if self.slurm is not None:
             from dask_jobqueue import SLURMCluster
-            cluster = SLURMCluster(**{"cores": 1, "memory": "4GB", **self.slurm})
+            return SLURMCluster(**{"cores": 1, "memory": "4GB",
+                                   "scheduler_options": {"dashboard_address": ":0"},
+                                   **self.slurm})
+        from dask.distributed import LocalCluster
+        return LocalCluster(n_workers=1 if self.threads else self.workers,
+                            threads_per_worker=self.workers if self.threads else 1,
+                            processes=not self.threads, dashboard_address=":0")
+
+    def client(self):
+        """A client of the cluster, and the cluster if this engine started it."""
+        from dask.distributed import Client
+        cluster = self.cluster()
+        if cluster is None:
+            return Client(self.address), None
+        if self.slurm is not None:
             cluster.scale(jobs=self.jobs)
-            return Client(cluster), cluster
-        cluster = LocalCluster(n_workers=1 if self.threads else self.workers,
-                               threads_per_worker=self.workers if self.threads else 1,
-                               processes=not self.threads, dashboard_address=":0")
         return Client(cluster), cluster
 
 

@@ -161,6 +161,19 @@ def test_sweep_on_a_local_cluster_resumes_after_an_interruption(cluster, tmp_pat
     assert pq.read_table(out / "layers.parquet").num_rows == len(result.layers)
 
 
+@pytest.mark.slow
+def test_slurm_options_reach_the_job_script():
+    engine = sweep.Engine(slurm={"queue": "normal", "walltime": "01:00:00", "cores": 2})
+    cluster = engine.cluster()
+    try:
+        script = cluster.job_script()
+    finally:
+        cluster.close()
+    for line in ("#SBATCH -p normal", "#SBATCH -t 01:00:00", "#SBATCH --cpus-per-task=2",
+                 "#SBATCH --mem=4G"):
+        assert line in script, script
+
+
 def test_cache_is_keyed_by_tool_version(tmp_path):
     a = sweep.ResultCache(tmp_path, version="1")
     b = sweep.ResultCache(tmp_path, version="2")
