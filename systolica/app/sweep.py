@@ -490,10 +490,14 @@ class Engine:
             return SLURMCluster(**{"cores": 1, "memory": "4GB",
                                    "scheduler_options": {"dashboard_address": ":0"},
                                    **self.slurm})
+        import logging
+
         from dask.distributed import LocalCluster
+        # the workers' own log (a nanny's notes on a slow shutdown) only for errors
         return LocalCluster(n_workers=1 if self.threads else self.workers,
                             threads_per_worker=self.workers if self.threads else 1,
-                            processes=not self.threads, dashboard_address=":0")
+                            processes=not self.threads, dashboard_address=":0",
+                            silence_logs=logging.ERROR)
 
     def client(self):
         """A client of the cluster, and the cluster if this engine started it."""
