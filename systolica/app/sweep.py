@@ -253,6 +253,13 @@ def parse_spec(data: Mapping, *, source: str = "<spec>",
                               f"{key} = [...], not {values!r}")
         axes.append((key, tuple(_axis_value(f"{where}[{i}]", key, v)
                                 for i, v in enumerate(values))))
+    setter: dict[str, str] = {}
+    for key, values in axes:
+        for f in dict.fromkeys(k for v in values for k in v):
+            if f in setter:
+                raise ConfigError(f"{source}: sweep.{key} and sweep.{setter[f]} both set "
+                                  f"{f}; set each field on one axis only")
+            setter[f] = key
     clock = data.get(CLOCK_KEY)
     if clock is not None:
         _check_value(f"{source}: {CLOCK_KEY}", CLOCK_KEY, clock)

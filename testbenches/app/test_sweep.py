@@ -52,6 +52,9 @@ BAD_SPECS = [
     ("no-onnx-file", SMALL.replace('name = "demo_cnn"', 'onnx = "none.onnx"'),
      ["models[0].onnx", "none.onnx"]),
     ("not-toml", "name = \n", ["not valid TOML", "line 1"]),
+    ("field-on-two-axes", SMALL.replace("acc_depth = [256, 512]",
+                                        "grid = [{acc_depth = 256, tile_size = 2}]"),
+     ["sweep.grid and sweep.tile_size both set tile_size", "one axis only"]),
 ]
 
 
