@@ -728,6 +728,8 @@ def table_head(points: list[dict], count: int = 12) -> str:
             "time_s", "array_macs", "sram_bytes"]
     if any(p.get("luts") is not None for p in points):
         cols += ["luts", "ffs", "dsps", "brams"]
+    if any(p.get("rtl_cycles") is not None for p in points):
+        cols += ["rtl_cycles", "rtl_matches"]
     swept = [k for k in (points[0] if points else {}) if k not in POINT_COLUMNS]
     cols += swept
 

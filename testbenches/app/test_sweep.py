@@ -164,6 +164,18 @@ def test_sweep_on_a_local_cluster_resumes_after_an_interruption(cluster, tmp_pat
     assert pq.read_table(out / "layers.parquet").num_rows == len(result.layers)
 
 
+@pytest.mark.rtl
+@pytest.mark.regress
+def test_rtl_sample_confirms_the_cycles(tmp_path, monkeypatch):
+    monkeypatch.setenv("SYSTOLICA_CACHE", str(tmp_path / "cache"))
+    spec = sweep.parse_spec({"base": "tiny", "models": ["demo_cnn"],
+                             "sweep": {"acc_depth": [256, 512]}})
+    result = sweep.run_sweep(spec, sweep.Engine(workers=1), rtl_sample=1)
+    first, second = result.points
+    assert first["rtl_cycles"] == first["cycles"] and first["rtl_matches"] is True
+    assert second["rtl_cycles"] is None     # one point sampled
+
+
 @pytest.mark.slow
 def test_slurm_options_reach_the_job_script():
     engine = sweep.Engine(slurm={"queue": "normal", "walltime": "01:00:00", "cores": 2})
