@@ -336,7 +336,7 @@ def _chip_name(base: ChipConfig, params: Mapping) -> str:
     return f"{base.name}-{_digest(fields)[:8]}" if fields else base.name
 
 
-def sram_bytes(cfg: ChipConfig) -> int:
+def chip_sram_bytes(cfg: ChipConfig) -> int:
     """On-chip SRAM: the CBUF (and UBUF), the accumulators, the instruction memory and
     the management core's memories."""
     from systolica.arch import isa
@@ -636,7 +636,7 @@ def _progress(total: int):
 
 #: The point table's leading columns, in order; the swept fields follow them.
 POINT_COLUMNS = ("point", "chip", "model", "status", "cycles", "mac_utilization",
-                 "dram_bytes", "time_s", "energy_j", "array_macs", "sram_bytes", "luts",
+                 "dram_bytes", "time_s", "energy_j", "chip_macs", "chip_sram_bytes", "luts",
                  "ffs", "dsps", "brams", "synth_s", "macs", "dram_rd_bytes", "dram_wr_bytes",
                  "ubuf_wr_bytes", "ubuf_rd_bytes", "instructions", "compile_s", "compile_cpu_s",
                  "rtl_cycles", "rtl_matches", "clock_mhz", "error")
@@ -659,8 +659,8 @@ def _rows(spec: Spec, tasks, records, areas) -> tuple[list[dict], list[dict]]:
         area = areas.get(t["chip_key"], {})
         row = {"point": t["index"], "chip": chip["name"], "model": t["model_label"],
                "status": rec["status"],
-               "array_macs": cfg.macs if cfg else None,
-               "sram_bytes": sram_bytes(cfg) if cfg else None,
+               "chip_macs": cfg.macs if cfg else None,
+               "chip_sram_bytes": chip_sram_bytes(cfg) if cfg else None,
                "luts": area.get("luts"), "ffs": area.get("ffs"), "dsps": area.get("dsps"),
                "brams": area.get("brams"), "synth_s": area.get("seconds"),
                "clock_mhz": t["clock_hz"] / 1e6 if t["clock_hz"] else None}
@@ -672,7 +672,8 @@ def _rows(spec: Spec, tasks, records, areas) -> tuple[list[dict], list[dict]]:
         points.append(row)
         for layer in rec.get("layers", []):
             layers.append({"point": t["index"], "chip": chip["name"],
-                           "model": t["model_label"], **layer})
+                           "model": t["model_label"],
+                           **{k: v for k, v in layer.items() if k not in ("chip", "model")}})
     return points, layers
 
 
@@ -725,7 +726,7 @@ def write_outputs(result: SweepResult, out: Path, *, png: bool = False) -> list[
 def table_head(points: list[dict], count: int = 12) -> str:
     """The point table's first rows as aligned text (what the command prints)."""
     cols = ["point", "model", "status", "cycles", "mac_utilization", "dram_bytes",
-            "time_s", "array_macs", "sram_bytes"]
+            "time_s", "chip_macs", "chip_sram_bytes"]
     if any(p.get("luts") is not None for p in points):
         cols += ["luts", "ffs", "dsps", "brams"]
     if any(p.get("rtl_cycles") is not None for p in points):

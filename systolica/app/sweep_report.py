@@ -13,8 +13,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 #: Costs against which a front is drawn, in order of preference: (column, label).
-COSTS = (("luts", "LUTs (yosys synth_ecp5)"), ("array_macs", "array MACs"),
-         ("sram_bytes", "on-chip SRAM bytes"))
+COSTS = (("luts", "LUTs (yosys synth_ecp5)"), ("chip_macs", "array MACs"),
+         ("chip_sram_bytes", "on-chip SRAM bytes"))
 #: What is minimised against the cost: (column, label).
 GOALS = (("cycles", "cycles"), ("energy_j", "energy (J)"))
 

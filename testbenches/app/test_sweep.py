@@ -144,7 +144,7 @@ def test_sweep_on_a_local_cluster_resumes_after_an_interruption(cluster, tmp_pat
     assert row["mac_utilization"] == pytest.approx(compiled.utilisation)
     assert row["dram_bytes"] == compiled.dram_bytes_read + compiled.dram_bytes_written
     assert row["time_s"] == pytest.approx(compiled.predicted_cycles / 100e6)
-    assert row["array_macs"] == 256 and row["energy_j"] is None
+    assert row["chip_macs"] == 256 and row["energy_j"] is None
     mine = [l for l in result.layers if l["point"] == 3]
     assert [l["layer"] for l in mine] == [l.name for l in compiled.layers]
     assert sum(l["cycles"] for l in mine) == compiled.predicted_cycles

@@ -14,12 +14,12 @@ TABLE = [(0, 10, 900), (1, 25, 700), (2, 20, 500), (3, 20, 650), (4, 40, 200),
 
 
 def rows():
-    return [{"point": p, "array_macs": c, "cycles": y, "model": "m", "status": "ok"}
+    return [{"point": p, "chip_macs": c, "cycles": y, "model": "m", "status": "ok"}
             for p, c, y in TABLE]
 
 
 def test_pareto_front_of_a_hand_made_table():
-    front = sweep_report.pareto_front(rows(), "array_macs", "cycles")
+    front = sweep_report.pareto_front(rows(), "chip_macs", "cycles")
     assert [rows()[i]["point"] for i in front] == [0, 2, 5, 4]
 
 
