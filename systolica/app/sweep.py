@@ -23,6 +23,7 @@ import hashlib
 import inspect
 import itertools
 import json
+import math
 import numbers
 import os
 import time
@@ -122,7 +123,8 @@ def _check_value(where: str, key: str, value) -> None:
     """A value of the wrong kind for its field (a bool for a size, 0 tiles): an error
     naming the key, whichever combination it would be in."""
     if key == CLOCK_KEY:
-        if not isinstance(value, numbers.Real) or isinstance(value, bool) or value <= 0:
+        if not isinstance(value, numbers.Real) or isinstance(value, bool) \
+                or not 0 < value < math.inf:
             raise ConfigError(f"{where}: {CLOCK_KEY} must be a positive number of MHz, "
                               f"not {value!r}")
         return

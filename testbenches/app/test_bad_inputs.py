@@ -605,6 +605,8 @@ CLI = [
      ["--workers", "at least 1"]),
     ("sweep-unknown-model", ["sweep", "--grid", "tile_size=4", "--model", "alexnet"],
      ["models[0].name", "'alexnet'", "resnet50"]),
+    ("sweep-clock-nan", ["sweep", "--grid", "tile_size=4", "--clock-mhz", "nan"],
+     ["clock_mhz", "positive number of MHz", "nan"]),
 ]
 
 # Program images given to `systolica disasm`.
