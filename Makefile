@@ -22,7 +22,8 @@ CONFIG   ?=
 PNR_SEED ?=
 # The FPGA tools (yowasp WebAssembly builds), board definitions and SMT solvers:
 # `bitstream` needs them, and `make test` for its synthesis check and the formal
-# proofs (`make test-fast` never does).
+# proofs (`make test-fast` never does); with them the sweep's engine (Dask), plots
+# and tables (the sweep extra), which `make test`'s sweep tests use.
 FPGA_STAMP := $(VENV)/.installed-fpga
 
 .PHONY: venv sim test test-fast regress bench bitstream clean distclean
@@ -61,7 +62,7 @@ bench: $(STAMP)
 	$(VENV)/bin/systolica bench --out build/bench.json
 
 $(FPGA_STAMP): $(STAMP)
-	$(VENV)/bin/pip install -e '.[dev,fpga]'
+	$(VENV)/bin/pip install -e '.[dev,fpga,sweep]'
 	touch $@
 
 # The bitstream, the place-and-route log and report.json in build/fpga/$(BOARD)/;

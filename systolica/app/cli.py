@@ -1032,6 +1032,47 @@ def cmd_run(args) -> int:
         raise UsageError(f"{args.port}: {exc}") from None
 
 
+def cmd_sweep(args) -> int:
+    from systolica.app import sweep
+    if bool(args.spec) == bool(args.grid):
+        raise UsageError("sweep: give a spec file (SPEC.toml) or --grid FIELD=V1,V2,..., "
+                         "one of them")
+    if args.spec and (args.model or args.clock_mhz is not None):
+        raise UsageError("sweep: --model and --clock-mhz go with --grid; a spec file names "
+                         "its models and clock")
+    for option, value in (("--workers", args.workers), ("--jobs", args.jobs)):
+        if value < 1:
+            raise UsageError(f"sweep: {option} must be at least 1, not {value}")
+    if args.rtl_sample < 0:
+        raise UsageError(f"sweep: --rtl-sample must be at least 0, not {args.rtl_sample}")
+    if args.slurm_option and not args.slurm:
+        raise UsageError("sweep: --slurm-option goes with --slurm")
+    if args.slurm and args.scheduler:
+        raise UsageError("sweep: --slurm starts a cluster, --scheduler uses a running "
+                         "one; give one of them")
+    slurm = None
+    if args.slurm:
+        slurm = {}
+        for item in args.slurm_option or ():
+            key, eq, value = item.partition("=")
+            if not eq or not key:
+                raise UsageError(f"sweep: --slurm-option {item!r}: give KEY=VALUE")
+            slurm[key.strip()] = sweep.literal(value)
+    spec = sweep.load_spec(args.spec) if args.spec else sweep.grid_spec(
+        args.base, args.grid, args.model or ["demo_cnn"], args.clock_mhz)
+    out = Path(args.out) if args.out else Path("build") / "sweep" / spec.name
+    engine = sweep.Engine(workers=args.workers, address=args.scheduler, slurm=slurm,
+                          jobs=args.jobs, threads=args.threads)
+    result = sweep.run_sweep(spec, engine, area=args.area, rtl_sample=args.rtl_sample,
+                             progress=not args.no_progress)
+    written = sweep.write_outputs(result, out, png=args.png)
+    print(sweep.table_head(result.points))
+    print(f"{len(result.points)} points ({result.computed} computed, "
+          f"{len(result.points) - result.computed} from the cache or refused) in "
+          f"{result.seconds:.1f} s; wrote {', '.join(str(p) for p in written)}")
+    return 0
+
+
 def parser() -> argparse.ArgumentParser:
     configs = sorted(PRESETS)
     top = _Parser(prog="systolica", description=__doc__.split("\n\n")[0],
@@ -1247,6 +1288,44 @@ def parser() -> argparse.ArgumentParser:
     when.add_argument("--all", action="store_true",
                       help="remove every build and the shared runtime objects")
     clean.set_defaults(func=cmd_cache)
+    p = sub.add_parser("sweep", help="sweep chip parameters x models on a Dask cluster; "
+                                     "write tables and a report (docs/sweeps.md)")
+    p.add_argument("spec", nargs="?", metavar="SPEC.toml",
+                   help="the sweep spec (docs/sweeps.md); or give --grid")
+    p.add_argument("--grid", action="append", metavar="FIELD=V1,V2,...",
+                   help="without a spec: sweep this ChipConfig field over these values; "
+                        "repeat for more (their product)")
+    p.add_argument("--model", action="append", metavar="NAME|FILE.onnx",
+                   help="with --grid: a model to compile (default demo_cnn); repeat for more")
+    p.add_argument("--base", default="base", metavar="PRESET|CHIP.json",
+                   help="with --grid: the chip the fields change (default base)")
+    p.add_argument("--clock-mhz", type=float, metavar="MHZ",
+                   help="with --grid: the clock time is reckoned at")
+    p.add_argument("--out", metavar="DIR",
+                   help="where the tables and report go (default build/sweep/<name>)")
+    p.add_argument("--workers", type=int, default=2, metavar="N",
+                   help="local cluster: N worker processes (default 2)")
+    p.add_argument("--threads", action="store_true",
+                   help="local cluster: one process of N threads instead")
+    p.add_argument("--scheduler", metavar="ADDRESS",
+                   help="use the running Dask cluster whose scheduler is here "
+                        "(e.g. tcp://10.0.0.5:8786) instead of a local one")
+    p.add_argument("--slurm", action="store_true",
+                   help="start the workers as SLURM jobs (dask-jobqueue's SLURMCluster)")
+    p.add_argument("--slurm-option", action="append", metavar="KEY=VALUE",
+                   help="with --slurm: a SLURMCluster argument (queue=..., account=..., "
+                        "walltime=01:00:00, cores=..., memory=4GB); repeat for more")
+    p.add_argument("--jobs", type=int, default=1, metavar="N",
+                   help="with --slurm: SLURM jobs to start (default 1)")
+    p.add_argument("--area", action="store_true",
+                   help="synthesise each distinct chip with yosys for its FPGA resources "
+                        "(cached per chip)")
+    p.add_argument("--rtl-sample", type=int, default=0, metavar="K",
+                   help="run K points of the small models on the Verilated RTL to confirm "
+                        "their cycles")
+    p.add_argument("--png", action="store_true", help="also render the Pareto plot to PNG")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.set_defaults(func=cmd_sweep)
     return top
 
 

@@ -626,6 +626,21 @@ CLI = [
      ["--int32 is for --gemm", "drop --int32"]),
     ("compile-demo-and-gemm", ["compile", "--demo", "cnn", "--gemm", "8x8x8"],
      ["--gemm", "not allowed with argument --demo"]),
+    ("sweep-unknown-field", ["sweep", "--grid", "tile_rowz=2,4"],
+     ["--grid", "sweep.tile_rowz", "'tile_rowz' is not a ChipConfig field", "tile_rows"]),
+    ("sweep-bad-value", ["sweep", "--grid", "tile_size=4,0"],
+     ["sweep.tile_size[1]", "at least 1", "not 0"]),
+    ("sweep-nothing", ["sweep"], ["spec file", "--grid", "one of them"]),
+    ("sweep-spec-and-grid", ["sweep", "{d}/text.bin", "--grid", "tile_size=4"],
+     ["spec file", "--grid", "one of them"]),
+    ("sweep-missing-spec", ["sweep", "{d}/nope.toml"], ["nope.toml", "cannot read the sweep spec"]),
+    ("sweep-not-toml", ["sweep", "{d}/text.bin"], ["text.bin", "not valid TOML", "docs/sweeps.md"]),
+    ("sweep-no-workers", ["sweep", "--grid", "tile_size=4", "--workers", "0"],
+     ["--workers", "at least 1"]),
+    ("sweep-unknown-model", ["sweep", "--grid", "tile_size=4", "--model", "alexnet"],
+     ["models[0].name", "'alexnet'", "resnet50"]),
+    ("sweep-clock-nan", ["sweep", "--grid", "tile_size=4", "--clock-mhz", "nan"],
+     ["clock_mhz", "positive number of MHz", "nan"]),
 ]
 
 # Program images given to `systolica disasm`.
