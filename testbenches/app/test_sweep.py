@@ -10,7 +10,7 @@ import json
 
 import pytest
 
-from systolica.app import sweep
+from systolica.app import records, sweep
 from systolica.app.cli import main
 from systolica.arch.config import ConfigError, preset
 from systolica.compiler import compile_network
@@ -144,7 +144,8 @@ def test_sweep_on_a_local_cluster_resumes_after_an_interruption(cluster, tmp_pat
     assert row["mac_utilization"] == pytest.approx(compiled.utilisation)
     assert row["dram_bytes"] == compiled.dram_bytes_read + compiled.dram_bytes_written
     assert row["time_s"] == pytest.approx(compiled.predicted_cycles / 100e6)
-    assert row["chip_macs"] == 256 and row["energy_j"] is None
+    energy = records.network_records(cfg, compiled, clock_hz=100e6).run["energy_j"]
+    assert row["chip_macs"] == 256 and row["energy_j"] == pytest.approx(energy["total"])
     mine = [l for l in result.layers if l["point"] == 3]
     assert [l["layer"] for l in mine] == [l.name for l in compiled.layers]
     assert sum(l["cycles"] for l in mine) == compiled.predicted_cycles
