@@ -33,6 +33,7 @@ class Operation:
     bytes_in: int
     bytes_out: int
     scalar: bool = False        # computes shapes or parameters, not tensors
+    elements_in: int = 0        # the largest operand's elements
     preds: set[int] = field(default_factory=set)
     succs: set[int] = field(default_factory=set)
 
@@ -83,7 +84,8 @@ def operations(proto) -> list[Operation]:
         ops.append(Operation(len(ops), name, kind, nodes, tuple(dict.fromkeys(reads)),
                              tuple(dict.fromkeys(writes)), int(work),
                              sum(_nbytes(types, v) for v in dict.fromkeys(reads)),
-                             sum(_nbytes(types, v) for v in dict.fromkeys(writes)), scalar))
+                             sum(_nbytes(types, v) for v in dict.fromkeys(writes)), scalar,
+                             max((_elements(types, v) for v in reads), default=0)))
 
     for n in g.node:
         if n.op_type in QDQ or id(n) in owned:

@@ -422,6 +422,8 @@ def cmd_library(args) -> int:
     from systolica.arch.config import preset
     from systolica.compiler.assignment import calibrate, library
     cfg = preset(args.config)
+    if args.core:
+        return _core_library(cfg, args.out)
     out = library.path_for(cfg) if args.out is None else args.out
     _check_output(str(out), "--out")
     with _notice(f"measuring the function library of {cfg.name} (chip kernels compiled, "
@@ -430,6 +432,24 @@ def cmd_library(args) -> int:
     library.save(lib, out)
     print(f"wrote {out}: chip kinds {', '.join(sorted(lib.kinds['chip']))}; host kinds "
           f"{', '.join(sorted(lib.kinds['host']))}")
+    return 0
+
+
+def _core_library(cfg, out) -> int:
+    """The management core's points, measured on the Verilated chip `cfg`'s core."""
+    from systolica.compiler.assignment import calibrate, library
+    from systolica.compiler.errors import CompileError
+    if not cfg.has_core:
+        raise CompileError(f"--core: chip {cfg.name} has no management core; measure the "
+                           f"core's kernels on a chip with one (--config tiny)")
+    out = library.CORE_DATA if out is None else out
+    _check_output(str(out), "--out")
+    with _notice(f"running the core's kernels on the Verilated {cfg.name} chip..."):
+        points = calibrate.core_points(cfg)
+    library.save_core(points, cfg.name, out)
+    print(f"wrote {out}: " + "; ".join(
+        f"{k} " + ", ".join(f"{int(w)} -> {c}" for w, c in v) for k, v in points.items())
+        + " (elements -> core cycles)")
     return 0
 
 
@@ -961,6 +981,10 @@ def parser() -> argparse.ArgumentParser:
                                        "looks costs up in")
     config(p)
     p.add_argument("--out", metavar="FILE", help="write it here (default: the preset's)")
+    p.add_argument("--core", action="store_true",
+                   help="measure the management core's kernels on the Verilated chip "
+                        "instead (one file for every chip with the core: "
+                        "compiler/assignment/data/core.json)")
     p.set_defaults(func=cmd_library)
     p = sub.add_parser("disasm", help="disassemble a program image, checking every "
                                       "instruction as the chip decodes it")

@@ -1,11 +1,14 @@
 """Running a planned ONNX model (docs/assignment.md, step 7): its segments in order,
 chip programs on the golden model (each also checked against the numpy reference of
-its graph, and its cycles against the compiler's prediction), host segments in
-numpy; then, with `rtl`, every chip program again on the Verilated chip in one
-simulator process, fed the inputs the golden pass gave it, its outputs compared bit
-for bit and its cycles with the prediction. By induction the RTL's chain of programs
-computes what the golden chain did. The outputs are then compared with onnxruntime
-running the same quantised model on the same inputs."""
+its graph, and its cycles against the compiler's prediction), core segments as a
+table of the firmware's kernels on the instruction-set model (checked against the
+kernels' numpy statements), host segments in numpy; then, with `rtl`, every chip
+program again on the Verilated chip in one simulator process, and every core
+segment's table on the Verilated chip's core, fed the inputs the golden pass gave
+them, their outputs compared bit for bit and their cycles with the prediction. By
+induction the RTL's chain of programs computes what the golden chain did. The
+outputs are then compared with onnxruntime running the same quantised model on the
+same inputs."""
 
 from __future__ import annotations
 
@@ -35,6 +38,7 @@ class SegmentRun:
     matches_reference: bool = True  # golden = the graph's numpy reference
     rtl_matches_golden: bool | None = None
     rtl_error: str = "NONE"
+    core_table: CoreTable | None = None     # core segments: the table and its DRAM
 
 
 @dataclass
@@ -53,6 +57,15 @@ class ModelRun:
         return sum(s.cycles for s in self.segments if s.segment.processor == "chip")
 
     @property
+    def core_cycles(self) -> int:
+        return sum(s.cycles for s in self.segments if s.segment.processor == "core")
+
+    @property
+    def cycles(self) -> int:
+        """The chip's and its core's cycles (the host's time is apart)."""
+        return self.chip_cycles + self.core_cycles
+
+    @property
     def host_seconds(self) -> float:
         return sum(s.seconds for s in self.segments if s.segment.processor == "host")
 
@@ -64,6 +77,8 @@ class ModelRun:
         """Why the run failed (empty: it passed)."""
         out = []
         for s in self.segments:
+            if s.segment.processor == "core":
+                out += _core_problems(s)
             if s.segment.processor != "chip":
                 continue
             label = f"chip segment {s.segment.index}"
@@ -118,6 +133,9 @@ def run_plan(plan: Plan, *, rtl: bool = False, compare: bool = True,
             t = time.perf_counter()
             out = _run_on_host(plan, seg, feeds)
             runs.append(SegmentRun(seg, time.perf_counter() - t))
+        elif seg.processor == "core":
+            out, seg_run = _run_on_core(plan, seg, feeds)
+            runs.append(seg_run)
         else:
             t = time.perf_counter()
             graph = onnx_import.load(seg.proto, inputs=feeds, name=f"segment_{seg.index}")
@@ -171,6 +189,117 @@ def _run_on_host(plan: Plan, seg: Segment, feeds) -> dict[str, np.ndarray]:
                            f"these nodes against the ONNX specification") from None
 
 
+@dataclass
+class CoreTable:
+    """A core segment as the firmware runs it: its kernel steps, the DRAM pieces of
+    their inputs, where each output is (value, view, rows, cols, ONNX shape), the
+    DRAM words the table reaches, and what the golden run left there."""
+    steps: list
+    data: list
+    outputs: list
+    words: int
+    golden_dram: np.ndarray | None = None
+    result: int = 0                       # the mailbox's result on the ISS (1: OK)
+    rtl_result: int | None = None
+
+
+def core_table(plan: Plan, seg: Segment, feeds) -> CoreTable:
+    """The table of kernel steps running `seg` on the core: each operand a row-major
+    array (ONNX's layout, ``core_kernels.array_view``) in the DRAM from word 0, each
+    result after them, each descriptor after its result."""
+    from systolica.compiler.assignment.core_ops import lower
+    from systolica.firmware import core_kernels as ck
+    from systolica.firmware.core_host import KernelStep
+    W = plan.cfg.dram_word_bytes
+    at, data, views, steps, outputs = 0, [], {}, [], []
+
+    def place(rows, cols, dtype):
+        nonlocal at
+        view = ck.array_view(at * W, (rows, cols), dtype)
+        at += -(-rows * cols * ck.SIZE[view.dtype] // W)
+        return view
+
+    for op in seg.ops:
+        c = lower(op, plan.model.proto)
+        if isinstance(c, str):          # the assigner checked it: a broken plan
+            raise CompileError(f"ONNX node {op.name!r} ({op.kind}) was placed on the core, "
+                               f"which cannot run it: {c}")
+        ins = []
+        for v, dtype in zip(c.inputs, c.input_dtypes):
+            if v not in views:
+                x = np.ascontiguousarray(np.asarray(feeds[v]).astype(ck.NUMPY[ck.BY_NAME[dtype]]))
+                views[v] = place(c.rows, c.cols, dtype)
+                raw = np.zeros(-(-x.nbytes // W) * W, np.uint8)
+                raw[:x.nbytes] = x.reshape(-1).view(np.uint8)
+                data.append((views[v].base // W, raw.reshape(-1, W)))
+            ins.append(views[v])
+        out_cols = 1 if c.kernel == "argmax" else c.cols
+        y = views[c.output] = place(c.rows, out_cols, c.output_dtype)
+        p = c.params
+        if c.kernel == "softmax":
+            desc = ck.softmax(ins[0], y, rows=c.rows, cols=c.cols, name=op.name, **p)
+        elif c.kernel == "argmax":
+            desc = ck.argmax(ins[0], y, rows=c.rows, cols=c.cols, name=op.name, **p)
+        else:
+            desc = ck.add(ins[0], ins[1], y, rows=c.rows, cols=c.cols, name=op.name, **p)
+        steps.append(KernelStep(desc, at, W))
+        at += -(-ck.descriptor_bytes(desc.kernel) // W)
+        outputs.append((c.output, y, c.rows, out_cols, c.output_shape))
+    return CoreTable(steps, data, outputs, at)
+
+
+def _run_on_core(plan: Plan, seg: Segment, feeds) -> tuple[dict[str, np.ndarray], SegmentRun]:
+    """`seg` on the instruction-set model running the firmware (the golden model of
+    the core: ``core_iss.golden_table``), checked against the kernels' numpy
+    statements (``core_kernels.reference``) on the same DRAM; its predicted cycles
+    are the kernel steps' ``t_cycles`` there."""
+    from systolica.firmware import core_iss, core_kernels
+    from systolica.firmware.core_image import DMEM_BASE, step_offset
+    table = core_table(plan, seg, feeds)
+    gold = core_iss.golden_table(plan.cfg, table.steps, data=table.data)
+    table.golden_dram = gold.dram
+    table.result = gold.mailbox["result"]
+    W = plan.cfg.dram_word_bytes
+    ref = bytearray(max(gold.dram.size, table.words * W))
+    for first, words in table.data:
+        ref[first * W:first * W + words.size] = words.tobytes()
+    for step in table.steps:
+        core_kernels.reference(step.descriptor, ref)
+    got = bytes(gold.dram.reshape(-1))
+    out, same = {}, True
+    for value, view, rows, cols, shape in table.outputs:
+        mine = view.read(got, rows, cols)
+        same &= bool(np.array_equal(mine, view.read(ref, rows, cols)))
+        out[value] = mine.reshape(shape)
+    cycles = sum(gold.iss.word(DMEM_BASE + step_offset(k, "t_cycles"))
+                 for k in range(len(table.steps)))
+    return out, SegmentRun(seg, cycles / plan.library.clock_hz, cycles=cycles,
+                           golden_cycles=cycles, matches_reference=same, core_table=table)
+
+
+def _core_problems(s: SegmentRun) -> list[str]:
+    from systolica.firmware import core_iss
+    label = f"core segment {s.segment.index}"
+    t = s.core_table
+    out = []
+    if t.result != 1:
+        out.append(f"{label}: the firmware on the instruction-set model ended with result "
+                   f"{t.result}, not OK")
+    if not s.matches_reference:
+        out.append(f"{label}: the firmware on the instruction-set model differs from the "
+                   f"kernels' numpy statements")
+    if t.rtl_result is not None and t.rtl_result != 1:
+        out.append(f"{label}: the firmware on the RTL ended with result {t.rtl_result}, "
+                   f"not OK")
+    if s.rtl_matches_golden is False:
+        out.append(f"{label}: the RTL's outputs differ from the instruction-set model's")
+    # the ISS counts the core's cycles as the RTL does only where it says so
+    if (s.rtl_cycles is not None and getattr(core_iss, "CYCLE_EXACT", False)
+            and s.rtl_cycles != s.cycles):
+        out.append(f"{label}: RTL {s.rtl_cycles} core cycles, predicted {s.cycles}")
+    return out
+
+
 def compare_with_onnxruntime(run: ModelRun, tolerance: float | None = None) -> None:
     """Fill `run`'s agreement with onnxruntime, end to end and per chip operation."""
     run.agreement, run.isolated = against_onnxruntime(run.plan, run.values, tolerance)
@@ -203,7 +332,7 @@ def run_on_rtl(*runs: ModelRun, progress=None) -> None:
                    + f"segment_{s.segment.index}")
             for r in runs for s in r.segments if s.segment.processor == "chip"]
     t = time.perf_counter()
-    results = rtlsim.run(cfg, jobs, progress=progress)
+    results = rtlsim.run(cfg, jobs, progress=progress) if jobs else []
     seconds = time.perf_counter() - t
     for r in runs:
         r.rtl_s = seconds
@@ -214,3 +343,27 @@ def run_on_rtl(*runs: ModelRun, progress=None) -> None:
         s.rtl_matches_golden = all(
             np.array_equal(np.asarray(words), gold[at:at + n])
             for (at, n), words in zip(s.compiled.dram_map.outputs.values(), res.readback))
+    t = time.perf_counter()
+    for r in runs:
+        for s in r.segments:
+            if s.segment.processor == "core":
+                _core_on_rtl(cfg, s)
+    for r in runs:
+        r.rtl_s = seconds + time.perf_counter() - t
+
+
+def _core_on_rtl(cfg, s: SegmentRun) -> None:
+    """A core segment's table on the Verilated chip's core (its own simulator run):
+    its outputs against the instruction-set model's, its kernel steps' cycles."""
+    from systolica.sim import core_run
+    t = s.core_table
+    got = core_run.run(cfg, t.steps, data=t.data, readback=[(0, t.words)])
+    t.rtl_result = got.table.mailbox["result"]
+    W = cfg.dram_word_bytes
+    mine, gold = bytes(got.readback[0].reshape(-1)), bytes(t.golden_dram.reshape(-1))
+    s.rtl_matches_golden = all(
+        np.array_equal(view.read(mine, rows, cols), view.read(gold, rows, cols))
+        for _, view, rows, cols, _ in t.outputs) and len(mine) == t.words * W
+    s.rtl_cycles = sum(step["t_cycles"] for step in got.table.steps)
+    if got.table.problems:
+        s.rtl_error = "; ".join(got.table.problems)
