@@ -179,6 +179,10 @@ def _is_scalar(n, types) -> bool:
     tensors, a ConvInteger's or MatMulInteger's few int32 values, is none)."""
     if n.op_type in MAC_KINDS:
         return False
+    if n.op_type in ("ArgMax", "ArgMin") and (
+            types.get(n.input[0], (0, None))[0] not in (6, 7, 9)
+            or _elements(types, n.input[0]) > 16):
+        return False                # a classifier's label: a reduction of its data
     outs = [types.get(o, (0, None)) for o in n.output if o]
     return bool(outs) and all(e in (6, 7, 9) and s is not None and int(np.prod(s)) <= 16
                               for e, s in outs)

@@ -877,13 +877,14 @@ def parser() -> argparse.ArgumentParser:
     what.add_argument("--onnx", metavar="FILE",
                    help="run this ONNX model (float, QDQ or QOperator; or the name of a "
                         "model the onnx package ships, e.g. light_squeezenet) instead of "
-                        "the demo: each operation on the chip or the host, random inputs "
+                        "the demo: each operation on the chip, its core or the host, random inputs "
                         "from --seed, outputs compared with onnxruntime "
                         "(docs/assignment.md)")
     p.add_argument("--golden-only", action="store_true",
                    help="with --onnx: run the chip programs on the golden model only")
     p.add_argument("--assign", action="append", metavar="NODE=PROCESSOR",
-                   help="with --onnx: run this operation on this processor (chip, host); "
+                   help="with --onnx: run this operation on this processor (chip, core: "
+                        "the chip's management core, host); "
                         "repeat for more")
     p.add_argument("--constant", action="append", metavar="NAME=FILE.npy",
                    help="with --onnx: the model's input NAME is a constant, the array in "

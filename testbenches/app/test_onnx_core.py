@@ -1,0 +1,126 @@
+"""Classifiers whose Softmax or ArgMax runs on the chip's management core
+(docs/assignment.md, "The management core"): planned with the core as the third
+processor, run with the core's segments as tables of the firmware's kernels on the
+instruction-set model (and on the Verilated chip's core), against the kernels' numpy
+statements, the RTL and onnxruntime. A chip without the core runs them on the host;
+``--assign NODE=core`` is the user's choice where the core can, a clear error where
+it cannot."""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+import pytest
+
+from systolica.app import onnx_report, onnx_run
+from systolica.arch.config import preset
+from systolica.compiler.assignment.partition import PlanOptions, plan_model
+from systolica.compiler.errors import CompileError
+from systolica.firmware import core_iss
+from systolica.models import onnx_zoo
+
+TINY = preset("tiny")
+
+
+@functools.cache
+def _model(head: str, make=onnx_zoo.float_lenet):
+    return onnx_zoo.ort_quantized(make(head=head))
+
+
+@functools.cache
+def _plan(head: str, chip: str = "tiny", make=onnx_zoo.float_lenet, **overrides):
+    return plan_model(preset(chip), _model(head, make),
+                      options=PlanOptions(overrides=overrides or None))
+
+
+def _where(plan, kind: str) -> str:
+    return next(p.processor for p in plan.placements if p.op.kind == kind)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("head, kind, make, where", [
+    ("softmax", "Softmax", onnx_zoo.float_lenet, "core"),
+    ("argmax", "ArgMax", onnx_zoo.float_lenet, "core"),
+    ("softmax", "Softmax", onnx_zoo.float_mlp, "host"),
+    ("argmax", "ArgMax", onnx_zoo.float_mlp, "core")],
+    ids=["lenet-softmax", "lenet-argmax", "mlp-softmax", "mlp-argmax"])
+def test_a_classifiers_head_runs_where_it_costs_least(head, kind, make, where):
+    """After the chip's last layer the core reads the logits in place (no transfer):
+    LeNet's Softmax of 10 and ArgMax cost less on the core than the host's trip, the
+    MLP's Softmax of 12 rows of 10 more (the core's per-element time, measured on the
+    RTL, exceeds the host's). The core's segment (the firmware on the ISS) equals the
+    kernels' numpy statements and the model agrees with onnxruntime."""
+    plan = _plan(head, make=make)
+    assert _where(plan, kind) == where
+    placed = next(p for p in plan.placements if p.op.kind == kind)
+    assert placed.scores["core"].t == 0.0            # read in place from the chip's DRAM
+    assert (placed.scores["core"].cost < placed.scores["host"].cost) == (where == "core")
+    assert any(f"on the core: {placed.op.name} ({kind}" in line
+               for line in onnx_report.plan_lines(plan)) == (where == "core")
+    run = onnx_run.run_plan(plan)
+    assert run.ok, run.problems()
+    core = [s for s in run.segments if s.segment.processor == "core"]
+    assert len(core) == (where == "core")
+    assert all(s.matches_reference and s.cycles > 0 for s in core)
+    assert run.cycles == run.chip_cycles + run.core_cycles
+    assert onnx_report.to_json(run)["core_cycles"] == run.core_cycles
+
+
+@pytest.mark.slow
+def test_a_wrong_core_result_fails_the_run(monkeypatch):
+    """The check can fail: a kernel statement that differs from the firmware's."""
+    from systolica.firmware import core_kernels
+    real = core_kernels.compute
+    monkeypatch.setattr(core_kernels, "compute",
+                        lambda desc, inputs: real(desc, inputs) + 1)
+    run = onnx_run.run_plan(_plan("softmax"), compare=False)
+    assert any("core segment" in p and "numpy statements" in p for p in run.problems())
+
+
+@pytest.mark.slow
+def test_a_chip_without_the_core_runs_the_head_on_the_host():
+    plan = _plan("softmax", "tangnano9k")
+    placed = next(p for p in plan.placements if p.op.kind == "Softmax")
+    assert placed.processor == "host"
+    assert "no management core" in placed.refusals["core"]
+
+
+@pytest.mark.slow
+def test_the_user_puts_an_operation_on_the_core_where_it_can():
+    plan = _plan("softmax", softmax="host")
+    assert _where(plan, "Softmax") == "host"
+    with pytest.raises(CompileError, match=r"--assign conv1=core: core cannot run it "
+                                           r"\(the core has no Conv kernel\)"):
+        _plan("softmax", conv1="core")
+    with pytest.raises(CompileError, match=r"--assign softmax=core: core cannot run it "
+                                           r"\(chip tangnano9k has no management core"):
+        _plan("softmax", "tangnano9k", softmax="core")
+
+
+@pytest.mark.rtl
+def test_a_classifier_with_its_softmax_on_the_core_on_the_rtl(tiny_build):
+    """End to end on the Verilated tiny chip: the chip's program and the core's
+    softmax table (the firmware on the chip's PicoRV32), outputs bit-exact against the
+    golden model and the ISS, the model against onnxruntime within its tolerance; the
+    softmax's core cycles equal the ISS's count where the ISS counts them as the RTL
+    does (core_iss.CYCLE_EXACT)."""
+    run = onnx_run.run_plan(_plan("softmax"), rtl=True)
+    assert run.ok, run.problems()
+    chip = [s for s in run.segments if s.segment.processor == "chip"]
+    core = [s for s in run.segments if s.segment.processor == "core"]
+    assert chip and all(s.rtl_cycles == s.cycles and s.rtl_matches_golden for s in chip)
+    assert len(core) == 1 and core[0].rtl_matches_golden and core[0].rtl_cycles > 0
+    assert core[0].core_table.rtl_result == 1
+    outputs = [a for a in run.agreement if a.name in run.plan.outputs]
+    assert outputs and all(a.ok for a in outputs)
+    print("core cycles: predicted", core[0].cycles, "RTL", core[0].rtl_cycles,
+          "exact" if getattr(core_iss, "CYCLE_EXACT", False) else "(ISS not cycle-exact)")
+    if getattr(core_iss, "CYCLE_EXACT", False):
+        assert core[0].rtl_cycles == core[0].cycles
+    # a run whose RTL cycles differ is reported, once the ISS is exact
+    core[0].rtl_cycles = core[0].cycles + 1
+    assert any("core cycles, predicted" in p for p in run.problems()) == \
+        bool(getattr(core_iss, "CYCLE_EXACT", False))
+    probs = run.outputs[run.plan.outputs[0]]
+    assert np.isfinite(probs).all()
