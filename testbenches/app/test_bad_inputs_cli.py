@@ -218,6 +218,8 @@ CLI_DOORS = [
     ("run-firmware-without-a-core", ["run", "--port", "{d}/fifo", "--board", "tangnano9k",
                                      "--firmware"],
      ["--firmware", "tangnano9k", "no management core", "leave out --firmware"]),
+    ("library-core-without-a-core", ["library", "--config", "tangnano9k", "--core"],
+     ["--core", "chip tangnano9k has no management core", "--config tiny"]),
 ]
 
 
@@ -318,19 +320,25 @@ LIBRARY = [
      '{"chip": "tiny", "clock_hz": 1, "fingerprint": 3, "kinds": {}, "transfer": {}}',
      ["fingerprint is 3, not an object"]),
     ("library-fifo", None, ["no function library", "systolica library --config tiny"]),
+    ("library-core-points-not-json", "core:{", ["core's function library", "cannot be read",
+                                                "systolica library --core"]),
 ]
 
 
 @pytest.mark.parametrize("content, words", [pytest.param(*row[1:], id=row[0])
                                             for row in LIBRARY])
-def test_function_library_file(content, words, tmp_path):
+def test_function_library_file(content, words, tmp_path, monkeypatch):
     path = tmp_path / "lib.json"
     if content is None:
         os.mkfifo(path)
     else:
         path.write_text(content)
+    core = content.startswith("core:") if content else False
+    if core:        # the core's points (library.CORE_DATA), merged with the chip's
+        path.write_text(content[len("core:"):])
+        monkeypatch.setattr(library, "CORE_DATA", path)
     with pytest.raises(CompileError) as e:
-        library.load(preset("tiny"), path)
+        library.load(preset("tiny"), None if core else path)
     assert_clear(str(e.value), [str(path)] + words)
 
 
