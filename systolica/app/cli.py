@@ -575,13 +575,17 @@ def cmd_bench(args) -> int:
             progress.update(task, description=f"{case.name} on {onnx_bench.CONFIG}")
             models.append(onnx_bench.record(case))
             progress.advance(task)
+        task = progress.add_task("named models' Softmax and ArgMax: chip, core or host",
+                                 total=1)
+        core_plans = onnx_bench.core_plan_records()
+        progress.advance(task)
         task = progress.add_task(f"the management core's table on {core_bench.CONFIG}: "
                                  f"with and without the overlapped configuration", total=1)
         cores = core_bench.records() + core_bench.kernel_records()
         progress.advance(task)
     out = Path(args.out)
     _write_bytes(args.out, (json.dumps(records + resnets + deeps + chains + transposes
-                                       + routes + models + cores, indent=2)
+                                       + routes + models + core_plans + cores, indent=2)
                             + "\n").encode())
     for r in records:
         print(f"{r['name']:>18} on {r['config']:<5} cycles {r['cycles']:>7} "
@@ -606,11 +610,12 @@ def cmd_bench(args) -> int:
     transpose_bench.print_records(transposes)
     route_bench.print_records(routes)
     onnx_bench.print_records(models)
+    onnx_bench.print_core_plan_records(core_plans)
     core_bench.print_records([r for r in cores if r["kind"] == "core_table"])
     core_bench.print_kernel_records([r for r in cores if r["kind"] == "core_kernel"])
     print(f"wrote {out}")
-    return 0 if all(r["ok"] for r in records + chains + transposes + routes + models + cores
-                    if "error" not in r) else 1
+    return 0 if all(r["ok"] for r in records + chains + transposes + routes + models
+                    + core_plans + cores if "error" not in r) else 1
 
 
 #: ``systolica chain --example``: (graph builder, outputs per pass).
