@@ -123,6 +123,7 @@ def run_plan(plan: Plan, *, rtl: bool = False, compare: bool = True,
     from systolica.compiler.graph import reference
     cfg, lib = plan.cfg, plan.library
     values: dict[str, np.ndarray] = dict(plan.model.inputs)
+    chip_words: dict[str, np.ndarray] = {}      # chip segments' outputs, their DRAM words
     runs: list[SegmentRun] = []
     t0 = time.perf_counter()
     for k, seg in enumerate(plan.segments):
@@ -134,7 +135,7 @@ def run_plan(plan: Plan, *, rtl: bool = False, compare: bool = True,
             out = _run_on_host(plan, seg, feeds)
             runs.append(SegmentRun(seg, time.perf_counter() - t))
         elif seg.processor == "core":
-            out, seg_run = _run_on_core(plan, seg, feeds)
+            out, seg_run = _run_on_core(plan, seg, feeds, chip_words)
             runs.append(seg_run)
         else:
             t = time.perf_counter()
@@ -154,6 +155,9 @@ def run_plan(plan: Plan, *, rtl: bool = False, compare: bool = True,
             want = reference.outputs(graph)
             out = {v: got[t_name].reshape(values_shape(seg, v, got[t_name]))
                    for v, t_name in zip(seg.writes, graph.outputs)}
+            for v, t_name in zip(seg.writes, graph.outputs):     # as the chip left them
+                at, n = compiled.dram_map.outputs[t_name]
+                chip_words[v] = np.array(gold.dram[at:at + n])
             runs.append(SegmentRun(
                 seg, compiled.predicted_cycles / lib.clock_hz, compile_s, compiled,
                 compiled.predicted_cycles, gold.cycles, macs=compiled.macs,
@@ -198,20 +202,44 @@ class CoreTable:
     data: list
     outputs: list
     words: int
+    layouts: dict = field(default_factory=dict)   # operand -> "chip" or "row-major"
     golden_dram: np.ndarray | None = None
     result: int = 0                       # the mailbox's result on the ISS (1: OK)
     rtl_result: int | None = None
 
 
-def core_table(plan: Plan, seg: Segment, feeds) -> CoreTable:
-    """The table of kernel steps running `seg` on the core: each operand a row-major
-    array (ONNX's layout, ``core_kernels.array_view``) in the DRAM from word 0, each
-    result after them, each descriptor after its result."""
+def core_table(plan: Plan, seg: Segment, feeds, chip_words=None) -> CoreTable:
+    """The table of kernel steps running `seg` on the core, in a DRAM of its own from
+    word 0: each operand a chip segment gave as the chip left it, read through
+    ``core_kernels.chip_view`` (where that view reads the operand's values: not a
+    layout of tile groups, nor a map whose pixels are not the kernel's rows), else a
+    row-major array (ONNX's layout, ``core_kernels.array_view``); each result after
+    them, row-major; each descriptor after its result. `chip_words`: the DRAM words
+    of the chip segments' outputs by value."""
     from systolica.compiler.assignment.core_ops import lower
     from systolica.firmware import core_kernels as ck
     from systolica.firmware.core_host import KernelStep
     W = plan.cfg.dram_word_bytes
-    at, data, views, steps, outputs = 0, [], {}, [], []
+    at, data, views, steps, outputs, layouts = 0, [], {}, [], [], {}
+    chip_words = chip_words or {}
+
+    def in_chip_layout(v, rows, cols, dtype, x):
+        """The chip's words of `v` placed at `at` and their view, if it reads `x`."""
+        nonlocal at
+        words = chip_words.get(v)
+        if words is None or dtype not in ("int8", "uint8"):
+            return None
+        try:
+            seen = ck.chip_view(plan.cfg, 0, (rows, cols), dtype).read(words.tobytes(),
+                                                                       rows, cols)
+        except IndexError:              # the view reaches past the chip's words
+            return None
+        if not np.array_equal(seen, x.reshape(rows, cols)):
+            return None
+        view = ck.chip_view(plan.cfg, at, (rows, cols), dtype)
+        data.append((at, np.asarray(words, np.uint8)))
+        at += words.shape[0]
+        return view
 
     def place(rows, cols, dtype):
         nonlocal at
@@ -228,10 +256,14 @@ def core_table(plan: Plan, seg: Segment, feeds) -> CoreTable:
         for v, dtype in zip(c.inputs, c.input_dtypes):
             if v not in views:
                 x = np.ascontiguousarray(np.asarray(feeds[v]).astype(ck.NUMPY[ck.BY_NAME[dtype]]))
-                views[v] = place(c.rows, c.cols, dtype)
-                raw = np.zeros(-(-x.nbytes // W) * W, np.uint8)
-                raw[:x.nbytes] = x.reshape(-1).view(np.uint8)
-                data.append((views[v].base // W, raw.reshape(-1, W)))
+                views[v] = in_chip_layout(v, c.rows, c.cols, dtype, x)
+                layouts[v] = "chip"
+                if views[v] is None:
+                    layouts[v] = "row-major"
+                    views[v] = place(c.rows, c.cols, dtype)
+                    raw = np.zeros(-(-x.nbytes // W) * W, np.uint8)
+                    raw[:x.nbytes] = x.reshape(-1).view(np.uint8)
+                    data.append((views[v].base // W, raw.reshape(-1, W)))
             ins.append(views[v])
         out_cols = 1 if c.kernel == "argmax" else c.cols
         y = views[c.output] = place(c.rows, out_cols, c.output_dtype)
@@ -245,17 +277,18 @@ def core_table(plan: Plan, seg: Segment, feeds) -> CoreTable:
         steps.append(KernelStep(desc, at, W))
         at += -(-ck.descriptor_bytes(desc.kernel) // W)
         outputs.append((c.output, y, c.rows, out_cols, c.output_shape))
-    return CoreTable(steps, data, outputs, at)
+    return CoreTable(steps, data, outputs, at, layouts)
 
 
-def _run_on_core(plan: Plan, seg: Segment, feeds) -> tuple[dict[str, np.ndarray], SegmentRun]:
+def _run_on_core(plan: Plan, seg: Segment, feeds, chip_words=None
+                 ) -> tuple[dict[str, np.ndarray], SegmentRun]:
     """`seg` on the instruction-set model running the firmware (the golden model of
     the core: ``core_iss.golden_table``), checked against the kernels' numpy
     statements (``core_kernels.reference``) on the same DRAM; its predicted cycles
     are the kernel steps' ``t_cycles`` there."""
     from systolica.firmware import core_iss, core_kernels
     from systolica.firmware.core_image import DMEM_BASE, step_offset
-    table = core_table(plan, seg, feeds)
+    table = core_table(plan, seg, feeds, chip_words)
     gold = core_iss.golden_table(plan.cfg, table.steps, data=table.data)
     table.golden_dram = gold.dram
     table.result = gold.mailbox["result"]

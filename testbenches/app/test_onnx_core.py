@@ -63,6 +63,8 @@ def test_a_classifiers_head_runs_where_it_costs_least(head, kind, make, where):
     core = [s for s in run.segments if s.segment.processor == "core"]
     assert len(core) == (where == "core")
     assert all(s.matches_reference and s.cycles > 0 for s in core)
+    # the logits are read where and as the chip left them
+    assert all(set(s.core_table.layouts.values()) == {"chip"} for s in core)
     assert run.cycles == run.chip_cycles + run.core_cycles
     assert onnx_report.to_json(run)["core_cycles"] == run.core_cycles
 
@@ -112,6 +114,7 @@ def test_a_classifier_with_its_softmax_on_the_core_on_the_rtl(tiny_build):
     assert chip and all(s.rtl_cycles == s.cycles and s.rtl_matches_golden for s in chip)
     assert len(core) == 1 and core[0].rtl_matches_golden and core[0].rtl_cycles > 0
     assert core[0].core_table.rtl_result == 1
+    assert set(core[0].core_table.layouts.values()) == {"chip"}
     outputs = [a for a in run.agreement if a.name in run.plan.outputs]
     assert outputs and all(a.ok for a in outputs)
     print("core cycles: predicted", core[0].cycles, "RTL", core[0].rtl_cycles,
