@@ -127,3 +127,39 @@ def test_a_classifier_with_its_softmax_on_the_core_on_the_rtl(tiny_build):
         bool(getattr(core_iss, "CYCLE_EXACT", False))
     probs = run.outputs[run.plan.outputs[0]]
     assert np.isfinite(probs).all()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("given", ["chip", "other", "none"])
+def test_an_operand_is_read_in_the_chips_layout_where_that_view_reads_it(given):
+    """A chip segment's output reaches the kernel as the chip left it when
+    ``chip_view`` reads its values; other words (a layout of tile groups, a map whose
+    pixels are not the rows), or an operand from the host, are placed row-major. The
+    firmware's result is the same either way."""
+    from types import SimpleNamespace
+
+    import test_core_ops  # the lowering tests' models
+
+    from systolica.compiler.assignment.operations import operations
+    from systolica.compiler.assignment.partition import Segment
+    from systolica.firmware import core_kernels as ck
+    proto = test_core_ops.qdq_softmax((3, 7))
+    op = next(o for o in operations(proto) if o.kind == "Softmax")
+    x = np.random.default_rng(0).integers(-128, 128, (3, 7), dtype=np.int8)
+    W = TINY.dram_word_bytes
+    words = np.zeros((64, W), np.uint8)
+    if given == "chip":
+        buf = bytearray(words.tobytes())
+        ck.chip_view(TINY, 0, (3, 7)).write(buf, x)
+        words = np.frombuffer(bytes(buf), np.uint8).reshape(-1, W)
+    else:
+        words[:] = 5
+    plan = SimpleNamespace(cfg=TINY, model=SimpleNamespace(proto=proto),
+                           library=SimpleNamespace(clock_hz=1e8))
+    seg = Segment(0, "core", [op], None, ("x",), ("y",))
+    chip_words = {} if given == "none" else {"x": words}
+    out, run = onnx_run._run_on_core(plan, seg, {"x": x}, chip_words)
+    assert run.core_table.layouts == {"x": "chip" if given == "chip" else "row-major"}
+    assert run.matches_reference and run.core_table.result == 1
+    desc = run.core_table.steps[0].descriptor
+    assert np.array_equal(out["y"], ck.compute(desc, {"x": x}))
