@@ -52,9 +52,9 @@ def record(case: ModelCase, progress=None) -> dict:
         "name": case.name, "config": CONFIG, "kind": "onnx_model", "ok": run.ok,
         "operations": len(plan.placements), "per_processor": plan.per_processor(),
         "host_kinds": host_kinds, "segments": len(plan.segments),
-        "chip_cycles": run.chip_cycles,
-        "rtl_cycles": (sum(s.rtl_cycles for s in run.segments if s.rtl_cycles is not None)
-                       if case.rtl else None),
+        "chip_cycles": run.chip_cycles, "core_cycles": run.core_cycles,
+        "rtl_cycles": (sum(s.rtl_cycles for s in run.segments if s.rtl_cycles is not None
+                           and s.segment.processor == "chip") if case.rtl else None),
         "host_seconds": run.host_seconds, "macs": run.macs,
         "mac_utilization": data["mac_utilisation"], "dram_bytes": data["dram_bytes"],
         "plan_seconds": plan_s, "compile_seconds": data["compile_s"],

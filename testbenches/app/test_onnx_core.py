@@ -163,3 +163,32 @@ def test_an_operand_is_read_in_the_chips_layout_where_that_view_reads_it(given):
     assert run.matches_reference and run.core_table.result == 1
     desc = run.core_table.steps[0].descriptor
     assert np.array_equal(out["y"], ck.compute(desc, {"x": x}))
+
+
+def test_library_core_writes_the_cores_points(tmp_path, capsys, monkeypatch):
+    """``systolica library --core`` writes what the calibration measured, with the
+    firmware's fingerprint (the measuring itself, on the RTL: the regress test)."""
+    import json
+
+    from systolica.app import cli
+    from systolica.compiler.assignment import calibrate, library
+    monkeypatch.setattr(calibrate, "core_points",
+                        lambda cfg: {"softmax": [(16.0, 100), (128.0, 700)]})
+    out = tmp_path / "core.json"
+    assert cli.main(["library", "--core", "--out", str(out)]) == 0
+    raw = json.loads(out.read_text())
+    assert raw["kinds"] == {"softmax": [[16.0, 100], [128.0, 700]]}
+    assert raw["measured_on"] == "tiny" and raw["fingerprint"] == library.core_fingerprint()
+    assert "softmax 16 -> 100, 128 -> 700" in capsys.readouterr().out
+
+
+@pytest.mark.regress
+def test_the_cores_points_are_what_the_rtl_measures(tiny_build):
+    """The calibration run on the Verilated tiny chip gives the file's points again
+    (the simulation is deterministic): systolica library --core regenerates them."""
+    import json
+
+    from systolica.compiler.assignment import calibrate, library
+    raw = json.loads(library.CORE_DATA.read_text())
+    got = calibrate.core_points(TINY)
+    assert {k: [[w, c] for w, c in v] for k, v in got.items()} == raw["kinds"]
