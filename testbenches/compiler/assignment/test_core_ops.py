@@ -80,6 +80,31 @@ def qdq_add(shape_b=(2, 8), relu=False, b_scale=B_SCALE):
                    "bz": np.int8(-5), "ys": np.float32(0.1), "yz": np.int8(1)})
 
 
+def qlinear(op, inputs, shapes, inits, **attrs):
+    """One com.microsoft QLinear operator of int8 graph inputs `shapes`."""
+    g = helper.make_graph(
+        [helper.make_node(op, inputs, ["y"], name=op.lower(), domain="com.microsoft",
+                          **attrs)], "m",
+        [helper.make_tensor_value_info(n, I8, s) for n, s in shapes.items()],
+        [helper.make_tensor_value_info("y", I8, None)],
+        [numpy_helper.from_array(np.asarray(v), k) for k, v in inits.items()])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17),
+                                               helper.make_opsetid("com.microsoft", 1)])
+
+
+def qlinear_softmax():
+    return qlinear("QLinearSoftmax", ["x", "xs", "xz", "ys", "yz"], {"x": [4, 9]},
+                   {"xs": np.float32(0.1), "xz": np.int8(0), "ys": np.float32(1 / 256),
+                    "yz": np.int8(-128)}, axis=-1, opset=13)
+
+
+def qlinear_add():
+    return qlinear("QLinearAdd", ["a", "as", "az", "b", "bs", "bz", "ys", "yz"],
+                   {"a": [3, 4], "b": [3, 4]},
+                   {"as": np.float32(0.05), "az": np.int8(1), "bs": np.float32(0.02),
+                    "bz": np.int8(-2), "ys": np.float32(0.1), "yz": np.int8(4)})
+
+
 def _op(proto, kind):
     return next(op for op in operations(proto) if op.kind == kind)
 
@@ -107,6 +132,10 @@ ACCEPTED = [
     ("add-qdq", lambda: qdq_add(), "Add", "add", 2, 8, (2, 8),
      dict(a_zp=3, b_zp=-5, y_zp=1, relu=False)),
     ("add-qdq-relu", lambda: qdq_add(relu=True), "Add", "add", 2, 8, (2, 8), dict(relu=True)),
+    ("qlinear-softmax", qlinear_softmax, "QLinearSoftmax", "softmax", 4, 9, (4, 9),
+     dict(x_scale=pytest.approx(0.1), y_scale=1 / 256, y_zp=-128)),
+    ("qlinear-add", qlinear_add, "QLinearAdd", "add", 3, 4, (3, 4),
+     dict(a_zp=1, b_zp=-2, y_zp=4, b_scale=pytest.approx(0.02))),
 ]
 
 
