@@ -182,6 +182,7 @@ def test_library_core_writes_the_cores_points(tmp_path, capsys, monkeypatch):
     assert "softmax 16 -> 100, 128 -> 700" in capsys.readouterr().out
 
 
+@pytest.mark.rtl
 @pytest.mark.regress
 def test_the_cores_points_are_what_the_rtl_measures(tiny_build):
     """The calibration run on the Verilated tiny chip gives the file's points again
