@@ -26,12 +26,15 @@ def plan_lines(plan: Plan) -> list[str]:
         cost = _num(sc.cost) if sc else "-"
         benefit = f"{sc.benefit:.2f}" if sc else "-"
         why = p.why
-        other = [f"{j}: {r}" for j, r in p.refusals.items()]
+        other = [f"{j}: {r}" for j, r in p.refusals.items()
+                 if not (j == "core" and r == plan.library.no_core)]   # said once, below
         if other:
             why += "; not " + "; not ".join(o.splitlines()[0][:140] for o in other)
         lines.append(f"{p.op.index:>4} {p.op.name[:28]:<28} {p.op.kind[:18]:<18} "
                      f"{p.processor:<5} {p.op.work:>10} {cost:>10} {benefit:>7}  {why}")
     lines += core_lines(plan)
+    if plan.library.no_core:
+        lines.append(f"not on the core: {plan.library.no_core}")
     return lines
 
 

@@ -193,3 +193,11 @@ def test_the_cores_points_are_what_the_rtl_measures(tiny_build):
     raw = json.loads(library.CORE_DATA.read_text())
     got = calibrate.core_points(TINY)
     assert {k: [[w, c] for w, c in v] for k, v in got.items()} == raw["kinds"]
+
+
+@pytest.mark.slow
+def test_the_report_says_once_that_a_chip_has_no_core():
+    lines = onnx_report.plan_lines(_plan("softmax", "tangnano9k"))
+    assert sum("no management core" in line for line in lines) == 1
+    assert lines[-1] == "not on the core: chip tangnano9k has no management core " \
+                        "(core_imem_bytes 0)"
