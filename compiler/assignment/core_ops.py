@@ -50,9 +50,33 @@ def lower(op: Operation, proto) -> CoreOp | str:
     if op.kind not in CORE_FAMILIES:
         return f"the core has no {op.kind} kernel"
     try:
-        return _Lowering(op, proto).run()
+        lowered = _Lowering(op, proto).run()
     except _Refused as e:
         return str(e)
+    from systolica.compiler.errors import CompileError
+    try:
+        descriptor(lowered, name=op.name)
+    except CompileError as e:         # a scale or zero point past the kernel's reach
+        return str(e)
+    return lowered
+
+
+def descriptor(c: CoreOp, views=None, name: str | None = None):
+    """The kernel's descriptor of `c` (``firmware/core_kernels.py``), its operands and
+    result at `views` (by the inputs' order, then the output; default: row-major
+    arrays at DRAM byte 0, for checking the parameters)."""
+    from systolica.firmware import core_kernels as ck
+    out_cols = 1 if c.kernel == "argmax" else c.cols
+    if views is None:
+        views = [ck.array_view(0, (c.rows, c.cols), t) for t in c.input_dtypes]
+        views.append(ck.array_view(0, (c.rows, out_cols), c.output_dtype))
+    *ins, y = views
+    shape = dict(rows=c.rows, cols=c.cols, name=name)
+    if c.kernel == "softmax":
+        return ck.softmax(ins[0], y, **shape, **c.params)
+    if c.kernel == "argmax":
+        return ck.argmax(ins[0], y, **shape, **c.params)
+    return ck.add(ins[0], ins[1], y, **shape, **c.params)
 
 
 class _Lowering:

@@ -216,7 +216,7 @@ def core_table(plan: Plan, seg: Segment, feeds, chip_words=None) -> CoreTable:
     row-major array (ONNX's layout, ``core_kernels.array_view``); each result after
     them, row-major; each descriptor after its result. `chip_words`: the DRAM words
     of the chip segments' outputs by value."""
-    from systolica.compiler.assignment.core_ops import lower
+    from systolica.compiler.assignment.core_ops import descriptor, lower
     from systolica.firmware import core_kernels as ck
     from systolica.firmware.core_host import KernelStep
     W = plan.cfg.dram_word_bytes
@@ -267,13 +267,7 @@ def core_table(plan: Plan, seg: Segment, feeds, chip_words=None) -> CoreTable:
             ins.append(views[v])
         out_cols = 1 if c.kernel == "argmax" else c.cols
         y = views[c.output] = place(c.rows, out_cols, c.output_dtype)
-        p = c.params
-        if c.kernel == "softmax":
-            desc = ck.softmax(ins[0], y, rows=c.rows, cols=c.cols, name=op.name, **p)
-        elif c.kernel == "argmax":
-            desc = ck.argmax(ins[0], y, rows=c.rows, cols=c.cols, name=op.name, **p)
-        else:
-            desc = ck.add(ins[0], ins[1], y, rows=c.rows, cols=c.cols, name=op.name, **p)
+        desc = descriptor(c, [*ins, y], name=op.name)
         steps.append(KernelStep(desc, at, W))
         at += -(-ck.descriptor_bytes(desc.kernel) // W)
         outputs.append((c.output, y, c.rows, out_cols, c.output_shape))

@@ -164,7 +164,21 @@ REFUSED = [
                                                        "one shape"]),
     ("add-per-channel", lambda: qdq_add(b_scale=np.full(8, 0.07, np.float32)), "Add",
      ["second input's scale is one per channel"]),
+    ("add-scale-past-the-multiplier", lambda: qdq_add(b_scale=np.float32(1e6)), "Add",
+     ["add 'add'", "past the kernel's largest multiplier"]),
+    ("softmax-output-scale-tiny", lambda: _with(qdq_softmax(), "ys", np.float32(1e-9)),
+     "Softmax",
+     ["softmax 'softmax'", "below 2**-16"]),
 ]
+
+
+def _with(proto, name, value):
+    """`proto` with initialiser `name` set to `value`."""
+    for k, t in enumerate(proto.graph.initializer):
+        if t.name == name:
+            proto.graph.initializer[k].CopyFrom(numpy_helper.from_array(np.asarray(value),
+                                                                        name))
+    return proto
 
 
 @pytest.mark.parametrize("build, kind, words", [pytest.param(*r[1:], id=r[0])
