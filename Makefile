@@ -8,7 +8,7 @@ WORKERS  ?= auto
 
 # cocotb reads WAVES from the environment too; waveforms are asked for through the
 # command line only, so a build made without tracing is never run with it.
-SIM_FLAGS := $(if $(filter 1 yes true,$(WAVES)),--waves)
+SIM_FLAGS = $(if $(filter 1 yes true,$(WAVES)),--waves) $(if $(CONFIG),--config $(CONFIG))
 unexport WAVES
 
 # Bytecode caches (ours and pytest's rewritten test modules) save every worker seconds
@@ -16,6 +16,8 @@ unexport WAVES
 export PYTHONDONTWRITEBYTECODE :=
 
 BOARD    ?= ulx3s
+# the chip of `make sim` and `make bitstream`: a preset's name or a chip file
+# (docs/chip.md, "Chip files"); default: tiny, or the board's
 CONFIG   ?=
 PNR_SEED ?=
 # The FPGA tools (yowasp WebAssembly builds), board definitions and SMT solvers:

@@ -84,6 +84,10 @@ class GoldenResult:
     #: per cycle of ``sample_at``: the counters as the chip's registers read them while
     #: its cycle counter reads that cycle (:data:`SAMPLED`; after the run, its end)
     samples: list[dict[str, int]] = field(default_factory=list)
+    #: ``(buffer, mode) -> accesses`` the instructions made as they ran: rows of the
+    #: CBUF, the UBUF (the CBUF rows from ``ubuf_base``) and the ACC read or written,
+    #: weight banks written (``wbuf``); ``mode`` "read" or "write" (docs/records.md)
+    accesses: dict[tuple[str, str], int] = field(default_factory=dict)
 
 
 #: What a sample holds: the cycle counter and the performance counters, by the names
@@ -907,6 +911,7 @@ class _Chip:
         self.banks = np.zeros((2, cfg.rows, cfg.cols), dtype=np.int8)
         self.macs = self.rd_bytes = self.wr_bytes = 0
         self.ubuf_wr_bytes = self.ubuf_rd_bytes = 0
+        self.accesses: dict[tuple[str, str], int] = {}
         # the matmul unit's window geometry (CONVCFG) and tap tables (TAPS), at reset
         self.geom = {"out_w": 1, "sh": 1, "sw": 1, "top": 0, "left": 0, "pad": 0}
         self.tap_tables = np.zeros((isa.TAP_TABLES, cfg.rows, 2), dtype=np.int64)
@@ -918,6 +923,22 @@ class _Chip:
                 for index, value in isa.setcfg_pairs(ins.fields, ins.op):
                     self.settings[index].append((ins.cycle + 1, value))
         self.now: tuple[isa.Instr, Effects] | None = None
+
+    def tally(self, memory: str, mode: str, rows) -> None:
+        """Count an access (:func:`systolica.arch.instructions.tally`): CBUF rows in
+        the UBUF's range count as the UBUF's."""
+        if memory == "cbuf":
+            rows = np.asarray(rows)
+            lo, hi = self.cfg.ubuf_base, self.cfg.ubuf_base + self.cfg.ubuf_rows
+            ubuf = int(np.count_nonzero((rows >= lo) & (rows < hi)))
+            if ubuf:
+                self._add("ubuf", mode, ubuf)
+            self._add("cbuf", mode, len(rows) - ubuf)
+        else:
+            self._add(memory, mode, rows if isinstance(rows, int) else len(rows))
+
+    def _add(self, memory: str, mode: str, n: int) -> None:
+        self.accesses[memory, mode] = self.accesses.get((memory, mode), 0) + n
 
     # -- the fabric as the current instruction sees it --------------------------------
     def source(self, name: str) -> str:
@@ -1070,4 +1091,5 @@ def run(cfg: ChipConfig, program: Loadable, sample_at=(), *,
                         len(timeline.issued), chip.macs, chip.rd_bytes, chip.wr_bytes,
                         timeline.fetched_words * cfg.dram_word_bytes,
                         chip.ubuf_wr_bytes, chip.ubuf_rd_bytes,
-                        sample(cfg, timeline, sample_at) if len(sample_at) else [])
+                        sample(cfg, timeline, sample_at) if len(sample_at) else [],
+                        chip.accesses)

@@ -31,7 +31,9 @@ for _folder in sorted(p for p in TESTBENCHES.rglob("*")
                       if p.is_dir() and p.name not in {"__pycache__", "expected"}):
     if str(_folder) not in sys.path:
         sys.path.append(str(_folder))
-# Builds go to the repository's build/ whichever directory pytest starts in.
+# Runs go to the repository's build/ whichever directory pytest starts in. The
+# Verilated builds go to the user's cache of builds (or $SYSTOLICA_CACHE), shared with
+# `systolica sim` and other checkouts: docs/simulation.md, "Where builds go".
 os.environ.setdefault("SYSTOLICA_BUILD", str(REPO / "build"))
 
 

@@ -298,3 +298,49 @@ def core_points(cfg: ChipConfig, shapes=CORE_SHAPES) -> dict[str, list[tuple[flo
                                f"from its numpy statement on chip {cfg.name}")
         out.setdefault(kind, []).append((float(rows * desc.cols), int(step["t_cycles"])))
     return out
+
+
+#: Libraries made as chips were planned, by chip key (:func:`library_for`).
+_MADE: dict[str, library.Library] = {}
+
+
+def nearest_preset(cfg: ChipConfig) -> ChipConfig:
+    """The preset most like `cfg`: the most fields equal, the array's shape first."""
+    from systolica.arch.config import PRESETS
+    shape = ("tile_rows", "tile_cols", "tile_size")
+    mine = cfg.to_dict()
+
+    def likeness(p: ChipConfig):
+        theirs = p.to_dict()
+        return (sum(mine[k] == theirs[k] for k in shape),
+                sum(mine[k] == theirs[k] for k in mine if k != "name"))
+    return max(PRESETS.values(), key=likeness)     # the first of equals: PRESETS' order
+
+
+def library_for(cfg: ChipConfig, path=None) -> library.Library:
+    """The function library the assigner costs `cfg`'s operations by: the file at
+    `path`, else the preset's file; a chip without one (a chip file's) gets its chip
+    kinds measured now from the compiler's cycle model (what ``systolica library``
+    would write for them, a few seconds) and the host kinds of the nearest preset's
+    library (the host's times do not depend on the chip), with a note saying so."""
+    if path is not None or library.path_for(cfg).is_file():
+        return library.load(cfg, path)
+    made = _MADE.get(cfg.key)
+    if made is None:
+        near = nearest_preset(cfg)
+        host = library.load(near)
+        clock = library.NOMINAL_CLOCK_HZ
+        made = library.Library(
+            cfg.name, clock, {**library.fingerprint(cfg), "host": host.fingerprint["host"]},
+            {"chip": chip_points(cfg, clock), "host": host.kinds["host"]},
+            {"chip": chip_transfer(cfg, clock), "host": host.transfer["host"]},
+            notes=[*host.notes,
+                   f"chip {cfg.name} has no function library file: its chip kinds were "
+                   f"measured now from the compiler's cycle model, its host kinds are "
+                   f"preset {near.name}'s; `systolica library --config FILE --out "
+                   f"LIB.json` keeps them, `--library LIB.json` uses them"])
+        _MADE[cfg.key] = made
+    lib = library.Library(made.chip, made.clock_hz, made.fingerprint, dict(made.kinds),
+                          made.transfer, list(made.notes))
+    library.add_core(lib, cfg)          # the core's points: one file for every chip
+    return lib

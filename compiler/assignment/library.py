@@ -123,7 +123,7 @@ def load(cfg: ChipConfig, path: Path | None = None) -> Library:
         what = f"no field {e}" if isinstance(e, KeyError) else str(e)
         raise CompileError(f"function library {str(path)!r} cannot be read ({what}); make "
                            f"it again: systolica library --config {cfg.name}") from None
-    _add_core(lib, cfg)
+    add_core(lib, cfg)
     now = fingerprint(cfg)
     if lib.fingerprint.get("chip") != now["chip"]:
         raise CompileError(f"function library {str(path)!r} is stale: the chip's "
@@ -155,7 +155,7 @@ def core_fingerprint() -> str:
     return h.hexdigest()[:16]
 
 
-def _add_core(lib: Library, cfg: ChipConfig, path: Path | None = None) -> None:
+def add_core(lib: Library, cfg: ChipConfig, path: Path | None = None) -> None:
     """The core's points (cycles at `lib`'s clock) when `cfg` has the core; else
     ``lib.no_core`` says why the assigner refuses it."""
     path = Path(path or CORE_DATA)

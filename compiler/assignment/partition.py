@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from systolica.arch.config import ChipConfig, require_config
+from systolica.compiler.assignment import calibrate
 from systolica.compiler.assignment import library as library_module
 from systolica.compiler.assignment.assign import Placement, Thresholds, assign
 from systolica.compiler.assignment.operations import Operation, operations
@@ -86,7 +87,7 @@ def plan_model(cfg: ChipConfig, model, inputs: Mapping[str, np.ndarray] | None =
         raise CompileError(f"model {m.name!r} is quantised already, so its calibration "
                            f"inputs (--calibration) would be ignored: they are for a float "
                            f"model; drop them")
-    lib = library_module.load(cfg, options.library)
+    lib = calibrate.library_for(cfg, options.library)
     ops = operations(m.proto)
     refused: dict[int, str] = {}
     for _ in range(len(ops) + 1):

@@ -12,16 +12,6 @@ from systolica.arch.regs import Reg
 from systolica.rtl.ports import DramMaster, check_config
 
 
-def crc8_next(crc, byte):
-    """The CRC of :func:`systolica.arch.link.crc8_byte` after ``byte``, as logic. The
-    CRC is linear in ``crc ^ byte``: each output bit is the XOR of the input bits
-    whose own CRC has that bit set."""
-    value = crc ^ byte
-    columns = [link.crc8_byte(0, 1 << i) for i in range(8)]
-    return Cat(*(Cat(*(value[i] for i in range(8) if columns[i] >> j & 1)).xor()
-                 for j in range(8)))
-
-
 class LinkBridge(wiring.Component):
     """Turns requests arriving on ``rx`` into register and DRAM accesses and sends
     the responses on ``tx``.
@@ -71,7 +61,16 @@ class LinkBridge(wiring.Component):
 
         header = Signal(8 * link.HEADER_FIELDS)
         command, addr, arg = header[:8], header[8:40], header[40:72]
-        crc = Signal(8)
+        # the answer's and the request's CRC (link.CRC): restarted by ``start``, a byte
+        # added by ``valid`` with ``data``; ``crc`` is its register
+        m.submodules.crc = crc_unit = link.CRC.create()
+        crc = crc_unit.crc
+
+        def crc_restart():
+            m.d.comb += crc_unit.start.eq(1)
+
+        def crc_add(value):
+            m.d.comb += [crc_unit.valid.eq(1), crc_unit.data.eq(value)]
         count = Signal(range(max(link.HEADER_FIELDS, wb, link.INFO_BYTES) + 1))
         cur = Signal.like(self.dram.addr)
         left = Signal(range(max_words + 1))
@@ -120,7 +119,7 @@ class LinkBridge(wiring.Component):
             m.d.comb += [self.tx.valid.eq(1), self.tx.payload.eq(value)]
             with m.If(self.tx.ready):
                 if checked:
-                    m.d.sync += crc.eq(crc8_next(crc, value))
+                    crc_add(value)
                 if next_state is not None:
                     m.next = next_state
 
@@ -142,7 +141,8 @@ class LinkBridge(wiring.Component):
         with m.FSM():
             with m.State("HUNT"):
                 with m.If(got & (byte == link.REQUEST_SYNC)):
-                    m.d.sync += [count.eq(0), crc.eq(0)]
+                    m.d.sync += count.eq(0)
+                    crc_restart()
                     m.next = "HEADER"
 
             with m.State("HEADER"):
@@ -153,13 +153,14 @@ class LinkBridge(wiring.Component):
                         with m.Else():
                             answer(Status.BAD_CRC, drain_after=True)
                     with m.Else():
-                        m.d.sync += [header.eq(Cat(header[8:], byte)),
-                                     crc.eq(crc8_next(crc, byte)), count.eq(count + 1)]
+                        m.d.sync += [header.eq(Cat(header[8:], byte)), count.eq(count + 1)]
+                        crc_add(byte)
                 with m.Elif(timed_out):
                     answer(Status.TIMEOUT)
 
             with m.State("EXEC"):
-                m.d.sync += [cur.eq(addr), left.eq(arg), crc.eq(0), count.eq(0)]
+                m.d.sync += [cur.eq(addr), left.eq(arg), count.eq(0)]
+                crc_restart()
                 with m.If(bad_length):
                     answer(Status.BAD_LENGTH, drain_after=True)
                 with m.Elif(bad_range):
@@ -195,8 +196,8 @@ class LinkBridge(wiring.Component):
             with m.State("WDATA"):
                 with m.If(got):
                     full = Cat(word[8:8 * wb], byte)
-                    m.d.sync += [word.eq(full), crc.eq(crc8_next(crc, byte)),
-                                 count.eq(count + 1)]
+                    m.d.sync += [word.eq(full), count.eq(count + 1)]
+                    crc_add(byte)
                     with m.If(count == wb - 1):
                         m.d.comb += [self.dram.we.eq(1), self.dram.addr.eq(cur),
                                      self.dram.wdata.eq(full)]
@@ -217,7 +218,8 @@ class LinkBridge(wiring.Component):
 
             # The answer; ``crc`` restarts with the status byte.
             with m.State("SYNC"):
-                m.d.sync += [crc.eq(0), count.eq(0)]
+                m.d.sync += count.eq(0)
+                crc_restart()
                 send(link.RESPONSE_SYNC, "STATUS", checked=False)
             with m.State("STATUS"):
                 send(status, "LEN0")

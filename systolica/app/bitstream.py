@@ -24,7 +24,7 @@ from pathlib import Path
 
 from systolica import files
 from systolica.arch.boards import BOARDS, board
-from systolica.arch.config import PRESETS, preset
+from systolica.arch.config import PRESETS, ChipConfig, ConfigError, preset
 
 #: Per family: the synthesis command, the cells counted, and the tools.
 FAMILIES = {
@@ -123,7 +123,7 @@ def _prepare(spec, cfg, out: Path, name: str, overrides) -> tuple[dict, list]:
             [[tools.get(tool_env_var(argv[0]), argv[0]), *argv[1:]] for argv in commands])
 
 
-def build(board_name: str, config_name: str | None = None,
+def build(board_name: str, config_name: str | ChipConfig | None = None,
           out: Path | None = None, seed: int | None = None) -> dict:
     """Build the bitstream; return the report (also written as ``report.json``).
     ``seed`` seeds nextpnr's placer (None: its default); one netlist's placements
@@ -314,12 +314,21 @@ def _seed(text: str) -> int:
     return int(text)
 
 
+def _chip(text: str) -> ChipConfig:
+    from systolica.arch import chipfile
+    try:
+        return chipfile.resolve(text)
+    except ConfigError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m systolica.app.bitstream",
                                 description=__doc__.split("\n\n")[0])
     p.add_argument("--board", default="ulx3s", choices=sorted(BOARDS))
-    p.add_argument("--config", choices=sorted(PRESETS),
-                   help="chip preset (default: the board's)")
+    p.add_argument("--config", type=_chip, metavar="PRESET|CHIP.toml",
+                   help=f"chip preset ({', '.join(sorted(PRESETS))}) or chip file "
+                        f"(docs/chip.md, \"Chip files\"; default: the board's)")
     p.add_argument("--out", type=Path, help="build directory (default build/fpga/BOARD)")
     p.add_argument("--seed", type=_seed, help="nextpnr's placer seed (default: nextpnr's)")
     args = p.parse_args(argv)

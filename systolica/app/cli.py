@@ -113,7 +113,7 @@ def _number(low: float | None = None, *, infinite: bool = False):
 
 #: Options whose value may start with '-' (a negative number, refused by its own check).
 NUMERIC_OPTIONS = ("--gemm", "--seed", "--outputs-per-pass", "--tolerance",
-                   "--benefit-threshold", "--cost-threshold")
+                   "--benefit-threshold", "--cost-threshold", "--older-than", "--clock-mhz")
 
 
 def _join_negative_values(argv: list[str]) -> list[str]:
@@ -168,29 +168,51 @@ def _write_bytes(path: str, data: bytes) -> None:
 # -- long steps --------------------------------------------------------------------------
 @contextlib.contextmanager
 def _notice(text: str):
-    """Say `text` on stderr: a spinner on a terminal, else one plain line once the step
-    has taken more than BUILD_NOTICE_SECONDS (a log should show why it waited)."""
+    """Say `text` on stderr with the seconds it has taken so far: a spinner and a
+    clock on a terminal, else one plain line once the step has taken more than
+    BUILD_NOTICE_SECONDS and another with its time when it ends (a log should show
+    why it waited, and how long)."""
+    import time
+
     from rich.console import Console
     console = Console(stderr=True)
     if console.is_terminal:
-        with console.status(text):
+        from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+        with Progress(SpinnerColumn(), TextColumn("{task.description}"),
+                      TimeElapsedColumn(), console=console, transient=True) as bar:
+            bar.add_task(text, total=None)
             yield
         return
-    timer = threading.Timer(BUILD_NOTICE_SECONDS,
-                            lambda: print(f"systolica: {text}", file=sys.stderr, flush=True))
+    said = threading.Event()
+
+    def say():
+        print(f"systolica: {text}", file=sys.stderr, flush=True)
+        said.set()
+
+    began = time.monotonic()
+    timer = threading.Timer(BUILD_NOTICE_SECONDS, say)
     timer.daemon = True
     timer.start()
     try:
         yield
     finally:
         timer.cancel()
+        if said.is_set():
+            print(f"systolica: ... done in {time.monotonic() - began:.0f} s", file=sys.stderr,
+                  flush=True)
 
 
-def _ensure_built(cfg, waves: bool = False, harness: str = "cocotb") -> None:
-    """Build (or find) the Verilated chip, saying so: the first build of a configuration
-    takes minutes, and even finding a cached one takes seconds."""
-    from systolica.sim import rtlsim
-    with _notice(f"building the Verilated {cfg.name} chip (minutes the first time for a "
+def _ensure_built(cfg, waves=False, harness: str = "cocotb") -> None:
+    """Build (or find) the Verilated chip, saying so with the time it takes: the first
+    build of a configuration takes minutes. A build already in the cache is found in
+    a moment, silently."""
+    from systolica.sim import rtlsim, verilated
+    design = rtlsim.design(cfg, waves, harness)
+    if verilated.cached(design) is not None:
+        rtlsim.build(cfg, waves=waves, harness=harness)
+        return
+    with _notice(f"building the Verilated {cfg.name} chip into "
+                 f"{verilated.directory(design)} (minutes the first time for a "
                  f"configuration; later runs reuse it)..."):
         rtlsim.build(cfg, waves=waves, harness=harness)
 
@@ -226,13 +248,17 @@ def _network(args, cfg):
 ONNX_ONLY = {"golden_only": "--golden-only", "assign": "--assign", "constant": "--constant",
              "benefit_threshold": "--benefit-threshold", "cost_threshold": "--cost-threshold",
              "tolerance": "--tolerance", "calibration": "--calibration",
-             "report_json": "--report-json"}
+             "report_json": "--report-json", "library": "--library"}
 #: ``sim``'s options that an ONNX run does not use, and why.
 NOT_ONNX = {"waves": ("--waves", "its chip programs run without a waveform"),
+            "waves_file": ("--waves-file", "its chip programs run without a waveform"),
+            "waves_format": ("--waves-format", "its chip programs run without a waveform"),
             "trace": ("--trace", "it writes no schedule timeline"),
             "plot": ("--plot", "it writes no unit occupancy plot")}
 #: ``sim``'s outputs when not given (the demo and --gemm runs).
 SIM_TRACE, SIM_PLOT = "build/schedule.json", "build/units.svg"
+#: ``sim --waves``'s waveform when no --waves-file is given (by format).
+SIM_WAVES = "build/waves.{format}"
 
 
 def _given(args, dest: str) -> bool:
@@ -262,6 +288,86 @@ def _check_seed(args) -> None:
                          f"data")
 
 
+# -- records (docs/records.md) ----------------------------------------------------------
+def _record_outputs(args) -> tuple[tuple[str, str | None], ...]:
+    return (("--json", args.json), ("--csv", args.csv))
+
+
+def _record_settings(args) -> dict:
+    """``--clock-mhz`` and ``--energy`` as :func:`systolica.app.records.network_records`
+    takes them (the clock in Hz, None: the chip's default; the energy table)."""
+    import tomllib
+
+    from systolica.arch import energy
+    table = None
+    chip_file = getattr(args, "config_file", None)
+    if chip_file and chip_file.endswith(".toml"):
+        # a chip file's own [energy] table (docs/records.md, "Energy"), if it has one
+        raw = _read_bytes(chip_file, "a chip file (TOML)", "--config", kind="chip")
+        try:
+            data = tomllib.loads(raw.decode("utf-8"))
+        except (UnicodeDecodeError, tomllib.TOMLDecodeError) as e:
+            raise UsageError(f"--config {chip_file}: not valid TOML ({e})") from None
+        table = energy.from_toml(data, name=f"--config {chip_file}")
+    if args.energy is not None:
+        raw = _read_bytes(args.energy, "a TOML file with an [energy] table (a chip file "
+                          "may hold one)", "--energy", kind="chip")
+        try:
+            data = tomllib.loads(raw.decode("utf-8"))
+        except (UnicodeDecodeError, tomllib.TOMLDecodeError) as e:
+            raise UsageError(f"--energy {args.energy}: not valid TOML ({e})") from None
+        if "energy" not in data:
+            raise UsageError(f"--energy {args.energy}: it has no [energy] table; write "
+                             f"one, e.g. [energy] then dram_pj_per_byte = 100.0 "
+                             f"(docs/records.md, \"Energy\")")
+        table = energy.from_toml(data, table or energy.DEFAULT,
+                                 name=f"--energy {args.energy}")
+    if args.clock_mhz == 0:
+        raise UsageError("--clock-mhz 0: the clock must be above 0 MHz (e.g. --clock-mhz "
+                         "500); leave it out for the chip's default")
+    return {"clock_hz": None if args.clock_mhz is None else args.clock_mhz * 1e6,
+            "energy": table}
+
+
+def _write_records(args, recs) -> None:
+    """Write ``--json`` and ``--csv`` (those given) of `recs`, saying where."""
+    from systolica.app import records
+    if args.json:
+        records.write_json(args.json, recs)
+        print(f"records: {args.json}")
+    if args.csv:
+        records.write_csv(args.csv, recs)
+        print(f"layer records: {args.csv}")
+
+
+def _sim_records(run, settings: dict):
+    """A sim run's records: the compiled network's, with the RTL's cycles."""
+    from systolica.app import records
+    recs = records.network_records(run.cfg, run.compiled, **settings)
+    measured = {layer.name: layer.measured_cycles for layer in run.layers}
+    for layer in recs.layers:
+        if measured.get(layer["layer"]) is not None:
+            layer["rtl_cycles"] = int(measured[layer["layer"]])
+    recs.run["rtl_cycles"] = int(run.measured_cycles)
+    recs.run["rtl_ok"] = bool(run.ok)
+    return recs
+
+
+def _onnx_records(run, cfg, settings: dict):
+    """An ONNX model's run as records: its chip segments' layers, and the run's
+    operations on the processors the assignment chose."""
+    from systolica.app import records
+    chip = [s for s in run.segments if s.compiled is not None]
+    operations = [{"name": p.op.name, "kind": p.op.kind, "processor": p.processor}
+                  for p in run.plan.placements]
+    if not chip:
+        raise UsageError("--json/--csv: the assignment put no operation on the chip, so "
+                         "there is no chip program to record; see the plan above")
+    parts = [records.network_records(cfg, s.compiled, **settings) for s in chip]
+    return records.merge(parts, run.plan.model.name, operations=operations,
+                         segments=[s.segment.index for s in chip])
+
+
 def cmd_sim(args) -> int:
     from systolica.app import flow, report
     from systolica.arch.config import preset
@@ -269,19 +375,98 @@ def cmd_sim(args) -> int:
     _check_sim_options(args)
     args.seed = args.seed or 0
     cfg = preset(args.config)
+    settings = _record_settings(args)
     if args.onnx:
-        return _sim_onnx(args, cfg)
+        return _sim_onnx(args, cfg, settings)
     args.trace = SIM_TRACE if args.trace is None else args.trace
     args.plot = SIM_PLOT if args.plot is None else args.plot
-    _check_outputs(("--trace", args.trace), ("--plot", args.plot))
+    waves, waves_file = _waves(args)
+    _check_outputs(("--trace", args.trace), ("--plot", args.plot),
+                   ("--waves-file", waves_file), *_record_outputs(args))
     net = _network(args, cfg)
     compiled = compile_network(cfg, net)   # a network that cannot compile fails now,
-    _ensure_built(cfg, args.waves)         # not after minutes of building
-    run = flow.run_network(compiled, waves=args.waves, progress=True)
+    _ensure_built(cfg, waves)              # not after minutes of building
+    run = flow.run_network(compiled, waves=waves, waves_file=waves_file, progress=True)
     report.print_run(run)
     _write_trace(args.trace, run.compiled)
     _write_plot(args.plot, run.compiled, f"{run.name} on chip {cfg.name}")
+    _write_records(args, _sim_records(run, settings))
     return 0 if run.ok else 1
+
+
+def _waves(args) -> tuple[str | None, str | None]:
+    """The waveform ``sim`` is asked for: its format and file, or (None, None).
+    ``--waves-file`` and ``--waves-format`` each ask for one as ``--waves`` does; the
+    format is ``--waves-format``'s, else the file's suffix (.fst, .vcd), else FST."""
+    from systolica.sim.verilated import WAVE_FORMATS
+    path, fmt = args.waves_file, args.waves_format
+    if not (args.waves or path or fmt):
+        return None, None
+    suffix = Path(path).suffix.lower().lstrip(".") if path else ""
+    if path and suffix not in WAVE_FORMATS and fmt is None:
+        raise UsageError(f"--waves-file {path}: the format is named by the suffix, "
+                         f"{' or '.join('.' + f for f in WAVE_FORMATS)}; give a file "
+                         f"ending in one of them or --waves-format "
+                         f"{'|'.join(WAVE_FORMATS)}")
+    if path and fmt and suffix in WAVE_FORMATS and suffix != fmt:
+        raise UsageError(f"--waves-file {path} ends in .{suffix} but --waves-format is "
+                         f"{fmt}: a viewer goes by the suffix; give a file ending in "
+                         f".{fmt} or drop --waves-format")
+    fmt = fmt or (suffix if suffix in WAVE_FORMATS else WAVE_FORMATS[0])
+    return fmt, path or SIM_WAVES.format(format=fmt)
+
+
+def cmd_cache(args) -> int:
+    """List the cache of Verilated builds, or clean it."""
+    import time
+
+    from rich.console import Console
+    from rich.table import Table
+
+    from systolica.sim import cache, verilated
+    root = verilated.builds_root()
+    console = Console(highlight=False, soft_wrap=True)
+    if not console.is_terminal:     # a file or a pipe: whole lines, however long
+        console = Console(highlight=False, soft_wrap=True, width=1000)
+    if args.cache_command == "clean":
+        try:
+            done = cache.clean(root, older_than_days=args.older_than, everything=args.all)
+        except OSError as exc:
+            raise UsageError(f"cannot clean the cache {root} ({exc.strerror or exc}); "
+                             f"check its permissions") from None
+        what = ("every build" if args.all else
+                f"the builds unused for {args.older_than:g} days"
+                if args.older_than is not None else "the unfinished builds")
+        console.print(f"cache {root}: removed {len(done.removed)} build"
+                      f"{'' if len(done.removed) == 1 else 's'} ({what}), "
+                      f"{cache.human_size(done.freed)} freed")
+        for build in done.busy:
+            console.print(f"  kept {build.path}: a process is using it")
+        if not (args.all or args.older_than is not None):
+            console.print("  (`systolica cache clean --older-than DAYS` or `--all` removes "
+                          "finished builds)")
+        return 0
+    found = cache.builds(root)
+    total = sum(b.size for b in found)
+    shared = cache.size_of(root / cache.OBJCACHE)
+    console.print(f"cache {root} (set {verilated.CACHE_ENV} to move it): {len(found)} "
+                  f"build{'' if len(found) == 1 else 's'}, {cache.human_size(total)}"
+                  + (f", and {cache.human_size(shared)} of runtime objects they share"
+                     if shared else ""))
+    if not found:
+        return 0
+    table = Table(box=None, pad_edge=False)
+    for column, justify in (("design", "left"), ("harness", "left"), ("waves", "left"),
+                            ("size", "right"), ("last used", "right"), ("build", "left")):
+        table.add_column(column, justify=justify)
+    now = time.time()
+    for b in found:
+        table.add_row(b.design, b.harness, b.waves or "-", cache.human_size(b.size),
+                      cache.human_age(now - b.last_used),
+                      f"{b.path.parent.name}/{b.key}" + ("" if b.finished else
+                                                         " (unfinished)"))
+    console.print(table)
+    return 0
 
 
 def _onnx_file(text: str) -> str:
@@ -371,7 +556,7 @@ def _calibration(path: str | None) -> list[dict] | None:
     return [{k: a[i] for k, a in arrays.items()} for i in range(counts.pop())]
 
 
-def _sim_onnx(args, cfg) -> int:
+def _sim_onnx(args, cfg, settings: dict) -> int:
     """Plan the model (assignment, segments), run it on the golden model and the host,
     then its chip programs on the RTL (unless --golden-only), and compare the outputs
     with onnxruntime (docs/assignment.md)."""
@@ -383,7 +568,7 @@ def _sim_onnx(args, cfg) -> int:
     from systolica.compiler.assignment.assign import Thresholds
     from systolica.compiler.assignment.partition import PlanOptions, plan_model
     from systolica.sim.progress import Display
-    _check_outputs(("--report-json", args.report_json),
+    _check_outputs(("--report-json", args.report_json), *_record_outputs(args),
                    inputs=(args.onnx, *(c.partition("=")[2] for c in args.constant or ()),
                            args.calibration))
     constants = _constants(args.constant)
@@ -393,7 +578,8 @@ def _sim_onnx(args, cfg) -> int:
                                      else args.cost_threshold),
                           _assignments(args.assign), seed=args.seed,
                           constants=tuple(constants),
-                          calibration=_calibration(args.calibration))
+                          calibration=_calibration(args.calibration),
+                          library=args.library)
     plan = plan_model(cfg, _onnx_source(args.onnx), constants, options=options)
     print("\n".join(onnx_report.plan_lines(plan)))
     if not args.golden_only:
@@ -414,6 +600,8 @@ def _sim_onnx(args, cfg) -> int:
     print("\n".join(onnx_report.run_lines(run)))
     if args.report_json:
         onnx_report.write_json(run, args.report_json)
+    if args.json or args.csv:
+        _write_records(args, _onnx_records(run, cfg, settings))
     return 0 if run.ok else 1
 
 
@@ -424,6 +612,12 @@ def cmd_library(args) -> int:
     cfg = preset(args.config)
     if args.core:
         return _core_library(cfg, args.out)
+    if args.out is None and PRESETS.get(cfg.name) != cfg:
+        raise UsageError(f"--out: chip {cfg.name} is not a preset, so its function library "
+                         f"has no place among the presets'; give it one, e.g. --out "
+                         f"{cfg.name}.library.json, and pass that to sim --onnx --library "
+                         f"(without one, sim --onnx measures the chip's kinds as it "
+                         f"plans: docs/assignment.md)")
     out = library.path_for(cfg) if args.out is None else args.out
     _check_output(str(out), "--out")
     with _notice(f"measuring the function library of {cfg.name} (chip kernels compiled, "
@@ -505,10 +699,12 @@ def cmd_bench(args) -> int:
         report,
         route_bench,
     )
+    from systolica.app import records as records_module
     from systolica.arch.config import preset
     from systolica.compiler import CompileError, compile_network
     from systolica.sim import rtlsim
-    _check_output(args.out, "--out")
+    _check_outputs(("--out", args.out), *_record_outputs(args))
+    settings = _record_settings(args)
     plots = Path(args.out).parent / "plots"     # where each run's cycles go
     if plots.exists() and not plots.is_dir():
         raise UsageError(f"--out {args.out}: the bench writes its plots into {plots}, "
@@ -516,6 +712,7 @@ def cmd_bench(args) -> int:
                          f"directory")
     cases = bench_cases.cases()
     records = []
+    runs = []           # each network run's records (--json, --csv)
     with Progress() as progress:
         task = progress.add_task("bench", total=len(cases) + len(chain_bench.runs()))
         for case in cases:
@@ -529,6 +726,7 @@ def cmd_bench(args) -> int:
             compiled = compile_network(preset(case.config), case.make(), **case.options)
             run = flow.run_network(compiled, harness=case.harness)
             records.append(report.record(run, case.name))
+            runs.append(_sim_records(run, settings))
             if case.make is bench_cases.onnx_inception:
                 records[-1]["onnxruntime"] = _onnxruntime_agreement(run.compiled.graph)
             plot.write_occupancy(plots / f"{case.name}_{case.config}.svg", run.compiled,
@@ -543,8 +741,9 @@ def cmd_bench(args) -> int:
             except CompileError as e:     # a strategy this chain cannot use, and why
                 chains.append(chain_bench.refused(chain, strategy, e))
             else:
-                chains.append(chain_bench.record(chain, strategy,
-                                                 flow.run_network(compiled)))
+                run = flow.run_network(compiled)
+                chains.append(chain_bench.record(chain, strategy, run))
+                runs.append(_sim_records(run, settings))
             progress.advance(task)
         task = progress.add_task("transposes on tiny: on chip and through DRAM", total=1)
         from systolica.app import transpose_bench
@@ -584,9 +783,10 @@ def cmd_bench(args) -> int:
         cores = core_bench.records() + core_bench.kernel_records()
         progress.advance(task)
     out = Path(args.out)
-    _write_bytes(args.out, (json.dumps(records + resnets + deeps + chains + transposes
-                                       + routes + models + core_plans + cores, indent=2)
-                            + "\n").encode())
+    _write_bytes(args.out, (json.dumps(records_module.with_chips(
+        records + resnets + deeps + chains + transposes + routes + models + core_plans
+        + cores), indent=2) + "\n").encode())
+    _write_records(args, runs)
     for r in records:
         print(f"{r['name']:>18} on {r['config']:<5} cycles {r['cycles']:>7} "
               f"(predicted {r['predicted_cycles']}) util {r['mac_utilization']:.3f} "
@@ -712,8 +912,12 @@ def cmd_compile(args) -> int:
     if args.onnx and args.int32:
         raise UsageError("--int32 is for --gemm: an ONNX model's outputs have the types "
                          "the model gives them; drop --int32")
+    if args.demo and args.int32:
+        raise UsageError("--int32 is for --gemm: the demo network's outputs have the "
+                         "types it gives them; drop --int32")
     _check_outputs(("--out", args.out), ("--trace", args.trace), ("--plot", args.plot),
-                   inputs=(args.onnx,) if args.onnx else ())
+                   *_record_outputs(args), inputs=(args.onnx,) if args.onnx else ())
+    settings = _record_settings(args)
     network = _network(args, cfg)
     try:
         compiled = compile_network(cfg, network, mapping=args.mapping)
@@ -744,6 +948,17 @@ def cmd_compile(args) -> int:
               f"{compiled.prog_addr}")
     _write_plot(args.plot, compiled, f"{compiled.network.name} on chip {cfg.name} "
                                      f"(predicted)")
+    if args.json or args.csv:
+        from systolica.app import records
+        _write_records(args, records.network_records(cfg, compiled, **settings))
+    return 0
+
+
+def cmd_config_show(args) -> int:
+    """A chip as a chip file (docs/chip.md, "Chip files"): `systolica config show tiny >
+    my_chip.toml` starts one."""
+    from systolica.arch import chipfile
+    sys.stdout.write(chipfile.dump(args.chip))
     return 0
 
 
@@ -760,7 +975,7 @@ def cmd_disasm(args) -> int:
         cfg = preset(args.config)
         why = image_file.chip_mismatch(path, image.chip, image.fingerprint, cfg)
         if why:
-            raise UsageError(f"{why} (--config {args.config})")
+            raise UsageError(f"{why} (--config {cfg.name})")
     else:
         cfg = PRESETS.get(image.chip)
         if cfg is None or cfg.program_key != image.fingerprint:
@@ -850,25 +1065,39 @@ def parser() -> argparse.ArgumentParser:
     sub = top.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     def chip(text: str):
-        """A preset's name, or a chip file (.json, docs/chip.md "Chip files")."""
-        from systolica.arch.config import ChipConfig, ConfigError
-        from systolica.files import FileError
+        """A preset's name, or a chip file (.toml or .json, docs/chip.md "Chip files")."""
+        from systolica.arch import chipfile
+        from systolica.arch.config import ConfigError
         if text in PRESETS:
             return PRESETS[text]
-        if not text.endswith(".json"):
+        if not chipfile.is_chip_file(text):
             raise argparse.ArgumentTypeError(
                 f"invalid choice: {text!r} (choose from {', '.join(map(repr, configs))}, "
-                f"or give a chip file ending in .json)")
+                f"or give a chip file ending in .toml or .json)")
         try:
-            return ChipConfig.from_json(_read_bytes(text, "a chip file (JSON)", kind="chip"),
-                                        source=text)
-        except (UsageError, FileError, ConfigError) as e:
+            return chipfile.load(text)
+        except ConfigError as e:
             raise argparse.ArgumentTypeError(str(e)) from None
+
+    def record_options(p):
+        """--json, --csv and what their figures depend on (docs/records.md)."""
+        p.add_argument("--json", metavar="FILE",
+                       help="write the run's and each layer's records here (JSON, "
+                            "docs/records.md)")
+        p.add_argument("--csv", metavar="FILE",
+                       help="write one row per layer here (CSV, docs/records.md)")
+        p.add_argument("--clock-mhz", type=_number(0), metavar="MHZ",
+                       help="the clock the records' times are at (default: the board's "
+                            "built for the chip, else the nominal 500 MHz)")
+        p.add_argument("--energy", metavar="FILE.toml",
+                       help="per-access energies: the [energy] table of this TOML file "
+                            "(a chip file may hold one) over the published defaults")
 
     def config(p, default="tiny"):
         p.add_argument("--config", default=default, type=chip,
-                       metavar="{" + ",".join(configs) + "}|CHIP.json",
-                       help=f"chip preset, or a chip file (default {default})")
+                       metavar="{" + ",".join(configs) + "}|CHIP.toml",
+                       help=f"chip preset, or a chip file (default {default}; "
+                            f"`systolica config show {default}` prints one to start from)")
 
     p = sub.add_parser("sim", help="compile the demo network, run it on the RTL, report")
     config(p)
@@ -910,15 +1139,28 @@ def parser() -> argparse.ArgumentParser:
                         "random ones, for performance studies only)")
     p.add_argument("--report-json", metavar="FILE",
                    help="with --onnx: write the assignment and the run as JSON here")
+    p.add_argument("--library", metavar="FILE",
+                   help="with --onnx: the function library to assign operations by, as "
+                        "`systolica library --out` writes it (default: the preset's; a "
+                        "chip file's chip without one is measured as it is planned)")
     p.add_argument("--seed", type=_seed,
                    help="random data for --gemm, --onnx (default 0)")
-    p.add_argument("--waves", action="store_true", help="write an FST waveform of the run")
+    p.add_argument("--waves", action="store_true",
+                   help=f"write a waveform of the run (default {SIM_WAVES.format(format='fst')}"
+                        f"; the path is printed; not with --onnx)")
+    p.add_argument("--waves-file", metavar="FILE",
+                   help="write the waveform here (implies --waves); FST or VCD by the "
+                        "suffix, .fst or .vcd")
+    p.add_argument("--waves-format", choices=("fst", "vcd"),
+                   help="the waveform's format (implies --waves): fst (compact, the "
+                        "default) or vcd (plain text, read by every viewer)")
     p.add_argument("--trace", metavar="FILE",
                    help=f"write the schedule timeline (Chrome trace / Perfetto JSON) here "
                         f"(default {SIM_TRACE}; not with --onnx)")
     p.add_argument("--plot", metavar="FILE",
                    help=f"write the unit occupancy plot (SVG) here (default {SIM_PLOT}; "
                         f"not with --onnx)")
+    record_options(p)
     p.set_defaults(func=cmd_sim)
     p = sub.add_parser("chain", help="run a chain of convolutions in passes on the RTL, "
                                      "with and without the UBUF (seed 001's examples)")
@@ -960,15 +1202,18 @@ def parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_run)
     p = sub.add_parser("bench", help="benchmark GEMMs and the demo; write JSON records")
     p.add_argument("--out", default="build/bench.json", metavar="FILE")
+    record_options(p)
     p.set_defaults(func=cmd_bench)
-    p = sub.add_parser("compile", help="compile a random MxKxN GEMM or an ONNX model; "
-                                       "print or save it")
+    p = sub.add_parser("compile", help="compile a random MxKxN GEMM, an ONNX model or a "
+                                       "demo network; print or save it")
     what = p.add_mutually_exclusive_group(required=True)
     what.add_argument("--gemm", type=_shape, metavar="MxKxN",
                       help="compile one random MxKxN int8 GEMM")
     what.add_argument("--onnx", metavar="FILE",
                       help="compile this ONNX model (QOperator form, int8 inputs and "
                            "outputs; random inputs from --seed), as `sim --onnx` does")
+    what.add_argument("--demo", choices=("cnn", "concat", "mlp"),
+                      help="compile the demo network, as `sim --demo` runs it")
     config(p)
     p.add_argument("--seed", type=_seed, default=0, help="random data")
     p.add_argument("--int32", action="store_true",
@@ -982,6 +1227,7 @@ def parser() -> argparse.ArgumentParser:
                    help="how convolutions are put on the array: the constraint solver's "
                         "ranked mapping (matcher, the default) or the fixed strategy "
                         "it is measured against (static); docs/matching.md")
+    record_options(p)
     p.set_defaults(func=cmd_compile)
     p = sub.add_parser("library", help="measure the function library the assigner "
                                        "looks costs up in")
@@ -995,7 +1241,8 @@ def parser() -> argparse.ArgumentParser:
     p = sub.add_parser("disasm", help="disassemble a program image, checking every "
                                       "instruction as the chip decodes it")
     p.add_argument("image", help="program image, e.g. from `systolica compile --out`")
-    p.add_argument("--config", choices=configs, default=None,
+    p.add_argument("--config", type=chip, default=None,
+                   metavar="{" + ",".join(configs) + "}|CHIP.toml",
                    help="the chip to check it against (default: the preset its header "
                         "names; its fingerprint must match either way)")
     p.set_defaults(func=cmd_disasm)
@@ -1008,6 +1255,28 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--image", metavar="FILE",
                    help="write the chip statements' program image here")
     p.set_defaults(func=cmd_schedule)
+    p = sub.add_parser("config", help="print a chip as a chip file (TOML) to start one "
+                                      "from")
+    what = p.add_subparsers(dest="action", required=True, metavar="ACTION")
+    show = what.add_parser("show", help="print a preset, or a chip file's chip as it "
+                                        "resolves (base and defaults filled in), as a chip "
+                                        "file: every field, what it is, its values")
+    show.add_argument("chip", type=chip, metavar="PRESET|CHIP.toml",
+                      help=f"a preset ({', '.join(configs)}) or a chip file")
+    show.set_defaults(func=cmd_config_show)
+    p = sub.add_parser("cache", help="show the cache of Verilated builds (where, each "
+                                     "build, its size and last use); `cache clean` "
+                                     "removes builds")
+    p.set_defaults(func=cmd_cache, cache_command=None)
+    clean = p.add_subparsers(dest="cache_command", metavar="[clean]").add_parser(
+        "clean", help="remove builds: unfinished ones (interrupted or failed), "
+                      "those unused for --older-than DAYS, or --all")
+    when = clean.add_mutually_exclusive_group()
+    when.add_argument("--older-than", type=_number(0), metavar="DAYS",
+                      help="remove the builds not used for this many days")
+    when.add_argument("--all", action="store_true",
+                      help="remove every build and the shared runtime objects")
+    clean.set_defaults(func=cmd_cache)
     return top
 
 
@@ -1035,9 +1304,22 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_INTERRUPTED
 
 
+def _config_file(argv: list[str]) -> str | None:
+    """The path ``--config`` names, as given (None: a preset, or none given): a chip
+    file's ``[energy]`` table is read from it (docs/records.md, "Energy")."""
+    value = None
+    for k, arg in enumerate(argv):
+        if arg == "--config" and k + 1 < len(argv):
+            value = argv[k + 1]
+        elif arg.startswith("--config="):
+            value = arg.partition("=")[2]
+    return None if value is None or value in PRESETS else value
+
+
 def _main(argv: list[str] | None) -> int:
     argv = _join_negative_values(sys.argv[1:] if argv is None else list(argv))
     args = parser().parse_args(argv)
+    args.config_file = _config_file(argv)
 
     from systolica.arch.config import ConfigError
     from systolica.arch.errors import ImageError

@@ -99,6 +99,7 @@ class NetworkRun:
     fetch_rd_bytes: int = 0     # the instruction fetcher's DRAM reads (FETCH_RD_BYTES)
     ubuf_wr_bytes: int = 0      # crops into the UBUF (UBUF_WR_BYTES)
     ubuf_rd_bytes: int = 0      # fetches from it (UBUF_RD_BYTES)
+    waves: str | None = None    # the waveform's path, FST or VCD (``fst``: FST only)
 
     @property
     def macs(self) -> int:
@@ -139,7 +140,8 @@ def layer_ends(compiled: Compiled) -> list[int]:
             for layer in compiled.layers]
 
 
-def run_network(compiled: Compiled, *, waves: bool = False, per_layer: bool = True,
+def run_network(compiled: Compiled, *, waves: rtlsim.Waves = False,
+                waves_file: str | None = None, per_layer: bool = True,
                 harness: str = "cocotb", progress: bool | rtlsim.Progress = False
                 ) -> NetworkRun:
     """Run a compiled network on the RTL of the chip it was compiled for and check it
@@ -149,7 +151,9 @@ def run_network(compiled: Compiled, *, waves: bool = False, per_layer: bool = Tr
     and each layer's figures are what they counted since the previous layer's end,
     checked against the golden model's counters at the same cycles. `progress`: show
     how far the simulation has got on stderr (True: :class:`~systolica.sim.progress.
-    Display`), or a function that is told (:data:`systolica.sim.rtlsim.Progress`)."""
+    Display`), or a function that is told (:data:`systolica.sim.rtlsim.Progress`).
+    `waves`, `waves_file`: a waveform of the run, as :func:`systolica.sim.rtlsim.run`
+    writes it."""
     if not isinstance(compiled, Compiled):
         raise TypeError(f"run_network takes what compile_network returns (a Compiled), "
                         f"not {type(compiled).__name__}; compile it first: "
@@ -167,9 +171,10 @@ def run_network(compiled: Compiled, *, waves: bool = False, per_layer: bool = Tr
                  samples=samples)
     if progress is True:
         with Display(f"{network.name} on {cfg.name}") as show:
-            full, = rtlsim.run(cfg, [job], waves=waves, harness=harness, progress=show)
+            full, = rtlsim.run(cfg, [job], waves=waves, waves_file=waves_file,
+                               harness=harness, progress=show)
     else:
-        full, = rtlsim.run(cfg, [job], waves=waves, harness=harness,
+        full, = rtlsim.run(cfg, [job], waves=waves, waves_file=waves_file, harness=harness,
                            progress=progress or None)
 
     dram_after = np.zeros((compiled.dram_map.end, cfg.dram_word_bytes), np.uint8)
@@ -204,4 +209,4 @@ def run_network(compiled: Compiled, *, waves: bool = False, per_layer: bool = Tr
         dram_wr_bytes=full.dram_wr_bytes, sim_s=full.wall_s,
         error=full.error_name, layers=layers, fst=full.fst, harness=harness,
         fetch_rd_bytes=full.fetch_rd_bytes, ubuf_wr_bytes=full.ubuf_wr_bytes,
-        ubuf_rd_bytes=full.ubuf_rd_bytes)
+        ubuf_rd_bytes=full.ubuf_rd_bytes, waves=full.waves)

@@ -103,8 +103,9 @@ def print_run(run: NetworkRun, console: Console | None = None) -> None:
                       f"{_mark(run.fetch_rd_bytes == run.compiled.fetch_bytes_read)}")
     console.print(f"compile {run.compile_s:.2f} s; RTL simulation {run.measured_cycles} cycles "
                   f"in {run.sim_s:.2f} s ({run.sim_cycles_per_second:,.0f} cycles/s)")
-    if run.fst:
-        console.print(f"waveform: {run.fst}")
+    if run.waves:
+        console.print(f"waveform: {run.waves} (open it with `gtkwave {run.waves}` or "
+                      f"`surfer {run.waves}`; docs/simulation.md)", soft_wrap=True)
     console.print("[bold green]PASS[/]" if run.ok else "[bold red]FAIL[/]")
 
 

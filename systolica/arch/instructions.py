@@ -204,6 +204,18 @@ def _rows(lo: int, count: int) -> np.ndarray:
     return lo + np.arange(count, dtype=np.int64)
 
 
+def tally(chip, memory: str, mode: str, rows) -> None:
+    """Count an access of the golden model's state ``chip`` as :meth:`Instruction.execute`
+    makes it: rows ``rows`` (an array of row numbers, or a count for ``wbuf``, whose
+    access is a whole weight bank) of ``memory`` ("cbuf", "acc", "wbuf") read or
+    written (``mode``). The golden model keeps these counts (the UBUF's rows apart
+    from the CBUF's) as a witness for the counts records derive from a program's
+    fields (docs/records.md); a state without the counters (a test's) counts none."""
+    count = getattr(chip, "tally", None)
+    if count is not None:
+        count(memory, mode, rows)
+
+
 class Instruction(ABC):
     """One opcode. Subclasses fill in the class attributes and the methods."""
 
@@ -430,6 +442,9 @@ class Dma(Instruction):
                  + np.arange(w)[None, :])                                  # [rows, w]
         buf = slice(f["buf_addr"], f["buf_addr"] + rows)
         moved = rows * w * cfg.rows
+        tally(chip, "acc" if to_acc else "cbuf",
+              WRITE if f["kind"] in (DmaKind.LOAD_CBUF, DmaKind.LOAD_ACC) else READ,
+              _rows(f["buf_addr"], rows))
         if f["kind"] == DmaKind.LOAD_CBUF:
             chip.cbuf[buf] = chip.dram[words[:, 0]].view(np.int8)
         elif f["kind"] == DmaKind.LOAD_ACC:
@@ -533,6 +548,8 @@ class Wload(Instruction):
         cfg, n = chip.cfg, chip.n
         grow = lambda x: np.repeat(np.repeat(x, n, axis=0), n, axis=1)  # noqa: E731
         rows = chip.cbuf[f["w_addr"]:f["w_addr"] + cfg.weight_rows]   # [k, partition]
+        tally(chip, "cbuf", READ, _rows(f["w_addr"], cfg.weight_rows))
+        tally(chip, "wbuf", WRITE, 1)
         idx, live = chip.feed("north_feed", cfg.tile_cols)           # per column c
         # the north chain keeps the last R rows shifted in: rows 0 .. R-1
         north = rows[:cfg.rows, idx] * live[None, :]                  # [r, c] = row r
@@ -748,8 +765,11 @@ class Matmul(Instruction):
             pad = np.int8(np.uint8(chip.geom["pad"]).view(np.int8))
             data = np.where(inside, chip.cbuf[addr, part[None, :]], pad)   # [rows, R]
             act = data[:, idx].astype(np.int64)
+            # each cycle reads one pixel in every partition: a row's worth of the CBUF
+            tally(chip, "cbuf", READ, addr[:, 0])
         else:
             act = chip.cbuf[f["act_addr"]:f["act_addr"] + rows][:, idx].astype(np.int64)
+            tally(chip, "cbuf", READ, _rows(f["act_addr"], rows))
         act *= live[None, :]
         seen = np.logical_and.accumulate(chip.lanes("act_in", "lane"), axis=1)  # [i, j]
         mask = np.repeat(np.repeat(seen, n, axis=0), n, axis=1)       # [r, c]
@@ -766,6 +786,9 @@ class Matmul(Instruction):
         sums = act @ weights                                           # [rows, C]
         sums = chip.regroup(sums, [chip.group(f"acc_src[{g}]") for g in range(cfg.tile_cols)])
         dst = slice(f["acc_addr"], f["acc_addr"] + rows)
+        if f["accumulate"]:
+            tally(chip, "acc", READ, _rows(f["acc_addr"], rows))
+        tally(chip, "acc", WRITE, _rows(f["acc_addr"], rows))
         if f["accumulate"] and f.get("max"):
             chip.acc[dst] = np.maximum(chip.acc[dst], wrap32(sums))
         else:
@@ -937,7 +960,11 @@ class Vrun(Instruction):
         cfg = chip.cfg
         rows = f["rows"]
         x = chip.acc[f["src"]:f["src"] + rows].astype(np.int64)
+        tally(chip, "acc", READ, _rows(f["src"], rows))
         zp = f["zp"] - 256 if f["zp"] >= 128 else f["zp"]
+        if _field(f, "params") or f["use_bias"]:
+            tally(chip, "acc", READ, _rows(f["bias_addr"],
+                                           PARAM_ROWS if _field(f, "params") else 1))
         if _field(f, "params"):
             bias, mult, shift, lo, hi = vrun_params(
                 chip.acc[f["bias_addr"]:f["bias_addr"] + PARAM_ROWS])
@@ -959,6 +986,7 @@ class Vrun(Instruction):
                     y = np.clip(y, -128, 127)
         if f["to_acc"]:
             chip.acc[f["dst"]:f["dst"] + rows] = wrap32(y)
+            tally(chip, "acc", WRITE, _rows(f["dst"], rows))
         else:
             names = [f"wb_src[{g}]" for g in range(cfg.tile_rows)]
             kept = [chip.source(name) == fabric.KEEP for name in names]
@@ -971,6 +999,7 @@ class Vrun(Instruction):
                 chip.ubuf_wr_bytes += rows * cfg.rows
             for at in targets:     # a kept group is not written: its bytes stay
                 chip.cbuf[at] = np.where(lanes, chip.cbuf[at], out)
+                tally(chip, "cbuf", WRITE, at)
 
 
 # -- COPY -----------------------------------------------------------------------------
@@ -1041,6 +1070,8 @@ class Copy(Instruction):
         src, dst = self.endpoints(chip.cfg, f)
         rows = f["rows"]
         chip.cbuf[dst:dst + rows] = chip.cbuf[src:src + rows]
+        tally(chip, "cbuf", READ, _rows(src, rows))
+        tally(chip, "cbuf", WRITE, _rows(dst, rows))
         if f["kind"] == CopyKind.FETCH:
             chip.ubuf_rd_bytes += rows * chip.cfg.rows
         else:
@@ -1148,6 +1179,8 @@ class Route(Instruction):
         rows, span, L = f["rows"], f["span"], cfg.latency["cbuf_read"]
         data = chip.cbuf[f["src"]:f["src"] + rows].copy()
         out = chip.cbuf[f["dst"]:f["dst"] + rows]
+        tally(chip, "cbuf", READ, _rows(f["src"], rows))
+        tally(chip, "cbuf", WRITE, _rows(f["dst"], rows))
         for g in range(cfg.rows // n):
             if f["keep"] >> g & 1:
                 continue

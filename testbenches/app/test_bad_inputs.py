@@ -467,6 +467,12 @@ def files(tmp_path_factory) -> Path:
     (d / "text.bin").write_bytes(b"x = read ram(addr)\n")
     (d / "locked.bin").write_bytes(good)
     (d / "a-dir").mkdir()
+    # energy tables (docs/records.md, "Energy")
+    (d / "energy-bad-key.toml").write_text("[energy]\nmac_pj = 0.3\nsram_pj = 2.0\n")
+    (d / "energy-negative.toml").write_text("[energy]\ndram_pj_per_byte = -1.0\n")
+    (d / "energy-text.toml").write_text('[energy]\nmac_pj = "cheap"\n')
+    (d / "energy-none.toml").write_text("name = \"mine\"\ntile_rows = 2\n")
+    (d / "energy-not-toml.toml").write_text("[energy\nmac_pj = \n")
     return d
 
 
@@ -592,6 +598,34 @@ CLI = [
      ["--image", "is a directory"]),
     ("schedule-latency-mismatch", ["schedule", str(EXAMPLES / "latency_mismatch.stp")],
      ["latency_mismatch.stp:13", "two paths of different latency", "--insert-delays"]),
+    ("energy-unknown-key", ["compile", "--demo", "cnn", "--energy", "{d}/energy-bad-key.toml"],
+     ["energy-bad-key.toml", "[energy]", "unknown energy key 'sram_pj'",
+      "sram_8kib_pj_per_byte", "docs/records.md"]),
+    ("energy-negative", ["compile", "--gemm", "8x8x8", "--energy",
+                         "{d}/energy-negative.toml"],
+     ["energy-negative.toml", "dram_pj_per_byte", "non-negative number", "-1.0"]),
+    ("energy-not-a-number", ["sim", "--energy", "{d}/energy-text.toml"],
+     ["energy-text.toml", "mac_pj", "non-negative number", "'cheap'"]),
+    ("energy-no-table", ["compile", "--demo", "cnn", "--energy", "{d}/energy-none.toml"],
+     ["--energy", "energy-none.toml", "no [energy] table", "dram_pj_per_byte"]),
+    ("energy-not-toml", ["compile", "--demo", "cnn", "--energy", "{d}/energy-not-toml.toml"],
+     ["--energy", "energy-not-toml.toml", "not valid TOML"]),
+    ("energy-no-such-file", ["bench", "--energy", "{d}/none.toml"],
+     ["--energy", "none.toml", "no such file"]),
+    ("clock-zero", ["compile", "--demo", "cnn", "--clock-mhz", "0"],
+     ["--clock-mhz 0", "above 0 MHz"]),
+    ("clock-negative", ["compile", "--demo", "cnn", "--clock-mhz", "-50"],
+     ["--clock-mhz", "at least 0", "'-50'"]),
+    ("json-is-a-directory", ["compile", "--demo", "cnn", "--json", "{d}/a-dir"],
+     ["--json", "is a directory"]),
+    ("csv-same-as-json", ["sim", "--json", "{d}/r.json", "--csv", "{d}/r.json"],
+     ["--csv", "is also --json"]),
+    ("bench-json-is-a-directory", ["bench", "--json", "{d}/a-dir"],
+     ["--json", "is a directory"]),
+    ("compile-demo-int32", ["compile", "--demo", "cnn", "--int32"],
+     ["--int32 is for --gemm", "drop --int32"]),
+    ("compile-demo-and-gemm", ["compile", "--demo", "cnn", "--gemm", "8x8x8"],
+     ["--gemm", "not allowed with argument --demo"]),
 ]
 
 # Program images given to `systolica disasm`.

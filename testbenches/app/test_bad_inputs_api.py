@@ -420,7 +420,7 @@ CLI_CONFIG = [
      ["argument --config", "pipe.json is a named pipe", "only files are read"]),
     ("config-neither-preset-nor-json", ["compile", "--gemm", "8x8x8", "--config",
                                         "{d}/chip.txt"],
-     ["argument --config", "chip.txt", "choose from", "'tiny'", "ending in .json"]),
+     ["argument --config", "chip.txt", "choose from", "'tiny'", "ending in .toml or .json"]),
 ]
 
 

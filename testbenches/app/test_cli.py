@@ -4,6 +4,7 @@ shows a spinner. Bad arguments and files are in test_bad_inputs.py."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import time
@@ -93,7 +94,7 @@ def test_compile_an_onnx_model(tmp_path, capsys):
 
 @pytest.mark.parametrize("argv, words", [
     (["--gemm", "8x8x8", "--onnx", "m.onnx"], ["--onnx", "not allowed with", "--gemm"]),
-    ([], ["one of the arguments --gemm --onnx is required"]),
+    ([], ["one of the arguments --gemm --onnx --demo is required"]),
     (["--onnx", "{model}", "--int32"], ["--int32 is for --gemm", "drop --int32"]),
 ])
 def test_compile_takes_a_gemm_or_a_model(argv, words, tmp_path, capsys):
@@ -197,9 +198,9 @@ def test_a_slow_build_says_so_without_a_terminal(monkeypatch, capsys):
     monkeypatch.setattr(rtlsim, "build",
                         lambda cfg, waves=False, harness="cocotb": time.sleep(0.5))
     cli._ensure_built(preset("tiny"))
-    err = capsys.readouterr().err
-    assert err.startswith("systolica: building the Verilated tiny chip")
-    assert err.count("\n") == 1
+    first, second = capsys.readouterr().err.splitlines()
+    assert first.startswith("systolica: building the Verilated tiny chip into ")
+    assert re.fullmatch(r"systolica: \.\.\. done in \d+ s", second)
 
 
 def test_a_quick_build_says_nothing(monkeypatch, capsys):
@@ -246,3 +247,76 @@ def test_interrupt_ends_with_one_line(monkeypatch, capsys):
     monkeypatch.setattr(cli, "cmd_disasm", interrupted)
     status, _, err = run(["disasm", "x.bin"], capsys)
     assert status == 130 and err == "systolica: interrupted\n"
+
+
+def test_cache_lists_each_build_and_cleans_them(tmp_path, monkeypatch, capsys):
+    """`systolica cache` shows where the cache is and each build (design, harness,
+    waves, size, last use); `cache clean` removes what it is asked to and says so."""
+    from test_cache import fake_build
+    monkeypatch.setenv("SYSTOLICA_CACHE", str(tmp_path))
+    root = tmp_path / "verilated"
+    fake_build(root, "chip-tiny-ab", "1" * 16, days_ago=0.1, size=3_000_000,
+               info={"label": "chip-tiny-ab", "harness": "cocotb", "waves": None})
+    fake_build(root, "chip-tiny-ab-vcd", "2" * 16, days_ago=8, size=4_000_000,
+               info={"label": "chip-tiny-ab", "harness": "cocotb", "waves": "vcd"})
+    (root / ".objcache").mkdir()
+    (root / ".objcache" / "verilated.o").write_bytes(b"\0" * 500)
+    status, out, _ = run(["cache"], capsys)
+    head, columns, *rows = out.splitlines()
+    assert status == 0 and head == (f"cache {root} (set SYSTOLICA_CACHE to move it): "
+                                    f"2 builds, 7.0 MB, and 500 B of runtime objects "
+                                    f"they share")
+    assert columns.split() == ["design", "harness", "waves", "size", "last", "used", "build"]
+    assert [row.split() for row in rows] == [
+        ["chip-tiny-ab", "cocotb", "-", "3.0", "MB", "2", "h", "ago", f"chip-tiny-ab/{'1' * 16}"],
+        ["chip-tiny-ab", "cocotb", "vcd", "4.0", "MB", "8", "days", "ago",
+         f"chip-tiny-ab-vcd/{'2' * 16}"]]
+
+    status, out, _ = run(["cache", "clean", "--older-than", "7"], capsys)
+    assert status == 0 and out.startswith(f"cache {root}: removed 1 build (the builds "
+                                          f"unused for 7 days), 4.0 MB freed")
+    status, out, _ = run(["cache", "clean"], capsys)
+    assert status == 0 and "removed 0 builds (the unfinished builds)" in out \
+        and "--older-than DAYS" in out
+    status, out, _ = run(["cache", "clean", "--all"], capsys)
+    assert status == 0 and "removed 1 build (every build), 3.0 MB freed" in out
+    status, out, _ = run(["cache"], capsys)
+    assert out == f"cache {root} (set SYSTOLICA_CACHE to move it): 0 builds, 0 B\n"
+
+
+def _vcd(path: Path) -> tuple[dict[str, str], list[int]]:
+    """A VCD file's signals of the top (name -> identifier code) and its times."""
+    names, times, scopes, header = {}, [], [], True
+    for line in path.read_text().splitlines():
+        words = line.split()
+        if header and words[:1] == ["$scope"]:
+            scopes.append(words[2])
+        elif header and words[:1] == ["$upscope"]:
+            scopes.pop()
+        elif header and words[:1] == ["$var"] and scopes == ["sim_top"]:
+            names[words[4]] = words[3]
+        elif words[:1] == ["$enddefinitions"]:
+            header = False
+        elif not header and line.startswith("#"):
+            times.append(int(line[1:]))
+    return names, times
+
+
+@pytest.mark.rtl
+def test_sim_writes_a_vcd_where_it_is_told_and_says_where(tmp_path, capsys):
+    """`sim --waves-file x.vcd`: a VCD (its own build of the chip) at that path, named
+    in the report, that a viewer can read: the top's ports declared, the clock
+    toggling, time going forward. On the smallest chip: a build of its own (about 20
+    CPU seconds) that runs a few hundred cycles."""
+    waves = tmp_path / "w" / "x.vcd"
+    status, out, _ = run(["sim", "--config", "tangnano9k", "--gemm", "4x4x4",
+                          "--waves-file", str(waves), "--trace", str(tmp_path / "t.json"),
+                          "--plot", str(tmp_path / "u.svg")], capsys)
+    assert status == 0 and f"waveform: {waves} (open it with `gtkwave {waves}`" in out
+    assert waves.read_text().startswith("$version Generated by VerilatedVcd")
+    names, times = _vcd(waves)
+    assert {"clk", "rst", "irq", "reg_addr", "reg_wdata"} <= set(names)
+    assert times == sorted(times) and len(times) > 100
+    clock = names["clk"]
+    assert sum(line in (f"0{clock}", f"1{clock}")
+               for line in waves.read_text().splitlines()) > 100

@@ -1,7 +1,8 @@
-"""The installed package is complete: its wheel holds every module and the harness's
-Verilog and cocotb entry, and (in the regression tier) a non-editable install in a
-fresh virtual environment runs ``systolica sim`` from a directory outside the
-repository."""
+"""The installed package is complete: its wheel holds every module, the harness's
+Verilog and cocotb entry, the package data and the licence, and (in the regression
+tier) a non-editable install in a fresh virtual environment, and the wheel that
+``python -m build`` makes for a release (docs/packaging.md), run ``systolica sim`` from
+a directory outside the repository."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ import os
 import shutil
 import subprocess
 import sys
+import time
+import venv as venv_module
 import zipfile
 from pathlib import Path
 
@@ -21,6 +24,12 @@ SOURCE_DIRS = {"systolica": "systolica", "systolica/rtl": "rtl",
                "systolica/compiler": "compiler", "systolica/firmware": "firmware"}
 HARNESS_FILES = {"systolica/sim/hdl/sim_top.v", "systolica/sim/hdl/lz4/lz4.h",
                  "systolica/sim/hdl/harness.cpp", "systolica/sim/cocotb_entry.py"}
+#: What the wheel must hold besides modules (pyproject.toml's package-data).
+PACKAGE_DATA = {"systolica/compiler/assignment/data/tiny.json",
+                "systolica/compiler/assignment/data/tangnano9k.json",
+                "systolica/firmware/core/main.c", "systolica/firmware/core/link.ld",
+                "systolica/firmware/core/start.S", "systolica/firmware/core/kernels.h",
+                "systolica/app/data/deepbench_hand_rules.json"}
 NOT_SOURCE = shutil.ignore_patterns(".git", ".venv", "build", "*.egg-info", "__pycache__",
                                     ".pytest_cache", "sim_build")
 
@@ -67,6 +76,16 @@ def test_wheel_holds_every_module_and_the_harness_files(wheel):
     assert not any(n.startswith(("testbenches/", "examples/", "docs/")) for n in names)
 
 
+def test_wheel_holds_the_package_data_and_the_licence(wheel):
+    with zipfile.ZipFile(wheel) as z:
+        names = set(z.namelist())
+        meta = z.read(next(n for n in names if n.endswith(".dist-info/METADATA"))).decode()
+    assert PACKAGE_DATA <= names, sorted(PACKAGE_DATA - names)
+    assert any(n.endswith(".dist-info/licenses/LICENSE") for n in names)
+    assert "License-Expression: Apache-2.0" in meta.splitlines()
+    assert "Author: The Systolica developers" in meta.splitlines()
+
+
 def test_installed_copy_finds_the_same_builds(wheel, tmp_path):
     """The build cache is keyed by the source's content, not where it lives: the wheel's
     copy of the generator modules digests like the working tree's."""
@@ -101,10 +120,65 @@ def test_non_editable_install_runs_sim_outside_the_repository(tmp_path):
     shutil.rmtree(src)          # nothing may be read from the source tree afterwards
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
+    # the builds go to the user's cache directory (here a fresh one, by XDG's rule)
     env = {k: v for k, v in os.environ.items()
-           if k not in ("SYSTOLICA_BUILD", "PYTHONPATH", "VIRTUAL_ENV")}
+           if k not in ("SYSTOLICA_BUILD", "SYSTOLICA_CACHE", "PYTHONPATH", "VIRTUAL_ENV")}
+    env["XDG_CACHE_HOME"] = str(tmp_path / "xdg")
     done = subprocess.run([venv / "bin" / "systolica", "sim", "--waves"], cwd=elsewhere,
                           env=env, capture_output=True, text=True, timeout=1800)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "PASS" in done.stdout.splitlines(), done.stdout
-    assert list((elsewhere / "build" / "runs").glob("*/dump.fst"))
+    assert (elsewhere / "build" / "waves.fst").stat().st_size > 0
+    assert "waveform: build/waves.fst" in done.stdout, done.stdout
+    assert list((tmp_path / "xdg" / "systolica" / "verilated").glob("chip-tiny-waves/*/"
+                                                                     "build.stamp"))
+
+
+def _run(argv, cwd, env=None, timeout=1800) -> subprocess.CompletedProcess:
+    done = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True,
+                          timeout=timeout)
+    assert done.returncode == 0, f"{argv}: {done.stdout[-2000:]}\n{done.stderr[-2000:]}"
+    return done
+
+
+@pytest.mark.regress
+@pytest.mark.rtl
+def test_release_build_installs_and_runs_outside_the_repository(tmp_path):
+    """``python -m build`` as a release makes them: the source distribution, then the
+    wheel from it in an isolated environment; the wheel installs into a fresh virtual
+    environment and runs ``config show`` and ``compile`` with a chip file and ``sim``
+    in an empty directory (docs/packaging.md records the figures this prints)."""
+    start = time.monotonic()
+    dist = tmp_path / "dist"
+    _run([sys.executable, "-m", "build", "--outdir", str(dist), str(_source_copy(tmp_path))],
+         cwd=tmp_path)
+    (wheel,) = dist.glob("systolica-*.whl")
+    (sdist,) = dist.glob("systolica-*.tar.gz")
+    names = set(zipfile.ZipFile(wheel).namelist())
+    assert PACKAGE_DATA | HARNESS_FILES <= names
+    built = time.monotonic()
+
+    env_dir = tmp_path / "venv"
+    venv_module.create(env_dir, with_pip=True)
+    bin_dir = env_dir / "bin"
+    _run([str(bin_dir / "python"), "-m", "pip", "install", "--quiet", str(wheel)],
+         cwd=tmp_path)
+    shutil.rmtree(tmp_path / "src")     # nothing may be read from the source tree
+    installed = time.monotonic()
+    work = tmp_path / "elsewhere"
+    work.mkdir()
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("SYSTOLICA_BUILD", "SYSTOLICA_CACHE", "PYTHONPATH", "VIRTUAL_ENV")}
+    env["XDG_CACHE_HOME"] = str(tmp_path / "xdg")     # a fresh build cache
+    (work / "mine.toml").write_text('base = "tiny"\ndram_words = 8192\n')
+    shown = _run([str(bin_dir / "systolica"), "config", "show", "mine.toml"], cwd=work,
+                 env=env)
+    assert 'name = "mine"' in shown.stdout
+    _run([str(bin_dir / "systolica"), "compile", "--gemm", "16x16x16", "--config",
+          "mine.toml"], cwd=work, env=env)
+    sim = _run([str(bin_dir / "systolica"), "sim"], cwd=work, env=env)
+    assert "PASS" in sim.stdout.splitlines(), sim.stdout[-2000:]
+    print(f"wheel {wheel.name}: {wheel.stat().st_size:,} bytes, sdist "
+          f"{sdist.stat().st_size:,} bytes; built in {built - start:.0f} s, installed in "
+          f"{installed - built:.0f} s, config show, compile and sim in "
+          f"{time.monotonic() - installed:.0f} s")

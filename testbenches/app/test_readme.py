@@ -60,6 +60,10 @@ def check_command_line(words: list[str]) -> None:
         sub = next(a for a in top._actions if a.dest == "command")
         assert words[0] in sub.choices, f"no command {words[0]!r}"
         parser = sub.choices[words[0]]
+        for word in words[1:2]:         # a command's own command (`cache clean`)
+            inner = [a for a in parser._actions if a.choices and not a.option_strings
+                     and word in a.choices]
+            parser = inner[0].choices[word] if inner else parser
     known = {s for action in parser._actions for s in action.option_strings}
     shown = set(re.findall(r"--[a-z][a-z0-9-]*", " ".join(words)))
     assert shown <= known, shown - known
@@ -67,3 +71,10 @@ def check_command_line(words: list[str]) -> None:
                if action.option_strings and action.choices}
     for option, choice in re.findall(r"(--[a-z][a-z0-9-]*) \{([a-z0-9_,]+)\}", " ".join(words)):
         assert choice.split(",") == choices[option], option
+
+
+@pytest.mark.parametrize("source", blocks("toml"))
+def test_chip_file_example_loads(source):
+    from systolica.arch import chipfile
+    cfg = chipfile.loads(source, source=f"{README.name}:toml", stem="readme_chip")
+    assert cfg.name == "readme_chip" and cfg != preset("tiny")

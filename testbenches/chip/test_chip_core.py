@@ -5,7 +5,11 @@ CORE_* registers, the core sequences the chip's programs and its own kernels and
 signals the host once. The outputs equal the golden model's bit for bit (each
 program alone, and the same firmware on the instruction-set model with the golden
 model behind its register window, :func:`systolica.firmware.core_iss.golden_table`),
-and every program's CYCLES its prediction."""
+and every program's CYCLES its prediction. The core's own cycles equal the cycle
+model's (:mod:`systolica.firmware.core_cycles`) exactly: the counter at the end of
+each random program, every step's START and cycles in tables of programs (with and
+without the overlap) and of each kernel at two sizes; the comparison fails when a
+class's cost is one cycle off."""
 
 from __future__ import annotations
 
@@ -17,7 +21,7 @@ from systolica.arch import fetch
 from systolica.arch.config import preset
 from systolica.compiler import compile_network
 from systolica.compiler.options import CompileOptions
-from systolica.firmware import core_iss
+from systolica.firmware import core_cycles, core_iss
 from systolica.firmware.core_image import FwResult
 from systolica.models.zoo import small_cnn
 from systolica.sim import core_run, rtlsim
@@ -51,6 +55,22 @@ def test_the_core_registers_and_random_programs_against_the_iss(tmp_path):
         want = rv32_random.on_iss(words)
         assert mine == want, f"random program {seed}: the core and the ISS differ at " \
             f"words {[k for k, (a, b) in enumerate(zip(mine, want)) if a != b]}"
+    # the counter word checks the cycle model: every class one cycle off is caught
+    for name in MUTATED_CLASSES:
+        timing = _mutated(name)
+        assert any(rv32_random.on_iss(words, timing=timing) != mine
+                   for words, mine in zip(programs, got)), \
+            f"{name} one cycle off is not caught by the random programs"
+
+
+#: The cycle model's classes the random programs exercise (the rest: the tables)
+MUTATED_CLASSES = ("alu", "load", "store", "register_window", "shift", "mul", "mulh",
+                   "div", "branch_taken", "branch_not_taken", "rdcycle_offset")
+
+
+def _mutated(name: str) -> core_cycles.CoreTiming:
+    from dataclasses import replace
+    return replace(core_cycles.TIMING, **{name: getattr(core_cycles.TIMING, name) + 1})
 
 
 def test_a_random_program_differs_on_the_iss_when_an_instruction_changes():
@@ -91,6 +111,12 @@ def test_the_core_runs_a_table_of_programs(programs, overlap):
     iss = core_iss.golden_table(CFG, [c.loadable for c in programs], overlap=overlap)
     assert {k: iss.mailbox[k] for k in ("result", "steps_done", "cycles")} == \
         {k: table.mailbox[k] for k in ("result", "steps_done", "cycles")}
+    timeline = [(s["t_start"], s["t_cycles"]) for s in table.steps]
+    assert [(s["t_start"], s["t_cycles"]) for s in iss.steps] == timeline
+    for name in ("waitirq_wake", "access_offset", "start_to_irq") if overlap else ():
+        mutated = core_iss.golden_table(CFG, [c.loadable for c in programs],
+                                        overlap=overlap, timing=_mutated(name))
+        assert [(s["t_start"], s["t_cycles"]) for s in mutated.steps] != timeline, name
     for compiled, step, words in zip(programs, table.steps, got.readback, strict=True):
         gold = golden.run(CFG, compiled.loadable)
         assert step["t_cycles"] == compiled.predicted_cycles == gold.cycles
@@ -98,6 +124,38 @@ def test_the_core_runs_a_table_of_programs(programs, overlap):
         assert np.array_equal(words, gold.dram[lo:lo + compiled.dram_map.output_words])
         assert np.array_equal(words, iss.dram[lo:lo + compiled.dram_map.output_words])
     print("gaps", overlap, table.gaps())
+
+
+#: Each kernel at two sizes, one table on the Verilated core.
+KERNELS = (("softmax", 9), ("softmax", 70), ("argmax", 9), ("argmax", 70),
+           ("requantise", 9), ("requantise", 70), ("add", 9), ("add", 70))
+
+
+def test_each_kernel_takes_the_cycles_the_model_gives():
+    """A table of each kernel at two sizes on the Verilated chip: outputs as the
+    kernels' numpy statements, and every step's START and cycles (``rdcycle`` around
+    the kernel) the cycle model's on the ISS, which also :func:`core_iss.step_cycles`
+    gives for each step alone; one cycle more for a taken branch is caught."""
+    from systolica.app import core_bench
+    from systolica.firmware import core_kernels
+    kernels = core_bench.kernel_table(CFG, KERNELS)
+    got = core_run.run(CFG, kernels.steps, data=kernels.data,
+                       readback=[(first, words) for first, words, _, _ in kernels.outputs])
+    assert got.table.result == FwResult.OK and not got.table.problems, got.table.mailbox
+    for (_, _, desc, inputs), mine in zip(kernels.outputs, got.readback,
+                                          strict=True):
+        assert np.array_equal(core_bench.kernel_output(desc, mine),
+                              core_kernels.compute(desc, inputs)), desc.name
+    iss = core_iss.golden_table(CFG, kernels.steps, data=kernels.data)
+    timeline = [(s["t_start"], s["t_cycles"]) for s in got.table.steps]
+    assert [(s["t_start"], s["t_cycles"]) for s in iss.steps] == timeline
+    assert [core_iss.step_cycles(CFG, step, data=kernels.data)
+            for step in kernels.steps] == [c for _, c in timeline]
+    for name in ("branch_taken", "load", "jal", "jalr"):
+        mutated = core_iss.golden_table(CFG, kernels.steps, data=kernels.data,
+                                        timing=_mutated(name))
+        assert [(s["t_start"], s["t_cycles"]) for s in mutated.steps] != timeline, name
+    print("kernels", [(n, c) for (n, _), (_, c) in zip(KERNELS, timeline)])
 
 
 def _classifier_with_softmax():
@@ -174,6 +232,8 @@ def test_a_classifier_whose_softmax_runs_on_the_core():
     assert np.array_equal(probs, core_kernels.compute(desc, {"x": logits}))
     iss = core_iss.golden_table(CFG, steps)         # the same firmware, on the ISS
     assert iss.mailbox["result"] == FwResult.OK
+    assert [(s["t_start"], s["t_cycles"]) for s in iss.steps] == \
+        [(s["t_start"], s["t_cycles"]) for s in got.table.steps]
     assert np.array_equal(got.readback[1], iss.dram[free:free + probs_words])
     ours = (probs.astype(np.float64) - p["y_zp"]) * p["y_scale"]
     host = run.outputs[plan.outputs[0]].reshape(rows, cols)     # numpy's Softmax

@@ -64,7 +64,7 @@ MAIN = textwrap.dedent("""
 
 
 def _start(here: Path, mode: str) -> subprocess.Popen:
-    env = {**os.environ, "SYSTOLICA_BUILD": str(here / "build")}
+    env = {**os.environ, "SYSTOLICA_CACHE": str(here / "build")}
     return subprocess.Popen([sys.executable, here / "build_probe.py", str(here), mode],
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True)
@@ -81,7 +81,7 @@ def test_concurrent_builds_share_one_and_a_killed_build_is_redone(tmp_path):
     here = tmp_path
     (here / "build_probe.py").write_text(SCRIPT)
     (here / "main.cpp").write_text(MAIN)
-    shared = verilated.build_root().resolve() / "verilated" / ".objcache"
+    shared = verilated.builds_root().resolve() / ".objcache"
     shared.mkdir(parents=True, exist_ok=True)
     (here / "build" / "verilated").mkdir(parents=True)
     (here / "build" / "verilated" / ".objcache").symlink_to(shared)

@@ -163,11 +163,22 @@ def test_samples_are_increasing_cycles(samples):
 @pytest.mark.parametrize("harness, waves, message", [
     ("verilog", False, "harness must be one of cocotb, cxx, not 'verilog'"),
     ("cxx", True, "waveforms are written by the cocotb harness only"),
+    ("cxx", "vcd", "waveforms are written by the cocotb harness only"),
+    ("cocotb", "gif", r"waves must be True, False or a waveform format \(fst, vcd\), "
+                      r"not 'gif'"),
 ])
 def test_bad_harness_is_refused(tiny_cfg, harness, waves, message):
     with pytest.raises(rtlsim.RtlSimError, match=message):
         rtlsim.run(tiny_cfg, [RtlJob(Loadable.for_chip(tiny_cfg, b"",
                                                        None))], waves=waves, harness=harness)
+
+
+def test_a_waves_file_needs_waves(tiny_cfg, tmp_path):
+    with pytest.raises(rtlsim.RtlSimError, match="waves_file names where the waveform "
+                                                 "goes: give waves too"):
+        rtlsim.run(tiny_cfg, [RtlJob(Loadable.for_chip(tiny_cfg, b"", None))],
+                   waves_file=tmp_path / "x.vcd")
+    assert not (tmp_path / "x.vcd").exists()
 
 
 def test_the_chip_build_takes_its_cxx_level_from_the_environment(monkeypatch, tiny_cfg):
@@ -364,7 +375,7 @@ def test_waves_write_fst():
     res = rtlsim.run(SMALL, [RtlJob(Loadable.for_chip(SMALL, b"",
                                                       None), readback=())], waves=True)[0]
     fst = Path(res.fst)
-    assert fst.name == "dump.fst" and fst.stat().st_size > 0
+    assert res.waves == res.fst and fst.name == "dump.fst" and fst.stat().st_size > 0
     assert fst.read_bytes()[0] == 0   # FST header block
 
 

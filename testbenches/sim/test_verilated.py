@@ -66,6 +66,55 @@ def test_chip_key_follows_configuration_and_waves():
     assert len(keys) == 6
 
 
+def test_a_vcd_build_is_its_own_and_fst_is_the_default():
+    tiny = preset("tiny")
+    fst, vcd = rtlsim.design(tiny, "fst"), rtlsim.design(tiny, "vcd")
+    assert verilated.digest(rtlsim.design(tiny, True)) == verilated.digest(fst)
+    assert len({verilated.digest(d) for d in (rtlsim.design(tiny), fst, vcd)}) == 3
+    assert [verilated.family(d) for d in (rtlsim.design(tiny), fst, vcd)] \
+        == [f"chip-{tiny.key}", f"chip-{tiny.key}-waves", f"chip-{tiny.key}-vcd"]
+    assert "--trace-fst" not in verilated._build_args(vcd)
+    # the format of a build that writes no waveform is no input of it
+    assert verilated.digest(design(wave_format="vcd")) == verilated.digest(design())
+    assert verilated.digest(design(waves=True, wave_format="vcd")) \
+        != verilated.digest(design(waves=True))
+
+
+@pytest.mark.parametrize("variable", verilated.COMPILER_ENV)
+def test_the_cxx_compiler_and_its_flags_are_in_the_key(variable, monkeypatch):
+    before = verilated.digest(design())
+    monkeypatch.setenv(variable, "-DSOMETHING")
+    assert verilated.digest(design()) != before
+    monkeypatch.delenv(variable)
+    assert verilated.digest(design()) == before
+    monkeypatch.setattr(verilated, "CXX", "no-such-compiler")
+    verilated._compiler_identity.cache_clear()
+    assert verilated.digest(design()) != before
+    verilated._compiler_identity.cache_clear()
+
+
+def test_tool_versions_are_in_the_key_and_cocotb_s_place_only_where_it_is_linked(
+        monkeypatch):
+    cocotb_run, own_main = verilated._tool_versions(), verilated._tool_versions(False)
+    assert '"verilator": ' in cocotb_run and '"cocotb at": ' in cocotb_run
+    assert '"verilator": ' in own_main and "cocotb at" not in own_main
+    before = verilated.digest(design())
+    monkeypatch.setattr(verilated, "_tool_versions",
+                        lambda cocotb_linked=True: '{"verilator": "0.0"}')
+    assert verilated.digest(design()) != before
+
+
+def test_the_cache_is_where_the_environment_says(monkeypatch, tmp_path):
+    monkeypatch.setenv("SYSTOLICA_CACHE", str(tmp_path / "mine"))
+    assert verilated.builds_root() == tmp_path / "mine" / "verilated"
+    assert verilated.directory(design()).parent == tmp_path / "mine" / "verilated" / "probe"
+    monkeypatch.delenv("SYSTOLICA_CACHE")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    if sys.platform.startswith("linux"):
+        assert verilated.cache_root() == tmp_path / "xdg" / "systolica"
+    assert verilated.cached(design()) is None     # nothing built there: no Verilog made
+
+
 def test_source_closure_follows_imports_within_the_package():
     vpu = verilated.source_closure(("systolica.rtl.vpu",))
     assert {"systolica.rtl.vpu", "systolica.rtl.matmul", "systolica.rtl.array",
@@ -159,7 +208,7 @@ def test_another_process_reuses_the_build_without_generating_verilog():
 
 @pytest.mark.rtl
 def test_a_failed_build_names_the_design_and_shows_the_log(tmp_path, monkeypatch):
-    monkeypatch.setenv("SYSTOLICA_BUILD", str(tmp_path))
+    monkeypatch.setenv("SYSTOLICA_CACHE", str(tmp_path))
     broken = dataclasses.replace(_cell().design, verilog=lambda: "module cell(; endmodule\n",
                                  params="deliberately broken Verilog")
     with pytest.raises(verilated.BuildError, match=r"(?s)Verilator build of block-cell "

@@ -105,3 +105,38 @@ def test_the_chip_points_are_the_rtls_cycles(tiny_build):
         assert res.cycles == c.predicted_cycles, family
         assert (float(work), c.predicted_cycles / lib.clock_hz) in \
             [tuple(p) for p in lib.kinds["chip"][family]], family
+
+
+def test_the_nearest_preset_shares_the_arrays_shape():
+    assert calibrate.nearest_preset(preset("tiny").replace(name="x", dram_words=4096)) \
+        == preset("tiny")
+    assert calibrate.nearest_preset(preset("base").replace(name="y", imem_depth=1024)) \
+        == preset("base")
+    assert calibrate.nearest_preset(preset("tiny").replace(
+        name="z", tile_rows=16, tile_cols=16, tile_size=1, general_lanes=False)) \
+        == preset("tiny_16x16")
+
+
+@pytest.mark.slow
+def test_a_chip_without_a_library_file_is_measured_as_it_is_planned(tmp_path):
+    """A chip file's chip: chip kinds from the compiler's cycle model (as `systolica
+    library` measures them), host kinds from the nearest preset's library, a note
+    saying so; measured once per chip in a process; a library file given is used."""
+    cfg = preset("tiny").replace(name="mine", dram_words=8192, imem_depth=1024)
+    lib = calibrate.library_for(cfg)
+    near = library.load(preset("tiny"))
+    assert lib.chip == "mine" and lib.fingerprint == {**library.fingerprint(cfg),
+                                                      "host": near.fingerprint["host"]}
+    dense = {"dense": calibrate.CHIP_KERNELS["dense"]}
+    assert lib.kinds["chip"]["dense"] == calibrate.chip_points(
+        cfg, library.NOMINAL_CLOCK_HZ, dense)["dense"]
+    assert set(lib.kinds["chip"]) == set(near.kinds["chip"])
+    assert lib.kinds["host"] == near.kinds["host"]
+    assert lib.transfer == {"chip": calibrate.chip_transfer(cfg, library.NOMINAL_CLOCK_HZ),
+                            "host": near.transfer["host"]}
+    assert any("no function library file" in n and "preset tiny's" in n for n in lib.notes)
+    again = calibrate.library_for(cfg)
+    assert again.kinds is lib.kinds and again.notes == lib.notes
+    library.save(lib, tmp_path / "mine.json")
+    kept = calibrate.library_for(cfg, tmp_path / "mine.json")
+    assert (kept.chip, kept.kinds["chip"], kept.notes) == ("mine", lib.kinds["chip"], [])
