@@ -71,11 +71,7 @@ def run_lines(run: ModelRun) -> list[str]:
     if any(s.segment.processor == "core" for s in run.segments):
         rtl_core = [s.rtl_cycles for s in run.segments
                     if s.segment.processor == "core" and s.rtl_cycles is not None]
-        from systolica.firmware import core_iss
-        exact = getattr(core_iss, "CYCLE_EXACT", False)
-        lines.append(f"core: {run.core_cycles} cycles (the instruction-set model's count"
-                     + ("" if exact else ", not yet the RTL's: core_iss.CYCLE_EXACT is off")
-                     + ")"
+        lines.append(f"core: {run.core_cycles} cycles (the instruction-set model's count)"
                      + (f", RTL {sum(rtl_core)}" if rtl_core else "")
                      + f"; chip and core: {run.cycles} cycles")
     lines.append(f"golden model and host: {run.golden_s:.1f} s"

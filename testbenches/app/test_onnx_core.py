@@ -17,7 +17,6 @@ from systolica.app import onnx_report, onnx_run
 from systolica.arch.config import preset
 from systolica.compiler.assignment.partition import PlanOptions, plan_model
 from systolica.compiler.errors import CompileError
-from systolica.firmware import core_iss
 from systolica.models import onnx_zoo
 
 TINY = preset("tiny")
@@ -105,8 +104,7 @@ def test_a_classifier_with_its_softmax_on_the_core_on_the_rtl(tiny_build):
     """End to end on the Verilated tiny chip: the chip's program and the core's
     softmax table (the firmware on the chip's PicoRV32), outputs bit-exact against the
     golden model and the ISS, the model against onnxruntime within its tolerance; the
-    softmax's core cycles equal the ISS's count where the ISS counts them as the RTL
-    does (core_iss.CYCLE_EXACT)."""
+    softmax's core cycles on the RTL equal the ISS's count, the prediction."""
     run = onnx_run.run_plan(_plan("softmax"), rtl=True)
     assert run.ok, run.problems()
     chip = [s for s in run.segments if s.segment.processor == "chip"]
@@ -117,14 +115,11 @@ def test_a_classifier_with_its_softmax_on_the_core_on_the_rtl(tiny_build):
     assert set(core[0].core_table.layouts.values()) == {"chip"}
     outputs = [a for a in run.agreement if a.name in run.plan.outputs]
     assert outputs and all(a.ok for a in outputs)
-    print("core cycles: predicted", core[0].cycles, "RTL", core[0].rtl_cycles,
-          "exact" if getattr(core_iss, "CYCLE_EXACT", False) else "(ISS not cycle-exact)")
-    if getattr(core_iss, "CYCLE_EXACT", False):
-        assert core[0].rtl_cycles == core[0].cycles
-    # a run whose RTL cycles differ is reported, once the ISS is exact
-    core[0].rtl_cycles = core[0].cycles + 1
-    assert any("core cycles, predicted" in p for p in run.problems()) == \
-        bool(getattr(core_iss, "CYCLE_EXACT", False))
+    print("core cycles: predicted", core[0].cycles, "RTL", core[0].rtl_cycles)
+    assert core[0].rtl_cycles == core[0].cycles
+    assert run.cycles == sum(s.rtl_cycles for s in chip + core)
+    core[0].rtl_cycles = core[0].cycles + 1           # a difference is reported
+    assert any("core cycles, predicted" in p for p in run.problems())
     probs = run.outputs[run.plan.outputs[0]]
     assert np.isfinite(probs).all()
 
