@@ -339,8 +339,7 @@ def library_for(cfg: ChipConfig, path=None) -> library.Library:
                    f"measured now from the compiler's cycle model, its host kinds are "
                    f"preset {near.name}'s; `systolica library --config FILE --out "
                    f"LIB.json` keeps them, `--library LIB.json` uses them"])
+        library.add_core(made, cfg)     # the core's points: one file for every chip
         _MADE[cfg.key] = made
-    lib = library.Library(made.chip, made.clock_hz, made.fingerprint, dict(made.kinds),
-                          made.transfer, list(made.notes))
-    library.add_core(lib, cfg)          # the core's points: one file for every chip
-    return lib
+    return library.Library(made.chip, made.clock_hz, made.fingerprint, made.kinds,
+                           made.transfer, list(made.notes), made.core_cycles, made.no_core)

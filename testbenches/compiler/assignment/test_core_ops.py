@@ -251,3 +251,14 @@ def test_an_operand_the_chip_made_reaches_the_core_in_place():
         pytest.approx(host)
     assert math.isclose(_transfer(add, "host", ops, {k: "chip" for k in add.preds}, lib),
                         host + sum(lib.transfer_seconds("chip", n) for n in preds.values()))
+
+
+@pytest.mark.slow
+def test_a_chip_files_chip_with_the_core_gets_its_points():
+    """A chip without a library file (measured as it is planned) has the core's points
+    too, or says why not."""
+    from systolica.compiler.assignment import calibrate
+    lib = calibrate.library_for(preset("tiny").replace(name="mine_core", dram_words=8192))
+    assert lib.core_cycles == library.load(preset("tiny")).core_cycles and lib.kinds["core"]
+    none = calibrate.library_for(preset("tangnano9k").replace(name="mine_gowin"))
+    assert "core" not in none.kinds and "no management core" in none.no_core
