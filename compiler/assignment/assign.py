@@ -6,7 +6,8 @@ speed-up over the host, ``log2`` of the host's cost over j's, and the complexity
 reduction: arithmetic j does in dedicated int8 hardware that the host does in
 float). j takes i when ``p >= th1`` and ``c <= th2``; else i is tried fused with a
 predecessor on j (no transfer, the pair's speed-up); else the next processor; when
-none passes, the least cost wins."""
+none passes, the least cost wins. The processors are tried in the order ``ORDER``:
+the chip, its management core, the host."""
 
 from __future__ import annotations
 
@@ -79,6 +80,9 @@ def assign(ops: list[Operation], proto, lib: Library, *,
             if name == "chip" and refused and op.index in refused:
                 refusals[name] = refused[op.index]
                 continue
+            if name == "core" and "core" not in lib.kinds:
+                refusals[name] = lib.no_core or f"chip {lib.chip} has no management core"
+                continue
             why = PROCESSORS[name].refusal(op, proto)
             if (not why and name == "chip" and PROCESSORS[name].family(op) == "move"
                     and not any(where.get(k) == "chip" for k in op.preds)):
@@ -110,7 +114,7 @@ def assign(ops: list[Operation], proto, lib: Library, *,
 
 def _exec(op: Operation, j: str, lib: Library) -> float:
     proc = PROCESSORS[j]
-    t = lib.seconds(j, proc.family(op), op.work)
+    t = lib.seconds(j, proc.family(op), proc.work(op))
     if j == "host" and op.kind not in ("QuantizeLinear", "DequantizeLinear"):
         # the host's kernel works in float between a dequantise and a quantise
         kinds = {n.op_type for n in op.nodes}
@@ -123,16 +127,24 @@ def _exec(op: Operation, j: str, lib: Library) -> float:
 
 def _transfer(op: Operation, j: str, ops, where, lib: Library) -> float:
     """Moving the operands that live elsewhere: onto the chip, its layout change and
-    DMA; onto the host, the chip's layout change back and the host's copy."""
+    DMA; onto the host, the host's copy, and the chip's layout change back from a
+    chip operand; onto the core, nothing from the chip (the core reads the chip's
+    DRAM in place, in the chip's layout) and the host's copy into the DRAM from the
+    host. The core writes its results in ONNX's layout, so the host only copies them."""
     t = 0.0
     for k in op.preds:
-        if where.get(k) != j:
-            nbytes = ops[k].bytes_out
+        src = where.get(k)
+        if src == j:
+            continue
+        nbytes = ops[k].bytes_out
+        if j == "chip" or (j == "host" and src == "chip"):
             t += lib.transfer_seconds("chip", nbytes)
-            if j == "host":
-                t += lib.transfer_seconds("host", nbytes)
+        if j == "host" or (j == "core" and src == "host"):
+            t += lib.transfer_seconds("host", nbytes)
     if not op.preds and j == "chip":          # a graph input comes from the host
         t += lib.transfer_seconds("chip", op.bytes_in)
+    if not op.preds and j == "core":          # written into the DRAM by the host
+        t += lib.transfer_seconds("host", op.bytes_in)
     return t
 
 

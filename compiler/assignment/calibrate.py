@@ -230,6 +230,76 @@ def measure(cfg: ChipConfig, clock_hz: float = library.NOMINAL_CLOCK_HZ) -> libr
         {"chip": chip_transfer(cfg, clock_hz), "host": host_transfer()})
 
 
+#: The core's calibration kernels: (library kind, rows, cols) of one random int8
+#: tensor each (the add: two). The kernels do not depend on the array, so one chip
+#: with the core measures them for all (docs/assignment.md, "The management core").
+CORE_SHAPES = tuple((kind, rows, cols) for kind in ("softmax", "argmax", "add", "requantise")
+                    for rows, cols in ((1, 16), (1, 128), (4, 256), (8, 1024)))
+
+
+def core_points(cfg: ChipConfig, shapes=CORE_SHAPES) -> dict[str, list[tuple[float, int]]]:
+    """Per kind, ``(elements, core cycles)`` of the firmware's kernels run on the
+    Verilated chip `cfg` (its management core, in one step table; each output checked
+    against the kernel's numpy statement): the cycles the firmware's ``rdcycle``
+    measured around each kernel step (its ``t_cycles``)."""
+    from systolica.firmware import core_kernels as ck
+    from systolica.firmware.core_host import KernelStep
+    from systolica.sim import core_run
+    W = cfg.dram_word_bytes
+    rng = np.random.default_rng(3)
+    steps, data, checks, at = [], [], [], 0
+
+    def tensor(rows, cols, dtype="int8"):
+        nonlocal at
+        view = ck.array_view(at * W, (rows, cols), dtype)
+        at += -(-rows * cols * ck.SIZE[view.dtype] // W)
+        return view
+
+    for kind, rows, cols in shapes:
+        xs = {n: rng.integers(-128, 128, (rows, cols), dtype=np.int8)
+              for n in (("a", "b") if kind == "add" else ("x",))}
+        views = {n: tensor(rows, cols) for n in xs}
+        for n, x in xs.items():
+            words = -(-x.size // W)
+            padded = np.zeros(words * W, np.uint8)
+            padded[:x.size] = x.view(np.uint8).reshape(-1)
+            data.append((views[n].base // W, padded.reshape(words, W)))
+        if kind == "softmax":
+            y = tensor(rows, cols)
+            desc = ck.softmax(views["x"], y, rows=rows, cols=cols, x_scale=0.05,
+                              y_scale=1 / 256, y_zp=-128)
+        elif kind == "argmax":
+            y = tensor(rows, 1, "int64")
+            desc = ck.argmax(views["x"], y, rows=rows, cols=cols)
+        elif kind == "add":
+            y = tensor(rows, cols)
+            desc = ck.add(views["a"], views["b"], y, rows=rows, cols=cols, a_scale=0.05,
+                          a_zp=3, b_scale=0.07, b_zp=-5, y_scale=0.1, y_zp=1)
+        else:
+            y = tensor(rows, cols)
+            desc = ck.requantise(views["x"], y, rows=rows, cols=cols, x_scale=0.05, x_zp=2,
+                                 y_scale=0.08, y_zp=-3)
+        steps.append(KernelStep(desc, at, W))
+        at += -(-ck.descriptor_bytes(desc.kernel) // W)
+        checks.append((kind, desc, xs, y))
+    end = at
+    run = core_run.run(cfg, steps, data=data, readback=[(0, end)])
+    if run.table.mailbox["result"] != 1 or run.table.problems:
+        raise CompileError(f"the core's calibration table failed on chip {cfg.name}: "
+                           f"{run.table.mailbox} {run.table.problems}")
+    dram = bytearray(run.readback[0].tobytes())
+    out: dict[str, list[tuple[float, int]]] = {}
+    for (kind, desc, xs, y), step in zip(checks, run.table.steps, strict=True):
+        rows = desc.rows
+        want = ck.compute(desc, xs)
+        got = y.read(dram, rows, want.shape[1])
+        if not np.array_equal(got, want):
+            raise CompileError(f"the core's {kind} kernel of {rows} x {desc.cols} differs "
+                               f"from its numpy statement on chip {cfg.name}")
+        out.setdefault(kind, []).append((float(rows * desc.cols), int(step["t_cycles"])))
+    return out
+
+
 #: Libraries made as chips were planned, by chip key (:func:`library_for`).
 _MADE: dict[str, library.Library] = {}
 
@@ -269,6 +339,7 @@ def library_for(cfg: ChipConfig, path=None) -> library.Library:
                    f"measured now from the compiler's cycle model, its host kinds are "
                    f"preset {near.name}'s; `systolica library --config FILE --out "
                    f"LIB.json` keeps them, `--library LIB.json` uses them"])
+        library.add_core(made, cfg)     # the core's points: one file for every chip
         _MADE[cfg.key] = made
     return library.Library(made.chip, made.clock_hz, made.fingerprint, made.kinds,
-                           made.transfer, list(made.notes))
+                           made.transfer, list(made.notes), made.core_cycles, made.no_core)

@@ -28,6 +28,10 @@ NOMINAL_CLOCK_HZ = 500e6
 #: Where the libraries of the presets are kept.
 DATA = Path(__file__).with_name("data")
 
+#: The management core's points, for every chip with the core (its kernels do not
+#: depend on the array): core cycles measured on the RTL (``systolica library --core``).
+CORE_DATA = DATA / "core.json"
+
 #: The host kind a kernel without its own points is costed as (one pass over its
 #: output elements).
 DEFAULT_HOST_KIND = "Relu"
@@ -41,11 +45,18 @@ class Library:
     kinds: dict[str, dict[str, list[tuple[float, float]]]]   # processor -> kind -> points
     transfer: dict[str, list[tuple[float, float]]]           # processor -> (bytes, s)
     notes: list[str] = field(default_factory=list)
+    #: the core's points as measured, kind -> (elements, core cycles); empty when the
+    #: chip has no core (`no_core` says why)
+    core_cycles: dict[str, list[tuple[float, float]]] = field(default_factory=dict)
+    no_core: str = ""
 
     def seconds(self, processor: str, kind: str, work: float) -> float:
         table = self.kinds[processor]
         points = table.get(kind)
         if points is None:
+            if processor == "core":
+                raise CompileError(f"the core's function library ({str(CORE_DATA)!r}) has "
+                                   f"no kind {kind!r}; measure it: systolica library --core")
             if processor != "host":
                 raise CompileError(f"the function library has no chip kind {kind!r}; "
                                    f"regenerate it: systolica library --config {self.chip}")
@@ -57,7 +68,8 @@ class Library:
 
     def to_json(self) -> dict:
         return {"chip": self.chip, "clock_hz": self.clock_hz,
-                "fingerprint": self.fingerprint, "kinds": self.kinds,
+                "fingerprint": self.fingerprint,
+                "kinds": {p: k for p, k in self.kinds.items() if p != "core"},
                 "transfer": self.transfer}
 
 
@@ -111,6 +123,7 @@ def load(cfg: ChipConfig, path: Path | None = None) -> Library:
         what = f"no field {e}" if isinstance(e, KeyError) else str(e)
         raise CompileError(f"function library {str(path)!r} cannot be read ({what}); make "
                            f"it again: systolica library --config {cfg.name}") from None
+    add_core(lib, cfg)
     now = fingerprint(cfg)
     if lib.fingerprint.get("chip") != now["chip"]:
         raise CompileError(f"function library {str(path)!r} is stale: the chip's "
@@ -129,3 +142,49 @@ def load(cfg: ChipConfig, path: Path | None = None) -> Library:
 
 def save(lib: Library, path) -> None:
     files.write_atomic(path, json.dumps(lib.to_json(), indent=1) + "\n")
+
+
+def core_fingerprint() -> str:
+    """What makes the core's points stale: the firmware's C sources and the kernels'
+    descriptors (``firmware/core_kernels.py``)."""
+    from systolica.firmware import core_kernels
+    h = hashlib.sha256()
+    src = Path(core_kernels.__file__).parent / "core"
+    for path in sorted(src.glob("*.[ch]")) + [Path(core_kernels.__file__)]:
+        h.update(path.name.encode() + path.read_bytes())
+    return h.hexdigest()[:16]
+
+
+def add_core(lib: Library, cfg: ChipConfig, path: Path | None = None) -> None:
+    """The core's points (cycles at `lib`'s clock) when `cfg` has the core; else
+    ``lib.no_core`` says why the assigner refuses it."""
+    path = Path(path or CORE_DATA)
+    if not cfg.has_core:
+        lib.no_core = f"chip {cfg.name} has no management core (core_imem_bytes 0)"
+        return
+    if not path.is_file():
+        lib.no_core = (f"the function library has no points of the core "
+                       f"({str(path)!r}); measure them: systolica library --core")
+        return
+    try:
+        raw = json.loads(files.read_input(path, "the core's function library", kind="json"))
+        cycles = {k: [(float(w), float(c)) for w, c in v] for k, v in raw["kinds"].items()}
+        measured = str(raw["fingerprint"])
+    except (files.FileError, ValueError, KeyError, TypeError) as e:
+        what = f"no field {e}" if isinstance(e, KeyError) else str(e)
+        raise CompileError(f"the core's function library {str(path)!r} cannot be read "
+                           f"({what}); measure it again: systolica library --core") from None
+    if measured != core_fingerprint():
+        lib.notes.append(f"the core's function library {str(path)!r} is stale: the "
+                         f"firmware's kernels changed since it was measured; measure it "
+                         f"again: systolica library --core")
+    lib.core_cycles = cycles
+    lib.kinds["core"] = {k: [(w, c / lib.clock_hz) for w, c in v] for k, v in cycles.items()}
+
+
+def save_core(points: dict, measured_on: str, path: Path | None = None) -> None:
+    """Write the core's points ``kind -> [(elements, core cycles)]`` measured on chip
+    `measured_on`."""
+    files.write_atomic(path or CORE_DATA, json.dumps(
+        {"measured_on": measured_on, "fingerprint": core_fingerprint(),
+         "unit": "core cycles", "kinds": points}, indent=1) + "\n")

@@ -33,6 +33,7 @@ class Operation:
     bytes_in: int
     bytes_out: int
     scalar: bool = False        # computes shapes or parameters, not tensors
+    elements_in: int = 0        # the largest operand's elements
     preds: set[int] = field(default_factory=set)
     succs: set[int] = field(default_factory=set)
 
@@ -83,7 +84,8 @@ def operations(proto) -> list[Operation]:
         ops.append(Operation(len(ops), name, kind, nodes, tuple(dict.fromkeys(reads)),
                              tuple(dict.fromkeys(writes)), int(work),
                              sum(_nbytes(types, v) for v in dict.fromkeys(reads)),
-                             sum(_nbytes(types, v) for v in dict.fromkeys(writes)), scalar))
+                             sum(_nbytes(types, v) for v in dict.fromkeys(writes)), scalar,
+                             max((_elements(types, v) for v in reads), default=0)))
 
     for n in g.node:
         if n.op_type in QDQ or id(n) in owned:
@@ -177,6 +179,10 @@ def _is_scalar(n, types) -> bool:
     tensors, a ConvInteger's or MatMulInteger's few int32 values, is none)."""
     if n.op_type in MAC_KINDS:
         return False
+    if n.op_type in ("ArgMax", "ArgMin") and (
+            types.get(n.input[0], (0, None))[0] not in (6, 7, 9)
+            or _elements(types, n.input[0]) > 16):
+        return False                # a classifier's label: a reduction of its data
     outs = [types.get(o, (0, None)) for o in n.output if o]
     return bool(outs) and all(e in (6, 7, 9) and s is not None and int(np.prod(s)) <= 16
                               for e, s in outs)

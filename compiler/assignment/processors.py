@@ -1,6 +1,7 @@
 """The processors an operation may run on, in the order the assigner tries them
-(docs/assignment.md, step 5): the array with its vector unit (``chip``), then the host
-CPU (``host``: numpy kernels as ONNX defines them). Each says whether it can run an
+(docs/assignment.md, step 5): the array with its vector unit (``chip``), the chip's
+management core (``core``: its C kernels on tensors in the chip's DRAM), then the
+host CPU (``host``: numpy kernels as ONNX defines them). Each says whether it can run an
 operation, and if not, why (the report's reason)."""
 
 from __future__ import annotations
@@ -33,6 +34,10 @@ class Processor(ABC):
     @abstractmethod
     def family(self, op: Operation) -> str:
         """The function library's kind for `op` on this processor."""
+
+    def work(self, op: Operation) -> int:
+        """`op`'s work as the library's points count it (MACs, or elements)."""
+        return op.work
 
 
 class Chip(Processor):
@@ -76,6 +81,30 @@ class Host(Processor):
     def family(self, op: Operation) -> str:
         return op.kind
 
+    def work(self, op: Operation) -> int:
+        return max(op.work, op.elements_in) if op.kind == "ArgMax" else op.work
 
-PROCESSORS: dict[str, Processor] = {p.name: p for p in (Chip(), Host())}
-ORDER = ("chip", "host")
+
+class Core(Processor):
+    """The chip's management core: its C kernels (softmax, argmax, add) on int8
+    tensors where they are in the chip's DRAM (``compiler/assignment/core_ops.py``
+    says which operations they run). A chip without the core is refused by the
+    assigner (its function library has no core points)."""
+    name = "core"
+
+    def refusal(self, op: Operation, proto) -> str | None:
+        from systolica.compiler.assignment.core_ops import lower
+        got = lower(op, proto)
+        return got if isinstance(got, str) else None
+
+    def family(self, op: Operation) -> str:
+        from systolica.compiler.assignment.core_ops import CORE_FAMILIES
+        return CORE_FAMILIES[op.kind]
+
+    def work(self, op: Operation) -> int:
+        # every kernel passes over its input: an ArgMax's output is one per row
+        return max(op.work, op.elements_in)
+
+
+PROCESSORS: dict[str, Processor] = {p.name: p for p in (Chip(), Core(), Host())}
+ORDER = ("chip", "core", "host")

@@ -610,6 +610,8 @@ def cmd_library(args) -> int:
     from systolica.arch.config import preset
     from systolica.compiler.assignment import calibrate, library
     cfg = preset(args.config)
+    if args.core:
+        return _core_library(cfg, args.out)
     if args.out is None and PRESETS.get(cfg.name) != cfg:
         raise UsageError(f"--out: chip {cfg.name} is not a preset, so its function library "
                          f"has no place among the presets'; give it one, e.g. --out "
@@ -624,6 +626,24 @@ def cmd_library(args) -> int:
     library.save(lib, out)
     print(f"wrote {out}: chip kinds {', '.join(sorted(lib.kinds['chip']))}; host kinds "
           f"{', '.join(sorted(lib.kinds['host']))}")
+    return 0
+
+
+def _core_library(cfg, out) -> int:
+    """The management core's points, measured on the Verilated chip `cfg`'s core."""
+    from systolica.compiler.assignment import calibrate, library
+    from systolica.compiler.errors import CompileError
+    if not cfg.has_core:
+        raise CompileError(f"--core: chip {cfg.name} has no management core; measure the "
+                           f"core's kernels on a chip with one (--config tiny)")
+    out = library.CORE_DATA if out is None else out
+    _check_output(str(out), "--out")
+    with _notice(f"running the core's kernels on the Verilated {cfg.name} chip..."):
+        points = calibrate.core_points(cfg)
+    library.save_core(points, cfg.name, out)
+    print(f"wrote {out}: " + "; ".join(
+        f"{k} " + ", ".join(f"{int(w)} -> {c}" for w, c in v) for k, v in points.items())
+        + " (elements -> core cycles)")
     return 0
 
 
@@ -754,14 +774,18 @@ def cmd_bench(args) -> int:
             progress.update(task, description=f"{case.name} on {onnx_bench.CONFIG}")
             models.append(onnx_bench.record(case))
             progress.advance(task)
+        task = progress.add_task("named models' Softmax and ArgMax: chip, core or host",
+                                 total=1)
+        core_plans = onnx_bench.core_plan_records()
+        progress.advance(task)
         task = progress.add_task(f"the management core's table on {core_bench.CONFIG}: "
                                  f"with and without the overlapped configuration", total=1)
         cores = core_bench.records() + core_bench.kernel_records()
         progress.advance(task)
     out = Path(args.out)
     _write_bytes(args.out, (json.dumps(records_module.with_chips(
-        records + resnets + deeps + chains + transposes + routes + models + cores),
-        indent=2) + "\n").encode())
+        records + resnets + deeps + chains + transposes + routes + models + core_plans
+        + cores), indent=2) + "\n").encode())
     _write_records(args, runs)
     for r in records:
         print(f"{r['name']:>18} on {r['config']:<5} cycles {r['cycles']:>7} "
@@ -786,11 +810,12 @@ def cmd_bench(args) -> int:
     transpose_bench.print_records(transposes)
     route_bench.print_records(routes)
     onnx_bench.print_records(models)
+    onnx_bench.print_core_plan_records(core_plans)
     core_bench.print_records([r for r in cores if r["kind"] == "core_table"])
     core_bench.print_kernel_records([r for r in cores if r["kind"] == "core_kernel"])
     print(f"wrote {out}")
-    return 0 if all(r["ok"] for r in records + chains + transposes + routes + models + cores
-                    if "error" not in r) else 1
+    return 0 if all(r["ok"] for r in records + chains + transposes + routes + models
+                    + core_plans + cores if "error" not in r) else 1
 
 
 #: ``systolica chain --example``: (graph builder, outputs per pass).
@@ -1127,13 +1152,14 @@ def parser() -> argparse.ArgumentParser:
     what.add_argument("--onnx", metavar="FILE",
                    help="run this ONNX model (float, QDQ or QOperator; or the name of a "
                         "model the onnx package ships, e.g. light_squeezenet) instead of "
-                        "the demo: each operation on the chip or the host, random inputs "
+                        "the demo: each operation on the chip, its core or the host, random inputs "
                         "from --seed, outputs compared with onnxruntime "
                         "(docs/assignment.md)")
     p.add_argument("--golden-only", action="store_true",
                    help="with --onnx: run the chip programs on the golden model only")
     p.add_argument("--assign", action="append", metavar="NODE=PROCESSOR",
-                   help="with --onnx: run this operation on this processor (chip, host); "
+                   help="with --onnx: run this operation on this processor (chip, core: "
+                        "the chip's management core, host); "
                         "repeat for more")
     p.add_argument("--constant", action="append", metavar="NAME=FILE.npy",
                    help="with --onnx: the model's input NAME is a constant, the array in "
@@ -1248,6 +1274,10 @@ def parser() -> argparse.ArgumentParser:
                                        "looks costs up in")
     config(p)
     p.add_argument("--out", metavar="FILE", help="write it here (default: the preset's)")
+    p.add_argument("--core", action="store_true",
+                   help="measure the management core's kernels on the Verilated chip "
+                        "instead (one file for every chip with the core: "
+                        "compiler/assignment/data/core.json)")
     p.set_defaults(func=cmd_library)
     p = sub.add_parser("disasm", help="disassemble a program image, checking every "
                                       "instruction as the chip decodes it")

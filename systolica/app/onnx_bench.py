@@ -52,9 +52,9 @@ def record(case: ModelCase, progress=None) -> dict:
         "name": case.name, "config": CONFIG, "kind": "onnx_model", "ok": run.ok,
         "operations": len(plan.placements), "per_processor": plan.per_processor(),
         "host_kinds": host_kinds, "segments": len(plan.segments),
-        "chip_cycles": run.chip_cycles,
-        "rtl_cycles": (sum(s.rtl_cycles for s in run.segments if s.rtl_cycles is not None)
-                       if case.rtl else None),
+        "chip_cycles": run.chip_cycles, "core_cycles": run.core_cycles,
+        "rtl_cycles": (sum(s.rtl_cycles for s in run.segments if s.rtl_cycles is not None
+                           and s.segment.processor == "chip") if case.rtl else None),
         "host_seconds": run.host_seconds, "macs": run.macs,
         "mac_utilization": data["mac_utilisation"], "dram_bytes": data["dram_bytes"],
         "plan_seconds": plan_s, "compile_seconds": data["compile_s"],
@@ -66,7 +66,7 @@ def record(case: ModelCase, progress=None) -> dict:
         "isolated_exact": sum(a.differing == 0 for a in run.isolated),
         "isolated_max_difference": max((a.max_difference for a in run.isolated),
                                        default=0.0),
-        "problems": run.problems(),
+        "problems": run.problems(), **core_fields(plan),
     }
 
 
@@ -84,3 +84,76 @@ def print_records(recs: list[dict]) -> None:
               f"{r['chip_cycles']} cycles{rtl}, host {r['host_seconds']:.3f} s, util "
               f"{r['mac_utilization']:.3f}, compile {r['compile_seconds']:.0f} s, golden "
               f"{r['golden_seconds']:.0f} s  {'ok' if r['ok'] else 'FAIL'}")
+
+
+#: The zoo's models with a classifier's head, planned for ``tiny`` (quantised by
+#: onnxruntime): SqueezeNet with its Softmax kept, LeNet and the MLP with a Softmax or
+#: an ArgMax. (The bench's real models, :data:`CASES`, have their Softmax too: their
+#: records say where it went.)
+CORE_CASES = (("float_squeezenet_softmax", "tiny"), ("float_lenet_softmax", "tiny"),
+              ("float_lenet_argmax", "tiny"), ("float_mlp_softmax", "tiny"),
+              ("float_mlp_argmax", "tiny"))
+
+
+def core_model(name: str):
+    """The ONNX model of a :data:`CORE_CASES` name."""
+    from systolica.models import onnx_zoo
+    if name == "float_squeezenet_softmax":
+        return onnx_zoo.ort_quantized(onnx_zoo.float_squeezenet(softmax=True), samples=4)
+    make, head = name.rsplit("_", 1)
+    return onnx_zoo.ort_quantized(getattr(onnx_zoo, make)(head=head))
+
+
+def core_plan_record(name: str, config: str) -> dict:
+    """Where the assignment put each operation of model `name` planned for chip
+    `config` (chip, core, host), with the scores that decided each core candidate:
+    its cost and benefit on the core against the host's cost (docs/assignment.md,
+    "The management core")."""
+    t = time.perf_counter()
+    try:
+        plan = plan_model(preset(config), core_model(name))
+    except CompileError as e:
+        return {"name": name, "config": config, "kind": "onnx_core_plan", "ok": False,
+                "error": str(e)}
+    return {"name": name, "config": config, "kind": "onnx_core_plan", "ok": True,
+            "per_processor": plan.per_processor(), **core_fields(plan),
+            "plan_seconds": time.perf_counter() - t}
+
+
+def core_fields(plan) -> dict:
+    """Each processor's operations, and every operation the core could run with its
+    scores there and the host's cost."""
+    where: dict[str, list[str]] = {}
+    for p in plan.placements:
+        where.setdefault(p.processor, []).append(f"{p.op.name} ({p.op.kind})")
+    candidates = []
+    for p in plan.placements:
+        core = p.scores.get("core")
+        if core is None:
+            continue
+        host = p.scores.get("host")
+        candidates.append({
+            "operation": p.op.name, "kind": p.op.kind, "processor": p.processor,
+            "elements": p.op.elements_in or p.op.work, "why": p.why,
+            "core": {"t": core.t, "a": core.a, "s": core.s, "o": core.o,
+                     "cost": core.cost, "benefit": core.benefit},
+            "host_cost": None if host is None else host.cost})
+    return {"operations": where, "core_candidates": candidates}
+
+
+def core_plan_records() -> list[dict]:
+    return [core_plan_record(name, config) for name, config in CORE_CASES]
+
+
+def print_core_plan_records(recs: list[dict]) -> None:
+    for r in recs:
+        if "error" in r:
+            print(f"{r['name']:>26} on {r['config']}: not planned: {r['error']}")
+            continue
+        core = ", ".join(r["operations"].get("core", [])) or "none"
+        print(f"{r['name']:>26} on {r['config']}: {r['per_processor']}; on the core: {core}")
+        for c in r["core_candidates"]:
+            host = "-" if c["host_cost"] is None else f"{c['host_cost']:.3g} s"
+            print(f"{'':>28}{c['operation']} ({c['kind']}, {c['elements']} elements) on "
+                  f"{c['processor']}: core c={c['core']['cost']:.3g} s p="
+                  f"{c['core']['benefit']:.2f}, host c={host}")

@@ -72,18 +72,19 @@ def against_onnxruntime(plan: Plan, ours: dict[str, np.ndarray],
                         tolerance: float | None
                         ) -> tuple[list[Agreement], list[Agreement]]:
     """``(end to end, isolated)``: the model's outputs and then every value a chip
-    segment gave (the tolerance binds the outputs; the values between segments show
+    or core segment gave (the tolerance binds the outputs; the values between segments show
     where a difference began), against onnxruntime's; and each chip operation run by
     the numpy reference of its import on onnxruntime's inputs, against onnxruntime's
     output, within its bound."""
     chip_ops = [op for s in plan.segments if s.processor == "chip" for op in s.ops]
-    watched = [v for s in plan.segments if s.processor == "chip" for v in s.writes]
+    # the values chip and core segments give (the core's: its kernels' int8 results)
+    watched = [v for s in plan.segments if s.processor != "host" for v in s.writes]
     watched += [v for op in chip_ops for v in op.reads + op.writes]
     theirs = _onnxruntime_values(plan, [v for v in dict.fromkeys(watched)
                                         if v not in plan.outputs], ours)
     steps = _dequantised_steps(plan)
     end_to_end = []
-    for o in list(plan.outputs) + [v for s in plan.segments if s.processor == "chip"
+    for o in list(plan.outputs) + [v for s in plan.segments if s.processor != "host"
                                    for v in s.writes if v not in plan.outputs]:
         if o in plan.outputs and (o not in ours or o not in theirs):
             # an output not compared is not an output that agrees

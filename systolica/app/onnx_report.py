@@ -26,12 +26,32 @@ def plan_lines(plan: Plan) -> list[str]:
         cost = _num(sc.cost) if sc else "-"
         benefit = f"{sc.benefit:.2f}" if sc else "-"
         why = p.why
-        other = [f"{j}: {r}" for j, r in p.refusals.items()]
+        other = [f"{j}: {r}" for j, r in p.refusals.items()
+                 if not (j == "core" and r == plan.library.no_core)]   # said once, below
         if other:
             why += "; not " + "; not ".join(o.splitlines()[0][:140] for o in other)
         lines.append(f"{p.op.index:>4} {p.op.name[:28]:<28} {p.op.kind[:18]:<18} "
                      f"{p.processor:<5} {p.op.work:>10} {cost:>10} {benefit:>7}  {why}")
+    lines += core_lines(plan)
+    if plan.library.no_core:
+        lines.append(f"not on the core: {plan.library.no_core}")
     return lines
+
+
+def core_lines(plan: Plan) -> list[str]:
+    """Each operation on the management core with the scores that put it there: its
+    cost and benefit on the core against the host's cost (and the chip's refusal)."""
+    out = []
+    for p in plan.placements:
+        if p.processor != "core":
+            continue
+        core, host = p.scores["core"], p.scores.get("host")
+        vs = "" if host is None else (f" against the host's c={_num(host.cost)} s "
+                                      f"(t={_num(host.t)}, a={_num(host.a)})")
+        out.append(f"on the core: {p.op.name} ({p.op.kind}, {p.op.elements_in or p.op.work} "
+                   f"elements): c=t+a={_num(core.t)}+{_num(core.a)} s, p=s+o="
+                   f"{core.s:.2f}+{core.o:.2f}{vs}; {p.why}")
+    return out
 
 
 def run_lines(run: ModelRun) -> list[str]:
@@ -48,6 +68,12 @@ def run_lines(run: ModelRun) -> list[str]:
     lines.append(f"chip: {run.chip_cycles} cycles ({run.chip_cycles / plan.library.clock_hz:.4g}"
                  f" s at {plan.library.clock_hz / 1e6:g} MHz), {macs} MACs, MAC utilisation "
                  f"{util:.1%}; host: {run.host_seconds:.4g} s")
+    if any(s.segment.processor == "core" for s in run.segments):
+        rtl_core = [s.rtl_cycles for s in run.segments
+                    if s.segment.processor == "core" and s.rtl_cycles is not None]
+        lines.append(f"core: {run.core_cycles} cycles (the instruction-set model's count)"
+                     + (f", RTL {sum(rtl_core)}" if rtl_core else "")
+                     + f"; chip and core: {run.cycles} cycles")
     lines.append(f"golden model and host: {run.golden_s:.1f} s"
                  + ("" if run.rtl_s is None else f"; RTL: {run.rtl_s:.1f} s"))
     outputs = [a for a in run.agreement if a.name in plan.outputs]
@@ -84,7 +110,8 @@ def to_json(run: ModelRun) -> dict:
         "model": plan.model.name, "chip": plan.cfg.name, "ok": run.ok,
         "problems": run.problems(),
         "per_processor": plan.per_processor(),
-        "chip_cycles": run.chip_cycles, "host_seconds": run.host_seconds,
+        "chip_cycles": run.chip_cycles, "core_cycles": run.core_cycles,
+        "host_seconds": run.host_seconds,
         "macs": run.macs,
         "mac_utilisation": run.macs / (run.chip_cycles * plan.cfg.macs)
         if run.chip_cycles else 0.0,

@@ -250,11 +250,22 @@ class _FloatNet:
         self.node("Flatten", ["gap"], "flat", "flatten", axis=1)
         return self.gemm("flat", channels, 10, "fc", scale, "logits")
 
-    def build(self, name, shape, out, classes=10, batch=1) -> ModelProto:
+    def build(self, name, shape, out, classes=10, batch=1, head=None) -> ModelProto:
+        """The model of input ``x`` `shape` and output `out` ``[batch, classes]``; with
+        `head` ``"softmax"`` its output is ``probs``, a Softmax of `out` over the
+        classes, with ``"argmax"`` ``label``, the class of the largest (int64
+        ``[batch, 1]``)."""
+        out_type, out_shape = TensorProto.FLOAT, [batch, classes]
+        if head == "softmax":
+            out = self.node("Softmax", [out], "probs", "softmax", axis=-1)
+        elif head == "argmax":
+            out = self.node("ArgMax", [out], "label", "argmax", axis=-1, keepdims=1)
+            out_type, out_shape = TensorProto.INT64, [batch, 1]
+        elif head is not None:
+            raise ValueError(f"head must be None, 'softmax' or 'argmax', not {head!r}")
         graph = helper.make_graph(
             self.nodes, name, [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
-            [helper.make_tensor_value_info(out, TensorProto.FLOAT, [batch, classes])],
-            self.inits)
+            [helper.make_tensor_value_info(out, out_type, out_shape)], self.inits)
         return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
 
 
@@ -274,23 +285,27 @@ def float_cnn(seed: int = 0) -> ModelProto:
     return m.build("float_cnn", [1, 3, 16, 16], m.head(h, 16))
 
 
-def float_lenet(seed: int = 0) -> ModelProto:
+def float_lenet(seed: int = 0, head: str | None = None) -> ModelProto:
     """A float NCHW (1, 3, 12, 12) network that flattens a map larger than 1 x 1: conv
     + Relu, a 2x2 max pool, a strided conv + Relu to a 16-channel 3x3 map, Flatten
-    (ONNX's C, H, W order), a Gemm + Relu to 32 and a Gemm to 10 logits."""
+    (ONNX's C, H, W order), a Gemm + Relu to 32 and a Gemm to 10 logits; with `head`
+    a classifier's Softmax or ArgMax over them (``_FloatNet.build``)."""
     m = _FloatNet(seed)
     h = m.conv("x", 3, 8, 3, "conv1")
     m.node("MaxPool", [h], "pool", "pool", kernel_shape=[2, 2], strides=[2, 2])
     h = m.conv("pool", 8, 16, 3, "conv2", stride=2)
     m.node("Flatten", [h], "flat", "flatten", axis=1)
     h = m.relu(m.gemm("flat", 144, 32, "fc1", 1 / np.sqrt(144)), "fc1")
-    return m.build("float_lenet", [1, 3, 12, 12], m.gemm(h, 32, 10, "fc2", 1 / np.sqrt(32)))
+    return m.build("float_lenet", [1, 3, 12, 12], m.gemm(h, 32, 10, "fc2", 1 / np.sqrt(32)),
+                   head=head)
 
 
-def float_mlp(seed: int = 0, batch: int = 12, widths=(20, 32, 24, 10)) -> ModelProto:
+def float_mlp(seed: int = 0, batch: int = 12, widths=(20, 32, 24, 10),
+              head: str | None = None) -> ModelProto:
     """A float multilayer perceptron on a ``[batch, widths[0]]`` input: Gemms through
     `widths`, each but the last followed by a Relu (with weights per channel, its
-    first layer reads the graph input itself, not a Flatten of a map)."""
+    first layer reads the graph input itself, not a Flatten of a map); with `head` a
+    Softmax or ArgMax over each row's logits."""
     m = _FloatNet(seed)
     h = "x"
     for i, (k, n) in enumerate(zip(widths, widths[1:])):
@@ -298,7 +313,7 @@ def float_mlp(seed: int = 0, batch: int = 12, widths=(20, 32, 24, 10)) -> ModelP
         h = m.gemm(h, k, n, f"fc{i + 1}", 1 / np.sqrt(k), "logits" if last else None)
         if not last:
             h = m.relu(h, f"fc{i + 1}")
-    return m.build("float_mlp", [batch, widths[0]], h, widths[-1], batch)
+    return m.build("float_mlp", [batch, widths[0]], h, widths[-1], batch, head=head)
 
 
 def float_resnet(seed: int = 0, size: int = 32) -> ModelProto:
@@ -375,14 +390,16 @@ def float_densenet(seed: int = 0, blocks: int = 2, layers: int = 3, growth: int 
     return m.build("float_densenet", [1, 3, size, size], m.head(h, c))
 
 
-def float_squeezenet(seed: int = 0, size: int = 64) -> ModelProto:
+def float_squeezenet(seed: int = 0, size: int = 64, softmax: bool = False) -> ModelProto:
     """SqueezeNet 1.1 as the onnx package ships it for its backend tests
     (``onnx/backend/test/data/light/light_squeezenet.onnx``, its weights left out as
     ConstantOfShape) with seeded weights (He's scale), a float NCHW (1, 3, size, size)
     input ``x`` and without its Dropout and Softmax: eight fire modules (a 1x1
     squeeze conv + Relu, then a 1x1 and a 3x3 expand conv + Relu joined by a Concat),
     three 3x3/2 max pools, a 1x1 conv to 1000 classes + Relu and a global average pool
-    to the (1, 1000, 1, 1) ``logits``."""
+    to the (1, 1000, 1, 1) ``logits``; with `softmax` the real model's Softmax after
+    them too (over the classes, axis 1, as its opset 9 computes it), the output
+    ``probs``."""
     import onnx
     src = onnx.load(str(Path(onnx.__file__).parent / "backend" / "test" / "data" / "light"
                         / "light_squeezenet.onnx"))
@@ -409,10 +426,15 @@ def float_squeezenet(seed: int = 0, size: int = 64) -> ModelProto:
                                              for a in n.attribute}))
     for node in nodes:
         node.output[:] = ["logits" if o == out else o for o in node.output]
+    final = "logits"
+    if softmax:
+        nodes.append(helper.make_node("Softmax", ["logits"], ["probs"], name="softmax",
+                                      axis=1))
+        final = "probs"
     graph = helper.make_graph(
         nodes, "float_squeezenet",
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, size, size])],
-        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, None)], inits)
+        [helper.make_tensor_value_info(final, TensorProto.FLOAT, None)], inits)
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
 
 

@@ -242,6 +242,9 @@ CLI_DOORS = [
      ["--older-than", "expected a finite number", "'week'"]),
     ("cache-clean-older-than-and-all", ["cache", "clean", "--older-than", "3", "--all"],
      ["--all", "not allowed with argument --older-than", "give only one of them"]),
+    # -- library --core: the core's points need a chip with the core
+    ("library-core-without-a-core", ["library", "--config", "tangnano9k", "--core"],
+     ["--core", "chip tangnano9k has no management core", "--config tiny"]),
 ]
 
 
@@ -342,19 +345,25 @@ LIBRARY = [
      '{"chip": "tiny", "clock_hz": 1, "fingerprint": 3, "kinds": {}, "transfer": {}}',
      ["fingerprint is 3, not an object"]),
     ("library-fifo", None, ["no function library", "systolica library --config tiny"]),
+    ("library-core-points-not-json", "core:{", ["core's function library", "cannot be read",
+                                                "systolica library --core"]),
 ]
 
 
 @pytest.mark.parametrize("content, words", [pytest.param(*row[1:], id=row[0])
                                             for row in LIBRARY])
-def test_function_library_file(content, words, tmp_path):
+def test_function_library_file(content, words, tmp_path, monkeypatch):
     path = tmp_path / "lib.json"
     if content is None:
         os.mkfifo(path)
     else:
         path.write_text(content)
+    core = content.startswith("core:") if content else False
+    if core:        # the core's points (library.CORE_DATA), merged with the chip's
+        path.write_text(content[len("core:"):])
+        monkeypatch.setattr(library, "CORE_DATA", path)
     with pytest.raises(CompileError) as e:
-        library.load(preset("tiny"), path)
+        library.load(preset("tiny"), None if core else path)
     assert_clear(str(e.value), [str(path)] + words)
 
 

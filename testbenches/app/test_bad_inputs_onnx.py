@@ -439,6 +439,13 @@ CLI = [
      ["--benefit-threshold", "expected a finite number", "'nan'"]),
     ("cost-threshold-negative", [*SIM, "{d}/conv.onnx", "--cost-threshold", "-2"],
      ["--cost-threshold", "at least 0", "'-2'"]),
+    # the management core as a processor: where its kernels cannot run the operation
+    ("assign-core-without-its-kernel", [*SIM, "{d}/conv.onnx", "--assign", "qconv1=core"],
+     ["--assign qconv1=core", "core cannot run it", "no QLinearConv kernel"]),
+    ("assign-core-on-a-chip-without-one", ["sim", "--config", "tangnano9k", "--golden-only",
+                                           "--onnx", "{d}/conv.onnx", "--assign",
+                                           "qconv1=core"],
+     ["--assign qconv1=core", "chip tangnano9k has no management core"]),
 ]
 
 

@@ -144,7 +144,7 @@ def test_sim_onnx_fails_when_onnxruntime_disagrees(tmp_path, capsys):
 @pytest.mark.parametrize("argv, words", [
     (["--assign", "conv1"], "NODE=PROCESSOR"),
     (["--assign", "nosuch=host"], "names no operation"),
-    (["--assign", "conv1=gpu"], "the processors are chip, host"),
+    (["--assign", "conv1=gpu"], "the processors are chip, core, host"),
 ])
 def test_bad_assignments_are_clear_errors(tmp_path, capsys, argv, words):
     model = tmp_path / "cnn.onnx"

@@ -85,7 +85,7 @@ def test_the_users_override_comes_first_and_is_checked():
     assert _placed(lib, overrides={"conv1": "host"})["conv1"].why == "the user's choice"
     with pytest.raises(CompileError, match="names no operation.*nosuch"):
         _placed(lib, overrides={"nosuch": "host"})
-    with pytest.raises(CompileError, match="the processors are chip, host"):
+    with pytest.raises(CompileError, match="the processors are chip, core, host"):
         _placed(lib, overrides={"conv1": "gpu"})
     q = next(p.op.name for p in _placed(lib).values() if p.op.kind == "QuantizeLinear")
     with pytest.raises(CompileError, match=f"--assign {q}=chip: chip cannot run it"):
