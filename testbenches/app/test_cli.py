@@ -18,7 +18,7 @@ from systolica.app import bench_cases, cli
 from systolica.arch import disasm, image_file, isa
 from systolica.arch.config import PRESETS, preset
 from systolica.compiler.frontend import stp
-from systolica.sim import rtlsim
+from systolica.sim import rtlsim, verilated
 
 from paths import EXAMPLES
 
@@ -195,6 +195,7 @@ def test_console_script_reports_an_error_in_one_line():
 
 def test_a_slow_build_says_so_without_a_terminal(monkeypatch, capsys):
     monkeypatch.setattr(cli, "BUILD_NOTICE_SECONDS", 0.05)
+    monkeypatch.setattr(verilated, "cached", lambda design: None)   # not built yet
     monkeypatch.setattr(rtlsim, "build",
                         lambda cfg, waves=False, harness="cocotb": time.sleep(0.5))
     cli._ensure_built(preset("tiny"))
