@@ -55,6 +55,9 @@ class Sequencer(wiring.Component):
     UNITS = {("fabric" if entry.unit == "cfg" else entry.unit): op   # cfg: the config
              for op, entry in instructions.SPEC.items()             # object's name
              if op is not Opcode.SETCFGW}
+    #: Opcodes whose port also carries the head's two candidate words (``ahead``):
+    #: the MATMUL's unit multiplies by its fields at issue.
+    AHEAD = frozenset({Opcode.MATMUL})
 
     def __init__(self, *, cfg: ChipConfig):
         self.cfg = check_config(cfg, "Sequencer")
@@ -65,7 +68,8 @@ class Sequencer(wiring.Component):
                       for name, op in self.UNITS.items()}
         for name, op in self.units.items():
             members[name] = Out(Issue(isa.PAYLOAD[op],
-                                      handshake=instructions.SPEC[op].handshake))
+                                      handshake=instructions.SPEC[op].handshake,
+                                      ahead=op in self.AHEAD))
         super().__init__(members)
 
     def elaborate(self, platform):
@@ -267,8 +271,13 @@ class Sequencer(wiring.Component):
         with m.Elif(ready_head & due):
             m.d.comb += issue.eq(1)
         for unit, op in zip(units, self.units.values()):
+            size = unit.payload.shape().size
             m.d.comb += [unit.valid.eq(issue & (opcode == op)),
-                         unit.payload.eq(ir.payload[:unit.payload.shape().size])]
+                         unit.payload.eq(ir.payload[:size])]
+            if unit.signature.ahead:
+                m.d.comb += [unit.took.eq(took),
+                             unit.now.eq(data.View(isa.Word, word_now).payload[:size]),
+                             unit.after.eq(data.View(isa.Word, word_after).payload[:size])]
 
         all_drained = Cat(*(u.drained for u in units if u.signature.handshake)).all()
         m.d.comb += finished.eq(running & ~head & all_drained & ~fault)
