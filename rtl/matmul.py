@@ -351,11 +351,20 @@ class MatmulUnit(wiring.Component):
         """``compute(payload, name)`` (a dict of signals) of the head's payload, worked
         out from each of the two words that may be the head (``issue.now``,
         ``issue.after``, each a register) and chosen by ``issue.took`` after it: the
-        same values as from ``issue.payload``, with ``took`` (which drives every
-        unit's payload) at the end of the path instead of in front of a multiply."""
+        same values (as unsigned bits) as from ``issue.payload``, with ``took`` (which
+        drives every unit's payload) at the end of the path instead of in front of a
+        multiply. The choice is an AND-OR, not a multiplexer: behind a multiplexer the
+        synthesis shares one copy of the logic between both words (``opt_share``),
+        which puts ``took`` back in front of it."""
         now = compute(self.issue.now, "now")
         after = compute(self.issue.after, "after")
-        return {key: Mux(self.issue.took, after[key], now[key]) for key in now}
+        took = self.issue.took
+        out = {}
+        for key, value in now.items():
+            width = len(value)
+            out[key] = ((after[key].as_unsigned() & took.replicate(width))
+                        | (value.as_unsigned() & (~took).replicate(width)))
+        return out
 
     def _window(self, m, args, active, ptr):
         """The window walk: per partition, the CBUF address read this cycle, and
