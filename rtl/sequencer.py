@@ -200,7 +200,11 @@ class Sequencer(wiring.Component):
                          word.eq(Mux(wr.en & (wr.addr == at_q), wr.data, port.data))]
             held.append(word)
         now_word, after_word = Signal(isa.WORD_BITS), Signal(isa.WORD_BITS)
-        both, either = took & took2, took | took2
+        # ``took & took2`` and ``took | took2`` in registers of their own (the same
+        # values a cycle later): the words' multiplexers, in front of the checks'
+        # multiplies, start from a register, and ``took`` drives fewer of them.
+        both, either = Signal(name="took_both"), Signal(name="took_either")
+        m.d.sync += [both.eq(issue & took), either.eq(issue | took)]
         m.d.comb += [now_word.eq(Mux(both, held[2], Mux(either, held[1], held[0]))),
                      after_word.eq(Mux(both, held[3], Mux(either, held[2], held[1])))]
         now_q, after_q = Signal(Checks), Signal(Checks)
