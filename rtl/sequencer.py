@@ -46,8 +46,9 @@ class Sequencer(wiring.Component):
 
     For the clock rate, the issue decision starts from registers: the head's checks
     of its own word are worked out a cycle ahead (for both words that may be the head
-    then), the word the units latch at issue comes from the same registers, and the
-    bank conflict is registered (its fault comes a cycle later).
+    then), the word the units latch at issue comes from the same registers (the
+    matmul unit's port carries both candidate words and which one it is, ``ahead``),
+    and the bank conflict is registered (its fault comes a cycle later).
     """
 
     #: Issue port -> the opcode it carries (``fabric``'s: SETCFG or SETCFGW, the chip's
