@@ -156,7 +156,7 @@ class MatmulUnit(wiring.Component):
         self.cfg = check_config(cfg, "MatmulUnit")
         t = cfg.tile_rows
         super().__init__({
-            "issue": In(Issue(isa.PAYLOAD[Opcode.MATMUL])), "row_fed": Out(1),
+            "issue": In(Issue(isa.PAYLOAD[Opcode.MATMUL], ahead=True)), "row_fed": Out(1),
             "convcfg": In(Issue(isa.PAYLOAD[Opcode.CONVCFG], handshake=False)),
             "taps": In(Issue(isa.PAYLOAD[Opcode.TAPS], handshake=False)),
             "cbuf_read": In(partitioned_read(cfg)),
@@ -218,11 +218,15 @@ class MatmulUnit(wiring.Component):
         # issue.
         shift, nbanks = cfg.cbuf_bank_shift, cfg.cbuf_physical_banks
         tile_banks = Signal(nbanks)
-        with m.If(self.issue.valid):
+
+        def banks_of(args, name):
             first = args.act_addr >> shift
             last = (args.act_addr + args.in_h * args.in_w - 1) >> shift
-            m.d.sync += tile_banks.eq(Cat(*((first <= b) & (b <= last)
-                                            for b in range(nbanks))))
+            out = Signal(nbanks, name=f"tile_banks_{name}")
+            m.d.comb += out.eq(Cat(*((first <= b) & (b <= last) for b in range(nbanks))))
+            return {"banks": out}
+        with m.If(self.issue.valid):
+            m.d.sync += tile_banks.eq(self._chosen(banks_of)["banks"])
         row_bank = Signal(nbanks)
         m.d.comb += row_bank.eq(1 << ptr[shift:ceil_log2(cfg.cbuf_physical_rows)])
         m.d.comb += [self.cbuf_read.en.eq(active),
@@ -343,6 +347,25 @@ class MatmulUnit(wiring.Component):
         m.d.comb += self.issue.drained.eq(~busy)
         return m
 
+    def _chosen(self, compute):
+        """``compute(payload, name)`` (a dict of signals) of the head's payload, worked
+        out from each of the two words that may be the head (``issue.now``,
+        ``issue.after``, each a register) and chosen by ``issue.took`` after it: the
+        same values (as unsigned bits) as from ``issue.payload``, with ``took`` (which
+        drives every unit's payload) at the end of the path instead of in front of a
+        multiply. The choice is an AND-OR, not a multiplexer: behind a multiplexer the
+        synthesis shares one copy of the logic between both words (``opt_share``),
+        which puts ``took`` back in front of it."""
+        now = compute(self.issue.now, "now")
+        after = compute(self.issue.after, "after")
+        took = self.issue.took
+        out = {}
+        for key, value in now.items():
+            width = len(value)
+            out[key] = ((after[key].as_unsigned() & took.replicate(width))
+                        | (value.as_unsigned() & (~took).replicate(width)))
+        return out
+
     def _window(self, m, args, active, ptr):
         """The window walk: per partition, the CBUF address read this cycle, and
         (a cycle later, with the data) whether it lies inside the tile and the pad
@@ -392,20 +415,32 @@ class MatmulUnit(wiring.Component):
         kh = [Signal(signed(tb + 1), name=f"kh_{p}") for p in range(cfg.rows)]
         kw = [Signal(signed(tb + 1), name=f"kw_{p}") for p in range(cfg.rows)]
         off = [Signal(18, name=f"off_{p}") for p in range(cfg.rows)]
-        th_sel = [Array(th[k][p] for k in range(isa.TAP_TABLES))[args.taps]
-                  for p in range(cfg.rows)]
-        tw_sel = [Array(tw[k][p] for k in range(isa.TAP_TABLES))[args.taps]
-                  for p in range(cfg.rows)]
+        # What takes a multiply by the payload's ``in_w`` is worked out from both
+        # words that may be the head and chosen after (``_chosen``).
+        def products(args, name):
+            out = {"start": Signal(18, name=f"start_{name}"),
+                   "row_step": Signal(18, name=f"row_step_{name}")}
+            m.d.comb += [out["start"].eq(args.act_addr - top * args.in_w - left_),
+                         out["row_step"].eq(sh * args.in_w)]
+            for p in range(cfg.rows):
+                khp = out[f"kh_{p}"] = Signal(signed(tb + 1), name=f"kh_{p}_{name}")
+                kwp = out[f"kw_{p}"] = Signal(signed(tb + 1), name=f"kw_{p}_{name}")
+                offp = out[f"off_{p}"] = Signal(18, name=f"off_{p}_{name}")
+                th_sel = Array(th[k][p] for k in range(isa.TAP_TABLES))[args.taps]
+                tw_sel = Array(tw[k][p] for k in range(isa.TAP_TABLES))[args.taps]
+                m.d.comb += [khp.eq(args.dh + th_sel), kwp.eq(args.dw + tw_sel),
+                             offp.eq(khp * args.in_w.as_signed() + kwp)]
+            return out
+        latched = self._chosen(products)
         with m.If(self.issue.valid):
-            start = args.act_addr - top * args.in_w - left_
+            start = latched["start"]
             m.d.sync += [conv.eq(args.conv), in_w.eq(args.in_w), in_h.eq(args.in_h),
                          w_out.eq(out_w), w_sh.eq(sh), w_sw.eq(sw), w_pad.eq(pad),
                          ow.eq(0), ihb.eq(-top), iwb.eq(-left_), w_left.eq(-left_),
-                         pix.eq(start), rowpix.eq(start), row_step.eq(sh * args.in_w)]
+                         pix.eq(start), rowpix.eq(start), row_step.eq(latched["row_step"])]
             for p in range(cfg.rows):
-                khp, kwp = args.dh + th_sel[p], args.dw + tw_sel[p]
-                m.d.sync += [kh[p].eq(khp), kw[p].eq(kwp),
-                             off[p].eq(khp * args.in_w.as_signed() + kwp)]
+                m.d.sync += [kh[p].eq(latched[f"kh_{p}"]), kw[p].eq(latched[f"kw_{p}"]),
+                             off[p].eq(latched[f"off_{p}"])]
         with m.Elif(active):
             with m.If(ow == w_out - 1):
                 m.d.sync += [ow.eq(0), iwb.eq(w_left), ihb.eq(ihb + w_sh),

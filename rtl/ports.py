@@ -88,18 +88,30 @@ class Issue(wiring.Signature):
     layout). With ``handshake``, the unit answers ``ready`` (it accepts an instruction
     this cycle; the sequencer faults ``UNIT_BUSY`` instead of waiting) and ``drained``
     (every effect of the instructions it accepted is done).
+
+    With ``ahead``, also the two words that may be the head this cycle, each straight
+    from a register: ``now`` (the head of the cycle before, kept when it did not issue)
+    and ``after`` (the word after it), and ``took`` (the head of the cycle before
+    issued). ``payload`` is always ``after`` if ``took`` else ``now``: a unit may work
+    out what it latches from both words and choose after its logic, so that ``took``
+    (a register driving every unit's payload) is not in front of a deep path.
     """
 
-    def __init__(self, payload: data.Layout, *, handshake: bool = True):
+    def __init__(self, payload: data.Layout, *, handshake: bool = True,
+                 ahead: bool = False):
         if not isinstance(payload, data.Layout):
             raise TypeError(f"Issue payload must be an amaranth data layout (an entry of "
                             f"isa.PAYLOAD), not {payload!r}")
         if not isinstance(handshake, bool):
             raise TypeError(f"Issue handshake must be True or False, not {handshake!r}")
-        self._payload, self._handshake = payload, handshake
+        if not isinstance(ahead, bool):
+            raise TypeError(f"Issue ahead must be True or False, not {ahead!r}")
+        self._payload, self._handshake, self._ahead = payload, handshake, ahead
         members = {"valid": Out(1), "payload": Out(payload)}
         if handshake:
             members.update(ready=In(1), drained=In(1))
+        if ahead:
+            members.update(took=Out(1), now=Out(payload), after=Out(payload))
         super().__init__(members)
 
     @property
@@ -110,12 +122,17 @@ class Issue(wiring.Signature):
     def handshake(self) -> bool:
         return self._handshake
 
+    @property
+    def ahead(self) -> bool:
+        return self._ahead
+
     def __eq__(self, other):
         return (type(other) is Issue and self._payload == other._payload
-                and self._handshake == other._handshake)
+                and self._handshake == other._handshake and self._ahead == other._ahead)
 
     def __repr__(self):
-        return f"Issue({self._payload!r}, handshake={self._handshake})"
+        return (f"Issue({self._payload!r}, handshake={self._handshake}, "
+                f"ahead={self._ahead})")
 
 
 class RunControl(wiring.Signature):

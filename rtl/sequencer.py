@@ -46,8 +46,9 @@ class Sequencer(wiring.Component):
 
     For the clock rate, the issue decision starts from registers: the head's checks
     of its own word are worked out a cycle ahead (for both words that may be the head
-    then), the word the units latch at issue comes from the same registers, and the
-    bank conflict is registered (its fault comes a cycle later).
+    then), the word the units latch at issue comes from the same registers (the
+    matmul unit's port carries both candidate words and which one it is, ``ahead``),
+    and the bank conflict is registered (its fault comes a cycle later).
     """
 
     #: Issue port -> the opcode it carries (``fabric``'s: SETCFG or SETCFGW, the chip's
@@ -55,6 +56,9 @@ class Sequencer(wiring.Component):
     UNITS = {("fabric" if entry.unit == "cfg" else entry.unit): op   # cfg: the config
              for op, entry in instructions.SPEC.items()             # object's name
              if op is not Opcode.SETCFGW}
+    #: Opcodes whose port also carries the head's two candidate words (``ahead``):
+    #: the MATMUL's unit multiplies by its fields at issue.
+    AHEAD = frozenset({Opcode.MATMUL})
 
     def __init__(self, *, cfg: ChipConfig):
         self.cfg = check_config(cfg, "Sequencer")
@@ -65,7 +69,8 @@ class Sequencer(wiring.Component):
                       for name, op in self.UNITS.items()}
         for name, op in self.units.items():
             members[name] = Out(Issue(isa.PAYLOAD[op],
-                                      handshake=instructions.SPEC[op].handshake))
+                                      handshake=instructions.SPEC[op].handshake,
+                                      ahead=op in self.AHEAD))
         super().__init__(members)
 
     def elaborate(self, platform):
@@ -196,7 +201,11 @@ class Sequencer(wiring.Component):
                          word.eq(Mux(wr.en & (wr.addr == at_q), wr.data, port.data))]
             held.append(word)
         now_word, after_word = Signal(isa.WORD_BITS), Signal(isa.WORD_BITS)
-        both, either = took & took2, took | took2
+        # ``took & took2`` and ``took | took2`` in registers of their own (the same
+        # values a cycle later): the words' multiplexers, in front of the checks'
+        # multiplies, start from a register, and ``took`` drives fewer of them.
+        both, either = Signal(name="took_both"), Signal(name="took_either")
+        m.d.sync += [both.eq(issue & took), either.eq(issue | took)]
         m.d.comb += [now_word.eq(Mux(both, held[2], Mux(either, held[1], held[0]))),
                      after_word.eq(Mux(both, held[3], Mux(either, held[2], held[1])))]
         now_q, after_q = Signal(Checks), Signal(Checks)
@@ -267,8 +276,13 @@ class Sequencer(wiring.Component):
         with m.Elif(ready_head & due):
             m.d.comb += issue.eq(1)
         for unit, op in zip(units, self.units.values()):
+            size = unit.payload.shape().size
             m.d.comb += [unit.valid.eq(issue & (opcode == op)),
-                         unit.payload.eq(ir.payload[:unit.payload.shape().size])]
+                         unit.payload.eq(ir.payload[:size])]
+            if unit.signature.ahead:
+                m.d.comb += [unit.took.eq(took),
+                             unit.now.eq(data.View(isa.Word, word_now).payload[:size]),
+                             unit.after.eq(data.View(isa.Word, word_after).payload[:size])]
 
         all_drained = Cat(*(u.drained for u in units if u.signature.handshake)).all()
         m.d.comb += finished.eq(running & ~head & all_drained & ~fault)

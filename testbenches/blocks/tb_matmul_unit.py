@@ -260,7 +260,8 @@ GROUPS = {
 }
 assert sorted(sum(GROUPS.values(), [])) == sorted(CASES)
 
-IDLE = {"issue__valid": 0, "issue__payload": 0, "cbuf_read__data": 0, "acc_read__data": 0,
+IDLE = {"issue__valid": 0, "issue__payload": 0, "issue__took": 0, "issue__now": 0,
+        "issue__after": 0, "cbuf_read__data": 0, "acc_read__data": 0,
         "convcfg__valid": 0, "convcfg__payload": 0, "taps__valid": 0, "taps__payload": 0,
         **{("west_feed", i): i for i in range(T)},
         **{("acc_src", g): g for g in range(TC)},
@@ -382,6 +383,14 @@ class MatmulTB(BlockTB):
             payload = {name: a.get(name, 0) for name, _ in MATMUL} if a else junk
             heads[x] = payload["early"]
             self.set("issue__payload", pack_fields(MATMUL, payload))
+            # the sequencer's two candidate words: the payload is the one ``took``
+            # names, the other is any word
+            took = rng.randrange(2)
+            other = pack_fields(MATMUL, {name: rng.randrange(1 << fld.width)
+                                         for name, fld in MATMUL})
+            self.set("issue__took", took)
+            self.set("issue__after" if took else "issue__now", pack_fields(MATMUL, payload))
+            self.set("issue__now" if took else "issue__after", other)
             for port in ("convcfg", "taps"):
                 b = side.get(x)
                 mine = b is not None and b["kind"] == port

@@ -68,13 +68,16 @@ def test_signature_parameters_checked():
         Issue(12)
     with pytest.raises(TypeError, match=r"Issue handshake must be True or False"):
         Issue(isa.PAYLOAD[Opcode.DMA], handshake=1)
+    with pytest.raises(TypeError, match=r"Issue ahead must be True or False"):
+        Issue(isa.PAYLOAD[Opcode.DMA], ahead=1)
     with pytest.raises(TypeError, match=r"DRAM word width must be a positive integer"):
         DramMaster(word_bits=0)
 
 
 def test_issue_ports_match_their_units():
     """Each sequencer issue port carries its opcode's payload, with a handshake for
-    every unit but the configuration registers."""
+    every unit but the configuration registers, and the head's two candidate words
+    for the matmul unit."""
     seq = Sequencer(cfg=TINY)
     # unit port -> (block, its member taking the port)
     units = {"dma": (Dma, "issue"), "wload": (WeightLoader, "issue"),
@@ -86,7 +89,7 @@ def test_issue_ports_match_their_units():
     for name, op in Sequencer.UNITS.items():
         port = getattr(seq, name).signature
         assert port == Issue(isa.PAYLOAD[op], handshake=op not in (
-            Opcode.SETCFG, Opcode.CONVCFG, Opcode.TAPS))
+            Opcode.SETCFG, Opcode.CONVCFG, Opcode.TAPS), ahead=op is Opcode.MATMUL)
         block, member = units[name]
         assert getattr(block(cfg=TINY), member).signature.flip() == port
 
