@@ -370,6 +370,9 @@ def test_hang_times_out(tiny_cfg, tiny_build):
 SMALL = preset("tangnano9k")
 
 
+# regress: `make test` writes a waveform through the command line (a VCD,
+# testbenches/app/test_cli.py); an FST build of its own costs half a minute more.
+@pytest.mark.regress
 @pytest.mark.rtl
 def test_waves_write_fst():
     res = rtlsim.run(SMALL, [RtlJob(Loadable.for_chip(SMALL, b"",
