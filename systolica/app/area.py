@@ -6,9 +6,9 @@ or routing: what the chip alone takes, without a board's DRAM or host link
 
 The netlist is Amaranth's RTLIL, read as ``make bitstream`` reads it (a round trip
 through Verilog costs minutes of parsing and counts the same). Two scripts
-(:data:`SCRIPTS`): ``quick``, the default, is ``synth_ecp5`` with the LUT mapping done
-by ``abc -fast`` in place of ``abc9``; ``full`` is ``synth_ecp5`` as the bitstream's
-flow runs it. docs/sweeps.md has their times and how far apart they are.
+(:data:`SCRIPTS`): ``quick``, the default, is ``synth_ecp5`` with its LUT mapping
+(``abc9``) replaced by ABC's plainest one; ``full`` is ``synth_ecp5`` as the
+bitstream's flow runs it. docs/sweeps.md has their times and how far apart they are.
 
 The result is cached on disk per chip (its fields, not its name), per RTL source
 (a hash of ``rtl/``) and per script, in ``area/`` of the user cache directory
@@ -41,12 +41,12 @@ CELLS = {"luts": (("LUT4", 1), ("CCU2C", 2)), "ffs": (("TRELLIS_FF", 1),),
          "lutram": (("TRELLIS_DPR16X4", 1),)}
 #: The two synthesis scripts after the netlist is read (``{top}``: its top module).
 #: ``quick`` stops ``synth_ecp5`` before its LUT mapping (``abc9``, half of the full
-#: script's time) and maps with ``abc -fast`` instead; the cells are then placed as
-#: ``synth_ecp5`` places them.
+#: script's time) and maps to 4-input LUTs with ABC's ``strash; if`` alone (no logic
+#: optimisation first), then lets ``synth_ecp5`` finish (its cell mapping and checks).
 SCRIPTS = {
     "quick": ["synth_ecp5 -top {top} -run begin:map_luts",
-              "techmap -map +/lattice/latches_map.v", "abc -lut 4 -fast", "clean",
-              "synth_ecp5 -run map_cells:check"],
+              "techmap -map +/lattice/latches_map.v", "abc -lut 4 -script +strash;if",
+              "clean", "synth_ecp5 -run map_cells:"],
     "full": ["synth_ecp5 -top {top}"],
 }
 #: Bumped when what is counted changes.
