@@ -33,10 +33,13 @@ from pathlib import Path
 from systolica.arch.config import ChipConfig
 
 #: ECP5 cells after synthesis, by what they count for: (cell type, weight). A LUT is a
-#: ``TRELLIS_COMB`` of nextpnr, the figure ``make bitstream`` reports: a ``LUT4`` each,
-#: and a ``CCU2C`` (a carry cell: two LUT4s with their carry) two. ``PFUMX`` and
-#: ``L6MUX21`` are the slices' wide-function multiplexers, beside the LUTs, not counted.
-CELLS = {"luts": (("LUT4", 1), ("CCU2C", 2)), "ffs": (("TRELLIS_FF", 1),),
+#: ``TRELLIS_COMB`` of nextpnr, the figure ``make bitstream`` reports: nextpnr packs a
+#: ``LUT4`` into one, a ``CCU2C`` (a carry cell: two LUT4s with their carry) into two,
+#: and a ``TRELLIS_DPR16X4`` (16x4 distributed RAM) into two and a ``TRELLIS_RAMW``.
+#: ``PFUMX`` and ``L6MUX21`` are the slices' wide-function multiplexers beside the
+#: LUTs, not counted.
+CELLS = {"luts": (("LUT4", 1), ("CCU2C", 2), ("TRELLIS_DPR16X4", 2)),
+         "ffs": (("TRELLIS_FF", 1),),
          "dsps": (("MULT18X18D", 1),), "brams": (("DP16KD", 1),),
          "lutram": (("TRELLIS_DPR16X4", 1),)}
 #: The two synthesis scripts after the netlist is read (``{top}``: its top module).
@@ -59,7 +62,7 @@ class AreaError(RuntimeError):
 
 @dataclass(frozen=True)
 class Area:
-    luts: int          # TRELLIS_COMB: LUT4s, and two per CCU2C
+    luts: int          # TRELLIS_COMB: LUT4s, two per CCU2C and per TRELLIS_DPR16X4
     ffs: int           # TRELLIS_FF
     dsps: int          # MULT18X18D
     brams: int         # DP16KD (18 Kbit)
