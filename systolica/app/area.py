@@ -6,15 +6,16 @@ or routing: what the chip alone takes, without a board's DRAM or host link
 
 The netlist is Amaranth's RTLIL, read as ``make bitstream`` reads it (a round trip
 through Verilog costs minutes of parsing and counts the same). Two scripts
-(:data:`SCRIPTS`): ``quick``, the default, is ``synth_ecp5`` with its LUT mapping
-(``abc9``) replaced by ABC's plainest one; ``full`` is ``synth_ecp5`` as the
-bitstream's flow runs it. docs/sweeps.md has their times and how far apart they are.
+(:data:`SCRIPTS`): ``full``, the default, is ``synth_ecp5`` as the bitstream's flow
+runs it; ``quick`` keeps its LUT mapping (``abc9``) without ABC's optimisations
+before it: about 1.5 times as fast, but its LUTs are off by up to a sixth on some
+chips, so sweeps use ``full``. docs/sweeps.md has their times and errors.
 
 The result is cached on disk per chip (its fields, not its name), per RTL source
 (a hash of ``rtl/``) and per script, in ``area/`` of the user cache directory
 (:func:`systolica.app.user_cache.cache_root`), so a chip is synthesised once.
 
-    python -m systolica.app.area [--full] [PRESET|CHIP.json ...]
+    python -m systolica.app.area [--quick] [PRESET|CHIP.json ...]
 """
 
 from __future__ import annotations
@@ -43,14 +44,16 @@ CELLS = {"luts": (("LUT4", 1), ("CCU2C", 2), ("TRELLIS_DPR16X4", 2)),
          "dsps": (("MULT18X18D", 1),), "brams": (("DP16KD", 1),),
          "lutram": (("TRELLIS_DPR16X4", 1),)}
 #: The two synthesis scripts after the netlist is read (``{top}``: its top module).
-#: ``quick`` stops ``synth_ecp5`` before its LUT mapping (``abc9``, half of the full
-#: script's time) and maps to 4-input LUTs with ABC's ``strash; if`` alone (no logic
-#: optimisation first), then lets ``synth_ecp5`` finish (its cell mapping and checks).
+#: ``quick`` stops ``synth_ecp5`` before its LUT mapping and runs that mapping
+#: (``abc9 -W 300``) with ABC's script cut to its last step (``&if``, the mapping,
+#: without the ``&scorr; &dc2; &dch; &mfs`` that optimise the logic around it), then
+#: lets ``synth_ecp5`` finish (its cell mapping and checks).
 SCRIPTS = {
-    "quick": ["synth_ecp5 -top {top} -run begin:map_luts",
-              "techmap -map +/lattice/latches_map.v", "abc -lut 4 -script +strash;if",
-              "clean", "synth_ecp5 -run map_cells:"],
     "full": ["synth_ecp5 -top {top}"],
+    "quick": ["synth_ecp5 -top {top} -run begin:map_luts",
+              "techmap -map +/lattice/latches_map.v",
+              "abc9 -W 300 -script +&sweep;&if,-W,300,-v", "clean",
+              "synth_ecp5 -run map_cells:"],
 }
 #: Bumped when what is counted changes.
 AREA_SCHEMA = 2
@@ -69,7 +72,7 @@ class Area:
     lutram: int        # TRELLIS_DPR16X4 (distributed RAM, a TRELLIS_RAMW each)
     seconds: float     # the synthesis's wall time
     cpu_seconds: float = 0.0   # yosys's CPU time (0: not known on this system)
-    script: str = "quick"      # which of SCRIPTS
+    script: str = "full"       # which of SCRIPTS
     cached: bool = False   # read from the cache
 
 
@@ -84,9 +87,9 @@ def rtl_hash() -> str:
     return h.hexdigest()[:12]
 
 
-def cache_path(cfg: ChipConfig, script: str = "quick") -> Path:
+def cache_path(cfg: ChipConfig, script: str = "full") -> Path:
     from systolica.app.user_cache import cache_root, chip_hash
-    tag = "" if script == "quick" else f"-{script}"
+    tag = "" if script == "full" else f"-{script}"
     return cache_root() / "area" / f"{chip_hash(cfg)}-{rtl_hash()}-{AREA_SCHEMA}{tag}.json"
 
 
@@ -98,7 +101,7 @@ def yosys() -> Path:
     return exe
 
 
-def estimate(cfg: ChipConfig, script: str = "quick") -> Area:
+def estimate(cfg: ChipConfig, script: str = "full") -> Area:
     """The chip's FPGA resources after synthesis (from the cache if it was done)."""
     area = lookup(cfg, script)
     if area is None:
@@ -107,7 +110,7 @@ def estimate(cfg: ChipConfig, script: str = "quick") -> Area:
     return area
 
 
-def lookup(cfg: ChipConfig, script: str = "quick") -> Area | None:
+def lookup(cfg: ChipConfig, script: str = "full") -> Area | None:
     """The chip's area from the cache (``cached`` set; the ``seconds`` its synthesis
     took), or None."""
     try:
@@ -125,7 +128,7 @@ def store(cfg: ChipConfig, area: Area) -> None:
     os.replace(tmp, path)
 
 
-def yosys_script(cfg: ChipConfig, script: str = "quick") -> list[str]:
+def yosys_script(cfg: ChipConfig, script: str = "full") -> list[str]:
     """The yosys commands synthesising ``chip.il`` (with PicoRV32 on a chip with the
     management core) by ``script``, ending in ``stat.json``."""
     from systolica.rtl import verilog
@@ -137,7 +140,7 @@ def yosys_script(cfg: ChipConfig, script: str = "quick") -> list[str]:
         "tee -q -o stat.json stat -json"]
 
 
-def synthesise(cfg: ChipConfig, script: str = "quick") -> Area:
+def synthesise(cfg: ChipConfig, script: str = "full") -> Area:
     """Run yosys on the chip (no cache)."""
     from amaranth.back import rtlil
 
@@ -191,8 +194,8 @@ def cell_counts(stat: dict) -> dict[str, int]:
 def main(argv: list[str] | None = None) -> int:
     from systolica.arch.config import PRESETS
     names = list(argv if argv is not None else sys.argv[1:])
-    script = "full" if "--full" in names else "quick"
-    names = [n for n in names if n != "--full"]
+    script = "quick" if "--quick" in names else "full"
+    names = [n for n in names if n != "--quick"]
     for name in names or ["tiny"]:
         cfg = PRESETS[name] if name in PRESETS else ChipConfig.from_file(name)
         a = estimate(cfg, script)

@@ -32,11 +32,11 @@ def test_luts_count_as_nextpnr_packs_them():
 
 def test_scripts_read_the_rtlil_and_differ_in_the_lut_mapping():
     cfg = preset("tiny")
-    quick, full = area.yosys_script(cfg), area.yosys_script(cfg, "full")
+    full, quick = area.yosys_script(cfg), area.yosys_script(cfg, "quick")
     assert quick[0] == full[0] == "read_rtlil chip.il"
     assert any("picorv32" in c for c in quick)          # tiny has the management core
-    assert "synth_ecp5 -top systolica_chip" in full and not any("abc " in c for c in full)
-    assert any(c.startswith("abc -lut 4") for c in quick)
+    assert "synth_ecp5 -top systolica_chip" in full and not any("abc9" in c for c in full)
+    assert any(c.startswith("abc9 -W 300 -script") for c in quick)
     assert quick[-1] == full[-1] == "tee -q -o stat.json stat -json"
     with pytest.raises(area.AreaError, match="no synthesis script 'fast'"):
         area.yosys_script(cfg, "fast")
@@ -54,7 +54,7 @@ def test_estimate_comes_from_the_cache(tmp_path, monkeypatch):
     # the same chip under another name is the same entry; another chip is not
     assert area.cache_path(cfg.replace(name="mine")) == path
     assert area.cache_path(cfg.replace(acc_depth=512)) != path
-    assert area.cache_path(cfg, "full") != path
+    assert area.cache_path(cfg, "quick") != path
 
 
 @pytest.mark.fpga

@@ -208,7 +208,7 @@ def test_areas_synthesise_side_by_side_on_the_workers(tmp_path, monkeypatch):
     monkeypatch.setenv("SYSTOLICA_CACHE", str(tmp_path / "cache"))
     both = threading.Barrier(2)
 
-    def synthesise(cfg, script="quick"):    # returns only once the other chip's started
+    def synthesise(cfg, script="full"):     # returns only once the other chip's started
         both.wait(timeout=30)
         return area.Area(luts=cfg.acc_depth, ffs=1, dsps=2, brams=3, lutram=0, seconds=0.5)
     monkeypatch.setattr(area, "synthesise", synthesise)
