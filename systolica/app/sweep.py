@@ -597,8 +597,10 @@ def _gather(client, tasks, todo, records, cache, chips, areas, progress, on_resu
     futures = {client.submit(evaluate, tasks[i], key=f"point-{tasks[i]['chip_key']}-"
                              f"{tasks[i]['model_key'][:12]}-{i}", pure=False): ("point", i)
                for i in todo}
-    futures.update({client.submit(synthesise, chip, key=f"area-{key}", pure=False):
-                    ("area", key) for key, chip in chips.items()})
+    # the areas first: a chip's synthesis takes longer than most compiles, and the
+    # workers run them side by side, one chip each
+    futures.update({client.submit(synthesise, chip, key=f"area-{key}", pure=False,
+                                  priority=1): ("area", key) for key, chip in chips.items()})
     bar = _progress(len(futures)) if progress else None
     try:
         for future in as_completed(futures):

@@ -22,6 +22,26 @@ def test_cell_counts_are_the_whole_design():
     assert area.cell_counts(one) == {"TRELLIS_FF": 3}
 
 
+def test_luts_count_as_nextpnr_packs_them():
+    # a carry cell and a 16x4 LUT RAM are two TRELLIS_COMB each; the wide-function
+    # multiplexers are none
+    got = area.count({"LUT4": 100, "CCU2C": 5, "PFUMX": 30, "L6MUX21": 7,
+                      "TRELLIS_FF": 80, "MULT18X18D": 4, "DP16KD": 9, "TRELLIS_DPR16X4": 2})
+    assert got == {"luts": 114, "ffs": 80, "dsps": 4, "brams": 9, "lutram": 2}
+
+
+def test_scripts_read_the_rtlil_and_differ_in_the_lut_mapping():
+    cfg = preset("tiny")
+    full, quick = area.yosys_script(cfg), area.yosys_script(cfg, "quick")
+    assert quick[0] == full[0] == "read_rtlil chip.il"
+    assert any("picorv32" in c for c in quick)          # tiny has the management core
+    assert "synth_ecp5 -top systolica_chip" in full and not any("abc9" in c for c in full)
+    assert any(c.startswith("abc9 -W 300 -script") for c in quick)
+    assert quick[-1] == full[-1] == "tee -q -o stat.json stat -json"
+    with pytest.raises(area.AreaError, match="no synthesis script 'fast'"):
+        area.yosys_script(cfg, "fast")
+
+
 def test_estimate_comes_from_the_cache(tmp_path, monkeypatch):
     monkeypatch.setenv("SYSTOLICA_CACHE", str(tmp_path))
     cfg = preset("tiny")
@@ -34,6 +54,7 @@ def test_estimate_comes_from_the_cache(tmp_path, monkeypatch):
     # the same chip under another name is the same entry; another chip is not
     assert area.cache_path(cfg.replace(name="mine")) == path
     assert area.cache_path(cfg.replace(acc_depth=512)) != path
+    assert area.cache_path(cfg, "quick") != path
 
 
 @pytest.mark.fpga

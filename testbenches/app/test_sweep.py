@@ -198,3 +198,23 @@ def test_cache_is_keyed_by_tool_version(tmp_path):
     assert b.get("chip", "model", None) is None
     assert a.get("chip", "model", 1e8) is None
     assert json.loads(a.path("chip", "model", None).read_text()) == {"cycles": 5}
+
+
+@pytest.mark.slow
+def test_areas_synthesise_side_by_side_on_the_workers(tmp_path, monkeypatch):
+    import threading
+
+    from systolica.app import area
+    monkeypatch.setenv("SYSTOLICA_CACHE", str(tmp_path / "cache"))
+    both = threading.Barrier(2)
+
+    def synthesise(cfg, script="full"):     # returns only once the other chip's started
+        both.wait(timeout=30)
+        return area.Area(luts=cfg.acc_depth, ffs=1, dsps=2, brams=3, lutram=0, seconds=0.5)
+    monkeypatch.setattr(area, "synthesise", synthesise)
+    spec = sweep.parse_spec({"base": "tiny", "models": ["demo_mlp"],
+                             "sweep": {"acc_depth": [256, 512]}})
+    result = sweep.run_sweep(spec, sweep.Engine(workers=2, threads=True), area=True)
+    assert [(p["luts"], p["synth_s"]) for p in result.points] == [(256, 0.5), (512, 0.5)]
+    cfg = sweep.chip_for(spec.base, {"acc_depth": 512})
+    assert area.lookup(cfg).luts == 512      # the client kept it
