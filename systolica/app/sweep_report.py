@@ -83,7 +83,7 @@ def pareto_figure(title: str, points: Sequence[dict]):
         ax.set_ylabel(glabel)
         ax.set_title(f"{model}: {glabel} vs {clabel}", fontsize=10)
         ax.grid(True, alpha=0.3)
-        ax.legend(fontsize=8, loc="lower left")   # below and left of a front: empty
+        ax.legend(fontsize=8, loc="best")     # a front may reach the lower left corner
     if not panels:
         fig.text(0.5, 0.5, "no point compiled", ha="center")
     return fig
