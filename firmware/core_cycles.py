@@ -36,6 +36,11 @@ INSTRET_CSRS = (0xC02, 0xC82)
 WAITIRQ_FUNCT7 = 4
 
 
+class UnmodelledInstruction(RuntimeError):
+    """The firmware uses a counter the cycle model does not give exactly (instret, or
+    a counter read inside a translated block): refused rather than a wrong count."""
+
+
 @dataclass(frozen=True)
 class CoreTiming:
     """PicoRV32's cycles per instruction class with the block's memories (one wait
@@ -183,9 +188,11 @@ class CycleModel:
                 word = self.word(address + 4 * k)
                 if k < count - 1 and is_counter_read(word) or (
                         word & 0x7F == SYSTEM and word >> 20 in INSTRET_CSRS):
-                    raise NotImplementedError(
+                    raise UnmodelledInstruction(
                         f"the cycle model reads counters only at the end of a translated "
-                        f"block (instruction 0x{word:08x} at 0x{address + 4 * k:x})")
+                        f"block and has no instret (instruction 0x{word:08x} at "
+                        f"0x{address + 4 * k:x}); read the cycle counter with rdcycle "
+                        f"instead")
                 prefix.append(total)
                 total += self.timing.static(word)
             last, end = self.word(address + size - 4), address + size

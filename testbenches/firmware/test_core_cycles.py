@@ -15,7 +15,12 @@ from rv32_random import b_type, i_type, load_word, r_type, s_type
 from systolica.arch.config import preset
 from systolica.arch.regs import CTRL_START, STATUS_DONE, STATUS_RUNNING, Reg
 from systolica.firmware import core_iss
-from systolica.firmware.core_cycles import TIMING, CycleModel, branch_taken
+from systolica.firmware.core_cycles import (
+    TIMING,
+    CycleModel,
+    UnmodelledInstruction,
+    branch_taken,
+)
 
 NOP = i_type(0, 0, 0, 0)
 RDCYCLE = 0xC000_2073
@@ -87,6 +92,12 @@ def test_straight_code_sums_its_classes_and_rdcycle_reads_5_in():
     read, end = counted(words)
     assert read == 4 + 40 + TIMING.rdcycle_offset
     assert end == 4 + 40 + 4 + 4
+
+
+def test_instret_is_refused_not_counted_wrong():
+    rdinstret = 0xC020_2073 | 16 << 7                       # csrrs x16, instret, x0
+    with pytest.raises(UnmodelledInstruction, match="instret"):
+        counted([NOP, rdinstret, NOP])
 
 
 def test_a_loop_pays_the_taken_branches_and_the_register_window_less():
